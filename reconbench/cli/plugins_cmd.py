@@ -1,0 +1,43 @@
+"""`reconbench plugins` and `reconbench list KIND`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+from tabulate import tabulate
+
+from .. import plugins
+from ..config import describe_options
+from .common import main_group
+
+
+@main_group.command("plugins")
+def plugins_command() -> None:
+    """Show loaded plugins: name, distribution, version, and the hooks each implements."""
+    host = plugins.host()
+    rows = [(i.name, i.distribution or "-", i.version or "-", ", ".join(i.hooks)) for i in host.plugin_infos()]
+    click.echo(tabulate(rows, headers=["plugin", "distribution", "version", "hooks"], tablefmt="github"))
+    for f in host.failed:
+        click.echo(f"\nFAILED to load plugin {f.name} ({f.entry_point}): {f.error}", err=True)
+
+
+@main_group.command("list")
+@click.argument("kind", type=click.Choice(list(plugins.KINDS)))
+@click.argument("pattern", required=False)
+@click.option("--verbose", "-v", is_flag=True, help="Also show each entry's options and defaults.")
+def list_command(kind: str, pattern: str | None, verbose: bool) -> None:
+    """List registered names of KIND with one-line descriptions; PATTERN is a wildcard such as '*kkt*'."""
+    entries = list(plugins.host().entries(kind, pattern))
+    rows = []
+    for e in entries:
+        flag = " (oracle)" if getattr(e.obj, "oracle", False) else ""
+        rows.append((e.name + flag, e.plugin, e.description))
+    click.echo(tabulate(rows, headers=["name", "plugin", "description"], tablefmt="github"))
+    if verbose:
+        for e in entries:
+            cls = getattr(e.obj, "config_cls", None)
+            if cls is not None and dataclasses.is_dataclass(cls):
+                click.echo(f"\n{e.name} options:")
+                opts = [(n, t, d, h) for n, t, d, h in describe_options(cls)]
+                click.echo(tabulate(opts, headers=["option", "type", "default", "help"], tablefmt="github"))

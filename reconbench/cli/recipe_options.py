@@ -1,0 +1,87 @@
+"""Command-line options that describe a target recipe, shared by `train` and `run`."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ReconbenchError
+from ..training import TargetRecipe
+from .common import parse_assignments, parse_int_list
+
+_OPTIONS = [
+    click.option("--recipe", "recipe_file", type=click.Path(dir_okay=False, exists=True), default=None,
+                 help="TOML or JSON file with [problem], family, [model] and [train] (options below override it)."),
+    click.option("--dataset", default=None, help="Data set: digits (default), mnist, mnist_test, cifar10, cifar100, npz:PATH."),
+    click.option("--task", type=click.Choice(["binary", "multiclass", "regression"]), default=None, help="Task."),
+    click.option("--n-per-class", type=int, default=None, help="Training images per class."),
+    click.option("--num-classes", type=int, default=None, help="Multiclass: use classes 0..K-1."),
+    click.option("--binary-rule", default=None, help="Binary/regression rule: parity or vehicles_animals."),
+    click.option("--family", default=None, help="Model family (see `reconbench list models`)."),
+    click.option("--widths", default=None, help="Hidden widths for MLP families, e.g. 1000,1000."),
+    click.option("--model-set", multiple=True, help="Model option KEY=VALUE (repeatable), e.g. init_scale=1e-4."),
+    click.option("--steps", type=int, default=None, help="Training steps (full-batch GD)."),
+    click.option("--lr", type=float, default=None, help="Training learning rate."),
+    click.option("--weight-decay", type=float, default=None, help="Training weight decay."),
+    click.option("--loss", default=None, help="Training loss: bce, ce, mse, l25, huber."),
+    click.option("--schedule", type=click.Choice(["constant", "inverse_loss"]), default=None,
+                 help="constant (the papers' plain GD) or inverse_loss (faster; recorded)."),
+    click.option("--train-dtype", type=click.Choice(["float64", "float32"]), default=None, help="Training precision."),
+    click.option("--train-seed", type=int, default=None, help="Seed of the weight initialisation."),
+]
+
+
+def recipe_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for opt in reversed(_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+def _read_recipe_file(path: str) -> dict[str, Any]:
+    text = Path(path).read_text()
+    try:
+        return json.loads(text) if path.endswith(".json") else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ReconbenchError(f"{path}: cannot parse recipe ({exc})") from exc
+
+
+def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None) -> TargetRecipe:
+    """Merge: built-in defaults < ``base`` (e.g. the attack's default recipe) < --recipe file < explicit options."""
+    d: dict[str, Any] = {"problem": {}, "model": {}, "train": {}}
+
+    def merge(src: dict[str, Any]) -> None:
+        for k, v in src.items():
+            if k in ("problem", "model", "train") and isinstance(v, dict):
+                d[k].update(v)
+            else:
+                d[k] = v
+
+    merge(base or {})
+    if opts.get("recipe_file"):
+        merge(_read_recipe_file(opts["recipe_file"]))
+    problem_keys = {"dataset": "dataset", "task": "task", "n_per_class": "n_per_class",
+                    "num_classes": "num_classes", "binary_rule": "binary_rule"}
+    train_keys = {"steps": "steps", "lr": "lr", "weight_decay": "weight_decay", "loss": "loss",
+                  "schedule": "schedule", "train_dtype": "dtype", "train_seed": "seed"}
+    for opt, key in problem_keys.items():
+        if opts.get(opt) is not None:
+            d["problem"][key] = opts[opt]
+    for opt, key in train_keys.items():
+        if opts.get(opt) is not None:
+            d["train"][key] = opts[opt]
+    if opts.get("family"):
+        if opts["family"] != d.get("family"):
+            d["model"] = {}  # the base's model options belong to another family
+        d["family"] = opts["family"]
+    widths = parse_int_list(opts.get("widths"))
+    if widths is not None:
+        d["model"]["widths"] = widths
+    d["model"].update(parse_assignments(tuple(opts.get("model_set") or ()), "--model-set"))
+    return TargetRecipe.from_dict(d)
+
+

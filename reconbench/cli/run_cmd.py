@@ -1,0 +1,62 @@
+"""`reconbench run`: attack a target (trained on demand) and write a result folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import plugins
+from ..cards import load_card
+from ..pipeline import RunSpec, run_attack
+from ..targets import get_or_train
+from .common import data_root_option, main_group, parse_assignments, quiet_option
+from .recipe_options import recipe_from_options, recipe_options
+
+
+@main_group.command("run")
+@click.option("--attack", required=True, help="Attack name (see `reconbench list attacks`).")
+@click.option("--model", "model_card", type=click.Path(exists=True), default=None,
+              help="Model card folder from `reconbench train`; without it a target is trained (or reused) from "
+                   "the recipe options, defaulting to the attack's small `digits` target.")
+@recipe_options
+@click.option("--init", "init_name", default="gaussian", show_default=True,
+              help="Initialisation regime (see `reconbench list inits`).")
+@click.option("--init-set", multiple=True, help="Init option KEY=VALUE (repeatable), e.g. scale=1e-3.")
+@click.option("--set", "attack_set", multiple=True, help="Attack option KEY=VALUE (repeatable), e.g. steps=2000.")
+@click.option("--search-runs", type=int, default=None,
+              help="Random-search budget: runs sampled from the attack's declared space (default: the attack's).")
+@click.option("--candidates", type=int, default=None, help="Number of candidates m (default 2n).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the init regime and the search.")
+@click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
+              help="Attack precision.")
+@click.option("--device", default="cpu", show_default=True, help="Torch device, e.g. cuda.")
+@click.option("--protocol-set", multiple=True, help="Evaluation protocol option KEY=VALUE (repeatable).")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>; an existing one is resumed).")
+@click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets.")
+@data_root_option
+@quiet_option
+def run_command(attack: str, model_card: str | None, init_name: str, init_set: tuple[str, ...],
+                attack_set: tuple[str, ...], search_runs: int | None, candidates: int | None, seed: int,
+                dtype: str, device: str, protocol_set: tuple[str, ...], out: str | None, cache: str | None,
+                data_root: str | None, quiet: bool, **recipe_opts: Any) -> None:
+    """Run an attack against a target and write result.json, candidates and figures."""
+    attack_obj = plugins.get("attacks", attack)
+    plugins.get("inits", init_name)  # fail on a bad name before training anything
+    if model_card:
+        card = load_card(model_card)
+    else:
+        recipe = recipe_from_options(recipe_opts, base=getattr(attack_obj, "default_recipe", None))
+        card = get_or_train(recipe, cache, data_root, quiet)
+    spec = RunSpec(attack=attack, attack_config=parse_assignments(attack_set, "--set"), init=init_name,
+                   init_config=parse_assignments(init_set, "--init-set"), seed=seed, candidates=candidates,
+                   search_runs=search_runs if search_runs is not None else getattr(attack_obj, "default_search_runs", 1),
+                   dtype=dtype, device=device, protocol=parse_assignments(protocol_set, "--protocol-set"))
+    out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{card.data['recipe_key']}-s{seed}"
+    result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
+    summary = result["evaluation"].get("summary", {})
+    click.echo(f"result: {out_dir / 'result.json'}  ({result['wall_seconds']:.1f}s, {len(result['runs'])} run(s))")
+    for key, value in summary.items():
+        click.echo(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")

@@ -1,0 +1,43 @@
+"""User-facing errors. The CLI prints these without a traceback; anything else is a bug."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class ReconbenchError(Exception):
+    """An error caused by the user's input or environment, with a message that names the fix."""
+
+
+class UnknownNameError(ReconbenchError, KeyError):
+    """A plugin name that is not registered."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]) -> None:
+        known = sorted(known)
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        msg = f"unknown {kind} {name!r}."
+        if close:
+            msg += f" Did you mean: {', '.join(close)}?"
+        msg += f" Registered {kind}s: {', '.join(known) or '(none)'}. See `reconbench list {kind}s`."
+        super().__init__(msg)
+        self.kind, self.name, self.close_matches = kind, name, close
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class DataError(ReconbenchError):
+    """A data file that is missing, corrupt, or of the wrong shape."""
+
+
+class ModelCardError(ReconbenchError):
+    """A model card that cannot be read or does not match its weights."""
+
+
+class IncompatibleError(ReconbenchError):
+    """An attack, init regime or metric applied to a target it cannot handle."""
+
+
+class DivergedError(ReconbenchError):
+    """A numerical loop produced NaN or inf."""

@@ -1,0 +1,151 @@
+"""Target recipes and the full-batch gradient-descent trainer of the papers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from . import plugins
+from .certificate import certificate
+from .config import option
+from .errors import DivergedError, ReconbenchError
+from .losses import error_rate, get_loss, margins
+from .nets import TargetNet
+from .problems import Problem, ProblemSpec
+from .progress import Progress
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """How a target is trained: full-batch gradient descent without momentum (the papers' recipe)."""
+
+    loss: str | None = option(None, "bce (binary), ce (multiclass), mse / l25 / huber (regression); None: task default")
+    lr: float = option(0.01, "learning rate")
+    steps: int = option(10_000, "number of full-batch GD steps")
+    weight_decay: float = option(0.0, "coupled weight decay wd (minimises L + wd/2 ||theta||^2), on all parameters")
+    dtype: Literal["float64", "float32"] = option("float64", "training precision")
+    schedule: Literal["constant", "inverse_loss"] = option(
+        "constant", "constant: the papers' plain GD; inverse_loss: lr * min(cap, threshold/loss) once loss < threshold")
+    schedule_threshold: float = option(0.1, "inverse_loss: loss below which the lr is scaled up")
+    schedule_cap: float = option(1e4, "inverse_loss: the largest lr multiplier")
+    stop_loss: float = option(0.0, "stop early once the training loss falls below this (0: never)")
+    eval_every: int = option(1000, "record train/test metrics every this many steps")
+    seed: int = option(0, "seed of the weight initialisation")
+
+
+@dataclass(frozen=True)
+class TargetRecipe:
+    """A target model: the problem it is trained on, its architecture, and how it is trained."""
+
+    problem: ProblemSpec = field(default_factory=ProblemSpec)
+    family: str = "mlp"
+    model: dict[str, Any] = field(default_factory=dict)
+    train: TrainSpec = field(default_factory=TrainSpec)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"problem": self.problem.to_dict(), "family": self.family, "model": dict(self.model),
+                "train": asdict(self.train)}
+
+    def key(self) -> str:
+        """A short hash naming this recipe (used as the cache key of trained targets)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TargetRecipe:
+        from .config import build_config
+
+        known = {"problem", "family", "model", "train"}
+        extra = set(d) - known
+        if extra:
+            raise ReconbenchError(f"recipe: unknown key {sorted(extra)[0]!r}; known keys: {', '.join(sorted(known))}")
+        return cls(problem=build_config(ProblemSpec, d.get("problem"), "recipe.problem"),
+                   family=str(d.get("family", "mlp")), model=dict(d.get("model") or {}),
+                   train=build_config(TrainSpec, d.get("train"), "recipe.train"))
+
+
+@dataclass
+class TrainResult:
+    model: TargetNet
+    metrics: dict[str, Any]
+    history: list[dict[str, float]]
+
+
+def build_model(recipe: TargetRecipe, problem: Problem) -> TargetNet:
+    family = plugins.get("models", recipe.family)
+    gen = torch.Generator().manual_seed(recipe.train.seed)
+    return family.build(problem.image_shape, problem.out_dim, dict(recipe.model), generator=gen)
+
+
+def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype) -> dict[str, float]:
+    with torch.no_grad():
+        out: dict[str, float] = {}
+        for split, x, lab in (("train", problem.x_train(dtype), problem.train_labels),
+                              ("test", problem.x_test(dtype), problem.test_labels)):
+            if len(lab) == 0:
+                continue
+            o = model(x)
+            out[f"{split}_loss"] = float(loss_fn(o, problem.targets(lab, dtype)))
+            out[f"{split}_error"] = error_rate(o, torch.as_tensor(lab), problem.task)
+    return out
+
+
+def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_certificate: bool = True) -> TrainResult:
+    """Train a target by full-batch GD; stop with a clear error on NaN."""
+    spec = recipe.train
+    dtype = DTYPES[spec.dtype]
+    loss_name, loss_fn = get_loss(spec.loss, problem.task)
+    model = build_model(recipe, problem).to(dtype)
+    x, y = problem.x_train(dtype), problem.targets(problem.train_labels, dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    history: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+    lr_mult = 1.0
+    loss_value = math.nan
+    step = 0
+    with Progress(spec.steps, f"train {recipe.family} on {problem.spec.dataset}", quiet=quiet) as bar:
+        for step in range(spec.steps):
+            out = model(x)
+            loss = loss_fn(out, y)
+            loss_value = loss.item()
+            if not math.isfinite(loss_value):
+                raise DivergedError(
+                    f"training diverged at step {step} (loss {loss_value}); lower --lr (now {spec.lr}) "
+                    f"or use the constant schedule")
+            if spec.schedule == "inverse_loss":
+                lr_mult = min(spec.schedule_cap, spec.schedule_threshold / loss_value) \
+                    if 0 < loss_value < spec.schedule_threshold else 1.0
+                for g in opt.param_groups:
+                    g["lr"] = spec.lr * lr_mult
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if step % spec.eval_every == 0 or step == spec.steps - 1:
+                rec = {"step": float(step), "loss": loss_value, "lr_multiplier": lr_mult}
+                rec.update(evaluate_model(model, problem, loss_fn, dtype))
+                history.append(rec)
+            bar.update(step + 1, {"loss": loss_value})
+            if spec.stop_loss > 0 and loss_value < spec.stop_loss:
+                break
+    wall = time.perf_counter() - t0
+    metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": step + 1, "final_loss": loss_value,
+                               "train_seconds": wall}
+    metrics.update(evaluate_model(model, problem, loss_fn, dtype))
+    with torch.no_grad():
+        out = model(problem.x_train(dtype))
+        m = margins(out, torch.as_tensor(problem.train_labels), problem.task)
+    metrics["margins"] = m.tolist()
+    metrics["param_count"] = model.param_count()
+    metrics["param_norm_sq"] = float(sum((p.detach().double() ** 2).sum() for p in model.parameters()))
+    if with_certificate:
+        cert = certificate(model, problem.x_train(torch.float64), torch.as_tensor(problem.train_labels), problem.task)
+        model.to(dtype)
+        metrics["certificate"] = cert
+    return TrainResult(model=model, metrics=metrics, history=history)

@@ -1,0 +1,70 @@
+"""Shared fixtures: small generated data, a tiny trained target, and a toy attack plugin for harness tests."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from reconbench import hookimpl, plugins
+from reconbench.config import option
+from reconbench.interfaces import AttackOutput
+
+warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*")
+
+
+@dataclass
+class ToyConfig:
+    steps: int = option(3, "how many no-op steps")
+    shift: float = option(0.0, "added to every candidate")
+
+
+@dataclass(frozen=True)
+class ToyAttack:
+    """Returns the starting candidates shifted by a constant: exercises the harness, not an attack."""
+
+    name: str = "toy_identity"
+    description: str = "test-only attack that returns its starting candidates"
+    needs: frozenset = frozenset({"labels"})
+    tasks: frozenset = frozenset({"binary", "multiclass", "regression"})
+    config_cls: type = ToyConfig
+
+    def search_space(self) -> dict[str, Any]:
+        from reconbench.config import Uniform
+
+        return {"shift": Uniform(0.0, 0.01)}
+
+    def check(self, target: Any) -> None:
+        return None
+
+    def run(self, target: Any, x0: torch.Tensor, labels: torch.Tensor, config: ToyConfig, *, generator: Any,
+            progress: Any = None) -> AttackOutput:
+        for s in range(config.steps):
+            if progress:
+                progress(s + 1, config.steps, {"loss": 1.0})
+        return AttackOutput(candidates=x0 + config.shift, labels=labels, final_loss=float(config.shift),
+                            steps=config.steps)
+
+
+class ToyPlugin:
+    @hookimpl
+    def register_attacks(self, register):  # type: ignore[no-untyped-def]
+        register(ToyAttack())
+
+
+@pytest.fixture
+def toy_attack_registered():
+    host = plugins.host()
+    name = host.register(ToyPlugin(), name="toy-test-plugin")
+    yield ToyAttack()
+    host.unregister(name)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("RECONBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("RECONBENCH_DOWNLOAD", "0")
+    torch.set_num_threads(2)

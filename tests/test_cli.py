@@ -1,0 +1,59 @@
+"""The command line end to end on tiny settings, with a toy attack that exercises the harness."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reconbench.cli import main
+
+TINY = ["--dataset", "digits", "--task", "binary", "--n-per-class", "3", "--widths", "16,16", "--steps", "30"]
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return exit_info.value.code or 0, out.out, out.err
+
+
+def test_list_and_plugins(capsys):
+    code, out, _ = run_cli(["list", "models"], capsys)
+    assert code == 0 and "mlp_bias" in out and "homogeneous" in out
+    code, out, _ = run_cli(["plugins"], capsys)
+    assert code == 0 and "register_models" in out
+
+
+def test_unknown_attack_is_one_clear_line(capsys):
+    code, _, err = run_cli(["run", "--attack", "toy_identiti", *TINY], capsys)
+    assert code == 2 and "unknown attack 'toy_identiti'" in err and "Traceback" not in err
+
+
+def test_train_then_run_then_resume(tmp_path, capsys, toy_attack_registered):
+    code, out, _ = run_cli(["train", *TINY, "--out", str(tmp_path / "card"), "-q"], capsys)
+    assert code == 0 and "stationarity residual" in out
+    args = ["run", "--attack", "toy_identity", "--model", str(tmp_path / "card"), "--search-runs", "3",
+            "--out", str(tmp_path / "res"), "-q"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    result = json.loads((tmp_path / "res" / "result.json").read_text())
+    assert len(result["runs"]) == 3 and result["target"]["task"] == "binary"
+    assert result["selection"]["blind"]["run"] == min(result["runs"], key=lambda r: r["final_loss"])["run"]
+    assert result["provenance"]["config_hash"] and result["provenance"]["dtype"] == "float64"
+    assert (tmp_path / "res" / "candidates.safetensors").exists()
+    # resume: finished runs are not recomputed
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "res" / "runs").glob("*.safetensors")}
+    code, _, _ = run_cli(args, capsys)
+    assert code == 0
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "res" / "runs").glob("*.safetensors")}
+
+
+def test_bad_option_values_are_clear(tmp_path, capsys, toy_attack_registered):
+    code, _, err = run_cli(["run", "--attack", "toy_identity", *TINY, "--set", "stepz=3", "-q",
+                            "--out", str(tmp_path / "r")], capsys)
+    assert code == 2 and "unknown option 'stepz'" in err and "steps" in err
+    code, _, err = run_cli(["run", "--attack", "toy_identity", *TINY, "--set", "steps=abc", "-q",
+                            "--out", str(tmp_path / "r")], capsys)
+    assert code == 2 and "expected an integer" in err

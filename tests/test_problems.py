@@ -1,0 +1,84 @@
+"""Problems are deterministic, follow the reference subset rules, and keep train/decoy/test disjoint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from reconbench.errors import DataError, ReconbenchError
+from reconbench.interfaces import ImageData
+from reconbench.problems import ProblemSpec, build_problem
+
+
+def test_same_spec_same_indices():
+    a = build_problem(ProblemSpec(task="multiclass", n_per_class=4, seed=3))
+    b = build_problem(ProblemSpec(task="multiclass", n_per_class=4, seed=3))
+    c = build_problem(ProblemSpec(task="multiclass", n_per_class=4, seed=4))
+    np.testing.assert_array_equal(a.train_indices, b.train_indices)
+    assert sorted(a.train_indices) == sorted(c.train_indices) and list(a.train_indices) != list(c.train_indices)
+
+
+def test_multiclass_permutation_matches_the_reference_global_rng():
+    """The reference permutes with the global RNG right after torch.manual_seed(seed) (spec 1.3, 1.6)."""
+    p = build_problem(ProblemSpec(task="multiclass", n_per_class=3, seed=7))
+    labels = p.original_train_labels
+    torch.manual_seed(7)
+    perm = torch.randperm(30)
+    from sklearn.datasets import load_digits
+
+    target = load_digits().target
+    blocks = np.concatenate([np.flatnonzero(target == c)[:3] for c in range(10)])
+    np.testing.assert_array_equal(p.train_indices, blocks[perm.numpy()])
+    np.testing.assert_array_equal(labels, target[p.train_indices])
+
+
+def test_binary_first_per_class_in_file_order():
+    p = build_problem(ProblemSpec(task="binary", n_per_class=5))
+    from sklearn.datasets import load_digits
+
+    target = load_digits().target
+    kept, counts = [], {0: 0, 1: 0}
+    for i, t in enumerate(target):  # independent walk of the file
+        c = t % 2
+        if counts[c] < 5:
+            kept.append(i)
+            counts[c] += 1
+    np.testing.assert_array_equal(p.train_indices, kept)
+    np.testing.assert_array_equal(p.train_labels, target[kept] % 2)
+
+
+def test_disjoint_splits_and_centring():
+    p = build_problem(ProblemSpec(task="binary", n_per_class=10, n_test_per_class=20))
+    tr, de, te = set(p.train_indices), set(p.decoy_indices), set(p.test_indices)
+    assert not (tr & de) and not (tr & te) and not (de & te)
+    assert len(de) == 2 * 2 * 10 and len(te) == 40
+    np.testing.assert_allclose(p.x_train().mean(0).numpy(), 0.0, atol=1e-12)
+    assert torch.allclose(p.x_train() + p.mean_tensor(), torch.as_tensor(p.train_images))
+
+
+def test_regression_targets_are_pm_one():
+    p = build_problem(ProblemSpec(task="regression", n_per_class=3))
+    t = p.targets(p.train_labels)
+    assert set(t.tolist()) == {-1.0, 1.0}
+
+
+def test_vehicles_animals_rule_on_cifar_names():
+    rng = np.random.default_rng(0)
+    labels = np.arange(40) % 10
+    data = ImageData("fake", rng.random((40, 3, 4, 4), dtype=np.float32), labels,
+                     ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"], "x")
+    p = build_problem(ProblemSpec(dataset="npz:x", task="binary", n_per_class=3, binary_rule="vehicles_animals",
+                                  n_test_per_class=1), data=data)
+    vehicles = {0, 1, 8, 9}
+    for idx, lab in zip(p.train_indices, p.train_labels):
+        assert lab == (0 if labels[idx] in vehicles else 1)
+
+
+def test_errors_for_bad_specs():
+    with pytest.raises(DataError, match="Lower --n-per-class"):
+        build_problem(ProblemSpec(task="multiclass", n_per_class=500))
+    with pytest.raises(ReconbenchError, match="unknown task"):
+        build_problem(ProblemSpec(task="ranking"))
+    with pytest.raises(ReconbenchError, match="vehicles_animals.*parity"):
+        build_problem(ProblemSpec(task="binary", binary_rule="vehicles_animals"))

@@ -1,0 +1,59 @@
+"""The trainer reaches zero training error; the certificate separates a converged model from random inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from reconbench.certificate import fit_stationarity
+from reconbench.errors import DivergedError
+from reconbench.problems import ProblemSpec, build_problem
+from reconbench.training import TargetRecipe, TrainSpec, train
+
+
+def test_binary_digits_reaches_zero_training_error():
+    recipe = TargetRecipe(problem=ProblemSpec(task="binary", n_per_class=10), model={"widths": [64, 64]},
+                          train=TrainSpec(lr=0.05, steps=1500, schedule="inverse_loss"))
+    res = train(recipe, build_problem(recipe.problem), quiet=True, with_certificate=False)
+    assert res.metrics["train_error"] == 0.0
+    assert all(m > 0 for m in res.metrics["margins"])  # y * Phi > 0 for every training image
+    assert res.history[0]["loss"] > res.history[-1]["loss"]
+
+
+def test_certificate_small_at_truth_for_a_converged_model():
+    # With weight decay the stationary point satisfies theta = sum_i lambda_i grad(...) exactly.
+    recipe = TargetRecipe(problem=ProblemSpec(task="multiclass", n_per_class=3, num_classes=4),
+                          model={"widths": [32]}, train=TrainSpec(lr=0.5, steps=4000, weight_decay=1e-2))
+    res = train(recipe, build_problem(recipe.problem), quiet=True)
+    cert = res.metrics["certificate"]
+    assert cert["residual_at_train"] < 1e-2
+    assert cert["residual_at_random"] > 100 * cert["residual_at_train"]
+
+
+def test_certificate_matches_a_direct_least_squares_fit():
+    """Independent check: build J row by row with autograd and solve with torch.linalg.lstsq."""
+    torch.manual_seed(0)
+    from reconbench import plugins
+
+    net = plugins.get("models", "mlp").build((1, 4, 4), 1, {"widths": [6]}).double()
+    x = torch.randn(5, 1, 4, 4, dtype=torch.float64)
+    labels = torch.tensor([0, 1, 0, 1, 1])
+    fit = fit_stationarity(net, x, labels, "regression")
+    rows = []
+    for i in range(5):
+        g = torch.autograd.grad(net(x[i:i + 1]).sum(), list(net.parameters()))
+        rows.append(torch.cat([t.reshape(-1) for t in g]))
+    J = torch.stack(rows)
+    theta = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    lam = torch.linalg.lstsq(J.T, theta[:, None]).solution
+    expected = float(((J.T @ lam).squeeze() - theta).pow(2).sum() / theta.pow(2).sum())
+    assert math.isclose(fit.relative_residual, expected, rel_tol=1e-6, abs_tol=1e-12)
+
+
+def test_nan_guard_stops_with_a_clear_message():
+    recipe = TargetRecipe(problem=ProblemSpec(task="regression", n_per_class=5), model={"widths": [32]},
+                          train=TrainSpec(lr=1e6, steps=200))
+    with pytest.raises(DivergedError, match="lower --lr"):
+        train(recipe, build_problem(recipe.problem), quiet=True, with_certificate=False)
