@@ -17,7 +17,7 @@ import copy
 import dataclasses
 import math
 import tempfile
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ _TMP = Path(tempfile.mkdtemp(prefix="reconbench-conformance-"))
 FAMILY_FOR_TASK_CHECK = "mlp"
 
 
-@lru_cache(maxsize=None)
+@cache
 def tiny_card(task: str = "binary", family: str = "mlp") -> ModelCard:
     """A tiny target: digits, 3 images per class (2 classes for binary/regression, 3 for multiclass)."""
     model = {"widths": [16]} if family in ("mlp", "mlp_bias") else (

@@ -38,11 +38,11 @@ def test_the_toy_attack_conforms(toy_attack_registered):
 
 
 def test_a_lying_init_is_caught():
+    from dataclasses import dataclass
+
     import torch
 
     from reconbench.config import option
-
-    from dataclasses import dataclass
 
     @dataclass
     class Cfg:

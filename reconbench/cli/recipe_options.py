@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+import tomllib
 
 from ..errors import ReconbenchError
 from ..training import TargetRecipe

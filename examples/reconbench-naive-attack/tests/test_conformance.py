@@ -1,5 +1,6 @@
-from reconbench import conformance
 from reconbench_naive_attack import NaiveAttack
+
+from reconbench import conformance
 
 
 def test_naive_attack_conforms():
