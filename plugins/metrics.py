@@ -16,10 +16,10 @@ import torch
 from reconbench import hookimpl
 from reconbench.config import option
 from reconbench.errors import IncompatibleError
-from reconbench.evaluation.context import Evaluation
+from reconbench.evaluation.context import Evaluation, finite_rows
 from reconbench.evaluation.lpips_metric import ALEXNET_FILE, LpipsScorer, LpipsUnavailable
 from reconbench.evaluation.matching import match
-from reconbench.evaluation.membership import collapse, init_copy, nearest_member
+from reconbench.evaluation.membership import collapse, init_copy, nearest_distance, nearest_member
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
 
@@ -123,7 +123,8 @@ class NotebookSsim:
     def compute(self, ev: Evaluation, cfg: NotebookConfig) -> dict[str, Any]:
         p = ev.protocol.base
         m = match(ev.train_features, ev.candidate_features, ev.valid_ids, ev.candidates.shape[0],
-                  best_buddy=False, vote="min", avg_threshold=1.0, per_dimension=p.per_dimension)
+                  best_buddy=False, vote="min", avg_threshold=1.0, per_dimension=p.per_dimension,
+                  dist=ev.matching.dist)
         recon = torch.zeros_like(ev.originals)
         if m.matched.any():
             recon[torch.as_tensor(m.matched)] = display(ev.candidates[torch.as_tensor(m.best[m.matched])],
@@ -213,13 +214,14 @@ class MembershipMetric:
         d_decoy[claims] = res.decoy_dist
         dec_idx[claims] = [int(ev.problem.decoy_indices[k]) for k in res.nearest_decoy]
         # every valid candidate: is a decoy nearer than every training image? (partition inits stay at decoys)
-        cand = nearest_member(ev.candidate_features, ev.train_features, decoy_feat, p.per_dimension)
+        cand_train = ev.matching.nearest_dist[ev.valid_ids]
+        cand_decoy = nearest_distance(ev.candidate_features, decoy_feat, p.per_dimension)
         n_claims = int(claims.sum())
         summary = {
             "membership_precision": float(res.nearest_is_train.mean()) if n_claims else None,
             "member_claims": n_claims,
             "member_claims_confirmed": int(res.nearest_is_train.sum()),
-            "candidates_nearer_decoy_share": float((~cand.nearest_is_train).mean()) if len(ev.valid_ids) else None,
+            "candidates_nearer_decoy_share": float((cand_decoy <= cand_train).mean()) if len(ev.valid_ids) else None,
         }
         per_image = {"nearest_is_train": [None if v is None else bool(v) for v in is_train],
                      "nearest_decoy_distance": column_values(d_decoy),
@@ -245,11 +247,13 @@ class InitCopy:
         ids = ev.valid_ids
         start = ev.x0[torch.as_tensor(ids)]
         flat = start.flatten(1)
-        usable = ((flat.max(1).values - flat.min(1).values) > p.constant_tol) & torch.isfinite(flat).all(1)
+        usable = finite_rows(flat)
+        usable[usable.clone()] = (flat[usable].amax(1) - flat[usable].amin(1)) > p.constant_tol
         if not usable.any():
             return _unavailable("every starting candidate is constant or non-finite", "init_copy_share")
         sel = torch.nonzero(usable).flatten()
-        copies = init_copy(ev.candidate_features[sel], ev.features(start[sel]), ev.train_features, p.per_dimension)
+        copies = init_copy(ev.candidate_features[sel], ev.features(start[sel]),
+                           ev.matching.nearest_dist[ids[sel.numpy()]], p.per_dimension)
         return {"summary": {"init_copy_share": float(copies.mean()), "init_copy_candidates": int(len(sel))},
                 "details": {"skipped_constant_starts": int((~usable).sum())}}
 
@@ -288,10 +292,16 @@ class ExtractionScore:
     config_cls: type = ExtractionConfig
 
     def compute(self, ev: Evaluation, cfg: ExtractionConfig) -> dict[str, Any]:
-        from reconbench.evaluation import extraction_score
+        from reconbench.evaluation import extraction_score_from_features
 
         p = ev.protocol.base
-        score = extraction_score(ev.problem, ev.candidates, cfg.k, p.ncc_eps, p.constant_tol)
+        if p.distance == "ncc":  # the matching features are the score's features: reuse their distances
+            train, cand, dist = ev.train_features, ev.candidate_features, ev.matching.dist
+            if dist is not None and p.per_dimension:
+                dist = dist * train.shape[1]
+        else:
+            train, cand, dist = ev.features(ev.problem.x_train()), ev.features_of(ev.valid_ids, "ncc"), None
+        score = extraction_score_from_features(train, cand, cfg.k, dist)
         return {"summary": {"extraction_score": score if np.isfinite(score) else None}}
 
 

@@ -38,7 +38,7 @@ from .protocol import Protocol, ResolvedProtocol, resolve_protocol
 from .scores import column_values, jsonable
 
 __all__ = ["CandidateError", "Evaluation", "Protocol", "ResolvedProtocol", "evaluate", "extraction_score",
-           "oracle_score", "resolve_protocol"]
+           "extraction_score_from_features", "oracle_score", "resolve_protocol"]
 
 
 def extraction_score(problem: Problem, candidates: torch.Tensor, k: int = 10, eps: float = 1e-10,
@@ -50,16 +50,25 @@ def extraction_score(problem: Problem, candidates: torch.Tensor, k: int = 10, ep
     image keeps its best candidate, and the score is the mean distance of the k best such pairs. Non-finite and
     constant candidates are ignored; with none left the score is +inf.
     """
-    from .matching import match
-
     c = candidates.detach().to("cpu", torch.float64)
     valid, _ = validity(c, problem.mean_tensor(torch.float64), constant_tol)
     ids = np.flatnonzero(valid)
     if len(ids) == 0:
         return math.inf
     train = features(problem.x_train(torch.float64), "ncc", eps)
-    cand = features(c[torch.as_tensor(ids)], "ncc", eps)
-    m = match(train, cand, ids, c.shape[0], best_buddy=True, vote="min", avg_threshold=1.0, per_dimension=False)
+    return extraction_score_from_features(train, features(c[torch.as_tensor(ids)], "ncc", eps), k)
+
+
+def extraction_score_from_features(train: torch.Tensor, cand: torch.Tensor, k: int = 10,
+                                   dist: torch.Tensor | None = None) -> float:
+    """:func:`extraction_score` from NCC features (and, optionally, their raw (n, M) distance matrix)."""
+    from .matching import match
+
+    if cand.shape[0] == 0:
+        return math.inf
+    ids = np.arange(cand.shape[0])
+    m = match(train, cand, ids, len(ids), best_buddy=True, vote="min", avg_threshold=1.0, per_dimension=False,
+              dist=dist)
     best = np.sort(m.best_dist[m.matched])
     return float(best[:k].mean())
 

@@ -59,14 +59,27 @@ def as_vector(x: Any, m: int, what: str) -> np.ndarray | None:
     return arr.astype(np.int64)
 
 
+def finite_rows(flat: torch.Tensor) -> torch.Tensor:
+    """(N,) whether each row is all finite: a row sum is finite unless the row holds inf/NaN (or overflows, which is
+    then checked element-wise), so one pass without an (N, D) boolean temporary."""
+    ok = torch.isfinite(flat.sum(1))
+    suspect = torch.nonzero(~ok).flatten()
+    if len(suspect):
+        ok[suspect] = torch.isfinite(flat[suspect]).all(1)
+    return ok
+
+
 def validity(c: torch.Tensor, mean: torch.Tensor, tol: float) -> tuple[np.ndarray, dict[str, list[int]]]:
     """Valid candidates (finite and not constant, centred or un-centred) and the ids of the others by reason."""
-    finite = torch.isfinite(c.flatten(1)).all(1)
-    safe = torch.where(finite[:, None, None, None], c, torch.zeros_like(c))
-    flat = safe.flatten(1)
-    unc = (safe + mean[None]).flatten(1)
-    const = ((flat.max(1).values - flat.min(1).values) <= tol) | ((unc.max(1).values - unc.min(1).values) <= tol)
-    const &= finite
+    flat = c.reshape(c.shape[0], -1)
+    finite = finite_rows(flat)
+    const = torch.zeros_like(finite)
+    ok = torch.nonzero(finite).flatten()
+    mflat = mean.reshape(1, -1).to(c.dtype)
+    for s in range(0, len(ok), 2048):  # batches: no full-size temporaries
+        rows = flat[ok[s:s + 2048]]
+        unc = rows + mflat
+        const[ok[s:s + 2048]] = ((rows.amax(1) - rows.amin(1)) <= tol) | ((unc.amax(1) - unc.amin(1)) <= tol)
     valid = (finite & ~const).numpy()
     return valid, {"nonfinite": torch.nonzero(~finite).flatten().tolist(),
                    "constant": torch.nonzero(const).flatten().tolist()}
@@ -99,9 +112,16 @@ class Evaluation:
     def n(self) -> int:
         return self.problem.n
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor, distance: str | None = None) -> torch.Tensor:
+        """Matching features of centred images (the protocol's distance unless another is named)."""
         p = self.protocol.base
-        return features(x, p.distance, p.ncc_eps)
+        return features(x, distance or p.distance, p.ncc_eps)
+
+    def features_of(self, ids: np.ndarray, distance: str | None = None, batch: int = 2048) -> torch.Tensor:
+        """Features of the candidates ``ids``, computed in batches (no full copy of the candidates)."""
+        parts = [self.features(self.candidates[torch.as_tensor(ids[s:s + batch])], distance)
+                 for s in range(0, len(ids), batch)]
+        return torch.cat(parts) if parts else self.features(self.candidates[:0], distance)
 
     def primary(self) -> dict[str, Any]:
         name = self.protocol.base.primary_metric
@@ -141,7 +161,9 @@ def build_context(problem: Problem, candidates: Any, protocol: ResolvedProtocol,
     valid, invalid = validity(cands, mean, p.constant_tol)
     valid_ids = np.flatnonzero(valid)
     train_feat = features(problem.x_train(torch.float64), p.distance, p.ncc_eps)
-    cand_feat = features(cands[torch.as_tensor(valid_ids)], p.distance, p.ncc_eps)
+    cand_feat = torch.cat([features(cands[torch.as_tensor(valid_ids[s:s + 2048])], p.distance, p.ncc_eps)
+                           for s in range(0, len(valid_ids), 2048)]) if len(valid_ids) else \
+        features(cands[:0], p.distance, p.ncc_eps)
     matching = match(train_feat, cand_feat, valid_ids, m, best_buddy=p.best_buddy, vote=p.vote,
                      avg_threshold=protocol.avg_threshold, per_dimension=p.per_dimension)
     recon = matching.average(cands)

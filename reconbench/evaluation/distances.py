@@ -29,9 +29,10 @@ def downsample(x: torch.Tensor, factor: int) -> torch.Tensor:
 
 def standardise(x: torch.Tensor, eps: float) -> torch.Tensor:
     """Per image and per channel: (x - mean) / (unbiased std + eps)."""
-    mean = x.mean(dim=(-2, -1), keepdim=True)
-    std = x.std(dim=(-2, -1), keepdim=True, unbiased=True)
-    return (x - mean) / (std + eps)
+    if x.shape[0] == 0:
+        return x
+    std, mean = torch.std_mean(x, dim=(-2, -1), keepdim=True, correction=1)
+    return (x - mean).div_(std.add_(eps))
 
 
 def features(x: torch.Tensor, distance: str, eps: float) -> torch.Tensor:

@@ -32,6 +32,7 @@ class Matching:
     best_buddy: bool
     vote: str
     avg_threshold: float
+    dist: torch.Tensor | None = None  # (n, valid candidates) ranking distances, reusable by other metrics
 
     @property
     def matched(self) -> np.ndarray:
@@ -51,10 +52,12 @@ class Matching:
 
 
 def match(train_feat: torch.Tensor, cand_feat: torch.Tensor, cand_ids: np.ndarray, n_total: int, *,
-          best_buddy: bool, vote: str, avg_threshold: float, per_dimension: bool) -> Matching:
+          best_buddy: bool, vote: str, avg_threshold: float, per_dimension: bool,
+          dist: torch.Tensor | None = None) -> Matching:
     """Match valid candidates (feature rows ``cand_feat``, pooled ids ``cand_ids``) to the training features.
 
-    ``n_total`` is the number of pooled candidates, valid or not (for the per-candidate arrays).
+    ``n_total`` is the number of pooled candidates, valid or not (for the per-candidate arrays); ``dist`` is the
+    (n, valid candidates) matrix of :func:`pairwise` when already computed.
     """
     n = train_feat.shape[0]
     nearest = np.full(n_total, -1, dtype=np.int64)
@@ -65,7 +68,8 @@ def match(train_feat: torch.Tensor, cand_feat: torch.Tensor, cand_ids: np.ndarra
     if cand_feat.shape[0] == 0:
         return Matching(nearest, nearest_dist, best, best_dist, members, best_buddy, vote, avg_threshold)
 
-    dist = pairwise(train_feat, cand_feat, per_dimension)           # (n, Mv), for ranking
+    if dist is None:
+        dist = pairwise(train_feat, cand_feat, per_dimension)       # (n, Mv), for ranking
     near = dist.argmin(dim=0)                                        # (Mv,)
     exact = paired(cand_feat, train_feat[near], per_dimension)       # (Mv,)
     nearest[cand_ids] = near.numpy()
@@ -101,4 +105,4 @@ def match(train_feat: torch.Tensor, cand_feat: torch.Tensor, cand_ids: np.ndarra
                 others = others[others != j]
                 others = others[np.argsort(row[others], kind="stable")]
                 members[i] = cand_ids[np.concatenate([[j], others]).astype(np.int64)]
-    return Matching(nearest, nearest_dist, best, best_dist, members, best_buddy, vote, avg_threshold)
+    return Matching(nearest, nearest_dist, best, best_dist, members, best_buddy, vote, avg_threshold, dist)

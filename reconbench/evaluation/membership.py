@@ -41,14 +41,23 @@ def nearest_member(query: torch.Tensor, train: torch.Tensor, decoys: torch.Tenso
     return Membership(dt < dd, dt, dd, idd.numpy())
 
 
-def init_copy(cand: torch.Tensor, start: torch.Tensor, train: torch.Tensor, per_dimension: bool) -> np.ndarray:
-    """Per candidate: is it closer to its own starting image than to every training image?"""
+def nearest_distance(query: torch.Tensor, pool: torch.Tensor, per_dimension: bool) -> np.ndarray:
+    """Exact distance of each query row to its nearest pool row."""
+    if query.shape[0] == 0:
+        return np.zeros(0)
+    near = pairwise(query, pool, per_dimension).argmin(1)
+    return paired(query, pool[near], per_dimension).numpy()
+
+
+def init_copy(cand: torch.Tensor, start: torch.Tensor, nearest_train: np.ndarray, per_dimension: bool) -> np.ndarray:
+    """Per candidate: is it closer to its own starting image than to every training image?
+
+    ``cand`` and ``start`` are matching features row by row; ``nearest_train`` the distance of each candidate to its
+    nearest training image (from the matching).
+    """
     if cand.shape[0] == 0:
         return np.zeros(0, dtype=bool)
-    d_start = paired(cand, start, per_dimension)
-    near = pairwise(cand, train, per_dimension).argmin(1)
-    d_train = paired(cand, train[near], per_dimension)
-    return (d_start < d_train).numpy()
+    return paired(cand, start, per_dimension).numpy() < nearest_train
 
 
 def collapse(matching: Matching, n_valid: int) -> dict[str, float | int | None]:

@@ -53,10 +53,14 @@ def ssim_paper(recon: torch.Tensor, orig: torch.Tensor, window_size: int = 3, da
     if min(h, w) <= window_size // 2:
         raise IncompatibleError(f"SSIM window {window_size} does not fit {h}x{w} images; use a smaller window_size")
     out = []
+    c = recon.shape[1]
     for s in range(0, recon.shape[0], batch):
-        a = recon[s:s + batch].to(torch.float64)
-        b = orig[s:s + batch].to(torch.float64)
-        out.append(ssim(a, b, window_size, max_val=float(data_range), eps=eps, padding="same").mean(dim=(1, 2, 3)))
+        # channels are independent in kornia's SSIM: score them as separate 1-channel images (same numbers, a
+        # plain instead of a grouped convolution, about twice as fast in float64)
+        a = recon[s:s + batch].to(torch.float64).reshape(-1, 1, h, w)
+        b = orig[s:s + batch].to(torch.float64).reshape(-1, 1, h, w)
+        smap = ssim(a, b, window_size, max_val=float(data_range), eps=eps, padding="same")
+        out.append(smap.reshape(-1, c, h, w).mean(dim=(1, 2, 3)))
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
 
