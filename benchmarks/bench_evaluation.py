@@ -65,6 +65,7 @@ def test_evaluate_10k_candidates_500_images(benchmark, setup):
     out = benchmark.pedantic(_run, args=(setup,), rounds=3, iterations=1, warmup_rounds=1)
     assert out["summary"]["n_candidates"] == N_CANDIDATES and out["summary"]["n_train"] == 500
     assert out["summary"]["reconstructed"] > 0
+    assert all(m["available"] for name, m in out["metrics"].items() if name != "lpips")
 
 
 def test_evaluate_10k_candidates_500_images_with_figures(benchmark, setup, tmp_path):

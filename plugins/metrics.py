@@ -300,7 +300,7 @@ class ExtractionScore:
             if dist is not None and p.per_dimension:
                 dist = dist * train.shape[1]
         else:
-            train, cand, dist = ev.features(ev.problem.x_train()), ev.features_of(ev.valid_ids, "ncc"), None
+            train, cand, dist = ev.features(ev.problem.x_train(), "ncc"), ev.features_of(ev.valid_ids, "ncc"), None
         score = extraction_score_from_features(train, cand, cfg.k, dist)
         return {"summary": {"extraction_score": score if np.isfinite(score) else None}}
 

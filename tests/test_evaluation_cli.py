@@ -79,6 +79,8 @@ def test_run_records_the_protocol_and_evaluate_reproduces_it(tmp_path, capsys, t
     assert ev["protocol"]["family"] == "mlp" and ev["protocol"]["metrics"]["ssim"]["config"]["window_size"] == 3
     assert ev["summary"]["reconstructed"] == 6 and ev["summary"]["membership_precision"] == 1.0
     assert ev["summary"]["lpips_mean"] in ("unavailable",) or isinstance(ev["summary"]["lpips_mean"], float)
+    broken = {n: m["reason"] for n, m in ev["metrics"].items() if not m["available"] and n != "lpips"}
+    assert not broken
     rows = ev["per_image"]
     assert len(rows) == 6 and all(r["margin"] is not None for r in rows)
     margins = json.loads((card / "card.json").read_text())["metrics"]["margins"]

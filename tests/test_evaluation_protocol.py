@@ -131,6 +131,26 @@ def test_extraction_score_follows_the_reference_definition(problem):
         best[i] = min(best.get(i, np.inf), d[j, i])
     expected = np.mean(sorted(best.values())[:10])
     assert extraction_score(problem, cands) == pytest.approx(expected, rel=1e-8)
+    # the metric plugin gives the same number whatever the matching distance
+    for dist in ("ncc2", "ncc", "l2"):
+        out = evaluate(problem, cands, family="mlp", protocol={**FAST, "metrics": ["ssim", "extraction_score"],
+                                                               "distance": dist})
+        assert out["metrics"]["extraction_score"]["available"] is True
+        assert out["summary"]["extraction_score"] == pytest.approx(expected, rel=1e-8)
+
+
+def test_a_failing_metric_is_reported_unavailable_with_a_warning(problem, monkeypatch):
+    from reconbench_plugins.metrics import Collapse
+
+    def boom(self, ev, cfg):
+        raise ZeroDivisionError("bug in a metric")
+
+    monkeypatch.setattr(Collapse, "compute", boom)
+    with pytest.warns(UserWarning, match="bug in a metric"):
+        out = evaluate(problem, centred(problem, problem.train_images), family="mlp",
+                       protocol={**FAST, "metrics": ["ssim", "collapse"]})
+    assert out["metrics"]["collapse"]["available"] is False and "ZeroDivisionError" in out["metrics"]["collapse"]["reason"]
+    assert out["summary"]["reconstructed"] == 6
 
 
 def test_unknown_metric_name_in_registry_lookup():

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +105,9 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protoco
         except ReconbenchError:
             raise
         except Exception as exc:  # a third-party metric's bug must not lose the other numbers
-            res = {"available": False, "reason": f"metric {name!r} failed: {type(exc).__name__}: {exc}",
-                   "summary": {}, "per_image": {}}
+            reason = f"metric {name!r} failed: {type(exc).__name__}: {exc}"
+            warnings.warn(f"reconbench: {reason}; its numbers are reported unavailable", stacklevel=2)
+            res = {"available": False, "reason": reason, "summary": {}, "per_image": {}}
         res = dict(res)
         res.setdefault("summary", {})
         res.setdefault("per_image", {})
