@@ -156,3 +156,42 @@ def test_a_failing_metric_is_reported_unavailable_with_a_warning(problem, monkey
 def test_unknown_metric_name_in_registry_lookup():
     with pytest.raises(UnknownNameError):
         plugins.get("metrics", "ssimm")
+
+
+def test_metrics_run_after_those_they_require(problem):
+    from dataclasses import dataclass
+
+    from reconbench_plugins.metrics import NoOptions
+
+    from reconbench import hookimpl
+
+    seen: list[str] = []
+
+    @dataclass(frozen=True)
+    class After:
+        name: str = "test_after_collapse"
+        description: str = "test-only: reads the collapse metric's result"
+        higher_is_better: bool = True
+        headline: str = "test_after"
+        config_cls: type = NoOptions
+        requires: tuple = ("collapse",)
+
+        def compute(self, ev, cfg):
+            seen.extend(ev.results)
+            return {"summary": {"test_after": ev.results["collapse"]["summary"]["distinct_matched"]}}
+
+    class Plugin:
+        @hookimpl
+        def register_metrics(self, register):  # type: ignore[no-untyped-def]
+            register(After())
+
+    host = plugins.host()
+    name = host.register(Plugin(), name="test-after-plugin")
+    try:
+        out = evaluate(problem, centred(problem, problem.train_images), family="mlp",
+                       protocol={**FAST, "metrics": ["test_after_collapse", "collapse", "ssim"]})
+        assert seen == ["ssim", "collapse"] and out["summary"]["test_after"] == 6
+        with pytest.raises(ReconbenchError, match="needs metric 'collapse'"):
+            resolve_protocol({"metrics": ["ssim", "test_after_collapse"]}, "mlp")
+    finally:
+        host.unregister(name)
