@@ -50,6 +50,9 @@ def test_overrides_are_typed_and_recorded():
     d = p.to_dict()
     assert d["distance"] == "ncc" and d["downsample"] is None and d["metrics"]["ssim"]["config"]["window_size"] == 5
     assert d["good_threshold"] == 0.5 and d["top_k"] == 3 and d["avg_threshold"] == 1.5 and d["name"] == "custom"
+    assert resolve_protocol({"ssim.window_size": 5}, "mlp").to_dict()["name"] == "custom"
+    assert resolve_protocol({"figures": False, "distance": "ncc2", "ssim_standard.win_size": 5}, "conv").is_paper()
+    assert not resolve_protocol({"avg_threshold": 1.1}, "conv").is_paper()
     assert d["overrides"] == {"distance": "ncc", "ssim.window_size": 5, "good_threshold": 0.5, "top_k": 3}
 
 

@@ -82,7 +82,7 @@ class ResolvedProtocol:
         p = self.base
         factor = self.downsample
         out: dict[str, Any] = {
-            "name": "paper" if self.is_paper() else "custom",
+            "name": "paper" if self.is_paper() else "custom",  # paper: spec 5.4's headline protocol
             "distance": p.distance,
             "space": "centred (the model's input space: image minus the training mean image)",
             "downsample": None if factor == 1 else {"factor": factor, "mode": "bicubic", "align_corners": False,
@@ -122,11 +122,15 @@ class ResolvedProtocol:
         return out
 
     def is_paper(self) -> bool:
-        """Whether the matching parameters are those of spec 5.4 (metric options aside)."""
+        """Whether the headline numbers follow spec 5.4: default matching and primary-metric options, family B."""
         p, d = self.base, Protocol()
-        same = all(getattr(p, f) == getattr(d, f) for f in ("distance", "per_dimension", "best_buddy", "vote",
-                                                             "good_threshold", "top_k", "primary_metric"))
-        return same and self.avg_threshold == FAMILY_AVG_THRESHOLD.get(self.family, DEFAULT_AVG_THRESHOLD)
+        presentation = {"figures", "figure_max_images", "metrics"}
+        same = all(getattr(p, f.name) == getattr(d, f.name) for f in dataclasses.fields(Protocol)
+                   if f.name not in presentation | {"avg_threshold"})
+        primary = self.metric(p.primary_metric)
+        default_cfg = build_config(primary.config_cls, {}, primary.name)
+        return (same and self.metric_configs[p.primary_metric] == default_cfg
+                and self.avg_threshold == FAMILY_AVG_THRESHOLD.get(self.family, DEFAULT_AVG_THRESHOLD))
 
 
 def _known_keys(metric_names: list[str]) -> list[str]:
