@@ -115,6 +115,16 @@ def test_run_records_the_protocol_and_evaluate_reproduces_it(tmp_path, capsys, t
     code, _, err = run_cli(["evaluate", str(res), "--protocol-set", "distanse=ncc"], capsys)
     assert code == 2 and "Did you mean: distance" in err and "Traceback" not in err
 
+    # the problem cannot be rebuilt when the card's recorded subset does not match the data
+    card_json = card / "card.json"
+    original = card_json.read_text()
+    data = json.loads(original)
+    data["problem"]["indices"]["train"] = data["problem"]["indices"]["train"][::-1]
+    card_json.write_text(json.dumps(data))
+    code, _, err = run_cli(["evaluate", str(res)], capsys)
+    assert code == 2 and "cannot rebuild the problem" in err and "differs" in err and "Traceback" not in err
+    card_json.write_text(original)
+
     # the problem cannot be rebuilt when the card is gone; --model points at where it went
     moved = tmp_path / "moved-card"
     shutil.move(str(card), str(moved))
