@@ -86,6 +86,12 @@ class StandardSsim:
     headline: str = "reconstructed_ssim_standard"
     config_cls: type = StandardSsimConfig
 
+    def check_config(self, cfg: StandardSsimConfig) -> None:
+        if cfg.win_size is not None and (cfg.win_size < 3 or cfg.win_size % 2 == 0):
+            raise IncompatibleError(f"ssim_standard.win_size must be odd and at least 3, got {cfg.win_size}")
+        if cfg.data_range <= 0:
+            raise IncompatibleError(f"ssim_standard.data_range must be positive, got {cfg.data_range}")
+
     def fixed(self, cfg: StandardSsimConfig) -> dict[str, Any]:
         d = skimage_defaults()
         if cfg.win_size is not None:
@@ -119,6 +125,9 @@ class NotebookSsim:
     higher_is_better: bool = True
     headline: str = "reconstructed_notebook"
     config_cls: type = NotebookConfig
+
+    def check_config(self, cfg: NotebookConfig) -> None:
+        PaperSsim().check_config(SsimConfig(window_size=cfg.window_size))
 
     def compute(self, ev: Evaluation, cfg: NotebookConfig) -> dict[str, Any]:
         p = ev.protocol.base
@@ -157,6 +166,10 @@ class Lpips:
     higher_is_better: bool = False
     headline: str = "lpips_mean"
     config_cls: type = LpipsConfig
+
+    def check_config(self, cfg: LpipsConfig) -> None:
+        if cfg.min_size < 32:
+            raise IncompatibleError(f"lpips.min_size must be at least 32 (AlexNet's pooling), got {cfg.min_size}")
 
     def fixed(self, cfg: LpipsConfig) -> dict[str, Any]:
         return {"net": "alex", "version": "0.1", "input": "[0, 1] images scaled to [-1, 1]; grayscale repeated to 3 "
@@ -290,6 +303,10 @@ class ExtractionScore:
     higher_is_better: bool = False
     headline: str = "extraction_score"
     config_cls: type = ExtractionConfig
+
+    def check_config(self, cfg: ExtractionConfig) -> None:
+        if cfg.k < 1:
+            raise IncompatibleError(f"extraction_score.k must be at least 1, got {cfg.k}")
 
     def compute(self, ev: Evaluation, cfg: ExtractionConfig) -> dict[str, Any]:
         from reconbench.evaluation import extraction_score_from_features

@@ -65,6 +65,10 @@ def test_overrides_are_typed_and_recorded():
     ({"top_k": "ten"}, "expected an integer"),
     ({"avg_threshold": 0.5}, "at least 1"),
     ({"ssim.window_size": 4}, "odd"),
+    ({"ssim_notebook.window_size": 2}, "odd"),
+    ({"ssim_standard.win_size": 6}, "odd"),
+    ({"lpips.min_size": 8}, "at least 32"),
+    ({"extraction_score.k": 0}, "at least 1"),
     ({"metrics": ["ssim", "lpipz"]}, "Did you mean: lpips"),
     ({"metrics": ["lpips"]}, "primary metric 'ssim'"),
 ])
