@@ -22,12 +22,12 @@ def threshold_summary(scores: np.ndarray, threshold: float, k: int, column: str,
     """Headline numbers and per-image columns for a higher-is-better score (NaN = unmatched)."""
     good = ~np.isnan(scores) & (np.nan_to_num(scores, nan=-np.inf) > threshold)
     matched = ~np.isnan(scores)
-    summary = {
+    summary: dict[str, Any] = {
         f"reconstructed{suffix}": int(good.sum()),
         f"top_k_mean_{column}": top_k_mean(scores, k),
         f"mean_{column}_matched": float(scores[matched].mean()) if matched.any() else None,
     }
-    per_image = {column: column_values(scores), f"reconstructed{suffix}": [bool(g) for g in good]}
+    per_image: dict[str, list[Any]] = {column: column_values(scores), f"reconstructed{suffix}": [bool(g) for g in good]}
     return summary, per_image
 
 
