@@ -1,11 +1,12 @@
-"""cpu-mini experiments for the KKT attacks (issue 4): train (or reuse) a target, random-search the attack, score.
+"""cpu-mini experiments for the KKT attacks (issue 4): train or reuse a target, random-search, score.
 
     RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 nice -n 10 \\
         python benchmarks/cpu_mini_kkt.py mnist_binary --out runs/cpu-mini/mnist_binary
 
-Each experiment writes the harness's result folder (result.json, runs/, candidates) and ``protocol.json`` with the
-papers' protocol scored by benchmarks/kkt_protocol.py on the pooled candidates and on the blind- and oracle-selected
-runs, plus the starting candidates as a chance baseline. Targets are cached (RECONBENCH_CACHE), runs resume.
+Each experiment writes the harness's result folder (result.json, runs/, candidates) and ``protocol.json``
+with the papers' protocol scored by benchmarks/kkt_protocol.py on the pooled candidates and on the blind- and
+oracle-selected runs, plus the starting candidates as a chance baseline. Targets are cached
+(RECONBENCH_CACHE) and runs resume.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from kkt_protocol import evaluate_result  # benchmarks/ is on sys.path when this file runs as a script
 
-from kkt_protocol import evaluate_result
 from reconbench.pipeline import RunSpec, run_attack
 from reconbench.targets import get_or_train
 from reconbench.training import TargetRecipe
@@ -31,7 +32,8 @@ FAST_GD = {"steps": 30_000, "lr": 0.01, "schedule": "inverse_loss", "dtype": "fl
 
 EXPERIMENTS: dict[str, dict[str, Any]] = {
     "mnist_binary": {
-        "recipe": {"problem": {"dataset": MNIST, "task": "binary", "binary_rule": "parity", "n_per_class": 10},
+        "recipe": {"problem": {"dataset": MNIST, "task": "binary", "binary_rule": "parity",
+                               "n_per_class": 10},
                    "family": "mlp", "model": WIDE, "train": FAST_GD},
         "attack": "haim_binary_kkt", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
     "cifar_binary": {
@@ -45,12 +47,14 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
                    "train": {**FAST_GD, "lr": 0.05}},
         "attack": "multiclass_kkt", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
     "mnist_mse_wd": {
-        "recipe": {"problem": {"dataset": MNIST, "task": "regression", "binary_rule": "parity", "n_per_class": 10},
+        "recipe": {"problem": {"dataset": MNIST, "task": "regression", "binary_rule": "parity",
+                               "n_per_class": 10},
                    "family": "mlp", "model": WIDE,
                    "train": {"steps": 30_000, "lr": 0.01, "weight_decay": 5e-4, "dtype": "float32"}},
         "attack": "general_loss_wd", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
     "mnist_mse_nowd": {
-        "recipe": {"problem": {"dataset": MNIST, "task": "regression", "binary_rule": "parity", "n_per_class": 10},
+        "recipe": {"problem": {"dataset": MNIST, "task": "regression", "binary_rule": "parity",
+                               "n_per_class": 10},
                    "family": "mlp", "model": WIDE,
                    "train": {"steps": 30_000, "lr": 0.01, "weight_decay": 0.0, "dtype": "float32"}},
         "attack": "general_loss_wd", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},

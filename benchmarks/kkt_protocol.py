@@ -1,7 +1,8 @@
 """A small stand-alone implementation of the papers' evaluation protocol, for the cpu-mini KKT measurements.
 
 This is NOT the harness's evaluation module (reconbench/evaluation, written separately); it exists so that the
-numbers reported for the KKT attacks can be regenerated with one script. It follows kkt-attacks-spec.md section 5.4:
+numbers reported for the KKT attacks can be regenerated with one script. It follows kkt-attacks-spec.md
+section 5.4:
 
 1. pool the candidates (of all runs, or of one selected run);
 2. bicubic downsampling by 2 (torch, align_corners=False, no antialias), NCC distance per pixel
@@ -13,9 +14,9 @@ numbers reported for the KKT attacks can be regenerated with one script. It foll
 6. SSIM with kornia's formula, window 3 (Gaussian sigma 1.5), data range 1, averaged over C x H x W;
 7. a training image is "reconstructed" iff SSIM > 0.4 (counted over training images).
 
-A training image that no candidate chose is reported as unmatched and not counted (the reference silently pairs
-it with an arbitrary candidate). Also reported for the same matched pairs: Pearson (NCC) correlation of the
-reconstruction with the original, and scikit-image's default SSIM (7x7 uniform window, borders cropped).
+A training image that no candidate chose is reported as unmatched and not counted (the reference silently
+pairs it with an arbitrary candidate). Also reported for the same matched pairs: Pearson (NCC) correlation of
+the reconstruction with the original, and scikit-image's default SSIM (7x7 uniform window, borders cropped).
 
     python benchmarks/kkt_protocol.py RESULT_DIR [--runs all|blind|oracle|0,3,...] [--data-root ...]
 """
@@ -84,7 +85,7 @@ def match(train_c: torch.Tensor, cands_c: torch.Tensor, mean: torch.Tensor, *, t
     """Protocol steps 2-6. Inputs in the centred space; returns per-training-image scores."""
     d = ncc_distance(train_c, cands_c, downsample)
     if best_buddy:
-        owner = d.argmin(dim=0)                                       # nearest training image of each candidate
+        owner = d.argmin(dim=0)  # the nearest training image of each candidate
         d = torch.where(torch.arange(len(train_c))[:, None] == owner[None, :], d, torch.inf)
     n = len(train_c)
     recon = torch.zeros_like(train_c)
@@ -135,7 +136,7 @@ def summary(scores: dict[str, Any], top: int = 5) -> dict[str, Any]:
 
 def evaluate_result(result_dir: str | Path, runs: str = "all", data_root: str | None = None,
                     threshold: float = 1.1, start: bool = False) -> dict[str, Any]:
-    """Score a result folder's pooled candidates (``start``: the starting candidates x0, a chance baseline)."""
+    """Score a result folder's pooled candidates (``start``: the starting candidates x0, as a baseline)."""
     from safetensors.torch import load_file
 
     from reconbench.cards import load_card

@@ -1,7 +1,8 @@
 """The KKT reconstruction attacks of Haim et al. 2022 and Buzaglo et al. 2023 over one stationarity engine.
 
-Each attack supplies the per-candidate terms s_i of the stationarity condition theta = grad_theta (1/m) sum_i s_i
-and the multipliers' prior; the shared loop (reconbench/kkt/loop.py) minimises
+Each attack supplies the per-candidate terms s_i of the stationarity condition
+theta = grad_theta (1/m) sum_i s_i and the multipliers' prior; the shared loop (reconbench/kkt/loop.py)
+minimises
 
     L = sum_p ||theta_p - grad_p (1/m) sum_i s_i||^2 + box prior(x) + multiplier penalty(lambda)
 
@@ -9,8 +10,8 @@ over the candidates x (started by the init regime) and the multipliers lambda. S
 ../shared/docs/kkt-attacks-spec.md (sections 2, 4, 6, 8) for what the reference code does; the defaults follow
 it except where a help text says otherwise.
 
-    haim_binary_kkt   s_i = lambda_i y_i Phi(x_i)                         y_i = -1 for the first half, +1 after
-    multiclass_kkt    s_i = lambda_i (Phi_{y_i}(x_i) - max_{j != y_i} Phi_j(x_i))   (max re-evaluated every step)
+    haim_binary_kkt   s_i = lambda_i y_i Phi(x_i)                  y_i = -1 for the first half, +1 after
+    multiclass_kkt    s_i = lambda_i (Phi_{y_i}(x_i) - max_{j != y_i} Phi_j(x_i))   (max re-evaluated)
                       or, with multipliers=per_pair, s_i = sum_{j != y_i} lambda_ij (Phi_{y_i} - Phi_j)(x_i)
     general_loss_wd   s_i = lambda_i Phi(x_i), lambda_i signed, no labels (weight decay absorbed into lambda)
 """
@@ -36,7 +37,8 @@ from reconbench.kkt.loop import (
 )
 
 #: the KKT attack for each task, named in the errors that send a user elsewhere
-ATTACK_FOR_TASK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt", "regression": "general_loss_wd"}
+ATTACK_FOR_TASK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt",
+                   "regression": "general_loss_wd"}
 #: the papers' sweep (spec section 6): W&B random search over these four ranges
 PAPER_SPACE = {
     "init_scale": LogUniform(1e-6, 0.1),
@@ -51,16 +53,17 @@ PAPER_SPACE = {
 class ClassifierKKTConfig(StationarityConfig):
     """Classification: lambda_i ~ U[0, 1), a soft floor 5 sum max(0, lambda_min - lambda_i)^2."""
 
-    lambda_min: float = option(0.05, "lambda_min of the soft floor on the multipliers (reference default 0.05)")
+    lambda_min: float = option(0.05, "lambda_min of the soft floor on the multipliers (reference 0.05)")
     lambda_penalty_weight: float = option(5.0, "weight of the lambda_min penalty (reference 5)")
 
 
 @dataclass
 class MulticlassKKTConfig(ClassifierKKTConfig):
     multipliers: Literal["per_candidate", "per_pair"] = option(
-        "per_candidate", "per_candidate: one lambda on the largest wrong logit, re-chosen every step (reference); "
-                         "per_pair: one lambda per (candidate, wrong class), the general multiclass stationarity "
-                         "condition, with lambda_min on each candidate's sum and lambda_ij >= 0 (both soft)")
+        "per_candidate",
+        "per_candidate: one lambda on the largest wrong logit, re-chosen every step (reference); "
+        "per_pair: one lambda per (candidate, wrong class), the general multiclass stationarity condition, "
+        "with lambda_min on each candidate's sum and lambda_ij >= 0 (both soft)")
 
 
 @dataclass
@@ -77,21 +80,23 @@ def _other_attacks(task: str) -> str:
 
 
 def check_kkt_target(attack: Any, target: AttackTarget) -> None:
-    """The checks every KKT attack makes before any work; each error names the attack or family to use instead."""
+    """The checks every KKT attack makes before any work; each error names what to use instead."""
     k = target.knowledge
     wrong_outputs = (k.task == "binary" and k.out_dim != 1) or (k.task == "multiclass" and k.out_dim < 2)
     if k.task not in attack.tasks or wrong_outputs:
         fit = ATTACK_FOR_TASK.get(k.task, "another attack")
         raise IncompatibleError(
             f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this target is a "
-            f"{k.task} model with {k.out_dim} output(s) ({k.num_classes} classes); use --attack {fit} instead")
+            f"{k.task} model with {k.out_dim} output(s) ({k.num_classes} classes); use --attack {fit} "
+            "instead")
     family = plugins.get("models", target.family)
     if not getattr(family, "swappable_activation", False) or not hasattr(target.model, "use_activation"):
+        swappable = [n for n in plugins.names("models") if plugins.get("models", n).swappable_activation]
         raise IncompatibleError(
-            f"attack {attack.name!r} replaces the target's ReLU by a surrogate, but model family {target.family!r} "
-            f"does not call a swappable activation. Use an attack that does not need it (for {k.task} targets: "
-            f"{_other_attacks(k.task)}), or train the target with a family that has one "
-            f"({', '.join(n for n in plugins.names('models') if plugins.get('models', n).swappable_activation)})")
+            f"attack {attack.name!r} replaces the target's ReLU by a surrogate, but model family "
+            f"{target.family!r} does not call a swappable activation. Use an attack that does not need it "
+            f"(for {k.task} targets: {_other_attacks(k.task)}), or train the target with a family that has "
+            f"one ({', '.join(swappable)})")
 
 
 def _uniform(shape: tuple[int, ...], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
@@ -99,7 +104,8 @@ def _uniform(shape: tuple[int, ...], generator: torch.Generator, like: torch.Ten
 
 
 class _KKTAttack:
-    """Shared plumbing; each attack defines ``initial_multipliers`` and ``stationarity_terms`` (its equations)."""
+    """Shared plumbing; each attack defines its equations in ``initial_multipliers`` and
+    ``stationarity_terms``."""
 
     name: ClassVar[str]
     config_cls: ClassVar[type]
@@ -128,13 +134,15 @@ class _KKTAttack:
         k = target.knowledge.out_dim
         lam0 = self.initial_multipliers(len(x0), config, k, generator, x0)
         coefficients, penalty = self.stationarity_terms(labels, config, k, x0)
-        return run_stationarity_attack(target, x0, labels, lam0, coefficients, penalty, config, progress=progress)
+        return run_stationarity_attack(target, x0, labels, lam0, coefficients, penalty, config,
+                                       progress=progress)
 
 
 # -- Haim et al. 2022: binary classifiers -------------------------------------------------------------------
 class HaimBinaryKKT(_KKTAttack):
     name = "haim_binary_kkt"
-    description = "Haim et al. 2022: KKT stationarity attack on a binary classifier, s_i = lambda_i y_i Phi(x_i)"
+    description = ("Haim et al. 2022: KKT stationarity attack on a binary classifier, "
+                   "s_i = lambda_i y_i Phi(x_i)")
     needs = frozenset({"class_balance"})   # for the labels by halves
     tasks = frozenset({"binary"})
     config_cls = ClassifierKKTConfig
@@ -186,7 +194,8 @@ class MulticlassKKT(_KKTAttack):
 
         if config.multipliers == "per_candidate":
             def coefficients(out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-                wrong = out.scatter(1, y[:, None], float("-inf")).argmax(dim=1)   # j* = argmax_{j != y_i} Phi_j
+                # j* = argmax_{j != y_i} Phi_j(x_i), re-evaluated at every step
+                wrong = out.scatter(1, y[:, None], float("-inf")).argmax(dim=1)
                 return lam[:, None] * (own - F.one_hot(wrong, num_classes).to(like))
 
             def penalty(lam: torch.Tensor) -> torch.Tensor:         # 5 sum max(0, lambda_min - lambda_i)^2

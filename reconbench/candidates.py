@@ -50,8 +50,8 @@ def _attacks_without(missing: list[str], task: str) -> str:
     """Registered attacks for ``task`` that need none of ``missing`` (named in the error)."""
     from . import plugins
 
-    names = [n for n in plugins.names("attacks")
-             if task in plugins.get("attacks", n).tasks and not set(missing) & set(plugins.get("attacks", n).needs)]
+    attacks = {n: plugins.get("attacks", n) for n in plugins.names("attacks")}
+    names = [n for n, a in attacks.items() if task in a.tasks and not set(missing) & set(a.needs)]
     return f"for {task} targets: {', '.join(names)}" if names else f"none is registered for {task} targets"
 
 

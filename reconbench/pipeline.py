@@ -90,9 +90,10 @@ def sample_configs(attack: Any, spec: RunSpec) -> list[dict[str, Any]]:
 def init_config_for_run(init: Any, spec: RunSpec, attack: Any, cfg: Any) -> tuple[Any, dict[str, Any]]:
     """The init config of one run: the user's options, plus what the attack's config hands to the init regime.
 
-    An attack may define ``init_overrides(config, init_name) -> dict`` (e.g. the KKT attacks search the papers'
-    init scale s_x and pass it as the gaussian regime's ``scale``). Options the user set explicitly win; overrides
-    naming options the regime does not have are ignored. Returns the config and the overrides actually applied.
+    An attack may define ``init_overrides(config, init_name) -> dict`` (e.g. the KKT attacks search the
+    papers' init scale s_x and pass it as the gaussian regime's ``scale``). Options the user set explicitly
+    win; overrides naming options the regime does not have are ignored. Returns the config and the overrides
+    actually applied.
     """
     overrides: dict[str, Any] = {}
     if hasattr(attack, "init_overrides"):
@@ -131,7 +132,8 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
             x0 = init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
             t0 = time.perf_counter()
             rec: dict[str, Any] = {"run": k, "run_key": run_key, "config": cfg_dict,
-                                   "init_config": config_to_dict(run_init_cfg), "init_overrides": init_overrides}
+                                   "init_config": config_to_dict(run_init_cfg),
+                                   "init_overrides": init_overrides}
             with Progress(0, f"run {k + 1}/{len(configs)}", quiet=quiet) as bar:
                 try:
                     result = attack.run(target, x0, labels.to(target.device), cfg, generator=gen,
@@ -257,8 +259,8 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
                    "family": card.data["family"], "task": card.task, "n_train": problem.n,
                    "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
         "selection": {
-            "blind": {"run": blind, "rule": "lowest final attack loss among completed runs (reads no training "
-                                            "images)"},
+            "blind": {"run": blind,
+                      "rule": "lowest final attack loss among completed runs (reads no training images)"},
             "oracle": {"run": oracle, "rule": "lowest extraction score (mean NCC distance of the 10 best "
                                               "distinct training matches): reads training images"},
         },

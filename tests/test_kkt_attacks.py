@@ -1,4 +1,4 @@
-"""The three KKT attack plugins: their terms, their checks, divergence handling, and smoke runs on `digits`."""
+"""The three KKT attack plugins: their terms, their checks, divergence handling, smoke runs on `digits`."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def test_smoke_run_on_digits(name, tmp_path):
     assert (tmp_path / "res" / "figures" / "attack_loss.png").exists()
     trace = json.loads((tmp_path / "res" / "runs" / "run-000.json").read_text())["trace"]
     assert [t["step"] for t in trace] == [0, 5, 10, 15, 20, 25]
-    assert all(t["loss"] == pytest.approx(t["stationarity"] + t["prior"] + t["lambda_penalty"]) for t in trace)
+    for t in trace:
+        assert t["loss"] == pytest.approx(t["stationarity"] + t["prior"] + t["lambda_penalty"])
 
 
 def test_the_attacks_use_their_terms():
@@ -67,7 +68,8 @@ def test_the_attacks_use_their_terms():
         expect[labels[i]], expect[wrong] = lam[i], -lam[i]
         torch.testing.assert_close(c[i], expect)
     lam_pair = torch.rand(6, 3, generator=gen, dtype=torch.float64)
-    coeffs, penalty = mc.stationarity_terms(labels, build_config(mc.config_cls, {"multipliers": "per_pair"}), 4, like)
+    pair_cfg = build_config(mc.config_cls, {"multipliers": "per_pair"})
+    coeffs, penalty = mc.stationarity_terms(labels, pair_cfg, 4, like)
     c = coeffs(out, lam_pair)
     for i in range(6):
         expect = torch.zeros(4, dtype=torch.float64)
@@ -78,9 +80,11 @@ def test_the_attacks_use_their_terms():
     assert float(penalty(torch.full((6, 3), 0.2, dtype=torch.float64))) == 0.0  # sums 0.6 >= 0.05, all >= 0
     assert float(penalty(torch.full((6, 3), -0.1, dtype=torch.float64))) > 0
     hb = plugins.get("attacks", "haim_binary_kkt")
-    coeffs, penalty = hb.stationarity_terms(torch.tensor([0, 0, 1, 1]), build_config(hb.config_cls, {}), 1, like)
+    coeffs, penalty = hb.stationarity_terms(torch.tensor([0, 0, 1, 1]), build_config(hb.config_cls, {}), 1,
+                                            like)
     lam4 = torch.tensor([0.5, 0.2, 0.3, 0.01], dtype=torch.float64)
-    torch.testing.assert_close(coeffs(out[:4, :1], lam4)[:, 0], lam4 * torch.tensor([-1.0, -1, 1, 1]).double())
+    signs = torch.tensor([-1.0, -1, 1, 1], dtype=torch.float64)
+    torch.testing.assert_close(coeffs(out[:4, :1], lam4)[:, 0], lam4 * signs)
     assert float(penalty(lam4)) == pytest.approx(5 * (0.05 - 0.01) ** 2)
 
 
@@ -91,7 +95,8 @@ def test_divergence_stops_with_a_clear_message_and_keeps_finite_candidates():
     attack = plugins.get("attacks", "haim_binary_kkt")
     cfg = build_config(attack.config_cls, {"steps": 200, "lr": 1e12, "init_scale": 0.1})
     x0 = torch.randn(12, 1, 8, 8, dtype=torch.float64) * 0.1
-    out = attack.run(target, x0, torch.tensor([0] * 6 + [1] * 6), cfg, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([0] * 6 + [1] * 6)
+    out = attack.run(target, x0, labels, cfg, generator=torch.Generator().manual_seed(0))
     assert out.stopped == "diverged" and out.steps < 200
     assert "lower lr" in out.message.lower() and "step" in out.message
     assert torch.isfinite(out.candidates).all() and math.isfinite(out.final_loss)

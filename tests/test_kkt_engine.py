@@ -1,4 +1,5 @@
-"""The stationarity engine against independent computations: closed forms, a numpy re-derivation, finite differences."""
+"""The stationarity engine against independent computations: closed forms, a numpy re-derivation, finite
+differences."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 def numpy_stationarity(layers: list[tuple[np.ndarray, np.ndarray | None]], x: np.ndarray, coeffs: np.ndarray,
                        alpha: float, smooth: bool) -> float:
-    """sum_p ||theta_p - grad_p sum_i C_i . Phi(x_i)||^2 by explicit back-propagation (no autograd, no Gram)."""
+    """sum_p ||theta_p - grad_p sum_i C_i . Phi(x_i)||^2 by explicit back-propagation (no autograd, no
+    Gram)."""
     h = [x.reshape(len(x), -1)]
     z = []
     for k, (w, b) in enumerate(layers):
@@ -39,12 +41,13 @@ def numpy_stationarity(layers: list[tuple[np.ndarray, np.ndarray | None]], x: np
 
 
 def layers_of(net) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    return [(lin.weight.detach().numpy().copy(), None if lin.bias is None else lin.bias.detach().numpy().copy())
-            for lin in net.linear_chain()]
+    return [(lin.weight.detach().numpy().copy(),
+             None if lin.bias is None else lin.bias.detach().numpy().copy()) for lin in net.linear_chain()]
 
 
 def tiny(family: str, out_dim: int = 2, seed: int = 0):
-    spec = {"mlp": {"widths": [5, 4], "init_scale": None}, "mlp_bias": {"widths": [5, 4]}, "affine": {}}[family]
+    spec = {"mlp": {"widths": [5, 4], "init_scale": None}, "mlp_bias": {"widths": [5, 4]},
+            "affine": {}}[family]
     gen = torch.Generator().manual_seed(seed)
     net = plugins.get("models", family).build((1, 2, 3), out_dim, spec, generator=gen).double()
     x = torch.randn(3, 1, 2, 3, generator=gen, dtype=torch.float64) * 0.7
@@ -83,7 +86,8 @@ def test_surrogate_relu_forward_backward_and_double_backward():
     (gg,) = torch.autograd.grad(g.sum(), z)  # d/dz sigma(alpha z) = alpha s (1 - s)
     torch.testing.assert_close(gg, v * ALPHA * s * (1 - s), rtol=1e-12, atol=1e-14)
     smooth = surrogate_relu(ALPHA, "softplus")(z)
-    torch.testing.assert_close(smooth, torch.log1p(torch.exp(ALPHA * z.detach())) / ALPHA, rtol=1e-13, atol=1e-15)
+    expected = torch.log1p(torch.exp(ALPHA * z.detach())) / ALPHA
+    torch.testing.assert_close(smooth, expected, rtol=1e-13, atol=1e-15)
     assert torch.isfinite(softplus_alpha(torch.tensor([1e4, -1e4], dtype=torch.float64), 300.0)).all()
 
 
@@ -110,15 +114,16 @@ def test_engine_gradients_match_finite_differences(family):
         return numpy_stationarity(layers, x.numpy(), ca, ALPHA, True)
 
     fd_x, fd_c = central_difference(f_x, x.numpy()), central_difference(f_c, c.numpy())
-    for engine in (autograd_engine(net, ALPHA, "softplus"), gram_engine(net.linear_chain(), ALPHA, "softplus")):
+    engines = (autograd_engine(net, ALPHA, "softplus"), gram_engine(net.linear_chain(), ALPHA, "softplus"))
+    for engine in engines:
         _, gx, gc = engine_value_and_grad(engine, x, c)
         np.testing.assert_allclose(gx, fd_x, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(gc, fd_c, rtol=1e-6, atol=1e-7)
 
 
 def test_relu_forward_multiplier_gradient_is_exact_and_engines_agree_on_x():
-    """With the reference (relu) forward the multiplier gradient is still a true derivative; the x-gradient uses
-    the surrogate slope everywhere, identically in both engines."""
+    """With the reference (relu) forward the multiplier gradient is still a true derivative; the x-gradient
+    uses the surrogate slope everywhere, identically in both engines."""
     net, x, c = tiny("mlp")
     fd_c = central_difference(lambda ca: numpy_stationarity(layers_of(net), x.numpy(), ca, ALPHA, False),
                               c.numpy())

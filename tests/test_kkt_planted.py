@@ -1,12 +1,12 @@
 """Planted solutions: networks built so that theta = grad_theta (1/m) sum_i s_i(x_i) holds exactly.
 
-Construction (one hidden layer, one hidden unit per planted point, Phi(x) = V relu(W x + b)): the points x_k form a
-scaled regular simplex with x_k . x_i < -1 for i != k, and unit k has w_k = beta x_k, b_k = beta, so it is active on
-x_k alone (z_kk = beta (|x_k|^2 + 1) > 0, z_ik = beta (x_k . x_i + 1) < 0). With the coefficient row c_k of s_k
-(binary: lambda_k y_k / m; two-class multiclass: lambda_k (e_y - e_j) / m; regression: lambda_k / m) and the output
-column V[:, k] = c_k z_kk, stationarity holds iff |c_k|^2 (|x_k|^2 + 1) = 1, which fixes lambda_k. With a large alpha
-the surrogate slope sigma(alpha z) is 1 or 0 to machine precision at these pre-activations, so the identity is exact.
-The solution is isolated: x_k = w_k / b_k.
+Construction (one hidden layer, one hidden unit per planted point, Phi(x) = V relu(W x + b)): the points x_k
+form a scaled regular simplex with x_k . x_i < -1 for i != k, and unit k has w_k = beta x_k, b_k = beta, so it
+is active on x_k alone (z_kk = beta (|x_k|^2 + 1) > 0, z_ik = beta (x_k . x_i + 1) < 0). With the coefficient
+row c_k of s_k (binary: lambda_k y_k / m; two-class multiclass: lambda_k (e_y - e_j) / m; regression:
+lambda_k / m) and the output column V[:, k] = c_k z_kk, stationarity holds iff |c_k|^2 (|x_k|^2 + 1) = 1,
+which fixes lambda_k. With a large alpha the surrogate slope sigma(alpha z) is 1 or 0 to machine precision at
+these pre-activations, so the identity is exact. The solution is isolated: x_k = w_k / b_k.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ M, SIDE, ALPHA = 4, 8, 1000.0
 
 
 def simplex(m: int, dim: int, seed: int = 0) -> torch.Tensor:
-    """m points with pairwise dot products -s^2/m = -1.5 and norms^2 = s^2 (1 - 1/m), embedded in `dim` dims."""
+    """m points with pairwise dot products -s^2/m = -1.5 and norms^2 = s^2 (1 - 1/m), in `dim` dims."""
     s2 = 1.5 * m
     v = (torch.eye(m, dtype=torch.float64) - 1.0 / m) * math.sqrt(s2)
-    q, _ = torch.linalg.qr(torch.randn(dim, m, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)))
+    gen = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(dim, m, dtype=torch.float64, generator=gen))
     return v @ q.T
 
 
@@ -43,19 +44,22 @@ def planted(task: str, signs: torch.Tensor | None = None):
         c = (lam * (2.0 * labels - 1))[:, None] / M
     elif task == "multiclass":
         lam = M / torch.sqrt(2 * (norm2 + 1))
-        c = lam[:, None] * (torch.nn.functional.one_hot(labels, 2) - torch.nn.functional.one_hot(1 - labels, 2)) / M
+        one_hot = torch.nn.functional.one_hot
+        c = lam[:, None] * (one_hot(labels, 2) - one_hot(1 - labels, 2)) / M
     else:
         lam = M / torch.sqrt(norm2 + 1) * (torch.tensor([1.0, -1.0, 1.0, -1.0]) if signs is None else signs)
         c = lam[:, None] / M
     beta = 0.5
-    net = plugins.get("models", "mlp").build((1, SIDE, SIDE), out_dim, {"widths": [M], "init_scale": None}).double()
+    spec = {"widths": [M], "init_scale": None}
+    net = plugins.get("models", "mlp").build((1, SIDE, SIDE), out_dim, spec).double()
     with torch.no_grad():
         first, out = net.layers
         first.weight.copy_(beta * x)
         first.bias.fill_(beta)
         out.weight.copy_((c * (beta * (norm2 + 1))[:, None]).T)
     knowledge = Knowledge(task=task, num_classes=2, out_dim=out_dim, input_shape=(1, SIDE, SIDE),
-                          class_counts=[2, 2], loss={"binary": "bce", "multiclass": "ce", "regression": "mse"}[task])
+                          class_counts=[2, 2],
+                          loss={"binary": "bce", "multiclass": "ce", "regression": "mse"}[task])
     target = AttackTarget(model=net, family="mlp", homogeneity_degree=2, knowledge=knowledge)
     return target, x.reshape(M, 1, SIDE, SIDE), labels, lam
 

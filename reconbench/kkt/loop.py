@@ -2,10 +2,11 @@
 
     minimise over x (m candidates) and lambda:
         L = L_stat(x, lambda) + L_prior(x) + L_lambda(lambda)
-        L_stat   = sum_p || theta_p - grad_p (1/m) sum_i s_i ||^2        (stationarity.py; s_i from the attack)
-        L_prior  = sum_{i,k} max(0, x_ik - 1)^2 + max(0, -1 - x_ik)^2      (the box [-1, 1] in the centred space)
-        L_lambda = attack-specific (classification: 5 sum_i max(0, lambda_min - lambda_i)^2; regression: 0)
-    with separate SGD-momentum(0.9) optimisers for x (lr eta_x) and lambda (lr eta_lambda), no clipping, no clamping.
+        L_stat   = sum_p || theta_p - grad_p (1/m) sum_i s_i ||^2     (stationarity.py; s_i from the attack)
+        L_prior  = sum_{i,k} max(0, x_ik - 1)^2 + max(0, -1 - x_ik)^2   (the box [-1, 1], centred space)
+        L_lambda = classification: 5 sum_i max(0, lambda_min - lambda_i)^2; regression: 0
+    with separate SGD-momentum(0.9) optimisers for x (lr eta_x) and lambda (lr eta_lambda), no clipping and
+    no clamping.
 
 A non-finite loss stops the run with a clear message; the candidates of the last finite step are returned.
 """
@@ -34,20 +35,22 @@ class StationarityConfig:
 
     steps: int = option(3000, "iterations E (the papers: 50000; reference default 1000)")
     lr: float = option(0.01, "eta_x: learning rate of the candidates' SGD-momentum")
-    init_scale: float = option(1e-3, "s_x: starting candidates x ~ N(0, s_x^2 I) in the centred space; the pipeline "
-                                     "passes it to the `gaussian` init regime")
+    init_scale: float = option(1e-3, "s_x: starting candidates x ~ N(0, s_x^2 I) in the centred space; the "
+                                     "pipeline passes it to the `gaussian` init regime")
     alpha: float = option(100.0, "alpha of the surrogate ReLU: exact forward, sigma(alpha z) backward "
                                  "(reference default 300)")
-    lambda_lr: float = option(1e-4, "eta_lambda: learning rate of the multipliers' SGD-momentum (reference 1e-4)")
+    lambda_lr: float = option(1e-4, "eta_lambda: learning rate of the multipliers' SGD-momentum "
+                                    "(reference 1e-4)")
     momentum: float = option(0.9, "momentum of both optimisers (reference 0.9)")
-    box: float = option(1.0, "the box prior [-box, box] in the centred space, squared hinge, summed, weight 1")
-    inverse_m: bool = option(True, "the reference's 1/m factor on the candidate sum (m = number of candidates)")
+    box: float = option(1.0, "the box prior [-box, box] in the centred space (squared hinge, summed)")
+    inverse_m: bool = option(True, "the reference's 1/m factor on the candidate sum (m candidates, not n)")
     eval_every: int = option(100, "record the loss terms in the trace every this many steps (reference R)")
     engine: Literal["auto", "autograd", "gram"] = option(
         "auto", "auto: the closed-form Gram engine for linear-chain models (mlp, mlp_bias, affine), autograd "
                 "double backward otherwise; both compute the same loss and gradient")
     forward: Literal["relu", "softplus"] = option(
-        "relu", "surrogate forward: relu (reference: exact outputs) or softplus_alpha (smooth; not the reference)")
+        "relu", "surrogate forward: relu (reference: exact outputs) or softplus_alpha (smooth; not the "
+                "reference)")
 
 
 def box_prior(x: torch.Tensor, half_width: float) -> torch.Tensor:
@@ -63,7 +66,8 @@ def lambda_floor_penalty(lam: torch.Tensor, lambda_min: float, weight: float) ->
 def run_stationarity_attack(target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, lam0: torch.Tensor,
                             coefficients: Coefficients, lambda_penalty: Penalty, cfg: StationarityConfig, *,
                             progress: ProgressFn | None = None) -> AttackOutput:
-    """Minimise L over candidates and multipliers; ``coefficients(outputs, lambda)`` gives C with s_i = C_i . Phi(x_i).
+    """Minimise L over candidates and multipliers; ``coefficients(outputs, lambda)`` gives the rows C_i of
+    s_i = C_i . Phi(x_i).
 
     ``outputs`` are detached (m, out_dim) network outputs, so an attack can pick e.g. the largest wrong logit.
     """
@@ -98,9 +102,10 @@ def run_stationarity_attack(target: AttackTarget, x0: torch.Tensor, labels: torc
         value = loss.detach().item()
         if not math.isfinite(value):
             stopped = "diverged"
-            message = (f"attack loss became {value} at step {step} (stationarity {float(terms['stationarity'].detach())}); "
-                       f"returning the candidates of step {max(step - 1, 0)}. Lower lr (now {cfg.lr}), lambda_lr "
-                       f"(now {cfg.lambda_lr}) or alpha (now {cfg.alpha})")
+            stat = float(terms["stationarity"].detach())
+            message = (f"attack loss became {value} at step {step} (stationarity {stat}); returning the "
+                       f"candidates of step {max(step - 1, 0)}. Lower lr (now {cfg.lr}), lambda_lr (now "
+                       f"{cfg.lambda_lr}) or alpha (now {cfg.alpha})")
             break
         last_good = (x.detach().clone(), lam.detach().clone())
         x.grad, lam.grad = torch.autograd.grad(loss, [x, lam])  # only x and lambda: theta gets no gradient
@@ -119,10 +124,11 @@ def run_stationarity_attack(target: AttackTarget, x0: torch.Tensor, labels: torc
     if stopped == "completed" and not math.isfinite(final):
         stopped, message = "diverged", f"attack loss is {final} after the last step; lower lr (now {cfg.lr})"
     if stopped == "completed":
-        message = (f"engine {engine_used}; {cfg.steps} steps in {time.perf_counter() - t0:.1f}s; final stationarity "
-                   f"{trace[-1]['stationarity_relative']:.4g} of ||theta||^2")
+        message = (f"engine {engine_used}; {cfg.steps} steps in {time.perf_counter() - t0:.1f}s; final "
+                   f"stationarity {trace[-1]['stationarity_relative']:.4g} of ||theta||^2")
     else:
         message = f"engine {engine_used}; {message}"
-    return AttackOutput(candidates=x_out.detach(), labels=labels, final_loss=final if math.isfinite(final) else math.inf,
+    return AttackOutput(candidates=x_out.detach(), labels=labels,
+                        final_loss=final if math.isfinite(final) else math.inf,
                         multipliers=lam_out.detach(), trace=trace, steps=done,
                         stopped=stopped, message=message)

@@ -1,23 +1,24 @@
 """The stationarity ("KKT") term shared by the three attacks (kkt-attacks-spec.md section 4.3).
 
 Every attack writes its per-candidate terms as s_i = C_i . Phi(x_i), with a coefficient row C_i that does not
-depend on theta (binary: C_i = lambda_i y_i; multiclass: lambda_i (e_{y_i} - e_{j*}); regression: lambda_i), already
-scaled by 1/m. The term is
+depend on theta (binary: C_i = lambda_i y_i; multiclass: lambda_i (e_{y_i} - e_{j*}); regression: lambda_i),
+already scaled by 1/m. The term is
 
-    L_stat = sum over parameter tensors p of || theta_p - g_p ||_F^2,    g = grad_theta sum_i C_i . Phi(x_i; theta)
+    L_stat = sum over parameter tensors p of || theta_p - g_p ||_F^2,   g = grad_theta sum_i C_i . Phi(x_i)
 
-where every ReLU derivative inside g (and inside the gradient of L_stat with respect to x) is the surrogate slope
-sigma(alpha z). Two engines compute exactly this function and its gradient:
+where every ReLU derivative inside g, and inside the gradient of L_stat with respect to x, is the surrogate
+slope sigma(alpha z). Two engines compute exactly this function and its gradient:
 
 * ``autograd`` (any family whose forward calls ``self.activation``): g from ``torch.autograd.grad`` with
   ``create_graph=True`` through the surrogate ReLU, as the reference does;
-* ``gram`` (families that declare a :meth:`~reconbench.nets.TargetNet.linear_chain`): for a linear layer with input
-  H (m x d), pre-activation Z = H W^T + b and back-propagated signal delta (m x k), g_W = delta^T H and g_b =
-  delta^T 1, so
+* ``gram`` (families that declare a :meth:`~reconbench.nets.TargetNet.linear_chain`): for a linear layer with
+  input H (m x d), pre-activation Z = H W^T + b and back-propagated signal delta (m x k), g_W = delta^T H and
+  g_b = delta^T 1, so
 
-      ||W - delta^T H||^2 + ||b - delta^T 1||^2 = ||W||^2 + ||b||^2 - 2 <delta, Z> + <delta delta^T, H H^T + 1 1^T>
+      ||W - delta^T H||^2 + ||b - delta^T 1||^2
+          = ||W||^2 + ||b||^2 - 2 <delta, Z> + <delta delta^T, H H^T + 1 1^T>
 
-  which needs m x m Gram matrices instead of the (k x d) gradient, and a single backward pass instead of a double
+  which needs m x m Gram matrices instead of the (k x d) gradient, and one backward pass instead of a double
   one. delta runs backwards as delta_{l-1} = (delta_l W_l) * sigma(alpha Z_{l-1}), starting from delta_L = C.
 
 An engine is called on candidates x and returns the network outputs and a function C -> L_stat.
@@ -105,7 +106,8 @@ def _full_chain(model: TargetNet) -> list[nn.Linear] | None:
 
 def make_engine(model: TargetNet, alpha: float, forward: Forward = "relu",
                 kind: EngineName = "auto") -> tuple[Engine, str]:
-    """``auto``: the Gram engine when the model declares a linear chain holding all its parameters, else autograd.
+    """``auto``: the Gram engine when the model declares a linear chain holding all its parameters, else
+    autograd.
 
     Returns the engine and the name of the one chosen.
     """

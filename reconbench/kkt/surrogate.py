@@ -1,15 +1,15 @@
 """The surrogate-gradient ReLU of Haim et al. (kkt-attacks-spec.md section 2.2).
 
 Forward: exactly max(z, 0), so the network's outputs are those of the trained ReLU network.
-Backward: grad_in = grad_out * sigma(alpha z), the derivative of softplus_alpha(z) = log(1 + e^{alpha z}) / alpha.
+Backward: grad_in = grad_out * sigma(alpha z), the slope of softplus_alpha(z) = log(1 + e^{alpha z}) / alpha.
 
 The backward is written with differentiable torch operations on the saved input, so a gradient taken with
 ``create_graph=True`` (the KKT term) can itself be differentiated: the second-order path carries
-d/dz sigma(alpha z) = alpha sigma(alpha z) (1 - sigma(alpha z)), which is zero almost everywhere for a plain ReLU.
+d/dz sigma(alpha z) = alpha sigma(alpha z) (1 - sigma(alpha z)), zero almost everywhere for a plain ReLU.
 
 ``forward="softplus"`` replaces the forward value by softplus_alpha(z) (same backward). It is *not* what the
-reference does; it exists because then every derivative the engine takes is the true derivative of the loss, which
-makes the engine checkable against finite differences.
+reference does; it exists because then every derivative the engine takes is the true derivative of the loss,
+which makes the engine checkable against finite differences.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class _SurrogateReLU(torch.autograd.Function):
 
 
 def surrogate_relu(alpha: float, forward: Forward = "relu") -> Callable[[torch.Tensor], torch.Tensor]:
-    """An activation for :meth:`reconbench.nets.TargetNet.use_activation`: exact ReLU, sigma(alpha z) backward."""
+    """An activation for :meth:`~reconbench.nets.TargetNet.use_activation`: exact ReLU, sigma(alpha z)
+    backward."""
     if forward not in ("relu", "softplus"):
         raise ValueError(f"surrogate forward must be 'relu' or 'softplus', got {forward!r}")
     smooth = forward == "softplus"
