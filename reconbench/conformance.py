@@ -89,7 +89,12 @@ def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, Attac
         out = attack.run(target, x0.clone(), labels, cfg, generator=torch.Generator().manual_seed(1))
         assert isinstance(out, AttackOutput), f"{attack.name}: run() must return an AttackOutput"
         assert tuple(out.candidates.shape) == tuple(x0.shape), f"{attack.name}: candidates shape {out.candidates.shape}"
-        assert torch.equal(out.labels.cpu().long(), labels), f"{attack.name}: labels must be returned unchanged"
+        # Labels come back unchanged, except from attacks that use none (they may report the model's own decision).
+        assert out.labels.shape == labels.shape, f"{attack.name}: one label per candidate"
+        k = 2 if task != "multiclass" else card.data["num_classes"]
+        assert bool(((out.labels >= 0) & (out.labels < k)).all()), f"{attack.name}: labels must be class ids"
+        if {"labels", "class_balance"} & set(attack.needs) and task != "regression":
+            assert torch.equal(out.labels.cpu().long(), labels), f"{attack.name}: labels must be returned unchanged"
         assert isinstance(out.final_loss, float), f"{attack.name}: final_loss must be a float"
         assert out.stopped != "completed" or bool(torch.isfinite(out.candidates).all()), \
             f"{attack.name}: completed with non-finite candidates"
