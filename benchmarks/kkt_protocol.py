@@ -135,20 +135,36 @@ def summary(scores: dict[str, Any], top: int = 5) -> dict[str, Any]:
 
 
 def evaluate_result(result_dir: str | Path, runs: str = "all", data_root: str | None = None,
-                    threshold: float = 1.1, start: bool = False) -> dict[str, Any]:
-    """Score a result folder's pooled candidates (``start``: the starting candidates x0, as a baseline)."""
+                    threshold: float = 1.1, start: bool = False,
+                    card_path: str | None = None) -> dict[str, Any]:
+    """Score a result folder's candidates (``start``: the starting candidates x0, as a baseline).
+
+    Works on a finished folder (result.json, candidates.safetensors) and, given ``card_path``, on one whose
+    search is still running (the runs/run-*.safetensors written so far).
+    """
     from safetensors.torch import load_file
 
     from reconbench.cards import load_card
 
     out = Path(result_dir)
-    result = json.loads((out / "result.json").read_text())
-    card = load_card(result["target"]["card"])
+    if (out / "result.json").exists():
+        result = json.loads((out / "result.json").read_text())
+        card = load_card(card_path or result["target"]["card"])
+        pooled = load_file(str(out / "candidates.safetensors"))
+        selection = {k: v["run"] for k, v in result["selection"].items()}
+    else:
+        if card_path is None:
+            raise SystemExit(f"{out} has no result.json yet: pass --card CARD_FOLDER to score its runs")
+        card = load_card(card_path)
+        files = sorted((out / "runs").glob("*.safetensors"))
+        parts = [(int(f.stem.split("-")[1]), load_file(str(f))) for f in files]
+        pooled = {key: torch.cat([t[key] for _, t in parts]) for key in ("candidates", "x0")}
+        pooled["run_ids"] = torch.cat([torch.full((len(t["candidates"]),), k) for k, t in parts])
+        selection = {}
     problem = card.problem(data_root)
-    pooled = load_file(str(out / "candidates.safetensors"))
     keep = torch.ones(len(pooled["run_ids"]), dtype=torch.bool)
     if runs in ("blind", "oracle"):
-        keep = pooled["run_ids"] == result["selection"][runs]["run"]
+        keep = pooled["run_ids"] == selection[runs]
     elif runs != "all":
         keep = torch.isin(pooled["run_ids"], torch.tensor([int(r) for r in runs.split(",")]))
     cands = pooled["x0" if start else "candidates"][keep].double()
@@ -164,9 +180,10 @@ def main() -> None:
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--threshold", type=float, default=1.1, help="averaging threshold B")
     ap.add_argument("--start", action="store_true", help="score the starting candidates x0 (chance baseline)")
+    ap.add_argument("--card", default=None, help="model card folder (needed before result.json is written)")
     args = ap.parse_args()
-    print(json.dumps(evaluate_result(args.result_dir, args.runs, args.data_root, args.threshold, args.start),
-                     indent=1))
+    print(json.dumps(evaluate_result(args.result_dir, args.runs, args.data_root, args.threshold, args.start,
+                                     args.card), indent=1))
 
 
 if __name__ == "__main__":

@@ -127,6 +127,14 @@ class ProgressFn(Protocol):
 
 @runtime_checkable
 class Attack(Protocol):
+    """A reconstruction attack.
+
+    Optional attributes the harness uses when present: ``default_recipe`` (the target `reconbench run --attack
+    NAME` trains when no model is given), ``default_search_runs``, and ``init_overrides(config, init_name) ->
+    dict``, options of the init regime that the attack's config decides for a run (e.g. the KKT attacks search
+    the gaussian init scale); the pipeline merges them into the init config unless the user set them.
+    """
+
     name: str
     description: str
     #: items of :data:`KNOWLEDGE_ITEMS` the attack needs; the harness checks them before any work

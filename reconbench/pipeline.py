@@ -1,4 +1,4 @@
-"""One attack on one target: init, (random-search) runs written as they finish, pooled evaluation, result folder.
+"""One attack on one target: init, (random-search) runs written as they finish, pooled evaluation, results.
 
 Layout of a result folder::
 
@@ -214,8 +214,9 @@ def plot_traces(runs: list[dict[str, Any]], path: Path, title: str) -> Path | No
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for run, trace in rows:
-        steps = [t["step"] for t in trace if t.get("loss", math.nan) > 0]
-        ax.plot(steps, [t["loss"] for t in trace if t.get("loss", math.nan) > 0], label=f"run {run}", lw=1)
+        points = [(t["step"], t["loss"]) for t in trace if 0 < t.get("loss", math.nan) < math.inf]
+        if points:
+            ax.plot(*zip(*points, strict=True), label=f"run {run}", lw=1)
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("attack loss")

@@ -210,3 +210,19 @@ def test_wrong_loss_is_refused():
     target = AttackTarget(model=card.load_model(), family="mlp", homogeneity_degree=2, knowledge=k)
     with pytest.raises(IncompatibleError, match="mse, l25, huber"):
         plugins.get("attacks", "general_loss_wd").check(target)
+
+
+def test_cli_default_recipe_path_runs(tmp_path, capsys):
+    """`reconbench run --attack multiclass_kkt` with its default digits recipe, shrunk by explicit options."""
+    from reconbench.cli import main
+
+    args = ["run", "--attack", "multiclass_kkt", "--n-per-class", "1", "--widths", "24", "--steps", "40",
+            "--set", "steps=15", "--search-runs", "2", "--out", str(tmp_path / "res"), "-q"]
+    with pytest.raises(SystemExit) as info:
+        main(args)
+        raise SystemExit(0)
+    assert (info.value.code or 0) == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "res" / "result.json").read_text())
+    assert result["attack"] == "multiclass_kkt" and len(result["runs"]) == 2
+    assert result["target"]["recipe"]["problem"]["dataset"] == "digits"
+    assert result["target"]["recipe"]["train"]["schedule"] == "inverse_loss"  # the default recipe

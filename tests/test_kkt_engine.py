@@ -145,7 +145,7 @@ def test_conv_family_autograd_engine_is_consistent_with_its_value():
     assert name == "autograd"  # no linear chain: the generic path
 
     def value(xa: np.ndarray) -> float:
-        return float(engine(torch.as_tensor(xa))[1](c))
+        return float(engine(torch.as_tensor(xa))[1](c).detach())
 
     _, gx, _ = engine_value_and_grad(engine, x, c)
     np.testing.assert_allclose(gx, central_difference(value, x.numpy()), rtol=1e-6, atol=1e-7)
