@@ -8,13 +8,14 @@ import warnings
 import click
 
 from ..errors import ReconbenchError
+from . import bench_cmd, common, leaderboard_cmd, plugins_cmd, run_cmd, train_cmd  # noqa: E402,F401  (commands register themselves on import)  # noqa: E402,F401
 from .common import main_group
-from . import plugins_cmd, train_cmd, run_cmd  # noqa: E402,F401  (commands register themselves on import)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors print one clear line (no traceback) and exit with status 2."""
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*")
+    common.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     try:
         main_group.main(args=argv, prog_name="reconbench", standalone_mode=False)
     except click.exceptions.Abort:
