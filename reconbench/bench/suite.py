@@ -222,9 +222,11 @@ class _Checker:
         try:
             return _coerce(value, annotation, self.dotted(keys))
         except ReconbenchError as exc:
-            msg = str(exc)
-            prefix = f"{self.dotted(keys)}: "
-            raise self.fail(keys, msg[len(prefix) :] if msg.startswith(prefix) else msg) from None
+            msg, here = str(exc), self.dotted(keys)
+            if msg.startswith(here):  # "a.b: expected ..." or "a.b[1]: expected ..."
+                msg = msg[len(here) :].removeprefix(": ")
+                msg = f"element {msg}" if msg.startswith("[") else msg
+            raise self.fail(keys, msg) from None
 
     def name(self, value: str, keys: tuple[Any, ...]) -> str:
         if not NAME_RE.match(value):
