@@ -1,7 +1,8 @@
 """Run the reconbench CLI in a subprocess with the toy attack registered (used by the kill-and-resume test).
 
 ``toy_logged`` behaves like the conftest toy attack, and also sleeps ``RECONBENCH_TEST_SLEEP`` seconds per run
-and appends the SHA-256 of its starting candidates and target weights to the file ``RECONBENCH_TEST_LOG`` (a line per attack run).
+and appends the SHA-256 of its starting candidates and target weights to ``RECONBENCH_TEST_LOG`` (a line
+per attack run).
 """
 
 from __future__ import annotations

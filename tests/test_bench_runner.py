@@ -1,4 +1,4 @@
-"""The suite runner: one JSON per cell, blind/oracle/pool selections, failures recorded, resume, kill and resume."""
+"""The suite runner: one JSON per cell, pool/blind/oracle selections, failures, resume, kill and resume."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ TESTS = Path(__file__).resolve().parent
 
 
 def suite_text(attacks: str = "", extra: str = "", seeds: str = "[0]", runs: int = 3) -> str:
-    return textwrap.dedent(f"""\
+    return (
+        textwrap.dedent(f"""\
         [suite]
         name = "t"
         seeds = {seeds}
@@ -54,7 +55,10 @@ def suite_text(attacks: str = "", extra: str = "", seeds: str = "[0]", runs: int
 
         [inits.gaussian]
         config = {{ scale = 0.05 }}
-        """) + textwrap.dedent(attacks) + textwrap.dedent(extra)
+        """)
+        + textwrap.dedent(attacks)
+        + textwrap.dedent(extra)
+    )
 
 
 TOY = """
@@ -110,8 +114,17 @@ def test_cells_record_runs_and_independently_scored_selections(tmp_path, toy_att
         t = [load_file(str(work / "runs" / f"run-{k:03d}.safetensors")) for k in ids]
         cat = {k: torch.cat([x[k] for x in t]) for k in ("candidates", "labels", "x0")}
         run_ids = torch.cat([torch.full((len(x["labels"]),), k) for k, x in zip(ids, t, strict=True)])
-        return evaluate(problem, cat["candidates"], family="mlp", protocol={}, labels=cat["labels"],
-                        run_ids=run_ids, x0=cat["x0"], card=card, quiet=True)["summary"]
+        return evaluate(
+            problem,
+            cat["candidates"],
+            family="mlp",
+            protocol={},
+            labels=cat["labels"],
+            run_ids=run_ids,
+            x0=cat["x0"],
+            card=card,
+            quiet=True,
+        )["summary"]
 
     assert sel["blind"]["summary"] == score([blind])
     assert sel["oracle"]["summary"] == score([oracle])
@@ -123,7 +136,9 @@ def test_cells_record_runs_and_independently_scored_selections(tmp_path, toy_att
     assert rec["target"]["train_metrics"]["train_error"] is not None
     assert (out / rec["target"]["card_file"]).exists()
     inv = json.loads((out / "invocations" / "000.json").read_text())
-    assert inv["status"] == "completed" and inv["command"] == "reconbench bench t" and len(inv["cells_run"]) == 4
+    assert (
+        inv["status"] == "completed" and inv["command"] == "reconbench bench t" and len(inv["cells_run"]) == 4
+    )
 
 
 def test_resume_skips_finished_cells_and_reruns_changed_ones(tmp_path, toy_attack_registered):
@@ -146,7 +161,9 @@ def test_resume_skips_finished_cells_and_reruns_changed_ones(tmp_path, toy_attac
     assert report.ran == [] and len(report.skipped) == 4
     assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in files} == before
 
-    changed = make_suite(tmp_path, suite_text(attacks.replace("steps = 2", "steps = 3"), GRID, runs=1), "s2.toml")
+    changed = make_suite(
+        tmp_path, suite_text(attacks.replace("steps = 2", "steps = 3"), GRID, runs=1), "s2.toml"
+    )
     report = run_suite(changed, out, resume=True, quiet=True)
     assert sorted(report.ran) == ["bin--b--gaussian--s0", "mc--b--gaussian--s0"] == sorted(report.stale)
     for name, (mtime, data) in before.items():
@@ -202,7 +219,7 @@ def test_keyboard_interrupt_keeps_finished_cells(tmp_path):
     host = plugins.host()
     name = host.register(Plugin(), name="interrupting-toy")
     try:
-        attacks = '\n[attacks.toy_interrupting]\nconfig = { steps = 1 }\n'
+        attacks = "\n[attacks.toy_interrupting]\nconfig = { steps = 1 }\n"
         suite = make_suite(tmp_path, suite_text(attacks, GRID, seeds="[0, 1]", runs=1))
         out = tmp_path / "res"
         with pytest.raises(KeyboardInterrupt):
@@ -223,15 +240,30 @@ def test_keyboard_interrupt_keeps_finished_cells(tmp_path):
 @pytest.mark.slow
 def test_kill_mid_suite_then_resume_recomputes_nothing(tmp_path):
     """SIGKILL the runner (a separate process) once its first cell is written; resume; compare."""
-    attacks = '\n[attacks.toy_logged]\nconfig = { steps = 1 }\n'
+    attacks = "\n[attacks.toy_logged]\nconfig = { steps = 1 }\n"
     suite_file = tmp_path / "suite.toml"
     suite_file.write_text(suite_text(attacks, GRID, seeds="[0, 1, 2]", runs=2))
     out, log = tmp_path / "res", tmp_path / "attack-runs.log"
-    env = {**os.environ, "RECONBENCH_TEST_LOG": str(log), "RECONBENCH_TEST_SLEEP": "0.4",
-           "RECONBENCH_CACHE": str(tmp_path / "cache"),
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(TESTS.parent)}
-    cmd = [sys.executable, str(TESTS / "bench_launcher.py"), "bench", str(suite_file), "--out", str(out), "-q"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    env = {
+        **os.environ,
+        "RECONBENCH_TEST_LOG": str(log),
+        "RECONBENCH_TEST_SLEEP": "0.4",
+        "RECONBENCH_CACHE": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(TESTS.parent),
+    }
+    cmd = [
+        sys.executable,
+        str(TESTS / "bench_launcher.py"),
+        "bench",
+        str(suite_file),
+        "--out",
+        str(out),
+        "-q",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 120
     while not list((out / "cells").glob("*.json")) if (out / "cells").exists() else True:
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
@@ -257,10 +289,13 @@ def test_kill_mid_suite_then_resume_recomputes_nothing(tmp_path):
 
     done = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    calls_after = log.read_text().splitlines()[len(calls_before):]
+    calls_after = log.read_text().splitlines()[len(calls_before) :]
     assert not finished_x0 & set(calls_after), "a finished cell was recomputed"
-    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in (out / "cells").glob("*.json")
-            if p.name in finished} == finished
+    assert {
+        p.name: (p.stat().st_mtime_ns, p.read_bytes())
+        for p in (out / "cells").glob("*.json")
+        if p.name in finished
+    } == finished
     cells = load_cells(out)
     assert len(cells) == 6 and all(r["status"] == "ok" for r in cells.values())
     # at most the run in progress at the kill is done twice: 6 cells x 2 runs, plus at most one

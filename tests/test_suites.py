@@ -1,4 +1,4 @@
-"""Suite files: parsing, validation errors that name the key and its line, expansion into cells, shipped suites."""
+"""Suite files: parsing, errors that name the key and its line, expansion into cells, the shipped suites."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def line_of(text: str, needle: str, occurrence: int = 1) -> int:
     return hits[occurrence - 1]
 
 
-# -- the key locator ----------------------------------------------------------------------------------------
+# -- the key locator -----------------------------------------------------------------------------------------
 def test_key_lines_tables_arrays_inline_and_multiline():
     text = textwrap.dedent("""\
         # comment with [fake.header] and key = 1
@@ -84,7 +84,9 @@ def test_key_lines_tables_arrays_inline_and_multiline():
     kl = KeyLines(text)
     assert kl.line(("top",)) == 2
     assert kl.line(("a", "s")) == 4
-    assert kl.line(("a", "fake")) == kl.line(("a",)) == 3  # inside a string: not a key; falls back to the table
+    assert (
+        kl.line(("a", "fake")) == kl.line(("a",)) == 3
+    )  # inside a string: not a key; falls back to the table
     assert kl.line(("a", "m")) == 5
     assert kl.line(("a", "inner", "q", "r")) == 7
     assert kl.line(("a", "arr", 1)) == 10
@@ -95,36 +97,67 @@ def test_key_lines_tables_arrays_inline_and_multiline():
     assert kl.line(("nothing",)) is None
 
 
-# -- loading and validation ---------------------------------------------------------------------------------
+# -- loading and validation ----------------------------------------------------------------------------------
 def test_base_suite_expands_to_the_product(tmp_path, toy_attack_registered):
     suite = load_suite(write(tmp_path, BASE))
     cells = expand(suite)
     assert len(cells) == 2 * 1 * 1 * 2  # targets x attacks x inits x seeds
-    assert {c.cell_id for c in cells} == {f"{t}--toy_identity--gaussian--s{s}" for t in ("bin", "mc") for s in (0, 1)}
+    assert {c.cell_id for c in cells} == {
+        f"{t}--toy_identity--gaussian--s{s}" for t in ("bin", "mc") for s in (0, 1)
+    }
     assert suite.targets["mc"].recipe.problem.num_classes == 3
     assert suite.targets["bin"].recipe.model["widths"] == [8]
     assert suite.leaderboard.columns == DEFAULT_COLUMNS
     spec = cells[0].run_spec(suite)
-    assert spec.search_runs == 2 and spec.attack_config == {"steps": 1} and spec.init_config == {"scale": 0.01}
+    assert (
+        spec.search_runs == 2 and spec.attack_config == {"steps": 1} and spec.init_config == {"scale": 0.01}
+    )
     assert len(select(cells, ["mc--*"])) == 2 and len(select(cells, ["*s1", "bin--*"])) == 3
 
 
-@pytest.mark.parametrize("edit, needle, expect", [
-    # (replace, with), the text on the offending line, words the message must contain
-    (("steps = 10\n", "steps = 10\nstepz = 3\n"), "stepz = 3", ["targets.bin.stepz", "unknown key 'stepz'", "steps"]),
-    (("n_per_class = 3", 'n_per_class = "three"'), "n_per_class = \"three\"", ["targets.bin.n_per_class", "integer"]),
-    (("search_runs = 2", "search_runs = 0"), "search_runs = 0", ["suite.search_runs", "at least 1"]),
-    (("[suite]\n", "[suite]\ncolour = 1\n"), "colour = 1", ["suite.colour", "unknown key"]),
-    (('attacks = ["toy_identity"]', 'attacks = ["toy_identity", "toy_identiy"]'), 'attacks = ["toy_identity", "toy',
-     ["grid[0].attacks[1]", "toy_identiy", "Did you mean: toy_identity"]),
-    (("config = { steps = 1 }", "config = { stepss = 1 }"), "stepss", ["attacks.toy_identity.config.stepss",
-                                                                       "Did you mean: steps"]),
-    (("config = { scale = 0.01 }", 'config = { scale = "big" }'), 'scale = "big"', ["inits.gaussian.config.scale",
-                                                                                  "number"]),
-    (("widths = [8]\nsteps = 10\n\n[targets.mc]", 'widths = [8, "x"]\nsteps = 10\n\n[targets.mc]'), 'widths = [8, "x"]',
-     ["targets.bin.widths", "integer"]),
-    (('[targets.bin]\n', '[targets.bin]\nfamily = "mlpp"\n'), 'family = "mlpp"', ["targets.bin.family", "mlp"]),
-])
+@pytest.mark.parametrize(
+    "edit, needle, expect",
+    [
+        # (replace, with), the text on the offending line, words the message must contain
+        (
+            ("steps = 10\n", "steps = 10\nstepz = 3\n"),
+            "stepz = 3",
+            ["targets.bin.stepz", "unknown key 'stepz'", "steps"],
+        ),
+        (
+            ("n_per_class = 3", 'n_per_class = "three"'),
+            'n_per_class = "three"',
+            ["targets.bin.n_per_class", "integer"],
+        ),
+        (("search_runs = 2", "search_runs = 0"), "search_runs = 0", ["suite.search_runs", "at least 1"]),
+        (("[suite]\n", "[suite]\ncolour = 1\n"), "colour = 1", ["suite.colour", "unknown key"]),
+        (
+            ('attacks = ["toy_identity"]', 'attacks = ["toy_identity", "toy_identiy"]'),
+            'attacks = ["toy_identity", "toy',
+            ["grid[0].attacks[1]", "toy_identiy", "Did you mean: toy_identity"],
+        ),
+        (
+            ("config = { steps = 1 }", "config = { stepss = 1 }"),
+            "stepss",
+            ["attacks.toy_identity.config.stepss", "Did you mean: steps"],
+        ),
+        (
+            ("config = { scale = 0.01 }", 'config = { scale = "big" }'),
+            'scale = "big"',
+            ["inits.gaussian.config.scale", "number"],
+        ),
+        (
+            ("widths = [8]\nsteps = 10\n\n[targets.mc]", 'widths = [8, "x"]\nsteps = 10\n\n[targets.mc]'),
+            'widths = [8, "x"]',
+            ["targets.bin.widths", "integer"],
+        ),
+        (
+            ("[targets.bin]\n", '[targets.bin]\nfamily = "mlpp"\n'),
+            'family = "mlpp"',
+            ["targets.bin.family", "mlp"],
+        ),
+    ],
+)
 def test_bad_keys_name_the_key_and_line(tmp_path, toy_attack_registered, edit, needle, expect):
     text = BASE.replace(*edit, 1)
     assert text != BASE
@@ -144,7 +177,7 @@ def test_toml_syntax_error_names_the_line(tmp_path):
 
 
 def test_unregistered_attack_is_a_warning_unless_strict(tmp_path, toy_attack_registered):
-    text = BASE + '\n[attacks.not_yet]\nconfig = { anything = 1 }\n'
+    text = BASE + "\n[attacks.not_yet]\nconfig = { anything = 1 }\n"
     path = write(tmp_path, text)
     suite = load_suite(path)
     assert len(suite.warnings) == 1 and "not_yet" in suite.warnings[0]
@@ -156,7 +189,9 @@ def test_unregistered_attack_is_a_warning_unless_strict(tmp_path, toy_attack_reg
 def test_references_and_empty_suites(tmp_path, toy_attack_registered):
     text = BASE.replace('targets = ["bin", "mc"]', 'targets = ["bin", "nope"]')
     path = write(tmp_path, text)
-    with pytest.raises(SuiteError, match=rf"{path}:{line_of(text, 'nope')}: grid\[0\].targets\[1\]: no target 'nope'"):
+    with pytest.raises(
+        SuiteError, match=rf"{path}:{line_of(text, 'nope')}: grid\[0\].targets\[1\]: no target 'nope'"
+    ):
         load_suite(path)
     text = BASE[: BASE.index("[[grid]]")]
     with pytest.raises(SuiteError, match="runs nothing"):
@@ -192,17 +227,21 @@ def test_comparisons_derive_targets_and_reuse_equal_ones(tmp_path, toy_attack_re
     assert len(cells) == 6
     shared = next(c for c in cells if c.cell_id == "bin--toy_identity--gaussian--s0")
     assert set(shared.groups) == {"grid", "comparison:wd"}
-    bad = text.replace('variants = [{ num_classes = 2, n_per_class = 3 }',
-                       'variants = [{ n_per_class = 3 }')
+    bad = text.replace("variants = [{ num_classes = 2, n_per_class = 3 }", "variants = [{ n_per_class = 3 }")
     path = write(tmp_path, bad, "bad.toml")
-    with pytest.raises(SuiteError, match=rf"{path}:{line_of(bad, 'variants = [')}: comparisons.k.variants\[0\]: "
-                                         "this variant does not set the axis key 'num_classes'"):
+    with pytest.raises(
+        SuiteError,
+        match=rf"{path}:{line_of(bad, 'variants = [')}: comparisons.k.variants\[0\]: "
+        "this variant does not set the axis key 'num_classes'",
+    ):
         load_suite(path)
 
 
 def test_cell_key_changes_with_what_determines_the_numbers(tmp_path, toy_attack_registered):
     suite = load_suite(write(tmp_path, BASE))
-    changed = load_suite(write(tmp_path, BASE.replace("config = { steps = 1 }", "config = { steps = 2 }"), "b.toml"))
+    changed = load_suite(
+        write(tmp_path, BASE.replace("config = { steps = 1 }", "config = { steps = 2 }"), "b.toml")
+    )
     a, b = expand(suite)[0], expand(changed)[0]
     assert a.cell_id == b.cell_id and a.key(suite) != b.key(changed)
     assert a.key(suite) == a.key(suite, "float64") != a.key(suite, "float32")
@@ -215,7 +254,7 @@ def test_find_suite_by_name_and_close_matches(monkeypatch, tmp_path):
         find_suite("cii")
 
 
-# -- the shipped suites ---------------------------------------------------------------------------------------
+# -- the shipped suites --------------------------------------------------------------------------------------
 ATTACKS = {"haim_binary_kkt", "multiclass_kkt", "general_loss_wd", "runkel_bilevel"}
 INITS = {"gaussian", "uniform", "partition", "ground_truth"}
 
@@ -247,7 +286,9 @@ def test_cpu_mini_covers_the_issue():
     datasets = {"mnist_test", "npz:cifar10/cifar10_train_subset.npz"}
     for attack in ATTACKS:
         for ds in datasets:
-            inits = {c.init.regime for c in cells if c.attack.attack == attack and c.recipe.problem.dataset == ds}
+            inits = {
+                c.init.regime for c in cells if c.attack.attack == attack and c.recipe.problem.dataset == ds
+            }
             assert INITS <= inits, (attack, ds)
     assert all(c.recipe.model["widths"] == [1000, 1000] for c in cells)
     comps = {c.name: c for c in suite.comparisons}
@@ -261,7 +302,10 @@ def test_paper_suite_has_the_published_sizes():
     suite = load_suite("paper")
     assert suite.device == "cuda" and suite.dtype == "float64"
     t = suite.targets
-    assert t["cifar-binary"].recipe.problem.n_per_class == 250 and t["cifar-multiclass"].recipe.problem.n_per_class == 50
+    assert (
+        t["cifar-binary"].recipe.problem.n_per_class == 250
+        and t["cifar-multiclass"].recipe.problem.n_per_class == 50
+    )
     assert all(e.recipe.train.steps == 1_000_000 for e in t.values())
     assert suite.attacks["haim_binary_kkt"].config["steps"] == 50_000
     assert all(c.attack.candidates is None for c in expand(suite))  # m = 2n
