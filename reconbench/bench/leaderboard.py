@@ -26,7 +26,7 @@ from ..provenance import git_commit, write_json
 from . import machine
 from .cells import Cell, expand
 from .runner import STATUS_OK, load_cells
-from .suite import ColumnSpec, Suite
+from .suite import ColumnSpec, Suite, display_path
 
 LEADERBOARD_FORMAT = "reconbench-leaderboard/1"
 SELECTIONS = ("pool", "blind", "oracle")
@@ -282,7 +282,7 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> di
     return {
         "suite": suite.name,
         "description": suite.description,
-        "suite_file": str(suite.path),
+        "suite_file": display_path(suite.path),
         "suite_sha256": suite.text_sha256,
         "commands": [
             {

@@ -39,7 +39,7 @@ from ..provenance import git_commit, provenance, write_json
 from ..targets import cache_dir, get_or_train
 from . import machine
 from .cells import CELL_FORMAT, Cell, expand, select
-from .suite import Suite, SuiteError
+from .suite import Suite, SuiteError, display_path
 
 STATUS_OK, STATUS_FAILED, STATUS_UNAVAILABLE = "ok", "failed", "unavailable"
 
@@ -198,7 +198,7 @@ def _base_record(cell: Cell, suite: Suite, spec: RunSpec, invocation: int) -> di
     return {
         "format": CELL_FORMAT,
         "suite": suite.name,
-        "suite_file": str(suite.path),
+        "suite_file": display_path(suite.path),
         "suite_sha256": suite.text_sha256,
         "cell_id": cell.cell_id,
         "cell_key": cell.key(suite, spec.dtype),

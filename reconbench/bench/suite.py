@@ -73,6 +73,17 @@ def find_suite(name_or_path: str) -> Path:
     )
 
 
+def display_path(path: Path) -> str:
+    """A suite path for people: relative to the working folder or the source checkout when inside one."""
+    resolved = path.resolve()
+    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        try:
+            return str(resolved.relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return str(path)
+
+
 # -- the parsed suite ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TargetEntry:
