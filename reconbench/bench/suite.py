@@ -202,7 +202,8 @@ class _Checker:
 
     def where(self, keys: tuple[Any, ...]) -> str:
         line = self.lines.line(keys)
-        return f"{self.path}:{line}" if line else str(self.path)
+        where = display_path(self.path)
+        return f"{where}:{line}" if line else where
 
     @staticmethod
     def dotted(keys: tuple[Any, ...]) -> str:
