@@ -351,3 +351,64 @@ def test_published_leaderboard_numbers_are_reproduced(board):
 def test_statistics_module_agrees_with_numpy():  # the aggregation relies on statistics.stdev being ddof=1
     vals = [3.0, 5.0, 4.0]
     assert statistics.stdev(vals) == pytest.approx(np.std(vals, ddof=1))
+
+
+MIX_SUITE = """\
+[suite]
+name = "mix"
+seeds = [0, 1]
+
+[targets.bin]
+dataset = "digits"
+task = "binary"
+n_per_class = 3
+widths = [8]
+steps = 10
+
+[attacks.a]
+attack = "toy_identity"
+
+[inits.m00]
+regime = "mixture"
+config = { lambda1 = 0.0, lambda2 = 0.0 }
+[inits.m01]
+regime = "mixture"
+config = { lambda1 = 0.0, lambda2 = 1.0 }
+[inits.m10]
+regime = "mixture"
+config = { lambda1 = 1.0, lambda2 = 0.0 }
+[inits.m11]
+regime = "mixture"
+config = { lambda1 = 1.0, lambda2 = 1.0 }
+
+[[grid]]
+targets = ["bin"]
+attacks = ["a"]
+"""
+
+
+def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered):
+    path = tmp_path / "mix.toml"
+    path.write_text(MIX_SUITE)
+    suite = load_suite(path)
+    res = tmp_path / "res"
+    n = 6
+    margins = [0.5 * i for i in range(n)]
+    for cell in expand(suite):
+        l1, l2 = cell.init.config["lambda1"], cell.init.config["lambda2"]
+        rec = fake_record(cell, suite, 10 * l1 * l2 + cell.seed, 0.0, False)
+        rec["init"]["config"] = dict(cell.init.config)
+        rec["evaluation"]["per_image"] = [{"ssim": 0.1 * i + 0.01 * cell.seed} for i in range(n)]
+        write_json(res / "cells" / f"{cell.cell_id}.json", rec)
+        write_json(res / "targets" / f"{cell.recipe.key()}.json", {"metrics": {"margins": margins}})
+    data = build_leaderboard(suite, res, tmp_path / "lb")
+    figs = data["figures"]
+    assert figs["mixture_heatmap"]["file"] == "figures/mixture_heatmap.png"
+    assert figs["ssim_vs_margin"]["file"] == "figures/ssim_vs_margin.png"
+    for f in ("mixture_heatmap", "ssim_vs_margin"):
+        assert (tmp_path / "lb" / figs[f]["file"]).stat().st_size > 5000
+    # the candidates of these made-up cells do not exist: that figure is skipped with its reason, tables stand
+    assert "reason" in figs["reconstructions"] and data["tables"]["pool"]
+    readme = (tmp_path / "lb" / "README.md").read_text()
+    assert "![Mixture initialisations](figures/mixture_heatmap.png)" in readme
+    assert "**Sample reconstructions per attack:** not drawn" in readme

@@ -327,6 +327,11 @@ def run_suite(
             f"--only {' '.join(only or [])} matches no cell of suite {suite.name!r}; cell ids look like "
             f"{expand(suite)[0].cell_id} (see `reconbench bench {suite.name} --list`)"
         )
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SuiteError(
+            f"suite {suite.name!r} runs on {device!r}, but no CUDA device is available here; "
+            "pass --device cpu to run it on the CPU (slowly)"
+        )
     existing = load_cells(out_dir)
     if existing and not resume:
         raise SuiteError(
