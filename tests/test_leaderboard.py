@@ -309,6 +309,14 @@ def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_a
     assert (lb / "README.md").exists() and (lb / "figures" / "reconstructions.png").stat().st_size > 1000
     data = json.loads((lb / "results.json").read_text())
     assert data["figures"]["ssim_vs_margin"].get("reason") or data["figures"]["ssim_vs_margin"].get("file")
+    # the targets table repeats each model card's training evidence
+    assert sorted(t["target"] for t in data["targets"]) == ["bin", "mc"]
+    for t in data["targets"]:
+        card = json.loads((lb / "targets" / f"{t['recipe_key']}.json").read_text())
+        assert t["train_error"] == card["metrics"]["train_error"]
+        assert t["stationarity_ratio"] == card["metrics"]["certificate"]["ratio"]
+        assert t["n_train"] == len(card["problem"]["indices"]["train"]) and len(t["cells"]) == 2
+    assert "## Targets" in (lb / "README.md").read_text()
     stored = stored_cells(lb)
     assert len(stored) == 3 == len(data["stored_candidates"])
     assert len(list((lb / "targets").glob("*.json"))) == 2 and not list(lb.rglob("weights*"))

@@ -217,6 +217,79 @@ def main_rows(
     return sorted(rows, key=lambda r: _sort_key(r, columns))
 
 
+def target_rows(pub: Published) -> list[dict[str, Any]]:
+    """One row per target used by a finished cell: its recipe and training evidence (from the cell JSONs)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for rec in pub.ok():
+        t = rec["target"]
+        if t["name"] in rows:
+            rows[t["name"]]["cells"].append(rec["cell_id"])
+            continue
+        recipe, m = t.get("recipe") or {}, t.get("train_metrics") or {}
+        problem, train = recipe.get("problem", {}), recipe.get("train", {})
+        rows[t["name"]] = {
+            "target": t["name"],
+            "recipe_key": t.get("recipe_key"),
+            "dataset": problem.get("dataset"),
+            "task": problem.get("task"),
+            "n_train": t.get("n_train"),
+            "n_per_class": problem.get("n_per_class"),
+            "num_classes": problem.get("num_classes"),
+            "family": recipe.get("family"),
+            "widths": (recipe.get("model") or {}).get("widths"),
+            "loss": m.get("loss_name"),
+            "weight_decay": train.get("weight_decay"),
+            "steps": m.get("steps_run"),
+            "train_error": m.get("train_error"),
+            "test_error": m.get("test_error"),
+            "train_loss": m.get("train_loss"),
+            "stationarity_ratio": (m.get("certificate") or {}).get("ratio"),
+            "train_seconds": m.get("train_seconds"),
+            "cells": [rec["cell_id"]],
+        }
+    return list(rows.values())
+
+
+def render_targets(rows: list[dict[str, Any]]) -> str:
+    def f(v: Any, spec: str) -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    body = [
+        [
+            r["target"],
+            r["dataset"],
+            r["task"],
+            r["n_per_class"],
+            f"{r['family']} {'-'.join(str(w) for w in r['widths'] or [])}",
+            r["loss"],
+            f(r["weight_decay"], "g"),
+            r["steps"],
+            f(r["train_error"], ".3f"),
+            f(r["test_error"], ".3f"),
+            f(r["train_loss"], ".2e"),
+            f(r["stationarity_ratio"], ".3g"),
+            f(r["train_seconds"], ".0f"),
+        ]
+        for r in rows
+    ]
+    headers = [
+        "target",
+        "dataset",
+        "task",
+        "per class",
+        "model",
+        "loss",
+        "wd",
+        "steps",
+        "train err",
+        "test err",
+        "train loss",
+        "stationarity ratio ↓",
+        "train s",
+    ]
+    return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+
+
 def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]]) -> dict[str, Any]:
     out = {}
     metric_cols = [c for c in columns if c["source"] == "summary"][:2] or columns[:1]
@@ -381,6 +454,7 @@ def render_readme(
     pub: Published,
     figures: dict[str, Any],
     stored: list[str],
+    targets: list[dict[str, Any]] | None = None,
 ) -> str:
     lines = [f"# Leaderboard: `{suite.name}`", ""]
     if suite.description:
@@ -425,6 +499,18 @@ def render_readme(
             f"The pooled candidates of {len(stored)} cell(s) are stored in [`candidates/`](candidates/); a "
             f"test "
             "re-scores them with the standard evaluation function and checks the stored numbers.",
+            "",
+        ]
+    if targets:
+        lines += [
+            "## Targets",
+            "",
+            "The trained targets behind the tables (from the cells' records of their model cards). The "
+            "stationarity ratio is the residual of the KKT stationarity fit at the training images divided "
+            "by that at random inputs: far below 1 means the weights sit near a KKT point, which the KKT "
+            "attacks rely on.",
+            "",
+            render_targets(targets),
             "",
         ]
     for sel in SELECTIONS:
@@ -522,6 +608,7 @@ def build_leaderboard(
     columns = resolve_columns(suite, ok)
     tables = {sel: main_rows(suite, pub, columns, sel) for sel in SELECTIONS}
     comparisons = comparison_rows(suite, pub, columns)
+    targets = target_rows(pub)
     info = header_info(suite, results, pub, command)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -552,6 +639,7 @@ def build_leaderboard(
         "format": LEADERBOARD_FORMAT,
         "header": info,
         "columns": plain_columns,
+        "targets": targets,
         "tables": tables,
         "comparisons": comparisons,
         "figures": figure_info,
@@ -566,6 +654,6 @@ def build_leaderboard(
     }
     write_json(out / "results.json", data)
     (out / "README.md").write_text(
-        render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored)
+        render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets)
     )
     return data

@@ -251,6 +251,7 @@ def run_cell(
         result = run_attack(target.card, spec, work, data_root=data_root, quiet=quiet, problem=target.problem)
         pooled = load_file(str(work / "candidates.safetensors"))
         rec["init"].update(config=result["init_config"], is_oracle=result["init_is_oracle"])
+        rec["target"]["n_train"] = result["target"]["n_train"]
         rec["runs"] = result["runs"]
         rec["selections"] = selections(result, pooled, target.problem, target.card, spec.protocol)
         rec["evaluation"] = result["evaluation"]
