@@ -294,7 +294,7 @@ def test_cpu_mini_covers_the_issue():
     comps = {c.name: c for c in suite.comparisons}
     assert [v.value for v in comps["weight_decay"].variants] == [0.0, 5e-4, 2e-3]
     ns = {suite.targets[v.target].recipe.problem.n_per_class * v.value for v in comps["num_classes"].variants}
-    assert ns == {40}  # fixed n
+    assert ns == {20}  # fixed n
     assert any(c.init.regime == "mixture" for c in cells)
 
 
