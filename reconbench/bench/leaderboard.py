@@ -197,7 +197,7 @@ def main_rows(
         if not recs:
             continue
         oracle_init = any(r["init"].get("is_oracle") for r in recs)
-        row = {
+        row: dict[str, Any] = {
             "target": target,
             "attack": attack,
             "attack_name": cells[0].attack.attack,
@@ -303,7 +303,7 @@ def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]])
                 key=lambda k: (list(suite.attacks).index(k[0]), list(suite.inits).index(k[1])),
             )
             for attack, init in keys:
-                row = {"attack": attack, "init": init, "selection": sel, "values": []}
+                row: dict[str, Any] = {"attack": attack, "init": init, "selection": sel, "values": []}
                 for v in comp.variants:
                     ids = [
                         c.cell_id
@@ -311,7 +311,11 @@ def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]])
                         if c.target == v.target and c.attack.label == attack and c.init.label == init
                     ]
                     recs = pub.ok(ids)
-                    entry = {"axis_value": v.value, "target": v.target, "cells": [r["cell_id"] for r in recs]}
+                    entry: dict[str, Any] = {
+                        "axis_value": v.value,
+                        "target": v.target,
+                        "cells": [r["cell_id"] for r in recs],
+                    }
                     for col in metric_cols:
                         stat, key = _stat(recs, sel, col["spec"])
                         entry[col["name"]] = {**stat.to_dict(), "key": key}
@@ -344,7 +348,7 @@ def read_invocations(results: Path) -> list[dict[str, Any]]:
 
 def header_info(suite: Suite, results: Path, pub: Published, command: str) -> dict[str, Any]:
     invs = read_invocations(results)
-    used = sorted({r.get("invocation") for r in pub.records.values()} - {None})
+    used = {r.get("invocation") for r in pub.records.values()} - {None}
     contributing = [i for i in invs if i.get("invocation") in used] or invs
     machines = []
     for i in contributing:

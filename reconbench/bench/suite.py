@@ -373,7 +373,7 @@ def _check_plugin_config(
         warnings.append(f"{chk.where(keys)}: {exc} Its cells will be reported as failed.")
         return
     cls = getattr(obj, "config_cls", None)
-    if cls is None or not dataclasses.is_dataclass(cls):
+    if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
         return
     for k, v in config.items():
         try:
@@ -441,6 +441,7 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     )
 
     targets: dict[str, TargetEntry] = {}
+    keys: tuple[Any, ...]
     for name, table in chk.table(data.get("targets", {}), ("targets",)).items():
         keys = ("targets", name)
         chk.name(name, keys)
@@ -459,15 +460,15 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         runs = t.get("search_runs", search_runs)
         if runs < 1:
             raise chk.fail((*keys, "search_runs"), f"must be at least 1, got {runs}")
-        entry = AttackEntry(
+        attack_entry = AttackEntry(
             label,
             t.get("attack", label),
             dict(t.get("config", {})),
             runs,
             t.get("candidates", head.get("candidates")),
         )
-        _check_plugin_config("attacks", entry.attack, entry.config, chk, keys, strict, warnings)
-        attacks[label] = entry
+        _check_plugin_config("attacks", attack_entry.attack, attack_entry.config, chk, keys, strict, warnings)
+        attacks[label] = attack_entry
     if not attacks:
         raise chk.fail(("attacks",), "the suite defines no attacks; add an [attacks.NAME] table")
 
@@ -478,9 +479,9 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         table = chk.table(table, keys)
         chk.known(table, INIT_KEYS, keys)
         t = {k: chk.typed(v, INIT_KEYS[k], (*keys, k)) for k, v in table.items()}
-        entry = InitEntry(label, t.get("regime", label), dict(t.get("config", {})))
-        _check_plugin_config("inits", entry.regime, entry.config, chk, keys, strict, warnings)
-        inits[label] = entry
+        init_entry = InitEntry(label, t.get("regime", label), dict(t.get("config", {})))
+        _check_plugin_config("inits", init_entry.regime, init_entry.config, chk, keys, strict, warnings)
+        inits[label] = init_entry
 
     grid: list[GridBlock] = []
     raw_grid = data.get("grid", [])
