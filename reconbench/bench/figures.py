@@ -18,6 +18,8 @@ from .leaderboard import Published, column_value
 from .suite import Suite
 
 MIXTURE_REGIME = "mixture"
+#: per-image keys naming the candidate matched to a training image, tried in order
+CANDIDATE_KEYS = ("candidate", "candidate_index", "best_candidate", "match")
 TITLES = {
     "reconstructions": "Sample reconstructions per attack",
     "ssim_vs_margin": "SSIM vs margin",
@@ -69,11 +71,10 @@ def matches(
     normalised cross-correlation (display only: no table number comes from this).
     """
     rows = evaluation.get("per_image") or []
-    if rows and all(isinstance(r, dict) and isinstance(r.get("candidate"), int) for r in rows):
-        score_key = next((k for k in ("ssim", "score") if k in rows[0]), None)
-        out = [
-            (i, int(r["candidate"]), float(r[score_key]) if score_key else 0.0) for i, r in enumerate(rows)
-        ]
+    cand_key = next((k for k in CANDIDATE_KEYS if rows and isinstance(rows[0], dict) and k in rows[0]), None)
+    if cand_key and all(isinstance(r.get(cand_key), int) for r in rows):
+        score_key = next((k for k in ("ssim", "best_ssim", "ssim_best", "score") if k in rows[0]), None)
+        out = [(i, int(r[cand_key]), float(r[score_key]) if score_key else 0.0) for i, r in enumerate(rows)]
         return sorted(out, key=lambda t: -t[2]), score_key or "evaluation order"
     x = problem.x_train(torch.float64).flatten(1)
     c = candidates.double().flatten(1)

@@ -173,7 +173,6 @@ class TargetPool:
                 t.info = {
                     "recipe_key": key,
                     "card_file": f"targets/{key}.json",
-                    "cache_folder": str(folder),
                     "reused": reused,
                     "load_or_train_seconds": time.perf_counter() - t0,
                     "train_seconds": t.card.data["metrics"].get("train_seconds"),
