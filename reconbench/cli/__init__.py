@@ -8,7 +8,9 @@ import warnings
 import click
 
 from ..errors import ReconbenchError
-from . import bench_cmd, common, leaderboard_cmd, plugins_cmd, run_cmd, train_cmd  # noqa: E402,F401  (commands register themselves on import)  # noqa: E402,F401
+
+# the command modules register themselves on import
+from . import bench_cmd, common, leaderboard_cmd, plugins_cmd, run_cmd, train_cmd  # noqa: F401
 from .common import main_group
 
 
