@@ -72,7 +72,7 @@ OFFSET = {"pool": 0, "blind": -1, "oracle": 1}
 def fake_record(cell, suite, reconstructed: float, collapse: float, oracle_init: bool) -> dict:
     sel = {
         name: {
-            "summary": {"good_count": reconstructed + off, "collapse": collapse, "other": 1.0},
+            "summary": {"good_count": reconstructed + off, "collapse": collapse, "distinct_share": 1 - collapse, "other": 1.0},
             "attack_loss": 0.1 * reconstructed,
             "run": None if name == "pool" else 0,
             "oracle": name == "oracle",
@@ -156,7 +156,7 @@ def test_tables_aggregate_the_cells_and_sort_by_direction(synthetic, tmp_path):
             m = row["metrics"]["reconstructed"]
             assert m["mean"] == pytest.approx(vals.mean()) and m["sd"] == pytest.approx(vals.std(ddof=1))
             assert m["n"] == 3 and m["key"] == "good_count"
-            assert row["metrics"]["collapse"]["mean"] == pytest.approx(COLLAPSE[row_key(row)])
+            assert row["metrics"]["distinct share"]["mean"] == pytest.approx(1 - COLLAPSE[row_key(row)])
             assert row["metrics"]["wall s"]["mean"] == pytest.approx(2.0)  # seeds 0, 1, 2 -> 1, 2, 3
         # sorted by the first column, higher is better: a/gt (8.67), b/gaussian (7), a/gaussian (4), b/gt (1)
         assert [row_key(r) for r in rows] == [("a", "gt"), ("b", "gaussian"), ("a", "gaussian"), ("b", "gt")]
@@ -213,6 +213,16 @@ def test_direction_follows_the_metric_plugin_and_custom_columns(synthetic, tmp_p
         ("b", "gaussian"),
         ("a", "gt"),
     ]
+
+    # the evaluation records each metric's headline and direction: that wins over plugins and the column spec
+    for f in (res / "cells").glob("*.json"):
+        rec = json.loads(f.read_text())
+        rec["evaluation"]["metrics"] = {"count_metric": {"headline": "good_count", "higher_is_better": False}}
+        f.write_text(json.dumps(rec))
+    data = build_leaderboard(suite, res, tmp_path / "lb3", figures=False)
+    col = data["columns"][0]
+    assert col["higher_is_better"] is False and "count_metric" in col["direction_from"]
+    assert [row_key(r) for r in data["tables"]["pool"]][0] == ("b", "gt")
 
     text = suite.path.read_text() + textwrap.dedent("""
         [leaderboard]

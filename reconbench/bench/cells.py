@@ -71,9 +71,7 @@ def expand(suite: Suite) -> list[Cell]:
         if cid in cells:
             old = cells[cid]
             if group not in old.groups:
-                cells[cid] = Cell(
-                    old.cell_id, old.target, old.recipe, old.attack, old.init, old.seed, (*old.groups, group)
-                )
+                cells[cid] = Cell(old.cell_id, old.target, old.recipe, old.attack, old.init, old.seed, (*old.groups, group))
             return
         cells[cid] = Cell(
             cid,

@@ -19,7 +19,15 @@ from .suite import Suite
 
 MIXTURE_REGIME = "mixture"
 #: per-image keys naming the candidate matched to a training image, tried in order
-CANDIDATE_KEYS = ("candidate", "candidate_index", "best_candidate", "match")
+CANDIDATE_KEYS = ("best_candidate", "candidate", "candidate_index", "match")
+#: per-image keys holding the SSIM of a training image's reconstruction, tried in order
+SSIM_KEYS = ("ssim", "best_ssim", "ssim_best", "score")
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
 TITLES = {
     "reconstructions": "Sample reconstructions per attack",
     "ssim_vs_margin": "SSIM vs margin",
@@ -41,6 +49,13 @@ class _Data:
             self._cards[key] = json.loads((self.results / "targets" / f"{key}.json").read_text())
         return self._cards[key]
 
+    def margins(self, rec: dict[str, Any]) -> list[Any]:
+        """The target's per-image margins from its model card ([] when the card is not at hand)."""
+        try:
+            return list(self.card(rec)["metrics"].get("margins") or [])
+        except (OSError, KeyError, ValueError):
+            return []
+
     def problem(self, rec: dict[str, Any]) -> Problem:
         key = rec["target"]["recipe_key"]
         if key not in self._problems:
@@ -49,9 +64,7 @@ class _Data:
         return self._problems[key]
 
     def pooled(self, rec: dict[str, Any]) -> dict[str, torch.Tensor]:
-        return load_file(
-            str(self.results / rec.get("result_dir", f"work/{rec['cell_id']}") / "candidates.safetensors")
-        )
+        return load_file(str(self.results / rec.get("result_dir", f"work/{rec['cell_id']}") / "candidates.safetensors"))
 
 
 def _display(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
@@ -62,20 +75,23 @@ def _display(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
     return img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
 
 
-def matches(
-    problem: Problem, candidates: torch.Tensor, evaluation: dict[str, Any]
-) -> tuple[list[tuple[int, int, float]], str]:
+def matches(problem: Problem, candidates: torch.Tensor, evaluation: dict[str, Any]) -> tuple[list[tuple[int, int, float]], str]:
     """(train index, candidate index, score) per training image, best first, and what the score is.
 
     Uses the evaluation's per-image matches when it records them; otherwise the nearest candidate by
     normalised cross-correlation (display only: no table number comes from this).
     """
-    rows = evaluation.get("per_image") or []
-    cand_key = next((k for k in CANDIDATE_KEYS if rows and isinstance(rows[0], dict) and k in rows[0]), None)
-    if cand_key and all(isinstance(r.get(cand_key), int) for r in rows):
-        score_key = next((k for k in ("ssim", "best_ssim", "ssim_best", "score") if k in rows[0]), None)
-        out = [(i, int(r[cand_key]), float(r[score_key]) if score_key else 0.0) for i, r in enumerate(rows)]
-        return sorted(out, key=lambda t: -t[2]), score_key or "evaluation order"
+    rows = [r for r in evaluation.get("per_image") or [] if isinstance(r, dict)]
+    cand_key = next((k for k in CANDIDATE_KEYS if any(isinstance(r.get(k), int) for r in rows)), None)
+    if cand_key and len(rows) == problem.n:
+        score_key = next((k for k in SSIM_KEYS if any(_num(r.get(k)) is not None for r in rows)), None)
+        out = [
+            (i, int(r[cand_key]), _num(r.get(score_key)) if score_key else 0.0)
+            for i, r in enumerate(rows)
+            if isinstance(r.get(cand_key), int)
+        ]
+        ranked = [(i, c, -math.inf if v is None else v) for i, c, v in out]
+        return sorted(ranked, key=lambda t: -t[2]), score_key or "evaluation order"
     x = problem.x_train(torch.float64).flatten(1)
     c = candidates.double().flatten(1)
     xs = (x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + 1e-12)
@@ -135,8 +151,7 @@ def draw_reconstructions(
             bottom.set_title(f"{score:.2f}", fontsize=6)
         oracle = " †" if rec["init"].get("is_oracle") else ""
         axes[2 * a][0].set_title(
-            f"{rec['attack']['label']} · {rec['init']['label']}{oracle} · {rec['target']['name']}"
-            f" · s{rec['seed']}",
+            f"{rec['attack']['label']} · {rec['init']['label']}{oracle} · {rec['target']['name']} · s{rec['seed']}",
             fontsize=7,
             loc="left",
         )
@@ -162,15 +177,18 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
         if "grid" not in rec["groups"] or rec["init"].get("is_oracle"):
             continue
         rows = (rec.get("evaluation") or {}).get("per_image") or []
-        if not rows or not all(isinstance(r, dict) and _ssim_of(r) is not None for r in rows):
-            continue
-        margins = data.card(rec)["metrics"].get("margins") or []
-        if len(margins) != len(rows):
-            continue
+        card_margins = data.margins(rec) if any(_num(r.get("margin")) is None for r in rows) else []
         xs, ys = points.setdefault(rec["target"]["name"], {}).setdefault(rec["attack"]["label"], ([], []))
-        for r, m in zip(rows, margins, strict=True):
-            xs.append(float(r.get("margin", m)))
-            ys.append(float(_ssim_of(r)))  # type: ignore[arg-type]
+        for i, r in enumerate(rows):
+            ssim = _ssim_of(r) if isinstance(r, dict) else None
+            margin = _num(r.get("margin")) if isinstance(r, dict) else None
+            if margin is None and len(card_margins) == len(rows):
+                margin = _num(card_margins[i])
+            if ssim is not None and margin is not None:
+                xs.append(margin)
+                ys.append(ssim)
+    points = {t: {a: v for a, v in by.items() if v[0]} for t, by in points.items()}
+    points = {t: by for t, by in points.items() if by}
     if not points:
         return {"title": title, "reason": "the cells' evaluations record no per-image SSIM"}
     fig, axes = plt.subplots(1, len(points), figsize=(4.2 * len(points), 3.4), squeeze=False)
@@ -195,16 +213,14 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
 
 
 def _ssim_of(row: dict[str, Any]) -> float | None:
-    for k in ("ssim", "best_ssim", "ssim_best"):
-        v = row.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
+    for k in SSIM_KEYS[:-1]:
+        v = _num(row.get(k))
+        if v is not None:
+            return v
     return None
 
 
-def draw_mixture_heatmap(
-    suite: Suite, pub: Published, columns: list[dict[str, Any]], path: Path
-) -> dict[str, Any]:
+def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, Any]], path: Path) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     title = TITLES["mixture_heatmap"]
@@ -212,12 +228,7 @@ def draw_mixture_heatmap(
     if not recs:
         return {"title": title, "reason": f"the suite runs no `{MIXTURE_REGIME}` init"}
     numeric = sorted(
-        {
-            k
-            for r in recs
-            for k, v in r["init"]["config"].items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
+        {k for r in recs for k, v in r["init"]["config"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     )
     varying = [k for k in numeric if len({r["init"]["config"].get(k) for r in recs}) > 1]
     if len(varying) != 2:
@@ -283,9 +294,7 @@ def draw_all(
     figs = out / "figures"
     info: dict[str, Any] = {}
     jobs = {
-        "reconstructions": lambda: draw_reconstructions(
-            suite, pub, tables, columns, data, figs / "reconstructions.png"
-        ),
+        "reconstructions": lambda: draw_reconstructions(suite, pub, tables, columns, data, figs / "reconstructions.png"),
         "ssim_vs_margin": lambda: draw_ssim_vs_margin(suite, pub, data, figs / "ssim_vs_margin.png"),
         "mixture_heatmap": lambda: draw_mixture_heatmap(suite, pub, columns, figs / "mixture_heatmap.png"),
     }

@@ -33,8 +33,7 @@ SELECTIONS = ("pool", "blind", "oracle")
 SELECTION_TITLES = {
     "pool": "Pooled candidates: all search runs of a cell evaluated together (as the papers evaluated)",
     "blind": "Blind selection: the one search run with the lowest final attack loss",
-    "oracle": "Oracle selection ‡: the one search run with the best training-set score (reads training "
-    "images)",
+    "oracle": "Oracle selection ‡: the one search run with the best training-set score (reads training images)",
 }
 ORACLE_INIT_MARK, ORACLE_SELECTION_MARK = "†", "‡"
 
@@ -69,14 +68,18 @@ def column_value(rec: dict[str, Any], selection: str, col: ColumnSpec) -> tuple[
 
 
 def direction(col: ColumnSpec, key: str | None, records: Iterable[dict[str, Any]]) -> tuple[bool, str]:
-    """higher_is_better of a column: the evaluation's declaration, else the metric plugin, else the spec."""
+    """higher_is_better of a column: the metric whose headline the key is (as the evaluation recorded it, else as
+    the registered metric plugin declares it), else the column spec."""
+    records = list(records)
     if key and col.source == "summary":
         for rec in records:
-            declared = ((rec.get("evaluation") or {}).get("higher_is_better") or {}).get(key)
-            if isinstance(declared, bool):
-                return declared, "evaluation"
-        if key in plugins.names("metrics"):
-            return bool(plugins.get("metrics", key).higher_is_better), f"metric plugin {key!r}"
+            for name, info in ((rec.get("evaluation") or {}).get("metrics") or {}).items():
+                if isinstance(info, dict) and info.get("headline", name) == key and "higher_is_better" in info:
+                    return bool(info["higher_is_better"]), f"metric {name!r} (recorded in the cells)"
+        for name in plugins.names("metrics"):
+            metric = plugins.get("metrics", name)
+            if getattr(metric, "headline", name) == key:
+                return bool(metric.higher_is_better), f"metric plugin {name!r}"
     return col.higher_is_better, "column spec"
 
 
@@ -184,9 +187,7 @@ def resolve_columns(suite: Suite, records: list[dict[str, Any]]) -> list[dict[st
     return cols
 
 
-def main_rows(
-    suite: Suite, pub: Published, columns: list[dict[str, Any]], selection: str
-) -> list[dict[str, Any]]:
+def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selection: str) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str, str], list[Cell]] = {}
     for cell in pub.plan:
         if "grid" in cell.groups:
@@ -305,11 +306,7 @@ def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]])
             for attack, init in keys:
                 row: dict[str, Any] = {"attack": attack, "init": init, "selection": sel, "values": []}
                 for v in comp.variants:
-                    ids = [
-                        c.cell_id
-                        for c in cells
-                        if c.target == v.target and c.attack.label == attack and c.init.label == init
-                    ]
+                    ids = [c.cell_id for c in cells if c.target == v.target and c.attack.label == attack and c.init.label == init]
                     recs = pub.ok(ids)
                     entry: dict[str, Any] = {
                         "axis_value": v.value,
@@ -320,9 +317,7 @@ def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]])
                         stat, key = _stat(recs, sel, col["spec"])
                         entry[col["name"]] = {**stat.to_dict(), "key": key}
                     row["values"].append(entry)
-                row["init_is_oracle"] = any(
-                    r["init"].get("is_oracle") for e in row["values"] for r in pub.ok(e["cells"])
-                )
+                row["init_is_oracle"] = any(r["init"].get("is_oracle") for e in row["values"] for r in pub.ok(e["cells"]))
                 rows.append(row)
         out[comp.name] = {
             "title": comp.title,
@@ -377,9 +372,7 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> di
         "wall_seconds": float(sum(i.get("elapsed_seconds") or 0.0 for i in invs)),
         "invocations": len(invs),
         "cell_seconds": float(sum(r.get("wall_seconds") or 0.0 for r in pub.records.values())),
-        "reconbench_versions": sorted(
-            {str(r.get("provenance", {}).get("reconbench_version")) for r in pub.records.values()}
-        ),
+        "reconbench_versions": sorted({str(r.get("provenance", {}).get("reconbench_version")) for r in pub.records.values()}),
         "git_commits": commits,
         "rendered_by": command,
         "rendered_with": {"reconbench_version": __version__, "git_commit": git_commit()},
@@ -400,11 +393,7 @@ def _label_init(row: dict[str, Any]) -> str:
 
 
 def _label_attack(row: dict[str, Any]) -> str:
-    return (
-        row["attack"]
-        if row["attack"] == row.get("attack_name", row["attack"])
-        else f"{row['attack']} ({row['attack_name']})"
-    )
+    return row["attack"] if row["attack"] == row.get("attack_name", row["attack"]) else f"{row['attack']} ({row['attack_name']})"
 
 
 def _arrow(col: dict[str, Any]) -> str:
@@ -431,8 +420,7 @@ def render_comparison(comp: dict[str, Any], columns: list[dict[str, Any]]) -> st
         for r in comp["rows"]:
             sel = r["selection"] + (f" {ORACLE_SELECTION_MARK}" if r["selection"] == "oracle" else "")
             body.append(
-                [r["attack"], _label_init(r), sel]
-                + [fmt_stat(Stat(v[metric]["values"]), col["format"]) for v in r["values"]]
+                [r["attack"], _label_init(r), sel] + [fmt_stat(Stat(v[metric]["values"]), col["format"]) for v in r["values"]]
             )
         parts.append(
             f"**{_arrow(col)}** (mean ± sd over seeds)\n\n"
@@ -464,10 +452,7 @@ def render_readme(
     if suite.description:
         lines += [suite.description, ""]
     cmds = (
-        "; ".join(
-            f"`{c['command']}` ({c['status']}, {_hours(c['elapsed_seconds'] or 0.0)})"
-            for c in info["commands"]
-        )
+        "; ".join(f"`{c['command']}` ({c['status']}, {_hours(c['elapsed_seconds'] or 0.0)})" for c in info["commands"])
         or "unknown"
     )
     lines += [
@@ -481,11 +466,7 @@ def render_readme(
         f"- **Suite file:** `{info['suite_file']}` (sha256 `{info['suite_sha256'][:16]}`)",
         f"- **Cells:** {info['cells']['ok']} ok, {info['cells']['failed']} failed, "
         f"{info['cells']['not_run']} not run"
-        + (
-            f", {info['cells']['stale']} stale (suite edited since they ran)"
-            if info["cells"]["stale"]
-            else ""
-        )
+        + (f", {info['cells']['stale']} stale (suite edited since they ran)" if info["cells"]["stale"] else "")
         + f", of {info['cells']['planned']} planned",
         "",
         "Every number below is computed from the cell JSONs in [`cells/`](cells/); `results.json` lists, "
@@ -540,10 +521,7 @@ def render_readme(
     failed = [r for r in pub.records.values() if r["status"] != STATUS_OK]
     if failed:
         lines += ["## Failed cells", ""]
-        body = [
-            [r["cell_id"], r["status"], f"{r['error']['type']}: {_short(r['error']['message'])}"]
-            for r in failed
-        ]
+        body = [[r["cell_id"], r["status"], f"{r['error']['type']}: {_short(r['error']['message'])}"] for r in failed]
         lines += [
             tabulate(body, headers=["cell", "status", "error"], tablefmt="github", disable_numparse=True),
             "",
@@ -559,8 +537,7 @@ def render_readme(
             ]
         if pub.stale:
             lines += [
-                f"Stale ({len(pub.stale)}, the suite changed since they ran): "
-                + ", ".join(f"`{c}`" for c in pub.stale[:40]),
+                f"Stale ({len(pub.stale)}, the suite changed since they ran): " + ", ".join(f"`{c}`" for c in pub.stale[:40]),
                 "",
             ]
     lines += ["## Columns", ""]
@@ -604,8 +581,7 @@ def build_leaderboard(
     """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``."""
     if not (results / "cells").is_dir():
         raise ReconbenchError(
-            f"{results} holds no cell results; run `reconbench bench {suite.name}` first "
-            "(or pass --results FOLDER)"
+            f"{results} holds no cell results; run `reconbench bench {suite.name}` first (or pass --results FOLDER)"
         )
     pub = collect(suite, results)
     ok = pub.ok()
@@ -657,7 +633,5 @@ def build_leaderboard(
         "stale": pub.stale,
     }
     write_json(out / "results.json", data)
-    (out / "README.md").write_text(
-        render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets)
-    )
+    (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets))
     return data

@@ -125,9 +125,9 @@ def selections(
             entry["summary"] = (
                 out["pool"]["summary"]
                 if len(runs) == 1
-                else score_selection(
-                    problem, pooled, k, family=result["target"]["family"], protocol=protocol, card=card
-                )["summary"]
+                else score_selection(problem, pooled, k, family=result["target"]["family"], protocol=protocol, card=card)[
+                    "summary"
+                ]
             )
         out[name] = entry
     return out
@@ -145,9 +145,7 @@ class _Target:
 class TargetPool:
     """Targets trained or reused once per recipe, remembered for the rest of the invocation (failures too)."""
 
-    def __init__(
-        self, out: Path, cache: str | None, data_root: str | None, quiet: bool, device: str = "cpu"
-    ) -> None:
+    def __init__(self, out: Path, cache: str | None, data_root: str | None, quiet: bool, device: str = "cpu") -> None:
         self.out, self.cache, self.data_root, self.quiet, self.device = out, cache, data_root, quiet, device
         self._targets: dict[str, _Target] = {}
 
@@ -395,9 +393,7 @@ def run_suite(
             for i, cell in enumerate(todo):
                 _say(f"[{len(report.skipped) + i + 1}/{len(cells)}] {cell.cell_id}", quiet)
                 spec = cell.run_spec(suite, device, dtype)
-                rec = run_cell(
-                    cell, suite, spec, out_dir, targets, invocation=n, data_root=data_root, quiet=quiet
-                )
+                rec = run_cell(cell, suite, spec, out_dir, targets, invocation=n, data_root=data_root, quiet=quiet)
                 write_json(cell_path(out_dir, cell.cell_id), rec)
                 report.ran.append(cell.cell_id)
                 if rec["status"] != STATUS_OK:

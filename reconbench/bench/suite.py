@@ -146,20 +146,16 @@ class ColumnSpec:
     source: str = "summary"  # summary | attack_loss | wall_seconds
 
 
-#: The default columns. The summary keys are tried in order, so the table works whichever name the evaluation
-#: protocol gives a metric; a metric plugin of the same name overrides ``higher_is_better``.
+#: The default columns: headline numbers of the evaluation protocol (reconbench.evaluation): `reconstructed`
+#: (training images with SSIM > 0.4), `top_k_mean_ssim` (k = 10), `membership_precision` (reconstructions nearer a
+#: training image than any decoy), `distinct_share` (1: no collapse), `init_copy_share` (candidates that stayed
+#: copies of their start). Keys are tried in order; the direction comes from the metric whose headline the key is.
 DEFAULT_COLUMNS: tuple[ColumnSpec, ...] = (
-    ColumnSpec(
-        "reconstructed", ("reconstructed", "n_reconstructed", "good_count", "count_good"), True, ".1f"
-    ),
-    ColumnSpec("top-10 SSIM", ("ssim_top10", "top10_ssim", "ssim_top_10", "mean_ssim_top10"), True, ".3f"),
-    ColumnSpec(
-        "membership precision",
-        ("membership_precision", "precision_vs_decoys", "decoy_precision"),
-        True,
-        ".2f",
-    ),
-    ColumnSpec("collapse", ("collapse", "collapse_rate", "collapse_fraction"), False, ".2f"),
+    ColumnSpec("reconstructed", ("reconstructed", "n_reconstructed", "good_count"), True, ".1f"),
+    ColumnSpec("top-10 SSIM", ("top_k_mean_ssim", "ssim_top10", "top10_ssim"), True, ".3f"),
+    ColumnSpec("membership precision", ("membership_precision", "precision_vs_decoys"), True, ".2f"),
+    ColumnSpec("distinct share", ("distinct_share",), True, ".2f"),
+    ColumnSpec("init copies", ("init_copy_share",), False, ".2f"),
     ColumnSpec("attack loss", (), False, ".3g", source="attack_loss"),
     ColumnSpec("wall s", (), False, ".1f", source="wall_seconds"),
 )
@@ -226,9 +222,7 @@ class _Checker:
             if k not in allowed:
                 close = difflib.get_close_matches(k, allowed, n=3, cutoff=0.5)
                 hint = f" Did you mean: {', '.join(close)}?" if close else ""
-                raise self.fail(
-                    (*keys, k), f"unknown key {k!r}.{hint} Known keys here: {', '.join(sorted(allowed))}"
-                )
+                raise self.fail((*keys, k), f"unknown key {k!r}.{hint} Known keys here: {', '.join(sorted(allowed))}")
 
     def typed(self, value: Any, annotation: Any, keys: tuple[Any, ...]) -> Any:
         try:
@@ -346,9 +340,7 @@ def recipe_from_table(table: dict[str, Any], chk: _Checker, keys: tuple[Any, ...
     except UnknownNameError as exc:
         raise chk.fail((*keys, "family"), str(exc)) from None
     if "widths" in d["model"] and "widths" in table.get("model", {}):
-        raise chk.fail(
-            (*keys, "model", "widths"), "widths is given twice (as `widths` and in `model`); keep one"
-        )
+        raise chk.fail((*keys, "model", "widths"), "widths is given twice (as `widths` and in `model`); keep one")
     try:
         return TargetRecipe.from_dict(d)
     except ReconbenchError as exc:
@@ -394,9 +386,7 @@ def _columns(raw: list[dict], chk: _Checker, keys: tuple[Any, ...]) -> tuple[Col
         source = c.get("source", "summary")
         col_keys = tuple(c.get("keys", [])) + ((c["key"],) if "key" in c else ())
         if source == "summary" and not col_keys:
-            raise chk.fail(
-                ck, "a summary column needs `key` (or `keys`): the evaluation summary key it shows"
-            )
+            raise chk.fail(ck, "a summary column needs `key` (or `keys`): the evaluation summary key it shows")
         cols.append(ColumnSpec(c["name"], col_keys, c["higher_is_better"], c.get("format", ".3g"), source))
     return tuple(cols)
 
@@ -428,16 +418,12 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     lb = {k: chk.typed(v, LEADERBOARD_KEYS[k], ("leaderboard", k)) for k, v in lb_raw.items()}
     store = lb.get("store_candidates", "all")
     if isinstance(store, str) and store != "all":
-        raise chk.fail(
-            ("leaderboard", "store_candidates"), f'expected "all" or a number of cells, got {store!r}'
-        )
+        raise chk.fail(("leaderboard", "store_candidates"), f'expected "all" or a number of cells, got {store!r}')
     leaderboard = LeaderboardOptions(
         store_candidates=None if store == "all" else int(store),
         figures=lb.get("figures", True),
         sample_images=lb.get("sample_images", 8),
-        columns=_columns(lb["columns"], chk, ("leaderboard", "columns"))
-        if "columns" in lb
-        else DEFAULT_COLUMNS,
+        columns=_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else DEFAULT_COLUMNS,
     )
 
     targets: dict[str, TargetEntry] = {}
@@ -499,9 +485,7 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
                 targets=chk.refs(block["targets"], targets, "target", (*keys, "targets")),
                 attacks=chk.refs(block["attacks"], attacks, "attack", (*keys, "attacks")),
                 inits=chk.refs(block.get("inits", "*"), inits, "init", (*keys, "inits")),
-                seeds=tuple(chk.typed(block["seeds"], list[int], (*keys, "seeds")))
-                if "seeds" in block
-                else seeds,
+                seeds=tuple(chk.typed(block["seeds"], list[int], (*keys, "seeds"))) if "seeds" in block else seeds,
             )
         )
 
@@ -518,15 +502,12 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
                 raise chk.fail(keys, f"a comparison needs `{req}`")
         base = table["target"]
         if base not in targets:
-            raise chk.fail(
-                (*keys, "target"), f"no target {base!r} in this suite; defined: {', '.join(targets)}"
-            )
+            raise chk.fail((*keys, "target"), f"no target {base!r} in this suite; defined: {', '.join(targets)}")
         axis = table["axis"]
         if ("values" in table) == ("variants" in table):
             raise chk.fail(
                 keys,
-                "give exactly one of `values` (target.<axis> = value) or `variants` (tables of "
-                "target overrides)",
+                "give exactly one of `values` (target.<axis> = value) or `variants` (tables of target overrides)",
             )
         if "values" in table:
             if axis not in TARGET_KEYS:

@@ -60,9 +60,7 @@ def rescore_cell(
         stored = sel.get("summary") or {}
         for key, value in stored.items():
             if key not in fresh:
-                problems.append(
-                    f"{cell_id} [{name}] {key}: stored {value!r}, not produced by the evaluation now"
-                )
+                problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, not produced by the evaluation now")
             elif not _close(value, fresh[key], rtol, atol):
                 problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, re-scored {fresh[key]!r}")
         for key in fresh.keys() - stored.keys():
@@ -84,9 +82,7 @@ def check_tables(leaderboard: Path) -> list[str]:
                 for cid in row["cells"]:
                     rec = cells.get(cid)
                     if rec is None:
-                        problems.append(
-                            f"{sel} row {row['attack']}/{row['init']}/{row['target']}: cell {cid} missing"
-                        )
+                        problems.append(f"{sel} row {row['attack']}/{row['init']}/{row['target']}: cell {cid} missing")
                         continue
                     s = rec["selections"][sel]
                     if col["source"] == "attack_loss":
