@@ -84,9 +84,7 @@ def test_key_lines_tables_arrays_inline_and_multiline():
     kl = KeyLines(text)
     assert kl.line(("top",)) == 2
     assert kl.line(("a", "s")) == 4
-    assert (
-        kl.line(("a", "fake")) == kl.line(("a",)) == 3
-    )  # inside a string: not a key; falls back to the table
+    assert kl.line(("a", "fake")) == kl.line(("a",)) == 3  # inside a string: not a key; falls back to the table
     assert kl.line(("a", "m")) == 5
     assert kl.line(("a", "inner", "q", "r")) == 7
     assert kl.line(("a", "arr", 1)) == 10
@@ -102,16 +100,12 @@ def test_base_suite_expands_to_the_product(tmp_path, toy_attack_registered):
     suite = load_suite(write(tmp_path, BASE))
     cells = expand(suite)
     assert len(cells) == 2 * 1 * 1 * 2  # targets x attacks x inits x seeds
-    assert {c.cell_id for c in cells} == {
-        f"{t}--toy_identity--gaussian--s{s}" for t in ("bin", "mc") for s in (0, 1)
-    }
+    assert {c.cell_id for c in cells} == {f"{t}--toy_identity--gaussian--s{s}" for t in ("bin", "mc") for s in (0, 1)}
     assert suite.targets["mc"].recipe.problem.num_classes == 3
     assert suite.targets["bin"].recipe.model["widths"] == [8]
     assert suite.leaderboard.columns == DEFAULT_COLUMNS
     spec = cells[0].run_spec(suite)
-    assert (
-        spec.search_runs == 2 and spec.attack_config == {"steps": 1} and spec.init_config == {"scale": 0.01}
-    )
+    assert spec.search_runs == 2 and spec.attack_config == {"steps": 1} and spec.init_config == {"scale": 0.01}
     assert len(select(cells, ["mc--*"])) == 2 and len(select(cells, ["*s1", "bin--*"])) == 3
 
 
@@ -189,9 +183,7 @@ def test_unregistered_attack_is_a_warning_unless_strict(tmp_path, toy_attack_reg
 def test_references_and_empty_suites(tmp_path, toy_attack_registered):
     text = BASE.replace('targets = ["bin", "mc"]', 'targets = ["bin", "nope"]')
     path = write(tmp_path, text)
-    with pytest.raises(
-        SuiteError, match=rf"{path}:{line_of(text, 'nope')}: grid\[0\].targets\[1\]: no target 'nope'"
-    ):
+    with pytest.raises(SuiteError, match=rf"{path}:{line_of(text, 'nope')}: grid\[0\].targets\[1\]: no target 'nope'"):
         load_suite(path)
     text = BASE[: BASE.index("[[grid]]")]
     with pytest.raises(SuiteError, match="runs nothing"):
@@ -239,9 +231,7 @@ def test_comparisons_derive_targets_and_reuse_equal_ones(tmp_path, toy_attack_re
 
 def test_cell_key_changes_with_what_determines_the_numbers(tmp_path, toy_attack_registered):
     suite = load_suite(write(tmp_path, BASE))
-    changed = load_suite(
-        write(tmp_path, BASE.replace("config = { steps = 1 }", "config = { steps = 2 }"), "b.toml")
-    )
+    changed = load_suite(write(tmp_path, BASE.replace("config = { steps = 1 }", "config = { steps = 2 }"), "b.toml"))
     a, b = expand(suite)[0], expand(changed)[0]
     assert a.cell_id == b.cell_id and a.key(suite) != b.key(changed)
     assert a.key(suite) == a.key(suite, "float64") != a.key(suite, "float32")
@@ -289,9 +279,7 @@ def test_cpu_mini_covers_the_issue():
     datasets = {"mnist_test", "npz:cifar10/cifar10_train_subset.npz"}
     for attack in ATTACKS:
         for ds in datasets:
-            inits = {
-                c.init.regime for c in cells if c.attack.attack == attack and c.recipe.problem.dataset == ds
-            }
+            inits = {c.init.regime for c in cells if c.attack.attack == attack and c.recipe.problem.dataset == ds}
             assert INITS <= inits, (attack, ds)
     assert all(c.recipe.model["widths"] in ([1000, 1000], [1000]) for c in cells)
     comps = {c.name: c for c in suite.comparisons}
@@ -305,10 +293,30 @@ def test_paper_suite_has_the_published_sizes():
     suite = load_suite("paper")
     assert suite.device == "cuda" and suite.dtype == "float64"
     t = suite.targets
-    assert (
-        t["cifar-binary"].recipe.problem.n_per_class == 250
-        and t["cifar-multiclass"].recipe.problem.n_per_class == 50
-    )
+    assert t["cifar-binary"].recipe.problem.n_per_class == 250 and t["cifar-multiclass"].recipe.problem.n_per_class == 50
     assert all(e.recipe.train.steps == 1_000_000 for e in t.values())
     assert suite.attacks["haim_binary_kkt"].config["steps"] == 50_000
     assert all(c.attack.candidates is None for c in expand(suite))  # m = 2n
+
+
+def test_protocol_tables_are_flattened_to_dotted_options(tmp_path, toy_attack_registered):
+    text = BASE.replace("[targets.bin]", "[protocol]\ngood_threshold = 0.5\nssim = { window_size = 5 }\n\n[targets.bin]")
+    suite = load_suite(write(tmp_path, text))
+    assert suite.protocol == {"good_threshold": 0.5, "ssim.window_size": 5}
+    assert expand(suite)[0].run_spec(suite).protocol == suite.protocol
+
+
+def test_protocol_errors_from_the_evaluation_name_the_line(tmp_path, toy_attack_registered, monkeypatch):
+    import reconbench.evaluation as evaluation
+    from reconbench.errors import ReconbenchError
+
+    def resolve_protocol(values, family):  # stands in for the protocol's own validation
+        for k in values:
+            if k not in {"good_threshold", "ssim.window_size"}:
+                raise ReconbenchError(f"protocol: unknown option {k!r}")
+
+    monkeypatch.setattr(evaluation, "resolve_protocol", resolve_protocol, raising=False)
+    text = BASE.replace("[targets.bin]", "[protocol]\ngood_threshold = 0.5\nssim = { windw = 5 }\n\n[targets.bin]")
+    path = write(tmp_path, text)
+    with pytest.raises(SuiteError, match=rf"{path}:{line_of(text, 'windw')}: protocol.ssim.windw: .*'ssim.windw'"):
+        load_suite(path)

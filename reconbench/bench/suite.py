@@ -374,6 +374,32 @@ def _check_plugin_config(
             raise chk.fail((*keys, "config", k), str(exc)) from None
 
 
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``ssim = { window_size = 5 }`` (or ``ssim.window_size = 5``) -> ``{"ssim.window_size": 5}``, the dotted
+    form the evaluation protocol and ``--protocol-set`` use."""
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _check_protocol(protocol: dict[str, Any], chk: _Checker) -> None:
+    """Let the evaluation protocol reject unknown options and bad values now, not after hours of attacks."""
+    from .. import evaluation
+
+    resolve = getattr(evaluation, "resolve_protocol", None)
+    if resolve is None or not protocol:
+        return
+    try:
+        resolve(protocol, "mlp")
+    except ReconbenchError as exc:
+        key = next((k for k in protocol if k in str(exc)), None)
+        raise chk.fail(("protocol", *key.split(".")) if key else ("protocol",), str(exc)) from None
+
+
 def _columns(raw: list[dict], chk: _Checker, keys: tuple[Any, ...]) -> tuple[ColumnSpec, ...]:
     cols = []
     for i, c in enumerate(raw):
@@ -411,7 +437,8 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     if search_runs < 1:
         raise chk.fail(("suite", "search_runs"), f"must be at least 1, got {search_runs}")
 
-    protocol = dict(chk.table(data.get("protocol", {}), ("protocol",)))
+    protocol = _flatten(chk.table(data.get("protocol", {}), ("protocol",)))
+    _check_protocol(protocol, chk)
 
     lb_raw = chk.table(data.get("leaderboard", {}), ("leaderboard",))
     chk.known(lb_raw, LEADERBOARD_KEYS, ("leaderboard",))
