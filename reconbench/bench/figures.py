@@ -125,13 +125,30 @@ def draw_reconstructions(
         rows = [r for r in tables["pool"] if r["attack"] == label]
         if not rows:
             continue
-        fair = [r for r in rows if not r["init_is_oracle"]] or rows
+        eligible = suite.leaderboard.figure_inits
+        fair = [r for r in rows if (r["init"] in eligible if eligible is not None else not r["init_is_oracle"])]
+        if not fair:
+            continue
         recs = pub.ok(fair[0]["cells"])
         picks.append(max(recs, key=lambda r: _primary(r, columns)))
+    eligible = suite.leaderboard.figure_inits
+    inits_text = "a non-oracle init" if eligible is None else "one of the inits " + ", ".join(eligible)
     if not picks:
-        return {"title": title, "reason": "no finished cell"}
+        return {"title": title, "reason": f"no finished cell under {inits_text}"}
     k = suite.leaderboard.sample_images
-    fig, axes = plt.subplots(2 * len(picks), k, figsize=(0.95 * k, 2.1 * len(picks)), squeeze=False)
+    # one block per attack: a label line, the training images, the matched candidates (with their scores)
+    fig = plt.figure(figsize=(0.9 * k, 2.05 * len(picks)))
+    grid = fig.add_gridspec(
+        3 * len(picks),
+        k,
+        height_ratios=[0.25, 1, 1] * len(picks),
+        hspace=0.12,
+        wspace=0.06,
+        left=0.01,
+        right=0.99,
+        top=0.99,
+        bottom=0.03,
+    )
     score_names = set()
     for a, rec in enumerate(picks):
         problem = data.problem(rec)
@@ -139,30 +156,32 @@ def draw_reconstructions(
         found, score_name = matches(problem, pooled["candidates"], rec.get("evaluation") or {})
         score_names.add(score_name)
         mean = problem.mean
-        for j in range(k):
-            top, bottom = axes[2 * a][j], axes[2 * a + 1][j]
-            top.axis("off")
-            bottom.axis("off")
-            if j >= len(found):
-                continue
-            ti, ci, score = found[j]
+        label = fig.add_subplot(grid[3 * a, :])
+        label.axis("off")
+        oracle = " †" if rec["init"].get("is_oracle") else ""
+        label.text(
+            0.0,
+            0.0,
+            f"{rec['attack']['label']} · init {rec['init']['label']}{oracle} · {rec['target']['name']} · seed {rec['seed']}",
+            fontsize=8,
+            va="bottom",
+        )
+        for j, (ti, ci, score) in enumerate(found[:k]):
+            top = fig.add_subplot(grid[3 * a + 1, j])
+            bottom = fig.add_subplot(grid[3 * a + 2, j])
             top.imshow(_display(problem.x_train(torch.float64)[ti].numpy(), mean), cmap="gray")
             bottom.imshow(_display(pooled["candidates"][ci].numpy(), mean), cmap="gray")
-            bottom.set_title(f"{score:.2f}", fontsize=6)
-        oracle = " †" if rec["init"].get("is_oracle") else ""
-        axes[2 * a][0].set_title(
-            f"{rec['attack']['label']} · {rec['init']['label']}{oracle} · {rec['target']['name']} · s{rec['seed']}",
-            fontsize=7,
-            loc="left",
-        )
-    fig.tight_layout()
+            for ax in (top, bottom):
+                ax.set_xticks([])
+                ax.set_yticks([])
+            bottom.set_xlabel(f"{score:.2f}", fontsize=6, labelpad=1)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return {
         "title": title,
         "file": f"figures/{path.name}",
         "cells": [r["cell_id"] for r in picks],
-        "caption": "For each attack, its best cell under a non-oracle init (by the first column, pooled "
+        "caption": f"For each attack, its best cell under {inits_text} (by the first column, pooled "
         f"candidates): training images (upper row) and the matched candidate (lower row, with its "
         f"{' / '.join(sorted(score_names))} score), best matches first.",
     }

@@ -166,6 +166,7 @@ class LeaderboardOptions:
     store_candidates: int | None = None  # None: every cell's candidates are published; k: a sample of k cells
     figures: bool = True
     sample_images: int = 8
+    figure_inits: tuple[str, ...] | None = None  # init labels eligible for the sample figure (None: non-oracle)
     columns: tuple[ColumnSpec, ...] = DEFAULT_COLUMNS
 
 
@@ -271,6 +272,7 @@ LEADERBOARD_KEYS: dict[str, Any] = {
     "store_candidates": str | int,
     "figures": bool,
     "sample_images": int,
+    "figure_inits": list[str],
     "columns": list[dict[str, Any]],
 }
 COLUMN_KEYS: dict[str, Any] = {
@@ -495,6 +497,10 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         init_entry = InitEntry(label, t.get("regime", label), dict(t.get("config", {})))
         _check_plugin_config("inits", init_entry.regime, init_entry.config, chk, keys, strict, warnings)
         inits[label] = init_entry
+
+    if "figure_inits" in lb:
+        eligible = chk.refs(lb["figure_inits"], inits, "init", ("leaderboard", "figure_inits"))
+        leaderboard = dataclasses.replace(leaderboard, figure_inits=eligible)
 
     grid: list[GridBlock] = []
     raw_grid = data.get("grid", [])
