@@ -451,9 +451,13 @@ def render_readme(
     lines = [f"# Leaderboard: `{suite.name}`", ""]
     if suite.description:
         lines += [suite.description, ""]
+
+    def status(c: dict[str, Any]) -> str:  # a "running" invocation that is not the last one was killed
+        last = c is info["commands"][-1]
+        return "killed" if c["status"] == "running" and not last else str(c["status"])
+
     cmds = (
-        "; ".join(f"`{c['command']}` ({c['status']}, {_hours(c['elapsed_seconds'] or 0.0)})" for c in info["commands"])
-        or "unknown"
+        "; ".join(f"`{c['command']}` ({status(c)}, {_hours(c['elapsed_seconds'] or 0.0)})" for c in info["commands"]) or "unknown"
     )
     lines += [
         f"- **Produced by:** {cmds}",
