@@ -388,16 +388,16 @@ attack = "toy_identity"
 
 [inits.m00]
 regime = "mixture"
-config = { lambda1 = 0.0, lambda2 = 0.0 }
+config = { l1 = 0.0, l2 = 0.0 }
 [inits.m01]
 regime = "mixture"
-config = { lambda1 = 0.0, lambda2 = 1.0 }
+config = { l1 = 0.0, l2 = 1.0 }
 [inits.m10]
 regime = "mixture"
-config = { lambda1 = 1.0, lambda2 = 0.0 }
+config = { l1 = 1.0, l2 = 0.0 }
 [inits.m11]
 regime = "mixture"
-config = { lambda1 = 1.0, lambda2 = 1.0 }
+config = { l1 = 1.0, l2 = 1.0 }
 
 [[grid]]
 targets = ["bin"]
@@ -413,7 +413,7 @@ def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered)
     n = 6
     margins = [0.5 * i for i in range(n)]
     for cell in expand(suite):
-        l1, l2 = cell.init.config["lambda1"], cell.init.config["lambda2"]
+        l1, l2 = cell.init.config["l1"], cell.init.config["l2"]
         rec = fake_record(cell, suite, 10 * l1 * l2 + cell.seed, 0.0, False)
         rec["init"]["config"] = dict(cell.init.config)
         rec["evaluation"]["per_image"] = [{"ssim": 0.1 * i + 0.01 * cell.seed} for i in range(n)]
