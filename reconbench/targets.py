@@ -22,15 +22,16 @@ def cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def train_target(recipe: TargetRecipe, out_dir: str | os.PathLike[str], data_root: str | None = None,
-                 quiet: bool = False) -> ModelCard:
+                 quiet: bool = False, device: str = "cpu") -> ModelCard:
     problem = build_problem(recipe.problem, data_root)
-    result = train(recipe, problem, quiet=quiet)
+    result = train(recipe, problem, quiet=quiet, device=device)
     return save_card(out_dir, recipe, problem, result)
 
 
 def get_or_train(recipe: TargetRecipe, cache: str | os.PathLike[str] | None = None, data_root: str | None = None,
-                 quiet: bool = False, log: bool = True) -> ModelCard:
-    """Reuse ``<cache>/targets/<recipe key>`` when present and intact, else train into it."""
+                 quiet: bool = False, log: bool = True, device: str = "cpu") -> ModelCard:
+    """Reuse ``<cache>/targets/<recipe key>`` when present and intact, else train into it (on ``device``; the
+    device is not part of the key)."""
     folder = cache_dir(cache) / "targets" / recipe.key()
     if (folder / CARD_FILE).exists():
         try:
@@ -48,7 +49,7 @@ def get_or_train(recipe: TargetRecipe, cache: str | os.PathLike[str] | None = No
     if log and not quiet:
         print(f"training target {recipe.key()} ({recipe.family} on {recipe.problem.dataset}, "
               f"{recipe.problem.task}, {recipe.problem.n_per_class} per class)")
-    train_target(recipe, tmp, data_root, quiet)
+    train_target(recipe, tmp, data_root, quiet, device)
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
     return load_card(folder)

@@ -114,27 +114,30 @@ def apply_defense(recipe: TargetRecipe, model: TargetNet, problem: Problem) -> N
     defense.apply(model, problem, cfg, generator=torch.Generator().manual_seed(recipe.train.seed + 1))
 
 
-def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype) -> dict[str, float]:
+def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype,
+                   device: torch.device | str = "cpu") -> dict[str, float]:
     with torch.no_grad():
         out: dict[str, float] = {}
         for split, x, lab in (("train", problem.x_train(dtype), problem.train_labels),
                               ("test", problem.x_test(dtype), problem.test_labels)):
             if len(lab) == 0:
                 continue
-            o = model(x)
+            o = model(x.to(device)).cpu()
             out[f"{split}_loss"] = float(loss_fn(o, problem.targets(lab, dtype)))
             out[f"{split}_error"] = error_rate(o, torch.as_tensor(lab), problem.task)
     return out
 
 
-def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_certificate: bool = True) -> TrainResult:
-    """Train a target by full-batch GD; stop with a clear error on NaN."""
+def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_certificate: bool = True,
+          device: str = "cpu") -> TrainResult:
+    """Train a target by full-batch GD (on ``device``; the weights come back on the CPU); stop on NaN."""
     recipe.validate()
     spec = recipe.train
     dtype = DTYPES[spec.dtype]
     loss_name, loss_fn = get_loss(spec.loss, problem.task)
-    model = build_model(recipe, problem).to(dtype)
-    x, y = problem.x_train(dtype), problem.targets(problem.train_labels, dtype)
+    model = build_model(recipe, problem).to(dtype).to(device)
+    x = problem.x_train(dtype).to(device)
+    y = problem.targets(problem.train_labels, dtype).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
     history: list[dict[str, float]] = []
     t0 = time.perf_counter()
@@ -160,14 +163,15 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
             opt.step()
             if step % spec.eval_every == 0 or step == spec.steps - 1:
                 rec = {"step": float(step), "loss": loss_value, "lr_multiplier": lr_mult}
-                rec.update(evaluate_model(model, problem, loss_fn, dtype))
+                rec.update(evaluate_model(model, problem, loss_fn, dtype, device))
                 history.append(rec)
             bar.update(step + 1, {"loss": loss_value})
             if spec.stop_loss > 0 and loss_value < spec.stop_loss:
                 break
     wall = time.perf_counter() - t0
+    model = model.cpu()
     metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": step + 1, "final_loss": loss_value,
-                               "train_seconds": wall}
+                               "train_seconds": wall, "train_device": str(device)}
     if recipe.defense is not None:
         metrics["before_defense"] = evaluate_model(model, problem, loss_fn, dtype)
         apply_defense(recipe, model, problem)

@@ -8,13 +8,16 @@ import warnings
 import click
 
 from ..errors import ReconbenchError
-from . import evaluate_cmd, plugins_cmd, run_cmd, train_cmd  # noqa: E402,F401  (commands register themselves on import)
+
+# the command modules register themselves on import
+from . import bench_cmd, common, evaluate_cmd, leaderboard_cmd, plugins_cmd, run_cmd, train_cmd  # noqa: F401
 from .common import main_group
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors print one clear line (no traceback) and exit with status 2."""
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*")
+    common.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     try:
         main_group.main(args=argv, prog_name="reconbench", standalone_mode=False)
     except click.exceptions.Abort:

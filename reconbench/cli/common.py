@@ -10,6 +10,16 @@ import tomllib
 from .. import __version__
 from ..errors import ReconbenchError
 
+#: the arguments of the current invocation (set by ``reconbench.cli.main``), recorded with benchmark results
+ARGV: list[str] = []
+
+
+def command_line() -> str:
+    """The command as typed, e.g. ``reconbench bench ci --resume`` (for provenance)."""
+    import shlex
+
+    return shlex.join(["reconbench", *ARGV])
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="reconbench")

@@ -1,0 +1,607 @@
+"""Benchmark suite files: a TOML grid of target recipes x attacks x init regimes x seeds, plus comparisons.
+
+A suite file (``benchmarks/suites/<name>.toml``) has these tables (``benchmarks/suites/README.md`` shows a
+commented example)::
+
+    [suite]          name, description, seeds, device, dtype, search_runs (search budget),
+                     candidates (m; default 2n)
+    [protocol]       evaluation protocol options, passed as they are to ``reconbench.evaluation.evaluate``
+    [leaderboard]    store_candidates, figures, sample_images, columns (the tables' metric columns)
+    [targets.NAME]   a target recipe: dataset, task, n_per_class, num_classes, binary_rule, family, widths,
+                     model, loss, lr, steps, weight_decay, schedule, dtype, seed (weight init), problem_seed
+    [attacks.LABEL]  attack (registered name; default LABEL), config (fixed options), search_runs, candidates
+    [inits.LABEL]    regime (registered name; default LABEL), config
+    [[grid]]         targets, attacks, inits (default: all), seeds (default: the suite's): their product runs
+    [comparisons.N]  title, target, axis, values (shorthand for target.<axis> = value) or variants (tables
+                     of target overrides), attacks, inits, seeds: a metric against the varied target field
+
+Unknown keys and wrong types are rejected with the key's name and its line in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from .. import plugins
+from ..config import _coerce, build_config
+from ..errors import ReconbenchError, UnknownNameError
+from ..problems import ProblemSpec
+from ..training import TargetRecipe, TrainSpec
+from .toml_lines import KeyLines
+
+SUITES_FOLDER = Path("benchmarks") / "suites"
+NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+class SuiteError(ReconbenchError):
+    """A suite file that cannot be used: the message names the file, the line and the key."""
+
+
+# -- where suites live ----------------------------------------------------------------------------------
+def suite_search_path() -> list[Path]:
+    """Folders searched for ``NAME.toml``: ./benchmarks/suites, then the source checkout's one."""
+    here = Path.cwd() / SUITES_FOLDER
+    source = Path(__file__).resolve().parents[2] / SUITES_FOLDER
+    return [here] if here == source else [here, source]
+
+
+def find_suite(name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise SuiteError(f"suite file {p} does not exist")
+        return p
+    for folder in suite_search_path():
+        cand = folder / f"{name_or_path}.toml"
+        if cand.is_file():
+            return cand
+    known = sorted({f.stem for d in suite_search_path() if d.is_dir() for f in d.glob("*.toml")})
+    close = difflib.get_close_matches(name_or_path, known, n=3, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise SuiteError(
+        f"no suite named {name_or_path!r}.{hint} Known suites: {', '.join(known) or '(none)'} "
+        f"(in {', '.join(str(d) for d in suite_search_path())}); or pass a path to a .toml file."
+    )
+
+
+def display_path(path: Path) -> str:
+    """A suite path for people: relative to the working folder or the source checkout when inside one."""
+    resolved = path.resolve()
+    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        try:
+            return str(resolved.relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return str(path)
+
+
+# -- the parsed suite ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TargetEntry:
+    name: str
+    recipe: TargetRecipe
+    table: dict[str, Any]  # the flat table as written (comparisons override its keys)
+
+
+@dataclass(frozen=True)
+class AttackEntry:
+    label: str
+    attack: str
+    config: dict[str, Any]
+    search_runs: int
+    candidates: int | None
+
+
+@dataclass(frozen=True)
+class InitEntry:
+    label: str
+    regime: str
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class GridBlock:
+    targets: tuple[str, ...]
+    attacks: tuple[str, ...]
+    inits: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Variant:
+    value: Any  # the axis value shown in the table
+    overrides: dict[str, Any]
+    target: str  # the (possibly derived) target name
+
+
+@dataclass(frozen=True)
+class Comparison:
+    name: str
+    title: str
+    axis: str
+    base: str
+    variants: tuple[Variant, ...]
+    attacks: tuple[str, ...]
+    inits: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One metric column of the leaderboard tables."""
+
+    name: str
+    keys: tuple[str, ...]  # evaluation summary keys tried in order (the first present is used)
+    higher_is_better: bool
+    fmt: str = ".3g"
+    source: str = "summary"  # summary | attack_loss | wall_seconds
+
+
+#: The default columns: headline numbers of the evaluation protocol (reconbench.evaluation): `reconstructed`
+#: (training images with SSIM > 0.4), `top_k_mean_ssim` (k = 10), `membership_precision` (reconstructions nearer a
+#: training image than any decoy), `distinct_share` (1: no collapse), `init_copy_share` (candidates that stayed
+#: copies of their start). Keys are tried in order; the direction comes from the metric whose headline the key is.
+DEFAULT_COLUMNS: tuple[ColumnSpec, ...] = (
+    ColumnSpec("reconstructed", ("reconstructed", "n_reconstructed", "good_count"), True, ".1f"),
+    ColumnSpec("top-10 SSIM", ("top_k_mean_ssim", "ssim_top10", "top10_ssim"), True, ".3f"),
+    ColumnSpec("membership precision", ("membership_precision", "precision_vs_decoys"), True, ".2f"),
+    ColumnSpec("distinct share", ("distinct_share",), True, ".2f"),
+    ColumnSpec("init copies", ("init_copy_share",), False, ".2f"),
+    ColumnSpec("attack loss", (), False, ".3g", source="attack_loss"),
+    ColumnSpec("wall s", (), False, ".1f", source="wall_seconds"),
+)
+
+
+@dataclass(frozen=True)
+class LeaderboardOptions:
+    store_candidates: int | None = None  # None: every cell's candidates are published; k: a sample of k cells
+    figures: bool = True
+    sample_images: int = 8
+    figure_inits: tuple[str, ...] | None = None  # init labels eligible for the sample figure (None: non-oracle)
+    columns: tuple[ColumnSpec, ...] = DEFAULT_COLUMNS
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    path: Path
+    text_sha256: str
+    description: str
+    seeds: tuple[int, ...]
+    device: str
+    dtype: str
+    search_runs: int
+    candidates: int | None
+    protocol: dict[str, Any]
+    targets: dict[str, TargetEntry]
+    attacks: dict[str, AttackEntry]
+    inits: dict[str, InitEntry]
+    grid: tuple[GridBlock, ...]
+    comparisons: tuple[Comparison, ...]
+    leaderboard: LeaderboardOptions = field(default_factory=LeaderboardOptions)
+    warnings: tuple[str, ...] = ()
+
+
+# -- validation ------------------------------------------------------------------------------------------
+class _Checker:
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = KeyLines(text)
+
+    def where(self, keys: tuple[Any, ...]) -> str:
+        line = self.lines.line(keys)
+        where = display_path(self.path)
+        return f"{where}:{line}" if line else where
+
+    @staticmethod
+    def dotted(keys: tuple[Any, ...]) -> str:
+        out = ""
+        for k in keys:
+            out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+        return out
+
+    def fail(self, keys: tuple[Any, ...], message: str) -> SuiteError:
+        return SuiteError(f"{self.where(keys)}: {self.dotted(keys)}: {message}")
+
+    def table(self, value: Any, keys: tuple[Any, ...]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(keys, f"expected a table, got {type(value).__name__} {value!r}")
+        return value
+
+    def known(self, table: dict[str, Any], allowed: typing.Iterable[str], keys: tuple[Any, ...]) -> None:
+        allowed = list(allowed)
+        for k in table:
+            if k not in allowed:
+                close = difflib.get_close_matches(k, allowed, n=3, cutoff=0.5)
+                hint = f" Did you mean: {', '.join(close)}?" if close else ""
+                raise self.fail((*keys, k), f"unknown key {k!r}.{hint} Known keys here: {', '.join(sorted(allowed))}")
+
+    def typed(self, value: Any, annotation: Any, keys: tuple[Any, ...]) -> Any:
+        try:
+            return _coerce(value, annotation, self.dotted(keys))
+        except ReconbenchError as exc:
+            msg, here = str(exc), self.dotted(keys)
+            if msg.startswith(here):  # "a.b: expected ..." or "a.b[1]: expected ..."
+                msg = msg[len(here) :].removeprefix(": ")
+                msg = f"element {msg}" if msg.startswith("[") else msg
+            raise self.fail(keys, msg) from None
+
+    def name(self, value: str, keys: tuple[Any, ...]) -> str:
+        if not NAME_RE.match(value):
+            raise self.fail(keys, f"name {value!r} may use only letters, digits and _ . + - (it names files)")
+        return value
+
+    def refs(self, value: Any, known: dict[str, Any], what: str, keys: tuple[Any, ...]) -> tuple[str, ...]:
+        """A list of names of ``what`` (or "*" for all of them), each checked against ``known``."""
+        if value == "*":
+            return tuple(known)
+        items = self.typed(value, list[str], keys)
+        if not items:
+            raise self.fail(keys, f'lists no {what}s; name at least one (or "*" for all)')
+        for i, item in enumerate(items):
+            if item not in known:
+                close = difflib.get_close_matches(item, list(known), n=3, cutoff=0.5)
+                hint = f" Did you mean: {', '.join(close)}?" if close else ""
+                raise self.fail(
+                    (*keys, i),
+                    f"no {what} {item!r} in this suite.{hint} Defined: {', '.join(known) or '(none)'}",
+                )
+        return tuple(items)
+
+
+SUITE_KEYS: dict[str, Any] = {
+    "name": str,
+    "description": str,
+    "tier": str,
+    "seeds": list[int],
+    "device": str,
+    "dtype": typing.Literal["float64", "float32"],
+    "search_runs": int,
+    "candidates": int | None,
+}
+LEADERBOARD_KEYS: dict[str, Any] = {
+    "store_candidates": str | int,
+    "figures": bool,
+    "sample_images": int,
+    "figure_inits": list[str],
+    "columns": list[dict[str, Any]],
+}
+COLUMN_KEYS: dict[str, Any] = {
+    "name": str,
+    "keys": list[str],
+    "key": str,
+    "higher_is_better": bool,
+    "format": str,
+    "source": typing.Literal["summary", "attack_loss", "wall_seconds"],
+}
+ATTACK_KEYS: dict[str, Any] = {
+    "attack": str,
+    "config": dict[str, Any],
+    "search_runs": int,
+    "candidates": int | None,
+    "description": str,
+}
+INIT_KEYS: dict[str, Any] = {"regime": str, "config": dict[str, Any], "description": str}
+GRID_KEYS: dict[str, Any] = {"targets": Any, "attacks": Any, "inits": Any, "seeds": list[int]}
+COMPARISON_KEYS: dict[str, Any] = {
+    "title": str,
+    "target": str,
+    "axis": str,
+    "values": list[Any],
+    "variants": list[dict[str, Any]],
+    "attacks": Any,
+    "inits": Any,
+    "seeds": list[int],
+}
+TOP_KEYS = ("suite", "protocol", "leaderboard", "targets", "attacks", "inits", "grid", "comparisons")
+
+
+def _target_keys() -> dict[str, tuple[str, str, Any]]:
+    """Flat target key -> (section, field, annotation). ``seed`` is the weight-init seed; ``problem_seed`` the
+    multiclass permutation seed."""
+    out: dict[str, tuple[str, str, Any]] = {}
+    for f, ann in typing.get_type_hints(ProblemSpec).items():
+        out["problem_seed" if f == "seed" else f] = ("problem", f, ann)
+    for f, ann in typing.get_type_hints(TrainSpec).items():
+        out[f] = ("train", f, ann)
+    out["family"] = ("recipe", "family", str)
+    out["widths"] = ("model", "widths", list[int])
+    out["model"] = ("model", "*", dict[str, Any])
+    out["description"] = ("meta", "description", str)
+    return out
+
+
+TARGET_KEYS = _target_keys()
+
+
+def recipe_from_table(table: dict[str, Any], chk: _Checker, keys: tuple[Any, ...]) -> TargetRecipe:
+    chk.known(table, TARGET_KEYS, keys)
+    d: dict[str, Any] = {"problem": {}, "model": {}, "train": {}, "family": "mlp"}
+    for k, v in table.items():
+        section, name, ann = TARGET_KEYS[k]
+        v = chk.typed(v, ann, (*keys, k))
+        if section == "meta":
+            continue
+        if section == "recipe":
+            d[name] = v
+        elif name == "*":
+            d["model"].update(v)
+        else:
+            d[section][name] = v
+    try:
+        plugins.get("models", d["family"])
+    except UnknownNameError as exc:
+        raise chk.fail((*keys, "family"), str(exc)) from None
+    if "widths" in d["model"] and "widths" in table.get("model", {}):
+        raise chk.fail((*keys, "model", "widths"), "widths is given twice (as `widths` and in `model`); keep one")
+    try:
+        return TargetRecipe.from_dict(d)
+    except ReconbenchError as exc:
+        raise chk.fail(keys, str(exc)) from None
+
+
+def _check_plugin_config(
+    kind: str,
+    name: str,
+    config: dict[str, Any],
+    chk: _Checker,
+    keys: tuple[Any, ...],
+    strict: bool,
+    warnings: list[str],
+) -> None:
+    """Check a registered plugin's config keys and types; warn about an unregistered one (strict: fail)."""
+    try:
+        obj = plugins.get(kind, name)
+    except UnknownNameError as exc:
+        if strict:
+            raise chk.fail(keys, str(exc)) from None
+        warnings.append(f"{chk.where(keys)}: {exc} Its cells will be reported as failed.")
+        return
+    cls = getattr(obj, "config_cls", None)
+    if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        return
+    for k, v in config.items():
+        try:
+            build_config(cls, {k: v}, f"{kind[:-1]} {name}")
+        except ReconbenchError as exc:
+            raise chk.fail((*keys, "config", k), str(exc)) from None
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``ssim = { window_size = 5 }`` (or ``ssim.window_size = 5``) -> ``{"ssim.window_size": 5}``, the dotted
+    form the evaluation protocol and ``--protocol-set`` use."""
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _check_protocol(protocol: dict[str, Any], chk: _Checker) -> None:
+    """Let the evaluation protocol reject unknown options and bad values now, not after hours of attacks."""
+    from .. import evaluation
+
+    resolve = getattr(evaluation, "resolve_protocol", None)
+    if resolve is None or not protocol:
+        return
+    try:
+        resolve(protocol, "mlp")
+    except ReconbenchError as exc:
+        key = next((k for k in protocol if k in str(exc)), None)
+        raise chk.fail(("protocol", *key.split(".")) if key else ("protocol",), str(exc)) from None
+
+
+def _columns(raw: list[dict], chk: _Checker, keys: tuple[Any, ...]) -> tuple[ColumnSpec, ...]:
+    cols = []
+    for i, c in enumerate(raw):
+        ck = (*keys, i)
+        chk.known(c, COLUMN_KEYS, ck)
+        for k, v in c.items():
+            chk.typed(v, COLUMN_KEYS[k], (*ck, k))
+        if "name" not in c or "higher_is_better" not in c:
+            raise chk.fail(ck, "a column needs `name` and `higher_is_better`")
+        source = c.get("source", "summary")
+        col_keys = tuple(c.get("keys", [])) + ((c["key"],) if "key" in c else ())
+        if source == "summary" and not col_keys:
+            raise chk.fail(ck, "a summary column needs `key` (or `keys`): the evaluation summary key it shows")
+        cols.append(ColumnSpec(c["name"], col_keys, c["higher_is_better"], c.get("format", ".3g"), source))
+    return tuple(cols)
+
+
+def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
+    """Read and validate a suite file. ``strict``: unregistered attacks / inits are errors, not warnings."""
+    path = find_suite(str(name_or_path))
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+    chk = _Checker(path, text)
+    warnings: list[str] = []
+    chk.known(data, TOP_KEYS, ())
+
+    head = chk.table(data.get("suite", {}), ("suite",))
+    chk.known(head, SUITE_KEYS, ("suite",))
+    head = {k: chk.typed(v, SUITE_KEYS[k], ("suite", k)) for k, v in head.items()}
+    seeds = tuple(head.get("seeds", [0]))
+    search_runs = head.get("search_runs", 1)
+    if search_runs < 1:
+        raise chk.fail(("suite", "search_runs"), f"must be at least 1, got {search_runs}")
+
+    protocol = _flatten(chk.table(data.get("protocol", {}), ("protocol",)))
+    _check_protocol(protocol, chk)
+
+    lb_raw = chk.table(data.get("leaderboard", {}), ("leaderboard",))
+    chk.known(lb_raw, LEADERBOARD_KEYS, ("leaderboard",))
+    lb = {k: chk.typed(v, LEADERBOARD_KEYS[k], ("leaderboard", k)) for k, v in lb_raw.items()}
+    store = lb.get("store_candidates", "all")
+    if isinstance(store, str) and store != "all":
+        raise chk.fail(("leaderboard", "store_candidates"), f'expected "all" or a number of cells, got {store!r}')
+    leaderboard = LeaderboardOptions(
+        store_candidates=None if store == "all" else int(store),
+        figures=lb.get("figures", True),
+        sample_images=lb.get("sample_images", 8),
+        columns=_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else DEFAULT_COLUMNS,
+    )
+
+    targets: dict[str, TargetEntry] = {}
+    keys: tuple[Any, ...]
+    for name, table in chk.table(data.get("targets", {}), ("targets",)).items():
+        keys = ("targets", name)
+        chk.name(name, keys)
+        table = chk.table(table, keys)
+        targets[name] = TargetEntry(name, recipe_from_table(table, chk, keys), dict(table))
+    if not targets:
+        raise chk.fail(("targets",), "the suite defines no targets; add a [targets.NAME] table")
+
+    attacks: dict[str, AttackEntry] = {}
+    for label, table in chk.table(data.get("attacks", {}), ("attacks",)).items():
+        keys = ("attacks", label)
+        chk.name(label, keys)
+        table = chk.table(table, keys)
+        chk.known(table, ATTACK_KEYS, keys)
+        t = {k: chk.typed(v, ATTACK_KEYS[k], (*keys, k)) for k, v in table.items()}
+        runs = t.get("search_runs", search_runs)
+        if runs < 1:
+            raise chk.fail((*keys, "search_runs"), f"must be at least 1, got {runs}")
+        attack_entry = AttackEntry(
+            label,
+            t.get("attack", label),
+            dict(t.get("config", {})),
+            runs,
+            t.get("candidates", head.get("candidates")),
+        )
+        _check_plugin_config("attacks", attack_entry.attack, attack_entry.config, chk, keys, strict, warnings)
+        attacks[label] = attack_entry
+    if not attacks:
+        raise chk.fail(("attacks",), "the suite defines no attacks; add an [attacks.NAME] table")
+
+    inits: dict[str, InitEntry] = {}
+    for label, table in chk.table(data.get("inits", {"gaussian": {}}), ("inits",)).items():
+        keys = ("inits", label)
+        chk.name(label, keys)
+        table = chk.table(table, keys)
+        chk.known(table, INIT_KEYS, keys)
+        t = {k: chk.typed(v, INIT_KEYS[k], (*keys, k)) for k, v in table.items()}
+        init_entry = InitEntry(label, t.get("regime", label), dict(t.get("config", {})))
+        _check_plugin_config("inits", init_entry.regime, init_entry.config, chk, keys, strict, warnings)
+        inits[label] = init_entry
+
+    if "figure_inits" in lb:
+        eligible = chk.refs(lb["figure_inits"], inits, "init", ("leaderboard", "figure_inits"))
+        leaderboard = dataclasses.replace(leaderboard, figure_inits=eligible)
+
+    grid: list[GridBlock] = []
+    raw_grid = data.get("grid", [])
+    if not isinstance(raw_grid, list):
+        raise chk.fail(("grid",), "write the grid as [[grid]] blocks (an array of tables)")
+    for i, block in enumerate(raw_grid):
+        keys = ("grid", i)
+        block = chk.table(block, keys)
+        chk.known(block, GRID_KEYS, keys)
+        for req in ("targets", "attacks"):
+            if req not in block:
+                raise chk.fail(keys, f"a [[grid]] block needs `{req}`")
+        grid.append(
+            GridBlock(
+                targets=chk.refs(block["targets"], targets, "target", (*keys, "targets")),
+                attacks=chk.refs(block["attacks"], attacks, "attack", (*keys, "attacks")),
+                inits=chk.refs(block.get("inits", "*"), inits, "init", (*keys, "inits")),
+                seeds=tuple(chk.typed(block["seeds"], list[int], (*keys, "seeds"))) if "seeds" in block else seeds,
+            )
+        )
+
+    comparisons: list[Comparison] = []
+    for cname, table in chk.table(data.get("comparisons", {}), ("comparisons",)).items():
+        keys = ("comparisons", cname)
+        chk.name(cname, keys)
+        table = chk.table(table, keys)
+        chk.known(table, COMPARISON_KEYS, keys)
+        for k, v in table.items():
+            chk.typed(v, COMPARISON_KEYS[k], (*keys, k))
+        for req in ("target", "axis", "attacks"):
+            if req not in table:
+                raise chk.fail(keys, f"a comparison needs `{req}`")
+        base = table["target"]
+        if base not in targets:
+            raise chk.fail((*keys, "target"), f"no target {base!r} in this suite; defined: {', '.join(targets)}")
+        axis = table["axis"]
+        if ("values" in table) == ("variants" in table):
+            raise chk.fail(
+                keys,
+                "give exactly one of `values` (target.<axis> = value) or `variants` (tables of target overrides)",
+            )
+        if "values" in table:
+            if axis not in TARGET_KEYS:
+                raise chk.fail(
+                    (*keys, "axis"),
+                    f"`values` sets the target key {axis!r}, which is not a target key; "
+                    f"use `variants` or one of: {', '.join(sorted(TARGET_KEYS))}",
+                )
+            raw_variants = [({axis: v}, (*keys, "values", j)) for j, v in enumerate(table["values"])]
+        else:
+            raw_variants = [(v, (*keys, "variants", j)) for j, v in enumerate(table["variants"])]
+        variants = []
+        for overrides, vkeys in raw_variants:
+            if axis not in overrides:
+                raise chk.fail(vkeys, f"this variant does not set the axis key {axis!r}")
+            merged = {**targets[base].table, **overrides}
+            recipe = recipe_from_table(merged, chk, vkeys)
+            tname = next((t.name for t in targets.values() if t.recipe == recipe), None)
+            if tname is None:
+                tname = f"{base}@" + ",".join(f"{k}={_fmt_value(v)}" for k, v in overrides.items())
+                targets[tname] = TargetEntry(tname, recipe, merged)
+            variants.append(Variant(overrides[axis], dict(overrides), tname))
+        comparisons.append(
+            Comparison(
+                name=cname,
+                title=table.get("title", f"{cname}: vs {axis}"),
+                axis=axis,
+                base=base,
+                variants=tuple(variants),
+                attacks=chk.refs(table["attacks"], attacks, "attack", (*keys, "attacks")),
+                inits=chk.refs(table.get("inits", "*"), inits, "init", (*keys, "inits")),
+                seeds=tuple(table["seeds"]) if "seeds" in table else seeds,
+            )
+        )
+    if not grid and not comparisons:
+        raise chk.fail(("grid",), "the suite runs nothing: add [[grid]] blocks or [comparisons.NAME] tables")
+
+    return Suite(
+        name=head.get("name", path.stem),
+        path=path,
+        text_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        description=head.get("description", ""),
+        seeds=seeds,
+        device=head.get("device", "cpu"),
+        dtype=head.get("dtype", "float64"),
+        search_runs=search_runs,
+        candidates=head.get("candidates"),
+        protocol=protocol,
+        targets=targets,
+        attacks=attacks,
+        inits=inits,
+        grid=tuple(grid),
+        comparisons=tuple(comparisons),
+        leaderboard=leaderboard,
+        warnings=tuple(warnings),
+    )
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return "x".join(_fmt_value(x) for x in v)
+    return str(v)

@@ -1,0 +1,121 @@
+"""`reconbench bench SUITE`: run a benchmark suite, one JSON per cell, resumable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from tabulate import tabulate
+
+from ..bench.cells import expand, select
+from ..bench.runner import default_results_dir, is_finished, load_cells, run_suite
+from ..bench.suite import load_suite
+from .common import command_line, data_root_option, main_group, quiet_option
+
+
+@main_group.command("bench")
+@click.argument("suite")
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="PATTERN",
+    help="Run only cells whose id matches this wildcard (repeatable), e.g. '*haim*' or 'digits-binary--*'. "
+    "Cell ids are TARGET--ATTACK--INIT--sSEED.",
+)
+@click.option(
+    "--resume", is_flag=True, help="Continue a previous run in the same folder: finished cells are skipped."
+)
+@click.option("--retry-failed", is_flag=True, help="With --resume, also re-run cells that failed.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Stop at the first failed cell, and treat attacks / inits that are not registered as errors.",
+)
+@click.option("--list", "list_only", is_flag=True, help="Only list the cells and whether each is finished.")
+@click.option(
+    "--device", default=None, help="Torch device for the attacks (default: the suite's, usually cpu)."
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float64", "float32"]),
+    default=None,
+    help="Attack precision (default: the suite's).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Results folder (default: runs/bench/<suite>).",
+)
+@click.option(
+    "--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets."
+)
+@data_root_option
+@quiet_option
+def bench_command(
+    suite: str,
+    only: tuple[str, ...],
+    resume: bool,
+    retry_failed: bool,
+    strict: bool,
+    list_only: bool,
+    device: str | None,
+    dtype: str | None,
+    out: str | None,
+    cache: str | None,
+    data_root: str | None,
+    quiet: bool,
+) -> None:
+    """Run benchmark SUITE (a name in benchmarks/suites/, or a .toml path): every attack x init x target x
+    seed.
+
+    Targets are trained once and cached by recipe hash. Each cell's JSON (config, metrics for the pooled,
+    blind
+    and oracle selections, provenance, wall time, or the error it failed with) is written the moment the cell
+    finishes; an interrupted suite loses at most the cell in progress. Render tables with
+    `reconbench leaderboard SUITE`.
+    """
+    s = load_suite(suite, strict=strict)
+    if list_only:
+        out_dir = default_results_dir(s) if out is None else out
+        done = load_cells(Path(out_dir))
+        rows = []
+        for c in select(expand(s), only):
+            rec = done.get(c.cell_id)
+            state = (
+                "-"
+                if rec is None
+                else (rec["status"] if is_finished(rec, c.key(s, dtype), False) else "stale")
+            )
+            rows.append(
+                (c.cell_id, c.attack.attack, c.init.regime, c.attack.search_runs, ", ".join(c.groups), state)
+            )
+        click.echo(
+            tabulate(rows, headers=["cell", "attack", "init", "runs", "groups", "status"], tablefmt="github")
+        )
+        return
+    report = run_suite(
+        s,
+        out,
+        only=only,
+        resume=resume,
+        strict=strict,
+        retry_failed=retry_failed,
+        device=device,
+        dtype=dtype,
+        cache=cache,
+        data_root=data_root,
+        quiet=quiet,
+        command=command_line(),
+    )
+    ok = len(report.ran) - len(report.failed)
+    click.echo(
+        f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "
+        f"finished ({report.elapsed:.1f}s); results in {report.out}"
+    )
+    for cid in report.failed:
+        click.echo(f"  failed: {cid}  (see {report.out / 'cells' / (cid + '.json')})")
+    click.echo(
+        f"render the leaderboard: reconbench leaderboard {suite}"
+        + (f" --results {report.out}" if out else "")
+    )

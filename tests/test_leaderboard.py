@@ -1,0 +1,452 @@
+"""Leaderboards: aggregation and sorting from cell JSONs, marks, header, figures, RobustBench re-scoring."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reconbench import hookimpl, plugins
+from reconbench.bench.cells import CELL_FORMAT, expand
+from reconbench.bench.leaderboard import build_leaderboard
+from reconbench.bench.runner import run_suite
+from reconbench.bench.suite import load_suite
+from reconbench.bench.verify import check_tables, rescore_cell, stored_cells
+from reconbench.cli import main
+from reconbench.errors import DataError
+from reconbench.provenance import write_json
+
+REPO = Path(__file__).resolve().parents[1]
+
+SUITE = """\
+[suite]
+name = "synthetic"
+description = "made-up numbers"
+seeds = [0, 1, 2]
+
+[targets.bin]
+dataset = "digits"
+task = "binary"
+n_per_class = 3
+widths = [8]
+steps = 10
+
+[attacks.a]
+attack = "toy_identity"
+[attacks.b]
+attack = "toy_identity"
+
+[inits.gaussian]
+[inits.gt]
+regime = "gaussian"
+
+[[grid]]
+targets = ["bin"]
+attacks = ["a", "b"]
+
+[comparisons.wd]
+target = "bin"
+axis = "weight_decay"
+values = [0.0, 0.01]
+attacks = ["a"]
+inits = ["gaussian"]
+seeds = [0]
+"""
+
+# reconstructed counts per (attack, init) and seed: pool; blind and oracle use fixed offsets
+COUNTS = {
+    ("a", "gaussian"): [3, 5, 4],
+    ("a", "gt"): [9, 9, 8],
+    ("b", "gaussian"): [6, 7, 8],
+    ("b", "gt"): [1, 0, 2],
+}
+COLLAPSE = {("a", "gaussian"): 0.5, ("a", "gt"): 0.1, ("b", "gaussian"): 0.3, ("b", "gt"): 0.9}
+OFFSET = {"pool": 0, "blind": -1, "oracle": 1}
+
+
+def fake_record(cell, suite, reconstructed: float, collapse: float, oracle_init: bool) -> dict:
+    sel = {
+        name: {
+            "summary": {"good_count": reconstructed + off, "collapse": collapse, "distinct_share": 1 - collapse, "other": 1.0},
+            "attack_loss": 0.1 * reconstructed,
+            "run": None if name == "pool" else 0,
+            "oracle": name == "oracle",
+        }
+        for name, off in OFFSET.items()
+    }
+    return {
+        "format": CELL_FORMAT,
+        "cell_id": cell.cell_id,
+        "cell_key": cell.key(suite),
+        "groups": list(cell.groups),
+        "status": "ok",
+        "error": None,
+        "seed": cell.seed,
+        "spec": {"dtype": "float64"},
+        "target": {"name": cell.target, "recipe_key": cell.recipe.key()},
+        "attack": {"label": cell.attack.label, "name": cell.attack.attack},
+        "init": {
+            "label": cell.init.label,
+            "regime": cell.init.regime,
+            "config": {},
+            "is_oracle": oracle_init,
+        },
+        "selections": sel,
+        "evaluation": {"summary": sel["pool"]["summary"], "per_image": []},
+        "attack_seconds": 1.0 + cell.seed,
+        "wall_seconds": 2.0 + cell.seed,
+        "invocation": 0,
+        "provenance": {"git_commit": "abc123", "reconbench_version": "9.9.9"},
+    }
+
+
+@pytest.fixture
+def synthetic(tmp_path, toy_attack_registered):
+    path = tmp_path / "synthetic.toml"
+    path.write_text(SUITE)
+    suite = load_suite(path)
+    res = tmp_path / "res"
+    for cell in expand(suite):
+        key = (cell.attack.label, cell.init.label)
+        if "grid" in cell.groups:
+            rec = fake_record(cell, suite, COUNTS[key][cell.seed], COLLAPSE[key], cell.init.label == "gt")
+        else:  # the comparison's derived target
+            rec = fake_record(cell, suite, 20.0, 0.0, False)
+        write_json(res / "cells" / f"{cell.cell_id}.json", rec)
+    write_json(
+        res / "invocations" / "000.json",
+        {
+            "invocation": 0,
+            "command": "reconbench bench synthetic.toml",
+            "status": "completed",
+            "elapsed_seconds": 75.0,
+            "machine": {
+                "cores": 2,
+                "cpu_model": "Test CPU 3000",
+                "memory_gib": 24.0,
+                "gpu": None,
+                "torch_threads": 2,
+            },
+            "git_commit": "abc123",
+            "reconbench_version": "9.9.9",
+        },
+    )
+    write_json(res / "invocations" / "001.json", {"invocation": 1, "command": "x", "elapsed_seconds": 5.0})
+    return suite, res
+
+
+def row_key(row):
+    return row["attack"], row["init"]
+
+
+def test_tables_aggregate_the_cells_and_sort_by_direction(synthetic, tmp_path):
+    suite, res = synthetic
+    out = tmp_path / "lb"
+    data = build_leaderboard(suite, res, out, command="reconbench leaderboard synthetic", figures=False)
+    for sel, offset in OFFSET.items():
+        rows = data["tables"][sel]
+        assert len(rows) == 4
+        for row in rows:
+            vals = np.array(COUNTS[row_key(row)], dtype=float) + offset
+            m = row["metrics"]["reconstructed"]
+            assert m["mean"] == pytest.approx(vals.mean()) and m["sd"] == pytest.approx(vals.std(ddof=1))
+            assert m["n"] == 3 and m["key"] == "good_count"
+            assert row["metrics"]["distinct share"]["mean"] == pytest.approx(1 - COLLAPSE[row_key(row)])
+            assert row["metrics"]["wall s"]["mean"] == pytest.approx(2.0)  # seeds 0, 1, 2 -> 1, 2, 3
+        # sorted by the first column, higher is better: a/gt (8.67), b/gaussian (7), a/gaussian (4), b/gt (1)
+        assert [row_key(r) for r in rows] == [("a", "gt"), ("b", "gaussian"), ("a", "gaussian"), ("b", "gt")]
+        assert [r["init_is_oracle"] for r in rows] == [True, False, False, True]
+    assert check_tables(out) == []
+
+    readme = (out / "README.md").read_text()
+    assert "| target   | attack" in readme and "|-----" in readme  # GitHub tables
+    assert "`reconbench bench synthetic.toml`" in readme and "`reconbench leaderboard synthetic`" in readme
+    assert "2 cores (Test CPU 3000), 24 GiB RAM" in readme
+    assert "80.0 s over 2 invocation(s)" in readme  # 75 s + 5 s
+    assert "9.9.9" in readme and "`abc123`" in readme
+    assert "| bin      | a (toy_identity) | gt †" in readme and "Oracle selection ‡" in readme
+    assert "8.67 ± 0.58" not in readme and "8.7 ± 0.6" in readme  # reconstructed uses format .1f
+    # the comparison: derived target has 20 (+offset), the base target's a/gaussian seed 0 has 3
+    comp = data["comparisons"]["wd"]
+    assert comp["axis_values"] == [0.0, 0.01]
+    pool = next(r for r in comp["rows"] if r["selection"] == "pool")
+    assert [v["reconstructed"]["mean"] for v in pool["values"]] == [3.0, 20.0]
+    assert "weight_decay = 0.01" in readme
+
+    # a tampered table entry is caught
+    data["tables"]["pool"][0]["metrics"]["reconstructed"]["values"][0] += 1
+    (out / "results.json").write_text(json.dumps(data))
+    assert check_tables(out)
+
+
+def test_direction_follows_the_metric_plugin_and_custom_columns(synthetic, tmp_path):
+    suite, res = synthetic
+
+    @dataclass(frozen=True)
+    class GoodCount:  # a metric plugin declaring that fewer is better (the opposite of the column spec)
+        name: str = "good_count"
+        description: str = "test metric"
+        higher_is_better: bool = False
+        config_cls: type = object
+
+    class Plugin:
+        @hookimpl
+        def register_metrics(self, register):  # type: ignore[no-untyped-def]
+            register(GoodCount())
+
+    host = plugins.host()
+    name = host.register(Plugin(), name="lower-is-better-metric")
+    try:
+        data = build_leaderboard(suite, res, tmp_path / "lb", figures=False)
+    finally:
+        host.unregister(name)
+    col = data["columns"][0]
+    assert col["higher_is_better"] is False and col["direction_from"] == "metric plugin 'good_count'"
+    assert [row_key(r) for r in data["tables"]["pool"]] == [
+        ("b", "gt"),
+        ("a", "gaussian"),
+        ("b", "gaussian"),
+        ("a", "gt"),
+    ]
+
+    # the evaluation records each metric's headline and direction: that wins over plugins and the column spec
+    for f in (res / "cells").glob("*.json"):
+        rec = json.loads(f.read_text())
+        rec["evaluation"]["metrics"] = {"count_metric": {"headline": "good_count", "higher_is_better": False}}
+        f.write_text(json.dumps(rec))
+    data = build_leaderboard(suite, res, tmp_path / "lb3", figures=False)
+    col = data["columns"][0]
+    assert col["higher_is_better"] is False and "count_metric" in col["direction_from"]
+    assert [row_key(r) for r in data["tables"]["pool"]][0] == ("b", "gt")
+
+    text = suite.path.read_text() + textwrap.dedent("""
+        [leaderboard]
+        columns = [{ name = "collapse", key = "collapse", higher_is_better = false, format = ".2f" },
+                   { name = "count", key = "good_count", higher_is_better = true }]
+        """)
+    custom = suite.path.with_name("custom.toml")
+    custom.write_text(text.replace('name = "synthetic"', 'name = "synthetic"', 1))
+    suite2 = load_suite(custom)
+    data = build_leaderboard(suite2, res, tmp_path / "lb2", figures=False)
+    assert [c["name"] for c in data["columns"]] == ["collapse", "count"]
+    assert [row_key(r) for r in data["tables"]["pool"]] == [
+        ("a", "gt"),
+        ("b", "gaussian"),
+        ("a", "gaussian"),
+        ("b", "gt"),
+    ]
+    # a/gt collapse 0.1 < b/gaussian 0.3 < a/gaussian 0.5 < b/gt 0.9
+
+
+def test_failed_not_run_and_stale_cells_are_reported_not_tabulated(synthetic, tmp_path):
+    suite, res = synthetic
+    cells = sorted((res / "cells").glob("*.json"))
+    failed = json.loads(cells[0].read_text())
+    failed.update(status="failed", error={"type": "DivergedError", "message": "run 0: loss | nan"})
+    write_json(cells[0], failed)
+    stale = json.loads(cells[1].read_text())
+    stale["cell_key"] = "0" * 16
+    write_json(cells[1], stale)
+    cells[2].unlink()
+    data = build_leaderboard(suite, res, tmp_path / "lb", figures=False)
+    readme = (tmp_path / "lb" / "README.md").read_text()
+    assert data["header"]["cells"] == {"planned": 13, "ok": 10, "failed": 1, "not_run": 1, "stale": 1}
+    assert f"| {failed['cell_id']} | failed" in readme.replace("  ", " ") or failed["cell_id"] in readme
+    assert "DivergedError: run 0: loss \\| nan" in readme
+    assert stale["cell_id"] in data["stale"] and cells[2].stem in data["not_run"]
+    tabulated = {c for rows in data["tables"].values() for r in rows for c in r["cells"]}
+    assert not tabulated & {failed["cell_id"], stale["cell_id"], cells[2].stem}
+    assert not (tmp_path / "lb" / "cells" / f"{stale['cell_id']}.json").exists()
+
+
+# -- end to end with the toy attack, and re-scoring ----------------------------------------------------------
+TOY_SUITE = """\
+[suite]
+name = "toy"
+seeds = [0, 1]
+search_runs = 2
+
+[targets.bin]
+dataset = "digits"
+task = "binary"
+n_per_class = 3
+widths = [8]
+steps = 20
+
+[targets.mc]
+dataset = "digits"
+task = "multiclass"
+num_classes = 3
+n_per_class = 2
+widths = [8]
+steps = 20
+
+[attacks.toy_identity]
+config = { steps = 1 }
+
+[inits.gaussian]
+config = { scale = 0.05 }
+
+[leaderboard]
+store_candidates = 3
+
+[[grid]]
+targets = ["bin", "mc"]
+attacks = ["toy_identity"]
+"""
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return exit_info.value.code or 0, out.out, out.err
+
+
+def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_attack_registered):
+    path = tmp_path / "toy.toml"
+    path.write_text(TOY_SUITE)
+    res, lb = tmp_path / "res", tmp_path / "lb"
+    run_suite(load_suite(path), res, quiet=True, command="reconbench bench toy")
+    code, out, err = run_cli(["leaderboard", str(path), "--results", str(res), "--out", str(lb)], capsys)
+    assert code == 0, err
+    assert (lb / "README.md").exists() and (lb / "figures" / "reconstructions.png").stat().st_size > 1000
+    data = json.loads((lb / "results.json").read_text())
+    assert data["figures"]["ssim_vs_margin"].get("reason") or data["figures"]["ssim_vs_margin"].get("file")
+    # the targets table repeats each model card's training evidence
+    assert sorted(t["target"] for t in data["targets"]) == ["bin", "mc"]
+    for t in data["targets"]:
+        card = json.loads((lb / "targets" / f"{t['recipe_key']}.json").read_text())
+        assert t["train_error"] == card["metrics"]["train_error"]
+        assert t["stationarity_ratio"] == card["metrics"]["certificate"]["ratio"]
+        assert t["n_train"] == len(card["problem"]["indices"]["train"]) and len(t["cells"]) == 2
+    assert "## Targets" in (lb / "README.md").read_text()
+    stored = stored_cells(lb)
+    assert len(stored) == 3 == len(data["stored_candidates"])
+    assert len(list((lb / "targets").glob("*.json"))) == 2 and not list(lb.rglob("weights*"))
+    for cid in stored:
+        assert rescore_cell(lb, cid) == []
+    code, out, err = run_cli(["leaderboard", str(path), "--out", str(lb), "--verify"], capsys)
+    assert code == 0 and "3 stored cell(s) re-scored" in out, err
+
+    # change one stored number: the re-scoring test must catch it
+    cell_file = lb / "cells" / f"{stored[0]}.json"
+    rec = json.loads(cell_file.read_text())
+    key = next(iter(rec["selections"]["blind"]["summary"]))
+    rec["selections"]["blind"]["summary"][key] *= 1.001
+    cell_file.write_text(json.dumps(rec))
+    problems = rescore_cell(lb, stored[0])
+    assert len(problems) == 1 and f"[blind] {key}" in problems[0]
+    code, _, err = run_cli(["leaderboard", str(path), "--out", str(lb), "--verify"], capsys)
+    assert code == 2 and "not reproduced" in err
+
+
+# -- the published leaderboards (RobustBench-style) ----------------------------------------------------------
+PUBLISHED = sorted(p.parent for p in (REPO / "leaderboards").glob("*/results.json"))
+
+
+@pytest.mark.skipif(not PUBLISHED, reason="no leaderboard is published in leaderboards/ yet")
+@pytest.mark.parametrize("board", PUBLISHED, ids=[p.name for p in PUBLISHED])
+def test_published_leaderboard_numbers_are_reproduced(board):
+    assert check_tables(board) == []
+    data = json.loads((board / "results.json").read_text())
+    assert data["header"]["commands"] and data["header"]["machines"] and data["header"]["wall_seconds"] > 0
+    sample = stored_cells(board)[:3]
+    assert sample, "a published leaderboard must store the candidates of some cells"
+    for cid in sample:
+        try:
+            assert rescore_cell(board, cid) == []
+        except DataError as exc:
+            pytest.skip(f"data for {cid} not available here: {exc}")
+
+
+def test_statistics_module_agrees_with_numpy():  # the aggregation relies on statistics.stdev being ddof=1
+    vals = [3.0, 5.0, 4.0]
+    assert statistics.stdev(vals) == pytest.approx(np.std(vals, ddof=1))
+
+
+MIX_SUITE = """\
+[suite]
+name = "mix"
+seeds = [0, 1]
+
+[targets.bin]
+dataset = "digits"
+task = "binary"
+n_per_class = 3
+widths = [8]
+steps = 10
+
+[attacks.a]
+attack = "toy_identity"
+
+[inits.m00]
+regime = "mixture"
+config = { l1 = 0.0, l2 = 0.0 }
+[inits.m01]
+regime = "mixture"
+config = { l1 = 0.0, l2 = 1.0 }
+[inits.m10]
+regime = "mixture"
+config = { l1 = 1.0, l2 = 0.0 }
+[inits.m11]
+regime = "mixture"
+config = { l1 = 1.0, l2 = 1.0 }
+
+[[grid]]
+targets = ["bin"]
+attacks = ["a"]
+"""
+
+
+def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered):
+    path = tmp_path / "mix.toml"
+    path.write_text(MIX_SUITE)
+    suite = load_suite(path)
+    res = tmp_path / "res"
+    n = 6
+    margins = [0.5 * i for i in range(n)]
+    for cell in expand(suite):
+        l1, l2 = cell.init.config["l1"], cell.init.config["l2"]
+        rec = fake_record(cell, suite, 10 * l1 * l2 + cell.seed, 0.0, False)
+        rec["init"]["config"] = dict(cell.init.config)
+        rec["evaluation"]["per_image"] = [{"ssim": 0.1 * i + 0.01 * cell.seed} for i in range(n)]
+        write_json(res / "cells" / f"{cell.cell_id}.json", rec)
+        write_json(res / "targets" / f"{cell.recipe.key()}.json", {"metrics": {"margins": margins}})
+    data = build_leaderboard(suite, res, tmp_path / "lb")
+    figs = data["figures"]
+    assert figs["mixture_heatmap"]["file"] == "figures/mixture_heatmap.png"
+    assert figs["ssim_vs_margin"]["file"] == "figures/ssim_vs_margin.png"
+    for f in ("mixture_heatmap", "ssim_vs_margin"):
+        assert (tmp_path / "lb" / figs[f]["file"]).stat().st_size > 5000
+    # the candidates of these made-up cells do not exist: that figure is skipped with its reason, tables stand
+    assert "reason" in figs["reconstructions"] and data["tables"]["pool"]
+    readme = (tmp_path / "lb" / "README.md").read_text()
+    assert "![Mixture initialisations](figures/mixture_heatmap.png)" in readme
+    assert "**Sample reconstructions per attack:** not drawn" in readme
+
+
+def test_figure_matching_uses_the_evaluation_or_finds_exact_copies():
+    import torch
+
+    from reconbench.bench.figures import matches
+    from reconbench.problems import ProblemSpec, build_problem
+
+    problem = build_problem(ProblemSpec(dataset="digits", task="binary", n_per_class=3))
+    x = problem.x_train(torch.float64)
+    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    candidates = torch.cat([x[perm] * 2.0 + 0.1, torch.randn(4, *x.shape[1:], dtype=torch.float64)])
+    found, score = matches(problem, candidates, {"per_image": []})
+    assert score == "NCC" and len(found) == len(x)
+    inverse = {int(p): j for j, p in enumerate(perm)}  # training index -> its (scaled) copy among candidates
+    for ti, ci, corr in found:
+        assert ci == inverse[ti] and corr == pytest.approx(1.0, abs=1e-9)
+    rows = [{"candidate_index": len(x) - 1 - i, "ssim": 0.1 * i} for i in range(len(x))]
+    found, score = matches(problem, candidates, {"per_image": rows})
+    assert score == "ssim" and found[0] == (len(x) - 1, 0, pytest.approx(0.1 * (len(x) - 1)))
