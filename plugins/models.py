@@ -29,7 +29,7 @@ class MLP(TargetNet):
         super().__init__()
         dims = [in_dim, *widths, out_dim]
         biases = [True] + [hidden_bias] * (len(widths) - 1) + [output_bias]
-        self.layers = nn.ModuleList(nn.Linear(a, b, bias=bb) for a, b, bb in zip(dims[:-1], dims[1:], biases))
+        self.layers = nn.ModuleList(nn.Linear(a, b, bias=bb) for a, b, bb in zip(dims[:-1], dims[1:], biases, strict=True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.flatten(1)

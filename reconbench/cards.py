@@ -19,7 +19,7 @@ from .errors import ModelCardError
 from .interfaces import Knowledge
 from .nets import TargetNet
 from .problems import Problem, build_problem
-from .training import DTYPES, TargetRecipe, TrainResult, build_model
+from .training import DTYPES, TargetRecipe, TrainResult
 
 CARD_FORMAT = "reconbench-card/1"
 CARD_FILE, WEIGHTS_FILE, MEAN_FILE = "card.json", "weights.safetensors", "mean_image.safetensors"

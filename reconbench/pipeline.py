@@ -22,8 +22,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from . import plugins
-from .cards import ModelCard
 from .candidates import candidate_labels, default_m, restrict_knowledge
+from .cards import ModelCard
 from .config import build_config, config_to_dict
 from .errors import DivergedError, IncompatibleError, ReconbenchError
 from .evaluation import evaluate, oracle_score

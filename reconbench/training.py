@@ -49,10 +49,31 @@ class TargetRecipe:
     family: str = "mlp"
     model: dict[str, Any] = field(default_factory=dict)
     train: TrainSpec = field(default_factory=TrainSpec)
+    defense: str | None = None                      # a registered defense applied before release
+    defense_config: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"problem": self.problem.to_dict(), "family": self.family, "model": dict(self.model),
-                "train": asdict(self.train)}
+        d = {"problem": self.problem.to_dict(), "family": self.family, "model": dict(self.model),
+             "train": asdict(self.train)}
+        if self.defense is not None:  # keeps the keys (and cache hashes) of undefended recipes unchanged
+            d["defense"] = self.defense
+            d["defense_config"] = dict(self.defense_config)
+        return d
+
+    def validate(self) -> TargetRecipe:
+        """Resolve every named plugin and option now, before any training starts."""
+        from .config import build_config
+
+        family = plugins.get("models", self.family)
+        unknown = set(self.model) - set(family.default_spec())
+        if unknown:
+            raise ReconbenchError(f"model family {self.family!r} has no option {sorted(unknown)[0]!r}; its options "
+                                  f"are: {', '.join(sorted(family.default_spec())) or '(none)'}")
+        get_loss(self.train.loss, self.problem.task)
+        if self.defense is not None:
+            defense = plugins.get("defenses", self.defense)
+            build_config(defense.config_cls, self.defense_config, f"defense {defense.name}")
+        return self
 
     def key(self) -> str:
         """A short hash naming this recipe (used as the cache key of trained targets)."""
@@ -62,13 +83,14 @@ class TargetRecipe:
     def from_dict(cls, d: dict[str, Any]) -> TargetRecipe:
         from .config import build_config
 
-        known = {"problem", "family", "model", "train"}
+        known = {"problem", "family", "model", "train", "defense", "defense_config"}
         extra = set(d) - known
         if extra:
             raise ReconbenchError(f"recipe: unknown key {sorted(extra)[0]!r}; known keys: {', '.join(sorted(known))}")
         return cls(problem=build_config(ProblemSpec, d.get("problem"), "recipe.problem"),
                    family=str(d.get("family", "mlp")), model=dict(d.get("model") or {}),
-                   train=build_config(TrainSpec, d.get("train"), "recipe.train"))
+                   train=build_config(TrainSpec, d.get("train"), "recipe.train"),
+                   defense=d.get("defense"), defense_config=dict(d.get("defense_config") or {}))
 
 
 @dataclass
@@ -82,6 +104,14 @@ def build_model(recipe: TargetRecipe, problem: Problem) -> TargetNet:
     family = plugins.get("models", recipe.family)
     gen = torch.Generator().manual_seed(recipe.train.seed)
     return family.build(problem.image_shape, problem.out_dim, dict(recipe.model), generator=gen)
+
+
+def apply_defense(recipe: TargetRecipe, model: TargetNet, problem: Problem) -> None:
+    from .config import build_config
+
+    defense = plugins.get("defenses", recipe.defense)  # type: ignore[arg-type]
+    cfg = build_config(defense.config_cls, recipe.defense_config, f"defense {defense.name}")
+    defense.apply(model, problem, cfg, generator=torch.Generator().manual_seed(recipe.train.seed + 1))
 
 
 def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype) -> dict[str, float]:
@@ -99,6 +129,7 @@ def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torc
 
 def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_certificate: bool = True) -> TrainResult:
     """Train a target by full-batch GD; stop with a clear error on NaN."""
+    recipe.validate()
     spec = recipe.train
     dtype = DTYPES[spec.dtype]
     loss_name, loss_fn = get_loss(spec.loss, problem.task)
@@ -137,6 +168,9 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     wall = time.perf_counter() - t0
     metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": step + 1, "final_loss": loss_value,
                                "train_seconds": wall}
+    if recipe.defense is not None:
+        metrics["before_defense"] = evaluate_model(model, problem, loss_fn, dtype)
+        apply_defense(recipe, model, problem)
     metrics.update(evaluate_model(model, problem, loss_fn, dtype))
     with torch.no_grad():
         out = model(problem.x_train(dtype))

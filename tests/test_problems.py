@@ -71,7 +71,7 @@ def test_vehicles_animals_rule_on_cifar_names():
     p = build_problem(ProblemSpec(dataset="npz:x", task="binary", n_per_class=3, binary_rule="vehicles_animals",
                                   n_test_per_class=1), data=data)
     vehicles = {0, 1, 8, 9}
-    for idx, lab in zip(p.train_indices, p.train_labels):
+    for idx, lab in zip(p.train_indices, p.train_labels, strict=True):
         assert lab == (0 if labels[idx] in vehicles else 1)
 
 

@@ -8,8 +8,8 @@ import warnings
 import click
 
 from ..errors import ReconbenchError
+from . import plugins_cmd, run_cmd, train_cmd  # noqa: E402,F401  (commands register themselves on import)
 from .common import main_group
-from . import plugins_cmd, train_cmd, run_cmd  # noqa: E402,F401  (commands register themselves on import)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from typing import Any
 
 import click
+import tomllib
 
 from .. import __version__
 from ..errors import ReconbenchError

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+import tomllib
 
 from ..errors import ReconbenchError
 from ..training import TargetRecipe
@@ -33,6 +33,8 @@ _OPTIONS = [
                  help="constant (the papers' plain GD) or inverse_loss (faster; recorded)."),
     click.option("--train-dtype", type=click.Choice(["float64", "float32"]), default=None, help="Training precision."),
     click.option("--train-seed", type=int, default=None, help="Seed of the weight initialisation."),
+    click.option("--defense", default=None, help="Defense applied before release (see `reconbench list defenses`)."),
+    click.option("--defense-set", multiple=True, help="Defense option KEY=VALUE (repeatable)."),
 ]
 
 
@@ -82,6 +84,11 @@ def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None
     if widths is not None:
         d["model"]["widths"] = widths
     d["model"].update(parse_assignments(tuple(opts.get("model_set") or ()), "--model-set"))
-    return TargetRecipe.from_dict(d)
+    if opts.get("defense"):
+        d["defense"] = opts["defense"]
+    if opts.get("defense_set"):
+        d["defense_config"] = {**d.get("defense_config", {}),
+                               **parse_assignments(tuple(opts["defense_set"]), "--defense-set")}
+    return TargetRecipe.from_dict(d).validate()
 
 

@@ -1,0 +1,175 @@
+"""A conformance suite that any plugin can be run against (ours are, parametrised over the registries).
+
+A contributor tests an external plugin with::
+
+    from reconbench import conformance
+
+    def test_my_attack_conforms():
+        conformance.check_attack(MyAttack())
+
+Each check uses a tiny target trained on the embedded ``digits`` data set (seconds on a laptop CPU). An attack may
+declare ``smoke_config`` (a dict of option overrides that make it run in a second or two) for these checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .candidates import candidate_labels
+from .cards import ModelCard
+from .config import build_config
+from .errors import IncompatibleError
+from .interfaces import KNOWLEDGE_ITEMS, TASKS, AttackOutput
+from .problems import Problem, ProblemSpec, build_problem
+from .targets import train_target
+from .training import TargetRecipe, TrainSpec
+
+_TMP = Path(tempfile.mkdtemp(prefix="reconbench-conformance-"))
+FAMILY_FOR_TASK_CHECK = "mlp"
+
+
+@cache
+def tiny_card(task: str = "binary", family: str = "mlp") -> ModelCard:
+    """A tiny target: digits, 3 images per class (2 classes for binary/regression, 3 for multiclass)."""
+    model = {"widths": [16]} if family in ("mlp", "mlp_bias") else (
+        {"channels": 2, "hidden": 16} if family == "conv" else {})
+    recipe = TargetRecipe(
+        problem=ProblemSpec(dataset="digits", task=task, n_per_class=3, num_classes=3 if task == "multiclass" else None,
+                            n_test_per_class=5),
+        family=family, model=model,
+        train=TrainSpec(lr=0.05 if task != "multiclass" else 0.2, steps=200,
+                        weight_decay=1e-3 if task == "regression" else 0.0))
+    return train_target(recipe, _TMP / f"{task}-{family}", quiet=True)
+
+
+def _check_config_cls(obj: Any) -> None:
+    cls = obj.config_cls
+    assert dataclasses.is_dataclass(cls), f"{obj.name}: config_cls must be a dataclass"
+    build_config(cls, {}, obj.name)  # every option has a default
+    for f in dataclasses.fields(cls):
+        assert f.metadata.get("help"), f"{obj.name}: option {f.name!r} has no help text (use reconbench.config.option)"
+
+
+def _check_named(obj: Any) -> None:
+    assert isinstance(obj.name, str) and obj.name and obj.name == obj.name.strip(), "name must be a non-empty string"
+    assert isinstance(obj.description, str) and obj.description.strip(), f"{obj.name}: needs a one-line description"
+
+
+def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, AttackOutput]:
+    """Interface, knowledge and output checks, and a smoke run on a tiny target of each supported task."""
+    from .pipeline import RunSpec, prepare  # late import: pipeline imports evaluation
+
+    _check_named(attack)
+    _check_config_cls(attack)
+    assert set(attack.needs) <= set(KNOWLEDGE_ITEMS), f"{attack.name}: unknown knowledge in needs"
+    assert set(attack.tasks) and set(attack.tasks) <= set(TASKS), f"{attack.name}: tasks must be a subset of {TASKS}"
+    rng = np.random.default_rng(0)
+    space = attack.search_space()
+    fields = {f.name for f in dataclasses.fields(attack.config_cls)}
+    assert set(space) <= fields, f"{attack.name}: search space names unknown options {set(space) - fields}"
+    build_config(attack.config_cls, {k: d.sample(rng) for k, d in space.items()}, attack.name)
+
+    outputs = {}
+    for task in tasks or sorted(attack.tasks):
+        card = tiny_card(task, getattr(attack, "conformance_family", FAMILY_FOR_TASK_CHECK))
+        _, target, labels = prepare(card, RunSpec(attack=attack.name))
+        before = copy.deepcopy(target.model.state_dict())
+        cfg = build_config(attack.config_cls, getattr(attack, "smoke_config", {}), attack.name)
+        x0 = torch.randn((len(labels), *card.data["input_shape"]), dtype=target.dtype,
+                         generator=torch.Generator().manual_seed(0)) * 1e-2
+        out = attack.run(target, x0.clone(), labels, cfg, generator=torch.Generator().manual_seed(1))
+        assert isinstance(out, AttackOutput), f"{attack.name}: run() must return an AttackOutput"
+        assert tuple(out.candidates.shape) == tuple(x0.shape), f"{attack.name}: candidates shape {out.candidates.shape}"
+        assert torch.equal(out.labels.cpu().long(), labels), f"{attack.name}: labels must be returned unchanged"
+        assert isinstance(out.final_loss, float), f"{attack.name}: final_loss must be a float"
+        assert out.stopped != "completed" or bool(torch.isfinite(out.candidates).all()), \
+            f"{attack.name}: completed with non-finite candidates"
+        after = target.model.state_dict()
+        assert all(torch.equal(before[k], after[k]) for k in before), f"{attack.name}: modified the target's weights"
+        outputs[task] = out
+    for task in set(TASKS) - set(attack.tasks):  # unsupported tasks fail before any work, with a clear error
+        card = tiny_card(task)
+        try:
+            prepare(card, RunSpec(attack=attack.name))
+        except IncompatibleError as exc:
+            assert attack.name in str(exc)
+        else:
+            raise AssertionError(f"{attack.name}: accepted a {task} target it does not declare")
+    return outputs
+
+
+def _with_other_training_images(problem: Problem) -> Problem:
+    other = copy.copy(problem)
+    other.train_images = np.random.default_rng(123).random(problem.train_images.shape)
+    return other
+
+
+def check_init(init: Any) -> None:
+    """Shape/dtype checks, determinism, and: a non-oracle configuration must not depend on training images."""
+    _check_named(init)
+    _check_config_cls(init)
+    for task in ("binary", "multiclass"):
+        problem = build_problem(ProblemSpec(task=task, n_per_class=3, num_classes=3 if task == "multiclass" else None,
+                                            n_test_per_class=2))
+        labels = candidate_labels(task, problem.num_classes, 2 * problem.n)
+        cfg = build_config(init.config_cls, {}, init.name)
+        x = init.make(problem, labels, cfg, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        assert tuple(x.shape) == (len(labels), *problem.image_shape), f"{init.name}: shape {tuple(x.shape)}"
+        assert x.dtype == torch.float64 and bool(torch.isfinite(x).all())
+        again = init.make(problem, labels, cfg, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        assert torch.equal(x, again), f"{init.name}: not deterministic under a fixed generator"
+        if not init.is_oracle(cfg):
+            swapped = init.make(_with_other_training_images(problem), labels, cfg,
+                                generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+            assert torch.equal(x, swapped), f"{init.name}: claims not to be an oracle but reads training images"
+
+
+def check_defense(defense: Any) -> None:
+    _check_named(defense)
+    _check_config_cls(defense)
+    card = tiny_card("binary")
+    model = card.load_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = build_config(defense.config_cls, {}, defense.name)
+    defense.apply(model, card.problem(), cfg, generator=torch.Generator().manual_seed(0))
+    after = model.state_dict()
+    assert {k: v.shape for k, v in before.items()} == {k: v.shape for k, v in after.items()}
+    assert all(torch.isfinite(v).all() for v in after.values()), f"{defense.name}: produced non-finite weights"
+
+
+def check_metric(metric: Any) -> None:
+    _check_named(metric)
+    _check_config_cls(metric)
+    assert isinstance(metric.higher_is_better, bool), f"{metric.name}: higher_is_better must be a bool"
+
+
+def check_model_family(family: Any) -> None:
+    _check_named(family)
+    spec = family.default_spec()
+    net = family.build((1, 8, 8), 3, {}, generator=torch.Generator().manual_seed(0)).double()
+    x = torch.randn(4, 1, 8, 8, dtype=torch.float64)
+    out = net(x)
+    assert tuple(out.shape) == (4, 3), f"{family.name}: output shape {tuple(out.shape)}"
+    again = family.build((1, 8, 8), 3, {}, generator=torch.Generator().manual_seed(0)).double()
+    assert torch.equal(again(x), out), f"{family.name}: init not deterministic under a fixed generator"
+    k = family.homogeneity_degree(spec)
+    if k is not None:
+        scaled = copy.deepcopy(net)
+        with torch.no_grad():
+            for p in scaled.parameters():
+                p.mul_(1.5)
+        assert torch.allclose(scaled(x), 1.5**k * out, rtol=1e-9, atol=1e-12), \
+            f"{family.name}: not homogeneous of degree {k}"
+    if family.swappable_activation:
+        with net.use_activation(lambda z: z):
+            linear_out = net(x)
+        assert math.isfinite(float(linear_out.sum()))
