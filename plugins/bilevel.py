@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -102,6 +102,10 @@ class RunkelBilevel:
     needs: frozenset = frozenset({"labels", "loss", "weight_decay"})
     tasks: frozenset = frozenset({"binary", "multiclass", "regression"})
     config_cls: type = BilevelConfig
+    #: the conformance suite's tiny target (the default homogeneous mlp is not a family this attack handles)
+    conformance_family: str = "mlp_bias"
+    smoke_config: dict = field(default_factory=lambda: {"outer_steps": 2, "inner_max_iter": 50,
+                                                        "cg_max_iter": 20, "theta0": "default"})
 
     def search_space(self) -> dict[str, Any]:
         return {"outer_lr": LogUniform(1e-3, 1e-1)}
