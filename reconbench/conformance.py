@@ -146,10 +146,50 @@ def check_defense(defense: Any) -> None:
     assert all(torch.isfinite(v).all() for v in after.values()), f"{defense.name}: produced non-finite weights"
 
 
-def check_metric(metric: Any) -> None:
+def check_metric(metric: Any) -> dict[str, Any]:
+    """Interface checks and a smoke evaluation: planted copies, noise, a NaN candidate and starting points.
+
+    The metric need not be registered: it is computed directly on an evaluation context whose primary metric
+    (``ssim``) has been computed. Its output must be JSON-safe (no NaN: None where undefined), its per-image
+    columns must have one value per training image, and its ``headline`` must be in its summary when available.
+    """
+    import json
+
+    from . import plugins
+    from .evaluation import resolve_protocol
+    from .evaluation.context import build_context
+
     _check_named(metric)
     _check_config_cls(metric)
     assert isinstance(metric.higher_is_better, bool), f"{metric.name}: higher_is_better must be a bool"
+    problem = build_problem(ProblemSpec(task="binary", n_per_class=3, n_test_per_class=2))
+    g = torch.Generator().manual_seed(0)
+    x = problem.x_train(torch.float64)
+    cands = torch.cat([x[:4] + 0.01 * torch.randn(x[:4].shape, generator=g, dtype=torch.float64),
+                       0.1 * torch.randn((2, *x.shape[1:]), generator=g, dtype=torch.float64),
+                       torch.full((1, *x.shape[1:]), float("nan"), dtype=torch.float64)])
+    x0 = 1e-3 * torch.randn(cands.shape, generator=g, dtype=torch.float64)
+    proto = resolve_protocol({"figures": False, "metrics": ["ssim"]}, "mlp")
+    ev = build_context(problem, cands, proto, labels=torch.arange(len(cands)) % 2, run_ids=torch.zeros(len(cands)),
+                       x0=x0)
+    ev.results["ssim"] = plugins.get("metrics", "ssim").compute(ev, proto.metric_configs["ssim"])
+    out = metric.compute(ev, build_config(metric.config_cls, {}, metric.name))
+    assert isinstance(out, dict), f"{metric.name}: compute() must return a dict"
+    assert set(out) <= {"summary", "per_image", "details", "available", "reason"}, \
+        f"{metric.name}: unexpected keys {set(out) - {'summary', 'per_image', 'details', 'available', 'reason'}}"
+    summary, per_image = out.get("summary", {}), out.get("per_image", {})
+    for key, value in summary.items():
+        assert value is None or isinstance(value, (bool, int, float, str)), \
+            f"{metric.name}: summary[{key!r}] must be a scalar, got {type(value).__name__}"
+    for col, values in per_image.items():
+        assert len(values) == problem.n, f"{metric.name}: column {col!r} has {len(values)} values for {problem.n} images"
+    json.dumps({"summary": summary, "per_image": per_image, "details": out.get("details", {})}, allow_nan=False)
+    if out.get("available", True):
+        headline = getattr(metric, "headline", metric.name)
+        assert headline in summary, f"{metric.name}: its headline {headline!r} is not in its summary"
+    else:
+        assert isinstance(out.get("reason"), str) and out["reason"], f"{metric.name}: unavailable without a reason"
+    return out
 
 
 def check_model_family(family: Any) -> None:

@@ -172,13 +172,19 @@ class InitRegime(Protocol):
 # -- metrics ------------------------------------------------------------------------------------------------
 @runtime_checkable
 class Metric(Protocol):
+    """An evaluation metric. Optional attributes: ``headline`` (the summary key ``higher_is_better`` refers to;
+    default the name), ``requires`` (names of metrics to compute first), ``check_config(config)`` (raise on bad
+    option values) and ``fixed(config)`` (choices that are not options, recorded with the protocol)."""
+
     name: str
     description: str
     higher_is_better: bool
     config_cls: type
 
     def compute(self, evaluation: Any, config: Any) -> dict[str, Any]:
-        """Score an evaluation context (candidates matched to a problem); see :mod:`reconbench.evaluation`."""
+        """Score an evaluation context (:class:`reconbench.evaluation.context.Evaluation`: candidates matched to a
+        problem) and return ``{"summary": {key: scalar}, "per_image": {column: [one value per training image]},
+        "details": {...}}``, or ``{"available": False, "reason": ..., ...}``; None where undefined, never NaN."""
         ...
 
 

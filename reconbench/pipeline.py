@@ -26,7 +26,7 @@ from .candidates import candidate_labels, default_m, restrict_knowledge
 from .cards import ModelCard
 from .config import build_config, config_to_dict
 from .errors import DivergedError, IncompatibleError, ReconbenchError
-from .evaluation import evaluate, oracle_score
+from .evaluation import evaluate, oracle_score, resolve_protocol
 from .interfaces import AttackTarget
 from .problems import Problem
 from .progress import Progress
@@ -88,6 +88,7 @@ def sample_configs(attack: Any, spec: RunSpec) -> list[dict[str, Any]]:
 def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root: str | None = None,
                quiet: bool = False, problem: Problem | None = None) -> dict[str, Any]:
     out = Path(out_dir)
+    resolve_protocol(spec.protocol, card.data["family"])  # a bad --protocol-set fails before any work
     attack, target, labels = prepare(card, spec)
     init = plugins.get("inits", spec.init)
     init_cfg = build_config(init.config_cls, spec.init_config, f"init {init.name}")
@@ -179,7 +180,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         "init_config": init_config,
         "init_is_oracle": oracle_init,
         "spec": spec.to_dict(),
-        "target": {"card": str(card.path), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
+        "target": {"card": str(Path(card.path).resolve()), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
                    "family": card.data["family"], "task": card.task, "n_train": problem.n,
                    "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
         "selection": {

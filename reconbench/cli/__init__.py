@@ -8,7 +8,7 @@ import warnings
 import click
 
 from ..errors import ReconbenchError
-from . import plugins_cmd, run_cmd, train_cmd  # noqa: E402,F401  (commands register themselves on import)
+from . import evaluate_cmd, plugins_cmd, run_cmd, train_cmd  # noqa: E402,F401  (commands register themselves on import)
 from .common import main_group
 
 

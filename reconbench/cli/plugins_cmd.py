@@ -32,6 +32,8 @@ def list_command(kind: str, pattern: str | None, verbose: bool) -> None:
     rows = []
     for e in entries:
         flag = " (oracle)" if getattr(e.obj, "oracle", False) else ""
+        if kind == "metrics" and hasattr(e.obj, "higher_is_better"):
+            flag += " (higher is better)" if e.obj.higher_is_better else " (lower is better)"
         rows.append((e.name + flag, e.plugin, e.description))
     click.echo(tabulate(rows, headers=["name", "plugin", "description"], tablefmt="github"))
     if verbose:

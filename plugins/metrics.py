@@ -1,0 +1,315 @@
+"""Built-in evaluation metrics. Each scores an :class:`reconbench.evaluation.context.Evaluation` (candidates already
+matched to training images under the protocol) and returns ``{"summary", "per_image", "details"}``.
+
+``higher_is_better`` refers to the metric's ``headline`` summary key. Options are set per metric through the
+protocol as ``METRIC.OPTION=value`` (``--protocol-set ssim.window_size=5``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from reconbench import hookimpl
+from reconbench.config import option
+from reconbench.errors import IncompatibleError
+from reconbench.evaluation.context import Evaluation, finite_rows
+from reconbench.evaluation.lpips_metric import ALEXNET_FILE, LpipsScorer, LpipsUnavailable
+from reconbench.evaluation.matching import match
+from reconbench.evaluation.membership import collapse, init_copy, nearest_distance, nearest_member
+from reconbench.evaluation.scores import column_values, threshold_summary
+from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
+
+
+def _nan_unmatched(values: np.ndarray, matched: np.ndarray) -> np.ndarray:
+    return np.where(matched, values, np.nan)
+
+
+def _unavailable(reason: str, key: str) -> dict[str, Any]:
+    return {"available": False, "reason": reason, "summary": {key: "unavailable", f"{key}_unavailable_reason": reason},
+            "per_image": {}}
+
+
+# -- SSIM, the papers' variant ---------------------------------------------------------------------------------
+@dataclass
+class SsimConfig:
+    window_size: int = option(3, "side of the Gaussian window (odd); kornia's sigma is fixed at 1.5")
+    data_range: float = option(1.0, "data range L of the images: C1 = (0.01 L)^2, C2 = (0.03 L)^2")
+    eps: float = option(1e-12, "kornia's denominator epsilon (the reference value)")
+
+
+@dataclass(frozen=True)
+class PaperSsim:
+    name: str = "ssim"
+    description: str = ("the papers' SSIM: kornia, Gaussian window 3 (sigma 1.5), data range 1, reflect padding, per "
+                        "channel; reconstruction un-centred and min-max scaled, original not rescaled")
+    higher_is_better: bool = True
+    headline: str = "reconstructed"
+    config_cls: type = SsimConfig
+
+    def check_config(self, cfg: SsimConfig) -> None:
+        if cfg.window_size < 1 or cfg.window_size % 2 == 0:
+            raise IncompatibleError(f"ssim.window_size must be odd and positive, got {cfg.window_size}")
+        if cfg.data_range <= 0:
+            raise IncompatibleError(f"ssim.data_range must be positive, got {cfg.data_range}")
+
+    def fixed(self, cfg: SsimConfig) -> dict[str, Any]:
+        return {"sigma": KORNIA_SIGMA, "padding": "same (reflect)", "channels": "independent; map averaged over C*H*W",
+                "reconstruction": "mean image added back, min-max scaled per image over all channels",
+                "original": "training image in [0, 1], not rescaled", "library": "kornia.metrics.ssim"}
+
+    def compute(self, ev: Evaluation, cfg: SsimConfig) -> dict[str, Any]:
+        raw = ssim_paper(ev.recon_display, ev.originals, cfg.window_size, cfg.data_range, cfg.eps).numpy()
+        scores = _nan_unmatched(raw, ev.matching.matched)
+        p = ev.protocol.base
+        summary, per_image = threshold_summary(scores, p.good_threshold, p.top_k, "ssim")
+        return {"summary": summary, "per_image": per_image}
+
+
+# -- SSIM, the standard variant --------------------------------------------------------------------------------
+@dataclass
+class StandardSsimConfig:
+    data_range: float = option(1.0, "data range passed to scikit-image (its other parameters keep their defaults)")
+    win_size: int | None = option(None, "window side (None: scikit-image's default 7)")
+    gaussian_weights: bool = option(False, "scikit-image's Gaussian weighting (default off: a uniform window)")
+
+
+@dataclass(frozen=True)
+class StandardSsim:
+    name: str = "ssim_standard"
+    description: str = ("standard SSIM: scikit-image structural_similarity with its defaults (7x7 uniform window, "
+                        "borders cropped), data range 1, same image pairs as `ssim`")
+    higher_is_better: bool = True
+    headline: str = "reconstructed_ssim_standard"
+    config_cls: type = StandardSsimConfig
+
+    def fixed(self, cfg: StandardSsimConfig) -> dict[str, Any]:
+        d = skimage_defaults()
+        if cfg.win_size is not None:
+            d["win_size"] = cfg.win_size
+        d["gaussian_weights"] = cfg.gaussian_weights
+        return {**d, "library": "skimage.metrics.structural_similarity"}
+
+    def compute(self, ev: Evaluation, cfg: StandardSsimConfig) -> dict[str, Any]:
+        matched = ev.matching.matched
+        raw = np.full(ev.n, np.nan)
+        if matched.any():
+            raw[matched] = ssim_standard(ev.recon_display[matched].numpy(), ev.originals[matched].numpy(),
+                                         cfg.data_range, cfg.win_size, cfg.gaussian_weights)
+        p = ev.protocol.base
+        summary, per_image = threshold_summary(raw, p.good_threshold, p.top_k, "ssim_standard",
+                                               suffix="_ssim_standard")
+        return {"summary": summary, "per_image": per_image}
+
+
+# -- the notebooks' variant -------------------------------------------------------------------------------------
+@dataclass
+class NotebookConfig:
+    window_size: int = option(3, "SSIM window (kornia, as `ssim`)")
+
+
+@dataclass(frozen=True)
+class NotebookSsim:
+    name: str = "ssim_notebook"
+    description: str = ("the shipped notebooks' variant, for comparison only: nearest candidate per training image "
+                        "(min vote, no best-buddy), so one candidate can count for many images")
+    higher_is_better: bool = True
+    headline: str = "reconstructed_notebook"
+    config_cls: type = NotebookConfig
+
+    def compute(self, ev: Evaluation, cfg: NotebookConfig) -> dict[str, Any]:
+        p = ev.protocol.base
+        m = match(ev.train_features, ev.candidate_features, ev.valid_ids, ev.candidates.shape[0],
+                  best_buddy=False, vote="min", avg_threshold=1.0, per_dimension=p.per_dimension,
+                  dist=ev.matching.dist)
+        recon = torch.zeros_like(ev.originals)
+        if m.matched.any():
+            recon[torch.as_tensor(m.matched)] = display(ev.candidates[torch.as_tensor(m.best[m.matched])],
+                                                        ev.problem.mean_tensor(), p.constant_tol)
+        raw = ssim_paper(recon, ev.originals, cfg.window_size).numpy()
+        scores = _nan_unmatched(raw, m.matched)
+        summary, per_image = threshold_summary(scores, p.good_threshold, p.top_k, "notebook_ssim",
+                                               suffix="_notebook")
+        good = np.asarray(per_image["reconstructed_notebook"], dtype=bool)
+        summary["notebook_distinct_candidates_reconstructed"] = int(len(np.unique(m.best[good])))
+        per_image["notebook_candidate"] = [int(b) if b >= 0 else None for b in m.best]
+        return {"summary": summary, "per_image": per_image,
+                "details": {"label": "notebook variant (min vote, no best-buddy); over-counts repeated matches"}}
+
+
+# -- LPIPS -------------------------------------------------------------------------------------------------------
+@dataclass
+class LpipsConfig:
+    backbone_weights: str | None = option(
+        None, f"path of torchvision's ImageNet AlexNet weights ({ALEXNET_FILE}); None: torch's hub cache. "
+              "Never downloaded")
+    min_size: int = option(64, "images are bilinearly up-sampled so that their shorter side is at least this")
+
+
+@dataclass(frozen=True)
+class Lpips:
+    name: str = "lpips"
+    description: str = ("LPIPS (AlexNet, v0.1) via the `lpips` package between the scaled reconstruction and the "
+                        "original; reported unavailable when the ImageNet backbone weights are absent")
+    higher_is_better: bool = False
+    headline: str = "lpips_mean"
+    config_cls: type = LpipsConfig
+
+    def fixed(self, cfg: LpipsConfig) -> dict[str, Any]:
+        return {"net": "alex", "version": "0.1", "input": "[0, 1] images scaled to [-1, 1]; grayscale repeated to 3 "
+                "channels", "resize": "bilinear, align_corners=False"}
+
+    def compute(self, ev: Evaluation, cfg: LpipsConfig) -> dict[str, Any]:
+        try:
+            scorer = LpipsScorer(backbone_weights=cfg.backbone_weights, min_size=cfg.min_size)
+        except LpipsUnavailable as exc:
+            return _unavailable(str(exc), "lpips_mean")
+        return score_lpips(ev, scorer)
+
+
+def score_lpips(ev: Evaluation, scorer: LpipsScorer) -> dict[str, Any]:
+    """LPIPS of every matched pair; the output says whether the backbone was random (tests only)."""
+    matched = ev.matching.matched
+    values = np.full(ev.n, np.nan)
+    if matched.any():
+        values[matched] = scorer(ev.recon_display[torch.as_tensor(matched)], ev.originals[torch.as_tensor(matched)])
+    rec = ev.reconstructed() & matched
+    summary = {"lpips_mean": float(values[matched].mean()) if matched.any() else None,
+               "lpips_mean_reconstructed": float(values[rec].mean()) if rec.any() else None}
+    return {"summary": summary, "per_image": {"lpips": column_values(values)},
+            "details": {"random_backbone": scorer.random_backbone}}
+
+
+# -- membership against decoys ----------------------------------------------------------------------------------
+@dataclass
+class NoOptions:
+    pass
+
+
+@dataclass(frozen=True)
+class MembershipMetric:
+    name: str = "membership"
+    description: str = ("for each reconstructed training image, is the reconstruction's nearest neighbour among "
+                        "training images and the problem's decoys a training image? (precision of the claims)")
+    higher_is_better: bool = True
+    headline: str = "membership_precision"
+    config_cls: type = NoOptions
+
+    def compute(self, ev: Evaluation, cfg: NoOptions) -> dict[str, Any]:
+        decoys = ev.problem.x_decoy(torch.float64)
+        if decoys.shape[0] == 0:
+            return _unavailable("the problem has no decoy pool (n_decoy_per_class = 0)", "membership_precision")
+        p = ev.protocol.base
+        decoy_feat = ev.features(decoys)
+        claims = ev.reconstructed() & ev.matching.matched
+        query = ev.features(ev.recon_centred[torch.as_tensor(claims)])
+        res = nearest_member(query, ev.train_features, decoy_feat, p.per_dimension)
+        is_train = np.full(ev.n, None, dtype=object)
+        d_decoy = np.full(ev.n, np.nan)
+        dec_idx = np.full(ev.n, None, dtype=object)
+        is_train[claims] = res.nearest_is_train
+        d_decoy[claims] = res.decoy_dist
+        dec_idx[claims] = [int(ev.problem.decoy_indices[k]) for k in res.nearest_decoy]
+        # every valid candidate: is a decoy nearer than every training image? (partition inits stay at decoys)
+        cand_train = ev.matching.nearest_dist[ev.valid_ids]
+        cand_decoy = nearest_distance(ev.candidate_features, decoy_feat, p.per_dimension)
+        n_claims = int(claims.sum())
+        summary = {
+            "membership_precision": float(res.nearest_is_train.mean()) if n_claims else None,
+            "member_claims": n_claims,
+            "member_claims_confirmed": int(res.nearest_is_train.sum()),
+            "candidates_nearer_decoy_share": float((cand_decoy <= cand_train).mean()) if len(ev.valid_ids) else None,
+        }
+        per_image = {"nearest_is_train": [None if v is None else bool(v) for v in is_train],
+                     "nearest_decoy_distance": column_values(d_decoy),
+                     "nearest_decoy_dataset_index": list(dec_idx)}
+        return {"summary": summary, "per_image": per_image,
+                "details": {"decoys": int(decoys.shape[0]), "ties": "a tie counts against membership"}}
+
+
+# -- staying at the initialisation ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InitCopy:
+    name: str = "init_copy"
+    description: str = ("share of candidates closer to their own starting image than to any training image "
+                        "(partition inits: natural-looking non-members)")
+    higher_is_better: bool = False
+    headline: str = "init_copy_share"
+    config_cls: type = NoOptions
+
+    def compute(self, ev: Evaluation, cfg: NoOptions) -> dict[str, Any]:
+        if ev.x0 is None:
+            return _unavailable("no starting candidates (x0) were given", "init_copy_share")
+        p = ev.protocol.base
+        ids = ev.valid_ids
+        start = ev.x0[torch.as_tensor(ids)]
+        flat = start.flatten(1)
+        usable = finite_rows(flat)
+        usable[usable.clone()] = (flat[usable].amax(1) - flat[usable].amin(1)) > p.constant_tol
+        if not usable.any():
+            return _unavailable("every starting candidate is constant or non-finite", "init_copy_share")
+        sel = torch.nonzero(usable).flatten()
+        copies = init_copy(ev.candidate_features[sel], ev.features(start[sel]),
+                           ev.matching.nearest_dist[ids[sel.numpy()]], p.per_dimension)
+        return {"summary": {"init_copy_share": float(copies.mean()), "init_copy_candidates": int(len(sel))},
+                "details": {"skipped_constant_starts": int((~usable).sum())}}
+
+
+# -- collapse ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Collapse:
+    name: str = "collapse"
+    description: str = ("distinct training images chosen as nearest by some candidate, against the number of "
+                        "candidates (1 = no collapse)")
+    higher_is_better: bool = True
+    headline: str = "distinct_share"
+    config_cls: type = NoOptions
+
+    def compute(self, ev: Evaluation, cfg: NoOptions) -> dict[str, Any]:
+        stats = collapse(ev.matching, len(ev.valid_ids))
+        rec = ev.reconstructed() & ev.matching.matched
+        stats["reconstructed_per_candidate"] = float(rec.sum() / len(ev.valid_ids)) if len(ev.valid_ids) else None
+        return {"summary": stats,
+                "details": {"distinct_share": "distinct matched / min(valid candidates, training images)"}}
+
+
+# -- the reference's in-run extraction score --------------------------------------------------------------------
+@dataclass
+class ExtractionConfig:
+    k: int = option(10, "number of best distinct matches averaged")
+
+
+@dataclass(frozen=True)
+class ExtractionScore:
+    name: str = "extraction_score"
+    description: str = ("the reference's in-run score (spec 4.7): mean NCC distance (not per dimension) of the k best "
+                        "distinct training matches; the papers' oracle selection criterion")
+    higher_is_better: bool = False
+    headline: str = "extraction_score"
+    config_cls: type = ExtractionConfig
+
+    def compute(self, ev: Evaluation, cfg: ExtractionConfig) -> dict[str, Any]:
+        from reconbench.evaluation import extraction_score_from_features
+
+        p = ev.protocol.base
+        if p.distance == "ncc":  # the matching features are the score's features: reuse their distances
+            train, cand, dist = ev.train_features, ev.candidate_features, ev.matching.dist
+            if dist is not None and p.per_dimension:
+                dist = dist * train.shape[1]
+        else:
+            train, cand, dist = ev.features(ev.problem.x_train(), "ncc"), ev.features_of(ev.valid_ids, "ncc"), None
+        score = extraction_score_from_features(train, cand, cfg.k, dist)
+        return {"summary": {"extraction_score": score if np.isfinite(score) else None}}
+
+
+METRICS = [PaperSsim(), StandardSsim(), NotebookSsim(), Lpips(), MembershipMetric(), InitCopy(), Collapse(),
+           ExtractionScore()]
+
+
+@hookimpl
+def register_metrics(register):  # type: ignore[no-untyped-def]
+    for metric in METRICS:
+        register(metric)

@@ -1,0 +1,75 @@
+"""Is a reconstruction really a training image? Membership against decoys, init copies and collapse.
+
+None of the papers measures these; they follow Runkel et al. (../shared/docs/bilevel-attack-spec.md): natural-looking
+outputs can be images the model never saw (the attack stayed near a partition initialisation), and many candidates
+can converge to one image (collapse). All distances are the protocol's matching distance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .distances import paired, pairwise
+from .matching import Matching
+
+
+@dataclass
+class Membership:
+    nearest_is_train: np.ndarray   # (k,) whether the nearest of train ∪ decoys is a training image
+    train_dist: np.ndarray         # (k,) distance to the nearest training image
+    decoy_dist: np.ndarray         # (k,) distance to the nearest decoy
+    nearest_decoy: np.ndarray      # (k,) index of that decoy in the problem's decoy pool
+
+
+def nearest_member(query: torch.Tensor, train: torch.Tensor, decoys: torch.Tensor, per_dimension: bool) -> Membership:
+    """For each query row: is its nearest neighbour among training images and decoys a training image?
+
+    Ties go to the decoy (a claim of membership needs the training image to be strictly closer).
+    """
+    k = query.shape[0]
+    if k == 0:
+        z = np.zeros(0)
+        return Membership(z.astype(bool), z, z, z.astype(np.int64))
+    dt_rank = pairwise(query, train, per_dimension)
+    dd_rank = pairwise(query, decoys, per_dimension)
+    it, idd = dt_rank.argmin(1), dd_rank.argmin(1)
+    dt = paired(query, train[it], per_dimension).numpy()
+    dd = paired(query, decoys[idd], per_dimension).numpy()
+    return Membership(dt < dd, dt, dd, idd.numpy())
+
+
+def nearest_distance(query: torch.Tensor, pool: torch.Tensor, per_dimension: bool) -> np.ndarray:
+    """Exact distance of each query row to its nearest pool row."""
+    if query.shape[0] == 0:
+        return np.zeros(0)
+    near = pairwise(query, pool, per_dimension).argmin(1)
+    return paired(query, pool[near], per_dimension).numpy()
+
+
+def init_copy(cand: torch.Tensor, start: torch.Tensor, nearest_train: np.ndarray, per_dimension: bool) -> np.ndarray:
+    """Per candidate: is it closer to its own starting image than to every training image?
+
+    ``cand`` and ``start`` are matching features row by row; ``nearest_train`` the distance of each candidate to its
+    nearest training image (from the matching).
+    """
+    if cand.shape[0] == 0:
+        return np.zeros(0, dtype=bool)
+    return paired(cand, start, per_dimension).numpy() < nearest_train
+
+
+def collapse(matching: Matching, n_valid: int) -> dict[str, float | int | None]:
+    """Distinct training images chosen as nearest by at least one candidate, against the number of candidates."""
+    chosen = matching.nearest[matching.nearest >= 0]
+    counts = np.bincount(chosen, minlength=matching.n) if len(chosen) else np.zeros(matching.n, dtype=np.int64)
+    distinct = int((counts > 0).sum())
+    ceiling = min(n_valid, matching.n)
+    return {
+        "distinct_matched": distinct,
+        "candidates_valid": int(n_valid),
+        "distinct_share": distinct / ceiling if ceiling else None,
+        "candidates_per_matched_image": n_valid / distinct if distinct else None,
+        "max_candidates_per_image": int(counts.max()) if len(counts) else 0,
+    }

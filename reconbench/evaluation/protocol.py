@@ -1,0 +1,231 @@
+"""The evaluation protocol: one dataclass of matching parameters plus one config per metric plugin.
+
+Defaults are the canonical "paper" protocol (../shared/docs/kkt-attacks-spec.md section 5.4, B's ``sweep_info.py``):
+``ncc2`` distances divided by the dimension, best-buddy matching, per training image the mean of its candidates
+within B times its best distance (B = 1.1 for MLP-like families, 1.5 for convolutional ones), then the window-3 SSIM
+of the min-max scaled reconstruction against the original, and "reconstructed" iff SSIM > 0.4.
+
+Options come as a flat ``{key: value}`` dict (``--protocol-set key=value``). Plain keys are fields of
+:class:`Protocol`; ``metric.option`` keys set an option of one metric plugin (``ssim.window_size=5``). Unknown keys
+are rejected with close matches drawn from both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .. import plugins
+from ..config import build_config, config_to_dict, option
+from ..errors import ReconbenchError
+
+#: distance name -> bicubic down-sampling factor applied before the distance (1: none)
+DISTANCES: dict[str, int] = {"l2": 1, "ncc": 1, "ncc2": 2, "ncc4": 4}
+
+#: the averaging threshold B per model family (spec 5.4: 1.1 for the papers' MLPs, 1.5 for convolutional targets)
+FAMILY_AVG_THRESHOLD: dict[str, float] = {"mlp": 1.1, "mlp_bias": 1.1, "affine": 1.1, "conv": 1.5}
+DEFAULT_AVG_THRESHOLD = 1.1
+
+
+@dataclass
+class Protocol:
+    """Matching and headline parameters shared by every metric (defaults: the papers' protocol, spec 5.4)."""
+
+    distance: Literal["ncc2", "ncc", "ncc4", "l2"] = option(
+        "ncc2", "matching distance in the centred space: ncc (per-image, per-channel standardised squared L2), "
+                "ncc2/ncc4 (the same after bicubic down-sampling by 2/4, no antialias) or l2 (squared L2)")
+    ncc_eps: float = option(1e-10, "epsilon added to the per-channel standard deviation in NCC (the reference has "
+                                   "none and gives NaN on constant images)")
+    per_dimension: bool = option(True, "divide distances by the (down-sampled) dimension C*H*W")
+    best_buddy: bool = option(True, "each candidate may only be matched to its nearest training image")
+    vote: Literal["mean", "min"] = option(
+        "mean", "per training image: mean of its candidates within B times its best distance, or its best only")
+    avg_threshold: float | None = option(
+        None, "B of the mean vote: candidates with distance < B * best distance are averaged; "
+              "None: 1.1 for the families mlp/mlp_bias/affine, 1.5 for conv")
+    good_threshold: float = option(0.4, "a training image counts as reconstructed iff its primary score (SSIM) "
+                                        "is above this")
+    top_k: int = option(10, "headline: mean score of the k best-reconstructed training images (unmatched images "
+                            "count as 0)")
+    constant_tol: float = option(1e-10, "a candidate whose value range (centred or with the mean added back) is "
+                                        "at most this is constant: not matched, counted as invalid")
+    primary_metric: str = option("ssim", "the metric whose per-image `reconstructed` column defines reconstructed "
+                                         "training images (headline count, membership claims, figures)")
+    metrics: list[str] | None = option(None, "metric plugins to compute, in order (None: every registered one)")
+    figures: bool = option(True, "write PNG figures when a result folder is given")
+    figure_max_images: int = option(60, "at most this many reconstruction/original pairs in the image figure")
+
+
+@dataclass
+class ResolvedProtocol:
+    """A protocol with every default resolved, the metric plugins and their configs."""
+
+    base: Protocol
+    family: str
+    avg_threshold: float
+    avg_threshold_source: str
+    metric_names: list[str]
+    metric_configs: dict[str, Any]
+    overrides: dict[str, Any]
+
+    @property
+    def downsample(self) -> int:
+        return DISTANCES[self.base.distance]
+
+    def metric(self, name: str) -> Any:
+        return plugins.get("metrics", name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every parameter, as recorded in result.json."""
+        p = self.base
+        factor = self.downsample
+        out: dict[str, Any] = {
+            "name": "paper" if self.is_paper() else "custom",
+            "distance": p.distance,
+            "space": "centred (the model's input space: image minus the training mean image)",
+            "downsample": None if factor == 1 else {"factor": factor, "mode": "bicubic", "align_corners": False,
+                                                     "antialias": False, "library": "torch.nn.functional.interpolate"},
+            "ncc": None if not p.distance.startswith("ncc") else {
+                "standardise": "per image and per channel", "std": "unbiased (N-1)", "eps": p.ncc_eps},
+            "per_dimension": p.per_dimension,
+            "best_buddy": p.best_buddy,
+            "vote": p.vote,
+            "avg_threshold": self.avg_threshold,
+            "avg_threshold_source": self.avg_threshold_source,
+            "avg_rule": "average (centred space) the candidates with d < B * d_best; the best is always included"
+                        if p.vote == "mean" else "the best candidate only",
+            "unmatched": "a training image that no candidate chose is not reconstructed (never paired)",
+            "runs": "candidates of all runs are pooled before matching",
+            "good_threshold": p.good_threshold,
+            "top_k": p.top_k,
+            "top_k_rule": "mean of the k highest primary scores; unmatched training images count as 0",
+            "constant_tol": p.constant_tol,
+            "primary_metric": p.primary_metric,
+            "family": self.family,
+            "figures": p.figures,
+            "figure_max_images": p.figure_max_images,
+            "metrics": {},
+            "overrides": dict(self.overrides),
+        }
+        for name in self.metric_names:
+            metric = self.metric(name)
+            cfg = self.metric_configs[name]
+            out["metrics"][name] = {
+                "description": metric.description,
+                "higher_is_better": bool(metric.higher_is_better),
+                "headline": getattr(metric, "headline", name),
+                "config": config_to_dict(cfg) if dataclasses.is_dataclass(cfg) else cfg,
+                **({"fixed": dict(metric.fixed(cfg))} if hasattr(metric, "fixed") else {}),
+            }
+        return out
+
+    def is_paper(self) -> bool:
+        """Whether the matching parameters are those of spec 5.4 (metric options aside)."""
+        p, d = self.base, Protocol()
+        same = all(getattr(p, f) == getattr(d, f) for f in ("distance", "per_dimension", "best_buddy", "vote",
+                                                             "good_threshold", "top_k", "primary_metric"))
+        return same and self.avg_threshold == FAMILY_AVG_THRESHOLD.get(self.family, DEFAULT_AVG_THRESHOLD)
+
+
+def _known_keys(metric_names: list[str]) -> list[str]:
+    keys = [f.name for f in dataclasses.fields(Protocol)]
+    for name in metric_names:
+        cls = getattr(plugins.get("metrics", name), "config_cls", None)
+        if cls is not None and dataclasses.is_dataclass(cls):
+            keys += [f"{name}.{f.name}" for f in dataclasses.fields(cls)]
+    return keys
+
+
+def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProtocol:
+    """Build the protocol from user overrides, rejecting unknown keys and bad values with a clear message."""
+    values = dict(values or {})
+    plain = {k: v for k, v in values.items() if "." not in k}
+    dotted = {k: v for k, v in values.items() if "." in k}
+    all_metrics = plugins.names("metrics")
+    fields = {f.name for f in dataclasses.fields(Protocol)}
+    for key in plain:
+        if key not in fields:
+            close = difflib.get_close_matches(key, _known_keys(all_metrics), n=3, cutoff=0.5)
+            close += [k for k in _known_keys(all_metrics) if k.endswith("." + key) and k not in close]
+            hint = f" Did you mean: {', '.join(close[:4])}?" if close else ""
+            raise ReconbenchError(f"protocol: unknown option {key!r}.{hint} Protocol options: "
+                                  f"{', '.join(sorted(fields))}; metric options are set as METRIC.OPTION "
+                                  "(see `reconbench list metrics -v`).")
+    base = build_config(Protocol, plain, "protocol")
+    _check_ranges(base)
+    names = list(base.metrics) if base.metrics is not None else list(all_metrics)
+    for name in names:
+        plugins.get("metrics", name)  # UnknownNameError with close matches
+    if len(set(names)) != len(names):
+        raise ReconbenchError(f"protocol.metrics lists a metric twice: {names}")
+    if base.primary_metric not in names:
+        raise ReconbenchError(f"protocol: the primary metric {base.primary_metric!r} is not among the metrics "
+                              f"computed ({', '.join(names) or 'none'}); add it to `metrics` or change "
+                              "`primary_metric`")
+    names = _order([base.primary_metric] + [n for n in names if n != base.primary_metric])
+    per_metric: dict[str, dict[str, Any]] = {}
+    for key, value in dotted.items():
+        mname, _, opt = key.partition(".")
+        if mname not in names:
+            if mname in all_metrics:
+                raise ReconbenchError(f"protocol: option {key!r} is for metric {mname!r}, which is not computed "
+                                      f"(metrics: {', '.join(names)})")
+            plugins.get("metrics", mname)
+        per_metric.setdefault(mname, {})[opt] = value
+    configs = {}
+    for name in names:
+        metric = plugins.get("metrics", name)
+        configs[name] = build_config(metric.config_cls, per_metric.get(name), f"protocol: metric {name}")
+        check = getattr(metric, "check_config", None)
+        if check is not None:
+            check(configs[name])
+    if base.avg_threshold is not None:
+        b, source = float(base.avg_threshold), "set by the protocol"
+    elif family in FAMILY_AVG_THRESHOLD:
+        b = FAMILY_AVG_THRESHOLD[family]
+        source = f"default for family {family!r} ({'convolutional' if b == 1.5 else 'MLP-like'}: {b})"
+    else:
+        b = DEFAULT_AVG_THRESHOLD
+        source = f"default {b} (family {family!r} has no recorded default; treated as MLP-like)"
+    return ResolvedProtocol(base=base, family=family, avg_threshold=b, avg_threshold_source=source,
+                            metric_names=names, metric_configs=configs, overrides=values)
+
+
+def _check_ranges(p: Protocol) -> None:
+    problems = []
+    if p.ncc_eps <= 0:
+        problems.append(f"ncc_eps must be positive (got {p.ncc_eps})")
+    if p.avg_threshold is not None and p.avg_threshold < 1.0:
+        problems.append(f"avg_threshold (B) must be at least 1 (got {p.avg_threshold})")
+    if p.top_k < 1:
+        problems.append(f"top_k must be at least 1 (got {p.top_k})")
+    if not -1.0 <= p.good_threshold <= 1.0:
+        problems.append(f"good_threshold must lie in [-1, 1] (got {p.good_threshold})")
+    if p.constant_tol < 0:
+        problems.append(f"constant_tol must be non-negative (got {p.constant_tol})")
+    if p.figure_max_images < 0:
+        problems.append(f"figure_max_images must be non-negative (got {p.figure_max_images})")
+    if problems:
+        raise ReconbenchError("protocol: " + "; ".join(problems))
+
+
+def _order(names: list[str]) -> list[str]:
+    """Keep the given order (the primary metric first) but put every metric after the metrics it ``requires``."""
+    done: list[str] = []
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        if name in done:
+            return
+        if name in stack:
+            raise ReconbenchError(f"metrics require each other in a cycle: {' -> '.join((*stack, name))}")
+        for dep in getattr(plugins.get("metrics", name), "requires", ()):
+            if dep not in names:
+                raise ReconbenchError(f"metric {name!r} needs metric {dep!r}; add it to protocol.metrics")
+            visit(dep, (*stack, name))
+        done.append(name)
+
+    for n in names:
+        visit(n, ())
+    return done

@@ -1,0 +1,91 @@
+"""SSIM in two variants, both through maintained libraries.
+
+* ``ssim_paper``: the papers' variant (spec 5.3), ``kornia.metrics.ssim`` with a 3x3 Gaussian window of sigma 1.5
+  (kornia's fixed sigma), data range 1, reflect 'same' padding, channels independent, the map averaged over
+  C x H x W. The reconstruction is un-centred and min-max scaled per image (:func:`display`); the original is not.
+* ``ssim_standard``: ``skimage.metrics.structural_similarity`` with its defaults (7x7 uniform window, sample
+  covariance, K1 0.01, K2 0.03, borders cropped), ``data_range=1`` and ``channel_axis=0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import IncompatibleError
+
+#: kornia's Gaussian window has this sigma whatever its size
+KORNIA_SIGMA = 1.5
+
+
+def minmax(x: torch.Tensor, tol: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per image, jointly over channels and pixels: (x - min) / (max - min). Returns (scaled, is_constant).
+
+    A constant image (range <= tol) becomes all zeros instead of NaN and is flagged.
+    """
+    flat = x.flatten(1)
+    lo = flat.min(1).values
+    rng = flat.max(1).values - lo
+    const = rng <= tol
+    safe = torch.where(const, torch.ones_like(rng), rng)
+    out = (flat - lo[:, None]) / safe[:, None]
+    out[const] = 0.0
+    return out.reshape(x.shape), const
+
+
+def display(recon_centred: torch.Tensor, mean: torch.Tensor, tol: float = 0.0) -> torch.Tensor:
+    """The reference's view of a reconstruction: add the mean image back, then min-max scale to [0, 1]."""
+    return minmax(recon_centred + mean[None].to(recon_centred.dtype), tol)[0]
+
+
+def ssim_paper(recon: torch.Tensor, orig: torch.Tensor, window_size: int = 3, data_range: float = 1.0,
+               eps: float = 1e-12, batch: int = 1024) -> torch.Tensor:
+    """Mean kornia SSIM per pair of images (N, C, H, W) -> (N,), in float64."""
+    from kornia.metrics import ssim
+
+    if recon.shape != orig.shape:
+        raise IncompatibleError(f"SSIM needs images of the same shape, got {tuple(recon.shape)} and {tuple(orig.shape)}")
+    h, w = recon.shape[-2:]
+    if window_size % 2 == 0 or window_size < 1:
+        raise IncompatibleError(f"SSIM window_size must be odd and positive, got {window_size}")
+    if min(h, w) <= window_size // 2:
+        raise IncompatibleError(f"SSIM window {window_size} does not fit {h}x{w} images; use a smaller window_size")
+    out = []
+    c = recon.shape[1]
+    for s in range(0, recon.shape[0], batch):
+        # channels are independent in kornia's SSIM: score them as separate 1-channel images (same numbers, a
+        # plain instead of a grouped convolution, about twice as fast in float64)
+        a = recon[s:s + batch].to(torch.float64).reshape(-1, 1, h, w)
+        b = orig[s:s + batch].to(torch.float64).reshape(-1, 1, h, w)
+        smap = ssim(a, b, window_size, max_val=float(data_range), eps=eps, padding="same")
+        out.append(smap.reshape(-1, c, h, w).mean(dim=(1, 2, 3)))
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+
+
+def skimage_defaults() -> dict[str, Any]:
+    """The scikit-image defaults the standard variant relies on (recorded with every result)."""
+    return {"win_size": 7, "gaussian_weights": False, "use_sample_covariance": True, "K1": 0.01, "K2": 0.03,
+            "borders": "cropped by (win_size - 1) // 2", "channel_axis": 0}
+
+
+def ssim_standard(recon: torch.Tensor | np.ndarray, orig: torch.Tensor | np.ndarray, data_range: float = 1.0,
+                  win_size: int | None = None, gaussian_weights: bool = False) -> np.ndarray:
+    """scikit-image SSIM per pair of images (N, C, H, W) -> (N,), channels as ``channel_axis=0``."""
+    from skimage.metrics import structural_similarity
+
+    a = np.asarray(recon, dtype=np.float64)
+    b = np.asarray(orig, dtype=np.float64)
+    if a.shape != b.shape:
+        raise IncompatibleError(f"SSIM needs images of the same shape, got {a.shape} and {b.shape}")
+    h, w = a.shape[-2:]
+    ws = 7 if win_size is None else win_size
+    if min(h, w) < ws:
+        raise IncompatibleError(f"scikit-image SSIM needs images of at least {ws}x{ws} pixels (win_size), got "
+                                f"{h}x{w}; set ssim_standard.win_size to an odd value <= {min(h, w)}")
+    out = np.empty(len(a))
+    for i in range(len(a)):
+        out[i] = structural_similarity(a[i], b[i], data_range=data_range, channel_axis=0, win_size=win_size,
+                                       gaussian_weights=gaussian_weights)
+    return out

@@ -1,0 +1,137 @@
+"""Both SSIM variants against independent implementations and closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from evalkit import FAST, centred, make_problem, smooth_images
+from scipy.ndimage import correlate, uniform_filter
+
+from reconbench.errors import IncompatibleError
+from reconbench.evaluation import evaluate
+from reconbench.evaluation.ssim import display, minmax, ssim_paper, ssim_standard
+
+C1, C2 = 0.01**2, 0.03**2
+
+
+def ref_paper_ssim(a: np.ndarray, b: np.ndarray, win: int = 3, sigma: float = 1.5, eps: float = 1e-12) -> float:
+    """The kornia formula written out with scipy: sampled Gaussian window, 'mirror' borders (torch's reflect)."""
+    x = np.arange(win) - win // 2
+    g = np.exp(-(x**2) / (2 * sigma**2))
+    g /= g.sum()
+    k = np.outer(g, g)
+    maps = []
+    for ca, cb in zip(a, b, strict=True):
+        f = lambda z: correlate(z, k, mode="mirror")  # noqa: E731
+        mu1, mu2 = f(ca), f(cb)
+        s1, s2, s12 = f(ca * ca) - mu1**2, f(cb * cb) - mu2**2, f(ca * cb) - mu1 * mu2
+        maps.append(((2 * mu1 * mu2 + C1) * (2 * s12 + C2)) / ((mu1**2 + mu2**2 + C1) * (s1 + s2 + C2) + eps))
+    return float(np.mean(maps))
+
+
+def ref_skimage_default(a: np.ndarray, b: np.ndarray, win: int = 7) -> float:
+    """scikit-image's documented default algorithm: uniform 7x7 window, sample covariance, borders cropped."""
+    npix = win * win
+    cov = npix / (npix - 1)
+    pad = (win - 1) // 2
+    vals = []
+    for ca, cb in zip(a, b, strict=True):
+        f = lambda z: uniform_filter(z, size=win)  # noqa: E731
+        ux, uy = f(ca), f(cb)
+        vx, vy = cov * (f(ca * ca) - ux * ux), cov * (f(cb * cb) - uy * uy)
+        vxy = cov * (f(ca * cb) - ux * uy)
+        s = ((2 * ux * uy + C1) * (2 * vxy + C2)) / ((ux**2 + uy**2 + C1) * (vx + vy + C2))
+        vals.append(s[pad:-pad, pad:-pad].mean())
+    return float(np.mean(vals))
+
+
+@pytest.mark.parametrize("shape,win", [((1, 16, 16), 3), ((3, 12, 10), 3), ((3, 16, 16), 5)])
+def test_paper_variant_matches_an_independent_implementation(shape, win):
+    a = smooth_images(3, shape, seed=1)
+    b = smooth_images(3, shape, seed=2)
+    got = ssim_paper(torch.as_tensor(a), torch.as_tensor(b), window_size=win).numpy()
+    ref = [ref_paper_ssim(a[i], b[i], win) for i in range(3)]
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 16), (3, 12, 10)])
+def test_standard_variant_matches_an_independent_implementation(shape):
+    a = smooth_images(3, shape, seed=3)
+    b = smooth_images(3, shape, seed=4)
+    got = ssim_standard(a, b)
+    ref = [ref_skimage_default(a[i], b[i]) for i in range(3)]
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+    assert not np.allclose(got, ssim_paper(torch.as_tensor(a), torch.as_tensor(b)).numpy(), atol=1e-3)
+
+
+def test_identical_images_give_one():
+    a = torch.as_tensor(smooth_images(2, (3, 8, 8), seed=5))
+    np.testing.assert_allclose(ssim_paper(a, a).numpy(), 1.0, atol=1e-9)
+    np.testing.assert_allclose(ssim_standard(a, a), 1.0, atol=1e-12)
+
+
+def test_constant_images_closed_form():
+    # constant images p and q: SSIM = (2pq + C1) / (p^2 + q^2 + C1) (the structure term is C2 / C2)
+    for p, q in [(0.2, 0.7), (0.5, 0.5), (0.0, 1.0)]:
+        a = torch.full((1, 1, 8, 8), p, dtype=torch.float64)
+        b = torch.full((1, 1, 8, 8), q, dtype=torch.float64)
+        expected = (2 * p * q + C1) / (p * p + q * q + C1)
+        assert float(ssim_paper(a, b, eps=0.0)[0]) == pytest.approx(expected, rel=1e-12)
+        assert float(ssim_standard(a, b)[0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_constant_shift_only_changes_the_luminance_term():
+    # b = a + c: local variances and covariance are equal, so the map is (2 mu (mu + c) + C1) / (mu^2 + (mu+c)^2 + C1)
+    a = smooth_images(1, (1, 12, 12), seed=6)[0] * 0.5
+    c = 0.3
+    x = np.arange(3) - 1
+    g = np.exp(-(x**2) / (2 * 1.5**2))
+    g /= g.sum()
+    mu = correlate(a[0], np.outer(g, g), mode="mirror")
+    expected = np.mean((2 * mu * (mu + c) + C1) / (mu**2 + (mu + c) ** 2 + C1))
+    got = float(ssim_paper(torch.as_tensor(a[None]), torch.as_tensor(a[None] + c), eps=0.0)[0])
+    assert got == pytest.approx(expected, rel=1e-10)
+
+
+def test_channels_are_independent_and_averaged():
+    a = smooth_images(1, (3, 10, 10), seed=7)
+    b = smooth_images(1, (3, 10, 10), seed=8)
+    whole = float(ssim_paper(torch.as_tensor(a), torch.as_tensor(b))[0])
+    per = [float(ssim_paper(torch.as_tensor(a[:, [c]]), torch.as_tensor(b[:, [c]]))[0]) for c in range(3)]
+    assert whole == pytest.approx(np.mean(per), rel=1e-12)
+    perm = [2, 0, 1]
+    assert float(ssim_paper(torch.as_tensor(a[:, perm]), torch.as_tensor(b[:, perm]))[0]) == pytest.approx(whole)
+    gray = np.repeat(a[:, :1], 3, axis=1), np.repeat(b[:, :1], 3, axis=1)
+    assert float(ssim_paper(torch.as_tensor(gray[0]), torch.as_tensor(gray[1]))[0]) == pytest.approx(per[0])
+    whole_std = float(ssim_standard(a, b)[0])
+    per_std = [float(ssim_standard(a[:, [c]], b[:, [c]])[0]) for c in range(3)]
+    assert whole_std == pytest.approx(np.mean(per_std), rel=1e-12)
+
+
+def test_reconstruction_is_uncentred_and_min_max_scaled_but_the_original_is_not():
+    imgs = smooth_images(4, (1, 12, 12), seed=9) * 0.4 + 0.3   # originals in [0.3, 0.7]
+    problem = make_problem(imgs)
+    out = evaluate(problem, centred(problem, imgs), family="mlp", protocol={**FAST, "metrics": ["ssim"]})
+    # the exact training image, once scaled to [0, 1], is compared with the unscaled original
+    scaled = (imgs - imgs.min(axis=(1, 2, 3), keepdims=True)) / np.ptp(imgs, axis=(1, 2, 3), keepdims=True)
+    for i in range(4):
+        assert out["per_image"][i]["ssim"] == pytest.approx(ref_paper_ssim(scaled[i], imgs[i]), rel=1e-9)
+        assert out["per_image"][i]["ssim"] < 0.999
+    shown = display(centred(problem, imgs), problem.mean_tensor())
+    np.testing.assert_allclose(shown.numpy(), scaled, atol=1e-12)
+
+
+def test_minmax_flags_constant_images_instead_of_nan():
+    x = torch.stack([torch.ones(1, 4, 4), torch.arange(16.0).reshape(1, 4, 4)]).double()
+    out, const = minmax(x, 1e-10)
+    assert const.tolist() == [True, False] and torch.isfinite(out).all()
+    assert float(out[1].min()) == 0.0 and float(out[1].max()) == 1.0
+
+
+def test_bad_windows_are_clear_errors():
+    a = torch.zeros(1, 1, 6, 6)
+    with pytest.raises(IncompatibleError, match="odd"):
+        ssim_paper(a, a, window_size=4)
+    with pytest.raises(IncompatibleError, match="win_size"):
+        ssim_standard(a.numpy(), a.numpy())
