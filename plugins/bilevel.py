@@ -24,6 +24,7 @@ import torch
 
 from reconbench import hookimpl
 from reconbench.bilevel import (
+    InnerResult,
     LowerProblem,
     ParamLayout,
     hypergradient,
@@ -43,11 +44,16 @@ FAMILIES = ("affine", "mlp_bias")
 @dataclass
 class BilevelConfig:
     outer_steps: int = option(100, "outer iterations (one inner solve + one adjoint solve + one x step each)")
-    outer_lr: float = option(0.01, "step size of the outer update of x (centred pixel units)")
+    outer_lr: float = option(1.0, "step eta of the outer update of x (centred pixel units); with line_search "
+                                  "the first trial step")
     outer_optimizer: Literal["sgd", "adam"] = option(
         "sgd", "outer update: sgd is the paper's x <- x - outer_lr * hypergradient (no momentum); adam rescales "
                "every coordinate, so it moves x even where the hypergradient is merely tiny (e.g. at the "
                "ground truth with an inexact inner solve)")
+    line_search: bool = option(True, "sgd: pick eta at every step by backtracking (halve until the upper loss "
+                                     "drops by 1e-4 eta ||g||^2, Armijo; the next step first tries 2 eta); "
+                                     "False: fixed eta = outer_lr")
+    max_backtracks: int = option(20, "line search: most inner solves per outer step before it stops")
     keep_best: bool = option(True, "return the outer iterate with the lowest upper loss (reads only theta*), "
                                    "else the last one")
     stop_upper: float = option(0.0, "stop once the upper loss ||theta* - theta(x)||^2 falls below this (0: never)")
@@ -134,76 +140,92 @@ class RunkelBilevel:
         theta_star = lower.layout.flatten(target.model).to(dtype)
         theta0 = draw_theta0(lower.layout, config, generator, dtype).to(target.device)
 
-        x = x0.detach().clone().to(dtype).requires_grad_(True)
-        if config.outer_optimizer == "adam":
-            optimizer: torch.optim.Optimizer = torch.optim.Adam([x], lr=config.outer_lr)
-        else:
-            optimizer = torch.optim.SGD([x], lr=config.outer_lr)
-
-        trace: list[dict[str, float]] = []
-        best_x, best_upper = x.detach().clone(), math.inf
-        theta_start, stopped, steps, message_extra = theta0, "completed", 0, ""
-
-        def inner(at: torch.Tensor, start: torch.Tensor) -> Any:
-            return solve_lower(lower, at, start, method=config.inner_method, max_iter=config.inner_max_iter,
-                               tol=config.inner_tol, lr=config.inner_lr, history=config.inner_history,
+        def inner(at: torch.Tensor, previous: torch.Tensor) -> InnerResult:
+            """theta(at): from theta0 (the paper) or, warm, from the previous solution."""
+            return solve_lower(lower, at, previous if config.warm_start else theta0,
+                               method=config.inner_method, max_iter=config.inner_max_iter, tol=config.inner_tol,
+                               lr=config.inner_lr, history=config.inner_history,
                                newton_steps=config.inner_newton_steps, damping=config.damping,
                                cg_rtol=config.cg_rtol, cg_max_iter=config.cg_max_iter)
 
-        for k in range(config.outer_steps + 1):
-            t0 = time.perf_counter()
-            # 1. inner solve: theta^{k+1} ~ argmin_theta E(x^k, y; theta), from theta0 (or warm)
-            try:
-                sol = inner(x.detach(), theta_start)
-            except DivergedError as exc:
-                stopped, message_extra = "diverged", str(exc)
-                break
-            upper = upper_loss(sol.theta, theta_star)
-            record = {"step": float(k), "loss": upper, "upper_loss": upper, "inner_energy": sol.energy,
-                      "inner_iters": float(sol.iterations), "inner_grad_inf": sol.grad_inf}
-            if upper < best_upper:
-                best_upper, best_x = upper, x.detach().clone()
-            if config.warm_start:
-                theta_start = sol.theta
-            if k == config.outer_steps or (config.stop_upper > 0 and upper < config.stop_upper):
-                record["seconds"] = time.perf_counter() - t0
+        def project(z: torch.Tensor) -> torch.Tensor:
+            return z if config.clip is None else z.clamp(-config.clip, config.clip)
+
+        x = x0.detach().clone().to(dtype)
+        adam = torch.optim.Adam([x.requires_grad_(True)], lr=config.outer_lr) \
+            if config.outer_optimizer == "adam" else None
+        trace: list[dict[str, float]] = []
+        stopped, steps, note, eta = "completed", 0, "", config.outer_lr
+        best_x, best_upper = x.detach().clone(), math.inf
+        try:
+            # 1. inner solve at x^0
+            sol = inner(x.detach(), theta0)
+            for k in range(config.outer_steps + 1):
+                t0 = time.perf_counter()
+                upper = upper_loss(sol.theta, theta_star)                  # l(theta*, theta(x^k))
+                record = {"step": float(k), "loss": upper, "upper_loss": upper, "inner_energy": sol.energy,
+                          "inner_iters": float(sol.iterations), "inner_grad_inf": sol.grad_inf}
                 trace.append(record)
-                stopped = "completed" if k == config.outer_steps else "early_stop"
-                break
-            # 2. adjoint p = (H + delta I)^{-1} 2 (theta - theta*);  3. hypergradient -grad_x <grad_theta E, p>
-            hg = hypergradient(lower, x.detach(), sol.theta, theta_star, damping=config.damping,
-                               cg_rtol=config.cg_rtol, cg_max_iter=config.cg_max_iter)
-            record.update({"cg_iters": float(hg.adjoint.iterations), "cg_rel_residual": hg.adjoint.rel_residual,
-                           "cg_negative_curvature": float(hg.adjoint.negative_curvature),
-                           "hypergrad_norm": float(hg.grad_x.norm())})
-            if not bool(torch.isfinite(hg.grad_x).all()):
-                stopped, message_extra = "diverged", f"non-finite hypergradient at outer step {k}"
-                trace.append(record)
-                break
-            # outer step: x^{k+1} = x^k - eta * grad_x l(theta(x^k))  (adam: its rescaled version)
-            optimizer.zero_grad(set_to_none=False)
-            x.grad = hg.grad_x.to(dtype)
-            optimizer.step()
-            if config.clip is not None:
-                with torch.no_grad():
-                    x.clamp_(-config.clip, config.clip)
-            steps = k + 1
-            record["seconds"] = time.perf_counter() - t0
-            trace.append(record)
-            if progress is not None:
-                progress(k + 1, config.outer_steps, {"loss": upper})
+                if upper < best_upper:
+                    best_upper, best_x = upper, x.detach().clone()
+                if progress is not None:
+                    progress(k, config.outer_steps, {"loss": upper})
+                if k == config.outer_steps:
+                    break
+                if config.stop_upper > 0 and upper < config.stop_upper:
+                    stopped = "early_stop"
+                    break
+                # 2. adjoint p = (H + delta I)^{-1} 2 (theta - theta*);  3. hypergradient -grad_x <grad E, p>
+                hg = hypergradient(lower, x.detach(), sol.theta, theta_star, damping=config.damping,
+                                   cg_rtol=config.cg_rtol, cg_max_iter=config.cg_max_iter)
+                g = hg.grad_x.to(dtype)
+                record.update({"cg_iters": float(hg.adjoint.iterations), "cg_rel_residual": hg.adjoint.rel_residual,
+                               "cg_negative_curvature": float(hg.adjoint.negative_curvature),
+                               "hypergrad_norm": float(g.norm())})
+                if not bool(torch.isfinite(g).all()):
+                    stopped, note = "diverged", f"non-finite hypergradient at outer step {k}"
+                    break
+                # outer step x^{k+1} = x^k - eta grad_x l, then 1. inner solve at x^{k+1}
+                if adam is not None:
+                    adam.zero_grad(set_to_none=False)
+                    x.grad = g
+                    adam.step()
+                    with torch.no_grad():
+                        x.copy_(project(x))
+                    sol, evals = inner(x.detach(), sol.theta), 1
+                elif not config.line_search:
+                    x = project(x.detach() - eta * g)
+                    sol, evals = inner(x, sol.theta), 1
+                else:  # eta by backtracking: halve until l drops by 1e-4 eta ||g||^2 (Armijo), then try 2 eta
+                    eta, evals, accepted = 2.0 * eta if k > 0 else eta, 0, False
+                    slope = float(g.pow(2).sum())
+                    while evals < config.max_backtracks:
+                        x_try = project(x.detach() - eta * g)
+                        sol_try, evals = inner(x_try, sol.theta), evals + 1
+                        if upper_loss(sol_try.theta, theta_star) <= upper - 1e-4 * eta * slope:
+                            x, sol, accepted = x_try, sol_try, True
+                            break
+                        eta *= 0.5
+                    if not accepted:
+                        stopped = "early_stop"
+                        note = f"line search found no decrease at outer step {k} (eta down to {eta:.2e})"
+                        break
+                record.update({"eta": eta, "inner_solves": float(evals), "seconds": time.perf_counter() - t0})
+                steps = k + 1
+        except DivergedError as exc:
+            stopped, note = "diverged", str(exc)
 
         final_x = best_x if config.keep_best else x.detach().clone()
         final_upper = best_upper if config.keep_best else (trace[-1]["upper_loss"] if trace else math.inf)
         first = trace[0]["upper_loss"] if trace else math.nan
         surrogate = "none (affine)" if activation is None else f"softplus beta={config.softplus_beta}"
+        outer = "adam" if adam is not None else ("sgd with Armijo backtracking" if config.line_search else "sgd")
         message = (f"upper loss {first:.3e} -> {final_upper:.3e} ({'best' if config.keep_best else 'last'} "
-                   f"iterate); inner {config.inner_method} from theta0={config.theta0} "
+                   f"iterate); outer {outer}; inner {config.inner_method} from theta0={config.theta0} "
                    f"({'warm' if config.warm_start else 'cold'} start), tol {config.inner_tol:g}; adjoint cg "
-                   f"rtol {config.cg_rtol:g}, damping {config.damping:g}; ReLU surrogate {surrogate}. "
-                   f"{message_extra}").strip()
-        return AttackOutput(candidates=final_x, labels=labels, final_loss=final_upper, trace=trace, steps=steps,
-                            stopped=stopped, message=message)
+                   f"rtol {config.cg_rtol:g}, damping {config.damping:g}; ReLU surrogate {surrogate}. {note}").strip()
+        return AttackOutput(candidates=final_x.detach(), labels=labels, final_loss=final_upper, trace=trace,
+                            steps=steps, stopped=stopped, message=message)
 
 
 @hookimpl

@@ -161,9 +161,9 @@ def test_upper_loss_decreases_from_a_uniform_start(affine_card):
     labels = torch.as_tensor(problem.train_labels).sort().values
     x0 = plugins.get("inits", "uniform").make(problem, labels, plugins.get("inits", "uniform").config_cls(),
                                               generator=torch.Generator().manual_seed(0), dtype=F64)
-    for opt, lr in (("sgd", 0.5), ("adam", 0.01)):
-        out = attack.run(target, x0, labels, BilevelConfig(outer_steps=15, outer_lr=lr, outer_optimizer=opt),
-                         generator=torch.Generator().manual_seed(0))
+    for opt, lr, search in (("sgd", 0.5, True), ("sgd", 0.5, False), ("adam", 0.01, False)):
+        cfg = BilevelConfig(outer_steps=15, outer_lr=lr, outer_optimizer=opt, line_search=search)
+        out = attack.run(target, x0, labels, cfg, generator=torch.Generator().manual_seed(0))
         ups = [r["upper_loss"] for r in out.trace]
         assert len(ups) == 16 and out.stopped == "completed"
         assert ups[-1] < 0.5 * ups[0], (opt, ups)
