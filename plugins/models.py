@@ -37,6 +37,9 @@ class MLP(TargetNet):
             h = self.activation(layer(h))
         return self.layers[-1](h)
 
+    def linear_chain(self) -> list[nn.Linear]:
+        return list(self.layers)
+
 
 @dataclass(frozen=True)
 class MlpFamily:
@@ -85,6 +88,9 @@ class Affine(TargetNet):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(x.flatten(1))
+
+    def linear_chain(self) -> list[nn.Linear]:
+        return [self.linear]
 
 
 @dataclass(frozen=True)

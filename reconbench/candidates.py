@@ -38,11 +38,21 @@ def restrict_knowledge(knowledge: Knowledge, attack: Attack) -> Knowledge:
     missing = [item for item in attack.needs if _value(knowledge, item) is None]
     if missing:
         raise IncompatibleError(f"attack {attack.name!r} needs {', '.join(missing)}, which the model card does not "
-                                "provide; add it to the card or choose an attack that does not need it")
+                                f"provide; add it to the card or choose an attack that does not need it "
+                                f"({_attacks_without(missing, knowledge.task)})")
     keep = {"class_counts": bool({"labels", "class_balance"} & set(attack.needs)),
             "loss": "loss" in attack.needs, "weight_decay": "weight_decay" in attack.needs,
             "mean_image": "mean_image" in attack.needs}
     return replace(knowledge, **{name: (getattr(knowledge, name) if keep[name] else None) for name in keep})
+
+
+def _attacks_without(missing: list[str], task: str) -> str:
+    """Registered attacks for ``task`` that need none of ``missing`` (named in the error)."""
+    from . import plugins
+
+    attacks = {n: plugins.get("attacks", n) for n in plugins.names("attacks")}
+    names = [n for n, a in attacks.items() if task in a.tasks and not set(missing) & set(a.needs)]
+    return f"for {task} targets: {', '.join(names)}" if names else f"none is registered for {task} targets"
 
 
 def _value(k: Knowledge, item: str) -> object:

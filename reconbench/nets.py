@@ -37,6 +37,13 @@ class TargetNet(nn.Module):
     def param_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def linear_chain(self) -> list[nn.Linear] | None:
+        """The layers L_1..L_k when the forward is exactly L_k(act(...act(L_1(x.flatten(1))))), else None.
+
+        Families that declare it let the KKT engine use its closed-form (Gram) path; None means autograd only.
+        """
+        return None
+
 
 def init_linear_default_(layer: nn.Linear | nn.Conv2d, generator: torch.Generator | None) -> None:
     """PyTorch's default Linear/Conv init, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from ``generator``."""

@@ -11,6 +11,8 @@ Layout of a result folder::
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -85,6 +87,22 @@ def sample_configs(attack: Any, spec: RunSpec) -> list[dict[str, Any]]:
             for _ in range(spec.search_runs)]
 
 
+def init_config_for_run(init: Any, spec: RunSpec, attack: Any, cfg: Any) -> tuple[Any, dict[str, Any]]:
+    """The init config of one run: the user's options, plus what the attack's config hands to the init regime.
+
+    An attack may define ``init_overrides(config, init_name) -> dict`` (e.g. the KKT attacks search the
+    papers' init scale s_x and pass it as the gaussian regime's ``scale``). Options the user set explicitly
+    win; overrides naming options the regime does not have are ignored. Returns the config and the overrides
+    actually applied.
+    """
+    overrides: dict[str, Any] = {}
+    if hasattr(attack, "init_overrides"):
+        fields = {f.name for f in dataclasses.fields(init.config_cls)}
+        overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
+                     if k in fields and k not in spec.init_config}
+    return build_config(init.config_cls, {**spec.init_config, **overrides}, f"init {init.name}"), overrides
+
+
 def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root: str | None = None,
                quiet: bool = False, problem: Problem | None = None) -> dict[str, Any]:
     out = Path(out_dir)
@@ -100,34 +118,42 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     with Progress(len(configs), f"{attack.name} runs", quiet=quiet or len(configs) == 1) as outer:
         for k, raw_cfg in enumerate(configs):
             cfg = build_config(attack.config_cls, raw_cfg, f"attack {attack.name}")
+            run_init_cfg, init_overrides = init_config_for_run(init, spec, attack, cfg)
             record_path = runs_dir / f"run-{k:03d}.json"
             cfg_dict = config_to_dict(cfg)
             run_key = config_hash({"card": card.data["recipe_key"], "spec": spec.to_dict(), "run": k, "cfg": cfg_dict})
             if record_path.exists():
-                import json
-
                 old = json.loads(record_path.read_text())
-                if old.get("run_key") == run_key and (runs_dir / f"run-{k:03d}.safetensors").exists():
+                if old.get("run_key") == run_key and (
+                        old.get("stopped") == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
                     runs.append(old)
                     outer.update(k + 1)
                     continue
             gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
-            x0 = init.make(problem, labels, init_cfg, generator=gen, dtype=target.dtype).to(target.device)
+            x0 = init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
             t0 = time.perf_counter()
+            rec: dict[str, Any] = {"run": k, "run_key": run_key, "config": cfg_dict,
+                                   "init_config": config_to_dict(run_init_cfg),
+                                   "init_overrides": init_overrides}
             with Progress(0, f"run {k + 1}/{len(configs)}", quiet=quiet) as bar:
                 try:
                     result = attack.run(target, x0, labels.to(target.device), cfg, generator=gen,
                                         progress=_bar_progress(bar))
-                except DivergedError as exc:
-                    raise DivergedError(f"run {k}: {exc}") from exc
+                except DivergedError as exc:  # one failed run must not end the search: record it and go on
+                    rec.update({"final_loss": math.inf, "steps": 0, "stopped": "failed", "message": str(exc),
+                                "seconds": time.perf_counter() - t0, "trace": [], "oracle_score": math.inf})
+                    runs_dir.mkdir(parents=True, exist_ok=True)
+                    write_json(record_path, rec)
+                    runs.append(rec)
+                    outer.update(k + 1)
+                    continue
             cand = result.candidates.detach().to("cpu", torch.float64)
             finite = bool(torch.isfinite(cand).all())
-            rec = {
-                "run": k, "run_key": run_key, "config": cfg_dict, "final_loss": result.final_loss,
-                "steps": result.steps, "stopped": result.stopped, "message": result.message,
-                "seconds": time.perf_counter() - t0, "trace": result.trace,
+            rec.update({
+                "final_loss": result.final_loss, "steps": result.steps, "stopped": result.stopped,
+                "message": result.message, "seconds": time.perf_counter() - t0, "trace": result.trace,
                 "oracle_score": oracle_score(problem, cand) if finite else math.inf,
-            }
+            })
             tensors = {"candidates": cand.contiguous(), "labels": result.labels.detach().cpu().long().contiguous(),
                        "x0": x0.detach().cpu().double().contiguous()}
             if result.multipliers is not None:
@@ -137,6 +163,9 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
             write_json(record_path, rec)
             runs.append(rec)
             outer.update(k + 1)
+    usable = [r for r in runs if r["stopped"] != "failed"]
+    if not usable:
+        raise DivergedError(f"all {len(runs)} run(s) of {attack.name} failed; first: {runs[0]['message']}")
     return finish(card, spec, out, problem, runs, time.perf_counter() - t_all,
                   oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
 
@@ -162,17 +191,64 @@ def load_pooled(out: Path, runs: list[dict[str, Any]]) -> dict[str, torch.Tensor
             "x0": torch.cat(x0)}
 
 
+def select_runs(runs: list[dict[str, Any]]) -> tuple[int | None, int | None]:
+    """Blind: the lowest final attack loss among runs that completed (else among all with a finite loss).
+    Oracle: the lowest extraction score, which reads the training images."""
+    finite = [r for r in runs if math.isfinite(r["final_loss"])]
+    completed = [r for r in finite if r["stopped"] == "completed"] or finite
+    blind = min(completed, key=lambda r: r["final_loss"])["run"] if completed else None
+    scored = [r for r in runs if math.isfinite(r["oracle_score"])]
+    oracle = min(scored, key=lambda r: r["oracle_score"])["run"] if scored else None
+    return blind, oracle
+
+
+def plot_traces(runs: list[dict[str, Any]], path: Path, title: str) -> Path | None:
+    """One curve of the attack loss per run (log scale); None when no run recorded a trace."""
+    rows = [(r["run"], r.get("trace") or []) for r in runs]
+    if not any(trace for _, trace in rows):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for run, trace in rows:
+        steps = [t["step"] for t in trace if t.get("loss", math.nan) > 0]
+        ax.plot(steps, [t["loss"] for t in trace if t.get("loss", math.nan) > 0], label=f"run {run}", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("attack loss")
+    ax.set_title(title)
+    if len(rows) <= 12:
+        ax.legend(fontsize=6, ncol=2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: list[dict[str, Any]],
            wall: float, *, oracle_init: bool, init_config: dict[str, Any], quiet: bool) -> dict[str, Any]:
     """Pool the runs, evaluate, select blind and oracle runs, and write result.json + candidates."""
-    pooled = load_pooled(out, runs)
+    usable = [r for r in runs if r["stopped"] != "failed"]
+    pooled = load_pooled(out, usable)
     save_file({k: v.contiguous() for k, v in pooled.items()}, str(out / "candidates.safetensors"))
     evaluation = evaluate(problem, pooled["candidates"], family=card.data["family"], protocol=spec.protocol,
                           labels=pooled["labels"], run_ids=pooled["run_ids"], x0=pooled["x0"],
                           card=card, out_dir=out, quiet=quiet)
-    finite = [r for r in runs if math.isfinite(r["final_loss"])]
-    blind = min(finite, key=lambda r: r["final_loss"])["run"] if finite else None
-    oracle = min(runs, key=lambda r: r["oracle_score"])["run"] if runs else None
+    blind, oracle = select_runs(runs)
+    selected: dict[str, Any] = {}
+    if len(usable) > 1:  # the selected run alone, as well as the pool the papers evaluate
+        for label, run in (("blind", blind), ("oracle", oracle)):
+            if run is not None:
+                keep = pooled["run_ids"] == run
+                selected[label] = evaluate(problem, pooled["candidates"][keep], family=card.data["family"],
+                                           protocol=spec.protocol, labels=pooled["labels"][keep],
+                                           run_ids=pooled["run_ids"][keep], x0=pooled["x0"][keep], card=card,
+                                           out_dir=None, quiet=True)
+    figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run")
     result = {
         "kind": "reconbench-result/1",
         "attack": spec.attack,
@@ -184,12 +260,16 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
                    "family": card.data["family"], "task": card.task, "n_train": problem.n,
                    "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
         "selection": {
-            "blind": {"run": blind, "rule": "lowest final attack loss"},
+            "blind": {"run": blind,
+                      "rule": "lowest final attack loss among completed runs (reads no training images)"},
             "oracle": {"run": oracle, "rule": "lowest extraction score (mean NCC distance of the 10 best "
                                               "distinct training matches): reads training images"},
         },
         "runs": [{k: v for k, v in r.items() if k != "trace"} for r in runs],
+        "failed_runs": [r["run"] for r in runs if r["stopped"] == "failed"],
         "evaluation": evaluation,
+        "evaluation_selected": selected,
+        "figures": [str(figure.relative_to(out))] if figure else [],
         "wall_seconds": wall,
         "provenance": provenance(spec.to_dict(), spec.device, spec.dtype, spec.seed),
     }

@@ -1,0 +1,111 @@
+"""cpu-mini experiments for the KKT attacks (issue 4): train or reuse a target, random-search, score.
+
+    RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 nice -n 10 \\
+        python benchmarks/cpu_mini_kkt.py mnist_binary --out runs/cpu-mini/mnist_binary
+
+Each experiment writes the harness's result folder (result.json, runs/, candidates) and ``protocol.json``
+with the papers' protocol scored by benchmarks/kkt_protocol.py on the pooled candidates and on the blind- and
+oracle-selected runs, plus the starting candidates as a chance baseline. Targets are cached
+(RECONBENCH_CACHE) and runs resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from kkt_protocol import evaluate_result  # benchmarks/ is on sys.path when this file runs as a script
+
+from reconbench.pipeline import RunSpec, run_attack
+from reconbench.targets import get_or_train
+from reconbench.training import TargetRecipe
+
+MNIST = "mnist_test"
+CIFAR = "npz:cifar10/cifar10_train_subset.npz"
+WIDE = {"widths": [1000, 1000]}
+#: 30k full-batch GD steps at lr 0.01, lr x 0.1/loss once the loss is below 0.1 (capped at 1e4)
+FAST_GD = {"steps": 30_000, "lr": 0.01, "schedule": "inverse_loss", "dtype": "float32"}
+
+EXPERIMENTS: dict[str, dict[str, Any]] = {
+    "mnist_binary": {
+        "recipe": {"problem": {"dataset": MNIST, "task": "binary", "binary_rule": "parity",
+                               "n_per_class": 10},
+                   "family": "mlp", "model": WIDE, "train": FAST_GD},
+        "attack": "haim_binary_kkt", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
+    "cifar_binary": {
+        "recipe": {"problem": {"dataset": CIFAR, "task": "binary", "binary_rule": "vehicles_animals",
+                               "n_per_class": 10},
+                   "family": "mlp", "model": WIDE, "train": FAST_GD},
+        "attack": "haim_binary_kkt", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
+    "mnist_multiclass": {
+        "recipe": {"problem": {"dataset": MNIST, "task": "multiclass", "n_per_class": 5},
+                   "family": "mlp", "model": WIDE,
+                   "train": {**FAST_GD, "lr": 0.05}},
+        "attack": "multiclass_kkt", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
+    "mnist_mse_wd": {
+        "recipe": {"problem": {"dataset": MNIST, "task": "regression", "binary_rule": "parity",
+                               "n_per_class": 10},
+                   "family": "mlp", "model": WIDE,
+                   "train": {"steps": 30_000, "lr": 0.01, "weight_decay": 5e-4, "dtype": "float32"}},
+        "attack": "general_loss_wd", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
+    "mnist_mse_nowd": {
+        "recipe": {"problem": {"dataset": MNIST, "task": "regression", "binary_rule": "parity",
+                               "n_per_class": 10},
+                   "family": "mlp", "model": WIDE,
+                   "train": {"steps": 30_000, "lr": 0.01, "weight_decay": 0.0, "dtype": "float32"}},
+        "attack": "general_loss_wd", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
+}
+
+
+def run(name: str, out: Path, data_root: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    exp = {**EXPERIMENTS[name], **overrides}
+    t0 = time.perf_counter()
+    card = get_or_train(TargetRecipe.from_dict(exp["recipe"]), data_root=data_root, quiet=True)
+    train_s = time.perf_counter() - t0
+    spec = RunSpec(attack=exp["attack"], attack_config=exp["attack_config"], search_runs=exp["search_runs"],
+                   dtype=exp["dtype"], seed=exp.get("seed", 0))
+    t1 = time.perf_counter()
+    result = run_attack(card, spec, out, data_root=data_root, quiet=True)
+    attack_s = time.perf_counter() - t1
+    report = {
+        "experiment": name, "setup": exp, "card": str(card.path),
+        "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"},
+        "seconds": {"train_or_reuse": train_s, "attack": attack_s},
+        "runs": [{k: r[k] for k in ("run", "config", "final_loss", "stopped", "oracle_score", "seconds")}
+                 for r in result["runs"]],
+        "selection": result["selection"],
+        "protocol": {sel: evaluate_result(out, sel, data_root) for sel in ("all", "blind", "oracle")},
+        "chance_baseline_x0": evaluate_result(out, "all", data_root, start=True),
+    }
+    (out / "protocol.json").write_text(json.dumps(report, indent=1, default=str))
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--data-root", default=None)
+    ap.add_argument("--search-runs", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    overrides: dict[str, Any] = {}
+    if args.search_runs:
+        overrides["search_runs"] = args.search_runs
+    if args.steps:
+        overrides["attack_config"] = {**EXPERIMENTS[args.experiment]["attack_config"], "steps": args.steps}
+    report = run(args.experiment, Path(args.out), args.data_root, overrides)
+    for sel, s in report["protocol"].items():
+        print(sel, {k: v for k, v in s.items() if "sorted" not in k})
+    print("x0 baseline", {k: v for k, v in report["chance_baseline_x0"].items() if "sorted" not in k})
+    print("seconds", report["seconds"])
+
+
+if __name__ == "__main__":
+    main()
