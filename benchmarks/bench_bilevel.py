@@ -22,10 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_mini_bilevel as suite  # noqa: E402
+from reconbench_plugins.bilevel import BilevelConfig, draw_theta0  # noqa: E402
 
 from reconbench.bilevel import LowerProblem, hypergradient, softplus_surrogate, solve_lower  # noqa: E402
 from reconbench.losses import get_loss  # noqa: E402
-from reconbench_plugins.bilevel import BilevelConfig, draw_theta0  # noqa: E402
 
 CFG = BilevelConfig(**suite.BILEVEL["mlp1"])
 ETA = 1.0  # one trial step of the line search (its first trial at the start of a run)

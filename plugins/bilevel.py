@@ -108,6 +108,10 @@ class RunkelBilevel:
     needs: frozenset = frozenset({"labels", "loss", "weight_decay"})
     tasks: frozenset = frozenset({"binary", "multiclass", "regression"})
     config_cls: type = BilevelConfig
+    #: what `reconbench run --attack runkel_bilevel` trains without --model: a strongly convex affine target
+    default_recipe: dict = field(default_factory=lambda: {
+        "problem": {"dataset": "digits", "task": "binary", "n_per_class": 10},
+        "family": "affine", "train": {"steps": 3000, "lr": 0.5, "weight_decay": 1e-2}})
     #: the conformance suite's tiny target (the default homogeneous mlp is not a family this attack handles)
     conformance_family: str = "mlp_bias"
     smoke_config: dict = field(default_factory=lambda: {"outer_steps": 2, "inner_max_iter": 50,
