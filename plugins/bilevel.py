@@ -222,6 +222,9 @@ class RunkelBilevel:
         final_x = best_x if config.keep_best else x.detach().clone()
         final_upper = best_upper if config.keep_best else (trace[-1]["upper_loss"] if trace else math.inf)
         first = trace[0]["upper_loss"] if trace else math.nan
+        if not lower.weight_decay:
+            note = ("no weight decay: on separable data the lower problem has no minimiser, so theta(x) is where the "
+                    f"inner solve stopped (inner_max_iter) and the implicit gradient is only approximate. {note}")
         surrogate = "none (affine)" if activation is None else f"softplus beta={config.softplus_beta}"
         outer = "adam" if adam is not None else ("sgd with Armijo backtracking" if config.line_search else "sgd")
         message = (f"upper loss {first:.3e} -> {final_upper:.3e} ({'best' if config.keep_best else 'last'} "
