@@ -58,5 +58,15 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
     summary = result["evaluation"].get("summary", {})
     click.echo(f"result: {out_dir / 'result.json'}  ({result['wall_seconds']:.1f}s, {len(result['runs'])} run(s))")
-    for key, value in summary.items():
-        click.echo(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
+    for key in HEADLINE:
+        if key in summary:
+            value = summary[key]
+            text = f"{value:.4g}" if isinstance(value, float) else str(value)
+            if key == "lpips_mean" and value == "unavailable":
+                text += " (backbone weights not cached; see result.json for the reason)"
+            click.echo(f"  {key}: {text}")
+    click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
+
+
+HEADLINE = ("n_train", "n_candidates", "reconstructed", "top_k_mean_ssim", "reconstructed_ssim_standard",
+            "membership_precision", "distinct_share", "init_copy_share", "extraction_score", "lpips_mean")
