@@ -14,7 +14,7 @@ Every attack run goes through :func:`reconbench.pipeline.run_attack` (one result
 the distances below are computed here from the saved candidates. Results: ``benchmarks/results/bilevel/``.
 
     RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 nice -n 10 \
-        .venv/bin/python benchmarks/cpu_mini_bilevel.py [--stage targets|bilevel|haim|grid|report|all]
+        .venv/bin/python benchmarks/cpu_mini_bilevel.py [--stage targets|bilevel|released|haim|grid|report|all]
 """
 
 from __future__ import annotations
@@ -290,7 +290,8 @@ def heatmap(cells: list[dict[str, Any]], path: Path, title: str) -> None:
 
 def stage_report() -> dict[str, Any]:
     report: dict[str, Any] = {"setup": {"problem": asdict(PROBLEM), "width": WIDTH, "weight_decay": WD,
-                                        "bilevel": BILEVEL, "bilevel_released": RELEASED, "haim": HAIM, "haim_search_runs": HAIM_SEARCH_RUNS,
+                                        "bilevel": BILEVEL, "bilevel_released": RELEASED,
+                                        "haim": HAIM, "haim_search_runs": HAIM_SEARCH_RUNS,
                                         "grid": {"target": GRID_TARGET, "outer_steps": GRID_STEPS},
                                         "exact_l2": EXACT_L2, "seed": SEED},
                               "provenance": provenance({"script": "cpu_mini_bilevel"}, "cpu", "float64", SEED)}
