@@ -57,9 +57,11 @@ class BilevelConfig:
     keep_best: bool = option(True, "return the outer iterate with the lowest upper loss (reads only theta*), "
                                    "else the last one")
     stop_upper: float = option(0.0, "stop once the upper loss ||theta* - theta(x)||^2 falls below this (0: never)")
-    theta0: Literal["uniform", "default", "zeros"] = option(
+    theta0: Literal["uniform", "default", "zeros", "released"] = option(
         "uniform", "start of the inner solves: uniform draws every parameter from U(theta0_low, theta0_high) "
-                   "(the paper: U(0, 1)); default uses PyTorch's Linear init U(+-1/sqrt(fan_in)); zeros")
+                   "(the paper: U(0, 1)); default uses PyTorch's Linear init U(+-1/sqrt(fan_in)); zeros; released "
+                   "starts at the released weights theta* (public, so not an oracle; retraining then stays in "
+                   "theta*'s basin instead of another one related by, e.g., a permutation of hidden units)")
     theta0_low: float = option(0.0, "theta0 = uniform: lower end")
     theta0_high: float = option(1.0, "theta0 = uniform: upper end")
     warm_start: bool = option(False, "False (the paper): every inner solve starts from theta0; True: from the "
@@ -86,8 +88,12 @@ class BilevelConfig:
 
 
 def draw_theta0(layout: ParamLayout, config: BilevelConfig, generator: torch.Generator,
-                dtype: torch.dtype) -> torch.Tensor:
+                dtype: torch.dtype, theta_star: torch.Tensor | None = None) -> torch.Tensor:
     """The attacker's own start of the inner solves (it does not know the training init)."""
+    if config.theta0 == "released":
+        if theta_star is None:
+            raise ValueError("theta0 = 'released' needs the released weights")
+        return theta_star.detach().clone().to(dtype)
     if config.theta0 == "zeros":
         return torch.zeros(layout.numel, dtype=dtype)
     if config.theta0 == "uniform":
@@ -142,7 +148,7 @@ class RunkelBilevel:
                              targets=task_targets(labels, knowledge.task, dtype).to(target.device),
                              weight_decay=float(knowledge.weight_decay or 0.0), activation=activation)
         theta_star = lower.layout.flatten(target.model).to(dtype)
-        theta0 = draw_theta0(lower.layout, config, generator, dtype).to(target.device)
+        theta0 = draw_theta0(lower.layout, config, generator, dtype, theta_star).to(target.device)
 
         def inner(at: torch.Tensor, previous: torch.Tensor) -> InnerResult:
             """theta(at): from theta0 (the paper) or, warm, from the previous solution."""

@@ -214,6 +214,8 @@ def test_theta0_draws():
     uni = draw_theta0(layout, BilevelConfig(), gen, F64)
     assert uni.shape == (layout.numel,) and float(uni.min()) >= 0.0 and float(uni.max()) <= 1.0
     assert abs(float(uni.mean()) - 0.5) < 0.05
+    star = torch.randn(layout.numel, dtype=F64)
+    assert torch.equal(draw_theta0(layout, BilevelConfig(theta0="released"), gen, F64, star), star)
     default = layout.unflatten(draw_theta0(layout, BilevelConfig(theta0="default"), gen, F64))
     bounds = {"layers.0.weight": 1 / 4, "layers.0.bias": 1 / 4, "layers.1.weight": 1 / 3, "layers.1.bias": 1 / 3}
     for name, bound in bounds.items():
