@@ -58,6 +58,12 @@ def rescore_cell(
             continue
         fresh = score_selection(problem, pooled, run, family=family, protocol=protocol, card=card)["summary"]
         stored = sel.get("summary") or {}
+        # A metric that is unavailable here or was unavailable there (LPIPS without its backbone weights or package)
+        # depends on the environment, not on the candidates: it is not a stored number to check.
+        env_dependent = {k for d in (stored, fresh) for k, v in d.items() if v == "unavailable"}
+        env_dependent |= {f"{k}_unavailable_reason" for k in env_dependent}
+        stored = {k: v for k, v in stored.items() if k not in env_dependent}
+        fresh = {k: v for k, v in fresh.items() if k not in env_dependent}
         for key, value in stored.items():
             if key not in fresh:
                 problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, not produced by the evaluation now")
