@@ -49,6 +49,12 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
                    "family": "mlp", "model": WIDE,
                    "train": {**FAST_GD, "lr": 0.05}},
         "attack": "multiclass_kkt", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
+    "mnist_multiclass_pairs": {  # the same target, one multiplier per (candidate, wrong class)
+        "recipe": {"problem": {"dataset": MNIST, "task": "multiclass", "n_per_class": 5},
+                   "family": "mlp", "model": WIDE,
+                   "train": {**FAST_GD, "lr": 0.05}},
+        "attack": "multiclass_kkt", "search_runs": 12,
+        "attack_config": {"steps": 3000, "multipliers": "per_pair"}, "dtype": "float32"},
     "mnist_mse_wd": {
         "recipe": {"problem": {"dataset": MNIST, "task": "regression", "binary_rule": "parity",
                                "n_per_class": 10},
@@ -96,11 +102,14 @@ def main() -> None:
     ap.add_argument("--search-runs", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=None, help="seed of the search and the inits (default 0)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     overrides: dict[str, Any] = {}
     if args.search_runs:
         overrides["search_runs"] = args.search_runs
+    if args.seed is not None:
+        overrides["seed"] = args.seed
     if args.steps:
         overrides["attack_config"] = {**EXPERIMENTS[args.experiment]["attack_config"], "steps": args.steps}
     report = run(args.experiment, Path(args.out), args.data_root, overrides)

@@ -22,8 +22,12 @@ KKT = ["haim_binary_kkt", "multiclass_kkt", "general_loss_wd"]
 TASK = {"haim_binary_kkt": "binary", "multiclass_kkt": "multiclass", "general_loss_wd": "regression"}
 
 
+FAMILY_SPEC = {"mlp": {"widths": [16]}, "mlp_bias": {"widths": [16]}, "affine": {},
+               "conv": {"channels": 2, "kernel": 3, "hidden": 16}}
+
+
 def tiny_card(task: str, num_classes: int | None = None, family: str = "mlp", weight_decay: float = 0.0):
-    model = {"widths": [16]} if family == "mlp" else {}
+    model = FAMILY_SPEC[family]
     recipe = TargetRecipe.from_dict({
         "problem": {"dataset": "digits", "task": task, "n_per_class": 3, "num_classes": num_classes,
                     "n_test_per_class": 5},
@@ -50,6 +54,16 @@ def test_smoke_run_on_digits(name, tmp_path):
     assert [t["step"] for t in trace] == [0, 5, 10, 15, 20, 25]
     for t in trace:
         assert t["loss"] == pytest.approx(t["stationarity"] + t["prior"] + t["lambda_penalty"])
+
+
+@pytest.mark.parametrize("family", ["mlp_bias", "affine", "conv"])
+def test_every_swappable_family_can_be_attacked(family, tmp_path):
+    card = tiny_card("binary", family=family)
+    result = run_attack(card, RunSpec(attack="haim_binary_kkt", attack_config={"steps": 10}), tmp_path / "r",
+                        quiet=True)
+    (run,) = result["runs"]
+    assert run["stopped"] == "completed" and math.isfinite(run["final_loss"])
+    assert run["message"].startswith("engine " + ("autograd" if family == "conv" else "gram"))
 
 
 def test_the_attacks_use_their_terms():
