@@ -94,12 +94,13 @@ def test_the_attacks_use_their_terms():
     assert float(penalty(torch.full((6, 3), 0.2, dtype=torch.float64))) == 0.0  # sums 0.6 >= 0.05, all >= 0
     assert float(penalty(torch.full((6, 3), -0.1, dtype=torch.float64))) > 0
     hb = plugins.get("attacks", "haim_binary_kkt")
-    coeffs, penalty = hb.stationarity_terms(torch.tensor([0, 0, 1, 1]), build_config(hb.config_cls, {}), 1,
-                                            like)
+    hb_cfg = build_config(hb.config_cls, {})
+    coeffs, penalty = hb.stationarity_terms(torch.tensor([0, 0, 1, 1]), hb_cfg, 1, like)
     lam4 = torch.tensor([0.5, 0.2, 0.3, 0.01], dtype=torch.float64)
     signs = torch.tensor([-1.0, -1, 1, 1], dtype=torch.float64)
     torch.testing.assert_close(coeffs(out[:4, :1], lam4)[:, 0], lam4 * signs)
-    assert float(penalty(lam4)) == pytest.approx(5 * (0.05 - 0.01) ** 2)
+    expected = 5 * sum(max(0.0, hb_cfg.lambda_min - v) ** 2 for v in lam4.tolist())  # 5 sum max(0, l_min - l)^2
+    assert float(penalty(lam4)) == pytest.approx(expected)
 
 
 def test_divergence_stops_with_a_clear_message_and_keeps_finite_candidates():
