@@ -177,7 +177,7 @@ def run_cell(card: ModelCard, problem: Problem, attack: str, init: str, init_con
     spec = RunSpec(attack=attack, attack_config=attack_config, init=init, init_config=init_config, seed=SEED,
                    candidates=problem.n, search_runs=search_runs)
     t0 = time.perf_counter()
-    result = run_attack(card, spec, out, data_root=DATA, problem=problem, quiet=True)
+    result = run_attack(card, spec, out, data_root=DATA, problem=problem, quiet=False)  # progress bars on stderr
     blind = result["selection"]["blind"]["run"]
     blind = 0 if blind is None else blind
     tensors = load_file(str(out / "runs" / f"run-{blind:03d}.safetensors"))
