@@ -56,6 +56,12 @@ RECIPES = {
     "mlp1": TargetRecipe(problem=PROBLEM, family="mlp_bias", model={"widths": [WIDTH]},
                          train=TrainSpec(loss="bce", lr=0.1, steps=20_000, weight_decay=WD, eval_every=2000)),
 }
+# Haim et al.'s own model for the side-by-side comparison (issue 5): the papers' homogeneous two-hidden-layer MLP
+# 3072-1000-1000-1 on the same problem, trained as in the KKT cpu-mini runs (no weight decay; 30k full-batch GD
+# steps at lr 0.01 with the inverse-loss step size; float32); added in session 2, before any haim run on it
+PAPERS_MLP = TargetRecipe(problem=PROBLEM, family="mlp", model={"widths": [1000, 1000]},
+                          train=TrainSpec(loss="bce", lr=0.01, steps=30_000, schedule="inverse_loss",
+                                          dtype="float32", eval_every=2000))
 REGIMES = ("uniform", "ground_truth", "partition")
 SEED = 0
 
@@ -77,15 +83,19 @@ def stationarity(card: ModelCard, problem: Problem) -> dict[str, float]:
             "theta_norm": float(theta.norm()), "param_count": int(theta.numel())}
 
 
-def stage_targets() -> dict[str, ModelCard]:
-    cards, summary = {}, {}
-    for name, recipe in RECIPES.items():
+def stage_targets(only: str | None = None) -> dict[str, ModelCard]:
+    cards = {}
+    summary = json.loads((OUT / "targets.json").read_text()) if (OUT / "targets.json").exists() else {}
+    for name, recipe in {**RECIPES, "papers_mlp": PAPERS_MLP}.items():
+        if only and name != only:
+            continue
         t0 = time.perf_counter()
         card = get_or_train(recipe, data_root=DATA)
         problem = card.problem(DATA)
         metrics = {k: v for k, v in card.data["metrics"].items() if k not in ("margins",)}
         summary[name] = {"recipe": recipe.to_dict(), "card": str(card.path), "metrics": metrics,
-                         "stationarity": stationarity(card, problem), "seconds": time.perf_counter() - t0}
+                         "stationarity": stationarity(card, problem) if name in RECIPES else None,
+                         "seconds": time.perf_counter() - t0}
         cards[name] = card
         print(name, json.dumps(summary[name]["stationarity"]), "train_error", metrics.get("train_error"),
               "test_error", metrics.get("test_error"))
@@ -211,9 +221,10 @@ def run_cell(card: ModelCard, problem: Problem, attack: str, init: str, init_con
     return cell
 
 
-def cards_and_problems(only: str | None = None) -> dict[str, tuple[ModelCard, Problem]]:
+def cards_and_problems(only: str | None = None, recipes: dict[str, TargetRecipe] | None = None
+                       ) -> dict[str, tuple[ModelCard, Problem]]:
     out = {}
-    for name, recipe in RECIPES.items():
+    for name, recipe in (RECIPES if recipes is None else recipes).items():
         if only and name != only:
             continue
         card = get_or_train(recipe, data_root=DATA, quiet=True)
@@ -239,7 +250,8 @@ def stage_haim(only: str | None) -> None:
     if "haim_binary_kkt" not in plugins.names("attacks"):
         print("haim_binary_kkt is not installed (merge the kkt branch); skipping")
         return
-    for name, (card, problem) in cards_and_problems(only).items():
+    targets = {"papers_mlp": PAPERS_MLP} if only in (None, "papers_mlp") else RECIPES
+    for name, (card, problem) in cards_and_problems(None if only == "papers_mlp" else only, targets).items():
         for init in REGIMES:
             run_cell(card, problem, "haim_binary_kkt", init, {}, HAIM,
                      OUT / "runs" / name / "haim_binary_kkt" / init, search_runs=HAIM_SEARCH_RUNS)
@@ -323,12 +335,13 @@ def stage_report() -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stage", default="all", choices=["targets", "bilevel", "released", "haim", "grid", "report", "all"])
-    parser.add_argument("--only", default=None, choices=[None, *RECIPES], help="one target only")
+    parser.add_argument("--only", default=None, choices=[None, *RECIPES, "papers_mlp"],
+                        help="one target only (haim stage: papers_mlp by default, or affine / mlp1)")
     parser.add_argument("--grid-attack", default="runkel_bilevel")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if args.stage in ("targets", "all"):
-        stage_targets()
+        stage_targets(args.only)
     if args.stage in ("bilevel", "all"):
         stage_bilevel(args.only)
     if args.stage in ("released", "all"):

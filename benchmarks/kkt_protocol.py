@@ -138,6 +138,37 @@ def summary(scores: dict[str, Any], top: int = 5) -> dict[str, Any]:
     }
 
 
+def ssim_windows(scaled: torch.Tensor, original: torch.Tensor, matched: torch.Tensor) -> dict[str, Any]:
+    """Why window-3 and scikit-image SSIM disagree: each variant's SSIM map averaged separately over *flat*
+    windows (the original's local std below 0.01, e.g. MNIST background) and *textured* ones, and the share of
+    flat windows that each variant averages over (scikit-image crops a 3-pixel border and averages 7x7 windows)."""
+    import kornia
+    from scipy.ndimage import uniform_filter
+    from skimage.metrics import structural_similarity
+
+    a, b = scaled[matched].double(), original[matched].double()
+    map3 = kornia.metrics.ssim(a, b, window_size=3, max_val=1.0).numpy()
+    # local std of the original under each variant's window (kornia: 3x3 Gaussian sigma 1.5; skimage: 7x7 uniform)
+    g = kornia.filters.get_gaussian_kernel2d((3, 3), (1.5, 1.5)).double().reshape(1, 3, 3)
+    mu = kornia.filters.filter2d(b, g, border_type="reflect")
+    std3 = (kornia.filters.filter2d(b * b, g, border_type="reflect") - mu * mu).clamp_min(0).sqrt().numpy()
+    out: dict[str, Any] = {}
+    flat3 = std3 < 0.01
+    out["w3"] = {"flat_share": float(flat3.mean()), "mean_ssim_flat": float(map3[flat3].mean()),
+                 "mean_ssim_textured": float(map3[~flat3].mean()), "mean_ssim": float(map3.mean())}
+    maps, flats = [], []
+    for x, y in zip(a.numpy(), b.numpy(), strict=True):
+        _, m = structural_similarity(x, y, data_range=1.0, channel_axis=0, full=True)
+        m7 = uniform_filter(y, size=(1, 7, 7))
+        s7 = np.sqrt(np.clip(uniform_filter(y * y, size=(1, 7, 7)) - m7 * m7, 0, None))
+        maps.append(m[:, 3:-3, 3:-3])
+        flats.append(s7[:, 3:-3, 3:-3] < 0.01)
+    msk, fsk = np.stack(maps), np.stack(flats)
+    out["skimage"] = {"flat_share": float(fsk.mean()), "mean_ssim_flat": float(msk[fsk].mean()) if fsk.any() else None,
+                      "mean_ssim_textured": float(msk[~fsk].mean()), "mean_ssim": float(msk.mean())}
+    return out
+
+
 def evaluate_result(result_dir: str | Path, runs: str = "all", data_root: str | None = None,
                     threshold: float = 1.1, start: bool = False,
                     card_path: str | None = None) -> dict[str, Any]:
@@ -173,8 +204,10 @@ def evaluate_result(result_dir: str | Path, runs: str = "all", data_root: str | 
         keep = torch.isin(pooled["run_ids"], torch.tensor([int(r) for r in runs.split(",")]))
     cands = pooled["x0" if start else "candidates"][keep].double()
     scores = match(problem.x_train(torch.float64), cands, problem.mean_tensor()[None], threshold=threshold)
+    original = problem.x_train(torch.float64) + problem.mean_tensor()[None]
     return {"runs": runs, "scored": "x0 (starting candidates)" if start else "candidates",
-            "candidates": int(keep.sum()), **summary(scores)}
+            "candidates": int(keep.sum()), **summary(scores),
+            "ssim_windows": ssim_windows(scores["recon_scaled"], original, scores["matched"])}
 
 
 def main() -> None:
