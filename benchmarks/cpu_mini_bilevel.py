@@ -232,27 +232,27 @@ def cards_and_problems(only: str | None = None, recipes: dict[str, TargetRecipe]
     return out
 
 
-def stage_bilevel(only: str | None) -> None:
+def stage_bilevel(only: str | None, regimes: tuple[str, ...] = REGIMES) -> None:
     for name, (card, problem) in cards_and_problems(only).items():
-        for init in REGIMES:
+        for init in regimes:
             run_cell(card, problem, "runkel_bilevel", init, {}, BILEVEL[name],
                      OUT / "runs" / name / "runkel_bilevel" / init)
 
 
-def stage_released(only: str | None) -> None:
+def stage_released(only: str | None, regimes: tuple[str, ...] = REGIMES) -> None:
     for name, (card, problem) in cards_and_problems(only or "mlp1").items():
-        for init in REGIMES:
+        for init in regimes:
             run_cell(card, problem, "runkel_bilevel", init, {}, RELEASED[name],
                      OUT / "runs" / name / "runkel_bilevel_theta0_released" / init)
 
 
-def stage_haim(only: str | None) -> None:
+def stage_haim(only: str | None, regimes: tuple[str, ...] = REGIMES) -> None:
     if "haim_binary_kkt" not in plugins.names("attacks"):
         print("haim_binary_kkt is not installed (merge the kkt branch); skipping")
         return
     targets = {"papers_mlp": PAPERS_MLP} if only in (None, "papers_mlp") else RECIPES
     for name, (card, problem) in cards_and_problems(None if only == "papers_mlp" else only, targets).items():
-        for init in REGIMES:
+        for init in regimes:
             run_cell(card, problem, "haim_binary_kkt", init, {}, HAIM,
                      OUT / "runs" / name / "haim_binary_kkt" / init, search_runs=HAIM_SEARCH_RUNS)
 
@@ -338,18 +338,23 @@ def main() -> None:
     parser.add_argument("--only", default=None, choices=[None, *RECIPES, "papers_mlp"],
                         help="one target only (haim stage: papers_mlp by default, or affine / mlp1)")
     parser.add_argument("--grid-attack", default="runkel_bilevel")
+    parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated init regimes (default: all three)")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    regimes = tuple(r for r in args.regimes.split(",") if r)
+    unknown = set(regimes) - set(REGIMES)
+    if unknown:
+        parser.error(f"unknown regime(s) {sorted(unknown)}; choose from {', '.join(REGIMES)}")
     if args.stage in ("targets", "all"):
         stage_targets(args.only)
     if args.stage in ("bilevel", "all"):
-        stage_bilevel(args.only)
+        stage_bilevel(args.only, regimes)
     if args.stage in ("released", "all"):
-        stage_released(args.only)
+        stage_released(args.only, regimes)
     if args.stage in ("grid", "all"):
         stage_grid(args.grid_attack)
     if args.stage in ("haim", "all"):
-        stage_haim(args.only)
+        stage_haim(args.only, regimes)
     if args.stage in ("report", "all"):
         stage_report()
 
