@@ -57,6 +57,8 @@ class BilevelConfig:
     keep_best: bool = option(True, "return the outer iterate with the lowest upper loss (reads only theta*), "
                                    "else the last one")
     stop_upper: float = option(0.0, "stop once the upper loss ||theta* - theta(x)||^2 falls below this (0: never)")
+    max_seconds: float = option(0.0, "time budget of the run in seconds: after the outer step that exceeds it the "
+                                     "run stops (early_stop) and keeps its best iterate so far (0: no budget)")
     theta0: Literal["uniform", "default", "zeros", "released"] = option(
         "uniform", "start of the inner solves: uniform draws every parameter from U(theta0_low, theta0_high) "
                    "(the paper: U(0, 1)); default uses PyTorch's Linear init U(+-1/sqrt(fan_in)); zeros; released "
@@ -167,6 +169,7 @@ class RunkelBilevel:
         trace: list[dict[str, float]] = []
         stopped, steps, note, eta = "completed", 0, "", config.outer_lr
         best_x, best_upper = x.detach().clone(), math.inf
+        started = time.perf_counter()
         try:
             # 1. inner solve at x^0
             sol = inner(x.detach(), theta0)
@@ -184,6 +187,10 @@ class RunkelBilevel:
                     break
                 if config.stop_upper > 0 and upper < config.stop_upper:
                     stopped = "early_stop"
+                    break
+                if config.max_seconds > 0 and time.perf_counter() - started > config.max_seconds:
+                    stopped = "early_stop"
+                    note = f"time budget max_seconds={config.max_seconds:g} reached after {k} outer step(s)"
                     break
                 # 2. adjoint p = (H + delta I)^{-1} 2 (theta - theta*);  3. hypergradient -grad_x <grad E, p>
                 hg = hypergradient(lower, x.detach(), sol.theta, theta_star, damping=config.damping,

@@ -188,6 +188,20 @@ def test_warm_start_reuses_the_previous_solution(affine_card):
         assert math.isclose(a["upper_loss"], b["upper_loss"], rel_tol=1e-6)
 
 
+def test_time_budget_stops_the_run_and_keeps_the_best_iterate(affine_card):
+    attack = plugins.get("attacks", "runkel_bilevel")
+    problem = affine_card.problem()
+    target = AttackTarget(model=affine_card.load_model(F64), family="affine", homogeneity_degree=1,
+                          knowledge=affine_card.knowledge())
+    labels = torch.as_tensor(problem.train_labels).sort().values
+    x0 = problem.x_decoy(F64)[: len(labels)]
+    out = attack.run(target, x0, labels, BilevelConfig(outer_steps=50, outer_lr=1e-3, max_seconds=1e-9),
+                     generator=torch.Generator().manual_seed(0))
+    # the budget is checked after each outer step: a budget already spent stops before the first x update
+    assert out.stopped == "early_stop" and len(out.trace) == 1 and "max_seconds" in out.message
+    assert torch.equal(out.candidates, x0) and math.isclose(out.final_loss, out.trace[0]["upper_loss"])
+
+
 def _target(family: str, spec: dict) -> AttackTarget:
     net = plugins.get("models", family).build((1, 8, 8), 1, spec)
     return AttackTarget(model=net, family=family, homogeneity_degree=None,
