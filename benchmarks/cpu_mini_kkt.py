@@ -67,6 +67,17 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
                    "family": "mlp", "model": WIDE,
                    "train": {"steps": 30_000, "lr": 0.05, "weight_decay": 0.0, "dtype": "float32"}},
         "attack": "general_loss_wd", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
+    # the blind-selected configuration of mnist_mse_wd (run 3, lowest final attack loss; its loss was still falling
+    # at step 3000), continued for 15000 steps as a single run: is the 3000-step budget what limits it?
+    "mnist_mse_wd_long": {
+        "recipe": {"problem": {"dataset": MNIST, "task": "regression", "binary_rule": "parity",
+                               "n_per_class": 10},
+                   "family": "mlp", "model": WIDE,
+                   "train": {"steps": 30_000, "lr": 0.05, "weight_decay": 5e-3, "dtype": "float32"}},
+        "attack": "general_loss_wd", "search_runs": 1,
+        "attack_config": {"steps": 15000, "lr": 0.12002391000117159, "init_scale": 0.04735459415790217,
+                          "alpha": 11.341865083372566},
+        "dtype": "float32"},
 }
 
 
