@@ -57,8 +57,9 @@ class BilevelConfig:
     keep_best: bool = option(True, "return the outer iterate with the lowest upper loss (reads only theta*), "
                                    "else the last one")
     stop_upper: float = option(0.0, "stop once the upper loss ||theta* - theta(x)||^2 falls below this (0: never)")
-    max_seconds: float = option(0.0, "time budget of the run in seconds: after the outer step that exceeds it the "
-                                     "run stops (early_stop) and keeps its best iterate so far (0: no budget)")
+    max_seconds: float = option(0.0, "time budget of the run in seconds, checked after every outer step and "
+                                     "between the line search's inner solves: once exceeded the run stops "
+                                     "(early_stop) and keeps its best iterate so far (0: no budget)")
     theta0: Literal["uniform", "default", "zeros", "released"] = option(
         "uniform", "start of the inner solves: uniform draws every parameter from U(theta0_low, theta0_high) "
                    "(the paper: U(0, 1)); default uses PyTorch's Linear init U(+-1/sqrt(fan_in)); zeros; released "
@@ -217,6 +218,8 @@ class RunkelBilevel:
                     eta, evals, accepted = 2.0 * eta if k > 0 else eta, 0, False
                     slope = float(g.pow(2).sum())
                     while evals < config.max_backtracks:
+                        if evals and config.max_seconds > 0 and time.perf_counter() - started > config.max_seconds:
+                            break                                   # out of time: no decrease found in budget
                         x_try = project(x.detach() - eta * g)
                         sol_try, evals = inner(x_try, sol.theta), evals + 1
                         if upper_loss(sol_try.theta, theta_star) <= upper - 1e-4 * eta * slope:
@@ -226,6 +229,9 @@ class RunkelBilevel:
                     if not accepted:
                         stopped = "early_stop"
                         note = f"line search found no decrease at outer step {k} (eta down to {eta:.2e})"
+                        if config.max_seconds > 0 and time.perf_counter() - started > config.max_seconds:
+                            note = (f"time budget max_seconds={config.max_seconds:g} reached during the line "
+                                    f"search of outer step {k}")
                         break
                 record.update({"eta": eta, "inner_solves": float(evals), "seconds": time.perf_counter() - t0})
                 steps = k + 1
