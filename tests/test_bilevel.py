@@ -171,13 +171,17 @@ def test_upper_loss_decreases_from_a_uniform_start(affine_card):
         assert "cold start" in out.message and "theta0=uniform" in out.message
 
 
-def test_warm_start_reuses_the_previous_solution(affine_card):
-    attack = plugins.get("attacks", "runkel_bilevel")
-    problem = affine_card.problem()
-    target = AttackTarget(model=affine_card.load_model(F64), family="affine", homogeneity_degree=1,
-                          knowledge=affine_card.knowledge())
+def _affine_decoy_start(card):
+    """runkel_bilevel, the affine target, its sorted labels, and decoy images as starting candidates."""
+    problem = card.problem()
+    target = AttackTarget(model=card.load_model(F64), family="affine", homogeneity_degree=1,
+                          knowledge=card.knowledge())
     labels = torch.as_tensor(problem.train_labels).sort().values
-    x0 = problem.x_decoy(F64)[: len(labels)]
+    return plugins.get("attacks", "runkel_bilevel"), target, labels, problem.x_decoy(F64)[: len(labels)]
+
+
+def test_warm_start_reuses_the_previous_solution(affine_card):
+    attack, target, labels, x0 = _affine_decoy_start(affine_card)
     cold = attack.run(target, x0, labels, BilevelConfig(outer_steps=4, outer_lr=1e-3),
                       generator=torch.Generator().manual_seed(0))
     warm = attack.run(target, x0, labels, BilevelConfig(outer_steps=4, outer_lr=1e-3, warm_start=True),
@@ -189,12 +193,7 @@ def test_warm_start_reuses_the_previous_solution(affine_card):
 
 
 def test_time_budget_stops_the_run_and_keeps_the_best_iterate(affine_card):
-    attack = plugins.get("attacks", "runkel_bilevel")
-    problem = affine_card.problem()
-    target = AttackTarget(model=affine_card.load_model(F64), family="affine", homogeneity_degree=1,
-                          knowledge=affine_card.knowledge())
-    labels = torch.as_tensor(problem.train_labels).sort().values
-    x0 = problem.x_decoy(F64)[: len(labels)]
+    attack, target, labels, x0 = _affine_decoy_start(affine_card)
     out = attack.run(target, x0, labels, BilevelConfig(outer_steps=50, outer_lr=1e-3, max_seconds=1e-9),
                      generator=torch.Generator().manual_seed(0))
     # the budget is checked after each outer step: a budget already spent stops before the first x update
