@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from reconbench import hookimpl, plugins
 from reconbench.bench.cells import CELL_FORMAT, expand
@@ -308,6 +309,27 @@ def run_cli(args, capsys):
     out = capsys.readouterr()
     return exit_info.value.code or 0, out.out, out.err
 
+
+def test_sampled_candidates_skip_files_over_the_size_cap(tmp_path, monkeypatch, toy_attack_registered):
+    from reconbench.bench import leaderboard as lbmod
+
+    path = tmp_path / "toy.toml"
+    path.write_text(TOY_SUITE)
+    res = tmp_path / "res"
+    run_suite(load_suite(path), res, quiet=True, command="reconbench bench toy")
+    from safetensors.torch import load_file, save_file
+
+    files = sorted(res.rglob("candidates.safetensors"))
+    cap = max(f.stat().st_size for f in files)
+    first = lbmod.sample_for_candidates([f.parent.name for f in files], 3)[0]
+    big = next(f for f in files if f.parent.name == first)   # the sample's first pick grows past the cap
+    tensors = load_file(str(big))
+    save_file({**tensors, "padding": torch.zeros(4096)}, str(big))
+    assert big.stat().st_size > cap
+    monkeypatch.setattr(lbmod, "MAX_SAMPLED_CANDIDATE_BYTES", cap)
+    lbmod.build_leaderboard(load_suite(path), res, tmp_path / "lb", figures=False)
+    stored = stored_cells(tmp_path / "lb")
+    assert len(stored) == 3 and big.parent.name not in stored     # 4 cells, k = 3: the other three
 
 def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_attack_registered):
     path = tmp_path / "toy.toml"

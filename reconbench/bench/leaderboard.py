@@ -566,11 +566,15 @@ def _short(text: str, n: int = 200) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+#: a sampled cell whose candidates file is larger is skipped for the next one (keeps published folders small)
+MAX_SAMPLED_CANDIDATE_BYTES = 1 << 20
+
+
 def sample_for_candidates(ok_ids: list[str], k: int | None) -> list[str]:
-    """All ids (k None) or a deterministic sample of k, by the hash of the id."""
+    """All ids (k None), or every id in a deterministic order (the hash of the id) to draw a sample of k from."""
     if k is None:
         return sorted(ok_ids)
-    return sorted(sorted(ok_ids, key=lambda c: hashlib.sha256(c.encode()).hexdigest())[:k])
+    return sorted(ok_ids, key=lambda c: hashlib.sha256(c.encode()).hexdigest())
 
 
 def build_leaderboard(
@@ -605,12 +609,16 @@ def build_leaderboard(
         src = results / "targets" / f"{key}.json"
         if key and src.exists() and not (out / "targets" / src.name).exists():
             shutil.copyfile(src, out / "targets" / src.name)
-    stored = []
-    for cid in sample_for_candidates([r["cell_id"] for r in ok], suite.leaderboard.store_candidates):
+    stored: list[str] = []
+    k = suite.leaderboard.store_candidates
+    for cid in sample_for_candidates([r["cell_id"] for r in ok], k):
+        if k is not None and len(stored) >= k:
+            break
         src = results / pub.records[cid].get("result_dir", f"work/{cid}") / "candidates.safetensors"
-        if src.exists():
+        if src.exists() and (k is None or src.stat().st_size <= MAX_SAMPLED_CANDIDATE_BYTES):
             shutil.copyfile(src, out / "candidates" / f"{cid}.safetensors")
             stored.append(cid)
+    stored.sort()
 
     figure_info: dict[str, Any] = {}
     if suite.leaderboard.figures if figures is None else figures:
