@@ -171,6 +171,10 @@ class RunkelBilevel:
         stopped, steps, note, eta = "completed", 0, "", config.outer_lr
         best_x, best_upper = x.detach().clone(), math.inf
         started = time.perf_counter()
+
+        def over_budget() -> bool:
+            return config.max_seconds > 0 and time.perf_counter() - started > config.max_seconds
+
         try:
             # 1. inner solve at x^0
             sol = inner(x.detach(), theta0)
@@ -189,7 +193,7 @@ class RunkelBilevel:
                 if config.stop_upper > 0 and upper < config.stop_upper:
                     stopped = "early_stop"
                     break
-                if config.max_seconds > 0 and time.perf_counter() - started > config.max_seconds:
+                if over_budget():
                     stopped = "early_stop"
                     note = f"time budget max_seconds={config.max_seconds:g} reached after {k} outer step(s)"
                     break
@@ -218,7 +222,7 @@ class RunkelBilevel:
                     eta, evals, accepted = 2.0 * eta if k > 0 else eta, 0, False
                     slope = float(g.pow(2).sum())
                     while evals < config.max_backtracks:
-                        if evals and config.max_seconds > 0 and time.perf_counter() - started > config.max_seconds:
+                        if evals and over_budget():
                             break                                   # out of time: no decrease found in budget
                         x_try = project(x.detach() - eta * g)
                         sol_try, evals = inner(x_try, sol.theta), evals + 1
@@ -229,7 +233,7 @@ class RunkelBilevel:
                     if not accepted:
                         stopped = "early_stop"
                         note = f"line search found no decrease at outer step {k} (eta down to {eta:.2e})"
-                        if config.max_seconds > 0 and time.perf_counter() - started > config.max_seconds:
+                        if over_budget():
                             note = (f"time budget max_seconds={config.max_seconds:g} reached during the line "
                                     f"search of outer step {k}")
                         break
