@@ -17,6 +17,7 @@ import torch
 from bench_launcher import x0_digest
 from conftest import ToyAttack
 from safetensors.torch import load_file
+from suitekit import toy_targets
 
 from reconbench import hookimpl, plugins
 from reconbench.bench.cells import expand
@@ -38,23 +39,11 @@ def suite_text(attacks: str = "", extra: str = "", seeds: str = "[0]", runs: int
         seeds = {seeds}
         search_runs = {runs}
 
-        [targets.bin]
-        dataset = "digits"
-        task = "binary"
-        n_per_class = 3
-        widths = [8]
-        steps = 20
-
-        [targets.mc]
-        dataset = "digits"
-        task = "multiclass"
-        num_classes = 3
-        n_per_class = 2
-        widths = [8]
-        steps = 20
-
+        """)
+        + toy_targets(20)
+        + textwrap.dedent("""
         [inits.gaussian]
-        config = {{ scale = 0.05 }}
+        config = { scale = 0.05 }
         """)
         + textwrap.dedent(attacks)
         + textwrap.dedent(extra)

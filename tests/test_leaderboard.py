@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from suitekit import toy_targets
 
 from reconbench import hookimpl, plugins
 from reconbench.bench.cells import CELL_FORMAT, expand
@@ -272,21 +273,7 @@ name = "toy"
 seeds = [0, 1]
 search_runs = 2
 
-[targets.bin]
-dataset = "digits"
-task = "binary"
-n_per_class = 3
-widths = [8]
-steps = 20
-
-[targets.mc]
-dataset = "digits"
-task = "multiclass"
-num_classes = 3
-n_per_class = 2
-widths = [8]
-steps = 20
-
+""" + toy_targets(20) + """
 [attacks.toy_identity]
 config = { steps = 1 }
 

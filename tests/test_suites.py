@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from suitekit import toy_targets
 
 from reconbench.bench.cells import expand, select
 from reconbench.bench.suite import DEFAULT_COLUMNS, SuiteError, find_suite, load_suite
@@ -19,21 +20,7 @@ name = "t"
 seeds = [0, 1]
 search_runs = 2
 
-[targets.bin]
-dataset = "digits"
-task = "binary"
-n_per_class = 3
-widths = [8]
-steps = 10
-
-[targets.mc]
-dataset = "digits"
-task = "multiclass"
-num_classes = 3
-n_per_class = 2
-widths = [8]
-steps = 10
-
+""" + toy_targets(10) + """
 [attacks.toy_identity]
 config = { steps = 1 }
 
