@@ -92,9 +92,8 @@ def engine_loop(
     task = "binary" if out_dim == 1 else "multiclass"
     attack = plugins.get("attacks", "haim_binary_kkt" if task == "binary" else "multiclass_kkt")
     cfg = build_config(attack.config_cls, {"steps": steps, "lr": 1e-3, "alpha": 100.0, "engine": engine})
-    knowledge = Knowledge(
-        task=task, num_classes=max(out_dim, 2), out_dim=out_dim, input_shape=tuple(x0.shape[1:])
-    )  # type: ignore[arg-type]
+    c, h, w = x0.shape[1:]
+    knowledge = Knowledge(task=task, num_classes=max(out_dim, 2), out_dim=out_dim, input_shape=(c, h, w))
     target = AttackTarget(
         model=model, family="mlp", homogeneity_degree=3, knowledge=knowledge, dtype=x0.dtype
     )

@@ -114,6 +114,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=None, help="seed of the search and the inits (default 0)")
+    ap.add_argument("--train-steps", type=int, default=None,
+                    help="train the target for this many GD steps instead of the experiment's (a separate cached target)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     overrides: dict[str, Any] = {}
@@ -121,6 +123,9 @@ def main() -> None:
         overrides["search_runs"] = args.search_runs
     if args.seed is not None:
         overrides["seed"] = args.seed
+    if args.train_steps:
+        recipe = EXPERIMENTS[args.experiment]["recipe"]
+        overrides["recipe"] = {**recipe, "train": {**recipe["train"], "steps": args.train_steps}}
     if args.steps:
         overrides["attack_config"] = {**EXPERIMENTS[args.experiment]["attack_config"], "steps": args.steps}
     report = run(args.experiment, Path(args.out), args.data_root, overrides)

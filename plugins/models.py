@@ -38,7 +38,7 @@ class MLP(TargetNet):
         return self.layers[-1](h)
 
     def linear_chain(self) -> list[nn.Linear]:
-        return list(self.layers)
+        return [layer for layer in self.layers if isinstance(layer, nn.Linear)]
 
 
 @dataclass(frozen=True)
@@ -67,16 +67,18 @@ class MlpFamily:
             raise ReconbenchError(f"{self.name}: widths must be a non-empty list of positive integers, got {widths}")
         net = MLP(math.prod(input_shape), widths, out_dim,
                   hidden_bias=self.biases_everywhere, output_bias=self.biases_everywhere)
-        for layer in net.layers:
+        chain = net.linear_chain()
+        for layer in chain:
             init_linear_default_(layer, generator)
         scale = s.get("init_scale")
         if scale is not None:
             with torch.no_grad():  # reference order: b1 redrawn, then W1 (kkt spec 2.3)
-                first = net.layers[0]
+                first = chain[0]
+                assert first.bias is not None  # the first layer always has a bias
                 first.bias.normal_(0.0, 1.0, generator=generator).mul_(scale)
                 first.weight.normal_(0.0, 1.0, generator=generator).mul_(scale)
                 if not s.get("first_only", True):
-                    for layer in net.layers[1:]:
+                    for layer in chain[1:]:
                         layer.weight.normal_(0.0, 1.0, generator=generator).mul_(scale)
         return net
 
@@ -152,6 +154,7 @@ class ConvFamily:
             init_linear_default_(layer, generator)
         if s["init_scale"] is not None:
             with torch.no_grad():
+                assert net.conv.bias is not None
                 net.conv.bias.normal_(0.0, 1.0, generator=generator).mul_(s["init_scale"])
                 net.conv.weight.normal_(0.0, 1.0, generator=generator).mul_(s["init_scale"])
         return net

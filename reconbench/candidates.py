@@ -40,10 +40,14 @@ def restrict_knowledge(knowledge: Knowledge, attack: Attack) -> Knowledge:
         raise IncompatibleError(f"attack {attack.name!r} needs {', '.join(missing)}, which the model card does not "
                                 f"provide; add it to the card or choose an attack that does not need it "
                                 f"({_attacks_without(missing, knowledge.task)})")
-    keep = {"class_counts": bool({"labels", "class_balance"} & set(attack.needs)),
-            "loss": "loss" in attack.needs, "weight_decay": "weight_decay" in attack.needs,
-            "mean_image": "mean_image" in attack.needs}
-    return replace(knowledge, **{name: (getattr(knowledge, name) if keep[name] else None) for name in keep})
+    needs = set(attack.needs)
+    return replace(
+        knowledge,
+        class_counts=knowledge.class_counts if {"labels", "class_balance"} & needs else None,
+        loss=knowledge.loss if "loss" in needs else None,
+        weight_decay=knowledge.weight_decay if "weight_decay" in needs else None,
+        mean_image=knowledge.mean_image if "mean_image" in needs else None,
+    )
 
 
 def _attacks_without(missing: list[str], task: str) -> str:

@@ -86,7 +86,7 @@ def fit_stationarity(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, ta
         method = "dense-nnls" if nonneg else "dense-lstsq"
     else:
         dtype = theta.dtype
-        _, pullback = vjp(terms, params)
+        pullback = vjp(terms, params)[1]
 
         def matvec(lam: np.ndarray) -> np.ndarray:  # J^T lambda
             (g,) = pullback(torch.as_tensor(np.ravel(lam), dtype=dtype))
@@ -108,7 +108,7 @@ def fit_stationarity(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, ta
 
 
 def certificate(model: TargetNet, x_train: torch.Tensor, labels: torch.Tensor, task: str,
-                seed: int = 0) -> dict[str, float | int | bool]:
+                seed: int = 0) -> dict[str, float | int | bool | str]:
     """The residual at the true training data and at random inputs of the same per-pixel scale."""
     model = model.double()
     x = x_train.double()

@@ -53,7 +53,7 @@ def tiny_card(task: str = "binary", family: str = "mlp") -> ModelCard:
 
 def _check_config_cls(obj: Any) -> None:
     cls = obj.config_cls
-    assert dataclasses.is_dataclass(cls), f"{obj.name}: config_cls must be a dataclass"
+    assert isinstance(cls, type) and dataclasses.is_dataclass(cls), f"{obj.name}: config_cls must be a dataclass"
     build_config(cls, {}, obj.name)  # every option has a default
     for f in dataclasses.fields(cls):
         assert f.metadata.get("help"), f"{obj.name}: option {f.name!r} has no help text (use reconbench.config.option)"

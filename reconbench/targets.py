@@ -25,7 +25,7 @@ def train_target(recipe: TargetRecipe, out_dir: str | os.PathLike[str], data_roo
                  quiet: bool = False, device: str = "cpu") -> ModelCard:
     problem = build_problem(recipe.problem, data_root)
     result = train(recipe, problem, quiet=quiet, device=device)
-    return save_card(out_dir, recipe, problem, result)
+    return save_card(Path(out_dir), recipe, problem, result)
 
 
 def get_or_train(recipe: TargetRecipe, cache: str | os.PathLike[str] | None = None, data_root: str | None = None,

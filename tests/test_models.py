@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -15,10 +17,6 @@ def build(name: str, spec: dict, shape=(1, 8, 8), out=3, seed=0):
 
 
 def scaled_copy(model, c: float):
-    clone = type(model).__new__(type(model))
-    clone.__dict__ = {**model.__dict__}
-    import copy
-
     clone = copy.deepcopy(model)
     with torch.no_grad():
         for p in clone.parameters():

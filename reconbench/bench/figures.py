@@ -90,7 +90,7 @@ def matches(problem: Problem, candidates: torch.Tensor, evaluation: dict[str, An
             for i, r in enumerate(rows)
             if isinstance(r.get(cand_key), int)
         ]
-        ranked = [(i, c, -math.inf if v is None else v) for i, c, v in out]
+        ranked: list[tuple[int, int, float]] = [(i, c, -math.inf if v is None else v) for i, c, v in out]
         return sorted(ranked, key=lambda t: -t[2]), score_key or "evaluation order"
     x = problem.x_train(torch.float64).flatten(1)
     c = candidates.double().flatten(1)
@@ -98,8 +98,8 @@ def matches(problem: Problem, candidates: torch.Tensor, evaluation: dict[str, An
     cs = (c - c.mean(1, keepdim=True)) / (c.std(1, keepdim=True) + 1e-12)
     corr = xs @ cs.T / (x.shape[1] - 1)
     best = corr.max(dim=1)
-    out = [(i, int(best.indices[i]), float(best.values[i])) for i in range(len(x))]
-    return sorted(out, key=lambda t: -t[2]), "NCC"
+    nearest = [(i, int(best.indices[i]), float(best.values[i])) for i in range(len(x))]
+    return sorted(nearest, key=lambda t: -t[2]), "NCC"
 
 
 def _primary(rec: dict[str, Any], columns: list[dict[str, Any]]) -> float:
@@ -156,10 +156,10 @@ def draw_reconstructions(
         found, score_name = matches(problem, pooled["candidates"], rec.get("evaluation") or {})
         score_names.add(score_name)
         mean = problem.mean
-        label = fig.add_subplot(grid[3 * a, :])
-        label.axis("off")
+        header = fig.add_subplot(grid[3 * a, :])
+        header.axis("off")
         oracle = " †" if rec["init"].get("is_oracle") else ""
-        label.text(
+        header.text(
             0.0,
             0.0,
             f"{rec['attack']['label']} · init {rec['init']['label']}{oracle} · {rec['target']['name']} · seed {rec['seed']}",

@@ -114,10 +114,10 @@ class LowerProblem:
         Reverse-over-reverse (the vjp of the gradient; H is symmetric, so v^T H = (H v)^T): it works for every
         training loss, whereas forward-over-reverse fails on losses without forward-mode rules (huber).
         """
-        _, pullback = vjp(lambda th: self.grad_theta(th, x), theta)
+        pullback = vjp(lambda th: self.grad_theta(th, x), theta)[1]
         return lambda v: pullback(v)[0]
 
     def mixed_product(self, theta: torch.Tensor, x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """grad_x < grad_theta E(x, y; theta), p > with theta and p held fixed (= (d^2 E / d theta dx)^T p)."""
-        _, pullback = vjp(lambda xx: self.grad_theta(theta, xx), x)
+        pullback = vjp(lambda xx: self.grad_theta(theta, xx), x)[1]
         return pullback(p)[0]

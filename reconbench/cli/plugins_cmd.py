@@ -39,7 +39,7 @@ def list_command(kind: str, pattern: str | None, verbose: bool) -> None:
     if verbose:
         for e in entries:
             cls = getattr(e.obj, "config_cls", None)
-            if cls is not None and dataclasses.is_dataclass(cls):
+            if isinstance(cls, type) and dataclasses.is_dataclass(cls):
                 click.echo(f"\n{e.name} options:")
                 opts = [(n, t, d, h) for n, t, d, h in describe_options(cls)]
                 click.echo(tabulate(opts, headers=["option", "type", "default", "help"], tablefmt="github"))
