@@ -39,6 +39,21 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
                                "n_per_class": 10},
                    "family": "mlp", "model": WIDE, "train": FAST_GD},
         "attack": "haim_binary_kkt", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
+    # the same problem, target trained in float64 (the reference's dtype). In float32 the BCE gradient of a sample
+    # vanishes once its margin passes about 17 (1 - sigmoid(17) is below float32's resolution near 1), so the
+    # float32 target's loss stalls at 1.7e-8 from step ~10k on (100k steps: 1.68e-8)
+    "mnist_binary_f64": {
+        "recipe": {"problem": {"dataset": MNIST, "task": "binary", "binary_rule": "parity",
+                               "n_per_class": 10},
+                   "family": "mlp", "model": WIDE, "train": {**FAST_GD, "dtype": "float64"}},
+        "attack": "haim_binary_kkt", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
+    # float64 and a higher cap on the inverse-loss multiplier, so the margin keeps growing at a constant rate
+    "mnist_binary_f64_cap1e6": {
+        "recipe": {"problem": {"dataset": MNIST, "task": "binary", "binary_rule": "parity",
+                               "n_per_class": 10},
+                   "family": "mlp", "model": WIDE,
+                   "train": {**FAST_GD, "dtype": "float64", "schedule_cap": 1e6}},
+        "attack": "haim_binary_kkt", "search_runs": 12, "attack_config": {"steps": 3000}, "dtype": "float32"},
     "cifar_binary": {
         "recipe": {"problem": {"dataset": CIFAR, "task": "binary", "binary_rule": "vehicles_animals",
                                "n_per_class": 10},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -128,6 +129,26 @@ def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torc
     return out
 
 
+def stalled_samples(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype) -> int:
+    """Training samples whose loss gradient is exactly zero in the training precision but not in float64.
+
+    In float32 the BCE gradient sigmoid(z) - 1 of a positive sample rounds to 0 once its margin passes about
+    16.6: from then on gradient descent no longer moves that sample, and longer training changes nothing.
+    Counted for classification only, whose exact loss gradient is never zero (a regression fit exact to float32
+    precision is a minimiser, not a stall).
+    """
+    if dtype == torch.float64 or problem.task == "regression":
+        return 0
+    x, lab = problem.x_train(torch.float64), problem.train_labels
+    zero = []
+    for dt in (dtype, torch.float64):
+        net = copy.deepcopy(model).to(dt)
+        out = net(x.to(dt)).detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(loss_fn(out, problem.targets(lab, dt)), out)
+        zero.append((grad.reshape(len(x), -1) == 0).all(dim=1))
+    return int((zero[0] & ~zero[1]).sum())
+
+
 def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_certificate: bool = True,
           device: str = "cpu") -> TrainResult:
     """Train a target by full-batch GD (on ``device``; the weights come back on the CPU); stop on NaN."""
@@ -180,6 +201,7 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
         out = model(problem.x_train(dtype))
         m = margins(out, torch.as_tensor(problem.train_labels), problem.task)
     metrics["margins"] = m.tolist()
+    metrics["stalled_samples"] = stalled_samples(model, problem, loss_fn, dtype)
     metrics["param_count"] = model.param_count()
     metrics["param_norm_sq"] = float(sum((p.detach().double() ** 2).sum() for p in model.parameters()))
     if with_certificate:

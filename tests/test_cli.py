@@ -50,6 +50,22 @@ def test_train_then_run_then_resume(tmp_path, capsys, toy_attack_registered):
     assert stamps == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "res" / "runs").glob("*.safetensors")}
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_train_warns_when_float32_gradients_underflow(tmp_path, capsys, dtype):
+    # trained to margins past ~16.6, positive samples' BCE gradient is exactly 0 in float32, never in float64
+    args = ["train", "--dataset", "digits", "--task", "binary", "--n-per-class", "10", "--widths", "64,64",
+            "--lr", "0.05", "--steps", "1500", "--schedule", "inverse_loss", "--train-dtype", dtype,
+            "--out", str(tmp_path / "card"), "-q"]
+    code, out, _ = run_cli(args, capsys)
+    card = json.loads((tmp_path / "card" / "card.json").read_text())
+    stalled = card["metrics"]["stalled_samples"]
+    assert code == 0
+    if dtype == "float32":
+        assert stalled > 0 and f"warning: {stalled} of 20 training samples" in out and "float64" in out
+    else:
+        assert stalled == 0 and "warning" not in out
+
+
 def test_bad_option_values_are_clear(tmp_path, capsys, toy_attack_registered):
     code, _, err = run_cli(["run", "--attack", "toy_identity", *TINY, "--set", "stepz=3", "-q",
                             "--out", str(tmp_path / "r")], capsys)

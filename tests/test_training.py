@@ -57,3 +57,25 @@ def test_nan_guard_stops_with_a_clear_message():
                           train=TrainSpec(lr=1e6, steps=200))
     with pytest.raises(DivergedError, match="lower --lr"):
         train(recipe, build_problem(recipe.problem), quiet=True, with_certificate=False)
+
+
+def test_stalled_samples_counts_float32_gradient_underflow():
+    # Independent prediction: BCE's gradient wrt a logit z is sigmoid(z) - y. It is exactly 0 in float32 for a
+    # positive sample once float32 sigmoid(z) rounds to 1, and never 0 for a negative one (sigmoid(z) stays
+    # representable); float64 resolves margins up to about 36.
+    from reconbench.losses import get_loss
+    from reconbench.training import build_model, stalled_samples
+
+    recipe = TargetRecipe(problem=ProblemSpec(task="binary", n_per_class=10), model={"widths": [16, 16]})
+    problem = build_problem(recipe.problem)
+    model = build_model(recipe, problem).double()
+    with torch.no_grad():
+        out = model(problem.x_train(torch.float64)).reshape(-1)
+        model.linear_chain()[-1].weight.mul_(30.0 / out.abs().max())  # logits spread over [-30, 30]
+        out32 = model.float()(problem.x_train(torch.float32)).reshape(-1)
+    labels = torch.as_tensor(problem.train_labels)
+    expected = int(((labels == 1) & (torch.sigmoid(out32) == 1.0)).sum())
+    assert expected > 0, "the fixture must put some positive samples past float32's resolution"
+    _, bce = get_loss("bce", "binary")
+    assert stalled_samples(model, problem, bce, torch.float32) == expected
+    assert stalled_samples(model.double(), problem, bce, torch.float64) == 0

@@ -27,6 +27,11 @@ def train_command(out: str | None, cache: str | None, data_root: str | None, qui
     click.echo(f"model card: {card.path}")
     click.echo(f"  train error {m['train_error']:.4f}  train loss {m['train_loss']:.3e}  "
                f"test error {m.get('test_error', float('nan')):.4f}  ({m['steps_run']} steps, {m['train_seconds']:.1f}s)")
+    stalled = int(m.get("stalled_samples", 0))
+    if stalled:
+        click.echo(f"  warning: {stalled} of {len(m['margins'])} training samples get an exactly-zero loss gradient in "
+                   f"{card.data['recipe']['train']['dtype']} (their margins are past what it resolves), so longer training "
+                   "does not move them; train with --train-dtype float64 to keep converging")
     if cert:
         click.echo(f"  stationarity residual: {cert['residual_at_train']:.3e} at the training data vs "
                    f"{cert['residual_at_random']:.3e} at random inputs (ratio {cert['ratio']:.3g}; "
