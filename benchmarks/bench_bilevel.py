@@ -22,10 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_mini_bilevel as suite  # noqa: E402
-from reconbench_plugins.bilevel import BilevelConfig, draw_theta0  # noqa: E402
 
-from reconbench.bilevel import LowerProblem, hypergradient, softplus_surrogate, solve_lower  # noqa: E402
-from reconbench.losses import get_loss  # noqa: E402
+from reconbench.attack.bilevel import LowerProblem, hypergradient, softplus_surrogate, solve_lower
+from reconbench.targets.losses import get_loss
+from reconbench_plugins.bilevel import BilevelConfig, draw_theta0  # noqa: E402
 
 CFG = BilevelConfig(**suite.BILEVEL["mlp1"])
 ETA = 1.0  # one trial step of the line search (its first trial at the start of a run)
@@ -37,7 +37,7 @@ def state():
     if not data.exists():
         pytest.skip(f"needs the CIFAR-10 subset at {data} (set RECONBENCH_DATA)")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    from reconbench.targets import get_or_train
+    from reconbench.targets.cache import get_or_train
 
     card = get_or_train(suite.RECIPES["mlp1"], data_root=suite.DATA, quiet=True)
     problem = card.problem(suite.DATA)

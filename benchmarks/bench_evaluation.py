@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from reconbench.evaluation import evaluate
-from reconbench.problems import Problem, ProblemSpec, build_problem
+from reconbench.targets.problems import Problem, ProblemSpec, build_problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from evalkit import make_problem, smooth_images  # noqa: E402

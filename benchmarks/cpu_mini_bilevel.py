@@ -10,7 +10,7 @@ Uncertainty?"; notes in ../shared/docs/bilevel-attack-spec.md):
 * the 5 x 5 mixture grid (l1, l2) for ``runkel_bilevel`` on the affine target, rendered as three heatmaps of the
   average distance from each reconstruction to its nearest training, partition and random image (paper Figs. 10-12).
 
-Every attack run goes through :func:`reconbench.pipeline.run_attack` (one result folder per cell, resumable);
+Every attack run goes through :func:`reconbench.attack.pipeline.run_attack` (one result folder per cell, resumable);
 the distances below are computed here from the saved candidates. Results: ``benchmarks/results/bilevel/``.
 
     RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 nice -n 10 \
@@ -31,14 +31,14 @@ import numpy as np
 import torch
 
 from reconbench import plugins
-from reconbench.bilevel import LowerProblem
-from reconbench.cards import ModelCard
-from reconbench.losses import get_loss
-from reconbench.pipeline import RunSpec, run_attack
-from reconbench.problems import Problem, ProblemSpec
+from reconbench.attack.bilevel import LowerProblem
+from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.provenance import provenance, write_json
-from reconbench.targets import get_or_train
-from reconbench.training import TargetRecipe, TrainSpec
+from reconbench.targets.cache import get_or_train
+from reconbench.targets.cards import ModelCard
+from reconbench.targets.losses import get_loss
+from reconbench.targets.problems import Problem, ProblemSpec
+from reconbench.targets.training import TargetRecipe, TrainSpec
 
 ROOT = Path(__file__).resolve().parent
 OUT = Path(os.environ.get("BILEVEL_OUT", ROOT / "results" / "bilevel"))

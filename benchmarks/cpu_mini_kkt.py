@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from kkt_protocol import evaluate_result  # benchmarks/ is on sys.path when this file runs as a script
 
-from reconbench.pipeline import RunSpec, run_attack
-from reconbench.targets import get_or_train
-from reconbench.training import TargetRecipe
+from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.targets.cache import get_or_train
+from reconbench.targets.training import TargetRecipe
 
 MNIST = "mnist_test"
 CIFAR = "npz:cifar10/cifar10_train_subset.npz"

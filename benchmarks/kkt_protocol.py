@@ -179,7 +179,7 @@ def evaluate_result(result_dir: str | Path, runs: str = "all", data_root: str | 
     """
     from safetensors.torch import load_file
 
-    from reconbench.cards import load_card
+    from reconbench.targets.cards import load_card
 
     out = Path(result_dir)
     if (out / "result.json").exists():

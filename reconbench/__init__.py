@@ -2,7 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .hookspecs import hookimpl
+from reconbench.hookspecs import hookimpl
 
 try:
     __version__ = version("reconbench")

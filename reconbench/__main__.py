@@ -1,3 +1,3 @@
-from .cli import main
+from reconbench.cli import main
 
 main()

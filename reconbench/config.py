@@ -14,7 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .errors import ReconbenchError
+from reconbench.errors import ReconbenchError
 
 T = TypeVar("T")
 

@@ -24,14 +24,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .candidates import candidate_labels
-from .cards import ModelCard
-from .config import build_config
-from .errors import IncompatibleError
-from .interfaces import KNOWLEDGE_ITEMS, TASKS, AttackOutput
-from .problems import Problem, ProblemSpec, build_problem
-from .targets import train_target
-from .training import TargetRecipe, TrainSpec
+from reconbench.attack.candidates import candidate_labels
+from reconbench.config import build_config
+from reconbench.errors import IncompatibleError
+from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput
+from reconbench.targets.cache import train_target
+from reconbench.targets.cards import ModelCard
+from reconbench.targets.images import TASKS
+from reconbench.targets.problems import Problem, ProblemSpec, build_problem
+from reconbench.targets.training import TargetRecipe, TrainSpec
 
 _TMP = Path(tempfile.mkdtemp(prefix="reconbench-conformance-"))
 FAMILY_FOR_TASK_CHECK = "mlp"
@@ -66,7 +67,7 @@ def _check_named(obj: Any) -> None:
 
 def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, AttackOutput]:
     """Interface, knowledge and output checks, and a smoke run on a tiny target of each supported task."""
-    from .pipeline import RunSpec, prepare  # late import: pipeline imports evaluation
+    from reconbench.attack.pipeline import RunSpec, prepare
 
     _check_named(attack)
     _check_config_cls(attack)
@@ -160,9 +161,9 @@ def check_metric(metric: Any) -> dict[str, Any]:
     """
     import json
 
-    from . import plugins
-    from .evaluation import resolve_protocol
-    from .evaluation.context import build_context
+    from reconbench import plugins
+    from reconbench.evaluation import resolve_protocol
+    from reconbench.evaluation.context import build_context
 
     _check_named(metric)
     _check_config_cls(metric)

@@ -16,33 +16,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
+from reconbench.targets.images import ImageData
+
 if TYPE_CHECKING:
-    import numpy as np
-
-    from .config import Distribution
-    from .nets import TargetNet
-    from .problems import Problem
-
-TASKS = ("binary", "multiclass", "regression")
-
-
-# -- data sets ----------------------------------------------------------------------------------------------
-@dataclass
-class ImageData:
-    """A loaded data set: images in [0, 1] as float32 (N, C, H, W), integer labels, class names."""
-
-    name: str
-    images: np.ndarray
-    labels: np.ndarray
-    classes: list[str]
-    source: str
-
+    from reconbench.config import Distribution
+    from reconbench.targets.nets import TargetNet
+    from reconbench.targets.problems import Problem
 
 @runtime_checkable
 class DatasetSource(Protocol):
     name: str
     description: str
-    #: binary rule used when a binary task is asked for without one (see :data:`reconbench.problems.BINARY_RULES`)
+    #: binary rule used when a binary task is asked for without one (see :data:`reconbench.targets.problems.BINARY_RULES`)
     default_binary_rule: str
 
     def load(self, data_root: Path | None) -> ImageData:

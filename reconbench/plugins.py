@@ -17,8 +17,8 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
-from .errors import ReconbenchError, UnknownNameError
+from reconbench import hookspecs
+from reconbench.errors import ReconbenchError, UnknownNameError
 
 ENTRY_POINT_GROUP = "reconbench"
 STRICT_ENV = "RECONBENCH_STRICT_PLUGINS"

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from . import __version__
+from reconbench import __version__
 
 
 def config_hash(config: Any) -> str:

@@ -23,10 +23,10 @@ from reconbench import hookimpl, plugins
 from reconbench.bench.cells import expand
 from reconbench.bench.runner import load_cells, run_suite
 from reconbench.bench.suite import SuiteError, load_suite
-from reconbench.cards import load_card
 from reconbench.cli import main
 from reconbench.evaluation import evaluate
-from reconbench.targets import cache_dir
+from reconbench.targets.cache import cache_dir
+from reconbench.targets.cards import load_card
 
 TESTS = Path(__file__).resolve().parent
 

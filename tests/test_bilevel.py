@@ -7,10 +7,9 @@ import math
 
 import pytest
 import torch
-from reconbench_plugins.bilevel import BilevelConfig, draw_theta0
 
 from reconbench import plugins
-from reconbench.bilevel import (
+from reconbench.attack.bilevel import (
     LowerProblem,
     ParamLayout,
     conjugate_gradient,
@@ -19,13 +18,14 @@ from reconbench.bilevel import (
     solve_lower,
     upper_loss,
 )
+from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import Attack, AttackTarget, Knowledge
-from reconbench.losses import get_loss
-from reconbench.pipeline import RunSpec, run_attack
-from reconbench.problems import ProblemSpec
-from reconbench.targets import get_or_train
-from reconbench.training import TargetRecipe, TrainSpec
+from reconbench.targets.cache import get_or_train
+from reconbench.targets.losses import get_loss
+from reconbench.targets.problems import ProblemSpec
+from reconbench.targets.training import TargetRecipe, TrainSpec
+from reconbench_plugins.bilevel import BilevelConfig, draw_theta0
 
 F64 = torch.float64
 TIGHT = {"tol": 1e-14, "max_iter": 500, "newton_steps": 10, "cg_rtol": 1e-12, "cg_max_iter": 500}

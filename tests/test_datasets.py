@@ -11,7 +11,7 @@ import pytest
 
 from reconbench import plugins
 from reconbench.errors import DataError
-from reconbench.problems import load_dataset
+from reconbench.targets.problems import load_dataset
 
 
 def write_idx(path, array: np.ndarray) -> None:

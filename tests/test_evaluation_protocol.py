@@ -168,9 +168,8 @@ def test_unknown_metric_name_in_registry_lookup():
 def test_metrics_run_after_those_they_require(problem):
     from dataclasses import dataclass
 
-    from reconbench_plugins.metrics import NoOptions
-
     from reconbench import hookimpl
+    from reconbench_plugins.metrics import NoOptions
 
     seen: list[str] = []
 

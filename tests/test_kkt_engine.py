@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from reconbench import plugins
-from reconbench.kkt.stationarity import autograd_engine, gram_engine, make_engine
-from reconbench.kkt.surrogate import softplus_alpha, surrogate_relu
+from reconbench.attack.kkt.stationarity import autograd_engine, gram_engine, make_engine
+from reconbench.attack.kkt.surrogate import softplus_alpha, surrogate_relu
 
 ALPHA = 3.0
 

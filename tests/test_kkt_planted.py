@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from reconbench import plugins
+from reconbench.attack.kkt.loop import run_stationarity_attack
 from reconbench.config import build_config
 from reconbench.interfaces import AttackTarget, Knowledge
-from reconbench.kkt.loop import run_stationarity_attack
 
 M, SIDE, ALPHA = 4, 8, 1000.0
 

@@ -15,12 +15,12 @@ from suitekit import toy_targets
 
 from reconbench import hookimpl, plugins
 from reconbench.bench.cells import CELL_FORMAT, expand
-from reconbench.bench.leaderboard import build_leaderboard
 from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import load_suite
-from reconbench.bench.verify import check_tables, rescore_cell, stored_cells
 from reconbench.cli import main
 from reconbench.errors import DataError
+from reconbench.leaderboard.render import build_leaderboard
+from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -298,7 +298,7 @@ def run_cli(args, capsys):
 
 
 def test_sampled_candidates_skip_files_over_the_size_cap(tmp_path, monkeypatch, toy_attack_registered):
-    from reconbench.bench import leaderboard as lbmod
+    from reconbench.leaderboard import render as lbmod
 
     path = tmp_path / "toy.toml"
     path.write_text(TOY_SUITE)
@@ -444,8 +444,8 @@ def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered)
 def test_figure_matching_uses_the_evaluation_or_finds_exact_copies():
     import torch
 
-    from reconbench.bench.figures import matches
-    from reconbench.problems import ProblemSpec, build_problem
+    from reconbench.leaderboard.figures import matches
+    from reconbench.targets.problems import ProblemSpec, build_problem
 
     problem = build_problem(ProblemSpec(dataset="digits", task="binary", n_per_class=3))
     x = problem.x_train(torch.float64)

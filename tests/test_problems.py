@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from reconbench.errors import DataError, ReconbenchError
-from reconbench.interfaces import ImageData
-from reconbench.problems import ProblemSpec, build_problem
+from reconbench.targets.images import ImageData
+from reconbench.targets.problems import ProblemSpec, build_problem
 
 
 def test_same_spec_same_indices():

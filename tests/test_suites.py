@@ -226,7 +226,7 @@ def test_cell_key_changes_with_what_determines_the_numbers(tmp_path, toy_attack_
 
 def test_find_suite_by_name_and_close_matches(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    assert find_suite("ci") == REPO / "benchmarks" / "suites" / "ci.toml"
+    assert find_suite("ci") == REPO / "reconbench" / "bench" / "suites" / "ci.toml"   # shipped with the package
     with pytest.raises(SuiteError, match="Did you mean: ci"):
         find_suite("cii")
 

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from reconbench.certificate import fit_stationarity
 from reconbench.errors import DivergedError
-from reconbench.problems import ProblemSpec, build_problem
-from reconbench.training import TargetRecipe, TrainSpec, train
+from reconbench.targets.certificate import fit_stationarity
+from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.training import TargetRecipe, TrainSpec, train
 
 
 def test_binary_digits_reaches_zero_training_error():
@@ -63,8 +63,8 @@ def test_stalled_samples_counts_float32_gradient_underflow():
     # Independent prediction: BCE's gradient wrt a logit z is sigmoid(z) - y. It is exactly 0 in float32 for a
     # positive sample once float32 sigmoid(z) rounds to 1, and never 0 for a negative one (sigmoid(z) stays
     # representable); float64 resolves margins up to about 36.
-    from reconbench.losses import get_loss
-    from reconbench.training import build_model, stalled_samples
+    from reconbench.targets.losses import get_loss
+    from reconbench.targets.training import build_model, stalled_samples
 
     recipe = TargetRecipe(problem=ProblemSpec(task="binary", n_per_class=10), model={"widths": [16, 16]})
     problem = build_problem(recipe.problem)

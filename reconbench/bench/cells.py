@@ -7,10 +7,10 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
-from ..pipeline import RunSpec
-from ..provenance import config_hash
-from ..training import TargetRecipe
-from .suite import AttackEntry, InitEntry, Suite
+from reconbench.attack.pipeline import RunSpec
+from reconbench.bench.suite import AttackEntry, InitEntry, Suite
+from reconbench.provenance import config_hash
+from reconbench.targets.training import TargetRecipe
 
 CELL_FORMAT = "reconbench-bench-cell/1"
 

@@ -27,19 +27,19 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from .. import __version__, plugins
-from ..cards import CARD_FILE, ModelCard
-from ..config import build_config, config_to_dict
-from ..errors import ReconbenchError, UnknownNameError
-from ..evaluation import evaluate
-from ..pipeline import RunSpec, run_attack
-from ..problems import Problem
-from ..progress import Progress
-from ..provenance import git_commit, provenance, write_json
-from ..targets import cache_dir, get_or_train
-from . import machine
-from .cells import CELL_FORMAT, Cell, expand, select
-from .suite import Suite, SuiteError, display_path
+from reconbench import __version__, plugins
+from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.bench import machine
+from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
+from reconbench.bench.suite import Suite, SuiteError, display_path
+from reconbench.config import build_config, config_to_dict
+from reconbench.errors import ReconbenchError, UnknownNameError
+from reconbench.evaluation import evaluate
+from reconbench.progress import Progress
+from reconbench.provenance import git_commit, provenance, write_json
+from reconbench.targets.cache import cache_dir, get_or_train
+from reconbench.targets.cards import CARD_FILE, ModelCard
+from reconbench.targets.problems import Problem
 
 STATUS_OK, STATUS_FAILED, STATUS_UNAVAILABLE = "ok", "failed", "unavailable"
 

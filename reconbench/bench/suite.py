@@ -1,6 +1,6 @@
 """Benchmark suite files: a TOML grid of target recipes x attacks x init regimes x seeds, plus comparisons.
 
-A suite file (``benchmarks/suites/<name>.toml``) has these tables (``benchmarks/suites/README.md`` shows a
+A suite file (``reconbench/bench/suites/<name>.toml``) has these tables (``reconbench/bench/suites/README.md`` shows a
 commented example)::
 
     [suite]          name, description, seeds, device, dtype, search_runs (search budget),
@@ -31,14 +31,17 @@ from typing import Any
 
 import tomllib
 
-from .. import plugins
-from ..config import _coerce, build_config
-from ..errors import ReconbenchError, UnknownNameError
-from ..problems import ProblemSpec
-from ..training import TargetRecipe, TrainSpec
-from .toml_lines import KeyLines
+from reconbench import plugins
+from reconbench.bench.toml_lines import KeyLines
+from reconbench.config import _coerce, build_config
+from reconbench.errors import ReconbenchError, UnknownNameError
+from reconbench.targets.problems import ProblemSpec
+from reconbench.targets.training import TargetRecipe, TrainSpec
 
-SUITES_FOLDER = Path("benchmarks") / "suites"
+#: the suites shipped with the package (``reconbench bench ci`` works from any folder, installed or not)
+SHIPPED_SUITES = Path(__file__).resolve().parent / "suites"
+#: a project's own suites, looked up first, relative to the working folder
+LOCAL_SUITES = Path("suites")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -48,10 +51,9 @@ class SuiteError(ReconbenchError):
 
 # -- where suites live ----------------------------------------------------------------------------------
 def suite_search_path() -> list[Path]:
-    """Folders searched for ``NAME.toml``: ./benchmarks/suites, then the source checkout's one."""
-    here = Path.cwd() / SUITES_FOLDER
-    source = Path(__file__).resolve().parents[2] / SUITES_FOLDER
-    return [here] if here == source else [here, source]
+    """Folders searched for ``NAME.toml``: ./suites (a project's own), then the suites shipped with reconbench."""
+    here = Path.cwd() / LOCAL_SUITES
+    return [SHIPPED_SUITES] if here.resolve() == SHIPPED_SUITES else [here, SHIPPED_SUITES]
 
 
 def find_suite(name_or_path: str) -> Path:
@@ -390,7 +392,7 @@ def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _check_protocol(protocol: dict[str, Any], chk: _Checker) -> None:
     """Let the evaluation protocol reject unknown options and bad values now, not after hours of attacks."""
-    from .. import evaluation
+    from reconbench import evaluation
 
     resolve = getattr(evaluation, "resolve_protocol", None)
     if resolve is None or not protocol:

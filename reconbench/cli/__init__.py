@@ -7,11 +7,10 @@ import warnings
 
 import click
 
-from ..errors import ReconbenchError
-
 # the command modules register themselves on import
-from . import bench_cmd, common, evaluate_cmd, leaderboard_cmd, plugins_cmd, run_cmd, train_cmd  # noqa: F401
-from .common import main_group
+from reconbench.cli import bench_cmd, common, evaluate_cmd, leaderboard_cmd, plugins_cmd, run_cmd, train_cmd  # noqa: F401
+from reconbench.cli.common import main_group
+from reconbench.errors import ReconbenchError
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from ..bench.cells import expand, select
-from ..bench.runner import default_results_dir, is_finished, load_cells, run_suite
-from ..bench.suite import load_suite
-from .common import command_line, data_root_option, main_group, quiet_option
+from reconbench.bench.cells import expand, select
+from reconbench.bench.runner import default_results_dir, is_finished, load_cells, run_suite
+from reconbench.bench.suite import load_suite
+from reconbench.cli.common import command_line, data_root_option, main_group, quiet_option
 
 
 @main_group.command("bench")
@@ -66,7 +66,7 @@ def bench_command(
     data_root: str | None,
     quiet: bool,
 ) -> None:
-    """Run benchmark SUITE (a name in benchmarks/suites/, or a .toml path): every attack x init x target x
+    """Run benchmark SUITE (a name of a shipped suite or one in ./suites/, or a .toml path): every attack x init x target x
     seed.
 
     Targets are trained once and cached by recipe hash. Each cell's JSON (config, metrics for the pooled,

@@ -7,8 +7,8 @@ from typing import Any
 import click
 import tomllib
 
-from .. import __version__
-from ..errors import ReconbenchError
+from reconbench import __version__
+from reconbench.errors import ReconbenchError
 
 #: the arguments of the current invocation (set by ``reconbench.cli.main``), recorded with benchmark results
 ARGV: list[str] = []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..errors import ReconbenchError
-from ..evaluation.rescore import rescore
-from .common import data_root_option, main_group, parse_assignments, quiet_option
+from reconbench.cli.common import data_root_option, main_group, parse_assignments, quiet_option
+from reconbench.errors import ReconbenchError
+from reconbench.evaluation.rescore import rescore
 
 
 @main_group.command("evaluate")

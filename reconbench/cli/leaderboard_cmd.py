@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from ..bench.leaderboard import build_leaderboard, default_leaderboard_dir
-from ..bench.runner import default_results_dir
-from ..bench.suite import load_suite
-from ..bench.verify import check_tables, rescore_cell, stored_cells
-from ..errors import ReconbenchError
-from .common import command_line, data_root_option, main_group
+from reconbench.bench.runner import default_results_dir
+from reconbench.bench.suite import load_suite
+from reconbench.cli.common import command_line, data_root_option, main_group
+from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.render import build_leaderboard
+from reconbench.leaderboard.tables import default_leaderboard_dir
+from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 
 
 @main_group.command("leaderboard")

@@ -7,9 +7,9 @@ import dataclasses
 import click
 from tabulate import tabulate
 
-from .. import plugins
-from ..config import describe_options
-from .common import main_group
+from reconbench import plugins
+from reconbench.cli.common import main_group
+from reconbench.config import describe_options
 
 
 @main_group.command("plugins")

@@ -10,9 +10,9 @@ from typing import Any
 import click
 import tomllib
 
-from ..errors import ReconbenchError
-from ..training import TargetRecipe
-from .common import parse_assignments, parse_int_list
+from reconbench.cli.common import parse_assignments, parse_int_list
+from reconbench.errors import ReconbenchError
+from reconbench.targets.training import TargetRecipe
 
 _OPTIONS = [
     click.option("--recipe", "recipe_file", type=click.Path(dir_okay=False, exists=True), default=None,

@@ -7,12 +7,12 @@ from typing import Any
 
 import click
 
-from .. import plugins
-from ..cards import load_card
-from ..pipeline import RunSpec, run_attack
-from ..targets import get_or_train
-from .common import data_root_option, main_group, parse_assignments, quiet_option
-from .recipe_options import recipe_from_options, recipe_options
+from reconbench import plugins
+from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.cli.common import data_root_option, main_group, parse_assignments, quiet_option
+from reconbench.cli.recipe_options import recipe_from_options, recipe_options
+from reconbench.targets.cache import get_or_train
+from reconbench.targets.cards import load_card
 
 
 @main_group.command("run")

@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
-from ..targets import get_or_train, train_target
-from .common import data_root_option, main_group, quiet_option
-from .recipe_options import recipe_from_options, recipe_options
+from reconbench.cli.common import data_root_option, main_group, quiet_option
+from reconbench.cli.recipe_options import recipe_from_options, recipe_options
+from reconbench.targets.cache import get_or_train, train_target
 
 
 @main_group.command("train")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import IncompatibleError
-from .protocol import DISTANCES
+from reconbench.errors import IncompatibleError
+from reconbench.evaluation.protocol import DISTANCES
 
 
 def downsample(x: torch.Tensor, factor: int) -> torch.Tensor:

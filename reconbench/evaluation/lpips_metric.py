@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import ReconbenchError
+from reconbench.errors import ReconbenchError
 
 #: torchvision's ImageNet AlexNet weights (AlexNet_Weights.IMAGENET1K_V1)
 ALEXNET_FILE = "alexnet-owt-7be5be79.pth"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .distances import paired, pairwise
+from reconbench.evaluation.distances import paired, pairwise
 
 
 @dataclass

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .distances import paired, pairwise
-from .matching import Matching
+from reconbench.evaluation.distances import paired, pairwise
+from reconbench.evaluation.matching import Matching
 
 
 @dataclass

@@ -17,9 +17,9 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .. import plugins
-from ..config import build_config, config_to_dict, option
-from ..errors import ReconbenchError
+from reconbench import plugins
+from reconbench.config import build_config, config_to_dict, option
+from reconbench.errors import ReconbenchError
 
 #: distance name -> bicubic down-sampling factor applied before the distance (1: none)
 DISTANCES: dict[str, int] = {"l2": 1, "ncc": 1, "ncc2": 2, "ncc4": 4}

@@ -16,9 +16,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from ..cards import load_card
-from ..errors import ReconbenchError
-from ..provenance import config_hash, provenance, write_json
+from reconbench.errors import ReconbenchError
+from reconbench.provenance import config_hash, provenance, write_json
+from reconbench.targets.cards import load_card
 
 #: parts of an evaluation that must agree for "the stored numbers are reproduced"
 COMPARED = ("summary", "per_image", "candidates")
@@ -103,7 +103,7 @@ def rescore(result_dir: str | Path, overrides: dict[str, Any] | None = None, *, 
     hash>``): the evaluation, the protocol overrides, whether they are the stored ones, and if so ``differences``
     from the stored evaluation (empty: reproduced exactly).
     """
-    from . import evaluate
+    from reconbench.evaluation import evaluate
 
     folder = Path(result_dir)
     result = read_result(folder)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import IncompatibleError
+from reconbench.errors import IncompatibleError
 
 #: kornia's Gaussian window has this sigma whatever its size
 KORNIA_SIGMA = 1.5

@@ -1,0 +1,278 @@
+"""One attack on one target: init, (random-search) runs written as they finish, pooled evaluation, results.
+
+Layout of a result folder::
+
+    result.json               resolved config, selections, metrics, provenance
+    candidates.safetensors    pooled candidates (centred space), their labels and run ids
+    runs/run-000.json         one file per search run, written the moment it finishes (resume skips these)
+    runs/run-000.safetensors
+    figures/*.png
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from reconbench import plugins
+from reconbench.attack.candidates import candidate_labels, default_m, restrict_knowledge
+from reconbench.config import build_config, config_to_dict
+from reconbench.errors import DivergedError, IncompatibleError, ReconbenchError
+from reconbench.evaluation import evaluate, oracle_score, resolve_protocol
+from reconbench.interfaces import AttackTarget
+from reconbench.progress import Progress
+from reconbench.provenance import config_hash, provenance, write_json
+from reconbench.targets.cards import ModelCard
+from reconbench.targets.problems import Problem
+from reconbench.targets.training import DTYPES
+
+
+@dataclass
+class RunSpec:
+    """What to run against a target."""
+
+    attack: str
+    attack_config: dict[str, Any] = field(default_factory=dict)
+    init: str = "gaussian"
+    init_config: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    candidates: int | None = None   # m; None: 2n
+    search_runs: int = 1            # 1: the given config; >1: random search over the attack's declared space
+    dtype: str = "float64"
+    device: str = "cpu"
+    protocol: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Tensor]:
+    """Resolve the attack, check it against the target before any work, and fix the candidate labels."""
+    attack = plugins.get("attacks", spec.attack)
+    if spec.dtype not in DTYPES:
+        raise ReconbenchError(f"unknown dtype {spec.dtype!r}; choose one of {', '.join(DTYPES)}")
+    knowledge = card.knowledge()
+    if knowledge.task not in attack.tasks:
+        raise IncompatibleError(
+            f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this target is "
+            f"{knowledge.task}. Attacks for {knowledge.task} targets: "
+            f"{', '.join(n for n in plugins.names('attacks') if knowledge.task in plugins.get('attacks', n).tasks)}")
+    family = plugins.get("models", card.data["family"])
+    dtype, device = DTYPES[spec.dtype], torch.device(spec.device)
+    target = AttackTarget(model=card.load_model(dtype).to(device), family=family.name,
+                          homogeneity_degree=card.data.get("homogeneity_degree"),
+                          knowledge=restrict_knowledge(knowledge, attack), dtype=dtype, device=device)
+    attack.check(target)
+    m = spec.candidates or default_m(knowledge)
+    labels = candidate_labels(knowledge.task, knowledge.num_classes, m)
+    return attack, target, labels
+
+
+def sample_configs(attack: Any, spec: RunSpec) -> list[dict[str, Any]]:
+    """Run 0..R-1 configs: user overrides are fixed; with R > 1 the rest of the declared space is sampled."""
+    if spec.search_runs <= 1:
+        return [dict(spec.attack_config)]
+    rng = np.random.default_rng(spec.seed)
+    space = {k: v for k, v in attack.search_space().items() if k not in spec.attack_config}
+    return [{**{k: dist.sample(rng) for k, dist in space.items()}, **spec.attack_config}
+            for _ in range(spec.search_runs)]
+
+
+def init_config_for_run(init: Any, spec: RunSpec, attack: Any, cfg: Any) -> tuple[Any, dict[str, Any]]:
+    """The init config of one run: the user's options, plus what the attack's config hands to the init regime.
+
+    An attack may define ``init_overrides(config, init_name) -> dict`` (e.g. the KKT attacks search the
+    papers' init scale s_x and pass it as the gaussian regime's ``scale``). Options the user set explicitly
+    win; overrides naming options the regime does not have are ignored. Returns the config and the overrides
+    actually applied.
+    """
+    overrides: dict[str, Any] = {}
+    if hasattr(attack, "init_overrides"):
+        fields = {f.name for f in dataclasses.fields(init.config_cls)}
+        overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
+                     if k in fields and k not in spec.init_config}
+    return build_config(init.config_cls, {**spec.init_config, **overrides}, f"init {init.name}"), overrides
+
+
+def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root: str | None = None,
+               quiet: bool = False, problem: Problem | None = None) -> dict[str, Any]:
+    out = Path(out_dir)
+    resolve_protocol(spec.protocol, card.data["family"])  # a bad --protocol-set fails before any work
+    attack, target, labels = prepare(card, spec)
+    init = plugins.get("inits", spec.init)
+    init_cfg = build_config(init.config_cls, spec.init_config, f"init {init.name}")
+    problem = problem or card.problem(data_root)
+    configs = sample_configs(attack, spec)
+    runs_dir = out / "runs"
+    runs: list[dict[str, Any]] = []
+    t_all = time.perf_counter()
+    with Progress(len(configs), f"{attack.name} runs", quiet=quiet or len(configs) == 1) as outer:
+        for k, raw_cfg in enumerate(configs):
+            cfg = build_config(attack.config_cls, raw_cfg, f"attack {attack.name}")
+            run_init_cfg, init_overrides = init_config_for_run(init, spec, attack, cfg)
+            record_path = runs_dir / f"run-{k:03d}.json"
+            cfg_dict = config_to_dict(cfg)
+            run_key = config_hash({"card": card.data["recipe_key"], "spec": spec.to_dict(), "run": k, "cfg": cfg_dict})
+            if record_path.exists():
+                old = json.loads(record_path.read_text())
+                if old.get("run_key") == run_key and (
+                        old.get("stopped") == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
+                    runs.append(old)
+                    outer.update(k + 1)
+                    continue
+            gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
+            x0 = init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
+            t0 = time.perf_counter()
+            rec: dict[str, Any] = {"run": k, "run_key": run_key, "config": cfg_dict,
+                                   "init_config": config_to_dict(run_init_cfg),
+                                   "init_overrides": init_overrides}
+            with Progress(0, f"run {k + 1}/{len(configs)}", quiet=quiet) as bar:
+                try:
+                    result = attack.run(target, x0, labels.to(target.device), cfg, generator=gen,
+                                        progress=_bar_progress(bar))
+                except DivergedError as exc:  # one failed run must not end the search: record it and go on
+                    rec.update({"final_loss": math.inf, "steps": 0, "stopped": "failed", "message": str(exc),
+                                "seconds": time.perf_counter() - t0, "trace": [], "oracle_score": math.inf})
+                    runs_dir.mkdir(parents=True, exist_ok=True)
+                    write_json(record_path, rec)
+                    runs.append(rec)
+                    outer.update(k + 1)
+                    continue
+            cand = result.candidates.detach().to("cpu", torch.float64)
+            finite = bool(torch.isfinite(cand).all())
+            rec.update({
+                "final_loss": result.final_loss, "steps": result.steps, "stopped": result.stopped,
+                "message": result.message, "seconds": time.perf_counter() - t0, "trace": result.trace,
+                "oracle_score": oracle_score(problem, cand) if finite else math.inf,
+            })
+            tensors = {"candidates": cand.contiguous(), "labels": result.labels.detach().cpu().long().contiguous(),
+                       "x0": x0.detach().cpu().double().contiguous()}
+            if result.multipliers is not None:
+                tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
+            runs_dir.mkdir(parents=True, exist_ok=True)
+            save_file(tensors, str(runs_dir / f"run-{k:03d}.safetensors"))
+            write_json(record_path, rec)
+            runs.append(rec)
+            outer.update(k + 1)
+    usable = [r for r in runs if r["stopped"] != "failed"]
+    if not usable:
+        raise DivergedError(f"all {len(runs)} run(s) of {attack.name} failed; first: {runs[0]['message']}")
+    return finish(card, spec, out, problem, runs, time.perf_counter() - t_all,
+                  oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
+
+
+def _bar_progress(bar: Progress) -> Any:
+    def progress(step: int, total: int, info: dict[str, float] | None = None) -> None:
+        if bar._bar is not None and bar._bar.total != total:
+            bar._bar.total = total
+        bar.update(step, info)
+
+    return progress
+
+
+def load_pooled(out: Path, runs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    cands, labels, ids, x0 = [], [], [], []
+    for rec in runs:
+        t = load_file(str(out / "runs" / f"run-{rec['run']:03d}.safetensors"))
+        cands.append(t["candidates"])
+        labels.append(t["labels"])
+        x0.append(t["x0"])
+        ids.append(torch.full((len(t["labels"]),), rec["run"], dtype=torch.long))
+    return {"candidates": torch.cat(cands), "labels": torch.cat(labels), "run_ids": torch.cat(ids),
+            "x0": torch.cat(x0)}
+
+
+def select_runs(runs: list[dict[str, Any]]) -> tuple[int | None, int | None]:
+    """Blind: the lowest final attack loss among runs that completed (else among all with a finite loss).
+    Oracle: the lowest extraction score, which reads the training images."""
+    finite = [r for r in runs if math.isfinite(r["final_loss"])]
+    completed = [r for r in finite if r["stopped"] == "completed"] or finite
+    blind = min(completed, key=lambda r: r["final_loss"])["run"] if completed else None
+    scored = [r for r in runs if math.isfinite(r["oracle_score"])]
+    oracle = min(scored, key=lambda r: r["oracle_score"])["run"] if scored else None
+    return blind, oracle
+
+
+def plot_traces(runs: list[dict[str, Any]], path: Path, title: str) -> Path | None:
+    """One curve of the attack loss per run (log scale); None when no run recorded a trace."""
+    rows = [(r["run"], r.get("trace") or []) for r in runs]
+    if not any(trace for _, trace in rows):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for run, trace in rows:
+        points = [(t["step"], t["loss"]) for t in trace if 0 < t.get("loss", math.nan) < math.inf]
+        if points:
+            ax.plot(*zip(*points, strict=True), label=f"run {run}", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("attack loss")
+    ax.set_title(title)
+    if len(rows) <= 12:
+        ax.legend(fontsize=6, ncol=2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: list[dict[str, Any]],
+           wall: float, *, oracle_init: bool, init_config: dict[str, Any], quiet: bool) -> dict[str, Any]:
+    """Pool the runs, evaluate, select blind and oracle runs, and write result.json + candidates."""
+    usable = [r for r in runs if r["stopped"] != "failed"]
+    pooled = load_pooled(out, usable)
+    save_file({k: v.contiguous() for k, v in pooled.items()}, str(out / "candidates.safetensors"))
+    evaluation = evaluate(problem, pooled["candidates"], family=card.data["family"], protocol=spec.protocol,
+                          labels=pooled["labels"], run_ids=pooled["run_ids"], x0=pooled["x0"],
+                          card=card, out_dir=out, quiet=quiet)
+    blind, oracle = select_runs(runs)
+    selected: dict[str, Any] = {}
+    if len(usable) > 1:  # the selected run alone, as well as the pool the papers evaluate
+        for label, run in (("blind", blind), ("oracle", oracle)):
+            if run is not None:
+                keep = pooled["run_ids"] == run
+                selected[label] = evaluate(problem, pooled["candidates"][keep], family=card.data["family"],
+                                           protocol=spec.protocol, labels=pooled["labels"][keep],
+                                           run_ids=pooled["run_ids"][keep], x0=pooled["x0"][keep], card=card,
+                                           out_dir=None, quiet=True)
+    figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run")
+    result = {
+        "kind": "reconbench-result/1",
+        "attack": spec.attack,
+        "init": spec.init,
+        "init_config": init_config,
+        "init_is_oracle": oracle_init,
+        "spec": spec.to_dict(),
+        "target": {"card": str(Path(card.path).resolve()), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
+                   "family": card.data["family"], "task": card.task, "n_train": problem.n,
+                   "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
+        "selection": {
+            "blind": {"run": blind,
+                      "rule": "lowest final attack loss among completed runs (reads no training images)"},
+            "oracle": {"run": oracle, "rule": "lowest extraction score (mean NCC distance of the 10 best "
+                                              "distinct training matches): reads training images"},
+        },
+        "runs": [{k: v for k, v in r.items() if k != "trace"} for r in runs],
+        "failed_runs": [r["run"] for r in runs if r["stopped"] == "failed"],
+        "evaluation": evaluation,
+        "evaluation_selected": selected,
+        "figures": [str(figure.relative_to(out))] if figure else [],
+        "wall_seconds": wall,
+        "provenance": provenance(spec.to_dict(), spec.device, spec.dtype, spec.seed),
+    }
+    write_json(out / "result.json", result)
+    return result

@@ -1,0 +1,226 @@
+"""The evaluation function: match candidates to training images, score them with metric plugins, draw figures.
+
+``evaluate(problem, candidates, ...)`` scores candidates (centred space, (M, C, H, W)) against a problem and returns a
+JSON-serialisable dict:
+
+* ``protocol``: every parameter with defaults resolved (matching, B and where it came from, each metric's config,
+  ``higher_is_better`` and fixed choices, library versions);
+* ``summary``: flat headline numbers (reconstructed count, top-k mean SSIM, both SSIM variants, membership
+  precision, collapse, init-copy share, LPIPS or the reason it is unavailable, ...);
+* ``per_image``: one row per training image (index, label, margin, best distance, matched candidate ids, each
+  metric's columns); unmatched images carry ``matched: false`` and nulls, never NaN;
+* ``candidates``: counts of valid, non-finite and constant candidates (the latter two are never matched);
+* ``metrics``: per metric plugin its summary and details; ``figures``: files written under ``out_dir/figures``.
+
+The steps follow the papers' protocol (``protocol.py``): features (``distances.py``), best-buddy matching and the
+B-vote (``matching.py``), SSIM (``ssim.py``), then every metric plugin registered under ``metrics``
+(``reconbench_plugins/metrics.py``). ``oracle_score`` is the reference's in-run extraction score (spec 4.7), used to pick runs
+with the training images (an oracle).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from reconbench import plugins
+from reconbench.errors import ReconbenchError
+from reconbench.evaluation.context import CandidateError, Evaluation, build_context, validity
+from reconbench.evaluation.distances import features, paired, pairwise
+from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, resolve_protocol
+from reconbench.evaluation.scores import column_values, jsonable
+from reconbench.targets.problems import Problem
+
+__all__ = ["CandidateError", "Evaluation", "Protocol", "ResolvedProtocol", "evaluate", "extraction_score",
+           "extraction_score_from_features", "oracle_score", "resolve_protocol"]
+
+
+def extraction_score(problem: Problem, candidates: torch.Tensor, k: int = 10, eps: float = 1e-10,
+                     constant_tol: float = 1e-10) -> float:
+    """The reference's in-run "extraction score" (spec 4.7), lower is better.
+
+    NCC (per-image, per-channel standardisation with the unbiased std, plus ``eps``) squared L2 distance in the
+    centred space, not divided by the dimension; every candidate goes to its nearest training image, each training
+    image keeps its best candidate, and the score is the mean distance of the k best such pairs. Non-finite and
+    constant candidates are ignored; with none left the score is +inf.
+    """
+    c = candidates.detach().to("cpu", torch.float64)
+    valid, _ = validity(c, problem.mean_tensor(torch.float64), constant_tol)
+    ids = np.flatnonzero(valid)
+    if len(ids) == 0:
+        return math.inf
+    train = features(problem.x_train(torch.float64), "ncc", eps)
+    return extraction_score_from_features(train, features(c[torch.as_tensor(ids)], "ncc", eps), k)
+
+
+def extraction_score_from_features(train: torch.Tensor, cand: torch.Tensor, k: int = 10,
+                                   dist: torch.Tensor | None = None) -> float:
+    """:func:`extraction_score` from NCC features (and, optionally, their raw (n, M) distance matrix)."""
+    from reconbench.evaluation.matching import match
+
+    if cand.shape[0] == 0:
+        return math.inf
+    ids = np.arange(cand.shape[0])
+    m = match(train, cand, ids, len(ids), best_buddy=True, vote="min", avg_threshold=1.0, per_dimension=False,
+              dist=dist)
+    best = np.sort(m.best_dist[m.matched])
+    return float(best[:k].mean())
+
+
+def oracle_score(problem: Problem, candidates: torch.Tensor) -> float:
+    """The reference "extraction score": mean NCC distance of the 10 best distinct training matches (lower is better)."""
+    return extraction_score(problem, candidates)
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"torch": torch.__version__}
+    for dist in ("kornia", "scikit-image", "lpips", "torchvision", "reconbench"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protocol: dict[str, Any] | None = None,
+             labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None,
+             x0: torch.Tensor | None = None, card: Any = None, out_dir: Any = None,
+             quiet: bool = False) -> dict[str, Any]:
+    """Score pooled candidates against the problem's training images under the (resolved) protocol."""
+    t0 = time.perf_counter()
+    resolved = resolve_protocol(protocol, family)
+    ev = build_context(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
+    metric_out: dict[str, Any] = {}
+    for name in resolved.metric_names:
+        metric = plugins.get("metrics", name)
+        try:
+            res = metric.compute(ev, resolved.metric_configs[name])
+        except ReconbenchError:
+            raise
+        except Exception as exc:  # a third-party metric's bug must not lose the other numbers
+            reason = f"metric {name!r} failed: {type(exc).__name__}: {exc}"
+            warnings.warn(f"reconbench: {reason}; its numbers are reported unavailable", stacklevel=2)
+            res = {"available": False, "reason": reason, "summary": {}, "per_image": {}}
+        res = dict(res)
+        res.setdefault("summary", {})
+        res.setdefault("per_image", {})
+        for col, values in res["per_image"].items():
+            if len(values) != problem.n:
+                raise ReconbenchError(f"metric {name!r} returned {len(values)} values of {col!r} for "
+                                      f"{problem.n} training images")
+        ev.results[name] = res
+        metric_out[name] = {"higher_is_better": bool(metric.higher_is_better),
+                            "headline": getattr(metric, "headline", name),
+                            "available": res.get("available", True), "reason": res.get("reason"),
+                            "summary": res["summary"], "details": res.get("details", {})}
+    summary = _summary(ev)
+    per_image = _per_image(ev)
+    out: dict[str, Any] = {
+        "protocol": {**resolved.to_dict(), "libraries": _versions()},
+        "summary": summary,
+        "per_image": per_image,
+        "candidates": {"total": int(ev.candidates.shape[0]), "valid": int(ev.valid.sum()),
+                       "nonfinite": len(ev.invalid["nonfinite"]), "constant": len(ev.invalid["constant"]),
+                       "nonfinite_ids": ev.invalid["nonfinite"], "constant_ids": ev.invalid["constant"],
+                       "runs": None if ev.run_ids is None else sorted({int(r) for r in ev.run_ids})},
+        "metrics": metric_out,
+        "figures": {},
+    }
+    if out_dir is not None and resolved.base.figures:
+        out["figures"] = _figures(ev, Path(out_dir))
+    out["seconds"] = time.perf_counter() - t0
+    return jsonable(out)
+
+
+def _summary(ev: Evaluation) -> dict[str, Any]:
+    m = ev.matching
+    primary = ev.protocol.base.primary_metric
+    s: dict[str, Any] = dict(ev.results[primary]["summary"])
+    s.update({
+        "n_train": ev.n,
+        "n_candidates": int(ev.candidates.shape[0]),
+        "invalid_candidates": int((~ev.valid).sum()),
+        "matched_images": int(m.matched.sum()),
+        "mean_best_distance": float(np.mean(m.best_dist[m.matched])) if m.matched.any() else None,
+    })
+    if ev.labels is not None:
+        rec = ev.reconstructed() & m.matched
+        if rec.any():
+            agree = ev.labels[m.best[rec]] == ev.problem.train_labels[rec]
+            s["label_agreement_reconstructed"] = float(agree.mean())
+        else:
+            s["label_agreement_reconstructed"] = None
+    for name, res in ev.results.items():
+        if name == primary:
+            continue
+        for key, value in res["summary"].items():
+            if key in s:
+                raise ReconbenchError(f"metric {name!r} reports summary key {key!r}, which another metric or the "
+                                      "core already reports; rename it")
+            s[key] = value
+    return s
+
+
+def _per_image(ev: Evaluation) -> list[dict[str, Any]]:
+    m, p = ev.matching, ev.problem
+    best_dist = column_values(m.best_dist)
+    rows = []
+    for i in range(ev.n):
+        ids = [int(j) for j in m.members[i]]
+        row: dict[str, Any] = {
+            "index": i,
+            "dataset_index": int(p.train_indices[i]),
+            "label": int(p.train_labels[i]),
+            "margin": None if ev.margins is None else float(ev.margins[i]),
+            "matched": bool(m.matched[i]),
+            "best_distance": best_dist[i],
+            "best_candidate": int(m.best[i]) if m.best[i] >= 0 else None,
+            "candidate_ids": ids,
+            "n_averaged": len(ids),
+        }
+        if ev.run_ids is not None:
+            row["candidate_runs"] = [int(ev.run_ids[j]) for j in ids]
+        if ev.labels is not None:
+            row["best_candidate_label"] = int(ev.labels[m.best[i]]) if m.best[i] >= 0 else None
+        rows.append(row)
+    for name, res in ev.results.items():
+        for col, values in res["per_image"].items():
+            for i, v in enumerate(values):
+                if col in rows[i] and name != ev.protocol.base.primary_metric:
+                    raise ReconbenchError(f"metric {name!r} reports column {col!r}, which is already in the table")
+                rows[i][col] = v
+    return rows
+
+
+def _figures(ev: Evaluation, out_dir: Path) -> dict[str, Any]:
+    """Write the figures under ``out_dir/figures``; paths are recorded relative to ``out_dir``."""
+    from reconbench.evaluation.figures import boundary_figure, reconstructions_figure
+
+    folder = out_dir / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    p = ev.protocol.base
+    scores = ev.primary_scores()
+    matched = ev.matching.matched & ~np.isnan(scores)
+    written: dict[str, Any] = {}
+    path = reconstructions_figure(folder / "reconstructions.png", ev.recon_display.numpy(), ev.originals.numpy(),
+                                  scores, matched, p.figure_max_images, p.primary_metric.upper(), p.good_threshold)
+    written["reconstructions"] = str(path.relative_to(out_dir)) if path else {"skipped": "no training image matched"}
+    if ev.margins is not None:
+        boundary_figure(folder / "score_vs_boundary.png", ev.problem.task, ev.margins,
+                        np.asarray(ev.problem.train_labels), scores, matched, p.good_threshold,
+                        p.primary_metric.upper())
+        written["score_vs_boundary"] = "figures/score_vs_boundary.png"
+    else:
+        written["score_vs_boundary"] = {"skipped": "no per-training-image margins (evaluated without a model card)"}
+    return written
+
+
+# re-exported for metric plugins
+__all__ += ["features", "pairwise", "paired"]

@@ -1,0 +1,294 @@
+"""The leaderboard's README: its tables as Markdown, the header that says how it was made, and the whole build
+(collect the cells, render, draw the figures, sample candidates for the re-scoring test)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from reconbench.bench.runner import STATUS_OK
+from reconbench.bench.suite import Suite
+from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.figures import draw_all
+from reconbench.leaderboard.tables import (
+    LEADERBOARD_FORMAT,
+    ORACLE_INIT_MARK,
+    ORACLE_SELECTION_MARK,
+    SELECTION_TITLES,
+    SELECTIONS,
+    Published,
+    Stat,
+    collect,
+    comparison_rows,
+    fmt_stat,
+    header_info,
+    main_rows,
+    render_targets,
+    resolve_columns,
+    target_rows,
+)
+from reconbench.provenance import write_json
+
+
+def _label_init(row: dict[str, Any]) -> str:
+    return row["init"] + (f" {ORACLE_INIT_MARK}" if row.get("init_is_oracle") else "")
+
+
+def _label_attack(row: dict[str, Any]) -> str:
+    return row["attack"] if row["attack"] == row.get("attack_name", row["attack"]) else f"{row['attack']} ({row['attack_name']})"
+
+
+def _arrow(col: dict[str, Any]) -> str:
+    return f"{col['name']} {'↑' if col['higher_is_better'] else '↓'}"
+
+
+def render_main_table(rows: list[dict[str, Any]], columns: list[dict[str, Any]]) -> str:
+    headers = ["target", "attack", "init", "seeds"] + [_arrow(c) for c in columns]
+    body = []
+    for r in rows:
+        body.append(
+            [r["target"], _label_attack(r), _label_init(r), len(r["cells"])]
+            + [fmt_stat(Stat(r["metrics"][c["name"]]["values"]), c["format"]) for c in columns]
+        )
+    return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def render_comparison(comp: dict[str, Any], columns: list[dict[str, Any]]) -> str:
+    parts = []
+    for metric in comp["metrics"]:
+        col = next(c for c in columns if c["name"] == metric)
+        headers = ["attack", "init", "selection"] + [f"{comp['axis']} = {v}" for v in comp["axis_values"]]
+        body = []
+        for r in comp["rows"]:
+            sel = r["selection"] + (f" {ORACLE_SELECTION_MARK}" if r["selection"] == "oracle" else "")
+            body.append(
+                [r["attack"], _label_init(r), sel] + [fmt_stat(Stat(v[metric]["values"]), col["format"]) for v in r["values"]]
+            )
+        parts.append(
+            f"**{_arrow(col)}** (mean ± sd over seeds)\n\n"
+            + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+        )
+    return "\n\n".join(parts)
+
+
+def _hours(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def render_readme(
+    suite: Suite,
+    info: dict[str, Any],
+    tables: dict[str, list[dict[str, Any]]],
+    columns: list[dict[str, Any]],
+    comparisons: dict[str, Any],
+    pub: Published,
+    figures: dict[str, Any],
+    stored: list[str],
+    targets: list[dict[str, Any]] | None = None,
+) -> str:
+    lines = [f"# Leaderboard: `{suite.name}`", ""]
+    if suite.description:
+        lines += [suite.description, ""]
+
+    def status(c: dict[str, Any]) -> str:  # a "running" invocation that is not the last one was killed
+        last = c is info["commands"][-1]
+        return "killed" if c["status"] == "running" and not last else str(c["status"])
+
+    cmds = (
+        "; ".join(f"`{c['command']}` ({status(c)}, {_hours(c['elapsed_seconds'] or 0.0)})" for c in info["commands"]) or "unknown"
+    )
+    lines += [
+        f"- **Produced by:** {cmds}",
+        f"- **Rendered by:** `{info['rendered_by']}` at {info['rendered']}",
+        f"- **Machine:** {'; '.join(info['machines']) or 'unknown'}",
+        f"- **Wall time:** {_hours(info['wall_seconds'])} over {info['invocations']} invocation(s) of "
+        f"`reconbench bench` (cells alone: {_hours(info['cell_seconds'])})",
+        f"- **reconbench:** {', '.join(info['reconbench_versions'])}, git commit "
+        f"{', '.join(f'`{c}`' for c in info['git_commits'])}",
+        f"- **Suite file:** `{info['suite_file']}` (sha256 `{info['suite_sha256'][:16]}`)",
+        f"- **Cells:** {info['cells']['ok']} ok, {info['cells']['failed']} failed, "
+        f"{info['cells']['not_run']} not run"
+        + (f", {info['cells']['stale']} stale (suite edited since they ran)" if info["cells"]["stale"] else "")
+        + f", of {info['cells']['planned']} planned",
+        "",
+        "Every number below is computed from the cell JSONs in [`cells/`](cells/); `results.json` lists, "
+        "for each row, "
+        "the cells it aggregates. Values are the mean ± sample standard deviation over seeds (one value: "
+        "one seed). "
+        f"Rows are sorted by the first column, in its direction (↑ higher is better, ↓ lower is better). "
+        f"{ORACLE_INIT_MARK} marks an *oracle* init regime (it reads training images); "
+        f"{ORACLE_SELECTION_MARK} marks "
+        "oracle selection of the search run. `wall s` is the attack time of the cell (all search runs).",
+        "",
+    ]
+    if stored:
+        lines += [
+            f"The pooled candidates of {len(stored)} cell(s) are stored in [`candidates/`](candidates/); a "
+            f"test "
+            "re-scores them with the standard evaluation function and checks the stored numbers.",
+            "",
+        ]
+    if targets:
+        lines += [
+            "## Targets",
+            "",
+            "The trained targets behind the tables (from the cells' records of their model cards). The "
+            "stationarity ratio is the residual of the KKT stationarity fit at the training images divided "
+            "by that at random inputs: far below 1 means the weights sit near a KKT point, which the KKT "
+            "attacks rely on.",
+            "",
+            render_targets(targets),
+            "",
+        ]
+    for sel in SELECTIONS:
+        rows = tables[sel]
+        lines += [f"## {SELECTION_TITLES[sel]}", ""]
+        lines += [render_main_table(rows, columns) if rows else "_no finished cells_", ""]
+    for comp in comparisons.values():
+        lines += [
+            f"## {comp['title']}",
+            "",
+            f"Target `{comp['base']}` with `{comp['axis']}` varied.",
+            "",
+            render_comparison(comp, columns),
+            "",
+        ]
+    if figures:
+        lines += ["## Figures", ""]
+        for f in figures.values():
+            if f.get("file"):
+                lines += [f"**{f['title']}.** {f['caption']}", "", f"![{f['title']}]({f['file']})", ""]
+            else:
+                lines += [f"**{f['title']}:** not drawn ({f['reason']}).", ""]
+    failed = [r for r in pub.records.values() if r["status"] != STATUS_OK]
+    if failed:
+        lines += ["## Failed cells", ""]
+        body = [[r["cell_id"], r["status"], f"{r['error']['type']}: {_short(r['error']['message'])}"] for r in failed]
+        lines += [
+            tabulate(body, headers=["cell", "status", "error"], tablefmt="github", disable_numparse=True),
+            "",
+        ]
+    if pub.not_run or pub.stale:
+        lines += ["## Cells without a current result", ""]
+        if pub.not_run:
+            lines += [
+                f"Not run ({len(pub.not_run)}): "
+                + ", ".join(f"`{c}`" for c in pub.not_run[:40])
+                + (" ..." if len(pub.not_run) > 40 else ""),
+                "",
+            ]
+        if pub.stale:
+            lines += [
+                f"Stale ({len(pub.stale)}, the suite changed since they ran): " + ", ".join(f"`{c}`" for c in pub.stale[:40]),
+                "",
+            ]
+    lines += ["## Columns", ""]
+    body = [
+        [
+            c["name"],
+            "higher" if c["higher_is_better"] else "lower",
+            c["direction_from"],
+            c["key"] or f"(none of: {', '.join(c['keys_tried'])})",
+        ]
+        for c in columns
+    ]
+    lines += [
+        tabulate(body, headers=["column", "better", "direction from", "source key"], tablefmt="github"),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _short(text: str, n: int = 200) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+#: a sampled cell whose candidates file is larger is skipped for the next one (keeps published folders small)
+MAX_SAMPLED_CANDIDATE_BYTES = 1 << 20
+
+
+def sample_for_candidates(ok_ids: list[str], k: int | None) -> list[str]:
+    """All ids (k None), or every id in a deterministic order (the hash of the id) to draw a sample of k from."""
+    if k is None:
+        return sorted(ok_ids)
+    return sorted(ok_ids, key=lambda c: hashlib.sha256(c.encode()).hexdigest())
+
+
+def build_leaderboard(
+    suite: Suite,
+    results: Path,
+    out: Path,
+    *,
+    command: str = "",
+    data_root: str | None = None,
+    figures: bool | None = None,
+) -> dict[str, Any]:
+    """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``."""
+    if not (results / "cells").is_dir():
+        raise ReconbenchError(
+            f"{results} holds no cell results; run `reconbench bench {suite.name}` first (or pass --results FOLDER)"
+        )
+    pub = collect(suite, results)
+    ok = pub.ok()
+    columns = resolve_columns(suite, ok)
+    tables = {sel: main_rows(suite, pub, columns, sel) for sel in SELECTIONS}
+    comparisons = comparison_rows(suite, pub, columns)
+    targets = target_rows(pub)
+    info = header_info(suite, results, pub, command)
+
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in ("cells", "targets", "candidates", "figures"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+        (out / sub).mkdir()
+    for cid, rec in pub.records.items():
+        shutil.copyfile(results / "cells" / f"{cid}.json", out / "cells" / f"{cid}.json")
+        key = rec["target"].get("recipe_key")
+        src = results / "targets" / f"{key}.json"
+        if key and src.exists() and not (out / "targets" / src.name).exists():
+            shutil.copyfile(src, out / "targets" / src.name)
+    stored: list[str] = []
+    k = suite.leaderboard.store_candidates
+    for cid in sample_for_candidates([r["cell_id"] for r in ok], k):
+        if k is not None and len(stored) >= k:
+            break
+        src = results / pub.records[cid].get("result_dir", f"work/{cid}") / "candidates.safetensors"
+        if src.exists() and (k is None or src.stat().st_size <= MAX_SAMPLED_CANDIDATE_BYTES):
+            shutil.copyfile(src, out / "candidates" / f"{cid}.safetensors")
+            stored.append(cid)
+    stored.sort()
+
+    figure_info: dict[str, Any] = {}
+    if suite.leaderboard.figures if figures is None else figures:
+
+        figure_info = draw_all(suite, pub, tables, columns, results, out, data_root=data_root)
+
+    plain_columns = [{k: v for k, v in c.items() if k != "spec"} for c in columns]
+    data = {
+        "format": LEADERBOARD_FORMAT,
+        "header": info,
+        "columns": plain_columns,
+        "targets": targets,
+        "tables": tables,
+        "comparisons": comparisons,
+        "figures": figure_info,
+        "stored_candidates": stored,
+        "failures": [
+            {"cell_id": r["cell_id"], "status": r["status"], "error": r["error"]}
+            for r in pub.records.values()
+            if r["status"] != STATUS_OK
+        ],
+        "not_run": pub.not_run,
+        "stale": pub.stale,
+    }
+    write_json(out / "results.json", data)
+    (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets))
+    return data

@@ -1,0 +1,387 @@
+"""Leaderboards: tables (Markdown + JSON) and figures rendered from the cell JSONs of a results folder.
+
+Every number in a table is computed here from the cell JSONs (copied into ``<leaderboard>/cells/``), and
+``results.json`` names, for every row, the cells it aggregates. Mean and sample standard deviation are over
+seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from reconbench import __version__, plugins
+from reconbench.bench import machine
+from reconbench.bench.cells import Cell, expand
+from reconbench.bench.runner import STATUS_OK, load_cells
+from reconbench.bench.suite import ColumnSpec, Suite, display_path
+from reconbench.provenance import git_commit
+
+LEADERBOARD_FORMAT = "reconbench-leaderboard/1"
+SELECTIONS = ("pool", "blind", "oracle")
+SELECTION_TITLES = {
+    "pool": "Pooled candidates: all search runs of a cell evaluated together (as the papers evaluated)",
+    "blind": "Blind selection: the one search run with the lowest final attack loss",
+    "oracle": "Oracle selection ‡: the one search run with the best training-set score (reads training images)",
+}
+ORACLE_INIT_MARK, ORACLE_SELECTION_MARK = "†", "‡"
+
+
+def default_leaderboard_dir(suite: Suite) -> Path:
+    return Path("leaderboards") / suite.name
+
+
+# -- reading values -------------------------------------------------------------------------------------
+def _number(v: Any) -> float | None:
+    if isinstance(v, dict):
+        v = v.get("value")
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)) and not math.isnan(float(v)):
+        return float(v)
+    return None
+
+
+def column_value(rec: dict[str, Any], selection: str, col: ColumnSpec) -> tuple[float | None, str | None]:
+    """(value, summary key used) of one column for one cell and selection."""
+    sel = (rec.get("selections") or {}).get(selection) or {}
+    if col.source == "attack_loss":
+        return _number(sel.get("attack_loss")), "attack_loss"
+    if col.source == "wall_seconds":
+        return _number(rec.get("attack_seconds")), "attack_seconds"
+    summary = sel.get("summary") or {}
+    for k in col.keys:
+        if k in summary:
+            return _number(summary[k]), k
+    return None, None
+
+
+def direction(col: ColumnSpec, key: str | None, records: Iterable[dict[str, Any]]) -> tuple[bool, str]:
+    """higher_is_better of a column: the metric whose headline the key is (as the evaluation recorded it, else as
+    the registered metric plugin declares it), else the column spec."""
+    records = list(records)
+    if key and col.source == "summary":
+        for rec in records:
+            for name, info in ((rec.get("evaluation") or {}).get("metrics") or {}).items():
+                if isinstance(info, dict) and info.get("headline", name) == key and "higher_is_better" in info:
+                    return bool(info["higher_is_better"]), f"metric {name!r} (recorded in the cells)"
+        for name in plugins.names("metrics"):
+            metric = plugins.get("metrics", name)
+            if getattr(metric, "headline", name) == key:
+                return bool(metric.higher_is_better), f"metric plugin {name!r}"
+    return col.higher_is_better, "column spec"
+
+
+# -- aggregation ----------------------------------------------------------------------------------------
+@dataclass
+class Stat:
+    values: list[float]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.values) if self.values else None
+
+    @property
+    def sd(self) -> float | None:
+        return statistics.stdev(self.values) if len(self.values) > 1 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "sd": self.sd, "n": self.n, "values": self.values}
+
+
+def fmt_stat(s: Stat, fmt: str) -> str:
+    if s.mean is None:
+        return "n/a"
+    text = format(s.mean, fmt)
+    if s.sd is not None:
+        text += f" ± {format(s.sd, fmt)}"
+    return text
+
+
+def _stat(records: list[dict[str, Any]], selection: str, col: ColumnSpec) -> tuple[Stat, str | None]:
+    values, key = [], None
+    for rec in records:
+        v, k = column_value(rec, selection, col)
+        if v is not None:
+            values.append(v)
+            key = key or k
+    return Stat(values), key
+
+
+def _sort_key(row: dict[str, Any], columns: list[dict[str, Any]]) -> tuple[Any, ...]:
+    key: list[Any] = []
+    for col in columns:
+        m = row["metrics"][col["name"]]["mean"]
+        key.append((m is None, 0.0 if m is None else (-m if col["higher_is_better"] else m)))
+    return (*key, row["target"], row["attack"], row["init"])
+
+
+@dataclass
+class Published:
+    """Cells of the current suite that have a record (others are 'not run' or stale)."""
+
+    plan: list[Cell]
+    records: dict[str, dict[str, Any]]
+    not_run: list[str]
+    stale: list[str]
+
+    def ok(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        ids = self.records if cell_ids is None else cell_ids
+        return [self.records[c] for c in ids if c in self.records and self.records[c]["status"] == STATUS_OK]
+
+
+def collect(suite: Suite, results: Path) -> Published:
+    plan = expand(suite)
+    found = load_cells(results)
+    records, not_run, stale = {}, [], []
+    for cell in plan:
+        rec = found.get(cell.cell_id)
+        if rec is None:
+            not_run.append(cell.cell_id)
+        elif rec.get("cell_key") != cell.key(suite, rec.get("spec", {}).get("dtype")):
+            stale.append(cell.cell_id)
+        else:
+            records[cell.cell_id] = rec
+    return Published(plan, records, not_run, stale)
+
+
+def resolve_columns(suite: Suite, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cols = []
+    for col in suite.leaderboard.columns:
+        key = None
+        for rec in records:
+            for sel in SELECTIONS:
+                _, key = column_value(rec, sel, col)
+                if key:
+                    break
+            if key:
+                break
+        hib, source = direction(col, key, records)
+        cols.append(
+            {
+                "name": col.name,
+                "key": key,
+                "keys_tried": list(col.keys) or [col.source],
+                "source": col.source,
+                "higher_is_better": hib,
+                "direction_from": source,
+                "format": col.fmt,
+                "spec": col,
+            }
+        )
+    return cols
+
+
+def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selection: str) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str, str], list[Cell]] = {}
+    for cell in pub.plan:
+        if "grid" in cell.groups:
+            groups.setdefault((cell.target, cell.attack.label, cell.init.label), []).append(cell)
+    rows = []
+    for (target, attack, init), cells in groups.items():
+        recs = pub.ok(c.cell_id for c in cells)
+        if not recs:
+            continue
+        oracle_init = any(r["init"].get("is_oracle") for r in recs)
+        row: dict[str, Any] = {
+            "target": target,
+            "attack": attack,
+            "attack_name": cells[0].attack.attack,
+            "init": init,
+            "init_regime": cells[0].init.regime,
+            "init_is_oracle": oracle_init,
+            "selection": selection,
+            "oracle_selection": selection == "oracle",
+            "cells": [r["cell_id"] for r in recs],
+            "seeds": [r["seed"] for r in recs],
+            "metrics": {},
+        }
+        for col in columns:
+            stat, key = _stat(recs, selection, col["spec"])
+            row["metrics"][col["name"]] = {**stat.to_dict(), "key": key}
+        rows.append(row)
+    return sorted(rows, key=lambda r: _sort_key(r, columns))
+
+
+def target_rows(pub: Published) -> list[dict[str, Any]]:
+    """One row per target used by a finished cell: its recipe and training evidence (from the cell JSONs)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for rec in pub.ok():
+        t = rec["target"]
+        if t["name"] in rows:
+            rows[t["name"]]["cells"].append(rec["cell_id"])
+            continue
+        recipe, m = t.get("recipe") or {}, t.get("train_metrics") or {}
+        problem, train = recipe.get("problem", {}), recipe.get("train", {})
+        rows[t["name"]] = {
+            "target": t["name"],
+            "recipe_key": t.get("recipe_key"),
+            "dataset": problem.get("dataset"),
+            "task": problem.get("task"),
+            "n_train": t.get("n_train"),
+            "n_per_class": problem.get("n_per_class"),
+            "num_classes": problem.get("num_classes"),
+            "family": recipe.get("family"),
+            "widths": (recipe.get("model") or {}).get("widths"),
+            "loss": m.get("loss_name"),
+            "weight_decay": train.get("weight_decay"),
+            "steps": m.get("steps_run"),
+            "train_error": m.get("train_error"),
+            "test_error": m.get("test_error"),
+            "train_loss": m.get("train_loss"),
+            "stationarity_ratio": (m.get("certificate") or {}).get("ratio"),
+            "train_seconds": m.get("train_seconds"),
+            "cells": [rec["cell_id"]],
+        }
+    return list(rows.values())
+
+
+def render_targets(rows: list[dict[str, Any]]) -> str:
+    def f(v: Any, spec: str) -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    body = [
+        [
+            r["target"],
+            r["dataset"],
+            r["task"],
+            r["n_per_class"],
+            f"{r['family']} {'-'.join(str(w) for w in r['widths'] or [])}",
+            r["loss"],
+            f(r["weight_decay"], "g"),
+            r["steps"],
+            f(r["train_error"], ".3f"),
+            f(r["test_error"], ".3f"),
+            f(r["train_loss"], ".2e"),
+            f(r["stationarity_ratio"], ".3g"),
+            f(r["train_seconds"], ".0f"),
+        ]
+        for r in rows
+    ]
+    headers = [
+        "target",
+        "dataset",
+        "task",
+        "per class",
+        "model",
+        "loss",
+        "wd",
+        "steps",
+        "train err",
+        "test err",
+        "train loss",
+        "stationarity ratio ↓",
+        "train s",
+    ]
+    return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]]) -> dict[str, Any]:
+    out = {}
+    metric_cols = [c for c in columns if c["source"] == "summary"][:2] or columns[:1]
+    for comp in suite.comparisons:
+        group = f"comparison:{comp.name}"
+        cells = [c for c in pub.plan if group in c.groups]
+        rows = []
+        for sel in SELECTIONS:
+            keys = sorted(
+                {(c.attack.label, c.init.label) for c in cells},
+                key=lambda k: (list(suite.attacks).index(k[0]), list(suite.inits).index(k[1])),
+            )
+            for attack, init in keys:
+                row: dict[str, Any] = {"attack": attack, "init": init, "selection": sel, "values": []}
+                for v in comp.variants:
+                    ids = [c.cell_id for c in cells if c.target == v.target and c.attack.label == attack and c.init.label == init]
+                    recs = pub.ok(ids)
+                    entry: dict[str, Any] = {
+                        "axis_value": v.value,
+                        "target": v.target,
+                        "cells": [r["cell_id"] for r in recs],
+                    }
+                    for col in metric_cols:
+                        stat, key = _stat(recs, sel, col["spec"])
+                        entry[col["name"]] = {**stat.to_dict(), "key": key}
+                    row["values"].append(entry)
+                row["init_is_oracle"] = any(r["init"].get("is_oracle") for e in row["values"] for r in pub.ok(e["cells"]))
+                rows.append(row)
+        out[comp.name] = {
+            "title": comp.title,
+            "axis": comp.axis,
+            "base": comp.base,
+            "axis_values": [v.value for v in comp.variants],
+            "metrics": [c["name"] for c in metric_cols],
+            "rows": rows,
+        }
+    return out
+
+
+# -- header ---------------------------------------------------------------------------------------------
+def read_invocations(results: Path) -> list[dict[str, Any]]:
+    invs = []
+    for p in sorted((results / "invocations").glob("*.json")):
+        try:
+            invs.append(json.loads(p.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return invs
+
+
+def header_info(suite: Suite, results: Path, pub: Published, command: str) -> dict[str, Any]:
+    invs = read_invocations(results)
+    used = {r.get("invocation") for r in pub.records.values()} - {None}
+    contributing = [i for i in invs if i.get("invocation") in used] or invs
+    machines = []
+    for i in contributing:
+        line = machine.one_line(i["machine"]) if i.get("machine") else "unknown"
+        if line not in machines:
+            machines.append(line)
+    commits = sorted({str(r.get("provenance", {}).get("git_commit")) for r in pub.records.values()})
+    return {
+        "suite": suite.name,
+        "description": suite.description,
+        "suite_file": display_path(suite.path),
+        "suite_sha256": suite.text_sha256,
+        "commands": [
+            {
+                "invocation": i.get("invocation"),
+                "command": i.get("command"),
+                "status": i.get("status"),
+                "started": i.get("started"),
+                "elapsed_seconds": i.get("elapsed_seconds"),
+                "git_commit": i.get("git_commit"),
+                "reconbench_version": i.get("reconbench_version"),
+            }
+            for i in contributing
+        ],
+        "machines": machines,
+        "wall_seconds": float(sum(i.get("elapsed_seconds") or 0.0 for i in invs)),
+        "invocations": len(invs),
+        "cell_seconds": float(sum(r.get("wall_seconds") or 0.0 for r in pub.records.values())),
+        "reconbench_versions": sorted({str(r.get("provenance", {}).get("reconbench_version")) for r in pub.records.values()}),
+        "git_commits": commits,
+        "rendered_by": command,
+        "rendered_with": {"reconbench_version": __version__, "git_commit": git_commit()},
+        "rendered": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cells": {
+            "planned": len(pub.plan),
+            "ok": len(pub.ok()),
+            "failed": sum(1 for r in pub.records.values() if r["status"] != STATUS_OK),
+            "not_run": len(pub.not_run),
+            "stale": len(pub.stale),
+        },
+    }
+
+
+# -- rendering ------------------------------------------------------------------------------------------

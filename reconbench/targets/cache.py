@@ -1,0 +1,55 @@
+"""Training targets on demand, with a cache keyed by the recipe hash."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from reconbench.errors import ModelCardError
+from reconbench.targets.cards import CARD_FILE, ModelCard, load_card, save_card
+from reconbench.targets.problems import build_problem
+from reconbench.targets.training import TargetRecipe, train
+
+CACHE_ENV = "RECONBENCH_CACHE"
+
+
+def cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "reconbench"
+
+
+def train_target(recipe: TargetRecipe, out_dir: str | os.PathLike[str], data_root: str | None = None,
+                 quiet: bool = False, device: str = "cpu") -> ModelCard:
+    problem = build_problem(recipe.problem, data_root)
+    result = train(recipe, problem, quiet=quiet, device=device)
+    return save_card(Path(out_dir), recipe, problem, result)
+
+
+def get_or_train(recipe: TargetRecipe, cache: str | os.PathLike[str] | None = None, data_root: str | None = None,
+                 quiet: bool = False, log: bool = True, device: str = "cpu") -> ModelCard:
+    """Reuse ``<cache>/targets/<recipe key>`` when present and intact, else train into it (on ``device``; the
+    device is not part of the key)."""
+    folder = cache_dir(cache) / "targets" / recipe.key()
+    if (folder / CARD_FILE).exists():
+        try:
+            card = load_card(folder)
+            card.load_model()  # verifies hashes and shapes
+            if log and not quiet:
+                print(f"reusing cached target {folder}")
+            return card
+        except ModelCardError as exc:
+            if not quiet:
+                print(f"cached target {folder} is unusable ({exc}); retraining")
+            shutil.rmtree(folder, ignore_errors=True)
+    tmp = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if log and not quiet:
+        print(f"training target {recipe.key()} ({recipe.family} on {recipe.problem.dataset}, "
+              f"{recipe.problem.task}, {recipe.problem.n_per_class} per class)")
+    train_target(recipe, tmp, data_root, quiet, device)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return load_card(folder)

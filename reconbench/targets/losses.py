@@ -1,0 +1,78 @@
+"""Training losses by name, their default per task, and per-sample margins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from reconbench.errors import ReconbenchError
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _bce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(out.reshape(-1), y)
+
+
+def _ce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(out, y)
+
+
+def _mse(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return ((out.reshape(-1) - y) ** 2).mean()
+
+
+def _l25(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return ((out.reshape(-1) - y).abs() ** 2.5).mean()
+
+
+def _huber(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.huber_loss(out.reshape(-1), y, delta=1.0)
+
+
+#: name -> (function, tasks it applies to)
+LOSSES: dict[str, tuple[LossFn, tuple[str, ...]]] = {
+    "bce": (_bce, ("binary",)),
+    "ce": (_ce, ("multiclass",)),
+    "mse": (_mse, ("regression",)),
+    "l25": (_l25, ("regression",)),
+    "huber": (_huber, ("regression",)),
+}
+DEFAULT_LOSS = {"binary": "bce", "multiclass": "ce", "regression": "mse"}
+
+
+def get_loss(name: str | None, task: str) -> tuple[str, LossFn]:
+    name = name or DEFAULT_LOSS[task]
+    if name not in LOSSES:
+        raise ReconbenchError(f"unknown loss {name!r}; choose one of {', '.join(LOSSES)}")
+    fn, tasks = LOSSES[name]
+    if task not in tasks:
+        allowed = [k for k, (_, t) in LOSSES.items() if task in t]
+        raise ReconbenchError(f"loss {name!r} does not fit a {task} task; use one of {', '.join(allowed)}")
+    return name, fn
+
+
+def margins(out: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Tensor:
+    """Per-sample distance to the decision boundary.
+
+    binary: y * Phi with y in {-1, +1}; multiclass: label logit minus the largest other logit;
+    regression: |Phi - y| with y in {-1, +1} (there, smaller is closer to the target).
+    """
+    if task == "binary":
+        return (2.0 * labels.to(out.dtype) - 1.0) * out.reshape(-1)
+    if task == "multiclass":
+        lab = labels.long()
+        own = out.gather(1, lab[:, None]).squeeze(1)
+        other = out.scatter(1, lab[:, None], float("-inf")).amax(dim=1)
+        return own - other
+    return (out.reshape(-1) - (2.0 * labels.to(out.dtype) - 1.0)).abs()
+
+
+def error_rate(out: torch.Tensor, labels: torch.Tensor, task: str) -> float:
+    """binary: sign mismatch (a logit of exactly 0 counts as wrong); multiclass: argmax; regression: sign."""
+    if task == "multiclass":
+        return float((out.argmax(dim=1) != labels.long()).double().mean())
+    y = 2.0 * labels.to(out.dtype) - 1.0
+    return float(((out.reshape(-1) * y) <= 0).double().mean())

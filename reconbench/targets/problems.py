@@ -1,0 +1,245 @@
+"""Problems: the training subset, task labels, mean image, test split and decoy pool built from a data set.
+
+Construction is deterministic in (dataset, task, n_per_class, rule/classes, seed) and follows the reference
+implementations (../shared/docs/kkt-attacks-spec.md sections 1.2-1.5):
+
+* binary and regression: walk the data set in file order and keep a sample while its binary class has fewer than
+  ``n_per_class`` kept (interleaved, never shuffled); regression targets are -1 / +1;
+* multiclass: the first ``n_per_class`` indices of each of the first K classes, concatenated, then permuted with
+  ``torch.randperm`` under ``seed``;
+* the per-pixel mean image of the training subset is subtracted from everything; there is no rescaling.
+
+Of the remaining indices (file order), the first ``n_decoy_per_class`` of each class form the decoy pool and the
+next ``n_test_per_class`` the test split, so training, decoy and test images are pairwise disjoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reconbench import plugins
+from reconbench.errors import DataError, ReconbenchError
+from reconbench.targets.data_files import data_root as resolve_data_root
+from reconbench.targets.images import TASKS, ImageData
+
+VEHICLES = {"airplane", "automobile", "ship", "truck"}
+
+
+def _parity(labels: np.ndarray, classes: list[str]) -> np.ndarray:
+    return (labels % 2).astype(np.int64)  # even -> 0, odd -> 1
+
+
+def _vehicles_animals(labels: np.ndarray, classes: list[str]) -> np.ndarray:
+    names = {c.lower() for c in classes}
+    if not VEHICLES <= names:
+        raise ReconbenchError(
+            "binary rule 'vehicles_animals' needs CIFAR-10 class names (airplane, automobile, ship, truck, ...); "
+            f"this data set has classes {classes[:10]}. Use --binary-rule parity instead."
+        )
+    is_vehicle = np.array([classes[int(lbl)].lower() in VEHICLES for lbl in labels])
+    return np.where(is_vehicle, 0, 1).astype(np.int64)  # vehicles -> 0, animals -> 1
+
+
+#: binary rules: original labels -> {0, 1}
+BINARY_RULES: dict[str, Callable[[np.ndarray, list[str]], np.ndarray]] = {
+    "parity": _parity,
+    "vehicles_animals": _vehicles_animals,
+}
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """Everything that determines a problem."""
+
+    dataset: str = "digits"
+    task: str = "multiclass"
+    n_per_class: int = 10
+    num_classes: int | None = None      # multiclass: use classes 0..K-1 (None: all)
+    binary_rule: str | None = None      # binary/regression: a key of BINARY_RULES (None: the data set's default)
+    seed: int = 1                       # multiclass permutation
+    n_test_per_class: int = 100
+    n_decoy_per_class: int | None = None  # None: 2 * n_per_class (enough for a partition init with m = 2n)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Problem:
+    """A training problem. Images are stored uncentred in [0, 1]; the accessors return centred tensors."""
+
+    spec: ProblemSpec
+    num_classes: int                 # K (2 for binary and regression)
+    image_shape: tuple[int, int, int]
+    mean: np.ndarray                 # (C, H, W) float64, per-pixel mean of the training images
+    train_images: np.ndarray         # (n, C, H, W) float64 in [0, 1]
+    train_labels: np.ndarray         # (n,) task labels: {0,1} binary/regression, 0..K-1 multiclass
+    train_indices: np.ndarray        # indices into the data set
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    test_indices: np.ndarray
+    decoy_images: np.ndarray
+    decoy_labels: np.ndarray
+    decoy_indices: np.ndarray
+    original_train_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    class_names: list[str] = field(default_factory=list)
+
+    @property
+    def task(self) -> str:
+        return self.spec.task
+
+    @property
+    def n(self) -> int:
+        return len(self.train_labels)
+
+    @property
+    def out_dim(self) -> int:
+        return self.num_classes if self.task == "multiclass" else 1
+
+    @property
+    def class_counts(self) -> list[int]:
+        return [int((self.train_labels == c).sum()) for c in range(self.num_classes)]
+
+    def centred(self, images: np.ndarray, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return torch.as_tensor(images - self.mean[None], dtype=dtype)
+
+    def x_train(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return self.centred(self.train_images, dtype)
+
+    def x_test(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return self.centred(self.test_images, dtype)
+
+    def x_decoy(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return self.centred(self.decoy_images, dtype)
+
+    def targets(self, labels: np.ndarray, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Training targets for the loss: {0,1} floats (binary), class ids (multiclass), -1/+1 (regression)."""
+        if self.task == "multiclass":
+            return torch.as_tensor(labels, dtype=torch.long)
+        if self.task == "regression":
+            return torch.as_tensor(2.0 * labels - 1.0, dtype=dtype)
+        return torch.as_tensor(labels, dtype=dtype)
+
+    def mean_tensor(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return torch.as_tensor(self.mean, dtype=dtype)
+
+    def indices_record(self) -> dict[str, list[int]]:
+        return {"train": self.train_indices.tolist(), "test": self.test_indices.tolist(),
+                "decoy": self.decoy_indices.tolist()}
+
+
+def split_dataset_ref(ref: str) -> tuple[str, str | None]:
+    """``"npz:path/file.npz"`` -> ("npz", "path/file.npz"); ``"digits"`` -> ("digits", None)."""
+    name, _, arg = ref.partition(":")
+    return name, (arg or None)
+
+
+def load_dataset(ref: str, data_root: str | Path | None = None) -> ImageData:
+    name, arg = split_dataset_ref(ref)
+    source = plugins.get("datasets", name)
+    root = resolve_data_root(data_root)
+    data = source.load(root, arg) if arg is not None else source.load(root)
+    _validate(data, ref)
+    return data
+
+
+@lru_cache(maxsize=4)
+def _load_cached(ref: str, root: str | None) -> ImageData:
+    return load_dataset(ref, root)
+
+
+def _validate(data: ImageData, ref: str) -> None:
+    imgs = data.images
+    if imgs.ndim != 4 or imgs.shape[1] not in (1, 3) or len(imgs) != len(data.labels):
+        raise DataError(f"data set {ref!r}: images must be (N, C, H, W) with C in (1, 3) and one label each; "
+                        f"got images {imgs.shape} and labels {data.labels.shape}")
+
+
+def _first_per_class(order: np.ndarray, labels: np.ndarray, classes: list[int], k: int) -> np.ndarray:
+    """Walk ``order`` and keep an index while its class has fewer than ``k`` kept (classes interleaved)."""
+    counts = dict.fromkeys(classes, 0)
+    kept = []
+    for idx in order:
+        c = int(labels[idx])
+        if c in counts and counts[c] < k:
+            kept.append(idx)
+            counts[c] += 1
+            if all(v >= k for v in counts.values()):
+                break
+    return np.asarray(kept, dtype=np.int64)
+
+
+def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
+                  data: ImageData | None = None) -> Problem:
+    """Build a problem deterministically from its spec (loading the data set unless given)."""
+    if spec.task not in TASKS:
+        raise ReconbenchError(f"unknown task {spec.task!r}; choose one of {', '.join(TASKS)}")
+    if spec.n_per_class < 1:
+        raise ReconbenchError(f"n_per_class must be at least 1, got {spec.n_per_class}")
+    if data is None:
+        data = _load_cached(spec.dataset, str(data_root) if data_root else None)
+    _validate(data, spec.dataset)
+    name, _ = split_dataset_ref(spec.dataset)
+    n_c = spec.n_per_class
+    n_decoy = 2 * n_c if spec.n_decoy_per_class is None else spec.n_decoy_per_class
+    all_idx = np.arange(len(data.labels))
+
+    if spec.task == "multiclass":
+        k = spec.num_classes or len(data.classes)
+        task_labels = data.labels.copy()
+        classes = list(range(k))
+        blocks = []
+        for c in classes:
+            idx = np.flatnonzero(task_labels == c)[:n_c]
+            if len(idx) < n_c:
+                raise DataError(f"data set {spec.dataset!r} has only {len(idx)} images of class {c}; "
+                                f"n_per_class={n_c} needs {n_c}. Lower --n-per-class.")
+            blocks.append(idx)
+        gen = torch.Generator().manual_seed(spec.seed)
+        perm = torch.randperm(n_c * k, generator=gen).numpy()
+        train_idx = np.concatenate(blocks)[perm]
+    else:
+        rule = spec.binary_rule or plugins.get("datasets", name).default_binary_rule
+        if rule not in BINARY_RULES:
+            raise ReconbenchError(f"unknown binary rule {rule!r}; choose one of {', '.join(BINARY_RULES)}")
+        k = 2
+        task_labels = BINARY_RULES[rule](data.labels, data.classes)
+        classes = [0, 1]
+        train_idx = _first_per_class(all_idx, task_labels, classes, n_c)
+        for c in classes:
+            have = int((task_labels[train_idx] == c).sum())
+            if have < n_c:
+                raise DataError(f"data set {spec.dataset!r} has only {have} images of binary class {c} under "
+                                f"rule {rule!r}; n_per_class={n_c} needs {n_c}. Lower --n-per-class.")
+
+    rest = np.setdiff1d(all_idx, train_idx, assume_unique=False)  # sorted: file order
+    decoy_idx = _first_per_class(rest, task_labels, classes, n_decoy) if n_decoy > 0 else rest[:0]
+    rest2 = np.setdiff1d(rest, decoy_idx)
+    test_idx = _first_per_class(rest2, task_labels, classes, spec.n_test_per_class) \
+        if spec.n_test_per_class > 0 else rest2[:0]
+
+    def imgs(idx: np.ndarray) -> np.ndarray:
+        raw = data.images[idx]
+        out = raw.astype(np.float64)
+        return out / 255.0 if raw.dtype == np.uint8 else out
+
+    x_train = imgs(train_idx)
+    mean = x_train.mean(axis=0)
+    return Problem(
+        spec=spec, num_classes=k, image_shape=tuple(int(s) for s in data.images.shape[1:]),  # type: ignore[arg-type]
+        mean=mean, train_images=x_train, train_labels=task_labels[train_idx], train_indices=train_idx,
+        test_images=imgs(test_idx), test_labels=task_labels[test_idx], test_indices=test_idx,
+        decoy_images=imgs(decoy_idx), decoy_labels=task_labels[decoy_idx], decoy_indices=decoy_idx,
+        original_train_labels=data.labels[train_idx], class_names=list(data.classes),
+    )

@@ -1,0 +1,211 @@
+"""Target recipes and the full-batch gradient-descent trainer of the papers."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from reconbench import plugins
+from reconbench.config import option
+from reconbench.errors import DivergedError, ReconbenchError
+from reconbench.progress import Progress
+from reconbench.targets.certificate import certificate
+from reconbench.targets.losses import error_rate, get_loss, margins
+from reconbench.targets.nets import TargetNet
+from reconbench.targets.problems import Problem, ProblemSpec
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """How a target is trained: full-batch gradient descent without momentum (the papers' recipe)."""
+
+    loss: str | None = option(None, "bce (binary), ce (multiclass), mse / l25 / huber (regression); None: task default")
+    lr: float = option(0.01, "learning rate")
+    steps: int = option(10_000, "number of full-batch GD steps")
+    weight_decay: float = option(0.0, "coupled weight decay wd (minimises L + wd/2 ||theta||^2), on all parameters")
+    dtype: Literal["float64", "float32"] = option("float64", "training precision")
+    schedule: Literal["constant", "inverse_loss"] = option(
+        "constant", "constant: the papers' plain GD; inverse_loss: lr * min(cap, threshold/loss) once loss < threshold")
+    schedule_threshold: float = option(0.1, "inverse_loss: loss below which the lr is scaled up")
+    schedule_cap: float = option(1e4, "inverse_loss: the largest lr multiplier")
+    stop_loss: float = option(0.0, "stop early once the training loss falls below this (0: never)")
+    eval_every: int = option(1000, "record train/test metrics every this many steps")
+    seed: int = option(0, "seed of the weight initialisation")
+
+
+@dataclass(frozen=True)
+class TargetRecipe:
+    """A target model: the problem it is trained on, its architecture, and how it is trained."""
+
+    problem: ProblemSpec = field(default_factory=ProblemSpec)
+    family: str = "mlp"
+    model: dict[str, Any] = field(default_factory=dict)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    defense: str | None = None                      # a registered defense applied before release
+    defense_config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"problem": self.problem.to_dict(), "family": self.family, "model": dict(self.model),
+             "train": asdict(self.train)}
+        if self.defense is not None:  # keeps the keys (and cache hashes) of undefended recipes unchanged
+            d["defense"] = self.defense
+            d["defense_config"] = dict(self.defense_config)
+        return d
+
+    def validate(self) -> TargetRecipe:
+        """Resolve every named plugin and option now, before any training starts."""
+        from reconbench.config import build_config
+
+        family = plugins.get("models", self.family)
+        unknown = set(self.model) - set(family.default_spec())
+        if unknown:
+            raise ReconbenchError(f"model family {self.family!r} has no option {sorted(unknown)[0]!r}; its options "
+                                  f"are: {', '.join(sorted(family.default_spec())) or '(none)'}")
+        get_loss(self.train.loss, self.problem.task)
+        if self.defense is not None:
+            defense = plugins.get("defenses", self.defense)
+            build_config(defense.config_cls, self.defense_config, f"defense {defense.name}")
+        return self
+
+    def key(self) -> str:
+        """A short hash naming this recipe (used as the cache key of trained targets)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TargetRecipe:
+        from reconbench.config import build_config
+
+        known = {"problem", "family", "model", "train", "defense", "defense_config"}
+        extra = set(d) - known
+        if extra:
+            raise ReconbenchError(f"recipe: unknown key {sorted(extra)[0]!r}; known keys: {', '.join(sorted(known))}")
+        return cls(problem=build_config(ProblemSpec, d.get("problem"), "recipe.problem"),
+                   family=str(d.get("family", "mlp")), model=dict(d.get("model") or {}),
+                   train=build_config(TrainSpec, d.get("train"), "recipe.train"),
+                   defense=d.get("defense"), defense_config=dict(d.get("defense_config") or {}))
+
+
+@dataclass
+class TrainResult:
+    model: TargetNet
+    metrics: dict[str, Any]
+    history: list[dict[str, float]]
+
+
+def build_model(recipe: TargetRecipe, problem: Problem) -> TargetNet:
+    family = plugins.get("models", recipe.family)
+    gen = torch.Generator().manual_seed(recipe.train.seed)
+    return family.build(problem.image_shape, problem.out_dim, dict(recipe.model), generator=gen)
+
+
+def apply_defense(recipe: TargetRecipe, model: TargetNet, problem: Problem) -> None:
+    from reconbench.config import build_config
+
+    defense = plugins.get("defenses", recipe.defense)  # type: ignore[arg-type]
+    cfg = build_config(defense.config_cls, recipe.defense_config, f"defense {defense.name}")
+    defense.apply(model, problem, cfg, generator=torch.Generator().manual_seed(recipe.train.seed + 1))
+
+
+def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype,
+                   device: torch.device | str = "cpu") -> dict[str, float]:
+    with torch.no_grad():
+        out: dict[str, float] = {}
+        for split, x, lab in (("train", problem.x_train(dtype), problem.train_labels),
+                              ("test", problem.x_test(dtype), problem.test_labels)):
+            if len(lab) == 0:
+                continue
+            o = model(x.to(device)).cpu()
+            out[f"{split}_loss"] = float(loss_fn(o, problem.targets(lab, dtype)))
+            out[f"{split}_error"] = error_rate(o, torch.as_tensor(lab), problem.task)
+    return out
+
+
+def stalled_samples(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype) -> int:
+    """Training samples whose loss gradient is exactly zero in the training precision but not in float64.
+
+    In float32 the BCE gradient sigmoid(z) - 1 of a positive sample rounds to 0 once its margin passes about
+    16.6: from then on gradient descent no longer moves that sample, and longer training changes nothing.
+    Counted for classification only, whose exact loss gradient is never zero (a regression fit exact to float32
+    precision is a minimiser, not a stall).
+    """
+    if dtype == torch.float64 or problem.task == "regression":
+        return 0
+    x, lab = problem.x_train(torch.float64), problem.train_labels
+    zero = []
+    for dt in (dtype, torch.float64):
+        net = copy.deepcopy(model).to(dt)
+        out = net(x.to(dt)).detach().requires_grad_(True)
+        (grad,) = torch.autograd.grad(loss_fn(out, problem.targets(lab, dt)), out)
+        zero.append((grad.reshape(len(x), -1) == 0).all(dim=1))
+    return int((zero[0] & ~zero[1]).sum())
+
+
+def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_certificate: bool = True,
+          device: str = "cpu") -> TrainResult:
+    """Train a target by full-batch GD (on ``device``; the weights come back on the CPU); stop on NaN."""
+    recipe.validate()
+    spec = recipe.train
+    dtype = DTYPES[spec.dtype]
+    loss_name, loss_fn = get_loss(spec.loss, problem.task)
+    model = build_model(recipe, problem).to(dtype).to(device)
+    x = problem.x_train(dtype).to(device)
+    y = problem.targets(problem.train_labels, dtype).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    history: list[dict[str, float]] = []
+    t0 = time.perf_counter()
+    lr_mult = 1.0
+    loss_value = math.nan
+    step = 0
+    with Progress(spec.steps, f"train {recipe.family} on {problem.spec.dataset}", quiet=quiet) as bar:
+        for step in range(spec.steps):
+            out = model(x)
+            loss = loss_fn(out, y)
+            loss_value = loss.item()
+            if not math.isfinite(loss_value):
+                raise DivergedError(
+                    f"training diverged at step {step} (loss {loss_value}); lower --lr (now {spec.lr}) "
+                    f"or use the constant schedule")
+            if spec.schedule == "inverse_loss":
+                lr_mult = min(spec.schedule_cap, spec.schedule_threshold / loss_value) \
+                    if 0 < loss_value < spec.schedule_threshold else 1.0
+                for g in opt.param_groups:
+                    g["lr"] = spec.lr * lr_mult
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if step % spec.eval_every == 0 or step == spec.steps - 1:
+                rec = {"step": float(step), "loss": loss_value, "lr_multiplier": lr_mult}
+                rec.update(evaluate_model(model, problem, loss_fn, dtype, device))
+                history.append(rec)
+            bar.update(step + 1, {"loss": loss_value})
+            if spec.stop_loss > 0 and loss_value < spec.stop_loss:
+                break
+    wall = time.perf_counter() - t0
+    model = model.cpu()
+    metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": step + 1, "final_loss": loss_value,
+                               "train_seconds": wall, "train_device": str(device)}
+    if recipe.defense is not None:
+        metrics["before_defense"] = evaluate_model(model, problem, loss_fn, dtype)
+        apply_defense(recipe, model, problem)
+    metrics.update(evaluate_model(model, problem, loss_fn, dtype))
+    with torch.no_grad():
+        out = model(problem.x_train(dtype))
+        m = margins(out, torch.as_tensor(problem.train_labels), problem.task)
+    metrics["margins"] = m.tolist()
+    metrics["stalled_samples"] = stalled_samples(model, problem, loss_fn, dtype)
+    metrics["param_count"] = model.param_count()
+    metrics["param_norm_sq"] = float(sum((p.detach().double() ** 2).sum() for p in model.parameters()))
+    if with_certificate:
+        cert = certificate(model, problem.x_train(torch.float64), torch.as_tensor(problem.train_labels), problem.task)
+        model.to(dtype)
+        metrics["certificate"] = cert
+    return TrainResult(model=model, metrics=metrics, history=history)

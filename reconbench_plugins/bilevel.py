@@ -1,0 +1,263 @@
+"""runkel_bilevel: training-data reconstruction as a bilevel problem (Runkel et al., arXiv 2412.08544).
+
+    min_x ||theta* - theta(x)||^2   s.t.  theta(x) in argmin_theta E(x, y; theta)
+
+E is the released model's training objective (its loss, mean over the m candidates, plus the training weight
+decay), evaluated with ReLU replaced by softplus_beta so that it is twice differentiable. Each outer iteration
+solves the training problem at the current candidates, solves H p = grad_theta l by conjugate gradients on
+Hessian-vector products, and steps x along minus the implicit hypergradient. The maths is in
+:mod:`reconbench.attack.bilevel`; notes: ../shared/docs/bilevel-attack-spec.md.
+
+The attack reads the released weights theta*, the candidate labels, the loss name and the weight decay; never a
+training image. theta0 (the start of every inner solve) is drawn by the attack: it does not know the one used in
+training.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from reconbench import hookimpl
+from reconbench.attack.bilevel import (
+    InnerResult,
+    LowerProblem,
+    ParamLayout,
+    hypergradient,
+    softplus_surrogate,
+    solve_lower,
+    task_targets,
+    upper_loss,
+)
+from reconbench.config import LogUniform, option
+from reconbench.errors import DivergedError, IncompatibleError
+from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
+from reconbench.targets.losses import get_loss
+
+FAMILIES = ("affine", "mlp_bias")
+
+
+@dataclass
+class BilevelConfig:
+    outer_steps: int = option(100, "outer iterations (one inner solve + one adjoint solve + one x step each)")
+    outer_lr: float = option(1.0, "step eta of the outer update of x (centred pixel units); with line_search "
+                                  "the first trial step")
+    outer_optimizer: Literal["sgd", "adam"] = option(
+        "sgd", "outer update: sgd is the paper's x <- x - outer_lr * hypergradient (no momentum); adam rescales "
+               "every coordinate, so it moves x even where the hypergradient is merely tiny (e.g. at the "
+               "ground truth with an inexact inner solve)")
+    line_search: bool = option(True, "sgd: pick eta at every step by backtracking (halve until the upper loss "
+                                     "drops by 1e-4 eta ||g||^2, Armijo; the next step first tries 2 eta); "
+                                     "False: fixed eta = outer_lr")
+    max_backtracks: int = option(20, "line search: most inner solves per outer step before it stops")
+    keep_best: bool = option(True, "return the outer iterate with the lowest upper loss (reads only theta*), "
+                                   "else the last one")
+    stop_upper: float = option(0.0, "stop once the upper loss ||theta* - theta(x)||^2 falls below this (0: never)")
+    max_seconds: float = option(0.0, "time budget of the run in seconds, checked after every outer step and "
+                                     "between the line search's inner solves: once exceeded the run stops "
+                                     "(early_stop) and keeps its best iterate so far (0: no budget)")
+    theta0: Literal["uniform", "default", "zeros", "released"] = option(
+        "uniform", "start of the inner solves: uniform draws every parameter from U(theta0_low, theta0_high) "
+                   "(the paper: U(0, 1)); default uses PyTorch's Linear init U(+-1/sqrt(fan_in)); zeros; released "
+                   "starts at the released weights theta* (public, so not an oracle; retraining then stays in "
+                   "theta*'s basin instead of another one related by, e.g., a permutation of hidden units)")
+    theta0_low: float = option(0.0, "theta0 = uniform: lower end")
+    theta0_high: float = option(1.0, "theta0 = uniform: upper end")
+    warm_start: bool = option(False, "False (the paper): every inner solve starts from theta0; True: from the "
+                                     "previous outer iterate's solution (the first from theta0)")
+    inner_method: Literal["lbfgs", "gd"] = option(
+        "lbfgs", "inner solver: lbfgs (torch.optim.LBFGS, strong-Wolfe line search) or gd (full-batch GD)")
+    inner_max_iter: int = option(1000, "most iterations of one inner solve")
+    inner_tol: float = option(1e-9, "inner solve stops once max |grad_theta E| <= inner_tol")
+    inner_lr: float = option(1.0, "inner step: initial L-BFGS step (1 is standard) or the GD learning rate")
+    inner_history: int = option(20, "L-BFGS history size")
+    inner_newton_steps: int = option(
+        5, "Newton-CG steps after the inner solver while max |grad_theta E| > inner_tol (torch's L-BFGS line "
+           "search stops refining near 1e-9); they use the adjoint's damping and CG settings")
+    adjoint: Literal["cg"] = option("cg", "adjoint solver: conjugate gradients on torch.func Hessian-vector "
+                                          "products (reverse over reverse)")
+    damping: float = option(1e-6, "delta in (H + delta I) p = grad_theta l; keeps the solve defined where H is "
+                                  "singular or indefinite")
+    cg_rtol: float = option(1e-6, "CG stops once ||residual|| <= cg_rtol * ||grad_theta l||")
+    cg_max_iter: int = option(200, "most CG iterations per adjoint solve")
+    softplus_beta: float = option(20.0, "ReLU surrogate softplus_beta(z) = log(1 + exp(beta z)) / beta in the "
+                                        "lower problem (mlp_bias; the affine model has no activation)")
+    clip: float | None = option(None, "project x onto |x| <= clip (centred space) after each step; 1.0 contains "
+                                      "every [0, 1] image whatever the mean; None: no projection")
+
+
+def draw_theta0(layout: ParamLayout, config: BilevelConfig, generator: torch.Generator,
+                dtype: torch.dtype, theta_star: torch.Tensor | None = None) -> torch.Tensor:
+    """The attacker's own start of the inner solves (it does not know the training init)."""
+    if config.theta0 == "released":
+        if theta_star is None:
+            raise ValueError("theta0 = 'released' needs the released weights")
+        return theta_star.detach().clone().to(dtype)
+    if config.theta0 == "zeros":
+        return torch.zeros(layout.numel, dtype=dtype)
+    if config.theta0 == "uniform":
+        theta = torch.rand(layout.numel, generator=generator, dtype=torch.float64)
+        return (config.theta0_low + (config.theta0_high - config.theta0_low) * theta).to(dtype)
+    parts = []
+    for name, size in zip(layout.names, layout.sizes, strict=True):
+        bound = 1.0 / math.sqrt(layout.fan_in(name))
+        parts.append((torch.rand(size, generator=generator, dtype=torch.float64) * 2.0 - 1.0) * bound)
+    return torch.cat(parts).to(dtype)
+
+
+@dataclass(frozen=True)
+class RunkelBilevel:
+    name: str = "runkel_bilevel"
+    description: str = ("Runkel et al.'s bilevel attack: min_x ||theta* - theta(x)||^2 with theta(x) the "
+                        "retrained model, implicit hypergradient by CG on Hessian-vector products")
+    needs: frozenset = frozenset({"labels", "loss", "weight_decay"})
+    tasks: frozenset = frozenset({"binary", "multiclass", "regression"})
+    config_cls: type = BilevelConfig
+    #: what `reconbench run --attack runkel_bilevel` trains without --model: a strongly convex affine target
+    default_recipe: dict = field(default_factory=lambda: {
+        "problem": {"dataset": "digits", "task": "binary", "n_per_class": 10},
+        "family": "affine", "train": {"steps": 3000, "lr": 0.5, "weight_decay": 1e-2}})
+    #: the conformance suite's tiny target (the default homogeneous mlp is not a family this attack handles)
+    conformance_family: str = "mlp_bias"
+    smoke_config: dict = field(default_factory=lambda: {"outer_steps": 2, "inner_max_iter": 50,
+                                                        "cg_max_iter": 20, "theta0": "default"})
+
+    def search_space(self) -> dict[str, Any]:
+        return {"outer_lr": LogUniform(1e-3, 1e-1)}
+
+    def check(self, target: AttackTarget) -> None:
+        if target.family not in FAMILIES:
+            raise IncompatibleError(
+                f"runkel_bilevel handles the affine and one-hidden-layer mlp_bias families (the paper's models); "
+                f"this target is {target.family!r}. For the homogeneous mlp family use haim_binary_kkt, or train "
+                "an mlp_bias target with one hidden layer (--model widths=[W])")
+        layers = getattr(target.model, "layers", None)
+        if target.family == "mlp_bias" and (layers is None or len(layers) != 2):
+            depth = "?" if layers is None else len(layers) - 1
+            raise IncompatibleError(
+                f"runkel_bilevel handles mlp_bias with exactly one hidden layer; this target has {depth}. "
+                "Train it with a single width (model widths=[W]) or use haim_binary_kkt for deeper MLPs")
+
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: BilevelConfig, *,
+            generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
+        knowledge, dtype = target.knowledge, target.dtype
+        _, loss_fn = get_loss(knowledge.loss, knowledge.task)
+        activation = softplus_surrogate(config.softplus_beta) if target.family != "affine" else None
+        lower = LowerProblem(model=target.model, loss_fn=loss_fn,
+                             targets=task_targets(labels, knowledge.task, dtype).to(target.device),
+                             weight_decay=float(knowledge.weight_decay or 0.0), activation=activation)
+        theta_star = lower.layout.flatten(target.model).to(dtype)
+        theta0 = draw_theta0(lower.layout, config, generator, dtype, theta_star).to(target.device)
+
+        def inner(at: torch.Tensor, previous: torch.Tensor) -> InnerResult:
+            """theta(at): from theta0 (the paper) or, warm, from the previous solution."""
+            return solve_lower(lower, at, previous if config.warm_start else theta0,
+                               method=config.inner_method, max_iter=config.inner_max_iter, tol=config.inner_tol,
+                               lr=config.inner_lr, history=config.inner_history,
+                               newton_steps=config.inner_newton_steps, damping=config.damping,
+                               cg_rtol=config.cg_rtol, cg_max_iter=config.cg_max_iter)
+
+        def project(z: torch.Tensor) -> torch.Tensor:
+            return z if config.clip is None else z.clamp(-config.clip, config.clip)
+
+        x = x0.detach().clone().to(dtype)
+        adam = torch.optim.Adam([x.requires_grad_(True)], lr=config.outer_lr) \
+            if config.outer_optimizer == "adam" else None
+        trace: list[dict[str, float]] = []
+        stopped, steps, note, eta = "completed", 0, "", config.outer_lr
+        best_x, best_upper = x.detach().clone(), math.inf
+        started = time.perf_counter()
+
+        def over_budget() -> bool:
+            return config.max_seconds > 0 and time.perf_counter() - started > config.max_seconds
+
+        try:
+            # 1. inner solve at x^0
+            sol = inner(x.detach(), theta0)
+            for k in range(config.outer_steps + 1):
+                t0 = time.perf_counter()
+                upper = upper_loss(sol.theta, theta_star)                  # l(theta*, theta(x^k))
+                record = {"step": float(k), "loss": upper, "upper_loss": upper, "inner_energy": sol.energy,
+                          "inner_iters": float(sol.iterations), "inner_grad_inf": sol.grad_inf}
+                trace.append(record)
+                if upper < best_upper:
+                    best_upper, best_x = upper, x.detach().clone()
+                if progress is not None:
+                    progress(k, config.outer_steps, {"loss": upper})
+                if k == config.outer_steps:
+                    break
+                if config.stop_upper > 0 and upper < config.stop_upper:
+                    stopped = "early_stop"
+                    break
+                if over_budget():
+                    stopped = "early_stop"
+                    note = f"time budget max_seconds={config.max_seconds:g} reached after {k} outer step(s)"
+                    break
+                # 2. adjoint p = (H + delta I)^{-1} 2 (theta - theta*);  3. hypergradient -grad_x <grad E, p>
+                hg = hypergradient(lower, x.detach(), sol.theta, theta_star, damping=config.damping,
+                                   cg_rtol=config.cg_rtol, cg_max_iter=config.cg_max_iter)
+                g = hg.grad_x.to(dtype)
+                record.update({"cg_iters": float(hg.adjoint.iterations), "cg_rel_residual": hg.adjoint.rel_residual,
+                               "cg_negative_curvature": float(hg.adjoint.negative_curvature),
+                               "hypergrad_norm": float(g.norm())})
+                if not bool(torch.isfinite(g).all()):
+                    stopped, note = "diverged", f"non-finite hypergradient at outer step {k}"
+                    break
+                # outer step x^{k+1} = x^k - eta grad_x l, then 1. inner solve at x^{k+1}
+                if adam is not None:
+                    adam.zero_grad(set_to_none=False)
+                    x.grad = g
+                    adam.step()
+                    with torch.no_grad():
+                        x.copy_(project(x))
+                    sol, evals = inner(x.detach(), sol.theta), 1
+                elif not config.line_search:
+                    x = project(x.detach() - eta * g)
+                    sol, evals = inner(x, sol.theta), 1
+                else:  # eta by backtracking: halve until l drops by 1e-4 eta ||g||^2 (Armijo), then try 2 eta
+                    eta, evals, accepted = 2.0 * eta if k > 0 else eta, 0, False
+                    slope = float(g.pow(2).sum())
+                    while evals < config.max_backtracks:
+                        if evals and over_budget():
+                            break                                   # out of time: no decrease found in budget
+                        x_try = project(x.detach() - eta * g)
+                        sol_try, evals = inner(x_try, sol.theta), evals + 1
+                        if upper_loss(sol_try.theta, theta_star) <= upper - 1e-4 * eta * slope:
+                            x, sol, accepted = x_try, sol_try, True
+                            break
+                        eta *= 0.5
+                    if not accepted:
+                        stopped = "early_stop"
+                        note = f"line search found no decrease at outer step {k} (eta down to {eta:.2e})"
+                        if over_budget():
+                            note = (f"time budget max_seconds={config.max_seconds:g} reached during the line "
+                                    f"search of outer step {k}")
+                        break
+                record.update({"eta": eta, "inner_solves": float(evals), "seconds": time.perf_counter() - t0})
+                steps = k + 1
+        except DivergedError as exc:
+            stopped, note = "diverged", str(exc)
+
+        final_x = best_x if config.keep_best else x.detach().clone()
+        final_upper = best_upper if config.keep_best else (trace[-1]["upper_loss"] if trace else math.inf)
+        first = trace[0]["upper_loss"] if trace else math.nan
+        if not lower.weight_decay:
+            note = ("no weight decay: on separable data the lower problem has no minimiser, so theta(x) is where the "
+                    f"inner solve stopped (inner_max_iter) and the implicit gradient is only approximate. {note}")
+        surrogate = "none (affine)" if activation is None else f"softplus beta={config.softplus_beta}"
+        outer = "adam" if adam is not None else ("sgd with Armijo backtracking" if config.line_search else "sgd")
+        message = (f"upper loss {first:.3e} -> {final_upper:.3e} ({'best' if config.keep_best else 'last'} "
+                   f"iterate); outer {outer}; inner {config.inner_method} from theta0={config.theta0} "
+                   f"({'warm' if config.warm_start else 'cold'} start), tol {config.inner_tol:g}; adjoint cg "
+                   f"rtol {config.cg_rtol:g}, damping {config.damping:g}; ReLU surrogate {surrogate}. {note}").strip()
+        return AttackOutput(candidates=final_x.detach(), labels=labels, final_loss=final_upper, trace=trace,
+                            steps=steps, stopped=stopped, message=message)
+
+
+@hookimpl
+def register_attacks(register):  # type: ignore[no-untyped-def]
+    register(RunkelBilevel())

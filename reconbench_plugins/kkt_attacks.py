@@ -1,0 +1,295 @@
+"""The KKT reconstruction attacks of Haim et al. 2022 and Buzaglo et al. 2023 over one stationarity engine.
+
+Each attack supplies the per-candidate terms s_i of the stationarity condition
+theta = grad_theta (1/m) sum_i s_i and the multipliers' prior; the shared loop (reconbench/attack/kkt/loop.py)
+minimises
+
+    L = sum_p ||theta_p - grad_p (1/m) sum_i s_i||^2 + box prior(x) + multiplier penalty(lambda)
+
+over the candidates x (started by the init regime) and the multipliers lambda. See
+../shared/docs/kkt-attacks-spec.md (sections 2, 4, 6, 8) for what the reference code does; the defaults follow
+it except where a help text says otherwise.
+
+    haim_binary_kkt   s_i = lambda_i y_i Phi(x_i)                  y_i = -1 for the first half, +1 after
+    multiclass_kkt    s_i = lambda_i (Phi_{y_i}(x_i) - max_{j != y_i} Phi_j(x_i))   (max re-evaluated)
+                      or, with multipliers=per_pair, s_i = sum_{j != y_i} lambda_ij (Phi_{y_i} - Phi_j)(x_i)
+    general_loss_wd   s_i = lambda_i Phi(x_i), lambda_i signed, no labels (weight decay absorbed into lambda)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+
+from reconbench import hookimpl, plugins
+from reconbench.attack.kkt.loop import (
+    Coefficients,
+    Penalty,
+    StationarityConfig,
+    lambda_floor_penalty,
+    run_stationarity_attack,
+)
+from reconbench.config import LogUniform, Uniform, option
+from reconbench.errors import IncompatibleError
+from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
+
+#: the KKT attack for each task, named in the errors that send a user elsewhere
+ATTACK_FOR_TASK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt",
+                   "regression": "general_loss_wd"}
+#: the papers' sweep (spec section 6): W&B random search over these four ranges
+PAPER_SPACE = {
+    "init_scale": LogUniform(1e-6, 0.1),
+    "lr": LogUniform(1e-5, 1.0),
+    "lambda_min": Uniform(0.01, 0.5),
+    "alpha": Uniform(10.0, 500.0),
+}
+
+
+# -- configs ------------------------------------------------------------------------------------------------
+@dataclass
+class ClassifierKKTConfig(StationarityConfig):
+    """Classification: lambda_i ~ U[0, 1), a soft floor 5 sum max(0, lambda_min - lambda_i)^2."""
+
+    lambda_min: float = option(0.05, "lambda_min of the soft floor on the multipliers (reference 0.05)")
+    lambda_penalty_weight: float = option(5.0, "weight of the lambda_min penalty (reference 5)")
+
+
+@dataclass
+class BinaryKKTConfig(ClassifierKKTConfig):
+    """Single-run defaults from the good region of the cpu-mini searches (MNIST and CIFAR-10, n = 20; runs
+    with lr 0.28-0.47 recovered the most), inside the range of Haim et al.'s provided runs."""
+
+    lr: float = option(0.3, "eta_x: learning rate of the candidates' SGD-momentum (provided runs 0.03-0.55)")
+    init_scale: float = option(3e-4, "s_x: starting candidates x ~ N(0, s_x^2 I) in the centred space, "
+                                     "passed to the `gaussian` init regime (provided runs 9e-4-3e-2)")
+    alpha: float = option(200.0, "alpha of the surrogate ReLU backward sigma(alpha z) (provided runs 19-150; "
+                                 "reference default 300)")
+    lambda_min: float = option(0.4, "lambda_min of the soft floor on the multipliers (provided runs "
+                                    "0.42-0.50; reference default 0.05)")
+
+
+@dataclass
+class MulticlassKKTConfig(ClassifierKKTConfig):
+    lambda_lr: float = option(0.1, "eta_lambda: learning rate of the multipliers' SGD-momentum (Buzaglo et "
+                                   "al.'s multiclass runs use 0.48-0.95 with m = 1000; binary default 1e-4)")
+    multipliers: Literal["per_candidate", "per_pair"] = option(
+        "per_candidate",
+        "per_candidate: one lambda on the largest wrong logit, re-chosen every step (reference); "
+        "per_pair: one lambda per (candidate, wrong class), the general multiclass stationarity condition, "
+        "with lambda_min on each candidate's sum and lambda_ij >= 0 (both soft)")
+
+
+@dataclass
+class GeneralLossConfig(StationarityConfig):
+    """Regression / any loss trained with weight decay: lambda_i ~ N(0, 1), signed, no penalty, no labels."""
+
+
+# -- checks shared by the three attacks ---------------------------------------------------------------------
+def _other_attacks(task: str) -> str:
+    kkt = set(ATTACK_FOR_TASK.values())
+    names = [n for n in plugins.names("attacks")
+             if n not in kkt and task in getattr(plugins.get("attacks", n), "tasks", ())]
+    return ", ".join(names) if names else "none is registered yet"
+
+
+def check_kkt_target(attack: Any, target: AttackTarget) -> None:
+    """The checks every KKT attack makes before any work; each error names what to use instead."""
+    k = target.knowledge
+    wrong_outputs = (k.task == "binary" and k.out_dim != 1) or (k.task == "multiclass" and k.out_dim < 2)
+    if k.task not in attack.tasks or wrong_outputs:
+        fit = ATTACK_FOR_TASK.get(k.task, "another attack")
+        raise IncompatibleError(
+            f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this target is a "
+            f"{k.task} model with {k.out_dim} output(s) ({k.num_classes} classes); use --attack {fit} "
+            "instead")
+    family = plugins.get("models", target.family)
+    if not getattr(family, "swappable_activation", False) or not hasattr(target.model, "use_activation"):
+        swappable = [n for n in plugins.names("models") if plugins.get("models", n).swappable_activation]
+        raise IncompatibleError(
+            f"attack {attack.name!r} replaces the target's ReLU by a surrogate, but model family "
+            f"{target.family!r} does not call a swappable activation. Use an attack that does not need it "
+            f"(for {k.task} targets: {_other_attacks(k.task)}), or train the target with a family that has "
+            f"one ({', '.join(swappable)})")
+
+
+def _uniform(shape: tuple[int, ...], generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+    return torch.rand(shape, generator=generator, dtype=torch.float64).to(like)
+
+
+class _KKTAttack:
+    """Shared plumbing; each attack defines its equations in ``initial_multipliers`` and
+    ``stationarity_terms``."""
+
+    name: ClassVar[str]
+    config_cls: ClassVar[type]
+    tasks: ClassVar[frozenset[str]]
+
+    def search_space(self) -> dict[str, Any]:
+        return dict(PAPER_SPACE)
+
+    def check(self, target: AttackTarget) -> None:
+        check_kkt_target(self, target)
+
+    def init_overrides(self, config: StationarityConfig, init_name: str) -> dict[str, Any]:
+        """The papers search the init scale s_x with the attack's options: hand it to the gaussian regime."""
+        return {"scale": config.init_scale} if init_name == "gaussian" else {}
+
+    def initial_multipliers(self, m: int, config: Any, num_classes: int, generator: torch.Generator,
+                            like: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def stationarity_terms(self, labels: torch.Tensor, config: Any, num_classes: int,
+                           like: torch.Tensor) -> tuple[Coefficients, Penalty]:
+        raise NotImplementedError
+
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
+            generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
+        k = target.knowledge.out_dim
+        lam0 = self.initial_multipliers(len(x0), config, k, generator, x0)
+        coefficients, penalty = self.stationarity_terms(labels, config, k, x0)
+        return run_stationarity_attack(target, x0, labels, lam0, coefficients, penalty, config,
+                                       progress=progress)
+
+
+# -- Haim et al. 2022: binary classifiers -------------------------------------------------------------------
+class HaimBinaryKKT(_KKTAttack):
+    name = "haim_binary_kkt"
+    description = ("Haim et al. 2022: KKT stationarity attack on a binary classifier, "
+                   "s_i = lambda_i y_i Phi(x_i)")
+    needs = frozenset({"class_balance"})   # for the labels by halves
+    tasks = frozenset({"binary"})
+    config_cls = BinaryKKTConfig
+    default_recipe = {"problem": {"dataset": "digits", "task": "binary", "n_per_class": 10},
+                      "family": "mlp", "model": {"widths": [1000]},
+                      "train": {"steps": 3000, "lr": 0.01, "schedule": "inverse_loss"}}
+    default_search_runs = 6
+
+    def initial_multipliers(self, m: int, config: ClassifierKKTConfig, num_classes: int,
+                            generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+        return _uniform((m,), generator, like)                # lambda_i ~ U[0, 1)
+
+    def stationarity_terms(self, labels: torch.Tensor, config: ClassifierKKTConfig, num_classes: int,
+                           like: torch.Tensor) -> tuple[Coefficients, Penalty]:
+        y = 2.0 * labels.to(like) - 1.0                        # y_i in {-1, +1}; the first half is -1
+
+        def coefficients(out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+            return (lam * y)[:, None]                          # s_i = lambda_i y_i Phi(x_i)
+
+        def penalty(lam: torch.Tensor) -> torch.Tensor:        # 5 sum max(0, lambda_min - lambda_i)^2
+            return lambda_floor_penalty(lam, config.lambda_min, config.lambda_penalty_weight)
+
+        return coefficients, penalty
+
+
+# -- Buzaglo et al. 2023: multiclass classifiers ------------------------------------------------------------
+class MulticlassKKT(_KKTAttack):
+    name = "multiclass_kkt"
+    description = ("Buzaglo et al. 2023: KKT attack on a multiclass classifier, "
+                   "s_i = lambda_i (Phi_y - max_{j != y} Phi_j)(x_i), or one lambda per wrong class")
+    needs = frozenset({"class_balance"})   # for the class blocks
+    tasks = frozenset({"multiclass"})
+    config_cls = MulticlassKKTConfig
+    # 20 digits (2 per class) keep n well below the 64 pixels: with 8x8 images and more samples the candidates
+    # fit theta better than the training set does and nothing is recovered (see the KKT notes)
+    default_recipe = {"problem": {"dataset": "digits", "task": "multiclass", "n_per_class": 2},
+                      "family": "mlp", "model": {"widths": [1000]},
+                      "train": {"steps": 5000, "lr": 0.05, "schedule": "inverse_loss"}}
+    default_search_runs = 6
+
+    def search_space(self) -> dict[str, Any]:
+        # the papers' four ranges, plus eta_lambda, which Buzaglo et al. tuned for their multiclass runs
+        # (their m = 1000; the lambda-gradient grows like 1/m, so this range sits below their 0.48-0.95)
+        return {**PAPER_SPACE, "lambda_lr": LogUniform(1e-3, 0.3)}
+
+    def initial_multipliers(self, m: int, config: MulticlassKKTConfig, num_classes: int,
+                            generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+        if config.multipliers == "per_candidate":
+            return _uniform((m,), generator, like)                  # lambda_i ~ U[0, 1)
+        return _uniform((m, num_classes - 1), generator, like)      # lambda_ij ~ U[0, 1)
+
+    def stationarity_terms(self, labels: torch.Tensor, config: MulticlassKKTConfig, num_classes: int,
+                           like: torch.Tensor) -> tuple[Coefficients, Penalty]:
+        y = labels.long()
+        own = F.one_hot(y, num_classes).to(like)                    # e_{y_i}
+
+        if config.multipliers == "per_candidate":
+            def coefficients(out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+                # j* = argmax_{j != y_i} Phi_j(x_i), re-evaluated at every step
+                wrong = out.scatter(1, y[:, None], float("-inf")).argmax(dim=1)
+                return lam[:, None] * (own - F.one_hot(wrong, num_classes).to(like))
+
+            def penalty(lam: torch.Tensor) -> torch.Tensor:         # 5 sum max(0, lambda_min - lambda_i)^2
+                return lambda_floor_penalty(lam, config.lambda_min, config.lambda_penalty_weight)
+
+            return coefficients, penalty
+
+        others = torch.stack([torch.cat([torch.arange(c), torch.arange(c + 1, num_classes)])
+                              for c in y.tolist()]).to(like.device)  # (m, K-1): the wrong classes of i
+
+        def pair_coefficients(out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+            # sum_{j != y_i} lambda_ij (e_{y_i} - e_j)
+            return own * lam.sum(dim=1, keepdim=True) - torch.zeros_like(own).scatter(1, others, lam)
+
+        def pair_penalty(lam: torch.Tensor) -> torch.Tensor:        # floor on sum_j lambda_ij, lambda_ij >= 0
+            return (lambda_floor_penalty(lam.sum(dim=1), config.lambda_min, config.lambda_penalty_weight)
+                    + lambda_floor_penalty(lam, 0.0, config.lambda_penalty_weight))
+
+        return pair_coefficients, pair_penalty
+
+
+# -- Buzaglo et al. 2023: general losses with weight decay --------------------------------------------------
+class GeneralLossWD(_KKTAttack):
+    name = "general_loss_wd"
+    description = ("Buzaglo et al. 2023: weight-decay stationarity attack for regression losses (MSE, L2.5, "
+                   "Huber), s_i = lambda_i Phi(x_i) with signed lambda and no labels")
+    needs = frozenset({"loss"})
+    tasks = frozenset({"regression"})
+    config_cls = GeneralLossConfig
+    losses = ("mse", "l25", "huber")
+    default_recipe = {"problem": {"dataset": "digits", "task": "regression", "n_per_class": 10},
+                      "family": "mlp", "model": {"widths": [1000]},
+                      "train": {"steps": 3000, "lr": 0.01, "weight_decay": 1e-3}}
+    default_search_runs = 6
+
+    def search_space(self) -> dict[str, Any]:
+        return {k: v for k, v in PAPER_SPACE.items() if k != "lambda_min"}  # no lambda_min without a floor
+
+    def check(self, target: AttackTarget) -> None:
+        check_kkt_target(self, target)
+        loss = target.knowledge.loss
+        if loss not in self.losses:
+            raise IncompatibleError(f"attack {self.name!r} covers the losses {', '.join(self.losses)}; this "
+                                    f"target was trained with {loss!r}")
+
+    def initial_multipliers(self, m: int, config: GeneralLossConfig, num_classes: int,
+                            generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
+        return torch.randn((m,), generator=generator, dtype=torch.float64).to(like)   # lambda_i ~ N(0, 1)
+
+    def stationarity_terms(self, labels: torch.Tensor, config: GeneralLossConfig, num_classes: int,
+                           like: torch.Tensor) -> tuple[Coefficients, Penalty]:
+        def coefficients(out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+            return lam[:, None]                                # s_i = lambda_i Phi(x_i): no labels
+
+        def no_penalty(lam: torch.Tensor) -> torch.Tensor:     # lambda is signed: no floor
+            return lam.new_zeros(())
+
+        return coefficients, no_penalty
+
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
+            generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
+        result = super().run(target, x0, labels, config, generator=generator, progress=progress)
+        with torch.no_grad():   # no labels were used; report the side of 0 the model puts each candidate on
+            result.labels = (target.model(result.candidates).reshape(-1) > 0).long().to(labels.device)
+        return result
+
+
+ATTACKS = [HaimBinaryKKT(), MulticlassKKT(), GeneralLossWD()]
+
+
+@hookimpl
+def register_attacks(register):  # type: ignore[no-untyped-def]
+    for attack in ATTACKS:
+        register(attack)
