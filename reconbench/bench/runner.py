@@ -10,6 +10,11 @@ Layout of a results folder (default ``runs/bench/<suite>``)::
 
 A cell is finished when its JSON exists with the same ``cell_key`` (a hash of everything that determines its
 numbers). ``--resume`` skips finished cells; an interrupted cell restarts from its finished search runs.
+
+``run_suite`` is a sequence of named steps (select, check, plan, start the invocation, execute, finish); the cells
+themselves run through an executor (``reconbench.bench.executors``): serial in this process by default, or as Ray
+tasks (``reconbench.bench.ray_executor``). Whatever runs them, this process alone writes ``cells/`` and
+``invocations/``, through the helpers of the "results folder" section below.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ import shutil
 import sys
 import time
 import traceback
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load_file
@@ -31,6 +37,7 @@ from reconbench import __version__, plugins
 from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.bench import machine
 from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
+from reconbench.bench.executors import CellJob, Executor, Finished, Lost, Outcome, RunContext, Started
 from reconbench.bench.suite import Suite, SuiteError, display_path
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import ReconbenchError, UnknownNameError
@@ -38,7 +45,7 @@ from reconbench.evaluation import evaluate
 from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
 from reconbench.targets.cache import cache_dir, get_or_train
-from reconbench.targets.cards import CARD_FILE, ModelCard
+from reconbench.targets.cards import CARD_FILE, ModelCard, load_card
 from reconbench.targets.problems import Problem
 
 STATUS_OK, STATUS_FAILED, STATUS_UNAVAILABLE = "ok", "failed", "unavailable"
@@ -48,8 +55,13 @@ def default_results_dir(suite: Suite) -> Path:
     return Path("runs") / "bench" / suite.name
 
 
+# -- the results folder: every read and write of the runner goes through these -------------------------
 def cell_path(out: Path, cell_id: str) -> Path:
     return out / "cells" / f"{cell_id}.json"
+
+
+def invocation_path(out: Path, number: int) -> Path:
+    return out / "invocations" / f"{number:03d}.json"
 
 
 def read_cell(path: Path) -> dict[str, Any] | None:
@@ -67,6 +79,32 @@ def load_cells(out: Path) -> dict[str, dict[str, Any]]:
         if rec is not None and rec.get("format") == CELL_FORMAT:
             cells[rec["cell_id"]] = rec
     return cells
+
+
+def next_invocation_number(out: Path) -> int:
+    folder = out / "invocations"
+    return len(list(folder.glob("*.json"))) if folder.exists() else 0
+
+
+def write_suite_file(out: Path, suite: Suite) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(suite.path, out / "suite.toml")
+
+
+def write_cell(out: Path, rec: dict[str, Any]) -> Path:
+    path = cell_path(out, rec["cell_id"])
+    write_json(path, rec)
+    return path
+
+
+def write_invocation(out: Path, number: int, data: dict[str, Any]) -> None:
+    write_json(invocation_path(out, number), data)
+
+
+def write_target_card(out: Path, key: str, card: ModelCard) -> str:
+    """The target's model card (no weights) beside the cells; returns its path relative to ``out``."""
+    write_json(out / "targets" / f"{key}.json", card.data)
+    return f"targets/{key}.json"
 
 
 # -- scoring the selections ---------------------------------------------------------------------------
@@ -135,11 +173,60 @@ def selections(
 
 # -- targets ------------------------------------------------------------------------------------------
 @dataclass
-class _Target:
+class Target:
+    """A cell's target: the card and problem (None when it failed), what to record, or the error to record."""
+
     card: ModelCard | None = None
     problem: Problem | None = None
     info: dict[str, Any] = field(default_factory=dict)
     error: BaseException | None = None
+
+
+class TargetSource(Protocol):
+    def get(self, cell: Cell) -> Target: ...
+
+
+def obtain_target(cell: Cell, out: Path, cache: str | None, data_root: str | None, quiet: bool,
+                  device: str = "cpu") -> Target:
+    """Train the cell's target or reuse it from the cache, and write its card beside the cells. Never raises: a
+    failure is returned, to be recorded in every cell of that target."""
+    key = cell.recipe.key()
+    t = Target()
+    reused = (cache_dir(cache) / "targets" / key / CARD_FILE).exists()
+    t0 = time.perf_counter()
+    try:
+        t.card = get_or_train(cell.recipe, cache, data_root, quiet=quiet, log=not quiet, device=device)
+        t.problem = t.card.problem(data_root)
+        t.info = {
+            "recipe_key": key,
+            "card_file": write_target_card(out, key, t.card),
+            "reused": reused,
+            "load_or_train_seconds": time.perf_counter() - t0,
+            "train_seconds": t.card.data["metrics"].get("train_seconds"),
+            "train_metrics": {k: v for k, v in t.card.data["metrics"].items() if k != "margins"},
+        }
+    except Exception as exc:  # recorded in every cell of this target
+        t.error = exc
+    return t
+
+
+def load_obtained_target(cell: Cell, obtained: Target, cache: str | None, data_root: str | None) -> Target:
+    """A target that ``obtain_target`` trained (maybe in another process), read back from the cache folder."""
+    if obtained.error is not None:
+        return obtained
+    folder = cache_dir(cache) / "targets" / cell.recipe.key()
+    t = Target(info=obtained.info)
+    try:
+        if not (folder / CARD_FILE).exists():
+            raise ReconbenchError(
+                f"target {cell.recipe.key()} was trained, but {folder} is not visible here; put the target cache "
+                "(--cache / $RECONBENCH_CACHE) on a folder every worker shares"
+            )
+        t.card = load_card(folder)
+        t.problem = t.card.problem(data_root)
+    except Exception as exc:
+        t.error = exc
+    return t
 
 
 class TargetPool:
@@ -147,38 +234,12 @@ class TargetPool:
 
     def __init__(self, out: Path, cache: str | None, data_root: str | None, quiet: bool, device: str = "cpu") -> None:
         self.out, self.cache, self.data_root, self.quiet, self.device = out, cache, data_root, quiet, device
-        self._targets: dict[str, _Target] = {}
+        self._targets: dict[str, Target] = {}
 
-    def get(self, cell: Cell) -> _Target:
+    def get(self, cell: Cell) -> Target:
         key = cell.recipe.key()
         if key not in self._targets:
-            t = _Target()
-            folder = cache_dir(self.cache) / "targets" / key
-            reused = (folder / CARD_FILE).exists()
-            t0 = time.perf_counter()
-            try:
-                t.card = get_or_train(
-                    cell.recipe,
-                    self.cache,
-                    self.data_root,
-                    quiet=self.quiet,
-                    log=not self.quiet,
-                    device=self.device,
-                )
-                t.problem = t.card.problem(self.data_root)
-                card_file = self.out / "targets" / f"{key}.json"
-                write_json(card_file, t.card.data)
-                t.info = {
-                    "recipe_key": key,
-                    "card_file": f"targets/{key}.json",
-                    "reused": reused,
-                    "load_or_train_seconds": time.perf_counter() - t0,
-                    "train_seconds": t.card.data["metrics"].get("train_seconds"),
-                    "train_metrics": {k: v for k, v in t.card.data["metrics"].items() if k != "margins"},
-                }
-            except Exception as exc:  # recorded in every cell of this target
-                t.error = exc
-            self._targets[key] = t
+            self._targets[key] = obtain_target(cell, self.out, self.cache, self.data_root, self.quiet, self.device)
         return self._targets[key]
 
 
@@ -227,7 +288,7 @@ def run_cell(
     suite: Suite,
     spec: RunSpec,
     out: Path,
-    targets: TargetPool,
+    targets: TargetSource,
     *,
     invocation: int,
     data_root: str | None,
@@ -259,20 +320,67 @@ def run_cell(
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:
-        rec["status"] = STATUS_UNAVAILABLE if isinstance(exc, UnknownNameError) else STATUS_FAILED
-        rec["error"] = {
-            "type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": None if isinstance(exc, ReconbenchError) else traceback.format_exc()[-4000:],
-        }
-    rec["wall_seconds"] = time.perf_counter() - t0
+        record_error(rec, exc)
+    return stamp_record(rec, cell, spec, time.perf_counter() - t0)
+
+
+def record_error(rec: dict[str, Any], exc: BaseException) -> None:
+    """A failed cell's status and error (``unavailable`` when a plugin is not registered)."""
+    rec["status"] = STATUS_UNAVAILABLE if isinstance(exc, UnknownNameError) else STATUS_FAILED
+    tb = "".join(traceback.format_exception(exc))[-4000:]
+    rec["error"] = {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": None if isinstance(exc, ReconbenchError) else tb,
+    }
+
+
+def stamp_record(rec: dict[str, Any], cell: Cell, spec: RunSpec, wall_seconds: float) -> dict[str, Any]:
+    """Wall time, finish time, provenance and the machine that ran the cell."""
+    rec["wall_seconds"] = wall_seconds
     rec["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     rec["provenance"] = provenance(rec["spec"], spec.device, spec.dtype, cell.seed)
     rec["machine"] = machine.describe(spec.device)
     return rec
 
 
-# -- the suite ----------------------------------------------------------------------------------------
+def failed_record(cell: Cell, suite: Suite, spec: RunSpec, exc: BaseException, *, invocation: int) -> dict[str, Any]:
+    """The record of a cell whose run raised outside ``run_cell`` (say, in an executor's worker)."""
+    rec = _base_record(cell, suite, spec, invocation)
+    record_error(rec, exc)
+    return stamp_record(rec, cell, spec, 0.0)
+
+
+
+
+# -- the serial executor ------------------------------------------------------------------------------
+class SerialExecutor:
+    """One cell after the other, in this process (the default)."""
+
+    name = "serial"
+
+    def check(self, ctx: RunContext) -> None:
+        if ctx.device.startswith("cuda") and not torch.cuda.is_available():
+            raise SuiteError(
+                f"suite {ctx.suite.name!r} runs on {ctx.device!r}, but no CUDA device is available here; "
+                "pass --device cpu to run it on the CPU (slowly)"
+            )
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def run(self, jobs: Sequence[CellJob], ctx: RunContext) -> Generator[Outcome, None, None]:
+        targets = TargetPool(ctx.out, ctx.cache, ctx.data_root, ctx.quiet, ctx.device)
+        for job in jobs:
+            yield Started(job.cell)
+            rec = run_cell(
+                job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation, data_root=ctx.data_root,
+                quiet=ctx.quiet,
+            )
+            yield Finished(job.cell, rec)
+
+
+# -- the suite, step by step --------------------------------------------------------------------------
 @dataclass
 class BenchReport:
     out: Path
@@ -281,6 +389,7 @@ class BenchReport:
     ran: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # cells that did not end (worker died); --resume runs them
     elapsed: float = 0.0
 
 
@@ -301,6 +410,128 @@ def _say(msg: str, quiet: bool) -> None:
         tqdm.write(msg, file=sys.stderr)
 
 
+def select_cells(suite: Suite, only: tuple[str, ...] | list[str] | None) -> list[Cell]:
+    """The suite's cells matching ``--only`` (all without it); an error when none does."""
+    cells = select(expand(suite), only)
+    if not cells:
+        raise SuiteError(
+            f"--only {' '.join(only or [])} matches no cell of suite {suite.name!r}; cell ids look like "
+            f"{expand(suite)[0].cell_id} (see `reconbench bench {suite.name} --list`)"
+        )
+    return cells
+
+
+def check_resume(out: Path, resume: bool) -> dict[str, dict[str, Any]]:
+    """The cells already in ``out``; an error when there are some and ``--resume`` was not given."""
+    existing = load_cells(out)
+    if existing and not resume:
+        raise SuiteError(
+            f"{out} already holds {len(existing)} finished cell(s) of a previous run; pass --resume "
+            "to continue it (finished cells are skipped), or --out to write elsewhere"
+        )
+    return existing
+
+
+def plan_cells(
+    cells: Sequence[Cell], existing: dict[str, dict[str, Any]], ctx: RunContext, retry_failed: bool, report: BenchReport
+) -> list[CellJob]:
+    """The jobs still to run; finished cells go to ``report.skipped``, changed ones also to ``report.stale``."""
+    todo = []
+    for cell in cells:
+        key = cell.key(ctx.suite, ctx.dtype)
+        rec = existing.get(cell.cell_id)
+        if is_finished(rec, key, retry_failed):
+            report.skipped.append(cell.cell_id)
+        else:
+            if rec is not None and rec.get("cell_key") != key:
+                report.stale.append(cell.cell_id)
+            todo.append(CellJob(cell, cell.run_spec(ctx.suite, ctx.device, ctx.dtype)))
+    return todo
+
+
+class Invocation:
+    """This call's record, ``invocations/NNN.json``, rewritten after every cell."""
+
+    def __init__(self, ctx: RunContext, report: BenchReport, *, only: tuple[str, ...] | list[str] | None, command: str | None,
+                 executor: Executor) -> None:
+        self.ctx, self.report, self.started = ctx, report, time.perf_counter()
+        self.data: dict[str, Any] = {
+            "invocation": ctx.invocation,
+            "command": command or "",
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "status": "running",
+            "elapsed_seconds": 0.0,
+            "suite": ctx.suite.name,
+            "suite_sha256": ctx.suite.text_sha256,
+            "only": list(only or []),
+            "device": ctx.device,
+            "dtype": ctx.dtype,
+            "executor": executor.describe(),
+            "reconbench_version": __version__,
+            "git_commit": git_commit(),
+            "torch_version": torch.__version__,
+            "machine": machine.describe(ctx.device),
+            "cells_run": [],
+            "cells_skipped": 0,
+        }
+
+    def save(self, status: str | None = None) -> None:
+        self.data["elapsed_seconds"] = time.perf_counter() - self.started
+        if status:
+            self.data["status"] = status
+        self.data["cells_run"] = self.report.ran
+        self.data["cells_skipped"] = len(self.report.skipped)
+        if self.report.lost:
+            self.data["cells_lost"] = self.report.lost
+        write_invocation(self.ctx.out, self.ctx.invocation, self.data)
+
+
+def execute(
+    jobs: Sequence[CellJob],
+    executor: Executor,
+    ctx: RunContext,
+    report: BenchReport,
+    invocation: Invocation,
+    *,
+    strict: bool,
+) -> None:
+    """Run the jobs through the executor; write each cell's JSON the moment it ends; progress lines and a bar."""
+    quiet, total = ctx.quiet, report.total
+    events = executor.run(jobs, ctx)
+    try:
+        with Progress(len(jobs), f"suite {ctx.suite.name}", quiet=quiet or not jobs) as bar:
+            for event in events:
+                ended = len(report.skipped) + len(report.ran) + len(report.lost)
+                if isinstance(event, Started):
+                    _say(f"[{ended + 1}/{total}] {event.cell.cell_id}", quiet)
+                    continue
+                if isinstance(event, Lost):
+                    report.lost.append(event.cell.cell_id)
+                    _say(f"[{ended + 1}/{total}] {event.cell.cell_id}: lost ({event.reason}); --resume runs it again",
+                         quiet)
+                else:
+                    rec = event.record
+                    write_cell(ctx.out, rec)
+                    report.ran.append(event.cell.cell_id)
+                    where = "" if executor.name == "serial" else f"[{ended + 1}/{total}] {event.cell.cell_id}: "
+                    if rec["status"] != STATUS_OK:
+                        report.failed.append(event.cell.cell_id)
+                        _say(f"{where or '    '}{rec['status']}: {rec['error']['type']}: {rec['error']['message']}",
+                             quiet)
+                    else:
+                        _say(f"{where or '    '}ok in {rec['wall_seconds']:.1f}s", quiet)
+                invocation.save()
+                bar.update(len(report.ran) + len(report.lost))
+                if strict and isinstance(event, Finished) and event.record["status"] != STATUS_OK:
+                    rec = event.record
+                    raise SuiteError(
+                        f"cell {rec['cell_id']} {rec['status']} ({rec['error']['type']}: "
+                        f"{rec['error']['message']}); its record is in {cell_path(ctx.out, rec['cell_id'])}"
+                    )
+    finally:
+        events.close()  # stops the executor's remaining work (a no-op once it has ended)
+
+
 def run_suite(
     suite: Suite,
     out: str | Path | None = None,
@@ -315,105 +546,44 @@ def run_suite(
     data_root: str | None = None,
     quiet: bool = False,
     command: str | None = None,
+    executor: Executor | None = None,
 ) -> BenchReport:
     """Run (or resume) a suite; see the module docstring for the folder layout."""
+    executor = executor or SerialExecutor()
     out_dir = Path(out) if out else default_results_dir(suite)
-    device, dtype = device or suite.device, dtype or suite.dtype
-    cells = select(expand(suite), only)
-    if not cells:
-        raise SuiteError(
-            f"--only {' '.join(only or [])} matches no cell of suite {suite.name!r}; cell ids look like "
-            f"{expand(suite)[0].cell_id} (see `reconbench bench {suite.name} --list`)"
-        )
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SuiteError(
-            f"suite {suite.name!r} runs on {device!r}, but no CUDA device is available here; "
-            "pass --device cpu to run it on the CPU (slowly)"
-        )
-    existing = load_cells(out_dir)
-    if existing and not resume:
-        raise SuiteError(
-            f"{out_dir} already holds {len(existing)} finished cell(s) of a previous run; pass --resume "
-            "to continue it (finished cells are skipped), or --out to write elsewhere"
-        )
+    cells = select_cells(suite, only)
+    ctx = RunContext(
+        suite=suite,
+        out=out_dir,
+        invocation=next_invocation_number(out_dir),
+        device=device or suite.device,
+        dtype=dtype or suite.dtype,
+        data_root=data_root,
+        cache=cache,
+        quiet=quiet,
+    )
+    executor.check(ctx)
+    existing = check_resume(out_dir, resume)
     for w in suite.warnings:
         _say(f"warning: {w}", quiet)
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(suite.path, out_dir / "suite.toml")
-    inv_dir = out_dir / "invocations"
-    n = len(list(inv_dir.glob("*.json"))) if inv_dir.exists() else 0
+    write_suite_file(out_dir, suite)
     report = BenchReport(out=out_dir, total=len(cells))
-    started = time.perf_counter()
-    invocation: dict[str, Any] = {
-        "invocation": n,
-        "command": command or "",
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "status": "running",
-        "elapsed_seconds": 0.0,
-        "suite": suite.name,
-        "suite_sha256": suite.text_sha256,
-        "only": list(only or []),
-        "device": device,
-        "dtype": dtype,
-        "reconbench_version": __version__,
-        "git_commit": git_commit(),
-        "torch_version": torch.__version__,
-        "machine": machine.describe(device),
-        "cells_run": [],
-        "cells_skipped": 0,
-    }
-
-    def save_invocation(status: str | None = None) -> None:
-        invocation["elapsed_seconds"] = time.perf_counter() - started
-        if status:
-            invocation["status"] = status
-        invocation["cells_run"] = report.ran
-        invocation["cells_skipped"] = len(report.skipped)
-        write_json(inv_dir / f"{n:03d}.json", invocation)
-
-    save_invocation()
-    targets = TargetPool(out_dir, cache, data_root, quiet, device)
-    todo = []
-    for cell in cells:
-        key = cell.key(suite, dtype)
-        rec = existing.get(cell.cell_id)
-        if is_finished(rec, key, retry_failed):
-            report.skipped.append(cell.cell_id)
-        else:
-            if rec is not None and rec.get("cell_key") != key:
-                report.stale.append(cell.cell_id)
-            todo.append(cell)
+    invocation = Invocation(ctx, report, only=only, command=command, executor=executor)
+    invocation.save()
+    jobs = plan_cells(cells, existing, ctx, retry_failed, report)
     if report.skipped:
         _say(f"resuming: {len(report.skipped)} of {len(cells)} cell(s) already finished", quiet)
     if report.stale:
         _say(f"{len(report.stale)} cell(s) changed since they ran (suite edited); they run again", quiet)
     try:
-        with Progress(len(todo), f"suite {suite.name}", quiet=quiet or not todo) as bar:
-            for i, cell in enumerate(todo):
-                _say(f"[{len(report.skipped) + i + 1}/{len(cells)}] {cell.cell_id}", quiet)
-                spec = cell.run_spec(suite, device, dtype)
-                rec = run_cell(cell, suite, spec, out_dir, targets, invocation=n, data_root=data_root, quiet=quiet)
-                write_json(cell_path(out_dir, cell.cell_id), rec)
-                report.ran.append(cell.cell_id)
-                if rec["status"] != STATUS_OK:
-                    report.failed.append(cell.cell_id)
-                    _say(f"    {rec['status']}: {rec['error']['type']}: {rec['error']['message']}", quiet)
-                else:
-                    _say(f"    ok in {rec['wall_seconds']:.1f}s", quiet)
-                save_invocation()
-                bar.update(i + 1)
-                if strict and rec["status"] != STATUS_OK:
-                    raise SuiteError(
-                        f"cell {cell.cell_id} {rec['status']} ({rec['error']['type']}: "
-                        f"{rec['error']['message']}); its record is in {cell_path(out_dir, cell.cell_id)}"
-                    )
+        execute(jobs, executor, ctx, report, invocation, strict=strict)
     except KeyboardInterrupt:
-        save_invocation("interrupted")
+        invocation.save("interrupted")
         raise
     except BaseException:
-        save_invocation("failed")
+        invocation.save("failed")
         raise
-    save_invocation("completed")
-    report.elapsed = invocation["elapsed_seconds"]
+    invocation.save("incomplete" if report.lost else "completed")
+    report.elapsed = invocation.data["elapsed_seconds"]
     return report
