@@ -15,6 +15,7 @@ class UnknownNameError(ReconbenchError, KeyError):
 
     def __init__(self, kind: str, name: str, known: Iterable[str]) -> None:
         known = sorted(known)
+        self.known = known
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         msg = f"unknown {kind} {name!r}."
         if close:
@@ -22,6 +23,9 @@ class UnknownNameError(ReconbenchError, KeyError):
         msg += f" Registered {kind}s: {', '.join(known) or '(none)'}. See `reconbench list {kind}s`."
         super().__init__(msg)
         self.kind, self.name, self.close_matches = kind, name, close
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, list[str]]]:  # picklable, to cross process boundaries
+        return type(self), (self.kind, self.name, self.known)
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return str(self.args[0])

@@ -562,8 +562,8 @@ def run_suite(
         cache=cache,
         quiet=quiet,
     )
-    executor.check(ctx)
     existing = check_resume(out_dir, resume)
+    executor.check(ctx)
     for w in suite.warnings:
         _say(f"warning: {w}", quiet)
 

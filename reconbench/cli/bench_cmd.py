@@ -8,7 +8,9 @@ import click
 from tabulate import tabulate
 
 from reconbench.bench.cells import expand, select
-from reconbench.bench.runner import default_results_dir, is_finished, load_cells, run_suite
+from reconbench.bench.executors import Executor
+from reconbench.bench.ray_executor import RayExecutor
+from reconbench.bench.runner import SerialExecutor, default_results_dir, is_finished, load_cells, run_suite
 from reconbench.bench.suite import load_suite
 from reconbench.cli.common import command_line, data_root_option, main_group, quiet_option
 
@@ -50,6 +52,19 @@ from reconbench.cli.common import command_line, data_root_option, main_group, qu
 @click.option(
     "--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets."
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["serial", "ray"]),
+    default="serial",
+    help="Where cells run: one after the other here (serial), or as Ray tasks (ray; pip install "
+    "'reconbench[ray]'), see docs/distributed.md.",
+)
+@click.option(
+    "--address",
+    default=None,
+    metavar="ADDR",
+    help="With --executor ray: the Ray cluster to use, e.g. 'auto' or 'ray://head:10001' (default: a local instance).",
+)
 @data_root_option
 @quiet_option
 def bench_command(
@@ -64,6 +79,8 @@ def bench_command(
     out: str | None,
     cache: str | None,
     data_root: str | None,
+    executor: str,
+    address: str | None,
     quiet: bool,
 ) -> None:
     """Run benchmark SUITE (a name of a shipped suite or one in ./suites/, or a .toml path): every attack x init x target x
@@ -107,6 +124,7 @@ def bench_command(
         data_root=data_root,
         quiet=quiet,
         command=command_line(),
+        executor=cell_executor(executor, address),
     )
     ok = len(report.ran) - len(report.failed)
     click.echo(
@@ -115,7 +133,19 @@ def bench_command(
     )
     for cid in report.failed:
         click.echo(f"  failed: {cid}  (see {report.out / 'cells' / (cid + '.json')})")
+    for cid in report.lost:
+        click.echo(f"  lost: {cid}  (its worker died; --resume runs it again)")
     click.echo(
         f"render the leaderboard: reconbench leaderboard {suite}"
         + (f" --results {report.out}" if out else "")
     )
+    if report.lost:
+        raise SystemExit(1)
+
+
+def cell_executor(name: str, address: str | None) -> Executor:
+    if name == "ray":
+        return RayExecutor(address)
+    if address:
+        raise click.UsageError("--address needs --executor ray")
+    return SerialExecutor()

@@ -1,0 +1,201 @@
+"""Cells as Ray tasks: ``reconbench bench SUITE --executor ray [--address ADDR]``.
+
+Each cell is one Ray task asking for ``cpus_per_cell`` CPUs, and one GPU on CUDA suites; Ray places them on whatever
+nodes have the resources. Ray is the scheduler (placement, queues, retries, cancellation); this module only says what
+to run. See docs/distributed.md for running on a multi-node cluster.
+
+- Targets: one task per recipe key trains (or reuses) the target, and every cell of that recipe depends on it, so a
+  target is trained once however many cells need it. The weights travel through the target cache folder, which every
+  worker must see at the same path (a shared filesystem on a multi-node cluster); the object store carries only the
+  small training record. A worker that cannot see the folder records the cell as failed, saying so.
+- Results: a worker writes only its cell's ``work/<cell id>/`` folder (in the results folder, which must also be
+  shared) and returns the cell's record; this process writes ``cells/`` and ``invocations/``, exactly as the serial
+  runner does, so resume rules and ``cell_key``s are the same.
+- Same numbers: a task sets torch's thread count to its CPU request, so a cell computes the same way on any worker
+  with the same libraries. The serial runner matches when it runs with as many torch threads.
+- Faults: a task whose worker dies is retried by Ray ``max_retries`` times (it resumes from its finished search
+  runs); after that the cell is reported lost and nothing is written, so ``--resume`` runs it again. A cell that
+  raises is recorded as failed, as in the serial runner. Closing the run (Ctrl-C, ``--strict``) cancels every task
+  not yet ended and stops a local Ray instance started here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Generator, Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from reconbench.bench.cells import Cell
+from reconbench.bench.executors import CellJob, Finished, Lost, Outcome, RunContext
+from reconbench.bench.runner import Target, failed_record, invocation_path, load_obtained_target, obtain_target, run_cell
+from reconbench.bench.suite import SuiteError, display_path
+from reconbench.errors import ReconbenchError
+from reconbench.targets.cache import cache_dir
+from reconbench.targets.data_files import data_root as resolve_data_root
+
+ENV_PREFIX = "RECONBENCH_"  # forwarded to the workers of a cluster this process connects to
+LOCAL_OBJECT_STORE_BYTES = 256 * 2**20  # a local instance moves only small records; Ray's default takes 30% of RAM
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise SuiteError("--executor ray needs Ray: pip install 'reconbench[ray]'") from exc
+    return ray
+
+
+def _check_visible(ctx: RunContext) -> None:
+    """The results folder must be the driver's: its invocation record is there before any task starts."""
+    if not invocation_path(ctx.out, ctx.invocation).exists():
+        raise ReconbenchError(
+            f"the results folder {ctx.out} is not visible on Ray node {socket.gethostname()}; put --out on a folder "
+            "that every node mounts at the same path (see docs/distributed.md)"
+        )
+
+
+def target_task(cell: Cell, ctx: RunContext, threads: int) -> Target:
+    """Train or reuse one recipe's target; return what the cells record (the weights stay in the cache folder)."""
+    torch.set_num_threads(threads)
+    try:
+        _check_visible(ctx)
+    except ReconbenchError as exc:
+        return Target(error=exc)
+    t = obtain_target(cell, ctx.out, ctx.cache, ctx.data_root, quiet=True, device=ctx.device)
+    return Target(info=t.info, error=t.error)
+
+
+def cell_task(job: CellJob, ctx: RunContext, obtained: Target, threads: int) -> dict[str, Any]:
+    """One cell, on a worker: the same ``run_cell`` as the serial runner, with the target read from the cache."""
+    torch.set_num_threads(threads)
+    _check_visible(ctx)
+    target = load_obtained_target(job.cell, obtained, ctx.cache, ctx.data_root)
+
+    class Obtained:
+        def get(self, cell: Cell) -> Target:
+            return target
+
+    return run_cell(
+        job.cell, ctx.suite, job.spec, ctx.out, Obtained(), invocation=ctx.invocation, data_root=ctx.data_root,
+        quiet=True,
+    )
+
+
+class RayExecutor:
+    """Run cells as Ray tasks on the cluster at ``address`` (a local instance without one)."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, cpus_per_cell: int = 1,
+                 max_retries: int = 1) -> None:
+        self.address, self.num_cpus, self.cpus_per_cell, self.max_retries = address, num_cpus, cpus_per_cell, max_retries
+        self._started_here = False
+
+    # -- connecting -----------------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        ray = _ray()
+        if ray.is_initialized():
+            return ray
+        if self.address:
+            env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+            try:
+                ray.init(address=self.address, runtime_env={"env_vars": env}, logging_level=logging.WARNING)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise SuiteError(
+                    f"cannot connect to the Ray cluster at {self.address!r} ({exc}); start it first "
+                    "(`ray start --head` on the head node), or leave out --address for a local instance"
+                ) from exc
+        else:
+            ray.init(num_cpus=self.num_cpus, include_dashboard=False, logging_level=logging.WARNING,
+                     object_store_memory=LOCAL_OBJECT_STORE_BYTES)
+            self._started_here = True
+        return ray
+
+    def _disconnect(self, ray: Any) -> None:
+        if self._started_here:
+            ray.shutdown()
+            self._started_here = False
+
+    def _resources(self, ctx: RunContext) -> dict[str, Any]:
+        gpus = 1 if ctx.device.startswith("cuda") else 0
+        return {"num_cpus": self.cpus_per_cell, "num_gpus": gpus, "max_retries": self.max_retries}
+
+    # -- the executor -----------------------------------------------------------------------------------
+    def check(self, ctx: RunContext) -> None:
+        if ctx.device.startswith("cuda:"):
+            raise SuiteError(
+                f"with --executor ray, pass --device cuda, not {ctx.device!r}: Ray gives each cell one GPU, which "
+                "the cell sees as cuda"
+            )
+        ray = self._connect()
+        have = ray.cluster_resources()
+        need = self._resources(ctx)
+        for resource, n in (("CPU", need["num_cpus"]), ("GPU", need["num_gpus"])):
+            if n and have.get(resource, 0) < n:
+                self._disconnect(ray)
+                raise SuiteError(
+                    f"each cell of suite {ctx.suite.name!r} asks for {n} {resource}(s), but the Ray cluster has "
+                    f"{have.get(resource, 0):g}; "
+                    + ("pass --device cpu, or add GPU nodes" if resource == "GPU" else "add nodes with more CPUs")
+                )
+
+    def describe(self) -> dict[str, Any]:
+        ray = _ray()
+        return {
+            "name": self.name,
+            "address": self.address or "local instance",
+            "ray_version": ray.__version__,
+            "cluster_resources": ray.cluster_resources() if ray.is_initialized() else None,
+            "cpus_per_cell": self.cpus_per_cell,
+            "max_retries": self.max_retries,
+        }
+
+    def run(self, jobs: Sequence[CellJob], ctx: RunContext) -> Generator[Outcome, None, None]:
+        ray = self._connect()
+        remote_ctx = replace(
+            ctx,
+            out=ctx.out.resolve(),
+            cache=str(cache_dir(ctx.cache).resolve()),
+            data_root=str(resolve_data_root(ctx.data_root).resolve()),
+        )
+        options = self._resources(ctx)
+        threads = self.cpus_per_cell
+        targets: dict[str, Any] = {}
+        pending: dict[Any, CellJob] = {}
+        try:
+            ctx_ref = ray.put(remote_ctx)
+            train = ray.remote(target_task)
+            cell = ray.remote(cell_task)
+            for job in jobs:
+                key = job.cell.recipe.key()
+                if key not in targets:
+                    targets[key] = train.options(name=f"target {key}", **options).remote(job.cell, ctx_ref, threads)
+                ref = cell.options(name=f"cell {job.cell.cell_id}", **options).remote(job, ctx_ref, targets[key], threads)
+                pending[ref] = job
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    yield self._outcome(ray, ref, pending.pop(ref), ctx)
+        finally:
+            for ref in [*pending, *targets.values()]:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # already ended, or the cluster is gone: nothing left to stop
+                    pass
+            self._disconnect(ray)
+
+    def _outcome(self, ray: Any, ref: Any, job: CellJob, ctx: RunContext) -> Outcome:
+        try:
+            rec = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:  # raised outside run_cell, which records its own failures
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+            rec = failed_record(job.cell, ctx.suite, job.spec, cause, invocation=ctx.invocation)
+        except ray.exceptions.RayError as exc:  # the worker or its node died, or the task was cancelled
+            return Lost(job.cell, type(exc).__name__)
+        rec["suite_file"] = display_path(ctx.suite.path)  # as this process sees it (a worker's folder differs)
+        return Finished(job.cell, rec)
