@@ -178,7 +178,7 @@ class RayExecutor:
                 ref = cell.options(name=f"cell {job.cell.cell_id}", **options).remote(job, ctx_ref, targets[key], threads)
                 pending[ref] = job
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)  # a timeout keeps Ctrl-C prompt
                 for ref in done:
                     yield self._outcome(ray, ref, pending.pop(ref), ctx)
         finally:

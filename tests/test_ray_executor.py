@@ -1,0 +1,213 @@
+"""Cells as Ray tasks on a local two-worker Ray instance: the same cell JSONs as the serial runner, a worker killed
+mid-cell loses only that cell (resume completes it from its finished search runs), and Ctrl-C cancels the rest."""
+
+from __future__ import annotations
+
+import _thread
+import json
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from reconbench.bench.cells import expand
+from reconbench.bench.ray_executor import RayExecutor
+from reconbench.bench.runner import cell_path, load_cells, run_suite
+from reconbench.bench.suite import load_suite
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow
+
+# Fields that say when, where and how fast a cell ran, not what it computed: left out of the comparisons.
+TIMING_AND_HOST = {
+    "wall_seconds",  # the cell's wall time
+    "attack_seconds",  # the sum of its search runs' times
+    "seconds",  # a search run's time (runs[*]) and the certificate's time (target.train_metrics.certificate)
+    "load_or_train_seconds",  # target: time to train or load
+    "train_seconds",  # target: training time (target and target.train_metrics)
+    "finished",  # the finish time stamp
+    "provenance",  # versions, git commit, host CPU, time stamp
+    "machine",  # the host that ran the cell
+}
+
+
+def comparable(rec: Any) -> Any:
+    """A cell record without its timing and host fields; durations inside messages ("200 steps in 0.2s") masked."""
+    if isinstance(rec, dict):
+        return {k: comparable(v) for k, v in rec.items() if k not in TIMING_AND_HOST}
+    if isinstance(rec, list):
+        return [comparable(v) for v in rec]
+    if isinstance(rec, str):
+        return re.sub(r"\b\d+(\.\d+)?s\b", "<t>s", rec)
+    if isinstance(rec, float) and rec != rec:
+        return "nan"  # NaN == NaN for the comparison
+    return rec
+
+
+@pytest.fixture(scope="module")
+def two_workers() -> Iterator[None]:
+    """A local Ray instance with two CPU slots: at most two cells run at once, in two worker processes."""
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20, logging_level=logging.WARNING)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Ray's workers run a 1-CPU cell with one torch thread; the serial reference must use as many."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_ci_suite_on_two_ray_workers_matches_the_serial_run(tmp_path, two_workers, one_thread):
+    suite = load_suite("ci")
+    serial = run_suite(suite, tmp_path / "serial", cache=str(tmp_path / "cache-serial"), quiet=True)
+    remote = run_suite(suite, tmp_path / "ray", cache=str(tmp_path / "cache-ray"), quiet=True, executor=RayExecutor())
+    assert not serial.failed and not remote.failed and not remote.lost
+    assert sorted(remote.ran) == sorted(serial.ran) == sorted(c.cell_id for c in expand(suite))
+
+    a, b = load_cells(tmp_path / "serial"), load_cells(tmp_path / "ray")
+    assert sorted(a) == sorted(b)
+    for cid in a:
+        assert comparable(b[cid]) == comparable(a[cid]), cid  # numbers, keys, cell_key, target info, layout refs
+    same_files = {p.relative_to(tmp_path / "serial") for p in (tmp_path / "serial").rglob("*") if p.is_file()}
+    ray_files = {p.relative_to(tmp_path / "ray") for p in (tmp_path / "ray").rglob("*") if p.is_file()}
+    assert same_files == ray_files  # the same folder layout, file for file
+
+    # each target was trained once, by one task: every cell of a recipe carries that one task's timing
+    by_recipe: dict[str, set[float]] = {}
+    for rec in b.values():
+        by_recipe.setdefault(rec["target"]["recipe_key"], set()).add(rec["target"]["load_or_train_seconds"])
+    assert all(len(times) == 1 for times in by_recipe.values()) and len(by_recipe) == 5
+    assert all(not rec["target"]["reused"] for rec in b.values())
+    inv = json.loads((tmp_path / "ray" / "invocations" / "000.json").read_text())
+    assert inv["status"] == "completed" and inv["executor"]["name"] == "ray"
+
+
+SLOW_SUITE = """\
+[suite]
+name = "ray-kill"
+seeds = [0, 1]
+search_runs = 3
+
+[targets.bin]
+dataset = "digits"
+task = "binary"
+binary_rule = "parity"
+n_per_class = 5
+widths = [32, 32]
+steps = 300
+
+[attacks.haim_binary_kkt]
+config = { steps = 1500 }
+
+[inits.gaussian]
+[inits.uniform]
+
+[[grid]]
+targets = ["bin"]
+attacks = ["haim_binary_kkt"]
+"""
+
+
+def running_cells() -> dict[int, str]:
+    """Ray worker processes running a cell task, by pid (Ray titles them ``ray::<task name>``)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if title.startswith("ray::cell "):
+            found[int(proc.name)] = title[len("ray::cell ") :].split()[0]
+    return found
+
+
+def in_background(fn: Any) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def snapshot(folder: Path, pattern: str) -> dict[str, tuple[int, bytes]]:
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.glob(pattern)}
+
+
+def test_a_worker_killed_mid_cell_loses_only_that_cell_and_resume_completes_it(tmp_path, two_workers, one_thread):
+    path = tmp_path / "suite.toml"
+    path.write_text(SLOW_SUITE)
+    suite = load_suite(path)
+    out, cache = tmp_path / "res", str(tmp_path / "cache")
+    killed: dict[str, Any] = {}
+
+    def kill_a_worker_after_its_first_search_run() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not killed:
+            for pid, cid in running_cells().items():
+                first_run = out / "work" / cid / "runs" / "run-000.json"
+                if first_run.exists() and not (out / "work" / cid / "runs" / "run-002.json").exists():
+                    killed.update(cell=cid, first_run=(first_run.stat().st_mtime_ns, first_run.read_bytes()))
+                    os.kill(pid, signal.SIGKILL)
+                    return
+            time.sleep(0.02)
+
+    killer = in_background(kill_a_worker_after_its_first_search_run)
+    report = run_suite(suite, out, cache=cache, quiet=True, executor=RayExecutor(max_retries=0))
+    killer.join()
+    assert killed, "no cell was caught between its first and last search run"
+    cid = killed["cell"]
+    assert report.lost == [cid] and not cell_path(out, cid).exists()
+    finished = snapshot(out, "cells/*.json")
+    assert len(finished) == 3 and all(json.loads(d)["status"] == "ok" for _, d in finished.values())
+    assert json.loads((out / "invocations" / "000.json").read_text())["status"] == "incomplete"
+
+    resumed = run_suite(suite, out, cache=cache, quiet=True, resume=True, executor=RayExecutor(max_retries=0))
+    assert resumed.ran == [cid] and sorted(resumed.skipped) == sorted(Path(k).stem for k in finished)
+    assert snapshot(out, "cells/*.json").items() >= finished.items()  # no finished cell rewritten
+    first_run = out / "work" / cid / "runs" / "run-000.json"
+    assert (first_run.stat().st_mtime_ns, first_run.read_bytes()) == killed["first_run"]  # nor its finished run
+    cells = load_cells(out)
+    assert len(cells) == 4 and all(r["status"] == "ok" for r in cells.values())
+    assert json.loads((out / "invocations" / "001.json").read_text())["status"] == "completed"
+
+    # the killed and resumed cell has the numbers of an uninterrupted serial run
+    alone = run_suite(suite, tmp_path / "alone", cache=cache, quiet=True, only=[cid])
+    assert alone.ran == [cid]
+    assert comparable(cells[cid]) | {"invocation": 0} == comparable(load_cells(tmp_path / "alone")[cid])
+
+
+def test_ctrl_c_cancels_the_cells_still_running(tmp_path, two_workers):
+    path = tmp_path / "suite.toml"
+    path.write_text(SLOW_SUITE)
+    suite = load_suite(path)
+    out = tmp_path / "res"
+
+    def interrupt_after_the_first_cell() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not list(out.glob("cells/*.json")):
+            time.sleep(0.02)
+        _thread.interrupt_main()
+
+    in_background(interrupt_after_the_first_cell)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(suite, out, cache=str(tmp_path / "cache"), quiet=True, executor=RayExecutor(max_retries=0))
+    assert json.loads((out / "invocations" / "000.json").read_text())["status"] == "interrupted"
+    deadline = time.monotonic() + 30
+    while running_cells() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running_cells(), "cell tasks still run after Ctrl-C"
+    done = load_cells(out)
+    assert 1 <= len(done) < 4 and all(r["status"] == "ok" for r in done.values())
