@@ -7,7 +7,7 @@ import _thread
 import json
 import logging
 import os
-import re
+import pickle
 import signal
 import threading
 import time
@@ -17,40 +17,33 @@ from typing import Any
 
 import pytest
 import torch
+from cellkit import comparable
 
 from reconbench.bench.cells import expand
+from reconbench.bench.executors import RunContext
 from reconbench.bench.ray_executor import RayExecutor
 from reconbench.bench.runner import cell_path, load_cells, run_suite
-from reconbench.bench.suite import load_suite
+from reconbench.bench.suite import SuiteError, load_suite
+from reconbench.cli import main
+from reconbench.errors import UnknownNameError
 
 ray = pytest.importorskip("ray")
 
-pytestmark = pytest.mark.slow
 
-# Fields that say when, where and how fast a cell ran, not what it computed: left out of the comparisons.
-TIMING_AND_HOST = {
-    "wall_seconds",  # the cell's wall time
-    "attack_seconds",  # the sum of its search runs' times
-    "seconds",  # a search run's time (runs[*]) and the certificate's time (target.train_metrics.certificate)
-    "load_or_train_seconds",  # target: time to train or load
-    "train_seconds",  # target: training time (target and target.train_metrics)
-    "finished",  # the finish time stamp
-    "provenance",  # versions, git commit, host CPU, time stamp
-    "machine",  # the host that ran the cell
-}
+def test_executor_options_are_checked_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "ci", "--out", str(tmp_path / "res"), "--address", "auto"])
+    assert exit_info.value.code == 2 and "--address needs --executor ray" in capsys.readouterr().err
+    ctx = RunContext(load_suite("ci"), tmp_path, 0, "cuda:1", "float64", None, None, True)
+    with pytest.raises(SuiteError, match="pass --device cuda"):
+        RayExecutor().check(ctx)
+    assert not ray.is_initialized() and not (tmp_path / "res").exists()
 
 
-def comparable(rec: Any) -> Any:
-    """A cell record without its timing and host fields; durations inside messages ("200 steps in 0.2s") masked."""
-    if isinstance(rec, dict):
-        return {k: comparable(v) for k, v in rec.items() if k not in TIMING_AND_HOST}
-    if isinstance(rec, list):
-        return [comparable(v) for v in rec]
-    if isinstance(rec, str):
-        return re.sub(r"\b\d+(\.\d+)?s\b", "<t>s", rec)
-    if isinstance(rec, float) and rec != rec:
-        return "nan"  # NaN == NaN for the comparison
-    return rec
+def test_errors_cross_process_boundaries_intact():
+    """A target's error travels from its Ray task to the cells' records by pickling."""
+    err = pickle.loads(pickle.dumps(UnknownNameError("attack", "hiam", ["haim", "other"])))
+    assert isinstance(err, UnknownNameError) and err.name == "hiam" and "Did you mean: haim" in str(err)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +63,7 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_ci_suite_on_two_ray_workers_matches_the_serial_run(tmp_path, two_workers, one_thread):
     suite = load_suite("ci")
     serial = run_suite(suite, tmp_path / "serial", cache=str(tmp_path / "cache-serial"), quiet=True)
@@ -110,7 +104,7 @@ widths = [32, 32]
 steps = 300
 
 [attacks.haim_binary_kkt]
-config = { steps = 1500 }
+config = { steps = 500 }
 
 [inits.gaussian]
 [inits.uniform]
@@ -146,6 +140,7 @@ def snapshot(folder: Path, pattern: str) -> dict[str, tuple[int, bytes]]:
     return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.glob(pattern)}
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_cell_loses_only_that_cell_and_resume_completes_it(tmp_path, two_workers, one_thread):
     path = tmp_path / "suite.toml"
     path.write_text(SLOW_SUITE)
@@ -189,6 +184,7 @@ def test_a_worker_killed_mid_cell_loses_only_that_cell_and_resume_completes_it(t
     assert comparable(cells[cid]) | {"invocation": 0} == comparable(load_cells(tmp_path / "alone")[cid])
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_the_cells_still_running(tmp_path, two_workers):
     path = tmp_path / "suite.toml"
     path.write_text(SLOW_SUITE)

@@ -486,6 +486,17 @@ class Invocation:
         write_invocation(self.ctx.out, self.ctx.invocation, self.data)
 
 
+def _outcome_line(event: Finished | Lost, announced: bool, position: str) -> str:
+    """The progress line of an ended cell: indented under its start line when one was printed, else its own."""
+    head = "    " if announced else f"{position} {event.cell.cell_id}: "
+    if isinstance(event, Lost):
+        return f"{head}lost ({event.reason}); --resume runs it again"
+    rec = event.record
+    if rec["status"] != STATUS_OK:
+        return f"{head}{rec['status']}: {rec['error']['type']}: {rec['error']['message']}"
+    return f"{head}ok in {rec['wall_seconds']:.1f}s"
+
+
 def execute(
     jobs: Sequence[CellJob],
     executor: Executor,
@@ -496,37 +507,32 @@ def execute(
     strict: bool,
 ) -> None:
     """Run the jobs through the executor; write each cell's JSON the moment it ends; progress lines and a bar."""
-    quiet, total = ctx.quiet, report.total
     events = executor.run(jobs, ctx)
+    announced: set[str] = set()
     try:
-        with Progress(len(jobs), f"suite {ctx.suite.name}", quiet=quiet or not jobs) as bar:
+        with Progress(len(jobs), f"suite {ctx.suite.name}", quiet=ctx.quiet or not jobs) as bar:
             for event in events:
-                ended = len(report.skipped) + len(report.ran) + len(report.lost)
+                cid = event.cell.cell_id
+                position = f"[{len(report.skipped) + len(report.ran) + len(report.lost) + 1}/{report.total}]"
                 if isinstance(event, Started):
-                    _say(f"[{ended + 1}/{total}] {event.cell.cell_id}", quiet)
+                    announced.add(cid)
+                    _say(f"{position} {cid}", ctx.quiet)
                     continue
                 if isinstance(event, Lost):
-                    report.lost.append(event.cell.cell_id)
-                    _say(f"[{ended + 1}/{total}] {event.cell.cell_id}: lost ({event.reason}); --resume runs it again",
-                         quiet)
+                    report.lost.append(cid)
                 else:
-                    rec = event.record
-                    write_cell(ctx.out, rec)
-                    report.ran.append(event.cell.cell_id)
-                    where = "" if executor.name == "serial" else f"[{ended + 1}/{total}] {event.cell.cell_id}: "
-                    if rec["status"] != STATUS_OK:
-                        report.failed.append(event.cell.cell_id)
-                        _say(f"{where or '    '}{rec['status']}: {rec['error']['type']}: {rec['error']['message']}",
-                             quiet)
-                    else:
-                        _say(f"{where or '    '}ok in {rec['wall_seconds']:.1f}s", quiet)
+                    write_cell(ctx.out, event.record)
+                    report.ran.append(cid)
+                    if event.record["status"] != STATUS_OK:
+                        report.failed.append(cid)
+                _say(_outcome_line(event, cid in announced, position), ctx.quiet)
                 invocation.save()
                 bar.update(len(report.ran) + len(report.lost))
                 if strict and isinstance(event, Finished) and event.record["status"] != STATUS_OK:
                     rec = event.record
                     raise SuiteError(
-                        f"cell {rec['cell_id']} {rec['status']} ({rec['error']['type']}: "
-                        f"{rec['error']['message']}); its record is in {cell_path(ctx.out, rec['cell_id'])}"
+                        f"cell {cid} {rec['status']} ({rec['error']['type']}: {rec['error']['message']}); its "
+                        f"record is in {cell_path(ctx.out, cid)}"
                     )
     finally:
         events.close()  # stops the executor's remaining work (a no-op once it has ended)
