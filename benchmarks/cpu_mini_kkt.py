@@ -21,6 +21,7 @@ import torch
 from kkt_protocol import evaluate_result  # benchmarks/ is on sys.path when this file runs as a script
 
 from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.provenance import portable_path
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.training import TargetRecipe
 
@@ -107,7 +108,7 @@ def run(name: str, out: Path, data_root: str | None, overrides: dict[str, Any]) 
     result = run_attack(card, spec, out, data_root=data_root, quiet=True)
     attack_s = time.perf_counter() - t1
     report = {
-        "experiment": name, "setup": exp, "card": str(card.path),
+        "experiment": name, "setup": exp, "card": portable_path(card.path),
         "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"},
         "seconds": {"train_or_reuse": train_s, "attack": attack_s},
         "runs": [{k: r[k] for k in ("run", "config", "final_loss", "stopped", "oracle_score", "seconds")}

@@ -30,7 +30,7 @@ from reconbench.errors import DivergedError, IncompatibleError, ReconbenchError
 from reconbench.evaluation import evaluate, oracle_score, resolve_protocol
 from reconbench.interfaces import AttackTarget
 from reconbench.progress import Progress
-from reconbench.provenance import config_hash, provenance, write_json
+from reconbench.provenance import config_hash, portable_path, provenance, write_json
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
 from reconbench.targets.training import DTYPES
@@ -257,7 +257,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         "init_config": init_config,
         "init_is_oracle": oracle_init,
         "spec": spec.to_dict(),
-        "target": {"card": str(Path(card.path).resolve()), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
+        "target": {"card": portable_path(card.path), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
                    "family": card.data["family"], "task": card.task, "n_train": problem.n,
                    "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
         "selection": {
