@@ -140,6 +140,19 @@ def snapshot(folder: Path, pattern: str) -> dict[str, tuple[int, bytes]]:
     return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.glob(pattern)}
 
 
+def kill_a_worker_mid_cell(out: Path, killed: dict[str, Any]) -> None:
+    """SIGKILL the first worker seen between its cell's first and last search run; note the cell and its first run."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        for pid, cid in running_cells().items():
+            first_run = out / "work" / cid / "runs" / "run-000.json"
+            if first_run.exists() and not (out / "work" / cid / "runs" / "run-002.json").exists():
+                killed.update(cell=cid, first_run=(first_run.stat().st_mtime_ns, first_run.read_bytes()))
+                os.kill(pid, signal.SIGKILL)
+                return
+        time.sleep(0.02)
+
+
 @pytest.mark.slow
 def test_a_worker_killed_mid_cell_loses_only_that_cell_and_resume_completes_it(tmp_path, two_workers, one_thread):
     path = tmp_path / "suite.toml"
@@ -147,19 +160,7 @@ def test_a_worker_killed_mid_cell_loses_only_that_cell_and_resume_completes_it(t
     suite = load_suite(path)
     out, cache = tmp_path / "res", str(tmp_path / "cache")
     killed: dict[str, Any] = {}
-
-    def kill_a_worker_after_its_first_search_run() -> None:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not killed:
-            for pid, cid in running_cells().items():
-                first_run = out / "work" / cid / "runs" / "run-000.json"
-                if first_run.exists() and not (out / "work" / cid / "runs" / "run-002.json").exists():
-                    killed.update(cell=cid, first_run=(first_run.stat().st_mtime_ns, first_run.read_bytes()))
-                    os.kill(pid, signal.SIGKILL)
-                    return
-            time.sleep(0.02)
-
-    killer = in_background(kill_a_worker_after_its_first_search_run)
+    killer = in_background(lambda: kill_a_worker_mid_cell(out, killed))
     report = run_suite(suite, out, cache=cache, quiet=True, executor=RayExecutor(max_retries=0))
     killer.join()
     assert killed, "no cell was caught between its first and last search run"
@@ -182,6 +183,23 @@ def test_a_worker_killed_mid_cell_loses_only_that_cell_and_resume_completes_it(t
     alone = run_suite(suite, tmp_path / "alone", cache=cache, quiet=True, only=[cid])
     assert alone.ran == [cid]
     assert comparable(cells[cid]) | {"invocation": 0} == comparable(load_cells(tmp_path / "alone")[cid])
+
+
+@pytest.mark.slow
+def test_ray_retries_a_cell_whose_worker_died_from_its_finished_search_runs(tmp_path, two_workers):
+    path = tmp_path / "suite.toml"
+    path.write_text(SLOW_SUITE.replace("seeds = [0, 1]", "seeds = [0]"))
+    suite = load_suite(path)
+    out = tmp_path / "res"
+    killed: dict[str, Any] = {}
+    killer = in_background(lambda: kill_a_worker_mid_cell(out, killed))
+    report = run_suite(suite, out, cache=str(tmp_path / "cache"), quiet=True, executor=RayExecutor(max_retries=1))
+    killer.join()
+    assert killed, "no cell was caught between its first and last search run"
+    assert not report.lost and not report.failed and len(report.ran) == 2
+    assert all(r["status"] == "ok" for r in load_cells(out).values())
+    first_run = out / "work" / killed["cell"] / "runs" / "run-000.json"
+    assert (first_run.stat().st_mtime_ns, first_run.read_bytes()) == killed["first_run"]  # the retry resumed
 
 
 @pytest.mark.slow
