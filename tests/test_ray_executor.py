@@ -3,12 +3,13 @@ mid-cell loses only that cell (resume completes it from its finished search runs
 
 from __future__ import annotations
 
-import _thread
 import json
 import logging
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -202,26 +203,41 @@ def test_ray_retries_a_cell_whose_worker_died_from_its_finished_search_runs(tmp_
     assert (first_run.stat().st_mtime_ns, first_run.read_bytes()) == killed["first_run"]  # the retry resumed
 
 
+def processes_named(prefix: str) -> set[int]:
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes().split(b"\0")[0].endswith(prefix.encode()):
+                found.add(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.mark.slow
-def test_ctrl_c_cancels_the_cells_still_running(tmp_path, two_workers):
+def test_ctrl_c_stops_the_cells_and_the_local_ray_instance(tmp_path):
+    """`reconbench bench --executor ray` in a terminal: Ctrl-C (SIGINT to its process group) after the first cell."""
     path = tmp_path / "suite.toml"
     path.write_text(SLOW_SUITE)
-    suite = load_suite(path)
     out = tmp_path / "res"
-
-    def interrupt_after_the_first_cell() -> None:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not list(out.glob("cells/*.json")):
-            time.sleep(0.02)
-        _thread.interrupt_main()
-
-    in_background(interrupt_after_the_first_cell)
-    with pytest.raises(KeyboardInterrupt):
-        run_suite(suite, out, cache=str(tmp_path / "cache"), quiet=True, executor=RayExecutor(max_retries=0))
+    cmd = [sys.executable, "-m", "reconbench", "bench", str(path), "--executor", "ray", "--out", str(out),
+           "--cache", str(tmp_path / "cache"), "-q"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    ray_servers_before = processes_named("gcs_server")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not list(out.glob("cells/*.json")):
+        assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+        assert time.monotonic() < deadline, "no cell finished in 240 s"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()[-2000:]
     assert json.loads((out / "invocations" / "000.json").read_text())["status"] == "interrupted"
     deadline = time.monotonic() + 30
-    while running_cells() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while (running_cells() or processes_named("gcs_server") - ray_servers_before) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not running_cells(), "cell tasks still run after Ctrl-C"
+    assert not processes_named("gcs_server") - ray_servers_before, "the local Ray instance outlived the run"
     done = load_cells(out)
     assert 1 <= len(done) < 4 and all(r["status"] == "ok" for r in done.values())

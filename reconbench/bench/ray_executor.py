@@ -15,8 +15,8 @@ to run. See docs/distributed.md for running on a multi-node cluster.
   with the same libraries. The serial runner matches when it runs with as many torch threads.
 - Faults: a task whose worker dies is retried by Ray ``max_retries`` times (it resumes from its finished search
   runs); after that the cell is reported lost and nothing is written, so ``--resume`` runs it again. A cell that
-  raises is recorded as failed, as in the serial runner. Closing the run (Ctrl-C, ``--strict``) cancels every task
-  not yet ended and stops a local Ray instance started here.
+  raises is recorded as failed, as in the serial runner. Closing the run (Ctrl-C, ``--strict``) ends this process's
+  Ray job, which stops every task not yet ended, and stops a local Ray instance started here.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class RayExecutor:
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None, cpus_per_cell: int = 1,
                  max_retries: int = 1) -> None:
         self.address, self.num_cpus, self.cpus_per_cell, self.max_retries = address, num_cpus, cpus_per_cell, max_retries
-        self._started_here = False
+        self._connected_here = False
 
     # -- connecting -----------------------------------------------------------------------------------
     def _connect(self) -> Any:
@@ -113,13 +113,14 @@ class RayExecutor:
         else:
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, logging_level=logging.WARNING,
                      object_store_memory=LOCAL_OBJECT_STORE_BYTES)
-            self._started_here = True
+        self._connected_here = True
         return ray
 
     def _disconnect(self, ray: Any) -> None:
-        if self._started_here:
+        """Leave a connection made here (stopping a local instance started here); keep the caller's."""
+        if self._connected_here:
             ray.shutdown()
-            self._started_here = False
+            self._connected_here = False
 
     def _resources(self, ctx: RunContext) -> dict[str, Any]:
         gpus = 1 if ctx.device.startswith("cuda") else 0
@@ -182,12 +183,23 @@ class RayExecutor:
                 for ref in done:
                     yield self._outcome(ray, ref, pending.pop(ref), ctx)
         finally:
-            for ref in [*pending, *targets.values()]:
-                try:
-                    ray.cancel(ref, force=True)
-                except Exception:  # already ended, or the cluster is gone: nothing left to stop
-                    pass
+            if pending:
+                self._stop(ray, [*pending, *targets.values()])
             self._disconnect(ray)
+
+    def _stop(self, ray: Any, refs: list[Any]) -> None:
+        """Stop the tasks that have not ended (Ctrl-C, --strict). Connected here, the disconnect that follows does
+        it: Ray kills a job's tasks when their owner leaves. Cancelling a task in the instant it completes can crash
+        the driver (ray-project/ray#54798 fixed one such race, not all), so a connection made by the caller only gets
+        polite cancels (a KeyboardInterrupt inside the task) of tasks not yet ended."""
+        if self._connected_here:
+            return
+        _, not_ended = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in not_ended:
+            try:
+                ray.cancel(ref, force=False)
+            except Exception:  # ended meanwhile, or the cluster is gone: nothing left to stop
+                pass
 
     def _outcome(self, ray: Any, ref: Any, job: CellJob, ctx: RunContext) -> Outcome:
         try:
