@@ -107,8 +107,9 @@ class RayExecutor:
                 ray.init(address=self.address, runtime_env={"env_vars": env}, logging_level=logging.WARNING)
             except (ConnectionError, ValueError, RuntimeError) as exc:
                 raise SuiteError(
-                    f"cannot connect to the Ray cluster at {self.address!r} ({exc}); start it first "
-                    "(`ray start --head` on the head node), or leave out --address for a local instance"
+                    f"cannot connect to the Ray cluster at {self.address!r} ({exc}); check that it runs (`ray status` "
+                    "on its head node) and that this machine has its authentication token (see docs/distributed.md), "
+                    "or leave out --address for a local instance"
                 ) from exc
         else:
             ray.init(num_cpus=self.num_cpus, include_dashboard=False, logging_level=logging.WARNING,
