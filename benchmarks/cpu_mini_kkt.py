@@ -1,4 +1,4 @@
-"""cpu-mini experiments for the KKT attacks (issue 4): train or reuse a target, random-search, score.
+"""cpu-mini experiments for the KKT attacks: train or reuse a target, random-search, score.
 
     RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 nice -n 10 \\
         python benchmarks/cpu_mini_kkt.py mnist_binary --out runs/cpu-mini/mnist_binary

@@ -1,8 +1,8 @@
 """A small stand-alone implementation of the papers' evaluation protocol, for the cpu-mini KKT measurements.
 
 This is NOT the harness's evaluation module (reconbench/evaluation, written separately); it exists so that the
-numbers reported for the KKT attacks can be regenerated with one script. It follows kkt-attacks-spec.md
-section 5.4:
+numbers reported for the KKT attacks can be regenerated with one script. It follows
+docs/method/evaluation-protocol.md#headline-protocol:
 
 1. pool the candidates (of all runs, or of one selected run);
 2. bicubic downsampling by 2 (torch, align_corners=False, no antialias), NCC distance per pixel
