@@ -22,12 +22,13 @@ import torch
 
 from reconbench.attack.bilevel import LowerProblem, hypergradient, softplus_surrogate, solve_lower
 from reconbench.bench.suite import load_suite
+from reconbench.config import build_config
 from reconbench.targets.losses import get_loss
 from reconbench_plugins.bilevel import BilevelConfig, draw_theta0
 
 SUITE = load_suite("bilevel-cpu-mini")
 RECIPE = SUITE.targets["cifar-mlp1-wd"].recipe
-CFG = BilevelConfig(**SUITE.attacks["runkel-mlp1-short"].config)
+CFG = build_config(BilevelConfig, dict(SUITE.attacks["runkel-mlp1-short"].config), "bench_bilevel")
 DATA = os.environ.get("RECONBENCH_DATA") or str(Path(__file__).resolve().parents[2] / "shared" / "data")
 ETA = 1.0  # one trial step of the line search (its first trial at the start of a run)
 

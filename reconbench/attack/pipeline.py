@@ -95,11 +95,9 @@ def init_config_for_run(init: Any, spec: RunSpec, attack: Any, cfg: Any) -> tupl
     win; overrides naming options the regime does not have are ignored. Returns the config and the overrides
     actually applied.
     """
-    overrides: dict[str, Any] = {}
-    if hasattr(attack, "init_overrides"):
-        fields = {f.name for f in dataclasses.fields(init.config_cls)}
-        overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
-                     if k in fields and k not in spec.init_config}
+    fields = {f.name for f in dataclasses.fields(init.config_cls)}
+    overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
+                 if k in fields and k not in spec.init_config}
     return build_config(init.config_cls, {**spec.init_config, **overrides}, f"init {init.name}"), overrides
 
 
