@@ -50,7 +50,8 @@ def test_errors_cross_process_boundaries_intact():
 @pytest.fixture(scope="module")
 def two_workers() -> Iterator[None]:
     """A local Ray instance with two CPU slots: at most two cells run at once, in two worker processes."""
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20, logging_level=logging.WARNING)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
+             logging_level=logging.WARNING)
     yield
     ray.shutdown()
 

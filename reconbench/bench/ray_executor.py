@@ -112,7 +112,8 @@ class RayExecutor:
                     "or leave out --address for a local instance"
                 ) from exc
         else:
-            ray.init(num_cpus=self.num_cpus, include_dashboard=False, logging_level=logging.WARNING,
+            # address="local": a new instance even where `ray start` left a cluster that ray.init would join
+            ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, logging_level=logging.WARNING,
                      object_store_memory=LOCAL_OBJECT_STORE_BYTES)
         self._connected_here = True
         return ray
