@@ -519,8 +519,9 @@ def render(results: list[ClaimResult], sources: dict[str, Path], root: Path) -> 
         "",
         "Each row is one claim of Haim et al. 2022, Buzaglo et al. 2023 or Runkel et al. 2024 (sources: "
         "[method/README.md](method/README.md)), the comparison block of the claims suites that measures it, our "
-        "number and its null, and a verdict by the rules below. Statements are our paraphrase; the evidence column "
-        "names the kind of experiment in the paper, not a figure number. The set-up is far smaller than the "
+        "number and its null, and a verdict by the rules below. Statements are our paraphrase of the papers, not "
+        "quotations, and the evidence column names the kind of experiment, not a figure number: check both against "
+        "the publications before citing a verdict. The set-up is far smaller than the "
         "papers' (see [the suites](../reconbench/bench/suites/README.md)); `claims-gpu.toml` holds the papers' sizes.",
         "",
         f"Headline: `{HEADLINE_KEY}` of the evaluation summary (training images counted as reconstructed), "
@@ -562,7 +563,7 @@ a null cell (0 attack steps) takes 5-7 s. Each new target adds 5-40 s of certifi
   evaluation about 2 min: **about 31 min** with one thread.
 - `claims-b`: `cifar-papers-mlp` trained in 449 s in the bilevel study (the same recipe, so a shared cache reuses it);
   its haim_binary_kkt runs took 90-117 s per 3,000 steps there, so a cell of 2 x 1,000 steps about 70 s: 17 cells,
-  about 19 min. `cifar-mlp1-wd` (width 1024, float32, 10,000 steps), scaled from the bilevel study's width-256
+  about 20 min. `cifar-mlp1-wd` (width 1024, float32, 10,000 steps), scaled from the bilevel study's width-256
   float64 target (168 s for 20,000 steps): about 3 min. Six bilevel cells capped at 150 s: 16 min. **About 47 min.**
 
 Each part should therefore take well under 90 minutes on 2 idle cores; the cost note at the end of each suite file
