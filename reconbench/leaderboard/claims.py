@@ -259,7 +259,8 @@ def _point_specs(claim: Claim, comp: Comparison) -> list[tuple[str, str, str, st
     attack = claim.attack or comp.attacks[0]
     init = claim.init or comp.inits[0]
     if claim.axis == "variants":
-        return [(f"{comp.axis} = {_show(v.value)}", v.target, attack, init) for v in comp.variants]
+        return [(_show(v.value) if isinstance(v.value, dict) else f"{comp.axis} = {_show(v.value)}", v.target, attack,
+                 init) for v in comp.variants]
     target = comp.variants[0].target
     if claim.axis == "inits":
         return [(i, target, attack, i) for i in comp.inits]
