@@ -180,6 +180,15 @@ def test_without_results_every_row_is_not_yet_run_with_its_setup(tmp_path):
             assert C.NOT_RUN in row and f"`{claim.suite}` / `{claim.comparison}`" in row and "seeds" in row
 
 
+def test_gpu_page_reads_every_claim_from_the_gpu_suite(tmp_path):
+    page = C.generate({C.GPU_SUITE: tmp_path / "missing"}, root=tmp_path, gpu=True)
+    for claim in C.CLAIMS:
+        row = row_of(page, claim.id)
+        if claim.kind != "not_measurable":
+            assert f"`{C.GPU_SUITE}` / `{claim.comparison}`" in row and C.NOT_RUN in row
+    assert "n = 500 (250 per class)" in row_of(page, "runkel-kkt-partition")
+
+
 def test_committed_page_is_what_the_generator_writes(monkeypatch):
     monkeypatch.chdir(REPO)
     assert (REPO / "docs" / "claims.md").read_text() == C.generate(root=REPO), (

@@ -529,7 +529,9 @@ def render(results: list[ClaimResult], sources: dict[str, Path], root: Path) -> 
         f"selection `{SELECTION}` (all search runs of a cell pooled). Results read from: "
         + ", ".join(f"`{name}` ← `{_rel(path, root)}`" for name, path in sources.items()) + ".",
         "",
-        "To measure and publish (about 1.5 hours on 2 cores): `benchmarks/run_claims.sh`.",
+        "To measure and publish (about 1.5 hours on 2 cores): `benchmarks/run_claims.sh`. At the papers' sizes: "
+        "`reconbench bench claims-gpu --device cuda`, then "
+        "`python -m reconbench.leaderboard.claims --gpu runs/bench/claims-gpu --out docs/claims-gpu.md`.",
         "",
         "## Verdict rules",
         "",
