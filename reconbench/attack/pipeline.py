@@ -114,6 +114,7 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     configs = sample_configs(attack, spec)
     runs_dir = out / "runs"
     runs: list[dict[str, Any]] = []
+    pending: list[_Pending] = []
     t_all = time.perf_counter()
     with Progress(len(configs), f"{attack.name} runs", quiet=quiet or len(configs) == 1) as outer:
         for k, raw_cfg in enumerate(configs):
@@ -127,47 +128,100 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
                 if old.get("run_key") == run_key and (
                         old.get("stopped") == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
                     runs.append(old)
-                    outer.update(k + 1)
+                    outer.update(len(runs))
                     continue
             gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
             x0 = init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
-            t0 = time.perf_counter()
-            rec: dict[str, Any] = {"run": k, "run_key": run_key, "config": cfg_dict,
-                                   "init_config": config_to_dict(run_init_cfg),
-                                   "init_overrides": init_overrides}
-            with Progress(0, f"run {k + 1}/{len(configs)}", quiet=quiet) as bar:
-                try:
-                    result = attack.run(target, x0, labels.to(target.device), cfg, generator=gen,
-                                        progress=_bar_progress(bar))
-                except DivergedError as exc:  # one failed run must not end the search: record it and go on
-                    rec.update({"final_loss": math.inf, "steps": 0, "stopped": "failed", "message": str(exc),
-                                "seconds": time.perf_counter() - t0, "trace": [], "oracle_score": math.inf})
-                    runs_dir.mkdir(parents=True, exist_ok=True)
-                    write_json(record_path, rec)
-                    runs.append(rec)
-                    outer.update(k + 1)
-                    continue
-            cand = result.candidates.detach().to("cpu", torch.float64)
-            finite = bool(torch.isfinite(cand).all())
-            rec.update({
-                "final_loss": result.final_loss, "steps": result.steps, "stopped": result.stopped,
-                "message": result.message, "seconds": time.perf_counter() - t0, "trace": result.trace,
-                "oracle_score": oracle_score(problem, cand) if finite else math.inf,
-            })
-            tensors = {"candidates": cand.contiguous(), "labels": result.labels.detach().cpu().long().contiguous(),
-                       "x0": x0.detach().cpu().double().contiguous()}
-            if result.multipliers is not None:
-                tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
-            runs_dir.mkdir(parents=True, exist_ok=True)
-            save_file(tensors, str(runs_dir / f"run-{k:03d}.safetensors"))
-            write_json(record_path, rec)
-            runs.append(rec)
-            outer.update(k + 1)
+            pending.append(_Pending(k, cfg, gen, x0, {"run": k, "run_key": run_key, "config": cfg_dict,
+                                                      "init_config": config_to_dict(run_init_cfg),
+                                                      "init_overrides": init_overrides}))
+
+        def done(p: _Pending, result: Any, seconds: float, batch: dict[str, Any] | None) -> None:
+            runs.append(_write_run(runs_dir, problem, p, result, seconds, batch))
+            outer.update(len(runs))
+
+        if hasattr(attack, "run_batch"):
+            if pending:
+                _run_batched(attack, target, labels, pending, done, quiet)
+        else:
+            for p in pending:
+                _run_one(attack, target, labels, p, done, quiet, len(configs))
+    runs.sort(key=lambda r: r["run"])
     usable = [r for r in runs if r["stopped"] != "failed"]
     if not usable:
         raise DivergedError(f"all {len(runs)} run(s) of {attack.name} failed; first: {runs[0]['message']}")
     return finish(card, spec, out, problem, runs, time.perf_counter() - t_all,
                   oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
+
+
+@dataclass
+class _Pending:
+    """A run still to do: its index, config, generator (after the init drew from it), start and record header."""
+
+    k: int
+    cfg: Any
+    gen: torch.Generator
+    x0: torch.Tensor
+    rec: dict[str, Any]
+
+
+def _run_one(attack: Any, target: AttackTarget, labels: torch.Tensor, p: _Pending, done: Any, quiet: bool,
+             total: int) -> None:
+    """One run through the attack's ``run`` (attacks without ``run_batch``)."""
+    t0 = time.perf_counter()
+    with Progress(0, f"run {p.k + 1}/{total}", quiet=quiet) as bar:
+        try:
+            result = attack.run(target, p.x0, labels.to(target.device), p.cfg, generator=p.gen,
+                                progress=_bar_progress(bar))
+        except DivergedError as exc:  # one failed run must not end the search: record it and go on
+            result = exc
+    done(p, result, time.perf_counter() - t0, None)
+
+
+def _run_batched(attack: Any, target: AttackTarget, labels: torch.Tensor, pending: list[_Pending], done: Any,
+                 quiet: bool) -> None:
+    """The pending runs through the attack's ``run_batch``: they advance together, and each is written when its
+    batch (chunk) finishes. Resume: finished runs are skipped, the rest start again from their starts (a run's
+    trajectory does not depend on which runs share its batch)."""
+    t0 = time.perf_counter()
+    ids = ", ".join(str(p.k) for p in pending)
+    with Progress(0, f"runs {ids} (batched)", quiet=quiet) as bar:
+        def on_done(i: int, result: Any, info: Any) -> None:
+            batch = info.to_dict()
+            batch["runs"] = [pending[j].k for j in batch["runs"]]
+            done(pending[i], result, time.perf_counter() - t0, batch)
+
+        attack.run_batch(target, [p.x0 for p in pending], labels.to(target.device), [p.cfg for p in pending],
+                         generators=[p.gen for p in pending], progress=_bar_progress(bar), on_done=on_done)
+
+
+def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, seconds: float,
+               batch: dict[str, Any] | None) -> dict[str, Any]:
+    """Write one finished run (record + tensors) the moment it is done; a DivergedError is a failed run."""
+    rec = dict(p.rec)
+    record_path = runs_dir / f"run-{p.k:03d}.json"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(result, DivergedError):
+        rec.update({"final_loss": math.inf, "steps": 0, "stopped": "failed", "message": str(result),
+                    "seconds": seconds, "trace": [], "oracle_score": math.inf})
+        write_json(record_path, rec)
+        return rec
+    cand = result.candidates.detach().to("cpu", torch.float64)
+    finite = bool(torch.isfinite(cand).all())
+    rec.update({
+        "final_loss": result.final_loss, "steps": result.steps, "stopped": result.stopped,
+        "message": result.message, "seconds": seconds, "trace": result.trace,
+        "oracle_score": oracle_score(problem, cand) if finite else math.inf,
+    })
+    if batch is not None:
+        rec["batch"] = batch
+    tensors = {"candidates": cand.contiguous(), "labels": result.labels.detach().cpu().long().contiguous(),
+               "x0": p.x0.detach().cpu().double().contiguous()}
+    if result.multipliers is not None:
+        tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
+    save_file(tensors, str(runs_dir / f"run-{p.k:03d}.safetensors"))
+    write_json(record_path, rec)
+    return rec
 
 
 def _bar_progress(bar: Progress) -> Any:

@@ -56,9 +56,7 @@ class BatchedGram:
         inputs, pre, slopes = [x], [], []
         last = len(self.weights) - 1
         for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            z = torch.matmul(inputs[-1], w.T)
-            if b is not None:
-                z = z + b
+            z = torch.nn.functional.linear(inputs[-1], w, b)   # as the sequential engine (same rounding)
             pre.append(z)
             if k < last:
                 if self.smooth:   # softplus_alpha(z), as in surrogate.softplus_alpha
