@@ -108,6 +108,7 @@ def conditions(device: str) -> dict[str, Any]:
 
 
 def cpu_cell(args: argparse.Namespace) -> dict[str, Any]:
+    before = conditions(args.device)
     dtype = DTYPES[args.dtype]
     target = make_target([1000, 1000], dtype, args.device, args.m)
     attack, configs = make_runs(args.runs, args.m, args.steps, target, {})
@@ -127,7 +128,7 @@ def cpu_cell(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "cpu-mini CIFAR-10 binary cell: sequential runs vs one batched computation",
         "shape": {"runs": args.runs, "m": args.m, "layers": [3072, 1000, 1000, 1], "dtype": args.dtype,
                   "steps_per_run": args.steps},
-        "conditions": {**conditions(args.device), "loadavg_after": os.getloadavg()},
+        "conditions": {**before, "loadavg_after": os.getloadavg()},
         "pairs": pairs,
         "median_seconds": {"sequential": seq_med, "batched": bat_med},
         "ms_per_run_step": {"sequential": 1e3 * seq_med / run_steps, "batched": 1e3 * bat_med / run_steps},

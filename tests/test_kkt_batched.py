@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_kkt_attacks import tiny_card
 
 from reconbench import plugins
 from reconbench.attack.kkt.batched import group_runs, run_stationarity_batch
@@ -17,8 +18,6 @@ from reconbench.attack.kkt.stationarity import gram_engine
 from reconbench.attack.pipeline import RunSpec, init_config_for_run, prepare, run_attack, sample_configs
 from reconbench.config import build_config, config_to_dict
 from reconbench.interfaces import AttackOutput
-
-from test_kkt_attacks import tiny_card
 
 TASK = {"haim_binary_kkt": ("binary", None), "multiclass_kkt": ("multiclass", 3), "general_loss_wd": ("regression", None)}
 
@@ -115,6 +114,7 @@ def _assert_same_run(b: AttackOutput, s: AttackOutput, rel: float = 1e-8) -> Non
     assert b.stopped == s.stopped
     scale = float(s.candidates.norm())
     assert float((b.candidates - s.candidates).norm()) <= rel * scale
+    assert b.multipliers is not None and s.multipliers is not None
     assert float((b.multipliers - s.multipliers).norm()) <= rel * float(s.multipliers.norm())
     assert b.final_loss == pytest.approx(s.final_loss, rel=rel)
     torch.testing.assert_close(b.labels, s.labels)
