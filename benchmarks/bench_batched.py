@@ -87,8 +87,8 @@ def time_batched(attack: Any, target: AttackTarget, labels: torch.Tensor, config
     infos: list[dict[str, Any]] = []
     sync(target.device)
     t0, c0 = time.perf_counter(), time.process_time()
-    outs = attack.run_batch(target, x0s, labels, configs, generators=gens,
-                            on_done=lambda i, o, info: infos.append(info.to_dict()))
+    outs = attack.run_batched(target, x0s, labels, configs, generators=gens,
+                            on_done=lambda i, o, info: infos.append(info))
     sync(target.device)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     loop = sum({json.dumps(i["runs"]): i["seconds"] for i in infos}.values())

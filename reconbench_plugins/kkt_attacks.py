@@ -18,16 +18,15 @@ it except where a help text says otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from reconbench import hookimpl, plugins
 from reconbench.attack.kkt.batched import (
-    BatchInfo,
     BatchTerms,
     bytes_per_run,
     group_runs,
@@ -44,10 +43,8 @@ from reconbench.attack.kkt.loop import (
 from reconbench.attack.kkt.stationarity import _full_chain
 from reconbench.config import LogUniform, Uniform, config_to_dict, option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
-
-#: called by ``run_batch`` as each run finishes: (index into the batch's lists, its output, how its batch ran)
-RunDone = Callable[[int, AttackOutput, BatchInfo], None]
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn, RunDone
+from reconbench.targets.nets import TargetNet
 
 #: the KKT attack for each task, named in the errors that send a user elsewhere
 ATTACK_FOR_TASK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt",
@@ -104,7 +101,7 @@ class GeneralLossConfig(StationarityConfig):
 def _other_attacks(task: str) -> str:
     kkt = set(ATTACK_FOR_TASK.values())
     names = [n for n in plugins.names("attacks")
-             if n not in kkt and task in getattr(plugins.get("attacks", n), "tasks", ())]
+             if n not in kkt and task in plugins.get("attacks", n).tasks]
     return ", ".join(names) if names else "none is registered yet"
 
 
@@ -119,7 +116,7 @@ def check_kkt_target(attack: Any, target: AttackTarget) -> None:
             f"{k.task} model with {k.out_dim} output(s) ({k.num_classes} classes); use --attack {fit} "
             "instead")
     family = plugins.get("models", target.family)
-    if not getattr(family, "swappable_activation", False) or not hasattr(target.model, "use_activation"):
+    if not family.swappable_activation or not isinstance(target.model, TargetNet):
         swappable = [n for n in plugins.names("models") if plugins.get("models", n).swappable_activation]
         raise IncompatibleError(
             f"attack {attack.name!r} replaces the target's ReLU by a surrogate, but model family "
@@ -133,7 +130,7 @@ def _uniform(shape: tuple[int, ...], generator: torch.Generator, like: torch.Ten
 
 
 # -- the equations for R runs at once (batched search; adjoints written out, C being linear in lambda) ------------
-def _column(configs: list[Any], name: str, like: torch.Tensor, dims: int) -> torch.Tensor:
+def _column(configs: Sequence[Any], name: str, like: torch.Tensor, dims: int) -> torch.Tensor:
     return torch.tensor([float(getattr(c, name)) for c in configs], dtype=like.dtype,
                         device=like.device).reshape(-1, *([1] * dims))
 
@@ -141,7 +138,7 @@ def _column(configs: list[Any], name: str, like: torch.Tensor, dims: int) -> tor
 class _FloorPenalty:
     """Per run: w sum max(0, lambda_min - lambda)^2 (see :func:`lambda_floor_penalty`)."""
 
-    def __init__(self, configs: list[ClassifierKKTConfig], like: torch.Tensor, dims: int) -> None:
+    def __init__(self, configs: Sequence[ClassifierKKTConfig], like: torch.Tensor, dims: int) -> None:
         self.floor = _column(configs, "lambda_min", like, dims)
         self.weight = _column(configs, "lambda_penalty_weight", like, dims)
 
@@ -155,7 +152,7 @@ class _FloorPenalty:
 class BinaryTerms(_FloorPenalty):
     """C_i = lambda_i y_i."""
 
-    def __init__(self, labels: torch.Tensor, configs: list[ClassifierKKTConfig], like: torch.Tensor) -> None:
+    def __init__(self, labels: torch.Tensor, configs: Sequence[ClassifierKKTConfig], like: torch.Tensor) -> None:
         super().__init__(configs, like, 1)
         self.y = (2.0 * labels.to(like) - 1.0)[None, :]
 
@@ -169,7 +166,7 @@ class BinaryTerms(_FloorPenalty):
 class MulticlassTerms(_FloorPenalty):
     """C_i = lambda_i (e_{y_i} - e_{j*}), j* the largest wrong output, re-chosen at every step."""
 
-    def __init__(self, labels: torch.Tensor, configs: list[ClassifierKKTConfig], num_classes: int,
+    def __init__(self, labels: torch.Tensor, configs: Sequence[ClassifierKKTConfig], num_classes: int,
                  like: torch.Tensor) -> None:
         super().__init__(configs, like, 1)
         self.y = labels.long().to(like.device)[None, :, None]
@@ -189,7 +186,7 @@ class MulticlassTerms(_FloorPenalty):
 class PairTerms:
     """C_i = sum_{j != y_i} lambda_ij (e_{y_i} - e_j); floor on sum_j lambda_ij and on each lambda_ij at 0."""
 
-    def __init__(self, labels: torch.Tensor, configs: list[ClassifierKKTConfig], num_classes: int,
+    def __init__(self, labels: torch.Tensor, configs: Sequence[ClassifierKKTConfig], num_classes: int,
                  like: torch.Tensor) -> None:
         y = labels.long()
         self.own = F.one_hot(y, num_classes).to(like)[None]
@@ -233,13 +230,9 @@ class SignedTerms:
         return torch.zeros_like(lam)
 
 
-class _KKTAttack:
+class _KKTAttack(Attack):
     """Shared plumbing; each attack defines its equations in ``initial_multipliers`` and
     ``stationarity_terms``."""
-
-    name: ClassVar[str]
-    config_cls: ClassVar[type]
-    tasks: ClassVar[frozenset[str]]
 
     def search_space(self) -> dict[str, Any]:
         return dict(PAPER_SPACE)
@@ -277,11 +270,17 @@ class _KKTAttack:
 
     def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any],
                   *, generators: list[torch.Generator], progress: ProgressFn | None = None,
-                  on_done: RunDone | None = None) -> list[AttackOutput]:
+                  on_done: RunDone | None = None) -> None:
         """Runs i = 0..R-1 (starts ``x0s[i]``, ``configs[i]``, each run's generator) advanced together: runs that
         differ only in per-run options share a batch, split into chunks that fit memory (batched.py). Each
-        run's multipliers are drawn from its generator, as :meth:`run` does. ``on_done(i, output, info)`` is
-        called for every run of a chunk as the chunk finishes."""
+        run's multipliers are drawn from its generator, as :meth:`run` does. ``on_done(i, output, batch)`` is
+        called for every run of a chunk as the chunk finishes (batch: :meth:`BatchInfo.to_dict`)."""
+        self.run_batched(target, x0s, labels, configs, generators=generators, progress=progress, on_done=on_done)
+
+    def run_batched(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any],
+                    *, generators: list[torch.Generator], progress: ProgressFn | None = None,
+                    on_done: RunDone | None = None) -> list[AttackOutput]:
+        """:meth:`run_batch`, returning the outputs in run order."""
         k, m = target.knowledge.out_dim, len(x0s[0])
         lam0s = [self.initial_multipliers(m, c, k, g, x0) for c, g, x0 in zip(configs, generators, x0s, strict=True)]
         chain = _full_chain(target.model)
@@ -302,9 +301,9 @@ class _KKTAttack:
                                                        progress=progress)
                 info.runs, info.chunk, info.chunks, info.chunk_reason = list(chunk), j, len(chunks), reason
                 for i, out in zip(chunk, outputs, strict=True):
-                    results[i] = self.finish_output(target, out)
+                    results[i] = done = self.finish_output(target, out)
                     if on_done is not None:
-                        on_done(i, results[i], info)  # type: ignore[arg-type]
+                        on_done(i, done, info.to_dict())
         return [r for r in results if r is not None]
 
 
@@ -337,7 +336,7 @@ class HaimBinaryKKT(_KKTAttack):
 
         return coefficients, penalty
 
-    def batch_terms(self, labels: torch.Tensor, configs: list[ClassifierKKTConfig], num_classes: int,
+    def batch_terms(self, labels: torch.Tensor, configs: Sequence[ClassifierKKTConfig], num_classes: int,
                     like: torch.Tensor) -> BatchTerms:
         return BinaryTerms(labels, configs, like)
 

@@ -138,7 +138,7 @@ def test_batched_run_r_equals_sequential_run_r(name, family, config):
     assert len({(c.lr, c.alpha) for c in configs}) == len(configs)   # the runs really differ
     sequential = _sequential(attack, target, labels, configs, fresh)
     x0s, gens = fresh()
-    batched = attack.run_batch(target, x0s, labels, configs, generators=gens)
+    batched = attack.run_batched(target, x0s, labels, configs, generators=gens)
     for b, s in zip(batched, sequential, strict=True):
         assert s.stopped == "completed" and s.steps == configs[0].steps
         _assert_same_run(b, s)
@@ -153,7 +153,7 @@ def test_a_diverging_run_is_frozen_and_the_others_go_on():
     sequential = _sequential(attack, target, labels, configs, fresh)
     assert [s.stopped for s in sequential] == ["completed", "diverged", "completed"]
     x0s, gens = fresh()
-    batched = attack.run_batch(target, x0s, labels, configs, generators=gens)
+    batched = attack.run_batched(target, x0s, labels, configs, generators=gens)
     assert [b.stopped for b in batched] == ["completed", "diverged", "completed"]
     for i in (0, 2):
         _assert_same_run(batched[i], sequential[i])
@@ -165,8 +165,8 @@ def test_a_diverging_run_is_frozen_and_the_others_go_on():
     coarse = [dataclasses.replace(c, sync_every=7) for c in configs]
     x0s, gens = fresh()
     infos: list[dict[str, Any]] = []
-    out = attack.run_batch(target, x0s, labels, coarse, generators=gens,
-                           on_done=lambda i, o, info: infos.append(info.to_dict()))
+    out = attack.run_batched(target, x0s, labels, coarse, generators=gens,
+                           on_done=lambda i, o, info: infos.append(info))
     assert infos[0]["sync_every"] == 7 and infos[0]["divergence_loses_at_most_steps"] == 7
     for i in (0, 2):
         _assert_same_run(out[i], sequential[i])
@@ -181,12 +181,12 @@ def test_a_diverging_run_is_frozen_and_the_others_go_on():
 def test_chunks_give_the_same_runs_and_are_recorded():
     attack, target, labels, configs, fresh = _setup("haim_binary_kkt", runs=3)
     x0s, gens = fresh()
-    whole = attack.run_batch(target, x0s, labels, configs, generators=gens)
+    whole = attack.run_batched(target, x0s, labels, configs, generators=gens)
     chunked_cfg = [dataclasses.replace(c, max_batch=2) for c in configs]
     infos: dict[int, dict[str, Any]] = {}
     x0s, gens = fresh()
-    chunked = attack.run_batch(target, x0s, labels, chunked_cfg, generators=gens,
-                               on_done=lambda i, o, info: infos.__setitem__(i, info.to_dict()))
+    chunked = attack.run_batched(target, x0s, labels, chunked_cfg, generators=gens,
+                               on_done=lambda i, o, info: infos.__setitem__(i, info))
     assert [infos[i]["chunk"] for i in range(3)] == [0, 0, 1] and infos[0]["chunks"] == 2
     assert "max_batch=2" in infos[0]["chunk_reason"] and infos[2]["runs"] == [2]
     for a, b in zip(whole, chunked, strict=True):
@@ -227,13 +227,13 @@ def test_cuda_batch_with_graphs_equals_the_cpu_batch(name, config):
     """float64 on CUDA, the step replayed as a CUDA graph, checked every 10 steps: the CPU's numbers."""
     attack, target, labels, configs, fresh = _setup(name, config=config)
     x0s, gens = fresh()
-    cpu = attack.run_batch(target, x0s, labels, configs, generators=gens)
+    cpu = attack.run_batched(target, x0s, labels, configs, generators=gens)
     gpu_target = dataclasses.replace(target, model=target.model.to("cuda"), device=torch.device("cuda"))
     cuda_cfg = [dataclasses.replace(c, sync_every=10) for c in configs]
     infos: list[dict[str, Any]] = []
     x0s, gens = fresh()
-    gpu = attack.run_batch(gpu_target, [x.cuda() for x in x0s], labels.cuda(), cuda_cfg, generators=gens,
-                           on_done=lambda i, o, info: infos.append(info.to_dict()))
+    gpu = attack.run_batched(gpu_target, [x.cuda() for x in x0s], labels.cuda(), cuda_cfg, generators=gens,
+                           on_done=lambda i, o, info: infos.append(info))
     target.model.to("cpu")
     assert infos[0]["cuda_graph"] is True, infos[0]["notes"]
     for a, b in zip(cpu, gpu, strict=True):

@@ -30,7 +30,7 @@ from reconbench.errors import DivergedError, IncompatibleError, ReconbenchError
 from reconbench.evaluation import evaluate, oracle_score, resolve_protocol
 from reconbench.interfaces import AttackTarget
 from reconbench.progress import Progress
-from reconbench.provenance import config_hash, provenance, write_json
+from reconbench.provenance import config_hash, portable_path, provenance, write_json
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
 from reconbench.targets.training import DTYPES
@@ -95,11 +95,9 @@ def init_config_for_run(init: Any, spec: RunSpec, attack: Any, cfg: Any) -> tupl
     win; overrides naming options the regime does not have are ignored. Returns the config and the overrides
     actually applied.
     """
-    overrides: dict[str, Any] = {}
-    if hasattr(attack, "init_overrides"):
-        fields = {f.name for f in dataclasses.fields(init.config_cls)}
-        overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
-                     if k in fields and k not in spec.init_config}
+    fields = {f.name for f in dataclasses.fields(init.config_cls)}
+    overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
+                 if k in fields and k not in spec.init_config}
     return build_config(init.config_cls, {**spec.init_config, **overrides}, f"init {init.name}"), overrides
 
 
@@ -136,16 +134,8 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
                                                       "init_config": config_to_dict(run_init_cfg),
                                                       "init_overrides": init_overrides}))
 
-        def done(p: _Pending, result: Any, seconds: float, batch: dict[str, Any] | None) -> None:
-            runs.append(_write_run(runs_dir, problem, p, result, seconds, batch))
-            outer.update(len(runs))
-
-        if hasattr(attack, "run_batch"):
-            if pending:
-                _run_batched(attack, target, labels, pending, done, quiet)
-        else:
-            for p in pending:
-                _run_one(attack, target, labels, p, done, quiet, len(configs))
+        if pending:
+            _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
     runs.sort(key=lambda r: r["run"])
     usable = [r for r in runs if r["stopped"] != "failed"]
     if not usable:
@@ -165,31 +155,24 @@ class _Pending:
     rec: dict[str, Any]
 
 
-def _run_one(attack: Any, target: AttackTarget, labels: torch.Tensor, p: _Pending, done: Any, quiet: bool,
-             total: int) -> None:
-    """One run through the attack's ``run`` (attacks without ``run_batch``)."""
-    t0 = time.perf_counter()
-    with Progress(0, f"run {p.k + 1}/{total}", quiet=quiet) as bar:
-        try:
-            result = attack.run(target, p.x0, labels.to(target.device), p.cfg, generator=p.gen,
-                                progress=_bar_progress(bar))
-        except DivergedError as exc:  # one failed run must not end the search: record it and go on
-            result = exc
-    done(p, result, time.perf_counter() - t0, None)
-
-
-def _run_batched(attack: Any, target: AttackTarget, labels: torch.Tensor, pending: list[_Pending], done: Any,
-                 quiet: bool) -> None:
-    """The pending runs through the attack's ``run_batch``: they advance together, and each is written when its
-    batch (chunk) finishes. Resume: finished runs are skipped, the rest start again from their starts (a run's
-    trajectory does not depend on which runs share its batch)."""
+def _run_pending(attack: Any, target: AttackTarget, labels: torch.Tensor, pending: list[_Pending], runs_dir: Path,
+                 problem: Problem, runs: list[dict[str, Any]], outer: Progress, quiet: bool) -> None:
+    """The pending runs through the attack's ``run_batch`` (the KKT attacks advance them together; others run them
+    one by one); each run is written the moment ``run_batch`` reports it done. Resume: finished runs are skipped
+    and the rest start again from their starts (a run's trajectory does not depend on which runs share its
+    batch)."""
     t0 = time.perf_counter()
     ids = ", ".join(str(p.k) for p in pending)
-    with Progress(0, f"runs {ids} (batched)", quiet=quiet) as bar:
-        def on_done(i: int, result: Any, info: Any) -> None:
-            batch = info.to_dict()
-            batch["runs"] = [pending[j].k for j in batch["runs"]]
-            done(pending[i], result, time.perf_counter() - t0, batch)
+
+    with Progress(0, f"run(s) {ids}", quiet=quiet) as bar:
+        def on_done(i: int, result: Any, batch: dict[str, Any] | None) -> None:
+            nonlocal t0
+            if batch is not None:
+                batch = {**batch, "runs": [pending[j].k for j in batch["runs"]]}
+            runs.append(_write_run(runs_dir, problem, pending[i], result, time.perf_counter() - t0, batch))
+            if batch is None:   # one run at a time: the next one's clock starts now
+                t0 = time.perf_counter()
+            outer.update(len(runs))
 
         attack.run_batch(target, [p.x0 for p in pending], labels.to(target.device), [p.cfg for p in pending],
                          generators=[p.gen for p in pending], progress=_bar_progress(bar), on_done=on_done)
@@ -201,7 +184,7 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
     rec = dict(p.rec)
     record_path = runs_dir / f"run-{p.k:03d}.json"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    if isinstance(result, DivergedError):
+    if isinstance(result, Exception):
         rec.update({"final_loss": math.inf, "steps": 0, "stopped": "failed", "message": str(result),
                     "seconds": seconds, "trace": [], "oracle_score": math.inf})
         write_json(record_path, rec)
@@ -311,7 +294,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         "init_config": init_config,
         "init_is_oracle": oracle_init,
         "spec": spec.to_dict(),
-        "target": {"card": str(Path(card.path).resolve()), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
+        "target": {"card": portable_path(card.path), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
                    "family": card.data["family"], "task": card.task, "n_train": problem.n,
                    "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
         "selection": {
