@@ -5,7 +5,7 @@
         --json benchmarks/results/kkt/bench_batched_cpu.json
     # GPU: 16 runs x m = 40 CIFAR binary batched (float64 and float32), and the papers' shape (m = 1000,
     # 3072-1000-1000-1, float64) as one run, batched engine vs the sequential loop
-    python benchmarks/bench_batched.py gpu --device cuda --json benchmarks/results/kkt/bench_batched_h100.json
+    python benchmarks/bench_batched.py gpu --device cuda --steps 400 --json benchmarks/results/kkt/bench_batched_h100.json
 
 Timings are of the attack loop only (the target and the starts are built first). The network has random
 weights (as in bench_kkt.py): the cost of a step does not depend on them, and a small lr (1e-3) keeps every
@@ -145,14 +145,14 @@ def gpu_bench(args: argparse.Namespace) -> dict[str, Any]:
              ("16 runs x m=40 CIFAR binary, batched", 16, 40, "float32", {}, True),
              ("16 runs x m=40 CIFAR binary, batched, TF32 opt-in", 16, 40, "float32", {"tf32": True}, True),
              ("1 run x m=40 CIFAR binary, sequential loop", 1, 40, "float64", {}, False),
-             ("papers' shape, 1 run x m=1000, batched engine", 1, 1000, "float64", {}, True),
-             ("papers' shape, 1 run x m=1000, sequential loop", 1, 1000, "float64", {}, False)]
+             ("papers' shape, 1 run x m=1000, batched engine", 1, args.papers_m, "float64", {}, True),
+             ("papers' shape, 1 run x m=1000, sequential loop", 1, args.papers_m, "float64", {}, False)]
     for label, runs, m, dt, extra, batched in cases:
         target = make_target([1000, 1000], DTYPES[dt], args.device, m)
-        steps = args.steps if batched else max(args.steps // 4, 10)
+        steps = args.steps if batched else max(args.steps // 4, 1)
         attack, configs = make_runs(runs, m, steps, target, {"sync_every": args.sync_every, **extra})
         labels = candidate_labels("binary", 2, m).to(target.device)
-        warm = make_runs(runs, m, 20, target, {"sync_every": args.sync_every, **extra})[1]
+        warm = make_runs(runs, m, args.warmup, target, {"sync_every": args.sync_every, **extra})[1]
         (time_batched if batched else time_sequential)(attack, target, labels, warm, m)   # warm-up (cuBLAS, caches)
         res = (time_batched if batched else time_sequential)(attack, target, labels, configs, m)
         loop = res.get("loop_seconds", res["seconds"])
@@ -180,6 +180,9 @@ def main() -> None:
                                                               "figure there)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="cpu: the cpu-mini suite's float32")
+    parser.add_argument("--papers-m", type=int, default=1000, help="gpu: m of the papers' shape (smaller only to "
+                                                                    "try the script on a CPU)")
+    parser.add_argument("--warmup", type=int, default=20, help="gpu: steps of each case's warm-up call")
     parser.add_argument("--sync-every", type=int, default=100, help="gpu: K, steps between host checks")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()

@@ -253,3 +253,27 @@ def test_batch_loop_accepts_a_single_run():
     (seq,) = [attack.run(target, x0s[0], labels, configs[0], generator=gens[0])]
     _assert_same_run(outputs[0], seq)
     assert info.engine == "gram" and info.chunks == 1
+
+
+def test_run_and_train_train_the_target_on_the_given_device(monkeypatch, tmp_path):
+    """`reconbench run --device D` and `reconbench train --device D` hand D to the trainer (as the bench runner
+    does); the trainer is stubbed, so no device D is needed."""
+    from reconbench.cli import main, run_cmd, train_cmd
+
+    seen: list[str] = []
+
+    def fake_train(*args: Any, device: str = "cpu", **kwargs: Any) -> None:
+        seen.append(device)
+        raise SystemExit(7)
+
+    monkeypatch.setattr(run_cmd, "get_or_train", fake_train)
+    monkeypatch.setattr(train_cmd, "get_or_train", fake_train)
+    monkeypatch.setattr(train_cmd, "train_target", lambda *a, **k: fake_train(device=a[4] if len(a) > 4 else "cpu"))
+    tiny = ["--dataset", "digits", "--task", "binary", "--n-per-class", "3", "--widths", "16", "--steps", "5"]
+    for args in (["run", "--attack", "haim_binary_kkt", *tiny, "--device", "cuda:1"],
+                 ["train", *tiny, "--device", "cuda:1"],
+                 ["train", *tiny, "--device", "cuda:1", "--out", str(tmp_path / "card")]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 7
+    assert seen == ["cuda:1"] * 3
