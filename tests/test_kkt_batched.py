@@ -75,7 +75,7 @@ def test_batched_terms_and_adjoints_equal_autograd_of_the_sequential_terms(name,
         torch.testing.assert_close(terms.lambda_vjp(out, cbar)[r], vjp)
         p = penalty(lr_)
         (gp,) = torch.autograd.grad(p, lr_) if p.requires_grad else (torch.zeros_like(lr_),)
-        assert float(terms.penalty(lam)[r]) == pytest.approx(float(p), rel=1e-13, abs=1e-15)
+        assert float(terms.penalty(lam)[r]) == pytest.approx(float(p.detach()), rel=1e-13, abs=1e-15)
         torch.testing.assert_close(terms.penalty_grad(lam)[r], gp)
 
 

@@ -4,8 +4,9 @@ Layout of a result folder::
 
     result.json               resolved config, selections, metrics, provenance
     candidates.safetensors    pooled candidates (centred space), their labels and run ids
-    runs/run-000.json         one file per search run, written the moment it finishes (resume skips these)
-    runs/run-000.safetensors
+    runs/run-000.json         one file per search run, written the moment it finishes (resume skips these);
+    runs/run-000.safetensors  runs an attack advances together (run_batch) finish with their batch
+
     figures/*.png
 """
 
