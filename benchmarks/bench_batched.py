@@ -145,8 +145,8 @@ def gpu_bench(args: argparse.Namespace) -> dict[str, Any]:
              ("16 runs x m=40 CIFAR binary, batched", 16, 40, "float32", {}, True),
              ("16 runs x m=40 CIFAR binary, batched, TF32 opt-in", 16, 40, "float32", {"tf32": True}, True),
              ("1 run x m=40 CIFAR binary, sequential loop", 1, 40, "float64", {}, False),
-             ("papers' shape, 1 run x m=1000, batched engine", 1, args.papers_m, "float64", {}, True),
-             ("papers' shape, 1 run x m=1000, sequential loop", 1, args.papers_m, "float64", {}, False)]
+             (f"papers' shape, 1 run x m={args.papers_m}, batched engine", 1, args.papers_m, "float64", {}, True),
+             (f"papers' shape, 1 run x m={args.papers_m}, sequential loop", 1, args.papers_m, "float64", {}, False)]
     for label, runs, m, dt, extra, batched in cases:
         target = make_target([1000, 1000], DTYPES[dt], args.device, m)
         steps = args.steps if batched else max(args.steps // 4, 1)
