@@ -113,6 +113,9 @@ def cpu_cell(args: argparse.Namespace) -> dict[str, Any]:
     target = make_target([1000, 1000], dtype, args.device, args.m)
     attack, configs = make_runs(args.runs, args.m, args.steps, target, {})
     labels = candidate_labels("binary", 2, args.m).to(target.device)
+    if args.side != "both":   # one side only, for timing whole processes from outside
+        one = (time_sequential if args.side == "sequential" else time_batched)(attack, target, labels, configs, args.m)
+        return {"side": args.side, **one, "conditions": before}
     pairs = []
     for _ in range(args.repeats):
         seq = time_sequential(attack, target, labels, configs, args.m)
@@ -179,6 +182,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="steps per run (gpu: batched cases; 200 is a good "
                                                               "figure there)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--side", choices=["both", "sequential", "batched"], default="both",
+                        help="cpu: run one side only (to time whole processes from outside)")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32", help="cpu: the cpu-mini suite's float32")
     parser.add_argument("--papers-m", type=int, default=1000, help="gpu: m of the papers' shape (smaller only to "
                                                                     "try the script on a CPU)")

@@ -352,7 +352,7 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     final_rows = torch.cat([final_loss[:, None], final_terms], dim=1).cpu().tolist()
     x_out, lam_out = state.x.detach(), state.lam.detach()
     outputs = []
-    for r, cfg in enumerate(configs):
+    for r in range(r_runs):
         trace = [_row(i * every, rows[i][r], theta_sq) for i in range(n_rows) if i * every <= snap_step[r]]
         trace = [row for row in trace if math.isfinite(row["loss"])]
         trace.append(_row(snap_step[r], final_rows[r], theta_sq))
@@ -363,7 +363,6 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
                        f"final stationarity {trace[-1]['stationarity_relative']:.4g} of ||theta||^2")
         else:
             message = f"engine {info.engine}; {notes[r]}"
-        del cfg
         outputs.append(AttackOutput(candidates=x_out[r].clone(), labels=torch.empty(0),
                                     final_loss=final if math.isfinite(final) else math.inf,
                                     multipliers=lam_out[r].clone(), trace=trace, steps=done, stopped=stopped[r],
