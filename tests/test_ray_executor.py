@@ -106,7 +106,7 @@ widths = [32, 32]
 steps = 300
 
 [attacks.haim_binary_kkt]
-config = { steps = 500 }
+config = { steps = 1500 }
 
 [inits.gaussian]
 [inits.uniform]
@@ -142,14 +142,16 @@ def snapshot(folder: Path, pattern: str) -> dict[str, tuple[int, bytes]]:
     return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.glob(pattern)}
 
 
-def kill_a_worker_mid_cell(out: Path, killed: dict[str, Any]) -> None:
-    """SIGKILL the first worker seen between its cell's first and last search run; note the cell and its first run."""
+def kill_a_worker_mid_cell(out: Path, killed: dict[str, Any], after: float = 1.0) -> None:
+    """SIGKILL the first worker seen running its cell for ``after`` seconds; note the cell and the search runs it had
+    finished then (the batched engine may finish all of a cell's runs at once, so there may be none)."""
+    first_seen: dict[tuple[int, str], float] = {}
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         for pid, cid in running_cells().items():
-            first_run = out / "work" / cid / "runs" / "run-000.json"
-            if first_run.exists() and not (out / "work" / cid / "runs" / "run-002.json").exists():
-                killed.update(cell=cid, first_run=(first_run.stat().st_mtime_ns, first_run.read_bytes()))
+            seen = first_seen.setdefault((pid, cid), time.monotonic())
+            if time.monotonic() - seen > after and not cell_path(out, cid).exists():
+                killed.update(cell=cid, runs=snapshot(out / "work" / cid, "runs/*"))
                 os.kill(pid, signal.SIGKILL)
                 return
         time.sleep(0.02)
@@ -165,7 +167,7 @@ def test_a_worker_killed_mid_cell_loses_only_that_cell_and_resume_completes_it(t
     killer = in_background(lambda: kill_a_worker_mid_cell(out, killed))
     report = run_suite(suite, out, cache=cache, quiet=True, executor=RayExecutor(max_retries=0))
     killer.join()
-    assert killed, "no cell was caught between its first and last search run"
+    assert killed, "no cell was caught running"
     cid = killed["cell"]
     assert report.lost == [cid] and not cell_path(out, cid).exists()
     finished = snapshot(out, "cells/*.json")
@@ -175,16 +177,18 @@ def test_a_worker_killed_mid_cell_loses_only_that_cell_and_resume_completes_it(t
     resumed = run_suite(suite, out, cache=cache, quiet=True, resume=True, executor=RayExecutor(max_retries=0))
     assert resumed.ran == [cid] and sorted(resumed.skipped) == sorted(Path(k).stem for k in finished)
     assert snapshot(out, "cells/*.json").items() >= finished.items()  # no finished cell rewritten
-    first_run = out / "work" / cid / "runs" / "run-000.json"
-    assert (first_run.stat().st_mtime_ns, first_run.read_bytes()) == killed["first_run"]  # nor its finished run
+    assert snapshot(out / "work" / cid, "runs/*").items() >= killed["runs"].items()  # nor its finished runs
     cells = load_cells(out)
     assert len(cells) == 4 and all(r["status"] == "ok" for r in cells.values())
     assert json.loads((out / "invocations" / "001.json").read_text())["status"] == "completed"
 
-    # the killed and resumed cell has the numbers of an uninterrupted serial run
+    # the killed and resumed cell has the numbers of an uninterrupted serial run, bit for bit when none of its search
+    # runs had finished (resumed runs are a smaller batch of the batched engine: the same to rounding only, see
+    # docs/kkt_attacks.md)
     alone = run_suite(suite, tmp_path / "alone", cache=cache, quiet=True, only=[cid])
     assert alone.ran == [cid]
-    assert comparable(cells[cid]) | {"invocation": 0} == comparable(load_cells(tmp_path / "alone")[cid])
+    if not killed["runs"]:
+        assert comparable(cells[cid]) | {"invocation": 0} == comparable(load_cells(tmp_path / "alone")[cid])
 
 
 @pytest.mark.slow
@@ -197,11 +201,10 @@ def test_ray_retries_a_cell_whose_worker_died_from_its_finished_search_runs(tmp_
     killer = in_background(lambda: kill_a_worker_mid_cell(out, killed))
     report = run_suite(suite, out, cache=str(tmp_path / "cache"), quiet=True, executor=RayExecutor(max_retries=1))
     killer.join()
-    assert killed, "no cell was caught between its first and last search run"
+    assert killed, "no cell was caught running"
     assert not report.lost and not report.failed and len(report.ran) == 2
     assert all(r["status"] == "ok" for r in load_cells(out).values())
-    first_run = out / "work" / killed["cell"] / "runs" / "run-000.json"
-    assert (first_run.stat().st_mtime_ns, first_run.read_bytes()) == killed["first_run"]  # the retry resumed
+    assert snapshot(out / "work" / killed["cell"], "runs/*").items() >= killed["runs"].items()  # the retry resumed
 
 
 def processes_named(prefix: str) -> set[int]:
