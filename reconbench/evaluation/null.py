@@ -101,7 +101,8 @@ def calibrate(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray |
         s = scores_of(score(cand), column)
         maxima.append(float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf)
     null_max = max(maxima) if maxima else -math.inf
-    out = {"threshold": null_max if math.isfinite(null_max) else -math.inf, "null_max": null_max if math.isfinite(null_max) else None,
+    finite = math.isfinite(null_max)
+    out = {"threshold": null_max, "null_max": null_max if finite else None,
            "draw_maxima": [x if math.isfinite(x) else None for x in maxima], "pool_size": pool_size(problem),
            "candidates": m}
     if len(_THRESHOLDS) > 64:

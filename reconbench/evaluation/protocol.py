@@ -197,6 +197,8 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
         raise ReconbenchError(f"protocol: the primary metric {base.primary_metric!r} is not among the metrics "
                               f"computed ({', '.join(names) or 'none'}); add it to `metrics` or change "
                               "`primary_metric`")
+    if base.calibration_draws and base.calibrated_score in all_metrics and base.calibrated_score not in names:
+        names.append(base.calibrated_score)  # the calibrated headline needs its score
     names = _order([base.primary_metric] + [n for n in names if n != base.primary_metric])
     per_metric: dict[str, dict[str, Any]] = {}
     for key, value in dotted.items():
