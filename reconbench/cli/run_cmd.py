@@ -83,7 +83,7 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
             if key == "lpips_mean" and value == "unavailable":
                 text += " (backbone weights not cached; see result.json for the reason)"
-            if key in nulls:
+            if key in nulls and key not in ("n_train", "n_candidates"):
                 text += f"  | null {nulls[key]['mean']:.3g} (sd {nulls[key]['std']:.2g})"
             click_key = "reconstructed (papers' protocol)" if key == "reconstructed" else key
             lines.append(f"  {click_key}: {text}")
