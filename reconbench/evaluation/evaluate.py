@@ -131,7 +131,7 @@ def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol
                                       f"{problem.n} training images")
         ev.results[name] = res
         metric_out[name] = {"higher_is_better": bool(metric.higher_is_better),
-                            "headline": getattr(metric, "headline", name),
+                            "headline": metric.headline_key,
                             "available": res.get("available", True), "reason": res.get("reason"),
                             "summary": res["summary"], "details": res.get("details", {})}
     out: dict[str, Any] = {
