@@ -13,16 +13,16 @@ evaluation and leaderboards as the attacks, so every table shows how far an atta
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from reconbench import hookimpl
-from reconbench.config import Distribution, option
+from reconbench.config import option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, NoOptions, ProgressFn
 
 ALL_TASKS = frozenset({"binary", "multiclass", "regression"})
 
@@ -55,18 +55,13 @@ class WeightRowsConfig:
                                    "when the next layer reads it directly) or norm (|row| only)")
 
 
-@dataclass(frozen=True)
-class WeightRows:
-    name: str = "weight_rows"
-    description: str = ("baseline: first-layer weight rows, both signs, as images (most important rows first); "
-                        "reads only the weights")
-    needs: frozenset[str] = field(default_factory=frozenset)
-    tasks: frozenset[str] = ALL_TASKS
-    config_cls: type = WeightRowsConfig
-    default_search_runs: int = 1
-
-    def search_space(self) -> dict[str, Distribution]:
-        return {}
+class WeightRows(Attack):
+    name = "weight_rows"
+    description = ("baseline: first-layer weight rows, both signs, as images (most important rows first); "
+                   "reads only the weights")
+    needs: frozenset[str] = frozenset()
+    tasks = ALL_TASKS
+    config_cls = WeightRowsConfig
 
     def check(self, target: AttackTarget) -> None:
         if first_image_layer(target) is None:
@@ -105,25 +100,12 @@ def _outgoing_norms(target: AttackTarget, layer: nn.Linear) -> torch.Tensor | No
     return None if nxt is None else nxt.weight.detach().norm(dim=0)
 
 
-@dataclass
-class NoOptions:
-    pass
-
-
-@dataclass(frozen=True)
-class InitOnly:
-    name: str = "init_only"
-    description: str = "baseline: the starting candidates returned unchanged (what the init regime alone scores)"
-    needs: frozenset[str] = field(default_factory=frozenset)
-    tasks: frozenset[str] = ALL_TASKS
-    config_cls: type = NoOptions
-    default_search_runs: int = 1
-
-    def search_space(self) -> dict[str, Distribution]:
-        return {}
-
-    def check(self, target: AttackTarget) -> None:
-        return None
+class InitOnly(Attack):
+    name = "init_only"
+    description = "baseline: the starting candidates returned unchanged (what the init regime alone scores)"
+    needs: frozenset[str] = frozenset()
+    tasks = ALL_TASKS
+    config_cls = NoOptions
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:

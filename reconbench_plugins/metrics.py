@@ -168,7 +168,7 @@ def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Correlation:
+class Correlation(Metric):
     name: str = "corr"
     description: str = ("Pearson (NCC) correlation of each matched reconstruction with its training image in the "
                         "centred space (the papers' NCC), per channel, averaged over channels; the headline "
@@ -185,7 +185,7 @@ class Correlation:
         return {"space": "centred, full resolution", "reconstruction": "the protocol's matched average",
                 "constant image": "correlation 0"}
 
-    def compute(self, ev: Evaluation, cfg: CorrelationConfig) -> dict[str, Any]:
+    def compute(self, ev: Evaluation, cfg: CorrelationConfig) -> MetricResult:
         raw = pearson(ev.recon_centred, ev.problem.x_train(torch.float64)).numpy()
         scores = _nan_unmatched(raw, ev.matching.matched)
         summary, per_image = threshold_summary(scores, cfg.threshold, ev.protocol.base.top_k, "corr", suffix="_corr")

@@ -157,7 +157,7 @@ def _restricted(resolved: ResolvedProtocol, keep: set[str] | None) -> ResolvedPr
         need = set(keep)
         for name in reversed(names):
             if name in need:
-                need |= set(getattr(plugins.get("metrics", name), "requires", ()))
+                need |= set(plugins.get("metrics", name).requires)
         names = [n for n in names if n in need]
     base = dataclasses.replace(resolved.base, figures=False)
     return dataclasses.replace(resolved, base=base, metric_names=names,
