@@ -119,3 +119,12 @@ def test_weight_rows_refuses_a_model_without_an_image_sized_linear_layer():
                           knowledge=knowledge)
     with pytest.raises(IncompatibleError, match="init_only"):
         WeightRows().check(target)
+
+
+def test_trace_plot_survives_a_diverging_run(tmp_path):
+    from reconbench.attack.pipeline import plot_traces
+
+    # a run of the ci suite that diverged to 7.6e282: matplotlib's log ticks overflowed and the cell was lost
+    runs = [{"run": 0, "trace": [{"step": 0, "loss": 16.5}, {"step": 100, "loss": 214.2}, {"step": 200, "loss": 7.57e282}]},
+            {"run": 1, "trace": [{"step": 0, "loss": 20.1}, {"step": 100, "loss": 15.5}]}]
+    assert plot_traces(runs, tmp_path / "loss.png", "t") == tmp_path / "loss.png"

@@ -477,3 +477,41 @@ def test_figure_matching_uses_the_evaluation_or_finds_exact_copies():
     rows = [{"candidate_index": len(x) - 1 - i, "ssim": 0.1 * i} for i in range(len(x))]
     found, score = matches(problem, candidates, {"per_image": rows})
     assert score == "ssim" and found[0] == (len(x) - 1, 0, pytest.approx(0.1 * (len(x) - 1)))
+
+
+def test_convergence_gate_flags_targets_above_it(synthetic, tmp_path):
+    suite, res = synthetic
+    gated = suite.path.with_name("gated.toml")
+    gated.write_text(suite.path.read_text().replace('seeds = [0, 1, 2]', 'seeds = [0, 1, 2]\nmax_stationarity_ratio = 0.5'))
+    suite2 = load_suite(gated)
+    ratios = {"bin": 0.9}  # the base target is far from a KKT point; the weight-decay variant below the gate
+    for f in (res / "cells").glob("*.json"):
+        rec = json.loads(f.read_text())
+        ratio = ratios.get(rec["target"]["name"], 0.1)
+        rec["target"]["train_metrics"] = {"certificate": {"ratio": ratio}}
+        rec["cell_key"] = next(c for c in expand(suite2) if c.cell_id == rec["cell_id"]).key(suite2)
+        f.write_text(json.dumps(rec))
+    data = build_leaderboard(suite2, res, tmp_path / "gated", figures=False)
+    assert all(r["converged"] is False for r in data["tables"]["pool"])  # every grid row is on `bin`
+    targets = {t["target"]: t for t in data["targets"]}
+    assert targets["bin"]["converged"] is False and targets["bin@weight_decay=0.01"]["converged"] is True
+    readme = (tmp_path / "gated" / "README.md").read_text()
+    assert "| bin ⚠ " in readme and "0.9 ⚠ > 0.5" in readme and "0.1 ✓" in readme
+
+
+def test_publishing_refuses_cells_from_a_dirty_tree(synthetic, tmp_path):
+    from reconbench.errors import ReconbenchError
+    from reconbench.leaderboard.render import check_publishable
+    from reconbench.leaderboard.tables import collect
+
+    suite, res = synthetic
+    pub = collect(suite, res)
+    check_publishable(pub, "abc123")  # every cell ran at the clean commit being published
+    with pytest.raises(ReconbenchError, match="this checkout is dirty"):
+        check_publishable(pub, "abc123-dirty")
+    with pytest.raises(ReconbenchError, match="cells ran at abc123, this checkout is def456"):
+        check_publishable(pub, "def456")
+    first = next(iter(pub.records.values()))
+    first["provenance"]["git_commit"] = "abc123-dirty"
+    with pytest.raises(ReconbenchError, match="dirty or unknown tree"):
+        check_publishable(pub, "abc123")

@@ -313,3 +313,15 @@ def test_protocol_errors_from_the_evaluation_name_the_line(tmp_path, toy_attack_
     path = write(tmp_path, text)
     with pytest.raises(SuiteError, match=rf"{path}:{line_of(text, 'windw')}: protocol.ssim.windw: .*'ssim.windw'"):
         load_suite(path)
+
+
+def test_seed_targets_retrains_each_seed_and_the_gate_is_read():
+    suite = load_suite("ci")
+    assert suite.seed_targets and suite.max_stationarity_ratio == 0.5
+    cells = [c for c in expand(suite) if c.target == "digits-binary" and c.attack.attack == "haim_binary_kkt"
+             and c.init.label == "gaussian"]
+    assert sorted(c.seed for c in cells) == [0, 1]
+    by_seed = {c.seed: c.recipe for c in cells}
+    base = suite.targets["digits-binary"].recipe
+    assert by_seed[0] == base and by_seed[1].train.seed == base.train.seed + 1
+    assert by_seed[0].key() != by_seed[1].key()  # a separate target per seed
