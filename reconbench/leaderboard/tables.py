@@ -365,7 +365,8 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
 
 def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]]) -> dict[str, Any]:
     out = {}
-    metric_cols = [c for c in columns if c["source"] == "summary"][:2] or columns[:1]
+    # the first two summary columns the cells have (an older cell has no calibrated headline)
+    metric_cols = [c for c in columns if c["source"] == "summary" and c["key"]][:2] or columns[:1]
     for comp in suite.comparisons:
         group = f"comparison:{comp.name}"
         cells = [c for c in pub.plan if group in c.groups]
