@@ -10,6 +10,7 @@ reads training images); an *attack* sees only the target's weights and the publi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -184,12 +185,55 @@ class Metric(Protocol):
 # -- defenses -----------------------------------------------------------------------------------------------
 @runtime_checkable
 class Defense(Protocol):
+    """A defense. ``apply`` acts on the trained model before release; a defense that acts during training also
+    defines the optional methods of :class:`TrainingDefense` (its ``apply`` may then do nothing). Optional
+    attribute ``strength``: the option that sets how strong it is (the privacy-utility axis of a suite)."""
+
     name: str
     description: str
     config_cls: type
 
-    def apply(self, model: TargetNet, problem: Problem, config: Any, *, generator: torch.Generator) -> None:
-        """Modify the trained model in place before release (e.g. add noise to the weights)."""
+    def apply(self, model: TargetNet, problem: Problem, config: Any, *,
+              generator: torch.Generator) -> dict[str, Any] | None:
+        """Modify the trained model in place before release (e.g. add noise to the weights); may return numbers to
+        record in the model card."""
+        ...
+
+
+@dataclass
+class TrainingRun:
+    """The pieces of the trainer's loop that a training-time defense may replace before the first step.
+
+    The loop computes ``loss = loss_fn(model(x), targets)``, calls ``backward`` and ``optimizer.step()``. A defense
+    may wrap ``model`` and ``optimizer`` (e.g. per-sample clipping and noise), replace ``loss_fn`` or ``targets``
+    (label smoothing), change the optimizer's hyperparameters (weight decay), and writes what it did into
+    ``records`` (JSON values; they land in the model card under ``metrics.defense``).
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    x: torch.Tensor
+    targets: torch.Tensor
+    problem: Problem
+    steps: int                      # the step budget of the recipe
+    records: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class TrainingDefense(Protocol):
+    """The optional training-time methods of a :class:`Defense` (each may be left out)."""
+
+    def start_training(self, run: TrainingRun, config: Any, *, generator: torch.Generator) -> None:
+        """Change the loop's pieces in ``run`` before the first step."""
+        ...
+
+    def after_step(self, run: TrainingRun, step: int, loss: float, config: Any) -> bool:
+        """Called after every optimiser step; return True to stop training now."""
+        ...
+
+    def end_training(self, run: TrainingRun, config: Any) -> None:
+        """Undo wrappers (``run.model`` must be the plain target network afterwards) and record final numbers."""
         ...
 
 

@@ -1,0 +1,82 @@
+"""A recipe's defense, as the trainer meets it: hooks into the training loop, then the change before release.
+
+The trainer makes one :class:`DefenseSession` per run. Without a defense every call is a no-op. With one, the
+session calls the defense's optional training-time methods (:class:`reconbench.interfaces.TrainingDefense`) around
+the loop and its ``apply`` before release, and gathers what goes into the model card (``metrics.defense``): the
+defense's name, its full configuration, which phases it acted in, and the numbers it recorded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from reconbench import plugins
+from reconbench.config import build_config, config_to_dict
+from reconbench.errors import ReconbenchError
+from reconbench.interfaces import TrainingRun
+
+if TYPE_CHECKING:
+    from reconbench.targets.losses import LossFn
+    from reconbench.targets.nets import TargetNet
+    from reconbench.targets.problems import Problem
+    from reconbench.targets.training import TargetRecipe
+
+
+class DefenseSession:
+    def __init__(self, recipe: TargetRecipe) -> None:
+        self.defense: Any = None
+        self.config: Any = None
+        self.run: TrainingRun | None = None
+        self.release_records: dict[str, Any] = {}
+        self.seed = recipe.train.seed
+        if recipe.defense is not None:
+            self.defense = plugins.get("defenses", recipe.defense)
+            self.config = build_config(self.defense.config_cls, recipe.defense_config, f"defense {self.defense.name}")
+
+    def _hook(self, name: str) -> Any:
+        return getattr(self.defense, name, None) if self.defense is not None else None
+
+    def start(self, model: TargetNet, optimizer: torch.optim.Optimizer, loss_fn: LossFn, x: torch.Tensor,
+              targets: torch.Tensor, problem: Problem, steps: int) -> TrainingRun:
+        """The loop's pieces, after the defense (if it acts during training) has changed them."""
+        self.run = TrainingRun(model=model, optimizer=optimizer, loss_fn=loss_fn, x=x, targets=targets, problem=problem,
+                               steps=steps)
+        hook = self._hook("start_training")
+        if hook is not None:
+            hook(self.run, self.config, generator=torch.Generator().manual_seed(self.seed + 2))
+        return self.run
+
+    def after_step(self, step: int, loss: float) -> bool:
+        hook = self._hook("after_step")
+        return bool(hook(self.run, step, loss, self.config)) if hook is not None and self.run is not None else False
+
+    def end(self, model: TargetNet) -> TargetNet:
+        """The plain target network after training (wrappers removed by the defense)."""
+        hook = self._hook("end_training")
+        if hook is None or self.run is None:
+            return model
+        hook(self.run, self.config)
+        out = self.run.model
+        from reconbench.targets.nets import TargetNet
+
+        if not isinstance(out, TargetNet):
+            raise ReconbenchError(f"defense {self.defense.name!r}: end_training must leave run.model as the plain "
+                                  f"target network, not a {type(out).__name__}")
+        return out
+
+    def release(self, model: TargetNet, problem: Problem) -> None:
+        """The defense's change to the trained weights before release."""
+        if self.defense is not None:
+            out = self.defense.apply(model, problem, self.config, generator=torch.Generator().manual_seed(self.seed + 1))
+            if isinstance(out, dict):  # a defense may return numbers to record (e.g. the quantisation error)
+                self.release_records.update(out)
+
+    def card_record(self) -> dict[str, Any] | None:
+        if self.defense is None:
+            return None
+        during = any(self._hook(m) is not None for m in ("start_training", "after_step", "end_training"))
+        records = {**(self.run.records if self.run is not None else {}), **self.release_records}
+        return {"name": self.defense.name, "config": config_to_dict(self.config), "during_training": during,
+                "records": records}
