@@ -25,14 +25,15 @@ if TYPE_CHECKING:
 
 
 class DefenseSession:
-    def __init__(self, recipe: TargetRecipe) -> None:
+    def __init__(self, recipe: TargetRecipe, defense: Any = None) -> None:
+        """``defense``: the defense object itself (default: the registered one the recipe names)."""
         self.defense: Any = None
         self.config: Any = None
         self.run: TrainingRun | None = None
         self.release_records: dict[str, Any] = {}
         self.seed = recipe.train.seed
-        if recipe.defense is not None:
-            self.defense = plugins.get("defenses", recipe.defense)
+        if defense is not None or recipe.defense is not None:
+            self.defense = defense if defense is not None else plugins.get("defenses", recipe.defense)
             self.config = build_config(self.defense.config_cls, recipe.defense_config, f"defense {self.defense.name}")
 
     def _hook(self, name: str) -> Any:
