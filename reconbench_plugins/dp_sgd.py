@@ -25,7 +25,7 @@ from reconbench.targets.problems import Problem
 
 INSTALL_HINT = "pip install 'reconbench[dp]'"
 # Opacus' per-sample hooks fire on module outputs because the training images do not require gradients: expected.
-warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with respect to module outputs")
+warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed with respect to module")
 
 
 @dataclass
@@ -99,8 +99,9 @@ class DpSgd:
         return False
 
     def end_training(self, run: TrainingRun, config: DpSgdConfig) -> None:
-        if hasattr(run.model, "to_standard_module"):
-            run.model = run.model.to_standard_module()  # removes Opacus' hooks and per-sample gradient buffers
+        to_standard = getattr(run.model, "to_standard_module", None)
+        if callable(to_standard):
+            run.model = to_standard()  # removes Opacus' hooks and per-sample gradient buffers
         eps, order = epsilon_spent(config.noise_multiplier, 1.0, int(run.records["steps"]), config.delta)
         run.records.update(epsilon=eps, rdp_order=order,
                            note=None if eps is not None else "noise_multiplier 0: clipping only, no finite epsilon")

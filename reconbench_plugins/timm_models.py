@@ -48,12 +48,14 @@ def architectures(pattern: str | None = None) -> list[str]:
 class _SwappableReLU(nn.Module):
     """Stands in for an ``nn.ReLU`` of a timm model and calls the owning network's current activation."""
 
+    _owner: TargetNet
+
     def __init__(self, owner: TargetNet) -> None:
         super().__init__()
         object.__setattr__(self, "_owner", owner)  # not a submodule (that would make a cycle)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._owner.activation(x)  # type: ignore[no-any-return]
+        return self._owner.activation(x)
 
 
 class TimmNet(TargetNet):
@@ -182,7 +184,8 @@ FAMILIES = [
                description="timm ResNet-18 layout, one basic block per stage, channels 8-16-32-64, BatchNorm",
                arch="resnet18"),
     TimmFamily(name="timm_vit",
-               description="timm ViT: patch 2 (set kwargs.patch_size for larger images), 2 blocks, 32-dim tokens, 2 heads, ReLU MLPs, LayerNorm",
+               description=("timm ViT: patch 2 (set kwargs.patch_size for larger images), 2 blocks, 32-dim tokens, "
+                            "2 heads, ReLU MLPs, LayerNorm"),
                arch="vit_tiny_patch16_224",
                kwargs={"patch_size": 2, "embed_dim": 32, "depth": 2, "num_heads": 2, "act_layer": "relu"}),
 ]

@@ -14,6 +14,7 @@ from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.figures import draw_all
+from reconbench.leaderboard.privacy import privacy_section
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
     ORACLE_INIT_MARK,
@@ -93,6 +94,7 @@ def render_readme(
     figures: dict[str, Any],
     stored: list[str],
     targets: list[dict[str, Any]] | None = None,
+    sections: list[str] | None = None,
 ) -> str:
     lines = [f"# Leaderboard: `{suite.name}`", ""]
     if suite.description:
@@ -161,6 +163,8 @@ def render_readme(
             render_comparison(comp, columns),
             "",
         ]
+    for section in sections or []:  # e.g. the privacy-utility tables (reconbench.leaderboard.privacy)
+        lines += [section, ""]
     if figures:
         lines += ["## Figures", ""]
         for f in figures.values():
@@ -271,6 +275,7 @@ def build_leaderboard(
 
         figure_info = draw_all(suite, pub, tables, columns, results, out, data_root=data_root)
 
+    privacy, sections = privacy_section(suite, pub, out, suite.leaderboard.figures if figures is None else figures)
     plain_columns = [{k: v for k, v in c.items() if k != "spec"} for c in columns]
     data = {
         "format": LEADERBOARD_FORMAT,
@@ -279,6 +284,7 @@ def build_leaderboard(
         "targets": targets,
         "tables": tables,
         "comparisons": comparisons,
+        "privacy": privacy,
         "figures": figure_info,
         "stored_candidates": stored,
         "failures": [
@@ -290,5 +296,6 @@ def build_leaderboard(
         "stale": pub.stale,
     }
     write_json(out / "results.json", data)
-    (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets))
+    (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets,
+                                                    sections))
     return data

@@ -161,7 +161,7 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     model = build_model(recipe, problem).to(dtype).to(device)
     x = problem.x_train(dtype).to(device)
     y = problem.targets(problem.train_labels, dtype).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
     session = DefenseSession(recipe)
     run = session.start(model, opt, loss_fn, x, y, problem, spec.steps)  # a training-time defense may swap these
     net, opt, train_loss, y = run.model, run.optimizer, run.loss_fn, run.targets
