@@ -240,3 +240,21 @@ def test_dp_sgd_without_noise_has_no_finite_epsilon(binary_problem):
     res = train(recipe("dp_sgd", {"noise_multiplier": 0.0}, steps=3), binary_problem, quiet=True, with_certificate=False)
     assert res.metrics["defense"]["records"]["epsilon"] is None
     assert np.isfinite(res.metrics["test_error"])
+
+
+def test_a_release_only_defense_reuses_the_undefended_training_of_this_process(binary_problem):
+    from reconbench.targets import defended
+
+    defended._TRAINED.clear()
+    fresh = train(recipe("int8_quantise", {"bits": 4}), binary_problem, quiet=True, with_certificate=False)
+    assert "training_reused" not in fresh.metrics
+    defended._TRAINED.clear()
+    base = train(recipe(), binary_problem, quiet=True, with_certificate=False)
+    reused = train(recipe("int8_quantise", {"bits": 4}), binary_problem, quiet=True, with_certificate=False)
+    assert "training_reused" in reused.metrics and reused.metrics["steps_run"] == base.metrics["steps_run"]
+    for p, q in zip(fresh.model.parameters(), reused.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert reused.metrics["before_defense"]["test_error"] == base.metrics["test_error"]
+    # a training-time defense never reuses: its loop differs
+    wd = train(recipe("weight_decay", {"weight_decay": 0.01}), binary_problem, quiet=True, with_certificate=False)
+    assert "training_reused" not in wd.metrics

@@ -8,6 +8,9 @@ defense's name, its full configuration, which phases it acted in, and the number
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,6 +25,12 @@ if TYPE_CHECKING:
     from reconbench.targets.nets import TargetNet
     from reconbench.targets.problems import Problem
     from reconbench.targets.training import TargetRecipe
+
+
+#: trained weights of undefended recipes in this process, so that a release-only defense of the same recipe does
+#: not train again (a suite's privacy axis trains its base target once); at most this many are kept
+_TRAINED: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_TRAINED_KEEP = 4
 
 
 class DefenseSession:
@@ -67,6 +76,26 @@ class DefenseSession:
                                   f"target network, not a {type(out).__name__}")
         return out
 
+    def release_only(self) -> bool:
+        return self.defense is None or not any(
+            self._hook(m) is not None for m in ("start_training", "after_step", "end_training"))
+
+    def recall(self, recipe: TargetRecipe, device: str) -> dict[str, Any] | None:
+        """The training loop's outcome for the undefended recipe, when it ran in this process and this defense
+        acts only before release (the loop would be the same)."""
+        if not self.release_only():
+            return None
+        hit = _TRAINED.get(_undefended_key(recipe, device))
+        return None if hit is None else {**hit, "state": copy.deepcopy(hit["state"]), "history": list(hit["history"])}
+
+    def remember(self, recipe: TargetRecipe, device: str, model: TargetNet, **loop: Any) -> None:
+        if self.release_only():
+            key = _undefended_key(recipe, device)
+            _TRAINED[key] = {"state": copy.deepcopy(model.state_dict()), **loop}
+            _TRAINED.move_to_end(key)
+            while len(_TRAINED) > _TRAINED_KEEP:
+                _TRAINED.popitem(last=False)
+
     def release(self, model: TargetNet, problem: Problem) -> None:
         """The defense's change to the trained weights before release."""
         if self.defense is not None:
@@ -81,3 +110,7 @@ class DefenseSession:
         records = {**(self.run.records if self.run is not None else {}), **self.release_records}
         return {"name": self.defense.name, "config": config_to_dict(self.config), "during_training": during,
                 "records": records}
+
+
+def _undefended_key(recipe: TargetRecipe, device: str) -> str:
+    return f"{dataclasses.replace(recipe, defense=None, defense_config={}).key()}@{device}"

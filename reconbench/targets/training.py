@@ -166,13 +166,16 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     run = session.start(model, opt, loss_fn, x, y, problem, spec.steps)  # a training-time defense may swap these
     net, opt, train_loss, y = run.model, run.optimizer, run.loss_fn, run.targets
     model.train()
+    reused = session.recall(recipe, device)  # the same loop already ran here for a release-only defense's recipe
+    if reused is not None:
+        model.load_state_dict(reused["state"])
     history: list[dict[str, float]] = []
     t0 = time.perf_counter()
     lr_mult = 1.0
     loss_value = math.nan
     step = 0
     with Progress(spec.steps, f"train {recipe.family} on {problem.spec.dataset}", quiet=quiet) as bar:
-        for step in range(spec.steps):
+        for step in range(0 if reused is not None else spec.steps):
             out = net(x)
             loss = train_loss(out, y)
             loss_value = loss.item()
@@ -197,9 +200,15 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
                 break
     model = session.end(model).eval()
     wall = time.perf_counter() - t0
+    if reused is not None:
+        step, loss_value, history, wall = reused["step"], reused["loss"], reused["history"], reused["wall"]
+    else:
+        session.remember(recipe, device, model, step=step, loss=loss_value, history=history, wall=wall)
     model = model.cpu()
     metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": step + 1, "final_loss": loss_value,
                                "train_seconds": wall, "train_device": str(device)}
+    if reused is not None:
+        metrics["training_reused"] = "weights of the undefended recipe trained earlier in this process"
     if recipe.defense is not None:
         metrics["before_defense"] = evaluate_model(model, problem, loss_fn, dtype)
         session.release(model, problem)
