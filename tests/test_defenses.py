@@ -258,3 +258,18 @@ def test_a_release_only_defense_reuses_the_undefended_training_of_this_process(b
     # a training-time defense never reuses: its loop differs
     wd = train(recipe("weight_decay", {"weight_decay": 0.01}), binary_problem, quiet=True, with_certificate=False)
     assert "training_reused" not in wd.metrics
+
+
+def test_the_target_cache_trains_the_undefended_recipe_once_for_release_defenses(tmp_path, binary_problem):
+    from reconbench.targets import defended
+    from reconbench.targets.cache import get_or_train, train_target
+
+    defended._TRAINED.clear()
+    card = get_or_train(recipe("magnitude_prune", {"fraction": 0.5}), tmp_path, quiet=True)
+    folders = sorted(p.name for p in (tmp_path / "targets").iterdir())
+    assert folders == sorted([recipe().key(), recipe("magnitude_prune", {"fraction": 0.5}).key()])
+    defended._TRAINED.clear()
+    fresh = train_target(recipe("magnitude_prune", {"fraction": 0.5}), tmp_path / "fresh", quiet=True)
+    assert "training_reused" in card.data["metrics"] and "training_reused" not in fresh.data["metrics"]
+    for p, q in zip(card.load_model().parameters(), fresh.load_model().parameters(), strict=True):
+        assert torch.equal(p, q)

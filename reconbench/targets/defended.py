@@ -114,3 +114,13 @@ class DefenseSession:
 
 def _undefended_key(recipe: TargetRecipe, device: str) -> str:
     return f"{dataclasses.replace(recipe, defense=None, defense_config={}).key()}@{device}"
+
+
+def remember_card(recipe: TargetRecipe, card: Any, device: str) -> None:
+    """Make a trained undefended card (e.g. from the target cache) available to :meth:`DefenseSession.recall`."""
+    m = card.data["metrics"]
+    _TRAINED[_undefended_key(recipe, device)] = {
+        "state": copy.deepcopy(card.load_model().state_dict()), "step": int(m["steps_run"]) - 1,
+        "loss": m["final_loss"], "history": list(card.data.get("history", [])), "wall": m["train_seconds"]}
+    while len(_TRAINED) > _TRAINED_KEEP:
+        _TRAINED.popitem(last=False)
