@@ -27,7 +27,7 @@ import torch
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import build_config
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput
+from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput, acts_during_training
 from reconbench.targets.cache import train_target
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.images import TASKS
@@ -81,10 +81,10 @@ def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, Attac
 
     outputs = {}
     for task in tasks or sorted(attack.tasks):
-        card = tiny_card(task, getattr(attack, "conformance_family", FAMILY_FOR_TASK_CHECK))
+        card = tiny_card(task, attack.conformance_family or FAMILY_FOR_TASK_CHECK)
         _, target, labels = prepare(card, RunSpec(attack=attack.name))
         before = copy.deepcopy(target.model.state_dict())
-        cfg = build_config(attack.config_cls, getattr(attack, "smoke_config", {}), attack.name)
+        cfg = build_config(attack.config_cls, attack.smoke_config or {}, attack.name)
         x0 = torch.randn((len(labels), *card.data["input_shape"]), dtype=target.dtype,
                          generator=torch.Generator().manual_seed(0)) * 1e-2
         out = attack.run(target, x0.clone(), labels, cfg, generator=torch.Generator().manual_seed(1))
@@ -150,7 +150,7 @@ def check_defense(defense: Any) -> None:
     after = model.state_dict()
     assert {k: v.shape for k, v in before.items()} == {k: v.shape for k, v in after.items()}
     assert all(torch.isfinite(v).all() for v in after.values()), f"{defense.name}: produced non-finite weights"
-    if any(hasattr(defense, m) for m in ("start_training", "after_step", "end_training")):
+    if acts_during_training(defense):
         _check_training_defense(defense, card)
 
 
@@ -226,7 +226,7 @@ def check_metric(metric: Any) -> dict[str, Any]:
         assert len(values) == problem.n, f"{metric.name}: column {col!r} has {len(values)} values for {problem.n} images"
     json.dumps({"summary": summary, "per_image": per_image, "details": out.get("details", {})}, allow_nan=False)
     if out.get("available", True):
-        headline = getattr(metric, "headline", metric.name)
+        headline = metric.headline_key
         assert headline in summary, f"{metric.name}: its headline {headline!r} is not in its summary"
     else:
         assert isinstance(out.get("reason"), str) and out["reason"], f"{metric.name}: unavailable without a reason"

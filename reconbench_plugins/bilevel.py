@@ -6,7 +6,7 @@ E is the released model's training objective (its loss, mean over the m candidat
 decay), evaluated with ReLU replaced by softplus_beta so that it is twice differentiable. Each outer iteration
 solves the training problem at the current candidates, solves H p = grad_theta l by conjugate gradients on
 Hessian-vector products, and steps x along minus the implicit hypergradient. The maths is in
-:mod:`reconbench.attack.bilevel`; notes: ../shared/docs/bilevel-attack-spec.md.
+:mod:`reconbench.attack.bilevel`; notes: docs/method/bilevel.md#algorithm.
 
 The attack reads the released weights theta*, the candidate labels, the loss name and the weight decay; never a
 training image. theta0 (the start of every inner solve) is drawn by the attack: it does not know the one used in
@@ -35,7 +35,7 @@ from reconbench.attack.bilevel import (
 )
 from reconbench.config import LogUniform, option
 from reconbench.errors import DivergedError, IncompatibleError
-from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn
 from reconbench.targets.losses import get_loss
 
 FAMILIES = ("affine", "mlp_bias")
@@ -110,7 +110,7 @@ def draw_theta0(layout: ParamLayout, config: BilevelConfig, generator: torch.Gen
 
 
 @dataclass(frozen=True)
-class RunkelBilevel:
+class RunkelBilevel(Attack):
     name: str = "runkel_bilevel"
     description: str = ("Runkel et al.'s bilevel attack: min_x ||theta* - theta(x)||^2 with theta(x) the "
                         "retrained model, implicit hypergradient by CG on Hessian-vector products")
@@ -135,7 +135,7 @@ class RunkelBilevel:
                 f"runkel_bilevel handles the affine and one-hidden-layer mlp_bias families (the paper's models); "
                 f"this target is {target.family!r}. For the homogeneous mlp family use haim_binary_kkt, or train "
                 "an mlp_bias target with one hidden layer (--model widths=[W])")
-        layers = getattr(target.model, "layers", None)
+        layers = target.model.linear_chain()
         if target.family == "mlp_bias" and (layers is None or len(layers) != 2):
             depth = "?" if layers is None else len(layers) - 1
             raise IncompatibleError(

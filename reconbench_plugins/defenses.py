@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from reconbench import hookimpl
 from reconbench.config import option
 from reconbench.errors import IncompatibleError, ReconbenchError
-from reconbench.interfaces import TrainingRun
+from reconbench.interfaces import Defense, TrainingRun
 from reconbench.targets.nets import TargetNet
 from reconbench.targets.problems import Problem
 from reconbench_plugins.dp_sgd import DpSgd
@@ -29,7 +29,7 @@ class WeightNoiseConfig:
 
 
 @dataclass(frozen=True)
-class WeightNoise:
+class WeightNoise(Defense):
     name: str = "weight_noise"
     description: str = "adds Gaussian noise to every released weight tensor, scaled to the tensor's RMS value"
     config_cls: type = WeightNoiseConfig
@@ -50,7 +50,7 @@ class PruneConfig:
 
 
 @dataclass(frozen=True)
-class MagnitudePrune:
+class MagnitudePrune(Defense):
     name: str = "magnitude_prune"
     description: str = "zeroes the smallest-magnitude fraction of every weight tensor before release"
     config_cls: type = PruneConfig
@@ -74,7 +74,7 @@ class QuantiseConfig:
 
 
 @dataclass(frozen=True)
-class Int8Quantise:
+class Int8Quantise(Defense):
     name: str = "int8_quantise"
     description: str = ("rounds every released weight tensor to a symmetric integer grid (scale = max|w| / 127 per "
                         "tensor or channel) and releases the dequantised values")
@@ -104,7 +104,7 @@ class WeightDecayConfig:
 
 
 @dataclass(frozen=True)
-class WeightDecay:
+class WeightDecay(Defense):
     name: str = "weight_decay"
     description: str = ("trains with extra coupled weight decay on every parameter; the attacker's knowledge keeps "
                         "the recipe's own weight_decay (the defender does not publish it)")
@@ -129,7 +129,7 @@ class EarlyStopConfig:
 
 
 @dataclass(frozen=True)
-class EarlyStopping:
+class EarlyStopping(Defense):
     name: str = "early_stopping"
     description: str = ("stops training before convergence: once the training loss is below a threshold, or after "
                         "a fraction of the step budget (the KKT attacks need a converged model)")
@@ -167,7 +167,7 @@ def smoothed_ce(eps: float) -> Any:
 
 
 @dataclass(frozen=True)
-class LabelSmoothing:
+class LabelSmoothing(Defense):
     name: str = "label_smoothing"
     description: str = "trains on smoothed targets (1 - eps) * one_hot + eps / K (binary: soft BCE targets)"
     config_cls: type = LabelSmoothingConfig

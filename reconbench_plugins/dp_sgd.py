@@ -19,7 +19,7 @@ import torch
 
 from reconbench.config import option
 from reconbench.errors import IncompatibleError, ReconbenchError
-from reconbench.interfaces import TrainingRun
+from reconbench.interfaces import Defense, TrainingRun
 from reconbench.targets.nets import TargetNet
 from reconbench.targets.problems import Problem
 
@@ -56,7 +56,7 @@ def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta
 
 
 @dataclass(frozen=True)
-class DpSgd:
+class DpSgd(Defense):
     name: str = "dp_sgd"
     description: str = ("DP-SGD (Opacus): per-sample gradient clipping to C and Gaussian noise sigma*C each step; "
                         "reports epsilon at delta (RDP accountant, full batch: q = 1)")

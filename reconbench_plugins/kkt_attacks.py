@@ -7,7 +7,7 @@ minimises
     L = sum_p ||theta_p - grad_p (1/m) sum_i s_i||^2 + box prior(x) + multiplier penalty(lambda)
 
 over the candidates x (started by the init regime) and the multipliers lambda. See
-../shared/docs/kkt-attacks-spec.md (sections 2, 4, 6, 8) for what the reference code does; the defaults follow
+docs/method/kkt-attacks.md for what the reference code does; the defaults follow
 it except where a help text says otherwise.
 
     haim_binary_kkt   s_i = lambda_i y_i Phi(x_i)                  y_i = -1 for the first half, +1 after
@@ -19,7 +19,7 @@ it except where a help text says otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -34,12 +34,13 @@ from reconbench.attack.kkt.loop import (
 )
 from reconbench.config import LogUniform, Uniform, option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn
+from reconbench.targets.nets import TargetNet
 
 #: the KKT attack for each task, named in the errors that send a user elsewhere
 ATTACK_FOR_TASK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt",
                    "regression": "general_loss_wd"}
-#: the papers' sweep (spec section 6): W&B random search over these four ranges
+#: the papers' sweep: random search over these four ranges (docs/method/kkt-attacks.md#sweep-ranges)
 PAPER_SPACE = {
     "init_scale": LogUniform(1e-6, 0.1),
     "lr": LogUniform(1e-5, 1.0),
@@ -91,7 +92,7 @@ class GeneralLossConfig(StationarityConfig):
 def _other_attacks(task: str) -> str:
     kkt = set(ATTACK_FOR_TASK.values())
     names = [n for n in plugins.names("attacks")
-             if n not in kkt and task in getattr(plugins.get("attacks", n), "tasks", ())]
+             if n not in kkt and task in plugins.get("attacks", n).tasks]
     return ", ".join(names) if names else "none is registered yet"
 
 
@@ -106,7 +107,7 @@ def check_kkt_target(attack: Any, target: AttackTarget) -> None:
             f"{k.task} model with {k.out_dim} output(s) ({k.num_classes} classes); use --attack {fit} "
             "instead")
     family = plugins.get("models", target.family)
-    if not getattr(family, "swappable_activation", False) or not hasattr(target.model, "use_activation"):
+    if not family.swappable_activation or not isinstance(target.model, TargetNet):
         swappable = [n for n in plugins.names("models") if plugins.get("models", n).swappable_activation]
         raise IncompatibleError(
             f"attack {attack.name!r} replaces the target's ReLU by a surrogate, but model family "
@@ -119,13 +120,9 @@ def _uniform(shape: tuple[int, ...], generator: torch.Generator, like: torch.Ten
     return torch.rand(shape, generator=generator, dtype=torch.float64).to(like)
 
 
-class _KKTAttack:
+class _KKTAttack(Attack):
     """Shared plumbing; each attack defines its equations in ``initial_multipliers`` and
     ``stationarity_terms``."""
-
-    name: ClassVar[str]
-    config_cls: ClassVar[type]
-    tasks: ClassVar[frozenset[str]]
 
     def search_space(self) -> dict[str, Any]:
         return dict(PAPER_SPACE)

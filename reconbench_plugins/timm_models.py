@@ -27,6 +27,7 @@ from torch import nn
 
 from reconbench import hookimpl
 from reconbench.errors import IncompatibleError, ReconbenchError
+from reconbench.interfaces import ModelFamily
 from reconbench.targets.nets import TargetNet
 
 INSTALL_HINT = "pip install 'reconbench[timm]'"
@@ -103,7 +104,7 @@ def _create(timm: Any, arch: str, input_shape: tuple[int, int, int], out_dim: in
 
 
 @dataclass(frozen=True)
-class TimmFamily:
+class TimmFamily(ModelFamily):
     """A timm architecture by name (``arch``), with ``kwargs`` passed to ``timm.create_model``."""
 
     name: str = "timm"

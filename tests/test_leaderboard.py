@@ -19,6 +19,7 @@ from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import load_suite
 from reconbench.cli import main
 from reconbench.errors import DataError
+from reconbench.interfaces import Metric
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
@@ -190,11 +191,10 @@ def test_direction_follows_the_metric_plugin_and_custom_columns(synthetic, tmp_p
     suite, res = synthetic
 
     @dataclass(frozen=True)
-    class GoodCount:  # a metric plugin declaring that fewer is better (the opposite of the column spec)
+    class GoodCount(Metric):  # a metric plugin declaring that fewer is better (the opposite of the column spec)
         name: str = "good_count"
         description: str = "test metric"
         higher_is_better: bool = False
-        config_cls: type = object
 
     class Plugin:
         @hookimpl
@@ -297,6 +297,7 @@ def run_cli(args, capsys):
     return exit_info.value.code or 0, out.out, out.err
 
 
+@pytest.mark.slow
 def test_sampled_candidates_skip_files_over_the_size_cap(tmp_path, monkeypatch, toy_attack_registered):
     from reconbench.leaderboard import render as lbmod
 
@@ -318,6 +319,7 @@ def test_sampled_candidates_skip_files_over_the_size_cap(tmp_path, monkeypatch, 
     stored = stored_cells(tmp_path / "lb")
     assert len(stored) == 3 and big.parent.name not in stored     # 4 cells, k = 3: the other three
 
+@pytest.mark.slow
 def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_attack_registered):
     path = tmp_path / "toy.toml"
     path.write_text(TOY_SUITE)
@@ -360,6 +362,7 @@ def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_a
 PUBLISHED = sorted(p.parent for p in (REPO / "leaderboards").glob("*/results.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not PUBLISHED, reason="no leaderboard is published in leaderboards/ yet")
 @pytest.mark.parametrize("board", PUBLISHED, ids=[p.name for p in PUBLISHED])
 def test_published_leaderboard_numbers_are_reproduced(board):

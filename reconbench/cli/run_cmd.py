@@ -48,11 +48,11 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     if model_card:
         card = load_card(model_card)
     else:
-        recipe = recipe_from_options(recipe_opts, base=getattr(attack_obj, "default_recipe", None))
+        recipe = recipe_from_options(recipe_opts, base=attack_obj.default_recipe)
         card = get_or_train(recipe, cache, data_root, quiet)
     spec = RunSpec(attack=attack, attack_config=parse_assignments(attack_set, "--set"), init=init_name,
                    init_config=parse_assignments(init_set, "--init-set"), seed=seed, candidates=candidates,
-                   search_runs=search_runs if search_runs is not None else getattr(attack_obj, "default_search_runs", 1),
+                   search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
                    dtype=dtype, device=device, protocol=parse_assignments(protocol_set, "--protocol-set"))
     out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{card.data['recipe_key']}-s{seed}"
     result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)

@@ -68,7 +68,10 @@ class _Data:
 
 
 def _display(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """Centred (C, H, W) -> an imshow image: add the mean back, min-max scale per image (spec 5.3)."""
+    """Centred (C, H, W) -> an imshow image: add the mean back, min-max scale per image.
+
+    Method: docs/method/evaluation-protocol.md#display-scaling.
+    """
     img = x + mean
     lo, hi = float(img.min()), float(img.max())
     img = (img - lo) / (hi - lo) if hi > lo else np.zeros_like(img)

@@ -18,7 +18,7 @@ import torch
 from reconbench import plugins
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import ReconbenchError
-from reconbench.interfaces import TrainingRun
+from reconbench.interfaces import TrainingRun, acts_during_training
 
 if TYPE_CHECKING:
     from reconbench.targets.losses import LossFn
@@ -46,7 +46,9 @@ class DefenseSession:
             self.config = build_config(self.defense.config_cls, recipe.defense_config, f"defense {self.defense.name}")
 
     def _hook(self, name: str) -> Any:
-        return getattr(self.defense, name, None) if self.defense is not None else None
+        if self.defense is None or not acts_during_training(self.defense):
+            return None
+        return getattr(self.defense, name, None)
 
     def start(self, model: TargetNet, optimizer: torch.optim.Optimizer, loss_fn: LossFn, x: torch.Tensor,
               targets: torch.Tensor, problem: Problem, steps: int) -> TrainingRun:
@@ -77,8 +79,7 @@ class DefenseSession:
         return out
 
     def release_only(self) -> bool:
-        return self.defense is None or not any(
-            self._hook(m) is not None for m in ("start_training", "after_step", "end_training"))
+        return self.defense is None or not acts_during_training(self.defense)
 
     def recall(self, recipe: TargetRecipe, device: str) -> dict[str, Any] | None:
         """The training loop's outcome for the undefended recipe, when it ran in this process and this defense
@@ -106,7 +107,7 @@ class DefenseSession:
     def card_record(self) -> dict[str, Any] | None:
         if self.defense is None:
             return None
-        during = any(self._hook(m) is not None for m in ("start_training", "after_step", "end_training"))
+        during = acts_during_training(self.defense)
         records = {**(self.run.records if self.run is not None else {}), **self.release_records}
         return {"name": self.defense.name, "config": config_to_dict(self.config), "during_training": during,
                 "records": records}

@@ -16,6 +16,7 @@ import torch
 from reconbench import hookimpl
 from reconbench.config import option
 from reconbench.errors import ReconbenchError
+from reconbench.interfaces import Defense
 
 
 @dataclass
@@ -24,7 +25,7 @@ class LowRankConfig:
 
 
 @dataclass(frozen=True)
-class LowRank:
+class LowRank(Defense):
     name: str = "low_rank"
     description: str = "replaces every weight matrix by its truncated SVD before release (keeps a fraction of the rank)"
     config_cls: type = LowRankConfig

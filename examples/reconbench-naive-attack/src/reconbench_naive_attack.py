@@ -1,4 +1,4 @@
-"""An external reconbench attack plugin: the 'naive' baseline of the reference code (kkt-attacks-spec.md 4.3).
+"""An external reconbench attack plugin: the 'naive' baseline of the reference code (docs/method/kkt-attacks.md#naive-baseline).
 
 It maximises the margin between the two classes' outputs, L = -(mean_{y=+1} Phi - mean_{y=-1} Phi) + box prior,
 with plain gradient descent on the candidates. It has no multipliers and needs only the labels.
@@ -14,7 +14,7 @@ import torch
 from reconbench import hookimpl
 from reconbench.config import LogUniform, option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import AttackOutput, AttackTarget
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget
 
 
 @dataclass
@@ -24,7 +24,7 @@ class NaiveConfig:
 
 
 @dataclass(frozen=True)
-class NaiveAttack:
+class NaiveAttack(Attack):
     name: str = "naive_margin"
     description: str = "class-output maximisation with a box prior (the reference's 'naive' baseline)"
     needs: frozenset = frozenset({"labels"})
