@@ -115,7 +115,7 @@ def test_kkt_attack_runs_on_a_timm_target_through_autograd(resnet_card):
     _, target, labels = prepare(resnet_card, RunSpec(attack=attack.name))
     _, engine_name = make_engine(target.model, alpha=10.0)
     assert engine_name == "autograd"
-    cfg = build_config(attack.config_cls, {**getattr(attack, "smoke_config", {}), "steps": 3}, attack.name)
+    cfg = build_config(attack.config_cls, {**(attack.smoke_config or {}), "steps": 3}, attack.name)
     x0 = torch.randn((len(labels), *SHAPE), dtype=target.dtype, generator=torch.Generator().manual_seed(0)) * 1e-2
     out = attack.run(target, x0, labels, cfg, generator=torch.Generator().manual_seed(1))
     assert out.candidates.shape == x0.shape and bool(torch.isfinite(out.candidates).all())
