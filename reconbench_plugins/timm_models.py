@@ -12,6 +12,9 @@ What the harness relies on (docs/architectures.md says more):
   their exact gradient.
 - These models are not positively homogeneous (biases, normalisation layers, residual sums, attention), so
   ``homogeneity_degree`` is None, and they are not a chain of linear layers, so the KKT engine uses autograd.
+- Fused attention kernels are switched off (``fused_attn = False``): the KKT attacks differentiate the parameter
+  gradient with respect to the inputs, a second derivative that PyTorch's fused CPU attention does not implement.
+  The explicit softmax(QK^T)V path computes the same function.
 - timm initialises from torch's global random stream; with a generator, the build draws one seed from it and runs
   under ``torch.random.fork_rng`` so that the init is deterministic and the caller's global stream is untouched.
 """
@@ -66,6 +69,9 @@ class TimmNet(TargetNet):
         super().__init__()
         self.body = body
         self.swapped = _swap_relus(body, self)
+        for module in body.modules():  # the KKT attacks differentiate twice; fused attention kernels cannot
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)  # type: ignore[no-any-return]

@@ -110,9 +110,20 @@ def test_trains_with_the_harness_and_the_card_reloads_it(resnet_card):
     assert bn and not torch.equal(bn[0].running_mean, torch.zeros_like(bn[0].running_mean))  # trained stats saved
 
 
-def test_kkt_attack_runs_on_a_timm_target_through_autograd(resnet_card):
+@pytest.fixture(scope="module")
+def vit_card(tmp_path_factory):
+    recipe = TargetRecipe(problem=ProblemSpec(dataset="digits", task="binary", n_per_class=3, n_test_per_class=5),
+                          family="timm_vit", train=TrainSpec(lr=0.05, steps=10))
+    return train_target(recipe, tmp_path_factory.mktemp("timm-vit"), quiet=True)
+
+
+@pytest.mark.parametrize("card_name", ["resnet_card", "vit_card"])
+def test_kkt_attack_runs_on_a_timm_target_through_autograd(card_name, request):
+    """The KKT objective differentiates the parameter gradient with respect to the inputs (a second derivative):
+    it must go through BatchNorm, residuals and attention."""
+    card = request.getfixturevalue(card_name)
     attack = plugins.get("attacks", "haim_binary_kkt")
-    _, target, labels = prepare(resnet_card, RunSpec(attack=attack.name))
+    _, target, labels = prepare(card, RunSpec(attack=attack.name))
     _, engine_name = make_engine(target.model, alpha=10.0)
     assert engine_name == "autograd"
     cfg = build_config(attack.config_cls, {**(attack.smoke_config or {}), "steps": 3}, attack.name)
