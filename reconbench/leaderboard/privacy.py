@@ -10,6 +10,7 @@ most its headline, one of them strictly.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +192,7 @@ def draw_privacy(name: str, table: dict[str, Any], out: Path) -> dict[str, Any]:
         handles, labs = ax.get_legend_handles_labels()
         uniq = dict(zip(labs, handles, strict=True))
         ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="best")
-    fig.suptitle(table["title"], fontsize=10)
+    fig.suptitle("\n".join(textwrap.wrap(table["title"], 45 * len(series))), fontsize=10)
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"privacy-{name}.png"
