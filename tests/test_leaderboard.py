@@ -459,6 +459,6 @@ def test_figure_matching_uses_the_evaluation_or_finds_exact_copies():
     inverse = {int(p): j for j, p in enumerate(perm)}  # training index -> its (scaled) copy among candidates
     for ti, ci, corr in found:
         assert ci == inverse[ti] and corr == pytest.approx(1.0, abs=1e-9)
-    rows = [{"candidate_index": len(x) - 1 - i, "ssim": 0.1 * i} for i in range(len(x))]
+    rows = [{"best_candidate": len(x) - 1 - i, "ssim": 0.1 * i} for i in range(len(x))]
     found, score = matches(problem, candidates, {"per_image": rows})
     assert score == "ssim" and found[0] == (len(x) - 1, 0, pytest.approx(0.1 * (len(x) - 1)))

@@ -31,7 +31,8 @@ from reconbench.targets.cards import load_card
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the init regime and the search.")
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
               help="Attack precision.")
-@click.option("--device", default="cpu", show_default=True, help="Torch device, e.g. cuda.")
+@click.option("--device", default="cpu", show_default=True,
+              help="Torch device of the attack, and of the training when a target is trained, e.g. cuda.")
 @click.option("--protocol-set", multiple=True, help="Evaluation protocol option KEY=VALUE (repeatable).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>; an existing one is resumed).")
@@ -49,7 +50,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
         card = load_card(model_card)
     else:
         recipe = recipe_from_options(recipe_opts, base=attack_obj.default_recipe)
-        card = get_or_train(recipe, cache, data_root, quiet)
+        card = get_or_train(recipe, cache, data_root, quiet, device=device)   # trained where it is attacked
     spec = RunSpec(attack=attack, attack_config=parse_assignments(attack_set, "--set"), init=init_name,
                    init_config=parse_assignments(init_set, "--init-set"), seed=seed, candidates=candidates,
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,

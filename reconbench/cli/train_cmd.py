@@ -16,12 +16,16 @@ from reconbench.targets.cache import get_or_train, train_target
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the model card (default: the cache, keyed by the recipe hash).")
 @click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder (default $RECONBENCH_CACHE).")
+@click.option("--device", default="cpu", show_default=True,
+              help="Torch device of the training, e.g. cuda (not part of the recipe: the card records it).")
 @data_root_option
 @quiet_option
-def train_command(out: str | None, cache: str | None, data_root: str | None, quiet: bool, **opts: Any) -> None:
+def train_command(out: str | None, cache: str | None, device: str, data_root: str | None, quiet: bool,
+                  **opts: Any) -> None:
     """Train a target model by full-batch gradient descent and write a model card (weights + card.json)."""
     recipe = recipe_from_options(opts)
-    card = train_target(recipe, out, data_root, quiet) if out else get_or_train(recipe, cache, data_root, quiet)
+    card = (train_target(recipe, out, data_root, quiet, device) if out
+            else get_or_train(recipe, cache, data_root, quiet, device=device))
     m = card.data["metrics"]
     cert = m.get("certificate", {})
     click.echo(f"model card: {card.path}")
