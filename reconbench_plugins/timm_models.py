@@ -71,7 +71,7 @@ class TimmNet(TargetNet):
         self.swapped = _swap_relus(body, self)
         for module in body.modules():  # the KKT attacks differentiate twice; fused attention kernels cannot
             if hasattr(module, "fused_attn"):
-                module.fused_attn = False
+                setattr(module, "fused_attn", False)  # noqa: B010 (a plain attribute, not a submodule)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)  # type: ignore[no-any-return]

@@ -92,3 +92,26 @@ def test_pareto_front_against_brute_force():
             assert front[i] == (not better)
     assert pareto_front([(0.9, 5.0), (0.6, 1.0), (0.5, 2.0), (0.9, 5.0)]) == [True, True, False, True]
     assert all(pareto_front([p]) == [True] for p in itertools.product([0.1], [2.0]))
+
+
+def test_null_cells_run_on_the_undefended_target_only(tmp_path):
+    s = suite(tmp_path, """
+[attacks.null]
+attack = "haim_binary_kkt"
+config = { steps = 0 }
+[inits.partition]
+[defenses.weight_noise]
+values = [0.1]
+[privacy.p]
+targets = ["bin"]
+attacks = ["haim_binary_kkt"]
+inits = ["gaussian"]
+null_attack = "null"
+null_init = "partition"
+seeds = [0, 1]
+""")
+    null = [c for c in expand(s) if c.attack.label == "null"]
+    assert sorted(c.cell_id for c in null) == ["bin--null--partition--s0", "bin--null--partition--s1"]
+    with pytest.raises(SuiteError, match="give both"):
+        suite(tmp_path, '[defenses.weight_noise]\n[privacy.p]\ntargets = ["bin"]\nattacks = ["haim_binary_kkt"]\n'
+                        'null_attack = "haim_binary_kkt"\n')

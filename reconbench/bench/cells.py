@@ -101,6 +101,9 @@ def expand(suite: Suite) -> list[Cell]:
                 for i in axis.inits:
                     for s in axis.seeds:
                         add(p.target, a, i, s, f"privacy:{axis.name}")
+            if axis.null_attack and axis.null_init and p.defense is None:
+                for s in axis.seeds:
+                    add(p.target, axis.null_attack, axis.null_init, s, f"privacy:{axis.name}")
     return list(cells.values())
 
 

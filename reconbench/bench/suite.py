@@ -646,12 +646,14 @@ class PrivacyAxis:
     attacks: tuple[str, ...]
     inits: tuple[str, ...]
     seeds: tuple[int, ...]
+    null_attack: str | None = None  # run on each undefended target from null_init: the null of its problem
+    null_init: str | None = None
 
 
 DEFENSE_KEYS: dict[str, Any] = {"defense": str, "config": dict[str, Any], "strength": str, "values": list[Any],
                                 "description": str}
 PRIVACY_KEYS: dict[str, Any] = {"title": str, "targets": Any, "defenses": Any, "attacks": Any, "inits": Any,
-                                "seeds": list[int]}
+                                "seeds": list[int], "null_attack": str, "null_init": str}
 
 
 def _defense_entries(data: dict[str, Any], chk: _Checker, strict: bool, warnings: list[str]) -> dict[str, DefenseEntry]:
@@ -716,7 +718,12 @@ def privacy_axes(data: dict[str, Any], chk: _Checker, targets: dict[str, TargetE
             attacks=chk.refs(table["attacks"], attacks, "attack", (*keys, "attacks")),
             inits=chk.refs(table.get("inits", "*"), inits, "init", (*keys, "inits")),
             seeds=tuple(chk.typed(table["seeds"], list[int], (*keys, "seeds"))) if "seeds" in table else seeds,
+            null_attack=chk.refs([table["null_attack"]], attacks, "attack", (*keys, "null_attack"))[0]
+            if "null_attack" in table else None,
+            null_init=chk.refs([table["null_init"]], inits, "init", (*keys, "null_init"))[0] if "null_init" in table else None,
         ))
+        if (axes[-1].null_attack is None) != (axes[-1].null_init is None):
+            raise chk.fail(keys, "give both `null_attack` and `null_init` (the null: e.g. 0 attack steps from held-out images)")
     return tuple(axes)
 
 

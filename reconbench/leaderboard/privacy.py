@@ -21,7 +21,8 @@ from reconbench.leaderboard.tables import Published, Stat, fmt_stat
 
 #: the evaluation summary key shown as each attack's headline (switch it here when the calibrated one lands)
 HEADLINE_KEY = "reconstructed"
-#: the same score for the null (held-out images as candidates), when the evaluation reports one
+#: the same score for the null (held-out images as candidates) when the evaluation reports it with the cell; a
+#: privacy axis with `null_attack` / `null_init` measures it instead (the headline of those cells)
 NULL_KEY = f"null_{HEADLINE_KEY}"
 #: the search-run selection the table reads (all runs pooled, as the papers evaluated)
 SELECTION = "pool"
@@ -91,6 +92,15 @@ def axis_rows(suite: Suite, pub: Published, axis: PrivacyAxis) -> dict[str, Any]
                     "headline": Stat(head).to_dict(), "null": Stat(null).to_dict(),
                     "cells": [r["cell_id"] for r in recs], "pareto": False}
         rows.append(entry)
+    if axis.null_attack:  # the null of each base target's problem: the null attack's headline, for every series
+        for base in dict.fromkeys(r["base"] for r in rows):
+            ids = [c.cell_id for c in pub.plan if group in c.groups and c.target == base
+                   and c.attack.label == axis.null_attack and c.init.label == axis.null_init]
+            null_stat = Stat([v for v in (_summary_value(r, HEADLINE_KEY) for r in pub.ok(ids)) if v is not None])
+            for r in rows:
+                if r["base"] == base:
+                    for s in series:
+                        r["attacks"][s]["null"] = {**null_stat.to_dict(), "cells": ids}
     for s in series:  # the Pareto front per base target and attack
         for base in dict.fromkeys(r["base"] for r in rows):
             pts = [(i, r) for i, r in enumerate(rows) if r["base"] == base and r["test_accuracy"] is not None
@@ -147,7 +157,7 @@ def render_privacy(name: str, table: dict[str, Any]) -> str:
         f"Per defense and strength: the defended target's test accuracy (Δ against the undefended target), the "
         f"defense's own guarantee where it has one, and each attack's `{table['headline_key']}` "
         f"({table['selection']} selection; mean ± sd over seeds) with, in brackets, the same score for the null "
-        f"(`{table['null_key']}`; n/a where the evaluation does not report it). {FRONT_MARK}: on the attack's "
+        f"(the suite's null cells: held-out images as candidates; n/a where the suite has none). {FRONT_MARK}: on the attack's "
         "Pareto front (no other point of the same target is at least as accurate and at most as reconstructable, "
         f"one strictly). Figure: [`figures/privacy-{name}.png`](figures/privacy-{name}.png).\n\n"
         + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
