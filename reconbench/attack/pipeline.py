@@ -240,6 +240,10 @@ def select_runs(runs: list[dict[str, Any]]) -> tuple[int | None, int | None]:
     return blind, oracle
 
 
+#: the largest attack loss drawn on the log-scale trace plot
+LOG_PLOT_MAX = 1e100
+
+
 def plot_traces(runs: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     """One curve of the attack loss per run (log scale); None when no run recorded a trace."""
     rows = [(r["run"], r.get("trace") or []) for r in runs]
@@ -252,7 +256,8 @@ def plot_traces(runs: list[dict[str, Any]], path: Path, title: str) -> Path | No
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for run, trace in rows:
-        points = [(t["step"], t["loss"]) for t in trace if 0 < t.get("loss", math.nan) < math.inf]
+        # a log axis cannot place ticks for values near the float range's end (a diverging run): leave them out
+        points = [(t["step"], t["loss"]) for t in trace if 0 < t.get("loss", math.nan) < LOG_PLOT_MAX]
         if points:
             ax.plot(*zip(*points, strict=True), label=f"run {run}", lw=1)
     ax.set_yscale("log")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from reconbench.cli.common import data_root_option, main_group, parse_assignments, quiet_option
+from reconbench.cli.run_cmd import headline_lines
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation.rescore import rescore
 
@@ -29,6 +30,8 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
                      data_root=data_root, out_dir=out, quiet=quiet)
     evaluation, diff = record["evaluation"], record["differences"]
     click.echo(f"evaluation: {record['path']}  ({evaluation['seconds']:.1f}s)")
+    for line in headline_lines(evaluation)[:1]:  # the calibrated headline next to its held-out null
+        click.echo(line)
     for key, value in evaluation["summary"].items():
         click.echo(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
     if record["stored_protocol"]:

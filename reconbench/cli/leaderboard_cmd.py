@@ -30,6 +30,8 @@ from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cel
     help="Leaderboard folder (default: leaderboards/<suite>).",
 )
 @click.option("--no-figures", is_flag=True, help="Skip the figures.")
+@click.option("--publish", is_flag=True,
+              help="Refuse unless every cell ran at the current commit of a clean checkout (for published boards).")
 @click.option(
     "--verify",
     is_flag=True,
@@ -38,7 +40,8 @@ from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cel
 )
 @data_root_option
 def leaderboard_command(
-    suite: str, results: str | None, out: str | None, no_figures: bool, verify: bool, data_root: str | None
+    suite: str, results: str | None, out: str | None, no_figures: bool, publish: bool, verify: bool,
+    data_root: str | None
 ) -> None:
     """Render leaderboards/<suite>/: README.md, results.json, cells/, candidates/, figures/."""
     s = load_suite(suite)
@@ -68,6 +71,7 @@ def leaderboard_command(
         command=command_line(),
         data_root=data_root,
         figures=False if no_figures else None,
+        publish=publish,
     )
     cells = data["header"]["cells"]
     click.echo(

@@ -57,17 +57,39 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                    dtype=dtype, device=device, protocol=parse_assignments(protocol_set, "--protocol-set"))
     out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{card.data['recipe_key']}-s{seed}"
     result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
-    summary = result["evaluation"].get("summary", {})
     click.echo(f"result: {out_dir / 'result.json'}  ({result['wall_seconds']:.1f}s, {len(result['runs'])} run(s))")
+    for line in headline_lines(result["evaluation"]):
+        click.echo(line)
+    click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
+
+
+def headline_lines(evaluation: dict[str, Any]) -> list[str]:
+    """The calibrated headline next to the held-out null, then the other summary numbers with their null means."""
+    summary, null = evaluation.get("summary", {}), evaluation.get("null") or {}
+    nulls = null.get("spread") or {}
+    lines = []
+    cal = evaluation.get("protocol", {}).get("calibration", {})
+    if summary.get("reconstructed_calibrated") is not None:
+        spread = nulls.get("reconstructed_calibrated", {})
+        lines.append(f"  reconstructed (calibrated headline): {summary['reconstructed_calibrated']} of "
+                     f"{summary.get('n_train')}  | held-out null: mean {spread.get('mean', float('nan')):.2g}, "
+                     f"max {spread.get('max', float('nan')):.0f} over {null.get('draws', 0)} draws  "
+                     f"({cal.get('score')} > {summary['calibrated_threshold']:.3f}, the best any of "
+                     f"{cal.get('calibration_draws')} null draws reached)")
+    elif null.get("available") is False:
+        lines.append(f"  no calibrated headline: {null.get('reason')}")
     for key in HEADLINE:
         if key in summary:
             value = summary[key]
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
             if key == "lpips_mean" and value == "unavailable":
                 text += " (backbone weights not cached; see result.json for the reason)"
-            click.echo(f"  {key}: {text}")
-    click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
+            if key in nulls and key not in ("n_train", "n_candidates"):
+                text += f"  | null {nulls[key]['mean']:.3g} (sd {nulls[key]['std']:.2g})"
+            click_key = "reconstructed (papers' protocol)" if key == "reconstructed" else key
+            lines.append(f"  {click_key}: {text}")
+    return lines
 
 
-HEADLINE = ("n_train", "n_candidates", "reconstructed", "top_k_mean_ssim", "reconstructed_ssim_standard",
+HEADLINE = ("n_train", "n_candidates", "reconstructed", "reconstructed_corr", "top_k_mean_ssim", "reconstructed_ssim_standard",
             "membership_precision", "distinct_share", "init_copy_share", "extraction_score", "lpips_mean")
