@@ -17,13 +17,13 @@ from typing import Any
 from tabulate import tabulate
 
 from reconbench.bench.suite import PrivacyAxis, Suite
-from reconbench.leaderboard.tables import Published, Stat, fmt_stat
+from reconbench.leaderboard.tables import Published, Stat, fmt_stat, null_of
 
 #: the evaluation summary key shown as each attack's headline (switch it here when the calibrated one lands)
 HEADLINE_KEY = "reconstructed"
-#: the same score for the null (held-out images as candidates) when the evaluation reports it with the cell; a
-#: privacy axis with `null_attack` / `null_init` measures it instead (the headline of those cells)
-NULL_KEY = f"null_{HEADLINE_KEY}"
+# The null (held-out images as candidates): the cells' own held-out null of the headline when the evaluation
+# recorded one (reconbench.leaderboard.tables.null_of), else the headline of the axis' null cells
+# (`null_attack` / `null_init`: 0 attack steps from held-out images on the undefended target).
 #: the search-run selection the table reads (all runs pooled, as the papers evaluated)
 SELECTION = "pool"
 FRONT_MARK = "◆"
@@ -87,18 +87,20 @@ def axis_rows(suite: Suite, pub: Published, axis: PrivacyAxis) -> dict[str, Any]
                        and c.attack.label == attack and c.init.label == init]
                 recs = pub.ok(ids)
                 head = [v for v in (_summary_value(r, HEADLINE_KEY) for r in recs) if v is not None]
-                null = [v for v in (_summary_value(r, NULL_KEY) for r in recs) if v is not None]
+                recorded = null_of(recs, SELECTION, HEADLINE_KEY)  # the cells' own held-out null, when evaluated
+                null = [] if recorded is None else [recorded["mean"]]
                 entry["attacks"][f"{attack} / {init}"] = {
                     "headline": Stat(head).to_dict(), "null": Stat(null).to_dict(),
                     "cells": [r["cell_id"] for r in recs], "pareto": False}
         rows.append(entry)
-    if axis.null_attack:  # the null of each base target's problem: the null attack's headline, for every series
+    if axis.null_attack:  # the null cells' headline (held-out images, 0 steps) where the cells record none
+        recorded_any = any(r["attacks"][s]["null"]["n"] for r in rows for s in series)
         for base in dict.fromkeys(r["base"] for r in rows):
             ids = [c.cell_id for c in pub.plan if group in c.groups and c.target == base
                    and c.attack.label == axis.null_attack and c.init.label == axis.null_init]
             null_stat = Stat([v for v in (_summary_value(r, HEADLINE_KEY) for r in pub.ok(ids)) if v is not None])
             for r in rows:
-                if r["base"] == base:
+                if r["base"] == base and not recorded_any:
                     for s in series:
                         r["attacks"][s]["null"] = {**null_stat.to_dict(), "cells": ids}
     for s in series:  # the Pareto front per base target and attack
@@ -108,7 +110,7 @@ def axis_rows(suite: Suite, pub: Published, axis: PrivacyAxis) -> dict[str, Any]
             flags = pareto_front([(r["test_accuracy"], r["attacks"][s]["headline"]["mean"]) for _, r in pts])
             for (_, r), f in zip(pts, flags, strict=True):
                 r["attacks"][s]["pareto"] = f
-    return {"title": axis.title, "headline_key": HEADLINE_KEY, "null_key": NULL_KEY, "selection": SELECTION,
+    return {"title": axis.title, "headline_key": HEADLINE_KEY, "selection": SELECTION,
             "series": series, "rows": rows}
 
 
@@ -157,7 +159,8 @@ def render_privacy(name: str, table: dict[str, Any]) -> str:
         f"Per defense and strength: the defended target's test accuracy (Δ against the undefended target), the "
         f"defense's own guarantee where it has one, and each attack's `{table['headline_key']}` "
         f"({table['selection']} selection; mean ± sd over seeds) with, in brackets, the same score for the null "
-        f"(the suite's null cells: held-out images as candidates; n/a where the suite has none). {FRONT_MARK}: on the attack's "
+        f"(held-out images as candidates: the cells' recorded null, else the suite's null cells; "
+        f"n/a where neither exists). {FRONT_MARK}: on the attack's "
         "Pareto front (no other point of the same target is at least as accurate and at most as reconstructable, "
         f"one strictly). Figure: [`figures/privacy-{name}.png`](figures/privacy-{name}.png).\n\n"
         + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
