@@ -27,7 +27,7 @@ import torch
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import build_config
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput
+from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput, acts_during_training
 from reconbench.targets.cache import train_target
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.images import TASKS
@@ -150,6 +150,41 @@ def check_defense(defense: Any) -> None:
     after = model.state_dict()
     assert {k: v.shape for k, v in before.items()} == {k: v.shape for k, v in after.items()}
     assert all(torch.isfinite(v).all() for v in after.values()), f"{defense.name}: produced non-finite weights"
+    if acts_during_training(defense):
+        _check_training_defense(defense, card)
+
+
+def _check_training_defense(defense: Any, card: ModelCard, steps: int = 20) -> None:
+    """A short run of the trainer's loop with the defense's hooks: the released model must be the plain network,
+    finite, with the architecture's parameter shapes, and the records JSON values."""
+    import json
+
+    from reconbench.targets.defended import DefenseSession
+    from reconbench.targets.losses import get_loss
+    from reconbench.targets.nets import TargetNet
+    from reconbench.targets.training import build_model
+
+    recipe = card.recipe
+    problem = card.problem()
+    model = build_model(recipe, problem).double()
+    shapes = {k: v.shape for k, v in model.state_dict().items()}
+    _, loss_fn = get_loss(recipe.train.loss, problem.task)
+    x, y = problem.x_train(torch.float64), problem.targets(problem.train_labels)
+    session = DefenseSession(recipe, defense=defense)
+    run = session.start(model, torch.optim.SGD(model.parameters(), lr=0.05), loss_fn, x, y, problem, steps)
+    for step in range(steps):
+        loss = run.loss_fn(run.model(run.x), run.targets)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        run.optimizer.step()
+        if session.after_step(step, float(loss)):
+            break
+    released = session.end(model)
+    assert isinstance(released, TargetNet), f"{defense.name}: end_training left a {type(released).__name__}"
+    assert {k: v.shape for k, v in released.state_dict().items()} == shapes, f"{defense.name}: changed the architecture"
+    assert all(torch.isfinite(p).all() for p in released.parameters()), f"{defense.name}: non-finite weights"
+    session.release(released, problem)
+    json.dumps(session.card_record(), allow_nan=False)  # records must be plain JSON values
 
 
 def check_metric(metric: Any) -> dict[str, Any]:

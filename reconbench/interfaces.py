@@ -11,6 +11,7 @@ reads training images); an *attack* sees only the target's weights and the publi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
@@ -230,10 +231,57 @@ class Metric(Plugin):
 
 
 # -- defenses -----------------------------------------------------------------------------------------------
+@dataclass
+class TrainingRun:
+    """The pieces of the trainer's loop that a training-time defense may replace before the first step.
+
+    The loop computes ``loss = loss_fn(model(x), targets)``, calls ``backward`` and ``optimizer.step()``. A defense
+    may wrap ``model`` and ``optimizer`` (e.g. per-sample clipping and noise), replace ``loss_fn`` or ``targets``
+    (label smoothing), change the optimizer's hyperparameters (weight decay), and writes what it did into
+    ``records`` (JSON values; they land in the model card under ``metrics.defense``).
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    x: torch.Tensor
+    targets: torch.Tensor
+    problem: Problem
+    steps: int                      # the step budget of the recipe
+    records: dict[str, Any] = field(default_factory=dict)
+
+
+#: the optional training-time methods of a defense (a defense that overrides none acts only before release)
+TRAINING_HOOKS = ("start_training", "after_step", "end_training")
+
+
 class Defense(Plugin):
-    def apply(self, model: TargetNet, problem: Problem, config: Any, *, generator: torch.Generator) -> None:
-        """Modify the trained model in place before release (e.g. add noise to the weights)."""
+    """A defense: ``apply`` changes the trained model before release; a defense that acts during training overrides
+    any of the training-time methods below (its ``apply`` may then do nothing)."""
+
+    #: the option that sets how strong the defense is (the privacy-utility axis of a suite varies it)
+    strength: str | None = None
+
+    def apply(self, model: TargetNet, problem: Problem, config: Any, *,
+              generator: torch.Generator) -> dict[str, Any] | None:
+        """Modify the trained model in place before release (e.g. add noise to the weights); may return numbers to
+        record in the model card."""
         raise NotImplementedError
+
+    def start_training(self, run: TrainingRun, config: Any, *, generator: torch.Generator) -> None:
+        """Change the loop's pieces in ``run`` before the first step."""
+
+    def after_step(self, run: TrainingRun, step: int, loss: float, config: Any) -> bool:
+        """Called after every optimiser step; return True to stop training now."""
+        return False
+
+    def end_training(self, run: TrainingRun, config: Any) -> None:
+        """Undo wrappers (``run.model`` must be the plain target network afterwards) and record final numbers."""
+
+
+def acts_during_training(defense: Any) -> bool:
+    """Whether a defense overrides any training-time method of :class:`Defense`."""
+    return any(getattr(type(defense), m, None) not in (None, getattr(Defense, m)) for m in TRAINING_HOOKS)
 
 
 #: the base class a registered object of each plugin kind must subclass

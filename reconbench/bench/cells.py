@@ -99,6 +99,15 @@ def expand(suite: Suite) -> list[Cell]:
                 for i in comp.inits:
                     for s in comp.seeds:
                         add(v.target, a, i, s, f"comparison:{comp.name}")
+    for axis in suite.privacy:
+        for p in axis.points:
+            for a in axis.attacks:
+                for i in axis.inits:
+                    for s in axis.seeds:
+                        add(p.target, a, i, s, f"privacy:{axis.name}")
+            if axis.null_attack and axis.null_init and p.defense is None:
+                for s in axis.seeds:
+                    add(p.target, axis.null_attack, axis.null_init, s, f"privacy:{axis.name}")
     return list(cells.values())
 
 

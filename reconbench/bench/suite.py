@@ -15,6 +15,10 @@ commented example)::
     [[grid]]         targets, attacks, inits (default: all), seeds (default: the suite's): their product runs
     [comparisons.N]  title, target, axis, values (shorthand for target.<axis> = value) or variants (tables
                      of target overrides), attacks, inits, seeds: a metric against the varied target field
+    [defenses.LABEL] defense (registered name; default LABEL), config, strength (the option varied; default the
+                     defense's own), values (its strengths)
+    [privacy.N]      title, targets, defenses (default: all), attacks, inits, seeds: every target undefended and
+                     under each defense at each strength (the privacy-utility leaderboard)
 
 Unknown keys and wrong types are rejected with the key's name and its line in the file.
 """
@@ -197,6 +201,7 @@ class Suite:
     warnings: tuple[str, ...] = ()
     seed_targets: bool = False                  # each seed also retrains the targets (weight-init seed + seed)
     max_stationarity_ratio: float | None = None  # convergence gate: targets above it are flagged in the tables
+    privacy: tuple[PrivacyAxis, ...] = ()
 
 
 # -- validation ------------------------------------------------------------------------------------------
@@ -311,7 +316,7 @@ COMPARISON_KEYS: dict[str, Any] = {
     "inits": Any,
     "seeds": list[int],
 }
-TOP_KEYS = ("suite", "protocol", "leaderboard", "targets", "attacks", "inits", "grid", "comparisons")
+TOP_KEYS = ("suite", "protocol", "leaderboard", "targets", "attacks", "inits", "grid", "comparisons", "defenses", "privacy")
 
 
 def _target_keys() -> dict[str, tuple[str, str, Any]]:
@@ -326,6 +331,8 @@ def _target_keys() -> dict[str, tuple[str, str, Any]]:
     out["widths"] = ("model", "widths", list[int])
     out["model"] = ("model", "*", dict[str, Any])
     out["description"] = ("meta", "description", str)
+    out["defense"] = ("recipe", "defense", str)
+    out["defense_config"] = ("recipe", "defense_config", dict[str, Any])
     return out
 
 
@@ -453,7 +460,8 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         leaderboard = dataclasses.replace(leaderboard, figure_inits=eligible)
     grid = _read_grid(data, chk, targets, attacks, inits, seeds)
     comparisons = _read_comparisons(data, chk, targets, attacks, inits, seeds)
-    if not grid and not comparisons:
+    privacy = privacy_axes(data, chk, targets, attacks, inits, seeds, strict, warnings)
+    if not grid and not comparisons and not privacy:
         raise chk.fail(("grid",), "the suite runs nothing: add [[grid]] blocks or [comparisons.NAME] tables")
     return Suite(
         name=head.get("name", path.stem),
@@ -473,6 +481,7 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         comparisons=comparisons,
         leaderboard=leaderboard,
         warnings=tuple(warnings),
+        privacy=privacy,
         seed_targets=head.get("seed_targets", False),
         max_stationarity_ratio=head.get("max_stationarity_ratio"),
     )
@@ -655,3 +664,119 @@ def _fmt_value(v: Any) -> str:
     if isinstance(v, dict):  # a table such as `model = { init_scale = 1e-3 }`: names stay file-safe
         return "+".join(f"{k}={_fmt_value(x)}" for k, x in sorted(v.items()))
     return str(v)
+
+
+# -- the privacy-utility axis: targets under defenses at several strengths --------------------------------
+@dataclass(frozen=True)
+class DefenseEntry:
+    label: str
+    defense: str
+    config: dict[str, Any]
+    strength: str | None
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class PrivacyPoint:
+    base: str                  # the undefended target of the suite
+    defense: str | None        # the [defenses.LABEL] label; None: the undefended baseline
+    strength: Any              # the value of the defense's strength option (None for the baseline)
+    target: str                # the target that runs (derived: "<base>@<label>=<strength>")
+
+
+@dataclass(frozen=True)
+class PrivacyAxis:
+    name: str
+    title: str
+    defenses: tuple[DefenseEntry, ...]
+    points: tuple[PrivacyPoint, ...]
+    attacks: tuple[str, ...]
+    inits: tuple[str, ...]
+    seeds: tuple[int, ...]
+    null_attack: str | None = None  # run on each undefended target from null_init: the null of its problem
+    null_init: str | None = None
+
+
+DEFENSE_KEYS: dict[str, Any] = {"defense": str, "config": dict[str, Any], "strength": str, "values": list[Any],
+                                "description": str}
+PRIVACY_KEYS: dict[str, Any] = {"title": str, "targets": Any, "defenses": Any, "attacks": Any, "inits": Any,
+                                "seeds": list[int], "null_attack": str, "null_init": str}
+
+
+def _defense_entries(data: dict[str, Any], chk: _Checker, strict: bool, warnings: list[str]) -> dict[str, DefenseEntry]:
+    out: dict[str, DefenseEntry] = {}
+    for label, table in chk.table(data.get("defenses", {}), ("defenses",)).items():
+        keys = ("defenses", label)
+        chk.name(label, keys)
+        table = chk.table(table, keys)
+        chk.known(table, DEFENSE_KEYS, keys)
+        t = {k: chk.typed(v, DEFENSE_KEYS[k], (*keys, k)) for k, v in table.items()}
+        name = t.get("defense", label)
+        strength = t.get("strength")
+        if strength is None and name in plugins.names("defenses"):
+            strength = getattr(plugins.get("defenses", name), "strength", None)
+        values = tuple(t.get("values", []))
+        if values and strength is None:
+            raise chk.fail(keys, "`values` needs `strength`, the option they set")
+        config = dict(t.get("config", {}))
+        for v in values or (None,):
+            trial = config if v is None else {**config, str(strength): v}
+            _check_plugin_config("defenses", name, trial, chk, keys, strict, warnings)
+        out[label] = DefenseEntry(label, name, config, strength, values)
+    return out
+
+
+def privacy_axes(data: dict[str, Any], chk: _Checker, targets: dict[str, TargetEntry], attacks: dict[str, AttackEntry],
+                 inits: dict[str, InitEntry], seeds: tuple[int, ...], strict: bool,
+                 warnings: list[str]) -> tuple[PrivacyAxis, ...]:
+    """The ``[defenses.*]`` and ``[privacy.*]`` tables; derived targets are added to ``targets``."""
+    defenses = _defense_entries(data, chk, strict, warnings)
+    axes = []
+    for name, table in chk.table(data.get("privacy", {}), ("privacy",)).items():
+        keys = ("privacy", name)
+        chk.name(name, keys)
+        table = chk.table(table, keys)
+        chk.known(table, PRIVACY_KEYS, keys)
+        for req in ("targets", "attacks"):
+            if req not in table:
+                raise chk.fail(keys, f"a privacy axis needs `{req}`")
+        if not defenses:
+            raise chk.fail(keys, "a privacy axis needs defenses: add [defenses.LABEL] tables")
+        chosen = chk.refs(table.get("defenses", "*"), defenses, "defense", (*keys, "defenses"))
+        points = []
+        for base in chk.refs(table["targets"], targets, "target", (*keys, "targets")):
+            if targets[base].recipe.defense is not None:
+                raise chk.fail((*keys, "targets"), f"target {base!r} already has a defense; name an undefended target")
+            points.append(PrivacyPoint(base, None, None, base))
+            for label in chosen:
+                d = defenses[label]
+                for v in d.values or (None,):
+                    config = dict(d.config) if v is None else {**d.config, str(d.strength): v}
+                    tname = f"{base}@{label}" + ("" if v is None else f"={_fmt_value(v)}")
+                    merged = {**targets[base].table, "defense": d.defense, "defense_config": config}
+                    if tname not in targets:
+                        targets[tname] = TargetEntry(tname, recipe_from_table(merged, chk, ("defenses", label)), merged)
+                    points.append(PrivacyPoint(base, label, _configured_strength(d) if v is None else v, tname))
+        axes.append(PrivacyAxis(
+            name=name,
+            title=table.get("title", f"{name}: privacy against utility"),
+            defenses=tuple(defenses[c] for c in chosen),
+            points=tuple(points),
+            attacks=chk.refs(table["attacks"], attacks, "attack", (*keys, "attacks")),
+            inits=chk.refs(table.get("inits", "*"), inits, "init", (*keys, "inits")),
+            seeds=tuple(chk.typed(table["seeds"], list[int], (*keys, "seeds"))) if "seeds" in table else seeds,
+            null_attack=chk.refs([table["null_attack"]], attacks, "attack", (*keys, "null_attack"))[0]
+            if "null_attack" in table else None,
+            null_init=chk.refs([table["null_init"]], inits, "init", (*keys, "null_init"))[0] if "null_init" in table else None,
+        ))
+        if (axes[-1].null_attack is None) != (axes[-1].null_init is None):
+            raise chk.fail(keys, "give both `null_attack` and `null_init` (the null: e.g. 0 attack steps from held-out images)")
+    return tuple(axes)
+
+
+def _configured_strength(d: DefenseEntry) -> Any:
+    """The strength a defense runs at without `values`: its configured (or default) option value."""
+    if d.strength is None or d.defense not in plugins.names("defenses"):
+        return None
+    cfg = build_config(plugins.get("defenses", d.defense).config_cls, d.config, f"defense {d.defense}")
+    return getattr(cfg, d.strength, None)

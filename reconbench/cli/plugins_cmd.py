@@ -10,6 +10,7 @@ from tabulate import tabulate
 from reconbench import plugins
 from reconbench.cli.common import main_group
 from reconbench.config import describe_options
+from reconbench.errors import ReconbenchError
 from reconbench.interfaces import InitRegime, Metric
 
 
@@ -27,7 +28,9 @@ def plugins_command() -> None:
 @click.argument("kind", type=click.Choice(list(plugins.KINDS)))
 @click.argument("pattern", required=False)
 @click.option("--verbose", "-v", is_flag=True, help="Also show each entry's options and defaults.")
-def list_command(kind: str, pattern: str | None, verbose: bool) -> None:
+@click.option("--arch", "arch_pattern", default=None,
+              help="models: list the architectures of families that build them by name (e.g. timm) matching a wildcard.")
+def list_command(kind: str, pattern: str | None, verbose: bool, arch_pattern: str | None) -> None:
     """List registered names of KIND with one-line descriptions; PATTERN is a wildcard such as '*kkt*'."""
     entries = list(plugins.host().entries(kind, pattern))
     rows = []
@@ -37,6 +40,7 @@ def list_command(kind: str, pattern: str | None, verbose: bool) -> None:
             flag += " (higher is better)" if e.obj.higher_is_better else " (lower is better)"
         rows.append((e.name + flag, e.plugin, e.description))
     click.echo(tabulate(rows, headers=["name", "plugin", "description"], tablefmt="github"))
+    _list_architectures(entries, verbose, arch_pattern)
     if verbose:
         for e in entries:
             cls = e.obj.config_cls
@@ -44,3 +48,27 @@ def list_command(kind: str, pattern: str | None, verbose: bool) -> None:
                 click.echo(f"\n{e.name} options:")
                 opts = [(n, t, d, h) for n, t, d, h in describe_options(cls)]
                 click.echo(tabulate(opts, headers=["option", "type", "default", "help"], tablefmt="github"))
+
+
+EXAMPLE_ARCHITECTURES = ("resnet18", "vit_tiny_patch16_224", "mixer_s16_224", "convnext_atto", "efficientnet_b0")
+
+
+def _list_architectures(entries: list, verbose: bool, pattern: str | None) -> None:
+    """Families that build architectures by name (an ``architectures(pattern)`` method) list them."""
+    for e in entries:
+        lister = getattr(e.obj, "architectures", None)
+        if not callable(lister):
+            continue
+        try:
+            names = lister(pattern)
+        except ReconbenchError as exc:
+            click.echo(f"\n{e.name}: {exc}")
+            continue
+        if verbose or pattern:
+            click.echo(f"\n{e.name} architectures{f' matching {pattern!r}' if pattern else ''} ({len(names)}): "
+                       + ", ".join(names))
+        else:
+            examples = [n for n in EXAMPLE_ARCHITECTURES if n in names] or names[:5]
+            click.echo(f"\n{e.name}: {len(names)} architectures, e.g. {', '.join(examples)}, ... "
+                       f"(all: `reconbench list models {e.name} -v`; filtered: --arch 'resnet*')")
+        break

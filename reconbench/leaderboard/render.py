@@ -14,6 +14,7 @@ from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.figures import draw_all
+from reconbench.leaderboard.privacy import privacy_section
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
     ORACLE_INIT_MARK,
@@ -114,6 +115,7 @@ def render_readme(
     figures: dict[str, Any],
     stored: list[str],
     targets: list[dict[str, Any]] | None = None,
+    sections: list[str] | None = None,
 ) -> str:
     lines = [f"# Leaderboard: `{suite.name}`", ""]
     if suite.description:
@@ -123,6 +125,8 @@ def render_readme(
     lines += _targets_lines(suite, targets)
     lines += _table_lines(tables, columns)
     lines += _comparison_lines(comparisons, columns)
+    for section in sections or []:  # e.g. the privacy-utility tables (reconbench.leaderboard.privacy)
+        lines += [section, ""]
     lines += _figure_lines(figures)
     lines += _problem_cell_lines(pub)
     lines += _column_lines(columns)
@@ -355,6 +359,7 @@ def build_leaderboard(
 
         figure_info = draw_all(suite, pub, tables, columns, results, out, data_root=data_root)
 
+    privacy, sections = privacy_section(suite, pub, out, suite.leaderboard.figures if figures is None else figures)
     plain_columns = [{k: v for k, v in c.items() if k != "spec"} for c in columns]
     data = {
         "format": LEADERBOARD_FORMAT,
@@ -363,6 +368,7 @@ def build_leaderboard(
         "targets": targets,
         "tables": tables,
         "comparisons": comparisons,
+        "privacy": privacy,
         "figures": figure_info,
         "stored_candidates": stored,
         "failures": [
@@ -374,5 +380,6 @@ def build_leaderboard(
         "stale": pub.stale,
     }
     write_json(out / "results.json", data)
-    (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets))
+    (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets,
+                                                    sections))
     return data

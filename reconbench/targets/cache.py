@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 
 from reconbench.errors import ModelCardError
 from reconbench.targets.cards import CARD_FILE, ModelCard, load_card, save_card
+from reconbench.targets.defended import DefenseSession, remember_card
 from reconbench.targets.problems import build_problem
 from reconbench.targets.training import TargetRecipe, train
 
@@ -44,6 +46,10 @@ def get_or_train(recipe: TargetRecipe, cache: str | os.PathLike[str] | None = No
             if not quiet:
                 print(f"cached target {folder} is unusable ({exc}); retraining")
             shutil.rmtree(folder, ignore_errors=True)
+    if recipe.defense is not None and DefenseSession(recipe).release_only():
+        # a defense that acts only before release: train (or reuse) the undefended target, then apply it
+        undefended = dataclasses.replace(recipe, defense=None, defense_config={})
+        remember_card(recipe, get_or_train(undefended, cache, data_root, quiet, log, device), device)
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     if log and not quiet:

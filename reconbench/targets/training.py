@@ -17,6 +17,7 @@ from reconbench.config import option
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.progress import Progress
 from reconbench.targets.certificate import certificate
+from reconbench.targets.defended import DefenseSession
 from reconbench.targets.losses import error_rate, get_loss, margins
 from reconbench.targets.nets import TargetNet
 from reconbench.targets.problems import Problem, ProblemSpec
@@ -108,15 +109,15 @@ def build_model(recipe: TargetRecipe, problem: Problem) -> TargetNet:
 
 
 def apply_defense(recipe: TargetRecipe, model: TargetNet, problem: Problem) -> None:
-    from reconbench.config import build_config
-
-    defense = plugins.get("defenses", recipe.defense)  # type: ignore[arg-type]
-    cfg = build_config(defense.config_cls, recipe.defense_config, f"defense {defense.name}")
-    defense.apply(model, problem, cfg, generator=torch.Generator().manual_seed(recipe.train.seed + 1))
+    """The recipe's defense before release only (training-time hooks run inside :func:`train`)."""
+    DefenseSession(recipe).release(model, problem)
 
 
 def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype,
                    device: torch.device | str = "cpu") -> dict[str, float]:
+    """Train/test loss and error in eval mode (normalisation layers use their running statistics)."""
+    was_training = model.training
+    model.eval()
     with torch.no_grad():
         out: dict[str, float] = {}
         for split, x, lab in (("train", problem.x_train(dtype), problem.train_labels),
@@ -126,6 +127,7 @@ def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torc
             o = model(x.to(device)).cpu()
             out[f"{split}_loss"] = float(loss_fn(o, problem.targets(lab, dtype)))
             out[f"{split}_error"] = error_rate(o, torch.as_tensor(lab), problem.task)
+    model.train(was_training)
     return out
 
 
@@ -159,16 +161,23 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     model = build_model(recipe, problem).to(dtype).to(device)
     x = problem.x_train(dtype).to(device)
     y = problem.targets(problem.train_labels, dtype).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    session = DefenseSession(recipe)
+    run = session.start(model, opt, loss_fn, x, y, problem, spec.steps)  # a training-time defense may swap these
+    net, opt, train_loss, y = run.model, run.optimizer, run.loss_fn, run.targets
+    model.train()
+    reused = session.recall(recipe, device)  # the same loop already ran here for a release-only defense's recipe
+    if reused is not None:
+        model.load_state_dict(reused["state"])
     history: list[dict[str, float]] = []
     t0 = time.perf_counter()
     lr_mult = 1.0
     loss_value = math.nan
     step = 0
     with Progress(spec.steps, f"train {recipe.family} on {problem.spec.dataset}", quiet=quiet) as bar:
-        for step in range(spec.steps):
-            out = model(x)
-            loss = loss_fn(out, y)
+        for step in range(0 if reused is not None else spec.steps):
+            out = net(x)
+            loss = train_loss(out, y)
             loss_value = loss.item()
             if not math.isfinite(loss_value):
                 raise DivergedError(
@@ -187,15 +196,23 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
                 rec.update(evaluate_model(model, problem, loss_fn, dtype, device))
                 history.append(rec)
             bar.update(step + 1, {"loss": loss_value})
-            if spec.stop_loss > 0 and loss_value < spec.stop_loss:
+            if (spec.stop_loss > 0 and loss_value < spec.stop_loss) or session.after_step(step, loss_value):
                 break
+    model = session.end(model).eval()
     wall = time.perf_counter() - t0
+    if reused is not None:
+        step, loss_value, history, wall = reused["step"], reused["loss"], reused["history"], reused["wall"]
+    else:
+        session.remember(recipe, device, model, step=step, loss=loss_value, history=history, wall=wall)
     model = model.cpu()
     metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": step + 1, "final_loss": loss_value,
                                "train_seconds": wall, "train_device": str(device)}
+    if reused is not None:
+        metrics["training_reused"] = "weights of the undefended recipe trained earlier in this process"
     if recipe.defense is not None:
         metrics["before_defense"] = evaluate_model(model, problem, loss_fn, dtype)
-        apply_defense(recipe, model, problem)
+        session.release(model, problem)
+        metrics["defense"] = session.card_record()
     metrics.update(evaluate_model(model, problem, loss_fn, dtype))
     with torch.no_grad():
         out = model(problem.x_train(dtype))

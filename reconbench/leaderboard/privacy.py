@@ -1,0 +1,225 @@
+"""The privacy-utility leaderboard: per defense and strength, the defended target's test accuracy, each attack's
+headline with its null, and a figure with the Pareto front per attack.
+
+Rows come from the suite's ``[privacy.*]`` axes (:class:`reconbench.bench.suite.PrivacyAxis`); every number is read
+from the cell JSONs (the attack's evaluation) and from the model cards recorded in them (the target's accuracy and
+the defense's own records, e.g. DP-SGD's epsilon). A defender wants high accuracy and a low headline: a point is
+on the Pareto front of an attack when no other point of the same base target has at least its accuracy and at
+most its headline, one of them strictly.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from reconbench.bench.suite import PrivacyAxis, Suite
+from reconbench.leaderboard.tables import Published, Stat, fmt_stat, null_of
+
+#: the evaluation summary key shown as each attack's headline (switch it here when the calibrated one lands)
+HEADLINE_KEY = "reconstructed"
+# The null (held-out images as candidates): the cells' own held-out null of the headline when the evaluation
+# recorded one (reconbench.leaderboard.tables.null_of), else the headline of the axis' null cells
+# (`null_attack` / `null_init`: 0 attack steps from held-out images on the undefended target).
+#: the search-run selection the table reads (all runs pooled, as the papers evaluated)
+SELECTION = "pool"
+FRONT_MARK = "◆"
+
+
+def _summary_value(rec: dict[str, Any], key: str) -> float | None:
+    v = (((rec.get("selections") or {}).get(SELECTION) or {}).get("summary") or {}).get(key)
+    if isinstance(v, dict):
+        v = v.get("value")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _target_info(pub: Published, target: str) -> dict[str, Any]:
+    """Utility and defense records of a target, from the first cell record that ran on it."""
+    for rec in pub.records.values():
+        t = rec.get("target") or {}
+        if t.get("name") != target or not t.get("train_metrics"):
+            continue
+        m = t["train_metrics"]
+        before = m.get("before_defense") or {}
+        records = (m.get("defense") or {}).get("records") or {}
+        return {
+            "test_accuracy": None if m.get("test_error") is None else 1.0 - float(m["test_error"]),
+            "train_accuracy": None if m.get("train_error") is None else 1.0 - float(m["train_error"]),
+            "test_accuracy_before_release": None if before.get("test_error") is None else 1.0 - float(before["test_error"]),
+            "steps_run": m.get("steps_run"),
+            "defense_records": records,
+        }
+    return {"test_accuracy": None, "train_accuracy": None, "test_accuracy_before_release": None, "steps_run": None,
+            "defense_records": {}}
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
+    """For (accuracy, headline) pairs: True where no other pair has accuracy >= and headline <=, one strictly."""
+    out = []
+    for i, (a, h) in enumerate(points):
+        dominated = any(a2 >= a and h2 <= h and (a2 > a or h2 < h) for j, (a2, h2) in enumerate(points) if j != i)
+        out.append(not dominated)
+    return out
+
+
+def axis_rows(suite: Suite, pub: Published, axis: PrivacyAxis) -> dict[str, Any]:
+    group = f"privacy:{axis.name}"
+    series = [f"{a} / {i}" for a in axis.attacks for i in axis.inits]
+    rows = []
+    for p in axis.points:
+        info = _target_info(pub, p.target)
+        entry: dict[str, Any] = {
+            "base": p.base,
+            "defense": p.defense or "none",
+            "defense_name": next((d.defense for d in axis.defenses if d.label == p.defense), None),
+            "strength_option": next((d.strength for d in axis.defenses if d.label == p.defense), None),
+            "strength": p.strength,
+            "target": p.target,
+            **info,
+            "attacks": {},
+        }
+        for attack in axis.attacks:
+            for init in axis.inits:
+                ids = [c.cell_id for c in pub.plan if group in c.groups and c.target == p.target
+                       and c.attack.label == attack and c.init.label == init]
+                recs = pub.ok(ids)
+                head = [v for v in (_summary_value(r, HEADLINE_KEY) for r in recs) if v is not None]
+                recorded = null_of(recs, SELECTION, HEADLINE_KEY)  # the cells' own held-out null, when evaluated
+                null = [] if recorded is None else [recorded["mean"]]
+                entry["attacks"][f"{attack} / {init}"] = {
+                    "headline": Stat(head).to_dict(), "null": Stat(null).to_dict(),
+                    "cells": [r["cell_id"] for r in recs], "pareto": False}
+        rows.append(entry)
+    if axis.null_attack:  # the null cells' headline (held-out images, 0 steps) where the cells record none
+        recorded_any = any(r["attacks"][s]["null"]["n"] for r in rows for s in series)
+        for base in dict.fromkeys(r["base"] for r in rows):
+            ids = [c.cell_id for c in pub.plan if group in c.groups and c.target == base
+                   and c.attack.label == axis.null_attack and c.init.label == axis.null_init]
+            null_stat = Stat([v for v in (_summary_value(r, HEADLINE_KEY) for r in pub.ok(ids)) if v is not None])
+            for r in rows:
+                if r["base"] == base and not recorded_any:
+                    for s in series:
+                        r["attacks"][s]["null"] = {**null_stat.to_dict(), "cells": ids}
+    for s in series:  # the Pareto front per base target and attack
+        for base in dict.fromkeys(r["base"] for r in rows):
+            pts = [(i, r) for i, r in enumerate(rows) if r["base"] == base and r["test_accuracy"] is not None
+                   and r["attacks"][s]["headline"]["mean"] is not None]
+            flags = pareto_front([(r["test_accuracy"], r["attacks"][s]["headline"]["mean"]) for _, r in pts])
+            for (_, r), f in zip(pts, flags, strict=True):
+                r["attacks"][s]["pareto"] = f
+    return {"title": axis.title, "headline_key": HEADLINE_KEY, "selection": SELECTION,
+            "series": series, "rows": rows}
+
+
+def privacy_tables(suite: Suite, pub: Published) -> dict[str, Any]:
+    return {axis.name: axis_rows(suite, pub, axis) for axis in suite.privacy}
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def _strength(r: dict[str, Any]) -> str:
+    if r["defense"] == "none":
+        return "—"
+    return f"{r['strength_option']} = {r['strength']:g}" if isinstance(r["strength"], float) else \
+        f"{r['strength_option']} = {r['strength']}"
+
+
+def _privacy_cost(r: dict[str, Any]) -> str:
+    rec = r["defense_records"]
+    if "epsilon" in rec:
+        return f"ε = {_fmt(rec['epsilon'], '.3g')} (δ = {rec.get('delta', 'n/a'):g})" if rec.get("epsilon") is not None \
+            else "ε = ∞"
+    return ""
+
+
+def render_privacy(name: str, table: dict[str, Any]) -> str:
+    rows = table["rows"]
+    base_acc = {r["base"]: r["test_accuracy"] for r in rows if r["defense"] == "none"}
+    headers = ["target", "defense", "strength", "test acc ↑", "Δ acc", "guarantee"]
+    headers += [f"{s}: {table['headline_key']} ↓ (null)" for s in table["series"]]
+    body = []
+    for r in rows:
+        acc, b = r["test_accuracy"], base_acc.get(r["base"])
+        label = r["defense"] if r["defense_name"] in (None, r["defense"]) else f"{r['defense']} ({r['defense_name']})"
+        delta = "" if acc is None or b is None or r["defense"] == "none" else f"{acc - b:+.3f}"
+        cells = [r["base"], label, _strength(r), _fmt(acc, ".3f"), delta, _privacy_cost(r)]
+        for s in table["series"]:
+            a = r["attacks"][s]
+            text = fmt_stat(Stat(a["headline"]["values"]), ".1f")
+            text += f" ({fmt_stat(Stat(a['null']['values']), '.1f')})"
+            cells.append(text + (f" {FRONT_MARK}" if a["pareto"] else ""))
+        body.append(cells)
+    return (
+        f"## {table['title']}\n\n"
+        f"Per defense and strength: the defended target's test accuracy (Δ against the undefended target), the "
+        f"defense's own guarantee where it has one, and each attack's `{table['headline_key']}` "
+        f"({table['selection']} selection; mean ± sd over seeds) with, in brackets, the same score for the null "
+        f"(held-out images as candidates: the cells' recorded null, else the suite's null cells; "
+        f"n/a where neither exists). {FRONT_MARK}: on the attack's "
+        "Pareto front (no other point of the same target is at least as accurate and at most as reconstructable, "
+        f"one strictly). Figure: [`figures/privacy-{name}.png`](figures/privacy-{name}.png).\n\n"
+        + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+    )
+
+
+def draw_privacy(name: str, table: dict[str, Any], out: Path) -> dict[str, Any]:
+    """One panel per attack: headline against test accuracy, a marker per defense, the Pareto front as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = table["series"]
+    rows = [r for r in table["rows"] if r["test_accuracy"] is not None]
+    if not rows or not series:
+        return {"title": table["title"], "reason": "no finished cells"}
+    fig, axes = plt.subplots(1, len(series), figsize=(5.2 * len(series), 4.2), squeeze=False)
+    labels = list(dict.fromkeys(r["defense"] for r in rows))
+    colors = {lab: plt.get_cmap("tab10")(i % 10) for i, lab in enumerate(labels)}
+    for ax, s in zip(axes[0], series, strict=True):
+        for base in dict.fromkeys(r["base"] for r in rows):
+            pts = [r for r in rows if r["base"] == base and r["attacks"][s]["headline"]["mean"] is not None]
+            for r in pts:
+                a = r["attacks"][s]["headline"]
+                marker = "*" if r["defense"] == "none" else "o"
+                ax.errorbar(r["test_accuracy"], a["mean"], yerr=a["sd"] or 0.0, fmt=marker, color=colors[r["defense"]],
+                            markersize=11 if marker == "*" else 6, label=r["defense"])
+                if r["strength"] is not None:
+                    ax.annotate(f"{r['strength']:g}" if isinstance(r["strength"], (int, float)) else str(r["strength"]),
+                                (r["test_accuracy"], a["mean"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            front = sorted((r["test_accuracy"], r["attacks"][s]["headline"]["mean"]) for r in pts
+                           if r["attacks"][s]["pareto"])
+            if front:
+                ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="black", lw=1, alpha=0.6)
+        nulls = [r["attacks"][s]["null"]["mean"] for r in rows if r["attacks"][s]["null"]["mean"] is not None]
+        if nulls:
+            ax.axhline(max(nulls), color="grey", ls="--", lw=1, label="null (largest)")
+        ax.set_xlabel("test accuracy of the defended target")
+        ax.set_ylabel(f"{table['headline_key']} ({table['selection']})")
+        ax.set_title(s, fontsize=9)
+        handles, labs = ax.get_legend_handles_labels()
+        uniq = dict(zip(labs, handles, strict=True))
+        ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="best")
+    fig.suptitle("\n".join(textwrap.wrap(table["title"], 45 * len(series))), fontsize=10)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"privacy-{name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return {"title": table["title"], "file": f"figures/{path.name}"}
+
+
+def privacy_section(suite: Suite, pub: Published, out: Path, figures: bool) -> tuple[dict[str, Any], list[str]]:
+    """The leaderboard's privacy-utility tables (JSON) and their Markdown sections; draws the figures."""
+    tables = privacy_tables(suite, pub)
+    sections = []
+    for name, table in tables.items():
+        if figures:
+            table["figure"] = draw_privacy(name, table, out / "figures")
+        sections.append(render_privacy(name, table))
+    return tables, sections
