@@ -15,7 +15,7 @@ from reconbench.targets.problems import Problem
 
 @dataclass
 class WeightNoiseConfig:
-    relative_std: float = option(0.01, "noise std as a fraction of each tensor's RMS value")
+    relative_std: float = option(0.01, "noise std as a fraction of each tensor's RMS value", ge=0)
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class WeightNoise:
 
 @dataclass
 class PruneConfig:
-    fraction: float = option(0.5, "fraction of entries (smallest magnitude, per tensor) set to zero")
+    fraction: float = option(0.5, "fraction of entries (smallest magnitude, per tensor) set to zero", ge=0, lt=1)
 
 
 @dataclass(frozen=True)

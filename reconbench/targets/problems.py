@@ -197,6 +197,9 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
 
     if spec.task == "multiclass":
         k = spec.num_classes or len(data.classes)
+        if not 2 <= k <= len(data.classes):
+            raise ReconbenchError(f"--num-classes {k}: data set {spec.dataset!r} has {len(data.classes)} classes; "
+                                  f"pass a value from 2 to {len(data.classes)}")
         task_labels = data.labels.copy()
         classes = list(range(k))
         blocks = []
