@@ -151,11 +151,14 @@ def build_config(cls: type[T], values: dict[str, Any] | None, owner: str = "conf
         raise ReconbenchError(
             f"{owner}: unknown option {k!r}.{hint} Known options: {', '.join(sorted(fields))}."
         )
-    kwargs = {k: _coerce(v, hints[k], f"{owner}.{k}") for k, v in values.items()}
+    def label(k: str) -> str:  # "--set lr" for a command-line option, "attack x.lr" elsewhere
+        return f"{owner} {k}" if owner.startswith("--") else f"{owner}.{k}"
+
+    kwargs = {k: _coerce(v, hints[k], label(k)) for k, v in values.items()}
     limits = field_limits(cls)
     for k, v in kwargs.items():
         if not fields[k].metadata.get("nonfinite"):
-            check_value(v, limits.get(k), f"{owner}.{k}", _short_help(fields[k]))
+            check_value(v, limits.get(k), label(k), _short_help(fields[k]))
     return cls(**kwargs)
 
 

@@ -106,7 +106,7 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
     for cid in ids:
         problems += rescore_cell(out_dir, cid, data_root=data_root)
     for p in problems:
-        click.echo(f"MISMATCH {p}", err=True)
+        click.echo(f"MISMATCH {p}")
     if problems:
         raise ReconbenchError(f"{len(problems)} stored number(s) or README line(s) of {out_dir} are not reproduced; "
                               f"first: {problems[0]}")

@@ -10,8 +10,9 @@ from typing import Any
 import click
 import tomllib
 
+from reconbench import plugins
 from reconbench.cli.common import parse_assignments, parse_int_list
-from reconbench.config import check_option
+from reconbench.config import build_config, check_option
 from reconbench.errors import ReconbenchError
 from reconbench.targets.training import TargetRecipe, TrainSpec
 
@@ -94,8 +95,10 @@ def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None
     if opts.get("defense"):
         d["defense"] = opts["defense"]
     if opts.get("defense_set"):
-        d["defense_config"] = {**d.get("defense_config", {}),
-                               **parse_assignments(tuple(opts["defense_set"]), "--defense-set")}
+        given = parse_assignments(tuple(opts["defense_set"]), "--defense-set")
+        if d.get("defense"):
+            build_config(plugins.get("defenses", d["defense"]).config_cls, given, "--defense-set")
+        d["defense_config"] = {**d.get("defense_config", {}), **given}
     return TargetRecipe.from_dict(d).validate()
 
 

@@ -64,7 +64,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     protocol = parse_assignments(protocol_set, "--protocol-set")
     check_device(device)
     check_attack_options(attack_obj, attack_config)
-    build_config(init_obj.config_cls, init_config, f"--init-set ({init_name})")
+    build_config(init_obj.config_cls, init_config, "--init-set")
     if model_card:
         card = load_card(model_card)
         card.load_model()  # hashes, dtypes, finite weights, shapes: before any work
@@ -101,7 +101,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
 
 def check_attack_options(attack: Any, values: dict[str, Any]) -> None:
     """--set values: known names, types, finite, in range, and the attack's own cross-checks."""
-    cfg = build_config(attack.config_cls, values, f"--set ({attack.name})")
+    cfg = build_config(attack.config_cls, values, "--set")
     if hasattr(attack, "check_config"):
         attack.check_config(cfg)
 

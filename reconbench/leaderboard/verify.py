@@ -76,14 +76,17 @@ def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
     new_lines, old_lines = text.splitlines(), old.splitlines()
     for i, (a, b) in enumerate(zip(old_lines, new_lines, strict=False)):
         if a != b:
-            problems.append(f"{readme} line {i + 1}: {_clip(a)!r}, re-rendered {_clip(b)!r}")
+            problems.append(f"{readme} line {i + 1} differs from the re-rendered one: {_around(a, b)}")
     if len(old_lines) != len(new_lines):
         problems.append(f"{readme}: {len(old_lines)} lines, re-rendered {len(new_lines)}")
     return problems
 
 
-def _clip(text: str, n: int = 120) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
+def _around(old: str, new: str, width: int = 30) -> str:
+    """Where two lines first differ: ``...old part...`` vs ``...new part...``."""
+    i = next((k for k, (x, y) in enumerate(zip(old, new, strict=False)) if x != y), min(len(old), len(new)))
+    lo = max(0, i - width)
+    return f"{old[lo:i + width]!r} vs {new[lo:i + width]!r} (column {i + 1})"
 
 
 def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:

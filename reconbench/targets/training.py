@@ -79,6 +79,9 @@ class TargetRecipe:
             raise ReconbenchError(f"--num-classes {p.num_classes}: a multiclass target needs at least 2 classes; "
                                   "pass --num-classes 2 or more (or --task binary)")
         get_loss(self.train.loss, self.problem.task)
+        if self.defense is None and self.defense_config:
+            raise ReconbenchError(f"defense options {sorted(self.defense_config)} are given without a defense; "
+                                  "name one with --defense (see `reconbench list defenses`)")
         if self.defense is not None:
             defense = plugins.get("defenses", self.defense)
             build_config(defense.config_cls, self.defense_config, f"defense {defense.name}")
