@@ -304,11 +304,12 @@ def _write_card(folder: Path, data: Any, rehash: bool = False) -> None:
     (folder / "card.json").write_text(json.dumps(data))
 
 
-def _retensor(folder: Path, data: dict[str, Any], fn: Any) -> None:
+def _retensor(folder: Path, data: dict[str, Any], fn: Any) -> dict[str, Any]:
     """Rewrite the weights through ``fn`` and record their new sha256, as a forger would."""
     path = folder / "weights.safetensors"
     save_file({k: fn(v).contiguous() for k, v in load_file(str(path)).items()}, str(path))
     data["weights"]["sha256"] = _sha256(path)
+    return data
 
 
 CARD_EDITS = {
@@ -322,9 +323,9 @@ CARD_EDITS = {
     "class_counts-edited": lambda d, f: {**d, "class_counts": [c + 1 for c in d["class_counts"]]},
     "train_labels-reversed": lambda d, f: {**d, "problem": {**d["problem"],
                                                             "train_labels": d["problem"]["train_labels"][::-1]}},
-    "nan-weights": lambda d, f: (_retensor(f, d, lambda t: t * math.nan), d)[1],
-    "float16-weights": lambda d, f: (_retensor(f, d, lambda t: t.half()), d)[1],
-    "int64-weights": lambda d, f: (_retensor(f, d, lambda t: t.long()), d)[1],
+    "nan-weights": lambda d, f: _retensor(f, d, lambda t: t * math.nan),
+    "float16-weights": lambda d, f: _retensor(f, d, lambda t: t.half()),
+    "int64-weights": lambda d, f: _retensor(f, d, lambda t: t.long()),
 }
 
 
