@@ -24,10 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_mini_bilevel as suite  # noqa: E402
 
 from reconbench.attack.bilevel import LowerProblem, hypergradient, softplus_surrogate, solve_lower
+from reconbench.config import build_config
 from reconbench.targets.losses import get_loss
 from reconbench_plugins.bilevel import BilevelConfig, draw_theta0  # noqa: E402
 
-CFG = BilevelConfig(**suite.BILEVEL["mlp1"])
+CFG = build_config(BilevelConfig, dict(suite.BILEVEL["mlp1"]), "bench_bilevel")
 ETA = 1.0  # one trial step of the line search (its first trial at the start of a run)
 
 

@@ -33,7 +33,7 @@ import torch
 from reconbench import plugins
 from reconbench.attack.bilevel import LowerProblem
 from reconbench.attack.pipeline import RunSpec, run_attack
-from reconbench.provenance import provenance, write_json
+from reconbench.provenance import portable_path, provenance, write_json
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.losses import get_loss
@@ -93,7 +93,7 @@ def stage_targets(only: str | None = None) -> dict[str, ModelCard]:
         card = get_or_train(recipe, data_root=DATA)
         problem = card.problem(DATA)
         metrics = {k: v for k, v in card.data["metrics"].items() if k not in ("margins",)}
-        summary[name] = {"recipe": recipe.to_dict(), "card": str(card.path), "metrics": metrics,
+        summary[name] = {"recipe": recipe.to_dict(), "card": portable_path(card.path), "metrics": metrics,
                          "stationarity": stationarity(card, problem) if name in RECIPES else None,
                          "seconds": time.perf_counter() - t0}
         cards[name] = card
@@ -207,7 +207,7 @@ def run_cell(card: ModelCard, problem: Problem, attack: str, init: str, init_con
         "first_loss": trace[0]["loss"] if trace else None,
         "distances": distances(problem, tensors["candidates"], tensors["x0"], refs),
         "evaluation": {k: v for k, v in ev.items() if not isinstance(v, (list, dict))},
-        "result": str(out / "result.json"),
+        "result": portable_path(out / "result.json"),
     }
     if attack == "runkel_bilevel" and trace:
         cell["upper_loss_trace"] = [r["upper_loss"] for r in trace]

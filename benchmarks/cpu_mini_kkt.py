@@ -1,12 +1,13 @@
-"""cpu-mini experiments for the KKT attacks (issue 4): train or reuse a target, random-search, score.
+"""cpu-mini experiments for the KKT attacks: train or reuse a target, random-search, score.
 
     RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 nice -n 10 \\
         python benchmarks/cpu_mini_kkt.py mnist_binary --out runs/cpu-mini/mnist_binary
 
-Each experiment writes the harness's result folder (result.json, runs/, candidates) and ``protocol.json``
-with the papers' protocol scored by benchmarks/kkt_protocol.py on the pooled candidates and on the blind- and
-oracle-selected runs, plus the starting candidates as a chance baseline. Targets are cached
-(RECONBENCH_CACHE) and runs resume.
+Each experiment writes the harness's result folder (result.json with every number scored by
+reconbench.evaluation, its null and its selections; runs/, candidates) and ``summary.json``, a short digest of
+it. Targets are cached (RECONBENCH_CACHE) and runs resume. The ``protocol.json`` files committed beside older
+results were scored by a separate script before the harness had one evaluator; docs/calibration.md says how they
+compare.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from kkt_protocol import evaluate_result  # benchmarks/ is on sys.path when this file runs as a script
 
 from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.provenance import portable_path
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.training import TargetRecipe
 
@@ -107,16 +108,16 @@ def run(name: str, out: Path, data_root: str | None, overrides: dict[str, Any]) 
     result = run_attack(card, spec, out, data_root=data_root, quiet=True)
     attack_s = time.perf_counter() - t1
     report = {
-        "experiment": name, "setup": exp, "card": str(card.path),
+        "experiment": name, "setup": exp, "card": portable_path(card.path),
         "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"},
         "seconds": {"train_or_reuse": train_s, "attack": attack_s},
         "runs": [{k: r[k] for k in ("run", "config", "final_loss", "stopped", "oracle_score", "seconds")}
                  for r in result["runs"]],
         "selection": result["selection"],
-        "protocol": {sel: evaluate_result(out, sel, data_root) for sel in ("all", "blind", "oracle")},
-        "chance_baseline_x0": evaluate_result(out, "all", data_root, start=True),
+        "evaluation": result["evaluation"].get("summary", {}),
+        **({"null": result["null"]} if "null" in result else {}),
     }
-    (out / "protocol.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "summary.json").write_text(json.dumps(report, indent=1, default=str))
     return report
 
 

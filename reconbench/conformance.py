@@ -81,10 +81,10 @@ def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, Attac
 
     outputs = {}
     for task in tasks or sorted(attack.tasks):
-        card = tiny_card(task, getattr(attack, "conformance_family", FAMILY_FOR_TASK_CHECK))
+        card = tiny_card(task, attack.conformance_family or FAMILY_FOR_TASK_CHECK)
         _, target, labels = prepare(card, RunSpec(attack=attack.name))
         before = copy.deepcopy(target.model.state_dict())
-        cfg = build_config(attack.config_cls, getattr(attack, "smoke_config", {}), attack.name)
+        cfg = build_config(attack.config_cls, attack.smoke_config or {}, attack.name)
         x0 = torch.randn((len(labels), *card.data["input_shape"]), dtype=target.dtype,
                          generator=torch.Generator().manual_seed(0)) * 1e-2
         out = attack.run(target, x0.clone(), labels, cfg, generator=torch.Generator().manual_seed(1))
@@ -191,7 +191,7 @@ def check_metric(metric: Any) -> dict[str, Any]:
         assert len(values) == problem.n, f"{metric.name}: column {col!r} has {len(values)} values for {problem.n} images"
     json.dumps({"summary": summary, "per_image": per_image, "details": out.get("details", {})}, allow_nan=False)
     if out.get("available", True):
-        headline = getattr(metric, "headline", metric.name)
+        headline = metric.headline_key
         assert headline in summary, f"{metric.name}: its headline {headline!r} is not in its summary"
     else:
         assert isinstance(out.get("reason"), str) and out["reason"], f"{metric.name}: unavailable without a reason"

@@ -1,7 +1,8 @@
 """The contracts between the harness and its plugins.
 
-Each plugin kind is a small protocol: an object with a ``name``, a one-line ``description`` and a few methods.
-Plugins register instances through the hooks in :mod:`reconbench.hookspecs`. The data carriers passed between
+Each plugin kind is a base class (:class:`Attack`, :class:`InitRegime`, :class:`Metric`, :class:`Defense`,
+:class:`ModelFamily`, :class:`DatasetSource`) that holds every attribute the harness reads, with its default.
+Plugins subclass it and register instances through the hooks in :mod:`reconbench.hookspecs`. The data carriers passed between
 stages (:class:`Knowledge`, :class:`AttackTarget`, :class:`AttackOutput`) are plain dataclasses.
 
 The separation follows the threat model: an *init regime* may read the problem (and is flagged ``oracle`` if it
@@ -12,49 +13,60 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import torch
 
-from reconbench.targets.images import ImageData
+from reconbench.targets.images import TASKS, ImageData
+
+
+@dataclass
+class NoOptions:
+    """The options of a plugin that has none."""
+
 
 if TYPE_CHECKING:
     from reconbench.config import Distribution
     from reconbench.targets.nets import TargetNet
     from reconbench.targets.problems import Problem
 
-@runtime_checkable
-class DatasetSource(Protocol):
-    name: str
-    description: str
+class Plugin:
+    """What every plugin has: a registry ``name``, a one-line ``description`` and ``config_cls``, the dataclass of its
+    options (one help text per field; :class:`NoOptions` when it has none). Plugins are declared as frozen
+    dataclasses that subclass their kind's base class below and override the attributes they need; the plugin host
+    refuses an object that does not subclass its kind's base, so optional attributes always exist with a default."""
+
+    name: str = ""
+    description: str = ""
+    config_cls: type = NoOptions
+
+
+class DatasetSource(Plugin):
     #: binary rule used when a binary task is asked for without one (see :data:`reconbench.targets.problems.BINARY_RULES`)
-    default_binary_rule: str
+    default_binary_rule: str = "parity"
 
     def load(self, data_root: Path | None) -> ImageData:
         """Load the data, or raise :class:`reconbench.errors.DataError` naming the file to place and where."""
-        ...
+        raise NotImplementedError
 
 
 # -- target models ------------------------------------------------------------------------------------------
-@runtime_checkable
-class ModelFamily(Protocol):
-    name: str
-    description: str
+class ModelFamily(Plugin):
     #: whether the forward pass calls a swappable activation (needed by the KKT attacks' surrogate ReLU)
-    swappable_activation: bool
+    swappable_activation: bool = False
 
     def default_spec(self) -> dict[str, Any]:
         """The architecture options and their defaults (widths, depth, kernel, ...)."""
-        ...
+        return {}
 
     def homogeneity_degree(self, spec: dict[str, Any]) -> int | None:
         """k such that Phi(x; c theta) = c^k Phi(x; theta) for c > 0, or None when not homogeneous."""
-        ...
+        return None
 
     def build(self, input_shape: tuple[int, int, int], out_dim: int, spec: dict[str, Any],
               generator: torch.Generator | None = None) -> TargetNet:
         """A freshly initialised network; with ``generator`` the init is deterministic."""
-        ...
+        raise NotImplementedError
 
 
 # -- attacks ------------------------------------------------------------------------------------------------
@@ -110,91 +122,99 @@ class ProgressFn(Protocol):
     def __call__(self, step: int, total: int, info: dict[str, float] | None = None) -> None: ...
 
 
-@runtime_checkable
-class Attack(Protocol):
-    """A reconstruction attack.
+class Attack(Plugin):
+    """A reconstruction attack. It sees the released model and the public :class:`Knowledge`, never training images."""
 
-    Optional attributes the harness uses when present: ``default_recipe`` (the target `reconbench run --attack
-    NAME` trains when no model is given), ``default_search_runs``, and ``init_overrides(config, init_name) ->
-    dict``, options of the init regime that the attack's config decides for a run (e.g. the KKT attacks search
-    the gaussian init scale); the pipeline merges them into the init config unless the user set them.
-    """
-
-    name: str
-    description: str
     #: items of :data:`KNOWLEDGE_ITEMS` the attack needs; the harness checks them before any work
-    needs: frozenset[str]
+    needs: frozenset[str] = frozenset()
     #: tasks the attack handles
-    tasks: frozenset[str]
-    #: the attack's options (a dataclass with a help text per field)
-    config_cls: type
+    tasks: frozenset[str] = frozenset(TASKS)
+    #: the target `reconbench run --attack NAME` trains when no model is given (a recipe table), or None
+    default_recipe: dict[str, Any] | None = None
+    #: random-search runs of `reconbench run` when --search-runs is not given
+    default_search_runs: int = 1
+    #: the model family the conformance suite attacks, and the config of its smoke run
+    conformance_family: str | None = None
+    smoke_config: dict[str, Any] | None = None
 
     def search_space(self) -> dict[str, Distribution]:
-        """Distributions over config fields for random search (the papers' sweep ranges)."""
-        ...
+        """Distributions over config fields for random search (e.g. the papers' sweep ranges); empty: no search."""
+        return {}
 
     def check(self, target: AttackTarget) -> None:
         """Raise :class:`reconbench.errors.IncompatibleError` if the target cannot be attacked, naming what to use."""
-        ...
+
+    def init_overrides(self, config: Any, init_name: str) -> dict[str, Any]:
+        """Options of the init regime that this run's config decides (e.g. the KKT attacks search the gaussian
+        init scale); the pipeline merges them into the init config unless the user set them."""
+        return {}
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
         """Reconstruct from starting candidates ``x0`` (m, C, H, W) with fixed ``labels``."""
-        ...
+        raise NotImplementedError
 
 
 # -- initialisation regimes ---------------------------------------------------------------------------------
-@runtime_checkable
-class InitRegime(Protocol):
-    name: str
-    description: str
+class InitRegime(Plugin):
     #: True when the regime reads training images (ground truth, mixtures with l1*l2 > 0)
-    oracle: bool
-    config_cls: type
+    oracle: bool = False
 
     def is_oracle(self, config: Any) -> bool:
         """Whether this configuration reads training images."""
-        ...
+        return self.oracle
 
     def make(self, problem: Problem, labels: torch.Tensor, config: Any, *,
              generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
         """Starting candidates (m, C, H, W) in the problem's centred space, with labels matching ``labels``."""
-        ...
+        raise NotImplementedError
 
 
 # -- metrics ------------------------------------------------------------------------------------------------
-@runtime_checkable
-class Metric(Protocol):
-    """An evaluation metric. Optional attributes: ``headline`` (the summary key ``higher_is_better`` refers to;
-    default the name), ``requires`` (names of metrics to compute first), ``check_config(config)`` (raise on bad
-    option values) and ``fixed(config)`` (choices that are not options, recorded with the protocol)."""
+class MetricResult(TypedDict, total=False):
+    """What :meth:`Metric.compute` returns: ``summary`` (flat scalars), ``per_image`` (one list per column, one value
+    per training image), ``details``; or ``available: False`` with a ``reason``. None where undefined, never NaN."""
 
-    name: str
-    description: str
-    higher_is_better: bool
-    config_cls: type
+    summary: dict[str, Any]
+    per_image: dict[str, list[Any]]
+    details: dict[str, Any]
+    available: bool
+    reason: str
 
-    def compute(self, evaluation: Any, config: Any) -> dict[str, Any]:
+
+class Metric(Plugin):
+    """An evaluation metric."""
+
+    higher_is_better: bool = True
+    #: the summary key ``higher_is_better`` refers to; None: the metric's name
+    headline: str | None = None
+    #: names of metrics to compute first
+    requires: tuple[str, ...] = ()
+
+    @property
+    def headline_key(self) -> str:
+        return self.headline or self.name
+
+    def check_config(self, config: Any) -> None:
+        """Raise :class:`reconbench.errors.ReconbenchError` on a bad option value."""
+
+    def fixed(self, config: Any) -> dict[str, Any]:
+        """Choices that are not options, recorded with the protocol (e.g. a library's fixed sigma)."""
+        return {}
+
+    def compute(self, evaluation: Any, config: Any) -> MetricResult:
         """Score an evaluation context (:class:`reconbench.evaluation.context.Evaluation`: candidates matched to a
-        problem) and return ``{"summary": {key: scalar}, "per_image": {column: [one value per training image]},
-        "details": {...}}``, or ``{"available": False, "reason": ..., ...}``; None where undefined, never NaN."""
-        ...
+        problem)."""
+        raise NotImplementedError
 
 
 # -- defenses -----------------------------------------------------------------------------------------------
-@runtime_checkable
-class Defense(Protocol):
-    name: str
-    description: str
-    config_cls: type
-
+class Defense(Plugin):
     def apply(self, model: TargetNet, problem: Problem, config: Any, *, generator: torch.Generator) -> None:
         """Modify the trained model in place before release (e.g. add noise to the weights)."""
-        ...
+        raise NotImplementedError
 
 
-class PluginBase:
-    """Optional convenience base: sensible defaults for the protocol attributes."""
-
-    name: ClassVar[str] = ""
-    description: ClassVar[str] = ""
+#: the base class a registered object of each plugin kind must subclass
+PLUGIN_BASES: dict[str, type[Plugin]] = {"attacks": Attack, "models": ModelFamily, "datasets": DatasetSource,
+                                         "inits": InitRegime, "metrics": Metric, "defenses": Defense}

@@ -19,6 +19,7 @@ import pluggy
 
 from reconbench import hookspecs
 from reconbench.errors import ReconbenchError, UnknownNameError
+from reconbench.interfaces import PLUGIN_BASES
 
 ENTRY_POINT_GROUP = "reconbench"
 STRICT_ENV = "RECONBENCH_STRICT_PLUGINS"
@@ -59,7 +60,7 @@ class Entry:
 
     @property
     def description(self) -> str:
-        text = getattr(self.obj, "description", "") or (self.obj.__doc__ or "")
+        text = self.obj.description or (self.obj.__doc__ or "")
         return text.strip().splitlines()[0] if text.strip() else ""
 
 
@@ -134,7 +135,13 @@ class PluginHost:
 
                 def register(obj: Any, _plugin: str = plugin_name, _entries: dict = entries,
                              _kind: str = kind) -> None:
-                    name = getattr(obj, "name", None)
+                    base = PLUGIN_BASES[_kind]
+                    if not isinstance(obj, base):
+                        raise ReconbenchError(
+                            f"plugin {_plugin!r} registered {type(obj).__name__} through register_{_kind}, but it does "
+                            f"not subclass reconbench.interfaces.{base.__name__}; declare it as "
+                            f"`class {type(obj).__name__}({base.__name__})` (see CONTRIBUTING.md)")
+                    name = obj.name
                     if not isinstance(name, str) or not name:
                         raise ReconbenchError(f"plugin {_plugin!r} registered a {KIND_NOUN[_kind]} without a name")
                     if name in _entries:
@@ -181,12 +188,6 @@ def host() -> PluginHost:
     if _HOST is None:
         _HOST = PluginHost()
     return _HOST
-
-
-def reset_host() -> None:
-    """Forget the process-wide host (tests use this after changing entry points or the environment)."""
-    global _HOST
-    _HOST = None
 
 
 def get(kind: str, name: str) -> Any:

@@ -58,6 +58,20 @@ def provenance(config: Any, device: str, dtype: str, seed: int | None = None) ->
     }
 
 
+def portable_path(path: str | os.PathLike[str]) -> str:
+    """A path as it may be written into a result: relative to the working folder when inside it, ``~/...`` when
+    under the home folder, else as given. Results are shared and committed; the absolute paths of the machine that
+    wrote them mean nothing elsewhere (and leak its layout)."""
+    p = Path(path).expanduser().absolute()
+    for base, shown in ((Path.cwd(), ""), (Path.home(), "~")):
+        try:
+            rel = p.relative_to(base)
+        except ValueError:
+            continue
+        return str(Path(shown) / rel) if shown else str(rel)
+    return str(path)
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (a crash never leaves a half-written result)."""
     text = json.dumps(data, indent=1, default=_default, allow_nan=True)

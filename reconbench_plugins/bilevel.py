@@ -35,7 +35,7 @@ from reconbench.attack.bilevel import (
 )
 from reconbench.config import Limit, LogUniform, option
 from reconbench.errors import DivergedError, IncompatibleError
-from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn
 from reconbench.targets.losses import get_loss
 
 FAMILIES = ("affine", "mlp_bias")
@@ -117,7 +117,7 @@ def draw_theta0(layout: ParamLayout, config: BilevelConfig, generator: torch.Gen
 
 
 @dataclass(frozen=True)
-class RunkelBilevel:
+class RunkelBilevel(Attack):
     name: str = "runkel_bilevel"
     description: str = ("Runkel et al.'s bilevel attack: min_x ||theta* - theta(x)||^2 with theta(x) the "
                         "retrained model, implicit hypergradient by CG on Hessian-vector products")
@@ -142,7 +142,7 @@ class RunkelBilevel:
                 f"runkel_bilevel handles the affine and one-hidden-layer mlp_bias families (the paper's models); "
                 f"this target is {target.family!r}. For the homogeneous mlp family use haim_binary_kkt, or train "
                 "an mlp_bias target with one hidden layer (--model widths=[W])")
-        layers = getattr(target.model, "layers", None)
+        layers = target.model.linear_chain()
         if target.family == "mlp_bias" and (layers is None or len(layers) != 2):
             depth = "?" if layers is None else len(layers) - 1
             raise IncompatibleError(

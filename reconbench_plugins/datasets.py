@@ -14,6 +14,7 @@ import numpy as np
 
 from reconbench import hookimpl
 from reconbench.errors import DataError
+from reconbench.interfaces import DatasetSource
 from reconbench.targets.data_files import ensure_file, load_cifar_batch
 from reconbench.targets.images import ImageData
 
@@ -59,7 +60,7 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Digits:
+class Digits(DatasetSource):
     name: str = "digits"
     description: str = "scikit-learn's embedded 8x8 handwritten digits (1,797 images, no download)"
     default_binary_rule: str = "parity"
@@ -74,10 +75,10 @@ class Digits:
 
 
 @dataclass(frozen=True)
-class Mnist:
+class Mnist(DatasetSource):
     name: str
     description: str
-    split: str  # "train" or "t10k"
+    split: str = "train"  # "train" or "t10k"
     default_binary_rule: str = "parity"
 
     def load(self, data_root: Path | None) -> ImageData:
@@ -95,7 +96,7 @@ class Mnist:
 
 
 @dataclass(frozen=True)
-class Cifar:
+class Cifar(DatasetSource):
     name: str
     description: str
     default_binary_rule: str = "vehicles_animals"
@@ -137,7 +138,7 @@ class Cifar:
 
 
 @dataclass(frozen=True)
-class Npz:
+class Npz(DatasetSource):
     """Any .npz with ``images`` and ``labels`` (and optionally ``classes``). Use as ``npz:PATH``."""
 
     name: str = "npz"
@@ -200,10 +201,12 @@ def to_nchw(images: np.ndarray, where: str) -> np.ndarray:
 
 SOURCES = [
     Digits(),
-    Mnist("mnist", "MNIST training split (official idx .gz files under DATA_ROOT/mnist/)", "train"),
-    Mnist("mnist_test", "MNIST test split, all 10,000 (official t10k idx .gz files under DATA_ROOT/mnist/)", "t10k"),
-    Cifar("cifar10", "CIFAR-10 training batches (official python batches under DATA_ROOT/cifar-10-batches-py/)"),
-    Cifar("cifar100", "CIFAR-100 training set (official python files under DATA_ROOT/cifar-100-python/)"),
+    Mnist(name="mnist", description="MNIST training split (official idx .gz files under DATA_ROOT/mnist/)",
+          split="train"),
+    Mnist(name="mnist_test", split="t10k",
+          description="MNIST test split, all 10,000 (official t10k idx .gz files under DATA_ROOT/mnist/)"),
+    Cifar(name="cifar10", description="CIFAR-10 training batches (official python batches under DATA_ROOT/cifar-10-batches-py/)"),
+    Cifar(name="cifar100", description="CIFAR-100 training set (official python files under DATA_ROOT/cifar-100-python/)"),
     Npz(),
 ]
 

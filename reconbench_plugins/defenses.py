@@ -9,6 +9,7 @@ import torch
 
 from reconbench import hookimpl
 from reconbench.config import option
+from reconbench.interfaces import Defense
 from reconbench.targets.nets import TargetNet
 from reconbench.targets.problems import Problem
 
@@ -19,7 +20,7 @@ class WeightNoiseConfig:
 
 
 @dataclass(frozen=True)
-class WeightNoise:
+class WeightNoise(Defense):
     name: str = "weight_noise"
     description: str = "adds Gaussian noise to every released weight tensor, scaled to the tensor's RMS value"
     config_cls: type = WeightNoiseConfig
@@ -39,7 +40,7 @@ class PruneConfig:
 
 
 @dataclass(frozen=True)
-class MagnitudePrune:
+class MagnitudePrune(Defense):
     name: str = "magnitude_prune"
     description: str = "zeroes the smallest-magnitude fraction of every weight tensor before release"
     config_cls: type = PruneConfig

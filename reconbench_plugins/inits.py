@@ -21,6 +21,7 @@ import torch
 from reconbench import hookimpl
 from reconbench.config import option
 from reconbench.errors import IncompatibleError, ReconbenchError
+from reconbench.interfaces import InitRegime
 from reconbench.targets.problems import Problem
 
 #: the lambda values of Runkel et al.'s mixture grid (their Figs. 10-12)
@@ -89,7 +90,7 @@ class GaussianConfig:
 
 
 @dataclass(frozen=True)
-class Gaussian:
+class Gaussian(InitRegime):
     name: str = "gaussian"
     description: str = "x ~ N(0, scale^2 I) in the centred space: the Haim/Buzaglo default"
     oracle: bool = False
@@ -112,7 +113,7 @@ class UniformConfig:
 
 
 @dataclass(frozen=True)
-class Uniform:
+class Uniform(InitRegime):
     name: str = "uniform"
     description: str = ("x ~ U(low, high) per pixel in pixel space, then centred with the mean image like "
                         "the data (Runkel et al.'s random init)")
@@ -137,7 +138,7 @@ class GroundTruthConfig:
 
 
 @dataclass(frozen=True)
-class GroundTruth:
+class GroundTruth(InitRegime):
     name: str = "ground_truth"
     description: str = ("ORACLE: the training images themselves, label-matched (Runkel et al.'s proof of "
                         "concept)")
@@ -159,7 +160,7 @@ class PartitionConfig:
 
 
 @dataclass(frozen=True)
-class Partition:
+class Partition(InitRegime):
     name: str = "partition"
     description: str = ("images of the problem's decoy pool (same distribution, disjoint from training), "
                         "label-matched; errors if the pool is too small")
@@ -187,7 +188,7 @@ class MixtureConfig:
 
 
 @dataclass(frozen=True)
-class Mixture:
+class Mixture(InitRegime):
     name: str = "mixture"
     description: str = ("x = l2 (l1 x_gt + (1 - l1) x_part) + (1 - l2) x_rnd, x_rnd uniform pixel noise "
                         "centred like the data (Runkel et al.); ORACLE whenever l1 * l2 > 0")

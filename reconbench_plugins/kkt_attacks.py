@@ -34,7 +34,8 @@ from reconbench.attack.kkt.loop import (
 )
 from reconbench.config import Limit, LogUniform, Uniform, option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn
+from reconbench.targets.nets import TargetNet
 
 #: the KKT attack for each task, named in the errors that send a user elsewhere
 ATTACK_FOR_TASK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt",
@@ -101,7 +102,7 @@ class GeneralLossConfig(StationarityConfig):
 def _other_attacks(task: str) -> str:
     kkt = set(ATTACK_FOR_TASK.values())
     names = [n for n in plugins.names("attacks")
-             if n not in kkt and task in getattr(plugins.get("attacks", n), "tasks", ())]
+             if n not in kkt and task in plugins.get("attacks", n).tasks]
     return ", ".join(names) if names else "none is registered yet"
 
 
@@ -116,7 +117,7 @@ def check_kkt_target(attack: Any, target: AttackTarget) -> None:
             f"{k.task} model with {k.out_dim} output(s) ({k.num_classes} classes); use --attack {fit} "
             "instead")
     family = plugins.get("models", target.family)
-    if not getattr(family, "swappable_activation", False) or not hasattr(target.model, "use_activation"):
+    if not family.swappable_activation or not isinstance(target.model, TargetNet):
         swappable = [n for n in plugins.names("models") if plugins.get("models", n).swappable_activation]
         raise IncompatibleError(
             f"attack {attack.name!r} replaces the target's ReLU by a surrogate, but model family "
@@ -129,13 +130,9 @@ def _uniform(shape: tuple[int, ...], generator: torch.Generator, like: torch.Ten
     return torch.rand(shape, generator=generator, dtype=torch.float64).to(like)
 
 
-class _KKTAttack:
+class _KKTAttack(Attack):
     """Shared plumbing; each attack defines its equations in ``initial_multipliers`` and
     ``stationarity_terms``."""
-
-    name: ClassVar[str]
-    config_cls: ClassVar[type]
-    tasks: ClassVar[frozenset[str]]
 
     def search_space(self) -> dict[str, Any]:
         return dict(PAPER_SPACE)

@@ -22,13 +22,14 @@ from reconbench.evaluation.matching import match
 from reconbench.evaluation.membership import collapse, init_copy, nearest_distance, nearest_member
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
+from reconbench.interfaces import Metric, MetricResult, NoOptions
 
 
 def _nan_unmatched(values: np.ndarray, matched: np.ndarray) -> np.ndarray:
     return np.where(matched, values, np.nan)
 
 
-def _unavailable(reason: str, key: str) -> dict[str, Any]:
+def _unavailable(reason: str, key: str) -> MetricResult:
     return {"available": False, "reason": reason, "summary": {key: "unavailable", f"{key}_unavailable_reason": reason},
             "per_image": {}}
 
@@ -42,7 +43,7 @@ class SsimConfig:
 
 
 @dataclass(frozen=True)
-class PaperSsim:
+class PaperSsim(Metric):
     name: str = "ssim"
     description: str = ("the papers' SSIM: kornia, Gaussian window 3 (sigma 1.5), data range 1, reflect padding, per "
                         "channel; reconstruction un-centred and min-max scaled, original not rescaled")
@@ -61,7 +62,7 @@ class PaperSsim:
                 "reconstruction": "mean image added back, min-max scaled per image over all channels",
                 "original": "training image in [0, 1], not rescaled", "library": "kornia.metrics.ssim"}
 
-    def compute(self, ev: Evaluation, cfg: SsimConfig) -> dict[str, Any]:
+    def compute(self, ev: Evaluation, cfg: SsimConfig) -> MetricResult:
         raw = ssim_paper(ev.recon_display, ev.originals, cfg.window_size, cfg.data_range, cfg.eps).numpy()
         scores = _nan_unmatched(raw, ev.matching.matched)
         p = ev.protocol.base
@@ -78,7 +79,7 @@ class StandardSsimConfig:
 
 
 @dataclass(frozen=True)
-class StandardSsim:
+class StandardSsim(Metric):
     name: str = "ssim_standard"
     description: str = ("standard SSIM: scikit-image structural_similarity with its defaults (7x7 uniform window, "
                         "borders cropped), data range 1, same image pairs as `ssim`")
@@ -99,7 +100,7 @@ class StandardSsim:
         d["gaussian_weights"] = cfg.gaussian_weights
         return {**d, "library": "skimage.metrics.structural_similarity"}
 
-    def compute(self, ev: Evaluation, cfg: StandardSsimConfig) -> dict[str, Any]:
+    def compute(self, ev: Evaluation, cfg: StandardSsimConfig) -> MetricResult:
         matched = ev.matching.matched
         raw = np.full(ev.n, np.nan)
         if matched.any():
@@ -118,7 +119,7 @@ class NotebookConfig:
 
 
 @dataclass(frozen=True)
-class NotebookSsim:
+class NotebookSsim(Metric):
     name: str = "ssim_notebook"
     description: str = ("the shipped notebooks' variant, for comparison only: nearest candidate per training image "
                         "(min vote, no best-buddy), so one candidate can count for many images")
@@ -129,7 +130,7 @@ class NotebookSsim:
     def check_config(self, cfg: NotebookConfig) -> None:
         PaperSsim().check_config(SsimConfig(window_size=cfg.window_size))
 
-    def compute(self, ev: Evaluation, cfg: NotebookConfig) -> dict[str, Any]:
+    def compute(self, ev: Evaluation, cfg: NotebookConfig) -> MetricResult:
         p = ev.protocol.base
         m = match(ev.train_features, ev.candidate_features, ev.valid_ids, ev.candidates.shape[0],
                   best_buddy=False, vote="min", avg_threshold=1.0, per_dimension=p.per_dimension,
@@ -159,7 +160,7 @@ class LpipsConfig:
 
 
 @dataclass(frozen=True)
-class Lpips:
+class Lpips(Metric):
     name: str = "lpips"
     description: str = ("LPIPS (AlexNet, v0.1) via the `lpips` package between the scaled reconstruction and the "
                         "original; reported unavailable when the ImageNet backbone weights are absent")
@@ -175,7 +176,7 @@ class Lpips:
         return {"net": "alex", "version": "0.1", "input": "[0, 1] images scaled to [-1, 1]; grayscale repeated to 3 "
                 "channels", "resize": "bilinear, align_corners=False"}
 
-    def compute(self, ev: Evaluation, cfg: LpipsConfig) -> dict[str, Any]:
+    def compute(self, ev: Evaluation, cfg: LpipsConfig) -> MetricResult:
         try:
             scorer = LpipsScorer(backbone_weights=cfg.backbone_weights, min_size=cfg.min_size)
         except LpipsUnavailable as exc:
@@ -183,7 +184,7 @@ class Lpips:
         return score_lpips(ev, scorer)
 
 
-def score_lpips(ev: Evaluation, scorer: LpipsScorer) -> dict[str, Any]:
+def score_lpips(ev: Evaluation, scorer: LpipsScorer) -> MetricResult:
     """LPIPS of every matched pair; the output says whether the backbone was random (tests only)."""
     matched = ev.matching.matched
     values = np.full(ev.n, np.nan)
@@ -197,13 +198,8 @@ def score_lpips(ev: Evaluation, scorer: LpipsScorer) -> dict[str, Any]:
 
 
 # -- membership against decoys ----------------------------------------------------------------------------------
-@dataclass
-class NoOptions:
-    pass
-
-
 @dataclass(frozen=True)
-class MembershipMetric:
+class MembershipMetric(Metric):
     name: str = "membership"
     description: str = ("for each reconstructed training image, is the reconstruction's nearest neighbour among "
                         "training images and the problem's decoys a training image? (precision of the claims)")
@@ -211,7 +207,7 @@ class MembershipMetric:
     headline: str = "membership_precision"
     config_cls: type = NoOptions
 
-    def compute(self, ev: Evaluation, cfg: NoOptions) -> dict[str, Any]:
+    def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
         decoys = ev.problem.x_decoy(torch.float64)
         if decoys.shape[0] == 0:
             return _unavailable("the problem has no decoy pool (n_decoy_per_class = 0)", "membership_precision")
@@ -236,7 +232,7 @@ class MembershipMetric:
             "member_claims_confirmed": int(res.nearest_is_train.sum()),
             "candidates_nearer_decoy_share": float((cand_decoy <= cand_train).mean()) if len(ev.valid_ids) else None,
         }
-        per_image = {"nearest_is_train": [None if v is None else bool(v) for v in is_train],
+        per_image: dict[str, list[Any]] = {"nearest_is_train": [None if v is None else bool(v) for v in is_train],
                      "nearest_decoy_distance": column_values(d_decoy),
                      "nearest_decoy_dataset_index": list(dec_idx)}
         return {"summary": summary, "per_image": per_image,
@@ -245,7 +241,7 @@ class MembershipMetric:
 
 # -- staying at the initialisation ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class InitCopy:
+class InitCopy(Metric):
     name: str = "init_copy"
     description: str = ("share of candidates closer to their own starting image than to any training image "
                         "(partition inits: natural-looking non-members)")
@@ -253,7 +249,7 @@ class InitCopy:
     headline: str = "init_copy_share"
     config_cls: type = NoOptions
 
-    def compute(self, ev: Evaluation, cfg: NoOptions) -> dict[str, Any]:
+    def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
         if ev.x0 is None:
             return _unavailable("no starting candidates (x0) were given", "init_copy_share")
         p = ev.protocol.base
@@ -273,7 +269,7 @@ class InitCopy:
 
 # -- collapse ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Collapse:
+class Collapse(Metric):
     name: str = "collapse"
     description: str = ("distinct training images chosen as nearest by some candidate, against the number of "
                         "candidates (1 = no collapse)")
@@ -281,7 +277,7 @@ class Collapse:
     headline: str = "distinct_share"
     config_cls: type = NoOptions
 
-    def compute(self, ev: Evaluation, cfg: NoOptions) -> dict[str, Any]:
+    def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
         stats = collapse(ev.matching, len(ev.valid_ids))
         rec = ev.reconstructed() & ev.matching.matched
         stats["reconstructed_per_candidate"] = float(rec.sum() / len(ev.valid_ids)) if len(ev.valid_ids) else None
@@ -296,7 +292,7 @@ class ExtractionConfig:
 
 
 @dataclass(frozen=True)
-class ExtractionScore:
+class ExtractionScore(Metric):
     name: str = "extraction_score"
     description: str = ("the reference's in-run score (spec 4.7): mean NCC distance (not per dimension) of the k best "
                         "distinct training matches; the papers' oracle selection criterion")
@@ -308,7 +304,7 @@ class ExtractionScore:
         if cfg.k < 1:
             raise IncompatibleError(f"extraction_score.k must be at least 1, got {cfg.k}")
 
-    def compute(self, ev: Evaluation, cfg: ExtractionConfig) -> dict[str, Any]:
+    def compute(self, ev: Evaluation, cfg: ExtractionConfig) -> MetricResult:
         from reconbench.evaluation import extraction_score_from_features
 
         p = ev.protocol.base

@@ -11,6 +11,7 @@ from torch import nn
 
 from reconbench import hookimpl
 from reconbench.errors import ReconbenchError
+from reconbench.interfaces import ModelFamily
 from reconbench.targets.nets import TargetNet, init_linear_default_
 
 
@@ -42,7 +43,7 @@ class MLP(TargetNet):
 
 
 @dataclass(frozen=True)
-class MlpFamily:
+class MlpFamily(ModelFamily):
     name: str = "mlp"
     description: str = ("the papers' homogeneous ReLU MLP: first layer with bias, no other biases, "
                         "first layer drawn N(0,1)*init_scale")
@@ -96,7 +97,7 @@ class Affine(TargetNet):
 
 
 @dataclass(frozen=True)
-class AffineFamily:
+class AffineFamily(ModelFamily):
     name: str = "affine"
     description: str = "an affine classifier Phi(x) = W x + b (Runkel et al.'s linear setting)"
     swappable_activation: bool = True  # it has no activation, so swapping is a no-op
@@ -135,7 +136,7 @@ class ConvNet(TargetNet):
 
 
 @dataclass(frozen=True)
-class ConvFamily:
+class ConvFamily(ModelFamily):
     name: str = "conv"
     description: str = "Conv(kernel, channels)-hidden-out as in Buzaglo et al.'s CNN experiments (bias on the conv only)"
     swappable_activation: bool = True

@@ -11,7 +11,7 @@ import torch
 
 from reconbench import hookimpl, plugins
 from reconbench.config import option
-from reconbench.interfaces import AttackOutput
+from reconbench.interfaces import Attack, AttackOutput
 
 warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*")
 
@@ -23,7 +23,7 @@ class ToyConfig:
 
 
 @dataclass(frozen=True)
-class ToyAttack:
+class ToyAttack(Attack):
     """Returns the starting candidates shifted by a constant: exercises the harness, not an attack."""
 
     name: str = "toy_identity"

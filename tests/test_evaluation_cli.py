@@ -13,6 +13,7 @@ import torch
 from reconbench import hookimpl, plugins
 from reconbench.cli import main
 from reconbench.config import option
+from reconbench.interfaces import InitRegime
 
 TINY = ["--dataset", "digits", "--task", "binary", "--n-per-class", "3", "--widths", "16,16", "--steps", "30"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -24,7 +25,7 @@ class TruthConfig:
 
 
 @dataclass(frozen=True)
-class TruthCopyInit:
+class TruthCopyInit(InitRegime):
     """Test-only oracle init: noisy copies of the training images (so that there is something to find)."""
 
     name: str = "test_truth_copy"

@@ -169,12 +169,12 @@ def test_metrics_run_after_those_they_require(problem):
     from dataclasses import dataclass
 
     from reconbench import hookimpl
-    from reconbench_plugins.metrics import NoOptions
+    from reconbench.interfaces import Metric, NoOptions
 
     seen: list[str] = []
 
     @dataclass(frozen=True)
-    class After:
+    class After(Metric):
         name: str = "test_after_collapse"
         description: str = "test-only: reads the collapse metric's result"
         higher_is_better: bool = True

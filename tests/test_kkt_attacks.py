@@ -13,7 +13,7 @@ from reconbench import hookimpl, plugins
 from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.config import build_config, option
 from reconbench.errors import DivergedError, IncompatibleError
-from reconbench.interfaces import AttackOutput, AttackTarget, Knowledge
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, Knowledge, ModelFamily
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.cards import load_card
 from reconbench.targets.training import TargetRecipe
@@ -123,7 +123,7 @@ class FlakyConfig:
 
 
 @dataclass(frozen=True)
-class FlakyAttack:
+class FlakyAttack(Attack):
     name: str = "flaky_test_attack"
     description: str = "test-only: fails on some configs"
     needs: frozenset = frozenset()
@@ -183,7 +183,7 @@ def test_wrong_task_names_the_attack_to_use(tmp_path):
 
 
 @dataclass(frozen=True)
-class FrozenActivationFamily:
+class FrozenActivationFamily(ModelFamily):
     name: str = "frozen_act_test"
     description: str = "test-only family whose activation cannot be swapped"
     swappable_activation: bool = False

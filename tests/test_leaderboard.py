@@ -19,6 +19,7 @@ from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import load_suite
 from reconbench.cli import main
 from reconbench.errors import DataError
+from reconbench.interfaces import Metric
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
@@ -190,11 +191,10 @@ def test_direction_follows_the_metric_plugin_and_custom_columns(synthetic, tmp_p
     suite, res = synthetic
 
     @dataclass(frozen=True)
-    class GoodCount:  # a metric plugin declaring that fewer is better (the opposite of the column spec)
+    class GoodCount(Metric):  # a metric plugin declaring that fewer is better (the opposite of the column spec)
         name: str = "good_count"
         description: str = "test metric"
         higher_is_better: bool = False
-        config_cls: type = object
 
     class Plugin:
         @hookimpl

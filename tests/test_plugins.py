@@ -25,12 +25,12 @@ def make_distribution(root, name: str, entry_points: dict[str, str], modules: di
 GOOD = """
 from dataclasses import dataclass
 from reconbench import hookimpl
+from reconbench.interfaces import Defense as DefenseBase
 
 @dataclass(frozen=True)
-class Defense:
+class Defense(DefenseBase):
     name: str = "ext_noop_defense"
     description: str = "a defense from an external package"
-    config_cls: type = dict
     def apply(self, model, problem, config, *, generator):
         pass
 
@@ -110,3 +110,25 @@ def test_every_hook_is_documented_and_has_a_kind():
     assert sorted(s.removeprefix("register_") for s in specs) == sorted(plugins.KINDS)
     for s in specs:
         assert getattr(hookspecs, s).__doc__, s
+
+
+def test_an_object_that_does_not_subclass_its_kind_is_refused_by_name():
+    from dataclasses import dataclass
+
+    from reconbench import hookimpl
+
+    @dataclass(frozen=True)
+    class LooseAttack:  # has the attributes but not the base class
+        name: str = "loose"
+        description: str = "not declared as an Attack"
+
+    class Plugin:
+        @hookimpl
+        def register_attacks(self, register):  # type: ignore[no-untyped-def]
+            register(LooseAttack())
+
+    host = PluginHost()
+    host.register(Plugin(), name="loose-plugin")
+    with pytest.raises(ReconbenchError, match=r"LooseAttack through register_attacks, but it does not subclass "
+                                              r"reconbench.interfaces.Attack"):
+        host.names("attacks")

@@ -30,7 +30,7 @@ from reconbench.errors import DivergedError, IncompatibleError, ReconbenchError
 from reconbench.evaluation import evaluate, oracle_score, resolve_protocol
 from reconbench.interfaces import AttackTarget
 from reconbench.progress import Progress
-from reconbench.provenance import config_hash, provenance, write_json
+from reconbench.provenance import config_hash, portable_path, provenance, write_json
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
 from reconbench.targets.training import DTYPES
@@ -95,11 +95,9 @@ def init_config_for_run(init: Any, spec: RunSpec, attack: Any, cfg: Any) -> tupl
     win; overrides naming options the regime does not have are ignored. Returns the config and the overrides
     actually applied.
     """
-    overrides: dict[str, Any] = {}
-    if hasattr(attack, "init_overrides"):
-        fields = {f.name for f in dataclasses.fields(init.config_cls)}
-        overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
-                     if k in fields and k not in spec.init_config}
+    fields = {f.name for f in dataclasses.fields(init.config_cls)}
+    overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
+                 if k in fields and k not in spec.init_config}
     return build_config(init.config_cls, {**spec.init_config, **overrides}, f"init {init.name}"), overrides
 
 
@@ -257,7 +255,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         "init_config": init_config,
         "init_is_oracle": oracle_init,
         "spec": spec.to_dict(),
-        "target": {"card": str(Path(card.path).resolve()), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
+        "target": {"card": portable_path(card.path), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
                    "family": card.data["family"], "task": card.task, "n_train": problem.n,
                    "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
         "selection": {

@@ -264,7 +264,6 @@ class _Checker:
 SUITE_KEYS: dict[str, Any] = {
     "name": str,
     "description": str,
-    "tier": str,
     "seeds": list[int],
     "device": str,
     "dtype": typing.Literal["float64", "float32"],
@@ -369,7 +368,7 @@ def _check_plugin_config(
             raise chk.fail(keys, str(exc)) from None
         warnings.append(f"{chk.where(keys)}: {exc} Its cells will be reported as failed.")
         return
-    cls = getattr(obj, "config_cls", None)
+    cls = obj.config_cls
     if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
         return
     for k, v in config.items():
@@ -395,8 +394,8 @@ def _check_protocol(protocol: dict[str, Any], chk: _Checker) -> None:
     """Let the evaluation protocol reject unknown options and bad values now, not after hours of attacks."""
     from reconbench import evaluation
 
-    resolve = getattr(evaluation, "resolve_protocol", None)
-    if resolve is None or not protocol:
+    resolve = evaluation.resolve_protocol
+    if not protocol:
         return
     try:
         resolve(protocol, "mlp")

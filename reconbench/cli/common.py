@@ -80,7 +80,7 @@ def check_device(device: str, option: str = "--device") -> str:
             raise ReconbenchError(f"{option} {device}: this machine has {torch.cuda.device_count()} CUDA device(s); "
                                   f"pass {option} cuda:0")
     elif dev.type == "mps":
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        if not torch.backends.mps.is_available():
             raise ReconbenchError(f"{option} {device}: no MPS device is available here; pass {option} cpu")
     elif dev.type != "cpu":
         raise ReconbenchError(f"{option} {device}: reconbench runs on cpu, cuda or mps; pass {option} cpu")

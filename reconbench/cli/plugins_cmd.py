@@ -10,6 +10,7 @@ from tabulate import tabulate
 from reconbench import plugins
 from reconbench.cli.common import main_group
 from reconbench.config import describe_options
+from reconbench.interfaces import InitRegime, Metric
 
 
 @main_group.command("plugins")
@@ -31,15 +32,15 @@ def list_command(kind: str, pattern: str | None, verbose: bool) -> None:
     entries = list(plugins.host().entries(kind, pattern))
     rows = []
     for e in entries:
-        flag = " (oracle)" if getattr(e.obj, "oracle", False) else ""
-        if kind == "metrics" and hasattr(e.obj, "higher_is_better"):
+        flag = " (oracle)" if isinstance(e.obj, InitRegime) and e.obj.oracle else ""
+        if isinstance(e.obj, Metric):
             flag += " (higher is better)" if e.obj.higher_is_better else " (lower is better)"
         rows.append((e.name + flag, e.plugin, e.description))
     click.echo(tabulate(rows, headers=["name", "plugin", "description"], tablefmt="github"))
     if verbose:
         for e in entries:
-            cls = getattr(e.obj, "config_cls", None)
-            if isinstance(cls, type) and dataclasses.is_dataclass(cls):
+            cls = e.obj.config_cls
+            if isinstance(cls, type) and dataclasses.is_dataclass(cls) and dataclasses.fields(cls):
                 click.echo(f"\n{e.name} options:")
                 opts = [(n, t, d, h) for n, t, d, h in describe_options(cls)]
                 click.echo(tabulate(opts, headers=["option", "type", "default", "help"], tablefmt="github"))

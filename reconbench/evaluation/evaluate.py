@@ -117,7 +117,7 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protoco
                                       f"{problem.n} training images")
         ev.results[name] = res
         metric_out[name] = {"higher_is_better": bool(metric.higher_is_better),
-                            "headline": getattr(metric, "headline", name),
+                            "headline": metric.headline_key,
                             "available": res.get("available", True), "reason": res.get("reason"),
                             "summary": res["summary"], "details": res.get("details", {})}
     summary = _summary(ev)

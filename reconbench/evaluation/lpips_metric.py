@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from reconbench.errors import ReconbenchError
+from reconbench.provenance import portable_path
 
 #: torchvision's ImageNet AlexNet weights (AlexNet_Weights.IMAGENET1K_V1)
 ALEXNET_FILE = "alexnet-owt-7be5be79.pth"
@@ -47,8 +48,8 @@ def check_available(explicit: str | None = None) -> Path:
     path = backbone_path(explicit)
     if not path.exists():
         raise LpipsUnavailable(
-            f"the ImageNet AlexNet backbone weights are not available ({path} does not exist) and reconbench never "
-            f"downloads weights; place {ALEXNET_FILE} (from {ALEXNET_URL}) there, or set lpips.backbone_weights")
+            f"the ImageNet AlexNet backbone weights are not available ({portable_path(path)} does not exist) and "
+            f"reconbench never downloads weights; place {ALEXNET_FILE} (from {ALEXNET_URL}) there, or set lpips.backbone_weights")
     return path
 
 

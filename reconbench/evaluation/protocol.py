@@ -115,9 +115,9 @@ class ResolvedProtocol:
             out["metrics"][name] = {
                 "description": metric.description,
                 "higher_is_better": bool(metric.higher_is_better),
-                "headline": getattr(metric, "headline", name),
+                "headline": metric.headline_key,
                 "config": config_to_dict(cfg) if dataclasses.is_dataclass(cfg) else cfg,
-                **({"fixed": dict(metric.fixed(cfg))} if hasattr(metric, "fixed") else {}),
+                **({"fixed": dict(fixed)} if (fixed := metric.fixed(cfg)) else {}),
             }
         return out
 
@@ -136,8 +136,8 @@ class ResolvedProtocol:
 def _known_keys(metric_names: list[str]) -> list[str]:
     keys = [f.name for f in dataclasses.fields(Protocol)]
     for name in metric_names:
-        cls = getattr(plugins.get("metrics", name), "config_cls", None)
-        if cls is not None and dataclasses.is_dataclass(cls):
+        cls = plugins.get("metrics", name).config_cls
+        if dataclasses.is_dataclass(cls):
             keys += [f"{name}.{f.name}" for f in dataclasses.fields(cls)]
     return keys
 
@@ -182,9 +182,7 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
     for name in names:
         metric = plugins.get("metrics", name)
         configs[name] = build_config(metric.config_cls, per_metric.get(name), f"protocol: metric {name}")
-        check = getattr(metric, "check_config", None)
-        if check is not None:
-            check(configs[name])
+        metric.check_config(configs[name])
     if base.avg_threshold is not None:
         b, source = float(base.avg_threshold), "set by the protocol"
     elif family in FAMILY_AVG_THRESHOLD:
@@ -224,7 +222,7 @@ def _order(names: list[str]) -> list[str]:
             return
         if name in stack:
             raise ReconbenchError(f"metrics require each other in a cycle: {' -> '.join((*stack, name))}")
-        for dep in getattr(plugins.get("metrics", name), "requires", ()):
+        for dep in plugins.get("metrics", name).requires:
             if dep not in names:
                 raise ReconbenchError(f"metric {name!r} needs metric {dep!r}; add it to protocol.metrics")
             visit(dep, (*stack, name))

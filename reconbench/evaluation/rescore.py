@@ -17,7 +17,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from reconbench.errors import ReconbenchError
-from reconbench.provenance import config_hash, provenance, write_json
+from reconbench.provenance import config_hash, portable_path, provenance, write_json
+from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import load_card
 
 #: parts of an evaluation that must agree for "the stored numbers are reproduced"
@@ -61,9 +62,12 @@ def locate_card(result_dir: Path, result: dict[str, Any], explicit: str | None) 
     recorded = result["target"].get("card")
     if not recorded:
         raise ReconbenchError(f"{result_dir / 'result.json'} records no model card; pass --model CARD_DIR")
-    path = Path(recorded)
+    path = Path(recorded).expanduser()
     if not path.exists() and not path.is_absolute() and (result_dir / path).exists():
         path = result_dir / path
+    key = result["target"].get("recipe_key")
+    if not path.exists() and key and (cache_dir() / "targets" / str(key)).exists():
+        path = cache_dir() / "targets" / str(key)   # recorded elsewhere; the same recipe is in this machine's cache
     try:
         return load_card(path)
     except ReconbenchError as exc:
@@ -121,7 +125,7 @@ def rescore(result_dir: str | Path, overrides: dict[str, Any] | None = None, *, 
                           card=card, out_dir=target, quiet=quiet)
     same_protocol = merged == stored_overrides
     diff = differences(result.get("evaluation") or {}, evaluation) if same_protocol else []
-    record = {"kind": "reconbench-evaluation/1", "result_dir": str(folder), "card": str(card.path),
+    record = {"kind": "reconbench-evaluation/1", "result_dir": portable_path(folder), "card": portable_path(card.path),
               "protocol_overrides": merged, "stored_protocol": same_protocol,
               "reproduces_stored": (not diff) if same_protocol else None, "differences": diff,
               "evaluation": evaluation, "provenance": provenance(merged, "cpu", "float64")}

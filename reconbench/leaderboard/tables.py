@@ -75,7 +75,7 @@ def direction(col: ColumnSpec, key: str | None, records: Iterable[dict[str, Any]
                     return bool(info["higher_is_better"]), f"metric {name!r} (recorded in the cells)"
         for name in plugins.names("metrics"):
             metric = plugins.get("metrics", name)
-            if getattr(metric, "headline", name) == key:
+            if metric.headline_key == key:
                 return bool(metric.higher_is_better), f"metric plugin {name!r}"
     return col.higher_is_better, "column spec"
 

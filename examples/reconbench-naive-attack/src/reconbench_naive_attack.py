@@ -14,7 +14,7 @@ import torch
 from reconbench import hookimpl
 from reconbench.config import LogUniform, option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import AttackOutput, AttackTarget
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget
 
 
 @dataclass
@@ -24,7 +24,7 @@ class NaiveConfig:
 
 
 @dataclass(frozen=True)
-class NaiveAttack:
+class NaiveAttack(Attack):
     name: str = "naive_margin"
     description: str = "class-output maximisation with a box prior (the reference's 'naive' baseline)"
     needs: frozenset = frozenset({"labels"})

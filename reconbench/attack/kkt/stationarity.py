@@ -97,7 +97,7 @@ def gram_engine(layers: list[nn.Linear], alpha: float, forward: Forward = "relu"
 
 def _full_chain(model: TargetNet) -> list[nn.Linear] | None:
     """The model's declared linear chain, if it holds every parameter of the model."""
-    chain = model.linear_chain() if hasattr(model, "linear_chain") else None
+    chain = model.linear_chain()
     if chain is None:
         return None
     covered = sum(p.numel() for layer in chain for p in layer.parameters())
