@@ -141,13 +141,13 @@ class RunkelBilevel(Attack):
             raise IncompatibleError(
                 f"runkel_bilevel handles the affine and one-hidden-layer mlp_bias families (the paper's models); "
                 f"this target is {target.family!r}. For the homogeneous mlp family use haim_binary_kkt, or train "
-                "an mlp_bias target with one hidden layer (--model widths=[W])")
+                "an mlp_bias target with one hidden layer (--family mlp_bias --widths W)")
         layers = target.model.linear_chain()
         if target.family == "mlp_bias" and (layers is None or len(layers) != 2):
             depth = "?" if layers is None else len(layers) - 1
             raise IncompatibleError(
                 f"runkel_bilevel handles mlp_bias with exactly one hidden layer; this target has {depth}. "
-                "Train it with a single width (model widths=[W]) or use haim_binary_kkt for deeper MLPs")
+                "Train it with a single width (--family mlp_bias --widths W) or use haim_binary_kkt for deeper MLPs")
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: BilevelConfig, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:

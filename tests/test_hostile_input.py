@@ -438,7 +438,8 @@ SUITE_EDITS = {
 
 @pytest.mark.parametrize("edit", list(SUITE_EDITS))
 def test_corrupted_suite_refused(edit, tmp_path, capsys, no_work):
-    text = (REPO / "reconbench" / "bench" / "suites" / "ci.toml").read_text()
+    text = next(p for p in (REPO / "reconbench" / "bench" / "suites" / "ci.toml", REPO / "benchmarks" / "suites" /
+                            "ci.toml") if p.exists()).read_text()  # where versions of reconbench keep it
     old, new = SUITE_EDITS[edit]
     assert old in text
     (tmp_path / "s.toml").write_text(text.replace(old, new, 1))
