@@ -535,3 +535,16 @@ def test_debug_prints_the_trace_of_an_internal_error(capsys, monkeypatch):
     Path(trace).unlink()
     code, _, err = cli(["--debug", "plugins"], capsys)
     assert code != 0 and "Traceback" in err
+
+
+def test_environment_errors_are_one_line(capsys, monkeypatch):
+    from reconbench.cli import plugins_cmd
+
+    def denied() -> None:
+        raise PermissionError(13, "Permission denied", "/somewhere/cells")
+
+    monkeypatch.setattr(plugins_cmd.plugins, "host", denied)
+    code, _, err = cli(["plugins"], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "cannot access /somewhere/cells (Permission denied)" in lines[0]
+    Path(lines[0].split("full trace in ")[1]).unlink()

@@ -75,6 +75,15 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo(f"interrupted: finished work is kept; {interrupt_hint()}", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except OSError as exc:  # the environment: a full disk, a folder that became unwritable, a vanished file
+        if common.DEBUG[0]:
+            traceback.print_exc()
+        path = write_trace(exc)
+        where = f"; full trace in {path}" if path else ""
+        name = f" {exc.filename}" if exc.filename else ""
+        click.echo(f"error: cannot access{name} ({exc.strerror or exc}); check the path, its permissions and the free "
+                   f"disk space, then re-run the same command to resume{where}", err=True)
+        sys.exit(EXIT_USER)
     except Exception as exc:  # last resort: a bug, or an environment problem nothing above foresaw
         if common.DEBUG[0]:
             traceback.print_exc()

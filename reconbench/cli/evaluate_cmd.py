@@ -10,7 +10,7 @@ import click
 from reconbench.cli.common import data_root_option, main_group, parse_assignments, quiet_option
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import resolve_protocol
-from reconbench.evaluation.rescore import read_result, rescore
+from reconbench.evaluation.rescore import read_candidates, read_result, rescore
 from reconbench.provenance import check_writable
 
 
@@ -60,14 +60,15 @@ def check_result(folder: Path, need_evaluation: bool) -> dict[str, Any]:
     """Schema of result.json: the sections and fields re-scoring reads, with their types."""
     result = read_result(folder)
     path = folder / "result.json"
-    for key, kind in (("spec", dict), ("target", dict), ("runs", list)):
-        if not isinstance(result.get(key), kind):
-            raise ReconbenchError(f"{path}: {key!r} is {type(result.get(key)).__name__}, expected "
-                                  f"{'an object' if kind is dict else 'a list'}; the file is damaged, re-run the attack")
+    for key in ("spec", "target"):
+        if not isinstance(result.get(key), dict):
+            raise ReconbenchError(f"{path}: {key!r} is {type(result.get(key)).__name__}, expected an object; the file "
+                                  "is damaged, re-run the attack")
+    read_candidates(folder)  # present and readable
     if not isinstance(result["spec"].get("protocol") or {}, dict):
         raise ReconbenchError(f"{path}: spec.protocol is {type(result['spec']['protocol']).__name__}, expected an "
                               "object of protocol options; the file is damaged, re-run the attack")
-    for key in ("family", "card"):
+    for key in ("family",):
         if not isinstance(result["target"].get(key), str):
             raise ReconbenchError(f"{path}: target.{key} is {result['target'].get(key)!r}, expected a string; the file "
                                   "is damaged, re-run the attack")
