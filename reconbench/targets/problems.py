@@ -164,6 +164,9 @@ def _validate(data: ImageData, ref: str) -> None:
     if imgs.ndim != 4 or imgs.shape[1] not in (1, 3) or len(imgs) != len(data.labels):
         raise DataError(f"data set {ref!r}: images must be (N, C, H, W) with C in (1, 3) and one label each; "
                         f"got images {imgs.shape} and labels {data.labels.shape}")
+    if len(data.labels) and (data.labels.min() < 0 or data.labels.max() >= len(data.classes)):
+        raise DataError(f"data set {ref!r}: labels must lie in 0..{len(data.classes) - 1} (its {len(data.classes)} "
+                        f"classes), found {int(data.labels.min())}..{int(data.labels.max())}; the data file is damaged")
 
 
 def _first_per_class(order: np.ndarray, labels: np.ndarray, classes: list[int], k: int) -> np.ndarray:
