@@ -3,8 +3,9 @@
     RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 \
         python -m pytest benchmarks/bench_bilevel.py --benchmark-enable --benchmark-json=bench_bilevel.json
 
-The target is the suite's ``mlp1`` recipe (benchmarks/cpu_mini_bilevel.py: CIFAR-10 vehicles vs animals, 10 images
-per class, mlp_bias 3072-256-1, weight decay 1e-2; trained on first use and cached). One outer iteration is what
+The target is the ``cifar-mlp1-wd`` recipe of the bilevel-cpu-mini suite (reconbench/bench/suites/bilevel-cpu-mini.toml:
+CIFAR-10 vehicles vs animals, 10 images per class, mlp_bias 3072-256-1, weight decay 1e-2; trained on first use and
+cached), with the options of its ``runkel-mlp1-short`` attack. One outer iteration is what
 the attack does per step: the adjoint p = (H + delta I)^{-1} 2 (theta - theta*) by CG on Hessian-vector products,
 the hypergradient, a step of x, and the inner solve at the new x. ``warm`` starts that solve from the previous
 solution (the suite's setting for this target); ``cold`` from theta0 ~ U(0, 1), as the paper does, and is timed
@@ -14,37 +15,37 @@ once because it takes minutes here. The adjoint/hypergradient part is also timed
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cpu_mini_bilevel as suite  # noqa: E402
-
 from reconbench.attack.bilevel import LowerProblem, hypergradient, softplus_surrogate, solve_lower
+from reconbench.bench.suite import load_suite
 from reconbench.config import build_config
 from reconbench.targets.losses import get_loss
-from reconbench_plugins.bilevel import BilevelConfig, draw_theta0  # noqa: E402
+from reconbench_plugins.bilevel import BilevelConfig, draw_theta0
 
-CFG = build_config(BilevelConfig, dict(suite.BILEVEL["mlp1"]), "bench_bilevel")
+SUITE = load_suite("bilevel-cpu-mini")
+RECIPE = SUITE.targets["cifar-mlp1-wd"].recipe
+CFG = build_config(BilevelConfig, dict(SUITE.attacks["runkel-mlp1-short"].config), "bench_bilevel")
+DATA = os.environ.get("RECONBENCH_DATA") or str(Path(__file__).resolve().parents[2] / "shared" / "data")
 ETA = 1.0  # one trial step of the line search (its first trial at the start of a run)
 
 
 @pytest.fixture(scope="module")
 def state():
-    data = Path(suite.DATA) / "cifar10" / "cifar10_train_subset.npz"
+    data = Path(DATA) / "cifar10" / "cifar10_train_subset.npz"
     if not data.exists():
         pytest.skip(f"needs the CIFAR-10 subset at {data} (set RECONBENCH_DATA)")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     from reconbench.targets.cache import get_or_train
 
-    card = get_or_train(suite.RECIPES["mlp1"], data_root=suite.DATA, quiet=True)
-    problem = card.problem(suite.DATA)
+    card = get_or_train(RECIPE, data_root=DATA, quiet=True)
+    problem = card.problem(DATA)
     model = card.load_model(torch.float64)
     labels = torch.as_tensor(problem.train_labels).sort().values
-    lower = LowerProblem(model, get_loss("bce", "binary")[1], labels.double(), weight_decay=suite.WD,
+    lower = LowerProblem(model, get_loss("bce", "binary")[1], labels.double(), weight_decay=RECIPE.train.weight_decay,
                          activation=softplus_surrogate(CFG.softplus_beta))
     theta_star = lower.layout.flatten(model)
     from reconbench_plugins.inits import partition_images

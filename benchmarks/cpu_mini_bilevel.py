@@ -1,20 +1,21 @@
-"""cpu-mini suite for issue 5: initialisation regimes and Runkel et al.'s bilevel attack.
+"""The analysis of the bilevel-cpu-mini study that a suite cannot express (docs/method/bilevel.md).
 
-Reproduces, at a 2-core scale, the claims of Runkel et al. ("Training Data Reconstruction: Privacy due to
-Uncertainty?"; notes in ../shared/docs/bilevel-attack-spec.md):
+The study itself (targets, attacks, init regimes, cells) is defined once, in reconbench/bench/suites/bilevel-cpu-mini.toml,
+and run by the suite runner; every cell is scored there by the standard evaluation (membership against decoys,
+init copies, collapse, SSIM). This script reads a finished results folder and adds, per cell:
 
-* targets: an affine classifier and a one-hidden-layer ReLU network with biases (width scaled down from 6144 to
-  WIDTH) on CIFAR-10 vehicles vs animals, N_PER_CLASS images per class, full-batch GD with weight decay WD;
-* ``runkel_bilevel`` on both under the ``uniform``, ``ground_truth`` (oracle) and ``partition`` initialisations;
-* ``haim_binary_kkt`` under the same three regimes on the papers' homogeneous MLP (when that attack is installed);
-* the 5 x 5 mixture grid (l1, l2) for ``runkel_bilevel`` on the affine target, rendered as three heatmaps of the
-  average distance from each reconstruction to its nearest training, partition and random image (paper Figs. 10-12).
+* pixel-space L2 distances from each candidate of the blind-selected run to its nearest training image, partition
+  image (the decoys the partition init uses), held-out decoy (the rest of the pool, never an init) and random image
+  (the uniform images the uniform/mixture inits draw), before and after the attack, and counts of exact recoveries
+  (a training image within L2 1.0, RMS 0.018 per pixel); Runkel et al. report these averages, not SSIM;
+* the 5 x 5 mixture grid as heatmaps of those averages (the paper's Figs. 10-12);
+* per weight-decay target, how far the released model is from a stationary point of its training objective.
 
-Every attack run goes through :func:`reconbench.attack.pipeline.run_attack` (one result folder per cell, resumable);
-the distances below are computed here from the saved candidates. Results: ``benchmarks/results/bilevel/``.
+    RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 reconbench bench bilevel-cpu-mini --out runs/bench/bilevel-cpu-mini
+    RECONBENCH_DATA=../shared/data python benchmarks/cpu_mini_bilevel.py runs/bench/bilevel-cpu-mini [--out DIR]
 
-    RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 nice -n 10 \
-        .venv/bin/python benchmarks/cpu_mini_bilevel.py [--stage targets|bilevel|released|haim|grid|report|all]
+Output (default ``RESULTS/analysis``): ``summary.json`` (setup, targets, one entry per cell, grid) and
+``mixture_heatmap_<target>_<attack>.png``.
 """
 
 from __future__ import annotations
@@ -22,107 +23,48 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from reconbench import plugins
 from reconbench.attack.bilevel import LowerProblem
-from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.bench.runner import STATUS_OK, load_cells
+from reconbench.bench.suite import Suite, load_suite
 from reconbench.provenance import portable_path, provenance, write_json
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.losses import get_loss
-from reconbench.targets.problems import Problem, ProblemSpec
-from reconbench.targets.training import TargetRecipe, TrainSpec
+from reconbench.targets.problems import Problem
 
-ROOT = Path(__file__).resolve().parent
-OUT = Path(os.environ.get("BILEVEL_OUT", ROOT / "results" / "bilevel"))
-DATA = os.environ.get("RECONBENCH_DATA") or str(ROOT.parent.parent / "shared" / "data")
-
-# -- the experiment, fixed before any attack was run -----------------------------------------------------------
-N_PER_CLASS = 10
-WIDTH = 256            # the paper's hidden width is 6144; scaled down for a shared 2-core machine
-WD = 1e-2              # weight decay: makes the lower problem well posed (BCE on separable data has no minimiser)
-PROBLEM = ProblemSpec(dataset="npz:cifar10/cifar10_train_subset.npz", task="binary", n_per_class=N_PER_CLASS,
-                      n_test_per_class=100, n_decoy_per_class=2 * N_PER_CLASS)
-RECIPES = {
-    "affine": TargetRecipe(problem=PROBLEM, family="affine",
-                           train=TrainSpec(loss="bce", lr=0.1, steps=20_000, weight_decay=WD, eval_every=2000)),
-    "mlp1": TargetRecipe(problem=PROBLEM, family="mlp_bias", model={"widths": [WIDTH]},
-                         train=TrainSpec(loss="bce", lr=0.1, steps=20_000, weight_decay=WD, eval_every=2000)),
-}
-# Haim et al.'s own model for the side-by-side comparison (issue 5): the papers' homogeneous two-hidden-layer MLP
-# 3072-1000-1000-1 on the same problem, trained as in the KKT cpu-mini runs (no weight decay; 30k full-batch GD
-# steps at lr 0.01 with the inverse-loss step size; float32); added in session 2, before any haim run on it
-PAPERS_MLP = TargetRecipe(problem=PROBLEM, family="mlp", model={"widths": [1000, 1000]},
-                          train=TrainSpec(loss="bce", lr=0.01, steps=30_000, schedule="inverse_loss",
-                                          dtype="float32", eval_every=2000))
-REGIMES = ("uniform", "ground_truth", "partition")
-SEED = 0
-
-
-def write(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, obj)
+EXACT_L2 = 1.0   # "exact" recovery: a candidate within L2 1.0 of a training image (RMS 0.018 per pixel on CIFAR-10)
 
 
 # -- targets --------------------------------------------------------------------------------------------------
-def stationarity(card: ModelCard, problem: Problem) -> dict[str, float]:
+def stationarity(card: ModelCard, problem: Problem, weight_decay: float) -> dict[str, float]:
     """max |grad_theta E(x_train; theta*)| of the released ReLU model: how far training is from a stationary point."""
     model = card.load_model(torch.float64)
     lower = LowerProblem(model, get_loss("bce", "binary")[1],
-                         torch.as_tensor(problem.train_labels, dtype=torch.float64), weight_decay=WD)
+                         torch.as_tensor(problem.train_labels, dtype=torch.float64), weight_decay=weight_decay)
     theta = lower.layout.flatten(model)
     g = lower.grad_theta(theta, problem.x_train(torch.float64))
     return {"grad_inf_at_train": float(g.abs().max()), "grad_norm_at_train": float(g.norm()),
             "theta_norm": float(theta.norm()), "param_count": int(theta.numel())}
 
 
-def stage_targets(only: str | None = None) -> dict[str, ModelCard]:
-    cards = {}
-    summary = json.loads((OUT / "targets.json").read_text()) if (OUT / "targets.json").exists() else {}
-    for name, recipe in {**RECIPES, "papers_mlp": PAPERS_MLP}.items():
-        if only and name != only:
-            continue
-        t0 = time.perf_counter()
-        card = get_or_train(recipe, data_root=DATA)
-        problem = card.problem(DATA)
-        metrics = {k: v for k, v in card.data["metrics"].items() if k not in ("margins",)}
-        summary[name] = {"recipe": recipe.to_dict(), "card": portable_path(card.path), "metrics": metrics,
-                         "stationarity": stationarity(card, problem) if name in RECIPES else None,
-                         "seconds": time.perf_counter() - t0}
-        cards[name] = card
-        print(name, json.dumps(summary[name]["stationarity"]), "train_error", metrics.get("train_error"),
-              "test_error", metrics.get("test_error"))
-    write(OUT / "targets.json", summary)
-    return cards
-
-
-# -- attack settings (fixed before the runs; only the attack's own loss is ever used to choose) ---------------
-BILEVEL = {
-    # the paper's cold start: every inner solve from the same theta0 ~ U(0, 1); the affine lower problem is
-    # strongly convex (weight decay), so theta(x) does not depend on theta0 anyway
-    "affine": {"outer_steps": 200, "theta0": "uniform", "warm_start": False},
-    # one cold solve from U(0, 1) takes minutes at this width on this machine, so later solves start warm from
-    # the previous outer iterate (the spec's recorded cheaper variant)
-    # session 2: 9 outer steps and a 10-minute budget per cell. The uniform cell of session 1 ran 30 steps in
-    # 594 s; the ground-truth cell then reached step 9 in 4.5 min three times (the same trajectory) and spent over
-    # 9 minutes (twice) on the line search of its tenth step without finishing, which this session cannot afford
-    "mlp1": {"outer_steps": 9, "theta0": "uniform", "warm_start": True, "inner_max_iter": 5000,
-             "cg_max_iter": 100, "softplus_beta": 20.0, "max_seconds": 600.0},
-}
-# a variant decided after the uniform-start run above: the inner solves start at the released weights theta*
-# (public, so within the threat model), which keeps retraining in theta*'s basin
-RELEASED = {"mlp1": {**BILEVEL["mlp1"], "theta0": "released"}}
-HAIM = {"steps": 3000}          # haim_binary_kkt defaults otherwise; blind selection over SEARCH_RUNS runs
-HAIM_SEARCH_RUNS = 4   # session 2: 4 runs (was 6) to fit the session; every run is 3000 steps
-GRID_TARGET, GRID_STEPS = "affine", 100
-EXACT_L2 = 1.0                  # "exact" recovery: a candidate within L2 1.0 of a training image (RMS 0.018 / pixel)
+def load_targets(suite: Suite, data_root: str | None) -> dict[str, tuple[ModelCard, Problem, dict[str, Any]]]:
+    """Every target of the suite (reused from the target cache the runner filled), with its summary."""
+    out = {}
+    for name, entry in suite.targets.items():
+        card = get_or_train(entry.recipe, data_root=data_root, quiet=True)
+        problem = card.problem(data_root)
+        wd = entry.recipe.train.weight_decay
+        info = {"recipe": entry.recipe.to_dict(), "recipe_key": entry.recipe.key(), "card": portable_path(card.path),
+                "metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"},
+                "stationarity": stationarity(card, problem, wd) if wd > 0 and problem.task == "binary" else None}
+        out[name] = (card, problem, info)
+    return out
 
 
 # -- distances -----------------------------------------------------------------------------------------------
@@ -146,7 +88,7 @@ def reference_sets(problem: Problem, labels: torch.Tensor, seed: int) -> dict[st
     pool = torch.as_tensor(problem.decoy_images)
     used = {int(i) for i in _nearest(part, pool)[1]}
     held = pool[[i for i in range(len(pool)) if i not in used]]
-    gen = torch.Generator().manual_seed(seed * 100_003)  # the pipeline's generator for run 0
+    gen = torch.Generator().manual_seed(seed * 100_003)  # the pipeline's generator for search run 0
     rnd = uniform_pixels(problem, len(labels), 0.0, 1.0, gen) + mean
     return {"train": torch.as_tensor(problem.train_images), "partition": part, "heldout_decoys": held,
             "random": rnd}
@@ -154,7 +96,7 @@ def reference_sets(problem: Problem, labels: torch.Tensor, seed: int) -> dict[st
 
 def distances(problem: Problem, cand: torch.Tensor, x0: torch.Tensor, refs: dict[str, torch.Tensor]
               ) -> dict[str, Any]:
-    """L2 distances in pixel space ([0, 1] images, 3072 values): averages over candidates, and counts."""
+    """L2 distances in pixel space ([0, 1] images): averages over candidates, and counts."""
     mean = problem.mean_tensor()[None]
     px, p0 = cand.to(torch.float64) + mean, x0.to(torch.float64) + mean
     d = {name: _nearest(px, ref)[0] for name, ref in refs.items()}
@@ -177,97 +119,36 @@ def distances(problem: Problem, cand: torch.Tensor, x0: torch.Tensor, refs: dict
     }
 
 
-def _num(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.3e}"
-
-
 # -- one cell ------------------------------------------------------------------------------------------------
-
-def run_cell(card: ModelCard, problem: Problem, attack: str, init: str, init_config: dict[str, Any],
-             attack_config: dict[str, Any], out: Path, search_runs: int = 1) -> dict[str, Any]:
+def analyse_cell(rec: dict[str, Any], results: Path, problem: Problem) -> dict[str, Any]:
+    """The distances of the blind-selected run's candidates, plus the cell's trace and standard evaluation."""
     from safetensors.torch import load_file
 
-    spec = RunSpec(attack=attack, attack_config=attack_config, init=init, init_config=init_config, seed=SEED,
-                   candidates=problem.n, search_runs=search_runs)
-    t0 = time.perf_counter()
-    result = run_attack(card, spec, out, data_root=DATA, problem=problem, quiet=False)  # progress bars on stderr
-    blind = result["selection"]["blind"]["run"]
+    work = results / rec["result_dir"]
+    blind = rec["selections"]["blind"]["run"]
     blind = 0 if blind is None else blind
-    tensors = load_file(str(out / "runs" / f"run-{blind:03d}.safetensors"))
-    record = json.loads((out / "runs" / f"run-{blind:03d}.json").read_text())
-    labels = tensors["labels"]
-    refs = reference_sets(problem, labels, SEED)
-    trace = record.get("trace", [])
-    ev = result.get("evaluation", {}).get("summary", {})
-    cell = {
-        "attack": attack, "init": init, "init_config": init_config, "init_is_oracle": result["init_is_oracle"],
-        "attack_config": record["config"], "blind_run": blind, "search_runs": search_runs,
-        "final_loss": record["final_loss"], "stopped": record["stopped"], "message": record["message"],
-        "steps": record["steps"], "seconds": record["seconds"], "wall_seconds_cell": time.perf_counter() - t0,
+    tensors = load_file(str(work / "runs" / f"run-{blind:03d}.safetensors"))
+    run_path = work / "runs" / f"run-{blind:03d}.json"  # the run's record with its trace
+    run = json.loads(run_path.read_text()) if run_path.exists() else next(r for r in rec["runs"] if r["run"] == blind)
+    trace = run.get("trace", [])
+    cell: dict[str, Any] = {
+        "cell_id": rec["cell_id"], "target": rec["target"]["name"], "attack": rec["attack"]["name"],
+        "attack_label": rec["attack"]["label"], "init": rec["init"]["regime"], "init_config": rec["init"]["config"],
+        "init_is_oracle": rec["init"]["is_oracle"], "attack_config": run["config"], "blind_run": blind,
+        "search_runs": rec["attack"]["search_runs"], "final_loss": run["final_loss"], "stopped": run.get("stopped"),
+        "message": run.get("message"), "steps": run.get("steps"), "seconds": run.get("seconds"),
         "first_loss": trace[0]["loss"] if trace else None,
-        "distances": distances(problem, tensors["candidates"], tensors["x0"], refs),
-        "evaluation": {k: v for k, v in ev.items() if not isinstance(v, (list, dict))},
-        "result": portable_path(out / "result.json"),
+        "distances": distances(problem, tensors["candidates"], tensors["x0"],
+                               reference_sets(problem, tensors["labels"], rec["seed"])),
+        "evaluation": {k: v for k, v in rec["evaluation"].get("summary", {}).items()
+                       if not isinstance(v, (list, dict))},
     }
-    if attack == "runkel_bilevel" and trace:
+    if rec["attack"]["name"] == "runkel_bilevel" and trace:
         cell["upper_loss_trace"] = [r["upper_loss"] for r in trace]
         secs = [r["seconds"] for r in trace if "seconds" in r]
-        cell["seconds_per_outer_iteration"] = {"mean": float(np.mean(secs)), "median": float(np.median(secs)),
-                                               "first": secs[0] if secs else None} if secs else None
-    write(out / "cell.json", cell)
-    d = cell["distances"]
-    print(f"{attack:16s} {init:13s} {json.dumps(init_config):28s} loss {_num(cell['first_loss'])} -> "
-          f"{cell['final_loss']:.3e}  d_train {d['mean_d_train']:.2f} d_part {d['mean_d_partition']:.2f} "
-          f"d_rand {d['mean_d_random']:.2f} d_start {d['mean_d_own_start']:.2f} member "
-          f"{d['closer_to_train_than_heldout_decoys']}/{d['n_candidates']} exact "
-          f"{d['train_images_within_exact_l2']}/{d['n_train']} ({cell['seconds']:.0f}s)", flush=True)
+        cell["seconds_per_outer_iteration"] = ({"mean": float(np.mean(secs)), "median": float(np.median(secs)),
+                                                "first": secs[0]} if secs else None)
     return cell
-
-
-def cards_and_problems(only: str | None = None, recipes: dict[str, TargetRecipe] | None = None
-                       ) -> dict[str, tuple[ModelCard, Problem]]:
-    out = {}
-    for name, recipe in (RECIPES if recipes is None else recipes).items():
-        if only and name != only:
-            continue
-        card = get_or_train(recipe, data_root=DATA, quiet=True)
-        out[name] = (card, card.problem(DATA))
-    return out
-
-
-def stage_bilevel(only: str | None, regimes: tuple[str, ...] = REGIMES) -> None:
-    for name, (card, problem) in cards_and_problems(only).items():
-        for init in regimes:
-            run_cell(card, problem, "runkel_bilevel", init, {}, BILEVEL[name],
-                     OUT / "runs" / name / "runkel_bilevel" / init)
-
-
-def stage_released(only: str | None, regimes: tuple[str, ...] = REGIMES) -> None:
-    for name, (card, problem) in cards_and_problems(only or "mlp1").items():
-        for init in regimes:
-            run_cell(card, problem, "runkel_bilevel", init, {}, RELEASED[name],
-                     OUT / "runs" / name / "runkel_bilevel_theta0_released" / init)
-
-
-def stage_haim(only: str | None, regimes: tuple[str, ...] = REGIMES) -> None:
-    if "haim_binary_kkt" not in plugins.names("attacks"):
-        print("haim_binary_kkt is not installed (merge the kkt branch); skipping")
-        return
-    targets = {"papers_mlp": PAPERS_MLP} if only in (None, "papers_mlp") else RECIPES
-    for name, (card, problem) in cards_and_problems(None if only == "papers_mlp" else only, targets).items():
-        for init in regimes:
-            run_cell(card, problem, "haim_binary_kkt", init, {}, HAIM,
-                     OUT / "runs" / name / "haim_binary_kkt" / init, search_runs=HAIM_SEARCH_RUNS)
-
-
-def stage_grid(attack: str = "runkel_bilevel") -> None:
-    from reconbench_plugins.inits import mixture_grid
-
-    card, problem = cards_and_problems(GRID_TARGET)[GRID_TARGET]
-    config = {**BILEVEL[GRID_TARGET], "outer_steps": GRID_STEPS} if attack == "runkel_bilevel" else HAIM
-    for cfg in mixture_grid():
-        run_cell(card, problem, attack, "mixture", cfg, config,
-                 OUT / "grid" / GRID_TARGET / attack / f"l1_{cfg['l1']:.2f}_l2_{cfg['l2']:.2f}")
 
 
 # -- report --------------------------------------------------------------------------------------------------
@@ -277,7 +158,7 @@ def heatmap(cells: list[dict[str, Any]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    values = sorted({c["init_config"]["l1"] for c in cells})
+    values = sorted({c["init_config"]["l1"] for c in cells} | {c["init_config"]["l2"] for c in cells})
     idx = {v: i for i, v in enumerate(values)}
     panels = [("mean_d_train", "training set"), ("mean_d_partition", "partition set"), ("mean_d_random", "random set")]
     fig, axes = plt.subplots(2, 3, figsize=(12, 7.5), constrained_layout=True)
@@ -303,63 +184,55 @@ def heatmap(cells: list[dict[str, Any]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def stage_report() -> dict[str, Any]:
-    report: dict[str, Any] = {"setup": {"problem": asdict(PROBLEM), "width": WIDTH, "weight_decay": WD,
-                                        "bilevel": BILEVEL, "bilevel_released": RELEASED,
-                                        "haim": HAIM, "haim_search_runs": HAIM_SEARCH_RUNS,
-                                        "grid": {"target": GRID_TARGET, "outer_steps": GRID_STEPS},
-                                        "exact_l2": EXACT_L2, "seed": SEED},
-                              "provenance": provenance({"script": "cpu_mini_bilevel"}, "cpu", "float64", SEED)}
-    if (OUT / "targets.json").exists():
-        report["targets"] = json.loads((OUT / "targets.json").read_text())
-    report["cells"] = [json.loads(p.read_text()) for p in sorted((OUT / "runs").glob("*/*/*/cell.json"))]
-    grid_cells: dict[str, list[dict[str, Any]]] = {}
-    for p in sorted((OUT / "grid").glob("*/*/*/cell.json")):
-        c = json.loads(p.read_text())
-        grid_cells.setdefault(f"{p.parts[-4]}/{c['attack']}", []).append(c)
-    report["grid"] = {}
-    for key, cells in grid_cells.items():
-        png = OUT / f"mixture_heatmap_{key.replace('/', '_')}.png"
-        heatmap(cells, png, f"{key}: mean L2 (pixel space) from each candidate to its nearest image")
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3e}"
+
+
+def analyse(results: Path, out: Path, data_root: str | None) -> dict[str, Any]:
+    suite = load_suite(results / "suite.toml" if (results / "suite.toml").exists() else "bilevel-cpu-mini")
+    targets = load_targets(suite, data_root)
+    records = [r for r in load_cells(results).values() if r["status"] == STATUS_OK]
+    if not records:
+        raise SystemExit(f"{results} holds no finished cell; run `reconbench bench {suite.name} --out {results}` first")
+    cells = [analyse_cell(r, results, targets[r["target"]["name"]][1]) for r in records]
+    report: dict[str, Any] = {
+        "setup": {"suite": suite.name, "suite_sha256": suite.text_sha256, "results": portable_path(results),
+                  "exact_l2": EXACT_L2},
+        "provenance": provenance({"script": "cpu_mini_bilevel", "suite": suite.name}, "cpu", "float64", 0),
+        "targets": {name: info for name, (_, _, info) in targets.items()},
+        "cells": [c for c in cells if c["init"] != "mixture"],
+        "grid": {},
+    }
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in cells:
+        if c["init"] == "mixture":
+            groups.setdefault(f"{c['target']}/{c['attack_label']}", []).append(c)
+    for key, group in groups.items():
+        png = out / f"mixture_heatmap_{key.replace('/', '_')}.png"
+        heatmap(group, png, f"{key}: mean L2 (pixel space) from each candidate to its nearest image")
         report["grid"][key] = {"heatmap": png.name,
                                "cells": [{"l1": c["init_config"]["l1"], "l2": c["init_config"]["l2"],
                                           "oracle": c["init_is_oracle"], "final_loss": c["final_loss"],
-                                          **c["distances"]} for c in cells]}
-    write(OUT / "summary.json", report)
-    for c in report["cells"]:
+                                          **c["distances"]} for c in group]}
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "summary.json", report)
+    for c in cells:
         d = c["distances"]
-        print(f"{c['result'].split('/runs/')[-1].replace('/result.json', ''):40s} loss {_num(c['first_loss'])} -> "
-              f"{c['final_loss']:.3e} d_train {d['mean_d_train']:.2f} d_start {d['mean_d_own_start']:.2f} "
+        print(f"{c['cell_id']:55s} loss {_num(c['first_loss'])} -> {c['final_loss']:.3e} "
+              f"d_train {d['mean_d_train']:.2f} d_start {d['mean_d_own_start']:.2f} "
               f"member {d['closer_to_train_than_heldout_decoys']}/{d['n_candidates']} "
               f"stay {d['closer_to_own_start_than_any_train']} exact {d['train_images_within_exact_l2']}")
     return report
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--stage", default="all", choices=["targets", "bilevel", "released", "haim", "grid", "report", "all"])
-    parser.add_argument("--only", default=None, choices=[None, *RECIPES, "papers_mlp"],
-                        help="one target only (haim stage: papers_mlp by default, or affine / mlp1)")
-    parser.add_argument("--grid-attack", default="runkel_bilevel")
-    parser.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated init regimes (default: all three)")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("results", type=Path, help="a results folder of `reconbench bench bilevel-cpu-mini --out ...`")
+    parser.add_argument("--out", type=Path, default=None, help="where to write summary.json and the heatmaps "
+                                                               "(default: RESULTS/analysis)")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    regimes = tuple(r for r in args.regimes.split(",") if r)
-    unknown = set(regimes) - set(REGIMES)
-    if unknown:
-        parser.error(f"unknown regime(s) {sorted(unknown)}; choose from {', '.join(REGIMES)}")
-    if args.stage in ("targets", "all"):
-        stage_targets(args.only)
-    if args.stage in ("bilevel", "all"):
-        stage_bilevel(args.only, regimes)
-    if args.stage in ("released", "all"):
-        stage_released(args.only, regimes)
-    if args.stage in ("grid", "all"):
-        stage_grid(args.grid_attack)
-    if args.stage in ("haim", "all"):
-        stage_haim(args.only, regimes)
-    if args.stage in ("report", "all"):
-        stage_report()
+    analyse(args.results, args.out or args.results / "analysis", os.environ.get("RECONBENCH_DATA"))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ E is the released model's training objective (its loss, mean over the m candidat
 decay), evaluated with ReLU replaced by softplus_beta so that it is twice differentiable. Each outer iteration
 solves the training problem at the current candidates, solves H p = grad_theta l by conjugate gradients on
 Hessian-vector products, and steps x along minus the implicit hypergradient. The maths is in
-:mod:`reconbench.attack.bilevel`; notes: ../shared/docs/bilevel-attack-spec.md.
+:mod:`reconbench.attack.bilevel`; notes: docs/method/bilevel.md#algorithm.
 
 The attack reads the released weights theta*, the candidate labels, the loss name and the weight decay; never a
 training image. theta0 (the start of every inner solve) is drawn by the attack: it does not know the one used in

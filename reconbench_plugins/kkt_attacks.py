@@ -7,7 +7,7 @@ minimises
     L = sum_p ||theta_p - grad_p (1/m) sum_i s_i||^2 + box prior(x) + multiplier penalty(lambda)
 
 over the candidates x (started by the init regime) and the multipliers lambda. See
-../shared/docs/kkt-attacks-spec.md (sections 2, 4, 6, 8) for what the reference code does; the defaults follow
+docs/method/kkt-attacks.md for what the reference code does; the defaults follow
 it except where a help text says otherwise.
 
     haim_binary_kkt   s_i = lambda_i y_i Phi(x_i)                  y_i = -1 for the first half, +1 after
@@ -40,7 +40,7 @@ from reconbench.targets.nets import TargetNet
 #: the KKT attack for each task, named in the errors that send a user elsewhere
 ATTACK_FOR_TASK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt",
                    "regression": "general_loss_wd"}
-#: the papers' sweep (spec section 6): W&B random search over these four ranges
+#: the papers' sweep: random search over these four ranges (docs/method/kkt-attacks.md#sweep-ranges)
 PAPER_SPACE = {
     "init_scale": LogUniform(1e-6, 0.1),
     "lr": LogUniform(1e-5, 1.0),

@@ -294,8 +294,9 @@ class ExtractionConfig:
 @dataclass(frozen=True)
 class ExtractionScore(Metric):
     name: str = "extraction_score"
-    description: str = ("the reference's in-run score (spec 4.7): mean NCC distance (not per dimension) of the k best "
-                        "distinct training matches; the papers' oracle selection criterion")
+    # method: docs/method/evaluation-protocol.md#in-run-extraction-score
+    description: str = ("the reference's in-run score: mean NCC distance (not per dimension) of the k best distinct "
+                        "training matches; the papers' oracle selection criterion")
     higher_is_better: bool = False
     headline: str = "extraction_score"
     config_cls: type = ExtractionConfig

@@ -73,7 +73,7 @@ class MlpFamily(ModelFamily):
             init_linear_default_(layer, generator)
         scale = s.get("init_scale")
         if scale is not None:
-            with torch.no_grad():  # reference order: b1 redrawn, then W1 (kkt spec 2.3)
+            with torch.no_grad():  # reference order: b1 redrawn, then W1 (docs/method/targets.md#weight-initialisation)
                 first = chain[0]
                 assert first.bias is not None  # the first layer always has a bias
                 first.bias.normal_(0.0, 1.0, generator=generator).mul_(scale)

@@ -67,6 +67,7 @@ def make_suite(tmp_path: Path, text: str, name: str = "suite.toml"):
     return load_suite(path)
 
 
+@pytest.mark.slow
 def test_cells_record_runs_and_independently_scored_selections(tmp_path, toy_attack_registered):
     suite = make_suite(tmp_path, suite_text(TOY + "\n[attacks.not_yet]\n", GRID))
     out = tmp_path / "res"
@@ -130,6 +131,7 @@ def test_cells_record_runs_and_independently_scored_selections(tmp_path, toy_att
     )
 
 
+@pytest.mark.slow
 def test_resume_skips_finished_cells_and_reruns_changed_ones(tmp_path, toy_attack_registered):
     attacks = """
     [attacks.a]
@@ -197,6 +199,7 @@ class InterruptingToy(ToyAttack):
         return super().run(target, x0, labels, config, generator=generator, progress=progress)
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_keeps_finished_cells(tmp_path):
     calls: list = []
 

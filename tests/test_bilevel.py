@@ -68,6 +68,7 @@ def central_differences(lower, x, theta_star, theta_at_x, h=1e-4):
     return fd
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "loss"), [("affine", "bce"), ("affine", "mse"), ("mlp_bias", "bce")])
 def test_hypergradient_matches_central_finite_differences(family, loss):
     lower, x, theta_star, start = tiny_problem(family, loss)

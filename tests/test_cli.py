@@ -31,6 +31,7 @@ def test_unknown_attack_is_one_clear_line(capsys):
     assert code == 2 and "unknown attack 'toy_identiti'" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_train_then_run_then_resume(tmp_path, capsys, toy_attack_registered):
     code, out, _ = run_cli(["train", *TINY, "--out", str(tmp_path / "card"), "-q"], capsys)
     assert code == 0 and "stationarity residual" in out
@@ -50,6 +51,7 @@ def test_train_then_run_then_resume(tmp_path, capsys, toy_attack_registered):
     assert stamps == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "res" / "runs").glob("*.safetensors")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_train_warns_when_float32_gradients_underflow(tmp_path, capsys, dtype):
     # trained to margins past ~16.6, positive samples' BCE gradient is exactly 0 in float32, never in float64

@@ -7,6 +7,7 @@ import pytest
 from reconbench import conformance, plugins
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", plugins.names("attacks"))
 def test_attack_conforms(name):
     conformance.check_attack(plugins.get("attacks", name))

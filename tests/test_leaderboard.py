@@ -297,6 +297,7 @@ def run_cli(args, capsys):
     return exit_info.value.code or 0, out.out, out.err
 
 
+@pytest.mark.slow
 def test_sampled_candidates_skip_files_over_the_size_cap(tmp_path, monkeypatch, toy_attack_registered):
     from reconbench.leaderboard import render as lbmod
 
@@ -318,6 +319,7 @@ def test_sampled_candidates_skip_files_over_the_size_cap(tmp_path, monkeypatch, 
     stored = stored_cells(tmp_path / "lb")
     assert len(stored) == 3 and big.parent.name not in stored     # 4 cells, k = 3: the other three
 
+@pytest.mark.slow
 def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_attack_registered):
     path = tmp_path / "toy.toml"
     path.write_text(TOY_SUITE)
@@ -360,6 +362,7 @@ def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_a
 PUBLISHED = sorted(p.parent for p in (REPO / "leaderboards").glob("*/results.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not PUBLISHED, reason="no leaderboard is published in leaderboards/ yet")
 @pytest.mark.parametrize("board", PUBLISHED, ids=[p.name for p in PUBLISHED])
 def test_published_leaderboard_numbers_are_reproduced(board):
@@ -456,6 +459,6 @@ def test_figure_matching_uses_the_evaluation_or_finds_exact_copies():
     inverse = {int(p): j for j, p in enumerate(perm)}  # training index -> its (scaled) copy among candidates
     for ti, ci, corr in found:
         assert ci == inverse[ti] and corr == pytest.approx(1.0, abs=1e-9)
-    rows = [{"candidate_index": len(x) - 1 - i, "ssim": 0.1 * i} for i in range(len(x))]
+    rows = [{"best_candidate": len(x) - 1 - i, "ssim": 0.1 * i} for i in range(len(x))]
     found, score = matches(problem, candidates, {"per_image": rows})
     assert score == "ssim" and found[0] == (len(x) - 1, 0, pytest.approx(0.1 * (len(x) - 1)))

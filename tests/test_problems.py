@@ -20,7 +20,7 @@ def test_same_spec_same_indices():
 
 
 def test_multiclass_permutation_matches_the_reference_global_rng():
-    """The reference permutes with the global RNG right after torch.manual_seed(seed) (spec 1.3, 1.6)."""
+    """The reference permutes right after torch.manual_seed(seed) (docs/method/targets.md#multiclass-subsets)."""
     p = build_problem(ProblemSpec(task="multiclass", n_per_class=3, seed=7))
     labels = p.original_train_labels
     torch.manual_seed(7)

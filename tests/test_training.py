@@ -13,6 +13,7 @@ from reconbench.targets.problems import ProblemSpec, build_problem
 from reconbench.targets.training import TargetRecipe, TrainSpec, train
 
 
+@pytest.mark.slow
 def test_binary_digits_reaches_zero_training_error():
     recipe = TargetRecipe(problem=ProblemSpec(task="binary", n_per_class=10), model={"widths": [64, 64]},
                           train=TrainSpec(lr=0.05, steps=1500, schedule="inverse_loss"))
@@ -22,6 +23,7 @@ def test_binary_digits_reaches_zero_training_error():
     assert res.history[0]["loss"] > res.history[-1]["loss"]
 
 
+@pytest.mark.slow
 def test_certificate_small_at_truth_for_a_converged_model():
     # With weight decay the stationary point satisfies theta = sum_i lambda_i grad(...) exactly.
     recipe = TargetRecipe(problem=ProblemSpec(task="multiclass", n_per_class=3, num_classes=4),

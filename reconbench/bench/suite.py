@@ -606,4 +606,6 @@ def _fmt_value(v: Any) -> str:
         return f"{v:g}"
     if isinstance(v, (list, tuple)):
         return "x".join(_fmt_value(x) for x in v)
+    if isinstance(v, dict):  # a table such as `model = { init_scale = 1e-3 }`: names stay file-safe
+        return "+".join(f"{k}={_fmt_value(x)}" for k, x in sorted(v.items()))
     return str(v)

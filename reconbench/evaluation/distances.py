@@ -3,8 +3,8 @@
 ``ncc`` standardises every image per channel (subtract the channel mean, divide by the unbiased channel standard
 deviation plus ``eps``) and then takes the squared L2 distance; for one pair and one channel this equals
 2 (HW - 1)(1 - rho), rho the Pearson correlation. ``ncc2`` / ``ncc4`` first down-sample by 2 / 4 with torch's
-bicubic interpolation (``align_corners=False``, no antialias), as the reference does (spec 5.1). Distances are
-divided by the dimension of the compared vectors when ``per_dimension`` is set.
+bicubic interpolation (``align_corners=False``, no antialias), as the reference does. Distances are divided by the
+dimension of the compared vectors when ``per_dimension`` is set. Method: docs/method/evaluation-protocol.md#ncc2-distances.
 """
 
 from __future__ import annotations

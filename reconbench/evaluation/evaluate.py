@@ -14,8 +14,8 @@ JSON-serialisable dict:
 
 The steps follow the papers' protocol (``protocol.py``): features (``distances.py``), best-buddy matching and the
 B-vote (``matching.py``), SSIM (``ssim.py``), then every metric plugin registered under ``metrics``
-(``reconbench_plugins/metrics.py``). ``oracle_score`` is the reference's in-run extraction score (spec 4.7), used to pick runs
-with the training images (an oracle).
+(``reconbench_plugins/metrics.py``). ``oracle_score`` is the reference's in-run extraction score, used to pick runs
+with the training images (an oracle): docs/method/evaluation-protocol.md#in-run-extraction-score.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ __all__ = ["CandidateError", "Evaluation", "Protocol", "ResolvedProtocol", "eval
 
 def extraction_score(problem: Problem, candidates: torch.Tensor, k: int = 10, eps: float = 1e-10,
                      constant_tol: float = 1e-10) -> float:
-    """The reference's in-run "extraction score" (spec 4.7), lower is better.
+    """The reference's in-run "extraction score" (docs/method/evaluation-protocol.md#in-run-extraction-score), lower is better.
 
     NCC (per-image, per-channel standardisation with the unbiased std, plus ``eps``) squared L2 distance in the
     centred space, not divided by the dimension; every candidate goes to its nearest training image, each training

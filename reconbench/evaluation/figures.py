@@ -1,7 +1,7 @@
 """PNG figures of an evaluation (matplotlib, Agg backend).
 
 * ``reconstructions.png``: rows of reconstructions above their training images, sorted by the primary score (SSIM),
-  best first, the score written above each pair (the papers' tables, spec 5.6);
+  best first, the score written above each pair (the papers' tables, docs/method/evaluation-protocol.md#figures);
 * ``score_vs_boundary.png``: SSIM against the distance to the decision boundary with the threshold line, as in the
   papers' scatter plots: binary Phi(x) (from the card's margins y*Phi), multiclass the margin Phi_y - max_j Phi_j
   (coloured by class), regression |Phi - y|. Training images that no candidate chose are drawn as crosses at the

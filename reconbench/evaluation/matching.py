@@ -1,4 +1,6 @@
-"""Matching candidates to training images: best-buddy assignment and the per-image vote (spec 5.2).
+"""Matching candidates to training images: best-buddy assignment and the per-image vote.
+
+Method: docs/method/evaluation-protocol.md#best-buddy-matching and #b-vote.
 
 With ``best_buddy`` every candidate belongs only to its nearest training image, so a candidate is never counted for
 two training images; a training image that no candidate chose is *unmatched* (the reference silently paired it with

@@ -1,6 +1,6 @@
 """Is a reconstruction really a training image? Membership against decoys, init copies and collapse.
 
-None of the papers measures these; they follow Runkel et al. (../shared/docs/bilevel-attack-spec.md): natural-looking
+None of the papers measures these; they follow Runkel et al. (docs/method/bilevel.md#membership-and-collapse): natural-looking
 outputs can be images the model never saw (the attack stayed near a partition initialisation), and many candidates
 can converge to one image (collapse). All distances are the protocol's matching distance.
 """

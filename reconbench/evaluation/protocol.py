@@ -1,6 +1,6 @@
 """The evaluation protocol: one dataclass of matching parameters plus one config per metric plugin.
 
-Defaults are the canonical "paper" protocol (../shared/docs/kkt-attacks-spec.md section 5.4, B's ``sweep_info.py``):
+Defaults are the canonical "paper" protocol (docs/method/evaluation-protocol.md#headline-protocol):
 ``ncc2`` distances divided by the dimension, best-buddy matching, per training image the mean of its candidates
 within B times its best distance (B = 1.1 for MLP-like families, 1.5 for convolutional ones), then the window-3 SSIM
 of the min-max scaled reconstruction against the original, and "reconstructed" iff SSIM > 0.4.
@@ -24,14 +24,14 @@ from reconbench.errors import ReconbenchError
 #: distance name -> bicubic down-sampling factor applied before the distance (1: none)
 DISTANCES: dict[str, int] = {"l2": 1, "ncc": 1, "ncc2": 2, "ncc4": 4}
 
-#: the averaging threshold B per model family (spec 5.4: 1.1 for the papers' MLPs, 1.5 for convolutional targets)
+#: the averaging threshold B per model family: 1.1 for MLPs, 1.5 for conv targets (docs/method/evaluation-protocol.md#b-vote)
 FAMILY_AVG_THRESHOLD: dict[str, float] = {"mlp": 1.1, "mlp_bias": 1.1, "affine": 1.1, "conv": 1.5}
 DEFAULT_AVG_THRESHOLD = 1.1
 
 
 @dataclass
 class Protocol:
-    """Matching and headline parameters shared by every metric (defaults: the papers' protocol, spec 5.4)."""
+    """Matching and headline parameters of every metric (defaults: docs/method/evaluation-protocol.md#headline-protocol)."""
 
     distance: Literal["ncc2", "ncc", "ncc4", "l2"] = option(
         "ncc2", "matching distance in the centred space: ncc (per-image, per-channel standardised squared L2), "
@@ -82,7 +82,7 @@ class ResolvedProtocol:
         p = self.base
         factor = self.downsample
         out: dict[str, Any] = {
-            "name": "paper" if self.is_paper() else "custom",  # paper: spec 5.4's headline protocol
+            "name": "paper" if self.is_paper() else "custom",  # paper: docs/method/evaluation-protocol.md#headline-protocol
             "distance": p.distance,
             "space": "centred (the model's input space: image minus the training mean image)",
             "downsample": None if factor == 1 else {"factor": factor, "mode": "bicubic", "align_corners": False,
@@ -122,7 +122,8 @@ class ResolvedProtocol:
         return out
 
     def is_paper(self) -> bool:
-        """Whether the headline numbers follow spec 5.4: default matching and primary-metric options, family B."""
+        """Whether the headline numbers are the papers' protocol: default matching and primary-metric options, family B
+        (docs/method/evaluation-protocol.md#headline-protocol)."""
         p, d = self.base, Protocol()
         presentation = {"figures", "figure_max_images", "metrics"}
         same = all(getattr(p, f.name) == getattr(d, f.name) for f in dataclasses.fields(Protocol)

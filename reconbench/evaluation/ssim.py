@@ -1,6 +1,6 @@
-"""SSIM in two variants, both through maintained libraries.
+"""SSIM in two variants, both through maintained libraries (docs/method/evaluation-protocol.md#ssim-variants).
 
-* ``ssim_paper``: the papers' variant (spec 5.3), ``kornia.metrics.ssim`` with a 3x3 Gaussian window of sigma 1.5
+* ``ssim_paper``: the papers' variant, ``kornia.metrics.ssim`` with a 3x3 Gaussian window of sigma 1.5
   (kornia's fixed sigma), data range 1, reflect 'same' padding, channels independent, the map averaged over
   C x H x W. The reconstruction is un-centred and min-max scaled per image (:func:`display`); the original is not.
 * ``ssim_standard``: ``skimage.metrics.structural_similarity`` with its defaults (7x7 uniform window, sample

@@ -18,10 +18,9 @@ from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
 
 MIXTURE_REGIME = "mixture"
-#: per-image keys naming the candidate matched to a training image, tried in order
-CANDIDATE_KEYS = ("best_candidate", "candidate", "candidate_index", "match")
-#: per-image keys holding the SSIM of a training image's reconstruction, tried in order
-SSIM_KEYS = ("ssim", "best_ssim", "ssim_best", "score")
+#: the per-image keys of reconbench.evaluation: the candidate matched to a training image, and the SSIM of its
+#: reconstruction (the papers' variant)
+CANDIDATE_KEY, SSIM_KEY = "best_candidate", "ssim"
 
 
 def _num(v: Any) -> float | None:
@@ -68,7 +67,10 @@ class _Data:
 
 
 def _display(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """Centred (C, H, W) -> an imshow image: add the mean back, min-max scale per image (spec 5.3)."""
+    """Centred (C, H, W) -> an imshow image: add the mean back, min-max scale per image.
+
+    Method: docs/method/evaluation-protocol.md#display-scaling.
+    """
     img = x + mean
     lo, hi = float(img.min()), float(img.max())
     img = (img - lo) / (hi - lo) if hi > lo else np.zeros_like(img)
@@ -82,16 +84,11 @@ def matches(problem: Problem, candidates: torch.Tensor, evaluation: dict[str, An
     normalised cross-correlation (display only: no table number comes from this).
     """
     rows = [r for r in evaluation.get("per_image") or [] if isinstance(r, dict)]
-    cand_key = next((k for k in CANDIDATE_KEYS if any(isinstance(r.get(k), int) for r in rows)), None)
-    if cand_key and len(rows) == problem.n:
-        score_key = next((k for k in SSIM_KEYS if any(_num(r.get(k)) is not None for r in rows)), None)
-        out = [
-            (i, int(r[cand_key]), _num(r.get(score_key)) if score_key else 0.0)
-            for i, r in enumerate(rows)
-            if isinstance(r.get(cand_key), int)
-        ]
+    if any(isinstance(r.get(CANDIDATE_KEY), int) for r in rows) and len(rows) == problem.n:
+        out = [(i, int(r[CANDIDATE_KEY]), _num(r.get(SSIM_KEY))) for i, r in enumerate(rows)
+               if isinstance(r.get(CANDIDATE_KEY), int)]
         ranked: list[tuple[int, int, float]] = [(i, c, -math.inf if v is None else v) for i, c, v in out]
-        return sorted(ranked, key=lambda t: -t[2]), score_key or "evaluation order"
+        return sorted(ranked, key=lambda t: -t[2]), SSIM_KEY
     x = problem.x_train(torch.float64).flatten(1)
     c = candidates.double().flatten(1)
     xs = (x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + 1e-12)
@@ -232,11 +229,7 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
 
 
 def _ssim_of(row: dict[str, Any]) -> float | None:
-    for k in SSIM_KEYS[:-1]:
-        v = _num(row.get(k))
-        if v is not None:
-            return v
-    return None
+    return _num(row.get(SSIM_KEY))
 
 
 def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, Any]], path: Path) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 For a model trained to a KKT / stationary point, theta = sum_i lambda_i grad_theta s_i(x_i; theta) for per-sample
 terms s_i (binary: y_i Phi; multiclass: Phi_y - Phi_j for every wrong class j; regression: Phi). We fit lambda by
 (non-negative, for classification) least squares, matrix-free through Jacobian-vector products, and report the
-relative residual ||theta - J^T lambda||^2 / ||theta||^2 (kkt-attacks-spec.md section 4.8). The residual at the
+relative residual ||theta - J^T lambda||^2 / ||theta||^2 (docs/method/targets.md#convergence-certificate). The residual at the
 true training images should be far below the residual at random inputs of the same scale.
 """
 

@@ -1,7 +1,7 @@
 """Problems: the training subset, task labels, mean image, test split and decoy pool built from a data set.
 
 Construction is deterministic in (dataset, task, n_per_class, rule/classes, seed) and follows the reference
-implementations (../shared/docs/kkt-attacks-spec.md sections 1.2-1.5):
+implementations (docs/method/targets.md#binary-subsets and the sections after it):
 
 * binary and regression: walk the data set in file order and keep a sample while its binary class has fewer than
   ``n_per_class`` kept (interleaved, never shuffled); regression targets are -1 / +1;

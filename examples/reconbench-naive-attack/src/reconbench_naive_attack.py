@@ -1,4 +1,4 @@
-"""An external reconbench attack plugin: the 'naive' baseline of the reference code (kkt-attacks-spec.md 4.3).
+"""An external reconbench attack plugin: the 'naive' baseline of the reference code (docs/method/kkt-attacks.md#naive-baseline).
 
 It maximises the margin between the two classes' outputs, L = -(mean_{y=+1} Phi - mean_{y=-1} Phi) + box prior,
 with plain gradient descent on the candidates. It has no multipliers and needs only the labels.

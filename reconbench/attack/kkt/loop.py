@@ -1,4 +1,4 @@
-"""The optimisation loop shared by the KKT attacks (kkt-attacks-spec.md sections 4.1-4.3).
+"""The optimisation loop shared by the KKT attacks (docs/method/kkt-attacks.md#loop-and-defaults).
 
     minimise over x (m candidates) and lambda:
         L = L_stat(x, lambda) + L_prior(x) + L_lambda(lambda)

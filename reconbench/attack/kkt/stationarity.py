@@ -1,4 +1,4 @@
-"""The stationarity ("KKT") term shared by the three attacks (kkt-attacks-spec.md section 4.3).
+"""The stationarity ("KKT") term shared by the three attacks (docs/method/kkt-attacks.md#stationarity-objective).
 
 Every attack writes its per-candidate terms as s_i = C_i . Phi(x_i), with a coefficient row C_i that does not
 depend on theta (binary: C_i = lambda_i y_i; multiclass: lambda_i (e_{y_i} - e_{j*}); regression: lambda_i),

@@ -1,4 +1,4 @@
-"""The surrogate-gradient ReLU of Haim et al. (kkt-attacks-spec.md section 2.2).
+"""The surrogate-gradient ReLU of Haim et al. (docs/method/kkt-attacks.md#surrogate-relu).
 
 Forward: exactly max(z, 0), so the network's outputs are those of the trained ReLU network.
 Backward: grad_in = grad_out * sigma(alpha z), the slope of softplus_alpha(z) = log(1 + e^{alpha z}) / alpha.
