@@ -128,7 +128,6 @@ RUN_CASES = [
     (["--attack", "multiclass_kkt", "--set", "lr"], "--set"),
     (["--attack", "multiclass_kkt", "--set", "lr=-1"], "lr"),
     (["--attack", "multiclass_kkt", "--set", "steps=-5"], "steps"),
-    (["--attack", "multiclass_kkt", "--set", "steps=0"], "steps"),
     (["--attack", "multiclass_kkt", "--set", "lr=nan"], "lr"),
     (["--attack", "multiclass_kkt", "--set", "lr=inf"], "lr"),
     (["--attack", "multiclass_kkt", "--set", "steps=5", "--set", "steps=6"], "steps"),

@@ -102,6 +102,9 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
 def check_attack_options(attack: Any, values: dict[str, Any]) -> None:
     """--set values: known names, types, finite values, in range."""
     build_config(attack.config_cls, values, "--set")
+    if values.get("steps") == 0:  # allowed (a null baseline), but never silently
+        click.echo("note: --set steps=0 runs no attack step: the candidates are the initialisation (a null "
+                   "baseline), not reconstructions", err=True)
 
 
 #: the files `reconbench run` writes into a result folder (the only ones --replace removes)
