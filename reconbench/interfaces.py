@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import torch
 
+from reconbench.errors import DivergedError
 from reconbench.targets.images import TASKS, ImageData
 
 
@@ -153,6 +154,26 @@ class Attack(Plugin):
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
         """Reconstruct from starting candidates ``x0`` (m, C, H, W) with fixed ``labels``."""
         raise NotImplementedError
+
+    def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any], *,
+                  generators: list[torch.Generator], progress: ProgressFn | None = None,
+                  on_done: RunDone | None = None) -> None:
+        """Runs i = 0..R-1 of a search (start ``x0s[i]``, ``configs[i]``, ``generators[i]``). The default runs them
+        one after another through :meth:`run`; an attack may advance them together (the KKT attacks do).
+        ``on_done(i, result, batch)`` is called as run i finishes, with its output or the DivergedError that
+        failed it, and a dict saying how it was batched (None: alone)."""
+        for i, (x0, config, gen) in enumerate(zip(x0s, configs, generators, strict=True)):
+            result: AttackOutput | Exception
+            try:
+                result = self.run(target, x0, labels, config, generator=gen, progress=progress)
+            except DivergedError as exc:  # one failed run must not end the search
+                result = exc
+            if on_done is not None:
+                on_done(i, result, None)
+
+
+class RunDone(Protocol):
+    def __call__(self, index: int, result: AttackOutput | Exception, batch: dict[str, Any] | None) -> None: ...
 
 
 # -- initialisation regimes ---------------------------------------------------------------------------------

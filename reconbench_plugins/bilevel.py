@@ -151,118 +151,170 @@ class RunkelBilevel(Attack):
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: BilevelConfig, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
+        """Outer iterations: inner solve, record, stop tests, adjoint + hypergradient, outer step (_OuterRun)."""
+        state = _OuterRun(target, x0, labels, config, generator)
+        try:
+            state.start()
+            for k in range(config.outer_steps + 1):
+                upper, record = state.record(k, progress)
+                if k == config.outer_steps or state.should_stop(k, upper):
+                    break
+                g = state.hypergradient(k, record)
+                if g is None or not state.outer_step(k, g, upper, record):
+                    break
+        except DivergedError as exc:
+            state.stopped, state.note = "diverged", str(exc)
+        return state.output()
+
+
+class _OuterRun:
+    """The state of one bilevel run and its named steps (Runkel et al.'s outer loop; module docstring)."""
+
+    def __init__(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: BilevelConfig,
+                 generator: torch.Generator) -> None:
         knowledge, dtype = target.knowledge, target.dtype
         _, loss_fn = get_loss(knowledge.loss, knowledge.task)
-        activation = softplus_surrogate(config.softplus_beta) if target.family != "affine" else None
-        lower = LowerProblem(model=target.model, loss_fn=loss_fn,
-                             targets=task_targets(labels, knowledge.task, dtype).to(target.device),
-                             weight_decay=float(knowledge.weight_decay or 0.0), activation=activation)
-        theta_star = lower.layout.flatten(target.model).to(dtype)
-        theta0 = draw_theta0(lower.layout, config, generator, dtype, theta_star).to(target.device)
-
-        def inner(at: torch.Tensor, previous: torch.Tensor) -> InnerResult:
-            """theta(at): from theta0 (the paper) or, warm, from the previous solution."""
-            return solve_lower(lower, at, previous if config.warm_start else theta0,
-                               method=config.inner_method, max_iter=config.inner_max_iter, tol=config.inner_tol,
-                               lr=config.inner_lr, history=config.inner_history,
-                               newton_steps=config.inner_newton_steps, damping=config.damping,
-                               cg_rtol=config.cg_rtol, cg_max_iter=config.cg_max_iter)
-
-        def project(z: torch.Tensor) -> torch.Tensor:
-            return z if config.clip is None else z.clamp(-config.clip, config.clip)
-
-        x = x0.detach().clone().to(dtype)
-        adam = torch.optim.Adam([x.requires_grad_(True)], lr=config.outer_lr) \
+        self.config, self.dtype, self.labels = config, dtype, labels
+        self.activation = softplus_surrogate(config.softplus_beta) if target.family != "affine" else None
+        self.lower = LowerProblem(model=target.model, loss_fn=loss_fn,
+                                  targets=task_targets(labels, knowledge.task, dtype).to(target.device),
+                                  weight_decay=float(knowledge.weight_decay or 0.0), activation=self.activation)
+        self.theta_star = self.lower.layout.flatten(target.model).to(dtype)
+        self.theta0 = draw_theta0(self.lower.layout, config, generator, dtype, self.theta_star).to(target.device)
+        self.x = x0.detach().clone().to(dtype)
+        self.adam = torch.optim.Adam([self.x.requires_grad_(True)], lr=config.outer_lr) \
             if config.outer_optimizer == "adam" else None
-        trace: list[dict[str, float]] = []
-        stopped, steps, note, eta = "completed", 0, "", config.outer_lr
-        best_x, best_upper = x.detach().clone(), math.inf
-        started = time.perf_counter()
+        self.trace: list[dict[str, float]] = []
+        self.stopped, self.steps, self.note, self.eta = "completed", 0, "", config.outer_lr
+        self.best_x, self.best_upper = self.x.detach().clone(), math.inf
+        self.started = time.perf_counter()
+        self.sol: InnerResult | None = None
 
-        def over_budget() -> bool:
-            return config.max_seconds > 0 and time.perf_counter() - started > config.max_seconds
+    # -- pieces ---------------------------------------------------------------------------------------------
+    def inner(self, at: torch.Tensor, previous: torch.Tensor) -> InnerResult:
+        """theta(at): from theta0 (the paper) or, warm, from the previous solution."""
+        c = self.config
+        return solve_lower(self.lower, at, previous if c.warm_start else self.theta0, method=c.inner_method,
+                           max_iter=c.inner_max_iter, tol=c.inner_tol, lr=c.inner_lr, history=c.inner_history,
+                           newton_steps=c.inner_newton_steps, damping=c.damping, cg_rtol=c.cg_rtol,
+                           cg_max_iter=c.cg_max_iter)
 
-        try:
-            # 1. inner solve at x^0
-            sol = inner(x.detach(), theta0)
-            for k in range(config.outer_steps + 1):
-                t0 = time.perf_counter()
-                upper = upper_loss(sol.theta, theta_star)                  # l(theta*, theta(x^k))
-                record = {"step": float(k), "loss": upper, "upper_loss": upper, "inner_energy": sol.energy,
-                          "inner_iters": float(sol.iterations), "inner_grad_inf": sol.grad_inf}
-                trace.append(record)
-                if upper < best_upper:
-                    best_upper, best_x = upper, x.detach().clone()
-                if progress is not None:
-                    progress(k, config.outer_steps, {"loss": upper})
-                if k == config.outer_steps:
-                    break
-                if config.stop_upper > 0 and upper < config.stop_upper:
-                    stopped = "early_stop"
-                    break
-                if over_budget():
-                    stopped = "early_stop"
-                    note = f"time budget max_seconds={config.max_seconds:g} reached after {k} outer step(s)"
-                    break
-                # 2. adjoint p = (H + delta I)^{-1} 2 (theta - theta*);  3. hypergradient -grad_x <grad E, p>
-                hg = hypergradient(lower, x.detach(), sol.theta, theta_star, damping=config.damping,
-                                   cg_rtol=config.cg_rtol, cg_max_iter=config.cg_max_iter)
-                g = hg.grad_x.to(dtype)
-                record.update({"cg_iters": float(hg.adjoint.iterations), "cg_rel_residual": hg.adjoint.rel_residual,
-                               "cg_negative_curvature": float(hg.adjoint.negative_curvature),
-                               "hypergrad_norm": float(g.norm())})
-                if not bool(torch.isfinite(g).all()):
-                    stopped, note = "diverged", f"non-finite hypergradient at outer step {k}"
-                    break
-                # outer step x^{k+1} = x^k - eta grad_x l, then 1. inner solve at x^{k+1}
-                if adam is not None:
-                    adam.zero_grad(set_to_none=False)
-                    x.grad = g
-                    adam.step()
-                    with torch.no_grad():
-                        x.copy_(project(x))
-                    sol, evals = inner(x.detach(), sol.theta), 1
-                elif not config.line_search:
-                    x = project(x.detach() - eta * g)
-                    sol, evals = inner(x, sol.theta), 1
-                else:  # eta by backtracking: halve until l drops by 1e-4 eta ||g||^2 (Armijo), then try 2 eta
-                    eta, evals, accepted = 2.0 * eta if k > 0 else eta, 0, False
-                    slope = float(g.pow(2).sum())
-                    while evals < config.max_backtracks:
-                        if evals and over_budget():
-                            break                                   # out of time: no decrease found in budget
-                        x_try = project(x.detach() - eta * g)
-                        sol_try, evals = inner(x_try, sol.theta), evals + 1
-                        if upper_loss(sol_try.theta, theta_star) <= upper - 1e-4 * eta * slope:
-                            x, sol, accepted = x_try, sol_try, True
-                            break
-                        eta *= 0.5
-                    if not accepted:
-                        stopped = "early_stop"
-                        note = f"line search found no decrease at outer step {k} (eta down to {eta:.2e})"
-                        if over_budget():
-                            note = (f"time budget max_seconds={config.max_seconds:g} reached during the line "
-                                    f"search of outer step {k}")
-                        break
-                record.update({"eta": eta, "inner_solves": float(evals), "seconds": time.perf_counter() - t0})
-                steps = k + 1
-        except DivergedError as exc:
-            stopped, note = "diverged", str(exc)
+    def project(self, z: torch.Tensor) -> torch.Tensor:
+        return z if self.config.clip is None else z.clamp(-self.config.clip, self.config.clip)
 
-        final_x = best_x if config.keep_best else x.detach().clone()
-        final_upper = best_upper if config.keep_best else (trace[-1]["upper_loss"] if trace else math.inf)
-        first = trace[0]["upper_loss"] if trace else math.nan
-        if not lower.weight_decay:
+    def over_budget(self) -> bool:
+        return self.config.max_seconds > 0 and time.perf_counter() - self.started > self.config.max_seconds
+
+    @property
+    def solution(self) -> InnerResult:
+        assert self.sol is not None, "start() solves the inner problem first"
+        return self.sol
+
+    # -- the steps of one outer iteration -----------------------------------------------------------------
+    def start(self) -> None:
+        """1. the inner solve at x^0."""
+        self.sol = self.inner(self.x.detach(), self.theta0)
+
+    def record(self, k: int, progress: ProgressFn | None) -> tuple[float, dict[str, float]]:
+        """l(theta*, theta(x^k)) into the trace; the best iterate so far is kept."""
+        sol = self.solution
+        self.t0 = time.perf_counter()
+        upper = upper_loss(sol.theta, self.theta_star)
+        record = {"step": float(k), "loss": upper, "upper_loss": upper, "inner_energy": sol.energy,
+                  "inner_iters": float(sol.iterations), "inner_grad_inf": sol.grad_inf}
+        self.trace.append(record)
+        if upper < self.best_upper:
+            self.best_upper, self.best_x = upper, self.x.detach().clone()
+        if progress is not None:
+            progress(k, self.config.outer_steps, {"loss": upper})
+        return upper, record
+
+    def should_stop(self, k: int, upper: float) -> bool:
+        """The early stops: the upper loss under stop_upper, or the time budget spent."""
+        if self.config.stop_upper > 0 and upper < self.config.stop_upper:
+            self.stopped = "early_stop"
+            return True
+        if self.over_budget():
+            self.stopped = "early_stop"
+            self.note = f"time budget max_seconds={self.config.max_seconds:g} reached after {k} outer step(s)"
+            return True
+        return False
+
+    def hypergradient(self, k: int, record: dict[str, float]) -> torch.Tensor | None:
+        """2. adjoint p = (H + delta I)^{-1} 2 (theta - theta*); 3. hypergradient -grad_x <grad E, p>. None when
+        it is not finite (the run is then diverged)."""
+        c = self.config
+        hg = hypergradient(self.lower, self.x.detach(), self.solution.theta, self.theta_star, damping=c.damping,
+                           cg_rtol=c.cg_rtol, cg_max_iter=c.cg_max_iter)
+        g = hg.grad_x.to(self.dtype)
+        record.update({"cg_iters": float(hg.adjoint.iterations), "cg_rel_residual": hg.adjoint.rel_residual,
+                       "cg_negative_curvature": float(hg.adjoint.negative_curvature),
+                       "hypergrad_norm": float(g.norm())})
+        if not bool(torch.isfinite(g).all()):
+            self.stopped, self.note = "diverged", f"non-finite hypergradient at outer step {k}"
+            return None
+        return g
+
+    def outer_step(self, k: int, g: torch.Tensor, upper: float, record: dict[str, float]) -> bool:
+        """x^{k+1} = x^k - eta g (adam, fixed eta or Armijo backtracking), then 1. the inner solve at x^{k+1};
+        False when the line search found no decrease (the run stops)."""
+        if self.adam is not None:
+            self.adam.zero_grad(set_to_none=False)
+            self.x.grad = g
+            self.adam.step()
+            with torch.no_grad():
+                self.x.copy_(self.project(self.x))
+            self.sol, evals = self.inner(self.x.detach(), self.solution.theta), 1
+        elif not self.config.line_search:
+            self.x = self.project(self.x.detach() - self.eta * g)
+            self.sol, evals = self.inner(self.x, self.solution.theta), 1
+        else:
+            accepted, evals = self.line_search(k, g, upper)
+            if not accepted:
+                return False
+        record.update({"eta": self.eta, "inner_solves": float(evals), "seconds": time.perf_counter() - self.t0})
+        self.steps = k + 1
+        return True
+
+    def line_search(self, k: int, g: torch.Tensor, upper: float) -> tuple[bool, int]:
+        """eta by backtracking: halve until l drops by 1e-4 eta ||g||^2 (Armijo); the step first tries 2 eta."""
+        c = self.config
+        self.eta, evals = 2.0 * self.eta if k > 0 else self.eta, 0
+        slope = float(g.pow(2).sum())
+        while evals < c.max_backtracks:
+            if evals and self.over_budget():
+                break                                   # out of time: no decrease found in budget
+            x_try = self.project(self.x.detach() - self.eta * g)
+            sol_try, evals = self.inner(x_try, self.solution.theta), evals + 1
+            if upper_loss(sol_try.theta, self.theta_star) <= upper - 1e-4 * self.eta * slope:
+                self.x, self.sol = x_try, sol_try
+                return True, evals
+            self.eta *= 0.5
+        self.stopped = "early_stop"
+        self.note = f"line search found no decrease at outer step {k} (eta down to {self.eta:.2e})"
+        if self.over_budget():
+            self.note = (f"time budget max_seconds={c.max_seconds:g} reached during the line search of outer "
+                         f"step {k}")
+        return False, evals
+
+    def output(self) -> AttackOutput:
+        """The best (or last) iterate, and a message naming every choice the run made."""
+        c = self.config
+        final_x = self.best_x if c.keep_best else self.x.detach().clone()
+        final_upper = self.best_upper if c.keep_best else (self.trace[-1]["upper_loss"] if self.trace else math.inf)
+        first = self.trace[0]["upper_loss"] if self.trace else math.nan
+        note = self.note
+        if not self.lower.weight_decay:
             note = ("no weight decay: on separable data the lower problem has no minimiser, so theta(x) is where the "
                     f"inner solve stopped (inner_max_iter) and the implicit gradient is only approximate. {note}")
-        surrogate = "none (affine)" if activation is None else f"softplus beta={config.softplus_beta}"
-        outer = "adam" if adam is not None else ("sgd with Armijo backtracking" if config.line_search else "sgd")
-        message = (f"upper loss {first:.3e} -> {final_upper:.3e} ({'best' if config.keep_best else 'last'} "
-                   f"iterate); outer {outer}; inner {config.inner_method} from theta0={config.theta0} "
-                   f"({'warm' if config.warm_start else 'cold'} start), tol {config.inner_tol:g}; adjoint cg "
-                   f"rtol {config.cg_rtol:g}, damping {config.damping:g}; ReLU surrogate {surrogate}. {note}").strip()
-        return AttackOutput(candidates=final_x.detach(), labels=labels, final_loss=final_upper, trace=trace,
-                            steps=steps, stopped=stopped, message=message)
+        surrogate = "none (affine)" if self.activation is None else f"softplus beta={c.softplus_beta}"
+        outer = "adam" if self.adam is not None else ("sgd with Armijo backtracking" if c.line_search else "sgd")
+        message = (f"upper loss {first:.3e} -> {final_upper:.3e} ({'best' if c.keep_best else 'last'} "
+                   f"iterate); outer {outer}; inner {c.inner_method} from theta0={c.theta0} "
+                   f"({'warm' if c.warm_start else 'cold'} start), tol {c.inner_tol:g}; adjoint cg "
+                   f"rtol {c.cg_rtol:g}, damping {c.damping:g}; ReLU surrogate {surrogate}. {note}").strip()
+        return AttackOutput(candidates=final_x.detach(), labels=self.labels, final_loss=final_upper,
+                            trace=self.trace, steps=self.steps, stopped=self.stopped, message=message)
 
 
 @hookimpl

@@ -18,6 +18,7 @@ it except where a help text says otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -25,6 +26,13 @@ import torch
 import torch.nn.functional as F
 
 from reconbench import hookimpl, plugins
+from reconbench.attack.kkt.batched import (
+    BatchTerms,
+    bytes_per_run,
+    group_runs,
+    plan_chunks,
+    run_stationarity_batch,
+)
 from reconbench.attack.kkt.loop import (
     Coefficients,
     Penalty,
@@ -32,9 +40,10 @@ from reconbench.attack.kkt.loop import (
     lambda_floor_penalty,
     run_stationarity_attack,
 )
-from reconbench.config import Limit, LogUniform, Uniform, option
+from reconbench.attack.kkt.stationarity import _full_chain
+from reconbench.config import Limit, LogUniform, Uniform, config_to_dict, option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn, RunDone
 from reconbench.targets.nets import TargetNet
 
 #: the KKT attack for each task, named in the errors that send a user elsewhere
@@ -131,6 +140,107 @@ def _uniform(shape: tuple[int, ...], generator: torch.Generator, like: torch.Ten
     return torch.rand(shape, generator=generator, dtype=torch.float64).to(like)
 
 
+# -- the equations for R runs at once (batched search; adjoints written out, C being linear in lambda) ------------
+def _column(configs: Sequence[Any], name: str, like: torch.Tensor, dims: int) -> torch.Tensor:
+    return torch.tensor([float(getattr(c, name)) for c in configs], dtype=like.dtype,
+                        device=like.device).reshape(-1, *([1] * dims))
+
+
+class _FloorPenalty:
+    """Per run: w sum max(0, lambda_min - lambda)^2 (see :func:`lambda_floor_penalty`)."""
+
+    def __init__(self, configs: Sequence[ClassifierKKTConfig], like: torch.Tensor, dims: int) -> None:
+        self.floor = _column(configs, "lambda_min", like, dims)
+        self.weight = _column(configs, "lambda_penalty_weight", like, dims)
+
+    def penalty(self, lam: torch.Tensor) -> torch.Tensor:
+        return (self.weight * (self.floor - lam).clamp_min(0) ** 2).flatten(1).sum(dim=1)
+
+    def penalty_grad(self, lam: torch.Tensor) -> torch.Tensor:
+        return -2.0 * self.weight * (self.floor - lam).clamp_min(0)
+
+
+class BinaryTerms(_FloorPenalty):
+    """C_i = lambda_i y_i."""
+
+    def __init__(self, labels: torch.Tensor, configs: Sequence[ClassifierKKTConfig], like: torch.Tensor) -> None:
+        super().__init__(configs, like, 1)
+        self.y = (2.0 * labels.to(like) - 1.0)[None, :]
+
+    def coefficients(self, out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+        return (lam * self.y)[..., None]
+
+    def lambda_vjp(self, out: torch.Tensor, cbar: torch.Tensor) -> torch.Tensor:
+        return cbar[..., 0] * self.y
+
+
+class MulticlassTerms(_FloorPenalty):
+    """C_i = lambda_i (e_{y_i} - e_{j*}), j* the largest wrong output, re-chosen at every step."""
+
+    def __init__(self, labels: torch.Tensor, configs: Sequence[ClassifierKKTConfig], num_classes: int,
+                 like: torch.Tensor) -> None:
+        super().__init__(configs, like, 1)
+        self.y = labels.long().to(like.device)[None, :, None]
+        self.own = F.one_hot(labels.long(), num_classes).to(like)[None]
+
+    def _direction(self, out: torch.Tensor) -> torch.Tensor:
+        wrong = out.scatter(2, self.y.expand(len(out), -1, -1), float("-inf")).argmax(dim=2, keepdim=True)
+        return self.own - torch.zeros_like(out).scatter_(2, wrong, 1.0)   # no one_hot: it syncs on CUDA
+
+    def coefficients(self, out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+        return lam[..., None] * self._direction(out)
+
+    def lambda_vjp(self, out: torch.Tensor, cbar: torch.Tensor) -> torch.Tensor:
+        return (cbar * self._direction(out)).sum(dim=2)
+
+
+class PairTerms:
+    """C_i = sum_{j != y_i} lambda_ij (e_{y_i} - e_j); floor on sum_j lambda_ij and on each lambda_ij at 0."""
+
+    def __init__(self, labels: torch.Tensor, configs: Sequence[ClassifierKKTConfig], num_classes: int,
+                 like: torch.Tensor) -> None:
+        y = labels.long()
+        self.own = F.one_hot(y, num_classes).to(like)[None]
+        self.others = torch.stack([torch.cat([torch.arange(c), torch.arange(c + 1, num_classes)])
+                                   for c in y.tolist()]).to(like.device)[None]
+        self.floor = _column(configs, "lambda_min", like, 1)
+        self.weight = _column(configs, "lambda_penalty_weight", like, 1)
+
+    def coefficients(self, out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+        others = self.others.expand(len(lam), -1, -1)
+        return self.own * lam.sum(dim=2, keepdim=True) - torch.zeros_like(out).scatter(2, others, lam)
+
+    def lambda_vjp(self, out: torch.Tensor, cbar: torch.Tensor) -> torch.Tensor:
+        others = self.others.expand(len(cbar), -1, -1)
+        return (cbar * self.own).sum(dim=2, keepdim=True) - cbar.gather(2, others)
+
+    def penalty(self, lam: torch.Tensor) -> torch.Tensor:
+        w = self.weight[..., None]
+        total = (self.weight * (self.floor - lam.sum(dim=2)).clamp_min(0) ** 2).sum(dim=1)
+        return total + (w * (-lam).clamp_min(0) ** 2).flatten(1).sum(dim=1)
+
+    def penalty_grad(self, lam: torch.Tensor) -> torch.Tensor:
+        w = self.weight[..., None]
+        on_sum = -2.0 * self.weight * (self.floor - lam.sum(dim=2)).clamp_min(0)
+        return on_sum[..., None] - 2.0 * w * (-lam).clamp_min(0)
+
+
+class SignedTerms:
+    """C_i = lambda_i, no penalty (regression)."""
+
+    def coefficients(self, out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+        return lam[..., None]
+
+    def lambda_vjp(self, out: torch.Tensor, cbar: torch.Tensor) -> torch.Tensor:
+        return cbar[..., 0]
+
+    def penalty(self, lam: torch.Tensor) -> torch.Tensor:
+        return lam.new_zeros(len(lam))
+
+    def penalty_grad(self, lam: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(lam)
+
+
 class _KKTAttack(Attack):
     """Shared plumbing; each attack defines its equations in ``initial_multipliers`` and
     ``stationarity_terms``."""
@@ -153,13 +263,59 @@ class _KKTAttack(Attack):
                            like: torch.Tensor) -> tuple[Coefficients, Penalty]:
         raise NotImplementedError
 
+    def batch_terms(self, labels: torch.Tensor, configs: list[Any], num_classes: int,
+                    like: torch.Tensor) -> BatchTerms:
+        raise NotImplementedError
+
+    def finish_output(self, target: AttackTarget, output: AttackOutput) -> AttackOutput:
+        """A last touch on a run's output (the regression attack labels its candidates)."""
+        return output
+
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
         k = target.knowledge.out_dim
         lam0 = self.initial_multipliers(len(x0), config, k, generator, x0)
         coefficients, penalty = self.stationarity_terms(labels, config, k, x0)
-        return run_stationarity_attack(target, x0, labels, lam0, coefficients, penalty, config,
-                                       progress=progress)
+        return self.finish_output(target, run_stationarity_attack(target, x0, labels, lam0, coefficients, penalty,
+                                                                  config, progress=progress))
+
+    def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any],
+                  *, generators: list[torch.Generator], progress: ProgressFn | None = None,
+                  on_done: RunDone | None = None) -> None:
+        """Runs i = 0..R-1 (starts ``x0s[i]``, ``configs[i]``, each run's generator) advanced together: runs that
+        differ only in per-run options share a batch, split into chunks that fit memory (batched.py). Each
+        run's multipliers are drawn from its generator, as :meth:`run` does. ``on_done(i, output, batch)`` is
+        called for every run of a chunk as the chunk finishes (batch: :meth:`BatchInfo.to_dict`)."""
+        self.run_batched(target, x0s, labels, configs, generators=generators, progress=progress, on_done=on_done)
+
+    def run_batched(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any],
+                    *, generators: list[torch.Generator], progress: ProgressFn | None = None,
+                    on_done: RunDone | None = None) -> list[AttackOutput]:
+        """:meth:`run_batch`, returning the outputs in run order."""
+        k, m = target.knowledge.out_dim, len(x0s[0])
+        lam0s = [self.initial_multipliers(m, c, k, g, x0) for c, g, x0 in zip(configs, generators, x0s, strict=True)]
+        chain = _full_chain(target.model)
+        dims = ([x0s[0][0].numel()] + [layer.out_features for layer in chain] if chain is not None
+                else [x0s[0][0].numel(), k])
+        results: list[AttackOutput | None] = [None] * len(configs)
+        for group in group_runs([config_to_dict(c) for c in configs]):
+            cfg0 = configs[group[0]]
+            chunks, reason = plan_chunks(group, bytes_per_run(target, m, dims), target.device, cfg0.max_batch)
+            for j, chunk in enumerate(chunks):
+                cfgs = [configs[i] for i in chunk]
+                like = x0s[chunk[0]].to(dtype=target.dtype, device=target.device)
+                x0 = torch.stack([x0s[i] for i in chunk]).to(like)
+                lam0 = torch.stack([lam0s[i] for i in chunk]).to(like)
+                per_run = [self.stationarity_terms(labels, c, k, like) for c in cfgs]
+                outputs, info = run_stationarity_batch(target, x0, labels, lam0, cfgs,
+                                                       self.batch_terms(labels, cfgs, k, like), per_run,
+                                                       progress=progress)
+                info.runs, info.chunk, info.chunks, info.chunk_reason = list(chunk), j, len(chunks), reason
+                for i, out in zip(chunk, outputs, strict=True):
+                    results[i] = done = self.finish_output(target, out)
+                    if on_done is not None:
+                        on_done(i, done, info.to_dict())
+        return [r for r in results if r is not None]
 
 
 # -- Haim et al. 2022: binary classifiers -------------------------------------------------------------------
@@ -191,6 +347,10 @@ class HaimBinaryKKT(_KKTAttack):
 
         return coefficients, penalty
 
+    def batch_terms(self, labels: torch.Tensor, configs: Sequence[ClassifierKKTConfig], num_classes: int,
+                    like: torch.Tensor) -> BatchTerms:
+        return BinaryTerms(labels, configs, like)
+
 
 # -- Buzaglo et al. 2023: multiclass classifiers ------------------------------------------------------------
 class MulticlassKKT(_KKTAttack):
@@ -200,9 +360,9 @@ class MulticlassKKT(_KKTAttack):
     needs = frozenset({"class_balance"})   # for the class blocks
     tasks = frozenset({"multiclass"})
     config_cls = MulticlassKKTConfig
-    # 20 digits (2 per class) keep n well below the 64 pixels: with 8x8 images and more samples the candidates
-    # fit theta better than the training set does and nothing is recovered (see the KKT notes)
-    default_recipe = {"problem": {"dataset": "digits", "task": "multiclass", "n_per_class": 2},
+    # 10 digits (1 per class) keep n well below the 64 pixels: with 2 per class the reconstructions are no closer
+    # to the training images than random held-out digits are (docs/calibration.md); with 1 per class they are
+    default_recipe = {"problem": {"dataset": "digits", "task": "multiclass", "n_per_class": 1},
                       "family": "mlp", "model": {"widths": [1000]},
                       "train": {"steps": 5000, "lr": 0.05, "schedule": "inverse_loss"}}
     default_search_runs = 6
@@ -247,6 +407,12 @@ class MulticlassKKT(_KKTAttack):
 
         return pair_coefficients, pair_penalty
 
+    def batch_terms(self, labels: torch.Tensor, configs: list[MulticlassKKTConfig], num_classes: int,
+                    like: torch.Tensor) -> BatchTerms:
+        if configs[0].multipliers == "per_candidate":
+            return MulticlassTerms(labels, configs, num_classes, like)
+        return PairTerms(labels, configs, num_classes, like)
+
 
 # -- Buzaglo et al. 2023: general losses with weight decay --------------------------------------------------
 class GeneralLossWD(_KKTAttack):
@@ -286,12 +452,14 @@ class GeneralLossWD(_KKTAttack):
 
         return coefficients, no_penalty
 
-    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
-            generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
-        result = super().run(target, x0, labels, config, generator=generator, progress=progress)
+    def batch_terms(self, labels: torch.Tensor, configs: list[GeneralLossConfig], num_classes: int,
+                    like: torch.Tensor) -> BatchTerms:
+        return SignedTerms()
+
+    def finish_output(self, target: AttackTarget, output: AttackOutput) -> AttackOutput:
         with torch.no_grad():   # no labels were used; report the side of 0 the model puts each candidate on
-            result.labels = (target.model(result.candidates).reshape(-1) > 0).long().to(labels.device)
-        return result
+            output.labels = (target.model(output.candidates).reshape(-1) > 0).long().to(output.labels.device)
+        return output
 
 
 ATTACKS = [HaimBinaryKKT(), MulticlassKKT(), GeneralLossWD()]

@@ -150,6 +150,48 @@ class NotebookSsim(Metric):
                 "details": {"label": "notebook variant (min vote, no best-buddy); over-counts repeated matches"}}
 
 
+# -- correlation ------------------------------------------------------------------------------------------------
+@dataclass
+class CorrelationConfig:
+    threshold: float = option(0.9, "a training image counts in reconstructed_corr iff its correlation is above this "
+                                   "(the docs' corr > 0.9)")
+
+
+def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(n,) Pearson correlation of paired images (n, C, H, W), per channel over pixels, averaged over channels."""
+    fa, fb = a.flatten(2), b.flatten(2)
+    fa = fa - fa.mean(-1, keepdim=True)
+    fb = fb - fb.mean(-1, keepdim=True)
+    denom = fa.norm(dim=-1) * fb.norm(dim=-1)
+    r = (fa * fb).sum(-1) / torch.where(denom > 0, denom, torch.ones_like(denom))
+    return r.mean(-1)
+
+
+@dataclass(frozen=True)
+class Correlation(Metric):
+    name: str = "corr"
+    description: str = ("Pearson (NCC) correlation of each matched reconstruction with its training image in the "
+                        "centred space (the papers' NCC), per channel, averaged over channels; the headline "
+                        "reconstructed_corr counts correlations above the threshold")
+    higher_is_better: bool = True
+    headline: str = "reconstructed_corr"
+    config_cls: type = CorrelationConfig
+
+    def check_config(self, cfg: CorrelationConfig) -> None:
+        if not -1.0 <= cfg.threshold <= 1.0:
+            raise IncompatibleError(f"corr.threshold must lie in [-1, 1], got {cfg.threshold}")
+
+    def fixed(self, cfg: CorrelationConfig) -> dict[str, Any]:
+        return {"space": "centred, full resolution", "reconstruction": "the protocol's matched average",
+                "constant image": "correlation 0"}
+
+    def compute(self, ev: Evaluation, cfg: CorrelationConfig) -> MetricResult:
+        raw = pearson(ev.recon_centred, ev.problem.x_train(torch.float64)).numpy()
+        scores = _nan_unmatched(raw, ev.matching.matched)
+        summary, per_image = threshold_summary(scores, cfg.threshold, ev.protocol.base.top_k, "corr", suffix="_corr")
+        return {"summary": summary, "per_image": per_image}
+
+
 # -- LPIPS -------------------------------------------------------------------------------------------------------
 @dataclass
 class LpipsConfig:
@@ -319,7 +361,7 @@ class ExtractionScore(Metric):
         return {"summary": {"extraction_score": score if np.isfinite(score) else None}}
 
 
-METRICS = [PaperSsim(), StandardSsim(), NotebookSsim(), Lpips(), MembershipMetric(), InitCopy(), Collapse(),
+METRICS = [PaperSsim(), StandardSsim(), NotebookSsim(), Correlation(), Lpips(), MembershipMetric(), InitCopy(), Collapse(),
            ExtractionScore()]
 
 

@@ -73,7 +73,8 @@ def test_run_records_the_protocol_and_evaluate_reproduces_it(tmp_path, capsys, t
     code, out, err = run_cli(["run", "--attack", "toy_identity", "--model", str(card), "--init", "test_truth_copy",
                               "--search-runs", "2", "--out", str(res), "-q"], capsys)
     assert code == 0, err
-    assert "reconstructed: 6" in out
+    assert "reconstructed (papers' protocol): 6" in out
+    assert "reconstructed (calibrated headline): 6 of 6  | held-out null" in out
     result = json.loads((res / "result.json").read_text())
     ev = result["evaluation"]
     assert ev["protocol"]["distance"] == "ncc2" and ev["protocol"]["avg_threshold"] == 1.1
@@ -105,6 +106,18 @@ def test_run_records_the_protocol_and_evaluate_reproduces_it(tmp_path, capsys, t
     assert swapped["evaluation"]["protocol"]["distance"] == "ncc"
     assert swapped["evaluation"]["protocol"]["metrics"]["ssim"]["config"]["window_size"] == 5
     assert swapped["reproduces_stored"] is None
+
+    # the calibration is recorded with every parameter, and re-scored like every other number
+    cal = ev["protocol"]["calibration"]
+    assert cal["calibration_draws"] == 19 and cal["null_draws"] == 5 and cal["score"] == "corr"
+    assert cal["threshold"] == ev["summary"]["calibrated_threshold"] == max(cal["draw_maxima"])
+    assert ev["summary"]["reconstructed_calibrated"] == 6 and ev["null"]["draws"] == 5
+    tampered = json.loads((res / "result.json").read_text())
+    tampered["evaluation"]["null"]["per_draw"][0]["reconstructed"] += 1
+    (res / "result.json").write_text(json.dumps(tampered))
+    code, out, err = run_cli(["evaluate", str(res), "--check"], capsys)
+    assert code != 0 and "null.per_draw[0].reconstructed" in out + err
+    (res / "result.json").write_text(json.dumps(result))
 
     # a tampered stored number is caught
     result["evaluation"]["summary"]["reconstructed"] = 5

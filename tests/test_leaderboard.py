@@ -75,7 +75,10 @@ OFFSET = {"pool": 0, "blind": -1, "oracle": 1}
 def fake_record(cell, suite, reconstructed: float, collapse: float, oracle_init: bool) -> dict:
     sel = {
         name: {
-            "summary": {"good_count": reconstructed + off, "collapse": collapse, "distinct_share": 1 - collapse, "other": 1.0},
+            "summary": {"good_count": reconstructed + off, "collapse": collapse, "distinct_share": 1 - collapse, "other": 1.0,
+                        "reconstructed_calibrated": (reconstructed + off) / 2},
+            "null": {"available": True, "draws": 5,
+                     "spread": {"reconstructed_calibrated": {"mean": 0.1 * cell.seed, "max": float(cell.seed)}}},
             "attack_loss": 0.1 * reconstructed,
             "run": None if name == "pool" else 0,
             "oracle": name == "oracle",
@@ -156,14 +159,23 @@ def test_tables_aggregate_the_cells_and_sort_by_direction(synthetic, tmp_path):
         assert len(rows) == 4
         for row in rows:
             vals = np.array(COUNTS[row_key(row)], dtype=float) + offset
-            m = row["metrics"]["reconstructed"]
+            m = row["metrics"]["papers' protocol"]
             assert m["mean"] == pytest.approx(vals.mean()) and m["sd"] == pytest.approx(vals.std(ddof=1))
             assert m["n"] == 3 and m["key"] == "good_count"
+            # the 95% interval of the mean: Student t with 2 degrees of freedom (t = 4.3027)
+            half = 4.302652729911275 * vals.std(ddof=1) / np.sqrt(3) / 2
+            cal = row["metrics"]["reconstructed (calibrated)"]
+            assert cal["ci95"] == pytest.approx([vals.mean() / 2 - half, vals.mean() / 2 + half])
+            # the null: mean over cells of their null means (seeds 0, 1, 2 -> 0, .1, .2), the largest draw (2)
+            assert cal["null"] == {"mean": pytest.approx(0.1), "max": 2.0, "cells": 3}
             assert row["metrics"]["distinct share"]["mean"] == pytest.approx(1 - COLLAPSE[row_key(row)])
             assert row["metrics"]["wall s"]["mean"] == pytest.approx(2.0)  # seeds 0, 1, 2 -> 1, 2, 3
         # sorted by the first column, higher is better: a/gt (8.67), b/gaussian (7), a/gaussian (4), b/gt (1)
         assert [row_key(r) for r in rows] == [("a", "gt"), ("b", "gaussian"), ("a", "gaussian"), ("b", "gt")]
         assert [r["init_is_oracle"] for r in rows] == [True, False, False, True]
+        # within noise of the best: b/gaussian [7 +- 2.5] overlaps a/gt [8.67 +- 1.43]; a/gaussian and b/gt do not
+        assert [r["best"] for r in rows] == [True, False, False, False]
+        assert [r["within_noise_of_best"] for r in rows] == [True, True, False, False]
     assert check_tables(out) == []
 
     readme = (out / "README.md").read_text()
@@ -173,22 +185,28 @@ def test_tables_aggregate_the_cells_and_sort_by_direction(synthetic, tmp_path):
     assert "80.0 s over 2 invocation(s)" in readme  # 75 s + 5 s
     assert "9.9.9" in readme and "`abc123`" in readme
     assert "| bin      | a (toy_identity) | gt †" in readme and "Oracle selection ‡" in readme
-    assert "8.67 ± 0.58" not in readme and "8.7 ± 0.6" in readme  # reconstructed uses format .1f
+    assert "8.7 [7.2, 10.1]" in readme  # papers' protocol uses format .1f; its 95% interval
+    assert "(null 0.1, max 2.0)" in readme
     # the comparison: derived target has 20 (+offset), the base target's a/gaussian seed 0 has 3
     comp = data["comparisons"]["wd"]
     assert comp["axis_values"] == [0.0, 0.01]
     pool = next(r for r in comp["rows"] if r["selection"] == "pool")
-    assert [v["reconstructed"]["mean"] for v in pool["values"]] == [3.0, 20.0]
+    assert [v["reconstructed (calibrated)"]["mean"] for v in pool["values"]] == [1.5, 10.0]
     assert "weight_decay = 0.01" in readme
 
     # a tampered table entry is caught
-    data["tables"]["pool"][0]["metrics"]["reconstructed"]["values"][0] += 1
+    data["tables"]["pool"][0]["metrics"]["papers' protocol"]["values"][0] += 1
     (out / "results.json").write_text(json.dumps(data))
     assert check_tables(out)
 
 
 def test_direction_follows_the_metric_plugin_and_custom_columns(synthetic, tmp_path):
     suite, res = synthetic
+    for f in (res / "cells").glob("*.json"):  # without the calibrated column, rows sort by the papers' count
+        rec = json.loads(f.read_text())
+        for sel in rec["selections"].values():
+            sel["summary"].pop("reconstructed_calibrated")
+        f.write_text(json.dumps(rec))
 
     @dataclass(frozen=True)
     class GoodCount(Metric):  # a metric plugin declaring that fewer is better (the opposite of the column spec)
@@ -207,7 +225,7 @@ def test_direction_follows_the_metric_plugin_and_custom_columns(synthetic, tmp_p
         data = build_leaderboard(suite, res, tmp_path / "lb", figures=False)
     finally:
         host.unregister(name)
-    col = data["columns"][0]
+    col = data["columns"][1]
     assert col["higher_is_better"] is False and col["direction_from"] == "metric plugin 'good_count'"
     assert [row_key(r) for r in data["tables"]["pool"]] == [
         ("b", "gt"),
@@ -222,7 +240,7 @@ def test_direction_follows_the_metric_plugin_and_custom_columns(synthetic, tmp_p
         rec["evaluation"]["metrics"] = {"count_metric": {"headline": "good_count", "higher_is_better": False}}
         f.write_text(json.dumps(rec))
     data = build_leaderboard(suite, res, tmp_path / "lb3", figures=False)
-    col = data["columns"][0]
+    col = data["columns"][1]
     assert col["higher_is_better"] is False and "count_metric" in col["direction_from"]
     assert [row_key(r) for r in data["tables"]["pool"]][0] == ("b", "gt")
 
@@ -462,3 +480,41 @@ def test_figure_matching_uses_the_evaluation_or_finds_exact_copies():
     rows = [{"best_candidate": len(x) - 1 - i, "ssim": 0.1 * i} for i in range(len(x))]
     found, score = matches(problem, candidates, {"per_image": rows})
     assert score == "ssim" and found[0] == (len(x) - 1, 0, pytest.approx(0.1 * (len(x) - 1)))
+
+
+def test_convergence_gate_flags_targets_above_it(synthetic, tmp_path):
+    suite, res = synthetic
+    gated = suite.path.with_name("gated.toml")
+    gated.write_text(suite.path.read_text().replace('seeds = [0, 1, 2]', 'seeds = [0, 1, 2]\nmax_stationarity_ratio = 0.5'))
+    suite2 = load_suite(gated)
+    ratios = {"bin": 0.9}  # the base target is far from a KKT point; the weight-decay variant below the gate
+    for f in (res / "cells").glob("*.json"):
+        rec = json.loads(f.read_text())
+        ratio = ratios.get(rec["target"]["name"], 0.1)
+        rec["target"]["train_metrics"] = {"certificate": {"ratio": ratio}}
+        rec["cell_key"] = next(c for c in expand(suite2) if c.cell_id == rec["cell_id"]).key(suite2)
+        f.write_text(json.dumps(rec))
+    data = build_leaderboard(suite2, res, tmp_path / "gated", figures=False)
+    assert all(r["converged"] is False for r in data["tables"]["pool"])  # every grid row is on `bin`
+    targets = {t["target"]: t for t in data["targets"]}
+    assert targets["bin"]["converged"] is False and targets["bin@weight_decay=0.01"]["converged"] is True
+    readme = (tmp_path / "gated" / "README.md").read_text()
+    assert "| bin ⚠ " in readme and "0.9 ⚠ > 0.5" in readme and "0.1 ✓" in readme
+
+
+def test_publishing_refuses_cells_from_a_dirty_tree(synthetic, tmp_path):
+    from reconbench.errors import ReconbenchError
+    from reconbench.leaderboard.render import check_publishable
+    from reconbench.leaderboard.tables import collect
+
+    suite, res = synthetic
+    pub = collect(suite, res)
+    check_publishable(pub, "abc123")  # every cell ran at the clean commit being published
+    with pytest.raises(ReconbenchError, match="this checkout is dirty"):
+        check_publishable(pub, "abc123-dirty")
+    with pytest.raises(ReconbenchError, match="cells ran at abc123, this checkout is def456"):
+        check_publishable(pub, "def456")
+    first = next(iter(pub.records.values()))
+    first["provenance"]["git_commit"] = "abc123-dirty"
+    with pytest.raises(ReconbenchError, match="dirty or unknown tree"):
+        check_publishable(pub, "abc123")

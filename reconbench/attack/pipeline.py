@@ -4,8 +4,9 @@ Layout of a result folder::
 
     result.json               resolved config, selections, metrics, provenance
     candidates.safetensors    pooled candidates (centred space), their labels and run ids
-    runs/run-000.json         one file per search run, written the moment it finishes (resume skips these)
-    runs/run-000.safetensors
+    runs/run-000.json         one file per search run, written the moment it finishes (resume skips these);
+    runs/run-000.safetensors  runs an attack advances together (run_batch) finish with their batch
+
     figures/*.png
 """
 
@@ -112,6 +113,7 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     configs = sample_configs(attack, spec)
     runs_dir = out / "runs"
     runs: list[dict[str, Any]] = []
+    pending: list[_Pending] = []
     t_all = time.perf_counter()
     with Progress(len(configs), f"{attack.name} runs", quiet=quiet or len(configs) == 1) as outer:
         for k, raw_cfg in enumerate(configs):
@@ -125,47 +127,85 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
                 if old.get("run_key") == run_key and (
                         old.get("stopped") == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
                     runs.append(old)
-                    outer.update(k + 1)
+                    outer.update(len(runs))
                     continue
             gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
             x0 = init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
-            t0 = time.perf_counter()
-            rec: dict[str, Any] = {"run": k, "run_key": run_key, "config": cfg_dict,
-                                   "init_config": config_to_dict(run_init_cfg),
-                                   "init_overrides": init_overrides}
-            with Progress(0, f"run {k + 1}/{len(configs)}", quiet=quiet) as bar:
-                try:
-                    result = attack.run(target, x0, labels.to(target.device), cfg, generator=gen,
-                                        progress=_bar_progress(bar))
-                except DivergedError as exc:  # one failed run must not end the search: record it and go on
-                    rec.update({"final_loss": math.inf, "steps": 0, "stopped": "failed", "message": str(exc),
-                                "seconds": time.perf_counter() - t0, "trace": [], "oracle_score": math.inf})
-                    runs_dir.mkdir(parents=True, exist_ok=True)
-                    write_json(record_path, rec)
-                    runs.append(rec)
-                    outer.update(k + 1)
-                    continue
-            cand = result.candidates.detach().to("cpu", torch.float64)
-            finite = bool(torch.isfinite(cand).all())
-            rec.update({
-                "final_loss": result.final_loss, "steps": result.steps, "stopped": result.stopped,
-                "message": result.message, "seconds": time.perf_counter() - t0, "trace": result.trace,
-                "oracle_score": oracle_score(problem, cand) if finite else math.inf,
-            })
-            tensors = {"candidates": cand.contiguous(), "labels": result.labels.detach().cpu().long().contiguous(),
-                       "x0": x0.detach().cpu().double().contiguous()}
-            if result.multipliers is not None:
-                tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
-            runs_dir.mkdir(parents=True, exist_ok=True)
-            save_file(tensors, str(runs_dir / f"run-{k:03d}.safetensors"))
-            write_json(record_path, rec)
-            runs.append(rec)
-            outer.update(k + 1)
+            pending.append(_Pending(k, cfg, gen, x0, {"run": k, "run_key": run_key, "config": cfg_dict,
+                                                      "init_config": config_to_dict(run_init_cfg),
+                                                      "init_overrides": init_overrides}))
+
+        if pending:
+            _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
+    runs.sort(key=lambda r: r["run"])
     usable = [r for r in runs if r["stopped"] != "failed"]
     if not usable:
         raise DivergedError(f"all {len(runs)} run(s) of {attack.name} failed; first: {runs[0]['message']}")
     return finish(card, spec, out, problem, runs, time.perf_counter() - t_all,
                   oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
+
+
+@dataclass
+class _Pending:
+    """A run still to do: its index, config, generator (after the init drew from it), start and record header."""
+
+    k: int
+    cfg: Any
+    gen: torch.Generator
+    x0: torch.Tensor
+    rec: dict[str, Any]
+
+
+def _run_pending(attack: Any, target: AttackTarget, labels: torch.Tensor, pending: list[_Pending], runs_dir: Path,
+                 problem: Problem, runs: list[dict[str, Any]], outer: Progress, quiet: bool) -> None:
+    """The pending runs through the attack's ``run_batch`` (the KKT attacks advance them together; others run them
+    one by one); each run is written the moment ``run_batch`` reports it done. Resume: finished runs are skipped
+    and the rest start again from their starts (a run's trajectory does not depend on which runs share its
+    batch)."""
+    t0 = time.perf_counter()
+    ids = ", ".join(str(p.k) for p in pending)
+
+    with Progress(0, f"run(s) {ids}", quiet=quiet) as bar:
+        def on_done(i: int, result: Any, batch: dict[str, Any] | None) -> None:
+            nonlocal t0
+            if batch is not None:
+                batch = {**batch, "runs": [pending[j].k for j in batch["runs"]]}
+            runs.append(_write_run(runs_dir, problem, pending[i], result, time.perf_counter() - t0, batch))
+            if batch is None:   # one run at a time: the next one's clock starts now
+                t0 = time.perf_counter()
+            outer.update(len(runs))
+
+        attack.run_batch(target, [p.x0 for p in pending], labels.to(target.device), [p.cfg for p in pending],
+                         generators=[p.gen for p in pending], progress=_bar_progress(bar), on_done=on_done)
+
+
+def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, seconds: float,
+               batch: dict[str, Any] | None) -> dict[str, Any]:
+    """Write one finished run (record + tensors) the moment it is done; a DivergedError is a failed run."""
+    rec = dict(p.rec)
+    record_path = runs_dir / f"run-{p.k:03d}.json"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(result, Exception):
+        rec.update({"final_loss": math.inf, "steps": 0, "stopped": "failed", "message": str(result),
+                    "seconds": seconds, "trace": [], "oracle_score": math.inf})
+        write_json(record_path, rec)
+        return rec
+    cand = result.candidates.detach().to("cpu", torch.float64)
+    finite = bool(torch.isfinite(cand).all())
+    rec.update({
+        "final_loss": result.final_loss, "steps": result.steps, "stopped": result.stopped,
+        "message": result.message, "seconds": seconds, "trace": result.trace,
+        "oracle_score": oracle_score(problem, cand) if finite else math.inf,
+    })
+    if batch is not None:
+        rec["batch"] = batch
+    tensors = {"candidates": cand.contiguous(), "labels": result.labels.detach().cpu().long().contiguous(),
+               "x0": p.x0.detach().cpu().double().contiguous()}
+    if result.multipliers is not None:
+        tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
+    save_file(tensors, str(runs_dir / f"run-{p.k:03d}.safetensors"))
+    write_json(record_path, rec)
+    return rec
 
 
 def _bar_progress(bar: Progress) -> Any:
@@ -200,6 +240,10 @@ def select_runs(runs: list[dict[str, Any]]) -> tuple[int | None, int | None]:
     return blind, oracle
 
 
+#: the largest attack loss drawn on the log-scale trace plot
+LOG_PLOT_MAX = 1e100
+
+
 def plot_traces(runs: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     """One curve of the attack loss per run (log scale); None when no run recorded a trace."""
     rows = [(r["run"], r.get("trace") or []) for r in runs]
@@ -212,7 +256,8 @@ def plot_traces(runs: list[dict[str, Any]], path: Path, title: str) -> Path | No
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for run, trace in rows:
-        points = [(t["step"], t["loss"]) for t in trace if 0 < t.get("loss", math.nan) < math.inf]
+        # a log axis cannot place ticks for values near the float range's end (a diverging run): leave them out
+        points = [(t["step"], t["loss"]) for t in trace if 0 < t.get("loss", math.nan) < LOG_PLOT_MAX]
         if points:
             ax.plot(*zip(*points, strict=True), label=f"run {run}", lw=1)
     ax.set_yscale("log")

@@ -3,6 +3,7 @@ budget)."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass
 from typing import Any
@@ -73,10 +74,13 @@ def expand(suite: Suite) -> list[Cell]:
             if group not in old.groups:
                 cells[cid] = Cell(old.cell_id, old.target, old.recipe, old.attack, old.init, old.seed, (*old.groups, group))
             return
+        recipe = suite.targets[target].recipe
+        if suite.seed_targets:  # each seed trains its own target: the weight-init seed moves with the seed
+            recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, seed=recipe.train.seed + seed))
         cells[cid] = Cell(
             cid,
             target,
-            suite.targets[target].recipe,
+            recipe,
             suite.attacks[attack],
             suite.inits[init],
             seed,

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 
 from reconbench import __version__, plugins
 from reconbench.attack.pipeline import RunSpec, run_attack
@@ -95,23 +94,20 @@ def score_selection(
     )
 
 
-def selections(
-    result: dict[str, Any],
-    pooled: dict[str, torch.Tensor],
-    problem: Problem,
-    card: Any,
-    protocol: dict[str, Any],
-) -> dict[str, Any]:
-    """Pool (all runs), blind (lowest attack loss) and oracle (best training-set score) selections, scored."""
+def selections(result: dict[str, Any]) -> dict[str, Any]:
+    """Pool (all runs), blind (lowest attack loss) and oracle (best training-set score) selections with their
+    held-out nulls, as ``pipeline.finish`` scored them (each selection is evaluated once, there)."""
     runs = {r["run"]: r for r in result["runs"]}
     losses = [r["final_loss"] for r in runs.values() if math.isfinite(r["final_loss"])]
+    pool_eval = result["evaluation"]
     out: dict[str, Any] = {
         "pool": {
             "runs": sorted(runs),
             "rule": f"all {len(runs)} search run(s) pooled, as the papers evaluated",
             "oracle": False,
             "attack_loss": min(losses) if losses else math.nan,
-            "summary": result["evaluation"].get("summary", {}),
+            "summary": pool_eval.get("summary", {}),
+            "null": null_record(pool_eval),
         }
     }
     for name in ("blind", "oracle"):
@@ -121,16 +117,20 @@ def selections(
         if k is None:
             entry.update(attack_loss=math.nan, summary={}, note="no run finished with a finite loss")
         else:
-            entry.update(attack_loss=runs[k]["final_loss"], config=runs[k]["config"])
-            entry["summary"] = (
-                out["pool"]["summary"]
-                if len(runs) == 1
-                else score_selection(problem, pooled, k, family=result["target"]["family"], protocol=protocol, card=card)[
-                    "summary"
-                ]
-            )
+            scored = (result.get("evaluation_selected") or {}).get(name, pool_eval)
+            entry.update(attack_loss=runs[k]["final_loss"], config=runs[k]["config"],
+                         summary=scored.get("summary", {}), null=null_record(scored))
         out[name] = entry
     return out
+
+
+def null_record(evaluation: dict[str, Any]) -> dict[str, Any]:
+    """The held-out null of an evaluation as a cell stores it: per summary key mean, std, min, max over draws."""
+    null = evaluation.get("null") or {}
+    if not null.get("available"):
+        return {"available": False, "reason": null.get("reason", "no null recorded")}
+    return {"available": True, "draws": null["draws"], "threshold": null.get("threshold"),
+            "spread": null.get("spread", {})}
 
 
 # -- targets ------------------------------------------------------------------------------------------
@@ -246,11 +246,10 @@ def run_cell(
         rec["target"].update(target.info)
         work = out / "work" / cell.cell_id
         result = run_attack(target.card, spec, work, data_root=data_root, quiet=quiet, problem=target.problem)
-        pooled = load_file(str(work / "candidates.safetensors"))
         rec["init"].update(config=result["init_config"], is_oracle=result["init_is_oracle"])
         rec["target"]["n_train"] = result["target"]["n_train"]
         rec["runs"] = result["runs"]
-        rec["selections"] = selections(result, pooled, target.problem, target.card, spec.protocol)
+        rec["selections"] = selections(result)
         rec["evaluation"] = result["evaluation"]
         rec["result_dir"] = f"work/{cell.cell_id}"
         rec["attack_seconds"] = float(sum(r.get("seconds", 0.0) for r in result["runs"]))

@@ -4,7 +4,8 @@ A suite file (``reconbench/bench/suites/<name>.toml``) has these tables (``recon
 commented example)::
 
     [suite]          name, description, seeds, device, dtype, search_runs (search budget),
-                     candidates (m; default 2n)
+                     candidates (m; default 2n), seed_targets (each seed also retrains the targets with
+                     weight-init seed + seed), max_stationarity_ratio (convergence gate, flagged in the tables)
     [protocol]       evaluation protocol options, passed as they are to ``reconbench.evaluation.evaluate``
     [leaderboard]    store_candidates, figures, sample_images, columns (the tables' metric columns)
     [targets.NAME]   a target recipe: dataset, task, n_per_class, num_classes, binary_rule, family, widths,
@@ -148,12 +149,15 @@ class ColumnSpec:
     source: str = "summary"  # summary | attack_loss | wall_seconds
 
 
-#: The default columns: headline numbers of the evaluation protocol (reconbench.evaluation): `reconstructed`
+#: The default columns: headline numbers of the evaluation protocol (reconbench.evaluation): the calibrated
+#: headline `reconstructed_calibrated` (training images whose reconstruction correlates with them better than any
+#: random held-out image did in the calibration draws, docs/calibration.md), the papers' `reconstructed`
 #: (training images with SSIM > 0.4), `top_k_mean_ssim` (k = 10), `membership_precision` (reconstructions nearer a
 #: training image than any decoy), `distinct_share` (1: no collapse), `init_copy_share` (candidates that stayed
 #: copies of their start). Keys are tried in order; the direction comes from the metric whose headline the key is.
 DEFAULT_COLUMNS: tuple[ColumnSpec, ...] = (
-    ColumnSpec("reconstructed", ("reconstructed", "n_reconstructed", "good_count"), True, ".1f"),
+    ColumnSpec("reconstructed (calibrated)", ("reconstructed_calibrated",), True, ".1f"),
+    ColumnSpec("papers' protocol", ("reconstructed", "n_reconstructed", "good_count"), True, ".1f"),
     ColumnSpec("top-10 SSIM", ("top_k_mean_ssim", "ssim_top10", "top10_ssim"), True, ".3f"),
     ColumnSpec("membership precision", ("membership_precision", "precision_vs_decoys"), True, ".2f"),
     ColumnSpec("distinct share", ("distinct_share",), True, ".2f"),
@@ -191,6 +195,8 @@ class Suite:
     comparisons: tuple[Comparison, ...]
     leaderboard: LeaderboardOptions = field(default_factory=LeaderboardOptions)
     warnings: tuple[str, ...] = ()
+    seed_targets: bool = False                  # each seed also retrains the targets (weight-init seed + seed)
+    max_stationarity_ratio: float | None = None  # convergence gate: targets above it are flagged in the tables
 
 
 # -- validation ------------------------------------------------------------------------------------------
@@ -269,6 +275,8 @@ SUITE_KEYS: dict[str, Any] = {
     "dtype": typing.Literal["float64", "float32"],
     "search_runs": int,
     "candidates": int | None,
+    "seed_targets": bool,
+    "max_stationarity_ratio": float | None,
 }
 LEADERBOARD_KEYS: dict[str, Any] = {
     "store_candidates": str | int,
@@ -432,33 +440,78 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     chk = _Checker(path, text)
     warnings: list[str] = []
     chk.known(data, TOP_KEYS, ())
+    head = _read_head(data, chk)
+    seeds = tuple(head.get("seeds", [0]))
+    protocol = _flatten(chk.table(data.get("protocol", {}), ("protocol",)))
+    _check_protocol(protocol, chk)
+    lb = _read_leaderboard_table(data, chk)
+    leaderboard = _leaderboard_options(lb, chk)
+    targets = _read_targets(data, chk)
+    attacks = _read_attacks(data, chk, head, strict, warnings)
+    inits = _read_inits(data, chk, strict, warnings)
+    if "figure_inits" in lb:
+        eligible = chk.refs(lb["figure_inits"], inits, "init", ("leaderboard", "figure_inits"))
+        leaderboard = dataclasses.replace(leaderboard, figure_inits=eligible)
+    grid = _read_grid(data, chk, targets, attacks, inits, seeds)
+    comparisons = _read_comparisons(data, chk, targets, attacks, inits, seeds)
+    if not grid and not comparisons:
+        raise chk.fail(("grid",), "the suite runs nothing: add [[grid]] blocks or [comparisons.NAME] tables")
+    return Suite(
+        name=chk.name(head.get("name", path.stem), ("suite", "name")),
+        path=path,
+        text_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        description=head.get("description", ""),
+        seeds=seeds,
+        device=head.get("device", "cpu"),
+        dtype=head.get("dtype", "float64"),
+        search_runs=head.get("search_runs", 1),
+        candidates=head.get("candidates"),
+        protocol=protocol,
+        targets=targets,
+        attacks=attacks,
+        inits=inits,
+        grid=grid,
+        comparisons=comparisons,
+        leaderboard=leaderboard,
+        warnings=tuple(warnings),
+        seed_targets=head.get("seed_targets", False),
+        max_stationarity_ratio=head.get("max_stationarity_ratio"),
+    )
 
+
+def _read_head(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
+    """The [suite] table, typed and range-checked."""
     head = chk.table(data.get("suite", {}), ("suite",))
     chk.known(head, SUITE_KEYS, ("suite",))
     head = {k: chk.typed(v, SUITE_KEYS[k], ("suite", k)) for k, v in head.items()}
-    seeds = tuple(head.get("seeds", [0]))
-    search_runs = head.get("search_runs", 1)
-    if search_runs < 1:
-        raise chk.fail(("suite", "search_runs"), f"must be at least 1, got {search_runs}")
+    if head.get("search_runs", 1) < 1:
+        raise chk.fail(("suite", "search_runs"), f"must be at least 1, got {head['search_runs']}")
+    gate = head.get("max_stationarity_ratio")
+    if gate is not None and not gate > 0:
+        raise chk.fail(("suite", "max_stationarity_ratio"), f"must be positive, got {gate}")
+    return head
 
-    protocol = _flatten(chk.table(data.get("protocol", {}), ("protocol",)))
-    _check_protocol(protocol, chk)
 
+def _read_leaderboard_table(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
     lb_raw = chk.table(data.get("leaderboard", {}), ("leaderboard",))
     chk.known(lb_raw, LEADERBOARD_KEYS, ("leaderboard",))
-    lb = {k: chk.typed(v, LEADERBOARD_KEYS[k], ("leaderboard", k)) for k, v in lb_raw.items()}
+    return {k: chk.typed(v, LEADERBOARD_KEYS[k], ("leaderboard", k)) for k, v in lb_raw.items()}
+
+
+def _leaderboard_options(lb: dict[str, Any], chk: _Checker) -> LeaderboardOptions:
     store = lb.get("store_candidates", "all")
     if isinstance(store, str) and store != "all":
         raise chk.fail(("leaderboard", "store_candidates"), f'expected "all" or a number of cells, got {store!r}')
-    leaderboard = LeaderboardOptions(
+    return LeaderboardOptions(
         store_candidates=None if store == "all" else int(store),
         figures=lb.get("figures", True),
         sample_images=lb.get("sample_images", 8),
         columns=_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else DEFAULT_COLUMNS,
     )
 
+
+def _read_targets(data: dict[str, Any], chk: _Checker) -> dict[str, TargetEntry]:
     targets: dict[str, TargetEntry] = {}
-    keys: tuple[Any, ...]
     for name, table in chk.table(data.get("targets", {}), ("targets",)).items():
         keys = ("targets", name)
         chk.name(name, keys)
@@ -466,7 +519,11 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         targets[name] = TargetEntry(name, recipe_from_table(table, chk, keys), dict(table))
     if not targets:
         raise chk.fail(("targets",), "the suite defines no targets; add a [targets.NAME] table")
+    return targets
 
+
+def _read_attacks(data: dict[str, Any], chk: _Checker, head: dict[str, Any], strict: bool,
+                  warnings: list[str]) -> dict[str, AttackEntry]:
     attacks: dict[str, AttackEntry] = {}
     for label, table in chk.table(data.get("attacks", {}), ("attacks",)).items():
         keys = ("attacks", label)
@@ -474,21 +531,19 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         table = chk.table(table, keys)
         chk.known(table, ATTACK_KEYS, keys)
         t = {k: chk.typed(v, ATTACK_KEYS[k], (*keys, k)) for k, v in table.items()}
-        runs = t.get("search_runs", search_runs)
+        runs = t.get("search_runs", head.get("search_runs", 1))
         if runs < 1:
             raise chk.fail((*keys, "search_runs"), f"must be at least 1, got {runs}")
-        attack_entry = AttackEntry(
-            label,
-            t.get("attack", label),
-            dict(t.get("config", {})),
-            runs,
-            t.get("candidates", head.get("candidates")),
-        )
-        _check_plugin_config("attacks", attack_entry.attack, attack_entry.config, chk, keys, strict, warnings)
-        attacks[label] = attack_entry
+        entry = AttackEntry(label, t.get("attack", label), dict(t.get("config", {})), runs,
+                            t.get("candidates", head.get("candidates")))
+        _check_plugin_config("attacks", entry.attack, entry.config, chk, keys, strict, warnings)
+        attacks[label] = entry
     if not attacks:
         raise chk.fail(("attacks",), "the suite defines no attacks; add an [attacks.NAME] table")
+    return attacks
 
+
+def _read_inits(data: dict[str, Any], chk: _Checker, strict: bool, warnings: list[str]) -> dict[str, InitEntry]:
     inits: dict[str, InitEntry] = {}
     for label, table in chk.table(data.get("inits", {"gaussian": {}}), ("inits",)).items():
         keys = ("inits", label)
@@ -496,20 +551,21 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         table = chk.table(table, keys)
         chk.known(table, INIT_KEYS, keys)
         t = {k: chk.typed(v, INIT_KEYS[k], (*keys, k)) for k, v in table.items()}
-        init_entry = InitEntry(label, t.get("regime", label), dict(t.get("config", {})))
-        _check_plugin_config("inits", init_entry.regime, init_entry.config, chk, keys, strict, warnings)
-        inits[label] = init_entry
+        entry = InitEntry(label, t.get("regime", label), dict(t.get("config", {})))
+        _check_plugin_config("inits", entry.regime, entry.config, chk, keys, strict, warnings)
+        inits[label] = entry
+    return inits
 
-    if "figure_inits" in lb:
-        eligible = chk.refs(lb["figure_inits"], inits, "init", ("leaderboard", "figure_inits"))
-        leaderboard = dataclasses.replace(leaderboard, figure_inits=eligible)
 
+def _read_grid(data: dict[str, Any], chk: _Checker, targets: dict[str, TargetEntry],
+               attacks: dict[str, AttackEntry], inits: dict[str, InitEntry],
+               seeds: tuple[int, ...]) -> tuple[GridBlock, ...]:
     grid: list[GridBlock] = []
     raw_grid = data.get("grid", [])
     if not isinstance(raw_grid, list):
         raise chk.fail(("grid",), "write the grid as [[grid]] blocks (an array of tables)")
     for i, block in enumerate(raw_grid):
-        keys = ("grid", i)
+        keys: tuple[Any, ...] = ("grid", i)
         block = chk.table(block, keys)
         chk.known(block, GRID_KEYS, keys)
         for req in ("targets", "attacks"):
@@ -523,10 +579,16 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
                 seeds=tuple(chk.typed(block["seeds"], list[int], (*keys, "seeds"))) if "seeds" in block else seeds,
             )
         )
+    return tuple(grid)
 
+
+def _read_comparisons(data: dict[str, Any], chk: _Checker, targets: dict[str, TargetEntry],
+                      attacks: dict[str, AttackEntry], inits: dict[str, InitEntry],
+                      seeds: tuple[int, ...]) -> tuple[Comparison, ...]:
+    """The [comparisons.NAME] tables; variant targets not defined in the suite are added to ``targets``."""
     comparisons: list[Comparison] = []
     for cname, table in chk.table(data.get("comparisons", {}), ("comparisons",)).items():
-        keys = ("comparisons", cname)
+        keys: tuple[Any, ...] = ("comparisons", cname)
         chk.name(cname, keys)
         table = chk.table(table, keys)
         chk.known(table, COMPARISON_KEYS, keys)
@@ -538,67 +600,52 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         base = table["target"]
         if base not in targets:
             raise chk.fail((*keys, "target"), f"no target {base!r} in this suite; defined: {', '.join(targets)}")
-        axis = table["axis"]
-        if ("values" in table) == ("variants" in table):
-            raise chk.fail(
-                keys,
-                "give exactly one of `values` (target.<axis> = value) or `variants` (tables of target overrides)",
-            )
-        if "values" in table:
-            if axis not in TARGET_KEYS:
-                raise chk.fail(
-                    (*keys, "axis"),
-                    f"`values` sets the target key {axis!r}, which is not a target key; "
-                    f"use `variants` or one of: {', '.join(sorted(TARGET_KEYS))}",
-                )
-            raw_variants = [({axis: v}, (*keys, "values", j)) for j, v in enumerate(table["values"])]
-        else:
-            raw_variants = [(v, (*keys, "variants", j)) for j, v in enumerate(table["variants"])]
-        variants = []
-        for overrides, vkeys in raw_variants:
-            if axis not in overrides:
-                raise chk.fail(vkeys, f"this variant does not set the axis key {axis!r}")
-            merged = {**targets[base].table, **overrides}
-            recipe = recipe_from_table(merged, chk, vkeys)
-            tname = next((t.name for t in targets.values() if t.recipe == recipe), None)
-            if tname is None:
-                tname = f"{base}@" + ",".join(f"{k}={_fmt_value(v)}" for k, v in overrides.items())
-                targets[tname] = TargetEntry(tname, recipe, merged)
-            variants.append(Variant(overrides[axis], dict(overrides), tname))
         comparisons.append(
             Comparison(
                 name=cname,
-                title=table.get("title", f"{cname}: vs {axis}"),
-                axis=axis,
+                title=table.get("title", f"{cname}: vs {table['axis']}"),
+                axis=table["axis"],
                 base=base,
-                variants=tuple(variants),
+                variants=_variants(table, keys, chk, targets),
                 attacks=chk.refs(table["attacks"], attacks, "attack", (*keys, "attacks")),
                 inits=chk.refs(table.get("inits", "*"), inits, "init", (*keys, "inits")),
                 seeds=tuple(table["seeds"]) if "seeds" in table else seeds,
             )
         )
-    if not grid and not comparisons:
-        raise chk.fail(("grid",), "the suite runs nothing: add [[grid]] blocks or [comparisons.NAME] tables")
+    return tuple(comparisons)
 
-    return Suite(
-        name=chk.name(head.get("name", path.stem), ("suite", "name")),
-        path=path,
-        text_sha256=hashlib.sha256(text.encode()).hexdigest(),
-        description=head.get("description", ""),
-        seeds=seeds,
-        device=head.get("device", "cpu"),
-        dtype=head.get("dtype", "float64"),
-        search_runs=search_runs,
-        candidates=head.get("candidates"),
-        protocol=protocol,
-        targets=targets,
-        attacks=attacks,
-        inits=inits,
-        grid=tuple(grid),
-        comparisons=tuple(comparisons),
-        leaderboard=leaderboard,
-        warnings=tuple(warnings),
-    )
+
+def _variants(table: dict[str, Any], keys: tuple[Any, ...], chk: _Checker,
+              targets: dict[str, TargetEntry]) -> tuple[Variant, ...]:
+    """One comparison's variants: the base target with the axis (and other keys) overridden."""
+    base, axis = table["target"], table["axis"]
+    if ("values" in table) == ("variants" in table):
+        raise chk.fail(
+            keys,
+            "give exactly one of `values` (target.<axis> = value) or `variants` (tables of target overrides)",
+        )
+    if "values" in table:
+        if axis not in TARGET_KEYS:
+            raise chk.fail(
+                (*keys, "axis"),
+                f"`values` sets the target key {axis!r}, which is not a target key; "
+                f"use `variants` or one of: {', '.join(sorted(TARGET_KEYS))}",
+            )
+        raw_variants = [({axis: v}, (*keys, "values", j)) for j, v in enumerate(table["values"])]
+    else:
+        raw_variants = [(v, (*keys, "variants", j)) for j, v in enumerate(table["variants"])]
+    variants = []
+    for overrides, vkeys in raw_variants:
+        if axis not in overrides:
+            raise chk.fail(vkeys, f"this variant does not set the axis key {axis!r}")
+        merged = {**targets[base].table, **overrides}
+        recipe = recipe_from_table(merged, chk, vkeys)
+        tname = next((t.name for t in targets.values() if t.recipe == recipe), None)
+        if tname is None:
+            tname = f"{base}@" + ",".join(f"{k}={_fmt_value(v)}" for k, v in overrides.items())
+            targets[tname] = TargetEntry(tname, recipe, merged)
+        variants.append(Variant(overrides[axis], dict(overrides), tname))
+    return tuple(variants)
 
 
 def _fmt_value(v: Any) -> str:

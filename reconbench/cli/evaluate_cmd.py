@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from reconbench.cli.common import data_root_option, main_group, parse_assignments, quiet_option
+from reconbench.cli.run_cmd import headline_lines
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import resolve_protocol
 from reconbench.evaluation.rescore import read_candidates, read_result, rescore
@@ -41,6 +42,8 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
     record = rescore(result_dir, overrides, model_card=model_card, data_root=data_root, out_dir=out, quiet=quiet)
     evaluation, diff = record["evaluation"], record["differences"]
     click.echo(f"evaluation: {record['path']}  ({evaluation['seconds']:.1f}s)")
+    for line in headline_lines(evaluation)[:1]:  # the calibrated headline next to its held-out null
+        click.echo(line)
     for key, value in evaluation["summary"].items():
         click.echo(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
     if record["stored_protocol"] and not isinstance(result.get("evaluation"), dict):

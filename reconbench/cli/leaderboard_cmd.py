@@ -33,7 +33,8 @@ from reconbench.provenance import check_writable, folder_lock
 @click.option(
     "--publish",
     is_flag=True,
-    help="Write the published leaderboard leaderboards/<suite>/ (tracked in git) instead of a run folder.",
+    help="Write the published leaderboard leaderboards/<suite>/ (tracked in git) instead of a run folder; refuses "
+    "unless every cell ran at the current commit of a clean checkout.",
 )
 @click.option("--no-figures", is_flag=True, help="Skip the figures.")
 @click.option(
@@ -78,6 +79,7 @@ def leaderboard_command(
             command=command_line(),
             data_root=data_root,
             figures=False if no_figures else None,
+            publish=publish,
         )
     cells = data["header"]["cells"]
     click.echo(

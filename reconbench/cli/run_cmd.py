@@ -41,7 +41,8 @@ RUN_CONFIG_FILE = "run-config.json"
               help="Seed of the init regime and the search.")
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
               help="Attack precision.")
-@click.option("--device", default="cpu", show_default=True, help="Torch device, e.g. cuda.")
+@click.option("--device", default="cpu", show_default=True,
+              help="Torch device of the attack, and of the training when a target is trained, e.g. cuda.")
 @click.option("--protocol-set", multiple=True, help="Evaluation protocol option KEY=VALUE (repeatable).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>; an existing one with the same "
@@ -84,10 +85,29 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     with folder_lock(out_dir, "result"):
         claim_folder(out_dir, run_config(recipe_key, spec.to_dict()), replace)
         if not model_card:
-            card = get_or_train(recipe, cache, data_root, quiet)
+            card = get_or_train(recipe, cache, data_root, quiet, device=device)  # trained where it is attacked
         result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
-    summary = result["evaluation"].get("summary", {})
     click.echo(f"result: {out_dir / 'result.json'}  ({result['wall_seconds']:.1f}s, {len(result['runs'])} run(s))")
+    for line in headline_lines(result["evaluation"]):
+        click.echo(line)
+    click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
+
+
+def headline_lines(evaluation: dict[str, Any]) -> list[str]:
+    """The calibrated headline next to the held-out null, then the other summary numbers with their null means."""
+    summary, null = evaluation.get("summary", {}), evaluation.get("null") or {}
+    nulls = null.get("spread") or {}
+    lines = []
+    cal = evaluation.get("protocol", {}).get("calibration", {})
+    if summary.get("reconstructed_calibrated") is not None:
+        spread = nulls.get("reconstructed_calibrated", {})
+        lines.append(f"  reconstructed (calibrated headline): {summary['reconstructed_calibrated']} of "
+                     f"{summary.get('n_train')}  | held-out null: mean {spread.get('mean', float('nan')):.2g}, "
+                     f"max {spread.get('max', float('nan')):.0f} over {null.get('draws', 0)} draws  "
+                     f"({cal.get('score')} > {summary['calibrated_threshold']:.3f}, the best any of "
+                     f"{cal.get('calibration_draws')} null draws reached)")
+    elif null.get("available") is False:
+        lines.append(f"  no calibrated headline: {null.get('reason')}")
     for key in HEADLINE:
         if key in summary:
             value = summary[key]
@@ -95,8 +115,11 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
             if key == "lpips_mean" and value == "unavailable":
                 reason = summary.get("lpips_mean_unavailable_reason")
                 text += f" ({' '.join(str(reason).split())})" if reason else " (see result.json for the reason)"
-            click.echo(f"  {key}: {text}")
-    click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
+            if key in nulls and key not in ("n_train", "n_candidates"):
+                text += f"  | null {nulls[key]['mean']:.3g} (sd {nulls[key]['std']:.2g})"
+            click_key = "reconstructed (papers' protocol)" if key == "reconstructed" else key
+            lines.append(f"  {click_key}: {text}")
+    return lines
 
 
 def check_attack_options(attack: Any, values: dict[str, Any]) -> None:
@@ -168,5 +191,5 @@ def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "; ".join(diffs[:3]) or "a different configuration"
 
 
-HEADLINE = ("n_train", "n_candidates", "reconstructed", "top_k_mean_ssim", "reconstructed_ssim_standard",
+HEADLINE = ("n_train", "n_candidates", "reconstructed", "reconstructed_corr", "top_k_mean_ssim", "reconstructed_ssim_standard",
             "membership_precision", "distinct_share", "init_copy_share", "extraction_score", "lpips_mean")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from reconbench.cli.common import data_root_option, main_group, quiet_option
+from reconbench.cli.common import check_device, data_root_option, main_group, quiet_option
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir, get_or_train, train_target
@@ -18,18 +18,22 @@ from reconbench.targets.cache import cache_dir, get_or_train, train_target
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the model card (default: the cache, keyed by the recipe hash).")
 @click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder (default $RECONBENCH_CACHE).")
+@click.option("--device", default="cpu", show_default=True,
+              help="Torch device of the training, e.g. cuda (not part of the recipe: the card records it).")
 @data_root_option
 @quiet_option
-def train_command(out: str | None, cache: str | None, data_root: str | None, quiet: bool, **opts: Any) -> None:
+def train_command(out: str | None, cache: str | None, device: str, data_root: str | None, quiet: bool,
+                  **opts: Any) -> None:
     """Train a target model by full-batch gradient descent and write a model card (weights + card.json)."""
     recipe = recipe_from_options(opts)
+    check_device(device)
     if out:
         check_writable(Path(out), "--out")
         with folder_lock(Path(out), "model card"):
-            card = train_target(recipe, out, data_root, quiet)
+            card = train_target(recipe, out, data_root, quiet, device)
     else:
         check_writable(cache_dir(cache), "--cache")
-        card = get_or_train(recipe, cache, data_root, quiet)
+        card = get_or_train(recipe, cache, data_root, quiet, device=device)
     m = card.data["metrics"]
     cert = m.get("certificate", {})
     click.echo(f"model card: {card.path}")

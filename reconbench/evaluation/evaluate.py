@@ -20,6 +20,7 @@ with the training images (an oracle): docs/method/evaluation-protocol.md#in-run-
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import math
 import time
@@ -32,7 +33,8 @@ import torch
 
 from reconbench import plugins
 from reconbench.errors import ReconbenchError
-from reconbench.evaluation.context import CandidateError, Evaluation, build_context, validity
+from reconbench.evaluation import null
+from reconbench.evaluation.context import CandidateError, Evaluation, as_vector, build_context, validity
 from reconbench.evaluation.distances import features, paired, pairwise
 from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, resolve_protocol
 from reconbench.evaluation.scores import column_values, jsonable
@@ -93,9 +95,21 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protoco
              labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None,
              x0: torch.Tensor | None = None, card: Any = None, out_dir: Any = None,
              quiet: bool = False) -> dict[str, Any]:
-    """Score pooled candidates against the problem's training images under the (resolved) protocol."""
+    """Score pooled candidates against the problem's training images under the (resolved) protocol, with the
+    held-out null and the calibrated headline (``null.py``)."""
     t0 = time.perf_counter()
     resolved = resolve_protocol(protocol, family)
+    out = score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card, out_dir=out_dir)
+    lab = as_vector(labels, int(out["candidates"]["total"]), "labels")
+    add_null(out, problem, resolved, lab, card)
+    out["seconds"] = time.perf_counter() - t0
+    return jsonable(out)
+
+
+def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *,
+          labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
+          card: Any = None, out_dir: Any = None) -> dict[str, Any]:
+    """The protocol's numbers for one set of candidates (no null, no calibration)."""
     ev = build_context(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     metric_out: dict[str, Any] = {}
     for name in resolved.metric_names:
@@ -120,12 +134,10 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protoco
                             "headline": metric.headline_key,
                             "available": res.get("available", True), "reason": res.get("reason"),
                             "summary": res["summary"], "details": res.get("details", {})}
-    summary = _summary(ev)
-    per_image = _per_image(ev)
     out: dict[str, Any] = {
         "protocol": {**resolved.to_dict(), "libraries": _versions()},
-        "summary": summary,
-        "per_image": per_image,
+        "summary": _summary(ev),
+        "per_image": _per_image(ev),
         "candidates": {"total": int(ev.candidates.shape[0]), "valid": int(ev.valid.sum()),
                        "nonfinite": len(ev.invalid["nonfinite"]), "constant": len(ev.invalid["constant"]),
                        "nonfinite_ids": ev.invalid["nonfinite"], "constant_ids": ev.invalid["constant"],
@@ -135,8 +147,70 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protoco
     }
     if out_dir is not None and resolved.base.figures:
         out["figures"] = _figures(ev, Path(out_dir))
-    out["seconds"] = time.perf_counter() - t0
-    return jsonable(out)
+    return out
+
+
+def _restricted(resolved: ResolvedProtocol, keep: set[str] | None) -> ResolvedProtocol:
+    """The same protocol without figures and, if ``keep`` is given, with only those metrics and what they need."""
+    names = list(resolved.metric_names)
+    if keep is not None:
+        need = set(keep)
+        for name in reversed(names):
+            if name in need:
+                need |= set(plugins.get("metrics", name).requires)
+        names = [n for n in names if n in need]
+    base = dataclasses.replace(resolved.base, figures=False)
+    return dataclasses.replace(resolved, base=base, metric_names=names,
+                               metric_configs={n: resolved.metric_configs[n] for n in names})
+
+
+def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray | None,
+             card: Any) -> None:
+    """Add the calibrated headline (summary and per-image ``reconstructed_calibrated``) and the ``null`` record."""
+    p = resolved.base
+    m = int(out["candidates"]["total"])
+    column = null.calibrated_column(resolved)
+    reason = null.unavailable_reason(problem, labels)
+    calibration = out["protocol"]["calibration"]
+    if reason is not None:
+        out["summary"].update(reconstructed_calibrated=None, calibrated_threshold=None)
+        out["null"] = {"kind": "held_out", "available": False, "reason": reason}
+        calibration["unavailable"] = reason
+        return
+    if p.calibration_draws and column not in out["per_image"][0]:
+        raise ReconbenchError(f"protocol: calibrated_score {column!r} is not a per-image column of this evaluation; "
+                              "name a computed metric's score column (e.g. ssim, corr)")
+    metric_of_column = {column} if column in resolved.metric_names else None
+    light = _restricted(resolved, metric_of_column | {p.primary_metric} if metric_of_column else None)
+    full = _restricted(resolved, None)
+
+    def score_light(cand: torch.Tensor) -> dict[str, Any]:
+        return score(problem, cand, light, labels=None if labels is None else torch.as_tensor(labels))
+
+    threshold = None
+    if p.calibration_draws:
+        cal = null.calibrate(problem, resolved, labels, m, score_light)
+        threshold = float(cal["threshold"])
+        calibration.update({k: cal[k] for k in ("threshold", "null_max", "draw_maxima", "pool_size")})
+        flags = null.calibrated_flags(null.scores_of(out, column), threshold)
+        out["summary"].update(reconstructed_calibrated=int(flags.sum()), calibrated_threshold=threshold)
+        for row, flag in zip(out["per_image"], flags, strict=True):
+            row["reconstructed_calibrated"] = bool(flag)
+    else:
+        out["summary"].update(reconstructed_calibrated=None, calibrated_threshold=None)
+    draws = []
+    for k in range(p.null_draws):
+        cand = null.draw(problem, labels, m, p.null_seed, null.REPORT_STREAM, k)
+        ev = score(problem, cand, full, labels=None if labels is None else torch.as_tensor(labels), card=card)
+        numbers = null.numeric_summary(ev["summary"])
+        if threshold is not None:
+            numbers["reconstructed_calibrated"] = float(null.calibrated_flags(null.scores_of(ev, column),
+                                                                               threshold).sum())
+        draws.append(numbers)
+    spread = null.aggregate(draws) if draws else {}
+    out["null"] = {"kind": "held_out", "available": True, "draws": len(draws), "threshold": threshold,
+                   "summary": {k: v["mean"] for k, v in spread.items()}, "spread": spread,
+                   "per_draw": draws}
 
 
 def _summary(ev: Evaluation) -> dict[str, Any]:

@@ -54,6 +54,17 @@ class Protocol:
     primary_metric: str = option("ssim", "the metric whose per-image `reconstructed` column defines reconstructed "
                                          "training images (headline count, membership claims, figures)")
     metrics: list[str] | None = option(None, "metric plugins to compute, in order (None: every registered one)")
+    calibration_draws: int = option(
+        19, "held-out null draws that calibrate the headline: a training image counts (reconstructed_calibrated) "
+            "only when its score is above every score these draws reached on any training image (and above "
+            "good_threshold); a fresh null draw passes with probability at most 1/(K+1). 0: no calibrated headline")
+    null_draws: int = option(5, "further held-out null draws reported next to the attack's numbers (mean, spread)")
+    null_seed: int = option(0, "seed of the held-out null draws (calibration and reported draws use separate "
+                               "streams)")
+    calibrated_score: str = option(
+        "corr", "per-image column the calibrated threshold applies to: corr (the matched reconstruction's "
+                "correlation with its training image; see docs/calibration.md for why not SSIM) or another "
+                "metric's per-image score column")
     figures: bool = option(True, "write PNG figures when a result folder is given")
     figure_max_images: int = option(60, "at most this many reconstruction/original pairs in the image figure")
 
@@ -104,6 +115,7 @@ class ResolvedProtocol:
             "constant_tol": p.constant_tol,
             "primary_metric": p.primary_metric,
             "family": self.family,
+            "calibration": self.calibration_dict(),
             "figures": p.figures,
             "figure_max_images": p.figure_max_images,
             "metrics": {},
@@ -121,11 +133,28 @@ class ResolvedProtocol:
             }
         return out
 
+    def calibration_dict(self) -> dict[str, Any]:
+        """The calibration's parameters (the threshold it yields is added by the evaluation)."""
+        p = self.base
+        k = p.calibration_draws
+        return {
+            "null": "held_out: random images of the problem's held-out pool (never trained on, disjoint from the "
+                    "decoys), as many as the candidates, candidate j replaced by an image of its label",
+            "calibration_draws": k,
+            "null_draws": p.null_draws,
+            "null_seed": p.null_seed,
+            "score": p.calibrated_score,
+            "rule": "threshold = the highest score any calibration draw reached on any training image; "
+                    "reconstructed_calibrated iff score > threshold" if k else "off",
+            "family_wise_fpr_bound": 1.0 / (k + 1) if k else None,
+        }
+
     def is_paper(self) -> bool:
         """Whether the headline numbers are the papers' protocol: default matching and primary-metric options, family B
         (docs/method/evaluation-protocol.md#headline-protocol)."""
         p, d = self.base, Protocol()
-        presentation = {"figures", "figure_max_images", "metrics"}
+        presentation = {"figures", "figure_max_images", "metrics", "calibration_draws", "null_draws", "null_seed",
+                        "calibrated_score"}
         same = all(getattr(p, f.name) == getattr(d, f.name) for f in dataclasses.fields(Protocol)
                    if f.name not in presentation | {"avg_threshold"})
         primary = self.metric(p.primary_metric)
@@ -169,6 +198,8 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
         raise ReconbenchError(f"protocol: the primary metric {base.primary_metric!r} is not among the metrics "
                               f"computed ({', '.join(names) or 'none'}); add it to `metrics` or change "
                               "`primary_metric`")
+    if base.calibration_draws and base.calibrated_score in all_metrics and base.calibrated_score not in names:
+        names.append(base.calibrated_score)  # the calibrated headline needs its score
     names = _order([base.primary_metric] + [n for n in names if n != base.primary_metric])
     per_metric: dict[str, dict[str, Any]] = {}
     for key, value in dotted.items():
@@ -208,6 +239,10 @@ def _check_ranges(p: Protocol) -> None:
         problems.append(f"good_threshold must lie in [-1, 1] (got {p.good_threshold})")
     if p.constant_tol < 0:
         problems.append(f"constant_tol must be non-negative (got {p.constant_tol})")
+    if not 0 <= p.calibration_draws <= 999:
+        problems.append(f"calibration_draws must lie in [0, 999] (got {p.calibration_draws})")
+    if not 0 <= p.null_draws <= 999:
+        problems.append(f"null_draws must lie in [0, 999] (got {p.null_draws})")
     if p.figure_max_images < 0:
         problems.append(f"figure_max_images must be non-negative (got {p.figure_max_images})")
     if problems:

@@ -22,7 +22,7 @@ from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import load_card
 
 #: parts of an evaluation that must agree for "the stored numbers are reproduced"
-COMPARED = ("summary", "per_image", "candidates")
+COMPARED = ("summary", "per_image", "candidates", "null")
 
 
 def read_result(result_dir: Path) -> dict[str, Any]:

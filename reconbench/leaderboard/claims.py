@@ -31,6 +31,8 @@ from reconbench.bench.suite import Comparison, Suite, load_suite
 
 #: the evaluation summary key of the headline (training images counted as reconstructed)
 HEADLINE_KEY = "reconstructed"
+#: the calibrated headline (a training image counts only when chance cannot pass it), used when a cell has it
+CALIBRATED_KEY = "reconstructed_calibrated"
 #: the selection the page reports: all search runs of a cell pooled, as the papers evaluated
 SELECTION = "pool"
 #: the papers' protocol (SSIM > 0.4), used for the numbers measured before the claims suites existed
@@ -63,14 +65,21 @@ def _number(v: Any) -> float | None:
 
 
 def headline(record: dict[str, Any], selection: str = SELECTION) -> float | None:
-    """The headline of one cell: the number of training images reconstructed, as the evaluation counted it."""
-    return _number(_summary(record, selection).get(HEADLINE_KEY))
+    """The headline of one cell: the number of training images reconstructed, as the evaluation counted it (the
+    calibrated count when the cell has one, docs/calibration.md; else the papers' count)."""
+    summary = _summary(record, selection)
+    calibrated = _number(summary.get(CALIBRATED_KEY))
+    return calibrated if calibrated is not None else _number(summary.get(HEADLINE_KEY))
 
 
 def cell_null(record: dict[str, Any], selection: str = SELECTION) -> float | None:
     """The headline of held-out images (never trained on) in place of the candidates, when the evaluation records
-    it with the cell; None: it does not, and the claims suites' ``--null`` blocks give the null instead."""
-    return None
+    it with the cell (the mean over its null draws of the same key :func:`headline` reads); None: it does not, and
+    the claims suites' ``--null`` blocks give the null instead."""
+    sel = (record.get("selections") or {}).get(selection) or {}
+    spread = (sel.get("null") or {}).get("spread") or {}
+    key = CALIBRATED_KEY if _number((sel.get("summary") or {}).get(CALIBRATED_KEY)) is not None else HEADLINE_KEY
+    return _number((spread.get(key) or {}).get("mean"))
 
 
 def n_train(record: dict[str, Any]) -> float | None:

@@ -31,7 +31,10 @@ from reconbench.leaderboard.tables import (
     resolve_columns,
     target_rows,
 )
-from reconbench.provenance import write_json
+from reconbench.provenance import git_commit, write_json
+
+#: a target above the suite's stationarity gate; a row whose interval overlaps the best row's
+NOT_CONVERGED_MARK, WITHIN_NOISE_MARK = "⚠", "≈"
 
 
 def _label_init(row: dict[str, Any]) -> str:
@@ -46,14 +49,31 @@ def _arrow(col: dict[str, Any]) -> str:
     return f"{col['name']} {'↑' if col['higher_is_better'] else '↓'}"
 
 
+def _cell(r: dict[str, Any], col: dict[str, Any]) -> str:
+    m = r["metrics"][col["name"]]
+    text = fmt_stat(Stat(m["values"]), col["format"])
+    null = m.get("null")
+    if null is not None:
+        text += f" (null {format(null['mean'], col['format'])}, max {format(null['max'], col['format'])})"
+    return text
+
+
+def _label_target(r: dict[str, Any]) -> str:
+    return r["target"] + (f" {NOT_CONVERGED_MARK}" if r.get("converged") is False else "")
+
+
+def _label_noise(r: dict[str, Any]) -> str:
+    if r.get("best"):
+        return "best"
+    return {True: WITHIN_NOISE_MARK, False: "", None: "?"}[r.get("within_noise_of_best")]
+
+
 def render_main_table(rows: list[dict[str, Any]], columns: list[dict[str, Any]]) -> str:
-    headers = ["target", "attack", "init", "seeds"] + [_arrow(c) for c in columns]
+    headers = ["target", "attack", "init", "seeds", "vs best"] + [_arrow(c) for c in columns]
     body = []
     for r in rows:
-        body.append(
-            [r["target"], _label_attack(r), _label_init(r), len(r["cells"])]
-            + [fmt_stat(Stat(r["metrics"][c["name"]]["values"]), c["format"]) for c in columns]
-        )
+        body.append([_label_target(r), _label_attack(r), _label_init(r), len(r["cells"]), _label_noise(r)]
+                    + [_cell(r, c) for c in columns])
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
 
 
@@ -66,10 +86,11 @@ def render_comparison(comp: dict[str, Any], columns: list[dict[str, Any]]) -> st
         for r in comp["rows"]:
             sel = r["selection"] + (f" {ORACLE_SELECTION_MARK}" if r["selection"] == "oracle" else "")
             body.append(
-                [r["attack"], _label_init(r), sel] + [fmt_stat(Stat(v[metric]["values"]), col["format"]) for v in r["values"]]
+                [r["attack"], _label_init(r), sel] + [fmt_stat(Stat(v[metric]["values"]), col["format"])
+                                                       for v in r["values"]]
             )
         parts.append(
-            f"**{_arrow(col)}** (mean ± sd over seeds)\n\n"
+            f"**{_arrow(col)}** (mean [95% interval] over seeds)\n\n"
             + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
         )
     return "\n\n".join(parts)
@@ -97,15 +118,29 @@ def render_readme(
     lines = [f"# Leaderboard: `{suite.name}`", ""]
     if suite.description:
         lines += [suite.description, ""]
+    lines += _header_lines(info)
+    lines += _reading_lines(suite, stored)
+    lines += _targets_lines(suite, targets)
+    lines += _table_lines(tables, columns)
+    lines += _comparison_lines(comparisons, columns)
+    lines += _figure_lines(figures)
+    lines += _problem_cell_lines(pub)
+    lines += _column_lines(columns)
+    return "\n".join(lines)
+
+
+def _header_lines(info: dict[str, Any]) -> list[str]:
+    """How the leaderboard was made: commands, machine, time, versions, cells."""
 
     def status(c: dict[str, Any]) -> str:  # a "running" invocation that is not the last one was killed
         last = c is info["commands"][-1]
         return "killed" if c["status"] == "running" and not last else str(c["status"])
 
     cmds = (
-        "; ".join(f"`{c['command']}` ({status(c)}, {_hours(c['elapsed_seconds'] or 0.0)})" for c in info["commands"]) or "unknown"
+        "; ".join(f"`{c['command']}` ({status(c)}, {_hours(c['elapsed_seconds'] or 0.0)})" for c in info["commands"])
+        or "unknown"
     )
-    lines += [
+    return [
         f"- **Produced by:** {cmds}",
         f"- **Rendered by:** `{info['rendered_by']}` at {info['rendered']}",
         f"- **Machine:** {'; '.join(info['machines']) or 'unknown'}",
@@ -119,92 +154,116 @@ def render_readme(
         + (f", {info['cells']['stale']} stale (suite edited since they ran)" if info["cells"]["stale"] else "")
         + f", of {info['cells']['planned']} planned",
         "",
-        "Every number below is computed from the cell JSONs in [`cells/`](cells/); `results.json` lists, "
-        "for each row, "
-        "the cells it aggregates. Values are the mean ± sample standard deviation over seeds (one value: "
-        "one seed). "
-        f"Rows are sorted by the first column, in its direction (↑ higher is better, ↓ lower is better). "
+    ]
+
+
+def _reading_lines(suite: Suite, stored: list[str]) -> list[str]:
+    """How to read the tables: sources, intervals, nulls, marks."""
+    gate = suite.max_stationarity_ratio
+    lines = [
+        "Every number below is computed from the cell JSONs in [`cells/`](cells/); `results.json` lists, for each "
+        "row, the cells it aggregates. Values are the mean over seeds with its 95% interval in brackets (Student "
+        "t; one seed: the value alone). Rows are sorted by the first column, in its direction (↑ higher is "
+        "better, ↓ lower is better).",
+        "",
+        "**Headline.** `reconstructed (calibrated)` counts training images whose reconstruction correlates with "
+        "them better than random held-out images (never trained on) did in any of 19 calibration draws with the "
+        "same candidate count and labels; a draw of such images passes it with probability at most 5% "
+        "(docs/calibration.md). `papers' protocol` is the papers' count (SSIM > 0.4), which random images often "
+        "pass. **(null x, max y)** after a number is the held-out null of that column: the mean over null draws "
+        "(5 per cell) and the largest any draw reached. `weight_rows` and `init_only` are baselines, not attacks: "
+        "first-layer weight rows as images, and the starting candidates unchanged.",
+        "",
+        f"`vs best`: `best` is the best row of its target in the first column; {WITHIN_NOISE_MARK} marks a row "
+        "whose interval overlaps the best row's (the difference is within noise over seeds); `?` means one seed "
+        "(no interval, undecided). "
         f"{ORACLE_INIT_MARK} marks an *oracle* init regime (it reads training images); "
-        f"{ORACLE_SELECTION_MARK} marks "
-        "oracle selection of the search run. `wall s` is the attack time of the cell (all search runs).",
+        f"{ORACLE_SELECTION_MARK} marks oracle selection of the search run. `wall s` is the attack time of the "
+        "cell (all search runs).",
         "",
     ]
+    if gate is not None:
+        lines += [f"{NOT_CONVERGED_MARK} after a target: its stationarity ratio is above the suite's gate "
+                  f"({gate:g}): it is not at a KKT point, and the KKT attacks' premise does not hold there.", ""]
     if stored:
         lines += [
-            f"The pooled candidates of {len(stored)} cell(s) are stored in [`candidates/`](candidates/); a "
-            f"test "
+            f"The pooled candidates of {len(stored)} cell(s) are stored in [`candidates/`](candidates/); a test "
             "re-scores them with the standard evaluation function and checks the stored numbers.",
             "",
         ]
-    if targets:
-        lines += [
-            "## Targets",
-            "",
-            "The trained targets behind the tables (from the cells' records of their model cards). The "
-            "stationarity ratio is the residual of the KKT stationarity fit at the training images divided "
-            "by that at random inputs: far below 1 means the weights sit near a KKT point, which the KKT "
-            "attacks rely on.",
-            "",
-            render_targets(targets),
-            "",
-        ]
+    return lines
+
+
+def _targets_lines(suite: Suite, targets: list[dict[str, Any]] | None) -> list[str]:
+    if not targets:
+        return []
+    gate = suite.max_stationarity_ratio
+    return [
+        "## Targets",
+        "",
+        "The trained targets behind the tables (from the cells' records of their model cards). The stationarity "
+        "ratio is the residual of the KKT stationarity fit at the training images divided by that at random "
+        "inputs: far below 1 means the weights sit near a KKT point, which the KKT attacks rely on"
+        + (f"; the suite's gate is {gate:g} (✓ within, {NOT_CONVERGED_MARK} above)." if gate is not None else "."),
+        "",
+        render_targets(targets),
+        "",
+    ]
+
+
+def _table_lines(tables: dict[str, list[dict[str, Any]]], columns: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
     for sel in SELECTIONS:
         rows = tables[sel]
         lines += [f"## {SELECTION_TITLES[sel]}", ""]
         lines += [render_main_table(rows, columns) if rows else "_no finished cells_", ""]
+    return lines
+
+
+def _comparison_lines(comparisons: dict[str, Any], columns: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
     for comp in comparisons.values():
-        lines += [
-            f"## {comp['title']}",
-            "",
-            f"Target `{comp['base']}` with `{comp['axis']}` varied.",
-            "",
-            render_comparison(comp, columns),
-            "",
-        ]
-    if figures:
-        lines += ["## Figures", ""]
-        for f in figures.values():
-            if f.get("file"):
-                lines += [f"**{f['title']}.** {f['caption']}", "", f"![{f['title']}]({f['file']})", ""]
-            else:
-                lines += [f"**{f['title']}:** not drawn ({f['reason']}).", ""]
+        lines += [f"## {comp['title']}", "", f"Target `{comp['base']}` with `{comp['axis']}` varied.", "",
+                  render_comparison(comp, columns), ""]
+    return lines
+
+
+def _figure_lines(figures: dict[str, Any]) -> list[str]:
+    if not figures:
+        return []
+    lines = ["## Figures", ""]
+    for f in figures.values():
+        if f.get("file"):
+            lines += [f"**{f['title']}.** {f['caption']}", "", f"![{f['title']}]({f['file']})", ""]
+        else:
+            lines += [f"**{f['title']}:** not drawn ({f['reason']}).", ""]
+    return lines
+
+
+def _problem_cell_lines(pub: Published) -> list[str]:
+    """Failed cells, and cells without a current result (not run, or stale)."""
+    lines: list[str] = []
     failed = [r for r in pub.records.values() if r["status"] != STATUS_OK]
     if failed:
-        lines += ["## Failed cells", ""]
         body = [[r["cell_id"], r["status"], f"{r['error']['type']}: {_short(r['error']['message'])}"] for r in failed]
-        lines += [
-            tabulate(body, headers=["cell", "status", "error"], tablefmt="github", disable_numparse=True),
-            "",
-        ]
+        lines += ["## Failed cells", "",
+                  tabulate(body, headers=["cell", "status", "error"], tablefmt="github", disable_numparse=True), ""]
     if pub.not_run or pub.stale:
         lines += ["## Cells without a current result", ""]
         if pub.not_run:
-            lines += [
-                f"Not run ({len(pub.not_run)}): "
-                + ", ".join(f"`{c}`" for c in pub.not_run[:40])
-                + (" ..." if len(pub.not_run) > 40 else ""),
-                "",
-            ]
+            lines += [f"Not run ({len(pub.not_run)}): " + ", ".join(f"`{c}`" for c in pub.not_run[:40])
+                      + (" ..." if len(pub.not_run) > 40 else ""), ""]
         if pub.stale:
-            lines += [
-                f"Stale ({len(pub.stale)}, the suite changed since they ran): " + ", ".join(f"`{c}`" for c in pub.stale[:40]),
-                "",
-            ]
-    lines += ["## Columns", ""]
-    body = [
-        [
-            c["name"],
-            "higher" if c["higher_is_better"] else "lower",
-            c["direction_from"],
-            c["key"] or f"(none of: {', '.join(c['keys_tried'])})",
-        ]
-        for c in columns
-    ]
-    lines += [
-        tabulate(body, headers=["column", "better", "direction from", "source key"], tablefmt="github"),
-        "",
-    ]
-    return "\n".join(lines)
+            lines += [f"Stale ({len(pub.stale)}, the suite changed since they ran): "
+                      + ", ".join(f"`{c}`" for c in pub.stale[:40]), ""]
+    return lines
+
+
+def _column_lines(columns: list[dict[str, Any]]) -> list[str]:
+    body = [[c["name"], "higher" if c["higher_is_better"] else "lower", c["direction_from"],
+             c["key"] or f"(none of: {', '.join(c['keys_tried'])})"] for c in columns]
+    return ["## Columns", "",
+            tabulate(body, headers=["column", "better", "direction from", "source key"], tablefmt="github"), ""]
 
 
 def _short(text: str, n: int = 200) -> str:
@@ -223,6 +282,25 @@ def sample_for_candidates(ok_ids: list[str], k: int | None) -> list[str]:
     return sorted(ok_ids, key=lambda c: hashlib.sha256(c.encode()).hexdigest())
 
 
+def check_publishable(pub: Published, tree_commit: str | None) -> None:
+    """A published leaderboard comes from one clean commit: its cells ran there and it is rendered there."""
+    commits = sorted({str((r.get("provenance") or {}).get("git_commit")) for r in pub.records.values()})
+    problems = []
+    if tree_commit is None or tree_commit.endswith("-dirty"):
+        problems.append(f"this checkout is {'not a git checkout' if tree_commit is None else 'dirty'}")
+    dirty = [c for c in commits if c.endswith("-dirty") or c == "None"]
+    if dirty:
+        problems.append(f"cells ran from a dirty or unknown tree ({', '.join(dirty)})")
+    if len(commits) > 1:
+        problems.append(f"cells ran at {len(commits)} commits ({', '.join(c[:12] for c in commits)})")
+    elif commits and tree_commit and commits[0] != tree_commit:
+        problems.append(f"cells ran at {commits[0][:12]}, this checkout is {tree_commit[:12]}")
+    if problems:
+        raise ReconbenchError("refusing to publish: " + "; ".join(problems) + ". Commit, re-run `reconbench bench "
+                              "SUITE` from the clean checkout (--resume keeps nothing from another commit only if "
+                              "you remove its results), then publish from the same commit")
+
+
 def build_leaderboard(
     suite: Suite,
     results: Path,
@@ -231,18 +309,24 @@ def build_leaderboard(
     command: str = "",
     data_root: str | None = None,
     figures: bool | None = None,
+    publish: bool = False,
 ) -> dict[str, Any]:
-    """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``."""
+    """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``.
+
+    ``publish``: refuse unless every cell ran at the current commit of a clean checkout (``check_publishable``).
+    """
     if not (results / "cells").is_dir():
         raise ReconbenchError(
             f"{results} holds no cell results; run `reconbench bench {suite.name}` first (or pass --results FOLDER)"
         )
     pub = collect(suite, results)
+    if publish:
+        check_publishable(pub, git_commit())
     ok = pub.ok()
     columns = resolve_columns(suite, ok)
     tables = {sel: main_rows(suite, pub, columns, sel) for sel in SELECTIONS}
     comparisons = comparison_rows(suite, pub, columns)
-    targets = target_rows(pub)
+    targets = target_rows(pub, suite.max_stationarity_ratio)
     info = header_info(suite, results, pub, command)
 
     out.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """Leaderboards: tables (Markdown + JSON) and figures rendered from the cell JSONs of a results folder.
 
 Every number in a table is computed here from the cell JSONs (copied into ``<leaderboard>/cells/``), and
-``results.json`` names, for every row, the cells it aggregates. Mean and sample standard deviation are over
-seeds.
+``results.json`` names, for every row, the cells it aggregates. Mean, sample standard deviation and the 95%
+interval of the mean (Student t) are over seeds; each summary column also carries the held-out null of its cells
+(the mean over cells of each cell's mean over null draws, and the largest value any null draw reached).
 """
 
 from __future__ import annotations
@@ -97,17 +98,67 @@ class Stat:
     def sd(self) -> float | None:
         return statistics.stdev(self.values) if len(self.values) > 1 else None
 
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        """95% interval of the mean over seeds (Student t, n - 1 degrees of freedom); None below two seeds."""
+        if self.n < 2 or self.mean is None or self.sd is None:
+            return None
+        from scipy.stats import t
+
+        half = float(t.ppf(0.975, self.n - 1)) * self.sd / math.sqrt(self.n)
+        return (self.mean - half, self.mean + half)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"mean": self.mean, "sd": self.sd, "n": self.n, "values": self.values}
+        ci = self.ci95
+        return {"mean": self.mean, "sd": self.sd, "n": self.n, "values": self.values,
+                "ci95": None if ci is None else list(ci)}
 
 
 def fmt_stat(s: Stat, fmt: str) -> str:
+    """``mean [lo, hi]`` (95% interval over seeds), or the mean alone for one seed."""
     if s.mean is None:
         return "n/a"
     text = format(s.mean, fmt)
-    if s.sd is not None:
-        text += f" ± {format(s.sd, fmt)}"
+    ci = s.ci95
+    if ci is not None:
+        text += f" [{format(ci[0], fmt)}, {format(ci[1], fmt)}]"
     return text
+
+
+def null_of(records: list[dict[str, Any]], selection: str, key: str | None) -> dict[str, Any] | None:
+    """The held-out null of a summary key over the cells: mean of the cells' null means, the largest draw."""
+    if not key:
+        return None
+    means, maxima = [], []
+    for rec in records:
+        spread = (((rec.get("selections") or {}).get(selection) or {}).get("null") or {}).get("spread") or {}
+        if key in spread:
+            means.append(float(spread[key]["mean"]))
+            maxima.append(float(spread[key]["max"]))
+    if not means:
+        return None
+    return {"mean": statistics.fmean(means), "max": max(maxima), "cells": len(means)}
+
+
+def overlaps(a: list[float] | tuple[float, float] | None, b: list[float] | tuple[float, float] | None) -> bool:
+    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+
+
+def mark_within_noise(rows: list[dict[str, Any]], column: dict[str, Any]) -> None:
+    """Per target: the best row of the first column, and whether each other row's interval overlaps the best's
+    (a difference within noise over seeds). Rows with one seed have no interval: ``None`` (undecided)."""
+    name = column["name"]
+    by_target: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["metrics"][name]["mean"] is not None:
+            by_target.setdefault(r["target"], []).append(r)
+    for group in by_target.values():
+        sign = 1.0 if column["higher_is_better"] else -1.0
+        best = max(group, key=lambda r: sign * r["metrics"][name]["mean"])
+        for r in group:
+            ci, best_ci = r["metrics"][name]["ci95"], best["metrics"][name]["ci95"]
+            r["best"] = r is best
+            r["within_noise_of_best"] = None if ci is None or best_ci is None else (r is best or overlaps(ci, best_ci))
 
 
 def _stat(records: list[dict[str, Any]], selection: str, col: ColumnSpec) -> tuple[Stat, str | None]:
@@ -210,12 +261,32 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
         }
         for col in columns:
             stat, key = _stat(recs, selection, col["spec"])
-            row["metrics"][col["name"]] = {**stat.to_dict(), "key": key}
+            row["metrics"][col["name"]] = {**stat.to_dict(), "key": key,
+                                           "null": null_of(recs, selection, key) if col["source"] == "summary" else None}
+        row["converged"] = converged(suite, recs)
         rows.append(row)
-    return sorted(rows, key=lambda r: _sort_key(r, columns))
+    rows = sorted(rows, key=lambda r: _sort_key(r, columns))
+    if columns:
+        mark_within_noise(rows, columns[0])
+    return rows
 
 
-def target_rows(pub: Published) -> list[dict[str, Any]]:
+def stationarity_ratio(rec: dict[str, Any]) -> float | None:
+    ratio = ((rec.get("target") or {}).get("train_metrics") or {}).get("certificate", {}) or {}
+    value = ratio.get("ratio") if isinstance(ratio, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def converged(suite: Suite, recs: list[dict[str, Any]]) -> bool | None:
+    """Whether every target of the cells meets the suite's stationarity gate (None: no gate or no ratio)."""
+    gate = suite.max_stationarity_ratio
+    ratios = [stationarity_ratio(r) for r in recs]
+    if gate is None or any(x is None for x in ratios):
+        return None
+    return all(x is not None and x <= gate for x in ratios)
+
+
+def target_rows(pub: Published, gate: float | None = None) -> list[dict[str, Any]]:
     """One row per target used by a finished cell: its recipe and training evidence (from the cell JSONs)."""
     rows: dict[str, dict[str, Any]] = {}
     for rec in pub.ok():
@@ -242,6 +313,9 @@ def target_rows(pub: Published) -> list[dict[str, Any]]:
             "test_error": m.get("test_error"),
             "train_loss": m.get("train_loss"),
             "stationarity_ratio": (m.get("certificate") or {}).get("ratio"),
+            "gate": gate,
+            "converged": None if gate is None or stationarity_ratio(rec) is None
+            else bool((stationarity_ratio(rec) or 0.0) <= gate),
             "train_seconds": m.get("train_seconds"),
             "cells": [rec["cell_id"]],
         }
@@ -265,7 +339,8 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
             f(r["train_error"], ".3f"),
             f(r["test_error"], ".3f"),
             f(r["train_loss"], ".2e"),
-            f(r["stationarity_ratio"], ".3g"),
+            f(r["stationarity_ratio"], ".3g")
+            + ("" if r.get("converged") is None else (" ✓" if r["converged"] else f" ⚠ > {r['gate']:g}")),
             f(r["train_seconds"], ".0f"),
         ]
         for r in rows
@@ -290,7 +365,8 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
 
 def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]]) -> dict[str, Any]:
     out = {}
-    metric_cols = [c for c in columns if c["source"] == "summary"][:2] or columns[:1]
+    # the first two summary columns the cells have (an older cell has no calibrated headline)
+    metric_cols = [c for c in columns if c["source"] == "summary" and c["key"]][:2] or columns[:1]
     for comp in suite.comparisons:
         group = f"comparison:{comp.name}"
         cells = [c for c in pub.plan if group in c.groups]

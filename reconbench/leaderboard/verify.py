@@ -19,7 +19,7 @@ from typing import Any
 from safetensors.torch import load_file
 
 from reconbench.bench.cells import CELL_FORMAT
-from reconbench.bench.runner import STATUS_OK, score_selection
+from reconbench.bench.runner import STATUS_OK, null_record, score_selection
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.render import render_readme
@@ -62,6 +62,11 @@ def corrupt_cells(folder: Path) -> list[str]:
 def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
     """Render README.md again from results.json and the cells; each differing line is a problem."""
     data = read_json(leaderboard / "results.json", "leaderboard")
+    recorded = (data.get("header") or {}).get("suite_sha256") if isinstance(data, dict) else None
+    if recorded and recorded != suite.text_sha256:  # the suite's text is part of the README (description, plan)
+        return [f"{leaderboard}/README.md was rendered from another version of the suite file (sha256 "
+                f"{recorded[:16]}, now {suite.text_sha256[:16]}); verify with the suite file it was rendered from, or "
+                "render and publish it again"]
     try:
         text = render_readme(suite, data["header"], data["tables"], data["columns"], data["comparisons"],
                              collect(suite, leaderboard), data["figures"], data["stored_candidates"], data["targets"])
@@ -136,8 +141,11 @@ def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: st
         run = None if name == "pool" else sel.get("run")
         if name != "pool" and run is None:
             continue
-        fresh = score_selection(problem, pooled, run, family=family, protocol=protocol, card=card)["summary"]
+        evaluation = score_selection(problem, pooled, run, family=family, protocol=protocol, card=card)
+        fresh = evaluation["summary"]
         stored = sel.get("summary") or {}
+        if "null" in sel and not _close(sel["null"], null_record(evaluation), rtol, atol):
+            problems.append(f"{cell_id} [{name}] null: the stored held-out null differs from a fresh one")
         # A metric that is unavailable here or was unavailable there (LPIPS without its backbone weights or package)
         # depends on the environment, not on the candidates: it is not a stored number to check.
         env_dependent = {k for d in (stored, fresh) for k, v in d.items() if v == "unavailable"}
@@ -149,8 +157,10 @@ def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: st
                 problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, not produced by the evaluation now")
             elif not _close(value, fresh[key], rtol, atol):
                 problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, re-scored {fresh[key]!r}")
-        for key in fresh.keys() - stored.keys():
-            problems.append(f"{cell_id} [{name}] {key}: produced by the evaluation now but not stored")
+        # a cell scored before the held-out null existed stores fewer keys: its stored numbers are still checked
+        if "null" in sel:
+            for key in fresh.keys() - stored.keys():
+                problems.append(f"{cell_id} [{name}] {key}: produced by the evaluation now but not stored")
     return problems
 
 

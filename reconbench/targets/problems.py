@@ -11,6 +11,11 @@ implementations (docs/method/targets.md#binary-subsets and the sections after it
 
 Of the remaining indices (file order), the first ``n_decoy_per_class`` of each class form the decoy pool and the
 next ``n_test_per_class`` the test split, so training, decoy and test images are pairwise disjoint.
+
+Every image in neither the training subset nor the decoy pool (the test split included) forms the *held-out pool*:
+images of the same distribution that the model never saw and that no attack is handed. The evaluation draws its
+``held_out`` null from it (docs/calibration.md). It is derived from the split above and adds nothing to the spec,
+so recipe keys do not change; its images are read from the data set on demand (a view, no copy).
 """
 
 from __future__ import annotations
@@ -94,6 +99,9 @@ class Problem:
     decoy_indices: np.ndarray
     original_train_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     class_names: list[str] = field(default_factory=list)
+    held_out_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # into the data set
+    held_out_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # task labels
+    source_images: np.ndarray | None = None  # the data set's images (shared, not copied) the held-out pool reads
 
     @property
     def task(self) -> str:
@@ -122,6 +130,12 @@ class Problem:
 
     def x_decoy(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         return self.centred(self.decoy_images, dtype)
+
+    def held_out_images(self, positions: np.ndarray) -> np.ndarray:
+        """Images of the held-out pool at ``positions`` (into ``held_out_indices``), float64 in [0, 1]."""
+        if self.source_images is None:
+            raise ReconbenchError("this problem has no held-out pool (it was not built from a data set)")
+        return to_unit(self.source_images[self.held_out_indices[np.asarray(positions, dtype=np.int64)]])
 
     def targets(self, labels: np.ndarray, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Training targets for the loss: {0,1} floats (binary), class ids (multiclass), -1/+1 (regression)."""
@@ -236,10 +250,9 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
         if spec.n_test_per_class > 0 else rest2[:0]
 
     def imgs(idx: np.ndarray) -> np.ndarray:
-        raw = data.images[idx]
-        out = raw.astype(np.float64)
-        return out / 255.0 if raw.dtype == np.uint8 else out
+        return to_unit(data.images[idx])
 
+    held_out = np.setdiff1d(rest, decoy_idx)  # sorted: file order; the test split is part of it
     x_train = imgs(train_idx)
     mean = x_train.mean(axis=0)
     return Problem(
@@ -248,4 +261,11 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
         test_images=imgs(test_idx), test_labels=task_labels[test_idx], test_indices=test_idx,
         decoy_images=imgs(decoy_idx), decoy_labels=task_labels[decoy_idx], decoy_indices=decoy_idx,
         original_train_labels=data.labels[train_idx], class_names=list(data.classes),
+        held_out_indices=held_out, held_out_labels=task_labels[held_out], source_images=data.images,
     )
+
+
+def to_unit(raw: np.ndarray) -> np.ndarray:
+    """Stored images as float64 in [0, 1] (uint8 files are divided by 255)."""
+    out = raw.astype(np.float64)
+    return out / 255.0 if raw.dtype == np.uint8 else out

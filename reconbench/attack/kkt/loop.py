@@ -51,6 +51,15 @@ class StationarityConfig:
     forward: Literal["relu", "softplus"] = option(
         "relu", "surrogate forward: relu (reference: exact outputs) or softplus_alpha (smooth; not the "
                 "reference)")
+    sync_every: int = option(0, "batched search: check finiteness, snapshot and report progress every K steps; a "
+                                "diverging run loses at most K steps (0: 1 on the CPU, where it costs nothing, "
+                                "100 on CUDA)")
+    max_batch: int = option(0, "batched search: most runs advanced together (0: as many as fit in memory; the "
+                               "chunking is recorded with each run)")
+    cuda_graph: bool = option(True, "batched search on CUDA: replay the step of the closed-form engine as a "
+                                    "CUDA graph")
+    tf32: bool = option(False, "CUDA float32 only: allow TF32 matmuls (faster, about 1e-3 relative error per "
+                               "product; an explicit opt-in, recorded with each run)")
 
 
 def box_prior(x: torch.Tensor, half_width: float) -> torch.Tensor:

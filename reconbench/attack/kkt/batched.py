@@ -1,0 +1,401 @@
+"""R search runs of a KKT attack advanced together as one computation (docs/kkt_attacks.md, "The batched engine").
+
+Each run r keeps its own candidates x[r] (m, D), multipliers lam[r], hyperparameters (lr, lambda_lr, momentum,
+alpha, box, 1/m factor, the attack's lambda_min and penalty weight: per-run tensors) and SGD-momentum buffers;
+the runs share the released weights. The step of every run is the step of
+:func:`reconbench.attack.kkt.loop.run_stationarity_attack` (same loss, same SGD-momentum update), so batched run
+r equals the sequential run r with the same start to rounding.
+
+Host synchronisation happens every ``sync_every`` = K steps only: the per-run finiteness of the loss is
+accumulated on the device, and at each check a run whose loss went non-finite since the last check is put back
+to its last snapshot (the candidates of the last check, whose loss was finite) and frozen, recorded as diverged;
+the others take a new snapshot and go on. K = 1 (the CPU default) gives the sequential loop's result exactly: the
+candidates of the step before the first non-finite loss. On CUDA the step (loss, gradient, update) of the
+closed-form engine is captured once in a CUDA graph and replayed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from reconbench.attack.kkt.batched_gram import BatchedGram
+from reconbench.attack.kkt.loop import Coefficients, Penalty, StationarityConfig, box_prior
+from reconbench.attack.kkt.stationarity import _full_chain, make_engine
+from reconbench.errors import IncompatibleError
+from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
+
+#: options that may differ between the runs of one batch (per-run tensors); runs that differ in any other option
+#: are batched separately
+PER_RUN_FIELDS = frozenset({"lr", "lambda_lr", "momentum", "alpha", "box", "inverse_m", "init_scale",
+                            "lambda_min", "lambda_penalty_weight"})
+#: K when ``sync_every`` is 0 (auto): every step on the CPU, where a check costs nothing, every 100 on CUDA
+AUTO_SYNC = {"cpu": 1, "cuda": 100}
+TERM_NAMES = ("stationarity", "prior", "lambda_penalty")
+
+
+class BatchTerms(Protocol):
+    """An attack's equations for R runs at once: coefficient rows C (unscaled) and the multipliers' penalty,
+    with the adjoints the closed-form engine needs (both linear / explicit, so written out)."""
+
+    def coefficients(self, out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+        """(R, m, out_dim) rows C_i from outputs (R, m, out_dim) and multipliers (R, m, ...)."""
+        ...
+
+    def lambda_vjp(self, out: torch.Tensor, cbar: torch.Tensor) -> torch.Tensor:
+        """dL/dlam given dL/dC (C is linear in lam)."""
+        ...
+
+    def penalty(self, lam: torch.Tensor) -> torch.Tensor:
+        """(R,) multiplier penalty per run."""
+        ...
+
+    def penalty_grad(self, lam: torch.Tensor) -> torch.Tensor:
+        ...
+
+
+@dataclass
+class BatchInfo:
+    """How a batch ran; recorded with each of its runs."""
+
+    runs: list[int]
+    engine: str
+    sync_every: int
+    cuda_graph: bool
+    tf32: bool
+    chunk: int = 0
+    chunks: int = 1
+    chunk_reason: str = ""
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": self.runs, "engine": self.engine, "sync_every": self.sync_every,
+                "cuda_graph": self.cuda_graph, "tf32": self.tf32, "chunk": self.chunk, "chunks": self.chunks,
+                "chunk_reason": self.chunk_reason, "notes": self.notes, "seconds": self.seconds,
+                "divergence_loses_at_most_steps": self.sync_every}
+
+
+# -- grouping and chunking ----------------------------------------------------------------------------------
+def group_runs(configs: list[dict[str, Any]]) -> list[list[int]]:
+    """Indices of runs that can share a batch: equal in every option outside :data:`PER_RUN_FIELDS`."""
+    groups: dict[str, list[int]] = {}
+    for i, cfg in enumerate(configs):
+        key = repr(sorted((k, v) for k, v in cfg.items() if k not in PER_RUN_FIELDS))
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
+def bytes_per_run(target: AttackTarget, m: int, dims: list[int]) -> int:
+    """A generous estimate of one run's working memory in the batched step (dims: D, widths..., out)."""
+    item = torch.empty((), dtype=target.dtype).element_size()
+    layers = sum(m * (6 * d_in + 8 * d_out) + 6 * m * m for d_in, d_out in zip(dims[:-1], dims[1:], strict=True))
+    return int(1.5 * item * (layers + 8 * m * dims[0]))
+
+
+def memory_budget(device: torch.device) -> tuple[int, str]:
+    """Bytes a batch may use, and where the figure comes from."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(0.7 * free), f"70% of the {free / 2**30:.1f} GiB free on {device}"
+    try:
+        with open("/proc/meminfo") as fh:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in fh}
+        avail = info.get("MemAvailable", 8 * 2**30)
+    except OSError:
+        avail = 8 * 2**30
+    return int(0.4 * avail), f"40% of the {avail / 2**30:.1f} GiB of available memory"
+
+
+def plan_chunks(runs: list[int], per_run: int, device: torch.device, max_batch: int) -> tuple[list[list[int]], str]:
+    """Split a group into chunks that fit the memory budget (and ``max_batch`` when > 0)."""
+    budget, where = memory_budget(device)
+    fit = max(1, budget // max(per_run, 1))
+    size = min(fit, max_batch) if max_batch > 0 else fit
+    chunks = [runs[i:i + size] for i in range(0, len(runs), size)]
+    if len(chunks) == 1:
+        return chunks, ""
+    why = (f"max_batch={max_batch}" if max_batch > 0 and max_batch <= fit else
+           f"{fit} run(s) of about {per_run / 2**20:.0f} MiB fit in {where}")
+    return chunks, f"{len(runs)} runs in {len(chunks)} chunks of at most {size}: {why}"
+
+
+def resolve_sync_every(cfg: StationarityConfig, device: torch.device) -> int:
+    return cfg.sync_every if cfg.sync_every > 0 else AUTO_SYNC.get(device.type, 100)
+
+
+@contextlib.contextmanager
+def matmul_precision(tf32: bool, device: torch.device) -> Iterator[bool]:
+    """TF32 matmuls on CUDA only when asked for (an opt-in recorded with the runs); yields whether it is on."""
+    if not (tf32 and device.type == "cuda"):
+        yield False
+        return
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+# -- the batched loop ---------------------------------------------------------------------------------------
+Evaluate = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def _per_run(configs: list[StationarityConfig], name: str, like: torch.Tensor, dims: int) -> torch.Tensor:
+    values = torch.tensor([float(getattr(c, name)) for c in configs], dtype=like.dtype, device=like.device)
+    return values.reshape(-1, *([1] * dims))
+
+
+def _box_value_and_grad(x: torch.Tensor, box: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    over, under = (x - box).clamp_min(0), (-box - x).clamp_min(0)
+    return (over ** 2).sum(dim=(1, 2)) + (under ** 2).sum(dim=(1, 2)), 2.0 * over - 2.0 * under
+
+
+def gram_evaluator(gram: BatchedGram, terms: BatchTerms, alpha: torch.Tensor, box: torch.Tensor,
+                   scale: torch.Tensor) -> Evaluate:
+    """(loss (R,), terms (R, 3), dL/dx, dL/dlam) at (x, lam) by the closed-form engine: plain tensor code."""
+    def evaluate(x: torch.Tensor, lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        fw = gram.forward(x, alpha)
+        out = fw.outputs
+        stat, gx, cbar = gram.value_and_grad(fw, scale * terms.coefficients(out, lam), alpha)
+        prior, gprior = _box_value_and_grad(x, box)
+        pen = terms.penalty(lam)
+        glam = terms.lambda_vjp(out, scale * cbar) + terms.penalty_grad(lam)
+        loss = stat + prior + pen
+        return loss, torch.stack([stat, prior, pen], dim=1), gx + gprior, glam
+
+    return evaluate
+
+
+def autograd_evaluator(target: AttackTarget, configs: list[StationarityConfig], shape: tuple[int, ...],
+                       per_run_terms: list[tuple[Coefficients, Penalty]]) -> Evaluate:
+    """The fallback for models without a linear chain: each run's loss and gradient by the autograd engine, one
+    run after another inside the batched step (torch.func's vmap cannot batch the surrogate ReLU's double
+    backward without a vmap rule of its own)."""
+    engines = [make_engine(target.model, c.alpha, c.forward, "autograd")[0] for c in configs]
+    scales = [1.0 / shape[0] if c.inverse_m else 1.0 for c in configs]
+
+    def evaluate(x: torch.Tensor, lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        losses, rows, gxs, gls = [], [], [], []
+        for r, cfg in enumerate(configs):
+            xr = x[r].detach().reshape(shape).requires_grad_(True)
+            lr_ = lam[r].detach().clone().requires_grad_(True)
+            coefficients, penalty = per_run_terms[r]
+            out, stationarity = engines[r](xr)
+            parts = (stationarity(scales[r] * coefficients(out.detach(), lr_)), box_prior(xr, cfg.box), penalty(lr_))
+            loss = parts[0] + parts[1] + parts[2]
+            gx, gl = torch.autograd.grad(loss, [xr, lr_])
+            losses.append(loss.detach())
+            rows.append(torch.stack([p.detach() for p in parts]))
+            gxs.append(gx.reshape(x.shape[1:]))
+            gls.append(gl)
+        return torch.stack(losses), torch.stack(rows), torch.stack(gxs), torch.stack(gls)
+
+    return evaluate
+
+
+class _State:
+    """The tensors a step reads and writes in place (so that a CUDA graph can replay it)."""
+
+    def __init__(self, x: torch.Tensor, lam: torch.Tensor) -> None:
+        self.x, self.lam = x, lam
+        self.buf_x, self.buf_lam = torch.zeros_like(x), torch.zeros_like(lam)
+        r = len(x)
+        self.loss = torch.zeros(r, dtype=x.dtype, device=x.device)
+        self.terms = torch.zeros(r, len(TERM_NAMES), dtype=x.dtype, device=x.device)
+        self.grad_x, self.grad_lam = torch.zeros_like(x), torch.zeros_like(lam)
+        self.ok = torch.ones(r, dtype=torch.bool, device=x.device)
+        self.alive = torch.ones(r, dtype=torch.bool, device=x.device)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.x, self.lam, self.buf_x, self.buf_lam, self.loss, self.terms, self.grad_x, self.grad_lam,
+                self.ok, self.alive]
+
+
+def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return mask.reshape(-1, *([1] * (like.dim() - 1)))
+
+
+def run_stationarity_batch(target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, lam0: torch.Tensor,
+                           configs: list[StationarityConfig], terms: BatchTerms | None,
+                           per_run_terms: list[tuple[Coefficients, Penalty]], *,
+                           progress: ProgressFn | None = None) -> tuple[list[AttackOutput], BatchInfo]:
+    """Advance R runs together. x0: (R, m, C, H, W) starts; lam0: (R, m, ...) multipliers; ``configs`` differ only
+    in :data:`PER_RUN_FIELDS`. ``terms`` (the batched equations) drive the closed-form engine; ``per_run_terms``
+    (each run's sequential equations) drive the autograd fallback."""
+    cfg0, device = configs[0], target.device
+    r_runs, m = x0.shape[0], x0.shape[1]
+    shape = tuple(x0.shape[1:])
+    chain = _full_chain(target.model)
+    if cfg0.engine == "gram" and chain is None:
+        raise IncompatibleError(f"engine 'gram' needs a model made of linear layers and activations only "
+                                f"({type(target.model).__name__} is not); use engine=autograd or engine=auto")
+    use_gram = chain is not None and cfg0.engine != "autograd" and terms is not None
+    sync_every = resolve_sync_every(cfg0, device)
+    like = x0.to(dtype=target.dtype, device=device)
+    info = BatchInfo(runs=list(range(r_runs)), engine="gram" if use_gram else "autograd", sync_every=sync_every,
+                     cuda_graph=False, tf32=False)
+    with matmul_precision(cfg0.tf32, device) as tf32:
+        info.tf32 = tf32
+        alpha = _per_run(configs, "alpha", like, 2)
+        box = _per_run(configs, "box", like, 2)
+        scale = torch.tensor([1.0 / m if c.inverse_m else 1.0 for c in configs], dtype=like.dtype,
+                             device=device).reshape(-1, 1, 1)
+        if use_gram:
+            assert chain is not None and terms is not None
+            evaluate = gram_evaluator(BatchedGram(chain, cfg0.forward, target.dtype, device), terms, alpha, box, scale)
+        else:
+            evaluate = autograd_evaluator(target, configs, shape, per_run_terms)
+        theta_sq = float(sum((p.detach().double() ** 2).sum() for p in target.model.parameters()))
+        state = _State(like.flatten(2).clone(), lam0.detach().to(like).clone())
+        graph = use_gram and device.type == "cuda" and cfg0.cuda_graph
+        outputs = _advance(state, evaluate, configs, sync_every, info, graph, theta_sq, progress)
+    for out in outputs:
+        out.candidates = out.candidates.reshape(shape)
+        out.labels = labels
+    return outputs, info
+
+
+def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig], sync_every: int,
+             info: BatchInfo, try_graph: bool, theta_sq: float, progress: ProgressFn | None) -> list[AttackOutput]:
+    """The loop: prologue evaluation, then K-step windows of (update, evaluate), a check after each window."""
+    cfg0, r_runs = configs[0], len(state.x)
+    steps, every = cfg0.steps, cfg0.eval_every
+    lr_x = _per_run(configs, "lr", state.x, 2)
+    lr_lam = _per_run(configs, "lambda_lr", state.lam, state.lam.dim() - 1)
+    mom_x = _per_run(configs, "momentum", state.x, 2)
+    mom_lam = _per_run(configs, "momentum", state.lam, state.lam.dim() - 1)
+    t0 = time.perf_counter()
+
+    def write_eval() -> None:
+        loss, terms, gx, gl = evaluate(state.x, state.lam)
+        state.loss.copy_(loss)
+        state.terms.copy_(terms)
+        state.grad_x.copy_(gx)
+        state.grad_lam.copy_(gl)
+        state.ok.logical_and_(torch.isfinite(loss))
+
+    def step() -> None:   # torch.optim.SGD's momentum update (dampening 0), then the loss at the new point
+        state.buf_x.mul_(mom_x).add_(state.grad_x)
+        state.buf_lam.mul_(mom_lam).add_(state.grad_lam)
+        state.x.copy_(torch.where(_expand(state.alive, state.x), state.x - lr_x * state.buf_x, state.x))
+        state.lam.copy_(torch.where(_expand(state.alive, state.lam), state.lam - lr_lam * state.buf_lam, state.lam))
+        write_eval()
+
+    write_eval()
+    replay = _capture(step, state, info) if try_graph else step
+    n_rows = len(range(0, steps, every))
+    trace_buf = torch.zeros(n_rows, r_runs, 1 + len(TERM_NAMES), dtype=state.x.dtype, device=state.x.device)
+    snap_x, snap_lam = state.x.clone(), state.lam.clone()
+    snap_step = [0] * r_runs
+    stopped = ["completed"] * r_runs
+    notes = [""] * r_runs
+    last_check = 0
+
+    def record(t: int) -> None:
+        trace_buf[t // every, :, 0].copy_(state.loss)
+        trace_buf[t // every, :, 1:].copy_(state.terms)
+
+    def check(t: int) -> None:
+        nonlocal last_check
+        bad = (state.alive & ~state.ok).cpu()
+        if bool(bad.any()):
+            dev_bad = bad.to(state.x.device)
+            state.x.copy_(torch.where(_expand(dev_bad, state.x), snap_x, state.x))
+            state.lam.copy_(torch.where(_expand(dev_bad, state.lam), snap_lam, state.lam))
+            state.alive.logical_and_(~dev_bad)
+            for r in bad.nonzero().flatten().tolist():
+                c = configs[r]
+                stopped[r] = "diverged"
+                where = f"at step {t}" if t - last_check == 1 else f"between steps {last_check + 1} and {t}"
+                notes[r] = (f"attack loss became non-finite {where} (checked every {sync_every} steps); returning the "
+                            f"candidates of step {snap_step[r]}. Lower lr (now {c.lr}), lambda_lr (now "
+                            f"{c.lambda_lr}) or alpha (now {c.alpha})")
+        alive = state.alive.cpu()
+        if bool(alive.all()):
+            snap_x.copy_(state.x)
+            snap_lam.copy_(state.lam)
+        else:
+            dev_alive = alive.to(state.x.device)
+            snap_x.copy_(torch.where(_expand(dev_alive, snap_x), state.x, snap_x))
+            snap_lam.copy_(torch.where(_expand(dev_alive, snap_lam), state.lam, snap_lam))
+        for r in alive.nonzero().flatten().tolist():
+            snap_step[r] = t
+        state.ok.fill_(True)
+        last_check = t
+        if progress is not None and alive.any():
+            progress(t, steps, {"loss": float(state.loss[state.alive].min())})
+
+    if steps > 0:
+        record(0)
+    if sync_every == 1 or steps == 0:
+        check(0)   # the start itself: a non-finite loss at step 0 keeps x0 (as the sequential loop does)
+    for t in range(1, steps + 1):
+        replay()
+        if t % every == 0 and t < steps:
+            record(t)
+        if t % sync_every == 0 or t == steps:
+            check(t)
+            if not bool(state.alive.any()):
+                break
+    info.seconds = time.perf_counter() - t0
+    # the final loss of every run at its returned point (the last step, or its snapshot)
+    final_loss, final_terms, _, _ = evaluate(state.x, state.lam)
+    rows = trace_buf.cpu().tolist()
+    final_rows = torch.cat([final_loss[:, None], final_terms], dim=1).cpu().tolist()
+    x_out, lam_out = state.x.detach(), state.lam.detach()
+    outputs = []
+    for r in range(r_runs):
+        trace = [_row(i * every, rows[i][r], theta_sq) for i in range(n_rows) if i * every <= snap_step[r]]
+        trace = [row for row in trace if math.isfinite(row["loss"])]
+        trace.append(_row(snap_step[r], final_rows[r], theta_sq))
+        final = final_rows[r][0]
+        done = snap_step[r]
+        if stopped[r] == "completed":
+            message = (f"engine {info.engine}; {done} steps in {info.seconds:.1f}s (a batch of {r_runs} run(s)); "
+                       f"final stationarity {trace[-1]['stationarity_relative']:.4g} of ||theta||^2")
+        else:
+            message = f"engine {info.engine}; {notes[r]}"
+        outputs.append(AttackOutput(candidates=x_out[r].clone(), labels=torch.empty(0),
+                                    final_loss=final if math.isfinite(final) else math.inf,
+                                    multipliers=lam_out[r].clone(), trace=trace, steps=done, stopped=stopped[r],
+                                    message=message))
+    return outputs
+
+
+def _row(step: int, values: list[float], theta_sq: float) -> dict[str, float]:
+    row = {"step": float(step), "loss": values[0], **dict(zip(TERM_NAMES, values[1:], strict=True))}
+    row["stationarity_relative"] = row["stationarity"] / theta_sq
+    return row
+
+
+def _capture(step: Callable[[], None], state: _State, info: BatchInfo) -> Callable[[], None]:
+    """The step as a CUDA graph (after a warm-up on a side stream, state restored); the eager step if capture
+    fails, with the reason recorded."""
+    saved = [t.clone() for t in state.tensors()]
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+    except Exception as exc:  # capture is an optimisation: fall back to the eager step and say why
+        for t, s in zip(state.tensors(), saved, strict=True):
+            t.copy_(s)
+        info.notes.append(f"CUDA graph capture failed ({type(exc).__name__}: {exc}); eager steps")
+        return step
+    for t, s in zip(state.tensors(), saved, strict=True):
+        t.copy_(s)
+    info.cuda_graph = True
+    return graph.replay

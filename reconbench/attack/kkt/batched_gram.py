@@ -1,0 +1,104 @@
+"""The Gram engine for R independent runs at once, with its gradient written out (no autograd).
+
+Same function as :func:`reconbench.attack.kkt.stationarity.gram_engine`, for candidates x of shape (R, m, D)
+and a per-run surrogate slope alpha (R, 1, 1). With H_0 = x, Z_k = H_k W_k^T + b_k, H_{k+1} = act(Z_k),
+S_k = sigma(alpha Z_k), D_{L-1} = C and D_{k-1} = (D_k W_k) * S_{k-1}, run r's stationarity term is
+
+    L_stat = ||theta||^2 + sum_k ( -2 <D_k, Z_k> + <D_k D_k^T, G_k> ),     G_k = H_k H_k^T (+ 1 with a bias)
+
+Its reverse-mode derivative, by hand (docs/kkt_attacks.md, "The batched engine"):
+
+* multiplier side, k = 0 .. L-1: Dbar_k = -2 Z_k + 2 G_k D_k + (Dbar_{k-1} * S_{k-1}) W_k^T, and the slope
+  path adds Zbar_{k-1} += Dbar_{k-1} * (D_k W_k) * alpha S_{k-1} (1 - S_{k-1}); Dbar_{L-1} is dL/dC;
+* candidate side, k = L-1 .. 0: Zbar_k += -2 D_k, Hbar_k = 2 (D_k D_k^T) H_k + Zbar_k W_k, and the activation
+  passes Hbar_k back as Zbar_{k-1} += Hbar_k * S_{k-1} (the surrogate slope, as the autograd engines do).
+
+Hand-written because autograd's graph of this step cannot be replayed by a CUDA graph as cheaply as plain tensor
+code, and on the CPU it saves autograd's bookkeeping; tests check it against both autograd engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from reconbench.attack.kkt.surrogate import Forward
+
+
+@dataclass
+class GramForward:
+    """What the forward pass keeps for the residual and its gradient."""
+
+    inputs: list[torch.Tensor]   # H_k, (R, m, in_k)
+    pre: list[torch.Tensor]      # Z_k, (R, m, out_k)
+    slopes: list[torch.Tensor]   # S_k = sigma(alpha Z_k) for the hidden layers
+
+    @property
+    def outputs(self) -> torch.Tensor:
+        return self.pre[-1]
+
+
+class BatchedGram:
+    """L_stat and its gradients for a linear chain of layers, over R runs of m candidates each."""
+
+    def __init__(self, layers: list[nn.Linear], forward: Forward, dtype: torch.dtype, device: torch.device) -> None:
+        self.weights = [layer.weight.detach().to(dtype=dtype, device=device) for layer in layers]
+        self.biases = [None if layer.bias is None else layer.bias.detach().to(dtype=dtype, device=device)
+                       for layer in layers]
+        self.theta_sq = sum(float((w.double() ** 2).sum()) + (0.0 if b is None else float((b.double() ** 2).sum()))
+                            for w, b in zip(self.weights, self.biases, strict=True))
+        self.smooth = forward == "softplus"
+
+    def forward(self, x: torch.Tensor, alpha: torch.Tensor) -> GramForward:
+        """x: (R, m, D) flat candidates; alpha: (R, 1, 1)."""
+        inputs, pre, slopes = [x], [], []
+        last = len(self.weights) - 1
+        for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            z = torch.nn.functional.linear(inputs[-1], w, b)   # as the sequential engine (same rounding)
+            pre.append(z)
+            if k < last:
+                if self.smooth:   # softplus_alpha(z), as in surrogate.softplus_alpha
+                    inputs.append(z.clamp_min(0) + torch.log1p(torch.exp(-alpha * z.abs())) / alpha)
+                else:
+                    inputs.append(z.clamp_min(0))
+                slopes.append(torch.sigmoid(alpha * z))
+        return GramForward(inputs, pre, slopes)
+
+    def value_and_grad(self, fw: GramForward, coeffs: torch.Tensor,
+                       alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """L_stat per run (R,), dL/dx (R, m, D) and dL/dC (R, m, out) for the (already scaled) coefficients C."""
+        n = len(self.weights)
+        deltas: list[torch.Tensor] = [coeffs] * n   # D_k
+        back: list[torch.Tensor | None] = [None] * n  # D_k W_k, k >= 1
+        for k in reversed(range(1, n)):
+            back[k] = torch.matmul(deltas[k], self.weights[k])
+            deltas[k - 1] = back[k] * fw.slopes[k - 1]  # type: ignore[operator]
+        grams, outer = [], []
+        total = torch.full(coeffs.shape[:1], self.theta_sq, dtype=coeffs.dtype, device=coeffs.device)
+        for k in range(n):
+            h, d = fw.inputs[k], deltas[k]
+            g = torch.bmm(h, h.transpose(1, 2))
+            if self.biases[k] is not None:
+                g = g + 1.0
+            p = torch.bmm(d, d.transpose(1, 2))
+            grams.append(g)
+            outer.append(p)
+            total = total - 2.0 * (d * fw.pre[k]).sum(dim=(1, 2)) + (p * g).sum(dim=(1, 2))
+        # multiplier side: Dbar_k, from the input layer up to the outputs (C = D_{L-1})
+        zbar: list[torch.Tensor] = [-2.0 * deltas[k] for k in range(n)]
+        dbar = -2.0 * fw.pre[0] + 2.0 * torch.bmm(grams[0], deltas[0])
+        for k in range(1, n):
+            s = fw.slopes[k - 1]
+            carried = dbar * s
+            zbar[k - 1] = zbar[k - 1] + dbar * back[k] * (alpha * s * (1.0 - s))  # type: ignore[operator]
+            dbar = -2.0 * fw.pre[k] + 2.0 * torch.bmm(grams[k], deltas[k]) + torch.matmul(carried, self.weights[k].T)
+        cbar = dbar
+        # candidate side: Hbar_k from the outputs down to x
+        hbar = torch.zeros_like(fw.inputs[0])
+        for k in reversed(range(n)):
+            hbar = 2.0 * torch.bmm(outer[k], fw.inputs[k]) + torch.matmul(zbar[k], self.weights[k])
+            if k > 0:
+                zbar[k - 1] = zbar[k - 1] + hbar * fw.slopes[k - 1]
+        return total, hbar, cbar

@@ -1,0 +1,138 @@
+"""The ``held_out`` null and the calibrated headline (docs/calibration.md).
+
+The null asks what an attack would score if it knew nothing about the training set: its candidates are random images
+of the same distribution that the model never saw (the problem's held-out pool: neither training images nor
+membership decoys), as many as the attack returned and with the attack's candidate labels (each candidate is
+replaced by a random held-out image of its label). They are scored under the same protocol as the attack.
+
+The headline threshold is calibrated on the null: ``calibration_draws`` = K draws are scored, and the threshold is
+the highest per-image score any of them reached on any training image.
+A training image counts as reconstructed only when its score is above it. A fresh null draw is exchangeable with
+the K calibration draws, so the chance that it reaches the threshold on even one training image is at most
+1 / (K + 1) (5% for K = 19), whatever the data set, the candidate count or the metric. ``null_draws`` further draws
+(other seeds) are reported next to the attack's numbers: mean, spread and every draw.
+
+The threshold depends on the problem, the protocol, the candidate count and the labels, not on the attack: it is
+computed once per process for each of these and reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from reconbench.evaluation.protocol import ResolvedProtocol
+from reconbench.targets.problems import Problem
+
+#: the rng stream of each use of the held-out pool (calibration and reported draws never share a seed)
+CALIBRATION_STREAM, REPORT_STREAM = 0, 1
+
+_THRESHOLDS: dict[str, dict[str, Any]] = {}
+
+
+def pool_size(problem: Problem) -> int:
+    """Held-out images usable as null candidates (their task label is one of the problem's classes)."""
+    if problem.source_images is None:
+        return 0
+    return int((problem.held_out_labels < problem.num_classes).sum())
+
+
+def unavailable_reason(problem: Problem, labels: np.ndarray | None) -> str | None:
+    """Why the null cannot be drawn for these candidate labels, or None."""
+    if pool_size(problem) == 0:
+        return "the problem has no held-out pool (it was not built from a data set)"
+    if labels is not None:
+        missing = sorted({int(c) for c in np.unique(labels)} - {int(c) for c in np.unique(problem.held_out_labels)})
+        if missing:
+            return f"the held-out pool has no image of label(s) {missing}"
+    return None
+
+
+def draw(problem: Problem, labels: np.ndarray | None, m: int, seed: int, stream: int, k: int) -> torch.Tensor:
+    """Null draw ``k`` of a stream: m held-out images (centred), candidate j of label c <- a random image of label c.
+
+    Images are drawn without replacement within a label while the pool has enough (else with replacement).
+    """
+    rng = np.random.default_rng([seed, stream, k])
+    positions = np.empty(m, dtype=np.int64)
+    if labels is None:
+        eligible = np.flatnonzero(problem.held_out_labels < problem.num_classes)
+        positions[:] = rng.choice(eligible, m, replace=len(eligible) < m)
+    else:
+        for c in np.unique(labels):
+            want = np.flatnonzero(labels == c)
+            pool = np.flatnonzero(problem.held_out_labels == c)
+            positions[want] = rng.choice(pool, len(want), replace=len(pool) < len(want))
+    return problem.centred(problem.held_out_images(positions))
+
+
+def scores_of(evaluation: dict[str, Any], column: str) -> np.ndarray:
+    """(n,) per-image score column of an evaluation dict, NaN where unmatched."""
+    return np.asarray([np.nan if row.get(column) is None else float(row[column]) for row in evaluation["per_image"]],
+                      dtype=np.float64)
+
+
+def cache_key(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray | None, m: int) -> str:
+    counts = None if labels is None else np.unique(labels, return_counts=True)
+    blob = {"spec": problem.spec.to_dict(), "train": problem.train_indices.tolist(),
+            "held_out": [len(problem.held_out_indices), int(problem.held_out_indices.sum())],
+            "protocol": resolved.overrides, "family": resolved.family, "m": m,
+            "labels": None if counts is None else [c.tolist() for c in counts]}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def calibrate(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray | None, m: int,
+              score: Callable[[torch.Tensor], dict[str, Any]]) -> dict[str, Any]:
+    """The calibrated threshold for m candidates with these labels; ``score`` evaluates null candidates."""
+    p = resolved.base
+    key = cache_key(problem, resolved, labels, m)
+    if key in _THRESHOLDS:
+        return _THRESHOLDS[key]
+    column = calibrated_column(resolved)
+    maxima = []
+    for k in range(p.calibration_draws):
+        cand = draw(problem, labels, m, p.null_seed, CALIBRATION_STREAM, k)
+        s = scores_of(score(cand), column)
+        maxima.append(float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf)
+    null_max = max(maxima) if maxima else -math.inf
+    finite = math.isfinite(null_max)
+    out = {"threshold": null_max, "null_max": null_max if finite else None,
+           "draw_maxima": [x if math.isfinite(x) else None for x in maxima], "pool_size": pool_size(problem),
+           "candidates": m}
+    if len(_THRESHOLDS) > 64:
+        _THRESHOLDS.clear()
+    _THRESHOLDS[key] = out
+    return out
+
+
+def calibrated_column(resolved: ResolvedProtocol) -> str:
+    """The per-image score the headline threshold applies to (the primary metric's unless set)."""
+    return resolved.base.calibrated_score
+
+
+def calibrated_flags(scores: np.ndarray, threshold: float) -> np.ndarray:
+    """(n,) training images whose score is strictly above the threshold (unmatched: never)."""
+    return np.nan_to_num(scores, nan=-np.inf) > threshold
+
+
+def numeric_summary(summary: dict[str, Any]) -> dict[str, float]:
+    """The numbers of a summary (strings, lists and missing values dropped)."""
+    return {k: float(v) for k, v in summary.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None and math.isfinite(float(v))}
+
+
+def aggregate(draws: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Per summary key over the draws: mean, sample std, min, max, and how many draws had it."""
+    keys = sorted({k for d in draws for k in d})
+    out: dict[str, dict[str, float]] = {}
+    for key in keys:
+        vals = np.asarray([d[key] for d in draws if key in d], dtype=np.float64)
+        out[key] = {"mean": float(vals.mean()), "std": float(vals.std(ddof=1)) if len(vals) > 1 else 0.0,
+                    "min": float(vals.min()), "max": float(vals.max()), "draws": len(vals)}
+    return out

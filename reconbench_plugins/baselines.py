@@ -1,0 +1,124 @@
+"""Trivial baselines, registered as ordinary attacks: what an attacker gets without running an attack.
+
+They read only what any attacker has (the released weights and the input shape) and go through the same pipeline,
+evaluation and leaderboards as the attacks, so every table shows how far an attack is above them
+(docs/calibration.md):
+
+* ``weight_rows``: the rows of the first layer's weight matrix, both signs, reshaped to images. Each row is the
+  direction a first-layer neuron responds to; after training on few images these often resemble training images
+  (Haim et al. show rows of a trained MLP next to their reconstructions).
+* ``init_only``: the starting candidates, returned unchanged: what the init regime alone scores (partition and
+  mixture starts are real images; a gaussian start is noise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from reconbench import hookimpl
+from reconbench.config import option
+from reconbench.errors import IncompatibleError
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, NoOptions, ProgressFn
+
+ALL_TASKS = frozenset({"binary", "multiclass", "regression"})
+
+
+def first_image_layer(target: AttackTarget) -> nn.Linear | None:
+    """The first fully connected layer that reads the flattened image (None if the model has no such layer)."""
+    size = 1
+    for s in target.knowledge.input_shape:
+        size *= int(s)
+    for module in target.model.modules():
+        if isinstance(module, nn.Linear) and module.in_features == size:
+            return module
+    return None
+
+
+def signed_rows(weight: torch.Tensor, importance: torch.Tensor, m: int) -> torch.Tensor:
+    """m rows taken from [w_1, -w_1, w_2, -w_2, ...] in decreasing importance (cycled if m > 2h)."""
+    order = torch.argsort(importance, descending=True, stable=True)
+    rows = weight[order]
+    both = torch.stack([rows, -rows], 1).reshape(-1, weight.shape[1])
+    idx = torch.arange(m) % both.shape[0]
+    return both[idx]
+
+
+@dataclass
+class WeightRowsConfig:
+    rms: float = option(0.2, "each row is scaled to this root-mean-square pixel value (centred space); the matching "
+                             "and correlation are scale-free, the displayed SSIM is not")
+    rank: str = option("outgoing", "which rows first: outgoing (|row| times the norm of its outgoing weights, "
+                                   "when the next layer reads it directly) or norm (|row| only)")
+
+
+class WeightRows(Attack):
+    name = "weight_rows"
+    description = ("baseline: first-layer weight rows, both signs, as images (most important rows first); "
+                   "reads only the weights")
+    needs: frozenset[str] = frozenset()
+    tasks = ALL_TASKS
+    config_cls = WeightRowsConfig
+
+    def check(self, target: AttackTarget) -> None:
+        if first_image_layer(target) is None:
+            raise IncompatibleError(f"weight_rows needs a fully connected first layer reading the flattened image; "
+                                    f"the {target.family!r} model has none (use init_only as its baseline)")
+
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: WeightRowsConfig, *,
+            generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
+        if config.rank not in ("outgoing", "norm"):
+            raise IncompatibleError(f"weight_rows.rank must be outgoing or norm, got {config.rank!r}")
+        layer = first_image_layer(target)
+        if layer is None:
+            self.check(target)
+            raise AssertionError("unreachable")
+        with torch.no_grad():
+            weight = layer.weight.detach().to(x0.dtype).to(x0.device)
+            importance = weight.norm(dim=1)
+            outgoing = _outgoing_norms(target, layer) if config.rank == "outgoing" else None
+            if outgoing is not None:
+                importance = importance * outgoing.to(importance)
+            rows = signed_rows(weight, importance, x0.shape[0])
+            rms = rows.pow(2).mean(1, keepdim=True).sqrt()
+            rows = rows / torch.where(rms > 0, rms, torch.ones_like(rms)) * config.rms
+        if progress is not None:
+            progress(1, 1)
+        return AttackOutput(candidates=rows.reshape(x0.shape).clone(), labels=labels.clone(), final_loss=0.0,
+                            steps=0, message="first-layer weight rows")
+
+
+def _outgoing_norms(target: AttackTarget, layer: nn.Linear) -> torch.Tensor | None:
+    """Column norms of the layer that reads ``layer``'s units, when the model is a plain chain of linear layers."""
+    chain = target.model.linear_chain()
+    if not chain or chain[0] is not layer:
+        return None
+    nxt = chain[1] if len(chain) > 1 else None
+    return None if nxt is None else nxt.weight.detach().norm(dim=0)
+
+
+class InitOnly(Attack):
+    name = "init_only"
+    description = "baseline: the starting candidates returned unchanged (what the init regime alone scores)"
+    needs: frozenset[str] = frozenset()
+    tasks = ALL_TASKS
+    config_cls = NoOptions
+
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
+            generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
+        if progress is not None:
+            progress(1, 1)
+        return AttackOutput(candidates=x0.detach().clone(), labels=labels.clone(), final_loss=0.0, steps=0,
+                            message="starting candidates, unchanged")
+
+
+BASELINES = [WeightRows(), InitOnly()]
+
+
+@hookimpl
+def register_attacks(register):  # type: ignore[no-untyped-def]
+    for attack in BASELINES:
+        register(attack)
