@@ -55,13 +55,14 @@ class WeightRowsConfig:
                                    "when the next layer reads it directly) or norm (|row| only)")
 
 
+@dataclass(frozen=True)
 class WeightRows(Attack):
-    name = "weight_rows"
-    description = ("baseline: first-layer weight rows, both signs, as images (most important rows first); "
-                   "reads only the weights")
+    name: str = "weight_rows"
+    description: str = ("baseline: first-layer weight rows, both signs, as images (most important rows first); "
+                        "reads only the weights")
     needs: frozenset[str] = frozenset()
-    tasks = ALL_TASKS
-    config_cls = WeightRowsConfig
+    tasks: frozenset[str] = ALL_TASKS
+    config_cls: type = WeightRowsConfig
 
     def check(self, target: AttackTarget) -> None:
         if first_image_layer(target) is None:
@@ -100,12 +101,13 @@ def _outgoing_norms(target: AttackTarget, layer: nn.Linear) -> torch.Tensor | No
     return None if nxt is None else nxt.weight.detach().norm(dim=0)
 
 
+@dataclass(frozen=True)
 class InitOnly(Attack):
-    name = "init_only"
-    description = "baseline: the starting candidates returned unchanged (what the init regime alone scores)"
+    name: str = "init_only"
+    description: str = "baseline: the starting candidates returned unchanged (what the init regime alone scores)"
     needs: frozenset[str] = frozenset()
-    tasks = ALL_TASKS
-    config_cls = NoOptions
+    tasks: frozenset[str] = ALL_TASKS
+    config_cls: type = NoOptions
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:

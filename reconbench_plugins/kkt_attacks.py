@@ -19,7 +19,7 @@ it except where a help text says otherwise.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -319,17 +319,19 @@ class _KKTAttack(Attack):
 
 
 # -- Haim et al. 2022: binary classifiers -------------------------------------------------------------------
+@dataclass(frozen=True)
 class HaimBinaryKKT(_KKTAttack):
-    name = "haim_binary_kkt"
-    description = ("Haim et al. 2022: KKT stationarity attack on a binary classifier, "
-                   "s_i = lambda_i y_i Phi(x_i)")
-    needs = frozenset({"class_balance"})   # for the labels by halves
-    tasks = frozenset({"binary"})
-    config_cls = BinaryKKTConfig
-    default_recipe = {"problem": {"dataset": "digits", "task": "binary", "n_per_class": 10},
-                      "family": "mlp", "model": {"widths": [1000]},
-                      "train": {"steps": 3000, "lr": 0.01, "schedule": "inverse_loss"}}
-    default_search_runs = 6
+    name: str = "haim_binary_kkt"
+    description: str = ("Haim et al. 2022: KKT stationarity attack on a binary classifier, "
+                        "s_i = lambda_i y_i Phi(x_i)")
+    needs: frozenset[str] = frozenset({"class_balance"})   # for the labels by halves
+    tasks: frozenset[str] = frozenset({"binary"})
+    config_cls: type = BinaryKKTConfig
+    default_recipe: dict[str, Any] | None = field(default_factory=lambda: {
+        "problem": {"dataset": "digits", "task": "binary", "n_per_class": 10},
+        "family": "mlp", "model": {"widths": [1000]},
+        "train": {"steps": 3000, "lr": 0.01, "schedule": "inverse_loss"}})
+    default_search_runs: int = 6
 
     def initial_multipliers(self, m: int, config: ClassifierKKTConfig, num_classes: int,
                             generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
@@ -353,19 +355,21 @@ class HaimBinaryKKT(_KKTAttack):
 
 
 # -- Buzaglo et al. 2023: multiclass classifiers ------------------------------------------------------------
+@dataclass(frozen=True)
 class MulticlassKKT(_KKTAttack):
-    name = "multiclass_kkt"
-    description = ("Buzaglo et al. 2023: KKT attack on a multiclass classifier, "
-                   "s_i = lambda_i (Phi_y - max_{j != y} Phi_j)(x_i), or one lambda per wrong class")
-    needs = frozenset({"class_balance"})   # for the class blocks
-    tasks = frozenset({"multiclass"})
-    config_cls = MulticlassKKTConfig
+    name: str = "multiclass_kkt"
+    description: str = ("Buzaglo et al. 2023: KKT attack on a multiclass classifier, "
+                        "s_i = lambda_i (Phi_y - max_{j != y} Phi_j)(x_i), or one lambda per wrong class")
+    needs: frozenset[str] = frozenset({"class_balance"})   # for the class blocks
+    tasks: frozenset[str] = frozenset({"multiclass"})
+    config_cls: type = MulticlassKKTConfig
     # 10 digits (1 per class) keep n well below the 64 pixels: with 2 per class the reconstructions are no closer
     # to the training images than random held-out digits are (docs/calibration.md); with 1 per class they are
-    default_recipe = {"problem": {"dataset": "digits", "task": "multiclass", "n_per_class": 1},
-                      "family": "mlp", "model": {"widths": [1000]},
-                      "train": {"steps": 5000, "lr": 0.05, "schedule": "inverse_loss"}}
-    default_search_runs = 6
+    default_recipe: dict[str, Any] | None = field(default_factory=lambda: {
+        "problem": {"dataset": "digits", "task": "multiclass", "n_per_class": 1},
+        "family": "mlp", "model": {"widths": [1000]},
+        "train": {"steps": 5000, "lr": 0.05, "schedule": "inverse_loss"}})
+    default_search_runs: int = 6
 
     def search_space(self) -> dict[str, Any]:
         # the papers' four ranges, plus eta_lambda, which Buzaglo et al. tuned for their multiclass runs
@@ -415,18 +419,20 @@ class MulticlassKKT(_KKTAttack):
 
 
 # -- Buzaglo et al. 2023: general losses with weight decay --------------------------------------------------
+@dataclass(frozen=True)
 class GeneralLossWD(_KKTAttack):
-    name = "general_loss_wd"
-    description = ("Buzaglo et al. 2023: weight-decay stationarity attack for regression losses (MSE, L2.5, "
-                   "Huber), s_i = lambda_i Phi(x_i) with signed lambda and no labels")
-    needs = frozenset({"loss"})
-    tasks = frozenset({"regression"})
-    config_cls = GeneralLossConfig
-    losses = ("mse", "l25", "huber")
-    default_recipe = {"problem": {"dataset": "digits", "task": "regression", "n_per_class": 10},
-                      "family": "mlp", "model": {"widths": [1000]},
-                      "train": {"steps": 3000, "lr": 0.01, "weight_decay": 1e-3}}
-    default_search_runs = 6
+    name: str = "general_loss_wd"
+    description: str = ("Buzaglo et al. 2023: weight-decay stationarity attack for regression losses (MSE, L2.5, "
+                        "Huber), s_i = lambda_i Phi(x_i) with signed lambda and no labels")
+    needs: frozenset[str] = frozenset({"loss"})
+    tasks: frozenset[str] = frozenset({"regression"})
+    config_cls: type = GeneralLossConfig
+    losses: tuple[str, ...] = ("mse", "l25", "huber")
+    default_recipe: dict[str, Any] | None = field(default_factory=lambda: {
+        "problem": {"dataset": "digits", "task": "regression", "n_per_class": 10},
+        "family": "mlp", "model": {"widths": [1000]},
+        "train": {"steps": 3000, "lr": 0.01, "weight_decay": 1e-3}})
+    default_search_runs: int = 6
 
     def search_space(self) -> dict[str, Any]:
         return {k: v for k, v in PAPER_SPACE.items() if k != "lambda_min"}  # no lambda_min without a floor
