@@ -8,6 +8,6 @@ cd "$(dirname "$0")/.."
 export RECONBENCH_DATA="${RECONBENCH_DATA:-../shared/data}"
 for part in claims-a claims-b; do
   reconbench bench "$part" --out "runs/bench/$part" "$@"
-  reconbench leaderboard "$part" --results "runs/bench/$part"
+  reconbench leaderboard "$part" --results "runs/bench/$part" --publish
 done
 python -m reconbench.leaderboard.claims

@@ -19,9 +19,70 @@ from reconbench.errors import ReconbenchError
 T = TypeVar("T")
 
 
-def option(default: Any, help: str, **kwargs: Any) -> Any:
-    """A dataclass field with a help text (shown by ``reconbench list`` and in CONTRIBUTING)."""
-    return dataclasses.field(default=default, metadata={"help": help}, **kwargs)
+@dataclass(frozen=True)
+class Limit:
+    """The allowed range of a numeric option: any of ``ge``, ``gt``, ``le``, ``lt`` (bounds included or not)."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def describe(self) -> str:
+        parts = [f"{op} {_num(b)}" for op, b in ((">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt))
+                 if b is not None]
+        return " and ".join(parts)
+
+    def holds(self, v: float) -> bool:
+        return ((self.ge is None or v >= self.ge) and (self.gt is None or v > self.gt)
+                and (self.le is None or v <= self.le) and (self.lt is None or v < self.lt))
+
+
+def _num(b: float) -> str:
+    return str(int(b)) if float(b).is_integer() and abs(b) < 1e15 else f"{b:g}"
+
+
+def option(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None, nonfinite: bool = False, **kwargs: Any) -> Any:
+    """A dataclass field with a help text (shown by ``reconbench list`` and in CONTRIBUTING).
+
+    ``ge``/``gt``/``le``/``lt`` bound a numeric option; ``build_config`` refuses values outside. Float options must be
+    finite unless ``nonfinite=True``.
+    """
+    meta: dict[str, Any] = {"help": help}
+    if any(b is not None for b in (ge, gt, le, lt)):
+        meta["limit"] = Limit(ge=ge, gt=gt, le=le, lt=lt)
+    if nonfinite:
+        meta["nonfinite"] = True
+    return dataclasses.field(default=default, metadata=meta, **kwargs)
+
+
+def field_limits(cls: type) -> dict[str, Limit]:
+    """The limits of every bounded option of a config dataclass: those given to ``option`` plus a class-level
+    ``LIMITS: ClassVar[dict[str, Limit]]`` (merged along the MRO, subclasses last), for bounding inherited fields."""
+    out: dict[str, Limit] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if "limit" in f.metadata:
+            out[f.name] = f.metadata["limit"]
+    for klass in reversed(cls.__mro__):
+        out.update(vars(klass).get("LIMITS", {}) or {})
+    return out
+
+
+def check_value(value: Any, limit: Limit | None, where: str, help_text: str = "") -> None:
+    """Refuse a number outside its limit, and NaN / infinity (also inside lists) with a one-line message."""
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_value(v, limit, f"{where}[{i}]", help_text)
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    what = f" ({help_text})" if help_text else ""
+    if isinstance(value, float) and not math.isfinite(value):
+        rng = f" {limit.describe()}" if limit else ""
+        raise ReconbenchError(f"{where}: {value!r} is not a finite number{what}; pass a finite value{rng}")
+    if limit is not None and not limit.holds(value):
+        raise ReconbenchError(f"{where}: {value!r} is out of range{what}; it must be {limit.describe()}")
 
 
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
@@ -90,8 +151,31 @@ def build_config(cls: type[T], values: dict[str, Any] | None, owner: str = "conf
         raise ReconbenchError(
             f"{owner}: unknown option {k!r}.{hint} Known options: {', '.join(sorted(fields))}."
         )
-    kwargs = {k: _coerce(v, hints[k], f"{owner}.{k}") for k, v in values.items()}
+    def label(k: str) -> str:  # "--set lr" for a command-line option, "attack x.lr" elsewhere
+        return f"{owner} {k}" if owner.startswith("--") else f"{owner}.{k}"
+
+    kwargs = {k: _coerce(v, hints[k], label(k)) for k, v in values.items()}
+    limits = field_limits(cls)
+    for k, v in kwargs.items():
+        if not fields[k].metadata.get("nonfinite"):
+            check_value(v, limits.get(k), label(k), _short_help(fields[k]))
     return cls(**kwargs)
+
+
+def check_option(cls: type, name: str, value: Any, label: str) -> Any:
+    """Check one option of config dataclass ``cls`` (type, finiteness, range), naming it ``label`` (e.g. ``--lr``)
+    in the message; returns the coerced value."""
+    hints = typing.get_type_hints(cls)
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]  # type: ignore[arg-type]
+    v = _coerce(value, hints[name], label)
+    if not f.metadata.get("nonfinite"):
+        check_value(v, field_limits(cls).get(name), label, _short_help(f))
+    return v
+
+
+def _short_help(f: dataclasses.Field[Any]) -> str:
+    text = str(f.metadata.get("help", ""))
+    return text.split(";")[0].split(" (")[0][:60]
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
@@ -106,7 +190,9 @@ def describe_options(cls: type) -> list[tuple[str, str, Any, str]]:
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
         tname = getattr(hints[f.name], "__name__", str(hints[f.name]))
-        rows.append((f.name, tname, default, f.metadata.get("help", "")))
+        limit = field_limits(cls).get(f.name)
+        help_text = f.metadata.get("help", "") + (f" [{limit.describe()}]" if limit else "")
+        rows.append((f.name, tname, default, help_text))
     return rows
 
 

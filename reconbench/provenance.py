@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
 import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import filelock
 import torch
 
 from reconbench import __version__
+from reconbench.errors import ReconbenchError
 
 
 def config_hash(config: Any) -> str:
@@ -68,10 +74,72 @@ def portable_path(path: str | os.PathLike[str]) -> str:
 
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (a crash never leaves a half-written result)."""
+    text = json.dumps(data, indent=1, default=_default, allow_nan=True)
+    write_text_atomic(path, text)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file unique to this writer in the same folder, then rename it over ``path``:
+    readers see the old or the new file, never a half-written one, and two writers never share a temporary file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=_default, allow_nan=True))
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+LOCK_FILE = ".reconbench.lock"
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, what: str = "results", timeout: float = 0.0) -> Iterator[None]:
+    """Hold the lock of an output folder while writing it: a second writer waits ``timeout`` seconds, then refuses
+    with a message naming the process that holds it. The lock is released when the process ends, even on kill -9."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReconbenchError(f"cannot create the {what} folder {folder} ({exc.strerror}); pass a writable --out") from exc
+    lock = filelock.FileLock(str(folder / LOCK_FILE))
+    info = folder / (LOCK_FILE + ".json")
+    try:
+        lock.acquire(timeout=timeout)
+    except filelock.Timeout:
+        holder = ""
+        try:
+            h = json.loads(info.read_text())
+            holder = f" (pid {h.get('pid')} on {h.get('host')}, since {h.get('since')}: {h.get('command')})"
+        except (OSError, ValueError):
+            pass
+        raise ReconbenchError(f"{folder} is being written by another reconbench process{holder}; wait for it to "
+                              "finish, or pass another --out") from None
+    except OSError as exc:
+        raise ReconbenchError(f"cannot lock the {what} folder {folder} ({exc.strerror}); pass a writable --out") from exc
+    try:
+        write_json(info, {"pid": os.getpid(), "host": platform.node(), "command": " ".join(sys.argv),
+                          "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        yield
+    finally:
+        info.unlink(missing_ok=True)
+        lock.release()
+
+
+def check_writable(folder: Path, option: str) -> None:
+    """Refuse an output folder that cannot be created or written, before any work is done."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".write-test.", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise ReconbenchError(f"{option} {folder}: cannot write there ({exc.strerror or exc}); pass a writable "
+                              "folder") from exc
 
 
 def _default(o: Any) -> Any:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -33,7 +33,7 @@ from reconbench.attack.bilevel import (
     task_targets,
     upper_loss,
 )
-from reconbench.config import LogUniform, option
+from reconbench.config import Limit, LogUniform, option
 from reconbench.errors import DivergedError, IncompatibleError
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn
 from reconbench.targets.losses import get_loss
@@ -43,6 +43,13 @@ FAMILIES = ("affine", "mlp_bias")
 
 @dataclass
 class BilevelConfig:
+    LIMITS: ClassVar[dict[str, Limit]] = {
+        "outer_steps": Limit(ge=1), "outer_lr": Limit(gt=0), "max_backtracks": Limit(ge=0),
+        "stop_upper": Limit(ge=0), "max_seconds": Limit(ge=0), "inner_max_iter": Limit(ge=1),
+        "inner_tol": Limit(ge=0), "inner_lr": Limit(gt=0), "inner_history": Limit(ge=1),
+        "inner_newton_steps": Limit(ge=0), "damping": Limit(ge=0), "cg_rtol": Limit(gt=0),
+        "cg_max_iter": Limit(ge=1), "softplus_beta": Limit(gt=0), "clip": Limit(gt=0),
+    }
     outer_steps: int = option(100, "outer iterations (one inner solve + one adjoint solve + one x step each)")
     outer_lr: float = option(1.0, "step eta of the outer update of x (centred pixel units); with line_search "
                                   "the first trial step")
@@ -134,13 +141,13 @@ class RunkelBilevel(Attack):
             raise IncompatibleError(
                 f"runkel_bilevel handles the affine and one-hidden-layer mlp_bias families (the paper's models); "
                 f"this target is {target.family!r}. For the homogeneous mlp family use haim_binary_kkt, or train "
-                "an mlp_bias target with one hidden layer (--model widths=[W])")
+                "an mlp_bias target with one hidden layer (--family mlp_bias --widths W)")
         layers = target.model.linear_chain()
         if target.family == "mlp_bias" and (layers is None or len(layers) != 2):
             depth = "?" if layers is None else len(layers) - 1
             raise IncompatibleError(
                 f"runkel_bilevel handles mlp_bias with exactly one hidden layer; this target has {depth}. "
-                "Train it with a single width (model widths=[W]) or use haim_binary_kkt for deeper MLPs")
+                "Train it with a single width (--family mlp_bias --widths W) or use haim_binary_kkt for deeper MLPs")
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: BilevelConfig, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:

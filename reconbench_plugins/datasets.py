@@ -160,13 +160,22 @@ class Npz(DatasetSource):
                 images, labels = z["images"], z["labels"]
                 classes = [str(c) for c in z["classes"]] if "classes" in z else None
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            if "allow_pickle" in str(exc):  # numpy's own advice (allow pickles) would run code from the file
+                raise DataError(f"{p} holds object arrays, which are pickles and are never loaded; save `images` "
+                                "and `labels` as plain numeric arrays (np.savez(path, images=..., labels=...))") from exc
             raise DataError(f"{p} is not a readable .npz file ({exc}); it may be corrupt or truncated") from exc
         images = to_nchw(images, str(p))
         labels = np.asarray(labels)
         if labels.ndim != 1 or len(labels) != len(images) or not np.issubdtype(labels.dtype, np.integer):
             raise DataError(f"{p}: labels must be integers of shape ({len(images)},), got {labels.dtype} {labels.shape}")
+        if len(labels) and labels.min() < 0:
+            raise DataError(f"{p}: labels must be class indices 0..K-1, but the smallest is {int(labels.min())}; "
+                            "renumber the classes from 0")
         if classes is None:
-            classes = [str(c) for c in range(int(labels.max()) + 1)]
+            classes = [str(c) for c in range(int(labels.max()) + 1 if len(labels) else 0)]
+        elif len(labels) and labels.max() >= len(classes):
+            raise DataError(f"{p}: label {int(labels.max())} is outside the {len(classes)} declared `classes`; "
+                            "fix the labels or list every class")
         return ImageData(f"npz:{path}", images, labels.astype(np.int64), classes, str(p))
 
 

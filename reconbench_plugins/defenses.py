@@ -25,7 +25,7 @@ from reconbench_plugins.dp_sgd import DpSgd
 # -- before release -------------------------------------------------------------------------------------------
 @dataclass
 class WeightNoiseConfig:
-    relative_std: float = option(0.01, "noise std as a fraction of each tensor's RMS value")
+    relative_std: float = option(0.01, "noise std as a fraction of each tensor's RMS value", ge=0)
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class WeightNoise(Defense):
 
 @dataclass
 class PruneConfig:
-    fraction: float = option(0.5, "fraction of entries (smallest magnitude, per tensor) set to zero")
+    fraction: float = option(0.5, "fraction of entries (smallest magnitude, per tensor) set to zero", ge=0, lt=1)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,8 @@ def partition_images(problem: Problem, labels: torch.Tensor) -> torch.Tensor:
 # -- gaussian -----------------------------------------------------------------------------------------------
 @dataclass
 class GaussianConfig:
-    scale: float = option(1e-3, "standard deviation of x ~ N(0, scale^2) in the centred space (Haim/Buzaglo)")
+    scale: float = option(1e-3, "standard deviation of x ~ N(0, scale^2) in the centred space (Haim/Buzaglo)",
+                          gt=0)
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,9 @@ class Partition(InitRegime):
 # -- Runkel mixtures ----------------------------------------------------------------------------------------
 @dataclass
 class MixtureConfig:
-    l1: float = option(0.5, "lambda1: weight of the training image against the partition image, in [0, 1]")
-    l2: float = option(0.5, "lambda2: weight of that blend against uniform noise, in [0, 1]")
+    l1: float = option(0.5, "lambda1: weight of the training image against the partition image, in [0, 1]",
+                       ge=0, le=1)
+    l2: float = option(0.5, "lambda2: weight of that blend against uniform noise, in [0, 1]", ge=0, le=1)
     overflow: Literal["cycle", "error"] = option("cycle",
                                                  "ground-truth part: rule when m_c > n_c (see ground_truth)")
     low: float = option(0.0, "noise part: lower end of the per-pixel uniform draw, pixel space")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +41,7 @@ from reconbench.attack.kkt.loop import (
     run_stationarity_attack,
 )
 from reconbench.attack.kkt.stationarity import _full_chain
-from reconbench.config import LogUniform, Uniform, config_to_dict, option
+from reconbench.config import Limit, LogUniform, Uniform, config_to_dict, option
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn, RunDone
 from reconbench.targets.nets import TargetNet
@@ -59,12 +59,21 @@ PAPER_SPACE = {
 
 
 # -- configs ------------------------------------------------------------------------------------------------
+#: ranges of the options every KKT attack shares (checked by build_config before any work); steps = 0 is the null
+#: attack (the candidates are the initialisation), which the claims suites measure
+STATIONARITY_LIMITS = {
+    "steps": Limit(ge=0), "lr": Limit(gt=0), "init_scale": Limit(gt=0), "alpha": Limit(gt=0),
+    "lambda_lr": Limit(ge=0), "momentum": Limit(ge=0, lt=1), "box": Limit(gt=0), "eval_every": Limit(ge=1),
+}
+
+
 @dataclass
 class ClassifierKKTConfig(StationarityConfig):
     """Classification: lambda_i ~ U[0, 1), a soft floor 5 sum max(0, lambda_min - lambda_i)^2."""
 
-    lambda_min: float = option(0.05, "lambda_min of the soft floor on the multipliers (reference 0.05)")
-    lambda_penalty_weight: float = option(5.0, "weight of the lambda_min penalty (reference 5)")
+    LIMITS: ClassVar[dict[str, Limit]] = STATIONARITY_LIMITS
+    lambda_min: float = option(0.05, "lambda_min of the soft floor on the multipliers (reference 0.05)", ge=0)
+    lambda_penalty_weight: float = option(5.0, "weight of the lambda_min penalty (reference 5)", ge=0)
 
 
 @dataclass
@@ -78,7 +87,7 @@ class BinaryKKTConfig(ClassifierKKTConfig):
     alpha: float = option(200.0, "alpha of the surrogate ReLU backward sigma(alpha z) (provided runs 19-150; "
                                  "reference default 300)")
     lambda_min: float = option(0.4, "lambda_min of the soft floor on the multipliers (provided runs "
-                                    "0.42-0.50; reference default 0.05)")
+                                    "0.42-0.50; reference default 0.05)", ge=0)
 
 
 @dataclass
@@ -95,6 +104,8 @@ class MulticlassKKTConfig(ClassifierKKTConfig):
 @dataclass
 class GeneralLossConfig(StationarityConfig):
     """Regression / any loss trained with weight decay: lambda_i ~ N(0, 1), signed, no penalty, no labels."""
+
+    LIMITS: ClassVar[dict[str, Limit]] = STATIONARITY_LIMITS
 
 
 # -- checks shared by the three attacks ---------------------------------------------------------------------

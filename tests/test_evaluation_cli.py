@@ -136,7 +136,11 @@ def test_run_records_the_protocol_and_evaluate_reproduces_it(tmp_path, capsys, t
     data["problem"]["indices"]["train"] = data["problem"]["indices"]["train"][::-1]
     card_json.write_text(json.dumps(data))
     code, _, err = run_cli(["evaluate", str(res)], capsys)
-    assert code == 2 and "cannot rebuild the problem" in err and "differs" in err and "Traceback" not in err
+    assert code == 2 and "content_sha256" in err and "Traceback" not in err  # the card's hash catches the edit
+    del data["content_sha256"]  # a card without the hash: rebuilding the subset still catches it
+    card_json.write_text(json.dumps(data))
+    code, _, err = run_cli(["evaluate", str(res)], capsys)
+    assert code == 2 and "cannot rebuild the problem" in err and "other images" in err and "Traceback" not in err
     card_json.write_text(original)
 
     # the problem cannot be rebuilt when the card is gone; --model points at where it went

@@ -268,6 +268,8 @@ def test_run_and_train_train_the_target_on_the_given_device(monkeypatch, tmp_pat
 
     monkeypatch.setattr(run_cmd, "get_or_train", fake_train)
     monkeypatch.setattr(train_cmd, "get_or_train", fake_train)
+    for module in (run_cmd, train_cmd):  # the device need not exist here: training is stubbed
+        monkeypatch.setattr(module, "check_device", lambda device, option="--device": device)
     monkeypatch.setattr(train_cmd, "train_target", lambda *a, **k: fake_train(device=a[4] if len(a) > 4 else "cpu"))
     tiny = ["--dataset", "digits", "--task", "binary", "--n-per-class", "3", "--widths", "16", "--steps", "5"]
     for args in (["run", "--attack", "haim_binary_kkt", *tiny, "--device", "cuda:1"],

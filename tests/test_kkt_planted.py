@@ -71,7 +71,7 @@ def attack_loss(target, attack_name: str, x: torch.Tensor, labels: torch.Tensor,
                 engine: str) -> float:
     """The attack's own loss (its terms s_i and penalty, the shared loop) at (x, lambda), after zero steps."""
     attack = plugins.get("attacks", attack_name)
-    cfg = build_config(attack.config_cls, {"steps": 0, "alpha": ALPHA, "engine": engine, "box": 10.0})
+    cfg = attack.config_cls(steps=0, alpha=ALPHA, engine=engine, box=10.0)  # zero steps: below what users may set
     coefficients, penalty = attack.stationarity_terms(labels, cfg, target.knowledge.out_dim, x)
     return run_stationarity_attack(target, x, labels, lam, coefficients, penalty, cfg).final_loss
 

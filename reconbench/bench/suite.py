@@ -249,8 +249,9 @@ class _Checker:
             raise self.fail(keys, msg) from None
 
     def name(self, value: str, keys: tuple[Any, ...]) -> str:
-        if not NAME_RE.match(value):
-            raise self.fail(keys, f"name {value!r} may use only letters, digits and _ . + - (it names files)")
+        if not NAME_RE.match(value) or set(value) == {"."}:  # "." and ".." would name a folder outside the results
+            raise self.fail(keys, f"name {value!r} may use only letters, digits and _ . + - and not be . or .. "
+                                  "(it names files)")
         return value
 
     def refs(self, value: Any, known: dict[str, Any], what: str, keys: tuple[Any, ...]) -> tuple[str, ...]:
@@ -464,7 +465,7 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     if not grid and not comparisons and not privacy:
         raise chk.fail(("grid",), "the suite runs nothing: add [[grid]] blocks or [comparisons.NAME] tables")
     return Suite(
-        name=head.get("name", path.stem),
+        name=chk.name(head.get("name", path.stem), ("suite", "name")),
         path=path,
         text_sha256=hashlib.sha256(text.encode()).hexdigest(),
         description=head.get("description", ""),

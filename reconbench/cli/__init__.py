@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
+import time
+import traceback
 import warnings
 
 import click
@@ -12,22 +16,79 @@ from reconbench.cli import bench_cmd, common, evaluate_cmd, leaderboard_cmd, plu
 from reconbench.cli.common import main_group
 from reconbench.errors import ReconbenchError
 
+#: exit status of a user error (bad option, file, data) and of an internal error (a bug)
+EXIT_USER, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
+
+
+def one_line(text: str) -> str:
+    """Messages are printed on one line, whatever the exception put in them."""
+    return " ".join(str(text).split())
+
+
+def write_trace(exc: BaseException) -> str | None:
+    """Write the full traceback to a file in the temporary folder; its path, or None where that fails."""
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"reconbench-trace-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(common.command_line() + "\n\n")
+            fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return path
+    except OSError:
+        return None
+
+
+def interrupt_hint() -> str:
+    """What to type to continue after Ctrl-C: `bench` needs --resume, `run` resumes its folder by itself."""
+    args = common.ARGV
+    if args[:1] == ["bench"] and "--resume" not in args:
+        return f"re-run with --resume to continue: {common.command_line()} --resume"
+    return f"re-run the same command to resume: {common.command_line()}"
+
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user errors print one clear line (no traceback) and exit with status 2."""
+    """Entry point: errors print one clear line (no traceback) and exit non-zero; ``--debug`` shows the trace."""
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*")
-    common.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    cut = args.index("--") if "--" in args else len(args)
+    common.DEBUG[0] = "--debug" in args[:cut]
+    args = [a for i, a in enumerate(args) if not (i < cut and a == "--debug")]
+    common.ARGV[:] = args
     try:
-        main_group.main(args=argv, prog_name="reconbench", standalone_mode=False)
+        main_group.main(args=args, prog_name="reconbench", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
+        click.echo(f"aborted: finished work is kept; {interrupt_hint()}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        where = f" (see `{exc.ctx.command_path} -h`)" if exc.ctx is not None else ""
+        click.echo(f"error: {one_line(exc.format_message())}{where}", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {one_line(exc.format_message())}", err=True)
         sys.exit(exc.exit_code)
     except ReconbenchError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        if common.DEBUG[0]:
+            traceback.print_exc()
+        click.echo(f"error: {one_line(str(exc))}", err=True)
+        sys.exit(EXIT_USER)
     except KeyboardInterrupt:
-        click.echo("interrupted: finished runs are kept; re-run the same command to resume", err=True)
-        sys.exit(130)
+        click.echo(f"interrupted: finished work is kept; {interrupt_hint()}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as exc:  # the environment: a full disk, a folder that became unwritable, a vanished file
+        if common.DEBUG[0]:
+            traceback.print_exc()
+        path = write_trace(exc)
+        where = f"; full trace in {path}" if path else ""
+        name = f" {exc.filename}" if exc.filename else ""
+        click.echo(f"error: cannot access{name} ({exc.strerror or exc}); check the path, its permissions and the free "
+                   f"disk space, then re-run the same command to resume{where}", err=True)
+        sys.exit(EXIT_USER)
+    except Exception as exc:  # last resort: a bug, or an environment problem nothing above foresaw
+        if common.DEBUG[0]:
+            traceback.print_exc()
+        path = write_trace(exc)
+        where = f"; full trace in {path}" if path else ""
+        click.echo(f"error: internal error {type(exc).__name__}: {one_line(str(exc))[:300]}{where} (re-run with "
+                   "--debug to print it; please report it)", err=True)
+        sys.exit(EXIT_BUG)

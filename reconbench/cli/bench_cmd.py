@@ -12,7 +12,9 @@ from reconbench.bench.executors import Executor
 from reconbench.bench.ray_executor import RayExecutor
 from reconbench.bench.runner import SerialExecutor, default_results_dir, is_finished, load_cells, run_suite
 from reconbench.bench.suite import load_suite
-from reconbench.cli.common import command_line, data_root_option, main_group, quiet_option
+from reconbench.cli.common import check_device, command_line, data_root_option, main_group, quiet_option
+from reconbench.provenance import check_writable, folder_lock
+from reconbench.targets.cache import cache_dir
 
 
 @main_group.command("bench")
@@ -111,21 +113,16 @@ def bench_command(
             tabulate(rows, headers=["cell", "attack", "init", "runs", "groups", "status"], tablefmt="github")
         )
         return
-    report = run_suite(
-        s,
-        out,
-        only=only,
-        resume=resume,
-        strict=strict,
-        retry_failed=retry_failed,
-        device=device,
-        dtype=dtype,
-        cache=cache,
-        data_root=data_root,
-        quiet=quiet,
-        command=command_line(),
-        executor=cell_executor(executor, address),
-    )
+    out_dir = Path(out) if out is not None else default_results_dir(s)
+    if device is not None:
+        check_device(device)
+    check_writable(out_dir, "--out")
+    check_writable(cache_dir(cache), "--cache")
+    with folder_lock(out_dir, "results"):
+        report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,
+                           device=device, dtype=dtype, cache=cache, data_root=data_root, quiet=quiet,
+                           command=command_line(),
+                           executor=cell_executor(executor, address))
     ok = len(report.ran) - len(report.failed)
     click.echo(
         f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import click
 
 from reconbench.cli.common import data_root_option, main_group, parse_assignments, quiet_option
 from reconbench.cli.run_cmd import headline_lines
 from reconbench.errors import ReconbenchError
-from reconbench.evaluation.rescore import rescore
+from reconbench.evaluation import resolve_protocol
+from reconbench.evaluation.rescore import read_candidates, read_result, rescore
+from reconbench.provenance import check_writable
 
 
 @main_group.command("evaluate")
@@ -26,21 +31,52 @@ from reconbench.evaluation.rescore import rescore
 def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card: str | None, out: str | None,
                      check: bool, data_root: str | None, quiet: bool) -> None:
     """Re-score the stored candidates of RESULT_DIR against the problem rebuilt from its model card."""
-    record = rescore(result_dir, parse_assignments(protocol_set, "--protocol-set"), model_card=model_card,
-                     data_root=data_root, out_dir=out, quiet=quiet)
+    overrides = parse_assignments(protocol_set, "--protocol-set")
+    if check and overrides:
+        raise ReconbenchError("--check compares with the stored numbers, which use the stored protocol; drop "
+                              "--protocol-set or --check")
+    result = check_result(Path(result_dir), need_evaluation=check)
+    resolve_protocol({**(result["spec"].get("protocol") or {}), **overrides}, result["target"]["family"])
+    if out:
+        check_writable(Path(out), "--out")
+    record = rescore(result_dir, overrides, model_card=model_card, data_root=data_root, out_dir=out, quiet=quiet)
     evaluation, diff = record["evaluation"], record["differences"]
     click.echo(f"evaluation: {record['path']}  ({evaluation['seconds']:.1f}s)")
     for line in headline_lines(evaluation)[:1]:  # the calibrated headline next to its held-out null
         click.echo(line)
     for key, value in evaluation["summary"].items():
         click.echo(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
-    if record["stored_protocol"]:
+    if record["stored_protocol"] and not isinstance(result.get("evaluation"), dict):
+        click.echo("result.json holds no stored evaluation, so there is nothing to compare with")
+    elif record["stored_protocol"]:
         if diff:
-            click.echo("stored numbers NOT reproduced:\n  " + "\n  ".join(diff), err=True)
+            shown = [d if len(d) <= 200 else d[:197] + "..." for d in diff[:10]]
+            more = f"\n  ... and {len(diff) - 10} more (see {record['path']})" if len(diff) > 10 else ""
+            click.echo("stored numbers NOT reproduced:\n  " + "\n  ".join(shown) + more, err=True)
             if check:
-                raise ReconbenchError(f"the stored evaluation of {result_dir} is not reproduced ({diff[0]})")
+                raise ReconbenchError(f"the stored evaluation of {result_dir} is not reproduced ({diff[0][:200]})")
         else:
             click.echo("stored numbers reproduced exactly")
-    elif check:
-        raise ReconbenchError("--check compares with the stored numbers, which use the stored protocol; drop "
-                              "--protocol-set or --check")
+
+
+def check_result(folder: Path, need_evaluation: bool) -> dict[str, Any]:
+    """Schema of result.json: the sections and fields re-scoring reads, with their types."""
+    result = read_result(folder)
+    path = folder / "result.json"
+    for key in ("spec", "target"):
+        if not isinstance(result.get(key), dict):
+            raise ReconbenchError(f"{path}: {key!r} is {type(result.get(key)).__name__}, expected an object; the file "
+                                  "is damaged, re-run the attack")
+    read_candidates(folder)  # present and readable
+    if not isinstance(result["spec"].get("protocol") or {}, dict):
+        raise ReconbenchError(f"{path}: spec.protocol is {type(result['spec']['protocol']).__name__}, expected an "
+                              "object of protocol options; the file is damaged, re-run the attack")
+    for key in ("family",):
+        if not isinstance(result["target"].get(key), str):
+            raise ReconbenchError(f"{path}: target.{key} is {result['target'].get(key)!r}, expected a string; the file "
+                                  "is damaged, re-run the attack")
+    evaluation = result.get("evaluation")
+    if need_evaluation and not (isinstance(evaluation, dict) and isinstance(evaluation.get("summary"), dict)):
+        raise ReconbenchError(f"{path} holds no stored evaluation (with a summary) for --check to compare with; "
+                              "drop --check to evaluate it, or re-run the attack")
+    return result

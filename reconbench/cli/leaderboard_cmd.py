@@ -7,12 +7,13 @@ from pathlib import Path
 import click
 
 from reconbench.bench.runner import default_results_dir
-from reconbench.bench.suite import load_suite
+from reconbench.bench.suite import Suite, load_suite
 from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import default_leaderboard_dir
-from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
+from reconbench.leaderboard.verify import check_readme, check_tables, corrupt_cells, rescore_cell, stored_cells
+from reconbench.provenance import check_writable, folder_lock
 
 
 @main_group.command("leaderboard")
@@ -27,54 +28,91 @@ from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cel
     "--out",
     type=click.Path(file_okay=False),
     default=None,
-    help="Leaderboard folder (default: leaderboards/<suite>).",
+    help="Leaderboard folder (default: runs/leaderboards/<suite>; with --publish or --verify: leaderboards/<suite>).",
+)
+@click.option(
+    "--publish",
+    is_flag=True,
+    help="Write the published leaderboard leaderboards/<suite>/ (tracked in git) instead of a run folder; refuses "
+    "unless every cell ran at the current commit of a clean checkout.",
 )
 @click.option("--no-figures", is_flag=True, help="Skip the figures.")
-@click.option("--publish", is_flag=True,
-              help="Refuse unless every cell ran at the current commit of a clean checkout (for published boards).")
 @click.option(
     "--verify",
     is_flag=True,
     help="Do not render: re-score the published cells from their stored candidates with the standard "
-    "evaluation, and recompute every table entry from the cell JSONs.",
+    "evaluation, recompute every table entry from the cell JSONs and re-render README.md to compare it.",
 )
 @data_root_option
 def leaderboard_command(
-    suite: str, results: str | None, out: str | None, no_figures: bool, publish: bool, verify: bool,
-    data_root: str | None
+    suite: str,
+    results: str | None,
+    out: str | None,
+    publish: bool,
+    no_figures: bool,
+    verify: bool,
+    data_root: str | None,
 ) -> None:
-    """Render leaderboards/<suite>/: README.md, results.json, cells/, candidates/, figures/."""
+    """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/.
+
+    Without --publish it goes to runs/leaderboards/<suite>/, leaving the committed leaderboards/<suite>/ untouched.
+    """
     s = load_suite(suite)
-    out_dir = Path(out) if out else default_leaderboard_dir(s)
+    if out:
+        out_dir = Path(out)
+    elif publish or verify:
+        out_dir = default_leaderboard_dir(s)
+    else:
+        out_dir = draft_leaderboard_dir(s)
     if verify:
-        if not (out_dir / "results.json").exists():
-            raise ReconbenchError(
-                f"{out_dir} holds no leaderboard; render it first with `reconbench leaderboard {suite}`"
-            )
-        problems = check_tables(out_dir)
-        ids = stored_cells(out_dir)
-        for cid in ids:
-            problems += rescore_cell(out_dir, cid, data_root=data_root)
-        for p in problems:
-            click.echo(f"MISMATCH {p}", err=True)
-        if problems:
-            raise ReconbenchError(f"{len(problems)} stored number(s) of {out_dir} are not reproduced")
-        click.echo(
-            f"{out_dir}: tables match the cells; {len(ids)} stored cell(s) re-scored, every number reproduced"
-        )
+        verify_leaderboard(s, out_dir, data_root)
         return
     res_dir = Path(results) if results else default_results_dir(s)
-    data = build_leaderboard(
-        s,
-        res_dir,
-        out_dir,
-        command=command_line(),
-        data_root=data_root,
-        figures=False if no_figures else None,
-        publish=publish,
-    )
+    for problem in corrupt_cells(res_dir):
+        click.echo(f"warning: skipped {problem} (counted as not run)", err=True)
+    check_writable(out_dir, "--out")
+    with folder_lock(out_dir, "leaderboard"):
+        data = build_leaderboard(
+            s,
+            res_dir,
+            out_dir,
+            command=command_line(),
+            data_root=data_root,
+            figures=False if no_figures else None,
+            publish=publish,
+        )
     cells = data["header"]["cells"]
     click.echo(
         f"leaderboard: {out_dir / 'README.md'}  ({cells['ok']} ok, {cells['failed']} failed, "
         f"{cells['not_run']} not run; {len(data['stored_candidates'])} cell(s) with stored candidates)"
+    )
+    if not out and not publish:
+        click.echo(f"  (a draft; `reconbench leaderboard {suite} --publish` writes {default_leaderboard_dir(s)})")
+
+
+def draft_leaderboard_dir(suite: Suite) -> Path:
+    """Where an unpublished render goes: a run folder beside the results, never the tracked leaderboard."""
+    return Path("runs") / "leaderboards" / suite.name
+
+
+def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
+    if not (out_dir / "results.json").exists():
+        raise ReconbenchError(
+            f"{out_dir} holds no leaderboard; render it first with `reconbench leaderboard {s.name} --publish`"
+        )
+    corrupt = corrupt_cells(out_dir)
+    if corrupt:
+        raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
+    problems = check_tables(out_dir) + check_readme(s, out_dir)
+    ids = stored_cells(out_dir)
+    for cid in ids:
+        problems += rescore_cell(out_dir, cid, data_root=data_root)
+    for p in problems:
+        click.echo(f"MISMATCH {p}")
+    if problems:
+        raise ReconbenchError(f"{len(problems)} stored number(s) or README line(s) of {out_dir} are not reproduced; "
+                              f"first: {problems[0]}")
+    click.echo(
+        f"{out_dir}: tables and README.md match the cells; {len(ids)} stored cell(s) re-scored, every number "
+        "reproduced"
     )

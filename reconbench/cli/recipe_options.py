@@ -10,29 +10,31 @@ from typing import Any
 import click
 import tomllib
 
+from reconbench import plugins
 from reconbench.cli.common import parse_assignments, parse_int_list
+from reconbench.config import build_config, check_option
 from reconbench.errors import ReconbenchError
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.training import TargetRecipe, TrainSpec
 
 _OPTIONS = [
     click.option("--recipe", "recipe_file", type=click.Path(dir_okay=False, exists=True), default=None,
                  help="TOML or JSON file with [problem], family, [model] and [train] (options below override it)."),
     click.option("--dataset", default=None, help="Data set: digits (default), mnist, mnist_test, cifar10, cifar100, npz:PATH."),
     click.option("--task", type=click.Choice(["binary", "multiclass", "regression"]), default=None, help="Task."),
-    click.option("--n-per-class", type=int, default=None, help="Training images per class."),
-    click.option("--num-classes", type=int, default=None, help="Multiclass: use classes 0..K-1."),
+    click.option("--n-per-class", type=click.IntRange(min=1), default=None, help="Training images per class."),
+    click.option("--num-classes", type=click.IntRange(min=2), default=None, help="Multiclass: use classes 0..K-1."),
     click.option("--binary-rule", default=None, help="Binary/regression rule: parity or vehicles_animals."),
     click.option("--family", default=None, help="Model family (see `reconbench list models`)."),
     click.option("--widths", default=None, help="Hidden widths for MLP families, e.g. 1000,1000."),
     click.option("--model-set", multiple=True, help="Model option KEY=VALUE (repeatable), e.g. init_scale=1e-4."),
-    click.option("--steps", type=int, default=None, help="Training steps (full-batch GD)."),
+    click.option("--steps", type=click.IntRange(min=1), default=None, help="Training steps (full-batch GD)."),
     click.option("--lr", type=float, default=None, help="Training learning rate."),
     click.option("--weight-decay", type=float, default=None, help="Training weight decay."),
     click.option("--loss", default=None, help="Training loss: bce, ce, mse, l25, huber."),
     click.option("--schedule", type=click.Choice(["constant", "inverse_loss"]), default=None,
                  help="constant (the papers' plain GD) or inverse_loss (faster; recorded)."),
     click.option("--train-dtype", type=click.Choice(["float64", "float32"]), default=None, help="Training precision."),
-    click.option("--train-seed", type=int, default=None, help="Seed of the weight initialisation."),
+    click.option("--train-seed", type=click.IntRange(min=0), default=None, help="Seed of the weight initialisation."),
     click.option("--defense", default=None, help="Defense applied before release (see `reconbench list defenses`)."),
     click.option("--defense-set", multiple=True, help="Defense option KEY=VALUE (repeatable)."),
 ]
@@ -45,11 +47,16 @@ def recipe_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _read_recipe_file(path: str) -> dict[str, Any]:
-    text = Path(path).read_text()
     try:
-        return json.loads(text) if path.endswith(".json") else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ReconbenchError(f"{path}: cannot parse recipe ({exc})") from exc
+        text = Path(path).read_text()
+        data = json.loads(text) if path.endswith(".json") else tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ReconbenchError(f"--recipe {path}: cannot read it as {'JSON' if path.endswith('.json') else 'TOML'} "
+                              f"({exc}); fix the file") from None
+    if not isinstance(data, dict):
+        raise ReconbenchError(f"--recipe {path}: a recipe is a table with [problem], family, [model] and [train], "
+                              f"got a {type(data).__name__}")
+    return data
 
 
 def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None) -> TargetRecipe:
@@ -75,7 +82,8 @@ def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None
             d["problem"][key] = opts[opt]
     for opt, key in train_keys.items():
         if opts.get(opt) is not None:
-            d["train"][key] = opts[opt]
+            label = "--" + opt.replace("_", "-")
+            d["train"][key] = check_option(TrainSpec, key, opts[opt], label)
     if opts.get("family"):
         if opts["family"] != d.get("family"):
             d["model"] = {}  # the base's model options belong to another family
@@ -87,8 +95,10 @@ def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None
     if opts.get("defense"):
         d["defense"] = opts["defense"]
     if opts.get("defense_set"):
-        d["defense_config"] = {**d.get("defense_config", {}),
-                               **parse_assignments(tuple(opts["defense_set"]), "--defense-set")}
+        given = parse_assignments(tuple(opts["defense_set"]), "--defense-set")
+        if d.get("defense"):
+            build_config(plugins.get("defenses", d["defense"]).config_cls, given, "--defense-set")
+        d["defense_config"] = {**d.get("defense_config", {}), **given}
     return TargetRecipe.from_dict(d).validate()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -9,10 +11,17 @@ import click
 
 from reconbench import plugins
 from reconbench.attack.pipeline import RunSpec, run_attack
-from reconbench.cli.common import data_root_option, main_group, parse_assignments, quiet_option
+from reconbench.cli.common import check_device, data_root_option, main_group, parse_assignments, quiet_option
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
-from reconbench.targets.cache import get_or_train
+from reconbench.config import build_config
+from reconbench.errors import ReconbenchError
+from reconbench.evaluation import resolve_protocol
+from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
+from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import load_card
+
+#: the configuration of the run a result folder holds (written before the first search run)
+RUN_CONFIG_FILE = "run-config.json"
 
 
 @main_group.command("run")
@@ -25,38 +34,59 @@ from reconbench.targets.cards import load_card
               help="Initialisation regime (see `reconbench list inits`).")
 @click.option("--init-set", multiple=True, help="Init option KEY=VALUE (repeatable), e.g. scale=1e-3.")
 @click.option("--set", "attack_set", multiple=True, help="Attack option KEY=VALUE (repeatable), e.g. steps=2000.")
-@click.option("--search-runs", type=int, default=None,
+@click.option("--search-runs", type=click.IntRange(min=1), default=None,
               help="Random-search budget: runs sampled from the attack's declared space (default: the attack's).")
-@click.option("--candidates", type=int, default=None, help="Number of candidates m (default 2n).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the init regime and the search.")
+@click.option("--candidates", type=click.IntRange(min=1), default=None, help="Number of candidates m (default 2n).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the init regime and the search.")
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
               help="Attack precision.")
 @click.option("--device", default="cpu", show_default=True,
               help="Torch device of the attack, and of the training when a target is trained, e.g. cuda.")
 @click.option("--protocol-set", multiple=True, help="Evaluation protocol option KEY=VALUE (repeatable).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>; an existing one is resumed).")
+              help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>; an existing one with the same "
+                   "configuration is resumed).")
+@click.option("--replace", is_flag=True,
+              help="If --out holds a run of another configuration, delete its files and run this one.")
 @click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets.")
 @data_root_option
 @quiet_option
 def run_command(attack: str, model_card: str | None, init_name: str, init_set: tuple[str, ...],
                 attack_set: tuple[str, ...], search_runs: int | None, candidates: int | None, seed: int,
-                dtype: str, device: str, protocol_set: tuple[str, ...], out: str | None, cache: str | None,
-                data_root: str | None, quiet: bool, **recipe_opts: Any) -> None:
+                dtype: str, device: str, protocol_set: tuple[str, ...], out: str | None, replace: bool,
+                cache: str | None, data_root: str | None, quiet: bool, **recipe_opts: Any) -> None:
     """Run an attack against a target and write result.json, candidates and figures."""
+    # every option is checked before any training: names, values, ranges, the device and the folders
     attack_obj = plugins.get("attacks", attack)
-    plugins.get("inits", init_name)  # fail on a bad name before training anything
+    init_obj = plugins.get("inits", init_name)
+    attack_config = parse_assignments(attack_set, "--set")
+    init_config = parse_assignments(init_set, "--init-set")
+    protocol = parse_assignments(protocol_set, "--protocol-set")
+    check_device(device)
+    check_attack_options(attack_obj, attack_config)
+    build_config(init_obj.config_cls, init_config, "--init-set")
     if model_card:
         card = load_card(model_card)
+        card.load_model()  # hashes, dtypes, finite weights, shapes: before any work
+        recipe_key, family = card.data["recipe_key"], card.data["family"]
     else:
         recipe = recipe_from_options(recipe_opts, base=attack_obj.default_recipe)
-        card = get_or_train(recipe, cache, data_root, quiet, device=device)   # trained where it is attacked
-    spec = RunSpec(attack=attack, attack_config=parse_assignments(attack_set, "--set"), init=init_name,
-                   init_config=parse_assignments(init_set, "--init-set"), seed=seed, candidates=candidates,
+        recipe_key, family = recipe.key(), recipe.family
+    resolve_protocol(protocol, family)
+    spec = RunSpec(attack=attack, attack_config=attack_config, init=init_name, init_config=init_config, seed=seed,
+                   candidates=candidates,
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
-                   dtype=dtype, device=device, protocol=parse_assignments(protocol_set, "--protocol-set"))
-    out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{card.data['recipe_key']}-s{seed}"
-    result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
+                   dtype=dtype, device=device, protocol=protocol)
+    out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{recipe_key}-s{seed}"
+    check_writable(out_dir, "--out")
+    if not model_card:
+        check_writable(cache_dir(cache), "--cache")
+    with folder_lock(out_dir, "result"):
+        claim_folder(out_dir, run_config(recipe_key, spec.to_dict()), replace)
+        if not model_card:
+            card = get_or_train(recipe, cache, data_root, quiet, device=device)  # trained where it is attacked
+        result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
     click.echo(f"result: {out_dir / 'result.json'}  ({result['wall_seconds']:.1f}s, {len(result['runs'])} run(s))")
     for line in headline_lines(result["evaluation"]):
         click.echo(line)
@@ -83,12 +113,82 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
             value = summary[key]
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
             if key == "lpips_mean" and value == "unavailable":
-                text += " (backbone weights not cached; see result.json for the reason)"
+                reason = summary.get("lpips_mean_unavailable_reason")
+                text += f" ({' '.join(str(reason).split())})" if reason else " (see result.json for the reason)"
             if key in nulls and key not in ("n_train", "n_candidates"):
                 text += f"  | null {nulls[key]['mean']:.3g} (sd {nulls[key]['std']:.2g})"
             click_key = "reconstructed (papers' protocol)" if key == "reconstructed" else key
             lines.append(f"  {click_key}: {text}")
     return lines
+
+
+def check_attack_options(attack: Any, values: dict[str, Any]) -> None:
+    """--set values: known names, types, finite values, in range."""
+    build_config(attack.config_cls, values, "--set")
+    if values.get("steps") == 0:  # allowed (a null baseline), but never silently
+        click.echo("note: --set steps=0 runs no attack step: the candidates are the initialisation (a null "
+                   "baseline), not reconstructions", err=True)
+
+
+#: the files `reconbench run` writes into a result folder (the only ones --replace removes)
+RUN_OUTPUTS = ("result.json", "candidates.safetensors", RUN_CONFIG_FILE, "runs", "figures", "evaluations")
+
+
+def run_config(recipe_key: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """What determines a run's numbers: the target and the spec (the device only changes where it runs)."""
+    return {"card": recipe_key, "spec": {k: v for k, v in dict(spec).items() if k != "device"}}
+
+
+def claim_folder(out: Path, config: dict[str, Any], replace: bool) -> None:
+    """Record this run's configuration in ``out``; refuse a folder holding a run of another one unless ``replace``
+    (then its files are removed, so no stale search run is mixed in)."""
+    new_key = config_hash(config)
+    old = _folder_config(out)
+    if old is not None and old[0] != new_key:
+        what = _difference(old[1], config)
+        if not replace:
+            raise ReconbenchError(f"{out} holds a run of another configuration ({what}); pass --replace to delete "
+                                  "its files and run this one, or choose another --out")
+        for name in RUN_OUTPUTS:
+            p = out / name
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
+    write_json(out / RUN_CONFIG_FILE, {"config_hash": new_key, "config": config})
+
+
+def _folder_config(out: Path) -> tuple[str, dict[str, Any]] | None:
+    """(hash, config) of the run already in ``out``, from its run-config.json or its result.json; None if empty."""
+    for name in (RUN_CONFIG_FILE, "result.json"):
+        path = out / name
+        if not path.exists():
+            continue
+        try:
+            data = json.loads(path.read_text())
+            if name == RUN_CONFIG_FILE:
+                return str(data["config_hash"]), dict(data["config"])
+            config = run_config(data["target"]["recipe_key"], data["spec"])
+            return config_hash(config), config
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ReconbenchError(f"{path} is unreadable ({type(exc).__name__}: {exc}); pass --replace to delete the "
+                                  "folder's run files, or choose another --out") from None
+    if (out / "runs").is_dir() and any((out / "runs").iterdir()):
+        return "unknown", {}
+    return None
+
+
+def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    if not old:
+        return "search runs of an unrecorded configuration"
+    diffs = []
+    if old.get("card") != new.get("card"):
+        diffs.append(f"target {old.get('card')} vs {new.get('card')}")
+    o, n = old.get("spec") or {}, new.get("spec") or {}
+    for k in sorted(set(o) | set(n)):
+        if o.get(k) != n.get(k):
+            diffs.append(f"{k} {o.get(k)!r} vs {n.get(k)!r}")
+    return "; ".join(diffs[:3]) or "a different configuration"
 
 
 HEADLINE = ("n_train", "n_candidates", "reconstructed", "reconstructed_corr", "top_k_mean_ssim", "reconstructed_ssim_standard",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
-from reconbench.cli.common import data_root_option, main_group, quiet_option
+from reconbench.cli.common import check_device, data_root_option, main_group, quiet_option
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
-from reconbench.targets.cache import get_or_train, train_target
+from reconbench.provenance import check_writable, folder_lock
+from reconbench.targets.cache import cache_dir, get_or_train, train_target
 
 
 @main_group.command("train")
@@ -24,8 +26,14 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
                   **opts: Any) -> None:
     """Train a target model by full-batch gradient descent and write a model card (weights + card.json)."""
     recipe = recipe_from_options(opts)
-    card = (train_target(recipe, out, data_root, quiet, device) if out
-            else get_or_train(recipe, cache, data_root, quiet, device=device))
+    check_device(device)
+    if out:
+        check_writable(Path(out), "--out")
+        with folder_lock(Path(out), "model card"):
+            card = train_target(recipe, out, data_root, quiet, device)
+    else:
+        check_writable(cache_dir(cache), "--cache")
+        card = get_or_train(recipe, cache, data_root, quiet, device=device)
     m = card.data["metrics"]
     cert = m.get("certificate", {})
     click.echo(f"model card: {card.path}")

@@ -3,7 +3,9 @@
 ``rescore_cell`` rebuilds the training problem from the recipe, loads the cell's stored pooled
 candidates, runs the standard evaluation function (``reconbench.evaluation.evaluate`` via the runner's
 ``score_selection``) for the pooled, blind and oracle selections, and compares every stored summary number.
-``check_tables`` recomputes every table entry of ``results.json`` from the cell JSONs.
+``check_tables`` recomputes every table entry of ``results.json`` from the cell JSONs, ``check_readme`` renders the
+README again from ``results.json`` and the cells and compares it line by line, and ``corrupt_cells`` names every cell
+file that cannot be read.
 """
 
 from __future__ import annotations
@@ -16,8 +18,80 @@ from typing import Any
 
 from safetensors.torch import load_file
 
+from reconbench.bench.cells import CELL_FORMAT
 from reconbench.bench.runner import STATUS_OK, null_record, score_selection
-from reconbench.targets.cards import ModelCard
+from reconbench.bench.suite import Suite
+from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.render import render_readme
+from reconbench.leaderboard.tables import collect
+from reconbench.targets.cards import ModelCard, check_card_data
+
+
+def read_json(path: Path, what: str) -> Any:
+    """A JSON file of a leaderboard, or a one-line error naming the file."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReconbenchError(f"{path} is missing: the {what} cannot be checked; render the leaderboard again") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReconbenchError(f"{path} is not valid JSON ({exc}); the {what} is damaged, render the leaderboard "
+                              "again") from None
+
+
+def _malformed(path: Path, exc: BaseException) -> ReconbenchError:
+    return ReconbenchError(f"{path} is malformed ({type(exc).__name__}: {exc}); render the leaderboard again")
+
+
+def corrupt_cells(folder: Path) -> list[str]:
+    """Cell files of ``folder``/cells that cannot be read as cell records, each with the reason."""
+    bad = []
+    for p in sorted((folder / "cells").glob("*.json")):
+        try:
+            rec = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            bad.append(f"{p}: not valid JSON ({exc})")
+            continue
+        if not isinstance(rec, dict):
+            bad.append(f"{p}: a cell record is a JSON object, got a {type(rec).__name__}")
+        elif rec.get("format") != CELL_FORMAT or rec.get("cell_id") != p.stem:
+            bad.append(f"{p}: not a cell record of this file name (format {rec.get('format')!r}, cell_id "
+                       f"{rec.get('cell_id')!r})")
+    return bad
+
+
+def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
+    """Render README.md again from results.json and the cells; each differing line is a problem."""
+    data = read_json(leaderboard / "results.json", "leaderboard")
+    recorded = (data.get("header") or {}).get("suite_sha256") if isinstance(data, dict) else None
+    if recorded and recorded != suite.text_sha256:  # the suite's text is part of the README (description, plan)
+        return [f"{leaderboard}/README.md was rendered from another version of the suite file (sha256 "
+                f"{recorded[:16]}, now {suite.text_sha256[:16]}); verify with the suite file it was rendered from, or "
+                "render and publish it again"]
+    try:
+        text = render_readme(suite, data["header"], data["tables"], data["columns"], data["comparisons"],
+                             collect(suite, leaderboard), data["figures"], data["stored_candidates"], data["targets"])
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise _malformed(leaderboard / "results.json", exc) from None
+    readme = leaderboard / "README.md"
+    try:
+        old = readme.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"{readme}: cannot be read ({exc})"]
+    problems = []
+    new_lines, old_lines = text.splitlines(), old.splitlines()
+    for i, (a, b) in enumerate(zip(old_lines, new_lines, strict=False)):
+        if a != b:
+            problems.append(f"{readme} line {i + 1} differs from the re-rendered one: {_around(a, b)}")
+    if len(old_lines) != len(new_lines):
+        problems.append(f"{readme}: {len(old_lines)} lines, re-rendered {len(new_lines)}")
+    return problems
+
+
+def _around(old: str, new: str, width: int = 30) -> str:
+    """Where two lines first differ: ``...old part...`` vs ``...new part...``."""
+    i = next((k for k, (x, y) in enumerate(zip(old, new, strict=False)) if x != y), min(len(old), len(new)))
+    lo = max(0, i - width)
+    return f"{old[lo:i + width]!r} vs {new[lo:i + width]!r} (column {i + 1})"
 
 
 def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
@@ -42,10 +116,21 @@ def rescore_cell(
     leaderboard: Path, cell_id: str, *, data_root: str | None = None, rtol: float = 1e-9, atol: float = 1e-12
 ) -> list[str]:
     """Mismatches between a cell JSON and a fresh evaluation (empty: every stored number reproduced)."""
-    rec = json.loads((leaderboard / "cells" / f"{cell_id}.json").read_text())
+    path = leaderboard / "cells" / f"{cell_id}.json"
+    rec = read_json(path, f"cell {cell_id}")
+    try:
+        return _rescore(leaderboard, cell_id, rec, data_root, rtol, atol)
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise _malformed(path, exc) from None
+
+
+def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: str | None, rtol: float,
+             atol: float) -> list[str]:
     if rec["status"] != STATUS_OK:
         return [f"{cell_id}: status {rec['status']}, nothing to re-score"]
-    card_data = json.loads((leaderboard / "targets" / f"{rec['target']['recipe_key']}.json").read_text())
+    card_path = leaderboard / "targets" / f"{rec['target']['recipe_key']}.json"
+    card_data = read_json(card_path, "model card")
+    check_card_data(card_data, card_path)
     card = ModelCard(path=leaderboard / "targets", data=card_data)
     problem = card.problem(data_root)
     pooled = load_file(str(leaderboard / "candidates" / f"{cell_id}.safetensors"))
@@ -81,9 +166,16 @@ def rescore_cell(
 
 def check_tables(leaderboard: Path) -> list[str]:
     """Recompute each table entry of results.json (mean, sd, n) from the values of the cells it names."""
-    data = json.loads((leaderboard / "results.json").read_text())
+    data = read_json(leaderboard / "results.json", "leaderboard")
+    cells = {p.stem: read_json(p, f"cell {p.stem}") for p in (leaderboard / "cells").glob("*.json")}
+    try:
+        return _check_tables(data, cells)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise _malformed(leaderboard / "results.json", exc) from None
+
+
+def _check_tables(data: dict[str, Any], cells: dict[str, Any]) -> list[str]:
     cols = {c["name"]: c for c in data["columns"]}
-    cells = {p.stem: json.loads(p.read_text()) for p in (leaderboard / "cells").glob("*.json")}
     problems = []
     for sel, rows in data["tables"].items():
         for row in rows:

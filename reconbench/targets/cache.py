@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from reconbench.errors import ModelCardError
@@ -50,12 +51,24 @@ def get_or_train(recipe: TargetRecipe, cache: str | os.PathLike[str] | None = No
         # a defense that acts only before release: train (or reuse) the undefended target, then apply it
         undefended = dataclasses.replace(recipe, defense=None, defense_config={})
         remember_card(recipe, get_or_train(undefended, cache, data_root, quiet, log, device), device)
-    tmp = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))  # one per writer
     if log and not quiet:
         print(f"training target {recipe.key()} ({recipe.family} on {recipe.problem.dataset}, "
               f"{recipe.problem.task}, {recipe.problem.n_per_class} per class)")
-    train_target(recipe, tmp, data_root, quiet, device)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
+    try:
+        train_target(recipe, tmp, data_root, quiet, device)
+        if (folder / CARD_FILE).exists():  # another process trained the same recipe meanwhile: keep its card
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            try:
+                os.replace(tmp, folder)
+            except OSError:  # lost the race to another writer between the check and the rename
+                if not (folder / CARD_FILE).exists():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return load_card(folder)

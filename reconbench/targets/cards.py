@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -14,8 +15,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from reconbench import __version__, plugins
-from reconbench.errors import ModelCardError
+from reconbench.errors import ModelCardError, ReconbenchError
 from reconbench.interfaces import Knowledge
+from reconbench.provenance import write_json
 from reconbench.targets.data_files import file_digest
 from reconbench.targets.nets import TargetNet
 from reconbench.targets.problems import Problem, build_problem
@@ -53,13 +55,18 @@ class ModelCard:
         )
 
     def mean_image(self) -> torch.Tensor:
-        return _load_tensors(self.path / MEAN_FILE, self.data["mean_image"]["sha256"])["mean"]
+        tensors = _load_tensors(self.path / MEAN_FILE, self.data["mean_image"]["sha256"])
+        if "mean" not in tensors:
+            raise ModelCardError(f"{self.path / MEAN_FILE} holds no `mean` tensor; re-train the target")
+        _check_floats(tensors, self.path / MEAN_FILE)
+        return tensors["mean"]
 
     def load_model(self, dtype: torch.dtype | None = None) -> TargetNet:
         """Rebuild the architecture from the card and load the weights, checking hashes, names and shapes."""
         family = plugins.get("models", self.data["family"])
         model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]))
         state = _load_tensors(self.path / WEIGHTS_FILE, self.data["weights"]["sha256"])
+        _check_floats(state, self.path / WEIGHTS_FILE)
         _check_state(model, state, self.path)
         model.load_state_dict(state)
         return model.to(dtype or self.dtype).eval()
@@ -67,11 +74,50 @@ class ModelCard:
     def problem(self, data_root: str | Path | None = None) -> Problem:
         """Rebuild the training problem (needs the data set) and check that it matches the recorded indices."""
         problem = build_problem(self.recipe.problem, data_root)
+        where = f"{self.path}: the training subset rebuilt from {self.recipe.problem.dataset!r}"
         if problem.train_indices.tolist() != self.data["problem"]["indices"]["train"]:
-            raise ModelCardError(
-                f"{self.path}: the training subset rebuilt from {self.recipe.problem.dataset!r} differs from the one "
-                "recorded in the card; the data files differ from those the target was trained on")
+            raise ModelCardError(f"{where} selects other images than the card records; the data files differ from "
+                                 "those the target was trained on (point --data-root at the original files)")
+        recorded = self.data["problem"].get("train_sha256")
+        if recorded is not None and recorded != training_pixels_sha256(problem):
+            raise ModelCardError(f"{where} has other pixel values or labels than the target was trained on (hash "
+                                 "of the selected images differs); the data files were changed or replaced, "
+                                 "restore the original files")
+        for key, got in (("train_labels", problem.train_labels.tolist()), ("num_classes", problem.num_classes),
+                         ("class_counts", problem.class_counts), ("out_dim", problem.out_dim)):
+            stored = self.data["problem"]["train_labels"] if key == "train_labels" else self.data[key]
+            if stored != got:
+                raise ModelCardError(f"{where} gives {key} {_short(got)}, but the card says {_short(stored)}; the card "
+                                     "was edited or belongs to other data. Re-train, or restore the original card")
         return problem
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def training_pixels_sha256(problem: Problem) -> str:
+    """sha256 of the selected training images (float64, C order) and their labels: the content a target saw."""
+    h = hashlib.sha256(np.ascontiguousarray(problem.train_images, dtype=np.float64).tobytes())
+    h.update(np.ascontiguousarray(problem.train_labels, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def content_sha256(data: dict[str, Any]) -> str:
+    """sha256 of every card field that determines scores (recipe, problem, shapes, classes, file hashes)."""
+    fields = {k: data.get(k) for k in HASHED_FIELDS}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()
+
+
+def _check_floats(tensors: dict[str, torch.Tensor], where: Path) -> None:
+    for k, v in tensors.items():
+        if v.dtype not in (torch.float32, torch.float64):
+            raise ModelCardError(f"{where}: tensor {k!r} has dtype {str(v.dtype).replace('torch.', '')}; released "
+                                 "weights must be float32 or float64. Re-train, or convert the weights")
+        if not bool(torch.isfinite(v).all()):
+            raise ModelCardError(f"{where}: tensor {k!r} holds NaN or infinite values; the target diverged or the "
+                                 "file was damaged. Re-train it (lower --lr, or check the defense options)")
 
 
 def _load_tensors(path: Path, sha256: str | None) -> dict[str, torch.Tensor]:
@@ -130,7 +176,9 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
         "metrics": result.metrics,
         "history": result.history,
     }
-    (out / CARD_FILE).write_text(json.dumps(data, indent=1, default=_json_default))
+    data["problem"]["train_sha256"] = training_pixels_sha256(problem)
+    data["content_sha256"] = content_sha256(data)
+    write_json(out / CARD_FILE, data)
     return ModelCard(out, data)
 
 
@@ -150,11 +198,68 @@ def load_card(path: str | Path) -> ModelCard:
         raise ModelCardError(f"no model card at {p}; pass the folder written by `reconbench train` (it holds card.json)")
     try:
         data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelCardError(f"{p} is not valid JSON ({exc})") from exc
-    if data.get("format") != CARD_FORMAT:
-        raise ModelCardError(f"{p} is not a reconbench model card (format {data.get('format')!r}, expected {CARD_FORMAT})")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelCardError(f"{p} is not valid JSON ({exc}); restore the card written by `reconbench train`") from exc
+    check_card_data(data, p)
     return ModelCard(p.parent, data)
+
+
+def check_card_data(data: Any, where: Path | str) -> None:
+    """Schema of a card: the fields the harness reads, with their types; and the content hash when recorded."""
+    if not isinstance(data, dict):
+        raise ModelCardError(f"{where}: a model card is a JSON object, got a {type(data).__name__}; restore the card "
+                             "written by `reconbench train`")
+    if data.get("format") != CARD_FORMAT:
+        raise ModelCardError(f"{where} is not a reconbench model card (format {data.get('format')!r}, expected "
+                             f"{CARD_FORMAT})")
+    for key, kind in CARD_SCHEMA:
+        value: Any = data
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if not _fits(value, kind):
+            raise ModelCardError(f"{where}: field {key} is {_short(value)}, expected {kind}; the card is damaged or "
+                                 "was edited. Re-train, or restore the original card")
+    if not (len(data["input_shape"]) == 3 and all(s >= 1 for s in data["input_shape"])):
+        raise ModelCardError(f"{where}: input_shape {data['input_shape']} is not (C, H, W); restore the original card")
+    recorded = data.get("content_sha256")
+    if recorded is not None and recorded != content_sha256(data):
+        raise ModelCardError(f"{where}: the card's fields do not match its content_sha256 (a field that determines "
+                             "scores was edited); re-train, or restore the original card")
+    try:
+        key = TargetRecipe.from_dict(data["recipe"]).key()
+    except ReconbenchError as exc:
+        raise ModelCardError(f"{where}: its recipe is invalid ({exc})") from exc
+    if key != data["recipe_key"]:
+        raise ModelCardError(f"{where}: recipe_key {data['recipe_key']!r} does not match its recipe (hash {key}); "
+                             "the card was edited. Re-train, or restore the original card")
+
+
+def _fits(value: Any, kind: str) -> bool:
+    if kind == "an object":
+        return isinstance(value, dict)
+    if kind == "a string":
+        return isinstance(value, str)
+    if kind == "a positive integer":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    if kind == "a list of integers":
+        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    if kind == "a 64-digit sha256":
+        return isinstance(value, str) and len(value) == 64
+    return True
+
+
+#: (dotted field, expected kind) of every card field the harness reads
+CARD_SCHEMA = (
+    ("recipe", "an object"), ("recipe_key", "a string"), ("family", "a string"), ("model_spec", "an object"),
+    ("task", "a string"), ("num_classes", "a positive integer"), ("out_dim", "a positive integer"),
+    ("input_shape", "a list of integers"), ("class_counts", "a list of integers"), ("problem", "an object"),
+    ("problem.indices", "an object"), ("problem.indices.train", "a list of integers"),
+    ("problem.train_labels", "a list of integers"), ("weights", "an object"), ("weights.sha256", "a 64-digit sha256"),
+    ("mean_image", "an object"), ("mean_image.sha256", "a 64-digit sha256"), ("metrics", "an object"),
+)
+#: card fields covered by content_sha256
+HASHED_FIELDS = ("recipe", "recipe_key", "family", "model_spec", "homogeneity_degree", "task", "num_classes",
+                 "out_dim", "input_shape", "class_counts", "problem", "weights", "mean_image")
 
 
 def load_legacy_checkpoint(path: str | Path, model: torch.nn.Module) -> torch.nn.Module:

@@ -178,6 +178,9 @@ def _validate(data: ImageData, ref: str) -> None:
     if imgs.ndim != 4 or imgs.shape[1] not in (1, 3) or len(imgs) != len(data.labels):
         raise DataError(f"data set {ref!r}: images must be (N, C, H, W) with C in (1, 3) and one label each; "
                         f"got images {imgs.shape} and labels {data.labels.shape}")
+    if len(data.labels) and (data.labels.min() < 0 or data.labels.max() >= len(data.classes)):
+        raise DataError(f"data set {ref!r}: labels must lie in 0..{len(data.classes) - 1} (its {len(data.classes)} "
+                        f"classes), found {int(data.labels.min())}..{int(data.labels.max())}; the data file is damaged")
 
 
 def _first_per_class(order: np.ndarray, labels: np.ndarray, classes: list[int], k: int) -> np.ndarray:
@@ -211,6 +214,9 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
 
     if spec.task == "multiclass":
         k = spec.num_classes or len(data.classes)
+        if not 2 <= k <= len(data.classes):
+            raise ReconbenchError(f"--num-classes {k}: data set {spec.dataset!r} has {len(data.classes)} classes; "
+                                  f"pass a value from 2 to {len(data.classes)}")
         task_labels = data.labels.copy()
         classes = list(range(k))
         blocks = []

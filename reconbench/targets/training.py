@@ -13,7 +13,7 @@ from typing import Any, Literal
 import torch
 
 from reconbench import plugins
-from reconbench.config import option
+from reconbench.config import Limit, check_value, option
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.progress import Progress
 from reconbench.targets.certificate import certificate
@@ -30,16 +30,17 @@ class TrainSpec:
     """How a target is trained: full-batch gradient descent without momentum (the papers' recipe)."""
 
     loss: str | None = option(None, "bce (binary), ce (multiclass), mse / l25 / huber (regression); None: task default")
-    lr: float = option(0.01, "learning rate")
-    steps: int = option(10_000, "number of full-batch GD steps")
-    weight_decay: float = option(0.0, "coupled weight decay wd (minimises L + wd/2 ||theta||^2), on all parameters")
+    lr: float = option(0.01, "learning rate", gt=0)
+    steps: int = option(10_000, "number of full-batch GD steps", ge=1)
+    weight_decay: float = option(0.0, "coupled weight decay wd (minimises L + wd/2 ||theta||^2), on all parameters",
+                                 ge=0)
     dtype: Literal["float64", "float32"] = option("float64", "training precision")
     schedule: Literal["constant", "inverse_loss"] = option(
         "constant", "constant: the papers' plain GD; inverse_loss: lr * min(cap, threshold/loss) once loss < threshold")
-    schedule_threshold: float = option(0.1, "inverse_loss: loss below which the lr is scaled up")
-    schedule_cap: float = option(1e4, "inverse_loss: the largest lr multiplier")
-    stop_loss: float = option(0.0, "stop early once the training loss falls below this (0: never)")
-    eval_every: int = option(1000, "record train/test metrics every this many steps")
+    schedule_threshold: float = option(0.1, "inverse_loss: loss below which the lr is scaled up", gt=0)
+    schedule_cap: float = option(1e4, "inverse_loss: the largest lr multiplier", ge=1)
+    stop_loss: float = option(0.0, "stop early once the training loss falls below this (0: never)", ge=0)
+    eval_every: int = option(1000, "record train/test metrics every this many steps", ge=1)
     seed: int = option(0, "seed of the weight initialisation")
 
 
@@ -67,11 +68,21 @@ class TargetRecipe:
         from reconbench.config import build_config
 
         family = plugins.get("models", self.family)
-        unknown = set(self.model) - set(family.default_spec())
+        defaults = family.default_spec()
+        unknown = set(self.model) - set(defaults)
         if unknown:
             raise ReconbenchError(f"model family {self.family!r} has no option {sorted(unknown)[0]!r}; its options "
-                                  f"are: {', '.join(sorted(family.default_spec())) or '(none)'}")
+                                  f"are: {', '.join(sorted(defaults)) or '(none)'}")
+        for k, v in self.model.items():
+            check_model_option(self.family, k, v, defaults[k])
+        p = self.problem
+        if p.task == "multiclass" and p.num_classes is not None and p.num_classes < 2:
+            raise ReconbenchError(f"--num-classes {p.num_classes}: a multiclass target needs at least 2 classes; "
+                                  "pass --num-classes 2 or more (or --task binary)")
         get_loss(self.train.loss, self.problem.task)
+        if self.defense is None and self.defense_config:
+            raise ReconbenchError(f"defense options {sorted(self.defense_config)} are given without a defense; "
+                                  "name one with --defense (see `reconbench list defenses`)")
         if self.defense is not None:
             defense = plugins.get("defenses", self.defense)
             build_config(defense.config_cls, self.defense_config, f"defense {defense.name}")
@@ -86,13 +97,53 @@ class TargetRecipe:
         from reconbench.config import build_config
 
         known = {"problem", "family", "model", "train", "defense", "defense_config"}
+        if not isinstance(d, dict):
+            raise ReconbenchError(f"a recipe is a table of {', '.join(sorted(known))}, got a {type(d).__name__}")
         extra = set(d) - known
         if extra:
             raise ReconbenchError(f"recipe: unknown key {sorted(extra)[0]!r}; known keys: {', '.join(sorted(known))}")
+        for k in ("problem", "model", "train", "defense_config"):
+            if d.get(k) is not None and not isinstance(d[k], dict):
+                raise ReconbenchError(f"recipe: {k} must be a table of options, got {type(d[k]).__name__} {d[k]!r}")
+        for k in ("family", "defense"):
+            if d.get(k) is not None and not isinstance(d[k], str):
+                raise ReconbenchError(f"recipe: {k} must be a name (a string), got {type(d[k]).__name__} {d[k]!r}")
         return cls(problem=build_config(ProblemSpec, d.get("problem"), "recipe.problem"),
                    family=str(d.get("family", "mlp")), model=dict(d.get("model") or {}),
                    train=build_config(TrainSpec, d.get("train"), "recipe.train"),
                    defense=d.get("defense"), defense_config=dict(d.get("defense_config") or {}))
+
+
+def check_model_option(family: str, key: str, value: Any, default: Any) -> None:
+    """A model option must have its default's type (bool, integer, number, string, list) and sign, and be finite.
+
+    Model families declare their options as a dict of defaults, so the default is the only type information there is.
+    """
+    where = f"model option {key}={value!r} (family {family!r}, default {default!r})"
+    if default is None:
+        check_value(value, None, f"model option {key}")
+        return
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ReconbenchError(f"{where}: expected true or false; pass --model-set {key}=true or {key}=false")
+        return
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)):
+            raise ReconbenchError(f"{where}: expected a list like {list(default)!r}; pass --model-set "
+                                  f"{key}={json.dumps(list(default))}")
+        for item in value:
+            check_model_option(family, key, item, default[0] if default else None)
+        return
+    if isinstance(default, (int, float)):
+        is_int = isinstance(default, int)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (is_int and not isinstance(value, int)):
+            kind = "an integer" if is_int else "a number"
+            raise ReconbenchError(f"{where}: expected {kind}; pass e.g. --model-set {key}={default!r}")
+        limit = Limit(gt=0) if default > 0 else Limit(ge=0) if default == 0 else None
+        check_value(value, limit, f"model option {key} (family {family!r})")
+        return
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ReconbenchError(f"{where}: expected a string")
 
 
 @dataclass
