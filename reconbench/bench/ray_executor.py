@@ -129,12 +129,17 @@ class RayExecutor:
         return {"num_cpus": self.cpus_per_cell, "num_gpus": gpus, "max_retries": self.max_retries}
 
     # -- the executor -----------------------------------------------------------------------------------
-    def check(self, ctx: RunContext) -> None:
-        if ctx.device.startswith("cuda:"):
+    @staticmethod
+    def check_device(device: str) -> None:
+        """Refuse a device Ray cannot honour (before anything is written)."""
+        if device.startswith("cuda:"):
             raise SuiteError(
-                f"with --executor ray, pass --device cuda, not {ctx.device!r}: Ray gives each cell one GPU, which "
+                f"with --executor ray, pass --device cuda, not {device!r}: Ray gives each cell one GPU, which "
                 "the cell sees as cuda"
             )
+
+    def check(self, ctx: RunContext) -> None:
+        self.check_device(ctx.device)
         ray = self._connect()
         have = ray.cluster_resources()
         need = self._resources(ctx)

@@ -114,7 +114,10 @@ def bench_command(
         )
         return
     out_dir = Path(out) if out is not None else default_results_dir(s)
+    cells_executor = cell_executor(executor, address)
     if device is not None:
+        if isinstance(cells_executor, RayExecutor):
+            cells_executor.check_device(device)
         check_device(device)
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
@@ -122,7 +125,7 @@ def bench_command(
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,
                            device=device, dtype=dtype, cache=cache, data_root=data_root, quiet=quiet,
                            command=command_line(),
-                           executor=cell_executor(executor, address))
+                           executor=cells_executor)
     ok = len(report.ran) - len(report.failed)
     click.echo(
         f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "

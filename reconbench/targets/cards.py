@@ -110,8 +110,14 @@ def content_sha256(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()
 
 
+#: integer buffers a released model may carry: BatchNorm's step counter (unused by the forward pass in eval mode)
+INTEGER_BUFFERS = ("num_batches_tracked",)
+
+
 def _check_floats(tensors: dict[str, torch.Tensor], where: Path) -> None:
     for k, v in tensors.items():
+        if k.rsplit(".", 1)[-1] in INTEGER_BUFFERS and not v.is_floating_point() and v.dtype != torch.bool:
+            continue
         if v.dtype not in (torch.float32, torch.float64):
             raise ModelCardError(f"{where}: tensor {k!r} has dtype {str(v.dtype).replace('torch.', '')}; released "
                                  "weights must be float32 or float64. Re-train, or convert the weights")
