@@ -16,18 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from scipy import stats
-
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import Comparison, Suite, load_suite
+from reconbench.leaderboard.tables import Stat
 
 #: the evaluation summary key of the headline (training images counted as reconstructed)
 HEADLINE_KEY = "reconstructed"
@@ -176,28 +174,15 @@ CLAIMS: tuple[Claim, ...] = (
 
 
 # -- statistics ---------------------------------------------------------------------------------------------
-@dataclass
-class Interval:
-    values: list[float]
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float | None:
-        return statistics.fmean(self.values) if self.values else None
+class Interval(Stat):
+    """The leaderboard's statistic over seeds (:class:`reconbench.leaderboard.tables.Stat`), with a single value (or
+    identical values) as its own interval, so that a claim's point always has bounds to compare."""
 
     @property
     def bounds(self) -> tuple[float, float] | None:
-        """Student-t interval of the mean over seeds; a single value (or identical values) is its own interval."""
-        if not self.values:
+        if self.mean is None:
             return None
-        m = statistics.fmean(self.values)
-        if self.n < 2:
-            return m, m
-        half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, self.n - 1)) * statistics.stdev(self.values) / math.sqrt(self.n)
-        return m - half, m + half
+        return self.ci95 or (self.mean, self.mean)
 
 
 def fmt(x: float, measure: Measure) -> str:
