@@ -452,6 +452,10 @@ def _load_json(path: Path) -> Any:
         return None
 
 
+#: the last commit holding the cpu-mini board published before the calibrated headline (from a dirty checkout)
+WITHDRAWN_CPU_MINI = "bc897e1"
+
+
 def contradictions_section(root: Path) -> str:
     """The two results the issue tracker flagged as contradicting the papers, read from their committed files."""
     lines = ["## Two earlier results that contradict the papers", ""]
@@ -465,7 +469,9 @@ def contradictions_section(root: Path) -> str:
     lines.append("")
     for k, name, rec in found:
         if rec is None:
-            lines.append(f"- {k} classes: `leaderboards/cpu-mini/cells/{name}` not found")
+            lines.append(f"- {k} classes: `leaderboards/cpu-mini/cells/{name}` is not in this checkout (the board "
+                         f"was withdrawn until it is re-published from a clean commit; the old cell is "
+                         f"`git show {WITHDRAWN_CPU_MINI}:leaderboards/cpu-mini/cells/{name}`)")
             continue
         s, a = _summary(rec), rec.get("attack") or {}
         lines.append(f"- {k} classes: {_count(s.get(PAPERS_PROTOCOL_KEY))} of {s.get('n_train')} reconstructed "
