@@ -90,6 +90,9 @@ def test_example_defense_conforms_and_lands_in_the_privacy_table(tmp_path, toy_a
             assert r["test_accuracy"] == 1.0 - card["metrics"]["test_error"]
             headline = r["attacks"]["toy_identity / gaussian"]["headline"]
             assert headline["n"] == 2 and len(headline["values"]) == 2
+            calibrated = [json.loads((lb / "cells" / f"{r['target']}--toy_identity--gaussian--s{s}.json").read_text())
+                          ["selections"]["pool"]["summary"]["reconstructed_calibrated"] for s in (0, 1)]
+            assert headline["values"] == calibrated  # the calibrated headline, not the papers' SSIM count
             if r["defense"] == "low_rank":
                 assert card["metrics"]["defense"]["name"] == "low_rank"
                 assert card["metrics"]["defense"]["config"] == {"rank_fraction": r["strength"]}

@@ -21,6 +21,7 @@ from reconbench.cli import main
 from reconbench.errors import DataError
 from reconbench.interfaces import Metric
 from reconbench.leaderboard.render import build_leaderboard
+from reconbench.leaderboard.tables import Stat, fmt_stat, value_range
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
 
@@ -165,7 +166,9 @@ def test_tables_aggregate_the_cells_and_sort_by_direction(synthetic, tmp_path):
             # the 95% interval of the mean: Student t with 2 degrees of freedom (t = 4.3027)
             half = 4.302652729911275 * vals.std(ddof=1) / np.sqrt(3) / 2
             cal = row["metrics"]["reconstructed (calibrated)"]
-            assert cal["ci95"] == pytest.approx([vals.mean() / 2 - half, vals.mean() / 2 + half])
+            # ... clipped to the counts possible, 0..n
+            n_train = json.loads(next((res / "cells").glob("*.json")).read_text())["target"].get("n_train", np.inf)
+            assert cal["ci95"] == pytest.approx([max(0.0, vals.mean() / 2 - half), min(n_train, vals.mean() / 2 + half)])
             # the null: mean over cells of their null means (seeds 0, 1, 2 -> 0, .1, .2), the largest draw (2)
             assert cal["null"] == {"mean": pytest.approx(0.1), "max": 2.0, "cells": 3}
             assert row["metrics"]["distinct share"]["mean"] == pytest.approx(1 - COLLAPSE[row_key(row)])
@@ -518,3 +521,31 @@ def test_publishing_refuses_cells_from_a_dirty_tree(synthetic, tmp_path):
     first["provenance"]["git_commit"] = "abc123-dirty"
     with pytest.raises(ReconbenchError, match="dirty or unknown tree"):
         check_publishable(pub, "abc123")
+
+
+@pytest.mark.parametrize("values, value_range", [([0.0, 0.0, 3.0], (0.0, 20.0)), ([9.0, 10.0, 10.0], (0.0, 10.0)),
+                                                  ([0.2, 0.5], (None, None)), ([-0.9, 0.95], (-1.0, 1.0))])
+def test_interval_over_seeds_is_clipped_to_what_the_metric_can_take(values, value_range):
+    from scipy import stats
+
+    arr = np.asarray(values)
+    half = stats.t.ppf(0.975, len(arr) - 1) * arr.std(ddof=1) / np.sqrt(len(arr))
+    lo, hi = value_range
+    expected = [arr.mean() - half if lo is None else max(lo, arr.mean() - half),
+                arr.mean() + half if hi is None else min(hi, arr.mean() + half)]
+    ci = Stat(values, value_range).ci95
+    assert ci is not None and list(ci) == pytest.approx(expected)
+    assert (lo is None or ci[0] >= lo) and (hi is None or ci[1] <= hi)
+    assert fmt_stat(Stat(values, value_range).to_dict(), ".2f") == fmt_stat(Stat(values, value_range), ".2f")
+
+
+def test_value_ranges_follow_what_each_key_counts():
+    recs = [{"target": {"n_train": 20}}, {"target": {"n_train": 20}}]
+    assert value_range("reconstructed_calibrated", recs) == (0.0, 20.0)
+    assert value_range("reconstructed", recs) == (0.0, 20.0)
+    assert value_range("reconstructed_per_candidate", recs) == (0.0, 1.0)
+    assert value_range("membership_precision", recs) == (0.0, 1.0)
+    assert value_range("init_copy_share", recs) == (0.0, 1.0)
+    assert value_range("top_k_mean_ssim", recs) == (-1.0, 1.0)
+    assert value_range("attack_seconds", recs) == (0.0, None)
+    assert value_range("extraction_score", recs) == (None, None)

@@ -17,10 +17,11 @@ from typing import Any
 from tabulate import tabulate
 
 from reconbench.bench.suite import PrivacyAxis, Suite
-from reconbench.leaderboard.tables import Published, Stat, fmt_stat, null_of
+from reconbench.leaderboard.tables import Published, Stat, fmt_stat, null_of, value_range
 
-#: the evaluation summary key shown as each attack's headline (switch it here when the calibrated one lands)
-HEADLINE_KEY = "reconstructed"
+#: the evaluation summary key shown as each attack's headline: the calibrated count (docs/calibration.md), which
+#: random held-out images pass with probability at most 5%; the papers' SSIM count is not a privacy measure
+HEADLINE_KEY = "reconstructed_calibrated"
 # The null (held-out images as candidates): the cells' own held-out null of the headline when the evaluation
 # recorded one (reconbench.leaderboard.tables.null_of), else the headline of the axis' null cells
 # (`null_attack` / `null_init`: 0 attack steps from held-out images on the undefended target).
@@ -90,7 +91,8 @@ def axis_rows(suite: Suite, pub: Published, axis: PrivacyAxis) -> dict[str, Any]
                 recorded = null_of(recs, SELECTION, HEADLINE_KEY)  # the cells' own held-out null, when evaluated
                 null = [] if recorded is None else [recorded["mean"]]
                 entry["attacks"][f"{attack} / {init}"] = {
-                    "headline": Stat(head).to_dict(), "null": Stat(null).to_dict(),
+                    "headline": Stat(head, value_range(HEADLINE_KEY, recs)).to_dict(),
+                    "null": Stat(null, value_range(HEADLINE_KEY, recs)).to_dict(),
                     "cells": [r["cell_id"] for r in recs], "pareto": False}
         rows.append(entry)
     if axis.null_attack:  # the null cells' headline (held-out images, 0 steps) where the cells record none
@@ -98,7 +100,9 @@ def axis_rows(suite: Suite, pub: Published, axis: PrivacyAxis) -> dict[str, Any]
         for base in dict.fromkeys(r["base"] for r in rows):
             ids = [c.cell_id for c in pub.plan if group in c.groups and c.target == base
                    and c.attack.label == axis.null_attack and c.init.label == axis.null_init]
-            null_stat = Stat([v for v in (_summary_value(r, HEADLINE_KEY) for r in pub.ok(ids)) if v is not None])
+            null_recs = pub.ok(ids)
+            null_stat = Stat([v for v in (_summary_value(r, HEADLINE_KEY) for r in null_recs) if v is not None],
+                             value_range(HEADLINE_KEY, null_recs))
             for r in rows:
                 if r["base"] == base and not recorded_any:
                     for s in series:
@@ -150,15 +154,16 @@ def render_privacy(name: str, table: dict[str, Any]) -> str:
         cells = [r["base"], label, _strength(r), _fmt(acc, ".3f"), delta, _privacy_cost(r)]
         for s in table["series"]:
             a = r["attacks"][s]
-            text = fmt_stat(Stat(a["headline"]["values"]), ".1f")
-            text += f" ({fmt_stat(Stat(a['null']['values']), '.1f')})"
+            text = fmt_stat(a["headline"], ".1f")
+            text += f" ({fmt_stat(a['null'], '.1f')})"
             cells.append(text + (f" {FRONT_MARK}" if a["pareto"] else ""))
         body.append(cells)
     return (
         f"## {table['title']}\n\n"
         f"Per defense and strength: the defended target's test accuracy (Δ against the undefended target), the "
         f"defense's own guarantee where it has one, and each attack's `{table['headline_key']}` "
-        f"({table['selection']} selection; mean ± sd over seeds) with, in brackets, the same score for the null "
+        f"({table['selection']} selection; mean and [95% interval] over seeds, clipped to 0..n) with, in parentheses, "
+        f"the same score for the null "
         f"(held-out images as candidates: the cells' recorded null, else the suite's null cells; "
         f"n/a where neither exists). {FRONT_MARK}: on the attack's "
         "Pareto front (no other point of the same target is at least as accurate and at most as reconstructable, "

@@ -22,7 +22,6 @@ from reconbench.leaderboard.tables import (
     SELECTION_TITLES,
     SELECTIONS,
     Published,
-    Stat,
     collect,
     comparison_rows,
     fmt_stat,
@@ -52,7 +51,7 @@ def _arrow(col: dict[str, Any]) -> str:
 
 def _cell(r: dict[str, Any], col: dict[str, Any]) -> str:
     m = r["metrics"][col["name"]]
-    text = fmt_stat(Stat(m["values"]), col["format"])
+    text = fmt_stat(m, col["format"])
     null = m.get("null")
     if null is not None:
         text += f" (null {format(null['mean'], col['format'])}, max {format(null['max'], col['format'])})"
@@ -87,7 +86,7 @@ def render_comparison(comp: dict[str, Any], columns: list[dict[str, Any]]) -> st
         for r in comp["rows"]:
             sel = r["selection"] + (f" {ORACLE_SELECTION_MARK}" if r["selection"] == "oracle" else "")
             body.append(
-                [r["attack"], _label_init(r), sel] + [fmt_stat(Stat(v[metric]["values"]), col["format"])
+                [r["attack"], _label_init(r), sel] + [fmt_stat(v[metric], col["format"])
                                                        for v in r["values"]]
             )
         parts.append(
@@ -123,7 +122,7 @@ def render_readme(
     lines += _header_lines(info)
     lines += _reading_lines(suite, stored)
     lines += _targets_lines(suite, targets)
-    lines += _table_lines(tables, columns)
+    lines += _table_lines(tables, columns, has_grid=any("grid" in c.groups for c in pub.plan))
     lines += _comparison_lines(comparisons, columns)
     for section in sections or []:  # e.g. the privacy-utility tables (reconbench.leaderboard.privacy)
         lines += [section, ""]
@@ -167,7 +166,8 @@ def _reading_lines(suite: Suite, stored: list[str]) -> list[str]:
     lines = [
         "Every number below is computed from the cell JSONs in [`cells/`](cells/); `results.json` lists, for each "
         "row, the cells it aggregates. Values are the mean over seeds with its 95% interval in brackets (Student "
-        "t; one seed: the value alone). Rows are sorted by the first column, in its direction (↑ higher is "
+        "t, clipped to the values the metric can take, e.g. 0..n for counts; one seed: the value alone). "
+        "Rows are sorted by the first column, in its direction (↑ higher is "
         "better, ↓ lower is better).",
         "",
         "**Headline.** `reconstructed (calibrated)` counts training images whose reconstruction correlates with "
@@ -215,7 +215,9 @@ def _targets_lines(suite: Suite, targets: list[dict[str, Any]] | None) -> list[s
     ]
 
 
-def _table_lines(tables: dict[str, list[dict[str, Any]]], columns: list[dict[str, Any]]) -> list[str]:
+def _table_lines(tables: dict[str, list[dict[str, Any]]], columns: list[dict[str, Any]], has_grid: bool = True) -> list[str]:
+    if not has_grid:
+        return ["_This suite has no main grid: all its cells belong to the comparisons and sections below._", ""]
     lines: list[str] = []
     for sel in SELECTIONS:
         rows = tables[sel]

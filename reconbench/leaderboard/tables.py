@@ -82,9 +82,39 @@ def direction(col: ColumnSpec, key: str | None, records: Iterable[dict[str, Any]
 
 
 # -- aggregation ----------------------------------------------------------------------------------------
+#: summary keys that are shares of something, whatever their name says
+_SHARE_KEYS = {"membership_precision", "reconstructed_per_candidate", "label_agreement_reconstructed"}
+#: summary keys that count training images, candidates or claims (at most the larger of n and m)
+_COUNT_KEYS = {"matched_images", "distinct_matched", "member_claims", "member_claims_confirmed",
+               "notebook_distinct_candidates_reconstructed"}
+
+
+def value_range(key: str | None, records: Iterable[dict[str, Any]] = ()) -> tuple[float | None, float | None]:
+    """The values a summary key can take, for clipping an interval over seeds to what is possible.
+
+    Counts of training images lie in [0, n]; shares in [0, 1]; SSIM and correlation scores in [-1, 1]; times and
+    losses are non-negative. Anything else is unbounded. ``records`` give n (the largest n_train among them).
+    """
+    if key is None:
+        return (None, None)
+    if key in _SHARE_KEYS or key.endswith("_share"):
+        return (0.0, 1.0)
+    if key.startswith("reconstructed") or key in _COUNT_KEYS:
+        ns = [int(n) for r in records if isinstance(n := (r.get("target") or {}).get("n_train"), int)]
+        upper = None if key in _COUNT_KEYS or not ns else float(max(ns))
+        return (0.0, upper)
+    if "ssim" in key or "corr" in key:
+        return (-1.0, 1.0)
+    if key in ("attack_seconds", "attack_loss"):
+        return (0.0, None)
+    return (None, None)
+
+
 @dataclass
 class Stat:
     values: list[float]
+    #: the values the statistic can take (None: unbounded); the interval is clipped to it
+    value_range: tuple[float | None, float | None] = (None, None)
 
     @property
     def n(self) -> int:
@@ -100,22 +130,32 @@ class Stat:
 
     @property
     def ci95(self) -> tuple[float, float] | None:
-        """95% interval of the mean over seeds (Student t, n - 1 degrees of freedom); None below two seeds."""
+        """95% interval of the mean over seeds (Student t, n - 1 degrees of freedom), clipped to the value range
+        (with 2 or 3 seeds the t interval is wide and would otherwise reach counts below 0); None below two seeds."""
         if self.n < 2 or self.mean is None or self.sd is None:
             return None
         from scipy.stats import t
 
         half = float(t.ppf(0.975, self.n - 1)) * self.sd / math.sqrt(self.n)
-        return (self.mean - half, self.mean + half)
+        lo, hi = self.mean - half, self.mean + half
+        floor, ceiling = self.value_range
+        return (lo if floor is None else max(lo, floor), hi if ceiling is None else min(hi, ceiling))
 
     def to_dict(self) -> dict[str, Any]:
         ci = self.ci95
         return {"mean": self.mean, "sd": self.sd, "n": self.n, "values": self.values,
-                "ci95": None if ci is None else list(ci)}
+                "ci95": None if ci is None else list(ci), "value_range": list(self.value_range)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Stat:
+        lo, hi = d.get("value_range") or (None, None)
+        return cls(list(d["values"]), (lo, hi))
 
 
-def fmt_stat(s: Stat, fmt: str) -> str:
+def fmt_stat(s: Stat | dict[str, Any], fmt: str) -> str:
     """``mean [lo, hi]`` (95% interval over seeds), or the mean alone for one seed."""
+    if isinstance(s, dict):
+        s = Stat.from_dict(s)
     if s.mean is None:
         return "n/a"
     text = format(s.mean, fmt)
@@ -168,7 +208,7 @@ def _stat(records: list[dict[str, Any]], selection: str, col: ColumnSpec) -> tup
         if v is not None:
             values.append(v)
             key = key or k
-    return Stat(values), key
+    return Stat(values, value_range(key, records)), key
 
 
 def _sort_key(row: dict[str, Any], columns: list[dict[str, Any]]) -> tuple[Any, ...]:
@@ -308,6 +348,8 @@ def target_rows(pub: Published, gate: float | None = None) -> list[dict[str, Any
             "widths": (recipe.get("model") or {}).get("widths"),
             "loss": m.get("loss_name"),
             "weight_decay": train.get("weight_decay"),
+            "defense": recipe.get("defense"),
+            "defense_config": recipe.get("defense_config"),
             "steps": m.get("steps_run"),
             "train_error": m.get("train_error"),
             "test_error": m.get("test_error"),
@@ -326,6 +368,14 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
     def f(v: Any, spec: str) -> str:
         return "n/a" if v is None else format(v, spec)
 
+    defended = any(r.get("defense") for r in rows)
+
+    def defense(r: dict[str, Any]) -> list[str]:
+        if not defended:
+            return []
+        cfg = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in (r.get("defense_config") or {}).items())
+        return [f"{r['defense']} ({cfg})" if r.get("defense") and cfg else (r.get("defense") or "none")]
+
     body = [
         [
             r["target"],
@@ -335,6 +385,7 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
             f"{r['family']} {'-'.join(str(w) for w in r['widths'] or [])}",
             r["loss"],
             f(r["weight_decay"], "g"),
+            *defense(r),
             r["steps"],
             f(r["train_error"], ".3f"),
             f(r["test_error"], ".3f"),
@@ -353,6 +404,7 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
         "model",
         "loss",
         "wd",
+        *(["defense"] if defended else []),
         "steps",
         "train err",
         "test err",
