@@ -19,7 +19,15 @@ from reconbench.errors import IncompatibleError
 from reconbench.evaluation.context import Evaluation, finite_rows
 from reconbench.evaluation.lpips_metric import ALEXNET_FILE, LpipsScorer, LpipsUnavailable
 from reconbench.evaluation.matching import match
-from reconbench.evaluation.membership import collapse, init_copy, nearest_distance, nearest_member
+from reconbench.evaluation.membership import (
+    auc,
+    collapse,
+    init_copy,
+    nearest_distance,
+    nearest_member,
+    pearson_matrix,
+    tpr_at_fpr,
+)
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
 from reconbench.interfaces import Metric, MetricResult, NoOptions
@@ -281,6 +289,65 @@ class MembershipMetric(Metric):
                 "details": {"decoys": int(decoys.shape[0]), "ties": "a tie counts against membership"}}
 
 
+# -- the membership test against a pool of non-members ------------------------------------------------------------
+@dataclass
+class MembershipTestConfig:
+    pool_per_member: int = option(
+        10, "non-members per training image: the decoys plus held-out images (seeded) up to this many times n")
+    fpr: float = option(0.01, "false-positive rate of the reported true-positive rate")
+    seed: int = option(0, "seed of the held-out part of the non-member pool")
+
+
+@dataclass(frozen=True)
+class MembershipTest(Metric):
+    name: str = "membership_test"
+    description: str = ("membership inference from the candidates: each training image and each of at least 10n "
+                        "non-members (decoys, held-out images) scores its highest correlation with any candidate; "
+                        "AUC and the true-positive rate at 1% false positives (docs/calibration.md)")
+    higher_is_better: bool = True
+    headline: str = "membership_auc"
+    config_cls: type = MembershipTestConfig
+
+    def check_config(self, cfg: MembershipTestConfig) -> None:
+        if cfg.pool_per_member < 1:
+            raise IncompatibleError(f"membership_test.pool_per_member must be at least 1, got {cfg.pool_per_member}")
+        if not 0.0 < cfg.fpr < 1.0:
+            raise IncompatibleError(f"membership_test.fpr must lie in (0, 1), got {cfg.fpr}")
+
+    def compute(self, ev: Evaluation, cfg: MembershipTestConfig) -> MetricResult:
+        keys = ("membership_auc", "membership_tpr_at_fpr")
+        problem = ev.problem
+        want = cfg.pool_per_member * ev.n
+        decoys = problem.x_decoy(torch.float64)
+        eligible = np.flatnonzero(problem.held_out_labels < problem.num_classes) if problem.source_images is not None \
+            else np.zeros(0, dtype=np.int64)
+        extra = min(max(want - decoys.shape[0], 0), len(eligible))
+        if decoys.shape[0] + extra < want:
+            reason = (f"the problem has {decoys.shape[0] + extra} non-members for a pool of {want} "
+                      f"({cfg.pool_per_member} x n); lower membership_test.pool_per_member")
+            return {"available": False, "reason": reason, "summary": {k: None for k in keys}, "per_image": {}}
+        positions = np.sort(np.random.default_rng([cfg.seed, 2]).choice(eligible, extra, replace=False))
+        held = problem.centred(problem.held_out_images(positions)) if extra else decoys[:0]
+        cand = ev.candidates[torch.as_tensor(ev.valid_ids, dtype=torch.long)]
+        if cand.shape[0] == 0:
+            return {"summary": {"membership_auc": 0.5, "membership_tpr_at_fpr": 0.0}, "per_image": {},
+                    "details": {"note": "no valid candidate: every image scores alike"}}
+        pos = pearson_matrix(problem.x_train(torch.float64), cand).max(1).values.numpy()
+        neg_decoy = pearson_matrix(decoys, cand).max(1).values.numpy() if decoys.shape[0] else np.zeros(0)
+        neg_held_r = pearson_matrix(held, cand) if extra else torch.zeros(0, cand.shape[0], dtype=torch.float64)
+        # Held-out images are handed to no attack and no init regime: a candidate identical to one can only be a
+        # held-out null draw's own image, which is then no test of membership; such non-members are left out.
+        drawn = (neg_held_r >= 1.0 - 1e-12).any(1).numpy() if extra else np.zeros(0, dtype=bool)
+        neg = np.concatenate([neg_decoy, neg_held_r.max(1).values.numpy()[~drawn]])
+        tpr, threshold = tpr_at_fpr(pos, neg, cfg.fpr)
+        summary = {"membership_auc": auc(pos, neg), "membership_tpr_at_fpr": tpr}
+        return {"summary": summary, "per_image": {"membership_score": column_values(pos)},
+                "details": {"non_members": int(len(neg)), "decoys": int(decoys.shape[0]),
+                            "held_out": int(extra), "left_out_as_drawn": int(drawn.sum()), "fpr": cfg.fpr,
+                            "threshold": threshold,
+                            "score": "highest correlation with any valid candidate (centred, per channel)"}}
+
+
 # -- staying at the initialisation ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class InitCopy(Metric):
@@ -361,8 +428,8 @@ class ExtractionScore(Metric):
         return {"summary": {"extraction_score": score if np.isfinite(score) else None}}
 
 
-METRICS = [PaperSsim(), StandardSsim(), NotebookSsim(), Correlation(), Lpips(), MembershipMetric(), InitCopy(), Collapse(),
-           ExtractionScore()]
+METRICS = [PaperSsim(), StandardSsim(), NotebookSsim(), Correlation(), Lpips(), MembershipMetric(), MembershipTest(),
+           InitCopy(), Collapse(), ExtractionScore()]
 
 
 @hookimpl

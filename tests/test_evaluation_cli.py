@@ -95,6 +95,22 @@ def test_run_records_the_protocol_and_evaluate_reproduces_it(tmp_path, capsys, t
     code, out, err = run_cli(["evaluate", str(res), "--check"], capsys)
     assert code == 0, err
     assert "stored numbers reproduced exactly" in out
+    assert ev["summary"]["membership_auc"] == 1.0 and ev["summary"]["membership_tpr_at_fpr"] == 1.0
+
+    # a result stored before a metric was registered still checks: re-scoring computes the metrics it computed
+    older = json.loads(json.dumps(result))
+    e = older["evaluation"]
+    del e["protocol"]["metrics"]["membership_test"], e["metrics"]["membership_test"]
+    new_keys = ("membership_auc", "membership_tpr_at_fpr")
+    for part in (e["summary"], e["null"]["summary"], e["null"]["spread"], *e["null"]["per_draw"]):
+        for k in new_keys:
+            del part[k]
+    for row in e["per_image"]:
+        del row["membership_score"]
+    (res / "result.json").write_text(json.dumps(older))
+    code, out, err = run_cli(["evaluate", str(res), "--check"], capsys)
+    assert code == 0 and "stored numbers reproduced exactly" in out, err
+    (res / "result.json").write_text(json.dumps(result))
 
     # a swapped protocol is written beside the result, with its parameters
     code, out, err = run_cli(["evaluate", str(res), "--protocol-set", "distance=ncc", "--protocol-set",

@@ -82,6 +82,7 @@ def test_example_defense_conforms_and_lands_in_the_privacy_table(tmp_path, toy_a
         assert not report.failed if hasattr(report, "failed") else True
         data = build_leaderboard(suite, res, lb, command="test")
         rows = data["privacy"]["toy"]["rows"]
+        assert "membership AUC" in [c["name"] for c in data["columns"]]  # the cells computed the membership test
         assert [(r["defense"], r["strength"]) for r in rows] == [
             ("none", None), ("low_rank", 0.5), ("low_rank", 0.1), ("prune", 0.9)]
         for r in rows:  # the table repeats each defended target's card: accuracy and the defense's records

@@ -151,6 +151,7 @@ class ColumnSpec:
     higher_is_better: bool
     fmt: str = ".3g"
     source: str = "summary"  # summary | attack_loss | wall_seconds
+    optional: bool = False  # shown only when some cell records one of the keys (a metric older cells lack)
 
 
 #: The default columns: headline numbers of the evaluation protocol (reconbench.evaluation): the calibrated
@@ -158,12 +159,14 @@ class ColumnSpec:
 #: random held-out image did in the calibration draws, docs/calibration.md), the papers' `reconstructed`
 #: (training images with SSIM > 0.4), `top_k_mean_ssim` (k = 10), `membership_precision` (reconstructions nearer a
 #: training image than any decoy), `distinct_share` (1: no collapse), `init_copy_share` (candidates that stayed
-#: copies of their start). Keys are tried in order; the direction comes from the metric whose headline the key is.
+#: copies of their start), and, where the cells computed it, the membership test's AUC against 10n non-members.
+#: Keys are tried in order; the direction comes from the metric whose headline the key is.
 DEFAULT_COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("reconstructed (calibrated)", ("reconstructed_calibrated",), True, ".1f"),
     ColumnSpec("papers' protocol", ("reconstructed", "n_reconstructed", "good_count"), True, ".1f"),
     ColumnSpec("top-10 SSIM", ("top_k_mean_ssim", "ssim_top10", "top10_ssim"), True, ".3f"),
     ColumnSpec("membership precision", ("membership_precision", "precision_vs_decoys"), True, ".2f"),
+    ColumnSpec("membership AUC", ("membership_auc",), True, ".2f", optional=True),
     ColumnSpec("distinct share", ("distinct_share",), True, ".2f"),
     ColumnSpec("init copies", ("init_copy_share",), False, ".2f"),
     ColumnSpec("attack loss", (), False, ".3g", source="attack_loss"),

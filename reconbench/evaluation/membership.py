@@ -73,3 +73,37 @@ def collapse(matching: Matching, n_valid: int) -> dict[str, float | int | None]:
         "candidates_per_matched_image": n_valid / distinct if distinct else None,
         "max_candidates_per_image": int(counts.max()) if len(counts) else 0,
     }
+
+
+# -- the membership test: members against a pool of non-members, as membership-inference papers report -----------
+def pearson_matrix(a: torch.Tensor, b: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """(len(a), len(b)) Pearson correlation of every pair of images (N, C, H, W): per channel over pixels, averaged
+    over channels (the ``corr`` metric's score, for all pairs at once; a constant image correlates 0)."""
+    def unit(x: torch.Tensor) -> torch.Tensor:
+        f = x.flatten(2).to(torch.float64)
+        f = f - f.mean(-1, keepdim=True)
+        norm = f.norm(dim=-1, keepdim=True)
+        return f / torch.where(norm > 0, norm, torch.ones_like(norm))
+
+    ua, ub = unit(a), unit(b)
+    channels = ua.shape[1]
+    out = torch.empty(ua.shape[0], ub.shape[0], dtype=torch.float64)
+    for s in range(0, ua.shape[0], chunk):
+        out[s:s + chunk] = torch.einsum("icd,jcd->ij", ua[s:s + chunk], ub) / channels
+    return out
+
+
+def auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Area under the ROC curve: P(a member scores above a non-member), ties counting one half (Mann-Whitney)."""
+    greater = (pos[:, None] > neg[None, :]).sum()
+    ties = (pos[:, None] == neg[None, :]).sum()
+    return float((greater + 0.5 * ties) / (len(pos) * len(neg)))
+
+
+def tpr_at_fpr(pos: np.ndarray, neg: np.ndarray, fpr: float) -> tuple[float, float]:
+    """(TPR, threshold) of the rule "member iff score > threshold" with the smallest threshold among the non-member
+    scores (or +inf) that lets at most ``floor(fpr * len(neg))`` non-members pass."""
+    allowed = int(np.floor(fpr * len(neg)))
+    ranked = np.sort(neg)[::-1]
+    threshold = float(ranked[allowed]) if allowed < len(ranked) else -np.inf
+    return float((pos > threshold).mean()), threshold

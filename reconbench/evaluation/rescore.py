@@ -75,6 +75,16 @@ def locate_card(result_dir: Path, result: dict[str, Any], explicit: str | None) 
                               "--model CARD_DIR") from exc
 
 
+def pinned_protocol(overrides: dict[str, Any], stored_evaluation: dict[str, Any] | None) -> dict[str, Any]:
+    """The protocol that re-scores a stored evaluation: its overrides, and, when they leave the metric list open
+    (every registered metric), the metrics the stored evaluation computed. A metric registered since is not a stored
+    number to reproduce; it is computed when the overrides name it."""
+    if "metrics" in overrides:
+        return dict(overrides)
+    recorded = (((stored_evaluation or {}).get("protocol") or {}).get("metrics")) or None
+    return {**overrides, "metrics": list(recorded)} if isinstance(recorded, dict) else dict(overrides)
+
+
 def differences(stored: dict[str, Any], new: dict[str, Any], limit: int = 5) -> list[str]:
     """Where a fresh evaluation differs from the stored one (exact comparison)."""
     out: list[str] = []
@@ -120,10 +130,11 @@ def rescore(result_dir: str | Path, overrides: dict[str, Any] | None = None, *, 
     stored_overrides = dict(result["spec"].get("protocol") or {})
     merged = {**stored_overrides, **(overrides or {})}
     target = Path(out_dir) if out_dir else folder / "evaluations" / config_hash(merged)
-    evaluation = evaluate(problem, pooled["candidates"], family=str(result["target"]["family"]), protocol=merged,
+    same_protocol = merged == stored_overrides
+    protocol = pinned_protocol(merged, result.get("evaluation")) if same_protocol else merged
+    evaluation = evaluate(problem, pooled["candidates"], family=str(result["target"]["family"]), protocol=protocol,
                           labels=pooled.get("labels"), run_ids=pooled.get("run_ids"), x0=pooled.get("x0"),
                           card=card, out_dir=target, quiet=quiet)
-    same_protocol = merged == stored_overrides
     diff = differences(result.get("evaluation") or {}, evaluation) if same_protocol else []
     record = {"kind": "reconbench-evaluation/1", "result_dir": portable_path(folder), "card": portable_path(card.path),
               "protocol_overrides": merged, "stored_protocol": same_protocol,

@@ -259,6 +259,8 @@ def resolve_columns(suite: Suite, records: list[dict[str, Any]]) -> list[dict[st
                     break
             if key:
                 break
+        if key is None and col.optional:
+            continue
         hib, source = direction(col, key, records)
         cols.append(
             {

@@ -22,6 +22,7 @@ from reconbench.bench.cells import CELL_FORMAT
 from reconbench.bench.runner import STATUS_OK, null_record, score_selection
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.evaluation.rescore import pinned_protocol
 from reconbench.leaderboard.render import render_readme
 from reconbench.leaderboard.tables import collect
 from reconbench.targets.cards import ModelCard, check_card_data
@@ -134,7 +135,7 @@ def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: st
     card = ModelCard(path=leaderboard / "targets", data=card_data)
     problem = card.problem(data_root)
     pooled = load_file(str(leaderboard / "candidates" / f"{cell_id}.safetensors"))
-    protocol = rec["protocol"]
+    protocol = pinned_protocol(rec["protocol"], rec.get("evaluation"))  # the metrics the cell computed
     family = rec["target"]["recipe"]["family"]
     problems: list[str] = []
     for name, sel in rec["selections"].items():
