@@ -56,13 +56,15 @@ def write_cells(folder: Path, suite_name: str, rng: np.random.Generator) -> dict
     return written
 
 
-def expected_text(values: list[float], share: bool) -> str:
-    """Mean and 95% Student-t interval, computed here with numpy and scipy.stats.t.interval."""
+def expected_text(values: list[float], share: bool, upper: float = 1.0) -> str:
+    """Mean and 95% Student-t interval, computed here with numpy and scipy.stats.t.interval, clipped to what the
+    measure can take: [0, 1] for a share, [0, n] (``upper``) for a count."""
     f = (lambda x: f"{x:.2f}") if share else (lambda x: f"{x:.1f}")
     v = np.asarray(values, dtype=float)
     if v.size == 1:
         return f"{f(v[0])} (1 seed)"
     lo, hi = stats.t.interval(0.95, v.size - 1, loc=v.mean(), scale=v.std(ddof=1) / np.sqrt(v.size))
+    lo, hi = max(lo, 0.0), min(hi, 1.0 if share else upper)
     return f"{f(v.mean())} [{f(lo)}, {f(hi)}] ({v.size} seeds)"
 
 
@@ -92,11 +94,13 @@ def test_page_numbers_match_the_cells(tmp_path):
         for label, target, attack, init in specs:
             recs = [written[f"{target}--{attack}--{init}--s{s}"] for s in comp.seeds]
             scale = [(1 / r["n_train"]) if share else 1.0 for r in recs]
-            value = expected_text([r[C.HEADLINE_KEY] * k for r, k in zip(recs, scale, strict=True)], share)
+            n_max = max(r["n_train"] for r in recs)
+            value = expected_text([r[C.HEADLINE_KEY] * k for r, k in zip(recs, scale, strict=True)], share, n_max)
             assert f"{label}: {value}" in numbers, (claim.id, label, value)
             nrecs = [written[f"{target}--{a}--{i}--s{s}"] for a in null.attacks for i in null.inits
                      for s in null.seeds]
-            null_value = expected_text([r[C.HEADLINE_KEY] * scale[0] for r in nrecs], share)
+            null_value = expected_text([r[C.HEADLINE_KEY] * scale[0] for r in nrecs], share,
+                                       max(r["n_train"] for r in nrecs))
             assert null_value in numbers
             expected += [label, value, null_value]
             if claim.kind == "stays_at_start":

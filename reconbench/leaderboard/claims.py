@@ -279,14 +279,24 @@ def measure_point(claim: Claim, suite: Suite, found: dict[str, dict[str, Any]], 
     values = [v for r in recs if (v := _scaled(r, headline(r), claim.measure)) is not None]
     own_nulls = [_scaled(r, cell_null(r), claim.measure) for r in recs]
     if recs and all(v is not None for v in own_nulls):
-        null = Interval([v for v in own_nulls if v is not None])
+        null_recs = recs
+        null_values = [v for v in own_nulls if v is not None]
     else:
         ncomp = _comparison(suite, claim.null)
         nids = [cell_id(target, a, i, s) for a in ncomp.attacks for i in ncomp.inits for s in ncomp.seeds]
-        null = Interval([v for r in _ok_records(suite, found, plan, nids)
-                         if (v := _scaled(r, headline(r), claim.measure)) is not None])
-    copies = Interval([v for r in recs if (v := copy_share(r)) is not None])
-    return Point(label, [r["cell_id"] for r in recs], Interval(values), null, copies, expected_cells=len(ids))
+        null_recs = _ok_records(suite, found, plan, nids)
+        null_values = [v for r in null_recs if (v := _scaled(r, headline(r), claim.measure)) is not None]
+    copies = Interval([v for r in recs if (v := copy_share(r)) is not None], (0.0, 1.0))
+    return Point(label, [r["cell_id"] for r in recs], Interval(values, _range(recs, claim.measure)),
+                 Interval(null_values, _range(null_recs, claim.measure)), copies, expected_cells=len(ids))
+
+
+def _range(recs: list[dict[str, Any]], measure: Measure) -> tuple[float | None, float | None]:
+    """What the measure can take, for clipping its interval: a share lies in [0, 1], a count in [0, n]."""
+    if measure == "share":
+        return (0.0, 1.0)
+    ns = [n for r in recs if (n := n_train(r))]
+    return (0.0, float(max(ns)) if ns else None)
 
 
 def _above(iv: Interval, null: Interval) -> bool:
