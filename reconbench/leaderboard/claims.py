@@ -558,30 +558,43 @@ def render(results: list[ClaimResult], sources: dict[str, Path], root: Path) -> 
         verdict_text = f"**{res.verdict}**" + (f": {res.reason}" if res.reason else "")
         lines.append("| " + " | ".join(_cell(x) for x in (
             f"`{c.id}`<br>{c.paper}", f"{c.statement} ({c.evidence})", res.setup, num, null, verdict_text)) + " |")
-    lines += ["", contradictions_section(root), COST_NOTE]
+    lines += ["", contradictions_section(root), cost_section(sources)]
     return "\n".join(lines).rstrip() + "\n"
 
 
-COST_NOTE = """## Cost of the suites
+#: what each part was estimated to cost before it ran (shown until the part's leaderboard records a measured time)
+COST_ESTIMATES = {
+    "claims-a": "14 targets, about 11 min of training; 69 attack cells, about 16 min; 18 null cells, about 2 min; "
+                "evaluation about 2 min: **about 31 min** with one thread (estimated from single cells timed with "
+                "tiny budgets and scaled linearly in steps)",
+    "claims-b": "`cifar-papers-mlp` (30,000 training steps, about 450 s), 17 KKT cells of 2 x 1,000 steps (about "
+                "70 s each), `cifar-mlp1-wd` (about 3 min) and six bilevel cells capped at 150 s: **about 47 min** "
+                "(estimated from the bilevel study's timings)",
+}
 
-Estimated, not measured as a whole (the machine was shared when the suites were written). Single cells of
-`claims-a` were timed with tiny budgets (100 training steps, 25 attack steps; one torch thread, load average about
-12 on 2 cores) and scaled linearly in steps: an MNIST 784-1000-1000-1 target of n = 10 trains in 0.7 s per 100
-steps (21 s for 3,000; the cpu-mini calibration measured 22 s), n = 50 in 2.6 s; haim_binary_kkt takes 0.53 s for
-2 runs x 25 steps with m = 20 (11 s for 2 x 500 steps; cpu-mini measured 12.5 s) and 3.2 s with m = 100; the CNN
-target trains in 2.1 s per 100 steps and its multiclass_kkt cell takes 4.0 s for 2 x 25 steps (47 s for 2 x 300);
-a null cell (0 attack steps) takes 5-7 s. Each new target adds 5-40 s of certificate and loading.
 
-- `claims-a`: 14 targets, about 11 min of training; 69 attack cells, about 16 min; 18 null cells, about 2 min;
-  evaluation about 2 min: **about 31 min** with one thread.
-- `claims-b`: `cifar-papers-mlp` trained in 449 s in the bilevel study (the same recipe, so a shared cache reuses it);
-  its haim_binary_kkt runs took 90-117 s per 3,000 steps there, so a cell of 2 x 1,000 steps about 70 s: 17 cells,
-  about 20 min. `cifar-mlp1-wd` (width 1024, float32, 10,000 steps), scaled from the bilevel study's width-256
-  float64 target (168 s for 20,000 steps): about 3 min. Six bilevel cells capped at 150 s: 16 min. **About 47 min.**
-
-Each part should therefore take well under 90 minutes on 2 idle cores; the cost note at the end of each suite file
-repeats the arithmetic. `claims-gpu.toml` is not timed.
-"""
+def cost_section(results: dict[str, Path]) -> str:
+    """Each part's measured wall time, from the header of its published leaderboard, else its estimate."""
+    lines = ["## Cost of the suites", ""]
+    for part in sorted(COST_ESTIMATES):
+        header: dict[str, Any] = {}
+        board = results.get(part)
+        if board is not None and (board / "results.json").exists():
+            header = json.loads((board / "results.json").read_text()).get("header") or {}
+        cells = header.get("cells") or {}
+        if header.get("wall_seconds"):
+            commits = ", ".join(f"`{c[:7]}`" for c in header.get("git_commits") or [])
+            lines.append(
+                f"- `{part}`: measured **{header['wall_seconds'] / 60:.0f} min** wall for {cells.get('ok', '?')} of "
+                f"{cells.get('planned', '?')} cells over {header.get('invocations', '?')} invocation(s) of "
+                f"`reconbench bench` ({'; '.join(header.get('machines') or ['machine not recorded'])}; commit "
+                f"{commits}). The time includes training the targets not yet in the cache and whatever else the "
+                "machine ran meanwhile.")
+        else:
+            lines.append(f"- `{part}`: not measured yet; {COST_ESTIMATES[part]}.")
+    lines += ["", "Each part is meant to take well under 90 minutes on 2 idle cores; the cost note at the end of each "
+              "suite file gives the arithmetic. `claims-gpu.toml` is not timed.", ""]
+    return "\n".join(lines)
 
 
 def _rel(path: Path, root: Path) -> str:
