@@ -13,6 +13,7 @@ from reconbench import plugins
 from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import load_suite
 from reconbench.leaderboard.render import build_leaderboard
+from reconbench.leaderboard.verify import check_readme
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reconbench-lowrank-defense"
 
@@ -99,6 +100,7 @@ def test_example_defense_conforms_and_lands_in_the_privacy_table(tmp_path, toy_a
                 assert card["metrics"]["defense"]["config"] == {"rank_fraction": r["strength"]}
                 assert 0 < r["defense_records"]["rank_kept_share"] <= r["strength"] + 0.2
         readme = (lb / "README.md").read_text()
+        assert check_readme(suite, lb) == []  # --verify re-renders the privacy section from the cells too
         assert "## Toy privacy-utility axis" in readme and "rank_fraction = 0.1" in readme
         assert (lb / "figures" / "privacy-toy.png").stat().st_size > 1000
         assert sum(r["attacks"]["toy_identity / gaussian"]["pareto"] for r in rows) >= 1

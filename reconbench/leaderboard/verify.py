@@ -23,6 +23,7 @@ from reconbench.bench.runner import STATUS_OK, null_record, score_selection
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation.rescore import pinned_protocol
+from reconbench.leaderboard.privacy import privacy_tables, render_privacy
 from reconbench.leaderboard.render import render_readme
 from reconbench.leaderboard.tables import collect
 from reconbench.targets.cards import ModelCard, check_card_data
@@ -69,8 +70,11 @@ def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
                 f"{recorded[:16]}, now {suite.text_sha256[:16]}); verify with the suite file it was rendered from, or "
                 "render and publish it again"]
     try:
-        text = render_readme(suite, data["header"], data["tables"], data["columns"], data["comparisons"],
-                             collect(suite, leaderboard), data["figures"], data["stored_candidates"], data["targets"])
+        pub = collect(suite, leaderboard)
+        # the privacy-utility sections are recomputed from the cells, like the README's other numbers
+        sections = [render_privacy(name, table) for name, table in privacy_tables(suite, pub).items()]
+        text = render_readme(suite, data["header"], data["tables"], data["columns"], data["comparisons"], pub,
+                             data["figures"], data["stored_candidates"], data["targets"], sections)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         raise _malformed(leaderboard / "results.json", exc) from None
     readme = leaderboard / "README.md"
