@@ -466,7 +466,7 @@ def _load_json(path: Path) -> Any:
 WITHDRAWN_CPU_MINI = "bc897e1"
 
 
-def contradictions_section(root: Path) -> str:
+def contradictions_section(root: Path, results: Sequence[ClaimResult] = ()) -> str:
     """The two results the issue tracker flagged as contradicting the papers, read from their committed files."""
     lines = ["## Two earlier results that contradict the papers", ""]
     cells = root / "leaderboards" / "cpu-mini" / "cells"
@@ -500,6 +500,7 @@ def contradictions_section(root: Path) -> str:
               "300 attack steps, and at or below what random held-out MNIST images score under the same count (its "
               "null), so they say little either way; `buzaglo-classes` above measures the same comparison with three "
               "seeds under the calibrated headline, beside its null.", ""]
+    lines += _remeasured(results, "buzaglo-classes")
     summary = _load_json(root / "benchmarks" / "results" / "bilevel" / "summary.json")
     entry = None
     if isinstance(summary, dict):
@@ -529,7 +530,19 @@ def contradictions_section(root: Path) -> str:
               "reasons for a real difference, none tested here: our tuned attack (searched init scale, 3,000 steps) "
               "against their unchanged settings, a far smaller n (20 against 500), and a target trained for 30,000 "
               "steps rather than 10^6.", ""]
+    lines += _remeasured(results, "runkel-kkt-partition")
     return "\n".join(lines)
+
+
+def _remeasured(results: Sequence[ClaimResult], claim_id: str) -> list[str]:
+    """One line: the claims suite's measurement of the same question, with its null and verdict."""
+    res = next((r for r in results if r.claim.id == claim_id), None)
+    if res is None or not res.points:
+        return [f"Re-measured in `{claim_id}`: not yet run.", ""]
+    num, null = number_text(res)
+    return [f"Re-measured in `{claim_id}` ({res.claim.suite}): {num.replace('<br>', '; ')}; null "
+            f"{null.replace('<br>', '; ')}. "
+            f"Verdict: **{res.verdict}**" + (f" ({res.reason})." if res.reason else "."), ""]
 
 
 def render(results: list[ClaimResult], sources: dict[str, Path], root: Path) -> str:
@@ -568,7 +581,7 @@ def render(results: list[ClaimResult], sources: dict[str, Path], root: Path) -> 
         verdict_text = f"**{res.verdict}**" + (f": {res.reason}" if res.reason else "")
         lines.append("| " + " | ".join(_cell(x) for x in (
             f"`{c.id}`<br>{c.paper}", f"{c.statement} ({c.evidence})", res.setup, num, null, verdict_text)) + " |")
-    lines += ["", contradictions_section(root), cost_section(sources)]
+    lines += ["", contradictions_section(root, results), cost_section(sources)]
     return "\n".join(lines).rstrip() + "\n"
 
 
