@@ -21,7 +21,7 @@ from reconbench.cli import main
 from reconbench.errors import DataError
 from reconbench.interfaces import Metric
 from reconbench.leaderboard.render import build_leaderboard
-from reconbench.leaderboard.tables import Stat, fmt_stat, value_range
+from reconbench.leaderboard.tables import Published, Stat, fmt_stat, target_rows, value_range
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
 
@@ -551,3 +551,15 @@ def test_value_ranges_follow_what_each_key_counts():
     assert value_range("top_k_mean_ssim", recs) == (-1.0, 1.0)
     assert value_range("attack_seconds", recs) == (0.0, None)
     assert value_range("extraction_score", recs) == (None, None)
+
+
+def test_targets_table_has_one_row_per_trained_target_when_seeds_retrain_it():
+    def rec(cid, name, key, seed, ratio):
+        return {"cell_id": cid, "status": "ok", "seed": seed,
+                "target": {"name": name, "recipe_key": key, "recipe": {},
+                           "train_metrics": {"certificate": {"ratio": ratio}}}}
+    records = {"a0": rec("a0", "t", "k0", 0, 0.9), "a1": rec("a1", "t", "k1", 1, 0.8),
+               "b0": rec("b0", "t", "k0", 0, 0.9), "c0": rec("c0", "u", "k2", 0, 0.1)}
+    rows = target_rows(Published(plan=[], records=records, not_run=[], stale=[]), gate=0.5)
+    assert [(r["target"], r["cells"], r["stationarity_ratio"], r["converged"]) for r in rows] == [
+        ("t (seed 0)", ["a0", "b0"], 0.9, False), ("t (seed 1)", ["a1"], 0.8, False), ("u", ["c0"], 0.1, True)]

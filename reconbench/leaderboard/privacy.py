@@ -167,13 +167,15 @@ def render_privacy(name: str, table: dict[str, Any]) -> str:
         f"(held-out images as candidates: the cells' recorded null, else the suite's null cells; "
         f"n/a where neither exists). {FRONT_MARK}: on the attack's "
         "Pareto front (no other point of the same target is at least as accurate and at most as reconstructable, "
-        f"one strictly). Figure: [`figures/privacy-{name}.png`](figures/privacy-{name}.png).\n\n"
+        f"one strictly). Figure: [`figures/privacy-{name}.png`](figures/privacy-{name}.png) (bars: one standard "
+        "deviation over seeds).\n\n"
         + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
     )
 
 
 def draw_privacy(name: str, table: dict[str, Any], out: Path) -> dict[str, Any]:
-    """One panel per attack: headline against test accuracy, a marker per defense, the Pareto front as a line."""
+    """One panel per attack: headline against test accuracy (error bars: one standard deviation over seeds; with
+    two seeds the table's 95% interval would cover most of the axis), a marker per defense, the Pareto front."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,14 +191,17 @@ def draw_privacy(name: str, table: dict[str, Any], out: Path) -> dict[str, Any]:
     for ax, s in zip(axes[0], series, strict=True):
         for base in dict.fromkeys(r["base"] for r in rows):
             pts = [r for r in rows if r["base"] == base and r["attacks"][s]["headline"]["mean"] is not None]
+            tags: dict[tuple[float, float], list[str]] = {}  # one label per point: strengths that coincide share it
             for r in pts:
                 a = r["attacks"][s]["headline"]
                 marker = "*" if r["defense"] == "none" else "o"
                 ax.errorbar(r["test_accuracy"], a["mean"], yerr=a["sd"] or 0.0, fmt=marker, color=colors[r["defense"]],
-                            markersize=11 if marker == "*" else 6, label=r["defense"])
+                            markersize=11 if marker == "*" else 6, label=r["defense"], capsize=2)
                 if r["strength"] is not None:
-                    ax.annotate(f"{r['strength']:g}" if isinstance(r["strength"], (int, float)) else str(r["strength"]),
-                                (r["test_accuracy"], a["mean"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+                    tags.setdefault((r["test_accuracy"], a["mean"]), []).append(
+                        f"{r['strength']:g}" if isinstance(r["strength"], (int, float)) else str(r["strength"]))
+            for (x, y), texts in tags.items():
+                ax.annotate(", ".join(texts), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
             front = sorted((r["test_accuracy"], r["attacks"][s]["headline"]["mean"]) for r in pts
                            if r["attacks"][s]["pareto"])
             if front:

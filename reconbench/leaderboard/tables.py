@@ -330,16 +330,22 @@ def converged(suite: Suite, recs: list[dict[str, Any]]) -> bool | None:
 
 def target_rows(pub: Published, gate: float | None = None) -> list[dict[str, Any]]:
     """One row per target used by a finished cell: its recipe and training evidence (from the cell JSONs)."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[tuple[str, Any], dict[str, Any]] = {}
+    keys_of: dict[str, set[Any]] = {}
+    for rec in pub.ok():
+        keys_of.setdefault(rec["target"]["name"], set()).add(rec["target"].get("recipe_key"))
     for rec in pub.ok():
         t = rec["target"]
-        if t["name"] in rows:
-            rows[t["name"]]["cells"].append(rec["cell_id"])
+        key = (t["name"], t.get("recipe_key"))
+        if key in rows:
+            rows[key]["cells"].append(rec["cell_id"])
             continue
         recipe, m = t.get("recipe") or {}, t.get("train_metrics") or {}
         problem, train = recipe.get("problem", {}), recipe.get("train", {})
-        rows[t["name"]] = {
-            "target": t["name"],
+        # a suite whose seeds retrain the target has one trained target per seed under one name
+        label = t["name"] if len(keys_of[t["name"]]) == 1 else f"{t['name']} (seed {rec.get('seed')})"
+        rows[key] = {
+            "target": label,
             "recipe_key": t.get("recipe_key"),
             "dataset": problem.get("dataset"),
             "task": problem.get("task"),
