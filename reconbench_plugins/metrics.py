@@ -301,9 +301,9 @@ class MembershipTestConfig:
 @dataclass(frozen=True)
 class MembershipTest(Metric):
     name: str = "membership_test"
-    description: str = ("membership inference from the candidates: each training image and each of at least 10n "
-                        "non-members (decoys, held-out images) scores its highest correlation with any candidate; "
-                        "AUC and the true-positive rate at 1% false positives (docs/calibration.md)")
+    description: str = ("membership inference from the candidates: each training image and each of pool_per_member "
+                        "x n non-members (10n by default: decoys, then held-out images) scores its highest correlation "
+                        "with any candidate; AUC and the true-positive rate at 1% false positives (docs/calibration.md)")
     higher_is_better: bool = True
     headline: str = "membership_auc"
     config_cls: type = MembershipTestConfig
