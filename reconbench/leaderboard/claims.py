@@ -605,14 +605,22 @@ def cost_section(results: dict[str, Path]) -> str:
         if board is not None and (board / "results.json").exists():
             header = json.loads((board / "results.json").read_text()).get("header") or {}
         cells = header.get("cells") or {}
+        trained: set[str] = set()
+        targets: set[str] = set()
+        for path in sorted((board / "cells").glob("*.json")) if board is not None else []:
+            t = (json.loads(path.read_text()).get("target") or {})
+            targets.add(str(t.get("recipe_key")))
+            if t.get("reused") is False:
+                trained.add(str(t.get("recipe_key")))
         if header.get("wall_seconds"):
             commits = ", ".join(f"`{c[:7]}`" for c in header.get("git_commits") or [])
             lines.append(
                 f"- `{part}`: measured **{header['wall_seconds'] / 60:.0f} min** wall for {cells.get('ok', '?')} of "
                 f"{cells.get('planned', '?')} cells over {header.get('invocations', '?')} invocation(s) of "
                 f"`reconbench bench` ({'; '.join(header.get('machines') or ['machine not recorded'])}; commit "
-                f"{commits}). The time includes training the targets not yet in the cache and whatever else the "
-                "machine ran meanwhile.")
+                f"{commits}), training {len(trained)} of its {len(targets)} targets (the others came from the "
+                "target cache). Wall time also depends on what else the machine ran, which the header does not "
+                "record.")
         else:
             lines.append(f"- `{part}`: not measured yet; {COST_ESTIMATES[part]}.")
     lines += ["", "Each part is meant to take well under 90 minutes on 2 idle cores; the cost note at the end of each "
