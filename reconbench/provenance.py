@@ -26,6 +26,10 @@ def config_hash(config: Any) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+#: tracked folders that reconbench writes and no computation reads: edits there do not make a checkout dirty
+OUTPUT_DIRS = ("leaderboards",)
+
+
 def git_commit(path: Path | None = None) -> str | None:
     """The commit of the source tree reconbench runs from, if it is a git checkout (else None)."""
     where = path or Path(__file__).resolve().parent
@@ -33,7 +37,10 @@ def git_commit(path: Path | None = None) -> str | None:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
         if out.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+        # Published leaderboards are outputs, not code: publishing one (which rewrites leaderboards/) while a suite
+        # runs in the same checkout must not stamp that suite's cells "-dirty".
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/",
+                                f":(top,exclude){OUTPUT_DIRS[0]}"], cwd=where,
                                capture_output=True, text=True, timeout=5).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
