@@ -192,4 +192,5 @@ def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
 
 
 HEADLINE = ("n_train", "n_candidates", "reconstructed", "reconstructed_corr", "top_k_mean_ssim", "reconstructed_ssim_standard",
-            "membership_precision", "distinct_share", "init_copy_share", "extraction_score", "lpips_mean")
+            "membership_precision", "membership_auc", "membership_tpr_at_fpr", "distinct_share", "init_copy_share",
+            "extraction_score", "lpips_mean")
