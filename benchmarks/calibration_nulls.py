@@ -1,7 +1,8 @@
 """The held-out null under the calibrated headline, per data set (docs/calibration.md).
 
 For each set-up: the ground-truth candidates (every training image, cycled to m) are evaluated with the default
-protocol; the evaluation's own null draws say what random held-out images score. Writes
+protocol; the evaluation's own null draws say what random held-out images score, under the calibrated headline,
+the papers' count and the membership test. Writes
 benchmarks/results/calibration_nulls.json. Needs RECONBENCH_DATA for MNIST and CIFAR-10 (digits is embedded).
 
       python benchmarks/calibration_nulls.py
@@ -48,7 +49,11 @@ def main() -> None:
                "null_calibrated_per_draw": [int(d["reconstructed_calibrated"]) for d in nl["per_draw"]],
                "null_papers_per_draw": [int(d["reconstructed"]) for d in nl["per_draw"]],
                "null_corr09_per_draw": [int(d["reconstructed_corr"]) for d in nl["per_draw"]],
-               "null_membership_precision": [d.get("membership_precision") for d in nl["per_draw"]],
+               "null_membership_precision": [None if d.get("membership_precision") is None
+                                             else round(d["membership_precision"], 2) for d in nl["per_draw"]],
+               "gt_membership_auc": s["membership_auc"], "gt_membership_tpr_at_fpr": s["membership_tpr_at_fpr"],
+               "null_membership_auc": [round(d["membership_auc"], 3) for d in nl["per_draw"]],
+               "null_membership_tpr_at_fpr": [round(d["membership_tpr_at_fpr"], 3) for d in nl["per_draw"]],
                "pool": ev["protocol"]["calibration"]["pool_size"], "seconds": round(sec, 1)}
         print(json.dumps(row), flush=True)
         rows.append(row)

@@ -100,7 +100,8 @@ class Int8Quantise(Defense):
 # -- during training ------------------------------------------------------------------------------------------
 @dataclass
 class WeightDecayConfig:
-    weight_decay: float = option(5e-4, "coupled weight decay added to the recipe's (minimises L + wd/2 ||theta||^2)")
+    weight_decay: float = option(5e-4, "coupled weight decay added to the recipe's (minimises L + wd/2 ||theta||^2)",
+                                 ge=0)
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,6 @@ class WeightDecay(Defense):
         return None
 
     def start_training(self, run: TrainingRun, config: WeightDecayConfig, *, generator: Any) -> None:
-        if config.weight_decay < 0:
-            raise ReconbenchError(f"weight_decay: must be non-negative, got {config.weight_decay}")
         for group in run.optimizer.param_groups:
             group["weight_decay"] = group.get("weight_decay", 0.0) + config.weight_decay
         run.records["total_weight_decay"] = run.optimizer.param_groups[0]["weight_decay"]
@@ -125,7 +124,7 @@ class WeightDecay(Defense):
 @dataclass
 class EarlyStopConfig:
     loss_threshold: float = option(0.1, "stop once the training loss falls below this (0: never)")
-    max_fraction: float = option(1.0, "stop after at most this fraction of the recipe's step budget")
+    max_fraction: float = option(1.0, "stop after at most this fraction of the recipe's step budget", gt=0, le=1)
 
 
 @dataclass(frozen=True)
@@ -140,8 +139,6 @@ class EarlyStopping(Defense):
         return None
 
     def start_training(self, run: TrainingRun, config: EarlyStopConfig, *, generator: Any) -> None:
-        if not 0.0 < config.max_fraction <= 1.0:
-            raise ReconbenchError(f"early_stopping: max_fraction must be in (0, 1], got {config.max_fraction}")
         run.records.update(stopped_at_step=None, reason="budget")
 
     def after_step(self, run: TrainingRun, step: int, loss: float, config: EarlyStopConfig) -> bool:

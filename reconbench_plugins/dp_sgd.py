@@ -30,9 +30,10 @@ warnings.filterwarnings("ignore", message="Full backward hook is firing when gra
 
 @dataclass
 class DpSgdConfig:
-    noise_multiplier: float = option(1.0, "sigma: noise std divided by the clipping norm (0: clipping only, no privacy)")
-    max_grad_norm: float = option(1.0, "C: each sample's gradient is clipped to this L2 norm")
-    delta: float = option(1e-5, "delta at which epsilon is reported")
+    noise_multiplier: float = option(1.0, "sigma: noise std divided by the clipping norm (0: clipping only, no privacy)",
+                                     ge=0)
+    max_grad_norm: float = option(1.0, "C: each sample's gradient is clipped to this L2 norm", gt=0)
+    delta: float = option(1e-5, "delta at which epsilon is reported", gt=0, lt=1)
 
 
 def _opacus() -> Any:
@@ -71,9 +72,6 @@ class DpSgd(Defense):
         from opacus.optimizers import DPOptimizer
         from opacus.validators import ModuleValidator
 
-        if config.noise_multiplier < 0 or config.max_grad_norm <= 0 or not 0 < config.delta < 1:
-            raise ReconbenchError("dp_sgd: needs noise_multiplier >= 0, max_grad_norm > 0 and 0 < delta < 1, got "
-                                  f"{config.noise_multiplier}, {config.max_grad_norm}, {config.delta}")
         bn = [type(m).__name__ for m in run.model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
         if bn:
             raise IncompatibleError(f"dp_sgd: the target has {bn[0]} layers, which mix samples, so per-sample "

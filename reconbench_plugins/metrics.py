@@ -28,6 +28,7 @@ from reconbench.evaluation.membership import (
     pearson_matrix,
     tpr_at_fpr,
 )
+from reconbench.evaluation.null import MEMBERSHIP_STREAM
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
 from reconbench.interfaces import Metric, MetricResult, NoOptions
@@ -293,8 +294,8 @@ class MembershipMetric(Metric):
 @dataclass
 class MembershipTestConfig:
     pool_per_member: int = option(
-        10, "non-members per training image: the decoys plus held-out images (seeded) up to this many times n")
-    fpr: float = option(0.01, "false-positive rate of the reported true-positive rate")
+        10, "non-members per training image: the decoys plus held-out images (seeded) up to this many times n", ge=1)
+    fpr: float = option(0.01, "false-positive rate of the reported true-positive rate", gt=0, lt=1)
     seed: int = option(0, "seed of the held-out part of the non-member pool")
 
 
@@ -308,12 +309,6 @@ class MembershipTest(Metric):
     headline: str = "membership_auc"
     config_cls: type = MembershipTestConfig
 
-    def check_config(self, cfg: MembershipTestConfig) -> None:
-        if cfg.pool_per_member < 1:
-            raise IncompatibleError(f"membership_test.pool_per_member must be at least 1, got {cfg.pool_per_member}")
-        if not 0.0 < cfg.fpr < 1.0:
-            raise IncompatibleError(f"membership_test.fpr must lie in (0, 1), got {cfg.fpr}")
-
     def compute(self, ev: Evaluation, cfg: MembershipTestConfig) -> MetricResult:
         keys = ("membership_auc", "membership_tpr_at_fpr")
         problem = ev.problem
@@ -326,7 +321,7 @@ class MembershipTest(Metric):
             reason = (f"the problem has {decoys.shape[0] + extra} non-members for a pool of {want} "
                       f"({cfg.pool_per_member} x n); lower membership_test.pool_per_member")
             return {"available": False, "reason": reason, "summary": {k: None for k in keys}, "per_image": {}}
-        positions = np.sort(np.random.default_rng([cfg.seed, 2]).choice(eligible, extra, replace=False))
+        positions = np.sort(np.random.default_rng([cfg.seed, MEMBERSHIP_STREAM]).choice(eligible, extra, replace=False))
         held = problem.centred(problem.held_out_images(positions)) if extra else decoys[:0]
         cand = ev.candidates[torch.as_tensor(ev.valid_ids, dtype=torch.long)]
         if cand.shape[0] == 0:

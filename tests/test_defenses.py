@@ -15,7 +15,7 @@ from scipy.stats import norm
 
 from reconbench import plugins
 from reconbench.config import build_config
-from reconbench.errors import IncompatibleError
+from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import TrainingRun
 from reconbench.targets.problems import ProblemSpec, build_problem
 from reconbench.targets.training import TargetRecipe, TrainSpec, train
@@ -273,3 +273,17 @@ def test_the_target_cache_trains_the_undefended_recipe_once_for_release_defenses
     assert "training_reused" in card.data["metrics"] and "training_reused" not in fresh.data["metrics"]
     for p, q in zip(card.load_model().parameters(), fresh.load_model().parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("defense, values, key", [
+    ("weight_decay", {"weight_decay": -1e-3}, "weight_decay"),
+    ("early_stopping", {"max_fraction": 0.0}, "max_fraction"),
+    ("early_stopping", {"max_fraction": 1.5}, "max_fraction"),
+    ("dp_sgd", {"noise_multiplier": -1.0}, "noise_multiplier"),
+    ("dp_sgd", {"max_grad_norm": 0.0}, "max_grad_norm"),
+    ("dp_sgd", {"delta": 1.0}, "delta"),
+])
+def test_out_of_range_defense_options_are_refused_before_training(defense, values, key):
+    cls = plugins.get("defenses", defense).config_cls
+    with pytest.raises(ReconbenchError, match=f"{key}.*out of range"):
+        build_config(cls, values, f"defense {defense}")

@@ -8,6 +8,7 @@ import torch
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from reconbench.attack.candidates import candidate_labels
+from reconbench.errors import ReconbenchError
 from reconbench.evaluation import evaluate
 from reconbench.evaluation import null as null_mod
 from reconbench.evaluation.membership import auc, pearson_matrix, tpr_at_fpr
@@ -94,3 +95,10 @@ def test_too_small_a_pool_is_reported_unavailable_with_the_fix():
     info = ev["metrics"]["membership_test"]
     assert info["available"] is False and "pool_per_member" in info["reason"]
     assert ev["summary"]["membership_auc"] is None
+
+
+@pytest.mark.parametrize("key, value", [("pool_per_member", 0), ("fpr", 0.0), ("fpr", 1.0)])
+def test_out_of_range_options_are_refused(digits, key, value):
+    with pytest.raises(ReconbenchError, match=f"{key}.*out of range"):
+        evaluate(digits, digits.x_train(), family="mlp", labels=torch.as_tensor(digits.train_labels),
+                 protocol={"figures": False, "metrics": METRICS, f"membership_test.{key}": value})

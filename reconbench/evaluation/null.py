@@ -30,8 +30,9 @@ import torch
 from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.targets.problems import Problem
 
-#: the rng stream of each use of the held-out pool (calibration and reported draws never share a seed)
-CALIBRATION_STREAM, REPORT_STREAM = 0, 1
+#: the rng stream of each use of the held-out pool (calibration draws, reported draws and the membership test's
+#: non-members never share a seed)
+CALIBRATION_STREAM, REPORT_STREAM, MEMBERSHIP_STREAM = 0, 1, 2
 
 _THRESHOLDS: dict[str, dict[str, Any]] = {}
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import Comparison, Suite, load_suite
-from reconbench.leaderboard.tables import Stat
+from reconbench.leaderboard.tables import Stat, value_range
 
 #: the evaluation summary key of the headline (training images counted as reconstructed)
 HEADLINE_KEY = "reconstructed"
@@ -293,10 +293,7 @@ def measure_point(claim: Claim, suite: Suite, found: dict[str, dict[str, Any]], 
 
 def _range(recs: list[dict[str, Any]], measure: Measure) -> tuple[float | None, float | None]:
     """What the measure can take, for clipping its interval: a share lies in [0, 1], a count in [0, n]."""
-    if measure == "share":
-        return (0.0, 1.0)
-    ns = [n for r in recs if (n := n_train(r))]
-    return (0.0, float(max(ns)) if ns else None)
+    return (0.0, 1.0) if measure == "share" else value_range(CALIBRATED_KEY, recs)
 
 
 def _above(iv: Interval, null: Interval) -> bool:
@@ -377,12 +374,19 @@ def setup_text(claim: Claim, suite: Suite) -> str:
     return f"`{suite.name}` / `{comp.name}`: " + "; ".join(parts)
 
 
-def measure_claims(results: dict[str, Path], route: dict[str, str] | None = None) -> list[ClaimResult]:
-    """Measure every claim from the cells in ``results`` (suite name -> folder holding ``cells/``). ``route`` sends
-    a claim's suite to another one with the same comparison names (``claims-gpu``)."""
+def load_all(results: dict[str, Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The cell records of each suite's folder (suite name -> cell id -> record)."""
+    return {name: load_cells(folder) if folder.is_dir() else {} for name, folder in results.items()}
+
+
+def measure_claims(results: dict[str, Path], route: dict[str, str] | None = None,
+                   found: dict[str, dict[str, dict[str, Any]]] | None = None) -> list[ClaimResult]:
+    """Measure every claim from the cells in ``results`` (suite name -> folder holding ``cells/``; ``found``: their
+    records when already loaded). ``route`` sends a claim's suite to another one with the same comparison names
+    (``claims-gpu``)."""
     route = route or {}
     suites = {name: load_suite(name) for name in results}
-    found = {name: load_cells(folder) if folder.is_dir() else {} for name, folder in results.items()}
+    found = load_all(results) if found is None else found
     plans = {name: {c.cell_id: c for c in expand(s)} for name, s in suites.items()}
     out = []
     for claim in CLAIMS:
@@ -545,7 +549,8 @@ def _remeasured(results: Sequence[ClaimResult], claim_id: str) -> list[str]:
             f"Verdict: **{res.verdict}**" + (f" ({res.reason})." if res.reason else "."), ""]
 
 
-def render(results: list[ClaimResult], sources: dict[str, Path], root: Path) -> str:
+def render(results: list[ClaimResult], sources: dict[str, Path], root: Path,
+           found: dict[str, dict[str, dict[str, Any]]] | None = None) -> str:
     lines = [
         "# The papers' claims, measured",
         "",
@@ -581,7 +586,7 @@ def render(results: list[ClaimResult], sources: dict[str, Path], root: Path) -> 
         verdict_text = f"**{res.verdict}**" + (f": {res.reason}" if res.reason else "")
         lines.append("| " + " | ".join(_cell(x) for x in (
             f"`{c.id}`<br>{c.paper}", f"{c.statement} ({c.evidence})", res.setup, num, null, verdict_text)) + " |")
-    lines += ["", contradictions_section(root, results), cost_section(sources)]
+    lines += ["", contradictions_section(root, results), cost_section(sources, found or {})]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -596,8 +601,9 @@ COST_ESTIMATES = {
 }
 
 
-def cost_section(results: dict[str, Path]) -> str:
-    """Each part's measured wall time, from the header of its published leaderboard, else its estimate."""
+def cost_section(results: dict[str, Path], found: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Each part's measured wall time, from the header of its published leaderboard (and the targets its cells
+    trained, from ``found``: suite name -> cell records), else its estimate."""
     lines = ["## Cost of the suites", ""]
     for part in sorted(COST_ESTIMATES):
         header: dict[str, Any] = {}
@@ -605,13 +611,9 @@ def cost_section(results: dict[str, Path]) -> str:
         if board is not None and (board / "results.json").exists():
             header = json.loads((board / "results.json").read_text()).get("header") or {}
         cells = header.get("cells") or {}
-        trained: set[str] = set()
-        targets: set[str] = set()
-        for path in sorted((board / "cells").glob("*.json")) if board is not None else []:
-            t = (json.loads(path.read_text()).get("target") or {})
-            targets.add(str(t.get("recipe_key")))
-            if t.get("reused") is False:
-                trained.add(str(t.get("recipe_key")))
+        recs = [r.get("target") or {} for r in found.get(part, {}).values()]
+        targets = {str(t.get("recipe_key")) for t in recs}
+        trained = {str(t.get("recipe_key")) for t in recs if t.get("reused") is False}
         if header.get("wall_seconds"):
             commits = ", ".join(f"`{c[:7]}`" for c in header.get("git_commits") or [])
             lines.append(
@@ -641,7 +643,8 @@ def generate(results: dict[str, Path] | None = None, root: Path | None = None, *
     root = root or Path.cwd()
     results = results or {k: root / v for k, v in DEFAULT_RESULTS.items()}
     route = {k: GPU_SUITE for k in DEFAULT_RESULTS} if gpu else None
-    return render(measure_claims(results, route), results, root)
+    found = load_all(results)
+    return render(measure_claims(results, route, found), results, root, found)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
