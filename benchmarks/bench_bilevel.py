@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from reconbench_plugins.bilevel import BilevelConfig, draw_theta0
 
 from reconbench.attack.bilevel import LowerProblem, hypergradient, softplus_surrogate, solve_lower
 from reconbench.bench.suite import load_suite
 from reconbench.config import build_config
 from reconbench.targets.losses import get_loss
-from reconbench_plugins.bilevel import BilevelConfig, draw_theta0
 
 SUITE = load_suite("bilevel-cpu-mini")
 RECIPE = SUITE.targets["cifar-mlp1-wd"].recipe

@@ -23,7 +23,7 @@ from reconbench.evaluation import evaluate
 from reconbench.targets.problems import Problem, ProblemSpec, build_problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from evalkit import make_problem, smooth_images  # noqa: E402
+from _helpers.evalkit import make_problem, smooth_images  # noqa: E402
 
 N_CANDIDATES = 10_000
 

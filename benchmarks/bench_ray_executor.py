@@ -9,7 +9,7 @@ Run with::
 Each run is a fresh ``reconbench bench`` process with a fresh target cache (so targets are trained in every run, as
 on a first run), timed from start to exit: Ray's start-up and its workers' imports are part of the Ray time. Serial
 and Ray runs alternate, so a change of load on the machine falls on both. The script also checks that both give the
-same cell records (timing and host fields left out, see tests/cellkit.py) and writes
+same cell records (timing and host fields left out, see tests/_helpers/cellkit.py) and writes
 ``benchmarks/results/ray/<suite>.json``.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from cellkit import comparable  # noqa: E402
+from _helpers.cellkit import comparable  # noqa: E402
 
 from reconbench.bench import machine  # noqa: E402
 from reconbench.bench.runner import load_cells  # noqa: E402

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from bench_launcher import x0_digest
+from _helpers.bench_launcher import x0_digest
+from _helpers.cli import run_cli
+from _helpers.suitekit import toy_targets
 from conftest import ToyAttack
 from safetensors.torch import load_file
-from suitekit import toy_targets
 
 from reconbench import hookimpl, plugins
 from reconbench.bench.cells import expand
 from reconbench.bench.runner import load_cells, run_suite
 from reconbench.bench.suite import SuiteError, load_suite
-from reconbench.cli import main
 from reconbench.evaluation import evaluate
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import load_card
@@ -246,7 +246,7 @@ def test_kill_mid_suite_then_resume_recomputes_nothing(tmp_path):
     }
     cmd = [
         sys.executable,
-        str(TESTS / "bench_launcher.py"),
+        str(TESTS / "_helpers" / "bench_launcher.py"),
         "bench",
         str(suite_file),
         "--out",
@@ -295,13 +295,6 @@ def test_kill_mid_suite_then_resume_recomputes_nothing(tmp_path):
     invs = sorted((out / "invocations").glob("*.json"))
     assert [json.loads(p.read_text())["status"] for p in invs] == ["running", "completed"]
 
-
-def run_cli(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exit_info.value.code or 0, out.out, out.err
 
 
 def test_cli_list_only_and_strict(tmp_path, capsys, toy_attack_registered):

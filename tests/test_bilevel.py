@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from reconbench_plugins.bilevel import BilevelConfig, draw_theta0
 
 from reconbench import plugins
 from reconbench.attack.bilevel import (
@@ -25,7 +26,6 @@ from reconbench.targets.cache import get_or_train
 from reconbench.targets.losses import get_loss
 from reconbench.targets.problems import ProblemSpec
 from reconbench.targets.training import TargetRecipe, TrainSpec
-from reconbench_plugins.bilevel import BilevelConfig, draw_theta0
 
 F64 = torch.float64
 TIGHT = {"tol": 1e-14, "max_iter": 500, "newton_steps": 10, "cg_rtol": 1e-12, "cg_max_iter": 500}

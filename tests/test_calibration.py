@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from reconbench_plugins.baselines import WeightRows, WeightRowsConfig
+from reconbench_plugins.metrics import pearson
+from reconbench_plugins.models import MLP
 from torch import nn
 
 from reconbench.attack.candidates import candidate_labels
@@ -12,9 +15,6 @@ from reconbench.evaluation import evaluate
 from reconbench.evaluation import null as null_mod
 from reconbench.interfaces import AttackTarget, Knowledge
 from reconbench.targets.problems import ProblemSpec, build_problem
-from reconbench_plugins.baselines import WeightRows, WeightRowsConfig
-from reconbench_plugins.metrics import pearson
-from reconbench_plugins.models import MLP
 
 DIGITS = ProblemSpec(dataset="digits", task="multiclass", n_per_class=2)  # n = 20, as in the calibration study
 

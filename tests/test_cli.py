@@ -5,18 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from reconbench.cli import main
+from _helpers.cli import run_cli
 
 TINY = ["--dataset", "digits", "--task", "binary", "--n-per-class", "3", "--widths", "16,16", "--steps", "30"]
 
-
-def run_cli(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exit_info.value.code or 0, out.out, out.err
 
 
 def test_list_and_plugins(capsys):

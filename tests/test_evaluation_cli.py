@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import torch
+from _helpers.cli import run_cli
 
 from reconbench import hookimpl, plugins
-from reconbench.cli import main
 from reconbench.config import option
 from reconbench.interfaces import InitRegime
 
@@ -56,13 +56,6 @@ def truth_init_registered():
     yield
     host.unregister(name)
 
-
-def run_cli(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exit_info.value.code or 0, out.out, out.err
 
 
 def test_run_records_the_protocol_and_evaluate_reproduces_it(tmp_path, capsys, toy_attack_registered,

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from evalkit import FAST, centred, make_problem, noisy, smooth_images
+from _helpers.evalkit import FAST, centred, make_problem, noisy, smooth_images
 
 from reconbench.evaluation import evaluate
 from reconbench.evaluation.context import build_context

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from evalkit import FAST, centred, make_problem, noisy, smooth_images
+from _helpers.evalkit import FAST, centred, make_problem, noisy, smooth_images
 
 from reconbench.evaluation import evaluate
 

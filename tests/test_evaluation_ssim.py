@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from evalkit import FAST, centred, make_problem, smooth_images
+from _helpers.evalkit import FAST, centred, make_problem, smooth_images
 from scipy.ndimage import correlate, uniform_filter
 
 from reconbench.errors import IncompatibleError

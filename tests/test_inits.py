@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from reconbench_plugins.inits import PAPER_GRID, mixture_grid
 
 from reconbench import plugins
 from reconbench.attack.candidates import candidate_labels
@@ -14,7 +15,6 @@ from reconbench.config import build_config
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import InitRegime
 from reconbench.targets.problems import ProblemSpec, build_problem
-from reconbench_plugins.inits import PAPER_GRID, mixture_grid
 
 REGIMES = ("gaussian", "uniform", "ground_truth", "partition", "mixture")
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from suitekit import toy_targets
+from _helpers.cli import run_cli
+from _helpers.suitekit import toy_targets
 
 from reconbench import hookimpl, plugins
 from reconbench.bench.cells import CELL_FORMAT, expand
 from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import load_suite
-from reconbench.cli import main
 from reconbench.errors import DataError
 from reconbench.interfaces import Metric
 from reconbench.leaderboard.render import build_leaderboard
@@ -311,13 +311,6 @@ targets = ["bin", "mc"]
 attacks = ["toy_identity"]
 """
 
-
-def run_cli(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exit_info.value.code or 0, out.out, out.err
 
 
 @pytest.mark.slow

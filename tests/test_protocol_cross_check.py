@@ -1,4 +1,4 @@
-"""reconbench.evaluation against an independent implementation of the papers' protocol (tests/independent_protocol.py):
+"""reconbench.evaluation against an independent implementation of the papers' protocol (tests/_helpers/independent_protocol.py):
 the same matching, the same per-image SSIM, the same count, on candidates that mix near-copies, blends and noise."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from evalkit import centred, make_problem, smooth_images
-from independent_protocol import match
+from _helpers.evalkit import centred, make_problem, smooth_images
+from _helpers.independent_protocol import match
 
 from reconbench.evaluation import evaluate
 

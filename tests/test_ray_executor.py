@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from cellkit import comparable
+from _helpers.cellkit import comparable
 
 from reconbench.bench.cells import expand
 from reconbench.bench.executors import RunContext

@@ -47,3 +47,14 @@ def test_the_pattern_catches_what_it_should():
     assert MACHINE_PATH.search(f"{home}alice/runs")
     assert not MACHINE_PATH.search('"card": "~/.cache/reconbench/targets/ab"')
     assert not MACHINE_PATH.search(f"runs/bench/<suite>{work}<cell>/")   # a relative path that contains the word
+
+
+def test_every_package_folder_is_installed():
+    """pyproject lists the packages by hand (the plugins folder maps to another import name): a new folder must be listed."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "reconbench").rglob("__init__.py")}
+    assert found - listed == set(), f"add {sorted(found - listed)} to [tool.setuptools] packages in pyproject.toml"
+    assert "reconbench_plugins" in listed

@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from suitekit import toy_targets
+from _helpers.suitekit import toy_targets
 
 from reconbench.bench.cells import expand, select
 from reconbench.bench.suite import DEFAULT_COLUMNS, SuiteError, find_suite, load_suite

@@ -14,7 +14,7 @@ JSON-serialisable dict:
 
 The steps follow the papers' protocol (``protocol.py``): features (``distances.py``), best-buddy matching and the
 B-vote (``matching.py``), SSIM (``ssim.py``), then every metric plugin registered under ``metrics``
-(``reconbench_plugins/metrics.py``). ``oracle_score`` is the reference's in-run extraction score, used to pick runs
+(``plugins/metrics.py``). ``oracle_score`` is the reference's in-run extraction score, used to pick runs
 with the training images (an oracle): docs/method/evaluation-protocol.md#in-run-extraction-score.
 """
 

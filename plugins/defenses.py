@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from reconbench_plugins.dp_sgd import DpSgd
 
 from reconbench import hookimpl
 from reconbench.config import option
@@ -19,7 +20,6 @@ from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import Defense, TrainingRun
 from reconbench.targets.nets import TargetNet
 from reconbench.targets.problems import Problem
-from reconbench_plugins.dp_sgd import DpSgd
 
 
 # -- before release -------------------------------------------------------------------------------------------
