@@ -66,7 +66,8 @@ def test_run_records_the_protocol_and_evaluate_reproduces_it(tmp_path, capsys, t
     code, out, err = run_cli(["run", "--attack", "toy_identity", "--model", str(card), "--init", "test_truth_copy",
                               "--search-runs", "2", "--out", str(res), "-q"], capsys)
     assert code == 0, err
-    assert "reconstructed (papers' protocol): 6" in out
+    assert "reconstructed (papers' protocol) [higher = more leakage]: 6" in out
+    assert "init_copy_share [lower = more leakage]" in out
     assert "reconstructed (calibrated headline): 6 of 6  | held-out null" in out
     result = json.loads((res / "result.json").read_text())
     ev = result["evaluation"]

@@ -30,7 +30,8 @@ def test_ncc_ignores_a_positive_affine_change_of_each_channel():
     a = rng.normal(size=(1, 3, 8, 8))
     b = a * np.array([2.0, 0.5, 7.0])[None, :, None, None] + np.array([1.0, -3.0, 0.2])[None, :, None, None]
     d = paired(features(torch.as_tensor(a), "ncc", 1e-12), features(torch.as_tensor(b), "ncc", 1e-12), True)
-    assert float(d[0]) < 1e-20
+    # 1 - correlation of two standardised 192-vectors: float64 rounding of the sums, not zero
+    assert float(d[0]) < 1e-12
 
 
 def test_l2_is_the_mean_squared_difference():

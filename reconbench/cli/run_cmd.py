@@ -108,6 +108,12 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
                      f"{cal.get('calibration_draws')} null draws reached)")
     elif null.get("available") is False:
         lines.append(f"  no calibrated headline: {null.get('reason')}")
+    # each metric states which direction means a stronger attack (more leakage); it covers its summary keys
+    better = {key: ("higher" if info.get("higher_is_better") else "lower")
+              for info in (evaluation.get("metrics") or {}).values() for key in (info.get("summary") or {})}
+    better.setdefault("reconstructed", "higher")
+    lines.append("  (for each number: which direction means more leakage; 'null' is the same number for random held-out "
+                 "images)")
     for key in HEADLINE:
         if key in summary:
             value = summary[key]
@@ -118,7 +124,8 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
             if key in nulls and key not in ("n_train", "n_candidates"):
                 text += f"  | null {nulls[key]['mean']:.3g} (sd {nulls[key]['std']:.2g})"
             click_key = "reconstructed (papers' protocol)" if key == "reconstructed" else key
-            lines.append(f"  {click_key}: {text}")
+            direction = f" [{better[key]} = more leakage]" if key in better else ""
+            lines.append(f"  {click_key}{direction}: {text}")
     return lines
 
 

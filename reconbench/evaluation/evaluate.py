@@ -99,9 +99,13 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protoco
     held-out null and the calibrated headline (``null.py``)."""
     t0 = time.perf_counter()
     resolved = resolve_protocol(protocol, family)
-    out = score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card, out_dir=out_dir)
+    out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     lab = as_vector(labels, int(out["candidates"]["total"]), "labels")
     add_null(out, problem, resolved, lab, card)
+    if out_dir is not None and resolved.base.figures:  # after the null: the figure shows the calibrated headline
+        threshold, column = out["summary"].get("calibrated_threshold"), null.calibrated_column(resolved)
+        calibrated = None if threshold is None else (column, null.scores_of(out, column), float(threshold))
+        out["figures"] = _figures(ev, Path(out_dir), calibrated)
     out["seconds"] = time.perf_counter() - t0
     return jsonable(out)
 
@@ -110,6 +114,15 @@ def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol
           labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
           card: Any = None, out_dir: Any = None) -> dict[str, Any]:
     """The protocol's numbers for one set of candidates (no null, no calibration)."""
+    out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
+    if out_dir is not None and resolved.base.figures:
+        out["figures"] = _figures(ev, Path(out_dir), None)
+    return out
+
+
+def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *,
+           labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
+           card: Any = None) -> tuple[dict[str, Any], Evaluation]:
     ev = build_context(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     metric_out: dict[str, Any] = {}
     for name in resolved.metric_names:
@@ -145,9 +158,7 @@ def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol
         "metrics": metric_out,
         "figures": {},
     }
-    if out_dir is not None and resolved.base.figures:
-        out["figures"] = _figures(ev, Path(out_dir))
-    return out
+    return out, ev
 
 
 def _restricted(resolved: ResolvedProtocol, keep: set[str] | None) -> ResolvedProtocol:
@@ -273,18 +284,26 @@ def _per_image(ev: Evaluation) -> list[dict[str, Any]]:
     return rows
 
 
-def _figures(ev: Evaluation, out_dir: Path) -> dict[str, Any]:
-    """Write the figures under ``out_dir/figures``; paths are recorded relative to ``out_dir``."""
-    from reconbench.evaluation.figures import boundary_figure, reconstructions_figure
+def _figures(ev: Evaluation, out_dir: Path, calibrated: tuple[str, np.ndarray, float] | None) -> dict[str, Any]:
+    """Write the figures under ``out_dir/figures``; paths are recorded relative to ``out_dir``.
+
+    With a calibrated threshold the reconstructions are sorted and marked by the calibrated headline (its score, e.g.
+    corr, against the threshold the null draws set), the papers' score written beside it; without one (no null
+    drawn), by the papers' score and threshold.
+    """
+    from reconbench.evaluation.figures import Headline, boundary_figure, reconstructions_figure
 
     folder = out_dir / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     p = ev.protocol.base
     scores = ev.primary_scores()
     matched = ev.matching.matched & ~np.isnan(scores)
+    papers = Headline(p.primary_metric.upper(), scores, p.good_threshold, "the papers' protocol")
+    headline = papers if calibrated is None else Headline(calibrated[0], calibrated[1], calibrated[2],
+                                                          "the calibrated headline")
     written: dict[str, Any] = {}
     path = reconstructions_figure(folder / "reconstructions.png", ev.recon_display.numpy(), ev.originals.numpy(),
-                                  scores, matched, p.figure_max_images, p.primary_metric.upper(), p.good_threshold)
+                                  matched, p.figure_max_images, headline, papers)
     written["reconstructions"] = str(path.relative_to(out_dir)) if path else {"skipped": "no training image matched"}
     if ev.margins is not None:
         boundary_figure(folder / "score_vs_boundary.png", ev.problem.task, ev.margins,

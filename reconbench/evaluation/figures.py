@@ -1,7 +1,9 @@
 """PNG figures of an evaluation (matplotlib, Agg backend).
 
-* ``reconstructions.png``: rows of reconstructions above their training images, sorted by the primary score (SSIM),
-  best first, the score written above each pair (the papers' tables, docs/method/evaluation-protocol.md#figures);
+* ``reconstructions.png``: rows of reconstructions above their training images, sorted by the headline's score
+  (the calibrated headline's correlation when the null was drawn, else the papers' SSIM), best first, each pair
+  labelled with the training image's index and its scores, the pairs that pass the headline framed in green (the
+  papers' tables, docs/method/evaluation-protocol.md#figures);
 * ``score_vs_boundary.png``: SSIM against the distance to the decision boundary with the threshold line, as in the
   papers' scatter plots: binary Phi(x) (from the card's margins y*Phi), multiclass the margin Phi_y - max_j Phi_j
   (coloured by class), regression |Phi - y|. Training images that no candidate chose are drawn as crosses at the
@@ -10,6 +12,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -43,34 +46,65 @@ def montage(recon: np.ndarray, orig: np.ndarray, idx: np.ndarray, per_row: int, 
     return canvas
 
 
-def reconstructions_figure(path: Path, recon: np.ndarray, orig: np.ndarray, scores: np.ndarray,
-                           matched: np.ndarray, max_images: int, score_name: str = "SSIM", threshold: float = 0.4,
-                           per_row: int = 10) -> Path | None:
-    """Pairs (reconstruction above original) sorted by score, at most ``max_images``; None if nothing matched.
+@dataclass(frozen=True)
+class Headline:
+    """A per-training-image score and the threshold a pair must pass to count, with what the count is called."""
+
+    name: str
+    scores: np.ndarray      # (n,), NaN where unmatched
+    threshold: float
+    rule: str               # e.g. "the calibrated headline"
+
+
+def figure_order(headline: Headline, matched: np.ndarray, max_images: int) -> np.ndarray:
+    """The training images shown, best headline score first, at most ``max_images`` (unmatched ones never)."""
+    idx = np.flatnonzero(matched & ~np.isnan(headline.scores))
+    return idx[np.argsort(-headline.scores[idx], kind="stable")][:max(max_images, 0)]
+
+
+def reconstructions_figure(path: Path, recon: np.ndarray, orig: np.ndarray, matched: np.ndarray, max_images: int,
+                           headline: Headline, secondary: Headline | None = None, per_row: int = 10) -> Path | None:
+    """Pairs (reconstruction above original) sorted by the headline's score, at most ``max_images``; None if nothing
+    matched. Each pair is labelled with the training image's index, its headline score and (if given and different)
+    the secondary score; pairs that pass the headline are green, with a frame.
 
     Drawn as one image with the scores as text (a grid of axes is ten times slower for 60 pairs).
     """
-    idx = np.flatnonzero(matched)
-    if len(idx) == 0 or max_images == 0:
+    scores = headline.scores
+    idx = figure_order(headline, matched, max_images)
+    if len(idx) == 0:
         return None
-    idx = idx[np.argsort(-scores[idx], kind="stable")][:max_images]
+    passed = int(np.sum(scores[matched & ~np.isnan(scores)] > headline.threshold))
     plt = _pyplot()
     pad = 2
     c, h, w = recon.shape[1:]
     canvas = montage(np.clip(recon, 0, 1), np.clip(orig, 0, 1), idx, per_row, pad)
     rows = int(np.ceil(len(idx) / per_row))
     cols = min(per_row, len(idx))
-    fig, ax = plt.subplots(figsize=(1.0 * cols + 0.4, 2.1 * rows + 0.5))
+    fig, ax = plt.subplots(figsize=(1.1 * cols + 0.4, 2.2 * rows + 0.9))
     ax.imshow(_to_hwc(canvas), cmap="gray" if c == 1 else None, vmin=0, vmax=1, interpolation="nearest")
     ax.axis("off")
+    show_secondary = secondary is not None and secondary.name != headline.name
     for k, i in enumerate(idx):
         r, col = divmod(k, per_row)
-        x = pad + col * (w + pad) + w / 2
+        x0 = pad + col * (w + pad)
         y = pad + 2 * r * (h + pad)
-        ax.text(x, y - 0.3, f"#{i} {scores[i]:.2f}", ha="center", va="bottom", fontsize=6,
-                color="green" if scores[i] > threshold else "black")
-    ax.set_title(f"reconstructions (upper) and training images (lower), by {score_name}; "
-                 f"green: > {threshold:g}", fontsize=8)
+        good = bool(scores[i] > headline.threshold)
+        label = f"#{i} {scores[i]:.2f}"
+        if show_secondary and secondary is not None and not np.isnan(secondary.scores[i]):
+            label += f" ({secondary.scores[i]:.2f})"
+        ax.text(x0 + w / 2, y - 0.6, label, ha="center", va="bottom", fontsize=5,
+                color="green" if good else "black")
+        if good:
+            ax.add_patch(plt.Rectangle((x0 - 0.5, y - 0.5), w, 2 * h + pad, fill=False, edgecolor="green",
+                                       linewidth=1.0))
+    title = (f"{passed} of {len(scores)} training images pass {headline.rule} "
+             f"({headline.name} > {headline.threshold:.3g}, green)\n"
+             f"upper: reconstruction, lower: the training image it matched; #i: training image index, "
+             f"then {headline.name}")
+    if show_secondary and secondary is not None:
+        title += f", then ({secondary.name}; {secondary.rule} counts > {secondary.threshold:g})"
+    ax.set_title(title, fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
