@@ -72,6 +72,9 @@ class Progress:
             self._bar.set_postfix({k: f"{v:.4g}" for k, v in info.items()}, refresh=False)
 
     def __call__(self, step: int, total: int, info: dict[str, float] | None = None) -> None:
+        """The attacks' progress callback: a loop may learn its total late (a search's steps), so it is updated."""
+        if self._bar is not None and self._bar.total != total:
+            self._bar.total = total
         self.update(step, info)
 
     def __enter__(self) -> Progress:

@@ -176,7 +176,7 @@ def _run_pending(attack: Any, target: AttackTarget, labels: torch.Tensor, pendin
             outer.update(len(runs))
 
         attack.run_batch(target, [p.x0 for p in pending], labels.to(target.device), [p.cfg for p in pending],
-                         generators=[p.gen for p in pending], progress=_bar_progress(bar), on_done=on_done)
+                         generators=[p.gen for p in pending], progress=bar, on_done=on_done)
 
 
 def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, seconds: float,
@@ -206,15 +206,6 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
     save_file(tensors, str(runs_dir / f"run-{p.k:03d}.safetensors"))
     write_json(record_path, rec)
     return rec
-
-
-def _bar_progress(bar: Progress) -> Any:
-    def progress(step: int, total: int, info: dict[str, float] | None = None) -> None:
-        if bar._bar is not None and bar._bar.total != total:
-            bar._bar.total = total
-        bar.update(step, info)
-
-    return progress
 
 
 def load_pooled(out: Path, runs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:

@@ -1,7 +1,7 @@
 """A recipe's defense, as the trainer meets it: hooks into the training loop, then the change before release.
 
 The trainer makes one :class:`DefenseSession` per run. Without a defense every call is a no-op. With one, the
-session calls the defense's optional training-time methods (:class:`reconbench.interfaces.TrainingDefense`) around
+session calls the defense's optional training-time methods (those of :class:`reconbench.interfaces.Defense`) around
 the loop and its ``apply`` before release, and gathers what goes into the model card (``metrics.defense``): the
 defense's name, its full configuration, which phases it acted in, and the numbers it recorded.
 """
