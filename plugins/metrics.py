@@ -31,7 +31,7 @@ from reconbench.evaluation.membership import (
 from reconbench.evaluation.null import MEMBERSHIP_STREAM
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
-from reconbench.interfaces import Metric, MetricResult, NoOptions
+from reconbench.interfaces import Metric, MetricResult, NoOptions, Reported
 
 
 def _nan_unmatched(values: np.ndarray, matched: np.ndarray) -> np.ndarray:
@@ -58,6 +58,13 @@ class PaperSsim(Metric):
                         "channel; reconstruction un-centred and min-max scaled, original not rescaled")
     higher_is_better: bool = True
     headline: str = "reconstructed"
+    reports: tuple[Reported, ...] = (
+        Reported("reconstructed", "papers' protocol", "count", fmt=".1f", column=10, aliases=("n_reconstructed", "good_count"),
+                 console=10),
+        Reported("top_k_mean_ssim", "top-10 SSIM", "similarity", fmt=".3f", column=20, aliases=("ssim_top10", "top10_ssim"),
+                 console=30),
+        Reported("mean_ssim_matched", "mean SSIM of matched images", "similarity", fmt=".3f"),
+    )
     config_cls: type = SsimConfig
 
     def check_config(self, cfg: SsimConfig) -> None:
@@ -94,6 +101,11 @@ class StandardSsim(Metric):
                         "borders cropped), data range 1, same image pairs as `ssim`")
     higher_is_better: bool = True
     headline: str = "reconstructed_ssim_standard"
+    reports: tuple[Reported, ...] = (
+        Reported("reconstructed_ssim_standard", "reconstructed (scikit-image SSIM)", "count", fmt=".1f", console=40),
+        Reported("top_k_mean_ssim_standard", "top-10 scikit-image SSIM", "similarity", fmt=".3f"),
+        Reported("mean_ssim_standard_matched", "mean scikit-image SSIM of matched images", "similarity", fmt=".3f"),
+    )
     config_cls: type = StandardSsimConfig
 
     def check_config(self, cfg: StandardSsimConfig) -> None:
@@ -134,6 +146,13 @@ class NotebookSsim(Metric):
                         "(min vote, no best-buddy), so one candidate can count for many images")
     higher_is_better: bool = True
     headline: str = "reconstructed_notebook"
+    reports: tuple[Reported, ...] = (
+        Reported("reconstructed_notebook", "reconstructed (notebooks' variant)", "count", fmt=".1f"),
+        Reported("top_k_mean_notebook_ssim", "top-10 notebook SSIM", "similarity", fmt=".3f"),
+        Reported("mean_notebook_ssim_matched", "mean notebook SSIM of matched images", "similarity", fmt=".3f"),
+        Reported("notebook_distinct_candidates_reconstructed", "distinct candidates reconstructed (notebooks)",
+                 "count_unbounded", fmt=".1f"),
+    )
     config_cls: type = NotebookConfig
 
     def check_config(self, cfg: NotebookConfig) -> None:
@@ -184,6 +203,11 @@ class Correlation(Metric):
                         "reconstructed_corr counts correlations above the threshold")
     higher_is_better: bool = True
     headline: str = "reconstructed_corr"
+    reports: tuple[Reported, ...] = (
+        Reported("reconstructed_corr", "corr > 0.9", "count", fmt=".1f", console=20),
+        Reported("top_k_mean_corr", "top-10 correlation", "similarity", fmt=".3f"),
+        Reported("mean_corr_matched", "mean correlation of matched images", "similarity", fmt=".3f"),
+    )
     config_cls: type = CorrelationConfig
 
     def check_config(self, cfg: CorrelationConfig) -> None:
@@ -217,6 +241,9 @@ class Lpips(Metric):
                         "original; reported unavailable when the ImageNet backbone weights are absent")
     higher_is_better: bool = False
     headline: str = "lpips_mean"
+    reports: tuple[Reported, ...] = (
+        Reported("lpips_mean", "mean LPIPS", "nonnegative", higher_is_better=False, fmt=".3f", console=130),
+    )
     config_cls: type = LpipsConfig
 
     def check_config(self, cfg: LpipsConfig) -> None:
@@ -256,6 +283,14 @@ class MembershipMetric(Metric):
                         "training images and the problem's decoys a training image? (precision of the claims)")
     higher_is_better: bool = True
     headline: str = "membership_precision"
+    reports: tuple[Reported, ...] = (
+        Reported("membership_precision", "membership precision", "share", fmt=".2f", column=30,
+                 aliases=("precision_vs_decoys",), console=50),
+        Reported("member_claims", "member claims", "count_unbounded", fmt=".1f"),
+        Reported("member_claims_confirmed", "member claims confirmed", "count_unbounded", fmt=".1f"),
+        Reported("candidates_nearer_decoy_share", "candidates nearer a decoy", "share", higher_is_better=False,
+                 fmt=".2f"),
+    )
     config_cls: type = NoOptions
 
     def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
@@ -307,6 +342,10 @@ class MembershipTest(Metric):
                         "with any candidate; AUC and the true-positive rate at 1% false positives (docs/calibration.md)")
     higher_is_better: bool = True
     headline: str = "membership_auc"
+    reports: tuple[Reported, ...] = (
+        Reported("membership_auc", "membership AUC", "share", fmt=".2f", column=40, optional_column=True, console=60),
+        Reported("membership_tpr_at_fpr", "membership TPR at low FPR", "share", fmt=".2f", console=70),
+    )
     config_cls: type = MembershipTestConfig
 
     def compute(self, ev: Evaluation, cfg: MembershipTestConfig) -> MetricResult:
@@ -351,6 +390,11 @@ class InitCopy(Metric):
                         "(partition inits: natural-looking non-members)")
     higher_is_better: bool = False
     headline: str = "init_copy_share"
+    reports: tuple[Reported, ...] = (
+        Reported("init_copy_share", "init copies", "share", higher_is_better=False, fmt=".2f", column=60, console=110),
+        Reported("init_copy_candidates", "candidates that stayed copies of their start", "count_unbounded",
+                 higher_is_better=False, fmt=".1f"),
+    )
     config_cls: type = NoOptions
 
     def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
@@ -379,6 +423,14 @@ class Collapse(Metric):
                         "candidates (1 = no collapse)")
     higher_is_better: bool = True
     headline: str = "distinct_share"
+    reports: tuple[Reported, ...] = (
+        Reported("distinct_share", "distinct share", "share", fmt=".2f", column=50, console=100),
+        Reported("distinct_matched", "distinct candidates matched", "count_unbounded", fmt=".1f"),
+        Reported("candidates_valid", "valid candidates", "count_unbounded", fmt=".1f"),
+        Reported("candidates_per_matched_image", "candidates per matched image", "nonnegative", fmt=".3g"),
+        Reported("max_candidates_per_image", "most candidates on one image", "count_unbounded", fmt=".1f"),
+        Reported("reconstructed_per_candidate", "reconstructed per candidate", "share", fmt=".3g"),
+    )
     config_cls: type = NoOptions
 
     def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
@@ -403,6 +455,9 @@ class ExtractionScore(Metric):
                         "training matches; the papers' oracle selection criterion")
     higher_is_better: bool = False
     headline: str = "extraction_score"
+    reports: tuple[Reported, ...] = (
+        Reported("extraction_score", "extraction score", "nonnegative", higher_is_better=False, fmt=".4g", console=120),
+    )
     config_cls: type = ExtractionConfig
 
     def check_config(self, cfg: ExtractionConfig) -> None:

@@ -204,6 +204,34 @@ class MetricResult(TypedDict, total=False):
     reason: str
 
 
+#: what a reported number can take, for clipping intervals over seeds: training-image counts lie in [0, n], other
+#: counts in [0, inf), shares in [0, 1], similarities (SSIM, correlation) in [-1, 1]
+VALUE_KINDS = ("count", "count_unbounded", "share", "similarity", "nonnegative", "any")
+
+
+@dataclass(frozen=True)
+class Reported:
+    """One summary number a metric reports, declared by the metric: what it is called, which values it can take,
+    which direction means more leakage, and whether leaderboards and ``reconbench run`` show it by default.
+
+    Tables, the console summary and the claims page read these declarations, so a new metric that declares its
+    numbers is shown with no change elsewhere."""
+
+    key: str
+    label: str
+    values: str = "any"                  # one of VALUE_KINDS
+    higher_is_better: bool = True        # True: a larger value means the attack recovered more
+    fmt: str = ".3g"
+    #: position among a leaderboard's default columns (smaller first); None: not a default column
+    column: int | None = None
+    #: older summary keys of the same number, tried after ``key`` when reading stored cells
+    aliases: tuple[str, ...] = ()
+    #: the default column is shown only when some cell records the key (a metric that older cells lack)
+    optional_column: bool = False
+    #: position in ``reconbench run``'s printed summary (smaller first); None: not printed
+    console: int | None = None
+
+
 class Metric(Plugin):
     """An evaluation metric."""
 
@@ -212,6 +240,8 @@ class Metric(Plugin):
     headline: str | None = None
     #: names of metrics to compute first
     requires: tuple[str, ...] = ()
+    #: the summary numbers this metric reports, as tables and the console show them (see :class:`Reported`)
+    reports: tuple[Reported, ...] = ()
 
     @property
     def headline_key(self) -> str:

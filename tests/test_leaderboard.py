@@ -543,7 +543,9 @@ def test_value_ranges_follow_what_each_key_counts():
     assert value_range("init_copy_share", recs) == (0.0, 1.0)
     assert value_range("top_k_mean_ssim", recs) == (-1.0, 1.0)
     assert value_range("attack_seconds", recs) == (0.0, None)
-    assert value_range("extraction_score", recs) == (None, None)
+    assert value_range("extraction_score", recs) == (0.0, None)  # a mean of squared distances
+    assert value_range("membership_auc", recs) == (0.0, 1.0)
+    assert value_range("no_metric_declares_this", recs) == (None, None)
 
 
 def test_targets_table_has_one_row_per_trained_target_when_seeds_retrain_it():

@@ -9,7 +9,7 @@ import pytest
 from _helpers.suitekit import toy_targets
 
 from reconbench.bench.cells import expand, select
-from reconbench.bench.suite import DEFAULT_COLUMNS, SuiteError, find_suite, load_suite
+from reconbench.bench.suite import SuiteError, default_columns, find_suite, load_suite
 from reconbench.bench.toml_lines import KeyLines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_base_suite_expands_to_the_product(tmp_path, toy_attack_registered):
     assert {c.cell_id for c in cells} == {f"{t}--toy_identity--gaussian--s{s}" for t in ("bin", "mc") for s in (0, 1)}
     assert suite.targets["mc"].recipe.problem.num_classes == 3
     assert suite.targets["bin"].recipe.model["widths"] == [8]
-    assert suite.leaderboard.columns == DEFAULT_COLUMNS
+    assert suite.leaderboard.columns == default_columns()
     spec = cells[0].run_spec(suite)
     assert spec.search_runs == 2 and spec.attack_config == {"steps": 1} and spec.init_config == {"scale": 0.01}
     assert len(select(cells, ["mc--*"])) == 2 and len(select(cells, ["*s1", "bin--*"])) == 3

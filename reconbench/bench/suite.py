@@ -154,24 +154,18 @@ class ColumnSpec:
     optional: bool = False  # shown only when some cell records one of the keys (a metric older cells lack)
 
 
-#: The default columns: headline numbers of the evaluation protocol (reconbench.evaluation): the calibrated
-#: headline `reconstructed_calibrated` (training images whose reconstruction correlates with them better than any
-#: random held-out image did in the calibration draws, docs/calibration.md), the papers' `reconstructed`
-#: (training images with SSIM > 0.4), `top_k_mean_ssim` (k = 10), `membership_precision` (reconstructions nearer a
-#: training image than any decoy), `distinct_share` (1: no collapse), `init_copy_share` (candidates that stayed
-#: copies of their start), and, where the cells computed it, the membership test's AUC against 10n non-members.
-#: Keys are tried in order; the direction comes from the metric whose headline the key is.
-DEFAULT_COLUMNS: tuple[ColumnSpec, ...] = (
-    ColumnSpec("reconstructed (calibrated)", ("reconstructed_calibrated",), True, ".1f"),
-    ColumnSpec("papers' protocol", ("reconstructed", "n_reconstructed", "good_count"), True, ".1f"),
-    ColumnSpec("top-10 SSIM", ("top_k_mean_ssim", "ssim_top10", "top10_ssim"), True, ".3f"),
-    ColumnSpec("membership precision", ("membership_precision", "precision_vs_decoys"), True, ".2f"),
-    ColumnSpec("membership AUC", ("membership_auc",), True, ".2f", optional=True),
-    ColumnSpec("distinct share", ("distinct_share",), True, ".2f"),
-    ColumnSpec("init copies", ("init_copy_share",), False, ".2f"),
-    ColumnSpec("attack loss", (), False, ".3g", source="attack_loss"),
-    ColumnSpec("wall s", (), False, ".1f", source="wall_seconds"),
-)
+def default_columns() -> tuple[ColumnSpec, ...]:
+    """The default columns: the numbers the evaluation and the registered metrics declare as board columns
+    (:mod:`reconbench.evaluation.reported`; the calibrated headline first, then the papers' count, top-10 SSIM,
+    membership precision, the membership test's AUC where cells computed it, distinct share, init copies), then the
+    attack's final loss and the cell's wall time. A metric plugin that declares a column appears here with no
+    other change; keys are tried in order (the declared key, then its older names)."""
+    from reconbench.evaluation.reported import board_columns
+
+    cols = [ColumnSpec(r.label, (r.key, *r.aliases), r.higher_is_better, r.fmt, optional=r.optional_column)
+            for r in board_columns()]
+    return (*cols, ColumnSpec("attack loss", (), False, ".3g", source="attack_loss"),
+            ColumnSpec("wall s", (), False, ".1f", source="wall_seconds"))
 
 
 @dataclass(frozen=True)
@@ -180,7 +174,7 @@ class LeaderboardOptions:
     figures: bool = True
     sample_images: int = 8
     figure_inits: tuple[str, ...] | None = None  # init labels eligible for the sample figure (None: non-oracle)
-    columns: tuple[ColumnSpec, ...] = DEFAULT_COLUMNS
+    columns: tuple[ColumnSpec, ...] = field(default_factory=default_columns)
 
 
 @dataclass(frozen=True)
@@ -518,7 +512,7 @@ def _leaderboard_options(lb: dict[str, Any], chk: _Checker) -> LeaderboardOption
         store_candidates=None if store == "all" else int(store),
         figures=lb.get("figures", True),
         sample_images=lb.get("sample_images", 8),
-        columns=_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else DEFAULT_COLUMNS,
+        columns=_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else default_columns(),
     )
 
 

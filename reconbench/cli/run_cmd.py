@@ -15,7 +15,7 @@ from reconbench.cli.common import check_device, data_root_option, main_group, pa
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
 from reconbench.config import build_config
 from reconbench.errors import ReconbenchError
-from reconbench.evaluation import resolve_protocol
+from reconbench.evaluation import reported, resolve_protocol
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import load_card
@@ -108,13 +108,12 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
                      f"{cal.get('calibration_draws')} null draws reached)")
     elif null.get("available") is False:
         lines.append(f"  no calibrated headline: {null.get('reason')}")
-    # each metric states which direction means a stronger attack (more leakage); it covers its summary keys
-    better = {key: ("higher" if info.get("higher_is_better") else "lower")
-              for info in (evaluation.get("metrics") or {}).values() for key in (info.get("summary") or {})}
-    better.setdefault("reconstructed", "higher")
+    # the evaluation and each metric declare their numbers: which to print and which direction means more leakage
+    shown = reported.console_keys()
+    better = {rep.key: ("higher" if rep.higher_is_better else "lower") for rep in shown if rep.values != "count_unbounded"}
     lines.append("  (for each number: which direction means more leakage; 'null' is the same number for random held-out "
                  "images)")
-    for key in HEADLINE:
+    for key in (rep.key for rep in shown):
         if key in summary:
             value = summary[key]
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -196,8 +195,3 @@ def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
         if o.get(k) != n.get(k):
             diffs.append(f"{k} {o.get(k)!r} vs {n.get(k)!r}")
     return "; ".join(diffs[:3]) or "a different configuration"
-
-
-HEADLINE = ("n_train", "n_candidates", "reconstructed", "reconstructed_corr", "top_k_mean_ssim", "reconstructed_ssim_standard",
-            "membership_precision", "membership_auc", "membership_tpr_at_fpr", "distinct_share", "init_copy_share",
-            "extraction_score", "lpips_mean")

@@ -25,16 +25,17 @@ from typing import Any, Literal
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import Comparison, Suite, load_suite
+from reconbench.evaluation.reported import CALIBRATED_HEADLINE, PAPERS_HEADLINE
 from reconbench.leaderboard.tables import Stat, value_range
 
-#: the evaluation summary key of the headline (training images counted as reconstructed)
-HEADLINE_KEY = "reconstructed"
-#: the calibrated headline (a training image counts only when chance cannot pass it), used when a cell has it
-CALIBRATED_KEY = "reconstructed_calibrated"
+#: the evaluation summary key of the papers' headline (training images counted as reconstructed)
+HEADLINE_KEY = PAPERS_HEADLINE
+#: the calibrated headline (a null draw passes it with probability at most 5% per evaluation), used when a cell has it
+CALIBRATED_KEY = CALIBRATED_HEADLINE
 #: the selection the page reports: all search runs of a cell pooled, as the papers evaluated
 SELECTION = "pool"
 #: the papers' protocol (SSIM > 0.4), used for the numbers measured before the claims suites existed
-PAPERS_PROTOCOL_KEY = "reconstructed"
+PAPERS_PROTOCOL_KEY = PAPERS_HEADLINE
 #: a share of candidates above this means "most candidates stayed copies of their start"
 COPY_MAJORITY = 0.5
 CONFIDENCE = 0.95

@@ -17,11 +17,12 @@ from typing import Any
 from tabulate import tabulate
 
 from reconbench.bench.suite import PrivacyAxis, Suite
+from reconbench.evaluation.reported import CALIBRATED_HEADLINE
 from reconbench.leaderboard.tables import Published, Stat, fmt_stat, null_of, value_range
 
 #: the evaluation summary key shown as each attack's headline: the calibrated count (docs/calibration.md), which
 #: random held-out images pass with probability at most 5%; the papers' SSIM count is not a privacy measure
-HEADLINE_KEY = "reconstructed_calibrated"
+HEADLINE_KEY = CALIBRATED_HEADLINE
 # The null (held-out images as candidates): the cells' own held-out null of the headline when the evaluation
 # recorded one (reconbench.leaderboard.tables.null_of), else the headline of the axis' null cells
 # (`null_attack` / `null_init`: 0 attack steps from held-out images on the undefended target).

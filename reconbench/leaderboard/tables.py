@@ -24,6 +24,7 @@ from reconbench.bench import machine
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import ColumnSpec, Suite, display_path
+from reconbench.evaluation import reported
 from reconbench.provenance import git_commit
 
 LEADERBOARD_FORMAT = "reconbench-leaderboard/1"
@@ -78,36 +79,25 @@ def direction(col: ColumnSpec, key: str | None, records: Iterable[dict[str, Any]
             metric = plugins.get("metrics", name)
             if metric.headline_key == key:
                 return bool(metric.higher_is_better), f"metric plugin {name!r}"
+        rep = reported.lookup(key)
+        if rep is not None:
+            return rep.higher_is_better, "declared by the evaluation or a metric"
     return col.higher_is_better, "column spec"
 
 
 # -- aggregation ----------------------------------------------------------------------------------------
-#: summary keys that are shares of something, whatever their name says
-_SHARE_KEYS = {"membership_precision", "reconstructed_per_candidate", "label_agreement_reconstructed"}
-#: summary keys that count training images, candidates or claims (at most the larger of n and m)
-_COUNT_KEYS = {"matched_images", "distinct_matched", "member_claims", "member_claims_confirmed",
-               "notebook_distinct_candidates_reconstructed"}
-
-
 def value_range(key: str | None, records: Iterable[dict[str, Any]] = ()) -> tuple[float | None, float | None]:
-    """The values a summary key can take, for clipping an interval over seeds to what is possible.
-
-    Counts of training images lie in [0, n]; shares in [0, 1]; SSIM and correlation scores in [-1, 1]; times and
-    losses are non-negative. Anything else is unbounded. ``records`` give n (the largest n_train among them).
-    """
+    """The values a summary key can take, for clipping an interval over seeds to what is possible, as the evaluation
+    or the metric that reports it declares (:mod:`reconbench.evaluation.reported`): counts of training images lie in
+    [0, n] (n: the largest n_train among ``records``), other counts in [0, inf), shares in [0, 1], SSIM and
+    correlation scores in [-1, 1]. A key that nothing declares is unbounded."""
     if key is None:
         return (None, None)
-    if key in _SHARE_KEYS or key.endswith("_share"):
-        return (0.0, 1.0)
-    if key.startswith("reconstructed") or key in _COUNT_KEYS:
-        ns = [int(n) for r in records if isinstance(n := (r.get("target") or {}).get("n_train"), int)]
-        upper = None if key in _COUNT_KEYS or not ns else float(max(ns))
-        return (0.0, upper)
-    if "ssim" in key or "corr" in key:
-        return (-1.0, 1.0)
-    if key in ("attack_seconds", "attack_loss"):
-        return (0.0, None)
-    return (None, None)
+    rep = reported.lookup(key)
+    if rep is None:
+        return (None, None)
+    ns = [int(n) for r in records if isinstance(n := (r.get("target") or {}).get("n_train"), int)]
+    return reported.bounds(rep, max(ns) if ns else None)
 
 
 @dataclass
