@@ -1,7 +1,7 @@
 """Problems: the training subset, task labels, mean image, test split and decoy pool built from a data set.
 
 Construction is deterministic in (dataset, task, n_per_class, rule/classes, seed, order, order_seed) and follows
-the reference implementations (docs/method/targets.md#binary-subsets and the sections after it) on the data set's
+the reference implementations (docs/method/targets.md#walk-order and the sections after it) on the data set's
 *walk order*:
 
 * the walk order is the data set's file order (``order = "file"``: the papers' subsets) or a permutation of it drawn
