@@ -2,8 +2,11 @@
 
 For each set-up: the ground-truth candidates (every training image, cycled to m) are evaluated with the default
 protocol; the evaluation's own null draws say what random held-out images score, under the calibrated headline,
-the papers' count and the membership test. Writes
-benchmarks/results/calibration_nulls.json. Needs RECONBENCH_DATA for MNIST and CIFAR-10 (digits is embedded).
+the papers' count and the membership test. The problems are the file-ordered ones these numbers were first
+measured on (``order="file"``), and the membership columns use the computation they were recorded with
+(``membership_test.method=train_centred``); docs/calibration.md's membership numbers come from
+benchmarks/membership_nulls.py. Writes benchmarks/results/calibration_nulls.json. Needs RECONBENCH_DATA for MNIST and
+CIFAR-10 (digits is embedded).
 
       python benchmarks/calibration_nulls.py
 """
@@ -21,16 +24,22 @@ from reconbench.evaluation import evaluate
 from reconbench.targets.problems import ProblemSpec, build_problem
 
 C = "npz:cifar10/cifar10_train_subset.npz"
+
+
+def _file(**kw: object) -> ProblemSpec:
+    return ProblemSpec(order="file", **kw)  # type: ignore[arg-type]
+
+
 SETUPS = {
-    "MNIST odd/even n=20, m=480": (ProblemSpec(dataset="mnist_test", task="binary", n_per_class=10), 480, "mlp"),
-    "MNIST 10-class n=50, m=600": (ProblemSpec(dataset="mnist_test", task="multiclass", n_per_class=5), 600, "mlp"),
-    "digits 10-class n=20, m=240": (ProblemSpec(dataset="digits", task="multiclass", n_per_class=2), 240, "mlp"),
-    "digits 10-class n=10, m=120 (README default)": (ProblemSpec(dataset="digits", task="multiclass", n_per_class=1), 120, "mlp"),
-    "CIFAR vehicles/animals n=20, m=480": (ProblemSpec(dataset=C, task="binary", n_per_class=10), 480, "mlp"),
-    "CIFAR vehicles/animals n=10, m=40": (ProblemSpec(dataset=C, task="binary", n_per_class=5), 40, "mlp"),
-    "MNIST odd/even n=10, m=40": (ProblemSpec(dataset="mnist_test", task="binary", n_per_class=5), 40, "mlp"),
-    "MNIST 10-class n=20, m=80": (ProblemSpec(dataset="mnist_test", task="multiclass", n_per_class=2), 80, "mlp"),
-    "CIFAR 10-class n=20, m=80": (ProblemSpec(dataset=C, task="multiclass", n_per_class=2), 80, "mlp"),
+    "MNIST odd/even n=20, m=480": (_file(dataset="mnist_test", task="binary", n_per_class=10), 480, "mlp"),
+    "MNIST 10-class n=50, m=600": (_file(dataset="mnist_test", task="multiclass", n_per_class=5), 600, "mlp"),
+    "digits 10-class n=20, m=240": (_file(dataset="digits", task="multiclass", n_per_class=2), 240, "mlp"),
+    "digits 10-class n=10, m=120 (README default)": (_file(dataset="digits", task="multiclass", n_per_class=1), 120, "mlp"),
+    "CIFAR vehicles/animals n=20, m=480": (_file(dataset=C, task="binary", n_per_class=10), 480, "mlp"),
+    "CIFAR vehicles/animals n=10, m=40": (_file(dataset=C, task="binary", n_per_class=5), 40, "mlp"),
+    "MNIST odd/even n=10, m=40": (_file(dataset="mnist_test", task="binary", n_per_class=5), 40, "mlp"),
+    "MNIST 10-class n=20, m=80": (_file(dataset="mnist_test", task="multiclass", n_per_class=2), 80, "mlp"),
+    "CIFAR 10-class n=20, m=80": (_file(dataset=C, task="multiclass", n_per_class=2), 80, "mlp"),
 }
 
 
@@ -41,7 +50,8 @@ def main() -> None:
         t = time.time()
         gt = p.x_train()[torch.as_tensor(np.arange(m) % p.n)]
         gl = torch.as_tensor(p.train_labels[np.arange(m) % p.n])
-        ev = evaluate(p, gt, family=fam, labels=gl, protocol={"figures": False})
+        ev = evaluate(p, gt, family=fam, labels=gl,
+                      protocol={"figures": False, "membership_test.method": "train_centred"})
         sec = time.time() - t
         s, nl = ev["summary"], ev["null"]
         row = {"setup": name, "n": p.n, "m": m, "threshold_corr": round(s["calibrated_threshold"], 4),

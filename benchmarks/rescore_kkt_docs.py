@@ -21,7 +21,7 @@ import torch
 
 from reconbench.attack.candidates import candidate_labels
 from reconbench.evaluation import evaluate
-from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.problems import ProblemSpec, build_problem, recorded_spec_dict
 
 RESULTS = Path(__file__).parent / "results" / "kkt"
 ROUNDING = 0.0005
@@ -51,7 +51,7 @@ def main() -> None:
     for path in sorted(RESULTS.glob("*/protocol.json")):
         data = json.loads(path.read_text())
         recipe = data["setup"]["recipe"]
-        problem = build_problem(ProblemSpec(**recipe["problem"]))
+        problem = build_problem(ProblemSpec(**recorded_spec_dict(recipe["problem"])))
         scored = data["protocol"]
         m_run = int(scored["blind"]["candidates"])
         runs = int(scored["all"]["candidates"]) // m_run

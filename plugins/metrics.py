@@ -8,7 +8,7 @@ protocol as ``METRIC.OPTION=value`` (``--protocol-set ssim.window_size=5``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -26,12 +26,14 @@ from reconbench.evaluation.membership import (
     nearest_distance,
     nearest_member,
     pearson_matrix,
+    population_mean,
     tpr_at_fpr,
 )
 from reconbench.evaluation.null import MEMBERSHIP_STREAM
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
 from reconbench.interfaces import Metric, MetricResult, NoOptions, Reported
+from reconbench.targets.problems import Problem
 
 
 def _nan_unmatched(values: np.ndarray, matched: np.ndarray) -> np.ndarray:
@@ -332,6 +334,13 @@ class MembershipTestConfig:
         10, "non-members per training image: the decoys plus held-out images (seeded) up to this many times n", ge=1)
     fpr: float = option(0.01, "false-positive rate of the reported true-positive rate", gt=0, lt=1)
     seed: int = option(0, "seed of the held-out part of the non-member pool")
+    method: Literal["offset_removed", "train_centred"] = option(
+        "offset_removed",
+        "offset_removed: correlations after removing, from every image and candidate, the one direction in which the "
+        "released training mean differs from the population mean (estimated from the held-out pool), with "
+        "non-members drawn in the members' class proportions; train_centred: correlations in the model's input "
+        "space and the pool as drawn before (biased below 0.5; what evaluations recorded without this option used)",
+        absent="train_centred")
 
 
 @dataclass(frozen=True)
@@ -339,7 +348,8 @@ class MembershipTest(Metric):
     name: str = "membership_test"
     description: str = ("membership inference from the candidates: each training image and each of pool_per_member "
                         "x n non-members (10n by default: decoys, then held-out images) scores its highest correlation "
-                        "with any candidate; AUC and the true-positive rate at 1% false positives (docs/calibration.md)")
+                        "with any candidate, the public mean image's offset removed; AUC and the true-positive rate at "
+                        "1% false positives (docs/calibration.md)")
     higher_is_better: bool = True
     headline: str = "membership_auc"
     reports: tuple[Reported, ...] = (
@@ -351,35 +361,82 @@ class MembershipTest(Metric):
     def compute(self, ev: Evaluation, cfg: MembershipTestConfig) -> MetricResult:
         keys = ("membership_auc", "membership_tpr_at_fpr")
         problem = ev.problem
-        want = cfg.pool_per_member * ev.n
-        decoys = problem.x_decoy(torch.float64)
-        eligible = np.flatnonzero(problem.held_out_labels < problem.num_classes) if problem.source_images is not None \
-            else np.zeros(0, dtype=np.int64)
-        extra = min(max(want - decoys.shape[0], 0), len(eligible))
-        if decoys.shape[0] + extra < want:
-            reason = (f"the problem has {decoys.shape[0] + extra} non-members for a pool of {want} "
-                      f"({cfg.pool_per_member} x n); lower membership_test.pool_per_member")
-            return {"available": False, "reason": reason, "summary": {k: None for k in keys}, "per_image": {}}
-        positions = np.sort(np.random.default_rng([cfg.seed, MEMBERSHIP_STREAM]).choice(eligible, extra, replace=False))
+        pool = _non_member_pool(problem, cfg) if cfg.method == "offset_removed" else _legacy_pool(problem, cfg)
+        remove = _mean_offset(problem) if cfg.method == "offset_removed" else None
+        for reason in (pool, remove):
+            if isinstance(reason, str):
+                return {"available": False, "reason": reason, "summary": {k: None for k in keys}, "per_image": {}}
+        assert not isinstance(pool, str) and not isinstance(remove, str)
+        decoys, positions = pool
+        extra = len(positions)
         held = problem.centred(problem.held_out_images(positions)) if extra else decoys[:0]
         cand = ev.candidates[torch.as_tensor(ev.valid_ids, dtype=torch.long)]
         if cand.shape[0] == 0:
             return {"summary": {"membership_auc": 0.5, "membership_tpr_at_fpr": 0.0}, "per_image": {},
                     "details": {"note": "no valid candidate: every image scores alike"}}
-        pos = pearson_matrix(problem.x_train(torch.float64), cand).max(1).values.numpy()
-        neg_decoy = pearson_matrix(decoys, cand).max(1).values.numpy() if decoys.shape[0] else np.zeros(0)
-        neg_held_r = pearson_matrix(held, cand) if extra else torch.zeros(0, cand.shape[0], dtype=torch.float64)
+
+        def best(images: torch.Tensor) -> torch.Tensor:
+            return pearson_matrix(images, cand, remove=remove)
+
+        pos = best(problem.x_train(torch.float64)).max(1).values.numpy()
+        neg_decoy = best(decoys).max(1).values.numpy() if decoys.shape[0] else np.zeros(0)
+        neg_held_r = best(held) if extra else torch.zeros(0, cand.shape[0], dtype=torch.float64)
         # Held-out images are handed to no attack and no init regime: a candidate identical to one can only be a
         # held-out null draw's own image, which is then no test of membership; such non-members are left out.
         drawn = (neg_held_r >= 1.0 - 1e-12).any(1).numpy() if extra else np.zeros(0, dtype=bool)
         neg = np.concatenate([neg_decoy, neg_held_r.max(1).values.numpy()[~drawn]])
         tpr, threshold = tpr_at_fpr(pos, neg, cfg.fpr)
         summary = {"membership_auc": auc(pos, neg), "membership_tpr_at_fpr": tpr}
+        space = ("per channel, the direction (training mean - population mean) removed" if remove is not None
+                 else "per channel, in the model's input space (centred on the training mean)")
         return {"summary": summary, "per_image": {"membership_score": column_values(pos)},
                 "details": {"non_members": int(len(neg)), "decoys": int(decoys.shape[0]),
                             "held_out": int(extra), "left_out_as_drawn": int(drawn.sum()), "fpr": cfg.fpr,
-                            "threshold": threshold,
-                            "score": "highest correlation with any valid candidate (centred, per channel)"}}
+                            "threshold": threshold, "method": cfg.method,
+                            "score": f"highest correlation with any valid candidate ({space})"}}
+
+
+def _legacy_pool(problem: Problem, cfg: MembershipTestConfig) -> tuple[torch.Tensor, np.ndarray] | str:
+    """method train_centred: every decoy, then held-out images of any of the problem's labels (seeded)."""
+    want = cfg.pool_per_member * problem.n
+    decoys = problem.x_decoy(torch.float64)
+    eligible = np.flatnonzero(problem.held_out_labels < problem.num_classes) if problem.source_images is not None \
+        else np.zeros(0, dtype=np.int64)
+    extra = min(max(want - decoys.shape[0], 0), len(eligible))
+    if decoys.shape[0] + extra < want:
+        return (f"the problem has {decoys.shape[0] + extra} non-members for a pool of {want} "
+                f"({cfg.pool_per_member} x n); lower membership_test.pool_per_member")
+    positions = np.sort(np.random.default_rng([cfg.seed, MEMBERSHIP_STREAM]).choice(eligible, extra, replace=False))
+    return decoys, positions
+
+
+def _non_member_pool(problem: Problem, cfg: MembershipTestConfig) -> tuple[torch.Tensor, np.ndarray] | str:
+    """method offset_removed: per class, pool_per_member times the class's members: its decoys first, then held-out
+    images of that class (seeded), so that members and non-members have the same class proportions."""
+    rng = np.random.default_rng([cfg.seed, MEMBERSHIP_STREAM])
+    decoy_rows, positions = [], []
+    for c, members in enumerate(problem.class_counts):
+        want = cfg.pool_per_member * members
+        rows = np.flatnonzero(problem.decoy_labels == c)[:want]
+        pool = np.flatnonzero(problem.held_out_labels == c) if problem.source_images is not None \
+            else np.zeros(0, dtype=np.int64)
+        if len(rows) + len(pool) < want:
+            return (f"the problem has {len(rows) + len(pool)} non-members of class {c} for a pool of {want} "
+                    f"({cfg.pool_per_member} x its {members} members); lower membership_test.pool_per_member")
+        decoy_rows.append(rows)
+        positions.append(rng.choice(pool, want - len(rows), replace=False))
+    decoys = problem.x_decoy(torch.float64)[torch.as_tensor(np.concatenate(decoy_rows), dtype=torch.long)]
+    return decoys, np.sort(np.concatenate(positions))
+
+
+def _mean_offset(problem: Problem) -> torch.Tensor | str:
+    """(C, H, W) released training mean minus the population mean (held-out class means weighted as the members),
+    or why it cannot be estimated."""
+    means = problem.held_out_class_means() if problem.source_images is not None else None
+    if means is None or np.isnan(means[np.asarray(problem.class_counts) > 0]).any():
+        return ("the held-out pool lacks a class of the training images, so the population mean cannot be estimated; "
+                "use membership_test.method=train_centred")
+    return torch.as_tensor(problem.mean - population_mean(means, problem.class_counts), dtype=torch.float64)
 
 
 # -- staying at the initialisation ------------------------------------------------------------------------------

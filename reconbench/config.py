@@ -42,19 +42,34 @@ def _num(b: float) -> str:
     return str(int(b)) if float(b).is_integer() and abs(b) < 1e15 else f"{b:g}"
 
 
+#: ``option(..., absent=NOT_RECORDED)``: the option has no value that records made before it existed stand for
+NOT_RECORDED: Any = dataclasses.MISSING
+
+
 def option(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-           lt: float | None = None, nonfinite: bool = False, **kwargs: Any) -> Any:
+           lt: float | None = None, nonfinite: bool = False, absent: Any = NOT_RECORDED, **kwargs: Any) -> Any:
     """A dataclass field with a help text (shown by ``reconbench list`` and in CONTRIBUTING).
 
     ``ge``/``gt``/``le``/``lt`` bound a numeric option; ``build_config`` refuses values outside. Float options must be
-    finite unless ``nonfinite=True``.
+    finite unless ``nonfinite=True``. ``absent`` is the value a stored configuration that lacks the option stands for
+    (an option added after numbers were published, whose new default computes something else): re-scoring such a
+    record uses it (:func:`absent_values`).
     """
     meta: dict[str, Any] = {"help": help}
     if any(b is not None for b in (ge, gt, le, lt)):
         meta["limit"] = Limit(ge=ge, gt=gt, le=le, lt=lt)
     if nonfinite:
         meta["nonfinite"] = True
+    if absent is not NOT_RECORDED:
+        meta["absent"] = absent
     return dataclasses.field(default=default, metadata=meta, **kwargs)
+
+
+def absent_values(cls: type) -> dict[str, Any]:
+    """Option -> the value a stored configuration of ``cls`` without that option stands for (``option(absent=)``)."""
+    if not dataclasses.is_dataclass(cls):
+        return {}
+    return {f.name: f.metadata["absent"] for f in dataclasses.fields(cls) if "absent" in f.metadata}
 
 
 def field_limits(cls: type) -> dict[str, Limit]:

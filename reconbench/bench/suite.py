@@ -40,7 +40,7 @@ from reconbench import plugins
 from reconbench.bench.toml_lines import KeyLines
 from reconbench.config import _coerce, build_config
 from reconbench.errors import ReconbenchError, UnknownNameError
-from reconbench.targets.problems import ProblemSpec
+from reconbench.targets.problems import RECORDED_WITHOUT_ORDER, ProblemSpec
 from reconbench.targets.training import TargetRecipe, TrainSpec
 
 #: the suites shipped with the package (``reconbench bench ci`` works from any folder, installed or not)
@@ -351,6 +351,11 @@ def recipe_from_table(table: dict[str, Any], chk: _Checker, keys: tuple[Any, ...
             d["model"].update(v)
         else:
             d[section][name] = v
+    if "order" not in d["problem"]:  # suite files written before `order` existed describe file-order targets
+        if "order_seed" in d["problem"]:
+            raise chk.fail((*keys, "order_seed"), "order_seed needs order = \"shuffled\" (a target that names no "
+                                                  "order walks the data set in file order)")
+        d["problem"].update(RECORDED_WITHOUT_ORDER)
     try:
         plugins.get("models", d["family"])
     except UnknownNameError as exc:

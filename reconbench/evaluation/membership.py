@@ -76,12 +76,19 @@ def collapse(matching: Matching, n_valid: int) -> dict[str, float | int | None]:
 
 
 # -- the membership test: members against a pool of non-members, as membership-inference papers report -----------
-def pearson_matrix(a: torch.Tensor, b: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+def pearson_matrix(a: torch.Tensor, b: torch.Tensor, chunk: int = 1024,
+                   remove: torch.Tensor | None = None) -> torch.Tensor:
     """(len(a), len(b)) Pearson correlation of every pair of images (N, C, H, W): per channel over pixels, averaged
-    over channels (the ``corr`` metric's score, for all pairs at once; a constant image correlates 0)."""
+    over channels (the ``corr`` metric's score, for all pairs at once; a constant image correlates 0).
+
+    ``remove`` (C, H, W): before the correlation, every image's component along this direction is taken out, per
+    channel (both the images and the direction with their per-channel mean subtracted first; :func:`without`).
+    """
     def unit(x: torch.Tensor) -> torch.Tensor:
         f = x.flatten(2).to(torch.float64)
         f = f - f.mean(-1, keepdim=True)
+        if remove is not None:
+            f = without(f, remove)
         norm = f.norm(dim=-1, keepdim=True)
         return f / torch.where(norm > 0, norm, torch.ones_like(norm))
 
@@ -91,6 +98,24 @@ def pearson_matrix(a: torch.Tensor, b: torch.Tensor, chunk: int = 1024) -> torch
     for s in range(0, ua.shape[0], chunk):
         out[s:s + chunk] = torch.einsum("icd,jcd->ij", ua[s:s + chunk], ub) / channels
     return out
+
+
+def without(f: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
+    """Rows ``f`` (N, C, D), each channel's mean already subtracted, with their component along ``direction``
+    (C, H, W) removed per channel: the orthogonal projection onto the complement of the direction's mean-free part
+    (a channel where the direction is constant is left as it is)."""
+    u = direction.reshape(1, f.shape[1], -1).to(torch.float64)
+    u = u - u.mean(-1, keepdim=True)
+    norm = u.norm(dim=-1, keepdim=True)
+    u = torch.where(norm > 0, u / torch.where(norm > 0, norm, torch.ones_like(norm)), torch.zeros_like(u))
+    return f - (f * u).sum(-1, keepdim=True) * u
+
+
+def population_mean(class_means: np.ndarray, class_counts: list[int]) -> np.ndarray:
+    """The mean image of a population whose classes have the members' proportions: class means (K, C, H, W)
+    weighted by the members' class counts."""
+    w = np.asarray(class_counts, dtype=np.float64)
+    return np.tensordot(w / w.sum(), class_means, axes=1)
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:

@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from reconbench.errors import ReconbenchError
+from reconbench.evaluation.recorded import absent_options
 from reconbench.provenance import config_hash, portable_path, provenance, write_json
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import load_card
@@ -78,11 +79,13 @@ def locate_card(result_dir: Path, result: dict[str, Any], explicit: str | None) 
 def pinned_protocol(overrides: dict[str, Any], stored_evaluation: dict[str, Any] | None) -> dict[str, Any]:
     """The protocol that re-scores a stored evaluation: its overrides, and, when they leave the metric list open
     (every registered metric), the metrics the stored evaluation computed. A metric registered since is not a stored
-    number to reproduce; it is computed when the overrides name it."""
-    if "metrics" in overrides:
-        return dict(overrides)
+    number to reproduce; it is computed when the overrides name it. A metric option added since takes the value the
+    stored configuration stands for (``recorded.absent_options``)."""
     recorded = (((stored_evaluation or {}).get("protocol") or {}).get("metrics")) or None
-    return {**overrides, "metrics": list(recorded)} if isinstance(recorded, dict) else dict(overrides)
+    if not isinstance(recorded, dict):
+        return dict(overrides)
+    pinned = dict(overrides) if "metrics" in overrides else {**overrides, "metrics": list(recorded)}
+    return {**pinned, **absent_options(recorded, pinned)}
 
 
 def differences(stored: dict[str, Any], new: dict[str, Any], limit: int = 5) -> list[str]:

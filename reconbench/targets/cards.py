@@ -20,7 +20,7 @@ from reconbench.interfaces import Knowledge
 from reconbench.provenance import write_json
 from reconbench.targets.data_files import file_digest
 from reconbench.targets.nets import TargetNet
-from reconbench.targets.problems import Problem, build_problem
+from reconbench.targets.problems import Problem, build_problem, recorded_spec_dict
 from reconbench.targets.training import DTYPES, TargetRecipe, TrainResult
 
 CARD_FORMAT = "reconbench-card/1"
@@ -35,7 +35,7 @@ class ModelCard:
 
     @property
     def recipe(self) -> TargetRecipe:
-        return TargetRecipe.from_dict(self.data["recipe"])
+        return recorded_recipe(self.data["recipe"])
 
     @property
     def task(self) -> str:
@@ -90,6 +90,12 @@ class ModelCard:
                 raise ModelCardError(f"{where} gives {key} {_short(got)}, but the card says {_short(stored)}; the card "
                                      "was edited or belongs to other data. Re-train, or restore the original card")
         return problem
+
+
+def recorded_recipe(d: dict[str, Any]) -> TargetRecipe:
+    """The recipe a card records; a problem recorded without ``order`` was built in file order."""
+    problem = d.get("problem") if isinstance(d, dict) else None
+    return TargetRecipe.from_dict({**d, "problem": recorded_spec_dict(problem)} if isinstance(problem, dict) else d)
 
 
 def _short(v: Any) -> str:
@@ -232,7 +238,7 @@ def check_card_data(data: Any, where: Path | str) -> None:
         raise ModelCardError(f"{where}: the card's fields do not match its content_sha256 (a field that determines "
                              "scores was edited); re-train, or restore the original card")
     try:
-        key = TargetRecipe.from_dict(data["recipe"]).key()
+        key = recorded_recipe(data["recipe"]).key()
     except ReconbenchError as exc:
         raise ModelCardError(f"{where}: its recipe is invalid ({exc})") from exc
     if key != data["recipe_key"]:

@@ -1,16 +1,25 @@
 """Problems: the training subset, task labels, mean image, test split and decoy pool built from a data set.
 
-Construction is deterministic in (dataset, task, n_per_class, rule/classes, seed) and follows the reference
-implementations (docs/method/targets.md#binary-subsets and the sections after it):
+Construction is deterministic in (dataset, task, n_per_class, rule/classes, seed, order, order_seed) and follows
+the reference implementations (docs/method/targets.md#walk-order and the sections after it) on the data set's
+*walk order*:
 
-* binary and regression: walk the data set in file order and keep a sample while its binary class has fewer than
-  ``n_per_class`` kept (interleaved, never shuffled); regression targets are -1 / +1;
-* multiclass: the first ``n_per_class`` indices of each of the first K classes, concatenated, then permuted with
-  ``torch.randperm`` under ``seed``;
+* the walk order is the data set's file order (``order = "file"``: the papers' subsets) or a permutation of it drawn
+  with ``order_seed`` (``order = "shuffled"``, the default of new problems). Data files are ordered (by writer, by
+  batch, by class position), so the first images of a file are not a random sample of it; shuffling makes the
+  training images, the decoys and the held-out pool exchangeable draws of each class (docs/calibration.md);
+* binary and regression: walk the data set and keep a sample while its binary class has fewer than ``n_per_class``
+  kept (interleaved); regression targets are -1 / +1;
+* multiclass: the first ``n_per_class`` indices (in walk order) of each of the first K classes, concatenated, then
+  permuted with ``torch.randperm`` under ``seed``;
 * the per-pixel mean image of the training subset is subtracted from everything; there is no rescaling.
 
-Of the remaining indices (file order), the first ``n_decoy_per_class`` of each class form the decoy pool and the
+Of the remaining indices (walk order), the first ``n_decoy_per_class`` of each class form the decoy pool and the
 next ``n_test_per_class`` the test split, so training, decoy and test images are pairwise disjoint.
+
+A problem recorded before ``order`` existed (model cards, suite files, stored recipes without the key) used file
+order: :func:`recorded_spec_dict` reads such records, and :meth:`ProblemSpec.to_dict` leaves both keys out for file
+order, so the recipe keys of those targets are unchanged.
 
 Every image in neither the training subset nor the decoy pool (the test split included) forms the *held-out pool*:
 images of the same distribution that the model never saw and that no attack is handed. The evaluation draws its
@@ -26,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -72,9 +82,14 @@ class ProblemSpec:
     seed: int = 1                       # multiclass permutation
     n_test_per_class: int = 100
     n_decoy_per_class: int | None = None  # None: 2 * n_per_class (enough for a partition init with m = 2n)
+    order: Literal["shuffled", "file"] = "shuffled"  # walk order of the data set: a seeded permutation, or file order
+    order_seed: int = 0                 # seed of the permutation (order = "shuffled")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.order == "file":  # the spec of every problem recorded before `order` existed: keys unchanged
+            del d["order"], d["order_seed"]
+        return d
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
@@ -102,6 +117,7 @@ class Problem:
     held_out_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # into the data set
     held_out_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))   # task labels
     source_images: np.ndarray | None = None  # the data set's images (shared, not copied) the held-out pool reads
+    _held_out_means: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def task(self) -> str:
@@ -137,6 +153,19 @@ class Problem:
             raise ReconbenchError("this problem has no held-out pool (it was not built from a data set)")
         return to_unit(self.source_images[self.held_out_indices[np.asarray(positions, dtype=np.int64)]])
 
+    def held_out_class_means(self, chunk: int = 1024) -> np.ndarray:
+        """(K, C, H, W) mean image of each class's held-out images, float64 in [0, 1] (NaN for a class with none);
+        computed once per problem."""
+        if self._held_out_means is None:
+            means = np.full((self.num_classes, *self.image_shape), np.nan)
+            for c in range(self.num_classes):
+                pos = np.flatnonzero(self.held_out_labels == c)
+                if len(pos):
+                    total = sum(self.held_out_images(pos[s:s + chunk]).sum(0) for s in range(0, len(pos), chunk))
+                    means[c] = total / len(pos)
+            self._held_out_means = means
+        return self._held_out_means
+
     def targets(self, labels: np.ndarray, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Training targets for the loss: {0,1} floats (binary), class ids (multiclass), -1/+1 (regression)."""
         if self.task == "multiclass":
@@ -151,6 +180,22 @@ class Problem:
     def indices_record(self) -> dict[str, list[int]]:
         return {"train": self.train_indices.tolist(), "test": self.test_indices.tolist(),
                 "decoy": self.decoy_indices.tolist()}
+
+
+#: how a problem recorded without the ``order`` key was built
+RECORDED_WITHOUT_ORDER: dict[str, Any] = {"order": "file"}
+
+
+def recorded_spec_dict(d: dict[str, Any]) -> dict[str, Any]:
+    """A problem spec as recorded (card, cell, suite file): without ``order`` it was built in file order."""
+    return dict(d) if "order" in d else {**d, **RECORDED_WITHOUT_ORDER}
+
+
+def walk_order(spec: ProblemSpec, size: int) -> np.ndarray:
+    """The order in which the data set's ``size`` images are walked: file order, or a permutation under order_seed."""
+    if spec.order == "file":
+        return np.arange(size)
+    return np.random.default_rng(spec.order_seed).permutation(size)
 
 
 def split_dataset_ref(ref: str) -> tuple[str, str | None]:
@@ -210,7 +255,11 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
     name, _ = split_dataset_ref(spec.dataset)
     n_c = spec.n_per_class
     n_decoy = 2 * n_c if spec.n_decoy_per_class is None else spec.n_decoy_per_class
+    if spec.order not in ("shuffled", "file"):
+        raise ReconbenchError(f"problem order {spec.order!r}: choose 'shuffled' (a permutation under order_seed) or "
+                              "'file' (the data file's order, the papers' subsets)")
     all_idx = np.arange(len(data.labels))
+    walk = walk_order(spec, len(all_idx))
 
     if spec.task == "multiclass":
         k = spec.num_classes or len(data.classes)
@@ -221,7 +270,7 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
         classes = list(range(k))
         blocks = []
         for c in classes:
-            idx = np.flatnonzero(task_labels == c)[:n_c]
+            idx = walk[task_labels[walk] == c][:n_c]
             if len(idx) < n_c:
                 raise DataError(f"data set {spec.dataset!r} has only {len(idx)} images of class {c}; "
                                 f"n_per_class={n_c} needs {n_c}. Lower --n-per-class.")
@@ -236,23 +285,23 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
         k = 2
         task_labels = BINARY_RULES[rule](data.labels, data.classes)
         classes = [0, 1]
-        train_idx = _first_per_class(all_idx, task_labels, classes, n_c)
+        train_idx = _first_per_class(walk, task_labels, classes, n_c)
         for c in classes:
             have = int((task_labels[train_idx] == c).sum())
             if have < n_c:
                 raise DataError(f"data set {spec.dataset!r} has only {have} images of binary class {c} under "
                                 f"rule {rule!r}; n_per_class={n_c} needs {n_c}. Lower --n-per-class.")
 
-    rest = np.setdiff1d(all_idx, train_idx, assume_unique=False)  # sorted: file order
+    rest = walk[~np.isin(walk, train_idx)]  # walk order
     decoy_idx = _first_per_class(rest, task_labels, classes, n_decoy) if n_decoy > 0 else rest[:0]
-    rest2 = np.setdiff1d(rest, decoy_idx)
+    rest2 = rest[~np.isin(rest, decoy_idx)]  # walk order
     test_idx = _first_per_class(rest2, task_labels, classes, spec.n_test_per_class) \
         if spec.n_test_per_class > 0 else rest2[:0]
 
     def imgs(idx: np.ndarray) -> np.ndarray:
         return to_unit(data.images[idx])
 
-    held_out = np.setdiff1d(rest, decoy_idx)  # sorted: file order; the test split is part of it
+    held_out = np.setdiff1d(rest, decoy_idx)  # sorted (file order); the test split is part of it
     x_train = imgs(train_idx)
     mean = x_train.mean(axis=0)
     return Problem(
