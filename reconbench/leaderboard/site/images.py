@@ -46,13 +46,12 @@ def _num(v: Any) -> float | None:
 
 
 def _save(path: Path, img: np.ndarray) -> None:
+    """A (C, H, W) image in [0, 1] as an 8-bit RGB PNG, each value rounded to the nearest of the 256 levels."""
     from matplotlib.image import imsave
 
-    img = np.clip(img, 0.0, 1.0)
-    if img.shape[0] == 1:
-        imsave(path, img[0], cmap="gray", vmin=0.0, vmax=1.0)
-    else:
-        imsave(path, np.transpose(img, (1, 2, 0)))
+    levels = np.rint(np.clip(img, 0.0, 1.0) * 255.0).astype(np.uint8)
+    rgb = np.repeat(levels, 3, axis=0) if levels.shape[0] == 1 else levels
+    imsave(path, np.ascontiguousarray(np.transpose(rgb, (1, 2, 0))))
 
 
 class ProblemCache:
