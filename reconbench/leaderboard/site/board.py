@@ -203,9 +203,15 @@ def privacy_table(name: str, table: dict[str, Any], cells: dict[str, dict[str, A
     return PrivacyTable(name, table["title"], list(table["series"]), rows, figure)
 
 
-def _filters(tables: list[Table]) -> dict[str, list[str]]:
+def _filters(tables: list[Table], privacy: list[PrivacyTable]) -> dict[str, list[str]]:
+    """The values each filter offers: from the main tables' rows, and target and defense from the privacy tables'."""
     rows = [r for t in tables for r in t.rows]
-    return {key: sorted({str(getattr(r, key)) for r in rows}) for key in ("target", "attack", "regime", "defense")}
+    out = {key: {str(getattr(r, key)) for r in rows} for key in ("target", "attack", "regime", "defense")}
+    for p in privacy:
+        for r in p.rows:
+            out["target"].add(str(r["target"]))
+            out["defense"].add(str(r["defense"]))
+    return {k: sorted(v) for k, v in out.items() if v}
 
 
 def load_board(folder: Path) -> Board:
@@ -222,7 +228,7 @@ def load_board(folder: Path) -> Board:
     return Board(name=folder.name, folder=folder, description=header.get("description") or "", header=header,
                  columns=columns, tables=tables, comparisons=comps, privacy=privacy, targets=data.get("targets") or [],
                  figures=figures, cells=cells, stored_candidates=list(data.get("stored_candidates") or []),
-                 filters=_filters(tables))
+                 filters=_filters(tables, privacy))
 
 
 def find_boards(root: Path) -> list[Path]:

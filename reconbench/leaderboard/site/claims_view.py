@@ -22,6 +22,11 @@ class PointView:
     cells: list[str]
     contrast: bool = False
 
+    @property
+    def links(self) -> list[tuple[str, str]]:
+        """(cell id, label) of each cell: the seed part of the id (``s0``), else the id."""
+        return [(c, c.rsplit("--", 1)[-1] if "--" in c else c) for c in self.cells]
+
 
 @dataclass(frozen=True)
 class ClaimView:
@@ -82,8 +87,9 @@ def _view(res: ClaimResult) -> ClaimView:
         points.append(PointView(p.label, fmt_interval(p.value, m) if p.value.n else NOT_RUN, "", res.claim.suite,
                                 list(p.cells), contrast=True))
     c = res.claim
-    return ClaimView(c.id, c.paper, c.statement, c.evidence, res.setup, "share of n" if m == "share" else "images",
-                     points, res.verdict, res.reason)
+    unit = "share of n" if m == "share" else "images"
+    return ClaimView(c.id, c.paper, c.statement, c.evidence, res.setup.replace("`", ""), unit, points, res.verdict,
+                     res.reason)
 
 
 def claims_view(leaderboards: Path, rendered: set[str]) -> ClaimsView | None:

@@ -34,12 +34,14 @@
 
   function applyFilters() {
     var selects = document.querySelectorAll("select[data-filter]");
-    document.querySelectorAll("table.board").forEach(function (table) {
+    document.querySelectorAll("table.filterable").forEach(function (table) {
       var shown = 0;
       Array.prototype.forEach.call(table.tBodies[0].rows, function (row) {
         var keep = true;
         selects.forEach(function (s) {
-          if (s.value && row.getAttribute("data-" + s.getAttribute("data-filter")) !== s.value) keep = false;
+          var attr = "data-" + s.getAttribute("data-filter");
+          // a row that does not carry this property (a privacy row has no attack column) is not filtered by it
+          if (s.value && row.hasAttribute(attr) && row.getAttribute(attr) !== s.value) keep = false;
         });
         row.hidden = !keep;
         if (keep) shown += 1;
