@@ -49,6 +49,27 @@ def test_every_link_and_image_resolves_and_tables_hold_every_row(site: tuple[Pat
         assert not [u for u in parsed.images + parsed.links if re.match(r"^[a-z]+:", u)], page
 
 
+def test_headline_is_the_best_non_oracle_row_per_target(site: tuple[Path, Path]) -> None:
+    from reconbench.leaderboard.site.board import load_board
+
+    _, board = site
+    data = json.loads((board / "results.json").read_text())
+    first = data["columns"][0]
+    sign = 1.0 if first["higher_is_better"] else -1.0
+    expected: dict[str, tuple[float, set[tuple[str, str]]]] = {}
+    for r in data["tables"]["pool"]:
+        v = r["metrics"][first["name"]]["mean"]
+        if r["init_is_oracle"] or v is None:
+            continue
+        best = expected.get(r["target"])
+        if best is None or sign * v > sign * best[0]:
+            expected[r["target"]] = (v, {(r["attack"], r["init"])})
+        elif v == best[0]:
+            best[1].add((r["attack"], r["init"]))
+    shown = {t: (rows[0].metrics[0].value, {(r.attack, r.init) for r in rows}) for t, rows in load_board(board).headline}
+    assert expected and shown == expected
+
+
 def _png(path: Path) -> np.ndarray:
     from matplotlib.image import imread
 

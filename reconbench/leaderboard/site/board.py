@@ -106,20 +106,23 @@ class Board:
     filters: dict[str, list[str]] = field(default_factory=dict)
 
     @property
-    def headline(self) -> list[tuple[str, Row]]:
-        """Per target, the best row of the pooled table by the first column among the attacks that do not start
-        from training images (an oracle init regime is a ceiling, not an attack's result)."""
+    def headline(self) -> list[tuple[str, list[Row]]]:
+        """Per target, the best rows of the pooled table by the first column (all rows that tie for it) among the
+        init regimes that do not read training images (an oracle start is a ceiling, not an attack's result)."""
         pool = next((t for t in self.tables if t.selection == "pool"), None)
         if pool is None or not self.columns:
             return []
         sign = 1.0 if self.columns[0]["higher_is_better"] else -1.0
-        best: dict[str, Row] = {}
+        best: dict[str, list[Row]] = {}
         for r in pool.rows:
             v = r.metrics[0].value
             if r.init_is_oracle or v is None:
                 continue
-            if r.target not in best or sign * v > sign * (best[r.target].metrics[0].value or 0.0):
-                best[r.target] = r
+            top = best.get(r.target)
+            if top is None or sign * v > sign * (top[0].metrics[0].value or 0.0):
+                best[r.target] = [r]
+            elif v == top[0].metrics[0].value:
+                top.append(r)
         return list(best.items())
 
     def cell_label(self, cell_id: str) -> str:
