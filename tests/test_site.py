@@ -114,6 +114,24 @@ def test_site_without_images_says_so(tmp_path: Path) -> None:
     assert "were not rendered" in page
 
 
+def test_a_failed_cell_gets_a_page_with_its_error(tmp_path: Path) -> None:
+    boards = fixture_leaderboards(tmp_path)
+    cid = kept_candidates()[0]
+    path = boards / BOARD / "cells" / f"{cid}.json"
+    rec = json.loads(path.read_text())
+    for key in ("selections", "evaluation", "runs", "attack_seconds", "result_dir"):
+        rec.pop(key, None)
+    for key in ("n_train", "train_metrics", "train_seconds", "reused"):
+        rec["target"].pop(key, None)
+    rec.update(status="failed", error={"type": "AttackError", "message": "the attack diverged", "traceback": None})
+    path.write_text(json.dumps(rec))
+    build_site(boards, tmp_path / "site")
+    page = (tmp_path / "site" / BOARD / "cells" / f"{cid}.html").read_text()
+    assert "failed: AttackError: the attack diverged" in page
+    assert "did not finish (status failed)" in page and not (tmp_path / "site" / BOARD / "cells" / cid).exists()
+    assert missing_files(tmp_path / "site") == []
+
+
 def test_claims_page_carries_the_verdicts_of_docs_claims(tmp_path: Path) -> None:
     """docs/claims.md is generated from the same boards when they are published: its verdicts are the reference."""
     summary = build_site(REPO / "leaderboards", tmp_path / "site", boards=["claims-a", "claims-b"], images=False)

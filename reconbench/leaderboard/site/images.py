@@ -77,6 +77,8 @@ class ProblemCache:
 def cell_images(board: Path, rec: dict[str, Any], out: Path, problems: ProblemCache, max_images: int = 60) -> CellImages:
     """Write the pairs of one cell under ``out`` (recon-<i>.png, train-<i>.png); best calibrated score first."""
     cid = rec["cell_id"]
+    if rec.get("status") != "ok":
+        return CellImages([], f"the cell did not finish (status {rec.get('status')}): it has no reconstructions")
     stored = board / "candidates" / f"{cid}.safetensors"
     if not stored.exists():
         return CellImages([], "images are not stored for this cell: the board keeps the candidates of a sample of "
