@@ -18,7 +18,7 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -86,7 +86,8 @@ def expected_order(values: list[float | None], descending: bool) -> list[float |
 
 
 def test_board_tables_sort_filter_and_cell_page(browser: Browser, site: tuple[Path, Path],
-                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+                                                tmp_path_factory: pytest.TempPathFactory,
+                                                record_property: Callable[[str, object], None]) -> None:
     out, board = site
     data = results(board)
     browser.navigate(page_url(out / "index.html"))
@@ -122,6 +123,7 @@ def test_board_tables_sort_filter_and_cell_page(browser: Browser, site: tuple[Pa
 
     shot = browser.screenshot(tmp_path_factory.mktemp("artefacts") / "site-board.png")
     print(f"screenshot of the board page: {shot}")
+    record_property("screenshot", str(shot))  # in the JUnit report too (pytest --junitxml)
 
     # a seed link of a row opens its cell page; every image on it loads, one pair per training image
     cid = next(c for c in kept_candidates() if any(c in r['cells'] for r in rows))

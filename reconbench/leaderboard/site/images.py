@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from reconbench.bench.runner import STATUS_OK
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.verify import read_json
 
@@ -77,7 +78,7 @@ class ProblemCache:
 def cell_images(board: Path, rec: dict[str, Any], out: Path, problems: ProblemCache, max_images: int = 60) -> CellImages:
     """Write the pairs of one cell under ``out`` (recon-<i>.png, train-<i>.png); best calibrated score first."""
     cid = rec["cell_id"]
-    if rec.get("status") != "ok":
+    if rec.get("status") != STATUS_OK:
         return CellImages([], f"the cell did not finish (status {rec.get('status')}): it has no reconstructions")
     stored = board / "candidates" / f"{cid}.safetensors"
     if not stored.exists():
