@@ -12,7 +12,16 @@ import warnings
 import click
 
 # the command modules register themselves on import
-from reconbench.cli import bench_cmd, common, evaluate_cmd, leaderboard_cmd, plugins_cmd, run_cmd, train_cmd  # noqa: F401
+from reconbench.cli import (  # noqa: F401
+    bench_cmd,
+    common,
+    evaluate_cmd,
+    leaderboard_cmd,
+    plugins_cmd,
+    run_cmd,
+    site_cmd,
+    train_cmd,
+)
 from reconbench.cli.common import main_group
 from reconbench.errors import ReconbenchError
 

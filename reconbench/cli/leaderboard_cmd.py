@@ -10,8 +10,9 @@ from reconbench.bench.runner import default_results_dir
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.render import build_leaderboard
-from reconbench.leaderboard.tables import default_leaderboard_dir
+from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
 from reconbench.leaderboard.verify import check_readme, check_tables, corrupt_cells, rescore_cell, stored_cells
 from reconbench.provenance import check_writable, folder_lock
 
@@ -28,7 +29,8 @@ from reconbench.provenance import check_writable, folder_lock
     "--out",
     type=click.Path(file_okay=False),
     default=None,
-    help="Leaderboard folder (default: runs/leaderboards/<suite>; with --publish or --verify: leaderboards/<suite>).",
+    help="Leaderboard folder (default: runs/leaderboards/<suite>; with --publish, --verify or --format: "
+    "leaderboards/<suite>).",
 )
 @click.option(
     "--publish",
@@ -43,6 +45,26 @@ from reconbench.provenance import check_writable, folder_lock
     help="Do not render: re-score the published cells from their stored candidates with the standard "
     "evaluation, recompute every table entry from the cell JSONs and re-render README.md to compare it.",
 )
+@click.option(
+    "--format",
+    "export_format",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="Do not render: print the published board's tables as csv or json (one record per row and metric, full "
+    "precision) or latex or markdown (ready to paste: mean [95% interval] and null columns).",
+)
+@click.option(
+    "--columns",
+    default=None,
+    help="With --format latex|markdown: the metric columns, comma-separated, or 'all' (default: the board's first two).",
+)
+@click.option(
+    "--selection",
+    type=click.Choice(SELECTIONS),
+    default="pool",
+    show_default=True,
+    help="With --format latex|markdown: which search-run selection the main table shows.",
+)
 @data_root_option
 def leaderboard_command(
     suite: str,
@@ -51,6 +73,9 @@ def leaderboard_command(
     publish: bool,
     no_figures: bool,
     verify: bool,
+    export_format: str | None,
+    columns: str | None,
+    selection: str,
     data_root: str | None,
 ) -> None:
     """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/.
@@ -60,10 +85,18 @@ def leaderboard_command(
     s = load_suite(suite)
     if out:
         out_dir = Path(out)
-    elif publish or verify:
+    elif publish or verify or export_format:
         out_dir = default_leaderboard_dir(s)
     else:
         out_dir = draft_leaderboard_dir(s)
+    if export_format:
+        if publish or verify:
+            raise ReconbenchError("--format prints a published board; it does not combine with --publish or --verify")
+        if not (out_dir / "results.json").exists():
+            raise ReconbenchError(f"{out_dir} holds no leaderboard (no results.json); publish it first or pass --out "
+                                  "FOLDER")
+        click.echo(export_board(out_dir, export_format, columns=columns, selection=selection), nl=False)
+        return
     if verify:
         verify_leaderboard(s, out_dir, data_root)
         return

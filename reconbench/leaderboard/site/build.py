@@ -1,0 +1,143 @@
+"""Render the published boards into a static site: plain HTML, CSS, a little JavaScript and PNGs.
+
+Layout of the output folder::
+
+    index.html                      the boards
+    claims.html                     the papers' claims with their verdicts (when the claims boards are present)
+    static/site.css, static/site.js
+    <board>/index.html              tables (sortable, filterable), headline, comparisons, privacy-utility, figures
+    <board>/figures/*.png           the board's own figures, copied
+    <board>/cells/<cell>.html       one page per cell: reconstructions beside training images, settings, provenance
+    <board>/cells/<cell>/*.png      the pairs of a cell whose candidates the board stores
+
+Every link is relative, nothing is fetched from elsewhere: the folder works offline and from ``file://``.
+The HTML comes from the Jinja2 templates in ``templates/``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from reconbench import __version__
+from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.site.board import Board, cell_numbers, find_boards, load_board, settings_json
+from reconbench.leaderboard.site.claims_view import ClaimsView, claims_view
+from reconbench.leaderboard.site.images import ProblemCache, cell_images
+from reconbench.provenance import git_commit
+
+PACKAGE = "reconbench.leaderboard.site"
+#: the file that marks a folder as a site this module wrote (only such a folder is replaced)
+MARKER = ".reconbench-site"
+
+
+@dataclass
+class SiteSummary:
+    out: Path
+    boards: list[str]
+    cell_pages: int
+    cells_with_images: int
+    claims: bool
+
+
+def fmt(v: Any, spec: str = ".3g") -> str:
+    """A number for a table (n/a for a missing one)."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return "n/a" if v is None else str(v)
+    return format(v, spec)
+
+
+def href(name: str) -> str:
+    """A file name as a relative URL (cell ids hold '@', '=' and ',')."""
+    return quote(name)
+
+
+def environment() -> Environment:
+    env = Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=select_autoescape(["html"]),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = fmt
+    env.filters["href"] = href
+    return env
+
+
+def _copy_static(out: Path) -> None:
+    static = out / "static"
+    static.mkdir(parents=True, exist_ok=True)
+    for item in resources.files(PACKAGE).joinpath("static").iterdir():
+        if item.is_file():
+            (static / item.name).write_bytes(item.read_bytes())
+
+
+def _copy_figures(board: Board, out: Path) -> None:
+    names = [f["file"] for f in board.figures] + [p.figure for p in board.privacy if p.figure]
+    for rel in names:
+        src = board.folder / rel
+        if src.is_file():
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, out / rel)
+
+
+def check_replaceable(out: Path) -> None:
+    """Refuse to replace a folder that holds anything but a site written here (e.g. ``--out .``)."""
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
+        raise ReconbenchError(f"--out {out} exists and is not a site written by `reconbench site` (no {MARKER} in it); "
+                              "pass a new or empty folder")
+
+
+def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, boards: list[str] | None = None,
+               images: bool = True) -> SiteSummary:
+    """Render every board under ``leaderboards`` (or the named ones) into ``out``, replacing what was there."""
+    folders = find_boards(leaderboards)
+    if boards:
+        known = {p.name: p for p in folders}
+        missing = [b for b in boards if b not in known]
+        if missing:
+            raise ReconbenchError(f"no published board {', '.join(missing)} in {leaderboards} (boards there: "
+                                  f"{', '.join(known) or 'none'}); pass --board with one of them")
+        folders = [known[b] for b in boards]
+    if not folders:
+        raise ReconbenchError(f"{leaderboards} holds no board (a folder with results.json); publish one with "
+                              "`reconbench leaderboard SUITE --publish` or pass --leaderboards FOLDER")
+    loaded = [load_board(p) for p in folders]
+    env = environment()
+    stamp = {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "version": __version__,
+             "commit": git_commit() or "unknown"}
+    check_replaceable(out)
+    final, out = out, out.parent / f".{out.name}.partial"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("a site written by `reconbench site`; the next build replaces this folder\n")
+    _copy_static(out)
+    claims: ClaimsView | None = claims_view(leaderboards, {b.name for b in loaded})
+    problems = ProblemCache(data_root)
+    pages = with_images = 0
+    for board in loaded:
+        folder = out / board.name
+        (folder / "cells").mkdir(parents=True)
+        _copy_figures(board, folder)
+        (folder / "index.html").write_text(env.get_template("board.html").render(
+            board=board, root="../", stamp=stamp, has_claims=claims is not None))
+        figure_cells = {c: f for f in board.figures for c in f.get("cells") or []}
+        for cid, rec in board.cells.items():
+            shown = cell_images(board.folder, rec, folder / "cells" / cid, problems) if images else None
+            with_images += bool(shown and shown.pairs)
+            (folder / "cells" / f"{cid}.html").write_text(env.get_template("cell.html").render(
+                board=board, rec=rec, images=shown, figure=figure_cells.get(cid), settings=settings_json(rec),
+                numbers=cell_numbers(rec, board.columns),
+                root="../../", stamp=stamp, has_claims=claims is not None))
+            pages += 1
+    (out / "index.html").write_text(env.get_template("index.html").render(
+        boards=loaded, root="", stamp=stamp, has_claims=claims is not None))
+    if claims is not None:
+        (out / "claims.html").write_text(env.get_template("claims.html").render(
+            claims=claims, root="", stamp=stamp, has_claims=True))
+    shutil.rmtree(final, ignore_errors=True)
+    out.rename(final)  # the old site stays until the new one is complete
+    return SiteSummary(final, [b.name for b in loaded], pages, with_images, claims is not None)

@@ -1,0 +1,103 @@
+"""The claims page's data: every claim measured from the published claims boards, as ``docs/claims.md`` shows it.
+
+The measurement and the verdicts are :mod:`reconbench.leaderboard.claims`' own (``measure_claims``); this module
+only arranges them for the template, with each point's cells linked to their pages on the boards.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from reconbench.leaderboard.claims import DEFAULT_RESULTS, NOT_RUN, RULES, ClaimResult, fmt_interval, load_all, measure_claims
+
+
+@dataclass(frozen=True)
+class PointView:
+    label: str
+    number: str
+    null: str
+    suite: str
+    cells: list[str]
+    contrast: bool = False
+
+    @property
+    def links(self) -> list[tuple[str, str]]:
+        """(cell id, label) of each cell: the seed part of the id (``s0``), else the id."""
+        return [(c, c.rsplit("--", 1)[-1] if "--" in c else c) for c in self.cells]
+
+
+@dataclass(frozen=True)
+class ClaimView:
+    id: str
+    paper: str
+    statement: str
+    evidence: str
+    setup: str
+    unit: str
+    points: list[PointView]
+    verdict: str
+    reason: str
+
+    @property
+    def verdict_class(self) -> str:
+        return self.verdict.split(" ")[0].replace("'", "")
+
+
+@dataclass(frozen=True)
+class ClaimsView:
+    rules: str
+    sources: dict[str, str]
+    claims: list[ClaimView]
+
+    @property
+    def rule_items(self) -> list[str]:
+        """The verdict rules' bullets as plain text (Markdown emphasis and code marks dropped)."""
+        items: list[str] = []
+        for line in self.rules.splitlines():
+            if line.startswith("- "):
+                items.append(line[2:])
+            elif items:
+                items[-1] += " " + line.strip()
+        return [re.sub(r"[*`]", "", item) for item in items]
+
+    def count(self, verdict: str) -> int:
+        return sum(1 for c in self.claims if c.verdict == verdict)
+
+    @property
+    def verdicts(self) -> list[tuple[str, int]]:
+        seen: list[str] = []
+        for c in self.claims:
+            if c.verdict not in seen:
+                seen.append(c.verdict)
+        return [(v, self.count(v)) for v in seen]
+
+
+def _view(res: ClaimResult) -> ClaimView:
+    m = res.claim.measure
+    points = []
+    for p in res.points:
+        number = fmt_interval(p.value, m) if p.value.n else NOT_RUN
+        if res.claim.kind == "stays_at_start" and p.value.n:
+            number += f"; init copies {fmt_interval(p.copies, 'share')}"
+        points.append(PointView(p.label, number, fmt_interval(p.null, m) if p.null.n else NOT_RUN, res.claim.suite,
+                                list(p.cells)))
+    for p in res.contrast:
+        points.append(PointView(p.label, fmt_interval(p.value, m) if p.value.n else NOT_RUN, "", res.claim.suite,
+                                list(p.cells), contrast=True))
+    c = res.claim
+    unit = "share of n" if m == "share" else "images"
+    return ClaimView(c.id, c.paper, c.statement, c.evidence, res.setup.replace("`", ""), unit, points, res.verdict,
+                     res.reason)
+
+
+def claims_view(leaderboards: Path, rendered: set[str]) -> ClaimsView | None:
+    """The claims measured from ``leaderboards``/claims-a and claims-b; None where either board is absent or not
+    among the ``rendered`` boards (the page links to their cells)."""
+    results = {name: leaderboards / name for name in DEFAULT_RESULTS}
+    if not all((p / "results.json").is_file() and name in rendered for name, p in results.items()):
+        return None
+    found = load_all(results)
+    return ClaimsView(RULES, {k: str(Path(v.name)) for k, v in results.items()},
+                      [_view(r) for r in measure_claims(results, None, found)])
