@@ -125,3 +125,12 @@ def test_records_without_order_mean_file_order_and_keep_their_keys():
     assert ProblemSpec(**legacy).to_dict() == {**legacy, "order": "shuffled", "order_seed": 0}
     with pytest.raises(ReconbenchError, match="order"):
         build_problem(ProblemSpec(order="sorted"))  # type: ignore[arg-type]
+
+
+def test_command_line_recipes_shuffle_unless_told_file_order():
+    from reconbench.cli.recipe_options import recipe_from_options
+
+    assert recipe_from_options({}).problem.order == "shuffled"
+    assert recipe_from_options({"order": "file"}).problem.to_dict().keys() == ProblemSpec().to_dict().keys() - {
+        "order", "order_seed"}
+    assert recipe_from_options({"order_seed": 5}).problem.order_seed == 5

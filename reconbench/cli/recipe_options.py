@@ -24,6 +24,11 @@ _OPTIONS = [
     click.option("--n-per-class", type=click.IntRange(min=1), default=None, help="Training images per class."),
     click.option("--num-classes", type=click.IntRange(min=2), default=None, help="Multiclass: use classes 0..K-1."),
     click.option("--binary-rule", default=None, help="Binary/regression rule: parity or vehicles_animals."),
+    click.option("--order", type=click.Choice(["shuffled", "file"]), default=None,
+                 help="Walk the data set in a seeded permutation (default) or in file order (the papers' subsets) "
+                      "when picking training images, decoys and the held-out pool."),
+    click.option("--order-seed", type=click.IntRange(min=0), default=None,
+                 help="Seed of the permutation (--order shuffled; default 0)."),
     click.option("--family", default=None, help="Model family (see `reconbench list models`)."),
     click.option("--widths", default=None, help="Hidden widths for MLP families, e.g. 1000,1000."),
     click.option("--model-set", multiple=True, help="Model option KEY=VALUE (repeatable), e.g. init_scale=1e-4."),
@@ -74,7 +79,8 @@ def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None
     if opts.get("recipe_file"):
         merge(_read_recipe_file(opts["recipe_file"]))
     problem_keys = {"dataset": "dataset", "task": "task", "n_per_class": "n_per_class",
-                    "num_classes": "num_classes", "binary_rule": "binary_rule"}
+                    "num_classes": "num_classes", "binary_rule": "binary_rule", "order": "order",
+                    "order_seed": "order_seed"}
     train_keys = {"steps": "steps", "lr": "lr", "weight_decay": "weight_decay", "loss": "loss",
                   "schedule": "schedule", "train_dtype": "dtype", "train_seed": "seed"}
     for opt, key in problem_keys.items():
