@@ -332,7 +332,7 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
             stat, key = _stat(recs, selection, col["spec"])
             row["metrics"][col["name"]] = {**stat.to_dict(), "key": key,
                                            "null": null_of(recs, selection, key) if col["source"] == "summary" else None}
-        row["converged"] = converged(suite, recs)
+        row["converged"] = converged(suite, ran)   # a property of the targets, whether or not the attack ran
         rows.append(row)
     rows = sorted(rows, key=lambda r: _sort_key(r, columns))
     if columns:
