@@ -45,7 +45,7 @@ FAMILIES = ("affine", "mlp_bias")
 class BilevelConfig:
     LIMITS: ClassVar[dict[str, Limit]] = {
         "outer_steps": Limit(ge=1), "outer_lr": Limit(gt=0), "max_backtracks": Limit(ge=0),
-        "stop_upper": Limit(ge=0), "max_seconds": Limit(ge=0), "inner_max_iter": Limit(ge=1),
+        "stop_upper": Limit(ge=0), "max_seconds": Limit(ge=0), "max_inner_iters": Limit(ge=0), "inner_max_iter": Limit(ge=1),
         "inner_tol": Limit(ge=0), "inner_lr": Limit(gt=0), "inner_history": Limit(ge=1),
         "inner_newton_steps": Limit(ge=0), "damping": Limit(ge=0), "cg_rtol": Limit(gt=0),
         "cg_max_iter": Limit(ge=1), "softplus_beta": Limit(gt=0), "clip": Limit(gt=0),
@@ -66,7 +66,12 @@ class BilevelConfig:
     stop_upper: float = option(0.0, "stop once the upper loss ||theta* - theta(x)||^2 falls below this (0: never)")
     max_seconds: float = option(0.0, "time budget of the run in seconds, checked after every outer step and "
                                      "between the line search's inner solves: once exceeded the run stops "
-                                     "(early_stop) and keeps its best iterate so far (0: no budget)")
+                                     "(early_stop) and keeps its best iterate so far (0: no budget). What a run "
+                                     "does then depends on the machine and its load: for interactive use; "
+                                     "benchmark suites cap max_inner_iters instead")
+    max_inner_iters: int = option(0, "work budget of the run: the most inner-solver iterations in all (every inner "
+                                     "solve, line-search trials included), checked where max_seconds is; the same "
+                                     "on every machine (0: no budget)")
     theta0: Literal["uniform", "default", "zeros", "released"] = option(
         "uniform", "start of the inner solves: uniform draws every parameter from U(theta0_low, theta0_high) "
                    "(the paper: U(0, 1)); default uses PyTorch's Linear init U(+-1/sqrt(fan_in)); zeros; released "
@@ -188,22 +193,33 @@ class _OuterRun:
         self.stopped, self.steps, self.note, self.eta = "completed", 0, "", config.outer_lr
         self.best_x, self.best_upper = self.x.detach().clone(), math.inf
         self.started = time.perf_counter()
+        self.inner_iters = 0   # iterations of every inner solve so far (max_inner_iters)
         self.sol: InnerResult | None = None
 
     # -- pieces ---------------------------------------------------------------------------------------------
     def inner(self, at: torch.Tensor, previous: torch.Tensor) -> InnerResult:
         """theta(at): from theta0 (the paper) or, warm, from the previous solution."""
         c = self.config
-        return solve_lower(self.lower, at, previous if c.warm_start else self.theta0, method=c.inner_method,
-                           max_iter=c.inner_max_iter, tol=c.inner_tol, lr=c.inner_lr, history=c.inner_history,
-                           newton_steps=c.inner_newton_steps, damping=c.damping, cg_rtol=c.cg_rtol,
-                           cg_max_iter=c.cg_max_iter)
+        sol = solve_lower(self.lower, at, previous if c.warm_start else self.theta0, method=c.inner_method,
+                          max_iter=c.inner_max_iter, tol=c.inner_tol, lr=c.inner_lr, history=c.inner_history,
+                          newton_steps=c.inner_newton_steps, damping=c.damping, cg_rtol=c.cg_rtol,
+                          cg_max_iter=c.cg_max_iter)
+        self.inner_iters += sol.iterations
+        return sol
 
     def project(self, z: torch.Tensor) -> torch.Tensor:
         return z if self.config.clip is None else z.clamp(-self.config.clip, self.config.clip)
 
     def over_budget(self) -> bool:
-        return self.config.max_seconds > 0 and time.perf_counter() - self.started > self.config.max_seconds
+        c = self.config
+        return ((c.max_seconds > 0 and time.perf_counter() - self.started > c.max_seconds)
+                or (c.max_inner_iters > 0 and self.inner_iters >= c.max_inner_iters))
+
+    def budget(self) -> str:
+        """The budget that ran out, as the run's message names it."""
+        if self.config.max_inner_iters > 0 and self.inner_iters >= self.config.max_inner_iters:
+            return f"inner-iteration budget max_inner_iters={self.config.max_inner_iters} ({self.inner_iters} used)"
+        return f"time budget max_seconds={self.config.max_seconds:g}"
 
     @property
     def solution(self) -> InnerResult:
@@ -221,7 +237,8 @@ class _OuterRun:
         self.t0 = time.perf_counter()
         upper = upper_loss(sol.theta, self.theta_star)
         record = {"step": float(k), "loss": upper, "upper_loss": upper, "inner_energy": sol.energy,
-                  "inner_iters": float(sol.iterations), "inner_grad_inf": sol.grad_inf}
+                  "inner_iters": float(sol.iterations), "inner_iters_total": float(self.inner_iters),
+                  "inner_grad_inf": sol.grad_inf, "elapsed": time.perf_counter() - self.started}
         self.trace.append(record)
         if upper < self.best_upper:
             self.best_upper, self.best_x = upper, self.x.detach().clone()
@@ -236,7 +253,7 @@ class _OuterRun:
             return True
         if self.over_budget():
             self.stopped = "early_stop"
-            self.note = f"time budget max_seconds={self.config.max_seconds:g} reached after {k} outer step(s)"
+            self.note = f"{self.budget()} reached after {k} outer step(s)"
             return True
         return False
 
@@ -293,8 +310,7 @@ class _OuterRun:
         self.stopped = "early_stop"
         self.note = f"line search found no decrease at outer step {k} (eta down to {self.eta:.2e})"
         if self.over_budget():
-            self.note = (f"time budget max_seconds={c.max_seconds:g} reached during the line search of outer "
-                         f"step {k}")
+            self.note = f"{self.budget()} reached during the line search of outer step {k}"
         return False, evals
 
     def output(self) -> AttackOutput:

@@ -40,6 +40,7 @@ from reconbench.attack.kkt.loop import (
     lambda_floor_penalty,
     run_stationarity_attack,
 )
+from reconbench.attack.kkt.rescale import rescaled_target
 from reconbench.attack.kkt.stationarity import _full_chain
 from reconbench.config import Limit, LogUniform, Uniform, config_to_dict, option
 from reconbench.errors import IncompatibleError
@@ -241,6 +242,14 @@ class SignedTerms:
         return torch.zeros_like(lam)
 
 
+def _note_rescale(out: AttackOutput, config: StationarityConfig, factor: float) -> AttackOutput:
+    """Say in the run's message by how much the weights were scaled (the multipliers are for the scaled weights)."""
+    if config.rescale != "none":
+        out.message += (f"; weights scaled by c = {factor:.4g} ({config.rescale}): the multipliers are those of the "
+                         "scaled weights")
+    return out
+
+
 class _KKTAttack(Attack):
     """Shared plumbing; each attack defines its equations in ``initial_multipliers`` and
     ``stationarity_terms``."""
@@ -276,8 +285,9 @@ class _KKTAttack(Attack):
         k = target.knowledge.out_dim
         lam0 = self.initial_multipliers(len(x0), config, k, generator, x0)
         coefficients, penalty = self.stationarity_terms(labels, config, k, x0)
-        return self.finish_output(target, run_stationarity_attack(target, x0, labels, lam0, coefficients, penalty,
-                                                                  config, progress=progress))
+        attacked, factor = rescaled_target(target, config.rescale)
+        out = run_stationarity_attack(attacked, x0, labels, lam0, coefficients, penalty, config, progress=progress)
+        return self.finish_output(target, _note_rescale(out, config, factor))
 
     def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any],
                   *, generators: list[torch.Generator], progress: ProgressFn | None = None,
@@ -300,6 +310,7 @@ class _KKTAttack(Attack):
         results: list[AttackOutput | None] = [None] * len(configs)
         for group in group_runs([config_to_dict(c) for c in configs]):
             cfg0 = configs[group[0]]
+            attacked, factor = rescaled_target(target, cfg0.rescale)   # rescale is the same within a group
             chunks, reason = plan_chunks(group, bytes_per_run(target, m, dims), target.device, cfg0.max_batch)
             for j, chunk in enumerate(chunks):
                 cfgs = [configs[i] for i in chunk]
@@ -307,12 +318,12 @@ class _KKTAttack(Attack):
                 x0 = torch.stack([x0s[i] for i in chunk]).to(like)
                 lam0 = torch.stack([lam0s[i] for i in chunk]).to(like)
                 per_run = [self.stationarity_terms(labels, c, k, like) for c in cfgs]
-                outputs, info = run_stationarity_batch(target, x0, labels, lam0, cfgs,
+                outputs, info = run_stationarity_batch(attacked, x0, labels, lam0, cfgs,
                                                        self.batch_terms(labels, cfgs, k, like), per_run,
                                                        progress=progress)
                 info.runs, info.chunk, info.chunks, info.chunk_reason = list(chunk), j, len(chunks), reason
                 for i, out in zip(chunk, outputs, strict=True):
-                    results[i] = done = self.finish_output(target, out)
+                    results[i] = done = self.finish_output(target, _note_rescale(out, cfg0, factor))
                     if on_done is not None:
                         on_done(i, done, info.to_dict())
         return [r for r in results if r is not None]

@@ -202,6 +202,19 @@ def test_time_budget_stops_the_run_and_keeps_the_best_iterate(affine_card):
     assert torch.equal(out.candidates, x0) and math.isclose(out.final_loss, out.trace[0]["upper_loss"])
 
 
+def test_inner_iteration_budget_stops_where_the_work_runs_out_on_any_machine(affine_card):
+    attack, target, labels, x0 = _affine_decoy_start(affine_card)
+    free = attack.run(target, x0, labels, BilevelConfig(outer_steps=4, outer_lr=1e-3),
+                      generator=torch.Generator().manual_seed(0))
+    budget = int(free.trace[2]["inner_iters_total"])   # the work the unbudgeted run had done at outer step 2
+    capped = attack.run(target, x0, labels, BilevelConfig(outer_steps=4, outer_lr=1e-3, max_inner_iters=budget),
+                        generator=torch.Generator().manual_seed(0))
+    assert capped.stopped == "early_stop" and capped.steps == 2 and len(capped.trace) == 3
+    assert f"max_inner_iters={budget}" in capped.message
+    for a, b in zip(free.trace[:3], capped.trace, strict=True):   # the same run until the budget ran out
+        assert a["upper_loss"] == b["upper_loss"] and a["inner_iters_total"] == b["inner_iters_total"]
+
+
 def _target(family: str, spec: dict) -> AttackTarget:
     net = plugins.get("models", family).build((1, 8, 8), 1, spec)
     return AttackTarget(model=net, family=family, homogeneity_degree=None,

@@ -4,7 +4,8 @@ Layout of a result folder::
 
     result.json               resolved config, selections, metrics, provenance
     candidates.safetensors    pooled candidates (centred space), their labels and run ids
-    runs/run-000.json         one file per search run, written the moment it finishes (resume skips these);
+    runs/run-000.json         one file per search run, written the moment it finishes (resume skips these), with
+                              its outcome (ok / diverged / non_finite / stopped_early: reconbench.attack.outcome);
     runs/run-000.safetensors  runs an attack advances together (run_batch) finish with their batch
 
     figures/*.png
@@ -26,6 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from reconbench import plugins
 from reconbench.attack.candidates import candidate_labels, default_m, restrict_knowledge
+from reconbench.attack.outcome import derive_run_outcome, outcome_of_runs
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import DivergedError, IncompatibleError, ReconbenchError
 from reconbench.evaluation import evaluate, oracle_score, resolve_protocol
@@ -188,6 +190,7 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
     if isinstance(result, Exception):
         rec.update({"final_loss": math.inf, "steps": 0, "stopped": "failed", "message": str(result),
                     "seconds": seconds, "trace": [], "oracle_score": math.inf})
+        rec["outcome"] = derive_run_outcome(rec).to_dict()
         write_json(record_path, rec)
         return rec
     cand = result.candidates.detach().to("cpu", torch.float64)
@@ -195,12 +198,13 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
     rec.update({
         "final_loss": result.final_loss, "steps": result.steps, "stopped": result.stopped,
         "message": result.message, "seconds": seconds, "trace": result.trace,
-        "oracle_score": oracle_score(problem, cand) if finite else math.inf,
+        "oracle_score": oracle_score(problem, cand) if finite else math.inf, "candidates_finite": finite,
     })
+    rec["outcome"] = derive_run_outcome(rec).to_dict()
     if batch is not None:
         rec["batch"] = batch
     tensors = {"candidates": cand.contiguous(), "labels": result.labels.detach().cpu().long().contiguous(),
-               "x0": p.x0.detach().cpu().double().contiguous()}
+               "x0": p.x0.detach().cpu().double().clone()}   # its own storage: an attack may return its start
     if result.multipliers is not None:
         tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
     save_file(tensors, str(runs_dir / f"run-{p.k:03d}.safetensors"))
@@ -302,6 +306,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         },
         "runs": [{k: v for k, v in r.items() if k != "trace"} for r in runs],
         "failed_runs": [r["run"] for r in runs if r["stopped"] == "failed"],
+        "outcome": outcome_of_runs(runs).to_dict(),
         "evaluation": evaluation,
         "evaluation_selected": selected,
         "figures": [str(figure.relative_to(out))] if figure else [],

@@ -4,7 +4,9 @@ Layout of a results folder (default ``runs/bench/<suite>``)::
 
     suite.toml                  the suite file as last run
     invocations/NNN.json        one per `reconbench bench` call: command, machine, versions, time, status
-    cells/<cell id>.json        one per cell, written atomically when the cell finishes (or fails)
+    cells/<cell id>.json        one per cell, written atomically when the cell finishes (or fails); ``status`` says
+                                whether the cell ran, ``outcome`` whether its attack did its work
+                                (reconbench.attack.outcome: ok, diverged, non_finite, stopped_early)
     targets/<recipe key>.json   the model card of every target used (no weights)
     work/<cell id>/             the cell's result folder (search runs, pooled candidates, result.json)
 
@@ -33,6 +35,7 @@ from typing import Any, Protocol
 import torch
 
 from reconbench import __version__, plugins
+from reconbench.attack.outcome import cell_outcome
 from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.bench import machine
 from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
@@ -310,6 +313,7 @@ def run_cell(
         rec["init"].update(config=result["init_config"], is_oracle=result["init_is_oracle"])
         rec["target"]["n_train"] = result["target"]["n_train"]
         rec["runs"] = result["runs"]
+        rec["outcome"] = result["outcome"]
         rec["selections"] = selections(result)
         rec["evaluation"] = result["evaluation"]
         rec["result_dir"] = f"work/{cell.cell_id}"
@@ -493,7 +497,9 @@ def _outcome_line(event: Finished | Lost, announced: bool, position: str) -> str
     rec = event.record
     if rec["status"] != STATUS_OK:
         return f"{head}{rec['status']}: {rec['error']['type']}: {rec['error']['message']}"
-    return f"{head}ok in {rec['wall_seconds']:.1f}s"
+    outcome = cell_outcome(rec)
+    failed = "" if outcome is None or outcome.ok else f"; the attack failed: {outcome.reason}"
+    return f"{head}ok in {rec['wall_seconds']:.1f}s{failed}"
 
 
 def execute(

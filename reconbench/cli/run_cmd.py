@@ -88,6 +88,10 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
             card = get_or_train(recipe, cache, data_root, quiet, device=device)  # trained where it is attacked
         result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
     click.echo(f"result: {out_dir / 'result.json'}  ({result['wall_seconds']:.1f}s, {len(result['runs'])} run(s))")
+    outcome = result["outcome"]
+    if outcome["status"] != "ok":   # the numbers below then score candidates the attack did not produce
+        click.echo(f"warning: the attack failed ({outcome['status']}): {outcome['reason']}; the numbers below are not "
+                   "a reconstruction result", err=True)
     for line in headline_lines(result["evaluation"]):
         click.echo(line)
     click.echo("  (every number, per training image and per run: result.json; figures: figures/)")

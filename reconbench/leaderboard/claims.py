@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from reconbench.attack.outcome import cell_outcome, failure_counts, failure_text
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import Comparison, Suite, load_suite
@@ -51,6 +52,7 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced at this scale"
 CONTRADICTED = "contradicted"
 NOT_MEASURABLE = "not measurable here"
+ATTACK_FAILED = "attack failed"
 
 
 def _summary(record: dict[str, Any], selection: str = SELECTION) -> dict[str, Any]:
@@ -209,6 +211,13 @@ class Point:
     null: Interval
     copies: Interval = field(default_factory=lambda: Interval([]))
     expected_cells: int = 0
+    #: cells that ran but whose attack failed, by outcome (left out of ``value``), of ``ran`` cells that ran
+    failed: dict[str, int] = field(default_factory=dict)
+    ran: int = 0
+
+    @property
+    def failed_text(self) -> str:
+        return failure_text(self.failed, self.ran)
 
 
 @dataclass
@@ -230,7 +239,8 @@ def _comparison(suite: Suite, name: str) -> Comparison:
 
 def _ok_records(suite: Suite, found: dict[str, dict[str, Any]], plan: dict[str, Cell],
                 ids: Sequence[str]) -> list[dict[str, Any]]:
-    """The finished cells among ``ids`` whose record matches the suite as it is now (edited cells are stale)."""
+    """The finished cells among ``ids`` whose record matches the suite as it is now (edited cells are stale); their
+    attack may have failed (:func:`_usable`)."""
     out = []
     for cid in ids:
         rec = found.get(cid)
@@ -240,6 +250,14 @@ def _ok_records(suite: Suite, found: dict[str, dict[str, Any]], plan: dict[str, 
             continue
         out.append(rec)
     return out
+
+
+def _usable(recs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The cells whose attack did its work, and how many failed by outcome (reconbench.attack.outcome): a failed
+    attack is never counted as 0 reconstructed."""
+    outcomes = [(r, cell_outcome(r)) for r in recs]
+    usable = [r for r, o in outcomes if o is not None and o.ok]
+    return usable, failure_counts([o for _, o in outcomes if o is not None])
 
 
 def _scaled(rec: dict[str, Any], v: float | None, measure: Measure) -> float | None:
@@ -276,7 +294,8 @@ def measure_point(claim: Claim, suite: Suite, found: dict[str, dict[str, Any]], 
 
     comp = _comparison(suite, claim.comparison)
     ids = [cell_id(target, attack, init, s) for s in comp.seeds]
-    recs = _ok_records(suite, found, plan, ids)
+    ran = _ok_records(suite, found, plan, ids)
+    recs, failed = _usable(ran)
     values = [v for r in recs if (v := _scaled(r, headline(r), claim.measure)) is not None]
     own_nulls = [_scaled(r, cell_null(r), claim.measure) for r in recs]
     if recs and all(v is not None for v in own_nulls):
@@ -285,11 +304,12 @@ def measure_point(claim: Claim, suite: Suite, found: dict[str, dict[str, Any]], 
     else:
         ncomp = _comparison(suite, claim.null)
         nids = [cell_id(target, a, i, s) for a in ncomp.attacks for i in ncomp.inits for s in ncomp.seeds]
-        null_recs = _ok_records(suite, found, plan, nids)
+        null_recs, _ = _usable(_ok_records(suite, found, plan, nids))
         null_values = [v for r in null_recs if (v := _scaled(r, headline(r), claim.measure)) is not None]
     copies = Interval([v for r in recs if (v := copy_share(r)) is not None], (0.0, 1.0))
     return Point(label, [r["cell_id"] for r in recs], Interval(values, _range(recs, claim.measure)),
-                 Interval(null_values, _range(null_recs, claim.measure)), copies, expected_cells=len(ids))
+                 Interval(null_values, _range(null_recs, claim.measure)), copies, expected_cells=len(ids),
+                 failed=failed, ran=len(ran))
 
 
 def _range(recs: list[dict[str, Any]], measure: Measure) -> tuple[float | None, float | None]:
@@ -307,12 +327,18 @@ def verdict(claim: Claim, points: list[Point]) -> tuple[str, str]:
     """(verdict, one-line reason) by the rules written on the page (RULES)."""
     if claim.kind == "not_measurable":
         return NOT_MEASURABLE, claim.needs
+    failed = [p for p in points if p.value.n == 0 and p.failed]
+    if failed:
+        return ATTACK_FAILED, "no cell's attack did its work at: " + "; ".join(
+            f"{p.label} ({p.failed_text})" for p in failed)
     if not points or any(p.value.n == 0 for p in points):
         return NOT_RUN, "no finished cells yet"
     if any(p.null.n == 0 for p in points) and claim.kind in ("above_null", "at_null", "stays_at_start"):
         return NOT_RUN, "the null's cells have not run yet"
     if any(p.value.n < 2 for p in points):
-        return NOT_REPRODUCED, "fewer than 2 seeds at some point: no interval to judge"
+        short = [f"{p.label} ({p.failed_text})" for p in points if p.value.n < 2 and p.failed]
+        return NOT_REPRODUCED, "fewer than 2 seeds at some point: no interval to judge" + (
+            f"; the attack failed in the others at: {'; '.join(short)}" if short else "")
     if claim.kind == "above_null":
         below = [p.label for p in points if not _above(p.value, p.null)]
         if not below:
@@ -425,6 +451,9 @@ RULES = f"""\
   than any training image (`init_copy_share`) lies above {COPY_MAJORITY} and the headline's interval does not lie
   above the null; *contradicted* if that share lies below {COPY_MAJORITY} and the headline lies above the null;
   otherwise *not reproduced at this scale*.
+- *attack failed*: at some point no cell's attack did its work (every search run diverged, returned non-finite
+  candidates or stopped before half of its planned steps; `reconbench/attack/outcome.py`). Such cells are left out
+  of every interval, never counted as 0 reconstructed; where only some seeds failed, the point says so.
 - *not yet run*: the claim's cells (or its null's) are not in the results; *not measurable here*: the set-up
   cannot run in this repository, with what it would take."""
 
@@ -441,11 +470,13 @@ def number_text(res: ClaimResult) -> tuple[str, str]:
     nums, nulls = [], []
     for p in res.points:
         if p.value.n == 0:
-            nums.append(f"{p.label}: {NOT_RUN}")
+            nums.append(f"{p.label}: {f'{ATTACK_FAILED} ({p.failed_text})' if p.failed else NOT_RUN}")
         else:
             text = f"{p.label}: {fmt_interval(p.value, m)}"
             if res.claim.kind == "stays_at_start":
                 text += f"; init copies {fmt_interval(p.copies, 'share')}"
+            if p.failed:
+                text += f"; {ATTACK_FAILED}: {p.failed_text}"
             nums.append(text)
         nulls.append(f"{p.label}: {fmt_interval(p.null, m) if p.null.n else NOT_RUN}")
     for p in res.contrast:
@@ -564,8 +595,12 @@ def render(results: list[ClaimResult], sources: dict[str, Path], root: Path,
         "the publications before citing a verdict. The set-up is far smaller than the "
         "papers' (see [the suites](../reconbench/bench/suites/README.md)); `claims-gpu.toml` holds the papers' sizes.",
         "",
-        f"Headline: `{HEADLINE_KEY}` of the evaluation summary (training images counted as reconstructed), "
-        f"selection `{SELECTION}` (all search runs of a cell pooled). Results read from: "
+        f"Headline: `{CALIBRATED_KEY}` of the evaluation summary where a cell has it (`{HEADLINE_KEY}`, the papers' "
+        f"count, where it does not), selection `{SELECTION}` (all search runs of a cell pooled). A held-out null "
+        "draw passes the calibrated headline (counts at least one image) with probability at most 5% per "
+        f"evaluation ([calibration.md](calibration.md)): over the {_cells_read(found)} cells read here, up to "
+        f"about {0.05 * _cells_read(found):.0f} may count an image by chance alone, which is why every point is "
+        "judged over seeds against its null. Results read from: "
         + ", ".join(f"`{name}` ← `{_rel(path, root)}`" for name, path in sources.items()) + ".",
         "",
         "To measure and publish (about 1.5 hours on 2 cores): `benchmarks/run_claims.sh`. At the papers' sizes: "
@@ -600,6 +635,11 @@ COST_ESTIMATES = {
                 "70 s each), `cifar-mlp1-wd` (about 3 min) and six bilevel cells capped at 150 s: **about 47 min** "
                 "(estimated from the bilevel study's timings)",
 }
+
+
+def _cells_read(found: dict[str, dict[str, dict[str, Any]]] | None) -> int:
+    """How many cell records the page reads (all suites)."""
+    return sum(len(cells) for cells in (found or {}).values())
 
 
 def cost_section(results: dict[str, Path], found: dict[str, dict[str, dict[str, Any]]]) -> str:

@@ -123,10 +123,11 @@ def draw_reconstructions(
         if not rows:
             continue
         eligible = suite.leaderboard.figure_inits
-        fair = [r for r in rows if (r["init"] in eligible if eligible is not None else not r["init_is_oracle"])]
+        fair = [r for r in rows if (r["init"] in eligible if eligible is not None else not r["init_is_oracle"])
+                and r["cells"]]   # a row whose attack failed in every cell has none
         if not fair:
             continue
-        recs = pub.ok(fair[0]["cells"])
+        recs = pub.usable(fair[0]["cells"])
         picks.append(max(recs, key=lambda r: _primary(r, columns)))
     eligible = suite.leaderboard.figure_inits
     inits_text = "a non-oracle init" if eligible is None else "one of the inits " + ", ".join(eligible)
@@ -189,7 +190,7 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
 
     title = TITLES["ssim_vs_margin"]
     points: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
-    for rec in pub.ok():
+    for rec in pub.usable():
         if "grid" not in rec["groups"] or rec["init"].get("is_oracle"):
             continue
         rows = (rec.get("evaluation") or {}).get("per_image") or []
@@ -236,7 +237,7 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
     import matplotlib.pyplot as plt
 
     title = TITLES["mixture_heatmap"]
-    recs = [r for r in pub.ok() if r["init"]["regime"] == MIXTURE_REGIME]
+    recs = [r for r in pub.usable() if r["init"]["regime"] == MIXTURE_REGIME]
     if not recs:
         return {"title": title, "reason": f"the suite runs no `{MIXTURE_REGIME}` init"}
     numeric = sorted(

@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from reconbench.bench.suite import PrivacyAxis, Suite
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE
-from reconbench.leaderboard.tables import Published, Stat, fmt_stat, null_of, value_range
+from reconbench.leaderboard.tables import Published, Stat, failures_of, fmt_stat, null_of, value_range
 
 #: the evaluation summary key shown as each attack's headline: the calibrated count (docs/calibration.md), which
 #: random held-out images pass with probability at most 5%; the papers' SSIM count is not a privacy measure
@@ -29,6 +29,8 @@ HEADLINE_KEY = CALIBRATED_HEADLINE
 #: the search-run selection the table reads (all runs pooled, as the papers evaluated)
 SELECTION = "pool"
 FRONT_MARK = "◆"
+#: what a row says where no cell's attack did its work (reconbench.attack.outcome): not a defended target
+ATTACK_FAILED = "attack failed"
 
 
 def _summary_value(rec: dict[str, Any], key: str) -> float | None:
@@ -87,21 +89,23 @@ def axis_rows(suite: Suite, pub: Published, axis: PrivacyAxis) -> dict[str, Any]
             for init in axis.inits:
                 ids = [c.cell_id for c in pub.plan if group in c.groups and c.target == p.target
                        and c.attack.label == attack and c.init.label == init]
-                recs = pub.ok(ids)
+                recs = pub.usable(ids)   # a cell whose attack failed is no evidence of privacy: left out, shown
                 head = [v for v in (_summary_value(r, HEADLINE_KEY) for r in recs) if v is not None]
-                recorded = null_of(recs, SELECTION, HEADLINE_KEY)  # the cells' own held-out null, when evaluated
+                # the cells' own held-out null, when evaluated (it does not depend on whether the attack ran)
+                recorded = null_of(pub.ok(ids), SELECTION, HEADLINE_KEY)
                 null = [] if recorded is None else [recorded["mean"]]
                 entry["attacks"][f"{attack} / {init}"] = {
                     "headline": Stat(head, value_range(HEADLINE_KEY, recs)).to_dict(),
-                    "null": Stat(null, value_range(HEADLINE_KEY, recs)).to_dict(),
-                    "cells": [r["cell_id"] for r in recs], "pareto": False}
+                    "null": Stat(null, value_range(HEADLINE_KEY, pub.ok(ids))).to_dict(),
+                    "cells": [r["cell_id"] for r in recs], "pareto": False,
+                    "attack_failed": failures_of(pub.attack_failed(ids), len(pub.ok(ids)))}
         rows.append(entry)
     if axis.null_attack:  # the null cells' headline (held-out images, 0 steps) where the cells record none
         recorded_any = any(r["attacks"][s]["null"]["n"] for r in rows for s in series)
         for base in dict.fromkeys(r["base"] for r in rows):
             ids = [c.cell_id for c in pub.plan if group in c.groups and c.target == base
                    and c.attack.label == axis.null_attack and c.init.label == axis.null_init]
-            null_recs = pub.ok(ids)
+            null_recs = pub.usable(ids)
             null_stat = Stat([v for v in (_summary_value(r, HEADLINE_KEY) for r in null_recs) if v is not None],
                              value_range(HEADLINE_KEY, null_recs))
             for r in rows:
@@ -142,6 +146,16 @@ def _privacy_cost(r: dict[str, Any]) -> str:
     return ""
 
 
+def _attack_cell(a: dict[str, Any]) -> str:
+    """An attack's headline over the cells where it ran (null in parentheses); "attack failed" where it ran in none."""
+    failed = a.get("attack_failed")
+    if failed and not a["headline"]["n"]:
+        return f"{ATTACK_FAILED}, {failed['text']} ({fmt_stat(a['null'], '.1f')})"
+    text = f"{fmt_stat(a['headline'], '.1f')} ({fmt_stat(a['null'], '.1f')})"
+    text += f"; {failed['text']}" if failed else ""
+    return text + (f" {FRONT_MARK}" if a["pareto"] else "")
+
+
 def render_privacy(name: str, table: dict[str, Any]) -> str:
     rows = table["rows"]
     base_acc = {r["base"]: r["test_accuracy"] for r in rows if r["defense"] == "none"}
@@ -154,10 +168,7 @@ def render_privacy(name: str, table: dict[str, Any]) -> str:
         delta = "" if acc is None or b is None or r["defense"] == "none" else f"{acc - b:+.3f}"
         cells = [r["base"], label, _strength(r), _fmt(acc, ".3f"), delta, _privacy_cost(r)]
         for s in table["series"]:
-            a = r["attacks"][s]
-            text = fmt_stat(a["headline"], ".1f")
-            text += f" ({fmt_stat(a['null'], '.1f')})"
-            cells.append(text + (f" {FRONT_MARK}" if a["pareto"] else ""))
+            cells.append(_attack_cell(r["attacks"][s]))
         body.append(cells)
     return (
         f"## {table['title']}\n\n"
@@ -168,8 +179,10 @@ def render_privacy(name: str, table: dict[str, Any]) -> str:
         f"(held-out images as candidates: the cells' recorded null, else the suite's null cells; "
         f"n/a where neither exists). {FRONT_MARK}: on the attack's "
         "Pareto front (no other point of the same target is at least as accurate and at most as reconstructable, "
-        f"one strictly). Figure: [`figures/privacy-{name}.png`](figures/privacy-{name}.png) (bars: one standard "
-        "deviation over seeds).\n\n"
+        f"one strictly). `{ATTACK_FAILED}, diverged 2/2`: the attack did not do its work on that target (e.g. "
+        "every search run of both cells diverged), which says nothing about the defense; such a point is on no "
+        f"front and left out of the figure. Figure: [`figures/privacy-{name}.png`](figures/privacy-{name}.png) "
+        "(bars: one standard deviation over seeds).\n\n"
         + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
     )
 

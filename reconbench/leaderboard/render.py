@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,9 @@ def _arrow(col: dict[str, Any]) -> str:
 
 def _cell(r: dict[str, Any], col: dict[str, Any]) -> str:
     m = r["metrics"][col["name"]]
+    failed = r.get("attack_failed")
+    if failed and not m.get("n"):  # every cell's attack failed: that, never a number
+        return str(failed["text"])
     text = fmt_stat(m, col["format"])
     null = m.get("null")
     if null is not None:
@@ -68,13 +72,27 @@ def _label_noise(r: dict[str, Any]) -> str:
     return {True: WITHIN_NOISE_MARK, False: "", None: "?"}[r.get("within_noise_of_best")]
 
 
+def _label_seeds(r: dict[str, Any]) -> str:
+    """The seeds a row aggregates, and the cells whose attack failed (left out of its numbers)."""
+    failed = r.get("attack_failed")
+    return str(len(r["cells"])) + (f" ({failed['text']})" if failed else "")
+
+
 def render_main_table(rows: list[dict[str, Any]], columns: list[dict[str, Any]]) -> str:
     headers = ["target", "attack", "init", "seeds", "vs best"] + [_arrow(c) for c in columns]
     body = []
     for r in rows:
-        body.append([_label_target(r), _label_attack(r), _label_init(r), len(r["cells"]), _label_noise(r)]
+        body.append([_label_target(r), _label_attack(r), _label_init(r), _label_seeds(r), _label_noise(r)]
                     + [_cell(r, c) for c in columns])
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _variant_cell(v: dict[str, Any], metric: str, fmt: str) -> str:
+    """One point of a comparison: the statistic over the cells whose attack ran, and those whose attack failed."""
+    failed = v.get("attack_failed")
+    if not failed:
+        return fmt_stat(v[metric], fmt)
+    return str(failed["text"]) if not v[metric]["n"] else f"{fmt_stat(v[metric], fmt)} ({failed['text']})"
 
 
 def render_comparison(comp: dict[str, Any], columns: list[dict[str, Any]]) -> str:
@@ -85,10 +103,8 @@ def render_comparison(comp: dict[str, Any], columns: list[dict[str, Any]]) -> st
         body = []
         for r in comp["rows"]:
             sel = r["selection"] + (f" {ORACLE_SELECTION_MARK}" if r["selection"] == "oracle" else "")
-            body.append(
-                [r["attack"], _label_init(r), sel] + [fmt_stat(v[metric], col["format"])
-                                                       for v in r["values"]]
-            )
+            body.append([r["attack"], _label_init(r), sel] + [_variant_cell(v, metric, col["format"])
+                                                               for v in r["values"]])
         parts.append(
             f"**{_arrow(col)}** (mean [95% interval] over seeds)\n\n"
             + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
@@ -120,7 +136,7 @@ def render_readme(
     if suite.description:
         lines += [suite.description, ""]
     lines += _header_lines(info)
-    lines += _reading_lines(suite, stored)
+    lines += _reading_lines(suite, stored, int(info["cells"]["ok"]))
     lines += _targets_lines(suite, targets)
     lines += _table_lines(tables, columns, has_grid=any("grid" in c.groups for c in pub.plan))
     lines += _comparison_lines(comparisons, columns)
@@ -128,6 +144,7 @@ def render_readme(
         lines += [section, ""]
     lines += _figure_lines(figures)
     lines += _problem_cell_lines(pub)
+    lines += _attack_failed_lines(info.get("attack_failed"))
     lines += _column_lines(columns)
     return "\n".join(lines)
 
@@ -155,13 +172,23 @@ def _header_lines(info: dict[str, Any]) -> list[str]:
         f"- **Cells:** {info['cells']['ok']} ok, {info['cells']['failed']} failed, "
         f"{info['cells']['not_run']} not run"
         + (f", {info['cells']['stale']} stale (suite edited since they ran)" if info["cells"]["stale"] else "")
-        + f", of {info['cells']['planned']} planned",
+        + f", of {info['cells']['planned']} planned"
+        + _attack_failed_note(info.get("attack_failed")),
         "",
     ]
 
 
-def _reading_lines(suite: Suite, stored: list[str]) -> list[str]:
-    """How to read the tables: sources, intervals, nulls, marks."""
+def _attack_failed_note(failed: list[dict[str, Any]] | None) -> str:
+    """Of the cells that ran, those whose attack failed (see "Failed attacks" below)."""
+    if not failed:
+        return ""
+    counts = Counter(str(f["status"]).replace("_", " ") for f in failed)
+    return (f"; the attack failed in {len(failed)} of the ok cells (" + ", ".join(f"{s} {c}" for s, c in
+                                                                           sorted(counts.items())) + ")")
+
+
+def _reading_lines(suite: Suite, stored: list[str], cells: int) -> list[str]:
+    """How to read the tables: sources, intervals, nulls, failed attacks, marks (``cells``: the cells that ran)."""
     gate = suite.max_stationarity_ratio
     lines = [
         "Every number below is computed from the cell JSONs in [`cells/`](cells/); `results.json` lists, for each "
@@ -172,11 +199,20 @@ def _reading_lines(suite: Suite, stored: list[str]) -> list[str]:
         "",
         "**Headline.** `reconstructed (calibrated)` counts training images whose reconstruction correlates with "
         "them better than random held-out images (never trained on) did in any of 19 calibration draws with the "
-        "same candidate count and labels; a draw of such images passes it with probability at most 5% "
-        "(docs/calibration.md). `papers' protocol` is the papers' count (SSIM > 0.4), which random images often "
+        "same candidate count and labels; a draw of such images passes it (counts at least one image) with "
+        "probability at most 5% per evaluation (docs/calibration.md). That is a rate, not an impossibility: over "
+        f"the {cells} cells of this board, up to about {0.05 * cells:.1f} (0.05 x cells, per selection) may count "
+        "an image by chance alone where the attack recovers nothing, so read a count of 1 against its null. "
+        "`papers' protocol` is the papers' count (SSIM > 0.4), which random images often "
         "pass. **(null x, max y)** after a number is the held-out null of that column: the mean over null draws "
         "(5 per cell) and the largest any draw reached. `weight_rows` and `init_only` are baselines, not attacks: "
         "first-layer weight rows as images, and the starting candidates unchanged.",
+        "",
+        "**Failed attacks.** A cell whose attack did not do its work (every search run diverged to a non-finite "
+        "loss, returned non-finite candidates, or stopped before half of its planned steps; "
+        "`reconbench/attack/outcome.py`) is not a result: it is left out of every mean and interval, and the "
+        "tables say so, e.g. `diverged 2/2` (2 of the row's 2 cells that ran) in place of the numbers, or beside "
+        "`seeds` when only some cells failed. It says the attack failed, not that the target resisted it.",
         "",
         f"`vs best`: `best` is the best row of its target in the first column; {WITHIN_NOISE_MARK} marks a row "
         "whose interval overlaps the best row's (the difference is within noise over seeds); `?` means one seed "
@@ -263,6 +299,16 @@ def _problem_cell_lines(pub: Published) -> list[str]:
             lines += [f"Stale ({len(pub.stale)}, the suite changed since they ran): "
                       + ", ".join(f"`{c}`" for c in pub.stale[:40]), ""]
     return lines
+
+
+def _attack_failed_lines(failed: list[dict[str, Any]] | None) -> list[str]:
+    """The cells that ran but whose attack failed, each with its reason (from the header of results.json)."""
+    if not failed:
+        return []
+    body = [[f["cell_id"], str(f["status"]).replace("_", " "), _short(f["reason"])] for f in failed]
+    return ["## Failed attacks", "", "Cells that ran but whose attack did not do its work; the tables leave them out "
+            "of their numbers.", "",
+            tabulate(body, headers=["cell", "outcome", "reason"], tablefmt="github", disable_numparse=True), ""]
 
 
 def _column_lines(columns: list[dict[str, Any]]) -> list[str]:

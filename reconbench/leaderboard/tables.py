@@ -20,6 +20,7 @@ from typing import Any
 from tabulate import tabulate
 
 from reconbench import __version__, plugins
+from reconbench.attack.outcome import CellOutcome, cell_outcome, failure_counts, failure_text
 from reconbench.bench import machine
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.runner import STATUS_OK, load_cells
@@ -219,8 +220,32 @@ class Published:
     stale: list[str]
 
     def ok(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The cells that ran (their attack may still have failed: :meth:`usable`, :meth:`attack_failed`)."""
         ids = self.records if cell_ids is None else cell_ids
         return [self.records[c] for c in ids if c in self.records and self.records[c]["status"] == STATUS_OK]
+
+    def usable(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The cells that ran and whose attack did its work (reconbench.attack.outcome): what the tables aggregate."""
+        return [r for r in self.ok(cell_ids) if _outcome(r).ok]
+
+    def attack_failed(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The cells that ran but whose attack diverged, returned non-finite candidates or stopped early."""
+        return [r for r in self.ok(cell_ids) if not _outcome(r).ok]
+
+
+def _outcome(rec: dict[str, Any]) -> CellOutcome:
+    outcome = cell_outcome(rec)
+    assert outcome is not None, "cell_outcome is None only for cells that did not run"
+    return outcome
+
+
+def failures_of(failed: list[dict[str, Any]], total: int) -> dict[str, Any] | None:
+    """A row's failed attacks: their cells, counts by status and the text the tables print (None: none failed)."""
+    if not failed:
+        return None
+    counts = failure_counts([_outcome(r) for r in failed])
+    return {"cells": [r["cell_id"] for r in failed], "statuses": counts, "of": total,
+            "text": failure_text(counts, total)}
 
 
 def collect(suite: Suite, results: Path) -> Published:
@@ -274,10 +299,11 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
             groups.setdefault((cell.target, cell.attack.label, cell.init.label), []).append(cell)
     rows = []
     for (target, attack, init), cells in groups.items():
-        recs = pub.ok(c.cell_id for c in cells)
-        if not recs:
+        ran = pub.ok(c.cell_id for c in cells)
+        if not ran:
             continue
-        oracle_init = any(r["init"].get("is_oracle") for r in recs)
+        recs = pub.usable(c.cell_id for c in cells)
+        oracle_init = any(r["init"].get("is_oracle") for r in ran)
         row: dict[str, Any] = {
             "target": target,
             "attack": attack,
@@ -289,13 +315,14 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
             "oracle_selection": selection == "oracle",
             "cells": [r["cell_id"] for r in recs],
             "seeds": [r["seed"] for r in recs],
+            "attack_failed": failures_of(pub.attack_failed(c.cell_id for c in cells), len(ran)),
             "metrics": {},
         }
         for col in columns:
             stat, key = _stat(recs, selection, col["spec"])
             row["metrics"][col["name"]] = {**stat.to_dict(), "key": key,
                                            "null": null_of(recs, selection, key) if col["source"] == "summary" else None}
-        row["converged"] = converged(suite, recs)
+        row["converged"] = converged(suite, ran)   # a property of the targets, whether or not the attack ran
         rows.append(row)
     rows = sorted(rows, key=lambda r: _sort_key(r, columns))
     if columns:
@@ -430,11 +457,12 @@ def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]])
                 row: dict[str, Any] = {"attack": attack, "init": init, "selection": sel, "values": []}
                 for v in comp.variants:
                     ids = [c.cell_id for c in cells if c.target == v.target and c.attack.label == attack and c.init.label == init]
-                    recs = pub.ok(ids)
+                    recs = pub.usable(ids)
                     entry: dict[str, Any] = {
                         "axis_value": v.value,
                         "target": v.target,
                         "cells": [r["cell_id"] for r in recs],
+                        "attack_failed": failures_of(pub.attack_failed(ids), len(pub.ok(ids))),
                     }
                     for col in metric_cols:
                         stat, key = _stat(recs, sel, col["spec"])
@@ -500,6 +528,7 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> di
         "rendered_by": command,
         "rendered_with": {"reconbench_version": __version__, "git_commit": git_commit()},
         "rendered": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "attack_failed": [{"cell_id": r["cell_id"], **_outcome(r).to_dict()} for r in pub.attack_failed()],
         "cells": {
             "planned": len(pub.plan),
             "ok": len(pub.ok()),

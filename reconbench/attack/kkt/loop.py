@@ -60,6 +60,13 @@ class StationarityConfig:
                                     "CUDA graph")
     tf32: bool = option(False, "CUDA float32 only: allow TF32 matmuls (faster, about 1e-3 relative error per "
                                "product; an explicit opt-in, recorded with each run)")
+    rescale: Literal["none", "init_norm"] = option(
+        "none", "none: attack the released weights as they are; init_norm: first multiply every parameter by one "
+                "factor c so that ||theta|| is the expected norm of the architecture's default initialisation. For a "
+                "target homogeneous of degree L in its parameters this keeps the KKT points in x (the multipliers "
+                "absorb c^(2-L)) and brings the loss and its gradient to the scale the learning rates are set for: "
+                "weights that grew far from that scale (e.g. under DP-SGD's noise) otherwise diverge at step 0. The "
+                "factor is read from the released weights alone and recorded in each run's message")
 
 
 def box_prior(x: torch.Tensor, half_width: float) -> torch.Tensor:
