@@ -8,7 +8,8 @@ Each measurement is a fresh process that imports ``reconbench`` (and the built-i
 ``plugins/`` here and in ``reconbench_plugins/`` in older commits) from one tree only, through a temporary folder
 of links put first on PYTHONPATH. The two trees run alternately (the order flips every repeat), so that a machine
 whose speed drifts (a shared one) slows both alike; the report gives the median steps per second of each side and
-the median of the paired ratios.
+the median of the paired ratios, by wall time (the step loop) and by the process's CPU time (the whole attack
+call, which a machine shared with other processes disturbs less).
 
 The workload is the search of a cpu-mini MNIST cell: ``haim_binary_kkt`` on a 784-1000-1000-1 ReLU MLP (random
 weights: a step's cost does not depend on them), ``--runs`` search runs advanced together by the batched engine
@@ -27,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +72,10 @@ def child(m: int, dtype_name: str, runs: int, steps: int, out: str) -> None:
         return outs, seconds[0]
 
     go()   # warm-up (allocations, first-call costs)
+    cpu0 = time.process_time()
     outs, seconds = go()
-    torch.save({"seconds_per_step": seconds / steps, "steps": [o.steps for o in outs],
+    cpu = time.process_time() - cpu0   # the whole call: the step loop, the prologue and the final evaluation
+    torch.save({"seconds_per_step": seconds / steps, "cpu_seconds_per_step": cpu / steps, "steps": [o.steps for o in outs],
                 "candidates": torch.stack([o.candidates for o in outs]).double(),
                 "multipliers": torch.stack([o.multipliers for o in outs]).double()}, out)
 
@@ -138,24 +142,28 @@ def main() -> None:
         rows = []
         for m, dtype in SHAPES:
             per_side: dict[str, list[float]] = {"base": [], "head": []}
+            per_side_cpu: dict[str, list[float]] = {"base": [], "head": []}
             last: dict[str, Any] = {}
             for rep in range(args.repeats):
                 order = ("base", "head") if rep % 2 == 0 else ("head", "base")
                 for side in order:
                     res = measure(paths[side], m, dtype, args.runs, args.steps, scratch, side)
                     per_side[side].append(1.0 / res["seconds_per_step"])
+                    per_side_cpu[side].append(1.0 / res["cpu_seconds_per_step"])
                     last[side] = res
             ratios = [h / b for h, b in zip(per_side["head"], per_side["base"], strict=True)]
+            cpu_ratios = [h / b for h, b in zip(per_side_cpu["head"], per_side_cpu["base"], strict=True)]
             row = {"m": m, "dtype": dtype, "runs": args.runs, "steps": args.steps,
                    "steps_per_second": per_side, "median_base": statistics.median(per_side["base"]),
                    "median_head": statistics.median(per_side["head"]), "median_ratio": statistics.median(ratios),
+                   "steps_per_cpu_second": per_side_cpu, "median_cpu_ratio": statistics.median(cpu_ratios),
                    "same_steps": last["base"]["steps"] == last["head"]["steps"],
                    "candidates_max_rel_diff": relative_difference(last["base"]["candidates"], last["head"]["candidates"]),
                    "multipliers_max_rel_diff": relative_difference(last["base"]["multipliers"],
                                                                    last["head"]["multipliers"])}
             rows.append(row)
             print(f"m={m:4d} {dtype}: base {row['median_base']:.2f} steps/s, head {row['median_head']:.2f} steps/s, "
-                  f"median ratio {row['median_ratio']:.2f}x; max relative difference: candidates "
+                  f"median ratio {row['median_ratio']:.2f}x (per CPU second {row['median_cpu_ratio']:.2f}x); max relative difference: candidates "
                   f"{row['candidates_max_rel_diff']:.2g}, multipliers {row['multipliers_max_rel_diff']:.2g}",
                   flush=True)
     report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + " ".join(sys.argv[1:]),
