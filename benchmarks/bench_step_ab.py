@@ -163,7 +163,8 @@ def main() -> None:
                                                                    last["head"]["multipliers"])}
             rows.append(row)
             print(f"m={m:4d} {dtype}: base {row['median_base']:.2f} steps/s, head {row['median_head']:.2f} steps/s, "
-                  f"median ratio {row['median_ratio']:.2f}x (per CPU second {row['median_cpu_ratio']:.2f}x); max relative difference: candidates "
+                  f"median ratio {row['median_ratio']:.2f}x (per CPU second {row['median_cpu_ratio']:.2f}x); "
+                  f"max relative difference: candidates "
                   f"{row['candidates_max_rel_diff']:.2g}, multipliers {row['multipliers_max_rel_diff']:.2g}",
                   flush=True)
     report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + " ".join(sys.argv[1:]),
