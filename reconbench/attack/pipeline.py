@@ -29,6 +29,7 @@ from reconbench.attack.candidates import candidate_labels, default_m, restrict_k
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import DivergedError, IncompatibleError, ReconbenchError
 from reconbench.evaluation import evaluate, oracle_score, resolve_protocol
+from reconbench.evaluation.bars import calibration_bars
 from reconbench.interfaces import AttackTarget
 from reconbench.progress import Progress
 from reconbench.provenance import config_hash, portable_path, provenance, write_json
@@ -292,6 +293,8 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
                                            protocol=spec.protocol, labels=pooled["labels"][keep],
                                            run_ids=pooled["run_ids"][keep], x0=pooled["x0"][keep], card=card,
                                            out_dir=None, quiet=True)
+    bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=spec.protocol,
+                            evaluation=evaluation, blind=blind, oracle=oracle)
     figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run")
     result = {
         "kind": "reconbench-result/1",
@@ -313,6 +316,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         "failed_runs": [r["run"] for r in runs if r["stopped"] == "failed"],
         "evaluation": evaluation,
         "evaluation_selected": selected,
+        "calibration_bars": bars,
         "figures": [str(figure.relative_to(out))] if figure else [],
         "wall_seconds": wall,
         "provenance": provenance(spec.to_dict(), spec.device, spec.dtype, spec.seed),

@@ -150,7 +150,7 @@ class ColumnSpec:
     keys: tuple[str, ...]  # evaluation summary keys tried in order (the first present is used)
     higher_is_better: bool
     fmt: str = ".3g"
-    source: str = "summary"  # summary | attack_loss | wall_seconds
+    source: str = "summary"  # summary | attack_loss | wall_seconds | calibrated (the count against the selection's bar)
     optional: bool = False  # shown only when some cell records one of the keys (a metric older cells lack)
 
 
@@ -160,9 +160,12 @@ class ColumnSpec:
 #: (training images with SSIM > 0.4), `top_k_mean_ssim` (k = 10), `membership_precision` (reconstructions nearer a
 #: training image than any decoy), `distinct_share` (1: no collapse), `init_copy_share` (candidates that stayed
 #: copies of their start), and, where the cells computed it, the membership test's AUC against 10n non-members.
+#: `calibrated, own bar` (cells that record calibration bars) is the calibrated count against the threshold
+#: calibrated for the selection itself (evaluation/bars.py: pooled, one run, or oracle-selected among the runs).
 #: Keys are tried in order; the direction comes from the metric whose headline the key is.
 DEFAULT_COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("reconstructed (calibrated)", ("reconstructed_calibrated",), True, ".1f"),
+    ColumnSpec("calibrated, own bar", (), True, ".1f", source="calibrated", optional=True),
     ColumnSpec("papers' protocol", ("reconstructed", "n_reconstructed", "good_count"), True, ".1f"),
     ColumnSpec("top-10 SSIM", ("top_k_mean_ssim", "ssim_top10", "top10_ssim"), True, ".3f"),
     ColumnSpec("membership precision", ("membership_precision", "precision_vs_decoys"), True, ".2f"),
