@@ -115,6 +115,16 @@ def relative_difference(a: Any, b: Any) -> float:
     return float((a - b).abs().max()) / scale
 
 
+def write_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + " ".join(sys.argv[1:]),
+              "base_commit": commit_of(args.base), "head_commit": commit_of(args.head),
+              "workload": "haim_binary_kkt, 784-1000-1000-1 MLP, batched engine, 1 thread",
+              "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                          "shared": True}, "rows": rows}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="mode")
@@ -129,7 +139,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2, help="search runs advanced together (cpu-mini: 2)")
     ap.add_argument("--steps", type=int, default=40, help="attack steps timed per measurement")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--shapes", nargs="+", default=[f"{m}:{d}" for m, d in SHAPES],
+                    help="m:dtype pairs to measure (default: m = 40 and 200, float64 and float32)")
+    ap.add_argument("--json", type=Path, help="report file (rewritten after each shape)")
     args = ap.parse_args()
     if args.mode == "child":
         child(args.m, args.dtype, args.runs, args.steps, args.out)
@@ -140,7 +152,7 @@ def main() -> None:
         scratch = Path(tmp)
         paths = {"base": import_path(args.base, scratch / "base"), "head": import_path(args.head, scratch / "head")}
         rows = []
-        for m, dtype in SHAPES:
+        for m, dtype in ((int(x.split(":")[0]), x.split(":")[1]) for x in args.shapes):
             per_side: dict[str, list[float]] = {"base": [], "head": []}
             per_side_cpu: dict[str, list[float]] = {"base": [], "head": []}
             last: dict[str, Any] = {}
@@ -162,19 +174,13 @@ def main() -> None:
                    "multipliers_max_rel_diff": relative_difference(last["base"]["multipliers"],
                                                                    last["head"]["multipliers"])}
             rows.append(row)
+            if args.json:
+                write_report(args, rows)
             print(f"m={m:4d} {dtype}: base {row['median_base']:.2f} steps/s, head {row['median_head']:.2f} steps/s, "
                   f"median ratio {row['median_ratio']:.2f}x (per CPU second {row['median_cpu_ratio']:.2f}x); "
                   f"max relative difference: candidates "
                   f"{row['candidates_max_rel_diff']:.2g}, multipliers {row['multipliers_max_rel_diff']:.2g}",
                   flush=True)
-    report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + " ".join(sys.argv[1:]),
-              "base_commit": commit_of(args.base), "head_commit": commit_of(args.head),
-              "workload": "haim_binary_kkt, 784-1000-1000-1 MLP, batched engine, 1 thread",
-              "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                          "shared": True}, "rows": rows}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

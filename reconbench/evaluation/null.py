@@ -37,6 +37,7 @@ CALIBRATION_STREAM, REPORT_STREAM, MEMBERSHIP_STREAM = 0, 1, 2
 SELECTION_STREAM = 3
 
 _THRESHOLDS: dict[str, dict[str, Any]] = {}
+_REPORTED: dict[str, list[dict[str, float]]] = {}
 
 
 def pool_size(problem: Problem) -> int:
@@ -144,6 +145,15 @@ def calibrate_selected(problem: Problem, resolved: ResolvedProtocol, labels: np.
         _THRESHOLDS.clear()
     _THRESHOLDS[key] = out
     return out
+
+
+def reported_draws(key: str, compute: Callable[[], list[dict[str, float]]]) -> list[dict[str, float]]:
+    """The reported null draws' numbers for an evaluation key, computed once per process (copies returned)."""
+    if key not in _REPORTED:
+        if len(_REPORTED) > 64:
+            _REPORTED.clear()
+        _REPORTED[key] = compute()
+    return [dict(d) for d in _REPORTED[key]]
 
 
 def calibrated_column(resolved: ResolvedProtocol) -> str:
