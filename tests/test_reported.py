@@ -57,6 +57,7 @@ def test_builtin_declarations_give_the_published_default_columns():
     # the columns every published board was rendered with, before metrics declared them
     assert default_columns() == (
         ColumnSpec("reconstructed (calibrated)", ("reconstructed_calibrated",), True, ".1f"),
+        ColumnSpec("calibrated, own bar", (), True, ".1f", source="calibrated", optional=True),
         ColumnSpec("papers' protocol", ("reconstructed", "n_reconstructed", "good_count"), True, ".1f"),
         ColumnSpec("top-10 SSIM", ("top_k_mean_ssim", "ssim_top10", "top10_ssim"), True, ".3f"),
         ColumnSpec("membership precision", ("membership_precision", "precision_vs_decoys"), True, ".2f"),

@@ -31,6 +31,7 @@ from reconbench.attack.outcome import derive_run_outcome, outcome_of_runs
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import DivergedError, IncompatibleError, ReconbenchError
 from reconbench.evaluation import evaluate, oracle_score, resolve_protocol
+from reconbench.evaluation.bars import calibration_bars
 from reconbench.interfaces import AttackTarget
 from reconbench.progress import Progress
 from reconbench.provenance import config_hash, portable_path, provenance, write_json
@@ -287,6 +288,8 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
                                            protocol=spec.protocol, labels=pooled["labels"][keep],
                                            run_ids=pooled["run_ids"][keep], x0=pooled["x0"][keep], card=card,
                                            out_dir=None, quiet=True)
+    bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=spec.protocol,
+                            evaluation=evaluation, blind=blind, oracle=oracle)
     figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run")
     result = {
         "kind": "reconbench-result/1",
@@ -309,6 +312,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         "outcome": outcome_of_runs(runs).to_dict(),
         "evaluation": evaluation,
         "evaluation_selected": selected,
+        "calibration_bars": bars,
         "figures": [str(figure.relative_to(out))] if figure else [],
         "wall_seconds": wall,
         "provenance": provenance(spec.to_dict(), spec.device, spec.dtype, spec.seed),

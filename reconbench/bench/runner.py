@@ -44,6 +44,7 @@ from reconbench.bench.suite import Suite, SuiteError, display_path
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.evaluation import evaluate
+from reconbench.evaluation.bars import selection_record
 from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
 from reconbench.targets.cache import cache_dir, get_or_train
@@ -151,6 +152,7 @@ def selections(result: dict[str, Any]) -> dict[str, Any]:
             "null": null_record(pool_eval),
         }
     }
+    bars = result.get("calibration_bars")
     for name in ("blind", "oracle"):
         sel = result["selection"][name]
         k = sel["run"]
@@ -162,6 +164,10 @@ def selections(result: dict[str, Any]) -> dict[str, Any]:
             entry.update(attack_loss=runs[k]["final_loss"], config=runs[k]["config"],
                          summary=scored.get("summary", {}), null=null_record(scored))
         out[name] = entry
+    for name, entry in out.items():   # the count against the bar calibrated for this selection (bars.py)
+        calibrated = selection_record(bars, name)
+        if calibrated is not None:
+            entry["calibrated"] = calibrated
     return out
 
 
@@ -316,6 +322,8 @@ def run_cell(
         rec["outcome"] = result["outcome"]
         rec["selections"] = selections(result)
         rec["evaluation"] = result["evaluation"]
+        if result.get("calibration_bars") is not None:
+            rec["calibration_bars"] = result["calibration_bars"]
         rec["result_dir"] = f"work/{cell.cell_id}"
         rec["attack_seconds"] = float(sum(r.get("seconds", 0.0) for r in result["runs"]))
         rec["status"] = STATUS_OK

@@ -150,7 +150,7 @@ class ColumnSpec:
     keys: tuple[str, ...]  # evaluation summary keys tried in order (the first present is used)
     higher_is_better: bool
     fmt: str = ".3g"
-    source: str = "summary"  # summary | attack_loss | wall_seconds
+    source: str = "summary"  # summary | attack_loss | wall_seconds | calibrated (the count against the selection's bar)
     optional: bool = False  # shown only when some cell records one of the keys (a metric older cells lack)
 
 
@@ -164,6 +164,9 @@ def default_columns() -> tuple[ColumnSpec, ...]:
 
     cols = [ColumnSpec(r.label, (r.key, *r.aliases), r.higher_is_better, r.fmt, optional=r.optional_column)
             for r in board_columns()]
+    # the calibrated count against the threshold calibrated for the selection itself (evaluation/bars.py: pooled,
+    # one run, or oracle-selected among the runs), where cells record calibration bars
+    cols.insert(1, ColumnSpec("calibrated, own bar", (), True, ".1f", source="calibrated", optional=True))
     return (*cols, ColumnSpec("attack loss", (), False, ".3g", source="attack_loss"),
             ColumnSpec("wall s", (), False, ".1f", source="wall_seconds"))
 

@@ -209,15 +209,23 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
             row["reconstructed_calibrated"] = bool(flag)
     else:
         out["summary"].update(reconstructed_calibrated=None, calibrated_threshold=None)
-    draws = []
-    for k in range(p.null_draws):
-        cand = null.draw(problem, labels, m, p.null_seed, null.REPORT_STREAM, k)
-        ev = score(problem, cand, full, labels=None if labels is None else torch.as_tensor(labels), card=card)
-        numbers = null.numeric_summary(ev["summary"])
-        if threshold is not None:
-            numbers["reconstructed_calibrated"] = float(null.calibrated_flags(null.scores_of(ev, column),
-                                                                               threshold).sum())
-        draws.append(numbers)
+    def reported() -> list[dict[str, float]]:
+        draws = []
+        for k in range(p.null_draws):
+            cand = null.draw(problem, labels, m, p.null_seed, null.REPORT_STREAM, k)
+            ev = score(problem, cand, full, labels=None if labels is None else torch.as_tensor(labels), card=card)
+            numbers = null.numeric_summary(ev["summary"])
+            if threshold is not None:
+                numbers["reconstructed_calibrated"] = float(null.calibrated_flags(null.scores_of(ev, column),
+                                                                                   threshold).sum())
+            draws.append(numbers)
+        return draws
+
+    # the reported draws depend on the evaluation's problem, protocol, m, labels, threshold and card only (the
+    # blind and oracle runs of a cell share them): scored once per process
+    card_key = None if card is None else (str(getattr(card, "path", "")), str(card.data.get("recipe_key")))
+    key = f"{null.cache_key(problem, resolved, labels, m)}-{threshold!r}-{card_key}-{resolved.metric_names}"
+    draws = null.reported_draws(key, reported)
     spread = null.aggregate(draws) if draws else {}
     out["null"] = {"kind": "held_out", "available": True, "draws": len(draws), "threshold": threshold,
                    "summary": {k: v["mean"] for k, v in spread.items()}, "spread": spread,

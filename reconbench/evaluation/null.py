@@ -33,8 +33,11 @@ from reconbench.targets.problems import Problem
 #: the rng stream of each use of the held-out pool (calibration draws, reported draws and the membership test's
 #: non-members never share a seed)
 CALIBRATION_STREAM, REPORT_STREAM, MEMBERSHIP_STREAM = 0, 1, 2
+#: the rng stream of the null runs behind a selected run's bar (calibrate_selected)
+SELECTION_STREAM = 3
 
 _THRESHOLDS: dict[str, dict[str, Any]] = {}
+_REPORTED: dict[str, list[dict[str, float]]] = {}
 
 
 def pool_size(problem: Problem) -> int:
@@ -110,6 +113,47 @@ def calibrate(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray |
         _THRESHOLDS.clear()
     _THRESHOLDS[key] = out
     return out
+
+
+def calibrate_selected(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray | None, m: int, runs: int,
+                       score: Callable[[torch.Tensor], dict[str, Any]],
+                       rank: Callable[[torch.Tensor], float], rule: str) -> dict[str, Any]:
+    """The threshold for a run picked among ``runs`` runs of m candidates by ``rank`` (lowest wins), calibrated by
+    applying the same pick to null runs: calibration draw k is ``runs`` null runs (stream
+    :data:`SELECTION_STREAM`, draws k * runs .. k * runs + runs - 1); the run of lowest rank is scored, and the
+    threshold is the highest score any picked run reached on any training image. A fresh set of null runs, picked
+    the same way, passes it with probability at most 1 / (K + 1). ``rule`` names the ranking (it is part of the
+    cache key and of the record)."""
+    p = resolved.base
+    key = cache_key(problem, resolved, labels, m) + f"-selected-{runs}-{rule}"
+    if key in _THRESHOLDS:
+        return _THRESHOLDS[key]
+    column = calibrated_column(resolved)
+    maxima, picked = [], []
+    for k in range(p.calibration_draws):
+        draws = [draw(problem, labels, m, p.null_seed, SELECTION_STREAM, k * runs + r) for r in range(runs)]
+        ranks = [rank(cand) for cand in draws]
+        best = int(np.argmin(ranks))
+        s = scores_of(score(draws[best]), column)
+        maxima.append(float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf)
+        picked.append(best)
+    null_max = max(maxima) if maxima else -math.inf
+    out = {"threshold": null_max, "draw_maxima": [x if math.isfinite(x) else None for x in maxima],
+           "picked": picked, "runs": runs, "rule": rule,
+           "candidates": m}
+    if len(_THRESHOLDS) > 64:
+        _THRESHOLDS.clear()
+    _THRESHOLDS[key] = out
+    return out
+
+
+def reported_draws(key: str, compute: Callable[[], list[dict[str, float]]]) -> list[dict[str, float]]:
+    """The reported null draws' numbers for an evaluation key, computed once per process (copies returned)."""
+    if key not in _REPORTED:
+        if len(_REPORTED) > 64:
+            _REPORTED.clear()
+        _REPORTED[key] = compute()
+    return [dict(d) for d in _REPORTED[key]]
 
 
 def calibrated_column(resolved: ResolvedProtocol) -> str:

@@ -281,6 +281,9 @@ def _table_lines(tables: dict[str, list[dict[str, Any]]], columns: list[dict[str
         rows = tables[sel]
         lines += [f"## {SELECTION_TITLES[sel]}", ""]
         lines += [render_main_table(rows, columns) if rows else "_no finished cells_", ""]
+        bars = sorted({b for r in rows for b in r.get("calibration_bars", [])})
+        if bars:   # the threshold each row's `calibrated, own bar` count was taken against (evaluation/bars.py)
+            lines += ["Bars of `calibrated, own bar` in this table: " + "; ".join(bars) + ".", ""]
     return lines
 
 

@@ -60,6 +60,9 @@ def column_value(rec: dict[str, Any], selection: str, col: ColumnSpec) -> tuple[
         return _number(sel.get("attack_loss")), "attack_loss"
     if col.source == "wall_seconds":
         return _number(rec.get("attack_seconds")), "attack_seconds"
+    if col.source == "calibrated":   # the count against the bar calibrated for this selection (evaluation/bars.py)
+        calibrated = sel.get("calibrated") or {}
+        return (_number(calibrated["count"]), "calibrated") if "count" in calibrated else (None, None)
     summary = sel.get("summary") or {}
     for k in col.keys:
         if k in summary:
@@ -323,6 +326,9 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
             row["metrics"][col["name"]] = {**stat.to_dict(), "key": key,
                                            "null": null_of(recs, selection, key) if col["source"] == "summary" else None}
         row["converged"] = converged(suite, ran)   # a property of the targets, whether or not the attack ran
+        bars = sorted({str(c["bar"]) for r in recs if (c := (r["selections"].get(selection) or {}).get("calibrated"))})
+        if bars:
+            row["calibration_bars"] = bars
         rows.append(row)
     rows = sorted(rows, key=lambda r: _sort_key(r, columns))
     if columns:

@@ -197,6 +197,8 @@ def _check_tables(data: dict[str, Any], cells: dict[str, Any]) -> list[str]:
                         v = s.get("attack_loss")
                     elif col["source"] == "wall_seconds":
                         v = rec.get("attack_seconds")
+                    elif col["source"] == "calibrated":
+                        v = (s.get("calibrated") or {}).get("count")
                     else:
                         v = (s.get("summary") or {}).get(m["key"]) if m["key"] else None
                     if isinstance(v, dict):

@@ -153,9 +153,15 @@ def _per_run(configs: list[StationarityConfig], name: str, like: torch.Tensor, d
     return values.reshape(-1, *([1] * dims))
 
 
-def _box_value_and_grad(x: torch.Tensor, box: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    over, under = (x - box).clamp_min(0), (-box - x).clamp_min(0)
-    return (over ** 2).sum(dim=(1, 2)) + (under ** 2).sum(dim=(1, 2)), 2.0 * over - 2.0 * under
+def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """The box prior sum(relu(x - box)^2 + relu(-box - x)^2) per run; adds its gradient to ``grad`` in place.
+
+    ``below`` = min(x + box, 0) is minus relu(-box - x) exactly (negation commutes with rounding), and at most one
+    of the two parts is non-zero in each entry, so grad + 2 above + 2 below is grad + (2 above - 2 below) exactly.
+    """
+    above, below = (x - box).clamp_min(0), (x + box).clamp_max(0)
+    grad.add_(above, alpha=2.0).add_(below, alpha=2.0)
+    return (above ** 2).sum(dim=(1, 2)) + (below ** 2).sum(dim=(1, 2))
 
 
 def gram_evaluator(gram: BatchedGram, terms: BatchTerms, alpha: torch.Tensor, box: torch.Tensor,
@@ -165,11 +171,11 @@ def gram_evaluator(gram: BatchedGram, terms: BatchTerms, alpha: torch.Tensor, bo
         fw = gram.forward(x, alpha)
         out = fw.outputs
         stat, gx, cbar = gram.value_and_grad(fw, scale * terms.coefficients(out, lam), alpha)
-        prior, gprior = _box_value_and_grad(x, box)
+        prior = _box_value_and_add_grad(x, box, gx)
         pen = terms.penalty(lam)
         glam = terms.lambda_vjp(out, scale * cbar) + terms.penalty_grad(lam)
         loss = stat + prior + pen
-        return loss, torch.stack([stat, prior, pen], dim=1), gx + gprior, glam
+        return loss, torch.stack([stat, prior, pen], dim=1), gx, glam
 
     return evaluate
 
@@ -289,8 +295,16 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         state.lam.copy_(torch.where(_expand(state.alive, state.lam), state.lam - lr_lam * state.buf_lam, state.lam))
         write_eval()
 
+    def step_all_alive() -> None:   # the same update in place, when the host knows that every run is alive
+        state.buf_x.mul_(mom_x).add_(state.grad_x)
+        state.buf_lam.mul_(mom_lam).add_(state.grad_lam)
+        state.x.sub_(lr_x * state.buf_x)
+        state.lam.sub_(lr_lam * state.buf_lam)
+        write_eval()
+
     write_eval()
     replay = _capture(step, state, info) if try_graph else step
+    all_alive = True   # known on the host after every check; a captured graph always runs the masked step
     n_rows = len(range(0, steps, every))
     trace_buf = torch.zeros(n_rows, r_runs, 1 + len(TERM_NAMES), dtype=state.x.dtype, device=state.x.device)
     snap_x, snap_lam = state.x.clone(), state.lam.clone()
@@ -337,14 +351,20 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         record(0)
     if sync_every == 1 or steps == 0:
         check(0)   # the start itself: a non-finite loss at step 0 keeps x0 (as the sequential loop does)
+        all_alive = bool(state.alive.cpu().all())
     for t in range(1, steps + 1):
-        replay()
+        if all_alive and not info.cuda_graph:
+            step_all_alive()
+        else:
+            replay()
         if t % every == 0 and t < steps:
             record(t)
         if t % sync_every == 0 or t == steps:
             check(t)
-            if not bool(state.alive.any()):
+            alive_now = state.alive.cpu()
+            if not bool(alive_now.any()):
                 break
+            all_alive = bool(alive_now.all())
     info.seconds = time.perf_counter() - t0
     # the final loss of every run at its returned point (the last step, or its snapshot)
     final_loss, final_terms, _, _ = evaluate(state.x, state.lam)

@@ -41,10 +41,18 @@ class GramForward:
 
 
 class BatchedGram:
-    """L_stat and its gradients for a linear chain of layers, over R runs of m candidates each."""
+    """L_stat and its gradients for a linear chain of layers, over R runs of m candidates each.
+
+    Written for the CPU's BLAS as much as for the GPU: every product by a weight matrix passes the matrix as the
+    transpose of a contiguous array (``W`` for x W^T, a contiguous copy of W^T for x W), the layout in which the BLAS
+    kernels for m x k by k x n products with small m run fastest (benchmarks/bench_step_ab.py); scalings and sums
+    that follow a product are folded into it (``baddbmm``/``addmm_``: C = alpha A B + beta C); and element-wise
+    updates are done in place. Each of these changes only the rounding of the sums, not the function.
+    """
 
     def __init__(self, layers: list[nn.Linear], forward: Forward, dtype: torch.dtype, device: torch.device) -> None:
         self.weights = [layer.weight.detach().to(dtype=dtype, device=device) for layer in layers]
+        self.weights_t = [w.T.contiguous() for w in self.weights]   # (in, out): x W as x (W^T)^T
         self.biases = [None if layer.bias is None else layer.bias.detach().to(dtype=dtype, device=device)
                        for layer in layers]
         self.theta_sq = sum(float((w.double() ** 2).sum()) + (0.0 if b is None else float((b.double() ** 2).sum()))
@@ -66,39 +74,45 @@ class BatchedGram:
                 slopes.append(torch.sigmoid(alpha * z))
         return GramForward(inputs, pre, slopes)
 
+    def _times_w(self, a: torch.Tensor, k: int) -> torch.Tensor:
+        """a W_k for a of shape (R, m, out_k)."""
+        return torch.matmul(a, self.weights_t[k].T)
+
     def value_and_grad(self, fw: GramForward, coeffs: torch.Tensor,
                        alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """L_stat per run (R,), dL/dx (R, m, D) and dL/dC (R, m, out) for the (already scaled) coefficients C."""
         n = len(self.weights)
         deltas: list[torch.Tensor] = [coeffs] * n   # D_k
-        back: list[torch.Tensor | None] = [None] * n  # D_k W_k, k >= 1
+        back: list[torch.Tensor] = [coeffs] * n     # D_k W_k, k >= 1
         for k in reversed(range(1, n)):
-            back[k] = torch.matmul(deltas[k], self.weights[k])
-            deltas[k - 1] = back[k] * fw.slopes[k - 1]  # type: ignore[operator]
+            back[k] = self._times_w(deltas[k], k)
+            deltas[k - 1] = back[k] * fw.slopes[k - 1]
         grams, outer = [], []
         total = torch.full(coeffs.shape[:1], self.theta_sq, dtype=coeffs.dtype, device=coeffs.device)
         for k in range(n):
             h, d = fw.inputs[k], deltas[k]
             g = torch.bmm(h, h.transpose(1, 2))
             if self.biases[k] is not None:
-                g = g + 1.0
+                g.add_(1.0)
             p = torch.bmm(d, d.transpose(1, 2))
             grams.append(g)
             outer.append(p)
             total = total - 2.0 * (d * fw.pre[k]).sum(dim=(1, 2)) + (p * g).sum(dim=(1, 2))
-        # multiplier side: Dbar_k, from the input layer up to the outputs (C = D_{L-1})
-        zbar: list[torch.Tensor] = [-2.0 * deltas[k] for k in range(n)]
-        dbar = -2.0 * fw.pre[0] + 2.0 * torch.bmm(grams[0], deltas[0])
+        # multiplier side: Dbar_k = -2 Z_k + 2 G_k D_k + (Dbar_{k-1} * S_{k-1}) W_k^T, from the input layer up
+        zbar: list[torch.Tensor] = [d * -2.0 for d in deltas]
+        dbar = torch.baddbmm(fw.pre[0], grams[0], deltas[0], beta=-2.0, alpha=2.0)
         for k in range(1, n):
             s = fw.slopes[k - 1]
             carried = dbar * s
-            zbar[k - 1] = zbar[k - 1] + dbar * back[k] * (alpha * s * (1.0 - s))  # type: ignore[operator]
-            dbar = -2.0 * fw.pre[k] + 2.0 * torch.bmm(grams[k], deltas[k]) + torch.matmul(carried, self.weights[k].T)
+            slope_path = dbar.mul_(back[k]).mul_(alpha * s * (1.0 - s))   # dbar is not needed after this
+            zbar[k - 1].add_(slope_path)
+            dbar = torch.baddbmm(fw.pre[k], grams[k], deltas[k], beta=-2.0, alpha=2.0)
+            dbar.flatten(0, 1).addmm_(carried.flatten(0, 1), self.weights[k].T)
         cbar = dbar
-        # candidate side: Hbar_k from the outputs down to x
-        hbar = torch.zeros_like(fw.inputs[0])
+        # candidate side: Hbar_k = 2 P_k H_k + Zbar_k W_k, from the outputs down to x
+        hbar = fw.inputs[0]
         for k in reversed(range(n)):
-            hbar = 2.0 * torch.bmm(outer[k], fw.inputs[k]) + torch.matmul(zbar[k], self.weights[k])
+            hbar = torch.baddbmm(self._times_w(zbar[k], k), outer[k], fw.inputs[k], alpha=2.0)
             if k > 0:
-                zbar[k - 1] = zbar[k - 1] + hbar * fw.slopes[k - 1]
+                zbar[k - 1].addcmul_(hbar, fw.slopes[k - 1])
         return total, hbar, cbar

@@ -1,0 +1,187 @@
+"""The batched KKT attack step of this checkout against another commit's, side by side in one invocation.
+
+    git worktree add /tmp/engine-base 6567deb          # the commit to compare against
+    OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py --base /tmp/engine-base --repeats 5 \\
+        --json benchmarks/results/kkt/bench_step_ab.json
+
+Each measurement is a fresh process that imports ``reconbench`` (and the built-in plugins, which live in
+``plugins/`` here and in ``reconbench_plugins/`` in older commits) from one tree only, through a temporary folder
+of links put first on PYTHONPATH. The two trees run alternately (the order flips every repeat), so that a machine
+whose speed drifts (a shared one) slows both alike; the report gives the median steps per second of each side and
+the median of the paired ratios, by wall time (the step loop) and by the process's CPU time (the whole attack
+call, which a machine shared with other processes disturbs less).
+
+The workload is the search of a cpu-mini MNIST cell: ``haim_binary_kkt`` on a 784-1000-1000-1 ReLU MLP (random
+weights: a step's cost does not depend on them), ``--runs`` search runs advanced together by the batched engine
+(the ``run`` path), m candidates each, on one thread. A small lr keeps every run finite so that both sides do the
+same steps. Each process also saves its final candidates and multipliers; the report gives the largest
+difference between the sides relative to the largest magnitude (0.0: bit-identical).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = ((40, "float64"), (40, "float32"), (200, "float64"), (200, "float32"))
+
+
+def child(m: int, dtype_name: str, runs: int, steps: int, out: str) -> None:
+    """One measurement, in the process of the tree on PYTHONPATH: writes seconds per step and the final state."""
+    import torch
+
+    from reconbench import plugins
+    from reconbench.attack.candidates import candidate_labels
+    from reconbench.attack.pipeline import RunSpec, sample_configs
+    from reconbench.config import build_config
+    from reconbench.interfaces import AttackTarget, Knowledge
+
+    torch.set_num_threads(1)
+    dtype = {"float64": torch.float64, "float32": torch.float32}[dtype_name]
+    net = plugins.get("models", "mlp").build((1, 28, 28), 1, {"widths": [1000, 1000]},
+                                             generator=torch.Generator().manual_seed(0))
+    knowledge = Knowledge(task="binary", num_classes=2, out_dim=1, input_shape=(1, 28, 28),
+                          class_counts=[m // 2, m - m // 2])
+    target = AttackTarget(model=net.to(dtype), family="mlp", homogeneity_degree=3, knowledge=knowledge, dtype=dtype,
+                          device=torch.device("cpu"))
+    attack = plugins.get("attacks", "haim_binary_kkt")
+    spec = RunSpec(attack="haim_binary_kkt", attack_config={"steps": steps, "lr": 1e-4, "eval_every": 100},
+                   search_runs=max(runs, 2), seed=0)
+    configs = [build_config(attack.config_cls, c, "bench") for c in sample_configs(attack, spec)][:runs]
+    labels = candidate_labels("binary", 2, m)
+
+    def go() -> tuple[list[Any], float]:
+        x0s, gens = [], []
+        for k, cfg in enumerate(configs):
+            g = torch.Generator().manual_seed(1000 + k)
+            x0s.append((torch.randn(m, 1, 28, 28, generator=g, dtype=torch.float64) * cfg.init_scale).to(dtype))
+            gens.append(g)
+        seconds: list[float] = []
+        outs = attack.run_batched(target, x0s, labels, configs, generators=gens,
+                                  on_done=lambda i, o, b: seconds.append(float(b["seconds"])))
+        return outs, seconds[0]
+
+    go()   # warm-up (allocations, first-call costs)
+    cpu0 = time.process_time()
+    outs, seconds = go()
+    cpu = time.process_time() - cpu0   # the whole call: the step loop, the prologue and the final evaluation
+    torch.save({"seconds_per_step": seconds / steps, "cpu_seconds_per_step": cpu / steps, "steps": [o.steps for o in outs],
+                "candidates": torch.stack([o.candidates for o in outs]).double(),
+                "multipliers": torch.stack([o.multipliers for o in outs]).double()}, out)
+
+
+def import_path(tree: Path, folder: Path) -> str:
+    """A folder holding links to the tree's ``reconbench`` and built-in plugins (as ``reconbench_plugins``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    plugins_dir = tree / "plugins" if (tree / "plugins" / "kkt_attacks.py").exists() else tree / "reconbench_plugins"
+    for name, src in (("reconbench", tree / "reconbench"), ("reconbench_plugins", plugins_dir)):
+        if not src.is_dir():
+            raise SystemExit(f"{tree} holds no {src.name}/ folder: pass the root of a reconbench checkout")
+        (folder / name).symlink_to(src.resolve(), target_is_directory=True)
+    return str(folder)
+
+
+def measure(path: str, m: int, dtype: str, runs: int, steps: int, scratch: Path, tag: str) -> dict[str, Any]:
+    import torch
+
+    out = scratch / f"{tag}.pt"
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "child", "--m", str(m), "--dtype", dtype, "--runs",
+           str(runs), "--steps", str(steps), "--out", str(out)]
+    subprocess.run(cmd, check=True, env=env, cwd=scratch)
+    return torch.load(out)
+
+
+def commit_of(tree: Path) -> str:
+    """The commit a tree is checked out at (``+dirty`` when its code differs from it)."""
+    sha = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "reconbench", "plugins",
+                            "reconbench_plugins"], capture_output=True, text=True)
+    return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def relative_difference(a: Any, b: Any) -> float:
+    scale = max(float(a.abs().max()), float(b.abs().max()), 1e-300)
+    return float((a - b).abs().max()) / scale
+
+
+def write_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + " ".join(sys.argv[1:]),
+              "base_commit": commit_of(args.base), "head_commit": commit_of(args.head),
+              "workload": "haim_binary_kkt, 784-1000-1000-1 MLP, batched engine, 1 thread",
+              "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                          "shared": True}, "rows": rows}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode")
+    c = sub.add_parser("child")
+    c.add_argument("--m", type=int, required=True)
+    c.add_argument("--dtype", required=True)
+    c.add_argument("--runs", type=int, required=True)
+    c.add_argument("--steps", type=int, required=True)
+    c.add_argument("--out", required=True)
+    ap.add_argument("--base", type=Path, help="root of the checkout to compare against (a git worktree)")
+    ap.add_argument("--head", type=Path, default=ROOT, help="root of the checkout measured (default: this one)")
+    ap.add_argument("--runs", type=int, default=2, help="search runs advanced together (cpu-mini: 2)")
+    ap.add_argument("--steps", type=int, default=40, help="attack steps timed per measurement")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--shapes", nargs="+", default=[f"{m}:{d}" for m, d in SHAPES],
+                    help="m:dtype pairs to measure (default: m = 40 and 200, float64 and float32)")
+    ap.add_argument("--json", type=Path, help="report file (rewritten after each shape)")
+    args = ap.parse_args()
+    if args.mode == "child":
+        child(args.m, args.dtype, args.runs, args.steps, args.out)
+        return
+    if args.base is None:
+        ap.error("--base: the root of the checkout to compare against is required (e.g. a worktree of 6567deb)")
+    with tempfile.TemporaryDirectory(prefix="bench-step-ab-") as tmp:
+        scratch = Path(tmp)
+        paths = {"base": import_path(args.base, scratch / "base"), "head": import_path(args.head, scratch / "head")}
+        rows = []
+        for m, dtype in ((int(x.split(":")[0]), x.split(":")[1]) for x in args.shapes):
+            per_side: dict[str, list[float]] = {"base": [], "head": []}
+            per_side_cpu: dict[str, list[float]] = {"base": [], "head": []}
+            last: dict[str, Any] = {}
+            for rep in range(args.repeats):
+                order = ("base", "head") if rep % 2 == 0 else ("head", "base")
+                for side in order:
+                    res = measure(paths[side], m, dtype, args.runs, args.steps, scratch, side)
+                    per_side[side].append(1.0 / res["seconds_per_step"])
+                    per_side_cpu[side].append(1.0 / res["cpu_seconds_per_step"])
+                    last[side] = res
+            ratios = [h / b for h, b in zip(per_side["head"], per_side["base"], strict=True)]
+            cpu_ratios = [h / b for h, b in zip(per_side_cpu["head"], per_side_cpu["base"], strict=True)]
+            row = {"m": m, "dtype": dtype, "runs": args.runs, "steps": args.steps,
+                   "steps_per_second": per_side, "median_base": statistics.median(per_side["base"]),
+                   "median_head": statistics.median(per_side["head"]), "median_ratio": statistics.median(ratios),
+                   "steps_per_cpu_second": per_side_cpu, "median_cpu_ratio": statistics.median(cpu_ratios),
+                   "same_steps": last["base"]["steps"] == last["head"]["steps"],
+                   "candidates_max_rel_diff": relative_difference(last["base"]["candidates"], last["head"]["candidates"]),
+                   "multipliers_max_rel_diff": relative_difference(last["base"]["multipliers"],
+                                                                   last["head"]["multipliers"])}
+            rows.append(row)
+            if args.json:
+                write_report(args, rows)
+            print(f"m={m:4d} {dtype}: base {row['median_base']:.2f} steps/s, head {row['median_head']:.2f} steps/s, "
+                  f"median ratio {row['median_ratio']:.2f}x (per CPU second {row['median_cpu_ratio']:.2f}x); "
+                  f"max relative difference: candidates "
+                  f"{row['candidates_max_rel_diff']:.2g}, multipliers {row['multipliers_max_rel_diff']:.2g}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
