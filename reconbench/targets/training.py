@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from reconbench.config import Limit, check_value, option
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.progress import Progress
 from reconbench.targets.certificate import certificate
+from reconbench.targets.chain_gd import ChainGD, chain_layers
 from reconbench.targets.defended import DefenseSession
 from reconbench.targets.losses import error_rate, get_loss, margins
 from reconbench.targets.nets import TargetNet
@@ -221,34 +223,57 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     if reused is not None:
         model.load_state_dict(reused["state"])
     history: list[dict[str, float]] = []
+    layers = chain_layers(model) if session.release_only() and reused is None else None
+    chain = ChainGD(layers, x, y, train_loss, spec.weight_decay) if layers is not None else None
+
+    def gd_step(lr_of_loss: Callable[[float], float]) -> float:
+        """One full-batch GD step; returns the loss before it (the step is skipped when that is not finite)."""
+        if chain is not None:  # closed-form backward, same arithmetic as the autograd loop below
+            loss_t, dz = chain.loss_and_grad()
+            value = loss_t.item()
+            if math.isfinite(value):
+                chain.step(dz, lr_of_loss(value))
+            return value
+        loss = train_loss(net(x), y)
+        value = loss.item()
+        if math.isfinite(value):
+            for g in opt.param_groups:
+                g["lr"] = lr_of_loss(value)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return value
+
     t0 = time.perf_counter()
     lr_mult = 1.0
     loss_value = math.nan
+
+    def step_size(loss_now: float) -> float:
+        nonlocal lr_mult
+        if spec.schedule == "inverse_loss":
+            lr_mult = min(spec.schedule_cap, spec.schedule_threshold / loss_now) \
+                if 0 < loss_now < spec.schedule_threshold else 1.0
+        return spec.lr * lr_mult
+
     step = 0
     with Progress(spec.steps, f"train {recipe.family} on {problem.spec.dataset}", quiet=quiet) as bar:
         for step in range(0 if reused is not None else spec.steps):
-            out = net(x)
-            loss = train_loss(out, y)
-            loss_value = loss.item()
+            loss_value = gd_step(step_size)
             if not math.isfinite(loss_value):
                 raise DivergedError(
                     f"training diverged at step {step} (loss {loss_value}); lower --lr (now {spec.lr}) "
                     f"or use the constant schedule")
-            if spec.schedule == "inverse_loss":
-                lr_mult = min(spec.schedule_cap, spec.schedule_threshold / loss_value) \
-                    if 0 < loss_value < spec.schedule_threshold else 1.0
-                for g in opt.param_groups:
-                    g["lr"] = spec.lr * lr_mult
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
             if step % spec.eval_every == 0 or step == spec.steps - 1:
+                if chain is not None:
+                    chain.sync()
                 rec = {"step": float(step), "loss": loss_value, "lr_multiplier": lr_mult}
                 rec.update(evaluate_model(model, problem, loss_fn, dtype, device))
                 history.append(rec)
             bar.update(step + 1, {"loss": loss_value})
             if (spec.stop_loss > 0 and loss_value < spec.stop_loss) or session.after_step(step, loss_value):
                 break
+    if chain is not None:
+        chain.sync()
     model = session.end(model).eval()
     wall = time.perf_counter() - t0
     if reused is not None:
