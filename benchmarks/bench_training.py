@@ -101,14 +101,34 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per checkout and dtype (alternating)")
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--peak-only", action="store_true",
+                    help="re-measure only the matmul rates (best of --repeats windows) into an existing --out")
     args = ap.parse_args()
     args.baseline = args.baseline.resolve()
     torch.set_num_threads(1)
+    if args.peak_only:
+        report = json.loads(args.out.read_text())
+        for dt_name, summary in report["dtypes"].items():
+            dtype = getattr(torch, dt_name)
+            peak = max(matmul_rate((1024, 1024, 1024), dtype, 3.0) for _ in range(args.repeats))
+            summary["peak_gflops_mm_1024"] = max(peak, summary["peak_gflops_mm_1024"])
+            summary["gflops_mm_10x1000x1000"] = max(summary["gflops_mm_10x1000x1000"], *(
+                matmul_rate((10, 1000, 1000), dtype, 3.0) for _ in range(args.repeats)))
+            for label in ("old", "new"):
+                summary[label]["fraction_of_peak"] = summary[label]["gflops"] / summary["peak_gflops_mm_1024"]
+            print(dt_name, {k: summary[k] for k in ("peak_gflops_mm_1024", "gflops_mm_10x1000x1000")})
+        report["peak_command"] = "python benchmarks/bench_training.py " + " ".join(sys.argv[1:])
+        report["peak_load_average"] = list(os.getloadavg())
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        return
     n = 2 * RECIPE["problem"]["n_per_class"]
     shapes = layer_shapes()
     flops = flops_per_step(n, shapes)
     report: dict[str, Any] = {
-        "command": "python benchmarks/bench_training.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/bench_training.py " + " ".join(sys.argv[1:]).replace(str(args.baseline),
+                                                                                        "<worktree of the baseline>"),
+        "baseline_commit": subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "HEAD"], capture_output=True,
+                                          text=True).stdout.strip(),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cpu_count": os.cpu_count(), "load_average_start": list(os.getloadavg()),
                     "torch": torch.__version__, "threads": 1,
