@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from reconbench.errors import DivergedError
+from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.targets.certificate import fit_stationarity
 from reconbench.targets.problems import ProblemSpec, build_problem
 from reconbench.targets.training import TargetRecipe, TrainSpec, train
@@ -50,8 +50,48 @@ def test_certificate_matches_a_direct_least_squares_fit():
     J = torch.stack(rows)
     theta = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
     lam = torch.linalg.lstsq(J.T, theta[:, None]).solution
-    expected = float(((J.T @ lam).squeeze() - theta).pow(2).sum() / theta.pow(2).sum())
+    resid = (J.T @ lam).squeeze() - theta
+    expected = float(resid.pow(2).sum() / theta.pow(2).sum())
     assert math.isclose(fit.relative_residual, expected, rel_tol=1e-6, abs_tol=1e-12)
+    sizes = [p.numel() for p in net.parameters()]
+    names = [n for n, _ in net.named_parameters()]
+    for name, r_part, t_part in zip(names, resid.split(sizes), theta.split(sizes), strict=True):
+        assert math.isclose(fit.layer_residuals[name], float(r_part.pow(2).sum() / t_part.pow(2).sum()),
+                            rel_tol=1e-6, abs_tol=1e-12)
+        assert math.isclose(fit.layer_norm_share[name], float(t_part.pow(2).sum() / theta.pow(2).sum()), rel_tol=1e-12)
+
+
+def test_learned_part_residual_sees_through_the_initial_weights():
+    """An affine model's gradients do not depend on its weights: theta = theta0 + sum_i c_i y_i (x_i, 1) with c >= 0
+    is exactly stationary in its learned part, while theta itself (theta0 random and large) is not."""
+    from reconbench import plugins
+    from reconbench.targets.certificate import certificate
+
+    gen = torch.Generator().manual_seed(3)
+    family = plugins.get("models", "affine")
+    start = family.build((1, 4, 4), 1, {}, generator=gen).double()
+    net = family.build((1, 4, 4), 1, {}, generator=torch.Generator().manual_seed(3)).double()
+    x = torch.randn(6, 1, 4, 4, dtype=torch.float64, generator=gen)
+    labels = torch.tensor([0, 1, 0, 1, 1, 0])
+    y = 2.0 * labels.double() - 1.0
+    c = torch.rand(6, dtype=torch.float64, generator=gen) + 0.5
+    with torch.no_grad():
+        net.linear.weight += 0.01 * (c * y) @ x.reshape(6, -1)
+        net.linear.bias += 0.01 * (c * y).sum()
+    cert = certificate(net, x, labels, "binary", init=start)
+    assert cert["learned"]["residual_at_train"] < 1e-12  # the expansion v.v - 2 b.lam + lam G lam cancels to ~eps
+    assert cert["learned"]["residual_at_random"] > 1e-3
+    assert cert["residual_at_train"] > 0.5                     # theta0 (16 random weights) is not in the span
+    # with weight decay GD keeps d * theta0 of the start (d = prod_t (1 - lr_t wd)): the learned part is theta - d theta0
+    decayed = family.build((1, 4, 4), 1, {}).double()
+    with torch.no_grad():  # 0.3 theta0 + the same learned part
+        for p, q, q0 in zip(decayed.parameters(), net.parameters(), start.parameters(), strict=True):
+            p.copy_(q - 0.7 * q0)
+    assert certificate(decayed, x, labels, "binary", init=start, init_decay=0.3)["learned"]["residual_at_train"] < 1e-12
+    assert certificate(decayed, x, labels, "binary", init=start)["learned"]["residual_at_train"] > 1e-3
+    assert math.isclose(cert["learned"]["share_of_theta"],
+                        sum(float((a - b).pow(2).sum()) for a, b in zip(net.parameters(), start.parameters(), strict=True))
+                        / sum(float(p.pow(2).sum()) for p in net.parameters()), rel_tol=1e-12)
 
 
 def test_nan_guard_stops_with_a_clear_message():
@@ -81,3 +121,81 @@ def test_stalled_samples_counts_float32_gradient_underflow():
     _, bce = get_loss("bce", "binary")
     assert stalled_samples(model, problem, bce, torch.float32) == expected
     assert stalled_samples(model.double(), problem, bce, torch.float64) == 0
+
+
+def plain_autograd_gd(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn, spec: TrainSpec) -> None:
+    """The papers' loop written plainly: autograd gradients, theta <- theta - lr_t (grad + wd theta)."""
+    params = list(model.parameters())
+    for _ in range(spec.steps):
+        loss = loss_fn(model(x), y)
+        value = float(loss.detach())
+        mult = min(spec.schedule_cap, spec.schedule_threshold / value) \
+            if spec.schedule == "inverse_loss" and 0 < value < spec.schedule_threshold else 1.0
+        grads = torch.autograd.grad(loss, params)
+        with torch.no_grad():
+            for p, g in zip(params, grads, strict=True):
+                p.sub_(spec.lr * mult * (g + spec.weight_decay * p))
+
+
+@pytest.mark.parametrize("family, model, task, train_opts", [
+    ("mlp", {"widths": [24, 16]}, "binary", {"schedule": "inverse_loss", "schedule_threshold": 0.6}),
+    ("mlp_bias", {"widths": [24]}, "multiclass", {"weight_decay": 1e-2, "lr": 0.2}),
+    ("mlp", {"widths": [24, 16], "init_scale": 0.1, "first_only": False}, "regression", {"weight_decay": 1e-3}),
+    ("affine", {}, "binary", {}),
+])
+def test_trainer_matches_a_plain_autograd_loop(monkeypatch, family, model, task, train_opts):
+    """The trainer's closed-form chain steps (first layer factorised through the inputs' Gram matrix) give the
+    weights of plain autograd GD. Tolerance: 40 steps of float64 rounding (about 1e-16 relative per operation),
+    amplified by the dynamics; a wrong term in any gradient moves the weights by far more than 1e-9."""
+    from reconbench.targets import chain_gd
+    from reconbench.targets.losses import get_loss
+    from reconbench.targets.training import build_model
+
+    steps_taken = []
+    original = chain_gd.ChainGD.step
+    monkeypatch.setattr(chain_gd.ChainGD, "step", lambda self, *a: steps_taken.append(1) or original(self, *a))
+    spec = TrainSpec(lr=train_opts.pop("lr", 0.05), steps=40, eval_every=7, **train_opts)
+    problem_spec = ProblemSpec(task=task, n_per_class=4, num_classes=3 if task == "multiclass" else None)
+    recipe = TargetRecipe(problem=problem_spec, family=family, model=model, train=spec)
+    problem = build_problem(problem_spec)
+    trained = train(recipe, problem, quiet=True, with_certificate=False).model
+    assert len(steps_taken) == spec.steps, "the closed-form path must run for this model family"
+
+    reference = build_model(recipe, problem).double()
+    plain_autograd_gd(reference, problem.x_train(torch.float64), problem.targets(problem.train_labels, torch.float64),
+                      get_loss(None, task)[1], spec)
+    for (name, a), b in zip(trained.named_parameters(), reference.parameters(), strict=True):
+        assert not torch.equal(b, build_model(recipe, problem).double().get_parameter(name)), "weights must move"
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * float(b.abs().max()))
+
+
+def test_published_recipes_keep_their_keys():
+    """The options added to TrainSpec stay out of a recipe's dict at their defaults, so the recipes of published
+    cells still hash to the keys recorded in them (and cached targets stay valid)."""
+    import json
+    from pathlib import Path
+
+    cells = sorted((Path(__file__).parents[1] / "leaderboards" / "cpu-mini" / "cells").glob("*.json"))[:5]
+    assert cells, "the published cpu-mini cells are the independent record of recipe keys"
+    for path in cells:
+        target = json.loads(path.read_text())["target"]
+        assert TargetRecipe.from_dict(target["recipe"]).key() == target["recipe_key"]
+
+
+def test_training_stops_once_the_gate_passes():
+    spec = ProblemSpec(task="binary", n_per_class=4)
+    base = {"lr": 0.05, "steps": 600, "certify_every": 100, "schedule": "inverse_loss"}
+    with pytest.raises(ReconbenchError, match="set certify_every"):
+        TargetRecipe(problem=spec, model={"widths": [16]}, train=TrainSpec(steps=10, stop_at_gate=0.5)).validate()
+    never = TargetRecipe(problem=spec, model={"widths": [16]}, train=TrainSpec(**base, stop_at_gate=1e-300))
+    res = train(never, build_problem(spec), quiet=True, with_certificate=False)
+    checks = [h for h in res.history if "certificate" in h]
+    assert [h["step"] for h in checks] == [100, 200, 300, 400, 500]  # every 100 steps, none after the last step
+    assert res.metrics["stopped_by"] == "steps" and res.metrics["steps_run"] == 600
+    # a threshold the first check already meets (its own value) stops training there
+    first = checks[0]["gate_value"]
+    gated = TargetRecipe(problem=spec, model={"widths": [16]}, train=TrainSpec(**base, stop_at_gate=first))
+    res = train(gated, build_problem(spec), quiet=True, with_certificate=False)
+    assert res.metrics["stopped_by"] == "gate" and res.metrics["steps_run"] == 100
+    assert "stop_at_gate" in gated.to_dict()["train"]
+    assert "stop_at_gate" not in TargetRecipe().to_dict()["train"]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +48,10 @@ class StationarityFit:
     nonnegative: bool
     method: str
     seconds: float
+    #: per parameter tensor: ||theta_l - (J^T lambda)_l||^2 / ||theta_l||^2 with the one joint lambda
+    layer_residuals: dict[str, float] = field(default_factory=dict)
+    #: per parameter tensor: its share of ||theta||^2
+    layer_norm_share: dict[str, float] = field(default_factory=dict)
 
 
 #: above this many Jacobian entries the fit goes matrix-free (LSMR, unconstrained) instead of dense NNLS
@@ -55,73 +60,139 @@ DENSE_LIMIT = 2.5e8
 
 def fit_stationarity(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, task: str,
                      nonnegative: bool | None = None) -> StationarityFit:
-    """Least-squares fit of the multipliers; returns the relative residual at inputs ``x``.
+    """Least-squares fit of the multipliers; returns the relative residual at inputs ``x``."""
+    return fit_stationarity_many(model, x, labels, task, {}, nonnegative)["theta"]
+
+
+def fit_stationarity_many(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, task: str,
+                          others: dict[str, dict[str, torch.Tensor]], nonnegative: bool | None = None
+                          ) -> dict[str, StationarityFit]:
+    """Fit theta (key ``theta``) and each vector in ``others`` (name -> parameter dict, e.g. theta - theta0) as
+    J^T lambda, one Jacobian J for all, at the model's weights and inputs ``x``.
 
     Dense path (small models): the Jacobian J (terms x parameters) via torch.func.jacrev, then the normal equations
-    G = J J^T, b = J theta, solved as non-negative least squares through G's Cholesky factor (scipy's nnls).
-    Large models: LSMR on J^T lambda = theta with Jacobian-vector products, without the sign constraint.
+    G = J J^T, b = J v, solved as non-negative least squares through G's Cholesky factor (scipy's nnls).
+    Large models: LSMR on J^T lambda = v with Jacobian-vector products, without the sign constraint.
     """
     t0 = time.perf_counter()
     names = [n for n, _ in model.named_parameters()]
     params = {n: p.detach() for n, p in model.named_parameters()}
-    theta = torch.cat([params[n].reshape(-1) for n in names])
-    theta_sq = float(theta @ theta)
+    vectors = {"theta": params, **others}
     terms = stationarity_terms(model, x, labels, task)
     with torch.no_grad():
         r = terms(params).numel()
     nonneg = task != "regression" if nonnegative is None else nonnegative
+    numel = sum(params[n].numel() for n in names)
+    fits: dict[str, StationarityFit] = {}
 
-    if r * theta.numel() <= DENSE_LIMIT:
+    if r * numel <= DENSE_LIMIT:
         jac = jacrev(terms)(params)
-        J = torch.cat([jac[n].reshape(r, -1) for n in names], dim=1).double()
-        G = (J @ J.T).numpy()
-        b = (J @ theta.double()).numpy()
-        G = G + np.eye(r) * 1e-12 * max(float(np.trace(G)) / r, 1e-300)  # keep the Cholesky factor defined
-        if nonneg:
-            L = np.linalg.cholesky(G)
-            lam, _ = nnls(L.T, np.linalg.solve(L, b), maxiter=50 * r)
-        else:
-            lam = np.linalg.lstsq(G, b, rcond=None)[0]
-        resid = theta_sq - 2 * float(b @ lam) + float(lam @ G @ lam)
-        method = "dense-nnls" if nonneg else "dense-lstsq"
-    else:
-        dtype = theta.dtype
-        pullback = vjp(terms, params)[1]
+        blocks = {n: jac[n].reshape(r, -1).double() for n in names}
+        gram_by = {n: (blocks[n] @ blocks[n].T).numpy() for n in names}
+        G = sum(gram_by.values())
+        assert isinstance(G, np.ndarray)
+        G_reg = G + np.eye(r) * 1e-12 * max(float(np.trace(G)) / r, 1e-300)  # keep the Cholesky factor defined
+        L = np.linalg.cholesky(G_reg) if nonneg else None
+        for key, vec in vectors.items():
+            b_by = {n: (blocks[n] @ vec[n].reshape(-1).double()).numpy() for n in names}
+            sq_by = {n: float((vec[n].double() ** 2).sum()) for n in names}
+            b = sum(b_by.values())
+            if L is not None:
+                lam, _ = nnls(L.T, np.linalg.solve(L, b), maxiter=50 * r)
+            else:
+                lam = np.linalg.lstsq(G_reg, b, rcond=None)[0]
+            res_by = {n: sq_by[n] - 2 * float(b_by[n] @ lam) + float(lam @ gram_by[n] @ lam) for n in names}
+            fits[key] = _fit(res_by, sq_by, r, nonneg, "dense-nnls" if nonneg else "dense-lstsq", t0)
+        return fits
 
-        def matvec(lam: np.ndarray) -> np.ndarray:  # J^T lambda
-            (g,) = pullback(torch.as_tensor(np.ravel(lam), dtype=dtype))
-            return torch.cat([g[n].reshape(-1) for n in names]).numpy()
+    dtype = next(iter(params.values())).dtype
+    pullback = vjp(terms, params)[1]
+    sizes = [params[n].numel() for n in names]
 
-        def rmatvec(v: np.ndarray) -> np.ndarray:  # J v
-            vt, i, tangent = torch.as_tensor(np.ravel(v), dtype=dtype), 0, {}
-            for n in names:
-                k = params[n].numel()
-                tangent[n] = vt[i:i + k].view_as(params[n])
-                i += k
-            return jvp(terms, (params,), (tangent,))[1].detach().numpy()
+    def matvec(lam: np.ndarray) -> np.ndarray:  # J^T lambda
+        (g,) = pullback(torch.as_tensor(np.ravel(lam), dtype=dtype))
+        return torch.cat([g[n].reshape(-1) for n in names]).numpy()
 
-        op = LinearOperator((theta.numel(), r), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
-        lam = lsmr(op, theta.numpy().astype(np.float64), maxiter=4 * r)[0]
-        resid = float(np.sum((op.matvec(lam) - theta.numpy()) ** 2))
-        nonneg, method = False, "lsmr"
-    return StationarityFit(max(resid, 0.0) / theta_sq, r, nonneg, method, time.perf_counter() - t0)
+    def rmatvec(v: np.ndarray) -> np.ndarray:  # J v
+        parts = torch.as_tensor(np.ravel(v), dtype=dtype).split(sizes)
+        tangent = {n: t.view_as(params[n]) for n, t in zip(names, parts, strict=True)}
+        return jvp(terms, (params,), (tangent,))[1].detach().numpy()
+
+    op = LinearOperator((numel, r), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
+    for key, vec in vectors.items():
+        target = torch.cat([vec[n].reshape(-1) for n in names]).double().numpy()
+        lam = lsmr(op, target, maxiter=4 * r)[0]
+        diff = np.split(op.matvec(lam) - target, np.cumsum(sizes)[:-1])
+        res_by = {n: float(np.sum(d ** 2)) for n, d in zip(names, diff, strict=True)}
+        sq_by = {n: float(np.sum(t ** 2)) for n, t in zip(names, np.split(target, np.cumsum(sizes)[:-1]), strict=True)}
+        fits[key] = _fit(res_by, sq_by, r, False, "lsmr", t0)
+    return fits
 
 
-def certificate(model: TargetNet, x_train: torch.Tensor, labels: torch.Tensor, task: str,
-                seed: int = 0) -> dict[str, float | int | bool | str]:
-    """The residual at the true training data and at random inputs of the same per-pixel scale."""
+def _fit(res_by: dict[str, float], sq_by: dict[str, float], r: int, nonneg: bool, method: str,
+         t0: float) -> StationarityFit:
+    total = max(sum(sq_by.values()), 1e-300)
+    return StationarityFit(
+        relative_residual=max(sum(res_by.values()), 0.0) / total, n_terms=r, nonnegative=nonneg, method=method,
+        seconds=time.perf_counter() - t0,
+        layer_residuals={n: max(res_by[n], 0.0) / max(sq_by[n], 1e-300) for n in res_by},
+        layer_norm_share={n: sq_by[n] / total for n in sq_by})
+
+
+def certificate(model: TargetNet, x_train: torch.Tensor, labels: torch.Tensor, task: str, seed: int = 0,
+                init: TargetNet | None = None, init_decay: float = 1.0) -> dict[str, Any]:
+    """The residual at the true training data and at random inputs of the same per-pixel scale.
+
+    Besides the residual of theta (``ratio``: at the training data over at random inputs), per parameter tensor;
+    with ``init`` (the same network at its initial weights theta0), the residual of the learned part
+    theta - d theta0 (``learned``), where ``init_decay`` d is what coupled weight decay left of theta0 (the product
+    of 1 - lr_t wd over the steps; 1 without weight decay): what training put into the weights, which the
+    stationarity condition describes once the initial weights are forgotten or negligible (docs/regime.md).
+    """
     model = model.double()
     x = x_train.double()
     gen = torch.Generator().manual_seed(seed)
     x_rand = torch.randn(x.shape, generator=gen, dtype=torch.float64) * x.std()
-    at_truth = fit_stationarity(model, x, labels, task)
-    at_random = fit_stationarity(model, x_rand, labels, task)
-    return {
-        "residual_at_train": at_truth.relative_residual,
-        "residual_at_random": at_random.relative_residual,
-        "ratio": at_truth.relative_residual / max(at_random.relative_residual, 1e-300),
-        "n_terms": at_truth.n_terms,
-        "nonnegative_multipliers": at_truth.nonnegative,
-        "method": at_truth.method,
-        "seconds": at_truth.seconds + at_random.seconds,
+    others: dict[str, dict[str, torch.Tensor]] = {}
+    if init is not None:
+        start = dict(init.double().named_parameters())
+        others["learned"] = {n: p.detach() - init_decay * start[n].detach() for n, p in model.named_parameters()}
+    at_truth = fit_stationarity_many(model, x, labels, task, others)
+    at_random = fit_stationarity_many(model, x_rand, labels, task, others)
+    truth, rand = at_truth["theta"], at_random["theta"]
+    out: dict[str, Any] = {
+        "residual_at_train": truth.relative_residual,
+        "residual_at_random": rand.relative_residual,
+        "ratio": truth.relative_residual / max(rand.relative_residual, 1e-300),
+        "n_terms": truth.n_terms,
+        "nonnegative_multipliers": truth.nonnegative,
+        "method": truth.method,
+        "seconds": max(f.seconds for f in at_truth.values()) + max(f.seconds for f in at_random.values()),
+        "residual_by_layer": truth.layer_residuals,
+        "norm_share_by_layer": truth.layer_norm_share,
     }
+    if init is not None:
+        lt, lr_ = at_truth["learned"], at_random["learned"]
+        theta_sq = sum(float((p.detach() ** 2).sum()) for p in model.parameters())
+        out["learned"] = {
+            "residual_at_train": lt.relative_residual,
+            "residual_at_random": lr_.relative_residual,
+            "ratio": lt.relative_residual / max(lr_.relative_residual, 1e-300),
+            "residual_by_layer": lt.layer_residuals,
+            "norm_share_by_layer": lt.layer_norm_share,
+            "init_decay": init_decay,
+            "share_of_theta": sum(float((v ** 2).sum()) for v in others["learned"].values()) / max(theta_sq, 1e-300),
+        }
+    return out
+
+
+#: the measure the gate reads (docs/regime.md): the residual ratio of the learned part theta - theta0
+GATE_MEASURE = "learned.ratio"
+
+
+def gate_value(cert: dict[str, Any] | None) -> float | None:
+    """The gate measure of a certificate; None for a certificate without it (one recorded before it existed)."""
+    value: Any = cert
+    for key in GATE_MEASURE.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None

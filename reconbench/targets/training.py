@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -16,7 +17,8 @@ from reconbench import plugins
 from reconbench.config import Limit, check_value, option
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.progress import Progress
-from reconbench.targets.certificate import certificate
+from reconbench.targets.certificate import certificate, gate_value
+from reconbench.targets.chain_gd import ChainGD, chain_layers
 from reconbench.targets.defended import DefenseSession
 from reconbench.targets.losses import error_rate, get_loss, margins
 from reconbench.targets.nets import TargetNet
@@ -42,6 +44,15 @@ class TrainSpec:
     stop_loss: float = option(0.0, "stop early once the training loss falls below this (0: never)", ge=0)
     eval_every: int = option(1000, "record train/test metrics every this many steps", ge=1)
     seed: int = option(0, "seed of the weight initialisation")
+    certify_every: int = option(0, "compute the convergence certificate every this many steps, recorded in the "
+                                   "history (0: only after training)", ge=0)
+    stop_at_gate: float = option(0.0, "stop once the certificate's gate measure (docs/regime.md) is at most this, "
+                                      "checked every certify_every steps; `steps` is then the budget (0: never)", ge=0)
+
+
+#: TrainSpec fields written into a recipe (and its cache key) only when they differ from their default, so the
+#: recipes written before they existed keep their keys
+OPTIONAL_TRAIN_FIELDS = ("certify_every", "stop_at_gate")
 
 
 @dataclass(frozen=True)
@@ -56,8 +67,12 @@ class TargetRecipe:
     defense_config: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"problem": self.problem.to_dict(), "family": self.family, "model": dict(self.model),
-             "train": asdict(self.train)}
+        train = asdict(self.train)
+        defaults = TrainSpec()
+        for k in OPTIONAL_TRAIN_FIELDS:
+            if train[k] == getattr(defaults, k):
+                del train[k]
+        d = {"problem": self.problem.to_dict(), "family": self.family, "model": dict(self.model), "train": train}
         if self.defense is not None:  # keeps the keys (and cache hashes) of undefended recipes unchanged
             d["defense"] = self.defense
             d["defense_config"] = dict(self.defense_config)
@@ -80,6 +95,9 @@ class TargetRecipe:
             raise ReconbenchError(f"--num-classes {p.num_classes}: a multiclass target needs at least 2 classes; "
                                   "pass --num-classes 2 or more (or --task binary)")
         get_loss(self.train.loss, self.problem.task)
+        if self.train.stop_at_gate > 0 and self.train.certify_every == 0:
+            raise ReconbenchError(f"stop_at_gate={self.train.stop_at_gate:g} is checked on the certificate, which is "
+                                  "computed every certify_every steps; set certify_every (e.g. 1000)")
         if self.defense is None and self.defense_config:
             raise ReconbenchError(f"defense options {sorted(self.defense_config)} are given without a defense; "
                                   "name one with --defense (see `reconbench list defenses`)")
@@ -150,7 +168,7 @@ def check_model_option(family: str, key: str, value: Any, default: Any) -> None:
 class TrainResult:
     model: TargetNet
     metrics: dict[str, Any]
-    history: list[dict[str, float]]
+    history: list[dict[str, Any]]
 
 
 def build_model(recipe: TargetRecipe, problem: Problem) -> TargetNet:
@@ -202,6 +220,15 @@ def stalled_samples(model: TargetNet, problem: Problem, loss_fn: Any, dtype: tor
     return int((zero[0] & ~zero[1]).sum())
 
 
+def certify(model: TargetNet, recipe: TargetRecipe, problem: Problem, init_decay: float | None) -> dict[str, Any]:
+    """The certificate of ``model`` (converted to float64 in place) at the training data, with the learned part
+    measured from the recipe's initial weights, of which weight decay left ``init_decay`` (None: unknown, no
+    learned part)."""
+    return certificate(model, problem.x_train(torch.float64), torch.as_tensor(problem.train_labels), problem.task,
+                       init=None if init_decay is None else build_model(recipe, problem),
+                       init_decay=1.0 if init_decay is None else init_decay)
+
+
 def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_certificate: bool = True,
           device: str = "cpu") -> TrainResult:
     """Train a target by full-batch GD (on ``device``; the weights come back on the CPU); stop on NaN."""
@@ -212,52 +239,100 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     model = build_model(recipe, problem).to(dtype).to(device)
     x = problem.x_train(dtype).to(device)
     y = problem.targets(problem.train_labels, dtype).to(device)
-    opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
     session = DefenseSession(recipe)
-    run = session.start(model, opt, loss_fn, x, y, problem, spec.steps)  # a training-time defense may swap these
-    net, opt, train_loss, y = run.model, run.optimizer, run.loss_fn, run.targets
+    # the closed-form loop for linear chains; the autograd loop (and its optimizer, whose construction imports
+    # torch's compiler stack) for other families and for defenses that act during training
+    layers = chain_layers(model) if session.release_only() else None
+    net: torch.nn.Module = model
+    train_loss = loss_fn
+    if layers is None:
+        opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+        run = session.start(model, opt, loss_fn, x, y, problem, spec.steps)  # a training-time defense may swap these
+        net, opt, train_loss, y = run.model, run.optimizer, run.loss_fn, run.targets
     model.train()
     reused = session.recall(recipe, device)  # the same loop already ran here for a release-only defense's recipe
     if reused is not None:
         model.load_state_dict(reused["state"])
-    history: list[dict[str, float]] = []
+    history: list[dict[str, Any]] = []
+    chain = ChainGD(layers, x, y, train_loss, spec.weight_decay) if layers is not None and reused is None else None
+
+    def gd_step(lr_of_loss: Callable[[float], float]) -> float:
+        """One full-batch GD step; returns the loss before it (the step is skipped when that is not finite)."""
+        if chain is not None:  # closed-form backward, same arithmetic as the autograd loop below
+            loss_t, dz = chain.loss_and_grad()
+            value = loss_t.item()
+            if math.isfinite(value):
+                chain.step(dz, lr_of_loss(value))
+            return value
+        loss = train_loss(net(x), y)
+        value = loss.item()
+        if math.isfinite(value):
+            for g in opt.param_groups:
+                g["lr"] = lr_of_loss(value)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return value
+
     t0 = time.perf_counter()
     lr_mult = 1.0
     loss_value = math.nan
+
+    init_decay = 1.0  # what coupled weight decay leaves of the initial weights: prod_t (1 - lr_t wd)
+
+    def step_size(loss_now: float) -> float:
+        nonlocal lr_mult, init_decay
+        if spec.schedule == "inverse_loss":
+            lr_mult = min(spec.schedule_cap, spec.schedule_threshold / loss_now) \
+                if 0 < loss_now < spec.schedule_threshold else 1.0
+        init_decay *= 1.0 - spec.lr * lr_mult * spec.weight_decay
+        return spec.lr * lr_mult
+
     step = 0
+    stopped_by = "steps"
     with Progress(spec.steps, f"train {recipe.family} on {problem.spec.dataset}", quiet=quiet) as bar:
         for step in range(0 if reused is not None else spec.steps):
-            out = net(x)
-            loss = train_loss(out, y)
-            loss_value = loss.item()
+            loss_value = gd_step(step_size)
             if not math.isfinite(loss_value):
                 raise DivergedError(
                     f"training diverged at step {step} (loss {loss_value}); lower --lr (now {spec.lr}) "
                     f"or use the constant schedule")
-            if spec.schedule == "inverse_loss":
-                lr_mult = min(spec.schedule_cap, spec.schedule_threshold / loss_value) \
-                    if 0 < loss_value < spec.schedule_threshold else 1.0
-                for g in opt.param_groups:
-                    g["lr"] = spec.lr * lr_mult
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
             if step % spec.eval_every == 0 or step == spec.steps - 1:
+                if chain is not None:
+                    chain.sync()
                 rec = {"step": float(step), "loss": loss_value, "lr_multiplier": lr_mult}
                 rec.update(evaluate_model(model, problem, loss_fn, dtype, device))
                 history.append(rec)
             bar.update(step + 1, {"loss": loss_value})
             if (spec.stop_loss > 0 and loss_value < spec.stop_loss) or session.after_step(step, loss_value):
+                stopped_by = "stop_loss" if spec.stop_loss > 0 and loss_value < spec.stop_loss else "defense"
                 break
+            if spec.certify_every and (step + 1) % spec.certify_every == 0 and step + 1 < spec.steps:
+                if chain is not None:
+                    chain.sync()
+                check = certify(copy.deepcopy(model), recipe, problem, init_decay)
+                history.append({"step": float(step + 1), "loss": loss_value, "gate_value": gate_value(check),
+                                "certificate": check})
+                gate_now = gate_value(check)
+                if spec.stop_at_gate > 0 and gate_now is not None and gate_now <= spec.stop_at_gate:
+                    stopped_by = "gate"
+                    break
+    if chain is not None:
+        chain.sync()
     model = session.end(model).eval()
     wall = time.perf_counter() - t0
+    decay_left: float | None = init_decay
     if reused is not None:
         step, loss_value, history, wall = reused["step"], reused["loss"], reused["history"], reused["wall"]
+        decay_left = reused.get("init_decay", 1.0 if spec.weight_decay == 0 else None)
     else:
-        session.remember(recipe, device, model, step=step, loss=loss_value, history=history, wall=wall)
+        session.remember(recipe, device, model, step=step, loss=loss_value, history=history, wall=wall,
+                         init_decay=init_decay)
     model = model.cpu()
     metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": step + 1, "final_loss": loss_value,
                                "train_seconds": wall, "train_device": str(device)}
+    if spec.certify_every:
+        metrics["stopped_by"] = stopped_by
     if reused is not None:
         metrics["training_reused"] = "weights of the undefended recipe trained earlier in this process"
     if recipe.defense is not None:
@@ -273,7 +348,6 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     metrics["param_count"] = model.param_count()
     metrics["param_norm_sq"] = float(sum((p.detach().double() ** 2).sum() for p in model.parameters()))
     if with_certificate:
-        cert = certificate(model, problem.x_train(torch.float64), torch.as_tensor(problem.train_labels), problem.task)
+        metrics["certificate"] = certify(model, recipe, problem, decay_left)
         model.to(dtype)
-        metrics["certificate"] = cert
     return TrainResult(model=model, metrics=metrics, history=history)

@@ -1,0 +1,102 @@
+"""Does the target sit where the attack's premise holds? Certificates along training and attack success beside them.
+
+    RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/regime.py \\
+        --out benchmarks/results/regime/regime.json --work runs/regime
+
+For cpu-mini's binary targets (MNIST odd/even and CIFAR-10 vehicles/animals, 5 per class, 784/3072-1000-1000-1,
+BCE, float32 full-batch GD, lr 0.05 with the inverse-loss schedule) and recipe variants (weight decay; every
+layer initialised small), each point trains a target for a number of steps (cached under RECONBENCH_CACHE), records
+its certificate (the residual of theta and, per layer and for the learned part theta - theta0; see
+reconbench/targets/certificate.py) and runs a small attack as cpu-mini does (haim_binary_kkt, gaussian init, 2
+random-search runs of 500 steps in float32), recording the calibrated headline, the membership AUC and their null.
+Points run in order and are written to ``--out`` as they finish; rerunning skips the points already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.targets.cache import get_or_train
+from reconbench.targets.certificate import gate_value
+from reconbench.targets.training import TargetRecipe
+
+DATASETS: dict[str, dict[str, Any]] = {
+    "mnist": {"dataset": "mnist_test", "task": "binary", "binary_rule": "parity", "n_per_class": 5},
+    "cifar": {"dataset": "npz:cifar10/cifar10_train_subset.npz", "task": "binary", "binary_rule": "vehicles_animals",
+              "n_per_class": 5},
+}
+CPU_MINI_TRAIN = {"loss": "bce", "lr": 0.05, "schedule": "inverse_loss", "weight_decay": 0.0, "dtype": "float32"}
+WIDE = {"widths": [1000, 1000]}
+#: recipe variants: (model options, train options) over cpu-mini's
+VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "cpu-mini": (WIDE, {}),
+    "wd-1e-3": (WIDE, {"weight_decay": 1e-3}),                     # Buzaglo et al.'s value for their CNNs
+    "all-layers-1e-3": ({**WIDE, "init_scale": 1e-3, "first_only": False}, {}),   # every layer N(0, 1e-6)
+}
+#: (dataset, variant, steps) in the order they run
+POINTS = [(d, v, s) for s in (3000, 10_000) for d in ("mnist", "cifar") for v in VARIANTS] + \
+         [(d, "cpu-mini", 300) for d in ("mnist", "cifar")] + [(d, "cpu-mini", 30_000) for d in ("mnist", "cifar")]
+ATTACK = RunSpec(attack="haim_binary_kkt", attack_config={"steps": 500}, search_runs=2, dtype="float32", seed=0)
+SUMMARY_KEYS = ("reconstructed_calibrated", "calibrated_threshold", "membership_auc", "membership_tpr_at_fpr",
+                "reconstructed", "top_k_mean_ssim")
+
+
+def recipe_of(dataset: str, variant: str, steps: int) -> TargetRecipe:
+    model, train = VARIANTS[variant]
+    return TargetRecipe.from_dict({"problem": DATASETS[dataset], "family": "mlp", "model": model,
+                                   "train": {**CPU_MINI_TRAIN, **train, "steps": steps}})
+
+
+def run_point(dataset: str, variant: str, steps: int, work: Path) -> dict[str, Any]:
+    recipe = recipe_of(dataset, variant, steps)
+    t0 = time.perf_counter()
+    card = get_or_train(recipe, quiet=True, log=False)
+    m = card.data["metrics"]
+    t1 = time.perf_counter()
+    result = run_attack(card, ATTACK, work / f"{dataset}-{variant}-{steps}", quiet=True)
+    summary = result["evaluation"]["summary"]
+    null = (result["evaluation"].get("null") or {}).get("summary") or {}
+    cert = m["certificate"]
+    return {
+        "dataset": dataset, "variant": variant, "steps": steps, "recipe": recipe.to_dict(), "recipe_key": recipe.key(),
+        "train": {k: m.get(k) for k in ("train_seconds", "final_loss", "train_error", "test_error", "stalled_samples",
+                                        "param_norm_sq")},
+        "certificate": cert, "gate_value": gate_value(cert),
+        "attack": {k: summary.get(k) for k in SUMMARY_KEYS},
+        "null": {k: null.get(k) for k in SUMMARY_KEYS if k in null},
+        "seconds": {"train_or_cache": t1 - t0, "attack": time.perf_counter() - t1},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--work", type=Path, required=True, help="folder for the attacks' result folders")
+    ap.add_argument("--only", nargs="*", default=None, help="run only these points (dataset:variant:steps)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    done: list[dict[str, Any]] = json.loads(args.out.read_text())["points"] if args.out.exists() else []
+    have = {(p["dataset"], p["variant"], p["steps"]) for p in done}
+    for point in POINTS:
+        if point in have or (args.only is not None and ":".join(map(str, point)) not in args.only):
+            continue
+        rec = run_point(*point, args.work)
+        done.append(rec)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"command": "python benchmarks/regime.py --out " + str(args.out),
+                                        "attack": ATTACK.to_dict(), "points": done}, indent=1, default=str) + "\n")
+        c = rec["certificate"]
+        print(f"{':'.join(map(str, point))}: ratio {c['ratio']:.3g} learned {rec['gate_value']:.3g} "
+              f"calibrated {rec['attack']['reconstructed_calibrated']} auc {rec['attack']['membership_auc']} "
+              f"({rec['seconds']['train_or_cache']:.0f} s + {rec['seconds']['attack']:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
