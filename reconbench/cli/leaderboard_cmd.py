@@ -12,7 +12,7 @@ from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import default_leaderboard_dir
-from reconbench.leaderboard.verify import check_readme, check_tables, corrupt_cells, rescore_cell, stored_cells
+from reconbench.leaderboard.verify import check_cell, check_readme, check_tables, corrupt_cells, stored_cells
 from reconbench.provenance import check_writable, folder_lock
 
 
@@ -105,8 +105,17 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
     problems = check_tables(out_dir) + check_readme(s, out_dir)
     ids = stored_cells(out_dir)
+    borderline: list[str] = []
+    explained: list[str] = []
+    rtol = 0.0
     for cid in ids:
-        problems += rescore_cell(out_dir, cid, data_root=data_root)
+        check = check_cell(out_dir, cid, data_root=data_root)
+        problems += check.problems
+        borderline += check.borderline
+        explained += check.explained
+        rtol = max(rtol, check.rtol)
+    for line in explained:
+        click.echo(f"borderline, agrees within rounding: {line}")
     for p in problems:
         click.echo(f"MISMATCH {p}")
     if problems:
@@ -114,5 +123,6 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
                               f"first: {problems[0]}")
     click.echo(
         f"{out_dir}: tables and README.md match the cells; {len(ids)} stored cell(s) re-scored, every number "
-        "reproduced"
+        f"reproduced (relative tolerance {rtol:.2g}); {len(borderline)} decision(s) borderline (within rounding of "
+        f"their threshold), {len(explained)} stored number(s) differ only through them"
     )
