@@ -12,7 +12,7 @@ from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import default_leaderboard_dir
-from reconbench.leaderboard.verify import check_cell, check_readme, check_tables, corrupt_cells, stored_cells
+from reconbench.leaderboard.verify import check_cell, check_readme, check_records, check_tables, corrupt_cells, stored_cells
 from reconbench.provenance import check_writable, folder_lock
 
 
@@ -103,7 +103,8 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
     corrupt = corrupt_cells(out_dir)
     if corrupt:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
-    problems = check_tables(out_dir) + check_readme(s, out_dir)
+    records = check_records(out_dir)
+    problems = records.problems + check_tables(out_dir) + check_readme(s, out_dir)
     ids = stored_cells(out_dir)
     borderline: list[str] = []
     explained: list[str] = []
@@ -126,3 +127,6 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
         f"reproduced (relative tolerance {rtol:.2g}); {len(borderline)} decision(s) borderline (within rounding of "
         f"their threshold), {len(explained)} stored number(s) differ only through them"
     )
+    if records.unsealed:
+        click.echo(f"  {records.unsealed} cell record(s) carry no seal (written before seals): their timings are "
+                   "checked against their runs' times, their targets' metrics against the model cards")

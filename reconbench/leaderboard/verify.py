@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 from reconbench.bench.cells import CELL_FORMAT
 from reconbench.bench.runner import STATUS_OK, null_record, score_selection
+from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
@@ -149,14 +150,7 @@ def check_cell(leaderboard: Path, cell_id: str, *, data_root: str | None = None)
 def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: str | None) -> CellCheck:
     if rec["status"] != STATUS_OK:
         return CellCheck(problems=[f"{cell_id}: status {rec['status']}, nothing to re-score"])
-    card_path = leaderboard / "targets" / f"{rec['target']['recipe_key']}.json"
-    card_data = read_json(card_path, "model card")
-    check_card_data(card_data, card_path)
-    card = ModelCard(path=leaderboard / "targets", data=card_data)
-    problem = card.problem(data_root)
-    pooled = load_file(str(leaderboard / "candidates" / f"{cell_id}.safetensors"))
-    protocol = pinned_protocol(rec["protocol"], rec.get("evaluation"))  # the metrics the cell computed
-    family = rec["target"]["recipe"]["family"]
+    problem, pooled, protocol, family, card = rescore_inputs(leaderboard, rec, data_root)
     out = CellCheck()
     for name, sel in rec["selections"].items():
         run = None if name == "pool" else sel.get("run")
@@ -179,6 +173,20 @@ def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: st
         out.borderline += [f"{cell_id} [{name}] {b.describe()}" for b in outcome.borderline]
         out.explained += [m.describe() for m in outcome.explained]
     return out
+
+
+def rescore_inputs(leaderboard: Path, rec: dict[str, Any], data_root: str | None
+                   ) -> tuple[Any, dict[str, Any], dict[str, Any], str, ModelCard]:
+    """What re-scoring a stored cell needs: the problem rebuilt from the published card, the stored candidates, the
+    protocol the cell computed, the model family and the card."""
+    card_path = leaderboard / "targets" / f"{rec['target']['recipe_key']}.json"
+    card_data = read_json(card_path, "model card")
+    check_card_data(card_data, card_path)
+    card = ModelCard(path=leaderboard / "targets", data=card_data)
+    problem = card.problem(data_root)
+    pooled = load_file(str(leaderboard / "candidates" / f"{rec['cell_id']}.safetensors"))
+    protocol = pinned_protocol(rec["protocol"], rec.get("evaluation"))  # the metrics the cell computed
+    return problem, pooled, protocol, rec["target"]["recipe"]["family"], card
 
 
 def compare_selection(where: str, sel: dict[str, Any], evaluation: dict[str, Any], rtol: float) -> list[Mismatch]:
@@ -220,6 +228,55 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     for k, v in d.items():
         out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
     return out
+
+
+@dataclass
+class RecordCheck:
+    """Fields shown on a board that re-scoring cannot re-derive, checked against what binds them."""
+
+    problems: list[str] = field(default_factory=list)
+    sealed: int = 0
+    unsealed: int = 0
+
+
+def check_records(leaderboard: Path) -> RecordCheck:
+    """Every cell's seal (when it has one), its attack time against the sum of its runs' times, and its target's
+    training metrics against the published model card (``bench/seal.py`` says what each binding guarantees)."""
+    out = RecordCheck()
+    for path in sorted((leaderboard / "cells").glob("*.json")):
+        rec = read_json(path, f"cell {path.stem}")
+        try:
+            out.problems += _record_problems(leaderboard, path.stem, rec)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise _malformed(path, exc) from None
+        if rec.get(SEAL_FIELD) is None:
+            out.unsealed += 1
+        else:
+            out.sealed += 1
+    return out
+
+
+def _record_problems(leaderboard: Path, cell_id: str, rec: dict[str, Any]) -> list[str]:
+    problems = []
+    if (why := seal_problem(rec)) is not None:
+        problems.append(f"cell {cell_id}: {why}")
+    if rec.get("status") != STATUS_OK:
+        return problems
+    runs_seconds = float(sum(r.get("seconds", 0.0) for r in rec["runs"]))
+    if rec.get("attack_seconds") != runs_seconds:
+        problems.append(f"cell {cell_id}: attack_seconds {rec.get('attack_seconds')!r} is not the sum of its runs' "
+                        f"seconds ({runs_seconds!r}); the cell was edited, restore it or run it again")
+    card_path = leaderboard / "targets" / f"{rec['target']['recipe_key']}.json"
+    if card_path.exists():
+        card = read_json(card_path, "model card")
+        want = {k: v for k, v in (card.get("metrics") or {}).items() if k != "margins"}
+        shown = rec["target"].get("train_metrics") or {}
+        edited = sorted(k for k in want.keys() | shown.keys() if not close(want.get(k), shown.get(k), 0.0))
+        if edited:
+            k = edited[0]
+            problems.append(f"cell {cell_id}: target train_metrics.{k} is {shown.get(k)!r}, its model card "
+                            f"{card_path.name} records {want.get(k)!r}; restore the cell or the card")
+    return problems
 
 
 def check_tables(leaderboard: Path) -> list[str]:
