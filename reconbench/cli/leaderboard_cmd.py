@@ -41,7 +41,9 @@ from reconbench.provenance import check_writable, folder_lock
     "--verify",
     is_flag=True,
     help="Do not render: re-score the published cells from their stored candidates with the standard "
-    "evaluation, recompute every table entry from the cell JSONs and re-render README.md to compare it.",
+    "evaluation (numbers to the float64 rounding tolerance, counts exactly except decisions within rounding of their "
+    "threshold, reported as borderline), check each cell's seal, recompute every table entry from the cell JSONs "
+    "and re-render README.md to compare it.",
 )
 @data_root_option
 def leaderboard_command(
