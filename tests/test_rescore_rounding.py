@@ -199,3 +199,38 @@ def test_evaluate_refuses_a_card_other_than_the_results(tmp_path, capsys, toy_at
     assert not (res / "evaluations").exists()   # refused before any work
     code, out, err = run_cli(["evaluate", str(res), "--check", "--model", str(cards[0]), "-q"], capsys)
     assert code == 0 and "stored numbers reproduced" in out, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field", ["attack_seconds", "test_error"])
+def test_a_hand_edit_of_a_shown_number_fails_verify_after_the_board_is_rendered_again(tmp_path, capsys, field,
+                                                                                      toy_attack_registered):
+    from _helpers.suitekit import toy_targets
+
+    from reconbench.bench.runner import run_suite
+    from reconbench.bench.suite import load_suite
+
+    path = tmp_path / "toy.toml"
+    path.write_text(f'[suite]\nname = "toy"\nseeds = [0]\nsearch_runs = 1\n\n{toy_targets(20)}\n'
+                    '[attacks.toy_identity]\nconfig = { steps = 1 }\n\n[inits.gaussian]\n\n'
+                    '[leaderboard]\nstore_candidates = "all"\nfigures = false\n\n'
+                    '[[grid]]\ntargets = ["bin"]\nattacks = ["toy_identity"]\n')
+    res, lb = tmp_path / "res", tmp_path / "lb"
+    run_suite(load_suite(path), res, quiet=True, command="reconbench bench toy")
+    render = ["leaderboard", str(path), "--results", str(res), "--out", str(lb), "--no-figures"]
+    assert run_cli(render, capsys)[0] == 0
+    code, out, err = run_cli(["leaderboard", str(path), "--out", str(lb), "--verify"], capsys)
+    assert code == 0 and "no seal" not in out, err
+    (cell,) = (res / "cells").glob("*.json")
+    rec = json.loads(cell.read_text())
+    if field == "attack_seconds":
+        rec["attack_seconds"] *= 10
+    else:
+        rec["target"]["train_metrics"]["test_error"] = 0.0
+    cell.write_text(json.dumps(rec))
+    assert run_cli(render, capsys)[0] == 0
+    shown = (lb / "README.md").read_text()
+    assert ("0.000" in shown) if field == "test_error" else True
+    code, out, err = run_cli(["leaderboard", str(path), "--out", str(lb), "--verify"], capsys)
+    assert code == 2 and "record_sha256 does not match" in out
+    assert (f"train_metrics.{field}" if field == "test_error" else "attack_seconds") in out
