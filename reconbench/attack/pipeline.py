@@ -299,6 +299,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         "init_is_oracle": oracle_init,
         "spec": spec.to_dict(),
         "target": {"card": portable_path(card.path), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
+                   "card_sha256": card.data.get("content_sha256"),
                    "family": card.data["family"], "task": card.task, "n_train": problem.n,
                    "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
         "selection": {

@@ -1,9 +1,18 @@
-"""A description of the machine a suite ran on (cores, memory, CPU model, GPU), for leaderboard headers."""
+"""A description of the machine a suite ran on (cores, memory, CPU model, GPU, and the numerical libraries and kernels
+that computed its numbers), for cell records and leaderboard headers.
+
+Two processors can select different BLAS kernels and vector instruction sets, which sum in different orders: the
+``numerics`` record names them (torch's BLAS and its version, the ATen CPU capability chosen, numpy's BLAS with the
+core type it selected, and the environment variables that steer them), so that a number that differs in its last
+bits between two machines can be traced to its kernels. It is a record only: re-scoring does not compare it.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +42,44 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+#: environment variables that choose BLAS kernels, instruction sets or reproducibility modes
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "OPENBLAS_CORETYPE",
+              "OPENBLAS_VERBOSE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def torch_blas() -> dict[str, Any]:
+    """torch's BLAS and LAPACK (from its build configuration), the MKL version if it is MKL, and the ATen CPU
+    capability (vector instruction set) selected at start-up."""
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    lapack = re.search(r"LAPACK_INFO=(\w+)", config)
+    mkl = re.search(r"Math Kernel Library Version ([^\n]+)", config)
+    try:
+        capability: str | None = torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):
+        capability = None
+    return {"blas": blas.group(1) if blas else None, "lapack": lapack.group(1) if lapack else None,
+            "mkl_version": mkl.group(1).strip() if mkl else None, "cpu_capability": capability}
+
+
+def numpy_blas() -> list[dict[str, Any]] | None:
+    """The BLAS libraries loaded in this process (numpy's, torch's OpenMP) as threadpoolctl reports them, with the
+    core type each selected; None without threadpoolctl (it comes with scikit-learn)."""
+    if importlib.util.find_spec("threadpoolctl") is None:
+        return None
+    import numpy  # noqa: F401  (loads its BLAS, so that threadpoolctl sees it)
+    from threadpoolctl import threadpool_info
+
+    keys = ("user_api", "internal_api", "version", "architecture", "threading_layer", "num_threads")
+    return [{k: info.get(k) for k in keys} for info in threadpool_info()]
+
+
+def numerics() -> dict[str, Any]:
+    """The kernels behind the numbers: torch's BLAS and instruction set, numpy's BLAS, the steering variables."""
+    return {"torch": torch_blas(), "libraries": numpy_blas(),
+            "env": {k: os.environ[k] for k in KERNEL_ENV if k in os.environ}}
+
+
 def describe(device: str = "cpu") -> dict[str, Any]:
     gpu = None
     if device.startswith("cuda") and torch.cuda.is_available():
@@ -45,6 +92,7 @@ def describe(device: str = "cpu") -> dict[str, Any]:
         "gpu": gpu,
         "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),
+        "numerics": numerics(),
     }
 
 

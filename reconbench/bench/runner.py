@@ -40,6 +40,7 @@ from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.bench import machine
 from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
 from reconbench.bench.executors import CellJob, Executor, Finished, Lost, Outcome, RunContext, Started
+from reconbench.bench.seal import sealed
 from reconbench.bench.suite import Suite, SuiteError, display_path
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import ReconbenchError, UnknownNameError
@@ -96,7 +97,7 @@ def write_suite_file(out: Path, suite: Suite) -> None:
 
 def write_cell(out: Path, rec: dict[str, Any]) -> Path:
     path = cell_path(out, rec["cell_id"])
-    write_json(path, rec)
+    write_json(path, sealed(rec))
     return path
 
 

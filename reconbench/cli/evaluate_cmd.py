@@ -25,7 +25,9 @@ from reconbench.provenance import check_writable
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for evaluation.json and figures/ (default: RESULT_DIR/evaluations/<protocol hash>).")
 @click.option("--check", is_flag=True,
-              help="Exit with an error unless the stored numbers are reproduced exactly (stored protocol only).")
+              help="Exit with an error unless the stored numbers are reproduced (stored protocol only): numbers to "
+                   "the rounding tolerance of float64 (see reconbench/bench/suites/README.md), counts exactly except "
+                   "decisions whose score lies within that tolerance of its threshold.")
 @data_root_option
 @quiet_option
 def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card: str | None, out: str | None,
@@ -56,7 +58,9 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
             if check:
                 raise ReconbenchError(f"the stored evaluation of {result_dir} is not reproduced ({diff[0][:200]})")
         else:
-            click.echo("stored numbers reproduced exactly")
+            click.echo(reproduced_line(record))
+            for line in record["borderline_differences"][:10]:
+                click.echo(f"  borderline, agrees within rounding: {line}")
 
 
 def check_result(folder: Path, need_evaluation: bool) -> dict[str, Any]:
@@ -80,3 +84,12 @@ def check_result(folder: Path, need_evaluation: bool) -> dict[str, Any]:
         raise ReconbenchError(f"{path} holds no stored evaluation (with a summary) for --check to compare with; "
                               "drop --check to evaluate it, or re-run the attack")
     return result
+
+
+def reproduced_line(record: dict[str, Any]) -> str:
+    """One line: reproduced, to which tolerance, and how many decisions were borderline."""
+    tol = record["tolerance"]["relative"]
+    n_border, n_diff = len(record["borderline"]), len(record["borderline_differences"])
+    border = (f"; {n_border} decision(s) within rounding of their threshold"
+              + (f", {n_diff} stored number(s) differ only through them" if n_diff else "")) if n_border else ""
+    return f"stored numbers reproduced (relative tolerance {tol:.2g}{border})"

@@ -13,7 +13,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
-from reconbench.leaderboard.verify import check_readme, check_tables, corrupt_cells, rescore_cell, stored_cells
+from reconbench.leaderboard.verify import check_cell, check_readme, check_records, check_tables, corrupt_cells, stored_cells
 from reconbench.provenance import check_writable, folder_lock
 
 
@@ -43,7 +43,9 @@ from reconbench.provenance import check_writable, folder_lock
     "--verify",
     is_flag=True,
     help="Do not render: re-score the published cells from their stored candidates with the standard "
-    "evaluation, recompute every table entry from the cell JSONs and re-render README.md to compare it.",
+    "evaluation (numbers to the float64 rounding tolerance, counts exactly except decisions within rounding of their "
+    "threshold, reported as borderline), check each cell's seal, recompute every table entry from the cell JSONs "
+    "and re-render README.md to compare it.",
 )
 @click.option(
     "--format",
@@ -136,10 +138,20 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
     corrupt = corrupt_cells(out_dir)
     if corrupt:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
-    problems = check_tables(out_dir) + check_readme(s, out_dir)
+    records = check_records(out_dir)
+    problems = records.problems + check_tables(out_dir) + check_readme(s, out_dir)
     ids = stored_cells(out_dir)
+    borderline: list[str] = []
+    explained: list[str] = []
+    rtol = 0.0
     for cid in ids:
-        problems += rescore_cell(out_dir, cid, data_root=data_root)
+        check = check_cell(out_dir, cid, data_root=data_root)
+        problems += check.problems
+        borderline += check.borderline
+        explained += check.explained
+        rtol = max(rtol, check.rtol)
+    for line in explained:
+        click.echo(f"borderline, agrees within rounding: {line}")
     for p in problems:
         click.echo(f"MISMATCH {p}")
     if problems:
@@ -147,5 +159,9 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
                               f"first: {problems[0]}")
     click.echo(
         f"{out_dir}: tables and README.md match the cells; {len(ids)} stored cell(s) re-scored, every number "
-        "reproduced"
+        f"reproduced (relative tolerance {rtol:.2g}); {len(borderline)} decision(s) borderline (within rounding of "
+        f"their threshold), {len(explained)} stored number(s) differ only through them"
     )
+    if records.unsealed:
+        click.echo(f"  {records.unsealed} cell record(s) carry no seal (written before seals): their timings are "
+                   "checked against their runs' times, their targets' metrics against the model cards")

@@ -33,7 +33,7 @@ import torch
 
 from reconbench import plugins
 from reconbench.errors import ReconbenchError
-from reconbench.evaluation import null
+from reconbench.evaluation import decisions, null
 from reconbench.evaluation.context import CandidateError, Evaluation, as_vector, build_context, validity
 from reconbench.evaluation.distances import features, paired, pairwise
 from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, resolve_protocol
@@ -205,19 +205,23 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
         calibration.update({k: cal[k] for k in ("threshold", "null_max", "draw_maxima", "pool_size")})
         flags = null.calibrated_flags(null.scores_of(out, column), threshold)
         out["summary"].update(reconstructed_calibrated=int(flags.sum()), calibrated_threshold=threshold)
-        for row, flag in zip(out["per_image"], flags, strict=True):
+        margins = column_values(null.scores_of(out, column) - threshold)
+        for row, flag, margin in zip(out["per_image"], flags, margins, strict=True):
             row["reconstructed_calibrated"] = bool(flag)
+            row["reconstructed_calibrated_margin"] = margin
     else:
         out["summary"].update(reconstructed_calibrated=None, calibrated_threshold=None)
+
     def reported() -> list[dict[str, float]]:
         draws = []
         for k in range(p.null_draws):
             cand = null.draw(problem, labels, m, p.null_seed, null.REPORT_STREAM, k)
-            ev = score(problem, cand, full, labels=None if labels is None else torch.as_tensor(labels), card=card)
-            numbers = null.numeric_summary(ev["summary"])
-            if threshold is not None:
-                numbers["reconstructed_calibrated"] = float(null.calibrated_flags(null.scores_of(ev, column),
-                                                                                   threshold).sum())
+            with decisions.scope(f"null draw {k}"):
+                ev = score(problem, cand, full, labels=None if labels is None else torch.as_tensor(labels), card=card)
+                numbers = null.numeric_summary(ev["summary"])
+                if threshold is not None:
+                    numbers["reconstructed_calibrated"] = float(null.calibrated_flags(null.scores_of(ev, column),
+                                                                                       threshold).sum())
             draws.append(numbers)
         return draws
 

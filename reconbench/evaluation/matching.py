@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from reconbench.evaluation import decisions
 from reconbench.evaluation.distances import paired, pairwise
 
 
@@ -72,7 +73,12 @@ def match(train_feat: torch.Tensor, cand_feat: torch.Tensor, cand_ids: np.ndarra
 
     if dist is None:
         dist = pairwise(train_feat, cand_feat, per_dimension)       # (n, Mv), for ranking
-    near = dist.argmin(dim=0)                                        # (Mv,)
+
+    def scale() -> torch.Tensor:  # |a|^2 + |b|^2 per entry: what a distance's rounding error is relative to
+        size = (train_feat * train_feat).sum(1)[:, None] + (cand_feat * cand_feat).sum(1)[None, :]
+        return size / train_feat.shape[1] if per_dimension else size
+
+    near = decisions.argmin(dist, 0, "nearest training image of candidate", scale)  # (Mv,)
     exact = paired(cand_feat, train_feat[near], per_dimension)       # (Mv,)
     nearest[cand_ids] = near.numpy()
     nearest_dist[cand_ids] = exact.numpy()
@@ -93,7 +99,7 @@ def match(train_feat: torch.Tensor, cand_feat: torch.Tensor, cand_ids: np.ndarra
             best[i], best_dist[i] = cand_ids[group[0]], d_best
             members[i] = cand_ids[keep]
     else:
-        col = dist.argmin(dim=1)                                     # (n,) nearest candidate of each image
+        col = decisions.argmin(dist, 1, "nearest candidate of image", scale)  # (n,) nearest candidate of each image
         d_best_exact = paired(train_feat, cand_feat[col], per_dimension).numpy()
         d_np = dist.numpy()
         for i in range(n):

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from reconbench.evaluation import decisions
 from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.targets.problems import Problem
 
@@ -96,19 +97,29 @@ def calibrate(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray |
     """The calibrated threshold for m candidates with these labels; ``score`` evaluates null candidates."""
     p = resolved.base
     key = cache_key(problem, resolved, labels, m)
-    if key in _THRESHOLDS:
-        return _THRESHOLDS[key]
+    guide = decisions.current()  # re-scoring that notes or flips borderline decisions takes the draws' decisions too
+    cached = _THRESHOLDS.get(key)
+    if cached is not None and (guide is None or (cached["borderline"] is not None
+                                                 and not guide.flips_in("calibration"))):
+        if guide is not None:
+            guide.replay(cached["borderline"])
+        return cached
+    before = set(guide.seen) if guide is not None else set()
     column = calibrated_column(resolved)
     maxima = []
     for k in range(p.calibration_draws):
         cand = draw(problem, labels, m, p.null_seed, CALIBRATION_STREAM, k)
-        s = scores_of(score(cand), column)
+        with decisions.scope(f"calibration draw {k}"):
+            s = scores_of(score(cand), column)
         maxima.append(float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf)
     null_max = max(maxima) if maxima else -math.inf
     finite = math.isfinite(null_max)
     out = {"threshold": null_max, "null_max": null_max if finite else None,
            "draw_maxima": [x if math.isfinite(x) else None for x in maxima], "pool_size": pool_size(problem),
-           "candidates": m}
+           "candidates": m,
+           "borderline": None if guide is None else [b for k, b in guide.seen.items() if k not in before]}
+    if guide is not None and guide.flips_in("calibration"):
+        return out
     if len(_THRESHOLDS) > 64:
         _THRESHOLDS.clear()
     _THRESHOLDS[key] = out
@@ -163,7 +174,7 @@ def calibrated_column(resolved: ResolvedProtocol) -> str:
 
 def calibrated_flags(scores: np.ndarray, threshold: float) -> np.ndarray:
     """(n,) training images whose score is strictly above the threshold (unmatched: never)."""
-    return np.nan_to_num(scores, nan=-np.inf) > threshold
+    return decisions.above(scores, threshold, "reconstructed_calibrated")
 
 
 def numeric_summary(summary: dict[str, Any]) -> dict[str, float]:

@@ -8,7 +8,11 @@ reproduced exactly. ``reconbench evaluate`` and suite runners call it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from reconbench.errors import ReconbenchError
+from reconbench.evaluation import decisions
 from reconbench.evaluation.recorded import absent_options
 from reconbench.provenance import config_hash, portable_path, provenance, write_json
 from reconbench.targets.cache import cache_dir
@@ -57,9 +62,30 @@ def read_candidates(result_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def card_hashes(data: dict[str, Any]) -> dict[str, Any]:
+    """What identifies a card: its recipe key (the hash of what it was trained on, and how) and, when the card
+    records it, the sha256 of its scored content (recipe, problem, shapes, the weights file's hash)."""
+    return {"recipe_key": data.get("recipe_key"), "content_sha256": data.get("content_sha256")}
+
+
+def check_card_matches(result_dir: Path, result: dict[str, Any], card: Any) -> None:
+    """Refuse a card other than the one the result was produced with (by recipe key and, if recorded, content hash)."""
+    target = result.get("target") or {}
+    want = {"recipe_key": target.get("recipe_key"), "content_sha256": target.get("card_sha256")}
+    have = card_hashes(card.data)
+    if any(want[k] is not None and want[k] != have[k] for k in want):
+        def show(h: dict[str, Any]) -> str:
+            sha = f", content sha256 {str(h['content_sha256'])[:16]}" if h["content_sha256"] else ""
+            return f"recipe {h['recipe_key']}{sha}"
+        raise ReconbenchError(f"the card {card.path} ({show(have)}) is not the card {result_dir} was produced with "
+                              f"({show(want)}); pass that card with --model, or drop --model")
+
+
 def locate_card(result_dir: Path, result: dict[str, Any], explicit: str | None) -> Any:
     if explicit:
-        return load_card(explicit)
+        card = load_card(explicit)
+        check_card_matches(result_dir, result, card)
+        return card
     recorded = result["target"].get("card")
     if not recorded:
         raise ReconbenchError(f"{result_dir / 'result.json'} records no model card; pass --model CARD_DIR")
@@ -88,28 +114,126 @@ def pinned_protocol(overrides: dict[str, Any], stored_evaluation: dict[str, Any]
     return {**pinned, **absent_options(recorded, pinned)}
 
 
-def differences(stored: dict[str, Any], new: dict[str, Any], limit: int = 5) -> list[str]:
-    """Where a fresh evaluation differs from the stored one (exact comparison)."""
-    out: list[str] = []
+@dataclass(frozen=True)
+class Mismatch:
+    """A stored number that a fresh evaluation does not reproduce: where, both values, and why it is not rounding."""
 
-    def walk(a: Any, b: Any, where: str) -> None:
-        if len(out) >= limit:
-            return
+    where: str
+    stored: Any
+    fresh: Any
+    note: str = ""
+
+    def describe(self) -> str:
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.where}: stored {_short(self.stored)}, re-scored {_short(self.fresh)}{note}"
+
+
+def _short(v: Any, n: int = 80) -> str:
+    text = repr(v)
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+@dataclass
+class Reproduction:
+    """The outcome of re-scoring stored numbers: failures, the borderline decisions of the fresh evaluation and the
+    stored numbers that differ only through them ("borderline, agrees within rounding")."""
+
+    mismatches: list[Mismatch]
+    borderline: list[decisions.Borderline]
+    explained: list[Mismatch]
+    fresh: dict[str, Any]
+
+
+def evaluation_terms(problem: Any, n_candidates: int) -> int:
+    """The largest reduction of an evaluation (values of one image, candidates, training images): the N of
+    :func:`reconbench.evaluation.decisions.score_tolerance`."""
+    return max(math.prod(problem.image_shape), int(n_candidates), int(problem.n), 1)
+
+
+def close(a: Any, b: Any, rtol: float) -> bool:
+    """Equal, with numbers within ``rtol * max(1, |a|, |b|)`` (the rounding tolerance of ``decisions.py``);
+    booleans, strings and None exactly; NaN equals NaN."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k], rtol) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(close(x, y, rtol) for x, y in zip(a, b, strict=True))
+    if isinstance(a, bool) or isinstance(b, bool) or not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+        return bool(a == b)
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    fa, fb = float(a), float(b)
+    if math.isnan(fa) or math.isnan(fb):
+        return math.isnan(fa) and math.isnan(fb)
+    return fa == fb or abs(fa - fb) <= rtol * max(1.0, abs(fa), abs(fb))
+
+
+def margin_note(fresh: dict[str, Any], key: str, stored: Any, new: Any, rtol: float) -> str:
+    """Why a difference is not rounding: for a count, the decision of the fresh evaluation nearest its threshold;
+    for a number, the difference against the tolerance."""
+    column = f"{key}_margin"
+    margins = [abs(float(r[column])) for r in fresh.get("per_image") or [] if r.get(column) is not None]
+    if margins:
+        return (f"its decisions lie at least {min(margins):.3g} from their threshold, rounding tolerance "
+                f"{rtol:.2g}: not a rounding difference")
+    if isinstance(stored, (int, float)) and isinstance(new, (int, float)) and not isinstance(stored, bool):
+        scale = max(1.0, abs(float(stored)), abs(float(new)))
+        return f"differs by {abs(float(stored) - float(new)):.3g}, rounding tolerance {rtol * scale:.2g}"
+    return ""
+
+
+def reproduce(run: Callable[[], dict[str, Any]], compare: Callable[[dict[str, Any]], list[Mismatch]],
+              n_terms: int, max_alternatives: int = 32) -> Reproduction:
+    """Re-score with ``run`` noting borderline decisions; each stored number that ``compare`` finds different must
+    be reproduced by re-scoring with borderline decisions flipped (all of them, or one at a time), else it fails."""
+    with decisions.guided(n_terms) as guide:
+        fresh = run()
+    mismatches = compare(fresh)
+    seen = list(guide.seen.values())
+    if not mismatches or not seen:
+        return Reproduction(mismatches, seen, [], fresh)
+    remaining = {m.where: m for m in mismatches}
+    explained: list[Mismatch] = []
+    alternatives: list[dict[str, Any]] = [{"flip_all": True}]
+    alternatives += [{"flip": frozenset({b.key})} for b in seen[:max_alternatives]]
+    for alt in alternatives:
+        with decisions.guided(n_terms, **alt):
+            still = {m.where for m in compare(run())}
+        for where in [w for w in remaining if w not in still]:
+            explained.append(dataclasses.replace(remaining.pop(where), note="it differs only through decisions "
+                                                 "within rounding of their thresholds"))
+        if not remaining:
+            break
+    return Reproduction(list(remaining.values()), seen, explained, fresh)
+
+
+def compare_evaluation(stored: dict[str, Any], new: dict[str, Any], rtol: float) -> list[Mismatch]:
+    """Where a fresh evaluation differs from the stored one beyond rounding (numbers to ``rtol``, the rest exactly).
+    A per-image column or null field that the stored evaluation lacks (added since) is not a stored number."""
+    out: list[Mismatch] = []
+
+    def walk(a: Any, b: Any, where: str, key: str) -> None:
         if isinstance(a, dict) and isinstance(b, dict):
             for k in sorted(set(a) | set(b), key=str):
+                if k not in a and not where.startswith("summary"):
+                    continue  # recorded since (e.g. a decision's margin column)
                 if k not in a or k not in b:
-                    out.append(f"{where}.{k}: {'missing in stored' if k not in a else 'missing now'}")
+                    out.append(Mismatch(f"{where}.{k}", a.get(k, "<missing>"), b.get(k, "<missing>")))
                 else:
-                    walk(a[k], b[k], f"{where}.{k}")
+                    walk(a[k], b[k], f"{where}.{k}", str(k))
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
             for i, (x, y) in enumerate(zip(a, b, strict=True)):
-                walk(x, y, f"{where}[{i}]")
-        elif a != b:
-            out.append(f"{where}: stored {a!r}, now {b!r}")
+                walk(x, y, f"{where}[{i}]", key)
+        elif not close(a, b, rtol):
+            out.append(Mismatch(where, a, b, margin_note(new, key, a, b, rtol) if where.startswith("summary") else ""))
 
-    for key in COMPARED:
-        walk(stored.get(key), new.get(key), key)
+    for part in COMPARED:
+        walk(stored.get(part), new.get(part), part, part)
     return out
+
+
+def differences(stored: dict[str, Any], new: dict[str, Any], limit: int = 5, rtol: float = 0.0) -> list[str]:
+    """Where a fresh evaluation differs from the stored one (``rtol`` 0: exact comparison)."""
+    return [m.describe() for m in compare_evaluation(stored, new, rtol)[:limit]]
 
 
 def rescore(result_dir: str | Path, overrides: dict[str, Any] | None = None, *, model_card: str | None = None,
@@ -135,13 +259,28 @@ def rescore(result_dir: str | Path, overrides: dict[str, Any] | None = None, *, 
     target = Path(out_dir) if out_dir else folder / "evaluations" / config_hash(merged)
     same_protocol = merged == stored_overrides
     protocol = pinned_protocol(merged, result.get("evaluation")) if same_protocol else merged
-    evaluation = evaluate(problem, pooled["candidates"], family=str(result["target"]["family"]), protocol=protocol,
-                          labels=pooled.get("labels"), run_ids=pooled.get("run_ids"), x0=pooled.get("x0"),
-                          card=card, out_dir=target, quiet=quiet)
-    diff = differences(result.get("evaluation") or {}, evaluation) if same_protocol else []
+
+    def run() -> dict[str, Any]:
+        return evaluate(problem, pooled["candidates"], family=str(result["target"]["family"]), protocol=protocol,
+                        labels=pooled.get("labels"), run_ids=pooled.get("run_ids"), x0=pooled.get("x0"),
+                        card=card, out_dir=target, quiet=quiet)
+
+    n_terms = evaluation_terms(problem, int(pooled["candidates"].shape[0]))
+    rtol = decisions.score_tolerance(n_terms)
+    stored = result.get("evaluation") or {}
+    if same_protocol and stored:
+        outcome = reproduce(run, lambda ev: compare_evaluation(stored, ev, rtol), n_terms)
+        evaluation = outcome.fresh
+    else:
+        outcome, evaluation = None, run()
+    diff = [m.describe() for m in outcome.mismatches] if outcome else []
     record = {"kind": "reconbench-evaluation/1", "result_dir": portable_path(folder), "card": portable_path(card.path),
-              "protocol_overrides": merged, "stored_protocol": same_protocol,
+              "card_hashes": card_hashes(card.data), "protocol_overrides": merged, "stored_protocol": same_protocol,
               "reproduces_stored": (not diff) if same_protocol else None, "differences": diff,
+              "tolerance": {"relative": rtol, "reductions_of": n_terms,
+                            "derivation": "reconbench.evaluation.decisions (float64 rounding of the scores)"},
+              "borderline": [b.describe() for b in outcome.borderline] if outcome else [],
+              "borderline_differences": [m.describe() for m in outcome.explained] if outcome else [],
               "evaluation": evaluation, "provenance": provenance(merged, "cpu", "float64")}
     write_json(target / "evaluation.json", record)
     record["path"] = str(target / "evaluation.json")

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from reconbench.evaluation import decisions
+
 
 def top_k_mean(scores: np.ndarray, k: int) -> float:
     """Mean of the k highest scores, NaN (unmatched) counting as 0; k is capped at the number of images."""
@@ -19,15 +21,18 @@ def top_k_mean(scores: np.ndarray, k: int) -> float:
 
 def threshold_summary(scores: np.ndarray, threshold: float, k: int, column: str,
                       suffix: str = "") -> tuple[dict[str, Any], dict[str, list[Any]]]:
-    """Headline numbers and per-image columns for a higher-is-better score (NaN = unmatched)."""
-    good = ~np.isnan(scores) & (np.nan_to_num(scores, nan=-np.inf) > threshold)
+    """Headline numbers and per-image columns for a higher-is-better score (NaN = unmatched): the score, the decision
+    ``reconstructed{suffix}`` (score > threshold) and its margin ``reconstructed{suffix}_margin`` (score - threshold),
+    which says how near rounding could bring the decision (``decisions.py``)."""
+    good = decisions.above(scores, threshold, f"reconstructed{suffix}")
     matched = ~np.isnan(scores)
     summary: dict[str, Any] = {
         f"reconstructed{suffix}": int(good.sum()),
         f"top_k_mean_{column}": top_k_mean(scores, k),
         f"mean_{column}_matched": float(scores[matched].mean()) if matched.any() else None,
     }
-    per_image: dict[str, list[Any]] = {column: column_values(scores), f"reconstructed{suffix}": [bool(g) for g in good]}
+    per_image: dict[str, list[Any]] = {column: column_values(scores), f"reconstructed{suffix}": [bool(g) for g in good],
+                                       f"reconstructed{suffix}_margin": column_values(scores - threshold)}
     return summary, per_image
 
 

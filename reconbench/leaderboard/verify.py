@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ from safetensors.torch import load_file
 
 from reconbench.bench.cells import CELL_FORMAT
 from reconbench.bench.runner import STATUS_OK, null_record, score_selection
+from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
-from reconbench.evaluation.rescore import pinned_protocol
+from reconbench.evaluation import decisions
+from reconbench.evaluation.rescore import Mismatch, close, evaluation_terms, margin_note, pinned_protocol, reproduce
 from reconbench.leaderboard.privacy import privacy_tables, render_privacy
 from reconbench.leaderboard.render import render_readme
 from reconbench.leaderboard.tables import collect
@@ -117,55 +120,162 @@ def stored_cells(leaderboard: Path) -> list[str]:
     return sorted(p.stem for p in (leaderboard / "candidates").glob("*.safetensors"))
 
 
-def rescore_cell(
-    leaderboard: Path, cell_id: str, *, data_root: str | None = None, rtol: float = 1e-9, atol: float = 1e-12
-) -> list[str]:
-    """Mismatches between a cell JSON and a fresh evaluation (empty: every stored number reproduced)."""
+@dataclass
+class CellCheck:
+    """The re-scoring of one stored cell: failures, borderline decisions seen, stored numbers that differ only
+    through them, and the tolerance used."""
+
+    problems: list[str] = field(default_factory=list)
+    borderline: list[str] = field(default_factory=list)
+    explained: list[str] = field(default_factory=list)
+    rtol: float = 0.0
+
+
+def rescore_cell(leaderboard: Path, cell_id: str, *, data_root: str | None = None) -> list[str]:
+    """Mismatches between a cell JSON and a fresh evaluation (empty: every stored number reproduced, counts exactly
+    or through decisions within rounding of their thresholds)."""
+    return check_cell(leaderboard, cell_id, data_root=data_root).problems
+
+
+def check_cell(leaderboard: Path, cell_id: str, *, data_root: str | None = None) -> CellCheck:
+    """Re-score a stored cell's selections and compare every stored number (see :func:`rescore_cell`)."""
     path = leaderboard / "cells" / f"{cell_id}.json"
     rec = read_json(path, f"cell {cell_id}")
     try:
-        return _rescore(leaderboard, cell_id, rec, data_root, rtol, atol)
+        return _rescore(leaderboard, cell_id, rec, data_root)
     except (KeyError, TypeError, AttributeError, IndexError) as exc:
         raise _malformed(path, exc) from None
 
 
-def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: str | None, rtol: float,
-             atol: float) -> list[str]:
+def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: str | None) -> CellCheck:
     if rec["status"] != STATUS_OK:
-        return [f"{cell_id}: status {rec['status']}, nothing to re-score"]
+        return CellCheck(problems=[f"{cell_id}: status {rec['status']}, nothing to re-score"])
+    problem, pooled, protocol, family, card = rescore_inputs(leaderboard, rec, data_root)
+    out = CellCheck()
+    for name, sel in rec["selections"].items():
+        run = None if name == "pool" else sel.get("run")
+        if name != "pool" and run is None:
+            continue
+        n_candidates = int(len(pooled["run_ids"]) if run is None else (pooled["run_ids"] == run).sum())
+        n_terms = evaluation_terms(problem, n_candidates)
+        rtol = decisions.score_tolerance(n_terms)
+        out.rtol = max(out.rtol, rtol)
+
+        def run_selection(run: int | None = run) -> dict[str, Any]:
+            return score_selection(problem, pooled, run, family=family, protocol=protocol, card=card)
+
+        def compare(ev: dict[str, Any], name: str = name, sel: dict[str, Any] = sel,
+                    rtol: float = rtol) -> list[Mismatch]:
+            return compare_selection(f"{cell_id} [{name}]", sel, ev, rtol)
+
+        outcome = reproduce(run_selection, compare, n_terms)
+        out.problems += [m.describe() for m in outcome.mismatches]
+        out.borderline += [f"{cell_id} [{name}] {b.describe()}" for b in outcome.borderline]
+        out.explained += [m.describe() for m in outcome.explained]
+    return out
+
+
+def rescore_inputs(leaderboard: Path, rec: dict[str, Any], data_root: str | None
+                   ) -> tuple[Any, dict[str, Any], dict[str, Any], str, ModelCard]:
+    """What re-scoring a stored cell needs: the problem rebuilt from the published card, the stored candidates, the
+    protocol the cell computed, the model family and the card."""
     card_path = leaderboard / "targets" / f"{rec['target']['recipe_key']}.json"
     card_data = read_json(card_path, "model card")
     check_card_data(card_data, card_path)
     card = ModelCard(path=leaderboard / "targets", data=card_data)
     problem = card.problem(data_root)
-    pooled = load_file(str(leaderboard / "candidates" / f"{cell_id}.safetensors"))
+    pooled = load_file(str(leaderboard / "candidates" / f"{rec['cell_id']}.safetensors"))
     protocol = pinned_protocol(rec["protocol"], rec.get("evaluation"))  # the metrics the cell computed
-    family = rec["target"]["recipe"]["family"]
-    problems: list[str] = []
-    for name, sel in rec["selections"].items():
-        run = None if name == "pool" else sel.get("run")
-        if name != "pool" and run is None:
-            continue
-        evaluation = score_selection(problem, pooled, run, family=family, protocol=protocol, card=card)
-        fresh = evaluation["summary"]
-        stored = sel.get("summary") or {}
-        if "null" in sel and not _close(sel["null"], null_record(evaluation), rtol, atol):
-            problems.append(f"{cell_id} [{name}] null: the stored held-out null differs from a fresh one")
-        # A metric that is unavailable here or was unavailable there (LPIPS without its backbone weights or package)
-        # depends on the environment, not on the candidates: it is not a stored number to check.
-        env_dependent = {k for d in (stored, fresh) for k, v in d.items() if v == "unavailable"}
-        env_dependent |= {f"{k}_unavailable_reason" for k in env_dependent}
-        stored = {k: v for k, v in stored.items() if k not in env_dependent}
-        fresh = {k: v for k, v in fresh.items() if k not in env_dependent}
-        for key, value in stored.items():
-            if key not in fresh:
-                problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, not produced by the evaluation now")
-            elif not _close(value, fresh[key], rtol, atol):
-                problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, re-scored {fresh[key]!r}")
-        # a cell scored before the held-out null existed stores fewer keys: its stored numbers are still checked
-        if "null" in sel:
-            for key in fresh.keys() - stored.keys():
-                problems.append(f"{cell_id} [{name}] {key}: produced by the evaluation now but not stored")
+    return problem, pooled, protocol, rec["target"]["recipe"]["family"], card
+
+
+def compare_selection(where: str, sel: dict[str, Any], evaluation: dict[str, Any], rtol: float) -> list[Mismatch]:
+    """The stored numbers of one selection (summary, held-out null) that a fresh evaluation does not reproduce."""
+    fresh = evaluation["summary"]
+    stored = sel.get("summary") or {}
+    problems: list[Mismatch] = []
+    if "null" in sel:
+        null_now = null_record(evaluation)
+        for key, value in _flat(sel["null"]).items():
+            new = _flat(null_now).get(key, "<missing>")
+            if not close(value, new, rtol):
+                problems.append(Mismatch(f"{where} null.{key}", value, new, margin_note(evaluation, key, value, new,
+                                                                                         rtol)))
+    # A metric that is unavailable here or was unavailable there (LPIPS without its backbone weights or package)
+    # depends on the environment, not on the candidates: it is not a stored number to check.
+    env_dependent = {k for d in (stored, fresh) for k, v in d.items() if v == "unavailable"}
+    env_dependent |= {f"{k}_unavailable_reason" for k in env_dependent}
+    stored = {k: v for k, v in stored.items() if k not in env_dependent}
+    fresh = {k: v for k, v in fresh.items() if k not in env_dependent}
+    for key, value in stored.items():
+        if key not in fresh:
+            problems.append(Mismatch(f"{where} {key}", value, "<not produced by the evaluation now>"))
+        elif not close(value, fresh[key], rtol):
+            problems.append(Mismatch(f"{where} {key}", value, fresh[key],
+                                     margin_note(evaluation, key, value, fresh[key], rtol)))
+    # a cell scored before the held-out null existed stores fewer keys: its stored numbers are still checked
+    if "null" in sel:
+        for key in fresh.keys() - stored.keys():
+            problems.append(Mismatch(f"{where} {key}", "<not stored>", fresh[key]))
+    return problems
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested record as ``{"a.b.c": value}`` (lists kept whole)."""
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+@dataclass
+class RecordCheck:
+    """Fields shown on a board that re-scoring cannot re-derive, checked against what binds them."""
+
+    problems: list[str] = field(default_factory=list)
+    sealed: int = 0
+    unsealed: int = 0
+
+
+def check_records(leaderboard: Path) -> RecordCheck:
+    """Every cell's seal (when it has one), its attack time against the sum of its runs' times, and its target's
+    training metrics against the published model card (``bench/seal.py`` says what each binding guarantees)."""
+    out = RecordCheck()
+    for path in sorted((leaderboard / "cells").glob("*.json")):
+        rec = read_json(path, f"cell {path.stem}")
+        try:
+            out.problems += _record_problems(leaderboard, path.stem, rec)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise _malformed(path, exc) from None
+        if rec.get(SEAL_FIELD) is None:
+            out.unsealed += 1
+        else:
+            out.sealed += 1
+    return out
+
+
+def _record_problems(leaderboard: Path, cell_id: str, rec: dict[str, Any]) -> list[str]:
+    problems = []
+    if (why := seal_problem(rec)) is not None:
+        problems.append(f"cell {cell_id}: {why}")
+    if rec.get("status") != STATUS_OK:
+        return problems
+    runs_seconds = float(sum(r.get("seconds", 0.0) for r in rec["runs"]))
+    if rec.get("attack_seconds") != runs_seconds:
+        problems.append(f"cell {cell_id}: attack_seconds {rec.get('attack_seconds')!r} is not the sum of its runs' "
+                        f"seconds ({runs_seconds!r}); the cell was edited, restore it or run it again")
+    card_path = leaderboard / "targets" / f"{rec['target']['recipe_key']}.json"
+    if card_path.exists():
+        card = read_json(card_path, "model card")
+        want = {k: v for k, v in (card.get("metrics") or {}).items() if k != "margins"}
+        shown = rec["target"].get("train_metrics") or {}
+        edited = sorted(k for k in want.keys() | shown.keys() if not close(want.get(k), shown.get(k), 0.0))
+        if edited:
+            k = edited[0]
+            problems.append(f"cell {cell_id}: target train_metrics.{k} is {shown.get(k)!r}, its model card "
+                            f"{card_path.name} records {want.get(k)!r}; restore the cell or the card")
     return problems
 
 
