@@ -13,7 +13,7 @@ from typing import Any, Literal
 import torch
 
 from reconbench import plugins
-from reconbench.config import Limit, check_value, option
+from reconbench.config import MAX_SEED, Limit, check_value, option
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.progress import Progress
 from reconbench.targets.certificate import certificate
@@ -41,7 +41,7 @@ class TrainSpec:
     schedule_cap: float = option(1e4, "inverse_loss: the largest lr multiplier", ge=1)
     stop_loss: float = option(0.0, "stop early once the training loss falls below this (0: never)", ge=0)
     eval_every: int = option(1000, "record train/test metrics every this many steps", ge=1)
-    seed: int = option(0, "seed of the weight initialisation")
+    seed: int = option(0, "seed of the weight initialisation", ge=0, le=MAX_SEED)
 
 
 @dataclass(frozen=True)
