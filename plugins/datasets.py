@@ -31,6 +31,8 @@ CIFAR_ARCHIVES = {
     "cifar100": ("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85", "cifar-100-python"),
 }
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/"
+#: the most classes an npz file's labels may number (class names are made for 0..K-1; ImageNet-21k has 21,841)
+MAX_NPZ_CLASSES = 1_000_000
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -153,6 +155,10 @@ class Npz(DatasetSource):
             p = Path(data_root) / p
         if not p.exists():
             raise DataError(f"npz file {p} does not exist; check the path (relative paths start at --data-root)")
+        if p.is_file() and not _starts_with(p, b"PK"):  # an .npz is a zip archive of .npy files
+            kind = "a single .npy array" if _starts_with(p, b"\x93NUMPY") else "not an .npz archive"
+            raise DataError(f"{p} is {kind}; the npz data set reads an .npz file written by np.savez(path, "
+                            "images=..., labels=...)")
         try:
             with np.load(p, allow_pickle=False) as z:
                 if "images" not in z or "labels" not in z:
@@ -171,12 +177,24 @@ class Npz(DatasetSource):
         if len(labels) and labels.min() < 0:
             raise DataError(f"{p}: labels must be class indices 0..K-1, but the smallest is {int(labels.min())}; "
                             "renumber the classes from 0")
+        if classes is None and len(labels) and labels.max() >= MAX_NPZ_CLASSES:
+            raise DataError(f"{p}: label {int(labels.max())} would make {int(labels.max()) + 1:,} classes; labels are "
+                            f"class indices 0..K-1 with K at most {MAX_NPZ_CLASSES:,}: renumber them "
+                            "(np.unique(labels, return_inverse=True)[1])")
         if classes is None:
             classes = [str(c) for c in range(int(labels.max()) + 1 if len(labels) else 0)]
         elif len(labels) and labels.max() >= len(classes):
             raise DataError(f"{p}: label {int(labels.max())} is outside the {len(classes)} declared `classes`; "
                             "fix the labels or list every class")
         return ImageData(f"npz:{path}", images, labels.astype(np.int64), classes, str(p))
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(magic)) == magic
+    except OSError:
+        return False
 
 
 def to_nchw(images: np.ndarray, where: str) -> np.ndarray:

@@ -25,7 +25,8 @@ from reconbench.targets.problems import Problem
 # -- before release -------------------------------------------------------------------------------------------
 @dataclass
 class WeightNoiseConfig:
-    relative_std: float = option(0.01, "noise std as a fraction of each tensor's RMS value", ge=0)
+    relative_std: float = option(0.01, "noise std as a fraction of each tensor's RMS value (at 1000 the weights are "
+                                 "already pure noise; larger values only overflow)", ge=0, le=1e3)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class MagnitudePrune(Defense):
 
 @dataclass
 class QuantiseConfig:
-    bits: int = option(8, "bits of the signed integer grid (8: int8, levels -127..127)")
+    bits: int = option(8, "bits of the signed integer grid (8: int8, levels -127..127)", ge=2, le=16)
     per_channel: bool = option(False, "one scale per output channel (first dimension) instead of per tensor")
 
 
@@ -123,7 +124,7 @@ class WeightDecay(Defense):
 
 @dataclass
 class EarlyStopConfig:
-    loss_threshold: float = option(0.1, "stop once the training loss falls below this (0: never)")
+    loss_threshold: float = option(0.1, "stop once the training loss falls below this (0: never)", ge=0)
     max_fraction: float = option(1.0, "stop after at most this fraction of the recipe's step budget", gt=0, le=1)
 
 
@@ -153,7 +154,7 @@ class EarlyStopping(Defense):
 
 @dataclass
 class LabelSmoothingConfig:
-    smoothing: float = option(0.1, "epsilon: targets (1 - eps) * one_hot + eps / K (K = 2 for binary)")
+    smoothing: float = option(0.1, "epsilon: targets (1 - eps) * one_hot + eps / K (K = 2 for binary)", ge=0, lt=1)
 
 
 def smoothed_ce(eps: float) -> Any:

@@ -18,6 +18,11 @@ from reconbench.errors import ReconbenchError
 
 T = TypeVar("T")
 
+#: the integers an option may hold: what a 64-bit signed integer (torch, numpy) can represent
+INT64 = (-(2**63), 2**63 - 1)
+#: the seeds reconbench accepts (numpy's and torch's generators take them; derived seeds stay below 2**63)
+MAX_SEED = 2**32 - 1
+
 
 @dataclass(frozen=True)
 class Limit:
@@ -93,6 +98,9 @@ def check_value(value: Any, limit: Limit | None, where: str, help_text: str = ""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     what = f" ({help_text})" if help_text else ""
+    if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+        rng = f"; it must be {limit.describe()}" if limit else f"; pass a value of at most {INT64[1]:.3g}"
+        raise ReconbenchError(f"{where}: {_short_number(value)} is outside the 64-bit integer range{what}{rng}")
     if isinstance(value, float) and not math.isfinite(value):
         rng = f" {limit.describe()}" if limit else ""
         raise ReconbenchError(f"{where}: {value!r} is not a finite number{what}; pass a finite value{rng}")
@@ -134,13 +142,21 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         return dict(value)
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ReconbenchError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
-        return float(value)
+            raise ReconbenchError(f"{where}: expected a number, got {type(value).__name__} {_short(value)}")
+        try:
+            return float(value)
+        except OverflowError:
+            raise ReconbenchError(f"{where}: {_short_number(value)} is beyond the float64 range (about 1.8e308); "
+                                  "pass a smaller number") from None
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ReconbenchError(f"{where}: expected an integer, got {type(value).__name__} {value!r}")
+                value = int(value)
+            else:
+                raise ReconbenchError(f"{where}: expected an integer, got {type(value).__name__} {_short(value)}")
+        if not INT64[0] <= value <= INT64[1]:
+            raise ReconbenchError(f"{where}: {_short_number(value)} is outside the 64-bit integer range; pass a "
+                                  f"value of at most {INT64[1]:.3g}")
         return value
     if annotation is bool:
         if not isinstance(value, bool):
@@ -151,6 +167,19 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             raise ReconbenchError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
         return value
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _short_number(value: int | float) -> str:
+    """A huge integer as 1.00e+99 rather than its hundred digits (also beyond the float range)."""
+    if not isinstance(value, int) or abs(value) < 10**15:
+        return repr(value)
+    digits = str(abs(value))
+    return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
 
 
 def build_config(cls: type[T], values: dict[str, Any] | None, owner: str = "config") -> T:

@@ -39,7 +39,25 @@ from reconbench.targets.cache import cache_dir
 from reconbench.targets.data_files import data_root as resolve_data_root
 
 ENV_PREFIX = "RECONBENCH_"  # forwarded to the workers of a cluster this process connects to
+PROBE_SECONDS = 3.0  # how long a cluster address may take to accept a connection
 LOCAL_OBJECT_STORE_BYTES = 256 * 2**20  # a local instance moves only small records; Ray's default takes 30% of RAM
+
+
+def head_endpoint(address: str | None) -> tuple[str, int] | None:
+    """(host, port) of a cluster address to probe: ``host:port`` (the head's GCS) or ``ray://host[:port]`` (the Ray
+    client server, port 10001 by default); None for ``auto``, ``local`` or no address (Ray finds or starts those)."""
+    if not address or address in ("auto", "local"):
+        return None
+    client = address.startswith("ray://")
+    rest = address.removeprefix("ray://").split("/", 1)[0]
+    host, sep, port = rest.rpartition(":")
+    if not sep:
+        host, port = rest, "10001" if client else "6379"
+    host = host.strip("[]")  # [::1]:6379
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SuiteError(f"--address {address!r} is not a Ray address; pass HOST:PORT (the head node's GCS, e.g. "
+                         "10.0.0.1:6379), ray://HOST:10001, or auto")
+    return host, int(port)
 
 
 def _ray() -> Any:
@@ -97,11 +115,27 @@ class RayExecutor:
         self._connected_here = False
 
     # -- connecting -----------------------------------------------------------------------------------
+    def check_address(self) -> None:
+        """Refuse an address where nothing listens, in seconds and in one line (Ray itself would retry for minutes
+        and log each try)."""
+        where = head_endpoint(self.address)
+        if where is None:
+            return
+        try:
+            socket.create_connection(where, timeout=PROBE_SECONDS).close()
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise SuiteError(
+                f"no Ray cluster answers at --address {self.address} ({reason}); start it (`ray start --head` on the "
+                "head node), correct the address, or leave out --address for a local instance"
+            ) from None
+
     def _connect(self) -> Any:
         ray = _ray()
         if ray.is_initialized():
             return ray
         if self.address:
+            self.check_address()
             env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
             try:
                 ray.init(address=self.address, runtime_env={"env_vars": env}, logging_level=logging.WARNING)

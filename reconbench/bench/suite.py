@@ -31,14 +31,14 @@ import hashlib
 import re
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 import tomllib
 
 from reconbench import plugins
 from reconbench.bench.toml_lines import KeyLines
-from reconbench.config import _coerce, build_config
+from reconbench.config import MAX_SEED, _coerce, build_config
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.targets.problems import RECORDED_WITHOUT_ORDER, ProblemSpec
 from reconbench.targets.training import TargetRecipe, TrainSpec
@@ -248,6 +248,19 @@ class _Checker:
                 msg = f"element {msg}" if msg.startswith("[") else msg
             raise self.fail(keys, msg) from None
 
+    def seeds(self, value: Any, keys: tuple[Any, ...]) -> tuple[int, ...]:
+        """A list of seeds, each in the range the command line accepts for --seed."""
+        items = self.typed(value, list[int], keys)
+        for i, seed in enumerate(items):
+            if not 0 <= seed <= MAX_SEED:
+                raise self.fail((*keys, i), f"seed {seed} is out of range; seeds are whole numbers from 0 to {MAX_SEED:,}")
+        return tuple(items)
+
+    def counts(self, value: int | None, keys: tuple[Any, ...]) -> None:
+        """A number of candidates: at least 1, as --candidates (absent: 2n)."""
+        if value is not None and value < 1:
+            raise self.fail(keys, f"must be at least 1, got {value} (leave it out for the default 2n)")
+
     def name(self, value: str, keys: tuple[Any, ...]) -> str:
         if not NAME_RE.match(value) or set(value) == {"."}:  # "." and ".." would name a folder outside the results
             raise self.fail(keys, f"name {value!r} may use only letters, digits and _ . + - and not be . or .. "
@@ -346,6 +359,8 @@ def recipe_from_table(table: dict[str, Any], chk: _Checker, keys: tuple[Any, ...
     for k, v in table.items():
         section, name, ann = TARGET_KEYS[k]
         v = chk.typed(v, ann, (*keys, k))
+        if isinstance(v, str) and not v.strip() and section != "meta":  # "" would silently mean the default
+            raise chk.fail((*keys, k), "is empty; give a value, or leave the key out for its default")
         if section == "meta":
             continue
         if section == "recipe":
@@ -365,10 +380,25 @@ def recipe_from_table(table: dict[str, Any], chk: _Checker, keys: tuple[Any, ...
         raise chk.fail((*keys, "family"), str(exc)) from None
     if "widths" in d["model"] and "widths" in table.get("model", {}):
         raise chk.fail((*keys, "model", "widths"), "widths is given twice (as `widths` and in `model`); keep one")
+    if "dataset" in table:
+        _check_dataset_path(table["dataset"], chk, (*keys, "dataset"))
     try:
-        return TargetRecipe.from_dict(d)
+        return TargetRecipe.from_dict(d).validate()  # the checks the command line makes, before any cell runs
     except ReconbenchError as exc:
         raise chk.fail(keys, str(exc)) from None
+
+
+def _check_dataset_path(ref: str, chk: _Checker, keys: tuple[Any, ...]) -> None:
+    """A suite names npz files inside the data folder: relative, without `..` (a shared suite file must not read
+    files elsewhere on the machine that runs it)."""
+    name, _, arg = ref.partition(":")
+    if name != "npz" or not arg:
+        return
+    parts = PurePosixPath(arg.replace("\\", "/"))
+    if parts.is_absolute() or arg.startswith("~") or ".." in parts.parts or PureWindowsPath(arg).drive:
+        raise chk.fail(keys, f"{ref!r} leaves the data folder; a suite names an npz file by its path inside the data "
+                             "folder (--data-root / $RECONBENCH_DATA), without `..` or an absolute path: move the file "
+                             "into the data folder")
 
 
 def _check_plugin_config(
@@ -441,10 +471,20 @@ def _columns(raw: list[dict], chk: _Checker, keys: tuple[Any, ...]) -> tuple[Col
     return tuple(cols)
 
 
+def read_suite_text(path: Path) -> str:
+    """The suite file's text; a file that is not UTF-8 text (a binary, say) is refused with its first bad byte."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"{display_path(path)} is not a text file (byte {raw[exc.start]:#04x} at offset {exc.start} is "
+                         "not UTF-8); a suite is a TOML file like reconbench/bench/suites/ci.toml") from None
+
+
 def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     """Read and validate a suite file. ``strict``: unregistered attacks / inits are errors, not warnings."""
     path = find_suite(str(name_or_path))
-    text = path.read_text()
+    text = read_suite_text(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -467,6 +507,8 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     grid = _read_grid(data, chk, targets, attacks, inits, seeds)
     comparisons = _read_comparisons(data, chk, targets, attacks, inits, seeds)
     privacy = privacy_axes(data, chk, targets, attacks, inits, seeds, strict, warnings)
+    if head.get("seed_targets", False):
+        _check_target_seeds(targets, grid, comparisons, privacy, chk)
     if not grid and not comparisons and not privacy:
         raise chk.fail(("grid",), "the suite runs nothing: add [[grid]] blocks or [comparisons.NAME] tables")
     return Suite(
@@ -493,6 +535,18 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     )
 
 
+def _check_target_seeds(targets: dict[str, TargetEntry], grid: tuple[GridBlock, ...], comparisons: tuple[Comparison, ...],
+                        privacy: tuple[PrivacyAxis, ...], chk: _Checker) -> None:
+    """With seed_targets, a cell trains with weight-init seed + its seed: that sum must be a seed too."""
+    groups: list[GridBlock | Comparison | PrivacyAxis] = [*grid, *comparisons, *privacy]
+    top = max((s for group in groups for s in group.seeds), default=0)
+    for name, entry in targets.items():
+        if entry.recipe.train.seed + top > MAX_SEED:
+            raise chk.fail(("targets", name.split("@")[0], "seed"),
+                           f"seed {entry.recipe.train.seed} plus the largest suite seed {top} (seed_targets = true) "
+                           f"exceeds {MAX_SEED:,}; lower the target's seed")
+
+
 def _read_head(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
     """The [suite] table, typed and range-checked."""
     head = chk.table(data.get("suite", {}), ("suite",))
@@ -500,6 +554,9 @@ def _read_head(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
     head = {k: chk.typed(v, SUITE_KEYS[k], ("suite", k)) for k, v in head.items()}
     if head.get("search_runs", 1) < 1:
         raise chk.fail(("suite", "search_runs"), f"must be at least 1, got {head['search_runs']}")
+    chk.counts(head.get("candidates"), ("suite", "candidates"))
+    if "seeds" in head:
+        chk.seeds(head["seeds"], ("suite", "seeds"))
     gate = head.get("max_stationarity_ratio")
     if gate is not None and not gate > 0:
         raise chk.fail(("suite", "max_stationarity_ratio"), f"must be positive, got {gate}")
@@ -548,6 +605,7 @@ def _read_attacks(data: dict[str, Any], chk: _Checker, head: dict[str, Any], str
         runs = t.get("search_runs", head.get("search_runs", 1))
         if runs < 1:
             raise chk.fail((*keys, "search_runs"), f"must be at least 1, got {runs}")
+        chk.counts(t.get("candidates"), (*keys, "candidates"))
         entry = AttackEntry(label, t.get("attack", label), dict(t.get("config", {})), runs,
                             t.get("candidates", head.get("candidates")))
         _check_plugin_config("attacks", entry.attack, entry.config, chk, keys, strict, warnings)
@@ -590,7 +648,7 @@ def _read_grid(data: dict[str, Any], chk: _Checker, targets: dict[str, TargetEnt
                 targets=chk.refs(block["targets"], targets, "target", (*keys, "targets")),
                 attacks=chk.refs(block["attacks"], attacks, "attack", (*keys, "attacks")),
                 inits=chk.refs(block.get("inits", "*"), inits, "init", (*keys, "inits")),
-                seeds=tuple(chk.typed(block["seeds"], list[int], (*keys, "seeds"))) if "seeds" in block else seeds,
+                seeds=chk.seeds(block["seeds"], (*keys, "seeds")) if "seeds" in block else seeds,
             )
         )
     return tuple(grid)
@@ -623,7 +681,7 @@ def _read_comparisons(data: dict[str, Any], chk: _Checker, targets: dict[str, Ta
                 variants=_variants(table, keys, chk, targets),
                 attacks=chk.refs(table["attacks"], attacks, "attack", (*keys, "attacks")),
                 inits=chk.refs(table.get("inits", "*"), inits, "init", (*keys, "inits")),
-                seeds=tuple(table["seeds"]) if "seeds" in table else seeds,
+                seeds=chk.seeds(table["seeds"], (*keys, "seeds")) if "seeds" in table else seeds,
             )
         )
     return tuple(comparisons)
@@ -770,7 +828,7 @@ def privacy_axes(data: dict[str, Any], chk: _Checker, targets: dict[str, TargetE
             points=tuple(points),
             attacks=chk.refs(table["attacks"], attacks, "attack", (*keys, "attacks")),
             inits=chk.refs(table.get("inits", "*"), inits, "init", (*keys, "inits")),
-            seeds=tuple(chk.typed(table["seeds"], list[int], (*keys, "seeds"))) if "seeds" in table else seeds,
+            seeds=chk.seeds(table["seeds"], (*keys, "seeds")) if "seeds" in table else seeds,
             null_attack=chk.refs([table["null_attack"]], attacks, "attack", (*keys, "null_attack"))[0]
             if "null_attack" in table else None,
             null_init=chk.refs([table["null_init"]], inits, "init", (*keys, "null_init"))[0] if "null_init" in table else None,

@@ -1,8 +1,12 @@
-"""The ``reconbench`` command line. Each command lives in its own module of this package."""
+"""The ``reconbench`` command line. Each command lives in its own module of this package.
+
+The command modules (and torch with them) are imported inside :func:`main`, so that Ctrl-C during start-up ends with
+one line like any other interruption."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import time
@@ -11,18 +15,7 @@ import warnings
 
 import click
 
-# the command modules register themselves on import
-from reconbench.cli import (  # noqa: F401
-    bench_cmd,
-    common,
-    evaluate_cmd,
-    leaderboard_cmd,
-    plugins_cmd,
-    run_cmd,
-    site_cmd,
-    train_cmd,
-)
-from reconbench.cli.common import main_group
+from reconbench.cli import common
 from reconbench.errors import ReconbenchError
 
 #: exit status of a user error (bad option, file, data) and of an internal error (a bug)
@@ -46,12 +39,45 @@ def write_trace(exc: BaseException) -> str | None:
         return None
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """An allocation that failed: Python's MemoryError, torch's CPU allocator or CUDA out of memory."""
+    text = str(exc)
+    return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or "can't allocate memory" in text or "CUDA out of memory" in text)
+
+
+def allocation(exc: BaseException) -> str:
+    """What the failed allocation asked for, e.g. 'tried to allocate 2.5 PiB', else the exception's first words."""
+    from reconbench.preflight import format_bytes
+
+    found = re.search(r"tried to allocate (\d+) bytes", str(exc))
+    if found:
+        return f"tried to allocate {format_bytes(int(found.group(1)))}"
+    return one_line(str(exc))[:200] or type(exc).__name__
+
+
 def interrupt_hint() -> str:
     """What to type to continue after Ctrl-C: `bench` needs --resume, `run` resumes its folder by itself."""
     args = common.ARGV
     if args[:1] == ["bench"] and "--resume" not in args:
         return f"re-run with --resume to continue: {common.command_line()} --resume"
     return f"re-run the same command to resume: {common.command_line()}"
+
+
+def load_commands() -> click.Group:
+    """The command group with every command registered (the command modules register themselves on import)."""
+    from reconbench.cli import (  # noqa: F401
+        bench_cmd,
+        evaluate_cmd,
+        leaderboard_cmd,
+        plugins_cmd,
+        run_cmd,
+        site_cmd,
+        train_cmd,
+    )
+
+    common.refuse_empty_values(common.main_group)
+    return common.main_group
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,8 +88,11 @@ def main(argv: list[str] | None = None) -> None:
     common.DEBUG[0] = "--debug" in args[:cut]
     args = [a for i, a in enumerate(args) if not (i < cut and a == "--debug")]
     common.ARGV[:] = args
+    started = False
     try:
-        main_group.main(args=args, prog_name="reconbench", standalone_mode=False)
+        group = load_commands()
+        started = True
+        group.main(args=args, prog_name="reconbench", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo(f"aborted: finished work is kept; {interrupt_hint()}", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -82,7 +111,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {one_line(str(exc))}", err=True)
         sys.exit(EXIT_USER)
     except KeyboardInterrupt:
-        click.echo(f"interrupted: finished work is kept; {interrupt_hint()}", err=True)
+        if not started:
+            click.echo("interrupted during start-up, before any work", err=True)
+        else:
+            click.echo(f"interrupted: finished work is kept; {interrupt_hint()}", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except OSError as exc:  # the environment: a full disk, a folder that became unwritable, a vanished file
         if common.DEBUG[0]:
@@ -94,6 +126,10 @@ def main(argv: list[str] | None = None) -> None:
                    f"disk space, then re-run the same command to resume{where}", err=True)
         sys.exit(EXIT_USER)
     except Exception as exc:  # last resort: a bug, or an environment problem nothing above foresaw
+        if out_of_memory(exc):  # an allocation no estimate foresaw: the sizes asked for, not a bug
+            click.echo(f"error: out of memory ({allocation(exc)}); ask for less: smaller --widths, --candidates, "
+                       "--search-runs or attack steps (--set steps=...)", err=True)
+            sys.exit(EXIT_USER)
         if common.DEBUG[0]:
             traceback.print_exc()
         path = write_trace(exc)

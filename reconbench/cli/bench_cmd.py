@@ -7,12 +7,23 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from reconbench.bench.cells import expand, select
+from reconbench import plugins
+from reconbench.bench.cells import Cell, expand, select
 from reconbench.bench.executors import Executor
 from reconbench.bench.ray_executor import RayExecutor
-from reconbench.bench.runner import SerialExecutor, default_results_dir, is_finished, load_cells, run_suite
-from reconbench.bench.suite import load_suite
+from reconbench.bench.runner import (
+    SerialExecutor,
+    default_results_dir,
+    is_finished,
+    load_cells,
+    run_suite,
+    select_cells,
+)
+from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
 from reconbench.cli.common import check_device, command_line, data_root_option, main_group, quiet_option
+from reconbench.cli.run_cmd import check_task
+from reconbench.errors import ReconbenchError
+from reconbench.preflight import TargetSize, check_attack, check_target
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir
 
@@ -119,6 +130,7 @@ def bench_command(
         if isinstance(cells_executor, RayExecutor):
             cells_executor.check_device(device)
         check_device(device)
+    check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume, retry_failed)
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
     with folder_lock(out_dir, "results"):
@@ -139,13 +151,37 @@ def bench_command(
         f"render the leaderboard: reconbench leaderboard {suite}"
         + (f" --results {report.out}" if out else "")
     )
-    if report.lost:
-        raise SystemExit(1)
+    if report.failed or report.lost:
+        raise SystemExit(1)  # the summary above names each cell and its record
+
+
+def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, data_root: str | None, resume: bool,
+                retry_failed: bool) -> None:
+    """Before the first cell runs, what the command line checks before `reconbench run`: each target's data set,
+    problem and architecture, and the memory of its training and of each cell's attack (cells still to run only)."""
+    done = load_cells(out) if resume else {}
+    todo = [c for c in cells if not is_finished(done.get(c.cell_id), c.key(suite, dtype), retry_failed)]
+    sizes: dict[str, TargetSize] = {}
+    where = display_path(suite.path)
+    for cell in todo:
+        key = cell.recipe.key()
+        try:
+            if cell.attack.attack in plugins.names("attacks"):  # an unregistered one: its cells are reported
+                check_task(plugins.get("attacks", cell.attack.attack), cell.recipe.problem.task)
+            if key not in sizes:
+                sizes[key] = check_target(cell.recipe, data_root, what=f"target {cell.target!r}",
+                                          fix="lower its widths (or other model options) in the suite")
+            check_attack(sizes[key], candidates=cell.attack.candidates, search_runs=cell.attack.search_runs,
+                         dtype=dtype or suite.dtype, fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
+        except ReconbenchError as exc:
+            raise SuiteError(f"{where}: cell {cell.cell_id}: {exc}") from None
 
 
 def cell_executor(name: str, address: str | None) -> Executor:
     if name == "ray":
-        return RayExecutor(address)
+        ray_executor = RayExecutor(address)
+        ray_executor.check_address()
+        return ray_executor
     if address:
         raise click.UsageError("--address needs --executor ray")
     return SerialExecutor()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import click
 import tomllib
 
 from reconbench import __version__
+from reconbench.config import INT64, MAX_SEED
 from reconbench.errors import ReconbenchError
 
 #: the arguments of the current invocation (set by ``reconbench.cli.main``), recorded with benchmark results
@@ -94,6 +97,76 @@ def parse_int_list(text: str | None) -> list[int] | None:
         return [int(t) for t in text.replace(" ", "").split(",") if t]
     except ValueError as exc:
         raise ReconbenchError(f"expected comma-separated integers like 1000,1000, got {text!r}") from exc
+
+
+class Count(click.ParamType):
+    """A whole number in ``[low, high]``; the message says which numbers are accepted (``1e23`` is not one)."""
+
+    name = "integer"
+
+    def __init__(self, low: int, high: int = INT64[1]) -> None:
+        self.low, self.high = low, high
+
+    def describe(self) -> str:
+        high = f"{self.high:,}" if self.high < 10**15 else f"{self.high:.3g}"
+        return f"a whole number from {self.low} to {high}"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = int(str(value).strip().replace("_", ""), 10)
+            except ValueError:
+                self.fail(f"{str(value)[:40]!r} is not a whole number; pass {self.describe()}", param, ctx)
+        if not self.low <= number <= self.high:
+            shown = str(number) if len(str(number)) <= 20 else f"{str(number)[:3]}... ({len(str(number))} digits)"
+            self.fail(f"{shown} is out of range; pass {self.describe()}", param, ctx)
+        return number
+
+
+#: the seeds accepted everywhere (the search, the init regimes and the weight initialisation)
+SEED = Count(0, MAX_SEED)
+
+
+class NonEmpty(click.ParamType):
+    """Wraps a text or path type and refuses an empty value, which would silently mean the default or the current
+    folder."""
+
+    def __init__(self, inner: click.ParamType) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("the value is empty; pass one, or leave the option out for its default", param, ctx)
+        return self.inner.convert(value, param, ctx)
+
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str | None:
+        return self.inner.get_metavar(param, *args, **kwargs)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
+        return self.inner.shell_complete(ctx, param, incomplete)
+
+
+def refuse_empty_values(command: click.Command) -> None:
+    """Every text and path option and argument of ``command`` (and its subcommands) refuses an empty value."""
+    for param in command.params:
+        if isinstance(param.type, (click.types.StringParamType, click.Path)):
+            param.type = NonEmpty(param.type)
+    for sub in getattr(command, "commands", {}).values():
+        refuse_empty_values(sub)
+
+
+def remove_if_unused(folder: Path) -> None:
+    """Remove an output folder this command created, when a failure left nothing in it but its lock file."""
+    from reconbench.provenance import LOCK_FILE
+
+    try:
+        if folder.is_dir() and all(p.name.startswith(LOCK_FILE) for p in folder.iterdir()):
+            shutil.rmtree(folder)
+    except OSError:
+        pass  # best effort: an empty folder blocks nothing
 
 
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress bars or chatter.")

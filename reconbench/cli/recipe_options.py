@@ -11,7 +11,7 @@ import click
 import tomllib
 
 from reconbench import plugins
-from reconbench.cli.common import parse_assignments, parse_int_list
+from reconbench.cli.common import SEED, Count, parse_assignments, parse_int_list
 from reconbench.config import build_config, check_option
 from reconbench.errors import ReconbenchError
 from reconbench.targets.training import TargetRecipe, TrainSpec
@@ -21,8 +21,8 @@ _OPTIONS = [
                  help="TOML or JSON file with [problem], family, [model] and [train] (options below override it)."),
     click.option("--dataset", default=None, help="Data set: digits (default), mnist, mnist_test, cifar10, cifar100, npz:PATH."),
     click.option("--task", type=click.Choice(["binary", "multiclass", "regression"]), default=None, help="Task."),
-    click.option("--n-per-class", type=click.IntRange(min=1), default=None, help="Training images per class."),
-    click.option("--num-classes", type=click.IntRange(min=2), default=None, help="Multiclass: use classes 0..K-1."),
+    click.option("--n-per-class", type=Count(1), default=None, help="Training images per class."),
+    click.option("--num-classes", type=Count(2), default=None, help="Multiclass: use classes 0..K-1."),
     click.option("--binary-rule", default=None, help="Binary/regression rule: parity or vehicles_animals."),
     click.option("--order", type=click.Choice(["shuffled", "file"]), default=None,
                  help="Walk the data set in a seeded permutation (default) or in file order (the papers' subsets) "
@@ -32,14 +32,14 @@ _OPTIONS = [
     click.option("--family", default=None, help="Model family (see `reconbench list models`)."),
     click.option("--widths", default=None, help="Hidden widths for MLP families, e.g. 1000,1000."),
     click.option("--model-set", multiple=True, help="Model option KEY=VALUE (repeatable), e.g. init_scale=1e-4."),
-    click.option("--steps", type=click.IntRange(min=1), default=None, help="Training steps (full-batch GD)."),
+    click.option("--steps", type=Count(1), default=None, help="Training steps (full-batch GD)."),
     click.option("--lr", type=float, default=None, help="Training learning rate."),
     click.option("--weight-decay", type=float, default=None, help="Training weight decay."),
     click.option("--loss", default=None, help="Training loss: bce, ce, mse, l25, huber."),
     click.option("--schedule", type=click.Choice(["constant", "inverse_loss"]), default=None,
                  help="constant (the papers' plain GD) or inverse_loss (faster; recorded)."),
     click.option("--train-dtype", type=click.Choice(["float64", "float32"]), default=None, help="Training precision."),
-    click.option("--train-seed", type=click.IntRange(min=0), default=None, help="Seed of the weight initialisation."),
+    click.option("--train-seed", type=SEED, default=None, help="Seed of the weight initialisation."),
     click.option("--defense", default=None, help="Defense applied before release (see `reconbench list defenses`)."),
     click.option("--defense-set", multiple=True, help="Defense option KEY=VALUE (repeatable)."),
 ]

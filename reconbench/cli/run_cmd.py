@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +13,21 @@ import click
 
 from reconbench import plugins
 from reconbench.attack.pipeline import RunSpec, run_attack
-from reconbench.cli.common import check_device, data_root_option, main_group, parse_assignments, quiet_option
+from reconbench.cli.common import (
+    SEED,
+    Count,
+    check_device,
+    data_root_option,
+    main_group,
+    parse_assignments,
+    quiet_option,
+    remove_if_unused,
+)
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
 from reconbench.config import build_config
-from reconbench.errors import ReconbenchError
+from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.evaluation import reported, resolve_protocol
+from reconbench.preflight import card_size, check_attack, check_target
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import load_card
@@ -34,10 +46,10 @@ RUN_CONFIG_FILE = "run-config.json"
               help="Initialisation regime (see `reconbench list inits`).")
 @click.option("--init-set", multiple=True, help="Init option KEY=VALUE (repeatable), e.g. scale=1e-3.")
 @click.option("--set", "attack_set", multiple=True, help="Attack option KEY=VALUE (repeatable), e.g. steps=2000.")
-@click.option("--search-runs", type=click.IntRange(min=1), default=None,
+@click.option("--search-runs", type=Count(1), default=None,
               help="Random-search budget: runs sampled from the attack's declared space (default: the attack's).")
-@click.option("--candidates", type=click.IntRange(min=1), default=None, help="Number of candidates m (default 2n).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--candidates", type=Count(1), default=None, help="Number of candidates m (default 2n).")
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the init regime and the search.")
 @click.option("--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True,
               help="Attack precision.")
@@ -68,25 +80,37 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     build_config(init_obj.config_cls, init_config, "--init-set")
     if model_card:
         card = load_card(model_card)
+        size = card_size(card.data)  # the architecture fits in memory: before it is built
         card.load_model()  # hashes, dtypes, finite weights, shapes: before any work
-        recipe_key, family = card.data["recipe_key"], card.data["family"]
+        recipe_key, family, task = card.data["recipe_key"], card.data["family"], card.task
     else:
         recipe = recipe_from_options(recipe_opts, base=attack_obj.default_recipe)
-        recipe_key, family = recipe.key(), recipe.family
+        recipe_key, family, task = recipe.key(), recipe.family, recipe.problem.task
+        size = check_target(recipe, data_root)  # the data set, the problem, the architecture and its memory
+    check_task(attack_obj, task)
     resolve_protocol(protocol, family)
     spec = RunSpec(attack=attack, attack_config=attack_config, init=init_name, init_config=init_config, seed=seed,
                    candidates=candidates,
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
                    dtype=dtype, device=device, protocol=protocol)
+    check_attack(size, candidates=spec.candidates, search_runs=spec.search_runs, dtype=dtype)
     out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{recipe_key}-s{seed}"
+    created = not out_dir.exists()
     check_writable(out_dir, "--out")
     if not model_card:
         check_writable(cache_dir(cache), "--cache")
-    with folder_lock(out_dir, "result"):
-        claim_folder(out_dir, run_config(recipe_key, spec.to_dict()), replace)
-        if not model_card:
-            card = get_or_train(recipe, cache, data_root, quiet, device=device)  # trained where it is attacked
-        result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
+    config = run_config(recipe_key, spec.to_dict())
+    try:
+        with folder_lock(out_dir, "result"):
+            check_folder(out_dir, config, replace)  # a run of another configuration: refused before training
+            if not model_card:
+                card = get_or_train(recipe, cache, data_root, quiet, device=device)  # trained where it is attacked
+            with claimed_folder(out_dir, config, replace):
+                result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
+    except BaseException:
+        if created:
+            remove_if_unused(out_dir)
+        raise
     click.echo(f"result: {out_dir / 'result.json'}  ({result['wall_seconds']:.1f}s, {len(result['runs'])} run(s))")
     outcome = result["outcome"]
     if outcome["status"] != "ok":   # the numbers below then score candidates the attack did not produce
@@ -149,23 +173,56 @@ def run_config(recipe_key: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"card": recipe_key, "spec": {k: v for k, v in dict(spec).items() if k != "device"}}
 
 
-def claim_folder(out: Path, config: dict[str, Any], replace: bool) -> None:
-    """Record this run's configuration in ``out``; refuse a folder holding a run of another one unless ``replace``
-    (then its files are removed, so no stale search run is mixed in)."""
-    new_key = config_hash(config)
+def check_folder(out: Path, config: dict[str, Any], replace: bool) -> bool:
+    """Refuse a folder holding a run of another configuration unless ``replace``; True when it holds such a run
+    (to be replaced), False when it is empty or holds this configuration (to be resumed)."""
     old = _folder_config(out)
-    if old is not None and old[0] != new_key:
-        what = _difference(old[1], config)
-        if not replace:
-            raise ReconbenchError(f"{out} holds a run of another configuration ({what}); pass --replace to delete "
-                                  "its files and run this one, or choose another --out")
+    if old is None or old[0] == config_hash(config):
+        return False
+    if not replace:
+        raise ReconbenchError(f"{out} holds a run of another configuration ({_difference(old[1], config)}); pass "
+                              "--replace to delete its files and run this one, or choose another --out")
+    return True
+
+
+@contextmanager
+def claimed_folder(out: Path, config: dict[str, Any], replace: bool) -> Iterator[None]:
+    """Record this run's configuration in ``out`` (after removing the files of another one, with ``replace``) while
+    the attack runs. If the run fails before any search run finished, the record is removed again: a failed command
+    leaves nothing that would block the corrected one."""
+    if check_folder(out, config, replace):
         for name in RUN_OUTPUTS:
             p = out / name
             if p.is_dir():
                 shutil.rmtree(p)
             else:
                 p.unlink(missing_ok=True)
-    write_json(out / RUN_CONFIG_FILE, {"config_hash": new_key, "config": config})
+    record = out / RUN_CONFIG_FILE
+    fresh = not record.exists()
+    write_json(record, {"config_hash": config_hash(config), "config": config})
+    try:
+        yield
+    except BaseException:
+        if fresh and not (out / "result.json").exists() and not _finished_runs(out):
+            record.unlink(missing_ok=True)
+            runs = out / "runs"
+            if runs.is_dir() and not any(runs.iterdir()):
+                runs.rmdir()
+        raise
+
+
+def _finished_runs(out: Path) -> bool:
+    runs = out / "runs"
+    return runs.is_dir() and any(runs.glob("run-*.json"))
+
+
+def check_task(attack: Any, task: str) -> None:
+    """The attack handles the target's task: checked before the target is trained."""
+    if task not in attack.tasks:
+        able = [n for n in plugins.names("attacks") if task in plugins.get("attacks", n).tasks]
+        raise IncompatibleError(f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this "
+                                f"target is {task}; pass --task {sorted(attack.tasks)[0]}, or one of the attacks for "
+                                f"{task} targets: {', '.join(able)}")
 
 
 def _folder_config(out: Path) -> tuple[str, dict[str, Any]] | None:

@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from reconbench.cli.common import check_device, data_root_option, main_group, quiet_option
+from reconbench.cli.common import check_device, data_root_option, main_group, quiet_option, remove_if_unused
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
+from reconbench.preflight import check_target
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir, get_or_train, train_target
 
@@ -27,10 +28,17 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
     """Train a target model by full-batch gradient descent and write a model card (weights + card.json)."""
     recipe = recipe_from_options(opts)
     check_device(device)
+    check_target(recipe, data_root)  # the data set, the problem, the architecture and its memory: before training
     if out:
+        created = not Path(out).exists()
         check_writable(Path(out), "--out")
-        with folder_lock(Path(out), "model card"):
-            card = train_target(recipe, out, data_root, quiet, device)
+        try:
+            with folder_lock(Path(out), "model card"):
+                card = train_target(recipe, out, data_root, quiet, device)
+        except BaseException:
+            if created:
+                remove_if_unused(Path(out))
+            raise
     else:
         check_writable(cache_dir(cache), "--cache")
         card = get_or_train(recipe, cache, data_root, quiet, device=device)

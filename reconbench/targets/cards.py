@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from reconbench import __version__, plugins
 from reconbench.errors import ModelCardError, ReconbenchError
 from reconbench.interfaces import Knowledge
+from reconbench.preflight import card_size
 from reconbench.provenance import write_json
 from reconbench.targets.data_files import file_digest
 from reconbench.targets.nets import TargetNet
@@ -63,6 +64,7 @@ class ModelCard:
 
     def load_model(self, dtype: torch.dtype | None = None) -> TargetNet:
         """Rebuild the architecture from the card and load the weights, checking hashes, names and shapes."""
+        card_size(self.data)  # refuses an architecture that cannot fit in memory, before building it
         family = plugins.get("models", self.data["family"])
         model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]))
         state = _load_tensors(self.path / WEIGHTS_FILE, self.data["weights"]["sha256"])

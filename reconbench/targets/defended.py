@@ -103,6 +103,10 @@ class DefenseSession:
             out = self.defense.apply(model, problem, self.config, generator=torch.Generator().manual_seed(self.seed + 1))
             if isinstance(out, dict):  # a defense may return numbers to record (e.g. the quantisation error)
                 self.release_records.update(out)
+            bad = next((name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
+            if bad is not None:
+                raise ReconbenchError(f"defense {self.defense.name!r} with {config_to_dict(self.config)} made the released "
+                                      f"weights non-finite (tensor {bad!r}); choose a milder setting")
 
     def card_record(self) -> dict[str, Any] | None:
         if self.defense is None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 
 from reconbench import plugins
-from reconbench.config import Limit, check_value, option
+from reconbench.config import MAX_SEED, Limit, check_value, option
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.progress import Progress
 from reconbench.targets.certificate import certificate, gate_value
@@ -43,7 +43,7 @@ class TrainSpec:
     schedule_cap: float = option(1e4, "inverse_loss: the largest lr multiplier", ge=1)
     stop_loss: float = option(0.0, "stop early once the training loss falls below this (0: never)", ge=0)
     eval_every: int = option(1000, "record train/test metrics every this many steps", ge=1)
-    seed: int = option(0, "seed of the weight initialisation")
+    seed: int = option(0, "seed of the weight initialisation", ge=0, le=MAX_SEED)
     certify_every: int = option(0, "compute the convergence certificate every this many steps, recorded in the "
                                    "history (0: only after training)", ge=0)
     stop_at_gate: float = option(0.0, "stop once the certificate's gate measure (docs/regime.md) is at most this, "

@@ -21,7 +21,8 @@ from reconbench.interfaces import Defense
 
 @dataclass
 class LowRankConfig:
-    rank_fraction: float = option(0.5, "fraction of each weight matrix's singular values kept (largest first)")
+    rank_fraction: float = option(0.5, "fraction of each weight matrix's singular values kept (largest first)",
+                                  gt=0, le=1)
 
 
 @dataclass(frozen=True)
