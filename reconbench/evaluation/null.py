@@ -39,6 +39,8 @@ SELECTION_STREAM = 3
 
 _THRESHOLDS: dict[str, dict[str, Any]] = {}
 _REPORTED: dict[str, list[dict[str, float]]] = {}
+#: the borderline decisions of each cached entry of _REPORTED (None: computed without a decision guide)
+_REPORTED_BORDERLINE: dict[str, list[decisions.Borderline] | None] = {}
 
 
 def pool_size(problem: Problem) -> int:
@@ -159,11 +161,25 @@ def calibrate_selected(problem: Problem, resolved: ResolvedProtocol, labels: np.
 
 
 def reported_draws(key: str, compute: Callable[[], list[dict[str, float]]]) -> list[dict[str, float]]:
-    """The reported null draws' numbers for an evaluation key, computed once per process (copies returned)."""
-    if key not in _REPORTED:
+    """The reported null draws' numbers for an evaluation key, computed once per process (copies returned).
+
+    Under a decision guide (re-scoring) the draws' borderline decisions are cached with them and noted again on a
+    hit; a guide that flips a draw's decision computes the draws afresh and does not cache them."""
+    guide = decisions.current()
+    if guide is not None and guide.flips_in("null draw"):
+        return compute()
+    cached = _REPORTED_BORDERLINE.get(key)
+    if key not in _REPORTED or (guide is not None and cached is None):
+        before = set(guide.seen) if guide is not None else set()
+        draws = compute()
         if len(_REPORTED) > 64:
             _REPORTED.clear()
-        _REPORTED[key] = compute()
+            _REPORTED_BORDERLINE.clear()
+        _REPORTED[key] = draws
+        cached = None if guide is None else [b for k, b in guide.seen.items() if k not in before]
+        _REPORTED_BORDERLINE[key] = cached
+    elif guide is not None and cached is not None:
+        guide.replay(cached)
     return [dict(d) for d in _REPORTED[key]]
 
 

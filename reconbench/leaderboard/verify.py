@@ -195,9 +195,9 @@ def compare_selection(where: str, sel: dict[str, Any], evaluation: dict[str, Any
     stored = sel.get("summary") or {}
     problems: list[Mismatch] = []
     if "null" in sel:
-        null_now = null_record(evaluation)
+        null_now = _flat(null_record(evaluation))
         for key, value in _flat(sel["null"]).items():
-            new = _flat(null_now).get(key, "<missing>")
+            new = null_now.get(key, "<missing>")
             if not close(value, new, rtol):
                 problems.append(Mismatch(f"{where} null.{key}", value, new, margin_note(evaluation, key, value, new,
                                                                                          rtol)))
