@@ -75,12 +75,35 @@ def run_point(dataset: str, variant: str, steps: int, work: Path) -> dict[str, A
     }
 
 
+def table(points: list[dict[str, Any]]) -> str:
+    rows = ["| target | recipe | steps | train loss | ratio (theta) | first layer | middle layer | learned part: "
+            "ratio | its share of theta | calibrated (null) | membership AUC (null) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in sorted(points, key=lambda p: (p["dataset"], list(VARIANTS).index(p["variant"]), p["steps"])):
+        c, a, n = p["certificate"], p["attack"], p["null"]
+        layers = c["residual_by_layer"]
+        rows.append(f"| {p['dataset']} | {p['variant']} | {p['steps']:,} | {p['train']['final_loss']:.2g} | "
+                    f"{c['ratio']:.3g} | {layers['layers.0.weight']:.3g} | {layers['layers.1.weight']:.3g} | "
+                    f"{c['learned']['ratio']:.3g} | {c['learned']['share_of_theta']:.3g} | "
+                    f"{a['reconstructed_calibrated']} ({n.get('reconstructed_calibrated', 'n/a')}) | "
+                    f"{a['membership_auc']:.3f} ({_fmt(n.get('membership_auc'))}) |")
+    return "\n".join(rows)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "n/a"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--work", type=Path, required=True, help="folder for the attacks' result folders")
     ap.add_argument("--only", nargs="*", default=None, help="run only these points (dataset:variant:steps)")
+    ap.add_argument("--table", action="store_true", help="print the markdown table of --out (docs/regime.md)")
     args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.out.read_text())["points"]))
+        return
     torch.set_num_threads(1)
     done: list[dict[str, Any]] = json.loads(args.out.read_text())["points"] if args.out.exists() else []
     have = {(p["dataset"], p["variant"], p["steps"]) for p in done}
