@@ -43,6 +43,17 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 #: (dataset, variant, steps) in the order they run
 POINTS = [(d, v, s) for s in (3000, 10_000) for d in ("mnist", "cifar") for v in VARIANTS] + \
          [(d, "cpu-mini", 300) for d in ("mnist", "cifar")] + [(d, "cpu-mini", 30_000) for d in ("mnist", "cifar")]
+#: the other cpu-mini tasks (their recipes at n = 10-20, MNIST), certificate only, no attack: name -> recipe
+CERTIFICATE_ONLY: dict[str, dict[str, Any]] = {
+    "mnist-multiclass": {"problem": {"dataset": "mnist_test", "task": "multiclass", "num_classes": 10, "n_per_class": 2},
+                         "family": "mlp", "model": WIDE,
+                         "train": {**CPU_MINI_TRAIN, "loss": "ce", "lr": 0.5, "steps": 3000}},
+    "mnist-regression-wd": {"problem": {**DATASETS["mnist"], "task": "regression"}, "family": "mlp", "model": WIDE,
+                            "train": {"loss": "mse", "lr": 0.05, "weight_decay": 7.5e-4, "steps": 3000,
+                                      "dtype": "float32"}},
+    "mnist-binary-bias": {"problem": DATASETS["mnist"], "family": "mlp_bias", "model": {"widths": [1000]},
+                          "train": {**CPU_MINI_TRAIN, "steps": 3000}},
+}
 ATTACK = RunSpec(attack="haim_binary_kkt", attack_config={"steps": 500}, search_runs=2, dtype="float32", seed=0)
 SUMMARY_KEYS = ("reconstructed_calibrated", "calibrated_threshold", "membership_auc", "membership_tpr_at_fpr",
                 "reconstructed", "top_k_mean_ssim")
@@ -75,12 +86,48 @@ def run_point(dataset: str, variant: str, steps: int, work: Path) -> dict[str, A
     }
 
 
+def table(points: list[dict[str, Any]]) -> str:
+    rows = ["| target | recipe | steps | train loss | ratio (theta) | first layer | middle layer | learned part: "
+            "ratio | its share of theta | calibrated (null) | membership AUC (null) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in sorted(points, key=lambda p: (p["dataset"], list(VARIANTS).index(p["variant"]), p["steps"])):
+        c, a, n = p["certificate"], p["attack"], p["null"]
+        layers = c["residual_by_layer"]
+        rows.append(f"| {p['dataset']} | {p['variant']} | {p['steps']:,} | {p['train']['final_loss']:.2g} | "
+                    f"{c['ratio']:.3g} | {layers['layers.0.weight']:.3g} | {layers['layers.1.weight']:.3g} | "
+                    f"{c['learned']['ratio']:.3g} | {c['learned']['share_of_theta']:.3g} | "
+                    f"{a['reconstructed_calibrated']} ({n.get('reconstructed_calibrated', 'n/a')}) | "
+                    f"{a['membership_auc']:.3f} ({_fmt(n.get('membership_auc'))}) |")
+    return "\n".join(rows)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "n/a"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--work", type=Path, required=True, help="folder for the attacks' result folders")
     ap.add_argument("--only", nargs="*", default=None, help="run only these points (dataset:variant:steps)")
+    ap.add_argument("--table", action="store_true", help="print the markdown table of --out (docs/regime.md)")
+    ap.add_argument("--certificates", action="store_true",
+                    help="train the CERTIFICATE_ONLY targets and add their certificates to --out (no attack)")
     args = ap.parse_args()
+    if args.certificates:
+        report = json.loads(args.out.read_text())
+        for name, d in CERTIFICATE_ONLY.items():
+            card = get_or_train(TargetRecipe.from_dict(d), quiet=True, log=False)
+            m = card.data["metrics"]
+            report.setdefault("certificate_only", {})[name] = {
+                "recipe": d, "certificate": m["certificate"], "gate_value": gate_value(m["certificate"]),
+                "train": {k: m.get(k) for k in ("train_seconds", "final_loss", "train_error")}}
+            args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+            print(name, m["certificate"]["ratio"], gate_value(m["certificate"]), flush=True)
+        return
+    if args.table:
+        print(table(json.loads(args.out.read_text())["points"]))
+        return
     torch.set_num_threads(1)
     done: list[dict[str, Any]] = json.loads(args.out.read_text())["points"] if args.out.exists() else []
     have = {(p["dataset"], p["variant"], p["steps"]) for p in done}

@@ -558,3 +558,19 @@ def test_targets_table_has_one_row_per_trained_target_when_seeds_retrain_it():
     rows = target_rows(Published(plan=[], records=records, not_run=[], stale=[]), gate=0.5)
     assert [(r["target"], r["cells"], r["stationarity_ratio"], r["converged"]) for r in rows] == [
         ("t (seed 0)", ["a0", "b0"], 0.9, False), ("t (seed 1)", ["a1"], 0.8, False), ("u", ["c0"], 0.1, True)]
+
+
+def test_targets_table_shows_the_learned_part_ratio_only_where_cards_have_it():
+    from reconbench.leaderboard.tables import render_targets
+
+    def rec(cid, cert):
+        return {"cell_id": cid, "status": "ok", "seed": 0,
+                "target": {"name": cid, "recipe_key": cid, "recipe": {}, "train_metrics": {"certificate": cert}}}
+    old = {"a": rec("a", {"ratio": 0.9})}
+    rows = target_rows(Published(plan=[], records=old, not_run=[], stale=[]))
+    assert "learned_ratio" not in rows[0] and "learned-part ratio" not in render_targets(rows)
+    new = {**old, "b": rec("b", {"ratio": 0.95, "learned": {"ratio": 0.0432}})}
+    rows = target_rows(Published(plan=[], records=new, not_run=[], stale=[]))
+    assert [r.get("learned_ratio") for r in rows] == [None, 0.0432]
+    table = render_targets(rows)
+    assert "learned-part ratio" in table and "0.0432" in table

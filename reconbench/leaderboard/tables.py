@@ -27,6 +27,7 @@ from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import ColumnSpec, Suite, display_path
 from reconbench.evaluation import reported
 from reconbench.provenance import git_commit
+from reconbench.targets.certificate import gate_value
 
 LEADERBOARD_FORMAT = "reconbench-leaderboard/1"
 SELECTIONS = ("pool", "blind", "oracle")
@@ -392,6 +393,9 @@ def target_rows(pub: Published, gate: float | None = None) -> list[dict[str, Any
             "train_seconds": m.get("train_seconds"),
             "cells": [rec["cell_id"]],
         }
+        learned = gate_value(m.get("certificate"))
+        if learned is not None:  # certificates recorded before the learned part existed lack it
+            rows[key]["learned_ratio"] = learned
     return list(rows.values())
 
 
@@ -400,6 +404,7 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
         return "n/a" if v is None else format(v, spec)
 
     defended = any(r.get("defense") for r in rows)
+    learned = any(r.get("learned_ratio") is not None for r in rows)  # docs/regime.md
 
     def defense(r: dict[str, Any]) -> list[str]:
         if not defended:
@@ -423,6 +428,7 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
             f(r["train_loss"], ".2e"),
             f(r["stationarity_ratio"], ".3g")
             + ("" if r.get("converged") is None else (" ✓" if r["converged"] else f" ⚠ > {r['gate']:g}")),
+            *([f(r.get("learned_ratio"), ".3g")] if learned else []),
             f(r["train_seconds"], ".0f"),
         ]
         for r in rows
@@ -441,6 +447,7 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
         "test err",
         "train loss",
         "stationarity ratio ↓",
+        *(["learned-part ratio ↓"] if learned else []),
         "train s",
     ]
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
