@@ -39,6 +39,7 @@ from reconbench import plugins
 #: phases: (name, functions whose cumulative time it is, as file-suffix:function)
 PHASES = (
     ("training", ["targets/cache.py:get_or_train"]),
+    ("  the stationarity certificate of the trained target", ["targets/certificate.py:certificate"]),
     ("attack steps", ["kkt/batched.py:_advance"]),
     ("attack set-up and per-run records", ["attack/pipeline.py:_run_pending"]),
     ("evaluation (all)", ["attack/pipeline.py:finish"]),
