@@ -116,7 +116,8 @@ def relative_difference(a: Any, b: Any) -> float:
 
 
 def write_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
-    report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + " ".join(sys.argv[1:]),
+    argv = " ".join(sys.argv[1:]).replace(str(args.base), f"<a worktree of {commit_of(args.base)}>")
+    report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + argv,
               "base_commit": commit_of(args.base), "head_commit": commit_of(args.head),
               "workload": "haim_binary_kkt, 784-1000-1000-1 MLP, batched engine, 1 thread",
               "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
