@@ -1,7 +1,7 @@
 """The batched KKT attack step of this checkout against another commit's, side by side in one invocation.
 
-    git worktree add /tmp/engine-base 6567deb          # the commit to compare against
-    OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py --base /tmp/engine-base --repeats 5 \\
+    git worktree add ../reconbench-6567deb 6567deb          # the commit to compare against
+    OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py --base ../reconbench-6567deb --repeats 5 \\
         --json benchmarks/results/kkt/bench_step_ab.json
 
 Each measurement is a fresh process that imports ``reconbench`` (and the built-in plugins, which live in

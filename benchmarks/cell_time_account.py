@@ -131,8 +131,9 @@ def cpu_mini_cell(steps: int, data_root: str | None, cache: str) -> dict[str, An
         return run_attack(card, spec, out, data_root=data_root, quiet=True)
 
     result, table, wall = profiled(work)
+    dims = [784, *cell.recipe.model["widths"], 1]
     return _report("cpu-mini cell mnist-binary--haim_binary_kkt--gaussian--s0", result, table, wall, steps,
-                   suite_steps, [784, 1000, 1000, 1], torch.float32)
+                   suite_steps, dims, torch.float32)
 
 
 def default_run(data_root: str | None, cache: str) -> dict[str, Any]:
@@ -153,8 +154,9 @@ def default_run(data_root: str | None, cache: str) -> dict[str, Any]:
 
     result, table, wall = profiled(work)
     steps = int(result["runs"][0]["steps"])
+    dims = [64, *recipe.model["widths"], 10]   # 8 x 8 digits, 10 classes
     return _report("default run (reconbench run --attack multiclass_kkt)", result, table, wall, steps, steps,
-                   [64, 1000, 1000, 10], torch.float64)
+                   dims, torch.float64)
 
 
 def _report(name: str, result: dict[str, Any], table: dict[str, float], wall: float, steps: int, suite_steps: int,
