@@ -1,7 +1,7 @@
 """The batched KKT attack step of this checkout against another commit's, side by side in one invocation.
 
-    git worktree add /tmp/engine-base 6567deb          # the commit to compare against
-    OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py --base /tmp/engine-base --repeats 5 \\
+    git worktree add ../reconbench-6567deb 6567deb          # the commit to compare against
+    OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py --base ../reconbench-6567deb --repeats 5 \\
         --json benchmarks/results/kkt/bench_step_ab.json
 
 Each measurement is a fresh process that imports ``reconbench`` (and the built-in plugins, which live in
@@ -116,7 +116,8 @@ def relative_difference(a: Any, b: Any) -> float:
 
 
 def write_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
-    report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + " ".join(sys.argv[1:]),
+    argv = " ".join(sys.argv[1:]).replace(str(args.base), f"<a worktree of {commit_of(args.base)}>")
+    report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + argv,
               "base_commit": commit_of(args.base), "head_commit": commit_of(args.head),
               "workload": "haim_binary_kkt, 784-1000-1000-1 MLP, batched engine, 1 thread",
               "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),

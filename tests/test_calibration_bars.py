@@ -85,3 +85,22 @@ def test_no_bars_without_a_calibrated_headline(digits):
     off = {**PROTOCOL, "calibration_draws": 0}
     ev = evaluate(digits, pooled["candidates"], family="mlp", labels=pooled["labels"], protocol=off)
     assert calibration_bars(digits, pooled, family="mlp", protocol=off, evaluation=ev, blind=0, oracle=1) is None
+
+
+def test_tables_read_the_own_bar_count_and_verify_rechecks_it():
+    from reconbench.bench.suite import DEFAULT_COLUMNS
+    from reconbench.leaderboard.tables import column_value
+    from reconbench.leaderboard.verify import _check_tables
+
+    col = next(c for c in DEFAULT_COLUMNS if c.source == "calibrated")
+    bar = {"count": 3, "threshold": 0.9, "bar": "oracle-selected: best of 2 null runs by extraction score, m = 20"}
+    rec = {"selections": {"oracle": {"summary": {"reconstructed_calibrated": 5}, "calibrated": bar}}}
+    assert column_value(rec, "oracle", col) == (3.0, "calibrated")
+    old = {"selections": {"oracle": {"summary": {"reconstructed_calibrated": 5}}}}   # a cell without bars
+    assert column_value(old, "oracle", col) == (None, None)
+    data = {"columns": [{"name": col.name, "source": "calibrated"}],
+            "tables": {"oracle": [{"attack": "a", "init": "i", "target": "t", "cells": ["c"],
+                                   "metrics": {col.name: {"key": "calibrated", "values": [3.0], "mean": 3.0}}}]}}
+    assert _check_tables(data, {"c": rec}) == []
+    rec["selections"]["oracle"]["calibrated"] = {**bar, "count": 4}
+    assert len(_check_tables(data, {"c": rec})) == 1

@@ -290,7 +290,9 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
                                            out_dir=None, quiet=True)
     bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=spec.protocol,
                             evaluation=evaluation, blind=blind, oracle=oracle)
-    figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run")
+    draw = resolve_protocol(spec.protocol, card.data["family"]).base.figures   # figures = false: no PNG at all
+    figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run") if draw \
+        else None
     result = {
         "kind": "reconbench-result/1",
         "attack": spec.attack,

@@ -283,7 +283,9 @@ def _table_lines(tables: dict[str, list[dict[str, Any]]], columns: list[dict[str
         lines += [render_main_table(rows, columns) if rows else "_no finished cells_", ""]
         bars = sorted({b for r in rows for b in r.get("calibration_bars", [])})
         if bars:   # the threshold each row's `calibrated, own bar` count was taken against (evaluation/bars.py)
-            lines += ["Bars of `calibrated, own bar` in this table: " + "; ".join(bars) + ".", ""]
+            lines += ["Bars: `reconstructed (calibrated)` counts against the threshold for the evaluation's candidate "
+                      "count with no selection; `calibrated, own bar` against the threshold calibrated for this "
+                      "selection: " + "; ".join(bars) + ".", ""]
     return lines
 
 
