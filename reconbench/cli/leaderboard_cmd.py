@@ -14,6 +14,7 @@ from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
 from reconbench.leaderboard.verify import check_cell, check_readme, check_records, check_tables, corrupt_cells, stored_cells
+from reconbench.progress import Progress
 from reconbench.provenance import check_writable, folder_lock
 
 
@@ -144,12 +145,14 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
     borderline: list[str] = []
     explained: list[str] = []
     rtol = 0.0
-    for cid in ids:
-        check = check_cell(out_dir, cid, data_root=data_root)
-        problems += check.problems
-        borderline += check.borderline
-        explained += check.explained
-        rtol = max(rtol, check.rtol)
+    with Progress(len(ids), f"re-scoring {s.name}'s stored cells") as bar:
+        for k, cid in enumerate(ids):
+            check = check_cell(out_dir, cid, data_root=data_root)
+            problems += check.problems
+            borderline += check.borderline
+            explained += check.explained
+            rtol = max(rtol, check.rtol)
+            bar.update(k + 1)
     for line in explained:
         click.echo(f"borderline, agrees within rounding: {line}")
     for p in problems:
