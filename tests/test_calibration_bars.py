@@ -88,11 +88,11 @@ def test_no_bars_without_a_calibrated_headline(digits):
 
 
 def test_tables_read_the_own_bar_count_and_verify_rechecks_it():
-    from reconbench.bench.suite import DEFAULT_COLUMNS
+    from reconbench.bench.suite import default_columns
     from reconbench.leaderboard.tables import column_value
     from reconbench.leaderboard.verify import _check_tables
 
-    col = next(c for c in DEFAULT_COLUMNS if c.source == "calibrated")
+    col = next(c for c in default_columns() if c.source == "calibrated")
     bar = {"count": 3, "threshold": 0.9, "bar": "oracle-selected: best of 2 null runs by extraction score, m = 20"}
     rec = {"selections": {"oracle": {"summary": {"reconstructed_calibrated": 5}, "calibrated": bar}}}
     assert column_value(rec, "oracle", col) == (3.0, "calibrated")

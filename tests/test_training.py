@@ -169,6 +169,22 @@ def test_trainer_matches_a_plain_autograd_loop(monkeypatch, family, model, task,
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9 * float(b.abs().max()))
 
 
+def test_float32_recipes_keep_the_autograd_loop(monkeypatch):
+    """Float32 targets train by the autograd loop: the closed-form path's factorised update is checked in float64
+    only, and in float32 it diverged where the autograd loop did not."""
+    from reconbench.targets import chain_gd
+
+    steps_taken = []
+    original = chain_gd.ChainGD.step
+    monkeypatch.setattr(chain_gd.ChainGD, "step", lambda self, *a: steps_taken.append(1) or original(self, *a))
+    spec = ProblemSpec(task="binary", n_per_class=4)
+    for dtype, expected in (("float32", 0), ("float64", 10)):
+        steps_taken.clear()
+        recipe = TargetRecipe(problem=spec, model={"widths": [16]}, train=TrainSpec(steps=10, dtype=dtype))
+        train(recipe, build_problem(spec), quiet=True, with_certificate=False)
+        assert len(steps_taken) == expected, dtype
+
+
 def test_published_recipes_keep_their_keys():
     """The options added to TrainSpec stay out of a recipe's dict at their defaults, so the recipes of published
     cells still hash to the keys recorded in them (and cached targets stay valid)."""

@@ -15,6 +15,7 @@ TIMING_AND_HOST = {
     "finished",  # the finish time stamp
     "provenance",  # versions, git commit, host CPU, time stamp
     "machine",  # the host that ran the cell
+    "record_sha256",  # the seal: a hash over the whole record, timings included
 }
 
 
