@@ -68,3 +68,11 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("RECONBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
     monkeypatch.setenv("RECONBENCH_DOWNLOAD", "0")
     torch.set_num_threads(2)
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Every case must be refused before any optimiser exists (so before training and before any attack)."""
+    from _helpers.guards import refuse_optimisers
+
+    refuse_optimisers(monkeypatch)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _helpers.guards import WorkStarted
 from safetensors.torch import load_file, save_file
 
 from reconbench import plugins
@@ -28,21 +29,6 @@ from reconbench.cli import main
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--dataset", "digits", "--task", "multiclass", "--num-classes", "3", "--n-per-class", "2", "--widths", "8",
         "--steps", "5"]
-
-
-class WorkStarted(BaseException):
-    """Raised by the guard when an optimiser is built, i.e. training or an attack began."""
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    """Every case must be refused before any optimiser exists (so before training and before any attack)."""
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise WorkStarted("an optimiser was built: work started before the input was refused")
-
-    for name in ("SGD", "Adam", "LBFGS"):
-        monkeypatch.setattr(torch.optim, name, refuse)
 
 
 @pytest.fixture(autouse=True)

@@ -37,19 +37,6 @@ RUN = ["run", "--attack", "multiclass_kkt"]
 HUGE = "1000000000000"  # 10^12
 
 
-class WorkStarted(BaseException):
-    """Raised by the guard when an optimiser is built, i.e. training or an attack began."""
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise WorkStarted("an optimiser was built: work started before the input was refused")
-
-    for name in ("SGD", "Adam", "LBFGS"):
-        monkeypatch.setattr(torch.optim, name, refuse)
-
-
 @pytest.fixture(autouse=True)
 def sandbox(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

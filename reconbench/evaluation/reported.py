@@ -62,19 +62,20 @@ def bounds(rep: Reported, n_train: int | None) -> tuple[float | None, float | No
     }[rep.values]
 
 
-def board_columns() -> list[Reported]:
-    """The numbers a leaderboard shows by default, in column order (each distinct declaration once)."""
+def _ordered(position: str) -> list[Reported]:
+    """Each distinct declaration that sets ``position`` (``column`` or ``console``), in that order."""
     seen: dict[str, Reported] = {}
     for rep in declared().values():
-        if rep.column is not None:
+        if getattr(rep, position) is not None:
             seen.setdefault(rep.key, rep)
-    return sorted(seen.values(), key=lambda r: r.column if r.column is not None else 0)
+    return sorted(seen.values(), key=lambda r: int(getattr(r, position)))
+
+
+def board_columns() -> list[Reported]:
+    """The numbers a leaderboard shows by default, in column order."""
+    return _ordered("column")
 
 
 def console_keys() -> list[Reported]:
     """The numbers ``reconbench run`` prints, in order."""
-    seen: dict[str, Reported] = {}
-    for rep in declared().values():
-        if rep.console is not None:
-            seen.setdefault(rep.key, rep)
-    return sorted(seen.values(), key=lambda r: r.console if r.console is not None else 0)
+    return _ordered("console")
