@@ -164,11 +164,14 @@ def test_a_count_that_differs_only_through_a_tie_is_borderline_and_another_fails
 
 # -- numbers a board shows that re-scoring cannot re-derive --------------------------------------------------------
 def test_hand_edited_attack_seconds_or_test_error_fail_the_record_check(tmp_path):
+    unseal = lambda r: r.pop(SEAL_FIELD, None)  # noqa: E731  (a cell written before seals existed)
     board = board_with(tmp_path, PLAIN)
+    edit(board, PLAIN, unseal)
     assert check_records(board).problems == [] and check_records(board).unsealed == 1
     edit(board, PLAIN, lambda r: r.update(attack_seconds=r["attack_seconds"] / 2))
     assert "attack_seconds" in check_records(board).problems[0]
     board = board_with(tmp_path / "b", PLAIN)
+    edit(board, PLAIN, unseal)
     edit(board, PLAIN, lambda r: r["target"]["train_metrics"].update(test_error=0.0))
     problems = check_records(board).problems
     assert len(problems) == 1 and "train_metrics.test_error is 0.0" in problems[0]
