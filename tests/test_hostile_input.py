@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _helpers.guards import WorkStarted
+from _helpers.guards import WorkStarted, trained_card
 from safetensors.torch import load_file, save_file
 
 from reconbench import plugins
@@ -262,14 +262,7 @@ def test_model_options_of_every_family_refused(family, capsys, no_work):
 @pytest.fixture(scope="module")
 def card_dir(tmp_path_factory):
     """A tiny multiclass card trained through the command line (well under a second of training)."""
-    root = tmp_path_factory.mktemp("card")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RECONBENCH_CACHE", str(root / "cache"))
-        try:
-            main(["train", *TINY, "--out", str(root / "card"), "-q"])
-        except SystemExit as exc:
-            assert not exc.code
-    return root / "card"
+    return trained_card(tmp_path_factory.mktemp("card"), TINY)
 
 
 def _sha256(path: Path) -> str:

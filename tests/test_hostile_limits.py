@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 import torch
 from _helpers.cli import run_cli
+from _helpers.guards import trained_card
 
 from reconbench import plugins
-from reconbench.cli import main
 from reconbench.config import build_config
 from reconbench.errors import ReconbenchError
 from reconbench.targets.training import TrainSpec
@@ -134,14 +134,7 @@ def test_every_text_option_refuses_an_empty_value():
 # -- model cards ---------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def card_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("card")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RECONBENCH_CACHE", str(root / "cache"))
-        try:
-            main(["train", *TINY, "--out", str(root / "card"), "-q"])
-        except SystemExit as exc:
-            assert not exc.code
-    return root / "card"
+    return trained_card(tmp_path_factory.mktemp("card"), TINY)
 
 
 def test_card_whose_shapes_imply_terabytes_is_refused_before_it_is_built(card_dir, tmp_path, capsys, no_work):

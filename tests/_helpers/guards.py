@@ -1,8 +1,9 @@
-"""A guard for the hostile-input tests: every refusal must come before any optimiser exists (the ``no_work``
-fixture in conftest.py applies it)."""
+"""Helpers of the hostile-input tests: a guard that every refusal comes before any optimiser exists (the ``no_work``
+fixture in conftest.py applies it), and a tiny card trained through the command line."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,3 +22,16 @@ def refuse_optimisers(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for name in ("SGD", "Adam", "LBFGS"):
         monkeypatch.setattr(torch.optim, name, refuse)
+
+
+def trained_card(root: Path, train_args: list[str]) -> Path:
+    """A card trained by ``reconbench train`` under ``root`` (its own target cache there); returns its folder."""
+    from reconbench.cli import main
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RECONBENCH_CACHE", str(root / "cache"))
+        try:
+            main(["train", *train_args, "--out", str(root / "card"), "-q"])
+        except SystemExit as exc:
+            assert not exc.code
+    return root / "card"
