@@ -217,3 +217,25 @@ def test_training_stops_once_the_gate_passes():
     assert res.metrics["stopped_by"] == "gate" and res.metrics["steps_run"] == 100
     assert "stop_at_gate" in gated.to_dict()["train"]
     assert "stop_at_gate" not in TargetRecipe().to_dict()["train"]
+
+
+@pytest.mark.parametrize("name,task", [("bce", "binary"), ("ce", "multiclass"), ("mse", "regression")])
+def test_closed_form_output_gradients_equal_autograd(name: str, task: str) -> None:
+    """The trainer's one-line loss derivatives agree with autograd on the loss itself, to float64 rounding."""
+    from reconbench.targets.losses import OUTPUT_GRADIENTS, get_loss
+
+    _, fn = get_loss(name, task)
+    gen = torch.Generator().manual_seed(3)
+    n, k = 7, (4 if task == "multiclass" else 1)
+    z = (torch.randn(n, k, generator=gen, dtype=torch.float64) * 5).requires_grad_(True)
+    if task == "multiclass":
+        y = torch.randint(0, k, (n,), generator=gen)
+    elif task == "binary":
+        y = torch.randint(0, 2, (n,), generator=gen).double()
+    else:
+        y = torch.randint(0, 2, (n,), generator=gen).double() * 2 - 1
+    (expected,) = torch.autograd.grad(fn(z, y), z)
+    got = OUTPUT_GRADIENTS[fn](z.detach(), y)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-13, atol=1e-16)
+    assert not torch.equal(got, torch.zeros_like(got))

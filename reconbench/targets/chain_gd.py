@@ -1,7 +1,7 @@
 """Full-batch gradient descent on a linear chain (MLP / affine) with its backward pass written out.
 
 For a model whose forward is z = L_k(relu(...relu(L_1(x)))) (``TargetNet.linear_chain``) one step of the papers' GD is:
-the forward pass into preallocated activations, the loss gradient dL/dz by autograd on the (n, K) output only, then
+the forward pass into preallocated activations, the loss gradient dL/dz in closed form (``losses.OUTPUT_GRADIENTS``; by autograd on the (n, K) output only for other losses), then
 for each layer from the last: g_in = (g W_l) * [h_{l-1} > 0] at the current weights, and the SGD update
 W_l <- (1 - lr wd) W_l - lr g^T h_{l-1} as one in-place rank-n product (``addmm_``), b_l likewise with sum_i g_i.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from reconbench.targets.losses import LossFn
+from reconbench.targets.losses import OUTPUT_GRADIENTS, LossFn
 from reconbench.targets.nets import TargetNet
 
 
@@ -47,6 +47,7 @@ class ChainGD:
         self.y = targets
         self.loss_fn = loss_fn
         self.wd = weight_decay
+        self.output_grad = OUTPUT_GRADIENTS.get(loss_fn)
         n = self.x.shape[0]
         self.acts = [self.x.new_empty(n, layer.out_features) for layer in layers]
         self.grad_in = [self.x.new_empty(n, layer.in_features) for layer in layers[1:]]
@@ -89,6 +90,9 @@ class ChainGD:
 
     def loss_and_grad(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The training loss (a 0-d tensor) and its gradient with respect to the outputs z."""
+        if self.output_grad is not None:
+            z = self.forward()
+            return self.loss_fn(z, self.y), self.output_grad(z, self.y)
         z = self.forward().detach().requires_grad_(True)
         with torch.enable_grad():
             loss = self.loss_fn(z, self.y)
