@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from reconbench.attack.candidates import candidate_labels
-from reconbench.config import build_config
+from reconbench.config import Choice, Distribution, LogUniform, Uniform, build_config
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput, acts_during_training
+from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput, Trial, acts_during_training
 from reconbench.targets.cache import train_target
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.images import TASKS
@@ -137,6 +137,46 @@ def check_init(init: Any) -> None:
             swapped = init.make(_with_other_training_images(problem), labels, cfg,
                                 generator=torch.Generator().manual_seed(0), dtype=torch.float64)
             assert torch.equal(x, swapped), f"{init.name}: claims not to be an oracle but reads training images"
+
+
+#: the space a search strategy is checked on: every kind of distribution the attacks declare
+SEARCH_CHECK_SPACE: dict[str, Distribution] = {"lr": LogUniform(1e-5, 1.0), "alpha": Uniform(10.0, 500.0),
+                                               "mode": Choice(("a", "b", "c"))}
+
+
+def _search_proposals(strategy: Any, runs: int, seed: int) -> list[dict[str, Any]]:
+    """Every proposal of a session over SEARCH_CHECK_SPACE, told a fixed objective (a run's own index, or a failure)."""
+    session = strategy.start(dict(SEARCH_CHECK_SPACE), runs, seed, build_config(strategy.config_cls, {}, strategy.name))
+    proposed: list[dict[str, Any]] = []
+    while len(proposed) < runs:
+        asked = session.ask()
+        assert 1 <= len(asked) <= runs - len(proposed), f"{strategy.name}: ask() proposed {len(asked)} run(s)"
+        trials = [Trial(run=len(proposed) + i, params=p, objective=None if (len(proposed) + i) % 3 == 2
+                        else float(len(proposed) + i)) for i, p in enumerate(asked)]
+        proposed.extend(asked)
+        session.tell(trials)
+    return proposed
+
+
+def check_search(strategy: Any, runs: int = 6) -> list[dict[str, Any]]:
+    """A search strategy proposes exactly ``runs`` configurations inside the space, in batches of at least one,
+    deterministically given the seed and what it is told, and differently under another seed."""
+    _check_named(strategy)
+    _check_config_cls(strategy)
+    assert isinstance(strategy.oracle, bool), f"{strategy.name}: oracle must be True or False"
+    strategy.check()
+    proposed = _search_proposals(strategy, runs, seed=0)
+    for values in proposed:
+        assert set(values) == set(SEARCH_CHECK_SPACE), f"{strategy.name}: proposed options {sorted(values)}"
+        for key, dist in SEARCH_CHECK_SPACE.items():
+            v = values[key]
+            if isinstance(dist, Choice):
+                assert v in dist.values, f"{strategy.name}: {key} = {v!r} is not one of {dist.values}"
+            else:
+                assert dist.low <= v <= dist.high, f"{strategy.name}: {key} = {v!r} is outside {dist}"
+    assert _search_proposals(strategy, runs, seed=0) == proposed, f"{strategy.name}: not deterministic given the seed"
+    assert _search_proposals(strategy, runs, seed=1) != proposed, f"{strategy.name}: ignores the seed"
+    return proposed
 
 
 def check_defense(defense: Any) -> None:

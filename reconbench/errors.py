@@ -20,7 +20,9 @@ class UnknownNameError(ReconbenchError, KeyError):
         msg = f"unknown {kind} {name!r}."
         if close:
             msg += f" Did you mean: {', '.join(close)}?"
-        msg += f" Registered {kind}s: {', '.join(known) or '(none)'}. See `reconbench list {kind}s`."
+        plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+        listed = {"search strategy": "searches"}.get(kind, f"{kind}s")   # the `reconbench list` kind
+        msg += f" Registered {plural}: {', '.join(known) or '(none)'}. See `reconbench list {listed}`."
         super().__init__(msg)
         self.kind, self.name, self.close_matches = kind, name, close
 

@@ -53,3 +53,9 @@ def register_metrics(register: Register) -> None:
 @hookspec
 def register_defenses(register: Register) -> None:
     """Register defenses applied to a target before release (:class:`reconbench.interfaces.Defense`)."""
+
+
+@hookspec
+def register_searches(register: Register) -> None:
+    """Register search strategies choosing the configurations of a cell's search runs
+    (:class:`reconbench.interfaces.SearchStrategy`)."""

@@ -1,9 +1,9 @@
 """The contracts between the harness and its plugins.
 
 Each plugin kind is a base class (:class:`Attack`, :class:`InitRegime`, :class:`Metric`, :class:`Defense`,
-:class:`ModelFamily`, :class:`DatasetSource`) that holds every attribute the harness reads, with its default.
-Plugins subclass it and register instances through the hooks in :mod:`reconbench.hookspecs`. The data carriers passed between
-stages (:class:`Knowledge`, :class:`AttackTarget`, :class:`AttackOutput`) are plain dataclasses.
+:class:`ModelFamily`, :class:`DatasetSource`, :class:`SearchStrategy`) that holds every attribute the harness reads,
+with its default. Plugins subclass it and register instances through the hooks in :mod:`reconbench.hookspecs`. The
+data carriers passed between stages (:class:`Knowledge`, :class:`AttackTarget`, :class:`AttackOutput`) are plain dataclasses.
 
 The separation follows the threat model: an *init regime* may read the problem (and is flagged ``oracle`` if it
 reads training images); an *attack* sees only the target's weights and the public :class:`Knowledge`.
@@ -314,6 +314,47 @@ def acts_during_training(defense: Any) -> bool:
     return any(getattr(type(defense), m, None) not in (None, getattr(Defense, m)) for m in TRAINING_HOOKS)
 
 
+# -- search strategies --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Trial:
+    """What a search strategy is told about one finished search run."""
+
+    run: int                     # the run's index in the cell (0..R-1)
+    params: dict[str, Any]       # the values the strategy proposed for it (the searched options only)
+    objective: float | None      # the number to minimise; None: the run failed (no usable objective)
+
+
+class SearchSession(Protocol):
+    """One cell's search in progress: ``ask`` proposes the next batch of runs (the harness runs them together), ``tell``
+    reports them back in the order they were asked."""
+
+    def ask(self) -> list[dict[str, Any]]: ...
+
+    def tell(self, trials: list[Trial]) -> None: ...
+
+
+class SearchStrategy(Plugin):
+    """How the configurations of a cell's search runs are chosen from the attack's declared search space.
+
+    The harness asks the session for a batch of option values, runs the batch (the KKT attacks advance it as one
+    batched computation), and tells the session each run's objective: the run's final attack loss, which an attacker
+    has. Only a strategy declared ``oracle`` is told the oracle extraction score instead, which reads the training
+    images; its results are marked ‡ like oracle selection."""
+
+    #: True: the objective is the oracle extraction score (reads training images); False: the final attack loss
+    oracle: bool = False
+
+    def check(self) -> None:
+        """Raise :class:`reconbench.errors.ReconbenchError` naming the fix when the strategy cannot run here (e.g. an
+        optional dependency is missing); called before any training."""
+
+    def start(self, space: dict[str, Distribution], runs: int, seed: int, config: Any) -> SearchSession:
+        """A session proposing ``runs`` configurations over ``space`` (options the user fixed are left out of it),
+        deterministic given ``seed`` and what it is told."""
+        raise NotImplementedError
+
+
 #: the base class a registered object of each plugin kind must subclass
 PLUGIN_BASES: dict[str, type[Plugin]] = {"attacks": Attack, "models": ModelFamily, "datasets": DatasetSource,
-                                         "inits": InitRegime, "metrics": Metric, "defenses": Defense}
+                                         "inits": InitRegime, "metrics": Metric, "defenses": Defense,
+                                         "searches": SearchStrategy}

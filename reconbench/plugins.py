@@ -23,10 +23,10 @@ from reconbench.interfaces import PLUGIN_BASES
 
 ENTRY_POINT_GROUP = "reconbench"
 STRICT_ENV = "RECONBENCH_STRICT_PLUGINS"
-KINDS = ("attacks", "models", "datasets", "inits", "metrics", "defenses")
+KINDS = ("attacks", "models", "datasets", "inits", "metrics", "defenses", "searches")
 # Singular nouns for messages: "unknown attack 'x'".
 KIND_NOUN = {"attacks": "attack", "models": "model", "datasets": "dataset", "inits": "init",
-             "metrics": "metric", "defenses": "defense"}
+             "metrics": "metric", "defenses": "defense", "searches": "search strategy"}
 
 
 class PluginLoadError(ReconbenchError):

@@ -33,6 +33,11 @@ def test_model_family_conforms(name):
     conformance.check_model_family(plugins.get("models", name))
 
 
+@pytest.mark.parametrize("name", plugins.names("searches"))
+def test_search_strategy_conforms(name):
+    conformance.check_search(plugins.get("searches", name))
+
+
 def test_the_toy_attack_conforms(toy_attack_registered):
     outputs = conformance.check_attack(toy_attack_registered)
     assert set(outputs) == {"binary", "multiclass", "regression"}

@@ -1,4 +1,4 @@
-"""One attack on one target: init, (random-search) runs written as they finish, pooled evaluation, results.
+"""One attack on one target: init, search runs (random search by default) written as they finish, pooled evaluation, results.
 
 Layout of a result folder::
 
@@ -21,13 +21,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
 from reconbench import plugins
 from reconbench.attack.candidates import candidate_labels, default_m, restrict_knowledge
 from reconbench.attack.outcome import derive_run_outcome, outcome_of_runs
+from reconbench.attack.search import DEFAULT_SEARCH, check_proposals, search_record, start_search, tell
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import DivergedError, IncompatibleError, ReconbenchError
 from reconbench.evaluation import evaluate, oracle_score, resolve_protocol
@@ -50,13 +50,20 @@ class RunSpec:
     init_config: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     candidates: int | None = None   # m; None: 2n
-    search_runs: int = 1            # 1: the given config; >1: random search over the attack's declared space
+    search_runs: int = 1            # 1: the given config; >1: a search over the attack's declared space
     dtype: str = "float64"
     device: str = "cpu"
     protocol: dict[str, Any] = field(default_factory=dict)
+    search: str = DEFAULT_SEARCH    # the search strategy (see `reconbench list searches`)
+    search_config: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The spec as recorded and hashed; the default search is left out, so that records and run keys of the
+        default random search are those written before strategies could be chosen."""
+        out = asdict(self)
+        if self.search == DEFAULT_SEARCH and not self.search_config:
+            del out["search"], out["search_config"]
+        return out
 
 
 def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Tensor]:
@@ -82,13 +89,12 @@ def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Te
 
 
 def sample_configs(attack: Any, spec: RunSpec) -> list[dict[str, Any]]:
-    """Run 0..R-1 configs: user overrides are fixed; with R > 1 the rest of the declared space is sampled."""
-    if spec.search_runs <= 1:
+    """The configs of the strategy's first round (random search: all R runs) with the user's overrides fixed; one
+    run: the given config."""
+    session = start_search(attack, spec.attack_config, spec.search_runs, spec.seed, spec.search, spec.search_config)
+    if session is None:
         return [dict(spec.attack_config)]
-    rng = np.random.default_rng(spec.seed)
-    space = {k: v for k, v in attack.search_space().items() if k not in spec.attack_config}
-    return [{**{k: dist.sample(rng) for k, dist in space.items()}, **spec.attack_config}
-            for _ in range(spec.search_runs)]
+    return [{**values, **spec.attack_config} for values in session.ask()]
 
 
 def init_config_for_run(init: Any, spec: RunSpec, attack: Any, cfg: Any) -> tuple[Any, dict[str, Any]]:
@@ -113,39 +119,55 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     init = plugins.get("inits", spec.init)
     init_cfg = build_config(init.config_cls, spec.init_config, f"init {init.name}")
     problem = problem or card.problem(data_root)
-    configs = sample_configs(attack, spec)
+    session = start_search(attack, spec.attack_config, spec.search_runs, spec.seed, spec.search, spec.search_config)
     runs_dir = out / "runs"
     runs: list[dict[str, Any]] = []
-    pending: list[_Pending] = []
     t_all = time.perf_counter()
-    with Progress(len(configs), f"{attack.name} runs", quiet=quiet or len(configs) == 1) as outer:
-        for k, raw_cfg in enumerate(configs):
-            cfg = build_config(attack.config_cls, raw_cfg, f"attack {attack.name}")
-            run_init_cfg, init_overrides = init_config_for_run(init, spec, attack, cfg)
-            record_path = runs_dir / f"run-{k:03d}.json"
-            cfg_dict = config_to_dict(cfg)
-            run_key = config_hash({"card": card.data["recipe_key"], "spec": spec.to_dict(), "run": k, "cfg": cfg_dict})
-            if record_path.exists():
-                old = json.loads(record_path.read_text())
-                if old.get("run_key") == run_key and (
-                        old.get("stopped") == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
-                    runs.append(old)
-                    outer.update(len(runs))
-                    continue
-            gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
-            x0 = init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
-            pending.append(_Pending(k, cfg, gen, x0, {"run": k, "run_key": run_key, "config": cfg_dict,
-                                                      "init_config": config_to_dict(run_init_cfg),
-                                                      "init_overrides": init_overrides}))
-
-        if pending:
-            _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
+    total = max(spec.search_runs, 1)
+    with Progress(total, f"{attack.name} runs", quiet=quiet or total == 1) as outer:
+        while len(runs) < total:   # one batch per round of the strategy (random search: one round)
+            asked = [{}] if session is None else session.ask()
+            check_proposals(asked, total - len(runs), spec.search)
+            first = len(runs)
+            pending = _start_round(card, spec, attack, init, problem, labels, target, asked, runs, runs_dir, outer)
+            if pending:
+                _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
+            if session is not None:
+                batch = sorted(runs[first:], key=lambda r: r["run"])
+                tell(session, spec.search, asked, batch)
     runs.sort(key=lambda r: r["run"])
     usable = [r for r in runs if r["stopped"] != "failed"]
     if not usable:
         raise DivergedError(f"all {len(runs)} run(s) of {attack.name} failed; first: {runs[0]['message']}")
     return finish(card, spec, out, problem, runs, time.perf_counter() - t_all,
                   oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
+
+
+def _start_round(card: ModelCard, spec: RunSpec, attack: Any, init: Any, problem: Problem, labels: torch.Tensor,
+                 target: AttackTarget, asked: list[dict[str, Any]], runs: list[dict[str, Any]], runs_dir: Path,
+                 outer: Progress) -> list[_Pending]:
+    """The runs of one round (numbered on from ``len(runs)``): those finished earlier with the same key are read back
+    into ``runs`` (resume), the others are returned with their starts drawn."""
+    pending: list[_Pending] = []
+    for k, values in enumerate(asked, start=len(runs)):
+        cfg = build_config(attack.config_cls, {**values, **spec.attack_config}, f"attack {attack.name}")
+        run_init_cfg, init_overrides = init_config_for_run(init, spec, attack, cfg)
+        record_path = runs_dir / f"run-{k:03d}.json"
+        cfg_dict = config_to_dict(cfg)
+        run_key = config_hash({"card": card.data["recipe_key"], "spec": spec.to_dict(), "run": k, "cfg": cfg_dict})
+        if record_path.exists():
+            old = json.loads(record_path.read_text())
+            if old.get("run_key") == run_key and (
+                    old.get("stopped") == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
+                runs.append(old)
+                outer.update(len(runs))
+                continue
+        gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
+        x0 = init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
+        pending.append(_Pending(k, cfg, gen, x0, {"run": k, "run_key": run_key, "config": cfg_dict,
+                                                  "init_config": config_to_dict(run_init_cfg),
+                                                  "init_overrides": init_overrides}))
+    return pending
 
 
 @dataclass
@@ -300,6 +322,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         "init_config": init_config,
         "init_is_oracle": oracle_init,
         "spec": spec.to_dict(),
+        "search": search_record(spec.search, spec.search_config),
         "target": {"card": portable_path(card.path), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
                    "card_sha256": card.data.get("content_sha256"),
                    "family": card.data["family"], "task": card.task, "n_train": problem.n,

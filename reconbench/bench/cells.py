@@ -38,11 +38,14 @@ class Cell:
             dtype=dtype or suite.dtype,
             device=device or suite.device,
             protocol=dict(suite.protocol),
+            search=self.attack.search,
+            search_config=dict(self.attack.search_config),
         )
 
     def identity(self, suite: Suite, dtype: str | None = None) -> dict[str, Any]:
-        """Everything that determines the cell's numbers (not the device: that is provenance)."""
-        return {
+        """Everything that determines the cell's numbers (not the device: that is provenance). The default search
+        is left out, so that random-search cells keep their keys."""
+        identity = {
             "recipe": self.recipe.to_dict(),
             "attack": self.attack.attack,
             "attack_config": self.attack.config,
@@ -54,6 +57,9 @@ class Cell:
             "dtype": dtype or suite.dtype,
             "protocol": suite.protocol,
         }
+        if not self.attack.default_search():
+            identity["search"] = {"strategy": self.attack.search, "config": self.attack.search_config}
+        return identity
 
     def key(self, suite: Suite, dtype: str | None = None) -> str:
         return config_hash(self.identity(suite, dtype))

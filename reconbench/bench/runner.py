@@ -37,6 +37,7 @@ import torch
 from reconbench import __version__, plugins
 from reconbench.attack.outcome import cell_outcome
 from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.attack.search import search_record
 from reconbench.bench import machine
 from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
 from reconbench.bench.executors import CellJob, Executor, Finished, Lost, Outcome, RunContext, Started
@@ -280,6 +281,7 @@ def _base_record(cell: Cell, suite: Suite, spec: RunSpec, invocation: int) -> di
             "search_runs": cell.attack.search_runs,
             "candidates": cell.attack.candidates,
         },
+        "search": search_record(cell.attack.search, cell.attack.search_config),
         "init": {
             "label": cell.init.label,
             "regime": cell.init.regime,

@@ -3,14 +3,16 @@
 A suite file (``reconbench/bench/suites/<name>.toml``) has these tables (``reconbench/bench/suites/README.md`` shows a
 commented example)::
 
-    [suite]          name, description, seeds, device, dtype, search_runs (search budget),
+    [suite]          name, description, seeds, device, dtype, search_runs (search budget), search (strategy,
+                     default random) and search_config (its options),
                      candidates (m; default 2n), seed_targets (each seed also retrains the targets with
                      weight-init seed + seed), max_stationarity_ratio (convergence gate, flagged in the tables)
     [protocol]       evaluation protocol options, passed as they are to ``reconbench.evaluation.evaluate``
     [leaderboard]    store_candidates, figures, sample_images, columns (the tables' metric columns)
     [targets.NAME]   a target recipe: dataset, task, n_per_class, num_classes, binary_rule, family, widths,
                      model, loss, lr, steps, weight_decay, schedule, dtype, seed (weight init), problem_seed
-    [attacks.LABEL]  attack (registered name; default LABEL), config (fixed options), search_runs, candidates
+    [attacks.LABEL]  attack (registered name; default LABEL), config (fixed options), search_runs, search,
+                     search_config, candidates
     [inits.LABEL]    regime (registered name; default LABEL), config
     [[grid]]         targets, attacks, inits (default: all), seeds (default: the suite's): their product runs
     [comparisons.N]  title, target, axis, values (shorthand for target.<axis> = value) or variants (tables
@@ -37,6 +39,7 @@ from typing import Any
 import tomllib
 
 from reconbench import plugins
+from reconbench.attack.search import DEFAULT_SEARCH, check_search
 from reconbench.bench.toml_lines import KeyLines
 from reconbench.config import MAX_SEED, _coerce, build_config
 from reconbench.errors import ReconbenchError, UnknownNameError
@@ -106,6 +109,12 @@ class AttackEntry:
     config: dict[str, Any]
     search_runs: int
     candidates: int | None
+    search: str = DEFAULT_SEARCH            # the search strategy choosing the runs' configurations
+    search_config: dict[str, Any] = field(default_factory=dict)
+
+    def default_search(self) -> bool:
+        """Random search with its defaults: left out of cell keys (cells keep the keys they had before)."""
+        return self.search == DEFAULT_SEARCH and not self.search_config
 
 
 @dataclass(frozen=True)
@@ -292,6 +301,8 @@ SUITE_KEYS: dict[str, Any] = {
     "device": str,
     "dtype": typing.Literal["float64", "float32"],
     "search_runs": int,
+    "search": str,
+    "search_config": dict[str, Any],
     "candidates": int | None,
     "seed_targets": bool,
     "max_stationarity_ratio": float | None,
@@ -315,6 +326,8 @@ ATTACK_KEYS: dict[str, Any] = {
     "attack": str,
     "config": dict[str, Any],
     "search_runs": int,
+    "search": str,
+    "search_config": dict[str, Any],
     "candidates": int | None,
     "description": str,
 }
@@ -606,13 +619,27 @@ def _read_attacks(data: dict[str, Any], chk: _Checker, head: dict[str, Any], str
         if runs < 1:
             raise chk.fail((*keys, "search_runs"), f"must be at least 1, got {runs}")
         chk.counts(t.get("candidates"), (*keys, "candidates"))
+        search_keys = keys if "search" in t or "search_config" in t else ("suite",)
+        search = t.get("search", head.get("search", DEFAULT_SEARCH))
+        search_config = dict(t.get("search_config", head.get("search_config", {})))
+        _check_search(search, search_config, chk, search_keys)
         entry = AttackEntry(label, t.get("attack", label), dict(t.get("config", {})), runs,
-                            t.get("candidates", head.get("candidates")))
+                            t.get("candidates", head.get("candidates")), search, search_config)
         _check_plugin_config("attacks", entry.attack, entry.config, chk, keys, strict, warnings)
         attacks[label] = entry
     if not attacks:
         raise chk.fail(("attacks",), "the suite defines no attacks; add an [attacks.NAME] table")
     return attacks
+
+
+def _check_search(name: str, config: dict[str, Any], chk: _Checker, keys: tuple[Any, ...]) -> None:
+    """A registered search strategy with valid options (one line naming the key otherwise)."""
+    try:
+        check_search(name, config)
+    except UnknownNameError as exc:
+        raise chk.fail((*keys, "search"), str(exc)) from None
+    except ReconbenchError as exc:
+        raise chk.fail((*keys, "search_config"), str(exc)) from None
 
 
 def _read_inits(data: dict[str, Any], chk: _Checker, strict: bool, warnings: list[str]) -> dict[str, InitEntry]:

@@ -11,7 +11,7 @@ from reconbench import plugins
 from reconbench.cli.common import main_group
 from reconbench.config import describe_options
 from reconbench.errors import ReconbenchError
-from reconbench.interfaces import InitRegime, Metric
+from reconbench.interfaces import InitRegime, Metric, SearchStrategy
 
 
 @main_group.command("plugins")
@@ -35,7 +35,7 @@ def list_command(kind: str, pattern: str | None, verbose: bool, arch_pattern: st
     entries = list(plugins.host().entries(kind, pattern))
     rows = []
     for e in entries:
-        flag = " (oracle)" if isinstance(e.obj, InitRegime) and e.obj.oracle else ""
+        flag = " (oracle)" if isinstance(e.obj, (InitRegime, SearchStrategy)) and e.obj.oracle else ""
         if isinstance(e.obj, Metric):
             flag += " (higher is better)" if e.obj.higher_is_better else " (lower is better)"
         rows.append((e.name + flag, e.plugin, e.description))

@@ -13,6 +13,7 @@ import click
 
 from reconbench import plugins
 from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.attack.search import DEFAULT_SEARCH, check_search
 from reconbench.cli.common import (
     SEED,
     Count,
@@ -47,7 +48,10 @@ RUN_CONFIG_FILE = "run-config.json"
 @click.option("--init-set", multiple=True, help="Init option KEY=VALUE (repeatable), e.g. scale=1e-3.")
 @click.option("--set", "attack_set", multiple=True, help="Attack option KEY=VALUE (repeatable), e.g. steps=2000.")
 @click.option("--search-runs", type=Count(1), default=None,
-              help="Random-search budget: runs sampled from the attack's declared space (default: the attack's).")
+              help="Search budget: runs drawn from the attack's declared space (default: the attack's).")
+@click.option("--search", "search", default=DEFAULT_SEARCH, show_default=True,
+              help="Search strategy choosing the runs' configurations (see `reconbench list searches`), e.g. optuna.")
+@click.option("--search-set", multiple=True, help="Search strategy option KEY=VALUE (repeatable), e.g. batch=2.")
 @click.option("--candidates", type=Count(1), default=None, help="Number of candidates m (default 2n).")
 @click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the init regime and the search.")
@@ -65,7 +69,8 @@ RUN_CONFIG_FILE = "run-config.json"
 @data_root_option
 @quiet_option
 def run_command(attack: str, model_card: str | None, init_name: str, init_set: tuple[str, ...],
-                attack_set: tuple[str, ...], search_runs: int | None, candidates: int | None, seed: int,
+                attack_set: tuple[str, ...], search_runs: int | None, search: str, search_set: tuple[str, ...],
+                candidates: int | None, seed: int,
                 dtype: str, device: str, protocol_set: tuple[str, ...], out: str | None, replace: bool,
                 cache: str | None, data_root: str | None, quiet: bool, **recipe_opts: Any) -> None:
     """Run an attack against a target and write result.json, candidates and figures."""
@@ -75,6 +80,8 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     attack_config = parse_assignments(attack_set, "--set")
     init_config = parse_assignments(init_set, "--init-set")
     protocol = parse_assignments(protocol_set, "--protocol-set")
+    search_config = parse_assignments(search_set, "--search-set")
+    check_search(search, search_config)
     check_device(device)
     check_attack_options(attack_obj, attack_config)
     build_config(init_obj.config_cls, init_config, "--init-set")
@@ -92,7 +99,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     spec = RunSpec(attack=attack, attack_config=attack_config, init=init_name, init_config=init_config, seed=seed,
                    candidates=candidates,
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
-                   dtype=dtype, device=device, protocol=protocol)
+                   dtype=dtype, device=device, protocol=protocol, search=search, search_config=search_config)
     check_attack(size, candidates=spec.candidates, search_runs=spec.search_runs, dtype=dtype)
     out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{recipe_key}-s{seed}"
     created = not out_dir.exists()

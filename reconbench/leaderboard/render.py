@@ -43,7 +43,8 @@ def _label_init(row: dict[str, Any]) -> str:
 
 
 def _label_attack(row: dict[str, Any]) -> str:
-    return row["attack"] if row["attack"] == row.get("attack_name", row["attack"]) else f"{row['attack']} ({row['attack_name']})"
+    label = row["attack"] if row["attack"] == row.get("attack_name", row["attack"]) else f"{row['attack']} ({row['attack_name']})"
+    return label + (f" [search: {row['search']}]" if row.get("search") else "")
 
 
 def _arrow(col: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from tabulate import tabulate
 
 from reconbench import __version__, plugins
 from reconbench.attack.outcome import CellOutcome, cell_outcome, failure_counts, failure_text
+from reconbench.attack.search import search_record
 from reconbench.bench import machine
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.runner import STATUS_OK, load_cells
@@ -296,6 +297,13 @@ def resolve_columns(suite: Suite, records: list[dict[str, Any]]) -> list[dict[st
     return cols
 
 
+def search_label(search: str, config: dict[str, Any]) -> str:
+    """How a table names a row's search strategy: its name, its options, and ‡ when it reads training images."""
+    record = search_record(search, config)
+    options = ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+    return f"{search}{f' ({options})' if options else ''}{f' {ORACLE_SELECTION_MARK}' if record['oracle'] else ''}"
+
+
 def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selection: str) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str, str], list[Cell]] = {}
     for cell in pub.plan:
@@ -322,6 +330,8 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
             "attack_failed": failures_of(pub.attack_failed(c.cell_id for c in cells), len(ran)),
             "metrics": {},
         }
+        if not cells[0].attack.default_search():   # random search with its defaults is not named (older boards)
+            row["search"] = search_label(cells[0].attack.search, cells[0].attack.search_config)
         for col in columns:
             stat, key = _stat(recs, selection, col["spec"])
             row["metrics"][col["name"]] = {**stat.to_dict(), "key": key,
