@@ -27,7 +27,7 @@ import shutil
 import sys
 import time
 import traceback
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -521,8 +521,10 @@ def execute(
     invocation: Invocation,
     *,
     strict: bool,
+    on_cell: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
-    """Run the jobs through the executor; write each cell's JSON the moment it ends; progress lines and a bar."""
+    """Run the jobs through the executor; write each cell's JSON the moment it ends (then hand it to ``on_cell``, e.g.
+    an experiment tracker); progress lines and a bar."""
     events = executor.run(jobs, ctx)
     announced: set[str] = set()
     try:
@@ -538,6 +540,8 @@ def execute(
                     report.lost.append(cid)
                 else:
                     write_cell(ctx.out, event.record)
+                    if on_cell is not None:
+                        on_cell(event.record)
                     report.ran.append(cid)
                     if event.record["status"] != STATUS_OK:
                         report.failed.append(cid)
@@ -569,6 +573,7 @@ def run_suite(
     quiet: bool = False,
     command: str | None = None,
     executor: Executor | None = None,
+    on_cell: Callable[[dict[str, Any]], None] | None = None,
 ) -> BenchReport:
     """Run (or resume) a suite; see the module docstring for the folder layout."""
     executor = executor or SerialExecutor()
@@ -599,7 +604,7 @@ def run_suite(
     if report.stale:
         _say(f"{len(report.stale)} cell(s) changed since they ran (suite edited); they run again", quiet)
     try:
-        execute(jobs, executor, ctx, report, invocation, strict=strict)
+        execute(jobs, executor, ctx, report, invocation, strict=strict, on_cell=on_cell)
     except KeyboardInterrupt:
         invocation.save("interrupted")
         raise

@@ -39,7 +39,7 @@ from typing import Any
 import tomllib
 
 from reconbench import plugins
-from reconbench.attack.search import DEFAULT_SEARCH, check_search
+from reconbench.attack.search import DEFAULT_SEARCH, resolve_search
 from reconbench.bench.toml_lines import KeyLines
 from reconbench.config import MAX_SEED, _coerce, build_config
 from reconbench.errors import ReconbenchError, UnknownNameError
@@ -633,9 +633,10 @@ def _read_attacks(data: dict[str, Any], chk: _Checker, head: dict[str, Any], str
 
 
 def _check_search(name: str, config: dict[str, Any], chk: _Checker, keys: tuple[Any, ...]) -> None:
-    """A registered search strategy with valid options (one line naming the key otherwise)."""
+    """A registered search strategy with valid options (one line naming the key otherwise); whether its optional
+    dependency is installed is checked where cells run (rendering a board does not need it)."""
     try:
-        check_search(name, config)
+        resolve_search(name, config)
     except UnknownNameError as exc:
         raise chk.fail((*keys, "search"), str(exc)) from None
     except ReconbenchError as exc:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from tabulate import tabulate
 
 from reconbench import plugins
+from reconbench.attack.search import check_search
 from reconbench.bench.cells import Cell, expand, select
 from reconbench.bench.executors import Executor
 from reconbench.bench.ray_executor import RayExecutor
@@ -20,12 +23,20 @@ from reconbench.bench.runner import (
     select_cells,
 )
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
-from reconbench.cli.common import check_device, command_line, data_root_option, main_group, quiet_option
+from reconbench.cli.common import (
+    check_device,
+    command_line,
+    data_root_option,
+    main_group,
+    quiet_option,
+    track_options,
+)
 from reconbench.cli.run_cmd import check_task
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize, check_attack, check_target
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir
+from reconbench.tracking import MlflowTracker, tracker
 
 
 @main_group.command("bench")
@@ -78,6 +89,7 @@ from reconbench.targets.cache import cache_dir
     metavar="ADDR",
     help="With --executor ray: the Ray cluster to use, e.g. 'auto' or 'ray://head:10001' (default: a local instance).",
 )
+@track_options
 @data_root_option
 @quiet_option
 def bench_command(
@@ -95,6 +107,9 @@ def bench_command(
     executor: str,
     address: str | None,
     quiet: bool,
+    track: str | None,
+    track_uri: str | None,
+    track_experiment: str | None,
 ) -> None:
     """Run benchmark SUITE (a name of a shipped suite or one in ./suites/, or a .toml path): every attack x init x target x
     seed.
@@ -125,6 +140,7 @@ def bench_command(
         )
         return
     out_dir = Path(out) if out is not None else default_results_dir(s)
+    logger = tracker(track, track_uri, track_experiment or s.name)
     cells_executor = cell_executor(executor, address)
     if device is not None:
         if isinstance(cells_executor, RayExecutor):
@@ -137,7 +153,7 @@ def bench_command(
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,
                            device=device, dtype=dtype, cache=cache, data_root=data_root, quiet=quiet,
                            command=command_line(),
-                           executor=cells_executor)
+                           executor=cells_executor, on_cell=None if logger is None else cell_logger(logger, out_dir))
     ok = len(report.ran) - len(report.failed)
     click.echo(
         f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "
@@ -171,10 +187,24 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
             if key not in sizes:
                 sizes[key] = check_target(cell.recipe, data_root, what=f"target {cell.target!r}",
                                           fix="lower its widths (or other model options) in the suite")
+            check_search(cell.attack.search, cell.attack.search_config)   # its optional dependency is installed
             check_attack(sizes[key], candidates=cell.attack.candidates, search_runs=cell.attack.search_runs,
                          dtype=dtype or suite.dtype, fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
         except ReconbenchError as exc:
             raise SuiteError(f"{where}: cell {cell.cell_id}: {exc}") from None
+
+
+def cell_logger(logger: MlflowTracker, out: Path) -> Callable[[dict[str, Any]], None]:
+    """Log each cell that ran to the tracker as it is written (cells that failed have no result to log)."""
+    def log(rec: dict[str, Any]) -> None:
+        if rec.get("status") == "ok" and rec.get("result_dir"):
+            logger.log_result(out / rec["result_dir"], rec["cell_id"],
+                              extra_params={"cell": {"suite": rec["suite"], "cell_key": rec["cell_key"],
+                                                     "attack_label": rec["attack"]["label"],
+                                                     "init_label": rec["init"]["label"],
+                                                     "target": rec["target"]["name"]}},
+                              tags={"reconbench.suite": rec["suite"], "reconbench.cell_id": rec["cell_id"]})
+    return log
 
 
 def cell_executor(name: str, address: str | None) -> Executor:

@@ -172,3 +172,16 @@ def remove_if_unused(folder: Path) -> None:
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress bars or chatter.")
 data_root_option = click.option("--data-root", type=click.Path(file_okay=False), default=None,
                                 help="Folder with data files (default: $RECONBENCH_DATA, else ~/.cache/reconbench/data).")
+
+
+def track_options(f: Any) -> Any:
+    """--track, --track-uri and --track-experiment (reconbench.tracking)."""
+    f = click.option("--track-experiment", default=None, metavar="NAME",
+                     help="With --track: the MLflow experiment (default: 'reconbench' for run, the suite's name for "
+                          "bench).")(f)
+    f = click.option("--track-uri", default=None, metavar="URI",
+                     help="With --track: the tracking store, e.g. sqlite:///mlflow.db or http://host:5000 (default: "
+                          "MLflow's own: $MLFLOW_TRACKING_URI, else a local store in this folder, ./mlruns).")(f)
+    return click.option("--track", type=click.Choice(["mlflow"]), default=None,
+                        help="Log each finished run (config, seed, metrics and nulls, loss traces, result.json and "
+                             "figures) to an experiment tracker; pip install 'reconbench[mlflow]'.")(f)

@@ -23,6 +23,7 @@ from reconbench.cli.common import (
     parse_assignments,
     quiet_option,
     remove_if_unused,
+    track_options,
 )
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
 from reconbench.config import build_config
@@ -32,6 +33,7 @@ from reconbench.preflight import card_size, check_attack, check_target
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import load_card
+from reconbench.tracking import check_tracker, tracker
 
 #: the configuration of the run a result folder holds (written before the first search run)
 RUN_CONFIG_FILE = "run-config.json"
@@ -66,13 +68,15 @@ RUN_CONFIG_FILE = "run-config.json"
 @click.option("--replace", is_flag=True,
               help="If --out holds a run of another configuration, delete its files and run this one.")
 @click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets.")
+@track_options
 @data_root_option
 @quiet_option
 def run_command(attack: str, model_card: str | None, init_name: str, init_set: tuple[str, ...],
                 attack_set: tuple[str, ...], search_runs: int | None, search: str, search_set: tuple[str, ...],
                 candidates: int | None, seed: int,
                 dtype: str, device: str, protocol_set: tuple[str, ...], out: str | None, replace: bool,
-                cache: str | None, data_root: str | None, quiet: bool, **recipe_opts: Any) -> None:
+                cache: str | None, data_root: str | None, quiet: bool, track: str | None, track_uri: str | None,
+                track_experiment: str | None, **recipe_opts: Any) -> None:
     """Run an attack against a target and write result.json, candidates and figures."""
     # every option is checked before any training: names, values, ranges, the device and the folders
     attack_obj = plugins.get("attacks", attack)
@@ -82,6 +86,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     protocol = parse_assignments(protocol_set, "--protocol-set")
     search_config = parse_assignments(search_set, "--search-set")
     check_search(search, search_config)
+    check_tracker(track)
     check_device(device)
     check_attack_options(attack_obj, attack_config)
     build_config(init_obj.config_cls, init_config, "--init-set")
@@ -126,6 +131,9 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     for line in headline_lines(result["evaluation"]):
         click.echo(line)
     click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
+    logger = tracker(track, track_uri, track_experiment or "reconbench")
+    if logger is not None and (run_id := logger.log_result(out_dir, out_dir.name)):
+        click.echo(f"tracked: MLflow run {run_id} in experiment {logger.experiment!r}")
 
 
 def headline_lines(evaluation: dict[str, Any]) -> list[str]:

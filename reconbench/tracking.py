@@ -1,0 +1,154 @@
+"""Experiment tracking: each finished run (or suite cell) logged to MLflow after its files are written.
+
+What one MLflow run holds: the resolved configuration as parameters (the spec, the init config, the target and the
+search, flattened to dotted keys) and the seed; the numeric summary of every evaluated selection as metrics
+(``pool.<key>``, ``blind.<key>``, ``oracle.<key>``) with the held-out null's mean and max beside them
+(``null.<key>.mean``, ``null.<key>.max``); every search run's loss trace as metric steps (``run_000.loss``, ...);
+and result.json and the figures as artefacts.
+
+Tracking comes after the result folder is complete and never feeds back into it: when MLflow is unreachable or
+refuses something, a one-line warning says so and the command goes on (the result folder is the record). MLflow is
+an optional extra (``pip install 'reconbench[mlflow]'``), imported only when a run is logged. Without ``--track-uri``
+MLflow's own default applies (``MLFLOW_TRACKING_URI``, else a local store in the working folder: ``./mlruns``, with
+MLflow 3's ``mlflow.db`` beside it), which ``mlflow ui`` started in the same folder reads.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from reconbench.errors import ReconbenchError
+
+INSTALL_HINT = "pip install 'reconbench[mlflow]'"
+TRACKERS = ("mlflow",)
+SELECTIONS = ("blind", "oracle")
+#: MLflow's batch limits (parameters and tags per call, metrics per call) and its parameter value length
+MAX_PARAMS, MAX_METRICS, MAX_VALUE = 100, 1000, 6000
+
+
+def check_tracker(track: str | None) -> None:
+    """Before any work: the tracker is known and its package is installed (one line naming the extra if not)."""
+    if track is None:
+        return
+    if track not in TRACKERS:
+        raise ReconbenchError(f"unknown tracker {track!r}; choose one of: {', '.join(TRACKERS)}")
+    if importlib.util.find_spec("mlflow") is None:
+        raise ReconbenchError(f"--track mlflow needs MLflow: {INSTALL_HINT}")
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, str]:
+    """Nested dicts as dotted keys; other values as JSON text (MLflow parameters are strings)."""
+    if isinstance(value, dict) and (value or not prefix):
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return {prefix: text[:MAX_VALUE]}
+
+
+def numbers(summary: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of a summary (booleans, text and non-finite values left out)."""
+    return {k: float(v) for k, v in summary.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def result_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """Headline numbers of a result: every selection's summary and the held-out null's mean and max."""
+    evaluation = result.get("evaluation") or {}
+    out = {f"pool.{k}": v for k, v in numbers(evaluation.get("summary") or {}).items()}
+    for name in SELECTIONS:
+        selected = (result.get("evaluation_selected") or {}).get(name)
+        if selected:
+            out.update({f"{name}.{k}": v for k, v in numbers(selected.get("summary") or {}).items()})
+    for key, spread in ((evaluation.get("null") or {}).get("spread") or {}).items():
+        for stat in ("mean", "max"):
+            value = spread.get(stat)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                out[f"null.{key}.{stat}"] = float(value)
+    return out
+
+
+def result_params(result: dict[str, Any]) -> dict[str, str]:
+    """The resolved configuration of a result as flat parameters."""
+    return flatten({"spec": result.get("spec"), "init_config": result.get("init_config"),
+                    "search": result.get("search"), "target": {k: (result.get("target") or {}).get(k)
+                                                               for k in ("recipe", "recipe_key", "family", "task",
+                                                                         "n_train")}})
+
+
+def traces(out: Path) -> list[tuple[str, float, int]]:
+    """(key, value, step) of every search run's trace, read from the run records (result.json leaves them out)."""
+    rows = []
+    for path in sorted((out / "runs").glob("run-*.json")):
+        record = json.loads(path.read_text())
+        for point in record.get("trace") or []:
+            step = int(point.get("step", 0))
+            for key, value in numbers({k: v for k, v in point.items() if k != "step"}).items():
+                rows.append((f"run_{int(record['run']):03d}.{key}", value, step))
+    return rows
+
+
+class MlflowTracker:
+    """Logs results to one MLflow experiment; every failure becomes a warning."""
+
+    def __init__(self, uri: str | None, experiment: str) -> None:
+        self.uri, self.experiment = uri, experiment
+
+    def log_result(self, out: Path, name: str, extra_params: dict[str, Any] | None = None,
+                   tags: dict[str, str] | None = None) -> str | None:
+        """Log the result folder ``out`` (its result.json, runs/ and figures/) as one MLflow run; its id, or None
+        (with a warning) when tracking failed."""
+        try:
+            return self._log(out, name, extra_params or {}, tags or {})
+        except Exception as exc:  # tracking must never cost a computed result
+            message = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            click.echo(f"warning: MLflow tracking of {name} failed ({message}); the result stays in {out}", err=True)
+            return None
+
+    def _log(self, out: Path, name: str, extra_params: dict[str, Any], tags: dict[str, str]) -> str:
+        logging.getLogger("mlflow").setLevel(logging.WARNING)   # MLflow's INFO lines (creating tables, ...)
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric, Param
+
+        result = json.loads((out / "result.json").read_text())
+        client = MlflowClient(self.uri)
+        found = client.get_experiment_by_name(self.experiment)
+        experiment = found.experiment_id if found else client.create_experiment(self.experiment)
+        provenance = result.get("provenance") or {}
+        run_tags = {"reconbench.attack": str(result.get("attack")), "reconbench.outcome":
+                    str((result.get("outcome") or {}).get("status")), "reconbench.search":
+                    str((result.get("search") or {}).get("strategy")), **{f"reconbench.{k}": str(v) for k, v in
+                                                                          provenance.items() if isinstance(v, str)},
+                    **tags}
+        run = client.create_run(experiment, run_name=name, tags=run_tags)
+        run_id = run.info.run_id
+        params = [Param(k, v) for k, v in {**result_params(result), **flatten(extra_params), "seed":
+                                            str((result.get("spec") or {}).get("seed"))}.items()]
+        for i in range(0, len(params), MAX_PARAMS):
+            client.log_batch(run_id, params=params[i:i + MAX_PARAMS])
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, 0) for k, v in result_metrics(result).items()]
+        metrics += [Metric(k, v, now, step) for k, v, step in traces(out)]
+        for i in range(0, len(metrics), MAX_METRICS):
+            client.log_batch(run_id, metrics=metrics[i:i + MAX_METRICS])
+        client.log_artifact(run_id, str(out / "result.json"))
+        if (out / "figures").is_dir():
+            client.log_artifacts(run_id, str(out / "figures"), "figures")
+        client.set_terminated(run_id)
+        return str(run_id)
+
+
+def tracker(track: str | None, uri: str | None, experiment: str) -> MlflowTracker | None:
+    """The tracker named by ``--track`` (None: no tracking)."""
+    check_tracker(track)
+    return MlflowTracker(uri, experiment) if track else None
+
