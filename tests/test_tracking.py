@@ -60,7 +60,8 @@ def test_a_tracked_run_reads_back_with_the_numbers_of_result_json(card, tmp_path
     assert "result.json" in artefacts and "figures" in artefacts
 
 
-def test_a_failing_tracker_warns_and_changes_nothing(card, tmp_path, capsys):
+def test_a_failing_tracker_warns_and_changes_nothing(card, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
     code, _, _ = run_cli(attack_args(card, tmp_path / "plain"), capsys)
     assert code == 0
     code, out, err = run_cli([*attack_args(card, tmp_path / "tracked"), "--track", "mlflow", "--track-uri",
@@ -78,7 +79,8 @@ def test_a_missing_mlflow_is_one_line_naming_the_extra_before_any_work(card, tmp
     assert not (tmp_path / "r").exists()
 
 
-def test_bench_logs_each_cell_as_a_run(tmp_path, toy_attack_registered, capsys):
+def test_bench_logs_each_cell_as_a_run(tmp_path, toy_attack_registered, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)   # a database store keeps its artefacts in ./mlruns
     suite = tmp_path / "s.toml"
     suite.write_text('[suite]\nname = "tracked"\nseeds = [0]\nsearch_runs = 2\n\n' + toy_targets(10)
                      + '\n[attacks.toy_identity]\nconfig = { steps = 1 }\n\n[[grid]]\ntargets = ["bin"]\n'
