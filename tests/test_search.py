@@ -193,3 +193,10 @@ def test_a_bad_strategy_in_a_suite_is_one_line_naming_the_key(tmp_path, toy_atta
     with pytest.raises(SuiteError) as info:
         _suite(tmp_path, SUITE.replace(*edit))
     assert key in str(info.value) and len(str(info.value).splitlines()) == 1
+
+
+def test_boards_name_a_strategy_other_than_the_default_and_mark_an_oracle_one():
+    from reconbench.leaderboard.tables import ORACLE_SELECTION_MARK, search_label
+
+    assert search_label("optuna", {"batch": 4}) == "optuna (batch=4)"
+    assert search_label("optuna_oracle", {}) == f"optuna_oracle {ORACLE_SELECTION_MARK}"
