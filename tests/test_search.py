@@ -200,3 +200,14 @@ def test_boards_name_a_strategy_other_than_the_default_and_mark_an_oracle_one():
 
     assert search_label("optuna", {"batch": 4}) == "optuna (batch=4)"
     assert search_label("optuna_oracle", {}) == f"optuna_oracle {ORACLE_SELECTION_MARK}"
+
+
+def test_the_search_benchmark_compares_strategies_at_equal_budget():
+    from pathlib import Path
+
+    suite = load_suite(Path(__file__).resolve().parents[1] / "benchmarks" / "search_strategies.toml", strict=True)
+    budgets: dict[tuple[str, int], set[str]] = {}
+    for a in suite.attacks.values():
+        budgets.setdefault((a.attack, a.search_runs * a.config["steps"]), set()).add(a.search)
+    assert sorted(budgets.values(), key=sorted) == [{"optuna", "random"}] * 2   # each attack: both, same runs x steps
+    assert len(suite.seeds) >= 5
