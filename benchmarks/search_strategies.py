@@ -42,6 +42,18 @@ def _value(rec: dict[str, Any], selection: str, key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+def _spearman(runs: list[dict[str, Any]]) -> float | None:
+    """Rank correlation of the final attack loss and the oracle extraction score over a cell's runs."""
+    from scipy.stats import spearmanr
+
+    pairs = [(r["final_loss"], r["oracle_score"]) for r in runs
+             if math.isfinite(r["final_loss"]) and math.isfinite(r["oracle_score"])]
+    if len(pairs) < 3:
+        return None
+    rho = float(spearmanr(*zip(*pairs, strict=True)).statistic)
+    return rho if math.isfinite(rho) else None
+
+
 def summarise(suite: Suite, cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per target: each strategy's numbers over the seeds both ran, and the paired difference optuna - random (cells
     of the folder that the suite does not plan, or planned with another key, are left out)."""
@@ -73,6 +85,9 @@ def summarise(suite: Suite, cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
                                   default=math.inf) for rec in recs.values()])
                   for name, recs in (("random", random), ("optuna", optuna))}
         entry["best_final_attack_loss"] = {k: v.to_dict() for k, v in losses.items()}
+        # how well the blind objective ranks runs as the oracle score does, within a cell (1: the same order)
+        entry["loss_vs_oracle_spearman"] = Stat([rho for recs in (random, optuna) for rec in recs.values()
+                                                 if (rho := _spearman(rec["runs"])) is not None], (-1.0, 1.0)).to_dict()
         entry["attack_seconds"] = {name: sum(r.get("attack_seconds", 0.0) for r in recs.values())
                                    for name, recs in (("random", random), ("optuna", optuna))}
         out[target] = entry
@@ -134,7 +149,8 @@ def main() -> None:
                 line = "  ".join(f"{k} {_fmt(e[k])}" for k in ("random", "optuna", "optuna_minus_random"))
                 print(f"  {selection:5s} {key:25s} {line}")
         print(f"  best final attack loss: random {_fmt(entry['best_final_attack_loss']['random'])}  "
-              f"optuna {_fmt(entry['best_final_attack_loss']['optuna'])}")
+              f"optuna {_fmt(entry['best_final_attack_loss']['optuna'])}; rank correlation of loss and oracle score "
+              f"over a cell's runs {_fmt(entry['loss_vs_oracle_spearman'])}")
     print(result["verdict"])
     print(f"cpu {result['cpu_seconds_this_invocation']:.0f} s (all invocations: {result['cpu_seconds_total']:.0f} s), "
           f"wall {result['wall_seconds_this_invocation']:.0f} s")

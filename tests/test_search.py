@@ -25,6 +25,9 @@ from reconbench.interfaces import SearchStrategy, Trial
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.training import TargetRecipe
 
+#: an evaluation that is quick (no null, no figures): these tests check which runs ran, not how they score
+CHEAP = {"figures": False, "metrics": ["ssim", "corr"], "calibration_draws": 0, "null_draws": 0}
+
 optuna = pytest.importorskip("optuna", reason="the optuna extra is not installed: pip install 'reconbench[optuna]'")
 
 
@@ -77,7 +80,8 @@ def spies():
 
 
 def test_random_search_draws_what_numpy_draws_and_stays_out_of_the_spec(toy_attack_registered, tmp_path):
-    result = run_attack(tiny_card(), RunSpec(attack="toy_identity", search_runs=4, seed=7), tmp_path / "r", quiet=True)
+    spec = RunSpec(attack="toy_identity", search_runs=4, seed=7, protocol=CHEAP)
+    result = run_attack(tiny_card(), spec, tmp_path / "r", quiet=True)
     rng = np.random.default_rng(7)
     assert [r["config"]["shift"] for r in result["runs"]] == [rng.uniform(0.0, 0.01) for _ in range(4)]
     assert "search" not in result["spec"] and result["search"]["strategy"] == "random"
@@ -88,7 +92,7 @@ def test_a_blind_strategy_is_told_the_attack_loss_and_an_oracle_one_the_oracle_s
                                                                                        tmp_path):
     blind, oracle = spies
     for strategy in spies:
-        spec = RunSpec(attack="toy_identity", search_runs=5, seed=0, search=strategy.name)
+        spec = RunSpec(attack="toy_identity", search_runs=5, seed=0, search=strategy.name, protocol=CHEAP)
         result = run_attack(tiny_card(), spec, tmp_path / strategy.name, quiet=True)
         runs = result["runs"]
         assert strategy.asks == [2, 2, 1]   # the strategy's rounds, in order
@@ -104,7 +108,7 @@ def test_a_blind_strategy_is_told_the_attack_loss_and_an_oracle_one_the_oracle_s
 
 def test_optuna_is_seeded_and_proposes_inside_the_space(toy_attack_registered, tmp_path):
     def shifts(seed: int, folder: str) -> list[float]:
-        spec = RunSpec(attack="toy_identity", search_runs=6, seed=seed, search="optuna")
+        spec = RunSpec(attack="toy_identity", search_runs=6, seed=seed, search="optuna", protocol=CHEAP)
         return [r["config"]["shift"] for r in run_attack(tiny_card(), spec, tmp_path / folder, quiet=True)["runs"]]
 
     first = shifts(3, "a")
@@ -115,7 +119,7 @@ def test_optuna_is_seeded_and_proposes_inside_the_space(toy_attack_registered, t
 def test_optuna_rounds_run_as_batches_and_resume_with_the_same_proposals(tmp_path):
     card = tiny_card()
     spec = RunSpec(attack="haim_binary_kkt", attack_config={"steps": 10, "eval_every": 5}, search_runs=4, seed=2,
-                   search="optuna", search_config={"batch": 2})
+                   search="optuna", search_config={"batch": 2}, protocol=CHEAP)
     first = run_attack(card, spec, tmp_path / "r", quiet=True)
     assert [r["batch"]["runs"] for r in first["runs"]] == [[0, 1], [0, 1], [2, 3], [2, 3]]
     assert first["search"] == {"strategy": "optuna", "config": {"batch": 2, "startup": 0, "multivariate": True},
@@ -146,8 +150,9 @@ def test_the_cli_records_the_strategy_and_refuses_a_bad_one(toy_attack_registere
     code, _, err = run_cli(["run", "--attack", "toy_identity", "--model", str(card.path), "--search", "optunaa",
                             "--out", str(tmp_path / "bad")], capsys)
     assert code != 0 and "Did you mean: optuna" in err and "reconbench list searches" in err
+    cheap = [a for k, v in CHEAP.items() for a in ("--protocol-set", f"{k}={json.dumps(v)}")]
     code, _, _ = run_cli(["run", "--attack", "toy_identity", "--model", str(card.path), "--search", "optuna",
-                          "--search-runs", "3", "--out", str(tmp_path / "ok"), "--quiet"], capsys)
+                          "--search-runs", "3", "--out", str(tmp_path / "ok"), "--quiet", *cheap], capsys)
     result = json.loads((tmp_path / "ok" / "result.json").read_text())
     assert code == 0 and result["spec"]["search"] == "optuna" and len(result["runs"]) == 3
 

@@ -26,7 +26,9 @@ def card():
 
 def attack_args(card, out) -> list[str]:
     return ["run", "--attack", "haim_binary_kkt", "--model", str(card.path), "--set", "steps=10", "--set",
-            "eval_every=5", "--search-runs", "2", "--seed", "3", "--out", str(out), "--quiet"]
+            "eval_every=5", "--search-runs", "2", "--seed", "3", "--out", str(out), "--quiet",
+            # a quick evaluation that still has a calibrated headline and a null to log
+            "--protocol-set", "calibration_draws=2", "--protocol-set", "null_draws=2"]
 
 
 def test_a_tracked_run_reads_back_with_the_numbers_of_result_json(card, tmp_path, monkeypatch, capsys):
@@ -82,7 +84,8 @@ def test_a_missing_mlflow_is_one_line_naming_the_extra_before_any_work(card, tmp
 def test_bench_logs_each_cell_as_a_run(tmp_path, toy_attack_registered, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)   # a database store keeps its artefacts in ./mlruns
     suite = tmp_path / "s.toml"
-    suite.write_text('[suite]\nname = "tracked"\nseeds = [0]\nsearch_runs = 2\n\n' + toy_targets(10)
+    suite.write_text('[suite]\nname = "tracked"\nseeds = [0]\nsearch_runs = 2\n\n[protocol]\nfigures = false\n'
+                     'null_draws = 1\ncalibration_draws = 2\n\n' + toy_targets(10)
                      + '\n[attacks.toy_identity]\nconfig = { steps = 1 }\n\n[[grid]]\ntargets = ["bin"]\n'
                        'attacks = ["toy_identity"]\n')
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
