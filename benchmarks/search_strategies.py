@@ -88,8 +88,6 @@ def summarise(suite: Suite, cells: dict[str, dict[str, Any]]) -> dict[str, Any]:
         # how well the blind objective ranks runs as the oracle score does, within a cell (1: the same order)
         entry["loss_vs_oracle_spearman"] = Stat([rho for recs in (random, optuna) for rec in recs.values()
                                                  if (rho := _spearman(rec["runs"])) is not None], (-1.0, 1.0)).to_dict()
-        entry["attack_seconds"] = {name: sum(r.get("attack_seconds", 0.0) for r in recs.values())
-                                   for name, recs in (("random", random), ("optuna", optuna))}
         out[target] = entry
     return out
 
