@@ -201,6 +201,7 @@ class Suite:
     warnings: tuple[str, ...] = ()
     seed_targets: bool = False                  # each seed also retrains the targets (weight-init seed + seed)
     max_stationarity_ratio: float | None = None  # convergence gate: targets above it are flagged in the tables
+    max_learned_ratio: float | None = None  # regime gate on the learned part θ - d·θ0 (docs/regime.md), flagged likewise
     privacy: tuple[PrivacyAxis, ...] = ()
 
 
@@ -295,6 +296,7 @@ SUITE_KEYS: dict[str, Any] = {
     "candidates": int | None,
     "seed_targets": bool,
     "max_stationarity_ratio": float | None,
+    "max_learned_ratio": float | None,
 }
 LEADERBOARD_KEYS: dict[str, Any] = {
     "store_candidates": str | int,
@@ -532,6 +534,7 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         privacy=privacy,
         seed_targets=head.get("seed_targets", False),
         max_stationarity_ratio=head.get("max_stationarity_ratio"),
+        max_learned_ratio=head.get("max_learned_ratio"),
     )
 
 
@@ -557,9 +560,10 @@ def _read_head(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
     chk.counts(head.get("candidates"), ("suite", "candidates"))
     if "seeds" in head:
         chk.seeds(head["seeds"], ("suite", "seeds"))
-    gate = head.get("max_stationarity_ratio")
-    if gate is not None and not gate > 0:
-        raise chk.fail(("suite", "max_stationarity_ratio"), f"must be positive, got {gate}")
+    for key in ("max_stationarity_ratio", "max_learned_ratio"):
+        gate = head.get(key)
+        if gate is not None and not gate > 0:
+            raise chk.fail(("suite", key), f"must be positive, got {gate}")
     return head
 
 

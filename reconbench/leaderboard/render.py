@@ -28,6 +28,7 @@ from reconbench.leaderboard.tables import (
     fmt_stat,
     header_info,
     main_rows,
+    regime_gates,
     render_targets,
     resolve_columns,
     target_rows,
@@ -227,7 +228,7 @@ _PUBLISHED_HEADLINE = [
 def _reading_lines(suite: Suite, stored: list[str], cells: int, outcomes: bool) -> list[str]:
     """How to read the tables: sources, intervals, nulls, failed attacks, marks (``cells``: the cells that ran;
     ``outcomes``: the board records attack outcomes)."""
-    gate = suite.max_stationarity_ratio
+    gates = regime_gates(suite)
     lines = [
         "Every number below is computed from the cell JSONs in [`cells/`](cells/); `results.json` lists, for each "
         "row, the cells it aggregates. Values are the mean over seeds with its 95% interval in brackets (Student "
@@ -244,9 +245,9 @@ def _reading_lines(suite: Suite, stored: list[str], cells: int, outcomes: bool) 
         "cell (all search runs).",
         "",
     ]
-    if gate is not None:
-        lines += [f"{NOT_CONVERGED_MARK} after a target: its stationarity ratio is above the suite's gate "
-                  f"({gate:g}): it is not at a KKT point, and the KKT attacks' premise does not hold there.", ""]
+    if gates:
+        lines += [f"{NOT_CONVERGED_MARK} after a target: " + _gates_text(gates) + ": the KKT attacks' premise does "
+                  "not hold there (see the targets table and [docs/regime.md](../../docs/regime.md)).", ""]
     if stored:
         lines += [
             f"The pooled candidates of {len(stored)} cell(s) are stored in [`candidates/`](candidates/); a test "
@@ -256,17 +257,27 @@ def _reading_lines(suite: Suite, stored: list[str], cells: int, outcomes: bool) 
     return lines
 
 
+def _gates_text(gates: dict[str, float]) -> str:
+    """What a ⚠ on a target means under the suite's gates."""
+    parts = {"stationarity": "its stationarity ratio (θ) is above {:g}",
+             "learned": "its learned-part ratio (θ − d·θ0) is above {:g}"}
+    return " or ".join(parts[k].format(v) for k, v in gates.items())
+
+
 def _targets_lines(suite: Suite, targets: list[dict[str, Any]] | None) -> list[str]:
     if not targets:
         return []
-    gate = suite.max_stationarity_ratio
+    gates = regime_gates(suite)
     return [
         "## Targets",
         "",
         "The trained targets behind the tables (from the cells' records of their model cards). The stationarity "
         "ratio is the residual of the KKT stationarity fit at the training images divided by that at random "
-        "inputs: far below 1 means the weights sit near a KKT point, which the KKT attacks rely on"
-        + (f"; the suite's gate is {gate:g} (✓ within, {NOT_CONVERGED_MARK} above)." if gate is not None else "."),
+        "inputs: far below 1 means the weights sit near a KKT point, which the KKT attacks rely on. The learned-part "
+        "ratio is the same fit for what training added to the initial weights, θ − d·θ0 (the regime gate of "
+        "[docs/regime.md](../../docs/regime.md))"
+        + (f"; the suite's gates: {_gates_text(gates).replace('its ', '')} is flagged "
+           f"({NOT_CONVERGED_MARK}; ✓ within)." if gates else "."),
         "",
         render_targets(targets),
         "",
@@ -405,7 +416,7 @@ def build_leaderboard(
     columns = resolve_columns(suite, ok)
     tables = {sel: main_rows(suite, pub, columns, sel) for sel in SELECTIONS}
     comparisons = comparison_rows(suite, pub, columns)
-    targets = target_rows(pub, suite.max_stationarity_ratio)
+    targets = target_rows(pub, suite.max_stationarity_ratio, suite.max_learned_ratio)
     info = header_info(suite, results, pub, command)
 
     out.mkdir(parents=True, exist_ok=True)
