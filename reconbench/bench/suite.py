@@ -5,7 +5,8 @@ commented example)::
 
     [suite]          name, description, seeds, device, dtype, search_runs (search budget),
                      candidates (m; default 2n), seed_targets (each seed also retrains the targets with
-                     weight-init seed + seed), max_stationarity_ratio (convergence gate, flagged in the tables)
+                     weight-init seed + seed and, for shuffled-order problems, order_seed + seed: a new draw of
+                     the training images), max_learned_ratio / max_stationarity_ratio (regime gates, flagged)
     [protocol]       evaluation protocol options, passed as they are to ``reconbench.evaluation.evaluate``
     [leaderboard]    store_candidates, figures, sample_images, columns (the tables' metric columns)
     [targets.NAME]   a target recipe: dataset, task, n_per_class, num_classes, binary_rule, family, widths,
