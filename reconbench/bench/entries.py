@@ -45,8 +45,9 @@ DROPPED_COLUMNS = ("candidate_ids", "candidate_runs", "n_averaged", "nearest_dec
                    "nearest_decoy_dataset_index", "margin")
 #: summary keys a blind or oracle selection keeps besides the board's shown keys (the pooled one keeps all)
 SELECTION_SUMMARY_KEPT = ("n_train", "n_candidates", "calibrated_threshold", "extraction_score")
-#: the statistics of a null spread, stored as a list in this order
-SPREAD_FIELDS = ("mean", "std", "min", "max")
+#: the statistics of a null spread an entry keeps (what the tables show: the mean over draws and the largest),
+#: as a list in this order
+SPREAD_FIELDS = ("mean", "max")
 #: an alias of a per-image column that is the row's position
 POSITION = "#"
 #: summary keys whose held-out null every entry keeps, whatever the board's columns
@@ -174,7 +175,7 @@ def _slim_null(null: Any, keep: set[str]) -> Any:
     spread = null.get("spread")
     if isinstance(spread, dict):
         out["spread"] = {k: [v.get(s) for s in SPREAD_FIELDS] if isinstance(v, dict) and v.get("draws") == null.get(
-            "draws") and set(v) == {*SPREAD_FIELDS, "draws"} else v for k, v in spread.items() if k in keep}
+            "draws") and {*SPREAD_FIELDS, "draws"} <= set(v) else v for k, v in spread.items() if k in keep}
     return out
 
 

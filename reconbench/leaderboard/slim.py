@@ -31,7 +31,7 @@ from reconbench.provenance import write_text_atomic
 SAMPLE_CELLS = 2
 #: a second (third, ...) sampled cell is kept only while the board's candidates stay within this many bytes; the
 #: first is always kept
-SAMPLE_BYTES = 512 * 1024
+SAMPLE_BYTES = 256 * 1024
 #: relative tolerance of a re-run's continuous numbers against the board's (float32 attacks: a few units of
 #: float32 roundoff through the attack's steps; identical libraries on the same kind of processor reproduce exactly)
 RERUN_RTOL = 1e-6
