@@ -17,7 +17,7 @@ from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.figures import draw_all
 from reconbench.leaderboard.privacy import privacy_section
-from reconbench.leaderboard.slim import sample_size, store_sample, write_entry
+from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
     ORACLE_INIT_MARK,
@@ -456,6 +456,8 @@ def build_leaderboard(
         figure_info = draw_all(suite, pub, tables, columns, results, out, data_root=data_root)
 
     privacy, sections = privacy_section(suite, pub, out, suite.leaderboard.figures if figures is None else figures)
+    if publish:
+        compact_figures(out)
     plain_columns = [{k: v for k, v in c.items() if k != "spec"} for c in columns]
     data = {
         "format": LEADERBOARD_FORMAT,
