@@ -440,7 +440,7 @@ def build_leaderboard(
     if publish:  # the re-scoring sample, in the attack's precision (leaderboard/slim.py)
         files = {r["cell_id"]: src for r in ok
                  if (src := results / r.get("result_dir", f"work/{r['cell_id']}") / "candidates.safetensors").exists()}
-        stored = store_sample(files, pub.records, out / "candidates", sample_size(suite))
+        stored = store_sample(files, pub.records, out / "candidates", sample_size(suite), suite.leaderboard.sample_cells)
     for cid in [] if publish else sample_for_candidates([r["cell_id"] for r in ok], k):
         if k is not None and len(stored) >= k:
             break

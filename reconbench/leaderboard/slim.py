@@ -74,12 +74,14 @@ def _sample_order(cell_id: str) -> str:
     return hashlib.sha256(cell_id.encode()).hexdigest()
 
 
-def pick_sample(files: dict[str, Path], k: int, budget: int = SAMPLE_BYTES) -> list[str]:
-    """Up to ``k`` cells among those with candidates, smallest files first (ties in a fixed order, the hash of the
-    id), while their stored size (in the attack's precision, estimated as half a float64 file) stays within
-    ``budget`` bytes; the first is always taken."""
-    chosen: list[str] = []
-    total = 0
+def pick_sample(files: dict[str, Path], k: int, budget: int = SAMPLE_BYTES, named: tuple[str, ...] = ()
+                ) -> list[str]:
+    """The ``named`` cells that have candidates, and up to ``k`` more, smallest files first (ties in a fixed order,
+    the hash of the id), while their stored size (in the attack's precision, estimated as half a float64 file) stays
+    within ``budget`` bytes; the first is always taken."""
+    chosen: list[str] = [c for c in named if c in files]
+    total = sum(files[c].stat().st_size // 2 for c in chosen)
+    files = {c: p for c, p in files.items() if c not in chosen}
     for cid in sorted(files, key=lambda c: (files[c].stat().st_size, _sample_order(c)))[:k]:
         size = files[cid].stat().st_size
         if chosen and total + size // 2 > budget:
@@ -89,9 +91,11 @@ def pick_sample(files: dict[str, Path], k: int, budget: int = SAMPLE_BYTES) -> l
     return sorted(chosen)
 
 
-def store_sample(files: dict[str, Path], records: dict[str, dict[str, Any]], out: Path, k: int) -> list[str]:
-    """Write the candidates of a sample of ``k`` cells to ``out`` (in the attack's precision); their ids."""
-    chosen = pick_sample(files, k)
+def store_sample(files: dict[str, Path], records: dict[str, dict[str, Any]], out: Path, k: int,
+                 named: tuple[str, ...] = ()) -> list[str]:
+    """Write the candidates of the ``named`` cells and a sample of ``k`` more to ``out`` (in the attack's
+    precision); their ids."""
+    chosen = pick_sample(files, k, named=named)
     out.mkdir(parents=True, exist_ok=True)
     for cid in chosen:
         tensors = load_file(str(files[cid]))
@@ -164,7 +168,7 @@ def slim_board(suite: Suite, board: Path) -> SlimReport:
     files = {p.stem: p for p in sorted((board / "candidates").glob("*.safetensors"))
              if (records.get(p.stem) or {}).get("status") == STATUS_OK}
     with tempfile.TemporaryDirectory(dir=board) as tmp:
-        kept = store_sample(files, records, Path(tmp), sample_size(suite))
+        kept = store_sample(files, records, Path(tmp), sample_size(suite), suite.leaderboard.sample_cells)
         for p in sorted((board / "candidates").glob("*.safetensors")):
             p.unlink()
             if p.stem not in kept:
