@@ -175,6 +175,7 @@ def default_columns() -> tuple[ColumnSpec, ...]:
 @dataclass(frozen=True)
 class LeaderboardOptions:
     store_candidates: int | None = None  # None: every cell's candidates are published; k: a sample of k cells
+    sample_cells: tuple[str, ...] = ()  # cells whose candidates a published board always keeps (leaderboard/slim.py)
     figures: bool = True
     sample_images: int = 8
     figure_inits: tuple[str, ...] | None = None  # init labels eligible for the sample figure (None: non-oracle)
@@ -301,6 +302,7 @@ SUITE_KEYS: dict[str, Any] = {
 }
 LEADERBOARD_KEYS: dict[str, Any] = {
     "store_candidates": str | int,
+    "sample_cells": list[str],
     "figures": bool,
     "sample_images": int,
     "figure_inits": list[str],
@@ -580,6 +582,7 @@ def _leaderboard_options(lb: dict[str, Any], chk: _Checker) -> LeaderboardOption
         raise chk.fail(("leaderboard", "store_candidates"), f'expected "all" or a number of cells, got {store!r}')
     return LeaderboardOptions(
         store_candidates=None if store == "all" else int(store),
+        sample_cells=tuple(lb.get("sample_cells", ())),
         figures=lb.get("figures", True),
         sample_images=lb.get("sample_images", 8),
         columns=_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else default_columns(),

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from reconbench.attack.outcome import cell_outcome, failure_counts, failure_text
 from reconbench.bench.cells import Cell, expand
-from reconbench.bench.runner import STATUS_OK, load_cells
+from reconbench.bench.runner import STATUS_OK, load_cells, read_cell
 from reconbench.bench.suite import Comparison, Suite, load_suite
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE, PAPERS_HEADLINE
 from reconbench.leaderboard.tables import Stat, value_range
@@ -509,7 +509,7 @@ def contradictions_section(root: Path, results: Sequence[ClaimResult] = ()) -> s
     names = [("2", "mnist-multiclass@num_classes=2,n_per_class=10--multiclass_kkt--gaussian--s0.json"),
              ("4", "mnist-multiclass@num_classes=4,n_per_class=5--multiclass_kkt--gaussian--s0.json"),
              ("10", "mnist-multiclass--multiclass_kkt--gaussian--s0.json")]
-    found = [(k, name, _load_json(cells / name)) for k, name in names]
+    found = [(k, name, read_cell(cells / name)) for k, name in names]  # a slim entry reads as a full record
     lines.append("**More classes at a fixed n (Buzaglo et al.).** The cpu-mini leaderboard's `num_classes` comparison "
                  "(MNIST, n = 20, one seed):")
     lines.append("")

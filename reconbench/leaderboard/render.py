@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -16,6 +17,7 @@ from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.figures import draw_all
 from reconbench.leaderboard.privacy import privacy_section
+from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
     ORACLE_INIT_MARK,
@@ -33,7 +35,7 @@ from reconbench.leaderboard.tables import (
     resolve_columns,
     target_rows,
 )
-from reconbench.provenance import git_commit, write_json
+from reconbench.provenance import _default, git_commit, write_json, write_text_atomic
 
 #: a target above the suite's stationarity gate; a row whose interval overlaps the best row's
 NOT_CONVERGED_MARK, WITHIN_NOISE_MARK = "⚠", "≈"
@@ -420,18 +422,26 @@ def build_leaderboard(
     info = header_info(suite, results, pub, command)
 
     out.mkdir(parents=True, exist_ok=True)
-    for sub in ("cells", "targets", "candidates", "figures"):
+    for sub in ("cells", "targets", "candidates", "figures", "protocols"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir()
     for cid, rec in pub.records.items():
-        shutil.copyfile(results / "cells" / f"{cid}.json", out / "cells" / f"{cid}.json")
         key = rec["target"].get("recipe_key")
         src = results / "targets" / f"{key}.json"
         if key and src.exists() and not (out / "targets" / src.name).exists():
             shutil.copyfile(src, out / "targets" / src.name)
+        if publish:  # a published board keeps slim entries (bench/entries.py)
+            write_entry(out / "cells" / f"{cid}.json", json.loads((results / "cells" / f"{cid}.json").read_text()),
+                        suite, out)
+        else:
+            shutil.copyfile(results / "cells" / f"{cid}.json", out / "cells" / f"{cid}.json")
     stored: list[str] = []
     k = suite.leaderboard.store_candidates
-    for cid in sample_for_candidates([r["cell_id"] for r in ok], k):
+    if publish:  # the re-scoring sample, in the attack's precision (leaderboard/slim.py)
+        files = {r["cell_id"]: src for r in ok
+                 if (src := results / r.get("result_dir", f"work/{r['cell_id']}") / "candidates.safetensors").exists()}
+        stored = store_sample(files, pub.records, out / "candidates", sample_size(suite), suite.leaderboard.sample_cells)
+    for cid in [] if publish else sample_for_candidates([r["cell_id"] for r in ok], k):
         if k is not None and len(stored) >= k:
             break
         src = results / pub.records[cid].get("result_dir", f"work/{cid}") / "candidates.safetensors"
@@ -446,6 +456,8 @@ def build_leaderboard(
         figure_info = draw_all(suite, pub, tables, columns, results, out, data_root=data_root)
 
     privacy, sections = privacy_section(suite, pub, out, suite.leaderboard.figures if figures is None else figures)
+    if publish:
+        compact_figures(out)
     plain_columns = [{k: v for k, v in c.items() if k != "spec"} for c in columns]
     data = {
         "format": LEADERBOARD_FORMAT,
@@ -465,7 +477,11 @@ def build_leaderboard(
         "not_run": pub.not_run,
         "stale": pub.stale,
     }
-    write_json(out / "results.json", data)
+    if publish:  # compact: a published board is read by tools, and kept small (docs/leaderboard-entries.md)
+        write_text_atomic(out / "results.json", json.dumps(data, default=_default, separators=(",", ":"),
+                                                           allow_nan=True))
+    else:
+        write_json(out / "results.json", data)
     (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets,
                                                     sections))
     return data
