@@ -341,9 +341,14 @@ def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_a
     path.write_text(TOY_SUITE)
     res, lb = tmp_path / "res", tmp_path / "lb"
     run_suite(load_suite(path), res, quiet=True, command="reconbench bench toy")
-    code, out, err = run_cli(["leaderboard", str(path), "--results", str(res), "--out", str(lb)], capsys)
+    note = tmp_path / "note.md"
+    note.write_text("the toy suite's\nfirst render\n")
+    code, out, err = run_cli(["leaderboard", str(path), "--results", str(res), "--out", str(lb), "--note", f"@{note}"],
+                             capsys)
     assert code == 0, err
     assert (lb / "README.md").exists() and (lb / "figures" / "reconstructions.png").stat().st_size > 1000
+    assert "**Why the numbers moved since the last publication:** the toy suite's first render" in \
+        (lb / "README.md").read_text()
     data = json.loads((lb / "results.json").read_text())
     assert data["figures"]["ssim_vs_margin"].get("reason") or data["figures"]["ssim_vs_margin"].get("file")
     # the targets table repeats each model card's training evidence

@@ -51,6 +51,12 @@ from reconbench.provenance import check_writable, folder_lock
 )
 @click.option("--no-figures", is_flag=True, help="Skip the figures.")
 @click.option(
+    "--note",
+    default=None,
+    help="Why the numbers moved since the board's last publication (one paragraph; '@FILE' reads it from FILE); "
+    "kept in results.json and shown at the top of README.md.",
+)
+@click.option(
     "--verify",
     is_flag=True,
     help="Do not render: re-score the published cells from their stored candidates with the standard "
@@ -106,6 +112,7 @@ def leaderboard_command(
     out: str | None,
     publish: bool,
     no_figures: bool,
+    note: str | None,
     verify: bool,
     export_format: str | None,
     columns: str | None,
@@ -179,6 +186,7 @@ def leaderboard_command(
             data_root=data_root,
             figures=False if no_figures else None,
             publish=publish,
+            note=_read_note(note),
         )
     cells = data["header"]["cells"]
     click.echo(
@@ -187,6 +195,16 @@ def leaderboard_command(
     )
     if not out and not publish:
         click.echo(f"  (a draft; `reconbench leaderboard {suite} --publish` writes {default_leaderboard_dir(s)})")
+
+
+def _read_note(note: str | None) -> str | None:
+    """The --note text, or the contents of FILE for '@FILE'."""
+    if note is None or not note.startswith("@"):
+        return note
+    path = Path(note[1:])
+    if not path.is_file():
+        raise ReconbenchError(f"--note {note}: no such file {path}; give the text itself or '@' and a file that exists")
+    return path.read_text()
 
 
 def draft_leaderboard_dir(suite: Suite) -> Path:

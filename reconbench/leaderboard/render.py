@@ -177,6 +177,7 @@ def _header_lines(info: dict[str, Any]) -> list[str]:
         + (f", {info['cells']['stale']} stale (suite edited since they ran)" if info["cells"]["stale"] else "")
         + f", of {info['cells']['planned']} planned"
         + _attack_failed_note(info.get("attack_failed")),
+        *([f"- **Why the numbers moved since the last publication:** {info['note']}"] if info.get("note") else []),
         "",
     ]
 
@@ -402,8 +403,11 @@ def build_leaderboard(
     data_root: str | None = None,
     figures: bool | None = None,
     publish: bool = False,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``.
+
+    ``note``: why the numbers moved since the board's last publication (kept in the header and shown in the README).
 
     ``publish``: refuse unless every cell ran at the current commit of a clean checkout (``check_publishable``).
     """
@@ -420,6 +424,8 @@ def build_leaderboard(
     comparisons = comparison_rows(suite, pub, columns)
     targets = target_rows(pub, suite.max_stationarity_ratio, suite.max_learned_ratio)
     info = header_info(suite, results, pub, command)
+    if note:
+        info["note"] = " ".join(note.split())
 
     out.mkdir(parents=True, exist_ok=True)
     for sub in ("cells", "targets", "candidates", "figures", "protocols"):
