@@ -18,7 +18,7 @@ from reconbench import hookimpl
 from reconbench.config import option
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import Defense, TrainingRun
-from reconbench.targets.nets import TargetNet
+from reconbench.nets import TargetNet
 from reconbench.targets.problems import Problem
 
 

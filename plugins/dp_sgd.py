@@ -20,7 +20,7 @@ import torch
 from reconbench.config import option
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import Defense, TrainingRun
-from reconbench.targets.nets import TargetNet
+from reconbench.nets import TargetNet
 from reconbench.targets.problems import Problem
 
 INSTALL_HINT = "pip install 'reconbench[dp]'"

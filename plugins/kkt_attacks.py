@@ -45,7 +45,7 @@ from reconbench.attack.kkt.stationarity import _full_chain
 from reconbench.config import Limit, LogUniform, Uniform, config_to_dict, option
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn, RunDone
-from reconbench.targets.nets import TargetNet
+from reconbench.nets import TargetNet
 
 #: the KKT attack for each task, named in the errors that send a user elsewhere
 ATTACK_FOR_TASK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt",

@@ -26,11 +26,11 @@ import torch
 
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import build_config
+from reconbench.data import TASKS
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput, acts_during_training
 from reconbench.targets.cache import train_target
 from reconbench.targets.cards import ModelCard
-from reconbench.targets.images import TASKS
 from reconbench.targets.problems import Problem, ProblemSpec, build_problem
 from reconbench.targets.training import TargetRecipe, TrainSpec
 
@@ -159,9 +159,9 @@ def _check_training_defense(defense: Any, card: ModelCard, steps: int = 20) -> N
     finite, with the architecture's parameter shapes, and the records JSON values."""
     import json
 
+    from reconbench.nets import TargetNet
     from reconbench.targets.defended import DefenseSession
     from reconbench.targets.losses import get_loss
-    from reconbench.targets.nets import TargetNet
     from reconbench.targets.training import build_model
 
     recipe = card.recipe

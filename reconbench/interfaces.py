@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import torch
 
+from reconbench.data import TASKS, ImageData
 from reconbench.errors import DivergedError
-from reconbench.targets.images import TASKS, ImageData
 
 
 @dataclass
@@ -29,7 +29,7 @@ class NoOptions:
 
 if TYPE_CHECKING:
     from reconbench.config import Distribution
-    from reconbench.targets.nets import TargetNet
+    from reconbench.nets import TargetNet
     from reconbench.targets.problems import Problem
 
 class Plugin:

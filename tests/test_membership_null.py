@@ -77,7 +77,7 @@ def test_offset_removed_score_matches_an_independent_computation():
     rng = np.random.default_rng(0)
     images = rng.random((60, 3, 4, 4))
     labels = np.arange(60) % 3
-    from reconbench.targets.images import ImageData
+    from reconbench.data import ImageData
 
     data = ImageData("fake", images, labels, ["a", "b", "c"], "x")
     p = build_problem(ProblemSpec(dataset="npz:x", task="multiclass", n_per_class=2, n_decoy_per_class=2,

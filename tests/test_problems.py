@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from reconbench.data import ImageData
 from reconbench.errors import DataError, ReconbenchError
-from reconbench.targets.images import ImageData
 from reconbench.targets.problems import ProblemSpec, build_problem
 
 

@@ -17,10 +17,10 @@ from safetensors.torch import load_file, save_file
 from reconbench import __version__, plugins
 from reconbench.errors import ModelCardError, ReconbenchError
 from reconbench.interfaces import Knowledge
+from reconbench.nets import TargetNet
 from reconbench.preflight import card_size
 from reconbench.provenance import write_json
 from reconbench.targets.data_files import file_digest
-from reconbench.targets.nets import TargetNet
 from reconbench.targets.problems import Problem, build_problem, recorded_spec_dict
 from reconbench.targets.training import DTYPES, TargetRecipe, TrainResult
 

@@ -21,8 +21,8 @@ from reconbench.errors import ReconbenchError
 from reconbench.interfaces import TrainingRun, acts_during_training
 
 if TYPE_CHECKING:
+    from reconbench.nets import TargetNet
     from reconbench.targets.losses import LossFn
-    from reconbench.targets.nets import TargetNet
     from reconbench.targets.problems import Problem
     from reconbench.targets.training import TargetRecipe
 
@@ -71,7 +71,7 @@ class DefenseSession:
             return model
         hook(self.run, self.config)
         out = self.run.model
-        from reconbench.targets.nets import TargetNet
+        from reconbench.nets import TargetNet
 
         if not isinstance(out, TargetNet):
             raise ReconbenchError(f"defense {self.defense.name!r}: end_training must leave run.model as the plain "

@@ -41,9 +41,9 @@ import numpy as np
 import torch
 
 from reconbench import plugins
+from reconbench.data import TASKS, ImageData
 from reconbench.errors import DataError, ReconbenchError
 from reconbench.targets.data_files import data_root as resolve_data_root
-from reconbench.targets.images import TASKS, ImageData
 
 VEHICLES = {"airplane", "automobile", "ship", "truck"}
 

@@ -16,12 +16,12 @@ import torch
 from reconbench import plugins
 from reconbench.config import MAX_SEED, Limit, check_value, option
 from reconbench.errors import DivergedError, ReconbenchError
+from reconbench.nets import TargetNet
 from reconbench.progress import Progress
 from reconbench.targets.certificate import certificate, gate_value
 from reconbench.targets.chain_gd import ChainGD, chain_layers
 from reconbench.targets.defended import DefenseSession
 from reconbench.targets.losses import error_rate, get_loss, margins
-from reconbench.targets.nets import TargetNet
 from reconbench.targets.problems import Problem, ProblemSpec
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}

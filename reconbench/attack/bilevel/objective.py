@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vjp
 
+from reconbench.nets import Activation, TargetNet
 from reconbench.targets.losses import LossFn
-from reconbench.targets.nets import Activation, TargetNet
 
 
 @dataclass(frozen=True)
