@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.provenance import portable_path
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.training import TargetRecipe
 

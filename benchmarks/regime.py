@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.certificate import gate_value
 from reconbench.targets.training import TargetRecipe

@@ -67,7 +67,8 @@ def _check_named(obj: Any) -> None:
 
 def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, AttackOutput]:
     """Interface, knowledge and output checks, and a smoke run on a tiny target of each supported task."""
-    from reconbench.attack.pipeline import RunSpec, prepare
+    from reconbench.runs.prepare import prepare
+    from reconbench.runs.spec import RunSpec
 
     _check_named(attack)
     _check_config_cls(attack)

@@ -19,9 +19,9 @@ from reconbench.attack.bilevel import (
     solve_lower,
     upper_loss,
 )
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import Attack, AttackTarget, Knowledge
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.losses import get_loss
 from reconbench.targets.problems import ProblemSpec

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from reconbench import hookimpl, plugins
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.config import build_config, option
 from reconbench.errors import DivergedError, IncompatibleError
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, Knowledge, ModelFamily
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.cards import load_card
 from reconbench.targets.training import TargetRecipe

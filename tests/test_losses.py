@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.losses import get_loss
 from reconbench.targets.problems import ProblemSpec, build_problem

@@ -36,7 +36,6 @@ import torch
 
 from reconbench import __version__, plugins
 from reconbench.attack.outcome import cell_outcome
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.bench import machine
 from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
 from reconbench.bench.entries import expand as expand_entry
@@ -50,6 +49,8 @@ from reconbench.evaluation import evaluate
 from reconbench.evaluation.bars import selection_record
 from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
+from reconbench.runs.execute import run_attack
+from reconbench.runs.spec import RunSpec
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import CARD_FILE, ModelCard, load_card
 from reconbench.targets.problems import Problem
