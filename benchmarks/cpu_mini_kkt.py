@@ -23,7 +23,7 @@ import torch
 from reconbench.provenance import portable_path
 from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.recipe import TargetRecipe
 
 MNIST = "mnist_test"
 CIFAR = "npz:cifar10/cifar10_train_subset.npz"

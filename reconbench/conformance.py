@@ -26,13 +26,13 @@ import torch
 
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import build_config
-from reconbench.data import TASKS
+from reconbench.data import TASKS, Problem, ProblemSpec
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput, acts_during_training
 from reconbench.targets.cache import train_target
 from reconbench.targets.cards import ModelCard
-from reconbench.targets.problems import Problem, ProblemSpec, build_problem
-from reconbench.targets.training import TargetRecipe, TrainSpec
+from reconbench.targets.problems import build_problem
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
 
 _TMP = Path(tempfile.mkdtemp(prefix="reconbench-conformance-"))
 FAMILY_FOR_TASK_CHECK = "mlp"

@@ -29,8 +29,8 @@ class NoOptions:
 
 if TYPE_CHECKING:
     from reconbench.config import Distribution
+    from reconbench.data import Problem
     from reconbench.nets import TargetNet
-    from reconbench.targets.problems import Problem
 
 class Plugin:
     """What every plugin has: a registry ``name``, a one-line ``description`` and ``config_cls``, the dataclass of its

@@ -11,10 +11,11 @@ from reconbench_plugins.models import MLP
 from torch import nn
 
 from reconbench.attack.candidates import candidate_labels
+from reconbench.data import ProblemSpec
 from reconbench.evaluation import evaluate
 from reconbench.evaluation import null as null_mod
 from reconbench.interfaces import AttackTarget, Knowledge
-from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 DIGITS = ProblemSpec(dataset="digits", task="multiclass", n_per_class=2)  # n = 20, as in the calibration study
 

@@ -76,3 +76,71 @@ def test_the_finder_sees_an_import_arrow():
     """The graph is not empty by mistake: arrows that the code has are found."""
     assert "reconbench.evaluation" in GRAPH["reconbench.runs.result"]
     assert "reconbench.attack.outcome" in GRAPH["reconbench.runs.execute"]
+
+
+#: the contracts between the harness and its plugins, and the data they name: below the targets
+CONTRACTS = ("reconbench.interfaces", "reconbench.hookspecs", "reconbench.data", "reconbench.nets")
+
+
+@pytest.mark.parametrize("module", CONTRACTS)
+def test_contracts_import_no_target_module(module):
+    wrong = sorted(t for t in GRAPH[module] if _in(t, "reconbench.targets"))
+    assert wrong == [], f"{module} imports {wrong}; move what it needs below reconbench.targets"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_loop():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_modules_import_each_other_in_a_loop():
+    assert cycles(GRAPH) == [], "modules that import each other in a loop (counting imports inside functions)"
+
+
+def test_no_module_imports_another_modules_private_names():
+    wrong = sorted(f"{m} takes {name} from {t}" for m in SOURCES for t, name in imports_of(m)
+                   if t != m and name.startswith("_") and not name.startswith("__"))
+    assert wrong == [], f"make these names public in the module that defines them, or move them: {wrong}"

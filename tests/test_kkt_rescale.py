@@ -16,7 +16,7 @@ from reconbench.errors import IncompatibleError
 from reconbench.nets import init_linear_default_
 from reconbench.runs import RunSpec, prepare
 from reconbench.targets.cache import get_or_train
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.recipe import TargetRecipe
 
 
 def test_init_norm_is_the_mean_squared_norm_of_the_default_init():

@@ -10,12 +10,13 @@ import torch
 from reconbench import plugins
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import build_config
+from reconbench.data import Problem, ProblemSpec
 from reconbench.evaluation import null
 from reconbench.evaluation.context import build_context
 from reconbench.evaluation.membership import pearson_matrix, population_mean, without
 from reconbench.evaluation.protocol import resolve_protocol
 from reconbench.evaluation.rescore import pinned_protocol
-from reconbench.targets.problems import Problem, ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 SETS = 100  # random member sets: the digits file walked in 100 seeded orders
 

@@ -11,7 +11,7 @@ from typing import Any
 from reconbench.bench.suite import AttackEntry, InitEntry, Suite
 from reconbench.provenance import config_hash
 from reconbench.runs.spec import RunSpec
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.recipe import TargetRecipe
 
 CELL_FORMAT = "reconbench-bench-cell/1"
 

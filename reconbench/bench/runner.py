@@ -44,6 +44,7 @@ from reconbench.bench.executors import CellJob, Executor, Finished, Lost, Outcom
 from reconbench.bench.seal import sealed
 from reconbench.bench.suite import Suite, SuiteError, display_path
 from reconbench.config import build_config, config_to_dict
+from reconbench.data import Problem
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.evaluation import evaluate
 from reconbench.evaluation.bars import selection_record
@@ -53,7 +54,6 @@ from reconbench.runs.execute import run_attack
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import CARD_FILE, ModelCard, load_card
-from reconbench.targets.problems import Problem
 
 STATUS_OK, STATUS_FAILED, STATUS_UNAVAILABLE = "ok", "failed", "unavailable"
 

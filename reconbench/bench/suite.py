@@ -39,10 +39,11 @@ import tomllib
 
 from reconbench import plugins
 from reconbench.bench.toml_lines import KeyLines
-from reconbench.config import MAX_SEED, _coerce, build_config
+from reconbench.config import MAX_SEED, build_config, coerce
+from reconbench.data import ProblemSpec
 from reconbench.errors import ReconbenchError, UnknownNameError
-from reconbench.targets.problems import RECORDED_WITHOUT_ORDER, ProblemSpec
-from reconbench.targets.training import TargetRecipe, TrainSpec
+from reconbench.targets.problems import RECORDED_WITHOUT_ORDER
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
 
 #: the suites shipped with the package (``reconbench bench ci`` works from any folder, installed or not)
 SHIPPED_SUITES = Path(__file__).resolve().parent / "suites"
@@ -243,7 +244,7 @@ class _Checker:
 
     def typed(self, value: Any, annotation: Any, keys: tuple[Any, ...]) -> Any:
         try:
-            return _coerce(value, annotation, self.dotted(keys))
+            return coerce(value, annotation, self.dotted(keys))
         except ReconbenchError as exc:
             msg, here = str(exc), self.dotted(keys)
             if msg.startswith(here):  # "a.b: expected ..." or "a.b[1]: expected ..."

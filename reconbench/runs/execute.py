@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 from reconbench import plugins
 from reconbench.attack.outcome import derive_run_outcome
 from reconbench.config import build_config, config_to_dict
+from reconbench.data import Problem
 from reconbench.errors import DivergedError
 from reconbench.evaluation import oracle_score, resolve_protocol
 from reconbench.interfaces import AttackTarget
@@ -25,7 +26,6 @@ from reconbench.runs.prepare import init_config_for_run, prepare, sample_configs
 from reconbench.runs.result import finish
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cards import ModelCard
-from reconbench.targets.problems import Problem
 
 
 def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root: str | None = None,

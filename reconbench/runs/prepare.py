@@ -16,7 +16,7 @@ from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import AttackTarget
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cards import ModelCard
-from reconbench.targets.training import DTYPES
+from reconbench.targets.recipe import DTYPES
 
 
 def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Tensor]:

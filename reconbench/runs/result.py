@@ -9,6 +9,7 @@ from typing import Any
 from safetensors.torch import save_file
 
 from reconbench.attack.outcome import outcome_of_runs
+from reconbench.data import Problem
 from reconbench.evaluation import evaluate, resolve_protocol
 from reconbench.evaluation.bars import calibration_bars
 from reconbench.provenance import portable_path, provenance, write_json
@@ -16,7 +17,6 @@ from reconbench.runs.pool import load_pooled, select_runs
 from reconbench.runs.spec import RunSpec
 from reconbench.runs.traces import plot_traces
 from reconbench.targets.cards import ModelCard
-from reconbench.targets.problems import Problem
 
 
 def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: list[dict[str, Any]],

@@ -21,10 +21,10 @@ from reconbench.errors import ReconbenchError
 from reconbench.interfaces import TrainingRun, acts_during_training
 
 if TYPE_CHECKING:
+    from reconbench.data import Problem
     from reconbench.nets import TargetNet
     from reconbench.targets.losses import LossFn
-    from reconbench.targets.problems import Problem
-    from reconbench.targets.training import TargetRecipe
+    from reconbench.targets.recipe import TargetRecipe
 
 
 #: trained weights of undefended recipes in this process, so that a release-only defense of the same recipe does

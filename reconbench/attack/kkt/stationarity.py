@@ -95,7 +95,7 @@ def gram_engine(layers: list[nn.Linear], alpha: float, forward: Forward = "relu"
     return engine
 
 
-def _full_chain(model: TargetNet) -> list[nn.Linear] | None:
+def full_chain(model: TargetNet) -> list[nn.Linear] | None:
     """The model's declared linear chain, if it holds every parameter of the model."""
     chain = model.linear_chain()
     if chain is None:
@@ -111,7 +111,7 @@ def make_engine(model: TargetNet, alpha: float, forward: Forward = "relu",
 
     Returns the engine and the name of the one chosen.
     """
-    chain = _full_chain(model)
+    chain = full_chain(model)
     if kind == "gram" and chain is None:
         raise IncompatibleError(f"engine 'gram' needs a model made of linear layers and activations only "
                                 f"({type(model).__name__} is not); use engine=autograd or engine=auto")
