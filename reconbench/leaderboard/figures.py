@@ -13,9 +13,9 @@ import torch
 from safetensors.torch import load_file
 
 from reconbench.bench.suite import Suite
-from reconbench.data import Problem
 from reconbench.leaderboard.tables import Published, column_value
 from reconbench.targets.cards import ModelCard
+from reconbench.targets.problems import Problem
 
 MIXTURE_REGIME = "mixture"
 #: the per-image keys of reconbench.evaluation: the candidate matched to a training image, and the SSIM of its
