@@ -44,7 +44,8 @@ import torch
 torch.set_num_threads(1)
 import reconbench
 from reconbench.targets.problems import build_problem
-from reconbench.targets.training import TargetRecipe, train
+from reconbench.targets.recipe import TargetRecipe
+from reconbench.targets.training import train
 spec = json.loads(sys.argv[1])
 try:  # a checkout that knows walk orders: the file order, the only one the earlier checkout has (same images)
     from reconbench.targets.problems import RECORDED_WITHOUT_ORDER

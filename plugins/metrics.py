@@ -15,6 +15,7 @@ import torch
 
 from reconbench import hookimpl
 from reconbench.config import option
+from reconbench.data import Problem
 from reconbench.errors import IncompatibleError
 from reconbench.evaluation.context import Evaluation, finite_rows
 from reconbench.evaluation.lpips_metric import ALEXNET_FILE, LpipsScorer, LpipsUnavailable
@@ -33,7 +34,6 @@ from reconbench.evaluation.null import MEMBERSHIP_STREAM
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
 from reconbench.interfaces import Metric, MetricResult, NoOptions, Reported
-from reconbench.targets.problems import Problem
 
 
 def _nan_unmatched(values: np.ndarray, matched: np.ndarray) -> np.ndarray:

@@ -206,9 +206,9 @@ def test_a_null_cell_scores_the_held_out_images_unchanged(attack, task, tmp_path
     import torch
     from safetensors.torch import load_file
 
-    from reconbench.attack.pipeline import RunSpec, run_attack
+    from reconbench.runs import RunSpec, run_attack
     from reconbench.targets.cache import get_or_train
-    from reconbench.targets.training import TargetRecipe
+    from reconbench.targets.recipe import TargetRecipe
 
     recipe = TargetRecipe.from_dict({
         "problem": {"dataset": "digits", "task": task, "n_per_class": 3, "num_classes": 3 if task == "multiclass"

@@ -468,8 +468,9 @@ def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered)
 def test_figure_matching_uses_the_evaluation_or_finds_exact_copies():
     import torch
 
+    from reconbench.data import ProblemSpec
     from reconbench.leaderboard.figures import matches
-    from reconbench.targets.problems import ProblemSpec, build_problem
+    from reconbench.targets.problems import build_problem
 
     problem = build_problem(ProblemSpec(dataset="digits", task="binary", n_per_class=3))
     x = problem.x_train(torch.float64)

@@ -10,12 +10,13 @@ import torch
 from reconbench import plugins
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import build_config
+from reconbench.data import Problem, ProblemSpec
 from reconbench.evaluation import null
 from reconbench.evaluation.context import build_context
 from reconbench.evaluation.membership import pearson_matrix, population_mean, without
 from reconbench.evaluation.protocol import resolve_protocol
 from reconbench.evaluation.rescore import pinned_protocol
-from reconbench.targets.problems import Problem, ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 SETS = 100  # random member sets: the digits file walked in 100 seeded orders
 
@@ -77,7 +78,7 @@ def test_offset_removed_score_matches_an_independent_computation():
     rng = np.random.default_rng(0)
     images = rng.random((60, 3, 4, 4))
     labels = np.arange(60) % 3
-    from reconbench.targets.images import ImageData
+    from reconbench.data import ImageData
 
     data = ImageData("fake", images, labels, ["a", "b", "c"], "x")
     p = build_problem(ProblemSpec(dataset="npz:x", task="multiclass", n_per_class=2, n_decoy_per_class=2,

@@ -8,11 +8,12 @@ import torch
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from reconbench.attack.candidates import candidate_labels
+from reconbench.data import ProblemSpec
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import evaluate
 from reconbench.evaluation import null as null_mod
 from reconbench.evaluation.membership import auc, pearson_matrix, tpr_at_fpr
-from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 DIGITS = ProblemSpec(dataset="digits", task="multiclass", n_per_class=2)  # n = 20
 METRICS = ["ssim", "corr", "membership_test"]

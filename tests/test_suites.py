@@ -331,3 +331,30 @@ def test_seed_targets_retrains_each_seed_and_the_gate_is_read():
     first, second = (build_problem(by_seed[k].problem) for k in (0, 1))
     assert set(first.train_indices.tolist()) != set(second.train_indices.tolist())
     assert sorted(first.train_labels.tolist()) == sorted(second.train_labels.tolist())
+
+
+def test_the_schema_checker_types_known_and_required_keys(tmp_path):
+    """One checker holds every kind of table to its declaration: unknown keys, wrong types, missing keys."""
+    from reconbench.bench.suite.schema import COMPARISON_TABLE, GRID_TABLE, Checker
+
+    text = '[[grid]]\ntargets = ["a"]\nseeds = "x"\n'
+    chk = Checker(tmp_path / "s.toml", text)
+    with pytest.raises(SuiteError, match=r"s\.toml:3: grid\[0\]\.seeds: "):
+        chk.section({"targets": ["a"], "attacks": ["b"], "seeds": "x"}, GRID_TABLE, ("grid", 0))
+    with pytest.raises(SuiteError, match=r"grid\[0\]: a \[\[grid\]\] block needs `attacks`"):
+        chk.section({"targets": ["a"]}, GRID_TABLE, ("grid", 0))
+    with pytest.raises(SuiteError, match=r"unknown key 'targetz'"):
+        chk.section({"targetz": ["a"]}, GRID_TABLE, ("grid", 0))
+    assert chk.section({"target": "a", "axis": "lr", "attacks": "*", "values": [1, 2]}, COMPARISON_TABLE,
+                       ("comparisons", "c")) == {"target": "a", "axis": "lr", "attacks": "*", "values": [1, 2]}
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ('[comparisons.c]\ntarget = "bin"\nattacks = ["toy_identity"]\nvalues = [1]\n', "a comparison needs `axis`"),
+    ('[leaderboard]\ncolumns = [{ name = "n", key = "k" }]\n', "a column needs `higher_is_better`"),
+    ('[comparisons.c]\ntitle = 3\ntarget = "bin"\naxis = "lr"\nattacks = ["toy_identity"]\nvalues = [1]\n',
+     "comparisons.c.title"),
+])
+def test_missing_and_mistyped_keys_of_other_tables(tmp_path, toy_attack_registered, extra, expect):
+    with pytest.raises(SuiteError, match=expect.replace("[", r"\[").replace(".", r"\.")):
+        load_suite(write(tmp_path, BASE + "\n" + extra))

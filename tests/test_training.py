@@ -7,10 +7,12 @@ import math
 import pytest
 import torch
 
+from reconbench.data import ProblemSpec
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.targets.certificate import fit_stationarity
-from reconbench.targets.problems import ProblemSpec, build_problem
-from reconbench.targets.training import TargetRecipe, TrainSpec, train
+from reconbench.targets.problems import build_problem
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
+from reconbench.targets.training import train
 
 
 @pytest.mark.slow

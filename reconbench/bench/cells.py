@@ -8,10 +8,10 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
-from reconbench.attack.pipeline import RunSpec
 from reconbench.bench.suite import AttackEntry, InitEntry, Suite
 from reconbench.provenance import config_hash
-from reconbench.targets.training import TargetRecipe
+from reconbench.runs.spec import RunSpec
+from reconbench.targets.recipe import TargetRecipe
 
 CELL_FORMAT = "reconbench-bench-cell/1"
 

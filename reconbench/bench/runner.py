@@ -36,7 +36,6 @@ import torch
 
 from reconbench import __version__, plugins
 from reconbench.attack.outcome import cell_outcome
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.bench import machine
 from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
 from reconbench.bench.entries import expand as expand_entry
@@ -45,14 +44,16 @@ from reconbench.bench.executors import CellJob, Executor, Finished, Lost, Outcom
 from reconbench.bench.seal import sealed
 from reconbench.bench.suite import Suite, SuiteError, display_path
 from reconbench.config import build_config, config_to_dict
+from reconbench.data import Problem
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.evaluation import evaluate
 from reconbench.evaluation.bars import selection_record
 from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
+from reconbench.runs.execute import run_attack
+from reconbench.runs.spec import RunSpec
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import CARD_FILE, ModelCard, load_card
-from reconbench.targets.problems import Problem
 
 STATUS_OK, STATUS_FAILED, STATUS_UNAVAILABLE = "ok", "failed", "unavailable"
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from reconbench.nets import TargetNet
 from reconbench.targets.losses import OUTPUT_GRADIENTS, LossFn
-from reconbench.targets.nets import TargetNet
 
 
 def chain_layers(model: TargetNet) -> list[nn.Linear] | None:
