@@ -21,6 +21,7 @@ from reconbench.bench.seal import sealed
 from reconbench.bench.suite import find_suite, load_suite
 from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.render import build_leaderboard
+from reconbench.leaderboard.slim import slim_board
 from reconbench.leaderboard.submit import SUBMISSION_FORMAT, pack, submission_text
 
 EXAMPLE = (Path(__file__).resolve().parents[1] / "examples" / "reconbench-naive-attack" / "src"
@@ -90,8 +91,11 @@ def packed(runs: Path, board: Path, tmp_path: Path, change=None) -> Path:  # typ
     return path
 
 
-def test_the_example_attack_is_submitted_and_merged_into_a_ci_board(runs, tmp_path, capsys):
+@pytest.mark.parametrize("slim", [False, True], ids=["full-board", "slim-board"])
+def test_the_example_attack_is_submitted_and_merged_into_a_ci_board(runs, tmp_path, capsys, slim):
     board = board_copy(runs, tmp_path)
+    if slim:  # the board as published: slim entries, candidates of a sample of cells
+        slim_board(load_suite("ci"), board)
     before = json.loads((board / "results.json").read_text())
     out = tmp_path / "naive.json"
     code, text, err = run_cli(["leaderboard", "submit", str(runs / "contrib"), "--board", str(board), "--out",

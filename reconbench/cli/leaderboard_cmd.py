@@ -289,9 +289,10 @@ def add_command(file: str, board: str, data_root: str | None) -> None:
     """Validate a submission FILE against the board (suite and recipe hashes, seals, clean provenance, candidates
     re-scored to the submitted numbers) and merge it: cells, results.json, README.md, marked as outside."""
     board_dir = Path(board)
-    header = (board_results(board_dir).get("header") or {})
-    suite = load_suite(str(header.get("suite_file") or board_dir.name)
-                       if Path(str(header.get("suite_file"))).is_file() else str(header.get("suite") or board_dir.name))
+    header = board_results(board_dir)["header"]
+    # the suite file the board names (a path relative to here, else a shipped suite of the board's name)
+    recorded = Path(str(header.get("suite_file")))
+    suite = load_suite(recorded if recorded.is_file() else str(header.get("suite") or board_dir.name))
     check_writable(board_dir, "--board")
     with folder_lock(board_dir, "leaderboard"):
         report = add_submission(Path(file), suite, board_dir, data_root=data_root)

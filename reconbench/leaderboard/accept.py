@@ -31,7 +31,7 @@ from safetensors.torch import load
 
 from reconbench.bench.cells import expand
 from reconbench.bench.entries import ENTRY_SCHEMA, check_entry, entry_text, is_entry, protocol_ref
-from reconbench.bench.runner import STATUS_OK
+from reconbench.bench.runner import STATUS_OK, protocol_reader
 from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
@@ -186,8 +186,6 @@ def _check_staged(stage: Path, ids: list[str], data_root: str | None, report: Ad
     problems = [p for p in check_records(stage).problems if any(f"cell {cid}:" in p for cid in ids)]
     for cid in ids:
         entry = json.loads((stage / "cells" / f"{cid}.json").read_text())
-        from reconbench.bench.runner import protocol_reader
-
         problems += check_entry(entry, protocol=protocol_reader(stage)).problems
         if (stage / "candidates" / f"{cid}.safetensors").exists():
             problems += [f"{p}; the candidates do not give the submitted number: run the cell again and pack it "
