@@ -208,3 +208,23 @@ def test_candidates_that_are_not_safetensors_and_an_unknown_target_are_refused(r
     (board / "targets" / f"{key}.json").unlink()
     report = add_submission(packed(runs, board, tmp_path), load_suite("ci"), board)
     assert any(f"the board has no target with recipe hash {key}" in r for r in report.refusals)
+
+
+def test_a_target_trained_to_other_numbers_than_the_boards_card_is_refused(runs, tmp_path):
+    board = board_copy(runs, tmp_path)
+    card_key = json.loads((board / "cells" / "digits-binary--haim_binary_kkt--gaussian--s0.json").read_text())[
+        "target"]["recipe_key"]
+    card = json.loads((board / "targets" / f"{card_key}.json").read_text())
+    board_error = card["metrics"]["test_error"]
+
+    def elsewhere(sub: dict) -> None:  # type: ignore[type-arg]
+        entry = next(e for e in sub["entries"] if e["cell_id"] == NAIVE_CELLS[0])
+        metrics = {k: v for k, v in card["metrics"].items() if k != "margins"}
+        entry["target"]["train_metrics"] = {**metrics, "test_error": board_error + 0.125}
+        sealed(entry)
+        sealed(sub)
+
+    report = add_submission(packed(runs, board, tmp_path, elsewhere), load_suite("ci"), board)
+    assert len(report.refusals) == 1
+    assert f"cell {NAIVE_CELLS[0]}: target train_metrics.test_error is {board_error + 0.125!r}" in report.refusals[0]
+    assert "the cell's target is not the board's" in report.refusals[0]

@@ -183,7 +183,10 @@ def _stage(stage: Path, sub: dict[str, Any], entries: list[dict[str, Any]]) -> l
 
 
 def _check_staged(stage: Path, ids: list[str], data_root: str | None, report: AddReport) -> list[str]:
-    problems = [p for p in check_records(stage).problems if any(f"cell {cid}:" in p for cid in ids)]
+    problems = [p.replace("restore the cell or the card", "the cell's target is not the board's: train it from "
+                          "the recorded recipe with the board's reconbench and libraries, run the cell again and "
+                          "pack it again") for p in check_records(stage).problems if any(f"cell {cid}:" in p
+                                                                                         for cid in ids)]
     for cid in ids:
         entry = json.loads((stage / "cells" / f"{cid}.json").read_text())
         problems += check_entry(entry, protocol=protocol_reader(stage)).problems
