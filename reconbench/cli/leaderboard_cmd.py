@@ -10,10 +10,12 @@ from reconbench.bench.runner import default_results_dir
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.slim import RERUN_RTOL, rerun_cells, slim_board
 from reconbench.leaderboard.slim import rerun_sample as rerun_sample_ids
+from reconbench.leaderboard.submit import board_results, board_suite, pack, submission_text
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
 from reconbench.leaderboard.verify import (
     check_cell,
@@ -25,10 +27,29 @@ from reconbench.leaderboard.verify import (
     stored_cells,
 )
 from reconbench.progress import Progress
-from reconbench.provenance import check_writable, folder_lock
+from reconbench.provenance import check_writable, folder_lock, write_text_atomic
 
 
-@main_group.command("leaderboard")
+class BoardGroup(click.Group):
+    """``leaderboard SUITE ...`` renders, verifies or exports a board (the ``render`` command, the default);
+    ``leaderboard submit`` and ``leaderboard add`` pack and take in outside submissions."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands:
+            args = [RENDER, *args]
+        return super().parse_args(ctx, args)
+
+
+RENDER = "render"
+
+
+@main_group.group("leaderboard", cls=BoardGroup)
+def leaderboard_group() -> None:
+    """Leaderboards: `leaderboard SUITE` renders (see `leaderboard render -h`); `leaderboard submit` and
+    `leaderboard add` pack and merge outside submissions."""
+
+
+@leaderboard_group.command(RENDER)
 @click.argument("suite")
 @click.option(
     "--results",
@@ -122,7 +143,8 @@ def leaderboard_command(
     rerun: str | None = None,
     rerun_sample: int | None = None,
 ) -> None:
-    """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/.
+    """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/ (`reconbench leaderboard
+    SUITE ...`; outside results: `reconbench leaderboard submit -h`, `reconbench leaderboard add -h`).
 
     Without --publish it goes to runs/leaderboards/<suite>/, leaving the committed leaderboards/<suite>/ untouched.
     """
@@ -158,6 +180,7 @@ def leaderboard_command(
                        f"version of {s.path.name}; slim with that suite file to render it again, or publish again")
         return
     if verify:
+        s = board_suite(s, out_dir)  # with the tables of the board's outside submissions appended
         verify_leaderboard(s, out_dir, data_root)
         ids = [c for c in (rerun or "").split(",") if c.strip()]
         if rerun_sample:
@@ -255,3 +278,47 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
     if records.unsealed:
         click.echo(f"  {records.unsealed} cell record(s) carry no seal (written before seals): their timings are "
                    "checked against their runs' times, their targets' metrics against the model cards")
+
+
+@leaderboard_group.command("submit")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--board", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The published board the cells are for, e.g. leaderboards/ci.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The submission file to write (.json).")
+@click.option("--contributor", default=None, help="Who submits (a name, an e-mail or a URL), shown on the board.")
+def submit_command(run_dir: str, board: str, out: str, contributor: str | None) -> None:
+    """Pack the cells of RUN_DIR (`reconbench bench` with the board's suite file and your tables appended) that the
+    board lacks into one submission file: slim entries, their candidates, provenance (docs/leaderboard-entries.md)."""
+    sub = pack(Path(run_dir), Path(board), contributor)
+    target = Path(out)
+    check_writable(target.parent if str(target.parent) else Path("."), "--out")
+    write_text_atomic(target, submission_text(sub))
+    click.echo(f"submission: {target}  ({len(sub['entries'])} cell(s), candidates of {len(sub['candidates'])}, "
+               f"{target.stat().st_size / 1024:.0f} KiB); add it with `reconbench leaderboard add {target} "
+               f"--board {board}`")
+
+
+@leaderboard_group.command("add")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--board", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The published board to merge the submission into, e.g. leaderboards/ci.")
+@data_root_option
+def add_command(file: str, board: str, data_root: str | None) -> None:
+    """Validate a submission FILE against the board (suite and recipe hashes, seals, clean provenance, candidates
+    re-scored to the submitted numbers) and merge it: cells, results.json, README.md, marked as outside."""
+    board_dir = Path(board)
+    header = board_results(board_dir)["header"]
+    # the suite file the board names (a path relative to here, else a shipped suite of the board's name)
+    recorded = Path(str(header.get("suite_file")))
+    suite = load_suite(recorded if recorded.is_file() else str(header.get("suite") or board_dir.name))
+    check_writable(board_dir, "--board")
+    with folder_lock(board_dir, "leaderboard"):
+        report = add_submission(Path(file), suite, board_dir, data_root=data_root)
+    for line in report.refusals:
+        click.echo(f"refused: {line}", err=True)
+    if report.refusals:
+        raise ReconbenchError(f"submission {report.submission} refused ({len(report.refusals)} problem(s)), nothing "
+                              f"merged; first: {report.refusals[0]}")
+    click.echo(f"{board_dir}: merged submission {report.submission}: {len(report.cells)} cell(s), "
+               f"{len(report.rescored)} re-scored to the submitted numbers; README.md and results.json rendered again "
+               f"(`reconbench leaderboard {suite.name} --out {board_dir} --verify` checks the board)")

@@ -39,6 +39,8 @@ from reconbench.provenance import _default, git_commit, write_json, write_text_a
 
 #: a target above the suite's stationarity gate; a row whose interval overlaps the best row's
 NOT_CONVERGED_MARK, WITHIN_NOISE_MARK = "⚠", "≈"
+#: an attack row holding cells of an outside submission (``leaderboard/accept.py``)
+OUTSIDE_MARK = "(outside)"
 
 
 def _label_init(row: dict[str, Any]) -> str:
@@ -46,7 +48,28 @@ def _label_init(row: dict[str, Any]) -> str:
 
 
 def _label_attack(row: dict[str, Any]) -> str:
-    return row["attack"] if row["attack"] == row.get("attack_name", row["attack"]) else f"{row['attack']} ({row['attack_name']})"
+    label = row["attack"] if row["attack"] == row.get("attack_name", row["attack"]) else f"{row['attack']} ({row['attack_name']})"
+    return label + (f" {OUTSIDE_MARK}" if row.get("outside") else "")
+
+
+def outside_section(header: dict[str, Any]) -> str | None:
+    """The README section listing a board's outside submissions (``leaderboard add``), or None when it has none."""
+    subs = header.get("submissions") or []
+    if not subs:
+        return None
+    lines = ["## Outside submissions", "",
+             f"Rows marked {OUTSIDE_MARK} hold cells submitted from outside (`reconbench leaderboard add`, "
+             "docs/leaderboard-entries.md): run elsewhere with the board's suite file and the submission's tables "
+             "appended (`submissions/<id>.toml`), from a clean commit; their candidates were re-scored with the "
+             "standard evaluation to the submitted numbers before they were merged.", "",
+             "| submission | contributor | cells | commit | reconbench | machine | packed |",
+             "|---|---|---|---|---|---|---|"]
+    for s in subs:
+        lines.append(f"| `{s['id']}` | {s.get('contributor') or '-'} | {len(s['cells'])} | "
+                     f"{', '.join(str(c)[:12] for c in s.get('git_commits') or [])} | "
+                     f"{', '.join(s.get('reconbench_versions') or [])} | {'; '.join(s.get('machines') or [])} | "
+                     f"{s.get('packed')} |")
+    return "\n".join(lines)
 
 
 def _arrow(col: dict[str, Any]) -> str:

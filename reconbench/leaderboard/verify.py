@@ -28,7 +28,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.rescore import Mismatch, close, evaluation_terms, margin_note, pinned_protocol, reproduce
 from reconbench.leaderboard.privacy import privacy_tables, render_privacy
-from reconbench.leaderboard.render import render_readme
+from reconbench.leaderboard.render import outside_section, render_readme
 from reconbench.leaderboard.tables import collect
 from reconbench.targets.cards import ModelCard, check_card_data
 
@@ -106,6 +106,8 @@ def rerender_readme(suite: Suite, leaderboard: Path, data: dict[str, Any]) -> st
         pub = collect(suite, leaderboard)
         # the privacy-utility sections are recomputed from the cells, like the README's other numbers
         sections = [render_privacy(name, table) for name, table in privacy_tables(suite, pub).items()]
+        if (outside := outside_section(data["header"])) is not None:
+            sections.append(outside)
         return render_readme(suite, data["header"], data["tables"], data["columns"], data["comparisons"], pub,
                              data["figures"], data["stored_candidates"], data["targets"], sections)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
