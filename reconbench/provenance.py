@@ -163,7 +163,3 @@ def json_default(o: Any) -> Any:
     if isinstance(o, torch.dtype):
         return str(o).replace("torch.", "")
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-#: the former private name, still imported by reconbench.leaderboard.render (use json_default)
-_default = json_default

@@ -45,7 +45,7 @@ from reconbench.leaderboard.submit import (
     suite_from_text,
 )
 from reconbench.leaderboard.tables import (
-    _outcome,
+    cell_outcome_of,
     collect,
     comparison_rows,
     main_rows,
@@ -215,7 +215,7 @@ def merge_tables(ext: Suite, board: Path, data: dict[str, Any], outside: dict[st
         "failed": sum(1 for r in pub.records.values() if r["status"] != STATUS_OK),
         "not_run": len(pub.not_run), "stale": len(pub.stale),
     }
-    header["attack_failed"] = [{"cell_id": r["cell_id"], **_outcome(r).to_dict()} for r in pub.attack_failed()]
+    header["attack_failed"] = [{"cell_id": r["cell_id"], **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()]
     return {
         **data,
         "header": header,

@@ -35,7 +35,7 @@ from reconbench.leaderboard.tables import (
     resolve_columns,
     target_rows,
 )
-from reconbench.provenance import _default, git_commit, write_json, write_text_atomic
+from reconbench.provenance import git_commit, json_default, write_json, write_text_atomic
 
 #: a target above the suite's stationarity gate; a row whose interval overlaps the best row's
 NOT_CONVERGED_MARK, WITHIN_NOISE_MARK = "⚠", "≈"
@@ -507,7 +507,7 @@ def build_leaderboard(
         "stale": pub.stale,
     }
     if publish:  # compact: a published board is read by tools, and kept small (docs/leaderboard-entries.md)
-        write_text_atomic(out / "results.json", json.dumps(data, default=_default, separators=(",", ":"),
+        write_text_atomic(out / "results.json", json.dumps(data, default=json_default, separators=(",", ":"),
                                                            allow_nan=True))
     else:
         write_json(out / "results.json", data)

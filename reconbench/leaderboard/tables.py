@@ -230,14 +230,14 @@ class Published:
 
     def usable(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The cells that ran and whose attack did its work (reconbench.attack.outcome): what the tables aggregate."""
-        return [r for r in self.ok(cell_ids) if _outcome(r).ok]
+        return [r for r in self.ok(cell_ids) if cell_outcome_of(r).ok]
 
     def attack_failed(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The cells that ran but whose attack diverged, returned non-finite candidates or stopped early."""
-        return [r for r in self.ok(cell_ids) if not _outcome(r).ok]
+        return [r for r in self.ok(cell_ids) if not cell_outcome_of(r).ok]
 
 
-def _outcome(rec: dict[str, Any]) -> CellOutcome:
+def cell_outcome_of(rec: dict[str, Any]) -> CellOutcome:
     outcome = cell_outcome(rec)
     assert outcome is not None, "cell_outcome is None only for cells that did not run"
     return outcome
@@ -247,7 +247,7 @@ def failures_of(failed: list[dict[str, Any]], total: int) -> dict[str, Any] | No
     """A row's failed attacks: their cells, counts by status and the text the tables print (None: none failed)."""
     if not failed:
         return None
-    counts = failure_counts([_outcome(r) for r in failed])
+    counts = failure_counts([cell_outcome_of(r) for r in failed])
     return {"cells": [r["cell_id"] for r in failed], "statuses": counts, "of": total,
             "text": failure_text(counts, total)}
 
@@ -571,7 +571,7 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> di
         "rendered_by": command,
         "rendered_with": {"reconbench_version": __version__, "git_commit": git_commit()},
         "rendered": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "attack_failed": [{"cell_id": r["cell_id"], **_outcome(r).to_dict()} for r in pub.attack_failed()],
+        "attack_failed": [{"cell_id": r["cell_id"], **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
         "cells": {
             "planned": len(pub.plan),
             "ok": len(pub.ok()),
