@@ -5,7 +5,8 @@ commented example)::
 
     [suite]          name, description, seeds, device, dtype, search_runs (search budget),
                      candidates (m; default 2n), seed_targets (each seed also retrains the targets with
-                     weight-init seed + seed), max_stationarity_ratio (convergence gate, flagged in the tables)
+                     weight-init seed + seed), seed_nulls (each seed also seeds the held-out null draws with
+                     null_seed + seed), max_stationarity_ratio (convergence gate, flagged in the tables)
     [protocol]       evaluation protocol options, passed as they are to ``reconbench.evaluation.evaluate``
     [leaderboard]    store_candidates, figures, sample_images, columns (the tables' metric columns)
     [targets.NAME]   a target recipe: dataset, task, n_per_class, num_classes, binary_rule, family, widths,
@@ -200,6 +201,7 @@ class Suite:
     leaderboard: LeaderboardOptions = field(default_factory=LeaderboardOptions)
     warnings: tuple[str, ...] = ()
     seed_targets: bool = False                  # each seed also retrains the targets (weight-init seed + seed)
+    seed_nulls: bool = False                    # each seed also moves the held-out null's seed (null_seed + seed)
     max_stationarity_ratio: float | None = None  # convergence gate: targets above it are flagged in the tables
     privacy: tuple[PrivacyAxis, ...] = ()
 
@@ -294,6 +296,7 @@ SUITE_KEYS: dict[str, Any] = {
     "search_runs": int,
     "candidates": int | None,
     "seed_targets": bool,
+    "seed_nulls": bool,
     "max_stationarity_ratio": float | None,
 }
 LEADERBOARD_KEYS: dict[str, Any] = {
@@ -531,6 +534,7 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         warnings=tuple(warnings),
         privacy=privacy,
         seed_targets=head.get("seed_targets", False),
+        seed_nulls=head.get("seed_nulls", False),
         max_stationarity_ratio=head.get("max_stationarity_ratio"),
     )
 
