@@ -48,7 +48,7 @@ def test_the_data_file_holds_every_named_claim_with_a_pointer_and_a_verdict_or_r
 
 
 def test_every_measured_claim_reads_a_block_with_five_independent_seeds():
-    suites = {name: load_suite(name) for name in SUITES}
+    suites = {name: load_suite(name) for name in (*SUITES, P.GPU_SUITE)}
     for c in DATA.claims:
         if not c.measured:
             continue
@@ -60,8 +60,11 @@ def test_every_measured_claim_reads_a_block_with_five_independent_seeds():
         assert specs and c.measure in MEASURES
         for label in (c.attack, c.init):
             assert label is None or label in (*comp.attacks, *comp.inits), (c.id, label)
-        for _, _, _, init in specs:  # no claim reads a start from the training images (an oracle)
-            assert not suite.inits[init].regime == "ground_truth", c.id
+        for _, _, _, init in specs:  # only a claim marked as an oracle sanity check reads the training images
+            assert c.oracle or suite.inits[init].regime != "ground_truth", c.id
+        if c.suite != P.GPU_SUITE:  # the GPU suite repeats every block of the CPU suites under the same name
+            gpu = comparison(suites[P.GPU_SUITE], c.comparison)
+            assert [s[0].split(" = ")[0] for s in point_specs(c, gpu)] == [s[0].split(" = ")[0] for s in specs], c.id
         if c.kind in ("trend", "comparison", "some_above", "no_change"):
             assert len(specs) >= 2, c.id
 
@@ -222,7 +225,7 @@ def smallest_p(c: records.Claim, seeds: int, points: int) -> float:
 
 def test_every_measured_claim_can_reach_a_verdict_either_way():
     """A test whose smallest p-value exceeds the level cannot fail: every claim's seeds and points leave room."""
-    suites = {name: load_suite(name) for name in SUITES}
+    suites = {name: load_suite(name) for name in (*SUITES, P.GPU_SUITE)}
     for c in DATA.claims:
         if c.measured:
             comp = comparison(suites[c.suite], c.comparison)
@@ -278,7 +281,7 @@ def write_cells(folder: Path, suite_name: str, rng: np.random.Generator) -> dict
                "attack": {"label": cell.attack.label, "name": cell.attack.attack},
                "init": {"label": cell.init.label, "regime": cell.init.regime, "is_oracle": False},
                "runs": [{"run": 0, "steps": 10, "stopped": "completed", "config": {"steps": 10},
-                         "candidates_finite": True}],
+                         "candidates_finite": True, "initial_loss": 2.0, "final_loss": float(rng.uniform(0, 1))}],
                "selections": {"pool": {"summary": summary, "attack_loss": float(rng.uniform(0, 0.1)),
                                        "null": {"available": True, "spread": spread}}}}
         (folder / "cells" / f"{cell.cell_id}.json").write_text(json.dumps(rec))
@@ -305,8 +308,9 @@ def test_the_page_shows_each_cells_numbers_and_the_verdict_the_rules_give(tmp_pa
             values = []
             for s in p.seeds:
                 rec = cells[res.claim.suite][s.cell]
-                value = (rec["selections"]["pool"]["attack_loss"] / 4.0 if res.claim.measure == "theta_gap_relative"
-                         else rec["selections"]["pool"]["summary"][res.claim.measure])
+                value = {"theta_gap_relative": rec["selections"]["pool"]["attack_loss"] / 4.0,
+                         "theta_gap_reduction": rec["runs"][0]["final_loss"] / 2.0}.get(
+                    res.claim.measure, rec["selections"]["pool"]["summary"].get(res.claim.measure))
                 assert s.value == pytest.approx(value)
                 values.append(spec.show(value))
             assert f"{p.label}: mean" in row and f"(seeds: {', '.join(values)})" in row
@@ -328,6 +332,15 @@ def test_without_results_every_measured_claim_is_not_run_with_its_setup(tmp_path
         assert f"**{V.NOT_RUN}**" in row
         if c.measured:
             assert f"`{c.suite}` / `{c.comparison}`" in row and "seeds (each retrains the target)" in row
+
+
+def test_gpu_page_reads_every_measured_claim_from_the_gpu_suite(tmp_path):
+    page = P.generate({P.GPU_SUITE: tmp_path / "missing"}, root=REPO, gpu=True)
+    for c in DATA.claims:
+        row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{c.id}`"))
+        if c.measured:
+            assert f"`{P.GPU_SUITE}` / `{c.comparison}`" in row and "no finished cells yet" in row
+    assert "n = 100 (50 per class)" in next(ln for ln in page.splitlines() if ln.startswith("| `runkel-privacy`"))
 
 
 def test_committed_page_is_what_the_generator_writes(monkeypatch):
@@ -370,3 +383,14 @@ def test_margin_score_metric_on_known_margins():
     assert out["summary"]["margin_near_min_share"] == pytest.approx(0.5)
     ev.margins = None
     assert MarginScore().compute(ev, MarginScoreConfig())["summary"]["margin_score_spearman"] is None  # type: ignore
+
+
+def test_initial_loss_is_the_traces_step_zero():
+    from reconbench.attack.pipeline import initial_loss
+
+    assert initial_loss([{"step": 0.0, "loss": 4.5}, {"step": 1.0, "loss": 2.0}]) == 4.5
+    assert initial_loss([{"step": 3, "loss": 4.5}]) is None  # a trace that starts later has no start value
+    assert initial_loss([]) is None
+    rec = {"runs": [{"initial_loss": 4.0, "final_loss": 1.0}, {"initial_loss": 2.0, "final_loss": 1.0}]}
+    assert MEASURES["theta_gap_reduction"].value(rec) == pytest.approx((0.25 + 0.5) / 2)
+    assert MEASURES["theta_gap_reduction"].value({"runs": [{"final_loss": 1.0}]}) is None

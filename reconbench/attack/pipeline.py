@@ -182,6 +182,14 @@ def _run_pending(attack: Any, target: AttackTarget, labels: torch.Tensor, pendin
                          generators=[p.gen for p in pending], progress=bar, on_done=on_done)
 
 
+def initial_loss(trace: list[dict[str, float]]) -> float | None:
+    """The attack's own loss at its start (the first trace entry, step 0), kept in the run record beside
+    ``final_loss`` (the trace itself is not); None when the attack recorded no step 0."""
+    first = trace[0] if trace else {}
+    loss = first.get("loss")
+    return float(loss) if first.get("step") == 0 and isinstance(loss, (int, float)) else None
+
+
 def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, seconds: float,
                batch: dict[str, Any] | None) -> dict[str, Any]:
     """Write one finished run (record + tensors) the moment it is done; a DivergedError is a failed run."""
@@ -197,6 +205,7 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
     cand = result.candidates.detach().to("cpu", torch.float64)
     finite = bool(torch.isfinite(cand).all())
     rec.update({
+        "initial_loss": initial_loss(result.trace),
         "final_loss": result.final_loss, "steps": result.steps, "stopped": result.stopped,
         "message": result.message, "seconds": seconds, "trace": result.trace,
         "oracle_score": oracle_score(problem, cand) if finite else math.inf, "candidates_finite": finite,

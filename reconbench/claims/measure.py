@@ -44,6 +44,18 @@ def _theta_gap(rec: dict[str, Any]) -> float | None:
     return _number(_selection(rec).get("attack_loss"))
 
 
+def _theta_gap_reduction(rec: dict[str, Any]) -> float | None:
+    """Final over initial attack loss of the cell's runs (their mean): for the bilevel attack,
+    ||theta* - theta(x)||^2 at the end over the same at the start."""
+    ratios = []
+    for run in rec.get("runs") or []:
+        first, last = _number(run.get("initial_loss")), _number(run.get("final_loss"))
+        if first is None or last is None or first <= 0:
+            return None
+        ratios.append(last / first)
+    return sum(ratios) / len(ratios) if ratios else None
+
+
 def _theta_gap_relative(rec: dict[str, Any]) -> float | None:
     gap = _theta_gap(rec)
     norm = _number(((rec.get("target") or {}).get("train_metrics") or {}).get("param_norm_sq"))
@@ -86,6 +98,8 @@ MEASURES: dict[str, MeasureSpec] = {m.key: m for m in (
     MeasureSpec("margin_near_min_share", "share of training images within 10% of the smallest margin", ".2f", "none"),
     MeasureSpec("theta_gap", "||theta* - theta(x)||^2 after the attack (its final upper loss)", ".3g", "none",
                 _theta_gap),
+    MeasureSpec("theta_gap_reduction", "||theta* - theta(x)||^2 after the attack over the same at its start", ".3g",
+                "none", _theta_gap_reduction),
     MeasureSpec("theta_gap_relative", "||theta* - theta(x)||^2 / ||theta*||^2 after the attack", ".3g", "none",
                 _theta_gap_relative),
 )}

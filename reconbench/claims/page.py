@@ -31,7 +31,7 @@ from reconbench.claims.measure import (
     setup_text,
 )
 from reconbench.claims.records import Claim, ClaimsFile
-from reconbench.claims.verdicts import MIN_SEEDS, RULES, VERDICTS, Decision, decide, fmt_p
+from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Decision, decide, fmt_p
 
 DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b")}
 DEFAULT_OUT = Path("docs/claims.md")
@@ -75,8 +75,13 @@ def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, 
         suite = suites[name]
         comp = comparison(suite, claim.comparison)
         specs = point_specs(claim, comp)
+        setup = setup_text(claim, suite, comp, specs)
+        if name not in results:
+            out.append(ClaimResult(claim, setup, [], Decision(NOT_RUN, f"runs only in the {name} suite, whose "
+                                                                      "results are not among those read here")))
+            continue
         points = [measure_point(claim, suite, comp, found.get(name, {}), planned[name], *s) for s in specs]
-        out.append(ClaimResult(claim, setup_text(claim, suite, comp, specs), points, decide(claim, points)))
+        out.append(ClaimResult(claim, setup, points, decide(claim, points)))
     return out
 
 
@@ -122,8 +127,8 @@ def _summary_lines(results: list[ClaimResult]) -> list[str]:
         "",
         "Guaranteed by construction: none of the tests compares against an oracle start (the training images as "
         "the attack's start). " + (f"{len(oracle)} claim(s) start from the training images themselves "
-                                    f"({', '.join(f'`{c}`' for c in oracle)}): a sanity check of the attack, listed "
-                                    "but not counted among the papers' claims reproduced or not. "
+                                    f"({', '.join(f'`{c}`' for c in oracle)}): a sanity check of the attack, counted under "
+                                    "its verdict but not evidence about privacy. "
                                     if oracle else "")
         + (f"{len(not_in_text)} statement(s) are not in the available text of the papers "
            f"({', '.join(f'`{c}`' for c in not_in_text)}): they are shown but not judged." if not_in_text else ""),
