@@ -320,7 +320,7 @@ def test_the_page_shows_each_cells_numbers_and_the_verdict_the_rules_give(tmp_pa
                     "reconstructed_calibrated"] >= 1)
                 assert f"{passes} of 5 beyond their null" in row
         if res.decision.p is not None:
-            assert f"[p = {V.fmt_p(res.decision.p)}]" in row
+            assert f"**p = {V.fmt_p(res.decision.p)}**: " in row
             judged += 1
     assert judged >= 18
 

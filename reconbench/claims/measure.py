@@ -238,7 +238,9 @@ def setup_text(claim: Claim, suite: Suite, comp: Comparison, specs: list[tuple[s
     steps = attack.config.get("steps", attack.config.get("outer_steps"))
     parts = [
         f"{data} {prob.task}, K = {k}, n = {k * prob.n_per_class} ({prob.n_per_class} per class)",
-        f"{arch}, {train.loss or 'default loss'}, wd {train.weight_decay:g}, {train.steps:,} training steps",
+        f"{arch}, {train.loss or 'default loss'}, wd {train.weight_decay:g}, "
+        + (f"trained until the learned-part ratio is at most {train.stop_at_gate:g} (at most {train.steps:,} steps)"
+           if train.stop_at_gate > 0 else f"{train.steps:,} training steps"),
         f"{attack.attack}, {steps} steps x {attack.search_runs} run{'s' if attack.search_runs != 1 else ''} pooled, "
         f"m = {attack.candidates or suite.candidates or '2n'}, {suite.dtype}",
         "start" + ("s" if len({s[3] for s in specs}) > 1 else "") + ": " + ", ".join(dict.fromkeys(s[3] for s in specs)),

@@ -131,7 +131,7 @@ def _summary_lines(results: list[ClaimResult]) -> list[str]:
                                     "its verdict but not evidence about privacy. "
                                     if oracle else "")
         + (f"{len(not_in_text)} statement(s) are not in the available text of the papers "
-           f"({', '.join(f'`{c}`' for c in not_in_text)}): they are shown but not judged." if not_in_text else ""),
+           f"({', '.join(f'`{c}`' for c in not_in_text)}): none of them gets a verdict." if not_in_text else ""),
     ]
     return lines
 
@@ -185,8 +185,8 @@ def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path
         para = f"{c.statement} ({kind}" + (f"; {MEASURES[c.measure].label}" if c.measure else "") + ")"
         if c.note:
             para += f" {c.note}"
-        test = "-" if not res.decision.test else res.decision.test + (
-            "" if res.decision.p is None else f" **[p = {fmt_p(res.decision.p)}]**")
+        test = "-" if not res.decision.test else (
+            "" if res.decision.p is None else f"**p = {fmt_p(res.decision.p)}**: ") + res.decision.test
         verdict = f"**{res.verdict}**" + (f": {res.reason}" if res.reason else "")
         lines.append("| " + " | ".join(_cell(x) for x in (
             f"`{c.id}`<br>{c.paper.short}", where, para, res.setup, number_text(res), test, verdict)) + " |")
