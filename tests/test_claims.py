@@ -270,7 +270,7 @@ def write_cells(folder: Path, suite_name: str, rng: np.random.Generator) -> dict
         n = cell.recipe.problem.n_per_class * (cell.recipe.problem.num_classes or 2)
         summary: dict[str, Any] = {"reconstructed_calibrated": int(rng.integers(0, 3)), "n_train": n}
         spread = {"reconstructed_calibrated": {"mean": 0.0, "max": 0.0, "min": 0.0, "draws": 19}}
-        for key in ("top_k_mean_ssim", "membership_auc", "distinct_share", "init_copy_share",
+        for key in ("top_k_mean_ssim", "top_k_mean_corr", "membership_auc", "distinct_share", "init_copy_share",
                     "candidates_nearer_decoy_share", "margin_near_min_share"):
             summary[key] = float(rng.uniform())
             spread[key] = {"mean": 0.5, "max": 0.7, "min": 0.3, "draws": 19}

@@ -88,6 +88,8 @@ MEASURES: dict[str, MeasureSpec] = {m.key: m for m in (
     MeasureSpec(CALIBRATED_HEADLINE, "training images reconstructed beyond the calibrated null bar", ".1f",
                 "calibrated"),
     MeasureSpec("top_k_mean_ssim", "mean SSIM of the 10 best-reconstructed training images", ".3f", "draws"),
+    MeasureSpec("top_k_mean_corr", "mean correlation of the 10 best-reconstructed training images with their "
+                "reconstructions", ".3f", "draws"),
     MeasureSpec("membership_auc", "membership AUC (training images against held-out non-members)", ".2f", "draws"),
     MeasureSpec("distinct_share", "distinct training images matched / candidates (1: no collapse)", ".2f", "draws"),
     MeasureSpec("init_copy_share", "share of candidates nearer their own start than any training image", ".2f",
