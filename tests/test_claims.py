@@ -228,8 +228,9 @@ def test_every_measured_claim_can_reach_a_verdict_either_way():
     suites = {name: load_suite(name) for name in (*SUITES, P.GPU_SUITE)}
     for c in DATA.claims:
         if c.measured:
-            comp = comparison(suites[c.suite], c.comparison)
-            assert smallest_p(c, len(comp.seeds), len(point_specs(c, comp))) <= stats.ALPHA, c.id
+            for name in {c.suite, P.GPU_SUITE}:  # the GPU suite judges the same claim from its own block
+                comp = comparison(suites[name], c.comparison)
+                assert smallest_p(c, len(comp.seeds), len(point_specs(c, comp))) <= stats.ALPHA, (c.id, name)
 
 
 def test_some_point_above_the_first_is_corrected_for_the_points():
@@ -318,7 +319,7 @@ def test_the_page_shows_each_cells_numbers_and_the_verdict_the_rules_give(tmp_pa
             for p in res.points:
                 passes = sum(1 for s in p.seeds if cells[res.claim.suite][s.cell]["selections"]["pool"]["summary"][
                     "reconstructed_calibrated"] >= 1)
-                assert f"{passes} of 5 beyond their null" in row
+                assert f"{passes} of {len(p.seeds)} beyond their null" in row
         if res.decision.p is not None:
             assert f"**p = {V.fmt_p(res.decision.p)}**: " in row
             judged += 1

@@ -186,15 +186,16 @@ target (`seed_targets`) and seeds the held-out null draws afresh (`seed_nulls`),
   5 seeds, an attack that passes its null at half the seeds is caught with probability 0.81.
 - **trend** and **comparison** (the measure rises or falls along the axis; one point against another): the linear
   contrast of the points within each seed, against its distribution when each seed's values are permuted across the
-  points (exact; with two points the paired sign-flip test, smallest p with 5 seeds 1/32 = 0.031). *Reproduced* if
+  points (exact; with two points the paired sign-flip test, smallest p with 5 seeds 1/32 = 0.031, with 8 seeds
+  1/256; seeds whose points tie add nothing, which is why the count comparisons run 8 seeds). *Reproduced* if
   the one-sided p in the claimed direction is <= {ALPHA}, *contradicted* if the opposite one is, else *not
   reproduced at this scale*.
 - **some point above the first** ("certain values" of a setting): each point against the first by the paired test,
   Bonferroni over the points; *reproduced* if the smallest corrected p is <= {ALPHA} (with two points against the
-  first that needs 6 seeds: smallest p 2/64).
+  first that needs at least 6 seeds: smallest p 2/64).
 - **no change** (a count stays about the same): the trend test two-sided; *contradicted* if p <= {ALPHA}, else *not
   contradicted* (with the power caveat above). Two-sided, the smallest p with 5 seeds is 2/32 > {ALPHA}, so these
-  claims run 6 seeds.
+  claims need at least 6 seeds (the suites run 8).
 - **threshold** (a share is above one half; a correlation is below 0): per point a sign test of the seeds against the
   threshold, p = P(Binomial(untied seeds, 1/2) >= seeds on the claimed side); *reproduced* if p <= {ALPHA} at every
   point, *contradicted* if some point is on the other side at {ALPHA} / points, else *not reproduced at this scale*.
