@@ -341,13 +341,19 @@ class MembershipTestConfig:
         "non-members drawn in the members' class proportions; train_centred: correlations in the model's input "
         "space and the pool as drawn before (biased below 0.5; what evaluations recorded without this option used)",
         absent="train_centred")
+    non_members: Literal["held_out", "decoys_first"] = option(
+        "held_out",
+        "held_out: non-members are held-out images only (handed to no attack and no init regime); decoys_first: the "
+        "decoy pool first, then held-out images (what evaluations recorded without this option used; the partition "
+        "init starts from the decoys, so its copies of them score as non-members that look reconstructed)",
+        absent="decoys_first")
 
 
 @dataclass(frozen=True)
 class MembershipTest(Metric):
     name: str = "membership_test"
     description: str = ("membership inference from the candidates: each training image and each of pool_per_member "
-                        "x n non-members (10n by default: decoys, then held-out images) scores its highest correlation "
+                        "x n non-members (10n by default: held-out images no attack or init saw) scores its highest correlation "
                         "with any candidate, the public mean image's offset removed; AUC and the true-positive rate at "
                         "1% false positives (docs/calibration.md)")
     higher_is_better: bool = True
@@ -411,13 +417,15 @@ def _legacy_pool(problem: Problem, cfg: MembershipTestConfig) -> tuple[torch.Ten
 
 
 def _non_member_pool(problem: Problem, cfg: MembershipTestConfig) -> tuple[torch.Tensor, np.ndarray] | str:
-    """method offset_removed: per class, pool_per_member times the class's members: its decoys first, then held-out
-    images of that class (seeded), so that members and non-members have the same class proportions."""
+    """method offset_removed: per class, pool_per_member times the class's members: held-out images of that class
+    (seeded; with non_members = decoys_first its decoys first), so that members and non-members have the same class
+    proportions."""
     rng = np.random.default_rng([cfg.seed, MEMBERSHIP_STREAM])
     decoy_rows, positions = [], []
     for c, members in enumerate(problem.class_counts):
         want = cfg.pool_per_member * members
-        rows = np.flatnonzero(problem.decoy_labels == c)[:want]
+        rows = np.flatnonzero(problem.decoy_labels == c)[:want] if cfg.non_members == "decoys_first" \
+            else np.zeros(0, dtype=np.int64)
         pool = np.flatnonzero(problem.held_out_labels == c) if problem.source_images is not None \
             else np.zeros(0, dtype=np.int64)
         if len(rows) + len(pool) < want:

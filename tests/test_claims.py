@@ -185,7 +185,8 @@ def test_above_the_null():
     d = V.decide(claim("above_null"), [pt([3.0] * 5, [True] * 5), at_null])
     assert d.verdict == V.NOT_REPRODUCED
     # "beyond every one of D null draws": the per-seed bound is 1/(D+1)
-    d = V.decide(claim("below_null", measure="distinct_share"), [pt([0.1] * 5, [True] * 3 + [False] * 2, p0=1 / 20)])
+    d = V.decide(claim("above_null", measure="max_candidates_per_image"),
+                 [pt([9.0] * 5, [True] * 3 + [False] * 2, p0=1 / 20)])
     assert d.verdict == V.REPRODUCED and d.p == pytest.approx(stats.binomial_p(3, 5, 1 / 20))
 
 
@@ -212,7 +213,7 @@ def test_trend_comparison_and_no_change():
 
 def smallest_p(c: records.Claim, seeds: int, points: int) -> float:
     """The smallest p-value the claim's test can reach with this many seeds and points (all values distinct)."""
-    if c.kind in ("above_null", "below_null", "at_null"):
+    if c.kind in ("above_null", "at_null"):
         p0 = 0.05 if MEASURES[c.measure].null in ("calibrated", "pvalue") else 1 / 20
         return stats.binomial_p(seeds, seeds, p0) * (points if c.kind == "at_null" else 1)
     if c.kind == "threshold":
@@ -271,8 +272,8 @@ def write_cells(folder: Path, suite_name: str, rng: np.random.Generator) -> dict
         n = cell.recipe.problem.n_per_class * (cell.recipe.problem.num_classes or 2)
         summary: dict[str, Any] = {"reconstructed_calibrated": int(rng.integers(0, 3)), "n_train": n}
         spread = {"reconstructed_calibrated": {"mean": 0.0, "max": 0.0, "min": 0.0, "draws": 19}}
-        for key in ("top_k_mean_ssim", "top_k_mean_corr", "membership_auc", "distinct_share", "init_copy_share",
-                    "candidates_nearer_decoy_share", "margin_near_min_share"):
+        for key in ("top_k_mean_ssim", "top_k_mean_corr", "membership_auc", "max_candidates_per_image",
+                    "distinct_share", "init_copy_share", "candidates_nearer_decoy_share", "margin_near_min_share"):
             summary[key] = float(rng.uniform())
             spread[key] = {"mean": 0.5, "max": 0.7, "min": 0.3, "draws": 19}
         summary["margin_score_spearman"] = float(rng.uniform(-1, 1))
@@ -423,3 +424,29 @@ def test_first_layer_metric_finds_training_images_written_into_the_weights():
     assert out["summary"]["first_layer_p"] == pytest.approx(1 / math.comb(12, 4))
     rec = {"selections": {"pool": {"summary": {"first_layer_auc": 1.0, "first_layer_p": 0.002}}}}
     assert MEASURES["first_layer_auc"].value(rec) == 1.0
+
+
+def test_claims_read_slim_board_entries(tmp_path):
+    """A published board stores slim entries (reconbench/bench/entries.py): null spreads keep their mean and largest
+    draw for the board's columns only. The claims' nulls and the run fields they read survive that."""
+    from reconbench.bench.entries import make_entry, null_keys
+    from reconbench.claims.measure import load_all, measure_point, plans
+
+    rng = np.random.default_rng(5)
+    full = write_cells(tmp_path / "full", "claims-b", rng)
+    suite = load_suite("claims-b")
+    keep = null_keys(k for col in suite.leaderboard.columns for k in col.keys)
+    (tmp_path / "slim" / "cells").mkdir(parents=True)
+    for cid, rec in full.items():
+        (tmp_path / "slim" / "cells" / f"{cid}.json").write_text(json.dumps(make_entry(rec, keep)))
+    found = load_all({"claims-b": tmp_path / "slim"})["claims-b"]
+    plan = plans({"claims-b": suite})["claims-b"]
+    for c in DATA.claims:
+        if c.suite != "claims-b":
+            continue
+        comp = comparison(suite, c.comparison)
+        for spec in point_specs(c, comp):
+            p = measure_point(c, suite, comp, found, plan, *spec)
+            assert len(p.seeds) == len(comp.seeds) and not p.missing, (c.id, spec[0])
+            if MEASURES[c.measure].null != "none":
+                assert all(s.beyond is not None for s in p.seeds), c.id

@@ -574,3 +574,35 @@ def test_targets_table_shows_the_learned_part_ratio_only_where_cards_have_it():
     assert [r.get("learned_ratio") for r in rows] == [None, 0.0432]
     table = render_targets(rows)
     assert "learned-part ratio" in table and "0.0432" in table
+
+
+def test_the_learned_part_gate_flags_targets_on_its_own_measure():
+    """A suite's max_learned_ratio marks targets by the learned-part ratio, not by the θ ratio; a card without the
+    learned part is undecided rather than passed; both gates set: a target must pass both."""
+    from reconbench.leaderboard.tables import in_regime, render_targets
+
+    def rec(cid, cert):
+        return {"cell_id": cid, "status": "ok", "seed": 0,
+                "target": {"name": cid, "recipe_key": cid, "recipe": {}, "train_metrics": {"certificate": cert}}}
+    records = {"in": rec("in", {"ratio": 0.95, "learned": {"ratio": 0.05}}),
+               "out": rec("out", {"ratio": 0.2, "learned": {"ratio": 0.3}}),
+               "old": rec("old", {"ratio": 0.2})}
+    rows = target_rows(Published(plan=[], records=records, not_run=[], stale=[]), learned_gate=0.1)
+    assert [(r["target"], r["converged"]) for r in rows] == [("in", True), ("out", False), ("old", None)]
+    table = render_targets(rows)
+    assert "0.05 ✓" in table and "0.3 ⚠ > 0.1" in table and "0.95 ✓" not in table and "0.95 ⚠" not in table
+    both = {"stationarity": 0.5, "learned": 0.1}
+    assert [in_regime(both, r) for r in records.values()] == [False, False, None]
+    assert in_regime({}, records["in"]) is None
+
+
+def test_a_suite_gate_must_be_positive(tmp_path):
+    from reconbench.bench.suite import load_suite
+    from reconbench.errors import ReconbenchError
+
+    text = load_suite("ci").path.read_text()
+    assert "max_learned_ratio = 0.1" in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("max_learned_ratio = 0.1", "max_learned_ratio = -0.1"))
+    with pytest.raises(ReconbenchError, match="max_learned_ratio.*must be positive"):
+        load_suite(str(bad))

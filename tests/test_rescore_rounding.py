@@ -96,6 +96,8 @@ def board_with(tmp_path: Path, *cells: str) -> Path:
         shutil.copy(CI / "candidates" / f"{cid}.safetensors", board / "candidates")
         key = json.loads((CI / "cells" / f"{cid}.json").read_text())["target"]["recipe_key"]
         shutil.copy(CI / "targets" / f"{key}.json", board / "targets")
+    if (CI / "protocols").is_dir():   # a slim board's entries name their evaluation protocol there
+        shutil.copytree(CI / "protocols", board / "protocols")
     return board
 
 

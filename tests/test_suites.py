@@ -317,7 +317,7 @@ def test_protocol_errors_from_the_evaluation_name_the_line(tmp_path, toy_attack_
 
 def test_seed_targets_retrains_each_seed_and_the_gate_is_read():
     suite = load_suite("ci")
-    assert suite.seed_targets and suite.max_stationarity_ratio == 0.5
+    assert suite.seed_targets and suite.max_learned_ratio == 0.1 and suite.max_stationarity_ratio is None
     cells = [c for c in expand(suite) if c.target == "digits-binary" and c.attack.attack == "haim_binary_kkt"
              and c.init.label == "gaussian"]
     assert sorted(c.seed for c in cells) == [0, 1]
@@ -325,3 +325,9 @@ def test_seed_targets_retrains_each_seed_and_the_gate_is_read():
     base = suite.targets["digits-binary"].recipe
     assert by_seed[0] == base and by_seed[1].train.seed == base.train.seed + 1
     assert by_seed[0].key() != by_seed[1].key()  # a separate target per seed
+    # a shuffled-order problem draws its own training images per seed: the members differ, the task does not
+    assert base.problem.order == "shuffled" and by_seed[1].problem.order_seed == base.problem.order_seed + 1
+    from reconbench.targets.problems import build_problem
+    first, second = (build_problem(by_seed[k].problem) for k in (0, 1))
+    assert set(first.train_indices.tolist()) != set(second.train_indices.tolist())
+    assert sorted(first.train_labels.tolist()) == sorted(second.train_labels.tolist())

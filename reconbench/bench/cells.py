@@ -84,8 +84,12 @@ def expand(suite: Suite) -> list[Cell]:
                 cells[cid] = Cell(old.cell_id, old.target, old.recipe, old.attack, old.init, old.seed, (*old.groups, group))
             return
         recipe = suite.targets[target].recipe
-        if suite.seed_targets:  # each seed trains its own target: the weight-init seed moves with the seed
+        if suite.seed_targets:  # each seed trains its own target: the weight-init seed moves with the seed, and
+            # so does the draw of the training images where the data set is walked in a seeded permutation
             recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, seed=recipe.train.seed + seed))
+            if recipe.problem.order == "shuffled":
+                recipe = dataclasses.replace(recipe, problem=dataclasses.replace(
+                    recipe.problem, order_seed=recipe.problem.order_seed + seed))
         cells[cid] = Cell(
             cid,
             target,

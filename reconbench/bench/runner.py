@@ -27,7 +27,7 @@ import shutil
 import sys
 import time
 import traceback
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,6 +39,8 @@ from reconbench.attack.outcome import cell_outcome
 from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.bench import machine
 from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
+from reconbench.bench.entries import expand as expand_entry
+from reconbench.bench.entries import is_entry
 from reconbench.bench.executors import CellJob, Executor, Finished, Lost, Outcome, RunContext, Started
 from reconbench.bench.seal import sealed
 from reconbench.bench.suite import Suite, SuiteError, display_path
@@ -69,10 +71,36 @@ def invocation_path(out: Path, number: int) -> Path:
 
 
 def read_cell(path: Path) -> dict[str, Any] | None:
+    """A cell record; a slim board entry (``bench/entries.py``) comes back in the full record's shape."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        rec = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    if not is_entry(rec):
+        return rec
+    return expand_entry(rec, card_reader(path.parent.parent), protocol_reader(path.parent.parent))
+
+
+def card_reader(folder: Path, sub: str = "targets") -> Callable[[str], dict[str, Any] | None]:
+    """The model cards of a results folder or board (``targets/<recipe key>.json``) by recipe key, read once each
+    (``sub``: another folder of JSON files by name, e.g. a board's ``protocols``)."""
+    cache: dict[str, dict[str, Any] | None] = {}
+
+    def card(key: str) -> dict[str, Any] | None:
+        if key not in cache:
+            try:
+                data = json.loads((folder / sub / f"{key}.json").read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                data = None
+            cache[key] = data if isinstance(data, dict) else None
+        return cache[key]
+
+    return card
+
+
+def protocol_reader(folder: Path) -> Callable[[str], dict[str, Any] | None]:
+    """The evaluation protocols a board stores once (``protocols/<ref>.json``, ``bench/entries.py``), by name."""
+    return card_reader(folder, "protocols")
 
 
 def load_cells(out: Path) -> dict[str, dict[str, Any]]:

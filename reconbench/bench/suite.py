@@ -5,8 +5,9 @@ commented example)::
 
     [suite]          name, description, seeds, device, dtype, search_runs (search budget),
                      candidates (m; default 2n), seed_targets (each seed also retrains the targets with
-                     weight-init seed + seed), seed_nulls (each seed also seeds the held-out null draws with
-                     null_seed + seed), max_stationarity_ratio (convergence gate, flagged in the tables)
+                     weight-init seed + seed and, for shuffled-order problems, order_seed + seed: a new draw of
+                     the training images), seed_nulls (each seed also seeds the held-out null draws with
+                     null_seed + seed), max_learned_ratio / max_stationarity_ratio (regime gates, flagged)
     [protocol]       evaluation protocol options, passed as they are to ``reconbench.evaluation.evaluate``
     [leaderboard]    store_candidates, figures, sample_images, columns (the tables' metric columns)
     [targets.NAME]   a target recipe: dataset, task, n_per_class, num_classes, binary_rule, family, widths,
@@ -175,6 +176,7 @@ def default_columns() -> tuple[ColumnSpec, ...]:
 @dataclass(frozen=True)
 class LeaderboardOptions:
     store_candidates: int | None = None  # None: every cell's candidates are published; k: a sample of k cells
+    sample_cells: tuple[str, ...] = ()  # cells whose candidates a published board always keeps (leaderboard/slim.py)
     figures: bool = True
     sample_images: int = 8
     figure_inits: tuple[str, ...] | None = None  # init labels eligible for the sample figure (None: non-oracle)
@@ -203,6 +205,7 @@ class Suite:
     seed_targets: bool = False                  # each seed also retrains the targets (weight-init seed + seed)
     seed_nulls: bool = False                    # each seed also moves the held-out null's seed (null_seed + seed)
     max_stationarity_ratio: float | None = None  # convergence gate: targets above it are flagged in the tables
+    max_learned_ratio: float | None = None  # regime gate on the learned part θ - d·θ0 (docs/regime.md), flagged likewise
     privacy: tuple[PrivacyAxis, ...] = ()
 
 
@@ -298,9 +301,11 @@ SUITE_KEYS: dict[str, Any] = {
     "seed_targets": bool,
     "seed_nulls": bool,
     "max_stationarity_ratio": float | None,
+    "max_learned_ratio": float | None,
 }
 LEADERBOARD_KEYS: dict[str, Any] = {
     "store_candidates": str | int,
+    "sample_cells": list[str],
     "figures": bool,
     "sample_images": int,
     "figure_inits": list[str],
@@ -536,6 +541,7 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         seed_targets=head.get("seed_targets", False),
         seed_nulls=head.get("seed_nulls", False),
         max_stationarity_ratio=head.get("max_stationarity_ratio"),
+        max_learned_ratio=head.get("max_learned_ratio"),
     )
 
 
@@ -561,9 +567,10 @@ def _read_head(data: dict[str, Any], chk: _Checker) -> dict[str, Any]:
     chk.counts(head.get("candidates"), ("suite", "candidates"))
     if "seeds" in head:
         chk.seeds(head["seeds"], ("suite", "seeds"))
-    gate = head.get("max_stationarity_ratio")
-    if gate is not None and not gate > 0:
-        raise chk.fail(("suite", "max_stationarity_ratio"), f"must be positive, got {gate}")
+    for key in ("max_stationarity_ratio", "max_learned_ratio"):
+        gate = head.get(key)
+        if gate is not None and not gate > 0:
+            raise chk.fail(("suite", key), f"must be positive, got {gate}")
     return head
 
 
@@ -579,6 +586,7 @@ def _leaderboard_options(lb: dict[str, Any], chk: _Checker) -> LeaderboardOption
         raise chk.fail(("leaderboard", "store_candidates"), f'expected "all" or a number of cells, got {store!r}')
     return LeaderboardOptions(
         store_candidates=None if store == "all" else int(store),
+        sample_cells=tuple(lb.get("sample_cells", ())),
         figures=lb.get("figures", True),
         sample_images=lb.get("sample_images", 8),
         columns=_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else default_columns(),

@@ -69,10 +69,11 @@ class MeasureSpec:
     """How a claim's measure is read from a cell, and how one seed is judged against its null.
 
     ``null``: "calibrated" (the calibrated headline: a seed is beyond its null when it counts at least one image; a
-    held-out draw does so with probability at most 1 / (K + 1), K calibration draws), "draws" (beyond every one
-    of the cell's D reported null draws, in the claim's direction: probability at most 1 / (D + 1) for an
-    exchangeable draw), "pvalue" (the cell records its own one-sided p-value; a seed passes when it is at most 5%),
-    or "none" (no null: the measure is compared with a threshold or between points)."""
+    held-out draw does so with probability at most 1 / (K + 1), K calibration draws), "draws" (above every one
+    of the cell's D reported null draws: probability at most 1 / (D + 1) for an exchangeable draw; boards keep
+    the largest draw, not the smallest, so such tests are always "above"), "pvalue" (the cell records its own
+    one-sided p-value; a seed passes when it is at most 5%), or "none" (no null: the measure is compared with a
+    threshold or between points)."""
 
     key: str
     label: str
@@ -96,7 +97,8 @@ MEASURES: dict[str, MeasureSpec] = {m.key: m for m in (
     MeasureSpec("top_k_mean_corr", "mean correlation of the 10 best-reconstructed training images with their "
                 "reconstructions", ".3f", "draws"),
     MeasureSpec("membership_auc", "membership AUC (training images against held-out non-members)", ".2f", "draws"),
-    MeasureSpec("distinct_share", "distinct training images matched / candidates (1: no collapse)", ".2f", "draws"),
+    MeasureSpec("distinct_share", "distinct training images matched / candidates (1: no collapse)", ".2f", "none"),
+    MeasureSpec("max_candidates_per_image", "most candidates matched to one training image", ".1f", "draws"),
     MeasureSpec("init_copy_share", "share of candidates nearer their own start than any training image", ".2f",
                 "none"),
     MeasureSpec("candidates_nearer_decoy_share", "share of candidates nearer a held-out partition image than any "
@@ -198,7 +200,7 @@ def _null(rec: dict[str, Any], spec: MeasureSpec, above: bool) -> tuple[float | 
 def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str, dict[str, Any]],
                   plan: dict[str, Cell], label: str, target: str, attack: str, init: str) -> Point:
     spec = MEASURES[claim.measure]
-    above = claim.kind != "below_null"
+    above = True  # a null is passed upwards: boards keep the largest null draw, not the smallest
     point = Point(label, target, attack, init)
     for seed in comp.seeds:
         cid = cell_id(target, attack, init, seed)

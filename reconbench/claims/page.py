@@ -36,7 +36,7 @@ from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Deci
 DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b")}
 DEFAULT_OUT = Path("docs/claims.md")
 GPU_SUITE = "claims-gpu"
-KIND_NAMES = {"above_null": "above the null", "below_null": "below the null", "at_null": "at the null",
+KIND_NAMES = {"above_null": "above the null", "at_null": "at the null",
               "trend": "trend", "comparison": "comparison", "some_above": "some point above the first",
               "no_change": "no change", "threshold": "threshold", "not_run": "not measured here"}
 
@@ -107,8 +107,7 @@ def number_text(res: ClaimResult) -> str:
         if nulls:
             text += f"; null mean {spec.show(sum(nulls) / len(nulls))}"
         if spec.null != "none" and p.seeds and all(s.beyond is not None for s in p.seeds):
-            side = "below" if res.claim.kind == "below_null" else "beyond"
-            text += f"; {sum(1 for s in p.seeds if s.beyond)} of {len(p.seeds)} {side} their null"
+            text += f"; {sum(1 for s in p.seeds if s.beyond)} of {len(p.seeds)} beyond their null"
         if p.missing or p.failed:
             text += f"; {len(p.missing)} missing, {len(p.failed)} failed"
         lines.append(text)

@@ -16,7 +16,7 @@ import tomllib
 
 from reconbench.errors import ReconbenchError
 
-Kind = Literal["above_null", "below_null", "at_null", "trend", "comparison", "some_above", "no_change", "threshold",
+Kind = Literal["above_null", "at_null", "trend", "comparison", "some_above", "no_change", "threshold",
                "not_run"]
 Axis = Literal["variants", "inits", "attacks"]
 Direction = Literal["up", "down"]

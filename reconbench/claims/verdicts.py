@@ -63,7 +63,7 @@ def _binomial(point: Point) -> tuple[float, int, int, float] | None:
 
 
 def _null_claim(claim: Claim, points: list[Point]) -> Decision:
-    side = "below" if claim.kind == "below_null" else "beyond"
+    side = "beyond"
     results = []
     for p in points:
         b = _binomial(p)
@@ -162,7 +162,7 @@ def decide(claim: Claim, points: list[Point]) -> Decision:
     pre = _preconditions(claim, points)
     if pre is not None:
         return pre
-    if claim.kind in ("above_null", "below_null", "at_null"):
+    if claim.kind in ("above_null", "at_null"):
         return _null_claim(claim, points)
     if claim.kind == "threshold":
         return _threshold(claim, points)
@@ -174,7 +174,7 @@ Every decision is taken at level {ALPHA} and shows its test and p-value. A measu
 point has {MIN_SEEDS} finished seeds whose attacks did their work; in the claims suites each seed retrains the
 target (`seed_targets`) and seeds the held-out null draws afresh (`seed_nulls`), so seeds are independent repetitions.
 
-- **above / below the null** (the attack recovers training images; reconstructions collapse): per seed, the
+- **above the null** (the attack recovers training images; reconstructions collapse onto a few images): per seed, the
   calibrated headline counts at least one image (a held-out draw does so with probability at most 1/(K+1) = 5%
   for K = 19 calibration draws; docs/calibration.md), or the measure lies beyond every one of the cell's D held-out
   null draws (probability at most 1/(D+1)). The number of seeds that pass is compared with Binomial(seeds, bound):

@@ -12,8 +12,18 @@ from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.render import build_leaderboard
+from reconbench.leaderboard.slim import RERUN_RTOL, rerun_cells, slim_board
+from reconbench.leaderboard.slim import rerun_sample as rerun_sample_ids
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
-from reconbench.leaderboard.verify import check_cell, check_readme, check_records, check_tables, corrupt_cells, stored_cells
+from reconbench.leaderboard.verify import (
+    check_cell,
+    check_entries,
+    check_readme,
+    check_records,
+    check_tables,
+    corrupt_cells,
+    stored_cells,
+)
 from reconbench.progress import Progress
 from reconbench.provenance import check_writable, folder_lock
 
@@ -49,6 +59,27 @@ from reconbench.provenance import check_writable, folder_lock
     "and re-render README.md to compare it.",
 )
 @click.option(
+    "--slim",
+    is_flag=True,
+    help="Do not render: rewrite the published board in place as slim entries (docs/leaderboard-entries.md): each "
+    "cell a small entry with compact per-image rows, candidates kept for a sample of cells only (in the attack's "
+    "precision), no target weights. `--verify` passes on the result.",
+)
+@click.option(
+    "--rerun",
+    default=None,
+    metavar="CELL[,CELL...]",
+    help="With --verify: also re-run these cells (targets from the recipe cache, trained again when absent; attacks "
+    "from their recorded seeds) and check that the board's numbers agree.",
+)
+@click.option(
+    "--rerun-sample",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --verify: re-run N cells of the board (a fixed sample, by the hash of the cell id) like --rerun.",
+)
+@click.option(
     "--format",
     "export_format",
     type=click.Choice(FORMATS),
@@ -80,15 +111,20 @@ def leaderboard_command(
     columns: str | None,
     selection: str,
     data_root: str | None,
+    slim: bool = False,
+    rerun: str | None = None,
+    rerun_sample: int | None = None,
 ) -> None:
     """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/.
 
     Without --publish it goes to runs/leaderboards/<suite>/, leaving the committed leaderboards/<suite>/ untouched.
     """
     s = load_suite(suite)
+    if (rerun or rerun_sample) and not verify:
+        raise ReconbenchError("--rerun and --rerun-sample check a published board: add --verify")
     if out:
         out_dir = Path(out)
-    elif publish or verify or export_format:
+    elif publish or verify or export_format or slim:
         out_dir = default_leaderboard_dir(s)
     else:
         out_dir = draft_leaderboard_dir(s)
@@ -100,8 +136,35 @@ def leaderboard_command(
                                   "FOLDER")
         click.echo(export_board(out_dir, export_format, columns=columns, selection=selection), nl=False)
         return
+    if slim:
+        if publish or verify or export_format:
+            raise ReconbenchError("--slim rewrites a published board; run it alone, then --verify")
+        check_writable(out_dir, "--out")
+        with folder_lock(out_dir, "leaderboard"):
+            report = slim_board(s, out_dir)
+        click.echo(f"{out_dir}: {report.cells} cell(s) as slim entries ({report.already} already were), candidates "
+                   f"kept for {len(report.sample)} cell(s) ({', '.join(report.sample) or 'none'}), "
+                   f"{len(report.removed)} file(s) removed; {report.bytes_before / 2**20:.2f} MiB -> "
+                   f"{report.bytes_after / 2**20:.2f} MiB")
+        if not report.readme_rendered:
+            click.echo(f"  README.md kept (only its count of stored candidates updated): it was rendered from another "
+                       f"version of {s.path.name}; slim with that suite file to render it again, or publish again")
+        return
     if verify:
         verify_leaderboard(s, out_dir, data_root)
+        ids = [c for c in (rerun or "").split(",") if c.strip()]
+        if rerun_sample:
+            ids += [c for c in rerun_sample_ids(out_dir, rerun_sample) if c not in ids]
+        if ids:
+            click.echo(f"re-running {len(ids)} cell(s): {', '.join(ids)}")
+            problems = rerun_cells(s, out_dir, [c.strip() for c in ids], data_root=data_root)
+            for p in problems:
+                click.echo(f"MISMATCH (re-run) {p}")
+            if problems:
+                raise ReconbenchError(f"{len(problems)} number(s) of {out_dir} are not reproduced by re-running "
+                                      f"their cells; first: {problems[0]}")
+            click.echo(f"re-run: {len(ids)} cell(s) give the board's numbers (counts exactly, others within relative "
+                       f"{RERUN_RTOL:g})")
         return
     res_dir = Path(results) if results else default_results_dir(s)
     for problem in corrupt_cells(res_dir):
@@ -140,7 +203,8 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
     if corrupt:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
     records = check_records(out_dir)
-    problems = records.problems + check_tables(out_dir) + check_readme(s, out_dir)
+    entries = check_entries(out_dir)
+    problems = records.problems + entries.problems + check_tables(out_dir) + check_readme(s, out_dir)
     ids = stored_cells(out_dir)
     borderline: list[str] = []
     explained: list[str] = []
@@ -153,6 +217,7 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
             explained += check.explained
             rtol = max(rtol, check.rtol)
             bar.update(k + 1)
+    explained += entries.explained
     for line in explained:
         click.echo(f"borderline, agrees within rounding: {line}")
     for p in problems:
@@ -165,6 +230,10 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
         f"reproduced (relative tolerance {rtol:.2g}); {len(borderline)} decision(s) borderline (within rounding of "
         f"their threshold), {len(explained)} stored number(s) differ only through them"
     )
+    if entries.checked:
+        click.echo(f"  slim entries: {entries.checked} count(s) and score mean(s) re-derived from their per-image rows "
+                   f"(stored to 7 significant digits), {len(entries.borderline)} decision(s) within that rounding of "
+                   "their threshold")
     if records.unsealed:
         click.echo(f"  {records.unsealed} cell record(s) carry no seal (written before seals): their timings are "
                    "checked against their runs' times, their targets' metrics against the model cards")
