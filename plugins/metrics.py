@@ -546,69 +546,6 @@ class MarginScore(Metric):
                             "near_min": cfg.near_min}}
 
 
-# -- training images in the first-layer weights (a property of the released model) ------------------------------
-#: the first-layer result of each model card (it does not depend on the candidates, so the null draws reuse it)
-_FIRST_LAYER: dict[str, MetricResult] = {}
-
-
-@dataclass(frozen=True)
-class FirstLayer(Metric):
-    name: str = "first_layer"
-    description: str = ("are training images visible in the released first-layer weights? each training image and "
-                        "each held-out decoy scores its highest absolute correlation with a weight row (reshaped to an "
-                        "image, the mean offset removed as in membership_test); AUC of members against decoys and the "
-                        "one-sided Mann-Whitney p-value. Reads the model, not the candidates")
-    higher_is_better: bool = True
-    headline: str = "first_layer_auc"
-    reports: tuple[Reported, ...] = (
-        Reported("first_layer_auc", "first-layer weights: member AUC", "share", fmt=".2f"),
-        Reported("first_layer_p", "first-layer weights: Mann-Whitney p", "share", higher_is_better=False, fmt=".2g"),
-    )
-    config_cls: type = NoOptions
-
-    def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
-        keys = ("first_layer_auc", "first_layer_p")
-
-        def unavailable(reason: str) -> MetricResult:
-            return {"available": False, "reason": reason, "summary": {k: None for k in keys}, "per_image": {}}
-
-        if ev.card is None or not hasattr(ev.card, "load_model"):
-            return unavailable("no model card: the first-layer weights are not at hand")
-        key = f"{getattr(ev.card, 'path', '')}-{getattr(ev.card, 'data', {}).get('recipe_key')}"
-        if key in _FIRST_LAYER:
-            return _FIRST_LAYER[key]
-        try:
-            chain = ev.card.load_model(torch.float64).linear_chain()
-        except (OSError, RuntimeError, ValueError) as exc:  # weights missing or unreadable: nothing to measure
-            return unavailable(f"the model's weights could not be loaded ({type(exc).__name__}: {exc})")
-        problem = ev.problem
-        decoys = problem.x_decoy(torch.float64)
-        if not chain:
-            return unavailable("the model's first layer is not a fully connected layer on the flattened image")
-        if decoys.shape[0] == 0:
-            return unavailable("the problem has no held-out decoys to compare the training images with")
-        weights = chain[0].weight.detach().to(torch.float64).reshape(-1, *decoys.shape[1:])
-        remove = _mean_offset(problem) if problem.source_images is not None else None
-        offset = None if isinstance(remove, str) else remove
-
-        def best(images: torch.Tensor) -> np.ndarray:
-            return pearson_matrix(images, weights, remove=offset).abs().max(1).values.numpy()
-
-        pos, neg = best(problem.x_train(torch.float64)), best(decoys)
-        from scipy.stats import mannwhitneyu
-
-        test = mannwhitneyu(pos, neg, alternative="greater")
-        result: MetricResult = {
-            "summary": {"first_layer_auc": float(test.statistic) / (len(pos) * len(neg)),
-                        "first_layer_p": float(test.pvalue)},
-            "details": {"rows": int(weights.shape[0]), "members": int(len(pos)), "decoys": int(len(neg)),
-                        "offset_removed": offset is not None}}
-        if len(_FIRST_LAYER) > 64:
-            _FIRST_LAYER.clear()
-        _FIRST_LAYER[key] = result
-        return result
-
-
 # -- the reference's in-run extraction score --------------------------------------------------------------------
 @dataclass
 class ExtractionConfig:
@@ -647,7 +584,7 @@ class ExtractionScore(Metric):
 
 
 METRICS = [PaperSsim(), StandardSsim(), NotebookSsim(), Correlation(), Lpips(), MembershipMetric(), MembershipTest(),
-           InitCopy(), Collapse(), ExtractionScore(), MarginScore(), FirstLayer()]
+           InitCopy(), Collapse(), ExtractionScore(), MarginScore()]
 
 
 @hookimpl

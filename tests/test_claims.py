@@ -214,7 +214,7 @@ def test_trend_comparison_and_no_change():
 def smallest_p(c: records.Claim, seeds: int, points: int) -> float:
     """The smallest p-value the claim's test can reach with this many seeds and points (all values distinct)."""
     if c.kind in ("above_null", "at_null"):
-        p0 = 0.05 if MEASURES[c.measure].null in ("calibrated", "pvalue") else 1 / 20
+        p0 = 0.05 if MEASURES[c.measure].null == "calibrated" else 1 / 20
         return stats.binomial_p(seeds, seeds, p0) * (points if c.kind == "at_null" else 1)
     if c.kind == "threshold":
         return 0.5 ** seeds
@@ -277,7 +277,6 @@ def write_cells(folder: Path, suite_name: str, rng: np.random.Generator) -> dict
             summary[key] = float(rng.uniform())
             spread[key] = {"mean": 0.5, "max": 0.7, "min": 0.3, "draws": 19}
         summary["margin_score_spearman"] = float(rng.uniform(-1, 1))
-        summary["first_layer_auc"], summary["first_layer_p"] = float(rng.uniform()), float(rng.uniform(0, 0.1))
         rec = {"format": CELL_FORMAT, "cell_id": cell.cell_id, "cell_key": cell.key(suite), "status": "ok",
                "spec": {"dtype": suite.dtype}, "protocol": cell.protocol(suite),
                "target": {"name": cell.target, "n_train": n, "train_metrics": {"param_norm_sq": 4.0}},
@@ -364,6 +363,14 @@ def test_claims_suites_cap_by_steps_never_by_seconds(name):
         assert isinstance(entry.config.get("steps", entry.config.get("outer_steps")), int)
 
 
+@pytest.mark.parametrize("name", (*SUITES, P.GPU_SUITE))
+def test_claims_targets_draw_exchangeable_members_and_non_members(name):
+    """Membership, first-layer and calibrated tests compare training images with held-out ones: every target walks a
+    seeded permutation of its data file, so members, decoys and held-out images are exchangeable draws."""
+    suite = load_suite(name)
+    assert all(t.recipe.problem.order == "shuffled" for t in suite.targets.values())
+
+
 def test_seed_nulls_gives_every_seed_its_own_null_draws():
     suite = load_suite("claims-a")
     cells = [c for c in expand(suite) if c.cell_id.startswith("mnist-binary--")]
@@ -398,32 +405,6 @@ def test_initial_loss_is_the_traces_step_zero():
     rec = {"runs": [{"initial_loss": 4.0, "final_loss": 1.0}, {"initial_loss": 2.0, "final_loss": 1.0}]}
     assert MEASURES["theta_gap_reduction"].value(rec) == pytest.approx((0.25 + 0.5) / 2)
     assert MEASURES["theta_gap_reduction"].value({"runs": [{"final_loss": 1.0}]}) is None
-
-
-def test_first_layer_metric_finds_training_images_written_into_the_weights():
-    """Weights whose rows are (near-)copies of the training images: every member correlates almost perfectly with a
-    row, so the AUC is 1 and the exact one-sided Mann-Whitney p-value is 1 / C(12, 4) for 4 members against 8 decoys
-    (the one arrangement of 12 ranks, of C(12, 4), that puts every member on top)."""
-    import torch
-    from torch import nn
-
-    from plugins import metrics
-
-    rng = np.random.default_rng(0)
-    train, decoys = torch.as_tensor(rng.normal(size=(4, 1, 3, 3))), torch.as_tensor(rng.normal(size=(8, 1, 3, 3)))
-    layer = nn.Linear(9, 6).double()
-    with torch.no_grad():
-        rows = train.reshape(4, 9) + 1e-3 * torch.as_tensor(rng.normal(size=(4, 9)))  # near-copies, no ties
-        layer.weight.copy_(torch.cat([rows, torch.as_tensor(rng.normal(size=(2, 9)))]))
-    model = SimpleNamespace(linear_chain=lambda: [layer])
-    card = SimpleNamespace(path="x", data={"recipe_key": "k"}, load_model=lambda dtype=None: model)
-    problem = SimpleNamespace(x_train=lambda dtype=None: train, x_decoy=lambda dtype=None: decoys, source_images=None)
-    metrics._FIRST_LAYER.clear()
-    out = metrics.FirstLayer().compute(SimpleNamespace(card=card, problem=problem), metrics.NoOptions())  # type: ignore
-    assert out["summary"]["first_layer_auc"] == pytest.approx(1.0)
-    assert out["summary"]["first_layer_p"] == pytest.approx(1 / math.comb(12, 4))
-    rec = {"selections": {"pool": {"summary": {"first_layer_auc": 1.0, "first_layer_p": 0.002}}}}
-    assert MEASURES["first_layer_auc"].value(rec) == 1.0
 
 
 def test_claims_read_slim_board_entries(tmp_path):

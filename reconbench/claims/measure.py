@@ -22,8 +22,6 @@ from reconbench.evaluation.reported import CALIBRATED_HEADLINE
 
 #: the selection every claim reads: all search runs of a cell pooled, as the papers evaluated
 SELECTION = "pool"
-#: a seed passes a "pvalue" null when its own p-value is at most this (so its false-positive rate is at most this)
-PVALUE_LEVEL = 0.05
 #: calibration draws assumed where a cell's protocol does not record them (the protocol's default)
 DEFAULT_CALIBRATION_DRAWS = 19
 
@@ -71,17 +69,14 @@ class MeasureSpec:
     ``null``: "calibrated" (the calibrated headline: a seed is beyond its null when it counts at least one image; a
     held-out draw does so with probability at most 1 / (K + 1), K calibration draws), "draws" (above every one
     of the cell's D reported null draws: probability at most 1 / (D + 1) for an exchangeable draw; boards keep
-    the largest draw, not the smallest, so such tests are always "above"), "pvalue" (the cell records its own
-    one-sided p-value; a seed passes when it is at most 5%), or "none" (no null: the measure is compared with a
-    threshold or between points)."""
+    the largest draw, not the smallest, so such tests are always "above"), or "none" (no null: the measure is
+    compared with a threshold or between points)."""
 
     key: str
     label: str
     fmt: str
-    null: Literal["calibrated", "draws", "pvalue", "none"]
+    null: Literal["calibrated", "draws", "none"]
     read: Callable[[dict[str, Any]], float | None] | None = None
-    #: null "pvalue": the summary key of the cell's own one-sided p-value for the measure (a seed passes at 5%)
-    p_key: str = ""
 
     def value(self, rec: dict[str, Any]) -> float | None:
         return self.read(rec) if self.read is not None else _number(_summary(rec).get(self.key))
@@ -105,8 +100,6 @@ MEASURES: dict[str, MeasureSpec] = {m.key: m for m in (
                 "training image", ".2f", "none"),
     MeasureSpec("margin_score_spearman", "rank correlation of per-image margin with per-image SSIM", ".2f", "none"),
     MeasureSpec("margin_near_min_share", "share of training images within 10% of the smallest margin", ".2f", "none"),
-    MeasureSpec("first_layer_auc", "AUC of training images against held-out decoys by their best correlation with a "
-                "first-layer weight row", ".2f", "pvalue", p_key="first_layer_p"),
     MeasureSpec("theta_gap", "||theta* - theta(x)||^2 after the attack (its final upper loss)", ".3g", "none",
                 _theta_gap),
     MeasureSpec("theta_gap_reduction", "||theta* - theta(x)||^2 after the attack over the same at its start", ".3g",
@@ -188,8 +181,6 @@ def _null(rec: dict[str, Any], spec: MeasureSpec, above: bool) -> tuple[float | 
     if spec.null == "calibrated":
         k = (rec.get("protocol") or {}).get("calibration_draws", DEFAULT_CALIBRATION_DRAWS)
         return mean, 0.0, int(k), 1.0 / (int(k) + 1)
-    if spec.null == "pvalue":
-        return mean, None, 0, PVALUE_LEVEL
     if spec.null == "draws":
         draws = int(spread.get("draws") or 0)
         extreme = _number(spread.get("max" if above else "min"))
@@ -223,9 +214,6 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str,
             beyond = value >= 1.0
         elif spec.null == "draws" and extreme is not None:
             beyond = value > extreme if above else value < extreme
-        elif spec.null == "pvalue":
-            pv = _number(_summary(rec).get(spec.p_key))
-            beyond = None if pv is None else pv <= PVALUE_LEVEL
         point.seeds.append(SeedValue(seed, cid, value, mean, extreme, draws, beyond, p0))
     return point
 
