@@ -506,6 +506,46 @@ class Collapse(Metric):
                 "details": {"distinct_share": "distinct matched / min(valid candidates, training images)"}}
 
 
+# -- reconstruction against the distance from the decision boundary ---------------------------------------------
+@dataclass
+class MarginScoreConfig:
+    near_min: float = option(1.1, "margin_near_min_share counts training images whose margin is at most this "
+                                  "times the smallest margin (binary targets: margins y Phi(x) > 0)", gt=1)
+
+
+@dataclass(frozen=True)
+class MarginScore(Metric):
+    name: str = "margin_score"
+    description: str = ("Spearman correlation of each training image's margin (from the model card) with its "
+                        "primary score (unmatched images rank lowest): negative when images nearer the decision "
+                        "boundary are reconstructed better; and the share of training images on or near the margin")
+    higher_is_better: bool = False
+    headline: str = "margin_score_spearman"
+    reports: tuple[Reported, ...] = (
+        Reported("margin_score_spearman", "margin-score rank correlation", "similarity", higher_is_better=False,
+                 fmt=".2f"),
+        Reported("margin_near_min_share", "share of training images near the smallest margin", "share", fmt=".2f"),
+    )
+    config_cls: type = MarginScoreConfig
+
+    def compute(self, ev: Evaluation, cfg: MarginScoreConfig) -> MetricResult:
+        from reconbench.claims.stats import spearman
+
+        keys = ("margin_score_spearman", "margin_near_min_share")
+        if ev.margins is None or len(ev.margins) != ev.n or not np.isfinite(ev.margins).all():
+            return {"available": False, "reason": "no per-training-image margins (evaluated without a model card)",
+                    "summary": {k: None for k in keys}, "per_image": {}}
+        scores = ev.primary_scores()
+        floor = float(np.nanmin(scores)) - 1.0 if np.isfinite(scores).any() else 0.0
+        rho = spearman(ev.margins.tolist(), np.where(np.isfinite(scores), scores, floor).tolist())
+        near = None
+        if ev.problem.task == "binary" and float(ev.margins.min()) > 0:
+            near = float((ev.margins <= cfg.near_min * float(ev.margins.min())).mean())
+        return {"summary": {"margin_score_spearman": rho, "margin_near_min_share": near},
+                "details": {"score": ev.protocol.base.primary_metric, "unmatched_rank": "lowest",
+                            "near_min": cfg.near_min}}
+
+
 # -- the reference's in-run extraction score --------------------------------------------------------------------
 @dataclass
 class ExtractionConfig:
@@ -544,7 +584,7 @@ class ExtractionScore(Metric):
 
 
 METRICS = [PaperSsim(), StandardSsim(), NotebookSsim(), Correlation(), Lpips(), MembershipMetric(), MembershipTest(),
-           InitCopy(), Collapse(), ExtractionScore()]
+           InitCopy(), Collapse(), ExtractionScore(), MarginScore()]
 
 
 @hookimpl

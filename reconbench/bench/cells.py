@@ -37,8 +37,17 @@ class Cell:
             search_runs=self.attack.search_runs,
             dtype=dtype or suite.dtype,
             device=device or suite.device,
-            protocol=dict(suite.protocol),
+            protocol=self.protocol(suite),
         )
+
+    def protocol(self, suite: Suite) -> dict[str, Any]:
+        """The suite's evaluation protocol for this cell: with ``seed_nulls`` the held-out null draws (calibration
+        and reported) are seeded by the protocol's ``null_seed`` plus the cell's seed, so that the calibrated tests of
+        different seeds use independent null draws."""
+        protocol = dict(suite.protocol)
+        if suite.seed_nulls:
+            protocol["null_seed"] = int(protocol.get("null_seed", 0)) + self.seed
+        return protocol
 
     def identity(self, suite: Suite, dtype: str | None = None) -> dict[str, Any]:
         """Everything that determines the cell's numbers (not the device: that is provenance)."""
@@ -52,7 +61,7 @@ class Cell:
             "init_config": self.init.config,
             "seed": self.seed,
             "dtype": dtype or suite.dtype,
-            "protocol": suite.protocol,
+            "protocol": self.protocol(suite),
         }
 
     def key(self, suite: Suite, dtype: str | None = None) -> str:

@@ -316,7 +316,7 @@ def _base_record(cell: Cell, suite: Suite, spec: RunSpec, invocation: int) -> di
             "is_oracle": init_oracle,
         },
         "seed": cell.seed,
-        "protocol": dict(suite.protocol),
+        "protocol": cell.protocol(suite),
         "spec": spec.to_dict(),
         "invocation": invocation,
     }

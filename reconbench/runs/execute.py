@@ -120,7 +120,8 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
     cand = result.candidates.detach().to("cpu", torch.float64)
     finite = bool(torch.isfinite(cand).all())
     rec.update({
-        "final_loss": result.final_loss, "steps": result.steps, "stopped": result.stopped,
+        "final_loss": result.final_loss, "initial_loss": initial_loss(result.trace), "steps": result.steps,
+        "stopped": result.stopped,
         "message": result.message, "seconds": seconds, "trace": result.trace,
         "oracle_score": oracle_score(problem, cand) if finite else math.inf, "candidates_finite": finite,
     })
@@ -134,3 +135,11 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
     save_file(tensors, str(runs_dir / f"run-{p.k:03d}.safetensors"))
     write_json(record_path, rec)
     return rec
+
+
+def initial_loss(trace: list[dict[str, float]]) -> float | None:
+    """The attack's own loss at its start (the first trace entry, step 0), kept in the run record beside
+    ``final_loss``; None when the attack recorded no step 0."""
+    first = trace[0] if trace else {}
+    loss = first.get("loss")
+    return float(loss) if first.get("step") == 0 and isinstance(loss, (int, float)) else None

@@ -6,7 +6,8 @@ commented example)::
     [suite]          name, description, seeds, device, dtype, search_runs (search budget),
                      candidates (m; default 2n), seed_targets (each seed also retrains the targets with
                      weight-init seed + seed and, for shuffled-order problems, order_seed + seed: a new draw of
-                     the training images), max_learned_ratio / max_stationarity_ratio (regime gates, flagged)
+                     the training images), seed_nulls (each seed also seeds the held-out null draws with
+                     null_seed + seed), max_learned_ratio / max_stationarity_ratio (regime gates, flagged)
     [protocol]       evaluation protocol options, passed as they are to ``reconbench.evaluation.evaluate``
     [leaderboard]    store_candidates, figures, sample_images, columns (the tables' metric columns)
     [targets.NAME]   a target recipe: dataset, task, n_per_class, num_classes, binary_rule, family, widths,
@@ -75,6 +76,7 @@ class Suite:
     leaderboard: LeaderboardOptions = field(default_factory=LeaderboardOptions)
     warnings: tuple[str, ...] = ()
     seed_targets: bool = False                  # each seed also retrains the targets (weight-init seed + seed)
+    seed_nulls: bool = False                    # each seed also moves the held-out null's seed (null_seed + seed)
     max_stationarity_ratio: float | None = None  # convergence gate: targets above it are flagged in the tables
     max_learned_ratio: float | None = None  # regime gate on the learned part θ - d·θ0 (docs/regime.md), flagged likewise
     privacy: tuple[PrivacyAxis, ...] = ()
@@ -156,6 +158,7 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         warnings=tuple(warnings),
         privacy=privacy,
         seed_targets=head.get("seed_targets", False),
+        seed_nulls=head.get("seed_nulls", False),
         max_stationarity_ratio=head.get("max_stationarity_ratio"),
         max_learned_ratio=head.get("max_learned_ratio"),
     )

@@ -46,6 +46,7 @@ SUITE_TABLE = Table({
     "search_runs": int,
     "candidates": int | None,
     "seed_targets": bool,
+    "seed_nulls": bool,
     "max_stationarity_ratio": float | None,
     "max_learned_ratio": float | None,
 })
