@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from _helpers.cli import run_cli
-from _helpers.suitekit import toy_targets
+from _helpers.suitekit import TOY_SUITE
 
 from reconbench import hookimpl, plugins
 from reconbench.bench.cells import CELL_FORMAT, expand
@@ -290,26 +290,6 @@ def test_failed_not_run_and_stale_cells_are_reported_not_tabulated(synthetic, tm
 
 
 # -- end to end with the toy attack, and re-scoring ----------------------------------------------------------
-TOY_SUITE = """\
-[suite]
-name = "toy"
-seeds = [0, 1]
-search_runs = 2
-
-""" + toy_targets(20) + """
-[attacks.toy_identity]
-config = { steps = 1 }
-
-[inits.gaussian]
-config = { scale = 0.05 }
-
-[leaderboard]
-store_candidates = 3
-
-[[grid]]
-targets = ["bin", "mc"]
-attacks = ["toy_identity"]
-"""
 
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from _helpers.cli import run_cli
-from _helpers.suitekit import toy_targets
+from _helpers.suitekit import TOY_SUITE
 
 from reconbench import plugins
 from reconbench.bench.entries import ENTRY_SCHEMA, POSITION, ROW_RTOL, check_entry, entry_text, expand, make_entry
@@ -21,27 +21,6 @@ from reconbench.leaderboard import render as render_mod
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.slim import shown_keys, slim_board
 from reconbench.leaderboard.verify import check_entries, check_tables, stored_cells
-
-TOY_SUITE = """\
-[suite]
-name = "toy"
-seeds = [0, 1]
-search_runs = 2
-
-""" + toy_targets(20) + """
-[attacks.toy_identity]
-config = { steps = 1 }
-
-[inits.gaussian]
-config = { scale = 0.05 }
-
-[leaderboard]
-store_candidates = 3
-
-[[grid]]
-targets = ["bin", "mc"]
-attacks = ["toy_identity"]
-"""
 
 
 @pytest.fixture(scope="module")
