@@ -32,9 +32,9 @@ import torch
 
 from reconbench import plugins
 from reconbench.attack.candidates import candidate_labels
-from reconbench.attack.pipeline import RunSpec, sample_configs
 from reconbench.config import build_config
 from reconbench.interfaces import AttackTarget, Knowledge
+from reconbench.runs import RunSpec, sample_configs
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from reconbench.data import Problem, ProblemSpec
 from reconbench.evaluation import evaluate
-from reconbench.targets.problems import Problem, ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _helpers.evalkit import make_problem, smooth_images  # noqa: E402

@@ -42,9 +42,9 @@ def child(m: int, dtype_name: str, runs: int, steps: int, out: str) -> None:
 
     from reconbench import plugins
     from reconbench.attack.candidates import candidate_labels
-    from reconbench.attack.pipeline import RunSpec, sample_configs
     from reconbench.config import build_config
     from reconbench.interfaces import AttackTarget, Knowledge
+    from reconbench.runs import RunSpec, sample_configs
 
     torch.set_num_threads(1)
     dtype = {"float64": torch.float64, "float32": torch.float32}[dtype_name]

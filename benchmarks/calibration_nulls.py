@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from reconbench.data import ProblemSpec
 from reconbench.evaluation import evaluate
-from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 C = "npz:cifar10/cifar10_train_subset.npz"
 

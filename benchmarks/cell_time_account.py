@@ -43,14 +43,14 @@ PHASES = (
     ("training", ["targets/cache.py:get_or_train"]),
     ("  the stationarity certificate of the trained target", ["targets/certificate.py:certificate"]),
     ("attack steps", ["kkt/batched.py:_advance"]),
-    ("attack set-up and per-run records", ["attack/pipeline.py:_run_pending", "-kkt/batched.py:_advance"]),
-    ("evaluation (all)", ["attack/pipeline.py:finish"]),
+    ("attack set-up and per-run records", ["runs/execute.py:_run_pending", "-kkt/batched.py:_advance"]),
+    ("evaluation (all)", ["runs/result.py:finish"]),
     ("  calibration draws (19 per bar)", ["evaluation/null.py:calibrate"]),
     ("  selected-run bar (oracle pick on null runs)", ["evaluation/null.py:calibrate_selected"]),
     ("  calibration bars, all (incl. the two above when computed there)", ["evaluation/bars.py:calibration_bars"]),
     ("  reported null draws and the null record", ["evaluation/evaluate.py:add_null"]),
     ("  membership test (every evaluation and null draw)", ["metric:membership_test"]),
-    ("  figures", ["evaluation/evaluate.py:_figures", "attack/pipeline.py:plot_traces"]),
+    ("  figures", ["evaluation/evaluate.py:_figures", "runs/traces.py:plot_traces"]),
     ("  result I/O (json, safetensors)", ["reconbench/provenance.py:write_json", "safetensors/torch.py:save_file",
                                          "safetensors/torch.py:load_file"]),
 )
@@ -114,9 +114,9 @@ def profiled(fn: Any) -> tuple[Any, dict[str, float], float]:
 
 
 def cpu_mini_cell(steps: int, data_root: str | None, cache: str) -> dict[str, Any]:
-    from reconbench.attack.pipeline import run_attack
     from reconbench.bench.cells import expand
     from reconbench.bench.suite import load_suite
+    from reconbench.runs import run_attack
     from reconbench.targets.cache import get_or_train
 
     suite = load_suite("cpu-mini")
@@ -138,8 +138,8 @@ def cpu_mini_cell(steps: int, data_root: str | None, cache: str) -> dict[str, An
 
 def default_run(data_root: str | None, cache: str) -> dict[str, Any]:
     from reconbench import plugins
-    from reconbench.attack.pipeline import RunSpec, run_attack
     from reconbench.cli.recipe_options import recipe_from_options
+    from reconbench.runs import RunSpec, run_attack
     from reconbench.targets.cache import get_or_train
 
     attack = plugins.get("attacks", "multiclass_kkt")

@@ -32,11 +32,11 @@ import torch
 from reconbench.attack.bilevel import LowerProblem
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import Suite, load_suite
+from reconbench.data import Problem
 from reconbench.provenance import portable_path, provenance, write_json
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.losses import get_loss
-from reconbench.targets.problems import Problem
 
 EXACT_L2 = 1.0   # "exact" recovery: a candidate within L2 1.0 of a training image (RMS 0.018 per pixel on CIFAR-10)
 

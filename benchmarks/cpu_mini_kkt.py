@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.provenance import portable_path
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.recipe import TargetRecipe
 
 MNIST = "mnist_test"
 CIFAR = "npz:cifar10/cifar10_train_subset.npz"

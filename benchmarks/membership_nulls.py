@@ -29,10 +29,11 @@ import torch
 from reconbench import plugins
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import build_config
+from reconbench.data import Problem, ProblemSpec
 from reconbench.evaluation import null
 from reconbench.evaluation.context import build_context
 from reconbench.evaluation.protocol import resolve_protocol
-from reconbench.targets.problems import Problem, ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 C = "npz:cifar10/cifar10_train_subset.npz"
 SETUPS: dict[str, Callable[[int], ProblemSpec]] = {

@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.certificate import gate_value
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.recipe import TargetRecipe
 
 DATASETS: dict[str, dict[str, Any]] = {
     "mnist": {"dataset": "mnist_test", "task": "binary", "binary_rule": "parity", "n_per_class": 5},

@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from reconbench.attack.candidates import candidate_labels
+from reconbench.data import ProblemSpec
 from reconbench.evaluation import evaluate
-from reconbench.targets.problems import ProblemSpec, build_problem, recorded_spec_dict
+from reconbench.targets.problems import build_problem, recorded_spec_dict
 
 RESULTS = Path(__file__).parent / "results" / "kkt"
 ROUNDING = 0.0005

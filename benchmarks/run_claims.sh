@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Measure the papers' claims and publish them: runs the two claims suites (about 30 and 47 minutes on 2 cores,
-# estimated), renders leaderboards/claims-a/ and leaderboards/claims-b/, and regenerates docs/claims.md from their
+# Measure the papers' claims and publish them: runs the two claims suites (cost notes at the end of each suite
+# file), renders leaderboards/claims-a/ and leaderboards/claims-b/, and regenerates docs/claims.md from their
 # cells. Commit the three afterwards. Extra options go to `reconbench bench` (e.g. --resume after an interruption).
 #   RECONBENCH_DATA=../shared/data benchmarks/run_claims.sh [--resume]
 set -euo pipefail
@@ -10,4 +10,4 @@ for part in claims-a claims-b; do
   reconbench bench "$part" --out "runs/bench/$part" "$@"
   reconbench leaderboard "$part" --results "runs/bench/$part" --publish
 done
-python -m reconbench.leaderboard.claims
+python -m reconbench.claims

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 
 from reconbench import hookimpl
+from reconbench.data import ImageData
 from reconbench.errors import DataError
 from reconbench.interfaces import DatasetSource
 from reconbench.targets.data_files import ensure_file, load_cifar_batch
-from reconbench.targets.images import ImageData
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 MNIST_URL = "https://ossci-datasets.s3.amazonaws.com/mnist/"

@@ -16,10 +16,10 @@ from reconbench_plugins.dp_sgd import DpSgd
 
 from reconbench import hookimpl
 from reconbench.config import option
+from reconbench.data import Problem
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import Defense, TrainingRun
-from reconbench.targets.nets import TargetNet
-from reconbench.targets.problems import Problem
+from reconbench.nets import TargetNet
 
 
 # -- before release -------------------------------------------------------------------------------------------

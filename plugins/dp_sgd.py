@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 from reconbench.config import option
+from reconbench.data import Problem
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import Defense, TrainingRun
-from reconbench.targets.nets import TargetNet
-from reconbench.targets.problems import Problem
+from reconbench.nets import TargetNet
 
 INSTALL_HINT = "pip install 'reconbench[dp]'"
 # Opacus' per-sample hooks fire on module outputs because the training images do not require gradients: expected.

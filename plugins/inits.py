@@ -20,9 +20,9 @@ import torch
 
 from reconbench import hookimpl
 from reconbench.config import option
+from reconbench.data import Problem
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import InitRegime
-from reconbench.targets.problems import Problem
 
 #: the lambda values of Runkel et al.'s mixture grid (their Figs. 10-12)
 PAPER_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)

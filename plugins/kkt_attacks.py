@@ -41,11 +41,11 @@ from reconbench.attack.kkt.loop import (
     run_stationarity_attack,
 )
 from reconbench.attack.kkt.rescale import rescaled_target
-from reconbench.attack.kkt.stationarity import _full_chain
+from reconbench.attack.kkt.stationarity import full_chain
 from reconbench.config import Limit, LogUniform, Uniform, config_to_dict, option
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn, RunDone
-from reconbench.targets.nets import TargetNet
+from reconbench.nets import TargetNet
 
 #: the KKT attack for each task, named in the errors that send a user elsewhere
 ATTACK_FOR_TASK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt",
@@ -304,7 +304,7 @@ class _KKTAttack(Attack):
         """:meth:`run_batch`, returning the outputs in run order."""
         k, m = target.knowledge.out_dim, len(x0s[0])
         lam0s = [self.initial_multipliers(m, c, k, g, x0) for c, g, x0 in zip(configs, generators, x0s, strict=True)]
-        chain = _full_chain(target.model)
+        chain = full_chain(target.model)
         dims = ([x0s[0][0].numel()] + [layer.out_features for layer in chain] if chain is not None
                 else [x0s[0][0].numel(), k])
         results: list[AttackOutput | None] = [None] * len(configs)

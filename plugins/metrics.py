@@ -15,6 +15,7 @@ import torch
 
 from reconbench import hookimpl
 from reconbench.config import option
+from reconbench.data import Problem
 from reconbench.errors import IncompatibleError
 from reconbench.evaluation.context import Evaluation, finite_rows
 from reconbench.evaluation.lpips_metric import ALEXNET_FILE, LpipsScorer, LpipsUnavailable
@@ -33,7 +34,6 @@ from reconbench.evaluation.null import MEMBERSHIP_STREAM
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
 from reconbench.interfaces import Metric, MetricResult, NoOptions, Reported
-from reconbench.targets.problems import Problem
 
 
 def _nan_unmatched(values: np.ndarray, matched: np.ndarray) -> np.ndarray:
@@ -341,13 +341,19 @@ class MembershipTestConfig:
         "non-members drawn in the members' class proportions; train_centred: correlations in the model's input "
         "space and the pool as drawn before (biased below 0.5; what evaluations recorded without this option used)",
         absent="train_centred")
+    non_members: Literal["held_out", "decoys_first"] = option(
+        "held_out",
+        "held_out: non-members are held-out images only (handed to no attack and no init regime); decoys_first: the "
+        "decoy pool first, then held-out images (what evaluations recorded without this option used; the partition "
+        "init starts from the decoys, so its copies of them score as non-members that look reconstructed)",
+        absent="decoys_first")
 
 
 @dataclass(frozen=True)
 class MembershipTest(Metric):
     name: str = "membership_test"
     description: str = ("membership inference from the candidates: each training image and each of pool_per_member "
-                        "x n non-members (10n by default: decoys, then held-out images) scores its highest correlation "
+                        "x n non-members (10n by default: held-out images no attack or init saw) scores its highest correlation "
                         "with any candidate, the public mean image's offset removed; AUC and the true-positive rate at "
                         "1% false positives (docs/calibration.md)")
     higher_is_better: bool = True
@@ -411,13 +417,15 @@ def _legacy_pool(problem: Problem, cfg: MembershipTestConfig) -> tuple[torch.Ten
 
 
 def _non_member_pool(problem: Problem, cfg: MembershipTestConfig) -> tuple[torch.Tensor, np.ndarray] | str:
-    """method offset_removed: per class, pool_per_member times the class's members: its decoys first, then held-out
-    images of that class (seeded), so that members and non-members have the same class proportions."""
+    """method offset_removed: per class, pool_per_member times the class's members: held-out images of that class
+    (seeded; with non_members = decoys_first its decoys first), so that members and non-members have the same class
+    proportions."""
     rng = np.random.default_rng([cfg.seed, MEMBERSHIP_STREAM])
     decoy_rows, positions = [], []
     for c, members in enumerate(problem.class_counts):
         want = cfg.pool_per_member * members
-        rows = np.flatnonzero(problem.decoy_labels == c)[:want]
+        rows = np.flatnonzero(problem.decoy_labels == c)[:want] if cfg.non_members == "decoys_first" \
+            else np.zeros(0, dtype=np.int64)
         pool = np.flatnonzero(problem.held_out_labels == c) if problem.source_images is not None \
             else np.zeros(0, dtype=np.int64)
         if len(rows) + len(pool) < want:
@@ -498,6 +506,46 @@ class Collapse(Metric):
                 "details": {"distinct_share": "distinct matched / min(valid candidates, training images)"}}
 
 
+# -- reconstruction against the distance from the decision boundary ---------------------------------------------
+@dataclass
+class MarginScoreConfig:
+    near_min: float = option(1.1, "margin_near_min_share counts training images whose margin is at most this "
+                                  "times the smallest margin (binary targets: margins y Phi(x) > 0)", gt=1)
+
+
+@dataclass(frozen=True)
+class MarginScore(Metric):
+    name: str = "margin_score"
+    description: str = ("Spearman correlation of each training image's margin (from the model card) with its "
+                        "primary score (unmatched images rank lowest): negative when images nearer the decision "
+                        "boundary are reconstructed better; and the share of training images on or near the margin")
+    higher_is_better: bool = False
+    headline: str = "margin_score_spearman"
+    reports: tuple[Reported, ...] = (
+        Reported("margin_score_spearman", "margin-score rank correlation", "similarity", higher_is_better=False,
+                 fmt=".2f"),
+        Reported("margin_near_min_share", "share of training images near the smallest margin", "share", fmt=".2f"),
+    )
+    config_cls: type = MarginScoreConfig
+
+    def compute(self, ev: Evaluation, cfg: MarginScoreConfig) -> MetricResult:
+        from reconbench.claims.stats import spearman
+
+        keys = ("margin_score_spearman", "margin_near_min_share")
+        if ev.margins is None or len(ev.margins) != ev.n or not np.isfinite(ev.margins).all():
+            return {"available": False, "reason": "no per-training-image margins (evaluated without a model card)",
+                    "summary": {k: None for k in keys}, "per_image": {}}
+        scores = ev.primary_scores()
+        floor = float(np.nanmin(scores)) - 1.0 if np.isfinite(scores).any() else 0.0
+        rho = spearman(ev.margins.tolist(), np.where(np.isfinite(scores), scores, floor).tolist())
+        near = None
+        if ev.problem.task == "binary" and float(ev.margins.min()) > 0:
+            near = float((ev.margins <= cfg.near_min * float(ev.margins.min())).mean())
+        return {"summary": {"margin_score_spearman": rho, "margin_near_min_share": near},
+                "details": {"score": ev.protocol.base.primary_metric, "unmatched_rank": "lowest",
+                            "near_min": cfg.near_min}}
+
+
 # -- the reference's in-run extraction score --------------------------------------------------------------------
 @dataclass
 class ExtractionConfig:
@@ -536,7 +584,7 @@ class ExtractionScore(Metric):
 
 
 METRICS = [PaperSsim(), StandardSsim(), NotebookSsim(), Correlation(), Lpips(), MembershipMetric(), MembershipTest(),
-           InitCopy(), Collapse(), ExtractionScore()]
+           InitCopy(), Collapse(), ExtractionScore(), MarginScore()]
 
 
 @hookimpl

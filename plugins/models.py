@@ -12,7 +12,7 @@ from torch import nn
 from reconbench import hookimpl
 from reconbench.errors import ReconbenchError
 from reconbench.interfaces import ModelFamily
-from reconbench.targets.nets import TargetNet, init_linear_default_
+from reconbench.nets import TargetNet, init_linear_default_
 
 
 def _check_spec(family: str, spec: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

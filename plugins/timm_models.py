@@ -31,7 +31,7 @@ from torch import nn
 from reconbench import hookimpl
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import ModelFamily
-from reconbench.targets.nets import TargetNet
+from reconbench.nets import TargetNet
 
 INSTALL_HINT = "pip install 'reconbench[timm]'"
 

@@ -108,7 +108,7 @@ def check_value(value: Any, limit: Limit | None, where: str, help_text: str = ""
         raise ReconbenchError(f"{where}: {value!r} is out of range{what}; it must be {limit.describe()}")
 
 
-def _coerce(value: Any, annotation: Any, where: str) -> Any:
+def coerce(value: Any, annotation: Any, where: str) -> Any:
     """Check (and gently convert int->float, list->tuple) a value against a simple type annotation."""
     origin = typing.get_origin(annotation)
     if annotation is Any:
@@ -121,7 +121,7 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, where)
+                return coerce(value, arg, where)
             except ReconbenchError as exc:
                 errors.append(str(exc))
         raise ReconbenchError(f"{where}: {value!r} does not fit {annotation}")
@@ -134,7 +134,7 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             raise ReconbenchError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
         args = typing.get_args(annotation)
         inner = args[0] if args else Any
-        items = [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
@@ -198,7 +198,7 @@ def build_config(cls: type[T], values: dict[str, Any] | None, owner: str = "conf
     def label(k: str) -> str:  # "--set lr" for a command-line option, "attack x.lr" elsewhere
         return f"{owner} {k}" if owner.startswith("--") else f"{owner}.{k}"
 
-    kwargs = {k: _coerce(v, hints[k], label(k)) for k, v in values.items()}
+    kwargs = {k: coerce(v, hints[k], label(k)) for k, v in values.items()}
     limits = field_limits(cls)
     for k, v in kwargs.items():
         if not fields[k].metadata.get("nonfinite"):
@@ -211,7 +211,7 @@ def check_option(cls: type, name: str, value: Any, label: str) -> Any:
     in the message; returns the coerced value."""
     hints = typing.get_type_hints(cls)
     f = {f.name: f for f in dataclasses.fields(cls)}[name]  # type: ignore[arg-type]
-    v = _coerce(value, hints[name], label)
+    v = coerce(value, hints[name], label)
     if not f.metadata.get("nonfinite"):
         check_value(v, field_limits(cls).get(name), label, _short_help(f))
     return v

@@ -26,13 +26,13 @@ import torch
 
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import Choice, Distribution, LogUniform, Uniform, build_config
+from reconbench.data import TASKS, Problem, ProblemSpec
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput, Trial, acts_during_training
 from reconbench.targets.cache import train_target
 from reconbench.targets.cards import ModelCard
-from reconbench.targets.images import TASKS
-from reconbench.targets.problems import Problem, ProblemSpec, build_problem
-from reconbench.targets.training import TargetRecipe, TrainSpec
+from reconbench.targets.problems import build_problem
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
 
 _TMP = Path(tempfile.mkdtemp(prefix="reconbench-conformance-"))
 FAMILY_FOR_TASK_CHECK = "mlp"
@@ -67,7 +67,8 @@ def _check_named(obj: Any) -> None:
 
 def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, AttackOutput]:
     """Interface, knowledge and output checks, and a smoke run on a tiny target of each supported task."""
-    from reconbench.attack.pipeline import RunSpec, prepare
+    from reconbench.runs.prepare import prepare
+    from reconbench.runs.spec import RunSpec
 
     _check_named(attack)
     _check_config_cls(attack)
@@ -199,9 +200,9 @@ def _check_training_defense(defense: Any, card: ModelCard, steps: int = 20) -> N
     finite, with the architecture's parameter shapes, and the records JSON values."""
     import json
 
+    from reconbench.nets import TargetNet
     from reconbench.targets.defended import DefenseSession
     from reconbench.targets.losses import get_loss
-    from reconbench.targets.nets import TargetNet
     from reconbench.targets.training import build_model
 
     recipe = card.recipe

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import torch
 
+from reconbench.data import TASKS, ImageData
 from reconbench.errors import DivergedError
-from reconbench.targets.images import TASKS, ImageData
 
 
 @dataclass
@@ -29,8 +29,8 @@ class NoOptions:
 
 if TYPE_CHECKING:
     from reconbench.config import Distribution
-    from reconbench.targets.nets import TargetNet
-    from reconbench.targets.problems import Problem
+    from reconbench.data import Problem
+    from reconbench.nets import TargetNet
 
 class Plugin:
     """What every plugin has: a registry ``name``, a one-line ``description`` and ``config_cls``, the dataclass of its

@@ -81,7 +81,7 @@ def portable_path(path: str | os.PathLike[str]) -> str:
 
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (a crash never leaves a half-written result)."""
-    text = json.dumps(data, indent=1, default=_default, allow_nan=True)
+    text = json.dumps(data, indent=1, default=json_default, allow_nan=True)
     write_text_atomic(path, text)
 
 
@@ -149,7 +149,7 @@ def check_writable(folder: Path, option: str) -> None:
                               "folder") from exc
 
 
-def _default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
     import numpy as np
 
     if isinstance(o, (np.integer, np.floating, np.bool_)):

@@ -28,9 +28,11 @@ from reconbench.attack.outcome import (
 from reconbench.bench.cells import expand
 from reconbench.bench.runner import load_cells, run_suite
 from reconbench.bench.suite import load_suite
+from reconbench.claims import page as C
+from reconbench.claims import records
+from reconbench.claims.verdicts import NOT_RUN
 from reconbench.config import option
 from reconbench.interfaces import Attack, AttackOutput
-from reconbench.leaderboard import claims as C
 from reconbench.leaderboard.render import build_leaderboard
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +76,14 @@ def test_cell_outcome_is_ok_when_any_run_is_and_else_its_most_frequent_failure()
 
 
 def _published(board: str, cell: str) -> dict[str, Any]:
-    return json.loads((REPO / "leaderboards" / board / "cells" / f"{cell}.json").read_text())
+    from reconbench.bench.runner import read_cell
+
+    path = REPO / "leaderboards" / board / "cells" / f"{cell}.json"
+    if not path.exists():
+        pytest.skip(f"{board} was re-published without {cell}")
+    rec = read_cell(path)   # a slim entry as a full record
+    assert rec is not None
+    return rec
 
 
 @pytest.mark.parametrize("board, cell, status", [
@@ -252,9 +261,11 @@ def test_a_claim_whose_attack_failed_is_not_judged_as_a_zero():
     for cid, cell in found["claims-b"].items():
         if cid in plan:
             cell["cell_key"] = plan[cid].key(suite, (cell.get("spec") or {}).get("dtype"))
-    res = next(r for r in C.measure_claims(folders, found=found) if r.claim.id == "runkel-table1-random")
-    assert res.verdict == C.ATTACK_FAILED and res.points[0].value.n == 0
-    assert "stopped early 2/2" in C.number_text(res)[0]
+    data = records.load(REPO / records.DEFAULT_FILE)
+    res = next(r for r in C.measure_claims(data, folders, found=found) if r.claim.id == "runkel-table1-random")
+    assert res.verdict == NOT_RUN and "did not complete its steps" in res.reason
+    assert not res.points[0].seeds and res.points[0].failed
+    assert "attack failed" in C.number_text(res)
 
 
 def test_a_row_where_some_seeds_failed_shows_the_others_and_the_failures():

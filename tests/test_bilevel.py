@@ -19,13 +19,13 @@ from reconbench.attack.bilevel import (
     solve_lower,
     upper_loss,
 )
-from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.data import ProblemSpec
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import Attack, AttackTarget, Knowledge
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.losses import get_loss
-from reconbench.targets.problems import ProblemSpec
-from reconbench.targets.training import TargetRecipe, TrainSpec
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
 
 F64 = torch.float64
 TIGHT = {"tol": 1e-14, "max_iter": 500, "newton_steps": 10, "cg_rtol": 1e-12, "cg_max_iter": 500}

@@ -11,10 +11,11 @@ from reconbench_plugins.models import MLP
 from torch import nn
 
 from reconbench.attack.candidates import candidate_labels
+from reconbench.data import ProblemSpec
 from reconbench.evaluation import evaluate
 from reconbench.evaluation import null as null_mod
 from reconbench.interfaces import AttackTarget, Knowledge
-from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 DIGITS = ProblemSpec(dataset="digits", task="multiclass", n_per_class=2)  # n = 20, as in the calibration study
 
@@ -122,7 +123,7 @@ def test_weight_rows_refuses_a_model_without_an_image_sized_linear_layer():
 
 
 def test_trace_plot_survives_a_diverging_run(tmp_path):
-    from reconbench.attack.pipeline import plot_traces
+    from reconbench.runs import plot_traces
 
     # a run of the ci suite that diverged to 7.6e282: matplotlib's log ticks overflowed and the cell was lost
     runs = [{"run": 0, "trace": [{"step": 0, "loss": 16.5}, {"step": 100, "loss": 214.2}, {"step": 200, "loss": 7.57e282}]},

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from reconbench.attack.candidates import candidate_labels
+from reconbench.data import ProblemSpec
 from reconbench.evaluation import evaluate, extraction_score, resolve_protocol
 from reconbench.evaluation import null as null_mod
 from reconbench.evaluation.bars import calibration_bars, light_scorer, selection_record
-from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 PROTOCOL = {"figures": False, "metrics": ["ssim", "corr"], "null_draws": 1, "calibration_draws": 4}
 

@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import save_file
 
 from reconbench import plugins
+from reconbench.data import ProblemSpec
 from reconbench.errors import ModelCardError
 from reconbench.targets.cache import get_or_train, train_target
 from reconbench.targets.cards import load_card, load_legacy_checkpoint
-from reconbench.targets.problems import ProblemSpec
-from reconbench.targets.training import TargetRecipe, TrainSpec
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
 
 RECIPE = TargetRecipe(problem=ProblemSpec(task="binary", n_per_class=4), model={"widths": [16, 16]},
                       train=TrainSpec(lr=0.05, steps=50))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -78,6 +79,8 @@ def test_stored_cells_verify_under_other_kernels_and_an_edit_still_fails(setting
         (CI / "candidates" / f"{EDITED}.safetensors").read_bytes())
     key = rec["target"]["recipe_key"]
     (edited / "targets" / f"{key}.json").write_bytes((CI / "targets" / f"{key}.json").read_bytes())
+    if (CI / "protocols").is_dir():   # a slim board's entries name their evaluation protocol there
+        shutil.copytree(CI / "protocols", edited / "protocols")
 
     env = subprocess_env(kernel_settings()[setting], tmp_path)
     proc = subprocess.run([sys.executable, "-c", RESCORE, str(CI), str(edited), ",".join(CELLS), EDITED],

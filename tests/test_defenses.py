@@ -15,10 +15,12 @@ from scipy.stats import norm
 
 from reconbench import plugins
 from reconbench.config import build_config
+from reconbench.data import ProblemSpec
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import TrainingRun
-from reconbench.targets.problems import ProblemSpec, build_problem
-from reconbench.targets.training import TargetRecipe, TrainSpec, train
+from reconbench.targets.problems import build_problem
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
+from reconbench.targets.training import train
 
 BINARY = ProblemSpec(dataset="digits", task="binary", n_per_class=3, n_test_per_class=5)
 MULTI = ProblemSpec(dataset="digits", task="multiclass", num_classes=3, n_per_class=3, n_test_per_class=5)

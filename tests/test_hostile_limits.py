@@ -28,7 +28,7 @@ from _helpers.guards import trained_card
 from reconbench import plugins
 from reconbench.config import build_config
 from reconbench.errors import ReconbenchError
-from reconbench.targets.training import TrainSpec
+from reconbench.targets.recipe import TrainSpec
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--dataset", "digits", "--task", "multiclass", "--num-classes", "3", "--n-per-class", "2", "--widths", "8",

@@ -12,9 +12,10 @@ from reconbench_plugins.inits import PAPER_GRID, mixture_grid
 from reconbench import plugins
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import build_config
+from reconbench.data import ProblemSpec
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import InitRegime
-from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 REGIMES = ("gaussian", "uniform", "ground_truth", "partition", "mixture")
 

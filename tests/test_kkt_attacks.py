@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from reconbench import hookimpl, plugins
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.config import build_config, option
 from reconbench.errors import DivergedError, IncompatibleError
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, Knowledge, ModelFamily
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.cards import load_card
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.recipe import TargetRecipe
 
 KKT = ["haim_binary_kkt", "multiclass_kkt", "general_loss_wd"]
 TASK = {"haim_binary_kkt": "binary", "multiclass_kkt": "multiclass", "general_loss_wd": "regression"}

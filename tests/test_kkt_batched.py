@@ -15,9 +15,9 @@ from reconbench import plugins
 from reconbench.attack.kkt.batched import group_runs, run_stationarity_batch
 from reconbench.attack.kkt.batched_gram import BatchedGram
 from reconbench.attack.kkt.stationarity import gram_engine
-from reconbench.attack.pipeline import RunSpec, init_config_for_run, prepare, run_attack, sample_configs
 from reconbench.config import build_config, config_to_dict
 from reconbench.interfaces import AttackOutput
+from reconbench.runs import RunSpec, init_config_for_run, prepare, run_attack, sample_configs
 
 TASK = {"haim_binary_kkt": ("binary", None), "multiclass_kkt": ("multiclass", 3), "general_loss_wd": ("regression", None)}
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from reconbench.attack.kkt.rescale import default_init_norm, rescaled_target
-from reconbench.attack.pipeline import RunSpec, prepare
 from reconbench.config import build_config
 from reconbench.errors import IncompatibleError
+from reconbench.nets import init_linear_default_
+from reconbench.runs import RunSpec, prepare
 from reconbench.targets.cache import get_or_train
-from reconbench.targets.nets import init_linear_default_
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.recipe import TargetRecipe
 
 
 def test_init_norm_is_the_mean_squared_norm_of_the_default_init():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from _helpers.cli import run_cli
-from _helpers.suitekit import toy_targets
+from _helpers.suitekit import TOY_SUITE
 
 from reconbench import hookimpl, plugins
 from reconbench.bench.cells import CELL_FORMAT, expand
@@ -290,26 +290,6 @@ def test_failed_not_run_and_stale_cells_are_reported_not_tabulated(synthetic, tm
 
 
 # -- end to end with the toy attack, and re-scoring ----------------------------------------------------------
-TOY_SUITE = """\
-[suite]
-name = "toy"
-seeds = [0, 1]
-search_runs = 2
-
-""" + toy_targets(20) + """
-[attacks.toy_identity]
-config = { steps = 1 }
-
-[inits.gaussian]
-config = { scale = 0.05 }
-
-[leaderboard]
-store_candidates = 3
-
-[[grid]]
-targets = ["bin", "mc"]
-attacks = ["toy_identity"]
-"""
 
 
 
@@ -341,9 +321,14 @@ def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_a
     path.write_text(TOY_SUITE)
     res, lb = tmp_path / "res", tmp_path / "lb"
     run_suite(load_suite(path), res, quiet=True, command="reconbench bench toy")
-    code, out, err = run_cli(["leaderboard", str(path), "--results", str(res), "--out", str(lb)], capsys)
+    note = tmp_path / "note.md"
+    note.write_text("the toy suite's\nfirst render\n")
+    code, out, err = run_cli(["leaderboard", str(path), "--results", str(res), "--out", str(lb), "--note", f"@{note}"],
+                             capsys)
     assert code == 0, err
     assert (lb / "README.md").exists() and (lb / "figures" / "reconstructions.png").stat().st_size > 1000
+    assert "**Why the numbers moved since the last publication:** the toy suite's first render" in \
+        (lb / "README.md").read_text()
     data = json.loads((lb / "results.json").read_text())
     assert data["figures"]["ssim_vs_margin"].get("reason") or data["figures"]["ssim_vs_margin"].get("file")
     # the targets table repeats each model card's training evidence
@@ -463,8 +448,9 @@ def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered)
 def test_figure_matching_uses_the_evaluation_or_finds_exact_copies():
     import torch
 
+    from reconbench.data import ProblemSpec
     from reconbench.leaderboard.figures import matches
-    from reconbench.targets.problems import ProblemSpec, build_problem
+    from reconbench.targets.problems import build_problem
 
     problem = build_problem(ProblemSpec(dataset="digits", task="binary", n_per_class=3))
     x = problem.x_train(torch.float64)
@@ -574,3 +560,35 @@ def test_targets_table_shows_the_learned_part_ratio_only_where_cards_have_it():
     assert [r.get("learned_ratio") for r in rows] == [None, 0.0432]
     table = render_targets(rows)
     assert "learned-part ratio" in table and "0.0432" in table
+
+
+def test_the_learned_part_gate_flags_targets_on_its_own_measure():
+    """A suite's max_learned_ratio marks targets by the learned-part ratio, not by the θ ratio; a card without the
+    learned part is undecided rather than passed; both gates set: a target must pass both."""
+    from reconbench.leaderboard.tables import in_regime, render_targets
+
+    def rec(cid, cert):
+        return {"cell_id": cid, "status": "ok", "seed": 0,
+                "target": {"name": cid, "recipe_key": cid, "recipe": {}, "train_metrics": {"certificate": cert}}}
+    records = {"in": rec("in", {"ratio": 0.95, "learned": {"ratio": 0.05}}),
+               "out": rec("out", {"ratio": 0.2, "learned": {"ratio": 0.3}}),
+               "old": rec("old", {"ratio": 0.2})}
+    rows = target_rows(Published(plan=[], records=records, not_run=[], stale=[]), learned_gate=0.1)
+    assert [(r["target"], r["converged"]) for r in rows] == [("in", True), ("out", False), ("old", None)]
+    table = render_targets(rows)
+    assert "0.05 ✓" in table and "0.3 ⚠ > 0.1" in table and "0.95 ✓" not in table and "0.95 ⚠" not in table
+    both = {"stationarity": 0.5, "learned": 0.1}
+    assert [in_regime(both, r) for r in records.values()] == [False, False, None]
+    assert in_regime({}, records["in"]) is None
+
+
+def test_a_suite_gate_must_be_positive(tmp_path):
+    from reconbench.bench.suite import load_suite
+    from reconbench.errors import ReconbenchError
+
+    text = load_suite("ci").path.read_text()
+    assert "max_learned_ratio = 0.1" in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("max_learned_ratio = 0.1", "max_learned_ratio = -0.1"))
+    with pytest.raises(ReconbenchError, match="max_learned_ratio.*must be positive"):
+        load_suite(str(bad))

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from reconbench.attack.pipeline import RunSpec, run_attack
+from reconbench.data import ProblemSpec
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.losses import get_loss
-from reconbench.targets.problems import ProblemSpec, build_problem
-from reconbench.targets.training import TargetRecipe, TrainSpec, train
+from reconbench.targets.problems import build_problem
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
+from reconbench.targets.training import train
 
 REGRESSION_LOSSES = ["mse", "l25", "huber"]
 

@@ -10,22 +10,24 @@ import torch
 from reconbench import plugins
 from reconbench.attack.candidates import candidate_labels
 from reconbench.config import build_config
+from reconbench.data import Problem, ProblemSpec
 from reconbench.evaluation import null
 from reconbench.evaluation.context import build_context
 from reconbench.evaluation.membership import pearson_matrix, population_mean, without
 from reconbench.evaluation.protocol import resolve_protocol
 from reconbench.evaluation.rescore import pinned_protocol
-from reconbench.targets.problems import Problem, ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 SETS = 100  # random member sets: the digits file walked in 100 seeded orders
 
 
-def membership_auc(problem: Problem, cand: torch.Tensor, labels: np.ndarray, method: str) -> float:
+def membership_auc(problem: Problem, cand: torch.Tensor, labels: np.ndarray, method: str,
+                   **options: str) -> float:
     resolved = resolve_protocol({"metrics": ["corr"], "primary_metric": "corr", "calibration_draws": 0,
                                  "null_draws": 0, "figures": False}, "mlp")
     ev = build_context(problem, cand, resolved, labels=torch.as_tensor(labels))
     metric = plugins.get("metrics", "membership_test")
-    return float(metric.compute(ev, build_config(metric.config_cls, {"method": method}))["summary"]["membership_auc"])
+    return float(metric.compute(ev, build_config(metric.config_cls, {"method": method, **options}))["summary"]["membership_auc"])
 
 
 def candidates(problem: Problem, kind: str, seed: int) -> tuple[torch.Tensor, np.ndarray]:
@@ -33,6 +35,8 @@ def candidates(problem: Problem, kind: str, seed: int) -> tuple[torch.Tensor, np
     labels = candidate_labels(problem.task, problem.num_classes, m).numpy()
     if kind == "held_out":  # the evaluation's own null: random held-out images of the candidates' labels
         return null.draw(problem, labels, m, seed, null.REPORT_STREAM, 0), labels
+    if kind == "decoys":  # what a partition start hands the attack: the decoy pool's images, unchanged
+        return problem.x_decoy(torch.float64), np.asarray(problem.decoy_labels)
     noise = torch.randn((m, *problem.image_shape), generator=torch.Generator().manual_seed(seed),
                         dtype=torch.float64)
     if kind == "informative":  # a noisy copy of every training image (noise of the image's own RMS)
@@ -74,7 +78,7 @@ def test_offset_removed_score_matches_an_independent_computation():
     rng = np.random.default_rng(0)
     images = rng.random((60, 3, 4, 4))
     labels = np.arange(60) % 3
-    from reconbench.targets.images import ImageData
+    from reconbench.data import ImageData
 
     data = ImageData("fake", images, labels, ["a", "b", "c"], "x")
     p = build_problem(ProblemSpec(dataset="npz:x", task="multiclass", n_per_class=2, n_decoy_per_class=2,
@@ -123,3 +127,24 @@ def test_stored_evaluations_without_the_method_rescore_with_the_recorded_computa
     assert pinned_protocol({"membership_test.method": "offset_removed"}, old)["membership_test.method"] == \
         "offset_removed"
     assert "membership_test.method" not in pinned_protocol({"metrics": ["ssim"]}, old)
+
+
+def test_copies_of_the_partition_start_score_chance_against_held_out_non_members(member_sets):
+    """A partition start copies decoys. Counted as non-members (decoys_first, what earlier evaluations did) those
+    copies outscore every member; with held-out non-members only (the default) they carry no membership evidence."""
+    sets = member_sets[:40]
+
+    def mean(non_members: str) -> float:
+        return float(np.mean([membership_auc(p, *candidates(p, "decoys", s), "offset_removed", non_members=non_members)
+                              for s, p in enumerate(sets)]))
+    fair = mean("held_out")
+    assert 0.43 <= fair <= 0.57   # 40 sets of n = 10: standard error about 0.015
+    assert mean("decoys_first") < fair - 0.05
+
+
+def test_stored_evaluations_without_non_members_rescore_with_decoys_first():
+    recorded = {"protocol": {"metrics": {"membership_test": {"config": {"method": "offset_removed"}}}}}
+    assert pinned_protocol({}, recorded)["membership_test.non_members"] == "decoys_first"
+    new = {"protocol": {"metrics": {"membership_test": {"config": {"method": "offset_removed",
+                                                                   "non_members": "held_out"}}}}}
+    assert "membership_test.non_members" not in pinned_protocol({}, new)

@@ -8,11 +8,12 @@ import torch
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from reconbench.attack.candidates import candidate_labels
+from reconbench.data import ProblemSpec
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import evaluate
 from reconbench.evaluation import null as null_mod
 from reconbench.evaluation.membership import auc, pearson_matrix, tpr_at_fpr
-from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 DIGITS = ProblemSpec(dataset="digits", task="multiclass", n_per_class=2)  # n = 20
 METRICS = ["ssim", "corr", "membership_test"]
@@ -71,7 +72,7 @@ def test_members_separate_from_non_members_and_the_null_does_not(digits):
 @pytest.mark.slow
 def test_a_null_draw_cannot_score_its_own_images_as_non_member_hits(digits):
     """Candidates that are held-out images inside the non-member pool are left out of it, so the null is not pushed
-    below chance by its own draw; decoys (which partition starts copy) stay in."""
+    below chance by its own draw; decoys (which partition starts copy) are no non-members by default."""
     m = 240
     labels = candidate_labels("multiclass", 10, m).numpy()
     cand = null_mod.draw(digits, labels, m, 0, null_mod.REPORT_STREAM, 0)
@@ -80,11 +81,16 @@ def test_a_null_draw_cannot_score_its_own_images_as_non_member_hits(digits):
     details = ev["metrics"]["membership_test"]["details"]
     assert details["non_members"] == details["decoys"] + details["held_out"] - details["left_out_as_drawn"]
     decoys = digits.x_decoy()
-    ev2 = evaluate(digits, decoys, family="mlp", labels=torch.as_tensor(digits.decoy_labels),
-                   protocol={"figures": False, "metrics": METRICS, "calibration_draws": 0, "null_draws": 0})
-    # an attack that returns the decoys themselves (a partition start left unchanged) is no member evidence: the
-    # copied decoys outscore every member, so nothing passes at 1% false positives
-    assert ev2["summary"]["membership_tpr_at_fpr"] == 0.0 and ev2["summary"]["membership_auc"] < 0.7
+
+    def decoy_copies(non_members: str) -> dict:
+        return evaluate(digits, decoys, family="mlp", labels=torch.as_tensor(digits.decoy_labels),
+                        protocol={"figures": False, "metrics": METRICS, "calibration_draws": 0, "null_draws": 0,
+                                  "membership_test.non_members": non_members})["metrics"]["membership_test"]
+    # an attack that returns the decoys themselves (a partition start left unchanged) is no member evidence: with
+    # decoys among the non-members (decoys_first) the copies outscore every member; the default pool holds none
+    old = decoy_copies("decoys_first")
+    assert old["summary"]["membership_tpr_at_fpr"] == 0.0 and old["details"]["decoys"] > 0
+    assert decoy_copies("held_out")["details"]["decoys"] == 0
 
 
 def test_too_small_a_pool_is_reported_unavailable_with_the_fix():

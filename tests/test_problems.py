@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from reconbench.data import ImageData, ProblemSpec
 from reconbench.errors import DataError, ReconbenchError
-from reconbench.targets.images import ImageData
-from reconbench.targets.problems import ProblemSpec, build_problem
+from reconbench.targets.problems import build_problem
 
 
 def test_same_spec_same_indices():

@@ -71,8 +71,9 @@ def test_builtin_declarations_give_the_published_default_columns():
 
 def test_every_summary_number_of_a_real_evaluation_is_declared(tmp_path):
     """Nothing the built-in evaluation reports is left to a guess from its name."""
+    from reconbench.data import ProblemSpec
     from reconbench.evaluation import evaluate
-    from reconbench.targets.problems import ProblemSpec, build_problem
+    from reconbench.targets.problems import build_problem
 
     problem = build_problem(ProblemSpec(dataset="digits", task="multiclass", n_per_class=1, num_classes=3))
     cand = problem.x_train(torch.float64)

@@ -16,14 +16,14 @@ from _helpers.cli import run_cli
 from _helpers.suitekit import toy_targets
 
 from reconbench import hookimpl, plugins
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.attack.search import check_search
 from reconbench.bench.cells import expand
 from reconbench.bench.suite import SuiteError, load_suite
 from reconbench.errors import ReconbenchError
 from reconbench.interfaces import SearchStrategy, Trial
+from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.recipe import TargetRecipe
 
 #: an evaluation that is quick (no null, no figures): these tests check which runs ran, not how they score
 CHEAP = {"figures": False, "metrics": ["ssim", "corr"], "calibration_draws": 0, "null_draws": 0}

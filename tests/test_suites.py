@@ -317,7 +317,7 @@ def test_protocol_errors_from_the_evaluation_name_the_line(tmp_path, toy_attack_
 
 def test_seed_targets_retrains_each_seed_and_the_gate_is_read():
     suite = load_suite("ci")
-    assert suite.seed_targets and suite.max_stationarity_ratio == 0.5
+    assert suite.seed_targets and suite.max_learned_ratio == 0.1 and suite.max_stationarity_ratio is None
     cells = [c for c in expand(suite) if c.target == "digits-binary" and c.attack.attack == "haim_binary_kkt"
              and c.init.label == "gaussian"]
     assert sorted(c.seed for c in cells) == [0, 1]
@@ -325,3 +325,36 @@ def test_seed_targets_retrains_each_seed_and_the_gate_is_read():
     base = suite.targets["digits-binary"].recipe
     assert by_seed[0] == base and by_seed[1].train.seed == base.train.seed + 1
     assert by_seed[0].key() != by_seed[1].key()  # a separate target per seed
+    # a shuffled-order problem draws its own training images per seed: the members differ, the task does not
+    assert base.problem.order == "shuffled" and by_seed[1].problem.order_seed == base.problem.order_seed + 1
+    from reconbench.targets.problems import build_problem
+    first, second = (build_problem(by_seed[k].problem) for k in (0, 1))
+    assert set(first.train_indices.tolist()) != set(second.train_indices.tolist())
+    assert sorted(first.train_labels.tolist()) == sorted(second.train_labels.tolist())
+
+
+def test_the_schema_checker_types_known_and_required_keys(tmp_path):
+    """One checker holds every kind of table to its declaration: unknown keys, wrong types, missing keys."""
+    from reconbench.bench.suite.schema import COMPARISON_TABLE, GRID_TABLE, Checker
+
+    text = '[[grid]]\ntargets = ["a"]\nseeds = "x"\n'
+    chk = Checker(tmp_path / "s.toml", text)
+    with pytest.raises(SuiteError, match=r"s\.toml:3: grid\[0\]\.seeds: "):
+        chk.section({"targets": ["a"], "attacks": ["b"], "seeds": "x"}, GRID_TABLE, ("grid", 0))
+    with pytest.raises(SuiteError, match=r"grid\[0\]: a \[\[grid\]\] block needs `attacks`"):
+        chk.section({"targets": ["a"]}, GRID_TABLE, ("grid", 0))
+    with pytest.raises(SuiteError, match=r"unknown key 'targetz'"):
+        chk.section({"targetz": ["a"]}, GRID_TABLE, ("grid", 0))
+    assert chk.section({"target": "a", "axis": "lr", "attacks": "*", "values": [1, 2]}, COMPARISON_TABLE,
+                       ("comparisons", "c")) == {"target": "a", "axis": "lr", "attacks": "*", "values": [1, 2]}
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ('[comparisons.c]\ntarget = "bin"\nattacks = ["toy_identity"]\nvalues = [1]\n', "a comparison needs `axis`"),
+    ('[leaderboard]\ncolumns = [{ name = "n", key = "k" }]\n', "a column needs `higher_is_better`"),
+    ('[comparisons.c]\ntitle = 3\ntarget = "bin"\naxis = "lr"\nattacks = ["toy_identity"]\nvalues = [1]\n',
+     "comparisons.c.title"),
+])
+def test_missing_and_mistyped_keys_of_other_tables(tmp_path, toy_attack_registered, extra, expect):
+    with pytest.raises(SuiteError, match=expect.replace("[", r"\[").replace(".", r"\.")):
+        load_suite(write(tmp_path, BASE + "\n" + extra))

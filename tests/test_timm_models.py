@@ -8,12 +8,12 @@ import torch
 
 from reconbench import conformance, plugins
 from reconbench.attack.kkt.stationarity import make_engine
-from reconbench.attack.pipeline import RunSpec, prepare
 from reconbench.config import build_config
+from reconbench.data import ProblemSpec
 from reconbench.errors import IncompatibleError, ReconbenchError
+from reconbench.runs import RunSpec, prepare
 from reconbench.targets.cache import train_target
-from reconbench.targets.problems import ProblemSpec
-from reconbench.targets.training import TargetRecipe, TrainSpec
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
 
 timm = pytest.importorskip("timm")
 

@@ -11,7 +11,7 @@ from _helpers.cli import run_cli
 from _helpers.suitekit import toy_targets
 
 from reconbench.targets.cache import get_or_train
-from reconbench.targets.training import TargetRecipe
+from reconbench.targets.recipe import TargetRecipe
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed: pip install 'reconbench[mlflow]'")
 

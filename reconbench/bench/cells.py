@@ -8,10 +8,10 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
-from reconbench.attack.pipeline import RunSpec
 from reconbench.bench.suite import AttackEntry, InitEntry, Suite
 from reconbench.provenance import config_hash
-from reconbench.targets.training import TargetRecipe
+from reconbench.runs.spec import RunSpec
+from reconbench.targets.recipe import TargetRecipe
 
 CELL_FORMAT = "reconbench-bench-cell/1"
 
@@ -37,10 +37,19 @@ class Cell:
             search_runs=self.attack.search_runs,
             dtype=dtype or suite.dtype,
             device=device or suite.device,
-            protocol=dict(suite.protocol),
+            protocol=self.protocol(suite),
             search=self.attack.search,
             search_config=dict(self.attack.search_config),
         )
+
+    def protocol(self, suite: Suite) -> dict[str, Any]:
+        """The suite's evaluation protocol for this cell: with ``seed_nulls`` the held-out null draws (calibration
+        and reported) are seeded by the protocol's ``null_seed`` plus the cell's seed, so that the calibrated tests of
+        different seeds use independent null draws."""
+        protocol = dict(suite.protocol)
+        if suite.seed_nulls:
+            protocol["null_seed"] = int(protocol.get("null_seed", 0)) + self.seed
+        return protocol
 
     def identity(self, suite: Suite, dtype: str | None = None) -> dict[str, Any]:
         """Everything that determines the cell's numbers (not the device: that is provenance). The default search
@@ -55,7 +64,7 @@ class Cell:
             "init_config": self.init.config,
             "seed": self.seed,
             "dtype": dtype or suite.dtype,
-            "protocol": suite.protocol,
+            "protocol": self.protocol(suite),
         }
         if not self.attack.default_search():
             identity["search"] = {"strategy": self.attack.search, "config": self.attack.search_config}
@@ -81,8 +90,12 @@ def expand(suite: Suite) -> list[Cell]:
                 cells[cid] = Cell(old.cell_id, old.target, old.recipe, old.attack, old.init, old.seed, (*old.groups, group))
             return
         recipe = suite.targets[target].recipe
-        if suite.seed_targets:  # each seed trains its own target: the weight-init seed moves with the seed
+        if suite.seed_targets:  # each seed trains its own target: the weight-init seed moves with the seed, and
+            # so does the draw of the training images where the data set is walked in a seeded permutation
             recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, seed=recipe.train.seed + seed))
+            if recipe.problem.order == "shuffled":
+                recipe = dataclasses.replace(recipe, problem=dataclasses.replace(
+                    recipe.problem, order_seed=recipe.problem.order_seed + seed))
         cells[cid] = Cell(
             cid,
             target,

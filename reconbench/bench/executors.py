@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from reconbench.attack.pipeline import RunSpec
 from reconbench.bench.cells import Cell
 from reconbench.bench.suite import Suite
+from reconbench.runs.spec import RunSpec
 
 
 @dataclass(frozen=True)

@@ -36,22 +36,25 @@ import torch
 
 from reconbench import __version__, plugins
 from reconbench.attack.outcome import cell_outcome
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.attack.search import search_record
 from reconbench.bench import machine
 from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
+from reconbench.bench.entries import expand as expand_entry
+from reconbench.bench.entries import is_entry
 from reconbench.bench.executors import CellJob, Executor, Finished, Lost, Outcome, RunContext, Started
 from reconbench.bench.seal import sealed
 from reconbench.bench.suite import Suite, SuiteError, display_path
 from reconbench.config import build_config, config_to_dict
+from reconbench.data import Problem
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.evaluation import evaluate
 from reconbench.evaluation.bars import selection_record
 from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
+from reconbench.runs.execute import run_attack
+from reconbench.runs.spec import RunSpec
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import CARD_FILE, ModelCard, load_card
-from reconbench.targets.problems import Problem
 
 STATUS_OK, STATUS_FAILED, STATUS_UNAVAILABLE = "ok", "failed", "unavailable"
 
@@ -70,10 +73,36 @@ def invocation_path(out: Path, number: int) -> Path:
 
 
 def read_cell(path: Path) -> dict[str, Any] | None:
+    """A cell record; a slim board entry (``bench/entries.py``) comes back in the full record's shape."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        rec = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    if not is_entry(rec):
+        return rec
+    return expand_entry(rec, card_reader(path.parent.parent), protocol_reader(path.parent.parent))
+
+
+def card_reader(folder: Path, sub: str = "targets") -> Callable[[str], dict[str, Any] | None]:
+    """The model cards of a results folder or board (``targets/<recipe key>.json``) by recipe key, read once each
+    (``sub``: another folder of JSON files by name, e.g. a board's ``protocols``)."""
+    cache: dict[str, dict[str, Any] | None] = {}
+
+    def card(key: str) -> dict[str, Any] | None:
+        if key not in cache:
+            try:
+                data = json.loads((folder / sub / f"{key}.json").read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                data = None
+            cache[key] = data if isinstance(data, dict) else None
+        return cache[key]
+
+    return card
+
+
+def protocol_reader(folder: Path) -> Callable[[str], dict[str, Any] | None]:
+    """The evaluation protocols a board stores once (``protocols/<ref>.json``, ``bench/entries.py``), by name."""
+    return card_reader(folder, "protocols")
 
 
 def load_cells(out: Path) -> dict[str, dict[str, Any]]:
@@ -289,7 +318,7 @@ def _base_record(cell: Cell, suite: Suite, spec: RunSpec, invocation: int) -> di
             "is_oracle": init_oracle,
         },
         "seed": cell.seed,
-        "protocol": dict(suite.protocol),
+        "protocol": cell.protocol(suite),
         "spec": spec.to_dict(),
         "invocation": invocation,
     }

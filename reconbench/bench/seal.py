@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from reconbench.provenance import _default
+from reconbench.provenance import json_default
 
 #: the field of a cell record that holds its seal
 SEAL_FIELD = "record_sha256"
@@ -23,7 +23,7 @@ SEAL_FIELD = "record_sha256"
 def canonical(record: dict[str, Any]) -> str:
     """The record without its seal, as JSON with sorted keys and no spaces (as written, then read back)."""
     body = {k: v for k, v in record.items() if k != SEAL_FIELD}
-    text = json.dumps(body, default=_default, allow_nan=True)
+    text = json.dumps(body, default=json_default, allow_nan=True)
     return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), allow_nan=True)
 
 

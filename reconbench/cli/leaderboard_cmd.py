@@ -10,15 +10,46 @@ from reconbench.bench.runner import default_results_dir
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.render import build_leaderboard
+from reconbench.leaderboard.slim import RERUN_RTOL, rerun_cells, slim_board
+from reconbench.leaderboard.slim import rerun_sample as rerun_sample_ids
+from reconbench.leaderboard.submit import board_results, board_suite, pack, submission_text
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
-from reconbench.leaderboard.verify import check_cell, check_readme, check_records, check_tables, corrupt_cells, stored_cells
+from reconbench.leaderboard.verify import (
+    check_cell,
+    check_entries,
+    check_readme,
+    check_records,
+    check_tables,
+    corrupt_cells,
+    stored_cells,
+)
 from reconbench.progress import Progress
-from reconbench.provenance import check_writable, folder_lock
+from reconbench.provenance import check_writable, folder_lock, write_text_atomic
 
 
-@main_group.command("leaderboard")
+class BoardGroup(click.Group):
+    """``leaderboard SUITE ...`` renders, verifies or exports a board (the ``render`` command, the default);
+    ``leaderboard submit`` and ``leaderboard add`` pack and take in outside submissions."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] not in self.commands:
+            args = [RENDER, *args]
+        return super().parse_args(ctx, args)
+
+
+RENDER = "render"
+
+
+@main_group.group("leaderboard", cls=BoardGroup)
+def leaderboard_group() -> None:
+    """Leaderboards: `leaderboard SUITE` renders (see `leaderboard render -h`); `leaderboard submit` and
+    `leaderboard add` pack and merge outside submissions."""
+
+
+@leaderboard_group.command(RENDER)
 @click.argument("suite")
 @click.option(
     "--results",
@@ -41,12 +72,39 @@ from reconbench.provenance import check_writable, folder_lock
 )
 @click.option("--no-figures", is_flag=True, help="Skip the figures.")
 @click.option(
+    "--note",
+    default=None,
+    help="Why the numbers moved since the board's last publication (one paragraph; '@FILE' reads it from FILE); "
+    "kept in results.json and shown at the top of README.md.",
+)
+@click.option(
     "--verify",
     is_flag=True,
     help="Do not render: re-score the published cells from their stored candidates with the standard "
     "evaluation (numbers to the float64 rounding tolerance, counts exactly except decisions within rounding of their "
     "threshold, reported as borderline), check each cell's seal, recompute every table entry from the cell JSONs "
     "and re-render README.md to compare it.",
+)
+@click.option(
+    "--slim",
+    is_flag=True,
+    help="Do not render: rewrite the published board in place as slim entries (docs/leaderboard-entries.md): each "
+    "cell a small entry with compact per-image rows, candidates kept for a sample of cells only (in the attack's "
+    "precision), no target weights. `--verify` passes on the result.",
+)
+@click.option(
+    "--rerun",
+    default=None,
+    metavar="CELL[,CELL...]",
+    help="With --verify: also re-run these cells (targets from the recipe cache, trained again when absent; attacks "
+    "from their recorded seeds) and check that the board's numbers agree.",
+)
+@click.option(
+    "--rerun-sample",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --verify: re-run N cells of the board (a fixed sample, by the hash of the cell id) like --rerun.",
 )
 @click.option(
     "--format",
@@ -75,20 +133,27 @@ def leaderboard_command(
     out: str | None,
     publish: bool,
     no_figures: bool,
+    note: str | None,
     verify: bool,
     export_format: str | None,
     columns: str | None,
     selection: str,
     data_root: str | None,
+    slim: bool = False,
+    rerun: str | None = None,
+    rerun_sample: int | None = None,
 ) -> None:
-    """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/.
+    """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/ (`reconbench leaderboard
+    SUITE ...`; outside results: `reconbench leaderboard submit -h`, `reconbench leaderboard add -h`).
 
     Without --publish it goes to runs/leaderboards/<suite>/, leaving the committed leaderboards/<suite>/ untouched.
     """
     s = load_suite(suite)
+    if (rerun or rerun_sample) and not verify:
+        raise ReconbenchError("--rerun and --rerun-sample check a published board: add --verify")
     if out:
         out_dir = Path(out)
-    elif publish or verify or export_format:
+    elif publish or verify or export_format or slim:
         out_dir = default_leaderboard_dir(s)
     else:
         out_dir = draft_leaderboard_dir(s)
@@ -100,8 +165,36 @@ def leaderboard_command(
                                   "FOLDER")
         click.echo(export_board(out_dir, export_format, columns=columns, selection=selection), nl=False)
         return
+    if slim:
+        if publish or verify or export_format:
+            raise ReconbenchError("--slim rewrites a published board; run it alone, then --verify")
+        check_writable(out_dir, "--out")
+        with folder_lock(out_dir, "leaderboard"):
+            report = slim_board(s, out_dir)
+        click.echo(f"{out_dir}: {report.cells} cell(s) as slim entries ({report.already} already were), candidates "
+                   f"kept for {len(report.sample)} cell(s) ({', '.join(report.sample) or 'none'}), "
+                   f"{len(report.removed)} file(s) removed; {report.bytes_before / 2**20:.2f} MiB -> "
+                   f"{report.bytes_after / 2**20:.2f} MiB")
+        if not report.readme_rendered:
+            click.echo(f"  README.md kept (only its count of stored candidates updated): it was rendered from another "
+                       f"version of {s.path.name}; slim with that suite file to render it again, or publish again")
+        return
     if verify:
+        s = board_suite(s, out_dir)  # with the tables of the board's outside submissions appended
         verify_leaderboard(s, out_dir, data_root)
+        ids = [c for c in (rerun or "").split(",") if c.strip()]
+        if rerun_sample:
+            ids += [c for c in rerun_sample_ids(out_dir, rerun_sample) if c not in ids]
+        if ids:
+            click.echo(f"re-running {len(ids)} cell(s): {', '.join(ids)}")
+            problems = rerun_cells(s, out_dir, [c.strip() for c in ids], data_root=data_root)
+            for p in problems:
+                click.echo(f"MISMATCH (re-run) {p}")
+            if problems:
+                raise ReconbenchError(f"{len(problems)} number(s) of {out_dir} are not reproduced by re-running "
+                                      f"their cells; first: {problems[0]}")
+            click.echo(f"re-run: {len(ids)} cell(s) give the board's numbers (counts exactly, others within relative "
+                       f"{RERUN_RTOL:g})")
         return
     res_dir = Path(results) if results else default_results_dir(s)
     for problem in corrupt_cells(res_dir):
@@ -116,6 +209,7 @@ def leaderboard_command(
             data_root=data_root,
             figures=False if no_figures else None,
             publish=publish,
+            note=_read_note(note),
         )
     cells = data["header"]["cells"]
     click.echo(
@@ -124,6 +218,16 @@ def leaderboard_command(
     )
     if not out and not publish:
         click.echo(f"  (a draft; `reconbench leaderboard {suite} --publish` writes {default_leaderboard_dir(s)})")
+
+
+def _read_note(note: str | None) -> str | None:
+    """The --note text, or the contents of FILE for '@FILE'."""
+    if note is None or not note.startswith("@"):
+        return note
+    path = Path(note[1:])
+    if not path.is_file():
+        raise ReconbenchError(f"--note {note}: no such file {path}; give the text itself or '@' and a file that exists")
+    return path.read_text()
 
 
 def draft_leaderboard_dir(suite: Suite) -> Path:
@@ -140,7 +244,8 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
     if corrupt:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
     records = check_records(out_dir)
-    problems = records.problems + check_tables(out_dir) + check_readme(s, out_dir)
+    entries = check_entries(out_dir)
+    problems = records.problems + entries.problems + check_tables(out_dir) + check_readme(s, out_dir)
     ids = stored_cells(out_dir)
     borderline: list[str] = []
     explained: list[str] = []
@@ -153,6 +258,7 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
             explained += check.explained
             rtol = max(rtol, check.rtol)
             bar.update(k + 1)
+    explained += entries.explained
     for line in explained:
         click.echo(f"borderline, agrees within rounding: {line}")
     for p in problems:
@@ -165,6 +271,54 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
         f"reproduced (relative tolerance {rtol:.2g}); {len(borderline)} decision(s) borderline (within rounding of "
         f"their threshold), {len(explained)} stored number(s) differ only through them"
     )
+    if entries.checked:
+        click.echo(f"  slim entries: {entries.checked} count(s) and score mean(s) re-derived from their per-image rows "
+                   f"(stored to 7 significant digits), {len(entries.borderline)} decision(s) within that rounding of "
+                   "their threshold")
     if records.unsealed:
         click.echo(f"  {records.unsealed} cell record(s) carry no seal (written before seals): their timings are "
                    "checked against their runs' times, their targets' metrics against the model cards")
+
+
+@leaderboard_group.command("submit")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--board", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The published board the cells are for, e.g. leaderboards/ci.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The submission file to write (.json).")
+@click.option("--contributor", default=None, help="Who submits (a name, an e-mail or a URL), shown on the board.")
+def submit_command(run_dir: str, board: str, out: str, contributor: str | None) -> None:
+    """Pack the cells of RUN_DIR (`reconbench bench` with the board's suite file and your tables appended) that the
+    board lacks into one submission file: slim entries, their candidates, provenance (docs/leaderboard-entries.md)."""
+    sub = pack(Path(run_dir), Path(board), contributor)
+    target = Path(out)
+    check_writable(target.parent if str(target.parent) else Path("."), "--out")
+    write_text_atomic(target, submission_text(sub))
+    click.echo(f"submission: {target}  ({len(sub['entries'])} cell(s), candidates of {len(sub['candidates'])}, "
+               f"{target.stat().st_size / 1024:.0f} KiB); add it with `reconbench leaderboard add {target} "
+               f"--board {board}`")
+
+
+@leaderboard_group.command("add")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--board", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The published board to merge the submission into, e.g. leaderboards/ci.")
+@data_root_option
+def add_command(file: str, board: str, data_root: str | None) -> None:
+    """Validate a submission FILE against the board (suite and recipe hashes, seals, clean provenance, candidates
+    re-scored to the submitted numbers) and merge it: cells, results.json, README.md, marked as outside."""
+    board_dir = Path(board)
+    header = board_results(board_dir)["header"]
+    # the suite file the board names (a path relative to here, else a shipped suite of the board's name)
+    recorded = Path(str(header.get("suite_file")))
+    suite = load_suite(recorded if recorded.is_file() else str(header.get("suite") or board_dir.name))
+    check_writable(board_dir, "--board")
+    with folder_lock(board_dir, "leaderboard"):
+        report = add_submission(Path(file), suite, board_dir, data_root=data_root)
+    for line in report.refusals:
+        click.echo(f"refused: {line}", err=True)
+    if report.refusals:
+        raise ReconbenchError(f"submission {report.submission} refused ({len(report.refusals)} problem(s)), nothing "
+                              f"merged; first: {report.refusals[0]}")
+    click.echo(f"{board_dir}: merged submission {report.submission}: {len(report.cells)} cell(s), "
+               f"{len(report.rescored)} re-scored to the submitted numbers; README.md and results.json rendered again "
+               f"(`reconbench leaderboard {suite.name} --out {board_dir} --verify` checks the board)")

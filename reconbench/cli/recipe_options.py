@@ -14,7 +14,7 @@ from reconbench import plugins
 from reconbench.cli.common import SEED, Count, parse_assignments, parse_int_list
 from reconbench.config import build_config, check_option
 from reconbench.errors import ReconbenchError
-from reconbench.targets.training import TargetRecipe, TrainSpec
+from reconbench.targets.recipe import TargetRecipe, TrainSpec
 
 _OPTIONS = [
     click.option("--recipe", "recipe_file", type=click.Path(dir_okay=False, exists=True), default=None,

@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from reconbench import plugins
-from reconbench.attack.pipeline import RunSpec, run_attack
 from reconbench.attack.search import DEFAULT_SEARCH, check_search
 from reconbench.cli.common import (
     SEED,
@@ -31,6 +30,8 @@ from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.evaluation import reported, resolve_protocol
 from reconbench.preflight import card_size, check_attack, check_target
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
+from reconbench.runs.execute import run_attack
+from reconbench.runs.spec import RunSpec
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import load_card
 from reconbench.tracking import check_tracker, tracker

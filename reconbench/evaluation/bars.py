@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from reconbench.data import Problem
 from reconbench.evaluation import null
 from reconbench.evaluation.evaluate import extraction_score, resolve_protocol, score
 from reconbench.evaluation.protocol import ResolvedProtocol
-from reconbench.targets.problems import Problem
 
 #: the format of the record (a change of rule or draws gets a new version)
 BARS_FORMAT = "reconbench-calibration-bars/1"
@@ -37,11 +37,11 @@ BARS_FORMAT = "reconbench-calibration-bars/1"
 def light_scorer(problem: Problem, resolved: ResolvedProtocol,
                  labels: np.ndarray | None) -> Callable[[torch.Tensor], dict[str, Any]]:
     """The protocol restricted to the calibrated score's metric (and the primary one), without figures."""
-    from reconbench.evaluation.evaluate import _restricted
+    from reconbench.evaluation.evaluate import restricted
 
     column = null.calibrated_column(resolved)
     keep = {column, resolved.base.primary_metric} if column in resolved.metric_names else None
-    light = _restricted(resolved, keep)
+    light = restricted(resolved, keep)
     lab = None if labels is None else torch.as_tensor(labels)
     return lambda cand: score(problem, cand, light, labels=lab)
 

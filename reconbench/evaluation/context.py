@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from reconbench.data import Problem
 from reconbench.errors import IncompatibleError
 from reconbench.evaluation.distances import features
 from reconbench.evaluation.matching import Matching, match
 from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.evaluation.ssim import display
-from reconbench.targets.problems import Problem
 
 
 class CandidateError(IncompatibleError):

@@ -103,10 +103,11 @@ class Guide:
     flip_all: bool = False
     seen: dict[tuple[str, str, int], Borderline] = field(default_factory=dict)
     scope: str = ""
+    min_score_tol: float = 0.0  # a floor (e.g. the rounding of scores stored to fewer digits)
 
     @property
     def score_tol(self) -> float:
-        return score_tolerance(self.n_terms)
+        return max(score_tolerance(self.n_terms), self.min_score_tol)
 
     def note(self, site: str, index: int, margin: float, tolerance: float) -> bool:
         """Record a borderline decision; whether to flip it."""
@@ -134,9 +135,10 @@ def current() -> Guide | None:
 
 @contextlib.contextmanager
 def guided(n_terms: int, flip: frozenset[tuple[str, str, int]] | None = None,
-           flip_all: bool = False) -> Iterator[Guide]:
-    """Record borderline decisions (tolerances for reductions of at most ``n_terms`` values) and flip those named."""
-    guide = Guide(n_terms=n_terms, flip=flip, flip_all=flip_all)
+           flip_all: bool = False, min_score_tol: float = 0.0) -> Iterator[Guide]:
+    """Record borderline decisions (tolerances for reductions of at most ``n_terms`` values, at least
+    ``min_score_tol``) and flip those named."""
+    guide = Guide(n_terms=n_terms, flip=flip, flip_all=flip_all, min_score_tol=min_score_tol)
     token = _GUIDE.set(guide)
     try:
         yield guide

@@ -32,13 +32,13 @@ import numpy as np
 import torch
 
 from reconbench import plugins
+from reconbench.data import Problem
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions, null
 from reconbench.evaluation.context import CandidateError, Evaluation, as_vector, build_context, validity
 from reconbench.evaluation.distances import features, paired, pairwise
 from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, resolve_protocol
 from reconbench.evaluation.scores import column_values, jsonable
-from reconbench.targets.problems import Problem
 
 __all__ = ["CandidateError", "Evaluation", "Protocol", "ResolvedProtocol", "evaluate", "extraction_score",
            "extraction_score_from_features", "oracle_score", "resolve_protocol"]
@@ -161,7 +161,7 @@ def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtoco
     return out, ev
 
 
-def _restricted(resolved: ResolvedProtocol, keep: set[str] | None) -> ResolvedProtocol:
+def restricted(resolved: ResolvedProtocol, keep: set[str] | None) -> ResolvedProtocol:
     """The same protocol without figures and, if ``keep`` is given, with only those metrics and what they need."""
     names = list(resolved.metric_names)
     if keep is not None:
@@ -192,8 +192,8 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
         raise ReconbenchError(f"protocol: calibrated_score {column!r} is not a per-image column of this evaluation; "
                               "name a computed metric's score column (e.g. ssim, corr)")
     metric_of_column = {column} if column in resolved.metric_names else None
-    light = _restricted(resolved, metric_of_column | {p.primary_metric} if metric_of_column else None)
-    full = _restricted(resolved, None)
+    light = restricted(resolved, metric_of_column | {p.primary_metric} if metric_of_column else None)
+    full = restricted(resolved, None)
 
     def score_light(cand: torch.Tensor) -> dict[str, Any]:
         return score(problem, cand, light, labels=None if labels is None else torch.as_tensor(labels))

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from reconbench.data import Problem
 from reconbench.evaluation import decisions
 from reconbench.evaluation.protocol import ResolvedProtocol
-from reconbench.targets.problems import Problem
 
 #: the rng stream of each use of the held-out pool (calibration draws, reported draws and the membership test's
 #: non-members never share a seed)

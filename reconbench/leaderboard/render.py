@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -16,6 +17,7 @@ from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.figures import draw_all
 from reconbench.leaderboard.privacy import privacy_section
+from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
     ORACLE_INIT_MARK,
@@ -28,14 +30,17 @@ from reconbench.leaderboard.tables import (
     fmt_stat,
     header_info,
     main_rows,
+    regime_gates,
     render_targets,
     resolve_columns,
     target_rows,
 )
-from reconbench.provenance import git_commit, write_json
+from reconbench.provenance import git_commit, json_default, write_json, write_text_atomic
 
 #: a target above the suite's stationarity gate; a row whose interval overlaps the best row's
 NOT_CONVERGED_MARK, WITHIN_NOISE_MARK = "⚠", "≈"
+#: an attack row holding cells of an outside submission (``leaderboard/accept.py``)
+OUTSIDE_MARK = "(outside)"
 
 
 def _label_init(row: dict[str, Any]) -> str:
@@ -44,7 +49,28 @@ def _label_init(row: dict[str, Any]) -> str:
 
 def _label_attack(row: dict[str, Any]) -> str:
     label = row["attack"] if row["attack"] == row.get("attack_name", row["attack"]) else f"{row['attack']} ({row['attack_name']})"
-    return label + (f" [search: {row['search']}]" if row.get("search") else "")
+    return (label + (f" [search: {row['search']}]" if row.get("search") else "")
+            + (f" {OUTSIDE_MARK}" if row.get("outside") else ""))
+
+
+def outside_section(header: dict[str, Any]) -> str | None:
+    """The README section listing a board's outside submissions (``leaderboard add``), or None when it has none."""
+    subs = header.get("submissions") or []
+    if not subs:
+        return None
+    lines = ["## Outside submissions", "",
+             f"Rows marked {OUTSIDE_MARK} hold cells submitted from outside (`reconbench leaderboard add`, "
+             "docs/leaderboard-entries.md): run elsewhere with the board's suite file and the submission's tables "
+             "appended (`submissions/<id>.toml`), from a clean commit; their candidates were re-scored with the "
+             "standard evaluation to the submitted numbers before they were merged.", "",
+             "| submission | contributor | cells | commit | reconbench | machine | packed |",
+             "|---|---|---|---|---|---|---|"]
+    for s in subs:
+        lines.append(f"| `{s['id']}` | {s.get('contributor') or '-'} | {len(s['cells'])} | "
+                     f"{', '.join(str(c)[:12] for c in s.get('git_commits') or [])} | "
+                     f"{', '.join(s.get('reconbench_versions') or [])} | {'; '.join(s.get('machines') or [])} | "
+                     f"{s.get('packed')} |")
+    return "\n".join(lines)
 
 
 def _arrow(col: dict[str, Any]) -> str:
@@ -175,6 +201,7 @@ def _header_lines(info: dict[str, Any]) -> list[str]:
         + (f", {info['cells']['stale']} stale (suite edited since they ran)" if info["cells"]["stale"] else "")
         + f", of {info['cells']['planned']} planned"
         + _attack_failed_note(info.get("attack_failed")),
+        *([f"- **Why the numbers moved since the last publication:** {info['note']}"] if info.get("note") else []),
         "",
     ]
 
@@ -228,7 +255,7 @@ _PUBLISHED_HEADLINE = [
 def _reading_lines(suite: Suite, stored: list[str], cells: int, outcomes: bool) -> list[str]:
     """How to read the tables: sources, intervals, nulls, failed attacks, marks (``cells``: the cells that ran;
     ``outcomes``: the board records attack outcomes)."""
-    gate = suite.max_stationarity_ratio
+    gates = regime_gates(suite)
     lines = [
         "Every number below is computed from the cell JSONs in [`cells/`](cells/); `results.json` lists, for each "
         "row, the cells it aggregates. Values are the mean over seeds with its 95% interval in brackets (Student "
@@ -245,9 +272,9 @@ def _reading_lines(suite: Suite, stored: list[str], cells: int, outcomes: bool) 
         "cell (all search runs).",
         "",
     ]
-    if gate is not None:
-        lines += [f"{NOT_CONVERGED_MARK} after a target: its stationarity ratio is above the suite's gate "
-                  f"({gate:g}): it is not at a KKT point, and the KKT attacks' premise does not hold there.", ""]
+    if gates:
+        lines += [f"{NOT_CONVERGED_MARK} after a target: " + _gates_text(gates) + ": the KKT attacks' premise does "
+                  "not hold there (see the targets table and [docs/regime.md](../../docs/regime.md)).", ""]
     if stored:
         lines += [
             f"The pooled candidates of {len(stored)} cell(s) are stored in [`candidates/`](candidates/); a test "
@@ -257,17 +284,27 @@ def _reading_lines(suite: Suite, stored: list[str], cells: int, outcomes: bool) 
     return lines
 
 
+def _gates_text(gates: dict[str, float]) -> str:
+    """What a ⚠ on a target means under the suite's gates."""
+    parts = {"stationarity": "its stationarity ratio (θ) is above {:g}",
+             "learned": "its learned-part ratio (θ − d·θ0) is above {:g}"}
+    return " or ".join(parts[k].format(v) for k, v in gates.items())
+
+
 def _targets_lines(suite: Suite, targets: list[dict[str, Any]] | None) -> list[str]:
     if not targets:
         return []
-    gate = suite.max_stationarity_ratio
+    gates = regime_gates(suite)
     return [
         "## Targets",
         "",
         "The trained targets behind the tables (from the cells' records of their model cards). The stationarity "
         "ratio is the residual of the KKT stationarity fit at the training images divided by that at random "
-        "inputs: far below 1 means the weights sit near a KKT point, which the KKT attacks rely on"
-        + (f"; the suite's gate is {gate:g} (✓ within, {NOT_CONVERGED_MARK} above)." if gate is not None else "."),
+        "inputs: far below 1 means the weights sit near a KKT point, which the KKT attacks rely on. The learned-part "
+        "ratio is the same fit for what training added to the initial weights, θ − d·θ0 (the regime gate of "
+        "[docs/regime.md](../../docs/regime.md))"
+        + (f"; the suite's gates: {_gates_text(gates).replace('its ', '')} is flagged "
+           f"({NOT_CONVERGED_MARK}; ✓ within)." if gates else "."),
         "",
         render_targets(targets),
         "",
@@ -390,8 +427,11 @@ def build_leaderboard(
     data_root: str | None = None,
     figures: bool | None = None,
     publish: bool = False,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``.
+
+    ``note``: why the numbers moved since the board's last publication (kept in the header and shown in the README).
 
     ``publish``: refuse unless every cell ran at the current commit of a clean checkout (``check_publishable``).
     """
@@ -406,22 +446,32 @@ def build_leaderboard(
     columns = resolve_columns(suite, ok)
     tables = {sel: main_rows(suite, pub, columns, sel) for sel in SELECTIONS}
     comparisons = comparison_rows(suite, pub, columns)
-    targets = target_rows(pub, suite.max_stationarity_ratio)
+    targets = target_rows(pub, suite.max_stationarity_ratio, suite.max_learned_ratio)
     info = header_info(suite, results, pub, command)
+    if note:
+        info["note"] = " ".join(note.split())
 
     out.mkdir(parents=True, exist_ok=True)
-    for sub in ("cells", "targets", "candidates", "figures"):
+    for sub in ("cells", "targets", "candidates", "figures", "protocols"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir()
     for cid, rec in pub.records.items():
-        shutil.copyfile(results / "cells" / f"{cid}.json", out / "cells" / f"{cid}.json")
         key = rec["target"].get("recipe_key")
         src = results / "targets" / f"{key}.json"
         if key and src.exists() and not (out / "targets" / src.name).exists():
             shutil.copyfile(src, out / "targets" / src.name)
+        if publish:  # a published board keeps slim entries (bench/entries.py)
+            write_entry(out / "cells" / f"{cid}.json", json.loads((results / "cells" / f"{cid}.json").read_text()),
+                        suite, out)
+        else:
+            shutil.copyfile(results / "cells" / f"{cid}.json", out / "cells" / f"{cid}.json")
     stored: list[str] = []
     k = suite.leaderboard.store_candidates
-    for cid in sample_for_candidates([r["cell_id"] for r in ok], k):
+    if publish:  # the re-scoring sample, in the attack's precision (leaderboard/slim.py)
+        files = {r["cell_id"]: src for r in ok
+                 if (src := results / r.get("result_dir", f"work/{r['cell_id']}") / "candidates.safetensors").exists()}
+        stored = store_sample(files, pub.records, out / "candidates", sample_size(suite), suite.leaderboard.sample_cells)
+    for cid in [] if publish else sample_for_candidates([r["cell_id"] for r in ok], k):
         if k is not None and len(stored) >= k:
             break
         src = results / pub.records[cid].get("result_dir", f"work/{cid}") / "candidates.safetensors"
@@ -436,6 +486,8 @@ def build_leaderboard(
         figure_info = draw_all(suite, pub, tables, columns, results, out, data_root=data_root)
 
     privacy, sections = privacy_section(suite, pub, out, suite.leaderboard.figures if figures is None else figures)
+    if publish:
+        compact_figures(out)
     plain_columns = [{k: v for k, v in c.items() if k != "spec"} for c in columns]
     data = {
         "format": LEADERBOARD_FORMAT,
@@ -455,7 +507,11 @@ def build_leaderboard(
         "not_run": pub.not_run,
         "stale": pub.stale,
     }
-    write_json(out / "results.json", data)
+    if publish:  # compact: a published board is read by tools, and kept small (docs/leaderboard-entries.md)
+        write_text_atomic(out / "results.json", json.dumps(data, default=json_default, separators=(",", ":"),
+                                                           allow_nan=True))
+    else:
+        write_json(out / "results.json", data)
     (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets,
                                                     sections))
     return data

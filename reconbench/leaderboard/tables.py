@@ -231,14 +231,14 @@ class Published:
 
     def usable(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The cells that ran and whose attack did its work (reconbench.attack.outcome): what the tables aggregate."""
-        return [r for r in self.ok(cell_ids) if _outcome(r).ok]
+        return [r for r in self.ok(cell_ids) if cell_outcome_of(r).ok]
 
     def attack_failed(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The cells that ran but whose attack diverged, returned non-finite candidates or stopped early."""
-        return [r for r in self.ok(cell_ids) if not _outcome(r).ok]
+        return [r for r in self.ok(cell_ids) if not cell_outcome_of(r).ok]
 
 
-def _outcome(rec: dict[str, Any]) -> CellOutcome:
+def cell_outcome_of(rec: dict[str, Any]) -> CellOutcome:
     outcome = cell_outcome(rec)
     assert outcome is not None, "cell_outcome is None only for cells that did not run"
     return outcome
@@ -248,7 +248,7 @@ def failures_of(failed: list[dict[str, Any]], total: int) -> dict[str, Any] | No
     """A row's failed attacks: their cells, counts by status and the text the tables print (None: none failed)."""
     if not failed:
         return None
-    counts = failure_counts([_outcome(r) for r in failed])
+    counts = failure_counts([cell_outcome_of(r) for r in failed])
     return {"cells": [r["cell_id"] for r in failed], "statuses": counts, "of": total,
             "text": failure_text(counts, total)}
 
@@ -353,17 +353,40 @@ def stationarity_ratio(rec: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def converged(suite: Suite, recs: list[dict[str, Any]]) -> bool | None:
-    """Whether every target of the cells meets the suite's stationarity gate (None: no gate or no ratio)."""
-    gate = suite.max_stationarity_ratio
-    ratios = [stationarity_ratio(r) for r in recs]
-    if gate is None or any(x is None for x in ratios):
+def learned_ratio(rec: dict[str, Any]) -> float | None:
+    """The target's learned-part ratio, the regime gate's measure (docs/regime.md); None on older cards."""
+    return gate_value(((rec.get("target") or {}).get("train_metrics") or {}).get("certificate"))
+
+
+def regime_gates(suite: Suite) -> dict[str, float]:
+    """The suite's regime gates that are set: ``stationarity`` (the θ ratio) and ``learned`` (the learned part)."""
+    gates = {"stationarity": suite.max_stationarity_ratio, "learned": suite.max_learned_ratio}
+    return {k: v for k, v in gates.items() if v is not None}
+
+
+_GATE_MEASURES = {"stationarity": stationarity_ratio, "learned": learned_ratio}
+
+
+def in_regime(gates: dict[str, float], rec: dict[str, Any]) -> bool | None:
+    """Whether the cell's target meets every gate (None: no gate, or a gated measure missing from its card)."""
+    values = {k: _GATE_MEASURES[k](rec) for k in gates}
+    if not gates or any(v is None for v in values.values()):
         return None
-    return all(x is not None and x <= gate for x in ratios)
+    return all((values[k] or 0.0) <= gate for k, gate in gates.items())
 
 
-def target_rows(pub: Published, gate: float | None = None) -> list[dict[str, Any]]:
-    """One row per target used by a finished cell: its recipe and training evidence (from the cell JSONs)."""
+def converged(suite: Suite, recs: list[dict[str, Any]]) -> bool | None:
+    """Whether every target of the cells meets the suite's regime gates (None: no gate or a measure missing)."""
+    verdicts = [in_regime(regime_gates(suite), r) for r in recs]
+    if not verdicts or any(v is None for v in verdicts):
+        return None
+    return all(verdicts)
+
+
+def target_rows(pub: Published, gate: float | None = None, learned_gate: float | None = None) -> list[dict[str, Any]]:
+    """One row per target used by a finished cell: its recipe and training evidence (from the cell JSONs); ``gate``
+    and ``learned_gate`` are the suite's gates on the θ ratio and on the learned-part ratio."""
+    gates = {k: v for k, v in (("stationarity", gate), ("learned", learned_gate)) if v is not None}
     rows: dict[tuple[str, Any], dict[str, Any]] = {}
     keys_of: dict[str, set[Any]] = {}
     for rec in pub.ok():
@@ -398,8 +421,8 @@ def target_rows(pub: Published, gate: float | None = None) -> list[dict[str, Any
             "train_loss": m.get("train_loss"),
             "stationarity_ratio": (m.get("certificate") or {}).get("ratio"),
             "gate": gate,
-            "converged": None if gate is None or stationarity_ratio(rec) is None
-            else bool((stationarity_ratio(rec) or 0.0) <= gate),
+            "learned_gate": learned_gate,
+            "converged": in_regime(gates, rec),
             "train_seconds": m.get("train_seconds"),
             "cells": [rec["cell_id"]],
         }
@@ -407,6 +430,13 @@ def target_rows(pub: Published, gate: float | None = None) -> list[dict[str, Any
         if learned is not None:  # certificates recorded before the learned part existed lack it
             rows[key]["learned_ratio"] = learned
     return list(rows.values())
+
+
+def _gate_mark(value: float | None, gate: float | None) -> str:
+    """" ✓" within the gate, " ⚠ > gate" above it, nothing without a gate or a value."""
+    if gate is None or value is None:
+        return ""
+    return " ✓" if value <= gate else f" ⚠ > {gate:g}"
 
 
 def render_targets(rows: list[dict[str, Any]]) -> str:
@@ -436,9 +466,9 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
             f(r["train_error"], ".3f"),
             f(r["test_error"], ".3f"),
             f(r["train_loss"], ".2e"),
-            f(r["stationarity_ratio"], ".3g")
-            + ("" if r.get("converged") is None else (" ✓" if r["converged"] else f" ⚠ > {r['gate']:g}")),
-            *([f(r.get("learned_ratio"), ".3g")] if learned else []),
+            f(r["stationarity_ratio"], ".3g") + _gate_mark(r["stationarity_ratio"], r.get("gate")),
+            *([f(r.get("learned_ratio"), ".3g") + _gate_mark(r.get("learned_ratio"), r.get("learned_gate"))]
+              if learned else []),
             f(r["train_seconds"], ".0f"),
         ]
         for r in rows
@@ -551,7 +581,7 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> di
         "rendered_by": command,
         "rendered_with": {"reconbench_version": __version__, "git_commit": git_commit()},
         "rendered": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "attack_failed": [{"cell_id": r["cell_id"], **_outcome(r).to_dict()} for r in pub.attack_failed()],
+        "attack_failed": [{"cell_id": r["cell_id"], **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
         "cells": {
             "planned": len(pub.plan),
             "ok": len(pub.ok()),

@@ -20,14 +20,15 @@ from typing import Any
 from safetensors.torch import load_file
 
 from reconbench.bench.cells import CELL_FORMAT
-from reconbench.bench.runner import STATUS_OK, null_record, score_selection
+from reconbench.bench.entries import EntryCheck, check_entry, expand, is_entry
+from reconbench.bench.runner import STATUS_OK, card_reader, null_record, protocol_reader, score_selection
 from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.rescore import Mismatch, close, evaluation_terms, margin_note, pinned_protocol, reproduce
 from reconbench.leaderboard.privacy import privacy_tables, render_privacy
-from reconbench.leaderboard.render import render_readme
+from reconbench.leaderboard.render import outside_section, render_readme
 from reconbench.leaderboard.tables import collect
 from reconbench.targets.cards import ModelCard, check_card_data
 
@@ -41,6 +42,17 @@ def read_json(path: Path, what: str) -> Any:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReconbenchError(f"{path} is not valid JSON ({exc}); the {what} is damaged, render the leaderboard "
                               "again") from None
+
+
+def read_record(leaderboard: Path, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A cell file of a board as stored, and in the full record's shape (a slim entry expanded, ``entries.py``)."""
+    raw = read_json(path, f"cell {path.stem}")
+    if not isinstance(raw, dict):
+        raise ReconbenchError(f"{path}: a cell record is a JSON object, got a {type(raw).__name__}; restore it")
+    try:
+        return raw, expand(raw, card_reader(leaderboard), protocol_reader(leaderboard)) if is_entry(raw) else raw
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise _malformed(path, exc) from None
 
 
 def _malformed(path: Path, exc: BaseException) -> ReconbenchError:
@@ -72,14 +84,7 @@ def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
         return [f"{leaderboard}/README.md was rendered from another version of the suite file (sha256 "
                 f"{recorded[:16]}, now {suite.text_sha256[:16]}); verify with the suite file it was rendered from, or "
                 "render and publish it again"]
-    try:
-        pub = collect(suite, leaderboard)
-        # the privacy-utility sections are recomputed from the cells, like the README's other numbers
-        sections = [render_privacy(name, table) for name, table in privacy_tables(suite, pub).items()]
-        text = render_readme(suite, data["header"], data["tables"], data["columns"], data["comparisons"], pub,
-                             data["figures"], data["stored_candidates"], data["targets"], sections)
-    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
-        raise _malformed(leaderboard / "results.json", exc) from None
+    text = rerender_readme(suite, leaderboard, data)
     readme = leaderboard / "README.md"
     try:
         old = readme.read_text()
@@ -93,6 +98,20 @@ def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
     if len(old_lines) != len(new_lines):
         problems.append(f"{readme}: {len(old_lines)} lines, re-rendered {len(new_lines)}")
     return problems
+
+
+def rerender_readme(suite: Suite, leaderboard: Path, data: dict[str, Any]) -> str:
+    """README.md rendered again from results.json (``data``) and the cells."""
+    try:
+        pub = collect(suite, leaderboard)
+        # the privacy-utility sections are recomputed from the cells, like the README's other numbers
+        sections = [render_privacy(name, table) for name, table in privacy_tables(suite, pub).items()]
+        if (outside := outside_section(data["header"])) is not None:
+            sections.append(outside)
+        return render_readme(suite, data["header"], data["tables"], data["columns"], data["comparisons"], pub,
+                             data["figures"], data["stored_candidates"], data["targets"], sections)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise _malformed(leaderboard / "results.json", exc) from None
 
 
 def _around(old: str, new: str, width: int = 30) -> str:
@@ -140,14 +159,15 @@ def rescore_cell(leaderboard: Path, cell_id: str, *, data_root: str | None = Non
 def check_cell(leaderboard: Path, cell_id: str, *, data_root: str | None = None) -> CellCheck:
     """Re-score a stored cell's selections and compare every stored number (see :func:`rescore_cell`)."""
     path = leaderboard / "cells" / f"{cell_id}.json"
-    rec = read_json(path, f"cell {cell_id}")
+    raw, rec = read_record(leaderboard, path)
     try:
-        return _rescore(leaderboard, cell_id, rec, data_root)
+        return _rescore(leaderboard, cell_id, rec, data_root, every_key=not is_entry(raw))
     except (KeyError, TypeError, AttributeError, IndexError) as exc:
         raise _malformed(path, exc) from None
 
 
-def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: str | None) -> CellCheck:
+def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: str | None,
+             every_key: bool = True) -> CellCheck:
     if rec["status"] != STATUS_OK:
         return CellCheck(problems=[f"{cell_id}: status {rec['status']}, nothing to re-score"])
     problem, pooled, protocol, family, card = rescore_inputs(leaderboard, rec, data_root)
@@ -166,7 +186,7 @@ def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: st
 
         def compare(ev: dict[str, Any], name: str = name, sel: dict[str, Any] = sel,
                     rtol: float = rtol) -> list[Mismatch]:
-            return compare_selection(f"{cell_id} [{name}]", sel, ev, rtol)
+            return compare_selection(f"{cell_id} [{name}]", sel, ev, rtol, every_key=every_key)
 
         outcome = reproduce(run_selection, compare, n_terms)
         out.problems += [m.describe() for m in outcome.mismatches]
@@ -184,13 +204,18 @@ def rescore_inputs(leaderboard: Path, rec: dict[str, Any], data_root: str | None
     check_card_data(card_data, card_path)
     card = ModelCard(path=leaderboard / "targets", data=card_data)
     problem = card.problem(data_root)
-    pooled = load_file(str(leaderboard / "candidates" / f"{rec['cell_id']}.safetensors"))
+    stored = load_file(str(leaderboard / "candidates" / f"{rec['cell_id']}.safetensors"))
+    # a board may store them in the attack's precision (float32): every float32 is a float64 exactly
+    pooled = {k: v.double() if v.is_floating_point() else v for k, v in stored.items()}
     protocol = pinned_protocol(rec["protocol"], rec.get("evaluation"))  # the metrics the cell computed
     return problem, pooled, protocol, rec["target"]["recipe"]["family"], card
 
 
-def compare_selection(where: str, sel: dict[str, Any], evaluation: dict[str, Any], rtol: float) -> list[Mismatch]:
-    """The stored numbers of one selection (summary, held-out null) that a fresh evaluation does not reproduce."""
+def compare_selection(where: str, sel: dict[str, Any], evaluation: dict[str, Any], rtol: float,
+                      every_key: bool = True) -> list[Mismatch]:
+    """The stored numbers of one selection (summary, held-out null) that a fresh evaluation does not reproduce
+    (``every_key``: a number the evaluation produces that the selection does not store is a mismatch too; a slim
+    entry stores the keys its board shows, ``entries.py``)."""
     fresh = evaluation["summary"]
     stored = sel.get("summary") or {}
     problems: list[Mismatch] = []
@@ -214,7 +239,7 @@ def compare_selection(where: str, sel: dict[str, Any], evaluation: dict[str, Any
             problems.append(Mismatch(f"{where} {key}", value, fresh[key],
                                      margin_note(evaluation, key, value, fresh[key], rtol)))
     # a cell scored before the held-out null existed stores fewer keys: its stored numbers are still checked
-    if "null" in sel:
+    if "null" in sel and every_key:
         for key in fresh.keys() - stored.keys():
             problems.append(Mismatch(f"{where} {key}", "<not stored>", fresh[key]))
     return problems
@@ -244,21 +269,21 @@ def check_records(leaderboard: Path) -> RecordCheck:
     training metrics against the published model card (``bench/seal.py`` says what each binding guarantees)."""
     out = RecordCheck()
     for path in sorted((leaderboard / "cells").glob("*.json")):
-        rec = read_json(path, f"cell {path.stem}")
+        raw, rec = read_record(leaderboard, path)
         try:
-            out.problems += _record_problems(leaderboard, path.stem, rec)
+            out.problems += _record_problems(leaderboard, path.stem, raw, rec)
         except (KeyError, TypeError, AttributeError) as exc:
             raise _malformed(path, exc) from None
-        if rec.get(SEAL_FIELD) is None:
+        if raw.get(SEAL_FIELD) is None:
             out.unsealed += 1
         else:
             out.sealed += 1
     return out
 
 
-def _record_problems(leaderboard: Path, cell_id: str, rec: dict[str, Any]) -> list[str]:
+def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: dict[str, Any]) -> list[str]:
     problems = []
-    if (why := seal_problem(rec)) is not None:
+    if (why := seal_problem(raw)) is not None:  # a slim entry's seal is over the entry as stored
         problems.append(f"cell {cell_id}: {why}")
     if rec.get("status") != STATUS_OK:
         return problems
@@ -282,7 +307,7 @@ def _record_problems(leaderboard: Path, cell_id: str, rec: dict[str, Any]) -> li
 def check_tables(leaderboard: Path) -> list[str]:
     """Recompute each table entry of results.json (mean, sd, n) from the values of the cells it names."""
     data = read_json(leaderboard / "results.json", "leaderboard")
-    cells = {p.stem: read_json(p, f"cell {p.stem}") for p in (leaderboard / "cells").glob("*.json")}
+    cells = {p.stem: read_record(leaderboard, p)[1] for p in (leaderboard / "cells").glob("*.json")}
     try:
         return _check_tables(data, cells)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
@@ -322,3 +347,23 @@ def _check_tables(data: dict[str, Any], cells: dict[str, Any]) -> list[str]:
                         f"results.json says {m['values']}, the cells give {values}"
                     )
     return problems
+
+
+def check_entries(leaderboard: Path) -> EntryCheck:
+    """Every slim entry's pooled counts and score means re-derived from its stored per-image scores and thresholds
+    (``entries.check_entry``); full records are left to re-scoring."""
+    out = EntryCheck()
+    protocols = protocol_reader(leaderboard)
+    for path in sorted((leaderboard / "cells").glob("*.json")):
+        raw = read_json(path, f"cell {path.stem}")
+        if not is_entry(raw):
+            continue
+        try:
+            one = check_entry(raw, protocol=protocols)
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+            raise _malformed(path, exc) from None
+        out.problems += one.problems
+        out.borderline += one.borderline
+        out.explained += one.explained
+        out.checked += one.checked
+    return out

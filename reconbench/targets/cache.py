@@ -12,7 +12,8 @@ from reconbench.errors import ModelCardError
 from reconbench.targets.cards import CARD_FILE, ModelCard, load_card, save_card
 from reconbench.targets.defended import DefenseSession, remember_card
 from reconbench.targets.problems import build_problem
-from reconbench.targets.training import TargetRecipe, train
+from reconbench.targets.recipe import TargetRecipe
+from reconbench.targets.training import train
 
 CACHE_ENV = "RECONBENCH_CACHE"
 

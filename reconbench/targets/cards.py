@@ -15,14 +15,16 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from reconbench import __version__, plugins
+from reconbench.data import Problem
 from reconbench.errors import ModelCardError, ReconbenchError
 from reconbench.interfaces import Knowledge
+from reconbench.nets import TargetNet
 from reconbench.preflight import card_size
 from reconbench.provenance import write_json
 from reconbench.targets.data_files import file_digest
-from reconbench.targets.nets import TargetNet
-from reconbench.targets.problems import Problem, build_problem, recorded_spec_dict
-from reconbench.targets.training import DTYPES, TargetRecipe, TrainResult
+from reconbench.targets.problems import build_problem, recorded_spec_dict
+from reconbench.targets.recipe import DTYPES, TargetRecipe
+from reconbench.targets.training import TrainResult
 
 CARD_FORMAT = "reconbench-card/1"
 CARD_FILE, WEIGHTS_FILE, MEAN_FILE = "card.json", "weights.safetensors", "mean_image.safetensors"

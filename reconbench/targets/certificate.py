@@ -20,7 +20,7 @@ from scipy.optimize import nnls
 from scipy.sparse.linalg import LinearOperator, lsmr
 from torch.func import functional_call, jacrev, jvp, vjp
 
-from reconbench.targets.nets import TargetNet
+from reconbench.nets import TargetNet
 
 
 def stationarity_terms(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, task: str

@@ -1,7 +1,8 @@
 """Full-batch gradient descent on a linear chain (MLP / affine) with its backward pass written out.
 
 For a model whose forward is z = L_k(relu(...relu(L_1(x)))) (``TargetNet.linear_chain``) one step of the papers' GD is:
-the forward pass into preallocated activations, the loss gradient dL/dz in closed form (``losses.OUTPUT_GRADIENTS``; by autograd on the (n, K) output only for other losses), then
+the forward pass into preallocated activations, the loss gradient dL/dz in closed form
+(``losses.OUTPUT_GRADIENTS``; by autograd on the (n, K) output only for other losses), then
 for each layer from the last: g_in = (g W_l) * [h_{l-1} > 0] at the current weights, and the SGD update
 W_l <- (1 - lr wd) W_l - lr g^T h_{l-1} as one in-place rank-n product (``addmm_``), b_l likewise with sum_i g_i.
 
@@ -21,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from reconbench.nets import TargetNet
 from reconbench.targets.losses import OUTPUT_GRADIENTS, LossFn
-from reconbench.targets.nets import TargetNet
 
 
 def chain_layers(model: TargetNet) -> list[nn.Linear] | None:

@@ -21,10 +21,10 @@ from reconbench.errors import ReconbenchError
 from reconbench.interfaces import TrainingRun, acts_during_training
 
 if TYPE_CHECKING:
+    from reconbench.data import Problem
+    from reconbench.nets import TargetNet
     from reconbench.targets.losses import LossFn
-    from reconbench.targets.nets import TargetNet
-    from reconbench.targets.problems import Problem
-    from reconbench.targets.training import TargetRecipe
+    from reconbench.targets.recipe import TargetRecipe
 
 
 #: trained weights of undefended recipes in this process, so that a release-only defense of the same recipe does
@@ -71,7 +71,7 @@ class DefenseSession:
             return model
         hook(self.run, self.config)
         out = self.run.model
-        from reconbench.targets.nets import TargetNet
+        from reconbench.nets import TargetNet
 
         if not isinstance(out, TargetNet):
             raise ReconbenchError(f"defense {self.defense.name!r}: end_training must leave run.model as the plain "

@@ -1,20 +1,5 @@
-"""The loaded-image carrier every data set returns, and the task names a problem can pose."""
+"""Deprecated alias of :mod:`reconbench.data`, kept for data-set plugins that import the carrier from here."""
 
-from __future__ import annotations
+from reconbench.data import TASKS, ImageData
 
-from dataclasses import dataclass
-
-import numpy as np
-
-TASKS = ("binary", "multiclass", "regression")
-
-
-@dataclass
-class ImageData:
-    """A loaded data set: images in [0, 1] as float32 (N, C, H, W), integer labels, class names."""
-
-    name: str
-    images: np.ndarray
-    labels: np.ndarray
-    classes: list[str]
-    source: str
+__all__ = ["TASKS", "ImageData"]

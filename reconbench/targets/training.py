@@ -1,167 +1,26 @@
-"""Target recipes and the full-batch gradient-descent trainer of the papers."""
+"""The full-batch gradient-descent trainer of the papers (recipes: :mod:`reconbench.targets.recipe`)."""
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from reconbench import plugins
-from reconbench.config import MAX_SEED, Limit, check_value, option
-from reconbench.errors import DivergedError, ReconbenchError
+from reconbench.data import Problem
+from reconbench.errors import DivergedError
+from reconbench.nets import TargetNet
 from reconbench.progress import Progress
 from reconbench.targets.certificate import certificate, gate_value
 from reconbench.targets.chain_gd import ChainGD, chain_layers
 from reconbench.targets.defended import DefenseSession
 from reconbench.targets.losses import error_rate, get_loss, margins
-from reconbench.targets.nets import TargetNet
-from reconbench.targets.problems import Problem, ProblemSpec
-
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """How a target is trained: full-batch gradient descent without momentum (the papers' recipe)."""
-
-    loss: str | None = option(None, "bce (binary), ce (multiclass), mse / l25 / huber (regression); None: task default")
-    lr: float = option(0.01, "learning rate", gt=0)
-    steps: int = option(10_000, "number of full-batch GD steps", ge=1)
-    weight_decay: float = option(0.0, "coupled weight decay wd (minimises L + wd/2 ||theta||^2), on all parameters",
-                                 ge=0)
-    dtype: Literal["float64", "float32"] = option("float64", "training precision")
-    schedule: Literal["constant", "inverse_loss"] = option(
-        "constant", "constant: the papers' plain GD; inverse_loss: lr * min(cap, threshold/loss) once loss < threshold")
-    schedule_threshold: float = option(0.1, "inverse_loss: loss below which the lr is scaled up", gt=0)
-    schedule_cap: float = option(1e4, "inverse_loss: the largest lr multiplier", ge=1)
-    stop_loss: float = option(0.0, "stop early once the training loss falls below this (0: never)", ge=0)
-    eval_every: int = option(1000, "record train/test metrics every this many steps", ge=1)
-    seed: int = option(0, "seed of the weight initialisation", ge=0, le=MAX_SEED)
-    certify_every: int = option(0, "compute the convergence certificate every this many steps, recorded in the "
-                                   "history (0: only after training)", ge=0)
-    stop_at_gate: float = option(0.0, "stop once the certificate's gate measure (docs/regime.md) is at most this, "
-                                      "checked every certify_every steps; `steps` is then the budget (0: never)", ge=0)
-
-
-#: TrainSpec fields written into a recipe (and its cache key) only when they differ from their default, so the
-#: recipes written before they existed keep their keys
-OPTIONAL_TRAIN_FIELDS = ("certify_every", "stop_at_gate")
-
-
-@dataclass(frozen=True)
-class TargetRecipe:
-    """A target model: the problem it is trained on, its architecture, and how it is trained."""
-
-    problem: ProblemSpec = field(default_factory=ProblemSpec)
-    family: str = "mlp"
-    model: dict[str, Any] = field(default_factory=dict)
-    train: TrainSpec = field(default_factory=TrainSpec)
-    defense: str | None = None                      # a registered defense applied before release
-    defense_config: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        train = asdict(self.train)
-        defaults = TrainSpec()
-        for k in OPTIONAL_TRAIN_FIELDS:
-            if train[k] == getattr(defaults, k):
-                del train[k]
-        d = {"problem": self.problem.to_dict(), "family": self.family, "model": dict(self.model), "train": train}
-        if self.defense is not None:  # keeps the keys (and cache hashes) of undefended recipes unchanged
-            d["defense"] = self.defense
-            d["defense_config"] = dict(self.defense_config)
-        return d
-
-    def validate(self) -> TargetRecipe:
-        """Resolve every named plugin and option now, before any training starts."""
-        from reconbench.config import build_config
-
-        family = plugins.get("models", self.family)
-        defaults = family.default_spec()
-        unknown = set(self.model) - set(defaults)
-        if unknown:
-            raise ReconbenchError(f"model family {self.family!r} has no option {sorted(unknown)[0]!r}; its options "
-                                  f"are: {', '.join(sorted(defaults)) or '(none)'}")
-        for k, v in self.model.items():
-            check_model_option(self.family, k, v, defaults[k])
-        p = self.problem
-        if p.task == "multiclass" and p.num_classes is not None and p.num_classes < 2:
-            raise ReconbenchError(f"--num-classes {p.num_classes}: a multiclass target needs at least 2 classes; "
-                                  "pass --num-classes 2 or more (or --task binary)")
-        get_loss(self.train.loss, self.problem.task)
-        if self.train.stop_at_gate > 0 and self.train.certify_every == 0:
-            raise ReconbenchError(f"stop_at_gate={self.train.stop_at_gate:g} is checked on the certificate, which is "
-                                  "computed every certify_every steps; set certify_every (e.g. 1000)")
-        if self.defense is None and self.defense_config:
-            raise ReconbenchError(f"defense options {sorted(self.defense_config)} are given without a defense; "
-                                  "name one with --defense (see `reconbench list defenses`)")
-        if self.defense is not None:
-            defense = plugins.get("defenses", self.defense)
-            build_config(defense.config_cls, self.defense_config, f"defense {defense.name}")
-        return self
-
-    def key(self) -> str:
-        """A short hash naming this recipe (used as the cache key of trained targets)."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TargetRecipe:
-        from reconbench.config import build_config
-
-        known = {"problem", "family", "model", "train", "defense", "defense_config"}
-        if not isinstance(d, dict):
-            raise ReconbenchError(f"a recipe is a table of {', '.join(sorted(known))}, got a {type(d).__name__}")
-        extra = set(d) - known
-        if extra:
-            raise ReconbenchError(f"recipe: unknown key {sorted(extra)[0]!r}; known keys: {', '.join(sorted(known))}")
-        for k in ("problem", "model", "train", "defense_config"):
-            if d.get(k) is not None and not isinstance(d[k], dict):
-                raise ReconbenchError(f"recipe: {k} must be a table of options, got {type(d[k]).__name__} {d[k]!r}")
-        for k in ("family", "defense"):
-            if d.get(k) is not None and not isinstance(d[k], str):
-                raise ReconbenchError(f"recipe: {k} must be a name (a string), got {type(d[k]).__name__} {d[k]!r}")
-        return cls(problem=build_config(ProblemSpec, d.get("problem"), "recipe.problem"),
-                   family=str(d.get("family", "mlp")), model=dict(d.get("model") or {}),
-                   train=build_config(TrainSpec, d.get("train"), "recipe.train"),
-                   defense=d.get("defense"), defense_config=dict(d.get("defense_config") or {}))
-
-
-def check_model_option(family: str, key: str, value: Any, default: Any) -> None:
-    """A model option must have its default's type (bool, integer, number, string, list) and sign, and be finite.
-
-    Model families declare their options as a dict of defaults, so the default is the only type information there is.
-    """
-    where = f"model option {key}={value!r} (family {family!r}, default {default!r})"
-    if default is None:
-        check_value(value, None, f"model option {key}")
-        return
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ReconbenchError(f"{where}: expected true or false; pass --model-set {key}=true or {key}=false")
-        return
-    if isinstance(default, (list, tuple)):
-        if not isinstance(value, (list, tuple)):
-            raise ReconbenchError(f"{where}: expected a list like {list(default)!r}; pass --model-set "
-                                  f"{key}={json.dumps(list(default))}")
-        for item in value:
-            check_model_option(family, key, item, default[0] if default else None)
-        return
-    if isinstance(default, (int, float)):
-        is_int = isinstance(default, int)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (is_int and not isinstance(value, int)):
-            kind = "an integer" if is_int else "a number"
-            raise ReconbenchError(f"{where}: expected {kind}; pass e.g. --model-set {key}={default!r}")
-        limit = Limit(gt=0) if default > 0 else Limit(ge=0) if default == 0 else None
-        check_value(value, limit, f"model option {key} (family {family!r})")
-        return
-    if isinstance(default, str) and not isinstance(value, str):
-        raise ReconbenchError(f"{where}: expected a string")
+from reconbench.targets.recipe import DTYPES, TargetRecipe
 
 
 @dataclass

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from scipy.ndimage import gaussian_filter
 
-from reconbench.targets.problems import Problem, ProblemSpec
+from reconbench.data import Problem, ProblemSpec
 
 
 def smooth_images(n: int, shape: tuple[int, int, int] = (1, 16, 16), seed: int = 0, sigma: float = 1.5) -> np.ndarray:

@@ -21,3 +21,26 @@ n_per_class = 2
 widths = [8]
 steps = {steps}
 """
+
+
+#: the toy suite of the end-to-end leaderboard tests: two tiny targets, the identity attack, two seeds
+TOY_SUITE = """\
+[suite]
+name = "toy"
+seeds = [0, 1]
+search_runs = 2
+
+""" + toy_targets(20) + """
+[attacks.toy_identity]
+config = { steps = 1 }
+
+[inits.gaussian]
+config = { scale = 0.05 }
+
+[leaderboard]
+store_candidates = 3
+
+[[grid]]
+targets = ["bin", "mc"]
+attacks = ["toy_identity"]
+"""

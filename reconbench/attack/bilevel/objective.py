@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vjp
 
+from reconbench.nets import Activation, TargetNet
 from reconbench.targets.losses import LossFn
-from reconbench.targets.nets import Activation, TargetNet
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def softplus_surrogate(beta: float) -> Activation:
 
 
 def task_targets(labels: torch.Tensor, task: str, dtype: torch.dtype) -> torch.Tensor:
-    """Loss targets from task labels, as the trainer builds them (reconbench.targets.problems.Problem.targets)."""
+    """Loss targets from task labels, as the trainer builds them (reconbench.data.Problem.targets)."""
     if task == "multiclass":
         return labels.long()
     if task == "regression":

@@ -27,7 +27,7 @@ import torch
 
 from reconbench.attack.kkt.batched_gram import BatchedGram
 from reconbench.attack.kkt.loop import Coefficients, Penalty, StationarityConfig, box_prior
-from reconbench.attack.kkt.stationarity import _full_chain, make_engine
+from reconbench.attack.kkt.stationarity import full_chain, make_engine
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
 
@@ -239,7 +239,7 @@ def run_stationarity_batch(target: AttackTarget, x0: torch.Tensor, labels: torch
     cfg0, device = configs[0], target.device
     r_runs, m = x0.shape[0], x0.shape[1]
     shape = tuple(x0.shape[1:])
-    chain = _full_chain(target.model)
+    chain = full_chain(target.model)
     if cfg0.engine == "gram" and chain is None:
         raise IncompatibleError(f"engine 'gram' needs a model made of linear layers and activations only "
                                 f"({type(target.model).__name__} is not); use engine=autograd or engine=auto")

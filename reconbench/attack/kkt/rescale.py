@@ -5,7 +5,7 @@ grad_theta Phi(x; c theta) = c^(L-1) grad_theta Phi(x; theta). If (x, lambda) sa
 theta = sum_i lambda_i y_i grad_theta Phi(x_i; theta), then (x, lambda c^(2-L)) satisfies it for c theta: the
 candidates the attack looks for do not move, only the multipliers' scale does, while the attack loss scales by c^2.
 ``init_norm`` picks c so that ||c theta|| is the expected norm of the architecture's default initialisation
-(:func:`reconbench.targets.nets.init_linear_default_`, U(+-1/sqrt(fan_in)) for every weight and bias), a scale the
+(:func:`reconbench.nets.init_linear_default_`, U(+-1/sqrt(fan_in)) for every weight and bias), a scale the
 attack's learning rates suit. The factor reads only the released weights and the layer shapes.
 """
 

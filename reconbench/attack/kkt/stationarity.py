@@ -11,7 +11,7 @@ slope sigma(alpha z). Two engines compute exactly this function and its gradient
 
 * ``autograd`` (any family whose forward calls ``self.activation``): g from ``torch.autograd.grad`` with
   ``create_graph=True`` through the surrogate ReLU, as the reference does;
-* ``gram`` (families that declare a :meth:`~reconbench.targets.nets.TargetNet.linear_chain`): for a linear layer with
+* ``gram`` (families that declare a :meth:`~reconbench.nets.TargetNet.linear_chain`): for a linear layer with
   input H (m x d), pre-activation Z = H W^T + b and back-propagated signal delta (m x k), g_W = delta^T H and
   g_b = delta^T 1, so
 
@@ -34,7 +34,7 @@ from torch import nn
 
 from reconbench.attack.kkt.surrogate import Forward, surrogate_relu, surrogate_slope
 from reconbench.errors import IncompatibleError
-from reconbench.targets.nets import TargetNet
+from reconbench.nets import TargetNet
 
 EngineName = Literal["auto", "autograd", "gram"]
 Residual = Callable[[torch.Tensor], torch.Tensor]
@@ -95,7 +95,7 @@ def gram_engine(layers: list[nn.Linear], alpha: float, forward: Forward = "relu"
     return engine
 
 
-def _full_chain(model: TargetNet) -> list[nn.Linear] | None:
+def full_chain(model: TargetNet) -> list[nn.Linear] | None:
     """The model's declared linear chain, if it holds every parameter of the model."""
     chain = model.linear_chain()
     if chain is None:
@@ -111,7 +111,7 @@ def make_engine(model: TargetNet, alpha: float, forward: Forward = "relu",
 
     Returns the engine and the name of the one chosen.
     """
-    chain = _full_chain(model)
+    chain = full_chain(model)
     if kind == "gram" and chain is None:
         raise IncompatibleError(f"engine 'gram' needs a model made of linear layers and activations only "
                                 f"({type(model).__name__} is not); use engine=autograd or engine=auto")

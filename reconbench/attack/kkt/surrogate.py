@@ -41,7 +41,7 @@ class _SurrogateReLU(torch.autograd.Function):
 
 
 def surrogate_relu(alpha: float, forward: Forward = "relu") -> Callable[[torch.Tensor], torch.Tensor]:
-    """An activation for :meth:`~reconbench.targets.nets.TargetNet.use_activation`: exact ReLU, sigma(alpha z)
+    """An activation for :meth:`~reconbench.nets.TargetNet.use_activation`: exact ReLU, sigma(alpha z)
     backward."""
     if forward not in ("relu", "softplus"):
         raise ValueError(f"surrogate forward must be 'relu' or 'softplus', got {forward!r}")

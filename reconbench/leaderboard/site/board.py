@@ -14,7 +14,7 @@ from typing import Any
 
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import ColumnSpec
-from reconbench.leaderboard.render import NOT_CONVERGED_MARK, WITHIN_NOISE_MARK
+from reconbench.leaderboard.render import NOT_CONVERGED_MARK, OUTSIDE_MARK, WITHIN_NOISE_MARK
 from reconbench.leaderboard.tables import (
     ORACLE_INIT_MARK,
     ORACLE_SELECTION_MARK,
@@ -163,7 +163,8 @@ def main_table(selection: str, rows: list[dict[str, Any]], columns: list[dict[st
         out.append(Row(
             target=r["target"], attack=(r["attack"] if r["attack"] == r.get("attack_name", r["attack"])
                                         else f"{r['attack']} ({r['attack_name']})")
-            + (f" [search: {r['search']}]" if r.get("search") else ""),
+            + (f" [search: {r['search']}]" if r.get("search") else "")
+            + (f" {OUTSIDE_MARK}" if r.get("outside") else ""),
             init=r["init"] + (f" {ORACLE_INIT_MARK}" if r.get("init_is_oracle") else ""),
             regime=str(r.get("init_regime") or r["init"]), defense=_defense(first), converged=r.get("converged"),
             init_is_oracle=bool(r.get("init_is_oracle")), vs_best=_noise(r), cells=_links(cells, r["cells"]),

@@ -1,7 +1,7 @@
 """The claims page's data: every claim measured from the published claims boards, as ``docs/claims.md`` shows it.
 
-The measurement and the verdicts are :mod:`reconbench.leaderboard.claims`' own (``measure_claims``); this module
-only arranges them for the template, with each point's cells linked to their pages on the boards.
+The measurement and the verdicts are :mod:`reconbench.claims`' own (``measure_claims``); this module only arranges
+them for the template, with each point's cells linked to their pages on the boards.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconbench.leaderboard.claims import DEFAULT_RESULTS, NOT_RUN, RULES, ClaimResult, fmt_interval, load_all, measure_claims
+from reconbench.claims import records
+from reconbench.claims.measure import MEASURES, load_all
+from reconbench.claims.page import DEFAULT_RESULTS, KIND_NAMES, ClaimResult, measure_claims
+from reconbench.claims.verdicts import RULES, fmt_p
 
 
 @dataclass(frozen=True)
@@ -75,21 +78,20 @@ class ClaimsView:
 
 
 def _view(res: ClaimResult) -> ClaimView:
-    m = res.claim.measure
-    points = []
-    for p in res.points:
-        number = fmt_interval(p.value, m) if p.value.n else NOT_RUN
-        if res.claim.kind == "stays_at_start" and p.value.n:
-            number += f"; init copies {fmt_interval(p.copies, 'share')}"
-        points.append(PointView(p.label, number, fmt_interval(p.null, m) if p.null.n else NOT_RUN, res.claim.suite,
-                                list(p.cells)))
-    for p in res.contrast:
-        points.append(PointView(p.label, fmt_interval(p.value, m) if p.value.n else NOT_RUN, "", res.claim.suite,
-                                list(p.cells), contrast=True))
     c = res.claim
-    unit = "share of n" if m == "share" else "images"
-    return ClaimView(c.id, c.paper, c.statement, c.evidence, res.setup.replace("`", ""), unit, points, res.verdict,
-                     res.reason)
+    points = []
+    spec = MEASURES[c.measure] if c.measure else None
+    for p in res.points:
+        assert spec is not None
+        number = "; ".join(f"s{s.seed}: {spec.show(s.value)}" for s in p.seeds) or "not run"
+        nulls = [s.null_mean for s in p.seeds if s.null_mean is not None]
+        null = spec.show(sum(nulls) / len(nulls)) if nulls else "-"
+        points.append(PointView(p.label, number, null, c.suite, [s.cell for s in p.seeds]))
+    test = res.decision.test + ("" if res.decision.p is None else f" (p = {fmt_p(res.decision.p)})")
+    reason = res.reason + (f"; {test}" if res.decision.test else "")
+    unit = spec.label if spec is not None else ""
+    return ClaimView(c.id, c.paper.short, c.statement, f"{KIND_NAMES[c.kind]}; {c.where}", res.setup.replace("`", ""),
+                     unit, points, res.verdict, reason)
 
 
 def claims_view(leaderboards: Path, rendered: set[str]) -> ClaimsView | None:
@@ -99,5 +101,6 @@ def claims_view(leaderboards: Path, rendered: set[str]) -> ClaimsView | None:
     if not all((p / "results.json").is_file() and name in rendered for name, p in results.items()):
         return None
     found = load_all(results)
+    data = records.load(leaderboards.parent / records.DEFAULT_FILE)
     return ClaimsView(RULES, {k: str(Path(v.name)) for k, v in results.items()},
-                      [_view(r) for r in measure_claims(results, None, found)])
+                      [_view(r) for r in measure_claims(data, results, None, found)])

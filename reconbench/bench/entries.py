@@ -1,0 +1,503 @@
+"""Slim board entries: the small form in which a published board keeps each cell record.
+
+A cell record as the runner writes it (``reconbench-bench-cell/1``) carries the whole evaluation of its pooled
+candidates: the protocol's full description, every metric's details, the null draws one by one, and per-image rows
+as one JSON object per training image. A published board keeps a *slim entry* of it instead: the same record with
+
+* ``entry``: the schema (:data:`ENTRY_SCHEMA`) and the sha256 of the full record it was made from;
+* ``selections``: unchanged except that each selection's held-out null keeps the spread of the summary keys the
+  board shows (its columns and the two headline counts), and the blind/oracle selections drop their run's
+  configuration (it is the run's own, in ``runs``);
+* ``evaluation``: the metrics' directions and configurations, the thresholds of the protocol, the candidates'
+  counts, and the per-image rows as columns (``{"columns": [...], "rows": [[...], ...]}``) of stored scores, with
+  each thresholded decision named once (``decisions``: which score column it thresholds at which value). Decisions
+  and their margins are not stored: they are re-derived from the scores (``expand``), so ``leaderboard --verify``
+  can count them again and compare with the summary (``check_entry``);
+* ``record_sha256``: the seal of the entry itself (``bench/seal.py``).
+
+A record without ``entry`` is a full record and is read as before. :func:`expand` turns an entry back into a record
+of the full shape (per-image rows as objects, with the decisions and margins re-derived), which is what every
+reader of a board (tables, README, figures, site, claims) sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from reconbench.bench.seal import SEAL_FIELD, canonical, sealed
+from reconbench.errors import ReconbenchError
+from reconbench.evaluation import decisions
+from reconbench.evaluation.reported import CALIBRATED_HEADLINE, PAPERS_HEADLINE
+
+#: schema of a slim entry (the ``entry.schema`` field); a record without ``entry`` is a full cell record
+ENTRY_SCHEMA = "reconbench-board-entry/1"
+ENTRY_FIELD = "entry"
+#: per-image columns a slim entry leaves out: the candidates averaged per image (the candidates file holds them),
+#: the nearest decoy (display only), the target's margin (the model card's ``metrics.margins`` holds it)
+DROPPED_COLUMNS = ("candidate_ids", "candidate_runs", "n_averaged", "nearest_decoy_distance",
+                   "nearest_decoy_dataset_index", "margin")
+#: summary keys a blind or oracle selection keeps besides the board's shown keys (the pooled one keeps all)
+SELECTION_SUMMARY_KEPT = ("n_train", "n_candidates", "calibrated_threshold", "extraction_score")
+#: the statistics of a null spread an entry keeps (what the tables show: the mean over draws and the largest),
+#: as a list in this order
+SPREAD_FIELDS = ("mean", "max")
+#: an alias of a per-image column that is the row's position
+POSITION = "#"
+#: summary keys whose held-out null every entry keeps, whatever the board's columns
+ALWAYS_NULL_KEYS = (PAPERS_HEADLINE, CALIBRATED_HEADLINE)
+#: the parts of the protocol's calibration an entry keeps (the rest is words, per draw, or the cell's own threshold, which
+#: its summary keeps as calibrated_threshold)
+CALIBRATION_KEPT = ("calibration_draws", "null_draws", "null_seed", "score", "family_wise_fpr_bound")
+#: significant digits of the per-image values an entry stores (scores, distances, margins)
+ROW_DIGITS = 7
+#: relative rounding of a value stored to ROW_DIGITS significant digits (half a unit in the last place kept)
+ROW_RTOL = 0.5 * 10.0 ** (1 - ROW_DIGITS)
+#: fields of a search run's record an entry leaves out (how the engine batched it; its log line)
+DROPPED_RUN_FIELDS = ("batch", "message")
+#: fields of a selection that an entry stores once when another selection has the same value
+SHARED_SELECTION_FIELDS = ("summary", "null", "attack_loss")
+#: protocol fields an entry keeps beside the metrics' configurations
+PROTOCOL_KEPT = ("name", "distance", "good_threshold", "top_k", "primary_metric", "family", "avg_threshold",
+                 "best_buddy", "vote", "per_dimension")
+
+
+def is_entry(rec: Any) -> bool:
+    """Whether a cell record is a slim entry (it has the ``entry`` field)."""
+    return isinstance(rec, dict) and isinstance(rec.get(ENTRY_FIELD), dict)
+
+
+def record_sha256(rec: dict[str, Any]) -> str:
+    """sha256 of a record's canonical JSON without its seal (what a full record's seal is)."""
+    return hashlib.sha256(canonical(rec).encode()).hexdigest()
+
+
+# -- making an entry ------------------------------------------------------------------------------------------
+def _decision_threshold(rows: list[dict[str, Any]], flag: str, score: str) -> float | None:
+    """The threshold ``t`` for which every row's stored margin is ``score - t`` and decision ``score > t``, or None
+    (no row has a score, or the stored margins do not come from one threshold)."""
+    margin = f"{flag}_margin"
+    pairs = [(float(r[score]), float(r[margin]), bool(r[flag])) for r in rows
+             if isinstance(r.get(score), (int, float)) and isinstance(r.get(margin), (int, float))]
+    if not pairs:
+        return None
+    tries = sorted({s - m for s, m, _ in pairs} | {round(s - m, 12) for s, m, _ in pairs})
+    for t in tries:
+        if all(s - t == m and (s > t) == f for s, m, f in pairs):
+            return float(t)
+    return None
+
+
+def _protocol_threshold(flag: str, ev: dict[str, Any], summary: dict[str, Any]) -> float | None:
+    """The threshold the protocol records for a decision (records written before per-image margins)."""
+    protocol = ev.get("protocol") or {}
+    if flag == CALIBRATED_HEADLINE:
+        value = summary.get("calibrated_threshold")
+    elif flag == "reconstructed_corr":
+        value = (((protocol.get("metrics") or {}).get("corr") or {}).get("config") or {}).get("threshold")
+    else:
+        value = protocol.get("good_threshold")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _score_of(flag: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> str | None:
+    """The per-image score column a decision column thresholds (``reconstructed_corr`` -> ``corr`` ...)."""
+    if flag == CALIBRATED_HEADLINE:
+        return "corr" if "corr" in rows[0] else None
+    suffix = flag[len("reconstructed"):]
+    for column in (suffix.lstrip("_"), "ssim" if not suffix else "", f"{suffix.lstrip('_')}_ssim"):
+        if column and column in rows[0] and f"top_k_mean_{column}" in summary:
+            return column
+    return None
+
+
+def compact_rows(rows: list[dict[str, Any]], summary: dict[str, Any], ev: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """Per-image rows as columns of values; thresholded decisions named once, their flags and margins dropped
+    where one threshold reproduces them exactly (else kept as columns)."""
+    if not rows:
+        return {"columns": [], "rows": [], "decisions": {}}
+    derived: dict[str, dict[str, Any]] = {}
+    ev = ev or {}
+    for flag in [k for k in rows[0] if k.startswith("reconstructed") and not k.endswith("_margin")]:
+        score = _score_of(flag, rows, summary)
+        if score is None:
+            continue
+        if f"{flag}_margin" in rows[0]:
+            threshold = _decision_threshold(rows, flag, score)
+        else:  # no margins recorded: the protocol's threshold, if it reproduces every stored decision
+            threshold = _protocol_threshold(flag, ev or {}, summary)
+            if threshold is not None and any((isinstance(r.get(score), (int, float)) and r[score] > threshold)
+                                             != bool(r.get(flag)) for r in rows):
+                threshold = None
+        if threshold is None and not any(isinstance(r.get(score), (int, float)) for r in rows):
+            if any(r.get(flag) for r in rows):
+                continue
+            threshold = float("nan")  # no image has a score: no decision is true, no margin exists
+        if threshold is not None:
+            derived[flag] = {"score": score, "threshold": None if math.isnan(threshold) else threshold}
+    skip = set(DROPPED_COLUMNS) | set(derived) | {f"{f}_margin" for f in derived}
+    values = {k: [_rounded(r.get(k)) for r in rows] for k in rows[0] if k not in skip}
+    same: dict[str, str] = {}
+    for k, column in values.items():
+        if column == list(range(len(rows))):
+            same[k] = POSITION
+            continue
+        earlier = next((e for e in values if e != k and e not in same and values[e] == column
+                        and list(values).index(e) < list(values).index(k)), None)
+        if earlier is not None:
+            same[k] = earlier
+    columns = [k for k in values if k not in same]
+    out = {"columns": columns, "rows": [list(vs) for vs in zip(*(values[c] for c in columns), strict=True)]
+           if columns else [[] for _ in rows], "decisions": derived, "digits": ROW_DIGITS}
+    if same:
+        out["same"] = same
+    return out
+
+
+def _rounded(v: Any) -> Any:
+    """A float to ROW_DIGITS significant digits (ints, booleans, None and strings unchanged)."""
+    if isinstance(v, float) and math.isfinite(v):
+        return float(f"{v:.{ROW_DIGITS}g}")
+    return v
+
+
+def _slim_null(null: Any, keep: set[str]) -> Any:
+    if not isinstance(null, dict):
+        return null
+    out = {k: v for k, v in null.items() if k in ("available", "draws", "threshold", "reason")}
+    spread = null.get("spread")
+    if isinstance(spread, dict):
+        out["spread"] = {k: [v.get(s) for s in SPREAD_FIELDS] if isinstance(v, dict) and v.get("draws") == null.get(
+            "draws") and {*SPREAD_FIELDS, "draws"} <= set(v) else v for k, v in spread.items() if k in keep}
+    return out
+
+
+def _full_null(null: Any) -> Any:
+    if not isinstance(null, dict) or not isinstance(null.get("spread"), dict):
+        return null
+    spread = {k: dict(zip(SPREAD_FIELDS, v, strict=True)) | {"draws": null.get("draws")} if isinstance(v, list) else v
+              for k, v in null["spread"].items()}
+    return {**null, "spread": spread}
+
+
+def _slim_selection(sel: dict[str, Any], keep: set[str], pooled: bool) -> dict[str, Any]:
+    out = {k: v for k, v in sel.items() if k != "config"}
+    if not pooled and isinstance(sel.get("summary"), dict):
+        shown = keep | set(SELECTION_SUMMARY_KEPT)
+        out["summary"] = {k: v for k, v in sel["summary"].items() if k in shown}
+    if "null" in sel:
+        out["null"] = _slim_null(sel["null"], keep)
+    return out
+
+
+def _slim_evaluation(ev: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    protocol = ev.get("protocol") or {}
+    metrics_protocol = protocol.get("metrics") or {}
+    calibration = protocol.get("calibration") or {}
+    return {
+        "protocol": {
+            **{k: protocol[k] for k in PROTOCOL_KEPT if k in protocol},
+            "calibration": {k: calibration[k] for k in CALIBRATION_KEPT if k in calibration},
+            "metrics": {name: {"config": (info or {}).get("config", {})} for name, info in metrics_protocol.items()},
+        },
+        "metrics": {name: {k: info[k] for k in ("higher_is_better", "headline") if k in info}
+                    | ({} if info.get("available", True) else {"available": False})
+                    for name, info in (ev.get("metrics") or {}).items() if isinstance(info, dict)},
+        "candidates": {k: v for k, v in (ev.get("candidates") or {}).items()},
+        "per_image": compact_rows([r for r in ev.get("per_image") or [] if isinstance(r, dict)], summary, ev),
+    }
+
+
+def null_keys(columns_keys: Iterable[str]) -> set[str]:
+    """The summary keys whose held-out null an entry keeps: the board's columns' keys and the two headlines."""
+    return set(columns_keys) | set(ALWAYS_NULL_KEYS)
+
+
+def _slim_runs(runs: list[Any]) -> list[Any]:
+    """Search runs without their engine details; a run's configuration as its differences from the first run's
+    (``config_from``: 0), and its init overrides left out when they are its init configuration."""
+    out: list[Any] = []
+    first = runs[0].get("config") if runs and isinstance(runs[0], dict) else None
+    for k, r in enumerate(runs):
+        if not isinstance(r, dict):
+            out.append(r)
+            continue
+        slim = {key: v for key, v in r.items() if key not in DROPPED_RUN_FIELDS}
+        if slim.get("init_overrides") == slim.get("init_config") and "init_overrides" in slim:
+            slim["init_overrides"] = "init_config"
+        config = r.get("config")
+        if k and isinstance(config, dict) and isinstance(first, dict) and set(config) == set(first):
+            slim["config"] = {key: v for key, v in config.items() if first[key] != v}
+            slim["config_from"] = 0
+        out.append(slim)
+    return out
+
+
+def _full_runs(runs: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for r in runs:
+        if isinstance(r, dict):
+            r = dict(r)
+            if "config_from" in r and isinstance(out[int(r["config_from"])], dict):
+                r["config"] = {**out[int(r.pop("config_from"))]["config"], **r["config"]}
+            if r.get("init_overrides") == "init_config":
+                r["init_overrides"] = r.get("init_config")
+        out.append(r)
+    return out
+
+
+def card_metrics(card: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A model card's training metrics as a cell record repeats them (without the per-image margins)."""
+    metrics = (card or {}).get("metrics")
+    return {k: v for k, v in metrics.items() if k != "margins"} if isinstance(metrics, dict) else None
+
+
+def _slim_selections(selections: dict[str, Any], keep: set[str]) -> dict[str, Any]:
+    """Each selection slimmed; a field equal to an earlier selection's is stored as ``same_as`` that selection."""
+    out: dict[str, Any] = {}
+    for name, sel in selections.items():
+        if not isinstance(sel, dict):
+            out[name] = sel
+            continue
+        slim = _slim_selection(sel, keep, pooled=name == "pool")
+        same: dict[str, str] = {}
+        for key in SHARED_SELECTION_FIELDS:
+            earlier = next((n for n, o in out.items() if isinstance(o, dict) and key in o and key in slim
+                            and o[key] == slim[key]), None)
+            if earlier is not None:
+                same[key] = earlier
+                del slim[key]
+        if same:
+            slim["same_as"] = same
+        out[name] = slim
+    return out
+
+
+def protocol_ref(shared: dict[str, Any]) -> str:
+    """The name of an evaluation protocol stored once per board: the first 16 hex digits of its sha256."""
+    return hashlib.sha256(json.dumps(shared, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def make_entry(rec: dict[str, Any], keep_null: set[str], card: dict[str, Any] | None = None,
+               protocols: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The slim entry of a full cell record (an entry already slim is returned unchanged). ``card``: the target's
+    model card as the board stores it; the target's recipe and training metrics are then read from it (``expand``)
+    instead of repeated, when they are the same. ``protocols``: when given, the evaluation's protocol and metric
+    directions go there under their hash (the board writes them to ``protocols/``) and the entry names them."""
+    if is_entry(rec):
+        return rec
+    full_sha = record_sha256(rec)
+    out: dict[str, Any] = {}
+    for key, value in rec.items():
+        if key == SEAL_FIELD:
+            continue
+        if key == "selections" and isinstance(value, dict):
+            out[key] = _slim_selections(value, keep_null)
+        elif key == "evaluation" and isinstance(value, dict):
+            summary = ((rec.get("selections") or {}).get("pool") or {}).get("summary") or value.get("summary") or {}
+            ev = _slim_evaluation(value, summary)
+            if protocols is not None:  # stored once per board (``protocols/<ref>.json``), named by its hash
+                shared = {"protocol": ev.pop("protocol"), "metrics": ev.pop("metrics")}
+                ref = protocol_ref(shared)
+                protocols[ref] = shared
+                ev = {"protocol_ref": ref, **ev}
+            out[key] = ev
+        elif key == "calibration_bars":
+            continue  # each selection's ``calibrated`` keeps its count, threshold and bar
+        elif key == "runs" and isinstance(value, list):
+            out[key] = _slim_runs(value)
+        elif key == "machine" and isinstance(value, dict):
+            out[key] = {k: value[k] for k in ("cpu_model", "cores", "memory_gib", "gpu", "torch_threads")
+                        if k in value}
+        elif key == "target" and isinstance(value, dict):
+            target = dict(value)
+            metrics = card_metrics(card)
+            if metrics is not None and target.get("train_metrics") == metrics:
+                target["train_metrics"] = "card"
+            if card is not None and "recipe" in target and target["recipe"] == card.get("recipe"):
+                target["recipe"] = "card"
+            out[key] = target
+        else:
+            out[key] = value
+    out[ENTRY_FIELD] = {"schema": ENTRY_SCHEMA, "full_record_sha256": full_sha, "row_digits": ROW_DIGITS}
+    if rec.get(SEAL_FIELD) is not None and rec[SEAL_FIELD] != full_sha:  # a seal that did not hold
+        out[ENTRY_FIELD]["full_record_seal"] = rec[SEAL_FIELD]
+    return sealed(out)
+
+
+def entry_text(entry: dict[str, Any]) -> str:
+    """An entry as written to a board: one line of compact JSON."""
+    return json.dumps(entry, separators=(",", ":"), allow_nan=True) + "\n"
+
+
+# -- reading an entry -----------------------------------------------------------------------------------------
+def stored_rows(compact: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-image rows of an entry's compact form as objects, with the columns it stores (no decisions)."""
+    columns = compact.get("columns") or []
+    rows = [dict(zip(columns, values, strict=True)) for values in compact.get("rows") or []]
+    for k, other in (compact.get("same") or {}).items():
+        for i, r in enumerate(rows):
+            r[k] = i if other == POSITION else r.get(other)
+    return rows
+
+
+def _rows_of(compact: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = stored_rows(compact)
+    for flag, d in (compact.get("decisions") or {}).items():
+        threshold = d.get("threshold")
+        scores = np.array([np.nan if r.get(d["score"]) is None else float(r[d["score"]]) for r in rows])
+        flags = (decisions.above(scores, float(threshold), flag) if threshold is not None
+                 else np.zeros(len(rows), dtype=bool))
+        for r, s, f in zip(rows, scores, flags, strict=True):
+            r[flag] = bool(f)
+            r[f"{flag}_margin"] = None if threshold is None or math.isnan(s) else float(s - threshold)
+    return rows
+
+
+Reader = Callable[[str], dict[str, Any] | None]
+
+
+def expand(entry: dict[str, Any], card: Reader | None = None, protocol: Reader | None = None) -> dict[str, Any]:
+    """A slim entry in the shape of a full record (full records are returned unchanged): per-image rows as objects
+    with their decisions and margins re-derived, shared selection fields and each selection's run configuration
+    restored, the target's training metrics read from its model card (``card(recipe_key)``; absent card: left as
+    the string ``"card"``). The seal stays in ``entry.record_sha256`` (it seals the stored entry, not this form)."""
+    if not is_entry(entry):
+        return entry
+    rec = {k: v for k, v in entry.items() if k != SEAL_FIELD}
+    rec[ENTRY_FIELD] = {**entry[ENTRY_FIELD], SEAL_FIELD: entry.get(SEAL_FIELD)}
+    if isinstance(rec.get("runs"), list):
+        rec["runs"] = _full_runs(rec["runs"])
+    runs = {r.get("run"): r for r in rec.get("runs") or [] if isinstance(r, dict)}
+    selections: dict[str, Any] = {}
+    for name, sel in (rec.get("selections") or {}).items():
+        if isinstance(sel, dict):
+            sel = dict(sel)
+            for key, other in (sel.pop("same_as", None) or {}).items():
+                if isinstance(selections.get(other), dict) and key in selections[other]:
+                    sel[key] = selections[other][key]
+            if "run" in sel and sel.get("run") in runs and "config" in runs[sel["run"]]:
+                sel["config"] = runs[sel["run"]]["config"]
+            if "null" in sel:
+                sel["null"] = _full_null(sel["null"])
+        selections[name] = sel
+    if "selections" in rec:
+        rec["selections"] = selections
+    target = rec.get("target")
+    if isinstance(target, dict) and "card" in (target.get("train_metrics"), target.get("recipe")) and card:
+        data = card(str(target.get("recipe_key"))) or {}
+        metrics = card_metrics(data)
+        target = dict(target)
+        if target.get("train_metrics") == "card" and metrics is not None:
+            target["train_metrics"] = metrics
+        if target.get("recipe") == "card" and isinstance(data.get("recipe"), dict):
+            target["recipe"] = data["recipe"]
+        rec["target"] = target
+    ev = rec.get("evaluation")
+    if isinstance(ev, dict) and "protocol_ref" in ev and protocol is not None:
+        shared = protocol(str(ev["protocol_ref"])) or {}
+        ev = {**{k: v for k, v in ev.items() if k != "protocol_ref"}, **shared}
+    if isinstance(ev, dict):
+        pool = selections.get("pool") or {}
+        rec["evaluation"] = {**ev, "summary": pool.get("summary"), "null": pool.get("null"),
+                             "per_image": _rows_of(ev.get("per_image") or {})}
+    return rec
+
+
+# -- checking an entry ----------------------------------------------------------------------------------------
+@dataclass
+class EntryCheck:
+    """Counts and means re-derived from an entry's per-image scores: mismatches, and borderline decisions."""
+
+    problems: list[str] = field(default_factory=list)
+    borderline: list[str] = field(default_factory=list)
+    explained: list[str] = field(default_factory=list)
+    checked: int = 0
+
+
+def _top_k(scores: np.ndarray, k: int) -> float:
+    filled = np.where(np.isnan(scores), 0.0, scores)
+    return float(np.sort(filled)[::-1][:min(k, len(filled))].mean()) if len(filled) else 0.0
+
+
+def check_entry(entry: dict[str, Any], *, n_terms: int = 1, protocol: Reader | None = None) -> EntryCheck:
+    """Re-derive, from an entry's stored per-image scores and thresholds, every count and score mean of its pooled
+    summary (``reconstructed*``, ``top_k_mean_*``, ``mean_*_matched``, ``matched_images``, ``n_train``) and
+    compare. A count that differs only through decisions whose score lies within the rounding tolerance of its
+    threshold (``decisions.py``, reductions of ``n_terms`` values) agrees within rounding; any other difference is
+    a problem."""
+    out = EntryCheck()
+    cid = entry.get("cell_id")
+    if not is_entry(entry) or entry.get("status") != "ok":
+        return out
+    ev = entry.get("evaluation") or {}
+    compact = ev.get("per_image") or {}
+    summary = ((entry.get("selections") or {}).get("pool") or {}).get("summary") or {}
+    rows = stored_rows(compact)
+    columns = list(rows[0]) if rows else []
+    shared = (protocol(str(ev["protocol_ref"])) or {}) if "protocol_ref" in ev and protocol else ev
+    top_k = int(((shared.get("protocol") or {}).get("top_k")) or 10)
+    rtol = max(decisions.score_tolerance(n_terms), ROW_RTOL)
+
+    def differs(key: str, stored: Any, fresh: Any) -> bool:
+        if stored is None or fresh is None:
+            return stored is not fresh
+        a, b = float(stored), float(fresh)
+        return not (a == b or abs(a - b) <= rtol * max(1.0, abs(a), abs(b)))
+
+    def compare(key: str, fresh: Any) -> None:
+        if key not in summary:
+            return
+        out.checked += 1
+        if differs(key, summary[key], fresh):
+            out.problems.append(f"{cid}: summary {key} is {summary[key]!r}, its per-image rows give {fresh!r}")
+
+    if rows:
+        compare("n_train", len(rows))
+        if "matched" in columns:
+            compare("matched_images", sum(bool(r["matched"]) for r in rows))
+    for flag, d in (compact.get("decisions") or {}).items():
+        scores = np.array([np.nan if r.get(d["score"]) is None else float(r[d["score"]]) for r in rows])
+        threshold = d.get("threshold")
+        if threshold is None:
+            compare(flag, 0)
+            continue
+        with decisions.guided(n_terms, min_score_tol=ROW_RTOL) as guide:
+            count = int(decisions.above(scores, float(threshold), flag).sum())
+        stored = summary.get(flag)
+        if flag in summary:
+            out.checked += 1
+            near = list(guide.seen.values())
+            out.borderline += [f"{cid} [pool] {b.describe()}" for b in near]
+            if stored != count:
+                if isinstance(stored, int) and abs(stored - count) <= len(near):
+                    out.explained.append(f"{cid} [pool] {flag}: stored {stored}, re-derived {count}, "
+                                         f"{len(near)} borderline decision(s)")
+                else:
+                    out.problems.append(f"{cid}: summary {flag} is {stored!r}, its per-image {d['score']} scores "
+                                        f"above {threshold!r} count {count}"
+                                        + (f" ({len(near)} borderline)" if near else ""))
+        if flag == CALIBRATED_HEADLINE:
+            continue
+        matched = scores[~np.isnan(scores)]
+        compare(f"top_k_mean_{d['score']}", _top_k(scores, top_k))
+        compare(f"mean_{d['score']}_matched", float(matched.mean()) if len(matched) else None)
+    return out
+
+
+def read_entry_text(text: str, where: str) -> dict[str, Any]:
+    """A cell record or entry from JSON text, or a one-line error naming ``where``."""
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReconbenchError(f"{where} is not valid JSON ({exc})") from None
+    if not isinstance(rec, dict):
+        raise ReconbenchError(f"{where}: a cell record is a JSON object, got a {type(rec).__name__}")
+    return rec

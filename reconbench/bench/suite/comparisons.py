@@ -1,0 +1,69 @@
+"""The [comparisons.NAME] tables of a suite: a metric against one varied target field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconbench.bench.suite.entries import AttackEntry, Comparison, InitEntry, TargetEntry, Variant
+from reconbench.bench.suite.schema import COMPARISON_TABLE, TARGET_KEYS, Checker
+from reconbench.bench.suite.targets import format_value, recipe_from_table
+
+
+def read_comparisons(data: dict[str, Any], chk: Checker, targets: dict[str, TargetEntry],
+                      attacks: dict[str, AttackEntry], inits: dict[str, InitEntry],
+                      seeds: tuple[int, ...]) -> tuple[Comparison, ...]:
+    """The [comparisons.NAME] tables; variant targets not defined in the suite are added to ``targets``."""
+    comparisons: list[Comparison] = []
+    for cname, table in chk.table(data.get("comparisons", {}), ("comparisons",)).items():
+        keys: tuple[Any, ...] = ("comparisons", cname)
+        chk.name(cname, keys)
+        chk.section(table, COMPARISON_TABLE, keys)
+        base = table["target"]
+        if base not in targets:
+            raise chk.fail((*keys, "target"), f"no target {base!r} in this suite; defined: {', '.join(targets)}")
+        comparisons.append(
+            Comparison(
+                name=cname,
+                title=table.get("title", f"{cname}: vs {table['axis']}"),
+                axis=table["axis"],
+                base=base,
+                variants=variants(table, keys, chk, targets),
+                attacks=chk.refs(table["attacks"], attacks, "attack", (*keys, "attacks")),
+                inits=chk.refs(table.get("inits", "*"), inits, "init", (*keys, "inits")),
+                seeds=chk.seeds(table["seeds"], (*keys, "seeds")) if "seeds" in table else seeds,
+            )
+        )
+    return tuple(comparisons)
+
+
+def variants(table: dict[str, Any], keys: tuple[Any, ...], chk: Checker,
+              targets: dict[str, TargetEntry]) -> tuple[Variant, ...]:
+    """One comparison's variants: the base target with the axis (and other keys) overridden."""
+    base, axis = table["target"], table["axis"]
+    if ("values" in table) == ("variants" in table):
+        raise chk.fail(
+            keys,
+            "give exactly one of `values` (target.<axis> = value) or `variants` (tables of target overrides)",
+        )
+    if "values" in table:
+        if axis not in TARGET_KEYS:
+            raise chk.fail(
+                (*keys, "axis"),
+                f"`values` sets the target key {axis!r}, which is not a target key; "
+                f"use `variants` or one of: {', '.join(sorted(TARGET_KEYS))}",
+            )
+        raw_variants = [({axis: v}, (*keys, "values", j)) for j, v in enumerate(table["values"])]
+    else:
+        raw_variants = [(v, (*keys, "variants", j)) for j, v in enumerate(table["variants"])]
+    variants = []
+    for overrides, vkeys in raw_variants:
+        if axis not in overrides:
+            raise chk.fail(vkeys, f"this variant does not set the axis key {axis!r}")
+        merged = {**targets[base].table, **overrides}
+        recipe = recipe_from_table(merged, chk, vkeys)
+        tname = next((t.name for t in targets.values() if t.recipe == recipe), None)
+        if tname is None:
+            tname = f"{base}@" + ",".join(f"{k}={format_value(v)}" for k, v in overrides.items())
+            targets[tname] = TargetEntry(tname, recipe, merged)
+        variants.append(Variant(overrides[axis], dict(overrides), tname))
+    return tuple(variants)

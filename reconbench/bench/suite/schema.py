@@ -1,0 +1,238 @@
+"""The schema of a suite file, declared once, and the one checker that holds a file to it.
+
+Each kind of table (``[suite]``, ``[leaderboard]`` and its columns, ``[attacks.LABEL]``, ``[inits.LABEL]``,
+``[[grid]]``, ``[comparisons.NAME]``, ``[defenses.LABEL]``, ``[privacy.NAME]``) is a :class:`Table`: its keys with
+their types, the keys it needs. A target table is flat: :data:`TARGET_KEYS` maps each key to the recipe field it
+sets. :meth:`Checker.section` checks a table against its declaration; unknown keys and wrong types are rejected with
+the key's name and its line in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reconbench import plugins
+from reconbench.bench.suite.files import SuiteError, display_path
+from reconbench.bench.toml_lines import KeyLines
+from reconbench.config import MAX_SEED, build_config, coerce
+from reconbench.data import ProblemSpec
+from reconbench.errors import ReconbenchError, UnknownNameError
+from reconbench.targets.recipe import TrainSpec
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One kind of table of a suite file: its keys with their types, the keys it needs, and what it is called."""
+
+    keys: dict[str, Any]
+    required: tuple[str, ...] = ()
+    called: str = "this table"
+
+
+SUITE_TABLE = Table({
+    "name": str,
+    "description": str,
+    "seeds": list[int],
+    "device": str,
+    "dtype": typing.Literal["float64", "float32"],
+    "search_runs": int,
+    "search": str,
+    "search_config": dict[str, Any],
+    "candidates": int | None,
+    "seed_targets": bool,
+    "seed_nulls": bool,
+    "max_stationarity_ratio": float | None,
+    "max_learned_ratio": float | None,
+})
+LEADERBOARD_TABLE = Table({
+    "store_candidates": str | int,
+    "sample_cells": list[str],
+    "figures": bool,
+    "sample_images": int,
+    "figure_inits": list[str],
+    "columns": list[dict[str, Any]],
+})
+COLUMN_TABLE = Table({
+    "name": str,
+    "keys": list[str],
+    "key": str,
+    "higher_is_better": bool,
+    "format": str,
+    "source": typing.Literal["summary", "attack_loss", "wall_seconds"],
+}, required=("name", "higher_is_better"), called="a column")
+ATTACK_TABLE = Table({
+    "attack": str,
+    "config": dict[str, Any],
+    "search_runs": int,
+    "search": str,
+    "search_config": dict[str, Any],
+    "candidates": int | None,
+    "description": str,
+})
+INIT_TABLE = Table({"regime": str, "config": dict[str, Any], "description": str})
+GRID_TABLE = Table({"targets": Any, "attacks": Any, "inits": Any, "seeds": list[int]},
+                   required=("targets", "attacks"), called="a [[grid]] block")
+COMPARISON_TABLE = Table({
+    "title": str,
+    "target": str,
+    "axis": str,
+    "values": list[Any],
+    "variants": list[dict[str, Any]],
+    "attacks": Any,
+    "inits": Any,
+    "seeds": list[int],
+}, required=("target", "axis", "attacks"), called="a comparison")
+DEFENSE_TABLE = Table({"defense": str, "config": dict[str, Any], "strength": str, "values": list[Any],
+                       "description": str})
+PRIVACY_TABLE = Table({"title": str, "targets": Any, "defenses": Any, "attacks": Any, "inits": Any,
+                       "seeds": list[int], "null_attack": str, "null_init": str},
+                      required=("targets", "attacks"), called="a privacy axis")
+
+
+def _target_keys() -> dict[str, tuple[str, str, Any]]:
+    """Flat target key -> (section, field, annotation). ``seed`` is the weight-init seed; ``problem_seed`` the
+    multiclass permutation seed."""
+    out: dict[str, tuple[str, str, Any]] = {}
+    for f, ann in typing.get_type_hints(ProblemSpec).items():
+        out["problem_seed" if f == "seed" else f] = ("problem", f, ann)
+    for f, ann in typing.get_type_hints(TrainSpec).items():
+        out[f] = ("train", f, ann)
+    out["family"] = ("recipe", "family", str)
+    out["widths"] = ("model", "widths", list[int])
+    out["model"] = ("model", "*", dict[str, Any])
+    out["description"] = ("meta", "description", str)
+    out["defense"] = ("recipe", "defense", str)
+    out["defense_config"] = ("recipe", "defense_config", dict[str, Any])
+    return out
+
+TARGET_KEYS = _target_keys()
+
+TOP_KEYS = ("suite", "protocol", "leaderboard", "targets", "attacks", "inits", "grid", "comparisons", "defenses", "privacy")
+
+
+class Checker:
+    """Holds one suite file to the schema: every failure names the file, the line and the key."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = KeyLines(text)
+
+    def where(self, keys: tuple[Any, ...]) -> str:
+        line = self.lines.line(keys)
+        where = display_path(self.path)
+        return f"{where}:{line}" if line else where
+
+    @staticmethod
+    def dotted(keys: tuple[Any, ...]) -> str:
+        out = ""
+        for k in keys:
+            out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+        return out
+
+    def fail(self, keys: tuple[Any, ...], message: str) -> SuiteError:
+        return SuiteError(f"{self.where(keys)}: {self.dotted(keys)}: {message}")
+
+    def table(self, value: Any, keys: tuple[Any, ...]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(keys, f"expected a table, got {type(value).__name__} {value!r}")
+        return value
+
+    def known(self, table: dict[str, Any], allowed: typing.Iterable[str], keys: tuple[Any, ...]) -> None:
+        allowed = list(allowed)
+        for k in table:
+            if k not in allowed:
+                close = difflib.get_close_matches(k, allowed, n=3, cutoff=0.5)
+                hint = f" Did you mean: {', '.join(close)}?" if close else ""
+                raise self.fail((*keys, k), f"unknown key {k!r}.{hint} Known keys here: {', '.join(sorted(allowed))}")
+
+    def section(self, value: Any, table: Table, keys: tuple[Any, ...]) -> dict[str, Any]:
+        """``value`` held to ``table``: a table of known keys, each of its declared type, with the keys it needs.
+        Returns the typed values."""
+        value = self.table(value, keys)
+        self.known(value, table.keys, keys)
+        typed = {k: self.typed(v, table.keys[k], (*keys, k)) for k, v in value.items()}
+        for req in table.required:
+            if req not in value:
+                raise self.fail(keys, f"{table.called} needs `{req}`")
+        return typed
+
+    def typed(self, value: Any, annotation: Any, keys: tuple[Any, ...]) -> Any:
+        try:
+            return coerce(value, annotation, self.dotted(keys))
+        except ReconbenchError as exc:
+            msg, here = str(exc), self.dotted(keys)
+            if msg.startswith(here):  # "a.b: expected ..." or "a.b[1]: expected ..."
+                msg = msg[len(here) :].removeprefix(": ")
+                msg = f"element {msg}" if msg.startswith("[") else msg
+            raise self.fail(keys, msg) from None
+
+    def seeds(self, value: Any, keys: tuple[Any, ...]) -> tuple[int, ...]:
+        """A list of seeds, each in the range the command line accepts for --seed."""
+        items = self.typed(value, list[int], keys)
+        for i, seed in enumerate(items):
+            if not 0 <= seed <= MAX_SEED:
+                raise self.fail((*keys, i), f"seed {seed} is out of range; seeds are whole numbers from 0 to {MAX_SEED:,}")
+        return tuple(items)
+
+    def counts(self, value: int | None, keys: tuple[Any, ...]) -> None:
+        """A number of candidates: at least 1, as --candidates (absent: 2n)."""
+        if value is not None and value < 1:
+            raise self.fail(keys, f"must be at least 1, got {value} (leave it out for the default 2n)")
+
+    def name(self, value: str, keys: tuple[Any, ...]) -> str:
+        if not NAME_RE.match(value) or set(value) == {"."}:  # "." and ".." would name a folder outside the results
+            raise self.fail(keys, f"name {value!r} may use only letters, digits and _ . + - and not be . or .. "
+                                  "(it names files)")
+        return value
+
+    def refs(self, value: Any, known: dict[str, Any], what: str, keys: tuple[Any, ...]) -> tuple[str, ...]:
+        """A list of names of ``what`` (or "*" for all of them), each checked against ``known``."""
+        if value == "*":
+            return tuple(known)
+        items = self.typed(value, list[str], keys)
+        if not items:
+            raise self.fail(keys, f'lists no {what}s; name at least one (or "*" for all)')
+        for i, item in enumerate(items):
+            if item not in known:
+                close = difflib.get_close_matches(item, list(known), n=3, cutoff=0.5)
+                hint = f" Did you mean: {', '.join(close)}?" if close else ""
+                raise self.fail(
+                    (*keys, i),
+                    f"no {what} {item!r} in this suite.{hint} Defined: {', '.join(known) or '(none)'}",
+                )
+        return tuple(items)
+
+
+def check_plugin_config(
+    kind: str,
+    name: str,
+    config: dict[str, Any],
+    chk: Checker,
+    keys: tuple[Any, ...],
+    strict: bool,
+    warnings: list[str],
+) -> None:
+    """Check a registered plugin's config keys and types; warn about an unregistered one (strict: fail)."""
+    try:
+        obj = plugins.get(kind, name)
+    except UnknownNameError as exc:
+        if strict:
+            raise chk.fail(keys, str(exc)) from None
+        warnings.append(f"{chk.where(keys)}: {exc} Its cells will be reported as failed.")
+        return
+    cls = obj.config_cls
+    if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        return
+    for k, v in config.items():
+        try:
+            build_config(cls, {k: v}, f"{kind[:-1]} {name}")
+        except ReconbenchError as exc:
+            raise chk.fail((*keys, "config", k), str(exc)) from None

@@ -1,0 +1,257 @@
+"""Reading a claim's cells: per point of the claim (an axis value, an init or an attack of its comparison block), the
+value of its measure at every seed, with the held-out null the evaluation recorded beside it in the same cell.
+
+A cell counts only when it finished (status ok), matches the suite as it is now (edited cells are stale) and its
+attack did its work (:mod:`reconbench.attack.outcome`); the rest are listed as missing or failed, never as values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from reconbench.attack.outcome import cell_outcome
+from reconbench.bench.cells import Cell, cell_id, expand
+from reconbench.bench.runner import STATUS_OK, load_cells
+from reconbench.bench.suite import Comparison, Suite
+from reconbench.claims.records import Claim
+from reconbench.evaluation.reported import CALIBRATED_HEADLINE
+
+#: the selection every claim reads: all search runs of a cell pooled, as the papers evaluated
+SELECTION = "pool"
+#: calibration draws assumed where a cell's protocol does not record them (the protocol's default)
+DEFAULT_CALIBRATION_DRAWS = 19
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(float(v)):
+        return None
+    return float(v)
+
+
+def _selection(rec: dict[str, Any]) -> dict[str, Any]:
+    return (rec.get("selections") or {}).get(SELECTION) or {}
+
+
+def _summary(rec: dict[str, Any]) -> dict[str, Any]:
+    return _selection(rec).get("summary") or {}
+
+
+def _theta_gap(rec: dict[str, Any]) -> float | None:
+    return _number(_selection(rec).get("attack_loss"))
+
+
+def _theta_gap_reduction(rec: dict[str, Any]) -> float | None:
+    """Final over initial attack loss of the cell's runs (their mean): for the bilevel attack,
+    ||theta* - theta(x)||^2 at the end over the same at the start."""
+    ratios = []
+    for run in rec.get("runs") or []:
+        first, last = _number(run.get("initial_loss")), _number(run.get("final_loss"))
+        if first is None or last is None or first <= 0:
+            return None
+        ratios.append(last / first)
+    return sum(ratios) / len(ratios) if ratios else None
+
+
+def _theta_gap_relative(rec: dict[str, Any]) -> float | None:
+    gap = _theta_gap(rec)
+    norm = _number(((rec.get("target") or {}).get("train_metrics") or {}).get("param_norm_sq"))
+    return gap / norm if gap is not None and norm else None
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    """How a claim's measure is read from a cell, and how one seed is judged against its null.
+
+    ``null``: "calibrated" (the calibrated headline: a seed is beyond its null when it counts at least one image; a
+    held-out draw does so with probability at most 1 / (K + 1), K calibration draws), "draws" (above every one
+    of the cell's D reported null draws: probability at most 1 / (D + 1) for an exchangeable draw; boards keep
+    the largest draw, not the smallest, so such tests are always "above"), or "none" (no null: the measure is
+    compared with a threshold or between points)."""
+
+    key: str
+    label: str
+    fmt: str
+    null: Literal["calibrated", "draws", "none"]
+    read: Callable[[dict[str, Any]], float | None] | None = None
+
+    def value(self, rec: dict[str, Any]) -> float | None:
+        return self.read(rec) if self.read is not None else _number(_summary(rec).get(self.key))
+
+    def show(self, x: float | None) -> str:
+        return "n/a" if x is None else format(x, self.fmt)
+
+
+MEASURES: dict[str, MeasureSpec] = {m.key: m for m in (
+    MeasureSpec(CALIBRATED_HEADLINE, "training images reconstructed beyond the calibrated null bar", ".1f",
+                "calibrated"),
+    MeasureSpec("top_k_mean_ssim", "mean SSIM of the 10 best-reconstructed training images", ".3f", "draws"),
+    MeasureSpec("top_k_mean_corr", "mean correlation of the 10 best-reconstructed training images with their "
+                "reconstructions", ".3f", "draws"),
+    MeasureSpec("membership_auc", "membership AUC (training images against held-out non-members)", ".2f", "draws"),
+    MeasureSpec("distinct_share", "distinct training images matched / candidates (1: no collapse)", ".2f", "none"),
+    MeasureSpec("max_candidates_per_image", "most candidates matched to one training image", ".1f", "draws"),
+    MeasureSpec("init_copy_share", "share of candidates nearer their own start than any training image", ".2f",
+                "none"),
+    MeasureSpec("candidates_nearer_decoy_share", "share of candidates nearer a held-out partition image than any "
+                "training image", ".2f", "none"),
+    MeasureSpec("margin_score_spearman", "rank correlation of per-image margin with per-image SSIM", ".2f", "none"),
+    MeasureSpec("margin_near_min_share", "share of training images within 10% of the smallest margin", ".2f", "none"),
+    MeasureSpec("theta_gap", "||theta* - theta(x)||^2 after the attack (its final upper loss)", ".3g", "none",
+                _theta_gap),
+    MeasureSpec("theta_gap_reduction", "||theta* - theta(x)||^2 after the attack over the same at its start", ".3g",
+                "none", _theta_gap_reduction),
+    MeasureSpec("theta_gap_relative", "||theta* - theta(x)||^2 / ||theta*||^2 after the attack", ".3g", "none",
+                _theta_gap_relative),
+)}
+
+
+@dataclass
+class SeedValue:
+    seed: int
+    cell: str
+    value: float
+    #: the cell's held-out null: its mean, its most extreme draw in the claim's direction, how many draws
+    null_mean: float | None = None
+    null_extreme: float | None = None
+    null_draws: int = 0
+    #: per-seed test against the null (None: the measure has no null); p0 its false-positive bound
+    beyond: bool | None = None
+    p0: float | None = None
+
+
+@dataclass
+class Point:
+    label: str
+    target: str
+    attack: str
+    init: str
+    seeds: list[SeedValue] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (cell id, the outcome's reason)
+
+    def value_of(self, seed: int) -> float | None:
+        return next((s.value for s in self.seeds if s.seed == seed), None)
+
+
+def comparison(suite: Suite, name: str) -> Comparison:
+    for comp in suite.comparisons:
+        if comp.name == name:
+            return comp
+    raise KeyError(f"suite {suite.name} has no comparison {name!r}")
+
+
+def show_value(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k} = {show_value(x)}" for k, x in v.items())
+    if isinstance(v, list):
+        return "-".join(show_value(x) for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def point_specs(claim: Claim, comp: Comparison) -> list[tuple[str, str, str, str]]:
+    """(label, target, attack, init) of each point of a claim, in the order of the comparison block (restricted
+    to the claim's ``points`` when it names them)."""
+    attack = claim.attack or comp.attacks[0]
+    init = claim.init or comp.inits[0]
+    if claim.axis == "variants":
+        specs = [(show_value(v.value) if isinstance(v.value, dict) else f"{comp.axis} = {show_value(v.value)}",
+                  v.target, attack, init) for v in comp.variants]
+    elif claim.axis == "inits":
+        specs = [(i, comp.variants[0].target, attack, i) for i in comp.inits]
+    else:
+        specs = [(a, comp.variants[0].target, a, init) for a in comp.attacks]
+    if claim.points:
+        by_label = {s[0]: s for s in specs}
+        unknown = [p for p in claim.points if p not in by_label]
+        if unknown:
+            raise KeyError(f"claim {claim.id}: no point {unknown[0]!r} in {comp.name} (points: {', '.join(by_label)})")
+        specs = [by_label[p] for p in claim.points]
+    return specs
+
+
+def _null(rec: dict[str, Any], spec: MeasureSpec, above: bool) -> tuple[float | None, float | None, int, float | None]:
+    """(null mean, most extreme null draw in the claim's direction, draws, per-seed false-positive bound)."""
+    null = _selection(rec).get("null") or {}
+    spread = (null.get("spread") or {}).get(spec.key) or {}
+    mean = _number(spread.get("mean"))
+    if spec.null == "calibrated":
+        k = (rec.get("protocol") or {}).get("calibration_draws", DEFAULT_CALIBRATION_DRAWS)
+        return mean, 0.0, int(k), 1.0 / (int(k) + 1)
+    if spec.null == "draws":
+        draws = int(spread.get("draws") or 0)
+        extreme = _number(spread.get("max" if above else "min"))
+        return mean, extreme, draws, (1.0 / (draws + 1) if draws else None)
+    return None, None, 0, None
+
+
+def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str, dict[str, Any]],
+                  plan: dict[str, Cell], label: str, target: str, attack: str, init: str) -> Point:
+    spec = MEASURES[claim.measure]
+    above = True  # a null is passed upwards: boards keep the largest null draw, not the smallest
+    point = Point(label, target, attack, init)
+    for seed in comp.seeds:
+        cid = cell_id(target, attack, init, seed)
+        rec = found.get(cid)
+        if (rec is None or rec.get("status") != STATUS_OK or cid not in plan
+                or rec.get("cell_key") != plan[cid].key(suite, (rec.get("spec") or {}).get("dtype"))):
+            point.missing.append(cid)
+            continue
+        outcome = cell_outcome(rec)
+        if outcome is not None and not outcome.ok:
+            point.failed.append((cid, outcome.reason))
+            continue
+        value = spec.value(rec)
+        if value is None:
+            point.missing.append(cid)
+            continue
+        mean, extreme, draws, p0 = _null(rec, spec, above)
+        beyond = None
+        if spec.null == "calibrated":
+            beyond = value >= 1.0
+        elif spec.null == "draws" and extreme is not None:
+            beyond = value > extreme if above else value < extreme
+        point.seeds.append(SeedValue(seed, cid, value, mean, extreme, draws, beyond, p0))
+    return point
+
+
+def load_all(results: dict[str, Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The cell records of each suite's folder (suite name -> cell id -> record)."""
+    return {name: load_cells(folder) if folder.is_dir() else {} for name, folder in results.items()}
+
+
+def plans(suites: dict[str, Suite]) -> dict[str, dict[str, Cell]]:
+    return {name: {c.cell_id: c for c in expand(s)} for name, s in suites.items()}
+
+
+def setup_text(claim: Claim, suite: Suite, comp: Comparison, specs: list[tuple[str, str, str, str]]) -> str:
+    """The set-up of a claim's first point, in words, with what varies and the seeds."""
+    recipe = suite.targets[specs[0][1]].recipe
+    prob, train = recipe.problem, recipe.train
+    k = (prob.num_classes or 2) if prob.task == "multiclass" else 2
+    model = dict(recipe.model)
+    widths = model.pop("widths", None)
+    arch = recipe.family + (" " + "-".join(str(w) for w in widths) if widths else "")
+    if model:
+        arch += " (" + ", ".join(f"{a} {show_value(b)}" for a, b in sorted(model.items())) + ")"
+    data = prob.dataset.removeprefix("npz:").split("/")[0]
+    attack = suite.attacks[specs[0][2]]
+    steps = attack.config.get("steps", attack.config.get("outer_steps"))
+    parts = [
+        f"{data} {prob.task}, K = {k}, n = {k * prob.n_per_class} ({prob.n_per_class} per class)",
+        f"{arch}, {train.loss or 'default loss'}, wd {train.weight_decay:g}, "
+        + (f"trained until the learned-part ratio is at most {train.stop_at_gate:g} (at most {train.steps:,} steps)"
+           if train.stop_at_gate > 0 else f"{train.steps:,} training steps"),
+        f"{attack.attack}, {steps} steps x {attack.search_runs} run{'s' if attack.search_runs != 1 else ''} pooled, "
+        f"m = {attack.candidates or suite.candidates or '2n'}, {suite.dtype}",
+        "start" + ("s" if len({s[3] for s in specs}) > 1 else "") + ": " + ", ".join(dict.fromkeys(s[3] for s in specs)),
+        f"{len(comp.seeds)} seeds" + (" (each retrains the target)" if suite.seed_targets else " (same target)"),
+    ]
+    if claim.axis == "variants" and len(specs) > 1:
+        parts.insert(0, f"points: {'; '.join(s[0] for s in specs)} (set-up shown for the first)")
+    elif claim.axis == "attacks" and len(specs) > 1:
+        parts.insert(0, f"attacks: {', '.join(s[2] for s in specs)}")
+    return f"`{suite.name}` / `{comp.name}`: " + "; ".join(parts)

@@ -1,0 +1,273 @@
+"""docs/claims.md: every claim of the claims data file (``benchmarks/claims.toml``), measured from the cells of the
+claims suites, with its verdict, the test that decided it and its p-value.
+
+Run ``python -m reconbench.claims`` to write the page, ``--check`` to fail (exit 1) when the committed page differs
+from what the cells and the data file give now. Every number on the page is computed here from the cells' records;
+nothing is typed in by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reconbench.bench.suite import Suite, load_suite
+from reconbench.claims import records
+from reconbench.claims.measure import (
+    MEASURES,
+    SELECTION,
+    Point,
+    comparison,
+    load_all,
+    measure_point,
+    plans,
+    point_specs,
+    setup_text,
+)
+from reconbench.claims.records import Claim, ClaimsFile
+from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Decision, decide, fmt_p
+
+DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b")}
+DEFAULT_OUT = Path("docs/claims.md")
+GPU_SUITE = "claims-gpu"
+KIND_NAMES = {"above_null": "above the null", "at_null": "at the null",
+              "trend": "trend", "comparison": "comparison", "some_above": "some point above the first",
+              "no_change": "no change", "threshold": "threshold", "not_run": "not measured here"}
+
+
+@dataclass
+class ClaimResult:
+    claim: Claim
+    setup: str
+    points: list[Point]
+    decision: Decision
+
+    @property
+    def verdict(self) -> str:
+        return self.decision.verdict
+
+    @property
+    def reason(self) -> str:
+        return self.decision.reason
+
+
+def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, str] | None = None,
+                   found: dict[str, dict[str, dict[str, Any]]] | None = None) -> list[ClaimResult]:
+    """Measure and judge every claim from the cells in ``results`` (suite name -> folder holding ``cells/``).
+    ``route`` sends a claim's suite to another with the same comparison names (``claims-gpu``)."""
+    route = route or {}
+    names = sorted({route.get(c.suite, c.suite) for c in data.claims if c.measured} | set(results))
+    suites: dict[str, Suite] = {name: load_suite(name) for name in names}
+    found = load_all(results) if found is None else found
+    planned = plans(suites)
+    out = []
+    for claim in data.claims:
+        if not claim.measured:
+            out.append(ClaimResult(claim, "-", [], decide(claim, [])))
+            continue
+        name = route.get(claim.suite, claim.suite)
+        suite = suites[name]
+        comp = comparison(suite, claim.comparison)
+        specs = point_specs(claim, comp)
+        setup = setup_text(claim, suite, comp, specs)
+        if name not in results:
+            out.append(ClaimResult(claim, setup, [], Decision(NOT_RUN, f"runs only in the {name} suite, whose "
+                                                                      "results are not among those read here")))
+            continue
+        points = [measure_point(claim, suite, comp, found.get(name, {}), planned[name], *s) for s in specs]
+        out.append(ClaimResult(claim, setup, points, decide(claim, points)))
+    return out
+
+
+# -- the page -----------------------------------------------------------------------------------------------
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def number_text(res: ClaimResult) -> str:
+    """Per point: the mean over seeds and every seed's value (and its null where the measure has one)."""
+    if not res.points:
+        return "-"
+    spec = MEASURES[res.claim.measure]
+    lines = []
+    for p in res.points:
+        if not p.seeds:
+            lines.append(f"{p.label}: {'attack failed' if p.failed else 'not run'}")
+            continue
+        mean = sum(s.value for s in p.seeds) / len(p.seeds)
+        each = ", ".join(spec.show(s.value) for s in p.seeds)
+        text = f"{p.label}: mean {spec.show(mean)} (seeds: {each})"
+        nulls = [s.null_mean for s in p.seeds if s.null_mean is not None]
+        if nulls:
+            text += f"; null mean {spec.show(sum(nulls) / len(nulls))}"
+        if spec.null != "none" and p.seeds and all(s.beyond is not None for s in p.seeds):
+            text += f"; {sum(1 for s in p.seeds if s.beyond)} of {len(p.seeds)} beyond their null"
+        if p.missing or p.failed:
+            text += f"; {len(p.missing)} missing, {len(p.failed)} failed"
+        lines.append(text)
+    return "<br>".join(lines)
+
+
+def _summary_lines(results: list[ClaimResult]) -> list[str]:
+    by_verdict = Counter(r.verdict for r in results)
+    by_kind = Counter(KIND_NAMES[r.claim.kind] for r in results)
+    oracle = [r.claim.id for r in results if r.claim.oracle]
+    not_in_text = [r.claim.id for r in results if not r.claim.in_text]
+    lines = [
+        f"{len(results)} claims: " + ", ".join(f"{v} {by_verdict[v]}" for v in VERDICTS if by_verdict[v]) + ".",
+        "",
+        "By kind of test: " + ", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())) + ".",
+        "",
+        "Guaranteed by construction: none of the tests compares against an oracle start (the training images as "
+        "the attack's start). " + (f"{len(oracle)} claim(s) start from the training images themselves "
+                                    f"({', '.join(f'`{c}`' for c in oracle)}): a sanity check of the attack, counted under "
+                                    "its verdict but not evidence about privacy. "
+                                    if oracle else "")
+        + (f"{len(not_in_text)} statement(s) are not in the available text of the papers "
+           f"({', '.join(f'`{c}`' for c in not_in_text)}): none of them gets a verdict." if not_in_text else ""),
+    ]
+    return lines
+
+
+def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path], root: Path,
+           found: dict[str, dict[str, dict[str, Any]]] | None = None) -> str:
+    cells = sum(len(v) for v in (found or {}).values())
+    lines = [
+        "# The papers' claims, measured",
+        "",
+        "<!-- generated by `python -m reconbench.claims` from benchmarks/claims.toml and the claims boards; do not "
+        "edit by hand -->",
+        "",
+        "Each row is one claim of " + ", ".join(p.title for p in data.papers.values()) + ": where the paper makes "
+        "it, a short fragment of its text (or a note that the statement is not in the text available to us), our "
+        "paraphrase, the kind of test, the cells of the claims suites that measure it, every seed's number, and "
+        "the verdict with the test and p-value that decided it. The claims are data "
+        f"(`{_rel(data.path, root)}`); the set-up is far smaller than the papers' (see "
+        "[the suites](../reconbench/bench/suites/README.md)); `claims-gpu.toml` holds the papers' sizes.",
+        "",
+        f"Selection `{SELECTION}` (all search runs of a cell pooled). Results read from: "
+        + ", ".join(f"`{name}` ← `{_rel(path, root)}`" for name, path in sources.items())
+        + f" ({cells} cell records).",
+        "",
+        "To measure and publish (cost: see the end of the page): `benchmarks/run_claims.sh`. At the papers' sizes: "
+        "`reconbench bench claims-gpu --device cuda`, then "
+        "`python -m reconbench.claims --gpu runs/bench/claims-gpu --out docs/claims-gpu.md`.",
+        "",
+        "## Summary",
+        "",
+        *_summary_lines(results),
+        "",
+        "## Verdict rules",
+        "",
+        RULES,
+        "",
+        "## Claims",
+        "",
+        "| claim | where (paper's text) | our paraphrase (kind of test; measure) | set-up | numbers per point | test, "
+        "p-value | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for res in results:
+        c = res.claim
+        where = f"{c.where}; `{c.source}`" + (f": \"{c.quote}\"" if c.quote else "")
+        if not c.in_text:
+            where += " (the statement is not in the available text)"
+        kind = KIND_NAMES[c.kind] + (f", {c.direction}" if c.direction and c.kind != "threshold" else "")
+        if c.kind == "threshold" and c.threshold is not None:
+            kind += f" {'>' if c.direction == 'up' else '<'} {c.threshold:g}"
+        para = f"{c.statement} ({kind}" + (f"; {MEASURES[c.measure].label}" if c.measure else "") + ")"
+        if c.note:
+            para += f" {c.note}"
+        test = "-" if not res.decision.test else (
+            "" if res.decision.p is None else f"**p = {fmt_p(res.decision.p)}**: ") + res.decision.test
+        verdict = f"**{res.verdict}**" + (f": {res.reason}" if res.reason else "")
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            f"`{c.id}`<br>{c.paper.short}", where, para, res.setup, number_text(res), test, verdict)) + " |")
+    lines += ["", cost_section(data, sources, found or {})]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def cost_section(data: ClaimsFile, results: dict[str, Path], found: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Each suite's measured wall time from the header of its published board where it matches the suite, else its
+    estimate from the data file."""
+    lines = ["## Cost of the suites", ""]
+    for part in sorted(data.suites):
+        header: dict[str, Any] = {}
+        board = results.get(part)
+        if board is not None and (board / "results.json").exists():
+            header = json.loads((board / "results.json").read_text()).get("header") or {}
+        estimate = str(data.suites[part].get("cost", "not estimated"))
+        recorded = header.get("suite_sha256")
+        current = load_suite(part).text_sha256 if part != GPU_SUITE else None
+        if header.get("wall_seconds") and (recorded is None or recorded == current):
+            cells = header.get("cells") or {}
+            lines.append(f"- `{part}`: measured **{header['wall_seconds'] / 60:.0f} min** wall for "
+                         f"{cells.get('ok', '?')} of {cells.get('planned', '?')} cells "
+                         f"({'; '.join(header.get('machines') or ['machine not recorded'])}). Estimate: {estimate}.")
+        else:
+            lines.append(f"- `{part}`: not measured as a whole for this version of the suite; estimate: {estimate}.")
+    lines += ["", f"Every measured claim needs {MIN_SEEDS} seeds at each point; the estimates come from single cells "
+              "timed on the shared 2-core machine and scaled by the number of cells.", ""]
+    return "\n".join(lines)
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def generate(results: dict[str, Path] | None = None, root: Path | None = None, *, gpu: bool = False,
+             claims_file: Path | None = None) -> str:
+    """The page from ``results`` (suite name -> folder; default: the published claims boards under ``root``) and
+    the claims data file. ``gpu``: every claim is read from the ``claims-gpu`` suite's folder."""
+    root = root or Path.cwd()
+    data = records.load(claims_file or root / records.DEFAULT_FILE)
+    results = results or {k: root / v for k, v in DEFAULT_RESULTS.items()}
+    route = {k: GPU_SUITE for k in DEFAULT_RESULTS} if gpu else None
+    found = load_all(results)
+    return render(data, measure_claims(data, results, route, found), results, root, found)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m reconbench.claims", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", action="append", default=[], metavar="SUITE=FOLDER",
+                    help="a results or leaderboard folder (holding cells/) of claims-a or claims-b; default: "
+                         + ", ".join(f"{k}={v}" for k, v in DEFAULT_RESULTS.items()))
+    ap.add_argument("--claims", type=Path, default=records.DEFAULT_FILE,
+                    help=f"the claims data file (default {records.DEFAULT_FILE})")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the page to write (default {DEFAULT_OUT})")
+    ap.add_argument("--gpu", type=Path, metavar="FOLDER",
+                    help=f"read every claim from the results of the {GPU_SUITE} suite in FOLDER instead")
+    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page differs from --out")
+    args = ap.parse_args(argv)
+    if args.gpu is not None:
+        return _write(args.out, generate({GPU_SUITE: args.gpu}, gpu=True, claims_file=args.claims), args.check)
+    results = {k: Path(v) for k, v in DEFAULT_RESULTS.items()}
+    for item in args.results:
+        name, sep, folder = item.partition("=")
+        if not sep or name not in DEFAULT_RESULTS:
+            ap.error(f"--results {item!r}: write SUITE=FOLDER with SUITE one of {', '.join(DEFAULT_RESULTS)}")
+        results[name] = Path(folder)
+    return _write(args.out, generate(results, claims_file=args.claims), args.check)
+
+
+def _write(out: Path, text: str, check: bool) -> int:
+    if check:
+        same = out.is_file() and out.read_text() == text
+        print(f"{out}: {'up to date' if same else 'differs from the generated page; re-run without --check'}")
+        return 0 if same else 1
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""The claims data file (``benchmarks/claims.toml``): one record per claim of the papers, read with tomllib.
+
+Each ``[[claims]]`` record names the paper and the section or figure it rests on, a short verbatim fragment of the
+paper's text (``quote``, checked against the papers' text by the tests) or an empty one when the statement is not in
+the available text (``in_text = false``), our paraphrase, the kind of test, the measure, and the comparison block of
+a claims suite whose cells it reads. A record that is not measured here says why (``reason``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import tomllib
+
+from reconbench.errors import ReconbenchError
+
+Kind = Literal["above_null", "at_null", "trend", "comparison", "some_above", "no_change", "threshold",
+               "not_run"]
+Axis = Literal["variants", "inits", "attacks"]
+Direction = Literal["up", "down"]
+
+#: kinds whose decision needs a direction (which way the claim says the measure moves)
+DIRECTED = ("trend", "comparison", "some_above", "threshold")
+#: kinds that read cells
+MEASURED = tuple(k for k in get_args(Kind) if k != "not_run")
+
+DEFAULT_FILE = Path("benchmarks") / "claims.toml"
+
+
+@dataclass(frozen=True)
+class Paper:
+    key: str
+    title: str
+    short: str
+    text: str  # the file of the papers' folder holding its text
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement of a paper and how the claims suites test it (fields as in the data file)."""
+
+    id: str
+    paper: Paper
+    where: str
+    statement: str
+    kind: Kind
+    source: str = ""
+    quote: str = ""
+    in_text: bool = True
+    measure: str = ""
+    suite: str = ""
+    comparison: str = ""
+    axis: Axis = "variants"
+    attack: str | None = None
+    init: str | None = None
+    points: tuple[str, ...] = ()
+    direction: Direction | None = None
+    threshold: float | None = None
+    judge: bool = True
+    oracle: bool = False
+    reason: str = ""
+    note: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return self.kind != "not_run"
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    path: Path
+    papers: dict[str, Paper]
+    claims: tuple[Claim, ...]
+    suites: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "id": str, "paper": str, "where": str, "statement": str, "kind": str, "source": str, "quote": str,
+    "in_text": bool, "measure": str, "suite": str, "comparison": str, "axis": str, "attack": str, "init": str,
+    "points": list, "direction": str, "threshold": (int, float), "judge": bool, "oracle": bool, "reason": str,
+    "note": str,
+}
+_REQUIRED = ("id", "paper", "where", "statement", "kind")
+
+
+def _fail(path: Path, where: str, problem: str, fix: str) -> ReconbenchError:
+    return ReconbenchError(f"{path}: {where}: {problem}; {fix}")
+
+
+def load(path: Path = DEFAULT_FILE) -> ClaimsFile:
+    """Read and check the claims data file; a bad record raises one line naming it and the fix."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReconbenchError(f"{path}: no claims data file here; run from the repository root or pass --claims FILE") \
+            from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ReconbenchError(f"{path}: not valid TOML ({exc}); fix the syntax at the place named") from exc
+    papers = {}
+    for key, p in (data.get("papers") or {}).items():
+        missing = [k for k in ("title", "short", "text") if not isinstance(p.get(k), str)]
+        if missing:
+            raise _fail(path, f"[papers.{key}]", f"missing {', '.join(missing)}", "give each as a string")
+        papers[key] = Paper(key, p["title"], p["short"], p["text"])
+    claims, seen = [], set()
+    for i, raw in enumerate(data.get("claims") or []):
+        where = f"claim {i + 1} ({raw.get('id', '?')})"
+        for k, v in raw.items():
+            if k not in _FIELDS:
+                raise _fail(path, where, f"unknown field {k!r}", f"use one of {', '.join(_FIELDS)}")
+            if not isinstance(v, _FIELDS[k]) or (isinstance(v, bool) and _FIELDS[k] is not bool):
+                raise _fail(path, where, f"field {k!r} has the wrong type ({type(v).__name__})",
+                            f"write it as {getattr(_FIELDS[k], '__name__', 'a number')}")
+        for k in _REQUIRED:
+            if not raw.get(k):
+                raise _fail(path, where, f"missing {k!r}", "every claim needs id, paper, where, statement and kind")
+        if raw["id"] in seen:
+            raise _fail(path, where, "duplicate id", "give every claim its own id")
+        seen.add(raw["id"])
+        if raw["paper"] not in papers:
+            raise _fail(path, where, f"unknown paper {raw['paper']!r}", f"use one of {', '.join(papers)}")
+        if raw["kind"] not in get_args(Kind):
+            raise _fail(path, where, f"unknown kind {raw['kind']!r}", f"use one of {', '.join(get_args(Kind))}")
+        if raw.get("axis", "variants") not in get_args(Axis):
+            raise _fail(path, where, f"unknown axis {raw['axis']!r}", f"use one of {', '.join(get_args(Axis))}")
+        kind = raw["kind"]
+        if kind in MEASURED:
+            for k in ("measure", "suite", "comparison"):
+                if not raw.get(k):
+                    raise _fail(path, where, f"a {kind} claim needs {k!r}", "name the measure and the suite block")
+        elif not raw.get("reason"):
+            raise _fail(path, where, "a not_run claim needs a 'reason'", "say why it is not measured here")
+        if kind in DIRECTED and raw.get("direction") not in get_args(Direction):
+            raise _fail(path, where, f"a {kind} claim needs direction = 'up' or 'down'", "say which way it goes")
+        if kind == "threshold" and "threshold" not in raw:
+            raise _fail(path, where, "a threshold claim needs 'threshold'", "give the value the measure is compared to")
+        if not raw.get("judge", True) and not raw.get("reason"):
+            raise _fail(path, where, "judge = false needs a 'reason'", "say why the claim is shown but not judged")
+        if raw.get("in_text", True) and not raw.get("quote"):
+            raise _fail(path, where, "in_text claims need a 'quote'", "give a short verbatim fragment of the text")
+        fields = {k: v for k, v in raw.items() if k != "paper"}
+        fields["points"] = tuple(str(p) for p in raw.get("points", ()))
+        fields["source"] = raw.get("source") or papers[raw["paper"]].text
+        if "threshold" in fields:
+            fields["threshold"] = float(fields["threshold"])
+        claims.append(Claim(paper=papers[raw["paper"]], **fields))
+    if not claims:
+        raise _fail(path, "[[claims]]", "no claims", "add [[claims]] records")
+    return ClaimsFile(path, papers, tuple(claims), dict(data.get("suites") or {}))

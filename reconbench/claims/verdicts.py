@@ -1,0 +1,204 @@
+"""The verdict rules: from a claim's points (per-seed values and nulls) to a verdict, the test that decided it and
+its p-value. The rules are written out for the page in :data:`RULES`; the tests are in :mod:`reconbench.claims.stats`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from reconbench.claims.measure import Point
+from reconbench.claims.records import Claim
+from reconbench.claims.stats import ALPHA, binomial_p, sign_p, trend_p
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced at this scale"
+CONTRADICTED = "contradicted"
+NOT_CONTRADICTED = "not contradicted"
+NOT_RUN = "not run"
+NOT_JUDGED = "not judged"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_CONTRADICTED, NOT_JUDGED, NOT_RUN)
+
+#: seeds a measured claim needs at every point before it is judged
+MIN_SEEDS = 5
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: str
+    reason: str
+    test: str = ""          # the test and its statistic, in words
+    p: float | None = None  # the p-value the verdict rests on (None: no test ran)
+
+
+def fmt_p(p: float) -> str:
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+def _preconditions(claim: Claim, points: list[Point]) -> Decision | None:
+    if not claim.measured:
+        return Decision(NOT_RUN, claim.reason)
+    failed = [f"{cid} ({why})" for p in points for cid, why in p.failed]
+    if failed:
+        return Decision(NOT_RUN, "the attack did not complete its steps in: " + "; ".join(failed))
+    short = [p for p in points if len(p.seeds) < MIN_SEEDS]
+    if not points or short:
+        done = sum(len(p.seeds) for p in points)
+        planned = sum(len(p.seeds) + len(p.missing) for p in points)
+        return Decision(NOT_RUN, f"{done} of {planned} cells finished; every point needs {MIN_SEEDS} seeds"
+                        if done else "no finished cells yet")
+    if not claim.judge:
+        return Decision(NOT_JUDGED, claim.reason)
+    return None
+
+
+def _binomial(point: Point) -> tuple[float, int, int, float] | None:
+    """(p, passes, seeds, per-seed bound) of the binomial test of one point; None when a seed lacks its null."""
+    if any(s.beyond is None or s.p0 is None for s in point.seeds):
+        return None
+    p0 = max(s.p0 for s in point.seeds if s.p0 is not None)
+    passes = sum(1 for s in point.seeds if s.beyond)
+    return binomial_p(passes, len(point.seeds), p0), passes, len(point.seeds), p0
+
+
+def _null_claim(claim: Claim, points: list[Point]) -> Decision:
+    side = "beyond"
+    results = []
+    for p in points:
+        b = _binomial(p)
+        if b is None:
+            return Decision(NOT_RUN, f"the cells at {p.label} record no held-out null for {claim.measure}")
+        results.append((p, *b))
+    texts = [f"{p.label}: {passes} of {k} seeds {side} their null (per-seed bound {p0:.3g}), p = {fmt_p(pv)}"
+             for p, pv, passes, k, p0 in results]
+    test = "binomial test on the seeds that pass their null: " + "; ".join(texts)
+    worst = max(r[1] for r in results)
+    best = min(r[1] for r in results)
+    if claim.kind == "at_null":
+        level = ALPHA / len(results)
+        above = [r[0].label for r in results if r[1] <= level]
+        if above:
+            return Decision(CONTRADICTED, f"beyond the null at {', '.join(above)} (p <= {level:.3g})", test, best)
+        return Decision(NOT_CONTRADICTED, f"no point beyond its null at level {level:.3g}", test, best)
+    if worst <= ALPHA:
+        return Decision(REPRODUCED, f"every point {side} its null (each p <= {ALPHA})", test, worst)
+    weak = [r[0].label for r in results if r[1] > ALPHA]
+    return Decision(NOT_REPRODUCED, f"not {side} the null at: {', '.join(weak)}", test, worst)
+
+
+def _matrix(points: list[Point]) -> tuple[np.ndarray, list[int]]:
+    """Seeds x points, over the seeds present at every point."""
+    seeds = sorted(set.intersection(*({s.seed for s in p.seeds} for p in points)))
+    rows = [[p.value_of(s) for p in points] for s in seeds]
+    return np.asarray(rows, dtype=np.float64).reshape(len(seeds), len(points)), seeds
+
+
+def _paired(claim: Claim, points: list[Point]) -> Decision:
+    v, seeds = _matrix(points)
+    if len(seeds) < MIN_SEEDS:
+        return Decision(NOT_RUN, f"only {len(seeds)} seeds have every point; {MIN_SEEDS} needed")
+    up = claim.direction == "up"
+    ends = f"{points[0].label} -> {points[-1].label}"
+    if claim.kind == "some_above":
+        tests = []
+        for j in range(1, len(points)):
+            pu, pd, t, how = trend_p(v[:, [0, j]])
+            adj = min(1.0, (pu if up else pd) * (len(points) - 1))
+            tests.append((adj, points[j].label, how))
+        best = min(tests)
+        test = (f"paired permutation test of each point against {points[0].label} "
+                f"({'higher' if up else 'lower'}), Bonferroni over {len(tests)}: "
+                + "; ".join(f"{lab}: p = {fmt_p(p)}" for p, lab, _ in tests) + f" ({best[2]})")
+        if best[0] <= ALPHA:
+            return Decision(REPRODUCED, f"{best[1]} {'above' if up else 'below'} {points[0].label}", test, best[0])
+        return Decision(NOT_REPRODUCED, f"no point {'above' if up else 'below'} {points[0].label} at level {ALPHA}",
+                        test, best[0])
+    pu, pd, t, how = trend_p(v)
+    name = "paired permutation (sign-flip) test" if len(points) == 2 else "within-seed permutation test of the " \
+        "linear trend"
+    if claim.kind == "no_change":
+        p2 = min(1.0, 2 * min(pu, pd))
+        test = f"{name}, two-sided, over {len(seeds)} seeds ({how}): p = {fmt_p(p2)}"
+        if p2 <= ALPHA:
+            return Decision(CONTRADICTED, f"the measure changes along {ends}", test, p2)
+        return Decision(NOT_CONTRADICTED, f"no change along {ends} at level {ALPHA}", test, p2)
+    claimed, opposite = (pu, pd) if up else (pd, pu)
+    test = (f"{name}, one-sided ({'increasing' if up else 'decreasing'}), over {len(seeds)} seeds ({how}): "
+            f"p = {fmt_p(claimed)}; the opposite direction p = {fmt_p(opposite)}")
+    if claimed <= ALPHA:
+        return Decision(REPRODUCED, f"{'increases' if up else 'decreases'} along {ends}", test, claimed)
+    if opposite <= ALPHA:
+        return Decision(CONTRADICTED, f"{'decreases' if up else 'increases'} along {ends}, against the claim", test,
+                        opposite)
+    return Decision(NOT_REPRODUCED, f"no trend along {ends} at level {ALPHA}", test, claimed)
+
+
+def _threshold(claim: Claim, points: list[Point]) -> Decision:
+    assert claim.threshold is not None
+    above = claim.direction == "up"
+    side = ">" if above else "<"
+    results = []
+    for p in points:
+        values = [s.value for s in p.seeds]
+        pc, wins, untied = sign_p(values, claim.threshold, above)
+        po, _, _ = sign_p(values, claim.threshold, not above)
+        results.append((p.label, pc, po, wins, untied))
+    test = f"sign test of the seeds against {claim.threshold:g}: " + "; ".join(
+        f"{lab}: {w} of {u} untied seeds {side} {claim.threshold:g}, p = {fmt_p(pc)}" for lab, pc, _, w, u in results)
+    worst = max(r[1] for r in results)
+    if worst <= ALPHA:
+        return Decision(REPRODUCED, f"every point {side} {claim.threshold:g}", test, worst)
+    level = ALPHA / len(results)
+    against = [r for r in results if r[2] <= level]
+    if against:
+        return Decision(CONTRADICTED, f"on the other side of {claim.threshold:g} at "
+                        f"{', '.join(r[0] for r in against)}", test, min(r[2] for r in against))
+    return Decision(NOT_REPRODUCED, f"not every point {side} {claim.threshold:g} at level {ALPHA}", test, worst)
+
+
+def decide(claim: Claim, points: list[Point]) -> Decision:
+    """The verdict of one claim from its measured points (the rules in :data:`RULES`)."""
+    pre = _preconditions(claim, points)
+    if pre is not None:
+        return pre
+    if claim.kind in ("above_null", "at_null"):
+        return _null_claim(claim, points)
+    if claim.kind == "threshold":
+        return _threshold(claim, points)
+    return _paired(claim, points)
+
+
+RULES = f"""\
+Every decision is taken at level {ALPHA} and shows its test and p-value. A measured claim is judged only when every
+point has {MIN_SEEDS} finished seeds whose attacks did their work; in the claims suites each seed retrains the
+target (`seed_targets`) and seeds the held-out null draws afresh (`seed_nulls`), so seeds are independent repetitions.
+
+- **above the null** (the attack recovers training images; reconstructions collapse onto a few images): per seed, the
+  calibrated headline counts at least one image (a held-out draw does so with probability at most 1/(K+1) = 5%
+  for K = 19 calibration draws; docs/calibration.md), or the measure lies beyond every one of the cell's D held-out
+  null draws (probability at most 1/(D+1)). The number of seeds that pass is compared with Binomial(seeds, bound):
+  p = P(Binomial >= passes). *Reproduced* if p <= {ALPHA} at every point (an intersection-union test, valid without
+  correction); otherwise *not reproduced at this scale* (a smaller set-up cannot contradict a success). With 5 seeds
+  and the 5% bound, 2 passing seeds give p = 0.023, 1 gives p = 0.23, 5 give p = 3.1e-7.
+- **at the null** (the attack recovers nothing): the same test; *contradicted* if some point has p <= {ALPHA}
+  divided by the number of points (Bonferroni), else *not contradicted*. Absence of evidence is weak evidence: with
+  5 seeds, an attack that passes its null at half the seeds is caught with probability 0.81.
+- **trend** and **comparison** (the measure rises or falls along the axis; one point against another): the linear
+  contrast of the points within each seed, against its distribution when each seed's values are permuted across the
+  points (exact; with two points the paired sign-flip test, smallest p with 5 seeds 1/32 = 0.031, with 8 seeds
+  1/256; seeds whose points tie add nothing, which is why the count comparisons run 8 seeds). *Reproduced* if
+  the one-sided p in the claimed direction is <= {ALPHA}, *contradicted* if the opposite one is, else *not
+  reproduced at this scale*.
+- **some point above the first** ("certain values" of a setting): each point against the first by the paired test,
+  Bonferroni over the points; *reproduced* if the smallest corrected p is <= {ALPHA} (with two points against the
+  first that needs at least 6 seeds: smallest p 2/64).
+- **no change** (a count stays about the same): the trend test two-sided; *contradicted* if p <= {ALPHA}, else *not
+  contradicted* (with the power caveat above). Two-sided, the smallest p with 5 seeds is 2/32 > {ALPHA}, so these
+  claims need at least 6 seeds (the suites run 8).
+- **threshold** (a share is above one half; a correlation is below 0): per point a sign test of the seeds against the
+  threshold, p = P(Binomial(untied seeds, 1/2) >= seeds on the claimed side); *reproduced* if p <= {ALPHA} at every
+  point, *contradicted* if some point is on the other side at {ALPHA} / points, else *not reproduced at this scale*.
+- *not run*: some cell is missing, stale (its suite entry changed) or its attack did not complete its steps
+  (diverged, non-finite, stopped early: reconbench/attack/outcome.py); such a claim gets no verdict. *Not judged*:
+  measured and shown, but the paper's outcome is not in the available text, so there is nothing to compare with."""

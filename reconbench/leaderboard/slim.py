@@ -1,0 +1,266 @@
+"""Slim published boards: cell records as slim entries, candidates for a sample of cells only, no target weights.
+
+``write_entry`` writes one cell of a board as its slim entry (``reconbench/bench/entries.py``); ``store_sample``
+picks the cells whose candidates a board keeps (the re-scoring sample) and writes them in the attack's precision;
+``slim_board`` turns an already published board into this form in place (``reconbench leaderboard BOARD --slim``);
+``rerun_cells`` re-runs chosen cells from their recipes and seeds and compares their numbers with the board's
+(``--verify --rerun``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from reconbench.bench.entries import entry_text, is_entry, make_entry, null_keys
+from reconbench.bench.runner import STATUS_OK, card_reader, load_cells, run_suite
+from reconbench.bench.suite import Suite
+from reconbench.errors import ReconbenchError
+from reconbench.evaluation.rescore import close
+from reconbench.provenance import write_text_atomic
+
+#: how many cells of a board keep their candidates (at most; fewer when the suite asks for fewer)
+SAMPLE_CELLS = 2
+#: a second (third, ...) sampled cell is kept only while the board's candidates stay within this many bytes; the
+#: first is always kept
+SAMPLE_BYTES = 256 * 1024
+#: relative tolerance of a re-run's continuous numbers against the board's (float32 attacks: a few units of
+#: float32 roundoff through the attack's steps; identical libraries on the same kind of processor reproduce exactly)
+RERUN_RTOL = 1e-6
+
+
+def shown_keys(suite: Suite) -> set[str]:
+    """The summary keys whose null a board's entries keep: its columns' keys and the two headlines."""
+    return null_keys(k for c in suite.leaderboard.columns for k in c.keys)
+
+
+def write_entry(path: Path, rec: dict[str, Any], suite: Suite, board: Path) -> dict[str, Any]:
+    """Write ``rec`` (a full record or an entry) to ``path`` as a slim entry, its evaluation protocol to the board's
+    ``protocols/`` (once per protocol); returns the entry."""
+    key = str((rec.get("target") or {}).get("recipe_key"))
+    protocols: dict[str, dict[str, Any]] = {}
+    entry = make_entry(rec, shown_keys(suite), card_reader(board)(key), protocols)
+    for ref, shared in protocols.items():
+        target = board / "protocols" / f"{ref}.json"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(target, json.dumps(shared, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(path, entry_text(entry))
+    return entry
+
+
+def in_attack_precision(tensors: dict[str, torch.Tensor], dtype: str | None) -> dict[str, torch.Tensor]:
+    """Candidates in the precision the attack computed them in: float64 tensors of a float32 attack as float32
+    when that loses nothing (every value is a float32), else unchanged."""
+    if dtype != "float32":
+        return tensors
+    out = {}
+    for k, v in tensors.items():
+        if v.dtype == torch.float64 and torch.equal(v.float().double(), v):
+            v = v.float()
+        out[k] = v
+    return out
+
+
+def _sample_order(cell_id: str) -> str:
+    return hashlib.sha256(cell_id.encode()).hexdigest()
+
+
+def pick_sample(files: dict[str, Path], k: int, budget: int = SAMPLE_BYTES, named: tuple[str, ...] = ()
+                ) -> list[str]:
+    """The ``named`` cells that have candidates, and up to ``k`` more, smallest files first (ties in a fixed order,
+    the hash of the id), while their stored size (in the attack's precision, estimated as half a float64 file) stays
+    within ``budget`` bytes; the first is always taken."""
+    chosen: list[str] = [c for c in named if c in files]
+    total = sum(files[c].stat().st_size // 2 for c in chosen)
+    files = {c: p for c, p in files.items() if c not in chosen}
+    for cid in sorted(files, key=lambda c: (files[c].stat().st_size, _sample_order(c)))[:k]:
+        size = files[cid].stat().st_size
+        if chosen and total + size // 2 > budget:
+            break
+        chosen.append(cid)
+        total += size // 2
+    return sorted(chosen)
+
+
+def store_sample(files: dict[str, Path], records: dict[str, dict[str, Any]], out: Path, k: int,
+                 named: tuple[str, ...] = ()) -> list[str]:
+    """Write the candidates of the ``named`` cells and a sample of ``k`` more to ``out`` (in the attack's
+    precision); their ids."""
+    chosen = pick_sample(files, k, named=named)
+    out.mkdir(parents=True, exist_ok=True)
+    for cid in chosen:
+        tensors = load_file(str(files[cid]))
+        dtype = (records.get(cid) or {}).get("spec", {}).get("dtype")
+        tmp = out / f".{cid}.safetensors.tmp"
+        save_file({k: v.contiguous() for k, v in in_attack_precision(tensors, dtype).items()}, str(tmp))
+        tmp.replace(out / f"{cid}.safetensors")
+    return chosen
+
+
+def sample_size(suite: Suite) -> int:
+    k = suite.leaderboard.store_candidates
+    return SAMPLE_CELLS if k is None else min(k, SAMPLE_CELLS)
+
+
+def compact_figures(board: Path) -> int:
+    """Re-encode a board's figures as palette PNGs (at most 256 colours; plots and image grids keep their look at a
+    third of the bytes) where that is smaller; the bytes saved."""
+    from PIL import Image
+
+    saved = 0
+    for path in sorted((board / "figures").glob("*.png")):
+        with Image.open(path) as im:
+            if im.mode == "P":
+                continue
+            small = im.convert("RGB").quantize(256)
+        tmp = path.with_name(f".{path.name}.tmp")
+        small.save(tmp, format="PNG", optimize=True)
+        if tmp.stat().st_size < path.stat().st_size:
+            saved += path.stat().st_size - tmp.stat().st_size
+            tmp.replace(path)
+        else:
+            tmp.unlink()
+    return saved
+
+
+@dataclass
+class SlimReport:
+    cells: int = 0
+    already: int = 0
+    sample: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    bytes_before: int = 0
+    bytes_after: int = 0
+    readme_rendered: bool = False
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def slim_board(suite: Suite, board: Path) -> SlimReport:
+    """Rewrite a published board in place: cells as slim entries, candidates for a sample of cells only (in the
+    attack's precision), no target weights; ``results.json`` and README.md name the new sample."""
+    if not (board / "results.json").exists():
+        raise ReconbenchError(f"{board} holds no leaderboard (no results.json); pass a published board folder")
+    report = SlimReport(bytes_before=_folder_bytes(board))
+    records = {}
+    for path in sorted((board / "cells").glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ReconbenchError(f"{path} is not valid JSON ({exc}); restore it before slimming the board") from None
+        report.cells += 1
+        if is_entry(rec):
+            report.already += 1
+        else:
+            write_entry(path, rec, suite, board)
+        records[path.stem] = rec
+    files = {p.stem: p for p in sorted((board / "candidates").glob("*.safetensors"))
+             if (records.get(p.stem) or {}).get("status") == STATUS_OK}
+    with tempfile.TemporaryDirectory(dir=board) as tmp:
+        kept = store_sample(files, records, Path(tmp), sample_size(suite), suite.leaderboard.sample_cells)
+        for p in sorted((board / "candidates").glob("*.safetensors")):
+            p.unlink()
+            if p.stem not in kept:
+                report.removed.append(p.name)
+        for cid in kept:
+            (Path(tmp) / f"{cid}.safetensors").replace(board / "candidates" / f"{cid}.safetensors")
+    for p in sorted((board / "targets").glob("*.safetensors")):  # weights: regenerated from the recorded recipes
+        p.unlink()
+        report.removed.append(f"targets/{p.name}")
+    report.sample = kept
+    compact_figures(board)
+    report.readme_rendered = _name_sample(suite, board, kept)
+    report.bytes_after = _folder_bytes(board)
+    return report
+
+
+_STORED_LINE = re.compile(r"The pooled candidates of \d+ cell\(s\) are stored")
+
+
+def _name_sample(suite: Suite, board: Path, kept: list[str]) -> bool:
+    """results.json's ``stored_candidates`` (written compactly) and README.md: rendered again from results.json and
+    the entries when the suite file is the one the board was rendered from (True), else only its sentence that
+    counts the stored candidates is updated (False)."""
+    from reconbench.leaderboard.verify import rerender_readme
+
+    data = json.loads((board / "results.json").read_text())
+    old = len(data.get("stored_candidates") or [])
+    data["stored_candidates"] = kept
+    write_text_atomic(board / "results.json", json.dumps(data, separators=(",", ":"), allow_nan=True))
+    readme = board / "README.md"
+    if (data.get("header") or {}).get("suite_sha256") == suite.text_sha256:
+        write_text_atomic(readme, rerender_readme(suite, board, data))
+        return True
+    text = readme.read_text()
+    if old and kept:
+        text = _STORED_LINE.sub(f"The pooled candidates of {len(kept)} cell(s) are stored", text, count=1)
+    write_text_atomic(readme, text)
+    return False
+
+
+# -- re-running cells -------------------------------------------------------------------------------------------
+def _numbers(sel: dict[str, Any]) -> dict[str, Any]:
+    summary = sel.get("summary") or {}
+    out = {f"summary.{k}": v for k, v in summary.items() if v != "unavailable" and not k.endswith("_reason")}
+    if "attack_loss" in sel:
+        out["attack_loss"] = sel["attack_loss"]
+    return out
+
+
+def compare_rerun(cell_id: str, stored: dict[str, Any], fresh: dict[str, Any], rtol: float = RERUN_RTOL) -> list[str]:
+    """The board's numbers of a cell (every selection's stored summary keys and attack loss) that a re-run of the
+    cell does not give: counts exactly, other numbers within ``rtol`` relative."""
+    if fresh.get("status") != STATUS_OK:
+        return [f"{cell_id}: the re-run did not finish (status {fresh.get('status')}: "
+                f"{(fresh.get('error') or {}).get('message')})"]
+    problems = []
+    for name, sel in (stored.get("selections") or {}).items():
+        now = _numbers((fresh.get("selections") or {}).get(name) or {})
+        for key, value in _numbers(sel or {}).items():
+            if key not in now:
+                problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, the re-run does not produce it")
+            elif not close(value, now[key], rtol):
+                problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, re-run {now[key]!r}")
+    return problems
+
+
+def rerun_cells(suite: Suite, board: Path, cell_ids: list[str], *, data_root: str | None = None,
+                cache: str | None = None, work: Path | None = None) -> list[str]:
+    """Re-run ``cell_ids`` of a board (targets from the recipe cache, trained again when absent; attacks from the
+    recorded seeds) and compare; the problems (empty: every stored number agrees)."""
+    stored = load_cells(board)
+    missing = [c for c in cell_ids if c not in stored]
+    if missing:
+        raise ReconbenchError(f"{board} has no cell {missing[0]!r}; name cells of the board (its cells/ folder)")
+    dtypes = {stored[c].get("spec", {}).get("dtype") for c in cell_ids}
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = work or Path(tmp)
+        for dtype in sorted(d for d in dtypes if d) or [None]:
+            ids = [c for c in cell_ids if stored[c].get("spec", {}).get("dtype") == dtype]
+            run_suite(suite, out / str(dtype), only=ids, dtype=dtype, cache=cache, data_root=data_root, quiet=True,
+                      command="leaderboard --verify --rerun")
+            fresh = load_cells(out / str(dtype))
+            for cid in ids:
+                if cid not in fresh:
+                    problems.append(f"{cid}: the re-run wrote no record")
+                else:
+                    problems += compare_rerun(cid, stored[cid], fresh[cid])
+    return problems
+
+
+def rerun_sample(board: Path, n: int) -> list[str]:
+    """``n`` cells of a board in a fixed order (hash of the id), for ``--rerun-sample N``."""
+    ids = sorted(p.stem for p in (board / "cells").glob("*.json"))
+    return sorted(sorted(ids, key=_sample_order)[:n])

@@ -1,0 +1,162 @@
+"""One attack on one target: the init, the search runs (random search by default) asked of the strategy round by
+round, each written the moment it finishes, then the evaluated result (:func:`reconbench.runs.result.finish`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from reconbench import plugins
+from reconbench.attack.outcome import derive_run_outcome
+from reconbench.attack.search import check_proposals, start_search, tell
+from reconbench.config import build_config, config_to_dict
+from reconbench.data import Problem
+from reconbench.errors import DivergedError
+from reconbench.evaluation import oracle_score, resolve_protocol
+from reconbench.interfaces import AttackTarget
+from reconbench.progress import Progress
+from reconbench.provenance import config_hash, write_json
+from reconbench.runs.prepare import init_config_for_run, prepare
+from reconbench.runs.result import finish
+from reconbench.runs.spec import RunSpec
+from reconbench.targets.cards import ModelCard
+
+
+def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root: str | None = None,
+               quiet: bool = False, problem: Problem | None = None) -> dict[str, Any]:
+    out = Path(out_dir)
+    resolve_protocol(spec.protocol, card.data["family"])  # a bad --protocol-set fails before any work
+    attack, target, labels = prepare(card, spec)
+    init = plugins.get("inits", spec.init)
+    init_cfg = build_config(init.config_cls, spec.init_config, f"init {init.name}")
+    problem = problem or card.problem(data_root)
+    session = start_search(attack, spec.attack_config, spec.search_runs, spec.seed, spec.search, spec.search_config)
+    runs_dir = out / "runs"
+    runs: list[dict[str, Any]] = []
+    t_all = time.perf_counter()
+    total = max(spec.search_runs, 1)
+    with Progress(total, f"{attack.name} runs", quiet=quiet or total == 1) as outer:
+        while len(runs) < total:   # one batch per round of the strategy (random search: one round)
+            asked = [{}] if session is None else session.ask()
+            check_proposals(asked, total - len(runs), spec.search)
+            first = len(runs)
+            pending = _start_round(card, spec, attack, init, problem, labels, target, asked, runs, runs_dir, outer)
+            if pending:
+                _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
+            if session is not None:
+                batch = sorted(runs[first:], key=lambda r: r["run"])
+                tell(session, spec.search, asked, batch)
+    runs.sort(key=lambda r: r["run"])
+    usable = [r for r in runs if r["stopped"] != "failed"]
+    if not usable:
+        raise DivergedError(f"all {len(runs)} run(s) of {attack.name} failed; first: {runs[0]['message']}")
+    return finish(card, spec, out, problem, runs, time.perf_counter() - t_all,
+                  oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
+
+
+def _start_round(card: ModelCard, spec: RunSpec, attack: Any, init: Any, problem: Problem, labels: torch.Tensor,
+                 target: AttackTarget, asked: list[dict[str, Any]], runs: list[dict[str, Any]], runs_dir: Path,
+                 outer: Progress) -> list[_Pending]:
+    """The runs of one round (numbered on from ``len(runs)``): those finished earlier with the same key are read back
+    into ``runs`` (resume), the others are returned with their starts drawn."""
+    pending: list[_Pending] = []
+    for k, values in enumerate(asked, start=len(runs)):
+        cfg = build_config(attack.config_cls, {**values, **spec.attack_config}, f"attack {attack.name}")
+        run_init_cfg, init_overrides = init_config_for_run(init, spec, attack, cfg)
+        record_path = runs_dir / f"run-{k:03d}.json"
+        cfg_dict = config_to_dict(cfg)
+        run_key = config_hash({"card": card.data["recipe_key"], "spec": spec.to_dict(), "run": k, "cfg": cfg_dict})
+        if record_path.exists():
+            old = json.loads(record_path.read_text())
+            if old.get("run_key") == run_key and (
+                    old.get("stopped") == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
+                runs.append(old)
+                outer.update(len(runs))
+                continue
+        gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
+        x0 = init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
+        pending.append(_Pending(k, cfg, gen, x0, {"run": k, "run_key": run_key, "config": cfg_dict,
+                                                  "init_config": config_to_dict(run_init_cfg),
+                                                  "init_overrides": init_overrides}))
+    return pending
+
+
+@dataclass
+class _Pending:
+    """A run still to do: its index, config, generator (after the init drew from it), start and record header."""
+
+    k: int
+    cfg: Any
+    gen: torch.Generator
+    x0: torch.Tensor
+    rec: dict[str, Any]
+
+
+def _run_pending(attack: Any, target: AttackTarget, labels: torch.Tensor, pending: list[_Pending], runs_dir: Path,
+                 problem: Problem, runs: list[dict[str, Any]], outer: Progress, quiet: bool) -> None:
+    """The pending runs through the attack's ``run_batch`` (the KKT attacks advance them together; others run them
+    one by one); each run is written the moment ``run_batch`` reports it done. Resume: finished runs are skipped
+    and the rest start again from their starts (a run's trajectory does not depend on which runs share its
+    batch)."""
+    t0 = time.perf_counter()
+    ids = ", ".join(str(p.k) for p in pending)
+
+    with Progress(0, f"run(s) {ids}", quiet=quiet) as bar:
+        def on_done(i: int, result: Any, batch: dict[str, Any] | None) -> None:
+            nonlocal t0
+            if batch is not None:
+                batch = {**batch, "runs": [pending[j].k for j in batch["runs"]]}
+            runs.append(_write_run(runs_dir, problem, pending[i], result, time.perf_counter() - t0, batch))
+            if batch is None:   # one run at a time: the next one's clock starts now
+                t0 = time.perf_counter()
+            outer.update(len(runs))
+
+        attack.run_batch(target, [p.x0 for p in pending], labels.to(target.device), [p.cfg for p in pending],
+                         generators=[p.gen for p in pending], progress=bar, on_done=on_done)
+
+
+def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, seconds: float,
+               batch: dict[str, Any] | None) -> dict[str, Any]:
+    """Write one finished run (record + tensors) the moment it is done; a DivergedError is a failed run."""
+    rec = dict(p.rec)
+    record_path = runs_dir / f"run-{p.k:03d}.json"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(result, Exception):
+        rec.update({"final_loss": math.inf, "steps": 0, "stopped": "failed", "message": str(result),
+                    "seconds": seconds, "trace": [], "oracle_score": math.inf})
+        rec["outcome"] = derive_run_outcome(rec).to_dict()
+        write_json(record_path, rec)
+        return rec
+    cand = result.candidates.detach().to("cpu", torch.float64)
+    finite = bool(torch.isfinite(cand).all())
+    rec.update({
+        "final_loss": result.final_loss, "initial_loss": initial_loss(result.trace), "steps": result.steps,
+        "stopped": result.stopped,
+        "message": result.message, "seconds": seconds, "trace": result.trace,
+        "oracle_score": oracle_score(problem, cand) if finite else math.inf, "candidates_finite": finite,
+    })
+    rec["outcome"] = derive_run_outcome(rec).to_dict()
+    if batch is not None:
+        rec["batch"] = batch
+    tensors = {"candidates": cand.contiguous(), "labels": result.labels.detach().cpu().long().contiguous(),
+               "x0": p.x0.detach().cpu().double().clone()}   # its own storage: an attack may return its start
+    if result.multipliers is not None:
+        tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
+    save_file(tensors, str(runs_dir / f"run-{p.k:03d}.safetensors"))
+    write_json(record_path, rec)
+    return rec
+
+
+def initial_loss(trace: list[dict[str, float]]) -> float | None:
+    """The attack's own loss at its start (the first trace entry, step 0), kept in the run record beside
+    ``final_loss``; None when the attack recorded no step 0."""
+    first = trace[0] if trace else {}
+    loss = first.get("loss")
+    return float(loss) if first.get("step") == 0 and isinstance(loss, (int, float)) else None

@@ -1,0 +1,64 @@
+"""Before any attack work: resolve the attack, check it against the target, fix the candidate labels, and draw
+the configs of the search runs with their init configs."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from reconbench import plugins
+from reconbench.attack.candidates import candidate_labels, default_m, restrict_knowledge
+from reconbench.attack.search import start_search
+from reconbench.config import build_config
+from reconbench.errors import IncompatibleError, ReconbenchError
+from reconbench.interfaces import AttackTarget
+from reconbench.runs.spec import RunSpec
+from reconbench.targets.cards import ModelCard
+from reconbench.targets.recipe import DTYPES
+
+
+def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Tensor]:
+    """Resolve the attack, check it against the target before any work, and fix the candidate labels."""
+    attack = plugins.get("attacks", spec.attack)
+    if spec.dtype not in DTYPES:
+        raise ReconbenchError(f"unknown dtype {spec.dtype!r}; choose one of {', '.join(DTYPES)}")
+    knowledge = card.knowledge()
+    if knowledge.task not in attack.tasks:
+        raise IncompatibleError(
+            f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this target is "
+            f"{knowledge.task}. Attacks for {knowledge.task} targets: "
+            f"{', '.join(n for n in plugins.names('attacks') if knowledge.task in plugins.get('attacks', n).tasks)}")
+    family = plugins.get("models", card.data["family"])
+    dtype, device = DTYPES[spec.dtype], torch.device(spec.device)
+    target = AttackTarget(model=card.load_model(dtype).to(device), family=family.name,
+                          homogeneity_degree=card.data.get("homogeneity_degree"),
+                          knowledge=restrict_knowledge(knowledge, attack), dtype=dtype, device=device)
+    attack.check(target)
+    m = spec.candidates or default_m(knowledge)
+    labels = candidate_labels(knowledge.task, knowledge.num_classes, m)
+    return attack, target, labels
+
+
+def sample_configs(attack: Any, spec: RunSpec) -> list[dict[str, Any]]:
+    """The configs of the strategy's first round (random search: all R runs) with the user's overrides fixed; one
+    run: the given config."""
+    session = start_search(attack, spec.attack_config, spec.search_runs, spec.seed, spec.search, spec.search_config)
+    if session is None:
+        return [dict(spec.attack_config)]
+    return [{**values, **spec.attack_config} for values in session.ask()]
+
+
+def init_config_for_run(init: Any, spec: RunSpec, attack: Any, cfg: Any) -> tuple[Any, dict[str, Any]]:
+    """The init config of one run: the user's options, plus what the attack's config hands to the init regime.
+
+    An attack may define ``init_overrides(config, init_name) -> dict`` (e.g. the KKT attacks search the
+    papers' init scale s_x and pass it as the gaussian regime's ``scale``). Options the user set explicitly
+    win; overrides naming options the regime does not have are ignored. Returns the config and the overrides
+    actually applied.
+    """
+    fields = {f.name for f in dataclasses.fields(init.config_cls)}
+    overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
+                 if k in fields and k not in spec.init_config}
+    return build_config(init.config_cls, {**spec.init_config, **overrides}, f"init {init.name}"), overrides

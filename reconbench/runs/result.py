@@ -1,0 +1,76 @@
+"""A finished run evaluated and persisted: pooled and selected evaluations, calibration bars, the loss figure,
+result.json and candidates.safetensors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import save_file
+
+from reconbench.attack.outcome import outcome_of_runs
+from reconbench.attack.search import search_record
+from reconbench.data import Problem
+from reconbench.evaluation import evaluate, resolve_protocol
+from reconbench.evaluation.bars import calibration_bars
+from reconbench.provenance import portable_path, provenance, write_json
+from reconbench.runs.pool import load_pooled, select_runs
+from reconbench.runs.spec import RunSpec
+from reconbench.runs.traces import plot_traces
+from reconbench.targets.cards import ModelCard
+
+
+def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: list[dict[str, Any]],
+           wall: float, *, oracle_init: bool, init_config: dict[str, Any], quiet: bool) -> dict[str, Any]:
+    """Pool the runs, evaluate, select blind and oracle runs, and write result.json + candidates."""
+    usable = [r for r in runs if r["stopped"] != "failed"]
+    pooled = load_pooled(out, usable)
+    save_file({k: v.contiguous() for k, v in pooled.items()}, str(out / "candidates.safetensors"))
+    evaluation = evaluate(problem, pooled["candidates"], family=card.data["family"], protocol=spec.protocol,
+                          labels=pooled["labels"], run_ids=pooled["run_ids"], x0=pooled["x0"],
+                          card=card, out_dir=out, quiet=quiet)
+    blind, oracle = select_runs(runs)
+    selected: dict[str, Any] = {}
+    if len(usable) > 1:  # the selected run alone, as well as the pool the papers evaluate
+        for label, run in (("blind", blind), ("oracle", oracle)):
+            if run is not None:
+                keep = pooled["run_ids"] == run
+                selected[label] = evaluate(problem, pooled["candidates"][keep], family=card.data["family"],
+                                           protocol=spec.protocol, labels=pooled["labels"][keep],
+                                           run_ids=pooled["run_ids"][keep], x0=pooled["x0"][keep], card=card,
+                                           out_dir=None, quiet=True)
+    bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=spec.protocol,
+                            evaluation=evaluation, blind=blind, oracle=oracle)
+    draw = resolve_protocol(spec.protocol, card.data["family"]).base.figures   # figures = false: no PNG at all
+    figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run") if draw \
+        else None
+    result = {
+        "kind": "reconbench-result/1",
+        "attack": spec.attack,
+        "init": spec.init,
+        "init_config": init_config,
+        "init_is_oracle": oracle_init,
+        "spec": spec.to_dict(),
+        "search": search_record(spec.search, spec.search_config),
+        "target": {"card": portable_path(card.path), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
+                   "card_sha256": card.data.get("content_sha256"),
+                   "family": card.data["family"], "task": card.task, "n_train": problem.n,
+                   "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
+        "selection": {
+            "blind": {"run": blind,
+                      "rule": "lowest final attack loss among completed runs (reads no training images)"},
+            "oracle": {"run": oracle, "rule": "lowest extraction score (mean NCC distance of the 10 best "
+                                              "distinct training matches): reads training images"},
+        },
+        "runs": [{k: v for k, v in r.items() if k != "trace"} for r in runs],
+        "failed_runs": [r["run"] for r in runs if r["stopped"] == "failed"],
+        "outcome": outcome_of_runs(runs).to_dict(),
+        "evaluation": evaluation,
+        "evaluation_selected": selected,
+        "calibration_bars": bars,
+        "figures": [str(figure.relative_to(out))] if figure else [],
+        "wall_seconds": wall,
+        "provenance": provenance(spec.to_dict(), spec.device, spec.dtype, spec.seed),
+    }
+    write_json(out / "result.json", result)
+    return result
