@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 from _helpers.cli import run_cli
-from _helpers.guards import trained_card
+from _helpers.guards import default_sigint, trained_card
 
 from reconbench import plugins
 from reconbench.config import build_config
@@ -360,7 +360,7 @@ def test_sigint_during_the_torch_import_is_one_line(tmp_path):
     """)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env,
-                          cwd=tmp_path)
+                          cwd=tmp_path, preexec_fn=default_sigint)
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert lines == ["interrupted during start-up, before any work"]

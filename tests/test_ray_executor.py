@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from _helpers.cellkit import comparable
+from _helpers.guards import default_sigint
 
 from reconbench.bench.cells import expand
 from reconbench.bench.executors import RunContext
@@ -229,7 +230,8 @@ def test_ctrl_c_stops_the_cells_and_the_local_ray_instance(tmp_path):
            "--cache", str(tmp_path / "cache"), "-q"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     ray_servers_before = processes_named("gcs_server")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=default_sigint)
     deadline = time.monotonic() + 240
     while not list(out.glob("cells/*.json")):
         assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]

@@ -35,3 +35,11 @@ def trained_card(root: Path, train_args: list[str]) -> Path:
         except SystemExit as exc:
             assert not exc.code
     return root / "card"
+
+
+def default_sigint() -> None:
+    """For a child process that must see Ctrl-C: Python leaves SIGINT alone (no KeyboardInterrupt) when it starts
+    with the signal ignored, which it inherits from a parent where some library set SIG_IGN."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
