@@ -431,3 +431,13 @@ def test_claims_read_slim_board_entries(tmp_path):
             assert len(p.seeds) == len(comp.seeds) and not p.missing, (c.id, spec[0])
             if MEASURES[c.measure].null != "none":
                 assert all(s.beyond is not None for s in p.seeds), c.id
+
+
+def test_the_page_names_the_kind_of_source_not_the_file():
+    source_label = P.source_label
+    assert source_label("haim2022-slides.txt") == "the authors' slides"
+    assert source_label("buzaglo2023-appendix.txt") == "the appendix"
+    assert source_label("runkel2024-paper.txt") == "the paper"
+    assert source_label("other.txt") == "the paper's text"
+    page = (REPO / "docs" / "claims.md").read_text()
+    assert ".txt`" not in page and "-slides.txt" not in page

@@ -135,6 +135,16 @@ def _summary_lines(results: list[ClaimResult]) -> list[str]:
     return lines
 
 
+#: what a text of the papers' folder is, by the last part of its file name (the page names the kind, not the file)
+SOURCE_KINDS = {"slides": "the authors' slides", "appendix": "the appendix", "paper": "the paper"}
+
+
+def source_label(source: str) -> str:
+    """How the page names a source text: its kind (``haim2022-slides.txt`` -> "the authors' slides")."""
+    kind = source.rsplit(".", 1)[0].rsplit("-", 1)[-1]
+    return SOURCE_KINDS.get(kind, "the paper's text")
+
+
 def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path], root: Path,
            found: dict[str, dict[str, dict[str, Any]]] | None = None) -> str:
     cells = sum(len(v) for v in (found or {}).values())
@@ -175,7 +185,7 @@ def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path
     ]
     for res in results:
         c = res.claim
-        where = f"{c.where}; `{c.source}`" + (f": \"{c.quote}\"" if c.quote else "")
+        where = f"{c.where}; {source_label(c.source)}" + (f": \"{c.quote}\"" if c.quote else "")
         if not c.in_text:
             where += " (the statement is not in the available text)"
         kind = KIND_NAMES[c.kind] + (f", {c.direction}" if c.direction and c.kind != "threshold" else "")
