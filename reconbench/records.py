@@ -1,0 +1,462 @@
+"""Typed records of what flows through the house: a run's result (``result.json``), a cell record and its
+selections (``bench/runner.py``), a board entry's slim-form metadata (``bench/entries.py``), and a published board's
+``results.json`` (header, columns, table rows, target rows).
+
+Each record is a frozen dataclass read with ``from_dict`` and written back with ``to_dict``. Reading is tolerant:
+every field may be absent (older files lack newer keys), and keys a record does not name are kept in ``extra`` and
+written back in their place, so ``to_dict(from_dict(x)) == x`` for every file the project has published. Readers use
+the attributes and the small helpers (``CellRecord.selection``, ``Selection.value``) instead of chains of
+``dict.get``; writers still build plain dicts (the JSON formats themselves are versioned by their ``format`` /
+``kind`` strings, :data:`SCHEMA_VERSION` versions this typed view of them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
+
+from reconbench.errors import ReconbenchError
+
+#: the version of the typed view; bump it when a field changes meaning
+SCHEMA_VERSION = 1
+
+R = TypeVar("R", bound="Record")
+_EMPTY: Mapping[str, Any] = {}
+
+
+def number(v: Any) -> float | None:
+    """A stored value as a float: a number, a boolean, or ``{"value": x}``; None for NaN, text or absent."""
+    if isinstance(v, Mapping):
+        v = v.get("value")
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)) and not math.isnan(float(v)):
+        return float(v)
+    return None
+
+
+def mapping(v: Any) -> Mapping[str, Any]:
+    """``v`` when it is a JSON object, else an empty one (a field absent, null, or a placeholder string)."""
+    return v if isinstance(v, Mapping) else _EMPTY
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Record):
+        return v.to_dict()
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _of(cls: type[R]) -> Callable[[Any], Any]:
+    """Read a nested record (left as it is when it is not a JSON object: older files put null or text there)."""
+    return lambda v: cls.from_dict(v) if isinstance(v, Mapping) else v
+
+
+def _map_of(cls: type[R]) -> Callable[[Any], Any]:
+    return lambda v: {k: cls.from_dict(x) if isinstance(x, Mapping) else x for k, x in v.items()} \
+        if isinstance(v, Mapping) else v
+
+
+def _list_of(cls: type[R]) -> Callable[[Any], Any]:
+    return lambda v: [cls.from_dict(x) if isinstance(x, Mapping) else x for x in v] if isinstance(v, list) else v
+
+
+def nested(reader: Callable[[Any], Any], default: Any = None) -> Any:
+    """A field read through ``reader`` (``_of``, ``_map_of``, ``_list_of``)."""
+    return field(default=default, metadata={"read": reader})
+
+
+@dataclass(frozen=True)
+class Record:
+    """Base of the typed records: tolerant reading, key-preserving writing."""
+
+    #: keys of the JSON object that no field names, kept to be written back
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, kw_only=True)
+    #: the order of the keys as read (written back in it)
+    key_order: tuple[str, ...] = field(default=(), repr=False, compare=False, kw_only=True)
+
+    _OWN: ClassVar[frozenset[str]] = frozenset({"extra", "key_order"})
+
+    @classmethod
+    def from_dict(cls: type[R], d: Any) -> R:
+        if not isinstance(d, Mapping):
+            raise ReconbenchError(f"a {cls.__name__} is a JSON object, got {type(d).__name__}; the file is damaged, "
+                                  "restore or re-render it")
+        kw: dict[str, Any] = {}
+        named = set()
+        for f in fields(cls):
+            if f.name in cls._OWN:
+                continue
+            named.add(f.name)
+            if f.name in d:
+                read = f.metadata.get("read")
+                kw[f.name] = read(d[f.name]) if read else d[f.name]
+        extra = {k: v for k, v in d.items() if k not in named}
+        return cls(**kw, extra=extra, key_order=tuple(d))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: the keys read, in their order, then fields set that were not read."""
+        values: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in self._OWN:
+                continue
+            v = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
+            if f.name in self.key_order or v != default:
+                values[f.name] = _plain(v)
+        out: dict[str, Any] = {}
+        for k in self.key_order:
+            if k in values:
+                out[k] = values.pop(k)
+            elif k in self.extra:
+                out[k] = self.extra[k]
+        out.update(values)
+        out.update({k: v for k, v in self.extra.items() if k not in out})
+        return out
+
+
+# -- a cell -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Selection(Record):
+    """One selection of a cell's search runs (pool, blind, oracle): its rule, loss, summary, held-out null and the
+    count against its calibrated bar."""
+
+    run: int | None = None
+    runs: list[int] | None = None
+    rule: str | None = None
+    oracle: bool = False
+    attack_loss: float | None = None
+    config: Mapping[str, Any] | None = None
+    note: str | None = None
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    null: Mapping[str, Any] | None = None
+    calibrated: Mapping[str, Any] | None = None
+    same_as: Mapping[str, str] | None = None
+
+    def value(self, key: str) -> float | None:
+        """A summary number (None: absent, not a number, or NaN)."""
+        return number(self.summary.get(key))
+
+    def null_spread(self, key: str) -> Mapping[str, Any] | None:
+        """The held-out null's spread of a summary key (mean, max, ...) over its draws."""
+        spread = mapping(mapping(self.null).get("spread"))
+        return mapping(spread[key]) if key in spread else None
+
+    @property
+    def calibrated_count(self) -> float | None:
+        return number(mapping(self.calibrated).get("count"))
+
+    @property
+    def calibrated_bar(self) -> str | None:
+        return None if not self.calibrated else str(self.calibrated["bar"])
+
+
+@dataclass(frozen=True)
+class TargetInfo(Record):
+    """What a cell records of its target: its name, recipe, training metrics (``"card"`` in a slim entry whose
+    card was not read), and where its model card is."""
+
+    name: str = ""
+    recipe: Mapping[str, Any] | str | None = None
+    recipe_key: str | None = None
+    card_file: str | None = None
+    n_train: int | None = None
+    train_metrics: Mapping[str, Any] | str | None = None
+    train_seconds: float | None = None
+
+    @property
+    def metrics(self) -> Mapping[str, Any]:
+        """The training metrics (empty when absent or not read from the card)."""
+        return mapping(self.train_metrics)
+
+    @property
+    def recipe_dict(self) -> Mapping[str, Any]:
+        return mapping(self.recipe)
+
+    @property
+    def certificate(self) -> Mapping[str, Any] | None:
+        c = self.metrics.get("certificate")
+        return c if isinstance(c, Mapping) else None
+
+
+@dataclass(frozen=True)
+class InitInfo(Record):
+    label: str = ""
+    regime: str = ""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    is_oracle: bool | None = None
+
+
+@dataclass(frozen=True)
+class AttackInfo(Record):
+    label: str = ""
+    name: str = ""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    search_runs: int | None = None
+    candidates: int | None = None
+
+
+@dataclass(frozen=True)
+class EntryInfo(Record):
+    """A slim board entry's own metadata (``bench/entries.py``): its schema, the digest of the full record it was
+    made from, the digits of its per-image rows (and, once expanded, its seal)."""
+
+    schema: str | None = None
+    full_record_sha256: str | None = None
+    row_digits: int | None = None
+
+
+@dataclass(frozen=True)
+class CellRecord(Record):
+    """One cell of a suite as the runner writes it (``bench/runner.py``) or a board stores it (a slim entry,
+    read here in either its stored or its expanded form)."""
+
+    format: str | None = None
+    suite: str | None = None
+    suite_file: str | None = None
+    suite_sha256: str | None = None
+    cell_id: str = ""
+    cell_key: str | None = None
+    groups: list[str] = field(default_factory=list)
+    status: str | None = None
+    target: TargetInfo = nested(_of(TargetInfo), TargetInfo())
+    attack: AttackInfo = nested(_of(AttackInfo), AttackInfo())
+    search: Mapping[str, Any] | None = None
+    init: InitInfo = nested(_of(InitInfo), InitInfo())
+    seed: int | None = None
+    protocol: Mapping[str, Any] | None = None
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    invocation: int | None = None
+    runs: list[Any] | None = None
+    outcome: Mapping[str, Any] | None = None
+    selections: Mapping[str, Selection] = nested(_map_of(Selection), None)
+    evaluation: Mapping[str, Any] | None = None
+    calibration_bars: Any = None
+    result_dir: str | None = None
+    attack_seconds: float | None = None
+    error: Mapping[str, Any] | None = None
+    wall_seconds: float | None = None
+    finished: str | None = None
+    provenance: Mapping[str, Any] | None = None
+    machine: Mapping[str, Any] | None = None
+    entry: EntryInfo | None = nested(_of(EntryInfo))
+    record_sha256: str | None = None
+
+    def selection(self, name: str) -> Selection:
+        """A selection by name (an empty one when the cell has none of that name)."""
+        sel = (self.selections or _EMPTY).get(name)
+        return sel if isinstance(sel, Selection) else Selection()
+
+    @property
+    def dtype(self) -> str | None:
+        return self.spec.get("dtype")
+
+    @property
+    def git_commit(self) -> str:
+        return str(mapping(self.provenance).get("git_commit"))
+
+    @property
+    def reconbench_version(self) -> str:
+        return str(mapping(self.provenance).get("reconbench_version"))
+
+    @property
+    def per_image(self) -> list[Any]:
+        """The pooled evaluation's per-image rows (objects in an expanded record)."""
+        rows = mapping(self.evaluation).get("per_image")
+        return rows if isinstance(rows, list) else []
+
+    @property
+    def work_dir(self) -> str:
+        """The cell's run folder, relative to its results folder."""
+        return self.result_dir or f"work/{self.cell_id}"
+
+    @property
+    def is_entry(self) -> bool:
+        return self.entry is not None
+
+
+# -- a run ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunTarget(Record):
+    card: str | None = None
+    recipe: Mapping[str, Any] | None = None
+    recipe_key: str | None = None
+    card_sha256: str | None = None
+    family: str | None = None
+    task: str | None = None
+    n_train: int | None = None
+    train_metrics: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunResult(Record):
+    """A run's ``result.json`` (``runs/result.py``): the pooled and selected evaluations, the runs, provenance."""
+
+    kind: str | None = None
+    attack: str | None = None
+    init: str | None = None
+    init_config: Mapping[str, Any] | None = None
+    init_is_oracle: bool | None = None
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    search: Mapping[str, Any] | None = None
+    target: RunTarget = nested(_of(RunTarget), RunTarget())
+    selection: Mapping[str, Any] = field(default_factory=dict)
+    runs: list[Mapping[str, Any]] = field(default_factory=list)
+    failed_runs: list[int] = field(default_factory=list)
+    outcome: Mapping[str, Any] | None = None
+    evaluation: Mapping[str, Any] = field(default_factory=dict)
+    evaluation_selected: Mapping[str, Any] = field(default_factory=dict)
+    calibration_bars: Any = None
+    figures: list[str] = field(default_factory=list)
+    wall_seconds: float | None = None
+    provenance: Mapping[str, Any] | None = None
+
+    def selected_run(self, name: str) -> int | None:
+        """The run a selection (blind, oracle) picked; None when none finished."""
+        run = mapping(self.selection.get(name)).get("run")
+        return run if isinstance(run, int) else None
+
+
+# -- a published board's results.json ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Column(Record):
+    name: str = ""
+    key: str | None = None
+    keys_tried: list[str] = field(default_factory=list)
+    source: str = "summary"
+    higher_is_better: bool = True
+    direction_from: str = ""
+    format: str = ".3g"
+
+
+@dataclass(frozen=True)
+class MetricStat(Record):
+    """One table entry over seeds: mean, sd, 95% interval, values, and the held-out null of its cells."""
+
+    mean: float | None = None
+    sd: float | None = None
+    n: int = 0
+    values: list[float] = field(default_factory=list)
+    ci95: list[float] | None = None
+    value_range: list[float | None] | None = None
+    key: str | None = None
+    null: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Failures(Record):
+    """A row's cells whose attack failed: their ids, counts by status, and the text the tables print."""
+
+    cells: list[str] = field(default_factory=list)
+    statuses: Mapping[str, int] = field(default_factory=dict)
+    of: int = 0
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class TableRow(Record):
+    """A row of a board's main table: target x attack x init over seeds, one statistic per column."""
+
+    target: str = ""
+    attack: str = ""
+    attack_name: str | None = None
+    init: str = ""
+    init_regime: str | None = None
+    init_is_oracle: bool = False
+    selection: str = ""
+    oracle_selection: bool = False
+    cells: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    attack_failed: Failures | None = nested(_of(Failures))
+    metrics: Mapping[str, MetricStat] = nested(_map_of(MetricStat), None)
+    search: str | None = None
+    converged: bool | None = None
+    calibration_bars: list[str] = field(default_factory=list)
+    best: bool = False
+    within_noise_of_best: bool | None = None
+    outside: bool = False
+
+    def metric(self, name: str) -> MetricStat:
+        m = (self.metrics or _EMPTY).get(name)
+        return m if isinstance(m, MetricStat) else MetricStat()
+
+
+@dataclass(frozen=True)
+class Command(Record):
+    invocation: int | None = None
+    command: str | None = None
+    status: str | None = None
+    started: str | None = None
+    elapsed_seconds: float | None = None
+    git_commit: str | None = None
+    reconbench_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Submission(Record):
+    """An outside submission merged into a board (``leaderboard/accept.py``)."""
+
+    id: str = ""
+    contributor: str | None = None
+    cells: list[str] = field(default_factory=list)
+    git_commits: list[str] = field(default_factory=list)
+    reconbench_versions: list[str] = field(default_factory=list)
+    machines: list[str] = field(default_factory=list)
+    packed: str | None = None
+    submission_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class BoardHeader(Record):
+    """How a board was made: suite, commands, machines, versions, the cells' counts."""
+
+    suite: str | None = None
+    description: str | None = None
+    suite_file: str | None = None
+    suite_sha256: str | None = None
+    commands: list[Command] = nested(_list_of(Command), None)
+    machines: list[str] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    invocations: int = 0
+    cell_seconds: float = 0.0
+    reconbench_versions: list[str] = field(default_factory=list)
+    git_commits: list[str] = field(default_factory=list)
+    rendered_by: str = ""
+    rendered_with: Mapping[str, Any] = field(default_factory=dict)
+    rendered: str = ""
+    attack_failed: list[Mapping[str, Any]] | None = None
+    cells: Mapping[str, int] = field(default_factory=dict)
+    note: str | None = None
+    submissions: list[Submission] = nested(_list_of(Submission), None)
+
+
+@dataclass(frozen=True)
+class BoardResults(Record):
+    """A board's ``results.json``: header, columns, targets, tables per selection, comparisons, privacy tables,
+    figures, stored candidates, failures."""
+
+    format: str | None = None
+    header: BoardHeader = nested(_of(BoardHeader), BoardHeader())
+    columns: list[Column] = nested(_list_of(Column), None)
+    targets: list[Mapping[str, Any]] = field(default_factory=list)
+    tables: Mapping[str, list[TableRow]] = nested(
+        lambda v: {k: _list_of(TableRow)(x) for k, x in v.items()} if isinstance(v, Mapping) else v, None)
+    comparisons: Mapping[str, Any] = field(default_factory=dict)
+    privacy: Mapping[str, Any] = field(default_factory=dict)
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    stored_candidates: list[str] = field(default_factory=list)
+    failures: list[Mapping[str, Any]] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+
+    def table(self, selection: str) -> list[TableRow]:
+        return list((self.tables or _EMPTY).get(selection) or [])
+
+    @property
+    def column_list(self) -> list[Column]:
+        return list(self.columns or [])

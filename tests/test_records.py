@@ -1,0 +1,97 @@
+"""The typed records read every file the project has published, and write each back unchanged."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from reconbench.bench.runner import read_cell
+from reconbench.errors import ReconbenchError
+from reconbench.records import BoardResults, CellRecord, RunResult, Selection, number
+
+ROOT = Path(__file__).resolve().parents[1]
+CELLS = sorted(ROOT.glob("leaderboards/*/cells/*.json"))
+RESULTS = sorted(ROOT.glob("benchmarks/results/**/result.json"))
+BOARDS = sorted(ROOT.glob("leaderboards/*/results.json"))
+
+
+def _same(a, b) -> bool:
+    """Equal JSON values, NaN equal to NaN (a stored NaN is a value like any other)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    return type(a) is type(b) and a == b
+
+
+def test_there_are_published_files_to_read():
+    assert len(CELLS) > 100 and len(RESULTS) > 10 and len(BOARDS) >= 6
+
+
+@pytest.mark.parametrize("path", CELLS, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
+def test_every_published_cell_reads_and_writes_back_unchanged(path):
+    stored = json.loads(path.read_text())
+    rec = CellRecord.from_dict(stored)
+    assert _same(rec.to_dict(), stored)  # every key, in its order, with its value
+    assert rec.cell_id == path.stem and rec.status == stored["status"]
+    expanded = read_cell(path)  # the slim entry in the full record's shape, as the readers see it
+    full = CellRecord.from_dict(expanded)
+    assert _same(full.to_dict(), expanded)
+    for name, sel in expanded.get("selections", {}).items():
+        typed = full.selection(name)
+        assert isinstance(typed, Selection)
+        for key, value in (sel.get("summary") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+                assert typed.value(key) == float(value)
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: str(p.parent.relative_to(ROOT / "benchmarks/results")))
+def test_every_committed_run_result_reads_and_writes_back_unchanged(path):
+    stored = json.loads(path.read_text())
+    res = RunResult.from_dict(stored)
+    assert _same(res.to_dict(), stored)
+    assert res.kind == stored["kind"] and res.target.n_train == stored["target"]["n_train"]
+    for name in ("blind", "oracle"):
+        assert res.selected_run(name) == stored["selection"][name]["run"]
+
+
+@pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.parent.name)
+def test_every_board_results_file_reads_and_writes_back_unchanged(path):
+    stored = json.loads(path.read_text())
+    board = BoardResults.from_dict(stored)
+    assert _same(board.to_dict(), stored)
+    assert [c.name for c in board.column_list] == [c["name"] for c in stored["columns"]]
+    for sel, rows in stored["tables"].items():
+        for typed, raw in zip(board.table(sel), rows, strict=True):
+            assert typed.cells == raw["cells"]
+            for name, m in raw["metrics"].items():
+                assert typed.metric(name).mean == m["mean"]
+
+
+def test_absent_fields_read_as_their_defaults_and_stay_absent():
+    rec = CellRecord.from_dict({"cell_id": "a", "selections": {"pool": {"summary": {"x": 3, "y": "unavailable"}}}})
+    assert rec.target.name == "" and rec.selection("blind").summary == {} and rec.dtype is None
+    assert rec.selection("pool").value("x") == 3.0 and rec.selection("pool").value("y") is None
+    assert rec.to_dict() == {"cell_id": "a", "selections": {"pool": {"summary": {"x": 3, "y": "unavailable"}}}}
+
+
+def test_a_field_set_after_reading_is_written():
+    rec = CellRecord.from_dict({"cell_id": "a"})
+    assert CellRecord(cell_id="a", status="ok").to_dict() == {"cell_id": "a", "status": "ok"}
+    assert rec.to_dict() == {"cell_id": "a"}
+
+
+def test_a_record_that_is_not_an_object_is_a_one_line_error():
+    with pytest.raises(ReconbenchError, match="CellRecord is a JSON object, got list"):
+        CellRecord.from_dict([1, 2])
+
+
+@pytest.mark.parametrize(("raw", "want"), [(3, 3.0), (True, 1.0), ({"value": 0.5}, 0.5), (math.nan, None),
+                                           ("unavailable", None), (None, None)])
+def test_number_reads_what_cells_store(raw, want):
+    assert number(raw) == want
