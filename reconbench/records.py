@@ -42,13 +42,14 @@ def mapping(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else _EMPTY
 
 
-def _plain(v: Any) -> Any:
+def plain(v: Any) -> Any:
+    """A record, or JSON values holding records, as plain JSON values."""
     if isinstance(v, Record):
         return v.to_dict()
     if isinstance(v, Mapping):
-        return {k: _plain(x) for k, x in v.items()}
+        return {k: plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
+        return [plain(x) for x in v]
     return v
 
 
@@ -108,7 +109,7 @@ class Record:
             v = getattr(self, f.name)
             default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
             if f.name in self.key_order or v != default:
-                values[f.name] = _plain(v)
+                values[f.name] = plain(v)
         out: dict[str, Any] = {}
         for k in self.key_order:
             if k in values:
@@ -142,6 +143,11 @@ class Selection(Record):
         """A summary number (None: absent, not a number, or NaN)."""
         return number(self.summary.get(key))
 
+    def raw(self, key: str) -> Any:
+        """A summary value as stored, ``{"value": x}`` unwrapped (None: absent)."""
+        v = self.summary.get(key)
+        return v.get("value") if isinstance(v, Mapping) else v
+
     def null_spread(self, key: str) -> Mapping[str, Any] | None:
         """The held-out null's spread of a summary key (mean, max, ...) over its draws."""
         spread = mapping(mapping(self.null).get("spread"))
@@ -157,31 +163,93 @@ class Selection(Record):
 
 
 @dataclass(frozen=True)
+class ProblemRecipe(Record):
+    dataset: str | None = None
+    task: str | None = None
+    n_per_class: int | None = None
+    num_classes: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainRecipe(Record):
+    loss: str | None = None
+    weight_decay: float | None = None
+
+
+@dataclass(frozen=True)
+class TargetRecipe(Record):
+    """The recipe a target was trained from (the part the tables show; the rest kept as read)."""
+
+    family: str | None = None
+    problem: ProblemRecipe = nested(_of(ProblemRecipe), ProblemRecipe())
+    model: Mapping[str, Any] | None = None
+    train: TrainRecipe = nested(_of(TrainRecipe), TrainRecipe())
+    defense: str | None = None
+    defense_config: Mapping[str, Any] | None = None
+
+    @property
+    def widths(self) -> Any:
+        return mapping(self.model).get("widths")
+
+
+@dataclass(frozen=True)
+class TrainMetrics(Record):
+    """A target's training evidence as its model card records it."""
+
+    loss_name: str | None = None
+    steps_run: int | None = None
+    train_error: float | None = None
+    test_error: float | None = None
+    train_loss: float | None = None
+    train_seconds: float | None = None
+    certificate: Mapping[str, Any] | None = None
+    before_defense: Mapping[str, Any] | None = None
+    defense: Mapping[str, Any] | None = None
+    margins: list[float] | None = None
+
+    @property
+    def stationarity_ratio(self) -> float | None:
+        """The certificate's stationarity ratio (None: no certificate, or none recorded)."""
+        value = mapping(self.certificate).get("ratio")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def defense_records(self) -> Mapping[str, Any]:
+        """What a defense recorded when it was applied (its privacy budget, ...); empty without a defense."""
+        return mapping(mapping(self.defense).get("records"))
+
+    @property
+    def certificate_dict(self) -> dict[str, Any] | None:
+        return self.certificate if isinstance(self.certificate, dict) else None
+
+
+@dataclass(frozen=True)
 class TargetInfo(Record):
     """What a cell records of its target: its name, recipe, training metrics (``"card"`` in a slim entry whose
     card was not read), and where its model card is."""
 
     name: str = ""
-    recipe: Mapping[str, Any] | str | None = None
+    recipe: TargetRecipe | str | None = nested(_of(TargetRecipe))
     recipe_key: str | None = None
     card_file: str | None = None
     n_train: int | None = None
-    train_metrics: Mapping[str, Any] | str | None = None
+    train_metrics: TrainMetrics | str | None = nested(_of(TrainMetrics))
     train_seconds: float | None = None
+    reused: bool | None = None
 
     @property
-    def metrics(self) -> Mapping[str, Any]:
-        """The training metrics (empty when absent or not read from the card)."""
-        return mapping(self.train_metrics)
+    def metrics(self) -> TrainMetrics:
+        """The training metrics (empty when absent, or ``"card"``: not read from the model card)."""
+        return self.train_metrics if isinstance(self.train_metrics, TrainMetrics) else TrainMetrics()
 
     @property
-    def recipe_dict(self) -> Mapping[str, Any]:
-        return mapping(self.recipe)
+    def has_metrics(self) -> bool:
+        return isinstance(self.train_metrics, TrainMetrics) and bool(self.train_metrics.to_dict())
 
     @property
-    def certificate(self) -> Mapping[str, Any] | None:
-        c = self.metrics.get("certificate")
-        return c if isinstance(c, Mapping) else None
+    def trained_from(self) -> TargetRecipe:
+        """The recipe (empty when absent or not read from the model card)."""
+        return self.recipe if isinstance(self.recipe, TargetRecipe) else TargetRecipe()
 
 
 @dataclass(frozen=True)
@@ -253,6 +321,11 @@ class CellRecord(Record):
         return sel if isinstance(sel, Selection) else Selection()
 
     @property
+    def evaluated_metrics(self) -> Mapping[str, Any]:
+        """The metrics the pooled evaluation recorded (name -> headline, direction, parameters)."""
+        return mapping(mapping(self.evaluation).get("metrics"))
+
+    @property
     def dtype(self) -> str | None:
         return self.spec.get("dtype")
 
@@ -265,10 +338,9 @@ class CellRecord(Record):
         return str(mapping(self.provenance).get("reconbench_version"))
 
     @property
-    def per_image(self) -> list[Any]:
-        """The pooled evaluation's per-image rows (objects in an expanded record)."""
-        rows = mapping(self.evaluation).get("per_image")
-        return rows if isinstance(rows, list) else []
+    def per_image(self) -> list[ImageRow]:
+        """The pooled evaluation's per-image rows (objects in an expanded record; others are left out)."""
+        return image_rows(mapping(self.evaluation).get("per_image"))
 
     @property
     def work_dir(self) -> str:
@@ -278,6 +350,63 @@ class CellRecord(Record):
     @property
     def is_entry(self) -> bool:
         return self.entry is not None
+
+
+@dataclass(frozen=True)
+class Invocation(Record):
+    """One ``reconbench bench`` invocation of a results folder (``invocations/NNN.json``)."""
+
+    invocation: int | None = None
+    command: str | None = None
+    status: str | None = None
+    started: str | None = None
+    elapsed_seconds: float | None = None
+    git_commit: str | None = None
+    reconbench_version: str | None = None
+    machine: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SearchRun(Record):
+    """One search run of a cell: its sampled options, final loss, steps and how it stopped."""
+
+    run: int | None = None
+    config: Mapping[str, Any] | None = None
+    final_loss: float | None = None
+    steps: int | None = None
+    stopped: str | None = None
+    seconds: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The run's settings and outcome (every field, None where absent)."""
+        return {"run": self.run, "config": self.config, "final_loss": self.final_loss, "steps": self.steps,
+                "stopped": self.stopped, "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class ImageRow(Record):
+    """One training image's row of an evaluation's per-image table: its label, best candidate, margin and scores
+    (the score columns depend on the protocol: :meth:`score`)."""
+
+    label: Any = None
+    best_candidate: int | None = None
+    margin: float | None = None
+
+    def raw(self, column: str) -> Any:
+        """A column as stored (None: absent)."""
+        return self.extra[column] if column in self.extra else None
+
+    def score(self, column: str) -> float | None:
+        """A numeric column of the row (None: absent, null or not a number)."""
+        return number(self.extra[column]) if column in self.extra else None
+
+    def has(self, column: str) -> bool:
+        return column in self.extra
+
+
+def image_rows(rows: Any) -> list[ImageRow]:
+    """Per-image rows (JSON objects) as records; anything else in the list is left out."""
+    return [ImageRow.from_dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
 
 
 # -- a run ------------------------------------------------------------------------------------------------
@@ -387,6 +516,83 @@ class TableRow(Record):
 
 
 @dataclass(frozen=True)
+class TargetRow(Record):
+    """A row of a board's targets table: a trained target's recipe and training evidence, and the suite's gates."""
+
+    target: str = ""
+    recipe_key: str | None = None
+    dataset: str | None = None
+    task: str | None = None
+    n_train: int | None = None
+    n_per_class: int | None = None
+    num_classes: int | None = None
+    family: str | None = None
+    widths: list[int] | None = None
+    loss: str | None = None
+    weight_decay: float | None = None
+    defense: str | None = None
+    defense_config: Mapping[str, Any] | None = None
+    steps: int | None = None
+    train_error: float | None = None
+    test_error: float | None = None
+    train_loss: float | None = None
+    stationarity_ratio: float | None = None
+    gate: float | None = None
+    learned_gate: float | None = None
+    converged: bool | None = None
+    train_seconds: float | None = None
+    cells: list[str] = field(default_factory=list)
+    learned_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class ComparisonValue(Record):
+    """One point of a comparison row: the cells at one value of the axis, and a statistic per metric
+    (:meth:`stat`; the metrics are keys of the point, named by the comparison)."""
+
+    axis_value: Any = None
+    target: str = ""
+    cells: list[str] = field(default_factory=list)
+    attack_failed: Failures | None = nested(_of(Failures))
+
+    def stat(self, metric: str) -> MetricStat:
+        return MetricStat.from_dict(self.extra[metric]) if isinstance(self.extra.get(metric), Mapping) \
+            else MetricStat()
+
+
+@dataclass(frozen=True)
+class ComparisonRow(Record):
+    attack: str = ""
+    init: str = ""
+    selection: str = ""
+    values: list[ComparisonValue] = nested(_list_of(ComparisonValue), None)
+    init_is_oracle: bool = False
+
+
+@dataclass(frozen=True)
+class Comparison(Record):
+    """A comparison of a board: one target with one axis varied (``[[leaderboard.comparisons]]`` of a suite)."""
+
+    title: str = ""
+    axis: str = ""
+    base: str = ""
+    axis_values: list[Any] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
+    rows: list[ComparisonRow] = nested(_list_of(ComparisonRow), None)
+
+
+@dataclass(frozen=True)
+class Figure(Record):
+    """A board's figure: its file and caption, or why it was not drawn."""
+
+    title: str = ""
+    file: str | None = None
+    caption: str | None = None
+    reason: str | None = None
+    cells: list[str] | None = None
+
+
+@dataclass(frozen=True)
 class Command(Record):
     invocation: int | None = None
     command: str | None = None
@@ -443,12 +649,12 @@ class BoardResults(Record):
     format: str | None = None
     header: BoardHeader = nested(_of(BoardHeader), BoardHeader())
     columns: list[Column] = nested(_list_of(Column), None)
-    targets: list[Mapping[str, Any]] = field(default_factory=list)
+    targets: list[TargetRow] = nested(_list_of(TargetRow), None)
     tables: Mapping[str, list[TableRow]] = nested(
         lambda v: {k: _list_of(TableRow)(x) for k, x in v.items()} if isinstance(v, Mapping) else v, None)
-    comparisons: Mapping[str, Any] = field(default_factory=dict)
+    comparisons: Mapping[str, Comparison] = nested(_map_of(Comparison), None)
     privacy: Mapping[str, Any] = field(default_factory=dict)
-    figures: Mapping[str, Any] = field(default_factory=dict)
+    figures: Mapping[str, Figure] = nested(_map_of(Figure), None)
     stored_candidates: list[str] = field(default_factory=list)
     failures: list[Mapping[str, Any]] = field(default_factory=list)
     not_run: list[str] = field(default_factory=list)

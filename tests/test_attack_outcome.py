@@ -269,21 +269,22 @@ def test_a_claim_whose_attack_failed_is_not_judged_as_a_zero():
 
 
 def test_a_row_where_some_seeds_failed_shows_the_others_and_the_failures():
-    from reconbench.leaderboard.render import render_comparison, render_main_table
+    from reconbench.leaderboard.readme import render_comparison, render_main_table
     from reconbench.leaderboard.tables import Stat
+    from reconbench.records import Column, Comparison, TableRow
 
     failed = {"cells": ["c2"], "statuses": {DIVERGED: 1}, "of": 2, "text": "diverged 1/2"}
     col = {"name": "count", "higher_is_better": True, "format": ".1f"}
     row = {"target": "t", "attack": "a", "attack_name": "a", "init": "i", "init_is_oracle": False, "cells": ["c1"],
            "attack_failed": failed, "best": True, "metrics": {"count": {**Stat([3.0]).to_dict(), "null": None}}}
-    line = render_main_table([row], [col]).splitlines()[-1]
+    line = render_main_table([TableRow.from_dict(row)], [Column.from_dict(col)]).splitlines()[-1]
     assert "| 1 (diverged 1/2) " in line and "| 3.0 " in line
     none_ran = {**row, "cells": [], "attack_failed": {**failed, "statuses": {DIVERGED: 2}, "text": "diverged 2/2"},
                 "metrics": {"count": {**Stat([]).to_dict(), "null": None}}}
-    assert "| diverged 2/2 " in render_main_table([none_ran], [col]).splitlines()[-1]
+    assert "| diverged 2/2 " in render_main_table([TableRow.from_dict(none_ran)], [Column.from_dict(col)]).splitlines()[-1]
     comp = {"axis": "n", "axis_values": [1, 2], "metrics": ["count"], "rows": [{
         "attack": "a", "init": "i", "selection": "pool", "init_is_oracle": False, "values": [
             {"count": Stat([3.0]).to_dict(), "attack_failed": failed},
             {"count": Stat([]).to_dict(), "attack_failed": none_ran["attack_failed"]}]}]}
-    line = render_comparison(comp, [col]).splitlines()[-1]
+    line = render_comparison(Comparison.from_dict(comp), [Column.from_dict(col)]).splitlines()[-1]
     assert "| 3.0 (diverged 1/2) " in line and "| diverged 2/2 " in line

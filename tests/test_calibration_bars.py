@@ -92,13 +92,14 @@ def test_tables_read_the_own_bar_count_and_verify_rechecks_it():
     from reconbench.bench.suite import default_columns
     from reconbench.leaderboard.tables import column_value
     from reconbench.leaderboard.verify import _check_tables
+    from reconbench.records import CellRecord
 
     col = next(c for c in default_columns() if c.source == "calibrated")
     bar = {"count": 3, "threshold": 0.9, "bar": "oracle-selected: best of 2 null runs by extraction score, m = 20"}
     rec = {"selections": {"oracle": {"summary": {"reconstructed_calibrated": 5}, "calibrated": bar}}}
-    assert column_value(rec, "oracle", col) == (3.0, "calibrated")
+    assert column_value(CellRecord.from_dict(rec), "oracle", col) == (3.0, "calibrated")
     old = {"selections": {"oracle": {"summary": {"reconstructed_calibrated": 5}}}}   # a cell without bars
-    assert column_value(old, "oracle", col) == (None, None)
+    assert column_value(CellRecord.from_dict(old), "oracle", col) == (None, None)
     data = {"columns": [{"name": col.name, "source": "calibrated"}],
             "tables": {"oracle": [{"attack": "a", "init": "i", "target": "t", "cells": ["c"],
                                    "metrics": {col.name: {"key": "calibrated", "values": [3.0], "mean": 3.0}}}]}}

@@ -24,6 +24,7 @@ from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import Published, Stat, fmt_stat, target_rows, value_range
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
+from reconbench.records import CellRecord, TargetRow
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -499,7 +500,7 @@ def test_publishing_refuses_cells_from_a_dirty_tree(synthetic, tmp_path):
     with pytest.raises(ReconbenchError, match="cells ran at abc123, this checkout is def456"):
         check_publishable(pub, "def456")
     first = next(iter(pub.records.values()))
-    first["provenance"]["git_commit"] = "abc123-dirty"
+    first.provenance["git_commit"] = "abc123-dirty"
     with pytest.raises(ReconbenchError, match="dirty or unknown tree"):
         check_publishable(pub, "abc123")
 
@@ -521,7 +522,7 @@ def test_interval_over_seeds_is_clipped_to_what_the_metric_can_take(values, valu
 
 
 def test_value_ranges_follow_what_each_key_counts():
-    recs = [{"target": {"n_train": 20}}, {"target": {"n_train": 20}}]
+    recs = [CellRecord.from_dict({"target": {"n_train": 20}}) for _ in range(2)]
     assert value_range("reconstructed_calibrated", recs) == (0.0, 20.0)
     assert value_range("reconstructed", recs) == (0.0, 20.0)
     assert value_range("reconstructed_per_candidate", recs) == (0.0, 1.0)
@@ -534,6 +535,14 @@ def test_value_ranges_follow_what_each_key_counts():
     assert value_range("no_metric_declares_this", recs) == (None, None)
 
 
+def typed(records):
+    return {cid: CellRecord.from_dict(r) for cid, r in records.items()}
+
+
+def target_records(rows):
+    return [TargetRow.from_dict(r) for r in rows]
+
+
 def test_targets_table_has_one_row_per_trained_target_when_seeds_retrain_it():
     def rec(cid, name, key, seed, ratio):
         return {"cell_id": cid, "status": "ok", "seed": seed,
@@ -541,7 +550,7 @@ def test_targets_table_has_one_row_per_trained_target_when_seeds_retrain_it():
                            "train_metrics": {"certificate": {"ratio": ratio}}}}
     records = {"a0": rec("a0", "t", "k0", 0, 0.9), "a1": rec("a1", "t", "k1", 1, 0.8),
                "b0": rec("b0", "t", "k0", 0, 0.9), "c0": rec("c0", "u", "k2", 0, 0.1)}
-    rows = target_rows(Published(plan=[], records=records, not_run=[], stale=[]), gate=0.5)
+    rows = target_rows(Published(plan=[], records=typed(records), not_run=[], stale=[]), gate=0.5)
     assert [(r["target"], r["cells"], r["stationarity_ratio"], r["converged"]) for r in rows] == [
         ("t (seed 0)", ["a0", "b0"], 0.9, False), ("t (seed 1)", ["a1"], 0.8, False), ("u", ["c0"], 0.1, True)]
 
@@ -553,12 +562,12 @@ def test_targets_table_shows_the_learned_part_ratio_only_where_cards_have_it():
         return {"cell_id": cid, "status": "ok", "seed": 0,
                 "target": {"name": cid, "recipe_key": cid, "recipe": {}, "train_metrics": {"certificate": cert}}}
     old = {"a": rec("a", {"ratio": 0.9})}
-    rows = target_rows(Published(plan=[], records=old, not_run=[], stale=[]))
-    assert "learned_ratio" not in rows[0] and "learned-part ratio" not in render_targets(rows)
+    rows = target_rows(Published(plan=[], records=typed(old), not_run=[], stale=[]))
+    assert "learned_ratio" not in rows[0] and "learned-part ratio" not in render_targets(target_records(rows))
     new = {**old, "b": rec("b", {"ratio": 0.95, "learned": {"ratio": 0.0432}})}
-    rows = target_rows(Published(plan=[], records=new, not_run=[], stale=[]))
+    rows = target_rows(Published(plan=[], records=typed(new), not_run=[], stale=[]))
     assert [r.get("learned_ratio") for r in rows] == [None, 0.0432]
-    table = render_targets(rows)
+    table = render_targets(target_records(rows))
     assert "learned-part ratio" in table and "0.0432" in table
 
 
@@ -573,13 +582,13 @@ def test_the_learned_part_gate_flags_targets_on_its_own_measure():
     records = {"in": rec("in", {"ratio": 0.95, "learned": {"ratio": 0.05}}),
                "out": rec("out", {"ratio": 0.2, "learned": {"ratio": 0.3}}),
                "old": rec("old", {"ratio": 0.2})}
-    rows = target_rows(Published(plan=[], records=records, not_run=[], stale=[]), learned_gate=0.1)
+    rows = target_rows(Published(plan=[], records=typed(records), not_run=[], stale=[]), learned_gate=0.1)
     assert [(r["target"], r["converged"]) for r in rows] == [("in", True), ("out", False), ("old", None)]
-    table = render_targets(rows)
+    table = render_targets(target_records(rows))
     assert "0.05 ✓" in table and "0.3 ⚠ > 0.1" in table and "0.95 ✓" not in table and "0.95 ⚠" not in table
     both = {"stationarity": 0.5, "learned": 0.1}
-    assert [in_regime(both, r) for r in records.values()] == [False, False, None]
-    assert in_regime({}, records["in"]) is None
+    assert [in_regime(both, r) for r in typed(records).values()] == [False, False, None]
+    assert in_regime({}, typed(records)["in"]) is None
 
 
 def test_a_suite_gate_must_be_positive(tmp_path):

@@ -15,10 +15,11 @@ import torch
 from _helpers.cli import run_cli
 
 from reconbench.bench.entries import card_metrics
-from reconbench.bench.runner import card_reader, score_selection
+from reconbench.bench.runner import card_reader
 from reconbench.bench.seal import SEAL_FIELD, seal, sealed
 from reconbench.evaluation import decisions
 from reconbench.leaderboard.verify import check_cell, check_records, read_record, rescore_inputs
+from reconbench.runs.result import score_selection
 
 REPO = Path(__file__).resolve().parents[1]
 CI = REPO / "leaderboards" / "ci"

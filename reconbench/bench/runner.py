@@ -47,7 +47,6 @@ from reconbench.bench.suite import Suite, SuiteError, display_path
 from reconbench.config import build_config, config_to_dict
 from reconbench.data import Problem
 from reconbench.errors import ReconbenchError, UnknownNameError
-from reconbench.evaluation import evaluate
 from reconbench.evaluation.bars import selection_record
 from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
@@ -142,31 +141,6 @@ def write_target_card(out: Path, key: str, card: ModelCard) -> str:
 
 
 # -- scoring the selections ---------------------------------------------------------------------------
-def score_selection(
-    problem: Problem,
-    pooled: dict[str, torch.Tensor],
-    run: int | None,
-    *,
-    family: str,
-    protocol: dict[str, Any],
-    card: Any,
-) -> dict[str, Any]:
-    """The standard evaluation of one search run's candidates (``run=None``: the whole pool)."""
-    mask = torch.ones(len(pooled["run_ids"]), dtype=torch.bool) if run is None else pooled["run_ids"] == run
-    return evaluate(
-        problem,
-        pooled["candidates"][mask],
-        family=family,
-        protocol=protocol,
-        labels=pooled["labels"][mask],
-        run_ids=pooled["run_ids"][mask],
-        x0=pooled["x0"][mask],
-        card=card,
-        out_dir=None,
-        quiet=True,
-    )
-
-
 def selections(result: dict[str, Any]) -> dict[str, Any]:
     """Pool (all runs), blind (lowest attack loss) and oracle (best training-set score) selections with their
     held-out nulls, as ``pipeline.finish`` scored them (each selection is evaluated once, there)."""

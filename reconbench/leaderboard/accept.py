@@ -35,6 +35,7 @@ from reconbench.bench.runner import STATUS_OK, protocol_reader
 from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.slim import pick_sample, sample_size
 from reconbench.leaderboard.submit import (
     SUBMISSION_FORMAT,
@@ -52,7 +53,7 @@ from reconbench.leaderboard.tables import (
     resolve_columns,
     target_rows,
 )
-from reconbench.leaderboard.verify import check_cell, check_records, rerender_readme
+from reconbench.leaderboard.verify import check_cell, check_records
 from reconbench.provenance import write_text_atomic
 
 
@@ -212,10 +213,10 @@ def merge_tables(ext: Suite, board: Path, data: dict[str, Any], outside: dict[st
     header = dict(data["header"])
     header["cells"] = {
         "planned": len(pub.plan), "ok": len(ok),
-        "failed": sum(1 for r in pub.records.values() if r["status"] != STATUS_OK),
+        "failed": sum(1 for r in pub.records.values() if r.status != STATUS_OK),
         "not_run": len(pub.not_run), "stale": len(pub.stale),
     }
-    header["attack_failed"] = [{"cell_id": r["cell_id"], **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()]
+    header["attack_failed"] = [{"cell_id": r.cell_id, **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()]
     return {
         **data,
         "header": header,
@@ -223,8 +224,8 @@ def merge_tables(ext: Suite, board: Path, data: dict[str, Any], outside: dict[st
         "targets": target_rows(pub, ext.max_stationarity_ratio, ext.max_learned_ratio),
         "tables": tables,
         "comparisons": comparison_rows(ext, pub, columns),
-        "failures": [{"cell_id": r["cell_id"], "status": r["status"], "error": r["error"]}
-                     for r in pub.records.values() if r["status"] != STATUS_OK],
+        "failures": [{"cell_id": r.cell_id, "status": r.status, "error": r.error}
+                     for r in pub.records.values() if r.status != STATUS_OK],
         "not_run": pub.not_run,
         "stale": pub.stale,
     }

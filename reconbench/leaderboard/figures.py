@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.tables import Published, column_value
+from reconbench.records import CellRecord, ImageRow, TrainMetrics
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
 
@@ -42,28 +43,28 @@ class _Data:
         self._problems: dict[str, Problem] = {}
         self._cards: dict[str, dict[str, Any]] = {}
 
-    def card(self, rec: dict[str, Any]) -> dict[str, Any]:
-        key = rec["target"]["recipe_key"]
+    def card(self, rec: CellRecord) -> dict[str, Any]:
+        key = str(rec.target.recipe_key)
         if key not in self._cards:
             self._cards[key] = json.loads((self.results / "targets" / f"{key}.json").read_text())
         return self._cards[key]
 
-    def margins(self, rec: dict[str, Any]) -> list[Any]:
+    def margins(self, rec: CellRecord) -> list[Any]:
         """The target's per-image margins from its model card ([] when the card is not at hand)."""
         try:
-            return list(self.card(rec)["metrics"].get("margins") or [])
+            return list(TrainMetrics.from_dict(self.card(rec)["metrics"]).margins or [])
         except (OSError, KeyError, ValueError):
             return []
 
-    def problem(self, rec: dict[str, Any]) -> Problem:
-        key = rec["target"]["recipe_key"]
+    def problem(self, rec: CellRecord) -> Problem:
+        key = str(rec.target.recipe_key)
         if key not in self._problems:
             card = ModelCard(path=self.results / "targets", data=self.card(rec))
             self._problems[key] = card.problem(self.data_root)
         return self._problems[key]
 
-    def pooled(self, rec: dict[str, Any]) -> dict[str, torch.Tensor]:
-        return load_file(str(self.results / rec.get("result_dir", f"work/{rec['cell_id']}") / "candidates.safetensors"))
+    def pooled(self, rec: CellRecord) -> dict[str, torch.Tensor]:
+        return load_file(str(self.results / rec.work_dir / "candidates.safetensors"))
 
 
 def _display(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
@@ -77,16 +78,15 @@ def _display(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
     return img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
 
 
-def matches(problem: Problem, candidates: torch.Tensor, evaluation: dict[str, Any]) -> tuple[list[tuple[int, int, float]], str]:
+def matches(problem: Problem, candidates: torch.Tensor, rows: list[ImageRow]) -> tuple[list[tuple[int, int, float]], str]:
     """(train index, candidate index, score) per training image, best first, and what the score is.
 
     Uses the evaluation's per-image matches when it records them; otherwise the nearest candidate by
     normalised cross-correlation (display only: no table number comes from this).
     """
-    rows = [r for r in evaluation.get("per_image") or [] if isinstance(r, dict)]
-    if any(isinstance(r.get(CANDIDATE_KEY), int) for r in rows) and len(rows) == problem.n:
-        out = [(i, int(r[CANDIDATE_KEY]), _num(r.get(SSIM_KEY))) for i, r in enumerate(rows)
-               if isinstance(r.get(CANDIDATE_KEY), int)]
+    if any(isinstance(r.best_candidate, int) for r in rows) and len(rows) == problem.n:
+        out = [(i, int(r.best_candidate), _num(r.raw(SSIM_KEY))) for i, r in enumerate(rows)
+               if isinstance(r.best_candidate, int)]
         ranked: list[tuple[int, int, float]] = [(i, c, -math.inf if v is None else v) for i, c, v in out]
         return sorted(ranked, key=lambda t: -t[2]), SSIM_KEY
     x = problem.x_train(torch.float64).flatten(1)
@@ -99,7 +99,7 @@ def matches(problem: Problem, candidates: torch.Tensor, evaluation: dict[str, An
     return sorted(nearest, key=lambda t: -t[2]), "NCC"
 
 
-def _primary(rec: dict[str, Any], columns: list[dict[str, Any]]) -> float:
+def _primary(rec: CellRecord, columns: list[dict[str, Any]]) -> float:
     v, _ = column_value(rec, "pool", columns[0]["spec"])
     if v is None:
         return -math.inf
@@ -151,16 +151,16 @@ def draw_reconstructions(
     for a, rec in enumerate(picks):
         problem = data.problem(rec)
         pooled = data.pooled(rec)
-        found, score_name = matches(problem, pooled["candidates"], rec.get("evaluation") or {})
+        found, score_name = matches(problem, pooled["candidates"], rec.per_image)
         score_names.add(score_name)
         mean = problem.mean
         header = fig.add_subplot(grid[3 * a, :])
         header.axis("off")
-        oracle = " †" if rec["init"].get("is_oracle") else ""
+        oracle = " †" if rec.init.is_oracle else ""
         header.text(
             0.0,
             0.0,
-            f"{rec['attack']['label']} · init {rec['init']['label']}{oracle} · {rec['target']['name']} · seed {rec['seed']}",
+            f"{rec.attack.label} · init {rec.init.label}{oracle} · {rec.target.name} · seed {rec.seed}",
             fontsize=8,
             va="bottom",
         )
@@ -178,7 +178,7 @@ def draw_reconstructions(
     return {
         "title": title,
         "file": f"figures/{path.name}",
-        "cells": [r["cell_id"] for r in picks],
+        "cells": [r.cell_id for r in picks],
         "caption": f"For each attack, its best cell under {inits_text} (by the first column, pooled "
         f"candidates): training images (upper row) and the matched candidate (lower row, with its "
         f"{' / '.join(sorted(score_names))} score), best matches first.",
@@ -191,14 +191,14 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
     title = TITLES["ssim_vs_margin"]
     points: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
     for rec in pub.usable():
-        if "grid" not in rec["groups"] or rec["init"].get("is_oracle"):
+        if "grid" not in rec.groups or rec.init.is_oracle:
             continue
-        rows = (rec.get("evaluation") or {}).get("per_image") or []
-        card_margins = data.margins(rec) if any(_num(r.get("margin")) is None for r in rows) else []
-        xs, ys = points.setdefault(rec["target"]["name"], {}).setdefault(rec["attack"]["label"], ([], []))
+        rows = rec.per_image
+        card_margins = data.margins(rec) if any(_num(r.margin) is None for r in rows) else []
+        xs, ys = points.setdefault(rec.target.name, {}).setdefault(rec.attack.label, ([], []))
         for i, r in enumerate(rows):
-            ssim = _ssim_of(r) if isinstance(r, dict) else None
-            margin = _num(r.get("margin")) if isinstance(r, dict) else None
+            ssim = _num(r.raw(SSIM_KEY))
+            margin = _num(r.margin)
             if margin is None and len(card_margins) == len(rows):
                 margin = _num(card_margins[i])
             if ssim is not None and margin is not None:
@@ -229,21 +229,17 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
     }
 
 
-def _ssim_of(row: dict[str, Any]) -> float | None:
-    return _num(row.get(SSIM_KEY))
-
-
 def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, Any]], path: Path) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     title = TITLES["mixture_heatmap"]
-    recs = [r for r in pub.usable() if r["init"]["regime"] == MIXTURE_REGIME]
+    recs = [r for r in pub.usable() if r.init.regime == MIXTURE_REGIME]
     if not recs:
         return {"title": title, "reason": f"the suite runs no `{MIXTURE_REGIME}` init"}
     numeric = sorted(
-        {k for r in recs for k, v in r["init"]["config"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        {k for r in recs for k, v in r.init.config.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     )
-    varying = [k for k in numeric if len({r["init"]["config"].get(k) for r in recs}) > 1]
+    varying = [k for k in numeric if len({r.init.config[k] if k in r.init.config else None for r in recs}) > 1]
     if len(varying) != 2:
         return {
             "title": title,
@@ -257,8 +253,8 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
         v, _ = column_value(r, "pool", col["spec"])
         if v is None:
             continue
-        cell = (float(r["init"]["config"][kx]), float(r["init"]["config"][ky]))
-        panels.setdefault((r["attack"]["label"], r["target"]["name"]), {}).setdefault(cell, []).append(v)
+        cell = (float(r.init.config[kx]), float(r.init.config[ky]))
+        panels.setdefault((r.attack.label, r.target.name), {}).setdefault(cell, []).append(v)
     if not panels:
         return {"title": title, "reason": f"no mixture cell has a value for {col['name']}"}
     fig, axes = plt.subplots(1, len(panels), figsize=(3.8 * len(panels), 3.4), squeeze=False)

@@ -19,6 +19,7 @@ from tabulate import tabulate
 from reconbench.bench.suite import PrivacyAxis, Suite
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE
 from reconbench.leaderboard.tables import Published, Stat, failures_of, fmt_stat, null_of, value_range
+from reconbench.records import CellRecord, TrainMetrics, mapping
 
 #: the evaluation summary key shown as each attack's headline: the calibrated count (docs/calibration.md), which
 #: random held-out images pass with probability at most 5%; the papers' SSIM count is not a privacy measure
@@ -33,28 +34,25 @@ FRONT_MARK = "◆"
 ATTACK_FAILED = "attack failed"
 
 
-def _summary_value(rec: dict[str, Any], key: str) -> float | None:
-    v = (((rec.get("selections") or {}).get(SELECTION) or {}).get("summary") or {}).get(key)
-    if isinstance(v, dict):
-        v = v.get("value")
+def _summary_value(rec: CellRecord, key: str) -> float | None:
+    v = rec.selection(SELECTION).raw(key)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _target_info(pub: Published, target: str) -> dict[str, Any]:
     """Utility and defense records of a target, from the first cell record that ran on it."""
     for rec in pub.records.values():
-        t = rec.get("target") or {}
-        if t.get("name") != target or not t.get("train_metrics"):
+        t = rec.target
+        if t.name != target or not t.has_metrics:
             continue
-        m = t["train_metrics"]
-        before = m.get("before_defense") or {}
-        records = (m.get("defense") or {}).get("records") or {}
+        m = t.metrics
+        before = TrainMetrics.from_dict(mapping(m.before_defense))
         return {
-            "test_accuracy": None if m.get("test_error") is None else 1.0 - float(m["test_error"]),
-            "train_accuracy": None if m.get("train_error") is None else 1.0 - float(m["train_error"]),
-            "test_accuracy_before_release": None if before.get("test_error") is None else 1.0 - float(before["test_error"]),
-            "steps_run": m.get("steps_run"),
-            "defense_records": records,
+            "test_accuracy": None if m.test_error is None else 1.0 - float(m.test_error),
+            "train_accuracy": None if m.train_error is None else 1.0 - float(m.train_error),
+            "test_accuracy_before_release": None if before.test_error is None else 1.0 - float(before.test_error),
+            "steps_run": m.steps_run,
+            "defense_records": m.defense_records,
         }
     return {"test_accuracy": None, "train_accuracy": None, "test_accuracy_before_release": None, "steps_run": None,
             "defense_records": {}}
@@ -97,7 +95,7 @@ def axis_rows(suite: Suite, pub: Published, axis: PrivacyAxis) -> dict[str, Any]
                 entry["attacks"][f"{attack} / {init}"] = {
                     "headline": Stat(head, value_range(HEADLINE_KEY, recs)).to_dict(),
                     "null": Stat(null, value_range(HEADLINE_KEY, pub.ok(ids))).to_dict(),
-                    "cells": [r["cell_id"] for r in recs], "pareto": False,
+                    "cells": [r.cell_id for r in recs], "pareto": False,
                     "attack_failed": failures_of(pub.attack_failed(ids), len(pub.ok(ids)))}
         rows.append(entry)
     if axis.null_attack:  # the null cells' headline (held-out images, 0 steps) where the cells record none

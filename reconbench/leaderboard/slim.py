@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ from reconbench.bench.runner import STATUS_OK, card_reader, load_cells, run_suit
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation.rescore import close
+from reconbench.leaderboard.readme import rerender_readme
 from reconbench.provenance import write_text_atomic
+from reconbench.records import CellRecord
 
 #: how many cells of a board keep their candidates (at most; fewer when the suite asks for fewer)
 SAMPLE_CELLS = 2
@@ -91,7 +94,7 @@ def pick_sample(files: dict[str, Path], k: int, budget: int = SAMPLE_BYTES, name
     return sorted(chosen)
 
 
-def store_sample(files: dict[str, Path], records: dict[str, dict[str, Any]], out: Path, k: int,
+def store_sample(files: dict[str, Path], records: Mapping[str, CellRecord], out: Path, k: int,
                  named: tuple[str, ...] = ()) -> list[str]:
     """Write the candidates of the ``named`` cells and a sample of ``k`` more to ``out`` (in the attack's
     precision); their ids."""
@@ -99,7 +102,7 @@ def store_sample(files: dict[str, Path], records: dict[str, dict[str, Any]], out
     out.mkdir(parents=True, exist_ok=True)
     for cid in chosen:
         tensors = load_file(str(files[cid]))
-        dtype = (records.get(cid) or {}).get("spec", {}).get("dtype")
+        dtype = records[cid].dtype if cid in records else None
         tmp = out / f".{cid}.safetensors.tmp"
         save_file({k: v.contiguous() for k, v in in_attack_precision(tensors, dtype).items()}, str(tmp))
         tmp.replace(out / f"{cid}.safetensors")
@@ -153,7 +156,7 @@ def slim_board(suite: Suite, board: Path) -> SlimReport:
     if not (board / "results.json").exists():
         raise ReconbenchError(f"{board} holds no leaderboard (no results.json); pass a published board folder")
     report = SlimReport(bytes_before=_folder_bytes(board))
-    records = {}
+    records: dict[str, CellRecord] = {}
     for path in sorted((board / "cells").glob("*.json")):
         try:
             rec = json.loads(path.read_text())
@@ -164,9 +167,9 @@ def slim_board(suite: Suite, board: Path) -> SlimReport:
             report.already += 1
         else:
             write_entry(path, rec, suite, board)
-        records[path.stem] = rec
+        records[path.stem] = CellRecord.from_dict(rec)
     files = {p.stem: p for p in sorted((board / "candidates").glob("*.safetensors"))
-             if (records.get(p.stem) or {}).get("status") == STATUS_OK}
+             if p.stem in records and records[p.stem].status == STATUS_OK}
     with tempfile.TemporaryDirectory(dir=board) as tmp:
         kept = store_sample(files, records, Path(tmp), sample_size(suite), suite.leaderboard.sample_cells)
         for p in sorted((board / "candidates").glob("*.safetensors")):
@@ -192,8 +195,6 @@ def _name_sample(suite: Suite, board: Path, kept: list[str]) -> bool:
     """results.json's ``stored_candidates`` (written compactly) and README.md: rendered again from results.json and
     the entries when the suite file is the one the board was rendered from (True), else only its sentence that
     counts the stored candidates is updated (False)."""
-    from reconbench.leaderboard.verify import rerender_readme
-
     data = json.loads((board / "results.json").read_text())
     old = len(data.get("stored_candidates") or [])
     data["stored_candidates"] = kept

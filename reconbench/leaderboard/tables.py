@@ -28,6 +28,7 @@ from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import ColumnSpec, Suite, display_path
 from reconbench.evaluation import reported
 from reconbench.provenance import git_commit
+from reconbench.records import CellRecord, Invocation, MetricStat, TargetRow, mapping, number
 from reconbench.targets.certificate import gate_value
 
 LEADERBOARD_FORMAT = "reconbench-leaderboard/1"
@@ -45,40 +46,28 @@ def default_leaderboard_dir(suite: Suite) -> Path:
 
 
 # -- reading values -------------------------------------------------------------------------------------
-def _number(v: Any) -> float | None:
-    if isinstance(v, dict):
-        v = v.get("value")
-    if isinstance(v, bool):
-        return float(v)
-    if isinstance(v, (int, float)) and not math.isnan(float(v)):
-        return float(v)
-    return None
-
-
-def column_value(rec: dict[str, Any], selection: str, col: ColumnSpec) -> tuple[float | None, str | None]:
+def column_value(rec: CellRecord, selection: str, col: ColumnSpec) -> tuple[float | None, str | None]:
     """(value, summary key used) of one column for one cell and selection."""
-    sel = (rec.get("selections") or {}).get(selection) or {}
+    sel = rec.selection(selection)
     if col.source == "attack_loss":
-        return _number(sel.get("attack_loss")), "attack_loss"
+        return number(sel.attack_loss), "attack_loss"
     if col.source == "wall_seconds":
-        return _number(rec.get("attack_seconds")), "attack_seconds"
+        return number(rec.attack_seconds), "attack_seconds"
     if col.source == "calibrated":   # the count against the bar calibrated for this selection (evaluation/bars.py)
-        calibrated = sel.get("calibrated") or {}
-        return (_number(calibrated["count"]), "calibrated") if "count" in calibrated else (None, None)
-    summary = sel.get("summary") or {}
+        return (sel.calibrated_count, "calibrated") if "count" in mapping(sel.calibrated) else (None, None)
     for k in col.keys:
-        if k in summary:
-            return _number(summary[k]), k
+        if k in sel.summary:
+            return sel.value(k), k
     return None, None
 
 
-def direction(col: ColumnSpec, key: str | None, records: Iterable[dict[str, Any]]) -> tuple[bool, str]:
+def direction(col: ColumnSpec, key: str | None, records: Iterable[CellRecord]) -> tuple[bool, str]:
     """higher_is_better of a column: the metric whose headline the key is (as the evaluation recorded it, else as
     the registered metric plugin declares it), else the column spec."""
     records = list(records)
     if key and col.source == "summary":
         for rec in records:
-            for name, info in ((rec.get("evaluation") or {}).get("metrics") or {}).items():
+            for name, info in rec.evaluated_metrics.items():
                 if isinstance(info, dict) and info.get("headline", name) == key and "higher_is_better" in info:
                     return bool(info["higher_is_better"]), f"metric {name!r} (recorded in the cells)"
         for name in plugins.names("metrics"):
@@ -92,7 +81,7 @@ def direction(col: ColumnSpec, key: str | None, records: Iterable[dict[str, Any]
 
 
 # -- aggregation ----------------------------------------------------------------------------------------
-def value_range(key: str | None, records: Iterable[dict[str, Any]] = ()) -> tuple[float | None, float | None]:
+def value_range(key: str | None, records: Iterable[CellRecord] = ()) -> tuple[float | None, float | None]:
     """The values a summary key can take, for clipping an interval over seeds to what is possible, as the evaluation
     or the metric that reports it declares (:mod:`reconbench.evaluation.reported`): counts of training images lie in
     [0, n] (n: the largest n_train among ``records``), other counts in [0, inf), shares in [0, 1], SSIM and
@@ -102,7 +91,7 @@ def value_range(key: str | None, records: Iterable[dict[str, Any]] = ()) -> tupl
     rep = reported.lookup(key)
     if rep is None:
         return (None, None)
-    ns = [int(n) for r in records if isinstance(n := (r.get("target") or {}).get("n_train"), int)]
+    ns = [int(n) for r in records if isinstance(n := r.target.n_train, int)]
     return reported.bounds(rep, max(ns) if ns else None)
 
 
@@ -143,15 +132,17 @@ class Stat:
                 "ci95": None if ci is None else list(ci), "value_range": list(self.value_range)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Stat:
-        lo, hi = d.get("value_range") or (None, None)
-        return cls(list(d["values"]), (lo, hi))
+    def from_metric(cls, m: MetricStat) -> Stat:
+        lo, hi = m.value_range or (None, None)
+        return cls(list(m.values), (lo, hi))
 
 
-def fmt_stat(s: Stat | dict[str, Any], fmt: str) -> str:
+def fmt_stat(s: Stat | MetricStat | dict[str, Any], fmt: str) -> str:
     """``mean [lo, hi]`` (95% interval over seeds), or the mean alone for one seed."""
     if isinstance(s, dict):
-        s = Stat.from_dict(s)
+        s = MetricStat.from_dict(s)
+    if isinstance(s, MetricStat):
+        s = Stat.from_metric(s)
     if s.mean is None:
         return "n/a"
     text = format(s.mean, fmt)
@@ -161,16 +152,16 @@ def fmt_stat(s: Stat | dict[str, Any], fmt: str) -> str:
     return text
 
 
-def null_of(records: list[dict[str, Any]], selection: str, key: str | None) -> dict[str, Any] | None:
+def null_of(records: list[CellRecord], selection: str, key: str | None) -> dict[str, Any] | None:
     """The held-out null of a summary key over the cells: mean of the cells' null means, the largest draw."""
     if not key:
         return None
     means, maxima = [], []
     for rec in records:
-        spread = (((rec.get("selections") or {}).get(selection) or {}).get("null") or {}).get("spread") or {}
-        if key in spread:
-            means.append(float(spread[key]["mean"]))
-            maxima.append(float(spread[key]["max"]))
+        spread = rec.selection(selection).null_spread(key)
+        if spread is not None:
+            means.append(float(spread["mean"]))
+            maxima.append(float(spread["max"]))
     if not means:
         return None
     return {"mean": statistics.fmean(means), "max": max(maxima), "cells": len(means)}
@@ -197,7 +188,7 @@ def mark_within_noise(rows: list[dict[str, Any]], column: dict[str, Any]) -> Non
             r["within_noise_of_best"] = None if ci is None or best_ci is None else (r is best or overlaps(ci, best_ci))
 
 
-def _stat(records: list[dict[str, Any]], selection: str, col: ColumnSpec) -> tuple[Stat, str | None]:
+def _stat(records: list[CellRecord], selection: str, col: ColumnSpec) -> tuple[Stat, str | None]:
     values, key = [], None
     for rec in records:
         v, k = column_value(rec, selection, col)
@@ -220,55 +211,56 @@ class Published:
     """Cells of the current suite that have a record (others are 'not run' or stale)."""
 
     plan: list[Cell]
-    records: dict[str, dict[str, Any]]
+    records: dict[str, CellRecord]
     not_run: list[str]
     stale: list[str]
 
-    def ok(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    def ok(self, cell_ids: Iterable[str] | None = None) -> list[CellRecord]:
         """The cells that ran (their attack may still have failed: :meth:`usable`, :meth:`attack_failed`)."""
         ids = self.records if cell_ids is None else cell_ids
-        return [self.records[c] for c in ids if c in self.records and self.records[c]["status"] == STATUS_OK]
+        return [self.records[c] for c in ids if c in self.records and self.records[c].status == STATUS_OK]
 
-    def usable(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    def usable(self, cell_ids: Iterable[str] | None = None) -> list[CellRecord]:
         """The cells that ran and whose attack did its work (reconbench.attack.outcome): what the tables aggregate."""
         return [r for r in self.ok(cell_ids) if cell_outcome_of(r).ok]
 
-    def attack_failed(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    def attack_failed(self, cell_ids: Iterable[str] | None = None) -> list[CellRecord]:
         """The cells that ran but whose attack diverged, returned non-finite candidates or stopped early."""
         return [r for r in self.ok(cell_ids) if not cell_outcome_of(r).ok]
 
 
-def cell_outcome_of(rec: dict[str, Any]) -> CellOutcome:
-    outcome = cell_outcome(rec)
+def cell_outcome_of(rec: CellRecord) -> CellOutcome:
+    outcome = cell_outcome({"status": rec.status, "outcome": rec.outcome, "runs": rec.runs})
     assert outcome is not None, "cell_outcome is None only for cells that did not run"
     return outcome
 
 
-def failures_of(failed: list[dict[str, Any]], total: int) -> dict[str, Any] | None:
+def failures_of(failed: list[CellRecord], total: int) -> dict[str, Any] | None:
     """A row's failed attacks: their cells, counts by status and the text the tables print (None: none failed)."""
     if not failed:
         return None
     counts = failure_counts([cell_outcome_of(r) for r in failed])
-    return {"cells": [r["cell_id"] for r in failed], "statuses": counts, "of": total,
+    return {"cells": [r.cell_id for r in failed], "statuses": counts, "of": total,
             "text": failure_text(counts, total)}
 
 
 def collect(suite: Suite, results: Path) -> Published:
     plan = expand(suite)
-    found = load_cells(results)
+    found = {cid: CellRecord.from_dict(rec) for cid, rec in load_cells(results).items()}
     records, not_run, stale = {}, [], []
     for cell in plan:
-        rec = found.get(cell.cell_id)
-        if rec is None:
+        if cell.cell_id not in found:
             not_run.append(cell.cell_id)
-        elif rec.get("cell_key") != cell.key(suite, rec.get("spec", {}).get("dtype")):
+            continue
+        rec = found[cell.cell_id]
+        if rec.cell_key != cell.key(suite, rec.dtype):
             stale.append(cell.cell_id)
         else:
             records[cell.cell_id] = rec
     return Published(plan, records, not_run, stale)
 
 
-def resolve_columns(suite: Suite, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def resolve_columns(suite: Suite, records: list[CellRecord]) -> list[dict[str, Any]]:
     cols = []
     for col in suite.leaderboard.columns:
         key = None
@@ -315,7 +307,7 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
         if not ran:
             continue
         recs = pub.usable(c.cell_id for c in cells)
-        oracle_init = any(r["init"].get("is_oracle") for r in ran)
+        oracle_init = any(r.init.is_oracle for r in ran)
         row: dict[str, Any] = {
             "target": target,
             "attack": attack,
@@ -325,8 +317,8 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
             "init_is_oracle": oracle_init,
             "selection": selection,
             "oracle_selection": selection == "oracle",
-            "cells": [r["cell_id"] for r in recs],
-            "seeds": [r["seed"] for r in recs],
+            "cells": [r.cell_id for r in recs],
+            "seeds": [r.seed for r in recs],
             "attack_failed": failures_of(pub.attack_failed(c.cell_id for c in cells), len(ran)),
             "metrics": {},
         }
@@ -337,7 +329,7 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
             row["metrics"][col["name"]] = {**stat.to_dict(), "key": key,
                                            "null": null_of(recs, selection, key) if col["source"] == "summary" else None}
         row["converged"] = converged(suite, ran)   # a property of the targets, whether or not the attack ran
-        bars = sorted({str(c["bar"]) for r in recs if (c := (r["selections"].get(selection) or {}).get("calibrated"))})
+        bars = sorted({bar for r in recs if (bar := r.selection(selection).calibrated_bar) is not None})
         if bars:
             row["calibration_bars"] = bars
         rows.append(row)
@@ -347,15 +339,13 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
     return rows
 
 
-def stationarity_ratio(rec: dict[str, Any]) -> float | None:
-    ratio = ((rec.get("target") or {}).get("train_metrics") or {}).get("certificate", {}) or {}
-    value = ratio.get("ratio") if isinstance(ratio, dict) else None
-    return float(value) if isinstance(value, (int, float)) else None
+def stationarity_ratio(rec: CellRecord) -> float | None:
+    return rec.target.metrics.stationarity_ratio
 
 
-def learned_ratio(rec: dict[str, Any]) -> float | None:
+def learned_ratio(rec: CellRecord) -> float | None:
     """The target's learned-part ratio, the regime gate's measure (docs/regime.md); None on older cards."""
-    return gate_value(((rec.get("target") or {}).get("train_metrics") or {}).get("certificate"))
+    return gate_value(rec.target.metrics.certificate_dict)
 
 
 def regime_gates(suite: Suite) -> dict[str, float]:
@@ -367,7 +357,7 @@ def regime_gates(suite: Suite) -> dict[str, float]:
 _GATE_MEASURES = {"stationarity": stationarity_ratio, "learned": learned_ratio}
 
 
-def in_regime(gates: dict[str, float], rec: dict[str, Any]) -> bool | None:
+def in_regime(gates: dict[str, float], rec: CellRecord) -> bool | None:
     """Whether the cell's target meets every gate (None: no gate, or a gated measure missing from its card)."""
     values = {k: _GATE_MEASURES[k](rec) for k in gates}
     if not gates or any(v is None for v in values.values()):
@@ -375,7 +365,7 @@ def in_regime(gates: dict[str, float], rec: dict[str, Any]) -> bool | None:
     return all((values[k] or 0.0) <= gate for k, gate in gates.items())
 
 
-def converged(suite: Suite, recs: list[dict[str, Any]]) -> bool | None:
+def converged(suite: Suite, recs: list[CellRecord]) -> bool | None:
     """Whether every target of the cells meets the suite's regime gates (None: no gate or a measure missing)."""
     verdicts = [in_regime(regime_gates(suite), r) for r in recs]
     if not verdicts or any(v is None for v in verdicts):
@@ -390,43 +380,42 @@ def target_rows(pub: Published, gate: float | None = None, learned_gate: float |
     rows: dict[tuple[str, Any], dict[str, Any]] = {}
     keys_of: dict[str, set[Any]] = {}
     for rec in pub.ok():
-        keys_of.setdefault(rec["target"]["name"], set()).add(rec["target"].get("recipe_key"))
+        keys_of.setdefault(rec.target.name, set()).add(rec.target.recipe_key)
     for rec in pub.ok():
-        t = rec["target"]
-        key = (t["name"], t.get("recipe_key"))
+        t = rec.target
+        key = (t.name, t.recipe_key)
         if key in rows:
-            rows[key]["cells"].append(rec["cell_id"])
+            rows[key]["cells"].append(rec.cell_id)
             continue
-        recipe, m = t.get("recipe") or {}, t.get("train_metrics") or {}
-        problem, train = recipe.get("problem", {}), recipe.get("train", {})
+        recipe, m = t.trained_from, t.metrics
         # a suite whose seeds retrain the target has one trained target per seed under one name
-        label = t["name"] if len(keys_of[t["name"]]) == 1 else f"{t['name']} (seed {rec.get('seed')})"
+        label = t.name if len(keys_of[t.name]) == 1 else f"{t.name} (seed {rec.seed})"
         rows[key] = {
             "target": label,
-            "recipe_key": t.get("recipe_key"),
-            "dataset": problem.get("dataset"),
-            "task": problem.get("task"),
-            "n_train": t.get("n_train"),
-            "n_per_class": problem.get("n_per_class"),
-            "num_classes": problem.get("num_classes"),
-            "family": recipe.get("family"),
-            "widths": (recipe.get("model") or {}).get("widths"),
-            "loss": m.get("loss_name"),
-            "weight_decay": train.get("weight_decay"),
-            "defense": recipe.get("defense"),
-            "defense_config": recipe.get("defense_config"),
-            "steps": m.get("steps_run"),
-            "train_error": m.get("train_error"),
-            "test_error": m.get("test_error"),
-            "train_loss": m.get("train_loss"),
-            "stationarity_ratio": (m.get("certificate") or {}).get("ratio"),
+            "recipe_key": t.recipe_key,
+            "dataset": recipe.problem.dataset,
+            "task": recipe.problem.task,
+            "n_train": t.n_train,
+            "n_per_class": recipe.problem.n_per_class,
+            "num_classes": recipe.problem.num_classes,
+            "family": recipe.family,
+            "widths": recipe.widths,
+            "loss": m.loss_name,
+            "weight_decay": recipe.train.weight_decay,
+            "defense": recipe.defense,
+            "defense_config": recipe.defense_config,
+            "steps": m.steps_run,
+            "train_error": m.train_error,
+            "test_error": m.test_error,
+            "train_loss": m.train_loss,
+            "stationarity_ratio": mapping(m.certificate)["ratio"] if "ratio" in mapping(m.certificate) else None,
             "gate": gate,
             "learned_gate": learned_gate,
             "converged": in_regime(gates, rec),
-            "train_seconds": m.get("train_seconds"),
-            "cells": [rec["cell_id"]],
+            "train_seconds": m.train_seconds,
+            "cells": [rec.cell_id],
         }
-        learned = gate_value(m.get("certificate"))
+        learned = gate_value(m.certificate_dict)
         if learned is not None:  # certificates recorded before the learned part existed lack it
             rows[key]["learned_ratio"] = learned
     return list(rows.values())
@@ -439,37 +428,36 @@ def _gate_mark(value: float | None, gate: float | None) -> str:
     return " ✓" if value <= gate else f" ⚠ > {gate:g}"
 
 
-def render_targets(rows: list[dict[str, Any]]) -> str:
+def render_targets(rows: list[TargetRow]) -> str:
     def f(v: Any, spec: str) -> str:
         return "n/a" if v is None else format(v, spec)
 
-    defended = any(r.get("defense") for r in rows)
-    learned = any(r.get("learned_ratio") is not None for r in rows)  # docs/regime.md
+    defended = any(r.defense for r in rows)
+    learned = any(r.learned_ratio is not None for r in rows)  # docs/regime.md
 
-    def defense(r: dict[str, Any]) -> list[str]:
+    def defense(r: TargetRow) -> list[str]:
         if not defended:
             return []
-        cfg = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in (r.get("defense_config") or {}).items())
-        return [f"{r['defense']} ({cfg})" if r.get("defense") and cfg else (r.get("defense") or "none")]
+        cfg = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in mapping(r.defense_config).items())
+        return [f"{r.defense} ({cfg})" if r.defense and cfg else (r.defense or "none")]
 
     body = [
         [
-            r["target"],
-            r["dataset"],
-            r["task"],
-            r["n_per_class"],
-            f"{r['family']} {'-'.join(str(w) for w in r['widths'] or [])}",
-            r["loss"],
-            f(r["weight_decay"], "g"),
+            r.target,
+            r.dataset,
+            r.task,
+            r.n_per_class,
+            f"{r.family} {'-'.join(str(w) for w in r.widths or [])}",
+            r.loss,
+            f(r.weight_decay, "g"),
             *defense(r),
-            r["steps"],
-            f(r["train_error"], ".3f"),
-            f(r["test_error"], ".3f"),
-            f(r["train_loss"], ".2e"),
-            f(r["stationarity_ratio"], ".3g") + _gate_mark(r["stationarity_ratio"], r.get("gate")),
-            *([f(r.get("learned_ratio"), ".3g") + _gate_mark(r.get("learned_ratio"), r.get("learned_gate"))]
-              if learned else []),
-            f(r["train_seconds"], ".0f"),
+            r.steps,
+            f(r.train_error, ".3f"),
+            f(r.test_error, ".3f"),
+            f(r.train_loss, ".2e"),
+            f(r.stationarity_ratio, ".3g") + _gate_mark(r.stationarity_ratio, r.gate),
+            *([f(r.learned_ratio, ".3g") + _gate_mark(r.learned_ratio, r.learned_gate)] if learned else []),
+            f(r.train_seconds, ".0f"),
         ]
         for r in rows
     ]
@@ -514,14 +502,14 @@ def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]])
                     entry: dict[str, Any] = {
                         "axis_value": v.value,
                         "target": v.target,
-                        "cells": [r["cell_id"] for r in recs],
+                        "cells": [r.cell_id for r in recs],
                         "attack_failed": failures_of(pub.attack_failed(ids), len(pub.ok(ids))),
                     }
                     for col in metric_cols:
                         stat, key = _stat(recs, sel, col["spec"])
                         entry[col["name"]] = {**stat.to_dict(), "key": key}
                     row["values"].append(entry)
-                row["init_is_oracle"] = any(r["init"].get("is_oracle") for e in row["values"] for r in pub.ok(e["cells"]))
+                row["init_is_oracle"] = any(r.init.is_oracle for e in row["values"] for r in pub.ok(e["cells"]))
                 rows.append(row)
         out[comp.name] = {
             "title": comp.title,
@@ -546,15 +534,15 @@ def read_invocations(results: Path) -> list[dict[str, Any]]:
 
 
 def header_info(suite: Suite, results: Path, pub: Published, command: str) -> dict[str, Any]:
-    invs = read_invocations(results)
-    used = {r.get("invocation") for r in pub.records.values()} - {None}
-    contributing = [i for i in invs if i.get("invocation") in used] or invs
+    invs = [Invocation.from_dict(i) for i in read_invocations(results)]
+    used = {r.invocation for r in pub.records.values()} - {None}
+    contributing = [i for i in invs if i.invocation in used] or invs
     machines = []
     for i in contributing:
-        line = machine.one_line(i["machine"]) if i.get("machine") else "unknown"
+        line = machine.one_line(dict(i.machine)) if i.machine else "unknown"
         if line not in machines:
             machines.append(line)
-    commits = sorted({str(r.get("provenance", {}).get("git_commit")) for r in pub.records.values()})
+    commits = sorted({r.git_commit for r in pub.records.values()})
     return {
         "suite": suite.name,
         "description": suite.description,
@@ -562,30 +550,30 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> di
         "suite_sha256": suite.text_sha256,
         "commands": [
             {
-                "invocation": i.get("invocation"),
-                "command": i.get("command"),
-                "status": i.get("status"),
-                "started": i.get("started"),
-                "elapsed_seconds": i.get("elapsed_seconds"),
-                "git_commit": i.get("git_commit"),
-                "reconbench_version": i.get("reconbench_version"),
+                "invocation": i.invocation,
+                "command": i.command,
+                "status": i.status,
+                "started": i.started,
+                "elapsed_seconds": i.elapsed_seconds,
+                "git_commit": i.git_commit,
+                "reconbench_version": i.reconbench_version,
             }
             for i in contributing
         ],
         "machines": machines,
-        "wall_seconds": float(sum(i.get("elapsed_seconds") or 0.0 for i in invs)),
+        "wall_seconds": float(sum(i.elapsed_seconds or 0.0 for i in invs)),
         "invocations": len(invs),
-        "cell_seconds": float(sum(r.get("wall_seconds") or 0.0 for r in pub.records.values())),
-        "reconbench_versions": sorted({str(r.get("provenance", {}).get("reconbench_version")) for r in pub.records.values()}),
+        "cell_seconds": float(sum(r.wall_seconds or 0.0 for r in pub.records.values())),
+        "reconbench_versions": sorted({r.reconbench_version for r in pub.records.values()}),
         "git_commits": commits,
         "rendered_by": command,
         "rendered_with": {"reconbench_version": __version__, "git_commit": git_commit()},
         "rendered": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "attack_failed": [{"cell_id": r["cell_id"], **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
+        "attack_failed": [{"cell_id": r.cell_id, **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
         "cells": {
             "planned": len(pub.plan),
             "ok": len(pub.ok()),
-            "failed": sum(1 for r in pub.records.values() if r["status"] != STATUS_OK),
+            "failed": sum(1 for r in pub.records.values() if r.status != STATUS_OK),
             "not_run": len(pub.not_run),
             "stale": len(pub.stale),
         },

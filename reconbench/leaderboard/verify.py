@@ -1,8 +1,8 @@
 """RobustBench-style checks of a published leaderboard: re-score stored candidates, re-aggregate the tables.
 
-``rescore_cell`` rebuilds the training problem from the recipe, loads the cell's stored pooled
-candidates, runs the standard evaluation function (``reconbench.evaluation.evaluate`` via the runner's
-``score_selection``) for the pooled, blind and oracle selections, and compares every stored summary number.
+``rescore_cell`` rebuilds the training problem from the recipe, loads the cell's stored pooled candidates, scores
+the pooled, blind and oracle selections with ``runs.result.score_selection`` (the standard evaluation, the function a
+run scores its own selections with) and compares every stored summary number.
 ``check_tables`` recomputes every table entry of ``results.json`` from the cell JSONs, ``check_readme`` renders the
 README again from ``results.json`` and the cells and compares it line by line, and ``corrupt_cells`` names every cell
 file that cannot be read.
@@ -21,15 +21,14 @@ from safetensors.torch import load_file
 
 from reconbench.bench.cells import CELL_FORMAT
 from reconbench.bench.entries import EntryCheck, check_entry, expand, is_entry
-from reconbench.bench.runner import STATUS_OK, card_reader, null_record, protocol_reader, score_selection
+from reconbench.bench.runner import STATUS_OK, card_reader, null_record, protocol_reader
 from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.rescore import Mismatch, close, evaluation_terms, margin_note, pinned_protocol, reproduce
-from reconbench.leaderboard.privacy import privacy_tables, render_privacy
-from reconbench.leaderboard.render import outside_section, render_readme
-from reconbench.leaderboard.tables import collect
+from reconbench.leaderboard.readme import rerender_readme
+from reconbench.runs.result import score_selection
 from reconbench.targets.cards import ModelCard, check_card_data
 
 
@@ -84,7 +83,10 @@ def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
         return [f"{leaderboard}/README.md was rendered from another version of the suite file (sha256 "
                 f"{recorded[:16]}, now {suite.text_sha256[:16]}); verify with the suite file it was rendered from, or "
                 "render and publish it again"]
-    text = rerender_readme(suite, leaderboard, data)
+    try:
+        text = rerender_readme(suite, leaderboard, data)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise _malformed(leaderboard / "results.json", exc) from None
     readme = leaderboard / "README.md"
     try:
         old = readme.read_text()
@@ -98,20 +100,6 @@ def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
     if len(old_lines) != len(new_lines):
         problems.append(f"{readme}: {len(old_lines)} lines, re-rendered {len(new_lines)}")
     return problems
-
-
-def rerender_readme(suite: Suite, leaderboard: Path, data: dict[str, Any]) -> str:
-    """README.md rendered again from results.json (``data``) and the cells."""
-    try:
-        pub = collect(suite, leaderboard)
-        # the privacy-utility sections are recomputed from the cells, like the README's other numbers
-        sections = [render_privacy(name, table) for name, table in privacy_tables(suite, pub).items()]
-        if (outside := outside_section(data["header"])) is not None:
-            sections.append(outside)
-        return render_readme(suite, data["header"], data["tables"], data["columns"], data["comparisons"], pub,
-                             data["figures"], data["stored_candidates"], data["targets"], sections)
-    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
-        raise _malformed(leaderboard / "results.json", exc) from None
 
 
 def _around(old: str, new: str, width: int = 30) -> str:

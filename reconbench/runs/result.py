@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors.torch import save_file
 
 from reconbench.attack.outcome import outcome_of_runs
@@ -20,25 +21,40 @@ from reconbench.runs.traces import plot_traces
 from reconbench.targets.cards import ModelCard
 
 
+def score_selection(
+    problem: Problem,
+    pooled: dict[str, torch.Tensor],
+    run: int | None,
+    *,
+    family: str,
+    protocol: dict[str, Any],
+    card: Any,
+    out_dir: Path | None = None,
+    quiet: bool = True,
+) -> dict[str, Any]:
+    """The standard evaluation of one search run's candidates (``run=None``: the whole pool): how a run scores its
+    selections here, and how ``leaderboard --verify`` scores a published cell's stored candidates again."""
+    mask = torch.ones(len(pooled["run_ids"]), dtype=torch.bool) if run is None else pooled["run_ids"] == run
+    return evaluate(problem, pooled["candidates"][mask], family=family, protocol=protocol, labels=pooled["labels"][mask],
+                    run_ids=pooled["run_ids"][mask], x0=pooled["x0"][mask], card=card, out_dir=out_dir, quiet=quiet)
+
+
 def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: list[dict[str, Any]],
            wall: float, *, oracle_init: bool, init_config: dict[str, Any], quiet: bool) -> dict[str, Any]:
     """Pool the runs, evaluate, select blind and oracle runs, and write result.json + candidates."""
     usable = [r for r in runs if r["stopped"] != "failed"]
     pooled = load_pooled(out, usable)
     save_file({k: v.contiguous() for k, v in pooled.items()}, str(out / "candidates.safetensors"))
-    evaluation = evaluate(problem, pooled["candidates"], family=card.data["family"], protocol=spec.protocol,
-                          labels=pooled["labels"], run_ids=pooled["run_ids"], x0=pooled["x0"],
-                          card=card, out_dir=out, quiet=quiet)
+    family = card.data["family"]
+    evaluation = score_selection(problem, pooled, None, family=family, protocol=spec.protocol, card=card, out_dir=out,
+                                 quiet=quiet)
     blind, oracle = select_runs(runs)
     selected: dict[str, Any] = {}
     if len(usable) > 1:  # the selected run alone, as well as the pool the papers evaluate
         for label, run in (("blind", blind), ("oracle", oracle)):
             if run is not None:
-                keep = pooled["run_ids"] == run
-                selected[label] = evaluate(problem, pooled["candidates"][keep], family=card.data["family"],
-                                           protocol=spec.protocol, labels=pooled["labels"][keep],
-                                           run_ids=pooled["run_ids"][keep], x0=pooled["x0"][keep], card=card,
-                                           out_dir=None, quiet=True)
+                selected[label] = score_selection(problem, pooled, run, family=family, protocol=spec.protocol,
+                                                  card=card)
     bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=spec.protocol,
                             evaluation=evaluation, blind=blind, oracle=oracle)
     draw = resolve_protocol(spec.protocol, card.data["family"]).base.figures   # figures = false: no PNG at all

@@ -14,7 +14,7 @@ from typing import Any
 
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import ColumnSpec
-from reconbench.leaderboard.render import NOT_CONVERGED_MARK, OUTSIDE_MARK, WITHIN_NOISE_MARK
+from reconbench.leaderboard.readme import NOT_CONVERGED_MARK, OUTSIDE_MARK, WITHIN_NOISE_MARK
 from reconbench.leaderboard.tables import (
     ORACLE_INIT_MARK,
     ORACLE_SELECTION_MARK,
@@ -24,6 +24,19 @@ from reconbench.leaderboard.tables import (
     fmt_stat,
 )
 from reconbench.leaderboard.verify import read_json
+from reconbench.records import (
+    BoardHeader,
+    BoardResults,
+    CellRecord,
+    Column,
+    Comparison,
+    Figure,
+    MetricStat,
+    SearchRun,
+    TableRow,
+    TargetRow,
+    plain,
+)
 
 CONVERGED_MARK = "✓"
 
@@ -71,7 +84,7 @@ class Table:
 
 
 @dataclass
-class Comparison:
+class ComparisonView:
     name: str
     title: str
     axis: str
@@ -94,14 +107,14 @@ class Board:
     name: str
     folder: Path
     description: str
-    header: dict[str, Any]
-    columns: list[dict[str, Any]]
+    header: BoardHeader
+    columns: list[Column]
     tables: list[Table]
-    comparisons: list[Comparison]
+    comparisons: list[ComparisonView]
     privacy: list[PrivacyTable]
-    targets: list[dict[str, Any]]
-    figures: list[dict[str, Any]]
-    cells: dict[str, dict[str, Any]]
+    targets: list[TargetRow]
+    figures: list[Figure]
+    cells: dict[str, CellRecord]
     stored_candidates: list[str]
     filters: dict[str, list[str]] = field(default_factory=dict)
 
@@ -112,13 +125,13 @@ class Board:
         pool = next((t for t in self.tables if t.selection == "pool"), None)
         if pool is None or not self.columns:
             return []
-        sign = 1.0 if self.columns[0]["higher_is_better"] else -1.0
+        sign = 1.0 if self.columns[0].higher_is_better else -1.0
         best: dict[str, list[Row]] = {}
         for r in pool.rows:
             v = r.metrics[0].value
             if r.init_is_oracle or v is None:
                 continue
-            top = best.get(r.target)
+            top = best[r.target] if r.target in best else None
             if top is None or sign * v > sign * (top[0].metrics[0].value or 0.0):
                 best[r.target] = [r]
             elif v == top[0].metrics[0].value:
@@ -126,68 +139,64 @@ class Board:
         return list(best.items())
 
     def cell_label(self, cell_id: str) -> str:
-        rec = self.cells.get(cell_id) or {}
-        return f"s{rec['seed']}" if isinstance(rec.get("seed"), int) else cell_id
+        seed = self.cells[cell_id].seed if cell_id in self.cells else None
+        return f"s{seed}" if isinstance(seed, int) else cell_id
 
 
-def _defense(rec: dict[str, Any] | None) -> str:
-    recipe = ((rec or {}).get("target") or {}).get("recipe") or {}
-    return str(recipe.get("defense") or "none")
+def _defense(rec: CellRecord | None) -> str:
+    return str((rec.target.trained_from.defense if rec is not None else None) or "none")
 
 
-def _metric(m: dict[str, Any], col: dict[str, Any]) -> Metric:
-    null = m.get("null")
-    null_text = f"null {format(null['mean'], col['format'])}, max {format(null['max'], col['format'])}" if null else ""
-    return Metric(fmt_stat(m, col["format"]), m.get("mean"), null_text)
+def _metric(m: MetricStat, col: Column) -> Metric:
+    null = m.null
+    null_text = f"null {format(null['mean'], col.format)}, max {format(null['max'], col.format)}" if null else ""
+    return Metric(fmt_stat(m, col.format), m.mean, null_text)
 
 
-def _noise(r: dict[str, Any]) -> str:
-    if r.get("best"):
+def _noise(r: TableRow) -> str:
+    if r.best:
         return "best"
-    return {True: WITHIN_NOISE_MARK, False: "", None: "?"}[r.get("within_noise_of_best")]
+    return {True: WITHIN_NOISE_MARK, False: "", None: "?"}[r.within_noise_of_best]
 
 
-def _links(board_cells: dict[str, dict[str, Any]], ids: list[str]) -> list[CellLink]:
+def _links(board_cells: dict[str, CellRecord], ids: list[str]) -> list[CellLink]:
     out = []
     for cid in ids:
-        seed = (board_cells.get(cid) or {}).get("seed")
+        seed = board_cells[cid].seed if cid in board_cells else None
         out.append(CellLink(cid, f"s{seed}" if isinstance(seed, int) else cid))
     return out
 
 
-def main_table(selection: str, rows: list[dict[str, Any]], columns: list[dict[str, Any]],
-               cells: dict[str, dict[str, Any]]) -> Table:
+def main_table(selection: str, rows: list[TableRow], columns: list[Column], cells: dict[str, CellRecord]) -> Table:
     out = []
     for r in rows:
-        first = cells.get(r["cells"][0]) if r["cells"] else None
+        first = cells[r.cells[0]] if r.cells and r.cells[0] in cells else None
         out.append(Row(
-            target=r["target"], attack=(r["attack"] if r["attack"] == r.get("attack_name", r["attack"])
-                                        else f"{r['attack']} ({r['attack_name']})")
-            + (f" [search: {r['search']}]" if r.get("search") else "")
-            + (f" {OUTSIDE_MARK}" if r.get("outside") else ""),
-            init=r["init"] + (f" {ORACLE_INIT_MARK}" if r.get("init_is_oracle") else ""),
-            regime=str(r.get("init_regime") or r["init"]), defense=_defense(first), converged=r.get("converged"),
-            init_is_oracle=bool(r.get("init_is_oracle")), vs_best=_noise(r), cells=_links(cells, r["cells"]),
-            metrics=[_metric(r["metrics"][c["name"]], c) for c in columns]))
+            target=r.target, attack=(r.attack if r.attack_name in (None, r.attack) else f"{r.attack} ({r.attack_name})")
+            + (f" [search: {r.search}]" if r.search else "")
+            + (f" {OUTSIDE_MARK}" if r.outside else ""),
+            init=r.init + (f" {ORACLE_INIT_MARK}" if r.init_is_oracle else ""),
+            regime=str(r.init_regime or r.init), defense=_defense(first), converged=r.converged,
+            init_is_oracle=bool(r.init_is_oracle), vs_best=_noise(r), cells=_links(cells, r.cells),
+            metrics=[_metric(r.metric(c.name), c) for c in columns]))
     title = SELECTION_TITLES[selection]
     return Table(selection, title, out)
 
 
-def comparison(name: str, comp: dict[str, Any], columns: list[dict[str, Any]],
-               cells: dict[str, dict[str, Any]]) -> Comparison:
-    fmt = {c["name"]: c["format"] for c in columns}
-    headers = [f"{m}: {comp['axis']} = {v}" for m in comp["metrics"] for v in comp["axis_values"]]
+def comparison(name: str, comp: Comparison, columns: list[Column], cells: dict[str, CellRecord]) -> ComparisonView:
+    fmt = {c.name: c.format for c in columns}
+    headers = [f"{m}: {comp.axis} = {v}" for m in comp.metrics for v in comp.axis_values]
     rows = []
-    for r in comp["rows"]:
-        sel = r["selection"] + (f" {ORACLE_SELECTION_MARK}" if r["selection"] == "oracle" else "")
-        init = r["init"] + (f" {ORACLE_INIT_MARK}" if r.get("init_is_oracle") else "")
-        entries = [(Metric(fmt_stat(v[m], fmt[m]), v[m].get("mean")), _links(cells, v["cells"]))
-                   for m in comp["metrics"] for v in r["values"]]
-        rows.append([r["attack"], init, sel, entries])
-    return Comparison(name, comp["title"], comp["axis"], comp["base"], headers, rows)
+    for r in comp.rows or []:
+        sel = r.selection + (f" {ORACLE_SELECTION_MARK}" if r.selection == "oracle" else "")
+        init = r.init + (f" {ORACLE_INIT_MARK}" if r.init_is_oracle else "")
+        entries = [(Metric(fmt_stat(v.stat(m), fmt[m]), v.stat(m).mean), _links(cells, v.cells))
+                   for m in comp.metrics for v in r.values or []]
+        rows.append([r.attack, init, sel, entries])
+    return ComparisonView(name, comp.title, comp.axis, comp.base, headers, rows)
 
 
-def privacy_table(name: str, table: dict[str, Any], cells: dict[str, dict[str, Any]]) -> PrivacyTable:
+def privacy_table(name: str, table: dict[str, Any], cells: dict[str, CellRecord]) -> PrivacyTable:
     base_acc = {r["base"]: r["test_accuracy"] for r in table["rows"] if r["defense"] == "none"}
     rows = []
     for r in table["rows"]:
@@ -221,18 +230,18 @@ def _filters(tables: list[Table], privacy: list[PrivacyTable]) -> dict[str, list
 
 def load_board(folder: Path) -> Board:
     """A published board folder (``results.json``, ``cells/``) as the site shows it."""
-    data = read_json(folder / "results.json", "leaderboard")
-    cells = load_cells(folder)
-    columns = data["columns"]
-    tables = [main_table(sel, data["tables"].get(sel) or [], columns, cells) for sel in SELECTIONS]
+    data = BoardResults.from_dict(read_json(folder / "results.json", "leaderboard"))
+    cells = {cid: CellRecord.from_dict(rec) for cid, rec in load_cells(folder).items()}
+    columns = data.column_list
+    tables = [main_table(sel, data.table(sel), columns, cells) for sel in SELECTIONS]
     tables = [t for t in tables if t.rows]
-    comps = [comparison(name, c, columns, cells) for name, c in (data.get("comparisons") or {}).items()]
-    privacy = [privacy_table(name, t, cells) for name, t in (data.get("privacy") or {}).items()]
-    figures = [dict(f, name=name) for name, f in (data.get("figures") or {}).items() if f.get("file")]
-    header = data["header"]
-    return Board(name=folder.name, folder=folder, description=header.get("description") or "", header=header,
-                 columns=columns, tables=tables, comparisons=comps, privacy=privacy, targets=data.get("targets") or [],
-                 figures=figures, cells=cells, stored_candidates=list(data.get("stored_candidates") or []),
+    comps = [comparison(name, c, columns, cells) for name, c in (data.comparisons or {}).items()]
+    privacy = [privacy_table(name, t, cells) for name, t in data.privacy.items()]
+    figures = [f for f in (data.figures or {}).values() if f.file]
+    header = data.header
+    return Board(name=folder.name, folder=folder, description=header.description or "", header=header,
+                 columns=columns, tables=tables, comparisons=comps, privacy=privacy, targets=data.targets or [],
+                 figures=figures, cells=cells, stored_candidates=list(data.stored_candidates),
                  filters=_filters(tables, privacy))
 
 
@@ -241,17 +250,17 @@ def find_boards(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/results.json"))
 
 
-def ok(rec: dict[str, Any]) -> bool:
-    return rec.get("status") == STATUS_OK
+def ok(rec: CellRecord) -> bool:
+    return rec.status == STATUS_OK
 
 
-def settings_json(rec: dict[str, Any]) -> str:
+def settings_json(rec: CellRecord) -> str:
     """The run's settings as indented JSON: the cell's spec, target recipe, attack and init, and each search run."""
-    keep = {"spec": rec.get("spec"), "target": {k: (rec.get("target") or {}).get(k) for k in ("name", "recipe",
-            "recipe_key", "n_train")}, "attack": rec.get("attack"), "init": rec.get("init"),
-            "protocol_overrides": rec.get("protocol"),
-            "search_runs": [{k: r.get(k) for k in ("run", "config", "final_loss", "steps", "stopped", "seconds")}
-                            for r in rec.get("runs") or []]}
+    t = rec.target
+    keep = {"spec": rec.spec, "target": {"name": t.name, "recipe": plain(t.recipe), "recipe_key": t.recipe_key,
+                                         "n_train": t.n_train},
+            "attack": rec.attack.to_dict(), "init": rec.init.to_dict(), "protocol_overrides": rec.protocol,
+            "search_runs": [SearchRun.from_dict(r).summary() for r in rec.runs or []]}
     return json.dumps(keep, indent=1, sort_keys=False, default=str)
 
 
@@ -264,22 +273,21 @@ class SelectionNumbers:
     values: list[Metric]
 
 
-def cell_numbers(rec: dict[str, Any], columns: list[dict[str, Any]]) -> list[SelectionNumbers]:
+def cell_numbers(rec: CellRecord, columns: list[Column]) -> list[SelectionNumbers]:
     """The board's columns for one cell, per selection, as stored in the cell record."""
     out = []
     for sel in SELECTIONS:
-        s = (rec.get("selections") or {}).get(sel)
-        if not s:
+        if sel not in (rec.selections or {}) or not rec.selection(sel).to_dict():
             continue
-        spread = (s.get("null") or {}).get("spread") or {}
+        s = rec.selection(sel)
         values = []
         for c in columns:
-            spec = ColumnSpec(name=c["name"], source=c["source"], keys=tuple(c["keys_tried"]) if c["source"] == "summary"
-                              else (), higher_is_better=c["higher_is_better"], fmt=c["format"])
+            spec = ColumnSpec(name=c.name, source=c.source, keys=tuple(c.keys_tried) if c.source == "summary"
+                              else (), higher_is_better=c.higher_is_better, fmt=c.format)
             v, key = column_value(rec, sel, spec)
-            null = spread.get(key) if key else None
-            values.append(Metric("n/a" if v is None else format(v, c["format"]), v,
-                                 f"null {format(null['mean'], c['format'])}, max {format(null['max'], c['format'])}"
+            null = s.null_spread(key) if key else None
+            values.append(Metric("n/a" if v is None else format(v, c.format), v,
+                                 f"null {format(null['mean'], c.format)}, max {format(null['max'], c.format)}"
                                  if null else ""))
-        out.append(SelectionNumbers(sel, str(s.get("rule") or ""), values))
+        out.append(SelectionNumbers(sel, str(s.rule or ""), values))
     return out

@@ -76,7 +76,7 @@ def _copy_static(out: Path) -> None:
 
 
 def _copy_figures(board: Board, out: Path) -> None:
-    names = [f["file"] for f in board.figures] + [p.figure for p in board.privacy if p.figure]
+    names = [str(f.file) for f in board.figures] + [p.figure for p in board.privacy if p.figure]
     for rel in names:
         src = board.folder / rel
         if src.is_file():
@@ -124,12 +124,13 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
         _copy_figures(board, folder)
         (folder / "index.html").write_text(env.get_template("board.html").render(
             board=board, root="../", stamp=stamp, has_claims=claims is not None))
-        figure_cells = {c: f for f in board.figures for c in f.get("cells") or []}
+        figure_cells = {c: f for f in board.figures for c in f.cells or []}
         for cid, rec in board.cells.items():
             shown = cell_images(board.folder, rec, folder / "cells" / cid, problems) if images else None
             with_images += bool(shown and shown.pairs)
             (folder / "cells" / f"{cid}.html").write_text(env.get_template("cell.html").render(
-                board=board, rec=rec, images=shown, figure=figure_cells.get(cid), settings=settings_json(rec),
+                board=board, rec=rec, images=shown, figure=figure_cells[cid] if cid in figure_cells else None,
+                settings=settings_json(rec),
                 numbers=cell_numbers(rec, board.columns),
                 root="../../", stamp=stamp, has_claims=claims is not None))
             pages += 1

@@ -19,6 +19,7 @@ import numpy as np
 from reconbench.bench.runner import STATUS_OK
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.verify import read_json
+from reconbench.records import CellRecord
 
 #: the per-image keys of the calibrated headline and the papers' score, as the evaluation writes them
 CALIBRATED_SCORE, CALIBRATED_FLAG, PAPERS_SCORE = "corr", "reconstructed_calibrated", "ssim"
@@ -62,10 +63,10 @@ class ProblemCache:
         self.data_root = data_root
         self._problems: dict[str, Any] = {}
 
-    def problem(self, board: Path, rec: dict[str, Any]) -> tuple[Any, Any]:
+    def problem(self, board: Path, rec: CellRecord) -> tuple[Any, Any]:
         from reconbench.targets.cards import ModelCard, check_card_data
 
-        key = rec["target"]["recipe_key"]
+        key = str(rec.target.recipe_key)
         if key not in self._problems:
             path = board / "targets" / f"{key}.json"
             data = read_json(path, "model card")
@@ -75,11 +76,11 @@ class ProblemCache:
         return self._problems[key]  # type: ignore[no-any-return]
 
 
-def cell_images(board: Path, rec: dict[str, Any], out: Path, problems: ProblemCache, max_images: int = 60) -> CellImages:
+def cell_images(board: Path, rec: CellRecord, out: Path, problems: ProblemCache, max_images: int = 60) -> CellImages:
     """Write the pairs of one cell under ``out`` (recon-<i>.png, train-<i>.png); best calibrated score first."""
-    cid = rec["cell_id"]
-    if rec.get("status") != STATUS_OK:
-        return CellImages([], f"the cell did not finish (status {rec.get('status')}): it has no reconstructions")
+    cid = rec.cell_id
+    if rec.status != STATUS_OK:
+        return CellImages([], f"the cell did not finish (status {rec.status}): it has no reconstructions")
     stored = board / "candidates" / f"{cid}.safetensors"
     if not stored.exists():
         return CellImages([], "images are not stored for this cell: the board keeps the candidates of a sample of "
@@ -90,7 +91,7 @@ def cell_images(board: Path, rec: dict[str, Any], out: Path, problems: ProblemCa
         return CellImages([], f"images could not be drawn here ({type(exc).__name__}: {exc})")
 
 
-def _draw(stored: Path, rec: dict[str, Any], out: Path, problem_card: tuple[Any, Any], max_images: int) -> CellImages:
+def _draw(stored: Path, rec: CellRecord, out: Path, problem_card: tuple[Any, Any], max_images: int) -> CellImages:
     from safetensors.torch import load_file
 
     from reconbench.evaluation.context import build_context
@@ -99,13 +100,13 @@ def _draw(stored: Path, rec: dict[str, Any], out: Path, problem_card: tuple[Any,
 
     problem, card = problem_card
     pooled = load_file(str(stored))
-    protocol = resolve_protocol(pinned_protocol(rec.get("protocol") or {}, rec.get("evaluation")),
-                                rec["target"]["recipe"]["family"])
+    protocol = resolve_protocol(pinned_protocol(dict(rec.protocol or {}), dict(rec.evaluation or {}) or None),
+                                str(rec.target.trained_from.family))
     ev = build_context(problem, pooled["candidates"], protocol, card=card)
-    rows = (rec.get("evaluation") or {}).get("per_image") or []  # the pooled candidates' evaluation
+    rows = rec.per_image  # the pooled candidates' evaluation
     if len(rows) != problem.n:
         return CellImages([], f"the cell records {len(rows)} per-image rows for {problem.n} training images")
-    order = sorted(range(problem.n), key=lambda i: -(_num(rows[i].get(CALIBRATED_SCORE)) or -math.inf))[:max_images]
+    order = sorted(range(problem.n), key=lambda i: -(_num(rows[i].raw(CALIBRATED_SCORE)) or -math.inf))[:max_images]
     out.mkdir(parents=True, exist_ok=True)
     recon = ev.recon_display.numpy()
     originals = ev.originals.numpy()
@@ -120,9 +121,9 @@ def _draw(stored: Path, rec: dict[str, Any], out: Path, problem_card: tuple[Any,
         if bool(ev.matching.matched[i]):
             recon_name = f"recon-{i}.png"
             _save(out / recon_name, recon[i])
-            if r.get("best_candidate") != int(best[i]):
-                note = (f"matched again to candidate {int(best[i])}, the cell records {r.get('best_candidate')}: "
+            if r.best_candidate != int(best[i]):
+                note = (f"matched again to candidate {int(best[i])}, the cell records {r.best_candidate}: "
                         "re-score the board")
-        pairs.append(Pair(i, r.get("label"), recon_name, train, _num(r.get(CALIBRATED_SCORE)),
-                          _num(r.get(PAPERS_SCORE)), bool(r.get(CALIBRATED_FLAG)), note))
+        pairs.append(Pair(i, r.label, recon_name, train, _num(r.raw(CALIBRATED_SCORE)),
+                          _num(r.raw(PAPERS_SCORE)), bool(r.raw(CALIBRATED_FLAG)), note))
     return CellImages(pairs)

@@ -1,0 +1,394 @@
+"""A board's README: its tables as Markdown, the header that says how it was made, and how to read them; rendered
+from a board's ``results.json`` and cells (``build_leaderboard`` in ``render.py`` writes both, ``--verify`` renders the
+README again to compare)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from reconbench.bench.runner import STATUS_OK
+from reconbench.bench.suite import Suite
+from reconbench.leaderboard.privacy import privacy_tables, render_privacy
+from reconbench.leaderboard.tables import (
+    ORACLE_INIT_MARK,
+    ORACLE_SELECTION_MARK,
+    SELECTION_TITLES,
+    SELECTIONS,
+    Published,
+    collect,
+    fmt_stat,
+    regime_gates,
+    render_targets,
+)
+from reconbench.records import (
+    BoardHeader,
+    BoardResults,
+    Column,
+    Command,
+    Comparison,
+    ComparisonRow,
+    ComparisonValue,
+    Figure,
+    TableRow,
+    TargetRow,
+    mapping,
+)
+
+#: a target above the suite's stationarity gate; a row whose interval overlaps the best row's
+NOT_CONVERGED_MARK, WITHIN_NOISE_MARK = "⚠", "≈"
+#: an attack row holding cells of an outside submission (``leaderboard/accept.py``)
+OUTSIDE_MARK = "(outside)"
+
+
+def _label_init(row: TableRow | ComparisonRow) -> str:
+    return row.init + (f" {ORACLE_INIT_MARK}" if row.init_is_oracle else "")
+
+
+def _label_attack(row: TableRow) -> str:
+    label = row.attack if row.attack_name in (None, row.attack) else f"{row.attack} ({row.attack_name})"
+    return (label + (f" [search: {row.search}]" if row.search else "")
+            + (f" {OUTSIDE_MARK}" if row.outside else ""))
+
+
+def outside_section(header: BoardHeader) -> str | None:
+    """The README section listing a board's outside submissions (``leaderboard add``), or None when it has none."""
+    subs = header.submissions or []
+    if not subs:
+        return None
+    lines = ["## Outside submissions", "",
+             f"Rows marked {OUTSIDE_MARK} hold cells submitted from outside (`reconbench leaderboard add`, "
+             "docs/leaderboard-entries.md): run elsewhere with the board's suite file and the submission's tables "
+             "appended (`submissions/<id>.toml`), from a clean commit; their candidates were re-scored with the "
+             "standard evaluation to the submitted numbers before they were merged.", "",
+             "| submission | contributor | cells | commit | reconbench | machine | packed |",
+             "|---|---|---|---|---|---|---|"]
+    for s in subs:
+        lines.append(f"| `{s.id}` | {s.contributor or '-'} | {len(s.cells)} | "
+                     f"{', '.join(str(c)[:12] for c in s.git_commits or [])} | "
+                     f"{', '.join(s.reconbench_versions or [])} | {'; '.join(s.machines or [])} | "
+                     f"{s.packed} |")
+    return "\n".join(lines)
+
+
+def _arrow(col: Column) -> str:
+    return f"{col.name} {'↑' if col.higher_is_better else '↓'}"
+
+
+def _cell(r: TableRow, col: Column) -> str:
+    m = r.metric(col.name)
+    failed = r.attack_failed
+    if failed and not m.n:  # every cell's attack failed: that, never a number
+        return str(failed.text)
+    text = fmt_stat(m, col.format)
+    null = m.null
+    if null is not None:
+        text += f" (null {format(null['mean'], col.format)}, max {format(null['max'], col.format)})"
+    return text
+
+
+def _label_target(r: TableRow) -> str:
+    return r.target + (f" {NOT_CONVERGED_MARK}" if r.converged is False else "")
+
+
+def _label_noise(r: TableRow) -> str:
+    if r.best:
+        return "best"
+    return {True: WITHIN_NOISE_MARK, False: "", None: "?"}[r.within_noise_of_best]
+
+
+def _label_seeds(r: TableRow) -> str:
+    """The seeds a row aggregates, and the cells whose attack failed (left out of its numbers)."""
+    failed = r.attack_failed
+    return str(len(r.cells)) + (f" ({failed.text})" if failed else "")
+
+
+def render_main_table(rows: list[TableRow], columns: list[Column]) -> str:
+    headers = ["target", "attack", "init", "seeds", "vs best"] + [_arrow(c) for c in columns]
+    body = []
+    for r in rows:
+        body.append([_label_target(r), _label_attack(r), _label_init(r), _label_seeds(r), _label_noise(r)]
+                    + [_cell(r, c) for c in columns])
+    return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _variant_cell(v: ComparisonValue, metric: str, fmt: str) -> str:
+    """One point of a comparison: the statistic over the cells whose attack ran, and those whose attack failed."""
+    failed = v.attack_failed
+    if not failed:
+        return fmt_stat(v.stat(metric), fmt)
+    return str(failed.text) if not v.stat(metric).n else f"{fmt_stat(v.stat(metric), fmt)} ({failed.text})"
+
+
+def render_comparison(comp: Comparison, columns: list[Column]) -> str:
+    parts = []
+    for metric in comp.metrics:
+        col = next(c for c in columns if c.name == metric)
+        headers = ["attack", "init", "selection"] + [f"{comp.axis} = {v}" for v in comp.axis_values]
+        body = []
+        for r in comp.rows or []:
+            sel = r.selection + (f" {ORACLE_SELECTION_MARK}" if r.selection == "oracle" else "")
+            body.append([r.attack, _label_init(r), sel] + [_variant_cell(v, metric, col.format)
+                                                            for v in r.values or []])
+        parts.append(
+            f"**{_arrow(col)}** (mean [95% interval] over seeds)\n\n"
+            + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+        )
+    return "\n\n".join(parts)
+
+
+def _hours(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def render_readme(suite: Suite, board: BoardResults, pub: Published, sections: list[str] | None = None) -> str:
+    """README.md of a board from its ``results.json`` (``board``) and its cells (``pub``); ``sections``: more
+    sections before the figures (the privacy-utility tables, the outside submissions)."""
+    info, columns = board.header, board.column_list
+    lines = [f"# Leaderboard: `{suite.name}`", ""]
+    if suite.description:
+        lines += [suite.description, ""]
+    lines += _header_lines(info)
+    lines += _reading_lines(suite, board.stored_candidates, int(info.cells["ok"]),
+                            outcomes=info.attack_failed is not None)
+    lines += _targets_lines(suite, board.targets)
+    lines += _table_lines(board, columns, has_grid=any("grid" in c.groups for c in pub.plan))
+    lines += _comparison_lines(board.comparisons or {}, columns)
+    for section in sections or []:  # e.g. the privacy-utility tables (reconbench.leaderboard.privacy)
+        lines += [section, ""]
+    lines += _figure_lines(board.figures or {})
+    lines += _problem_cell_lines(pub)
+    lines += _attack_failed_lines(info.attack_failed)
+    lines += _column_lines(columns)
+    return "\n".join(lines)
+
+
+def _header_lines(info: BoardHeader) -> list[str]:
+    """How the leaderboard was made: commands, machine, time, versions, cells."""
+    commands = info.commands or []
+
+    def status(c: Command) -> str:  # a "running" invocation that is not the last one was killed
+        last = c is commands[-1]
+        return "killed" if c.status == "running" and not last else str(c.status)
+
+    cmds = "; ".join(f"`{c.command}` ({status(c)}, {_hours(c.elapsed_seconds or 0.0)})" for c in commands) or "unknown"
+    return [
+        f"- **Produced by:** {cmds}",
+        f"- **Rendered by:** `{info.rendered_by}` at {info.rendered}",
+        f"- **Machine:** {'; '.join(info.machines) or 'unknown'}",
+        f"- **Wall time:** {_hours(info.wall_seconds)} over {info.invocations} invocation(s) of "
+        f"`reconbench bench` (cells alone: {_hours(info.cell_seconds)})",
+        f"- **reconbench:** {', '.join(info.reconbench_versions)}, git commit "
+        f"{', '.join(f'`{c}`' for c in info.git_commits)}",
+        f"- **Suite file:** `{info.suite_file}` (sha256 `{str(info.suite_sha256)[:16]}`)",
+        f"- **Cells:** {info.cells['ok']} ok, {info.cells['failed']} failed, "
+        f"{info.cells['not_run']} not run"
+        + (f", {info.cells['stale']} stale (suite edited since they ran)" if info.cells["stale"] else "")
+        + f", of {info.cells['planned']} planned"
+        + _attack_failed_note(info.attack_failed),
+        *([f"- **Why the numbers moved since the last publication:** {info.note}"] if info.note else []),
+        "",
+    ]
+
+
+def _attack_failed_note(failed: list[Mapping[str, Any]] | None) -> str:
+    """Of the cells that ran, those whose attack failed (see "Failed attacks" below)."""
+    if not failed:
+        return ""
+    counts = Counter(str(f["status"]).replace("_", " ") for f in failed)
+    return (f"; the attack failed in {len(failed)} of the ok cells (" + ", ".join(f"{s} {c}" for s, c in
+                                                                           sorted(counts.items())) + ")")
+
+
+def _headline_lines(cells: int) -> list[str]:
+    """The headline and what its 5% per evaluation means over this board's ``cells``; the failed-attack outcome."""
+    return [
+        "**Headline.** `reconstructed (calibrated)` counts training images whose reconstruction correlates with "
+        "them better than random held-out images (never trained on) did in any of 19 calibration draws with the "
+        "same candidate count and labels; a draw of such images passes it (counts at least one image) with "
+        "probability at most 5% per evaluation (docs/calibration.md). That is a rate, not an impossibility: over "
+        f"the {cells} cells of this board, up to about {0.05 * cells:.1f} (0.05 x cells, per selection) may count "
+        "an image by chance alone where the attack recovers nothing, so read a count of 1 against its null. "
+        "`papers' protocol` is the papers' count (SSIM > 0.4), which random images often "
+        "pass. **(null x, max y)** after a number is the held-out null of that column: the mean over null draws "
+        "(5 per cell) and the largest any draw reached. `weight_rows` and `init_only` are baselines, not attacks: "
+        "first-layer weight rows as images, and the starting candidates unchanged.",
+        "",
+        "**Failed attacks.** A cell whose attack did not do its work (every search run diverged to a non-finite "
+        "loss, returned non-finite candidates, or stopped before half of its planned steps; "
+        "`reconbench/attack/outcome.py`) is not a result: it is left out of every mean and interval, and the "
+        "tables say so, e.g. `diverged 2/2` (2 of the row's 2 cells that ran) in place of the numbers, or beside "
+        "`seeds` when only some cells failed. It says the attack failed, not that the target resisted it.",
+        "",
+    ]
+
+
+#: the same paragraph as boards rendered before attack outcomes were recorded print it (their results.json header
+#: has no ``attack_failed``): kept so that ``--verify`` still reproduces those READMEs until they are re-published
+_PUBLISHED_HEADLINE = [
+    "**Headline.** `reconstructed (calibrated)` counts training images whose reconstruction correlates with "
+    "them better than random held-out images (never trained on) did in any of 19 calibration draws with the "
+    "same candidate count and labels; a draw of such images passes it with probability at most 5% "
+    "(docs/calibration.md). `papers' protocol` is the papers' count (SSIM > 0.4), which random images often "
+    "pass. **(null x, max y)** after a number is the held-out null of that column: the mean over null draws "
+    "(5 per cell) and the largest any draw reached. `weight_rows` and `init_only` are baselines, not attacks: "
+    "first-layer weight rows as images, and the starting candidates unchanged.",
+    "",
+]
+
+
+def _reading_lines(suite: Suite, stored: list[str], cells: int, outcomes: bool) -> list[str]:
+    """How to read the tables: sources, intervals, nulls, failed attacks, marks (``cells``: the cells that ran;
+    ``outcomes``: the board records attack outcomes)."""
+    gates = regime_gates(suite)
+    lines = [
+        "Every number below is computed from the cell JSONs in [`cells/`](cells/); `results.json` lists, for each "
+        "row, the cells it aggregates. Values are the mean over seeds with its 95% interval in brackets (Student "
+        "t, clipped to the values the metric can take, e.g. 0..n for counts; one seed: the value alone). "
+        "Rows are sorted by the first column, in its direction (↑ higher is "
+        "better, ↓ lower is better).",
+        "",
+        *(_headline_lines(cells) if outcomes else _PUBLISHED_HEADLINE),
+        f"`vs best`: `best` is the best row of its target in the first column; {WITHIN_NOISE_MARK} marks a row "
+        "whose interval overlaps the best row's (the difference is within noise over seeds); `?` means one seed "
+        "(no interval, undecided). "
+        f"{ORACLE_INIT_MARK} marks an *oracle* init regime (it reads training images); "
+        f"{ORACLE_SELECTION_MARK} marks oracle selection of the search run. `wall s` is the attack time of the "
+        "cell (all search runs).",
+        "",
+    ]
+    if gates:
+        lines += [f"{NOT_CONVERGED_MARK} after a target: " + _gates_text(gates) + ": the KKT attacks' premise does "
+                  "not hold there (see the targets table and [docs/regime.md](../../docs/regime.md)).", ""]
+    if stored:
+        lines += [
+            f"The pooled candidates of {len(stored)} cell(s) are stored in [`candidates/`](candidates/); a test "
+            "re-scores them with the standard evaluation function and checks the stored numbers.",
+            "",
+        ]
+    return lines
+
+
+def _gates_text(gates: dict[str, float]) -> str:
+    """What a ⚠ on a target means under the suite's gates."""
+    parts = {"stationarity": "its stationarity ratio (θ) is above {:g}",
+             "learned": "its learned-part ratio (θ − d·θ0) is above {:g}"}
+    return " or ".join(parts[k].format(v) for k, v in gates.items())
+
+
+def _targets_lines(suite: Suite, targets: list[TargetRow] | None) -> list[str]:
+    if not targets:
+        return []
+    gates = regime_gates(suite)
+    return [
+        "## Targets",
+        "",
+        "The trained targets behind the tables (from the cells' records of their model cards). The stationarity "
+        "ratio is the residual of the KKT stationarity fit at the training images divided by that at random "
+        "inputs: far below 1 means the weights sit near a KKT point, which the KKT attacks rely on. The learned-part "
+        "ratio is the same fit for what training added to the initial weights, θ − d·θ0 (the regime gate of "
+        "[docs/regime.md](../../docs/regime.md))"
+        + (f"; the suite's gates: {_gates_text(gates).replace('its ', '')} is flagged "
+           f"({NOT_CONVERGED_MARK}; ✓ within)." if gates else "."),
+        "",
+        render_targets(targets),
+        "",
+    ]
+
+
+def _table_lines(board: BoardResults, columns: list[Column], has_grid: bool = True) -> list[str]:
+    if not has_grid:
+        return ["_This suite has no main grid: all its cells belong to the comparisons and sections below._", ""]
+    lines: list[str] = []
+    for sel in SELECTIONS:
+        rows = board.table(sel)
+        lines += [f"## {SELECTION_TITLES[sel]}", ""]
+        lines += [render_main_table(rows, columns) if rows else "_no finished cells_", ""]
+        bars = sorted({b for r in rows for b in r.calibration_bars})
+        if bars:   # the threshold each row's `calibrated, own bar` count was taken against (evaluation/bars.py)
+            lines += ["Bars: `reconstructed (calibrated)` counts against the threshold for the evaluation's candidate "
+                      "count with no selection; `calibrated, own bar` against the threshold calibrated for this "
+                      "selection: " + "; ".join(bars) + ".", ""]
+    return lines
+
+
+def _comparison_lines(comparisons: Mapping[str, Comparison], columns: list[Column]) -> list[str]:
+    lines: list[str] = []
+    for comp in comparisons.values():
+        lines += [f"## {comp.title}", "", f"Target `{comp.base}` with `{comp.axis}` varied.", "",
+                  render_comparison(comp, columns), ""]
+    return lines
+
+
+def _figure_lines(figures: Mapping[str, Figure]) -> list[str]:
+    if not figures:
+        return []
+    lines = ["## Figures", ""]
+    for f in figures.values():
+        if f.file:
+            lines += [f"**{f.title}.** {f.caption}", "", f"![{f.title}]({f.file})", ""]
+        else:
+            lines += [f"**{f.title}:** not drawn ({f.reason}).", ""]
+    return lines
+
+
+def _problem_cell_lines(pub: Published) -> list[str]:
+    """Failed cells, and cells without a current result (not run, or stale)."""
+    lines: list[str] = []
+    failed = [r for r in pub.records.values() if r.status != STATUS_OK]
+    if failed:
+        body = [[r.cell_id, r.status, f"{mapping(r.error)['type']}: {_short(mapping(r.error)['message'])}"]
+                for r in failed]
+        lines += ["## Failed cells", "",
+                  tabulate(body, headers=["cell", "status", "error"], tablefmt="github", disable_numparse=True), ""]
+    if pub.not_run or pub.stale:
+        lines += ["## Cells without a current result", ""]
+        if pub.not_run:
+            lines += [f"Not run ({len(pub.not_run)}): " + ", ".join(f"`{c}`" for c in pub.not_run[:40])
+                      + (" ..." if len(pub.not_run) > 40 else ""), ""]
+        if pub.stale:
+            lines += [f"Stale ({len(pub.stale)}, the suite changed since they ran): "
+                      + ", ".join(f"`{c}`" for c in pub.stale[:40]), ""]
+    return lines
+
+
+def _attack_failed_lines(failed: list[Mapping[str, Any]] | None) -> list[str]:
+    """The cells that ran but whose attack failed, each with its reason (from the header of results.json)."""
+    if not failed:
+        return []
+    body = [[f["cell_id"], str(f["status"]).replace("_", " "), _short(f["reason"])] for f in failed]
+    return ["## Failed attacks", "", "Cells that ran but whose attack did not do its work; the tables leave them out "
+            "of their numbers.", "",
+            tabulate(body, headers=["cell", "outcome", "reason"], tablefmt="github", disable_numparse=True), ""]
+
+
+def _column_lines(columns: list[Column]) -> list[str]:
+    body = [[c.name, "higher" if c.higher_is_better else "lower", c.direction_from,
+             c.key or f"(none of: {', '.join(c.keys_tried)})"] for c in columns]
+    return ["## Columns", "",
+            tabulate(body, headers=["column", "better", "direction from", "source key"], tablefmt="github"), ""]
+
+
+def _short(text: str, n: int = 200) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def rerender_readme(suite: Suite, leaderboard: Path, data: dict[str, Any]) -> str:
+    """README.md rendered again from results.json (``data``) and the cells of a board (raises KeyError, TypeError,
+    ... on a malformed file: the caller names it)."""
+    pub = collect(suite, leaderboard)
+    # the privacy-utility sections are recomputed from the cells, like the README's other numbers
+    sections = [render_privacy(name, table) for name, table in privacy_tables(suite, pub).items()]
+    board = BoardResults.from_dict(data)
+    if (outside := outside_section(board.header)) is not None:
+        sections.append(outside)
+    return render_readme(suite, board, pub, sections)
