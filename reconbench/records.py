@@ -593,6 +593,51 @@ class Figure(Record):
 
 
 @dataclass(frozen=True)
+class PrivacyAttack(Record):
+    """One attack series at one point of a privacy-utility table: its headline over seeds and its held-out null."""
+
+    headline: MetricStat = nested(_of(MetricStat), MetricStat())
+    null: MetricStat | None = nested(_of(MetricStat))
+    cells: list[str] = field(default_factory=list)
+    pareto: bool = False
+    attack_failed: Failures | None = nested(_of(Failures))
+
+
+@dataclass(frozen=True)
+class PrivacyRow(Record):
+    """One point of a privacy axis: a defended (or undefended) target, its utility, and each attack series."""
+
+    base: str = ""
+    defense: str = "none"
+    defense_name: str | None = None
+    strength_option: str | None = None
+    strength: Any = None
+    target: str = ""
+    test_accuracy: float | None = None
+    train_accuracy: float | None = None
+    test_accuracy_before_release: float | None = None
+    steps_run: int | None = None
+    defense_records: Mapping[str, Any] = field(default_factory=dict)
+    attacks: Mapping[str, PrivacyAttack] = nested(_map_of(PrivacyAttack), None)
+
+    def attack(self, series: str) -> PrivacyAttack:
+        a = (self.attacks or _EMPTY).get(series)
+        return a if isinstance(a, PrivacyAttack) else PrivacyAttack()
+
+
+@dataclass(frozen=True)
+class PrivacyTable(Record):
+    """A privacy-utility table of a board (``[[privacy]]`` of a suite)."""
+
+    title: str = ""
+    headline_key: str | None = None
+    selection: str = "pool"
+    series: list[str] = field(default_factory=list)
+    rows: list[PrivacyRow] = nested(_list_of(PrivacyRow), None)
+    figure: Figure | None = nested(_of(Figure))
+
+
+@dataclass(frozen=True)
 class Command(Record):
     invocation: int | None = None
     command: str | None = None
@@ -653,7 +698,7 @@ class BoardResults(Record):
     tables: Mapping[str, list[TableRow]] = nested(
         lambda v: {k: _list_of(TableRow)(x) for k, x in v.items()} if isinstance(v, Mapping) else v, None)
     comparisons: Mapping[str, Comparison] = nested(_map_of(Comparison), None)
-    privacy: Mapping[str, Any] = field(default_factory=dict)
+    privacy: Mapping[str, PrivacyTable] = nested(_map_of(PrivacyTable), None)
     figures: Mapping[str, Figure] = nested(_map_of(Figure), None)
     stored_candidates: list[str] = field(default_factory=list)
     failures: list[Mapping[str, Any]] = field(default_factory=list)

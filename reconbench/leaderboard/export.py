@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from tabulate import tabulate
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.tables import SELECTIONS, fmt_stat
 from reconbench.leaderboard.verify import read_json
+from reconbench.records import BoardResults, ComparisonRow, MetricStat, TableRow, mapping
 
 FORMATS = ("csv", "json", "latex", "markdown")
 EXPORT_FORMAT = "reconbench-export/1"
@@ -33,45 +34,46 @@ FIELDS = ("table", "selection", "target", "attack", "init", "init_regime", "init
 PRIVACY_METRIC = "reconstructed (calibrated)"
 
 
-def _stat_fields(m: dict[str, Any]) -> dict[str, Any]:
-    ci = m.get("ci95") or [None, None]
-    return {"n": m.get("n"), "mean": m.get("mean"), "sd": m.get("sd"), "ci95_low": ci[0], "ci95_high": ci[1]}
+def _stat_fields(m: MetricStat) -> dict[str, Any]:
+    low, high = m.ci95 or (None, None)
+    return {"n": m.n, "mean": m.mean, "sd": m.sd, "ci95_low": low, "ci95_high": high}
 
 
-def long_records(data: dict[str, Any]) -> list[dict[str, Any]]:
+def long_records(data: BoardResults) -> list[dict[str, Any]]:
     """One record per (table row, metric) of a board's results.json."""
-    direction = {c["name"]: c["higher_is_better"] for c in data["columns"]}
+    direction = {c.name: c.higher_is_better for c in data.column_list}
     out: list[dict[str, Any]] = []
     for sel in SELECTIONS:
-        for r in (data.get("tables") or {}).get(sel) or []:
-            for name, m in r["metrics"].items():
-                null = m.get("null") or {}
-                out.append({"table": "main", "selection": sel, "target": r["target"], "attack": r["attack"],
-                            "init": r["init"], "init_regime": r.get("init_regime"),
-                            "init_is_oracle": bool(r.get("init_is_oracle")), "metric": name, "key": m.get("key"),
-                            "higher_is_better": direction.get(name), **_stat_fields(m),
-                            "null_mean": null.get("mean"), "null_max": null.get("max"), "cells": list(r["cells"])})
-    for cname, comp in (data.get("comparisons") or {}).items():
-        for r in comp["rows"]:
-            for v in r["values"]:
-                for name in comp["metrics"]:
-                    out.append({"table": f"comparison:{cname}", "selection": r["selection"], "target": v["target"],
-                                "attack": r["attack"], "init": r["init"],
-                                "init_is_oracle": bool(r.get("init_is_oracle")), "axis": comp["axis"],
-                                "axis_value": v["axis_value"], "metric": name, "key": v[name].get("key"),
-                                "higher_is_better": direction.get(name), **_stat_fields(v[name]),
-                                "cells": list(v["cells"])})
-    for pname, table in (data.get("privacy") or {}).items():
-        for r in table["rows"]:
-            for series, a in r["attacks"].items():
+        for r in data.table(sel):
+            for name, m in (r.metrics or {}).items():
+                null = mapping(m.null)
+                out.append({"table": "main", "selection": sel, "target": r.target, "attack": r.attack,
+                            "init": r.init, "init_regime": r.init_regime,
+                            "init_is_oracle": bool(r.init_is_oracle), "metric": name, "key": m.key,
+                            "higher_is_better": direction[name] if name in direction else None, **_stat_fields(m),
+                            "null_mean": null["mean"] if "mean" in null else None,
+                            "null_max": null["max"] if "max" in null else None, "cells": list(r.cells)})
+    for cname, comp in (data.comparisons or {}).items():
+        for cr in comp.rows or []:
+            for v in cr.values or []:
+                for name in comp.metrics:
+                    out.append({"table": f"comparison:{cname}", "selection": cr.selection, "target": v.target,
+                                "attack": cr.attack, "init": cr.init,
+                                "init_is_oracle": bool(cr.init_is_oracle), "axis": comp.axis,
+                                "axis_value": v.axis_value, "metric": name, "key": v.stat(name).key,
+                                "higher_is_better": direction[name] if name in direction else None,
+                                **_stat_fields(v.stat(name)), "cells": list(v.cells)})
+    for pname, table in (data.privacy or {}).items():
+        for pr in table.rows or []:
+            for series, a in (pr.attacks or {}).items():
                 attack, _, init = series.partition(" / ")
-                out.append({"table": f"privacy:{pname}", "selection": table.get("selection", "pool"),
-                            "target": r["target"], "attack": attack, "init": init, "defense": r["defense"],
-                            "strength": r.get("strength"), "test_accuracy": r.get("test_accuracy"),
-                            "metric": PRIVACY_METRIC, "key": table.get("headline_key"), "higher_is_better": False,
-                            **_stat_fields(a["headline"]), "null_mean": (a.get("null") or {}).get("mean"),
-                            "cells": list(a.get("cells") or [])})
-    return [{f: rec.get(f) for f in FIELDS} for rec in out]
+                out.append({"table": f"privacy:{pname}", "selection": table.selection,
+                            "target": pr.target, "attack": attack, "init": init, "defense": pr.defense,
+                            "strength": pr.strength, "test_accuracy": pr.test_accuracy,
+                            "metric": PRIVACY_METRIC, "key": table.headline_key, "higher_is_better": False,
+                            **_stat_fields(a.headline), "null_mean": a.null.mean if a.null else None,
+                            "cells": list(a.cells)})
+    return [{**dict.fromkeys(FIELDS), **rec} for rec in out]
 
 
 def _csv_value(key: str, v: Any) -> Any:
@@ -93,53 +95,51 @@ def to_csv(records: Iterable[dict[str, Any]]) -> str:
 
 
 # -- wide tables ----------------------------------------------------------------------------------------------
-def _null_text(null: dict[str, Any] | None, fmt: str) -> str:
+def _null_text(null: Mapping[str, Any] | None, fmt: str) -> str:
     return "" if not null else f"{format(null['mean'], fmt)} ({format(null['max'], fmt)})"
 
 
-def _init(r: dict[str, Any]) -> str:
-    return r["init"] + (" (oracle)" if r.get("init_is_oracle") else "")
+def _init(r: TableRow | ComparisonRow) -> str:
+    return r.init + (" (oracle)" if r.init_is_oracle else "")
 
 
-def wide_tables(data: dict[str, Any], metrics: Sequence[str], selection: str) -> list[tuple[str, list[str], list[list[str]]]]:
+def wide_tables(data: BoardResults, metrics: Sequence[str], selection: str) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of each table of the board: the main table of ``selection``, the comparisons, the
     privacy-utility tables; each chosen metric as ``mean [lo, hi]`` with a null column."""
-    cols = {c["name"]: c for c in data["columns"]}
+    cols = {c.name: c for c in data.column_list}
     out = []
-    rows = (data.get("tables") or {}).get(selection) or []
+    rows = data.table(selection)
     if rows:
         headers = ["target", "attack", "init", "seeds"]
         for m in metrics:
             headers += [m, f"{m}: null (max)"]
         body = []
         for r in rows:
-            line = [r["target"], r["attack"], _init(r), str(len(r["cells"]))]
+            line = [r.target, r.attack, _init(r), str(len(r.cells))]
             for m in metrics:
-                line += [fmt_stat(r["metrics"][m], cols[m]["format"]),
-                         _null_text(r["metrics"][m].get("null"), cols[m]["format"])]
+                line += [fmt_stat(r.metric(m), cols[m].format), _null_text(r.metric(m).null, cols[m].format)]
             body.append(line)
-        out.append((f"{data['header']['suite']}: {selection} selection; mean [95% interval] over seeds, held-out "
+        out.append((f"{data.header.suite}: {selection} selection; mean [95% interval] over seeds, held-out "
                     "null mean (max over draws)", headers, body))
-    for comp in (data.get("comparisons") or {}).values():
-        shown = [m for m in metrics if m in comp["metrics"]] or comp["metrics"][:1]
-        headers = ["attack", "init", "selection"] + [f"{m}: {comp['axis']} = {v}" for m in shown
-                                                      for v in comp["axis_values"]]
-        body = [[r["attack"], _init(r), r["selection"]] + [fmt_stat(v[m], cols[m]["format"]) for m in shown
-                                                           for v in r["values"]] for r in comp["rows"]]
-        out.append((f"{comp['title']}; mean [95% interval] over seeds", headers, body))
-    for table in (data.get("privacy") or {}).values():
+    for comp in (data.comparisons or {}).values():
+        shown = [m for m in metrics if m in comp.metrics] or comp.metrics[:1]
+        headers = ["attack", "init", "selection"] + [f"{m}: {comp.axis} = {v}" for m in shown for v in comp.axis_values]
+        body = [[cr.attack, _init(cr), cr.selection] + [fmt_stat(v.stat(m), cols[m].format) for m in shown
+                                                        for v in cr.values or []] for cr in comp.rows or []]
+        out.append((f"{comp.title}; mean [95% interval] over seeds", headers, body))
+    for table in (data.privacy or {}).values():
         headers = ["target", "defense", "strength", "test acc"]
-        for s in table["series"]:
+        for s in table.series:
             headers += [f"{s}: reconstructed", f"{s}: null"]
         body = []
-        for r in table["rows"]:
-            line = [r["target"], r["defense"], "" if r.get("strength") is None else f"{r['strength']:g}",
-                    "n/a" if r.get("test_accuracy") is None else f"{r['test_accuracy']:.3f}"]
-            for s in table["series"]:
-                a = r["attacks"][s]
-                line += [fmt_stat(a["headline"], ".1f"), fmt_stat(a["null"], ".1f")]
+        for pr in table.rows or []:
+            line = [pr.target, pr.defense, "" if pr.strength is None else f"{pr.strength:g}",
+                    "n/a" if pr.test_accuracy is None else f"{pr.test_accuracy:.3f}"]
+            for s in table.series:
+                a = pr.attack(s)
+                line += [fmt_stat(a.headline, ".1f"), fmt_stat(a.null or MetricStat(), ".1f")]
             body.append(line)
-        out.append((f"{table['title']}; mean [95% interval] over seeds", headers, body))
+        out.append((f"{table.title}; mean [95% interval] over seeds", headers, body))
     return out
 
 
@@ -163,9 +163,9 @@ def to_markdown(tables: list[tuple[str, list[str], list[list[str]]]]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def choose_metrics(data: dict[str, Any], columns: str | None) -> list[str]:
+def choose_metrics(data: BoardResults, columns: str | None) -> list[str]:
     """The metrics of the wide tables: named (comma-separated), ``all``, or by default the board's first two."""
-    names = [c["name"] for c in data["columns"]]
+    names = [c.name for c in data.column_list]
     if columns is None:
         return names[:2]
     if columns.strip() == "all":
@@ -184,13 +184,13 @@ def export_board(folder: Path, fmt: str, *, columns: str | None = None, selectio
         raise ReconbenchError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if selection not in SELECTIONS:
         raise ReconbenchError(f"--selection {selection!r}: choose one of {', '.join(SELECTIONS)}")
-    data = read_json(folder / "results.json", "leaderboard")
+    data = BoardResults.from_dict(read_json(folder / "results.json", "leaderboard"))
     if fmt == "csv":
         return to_csv(long_records(data))
     if fmt == "json":
-        header = data["header"]
-        return json.dumps({"format": EXPORT_FORMAT, "board": header["suite"], "suite_sha256": header["suite_sha256"],
-                           "git_commits": header["git_commits"], "fields": list(FIELDS),
+        header = data.header
+        return json.dumps({"format": EXPORT_FORMAT, "board": header.suite, "suite_sha256": header.suite_sha256,
+                           "git_commits": header.git_commits, "fields": list(FIELDS),
                            "rows": long_records(data)}, indent=1) + "\n"
     tables = wide_tables(data, choose_metrics(data, columns), selection)
     return to_latex(tables) if fmt == "latex" else to_markdown(tables)

@@ -37,6 +37,9 @@ from reconbench.records import (
     TargetRow,
     plain,
 )
+from reconbench.records import (
+    PrivacyTable as PrivacyRecord,
+)
 
 CONVERGED_MARK = "✓"
 
@@ -196,25 +199,26 @@ def comparison(name: str, comp: Comparison, columns: list[Column], cells: dict[s
     return ComparisonView(name, comp.title, comp.axis, comp.base, headers, rows)
 
 
-def privacy_table(name: str, table: dict[str, Any], cells: dict[str, CellRecord]) -> PrivacyTable:
-    base_acc = {r["base"]: r["test_accuracy"] for r in table["rows"] if r["defense"] == "none"}
+def privacy_table(name: str, table: PrivacyRecord, cells: dict[str, CellRecord]) -> PrivacyTable:
+    rows_in = table.rows or []
+    base_acc = {r.base: r.test_accuracy for r in rows_in if r.defense == "none"}
     rows = []
-    for r in table["rows"]:
-        acc, base = r.get("test_accuracy"), base_acc.get(r["base"])
-        strength = "" if r["defense"] == "none" else f"{r['strength_option']} = {r['strength']:g}" \
-            if isinstance(r["strength"], (int, float)) else f"{r['strength_option']} = {r['strength']}"
-        eps = (r.get("defense_records") or {}).get("epsilon", "")
+    for r in rows_in:
+        acc, base = r.test_accuracy, base_acc[r.base] if r.base in base_acc else None
+        strength = "" if r.defense == "none" else f"{r.strength_option} = {r.strength:g}" \
+            if isinstance(r.strength, (int, float)) else f"{r.strength_option} = {r.strength}"
+        eps = r.defense_records["epsilon"] if "epsilon" in r.defense_records else ""
         series = []
-        for s in table["series"]:
-            a = r["attacks"][s]
-            series.append({"headline": Metric(fmt_stat(a["headline"], ".1f"), a["headline"].get("mean"),
-                                              f"null {fmt_stat(a['null'], '.1f')}"),
-                           "pareto": bool(a.get("pareto")), "cells": _links(cells, a.get("cells") or [])})
-        rows.append({"target": r["target"], "defense": r["defense"], "strength": strength,
-                     "test_accuracy": acc, "delta": None if acc is None or base is None or r["defense"] == "none"
+        for s in table.series:
+            a = r.attack(s)
+            series.append({"headline": Metric(fmt_stat(a.headline, ".1f"), a.headline.mean,
+                                              f"null {fmt_stat(a.null or MetricStat(), '.1f')}"),
+                           "pareto": bool(a.pareto), "cells": _links(cells, a.cells)})
+        rows.append({"target": r.target, "defense": r.defense, "strength": strength,
+                     "test_accuracy": acc, "delta": None if acc is None or base is None or r.defense == "none"
                      else acc - base, "epsilon": eps if isinstance(eps, (int, float)) else None, "series": series})
-    figure = (table.get("figure") or {}).get("file")
-    return PrivacyTable(name, table["title"], list(table["series"]), rows, figure)
+    figure = table.figure.file if table.figure else None
+    return PrivacyTable(name, table.title, list(table.series), rows, figure)
 
 
 def _filters(tables: list[Table], privacy: list[PrivacyTable]) -> dict[str, list[str]]:
