@@ -409,6 +409,16 @@ def image_rows(rows: Any) -> list[ImageRow]:
     return [ImageRow.from_dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
 
 
+@dataclass(frozen=True)
+class CardData(Record):
+    """A model card's JSON (``targets/<recipe key>.json``): the parts a board's readers check against."""
+
+    recipe_key: str | None = None
+    family: str | None = None
+    recipe: TargetRecipe | None = nested(_of(TargetRecipe))
+    metrics: TrainMetrics = nested(_of(TrainMetrics), TrainMetrics())
+
+
 # -- a run ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunTarget(Record):

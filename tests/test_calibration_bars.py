@@ -92,7 +92,7 @@ def test_tables_read_the_own_bar_count_and_verify_rechecks_it():
     from reconbench.bench.suite import default_columns
     from reconbench.leaderboard.tables import column_value
     from reconbench.leaderboard.verify import _check_tables
-    from reconbench.records import CellRecord
+    from reconbench.records import BoardResults, CellRecord
 
     col = next(c for c in default_columns() if c.source == "calibrated")
     bar = {"count": 3, "threshold": 0.9, "bar": "oracle-selected: best of 2 null runs by extraction score, m = 20"}
@@ -103,6 +103,7 @@ def test_tables_read_the_own_bar_count_and_verify_rechecks_it():
     data = {"columns": [{"name": col.name, "source": "calibrated"}],
             "tables": {"oracle": [{"attack": "a", "init": "i", "target": "t", "cells": ["c"],
                                    "metrics": {col.name: {"key": "calibrated", "values": [3.0], "mean": 3.0}}}]}}
-    assert _check_tables(data, {"c": rec}) == []
+    board = BoardResults.from_dict(data)
+    assert _check_tables(board, {"c": CellRecord.from_dict(rec)}) == []
     rec["selections"]["oracle"]["calibrated"] = {**bar, "count": 4}
-    assert len(_check_tables(data, {"c": rec})) == 1
+    assert len(_check_tables(board, {"c": CellRecord.from_dict(rec)})) == 1

@@ -22,12 +22,13 @@ from safetensors.torch import load_file
 from reconbench.bench.cells import CELL_FORMAT
 from reconbench.bench.entries import EntryCheck, check_entry, expand, is_entry
 from reconbench.bench.runner import STATUS_OK, card_reader, null_record, protocol_reader
-from reconbench.bench.seal import SEAL_FIELD, seal_problem
+from reconbench.bench.seal import seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.rescore import Mismatch, close, evaluation_terms, margin_note, pinned_protocol, reproduce
 from reconbench.leaderboard.readme import rerender_readme
+from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
 from reconbench.runs.result import score_selection
 from reconbench.targets.cards import ModelCard, check_card_data
 
@@ -43,13 +44,14 @@ def read_json(path: Path, what: str) -> Any:
                               "again") from None
 
 
-def read_record(leaderboard: Path, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_record(leaderboard: Path, path: Path) -> tuple[dict[str, Any], CellRecord]:
     """A cell file of a board as stored, and in the full record's shape (a slim entry expanded, ``entries.py``)."""
     raw = read_json(path, f"cell {path.stem}")
     if not isinstance(raw, dict):
         raise ReconbenchError(f"{path}: a cell record is a JSON object, got a {type(raw).__name__}; restore it")
     try:
-        return raw, expand(raw, card_reader(leaderboard), protocol_reader(leaderboard)) if is_entry(raw) else raw
+        full = expand(raw, card_reader(leaderboard), protocol_reader(leaderboard)) if is_entry(raw) else raw
+        return raw, CellRecord.from_dict(full)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         raise _malformed(path, exc) from None
 
@@ -69,16 +71,16 @@ def corrupt_cells(folder: Path) -> list[str]:
             continue
         if not isinstance(rec, dict):
             bad.append(f"{p}: a cell record is a JSON object, got a {type(rec).__name__}")
-        elif rec.get("format") != CELL_FORMAT or rec.get("cell_id") != p.stem:
-            bad.append(f"{p}: not a cell record of this file name (format {rec.get('format')!r}, cell_id "
-                       f"{rec.get('cell_id')!r})")
+        elif (typed := CellRecord.from_dict(rec)).format != CELL_FORMAT or typed.cell_id != p.stem:
+            bad.append(f"{p}: not a cell record of this file name (format {typed.format!r}, cell_id "
+                       f"{typed.cell_id or None!r})")
     return bad
 
 
 def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
     """Render README.md again from results.json and the cells; each differing line is a problem."""
     data = read_json(leaderboard / "results.json", "leaderboard")
-    recorded = (data.get("header") or {}).get("suite_sha256") if isinstance(data, dict) else None
+    recorded = BoardResults.from_dict(data).header.suite_sha256 if isinstance(data, dict) else None
     if recorded and recorded != suite.text_sha256:  # the suite's text is part of the README (description, plan)
         return [f"{leaderboard}/README.md was rendered from another version of the suite file (sha256 "
                 f"{recorded[:16]}, now {suite.text_sha256[:16]}); verify with the suite file it was rendered from, or "
@@ -154,14 +156,14 @@ def check_cell(leaderboard: Path, cell_id: str, *, data_root: str | None = None)
         raise _malformed(path, exc) from None
 
 
-def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: str | None,
+def _rescore(leaderboard: Path, cell_id: str, rec: CellRecord, data_root: str | None,
              every_key: bool = True) -> CellCheck:
-    if rec["status"] != STATUS_OK:
-        return CellCheck(problems=[f"{cell_id}: status {rec['status']}, nothing to re-score"])
+    if rec.status != STATUS_OK:
+        return CellCheck(problems=[f"{cell_id}: status {rec.status}, nothing to re-score"])
     problem, pooled, protocol, family, card = rescore_inputs(leaderboard, rec, data_root)
     out = CellCheck()
-    for name, sel in rec["selections"].items():
-        run = None if name == "pool" else sel.get("run")
+    for name, sel in (rec.selections or {}).items():
+        run = None if name == "pool" else sel.run
         if name != "pool" and run is None:
             continue
         n_candidates = int(len(pooled["run_ids"]) if run is None else (pooled["run_ids"] == run).sum())
@@ -172,7 +174,7 @@ def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: st
         def run_selection(run: int | None = run) -> dict[str, Any]:
             return score_selection(problem, pooled, run, family=family, protocol=protocol, card=card)
 
-        def compare(ev: dict[str, Any], name: str = name, sel: dict[str, Any] = sel,
+        def compare(ev: dict[str, Any], name: str = name, sel: Selection = sel,
                     rtol: float = rtol) -> list[Mismatch]:
             return compare_selection(f"{cell_id} [{name}]", sel, ev, rtol, every_key=every_key)
 
@@ -183,34 +185,37 @@ def _rescore(leaderboard: Path, cell_id: str, rec: dict[str, Any], data_root: st
     return out
 
 
-def rescore_inputs(leaderboard: Path, rec: dict[str, Any], data_root: str | None
+def rescore_inputs(leaderboard: Path, rec: CellRecord, data_root: str | None
                    ) -> tuple[Any, dict[str, Any], dict[str, Any], str, ModelCard]:
     """What re-scoring a stored cell needs: the problem rebuilt from the published card, the stored candidates, the
     protocol the cell computed, the model family and the card."""
-    card_path = leaderboard / "targets" / f"{rec['target']['recipe_key']}.json"
+    card_path = leaderboard / "targets" / f"{rec.target.recipe_key}.json"
     card_data = read_json(card_path, "model card")
     check_card_data(card_data, card_path)
     card = ModelCard(path=leaderboard / "targets", data=card_data)
     problem = card.problem(data_root)
-    stored = load_file(str(leaderboard / "candidates" / f"{rec['cell_id']}.safetensors"))
+    stored = load_file(str(leaderboard / "candidates" / f"{rec.cell_id}.safetensors"))
     # a board may store them in the attack's precision (float32): every float32 is a float64 exactly
     pooled = {k: v.double() if v.is_floating_point() else v for k, v in stored.items()}
-    protocol = pinned_protocol(rec["protocol"], rec.get("evaluation"))  # the metrics the cell computed
-    return problem, pooled, protocol, rec["target"]["recipe"]["family"], card
+    evaluation = dict(rec.evaluation) if rec.evaluation is not None else None
+    protocol = pinned_protocol(dict(rec.protocol or {}), evaluation)  # the metrics the cell computed
+    return problem, pooled, protocol, str(rec.target.trained_from.family), card
 
 
-def compare_selection(where: str, sel: dict[str, Any], evaluation: dict[str, Any], rtol: float,
+def compare_selection(where: str, sel: Selection | dict[str, Any], evaluation: dict[str, Any], rtol: float,
                       every_key: bool = True) -> list[Mismatch]:
     """The stored numbers of one selection (summary, held-out null) that a fresh evaluation does not reproduce
     (``every_key``: a number the evaluation produces that the selection does not store is a mismatch too; a slim
     entry stores the keys its board shows, ``entries.py``)."""
+    if isinstance(sel, dict):
+        sel = Selection.from_dict(sel)
     fresh = evaluation["summary"]
-    stored = sel.get("summary") or {}
+    stored = dict(sel.summary)
     problems: list[Mismatch] = []
-    if "null" in sel:
+    if sel.null is not None:
         null_now = _flat(null_record(evaluation))
-        for key, value in _flat(sel["null"]).items():
-            new = null_now.get(key, "<missing>")
+        for key, value in _flat(sel.null).items():
+            new = null_now[key] if key in null_now else "<missing>"
             if not close(value, new, rtol):
                 problems.append(Mismatch(f"{where} null.{key}", value, new, margin_note(evaluation, key, value, new,
                                                                                          rtol)))
@@ -227,7 +232,7 @@ def compare_selection(where: str, sel: dict[str, Any], evaluation: dict[str, Any
             problems.append(Mismatch(f"{where} {key}", value, fresh[key],
                                      margin_note(evaluation, key, value, fresh[key], rtol)))
     # a cell scored before the held-out null existed stores fewer keys: its stored numbers are still checked
-    if "null" in sel and every_key:
+    if sel.null is not None and every_key:
         for key in fresh.keys() - stored.keys():
             problems.append(Mismatch(f"{where} {key}", "<not stored>", fresh[key]))
     return problems
@@ -262,33 +267,35 @@ def check_records(leaderboard: Path) -> RecordCheck:
             out.problems += _record_problems(leaderboard, path.stem, raw, rec)
         except (KeyError, TypeError, AttributeError) as exc:
             raise _malformed(path, exc) from None
-        if raw.get(SEAL_FIELD) is None:
+        if CellRecord.from_dict(raw).record_sha256 is None:  # the seal (bench/seal.py)
             out.unsealed += 1
         else:
             out.sealed += 1
     return out
 
 
-def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: dict[str, Any]) -> list[str]:
+def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: CellRecord) -> list[str]:
     problems = []
     if (why := seal_problem(raw)) is not None:  # a slim entry's seal is over the entry as stored
         problems.append(f"cell {cell_id}: {why}")
-    if rec.get("status") != STATUS_OK:
+    if rec.status != STATUS_OK:
         return problems
-    runs_seconds = float(sum(r.get("seconds", 0.0) for r in rec["runs"]))
-    if rec.get("attack_seconds") != runs_seconds:
-        problems.append(f"cell {cell_id}: attack_seconds {rec.get('attack_seconds')!r} is not the sum of its runs' "
+    runs_seconds = float(sum(SearchRun.from_dict(r).seconds or 0.0 for r in rec.runs or []))
+    if rec.attack_seconds != runs_seconds:
+        problems.append(f"cell {cell_id}: attack_seconds {rec.attack_seconds!r} is not the sum of its runs' "
                         f"seconds ({runs_seconds!r}); the cell was edited, restore it or run it again")
-    card_path = leaderboard / "targets" / f"{rec['target']['recipe_key']}.json"
+    card_path = leaderboard / "targets" / f"{rec.target.recipe_key}.json"
     if card_path.exists():
-        card = read_json(card_path, "model card")
-        want = {k: v for k, v in (card.get("metrics") or {}).items() if k != "margins"}
-        shown = rec["target"].get("train_metrics") or {}
-        edited = sorted(k for k in want.keys() | shown.keys() if not close(want.get(k), shown.get(k), 0.0))
+        card = CardData.from_dict(read_json(card_path, "model card"))
+        stored = {k: v for k, v in card.metrics.to_dict().items() if k != "margins"}
+        shown_as = rec.target.metrics.to_dict()
+        keys = stored.keys() | shown_as.keys()
+        want, shown = {**dict.fromkeys(keys), **stored}, {**dict.fromkeys(keys), **shown_as}  # absent: None
+        edited = sorted(k for k in keys if not close(want[k], shown[k], 0.0))
         if edited:
             k = edited[0]
-            problems.append(f"cell {cell_id}: target train_metrics.{k} is {shown.get(k)!r}, its model card "
-                            f"{card_path.name} records {want.get(k)!r}; restore the cell or the card")
+            problems.append(f"cell {cell_id}: target train_metrics.{k} is {shown[k]!r}, its model card "
+                            f"{card_path.name} records {want[k]!r}; restore the cell or the card")
     return problems
 
 
@@ -297,42 +304,39 @@ def check_tables(leaderboard: Path) -> list[str]:
     data = read_json(leaderboard / "results.json", "leaderboard")
     cells = {p.stem: read_record(leaderboard, p)[1] for p in (leaderboard / "cells").glob("*.json")}
     try:
-        return _check_tables(data, cells)
+        return _check_tables(BoardResults.from_dict(data), cells)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         raise _malformed(leaderboard / "results.json", exc) from None
 
 
-def _check_tables(data: dict[str, Any], cells: dict[str, Any]) -> list[str]:
-    cols = {c["name"]: c for c in data["columns"]}
+def _check_tables(data: BoardResults, cells: dict[str, CellRecord]) -> list[str]:
+    cols = {c.name: c for c in data.column_list}
     problems = []
-    for sel, rows in data["tables"].items():
+    for sel, rows in (data.tables or {}).items():
         for row in rows:
-            for name, m in row["metrics"].items():
+            for name, m in (row.metrics or {}).items():
                 col = cols[name]
                 values = []
-                for cid in row["cells"]:
-                    rec = cells.get(cid)
-                    if rec is None:
-                        problems.append(f"{sel} row {row['attack']}/{row['init']}/{row['target']}: cell {cid} missing")
+                for cid in row.cells:
+                    if cid not in cells:
+                        problems.append(f"{sel} row {row.attack}/{row.init}/{row.target}: cell {cid} missing")
                         continue
-                    s = rec["selections"][sel]
-                    if col["source"] == "attack_loss":
-                        v = s.get("attack_loss")
-                    elif col["source"] == "wall_seconds":
-                        v = rec.get("attack_seconds")
-                    elif col["source"] == "calibrated":
-                        v = (s.get("calibrated") or {}).get("count")
+                    rec, s = cells[cid], cells[cid].selection(sel)
+                    if col.source == "attack_loss":
+                        v = number(s.attack_loss)
+                    elif col.source == "wall_seconds":
+                        v = number(rec.attack_seconds)
+                    elif col.source == "calibrated":
+                        v = s.calibrated_count
                     else:
-                        v = (s.get("summary") or {}).get(m["key"]) if m["key"] else None
-                    if isinstance(v, dict):
-                        v = v.get("value")
-                    if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
-                        values.append(float(v))
+                        v = s.value(m.key) if m.key else None
+                    if v is not None:
+                        values.append(v)
                 mean = statistics.fmean(values) if values else None
-                if not _close(values, m["values"], 1e-12, 0.0) or not _close(mean, m["mean"], 1e-12, 0.0):
+                if not _close(values, m.values, 1e-12, 0.0) or not _close(mean, m.mean, 1e-12, 0.0):
                     problems.append(
-                        f"{sel} row {row['attack']}/{row['init']}/{row['target']} {name}: "
-                        f"results.json says {m['values']}, the cells give {values}"
+                        f"{sel} row {row.attack}/{row.init}/{row.target} {name}: "
+                        f"results.json says {m.values}, the cells give {values}"
                     )
     return problems
 
