@@ -321,6 +321,12 @@ class CellRecord(Record):
         return sel if isinstance(sel, Selection) else Selection()
 
     @property
+    def protocol_ref(self) -> str | None:
+        """The name of the evaluation protocol a slim entry stores once per board (``protocols/<ref>.json``)."""
+        ref = mapping(self.evaluation).get("protocol_ref")
+        return None if ref is None else str(ref)
+
+    @property
     def evaluated_metrics(self) -> Mapping[str, Any]:
         """The metrics the pooled evaluation recorded (name -> headline, direction, parameters)."""
         return mapping(mapping(self.evaluation).get("metrics"))
@@ -417,6 +423,41 @@ class CardData(Record):
     family: str | None = None
     recipe: TargetRecipe | None = nested(_of(TargetRecipe))
     metrics: TrainMetrics = nested(_of(TrainMetrics), TrainMetrics())
+
+
+@dataclass(frozen=True)
+class SubmissionBoard(Record):
+    suite: str | None = None
+    suite_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmissionProvenance(Record):
+    contributor: str | None = None
+    git_commits: list[str] | None = None
+    reconbench_versions: list[str] | None = None
+    machines: list[str] | None = None
+    commands: list[Any] | None = None
+    packed: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmissionFile(Record):
+    """A submission packed by ``leaderboard submit`` (``leaderboard/submit.py``): the board it is for, the suite
+    addition its cells ran with, its slim entries (kept as stored: each is sealed), their protocols and candidates."""
+
+    format: str | None = None
+    board: SubmissionBoard = nested(_of(SubmissionBoard), SubmissionBoard())
+    suite_sha256: str | None = None
+    suite_addition: str | None = None
+    entries: list[Any] = field(default_factory=list)
+    protocols: Mapping[str, Any] = field(default_factory=dict)
+    candidates: Mapping[str, str] = field(default_factory=dict)
+    provenance: SubmissionProvenance = nested(_of(SubmissionProvenance), SubmissionProvenance())
+    record_sha256: str | None = None
+
+    def candidates_of(self, cell_id: str) -> str | None:
+        return self.candidates[cell_id] if cell_id in self.candidates else None
 
 
 # -- a run ------------------------------------------------------------------------------------------------

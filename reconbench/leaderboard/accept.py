@@ -55,6 +55,7 @@ from reconbench.leaderboard.tables import (
 )
 from reconbench.leaderboard.verify import check_cell, check_records
 from reconbench.provenance import write_text_atomic
+from reconbench.records import BoardResults, CellRecord, EntryInfo, SubmissionFile, SubmissionProvenance, plain
 
 
 @dataclass
@@ -75,81 +76,83 @@ def read_submission(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReconbenchError(f"{path} is not valid JSON ({exc}); pack it again with `reconbench leaderboard "
                               "submit`") from None
-    if not isinstance(sub, dict) or sub.get("format") != SUBMISSION_FORMAT:
-        got = sub.get("format") if isinstance(sub, dict) else type(sub).__name__
+    if not isinstance(sub, dict) or SubmissionFile.from_dict(sub).format != SUBMISSION_FORMAT:
+        got = SubmissionFile.from_dict(sub).format if isinstance(sub, dict) else type(sub).__name__
         raise ReconbenchError(f"{path} is not a submission (format {got!r}, expected {SUBMISSION_FORMAT!r}); pack "
                               "your results with `reconbench leaderboard submit`")
     return sub
 
 
 def submission_id(sub: dict[str, Any]) -> str:
-    attacks = sorted({str((e.get("attack") or {}).get("label")) for e in sub.get("entries") or []
-                      if isinstance(e, dict)})
-    return f"{'+'.join(attacks)[:60]}-{str(sub.get(SEAL_FIELD))[:12]}"
+    packed = SubmissionFile.from_dict(sub)
+    attacks = sorted({CellRecord.from_dict(e).attack.label or "None" for e in packed.entries if isinstance(e, dict)})
+    return f"{'+'.join(attacks)[:60]}-{str(packed.record_sha256)[:12]}"
 
 
 def _suite_problems(sub: dict[str, Any], suite: Suite, board: Path, data: dict[str, Any]) -> tuple[list[str], str]:
     """Refusals of the submission as a whole, and the text of the board's suite extended by it."""
-    header = data["header"]
-    board_sha = str(header.get("suite_sha256"))
-    theirs = str((sub.get("board") or {}).get("suite_sha256"))
-    if seal_problem(sub) is not None or sub.get(SEAL_FIELD) is None:
+    header, packed = BoardResults.from_dict(data).header, SubmissionFile.from_dict(sub)
+    board_sha = str(header.suite_sha256)
+    theirs = str(packed.board.suite_sha256)
+    if seal_problem(sub) is not None or packed.record_sha256 is None:
         return ["the submission file was edited after it was packed (its record_sha256 does not match); pack it "
                 "again with `reconbench leaderboard submit`"], ""
-    taken = [str(t.get("id")) for t in header.get("submissions") or [] if t.get("submission_sha256") == sub[SEAL_FIELD]]
+    taken = [t.id for t in header.submissions or [] if t.submission_sha256 == packed.record_sha256]
     if taken:
         return [f"the board already took in this submission ({taken[0]}); nothing to add"], ""
     if theirs != board_sha:
-        return [f"the cells ran with another version of the {header.get('suite')} suite file (sha256 {theirs[:16]}) "
-                f"than the board's ({board_sha[:16]}, {header.get('suite_file')}); copy the board's suite file, "
+        return [f"the cells ran with another version of the {header.suite} suite file (sha256 {theirs[:16]}) "
+                f"than the board's ({board_sha[:16]}, {header.suite_file}); copy the board's suite file, "
                 "append your tables, run the cells again and pack them again"], ""
     if suite.text_sha256 != board_sha:
         return [f"this checkout's {suite.path.name} (sha256 {suite.text_sha256[:16]}) is not the file {board} was "
                 f"rendered from ({board_sha[:16]}); add the submission from the checkout the board was published "
                 "at"], ""
     base = suite.path.read_text()
-    addition = str(sub.get("suite_addition") or "")
-    if sha256_text(base + addition) != sub.get("suite_sha256"):
+    addition = str(packed.suite_addition or "")
+    if sha256_text(base + addition) != packed.suite_sha256:
         return ["the suite addition is not the text the cells ran with (the sha256 of the board's suite file with "
                 "it appended differs from suite_sha256); pack the submission again"], ""
     return [], base + "".join(board_additions(board, data)) + addition
 
 
 def _entry_problems(entry: Any, plan: dict[str, Any], ext: Suite, board: Path, sub: dict[str, Any]) -> list[str]:
-    if not is_entry(entry) or entry["entry"].get("schema") != ENTRY_SCHEMA:
+    rec = CellRecord.from_dict(entry) if isinstance(entry, dict) else None
+    if rec is None or not is_entry(entry) or not isinstance(rec.entry, EntryInfo) or rec.entry.schema != ENTRY_SCHEMA:
         return [f"an entry is not a board entry of schema {ENTRY_SCHEMA}; pack it with `reconbench leaderboard "
                 "submit`"]
-    cid = str(entry.get("cell_id"))
+    packed = SubmissionFile.from_dict(sub)
+    cid = rec.cell_id or "None"
     if (why := seal_problem(entry)) is not None:
         return [f"cell {cid}: {why.replace('restore the cell file or run the cell again', 'pack it again')}"]
-    if entry.get("suite_sha256") != sub.get("suite_sha256"):
-        return [f"cell {cid}: ran with another suite file (sha256 {str(entry.get('suite_sha256'))[:16]}) than the "
+    if rec.suite_sha256 != packed.suite_sha256:
+        return [f"cell {cid}: ran with another suite file (sha256 {str(rec.suite_sha256)[:16]}) than the "
                 "submission's; run every submitted cell with the same suite file"]
     if (board / "cells" / f"{cid}.json").exists():
         return [f"cell {cid}: the board already holds this cell; submit only cells of your appended tables"]
-    cell = plan.get(cid)
-    if cell is None:
+    if cid not in plan:
         return [f"cell {cid}: not a cell of the board's suite with the submission's addition; name it in the "
                 "appended [[grid]] blocks"]
+    cell = plan[cid]
     problems = []
-    if entry.get("cell_key") != cell.key(ext, (entry.get("spec") or {}).get("dtype")):
-        problems.append(f"cell {cid}: its settings (cell_key {entry.get('cell_key')}) are not the suite's for this "
+    if rec.cell_key != cell.key(ext, rec.dtype):
+        problems.append(f"cell {cid}: its settings (cell_key {rec.cell_key}) are not the suite's for this "
                         "cell; run it again with the submitted suite file")
-    key = str((entry.get("target") or {}).get("recipe_key"))
+    key = str(rec.target.recipe_key)
     if key != cell.recipe.key():
         problems.append(f"cell {cid}: its target recipe hash {key} is not the suite's ({cell.recipe.key()}); run it "
                         "again with the submitted suite file")
     elif not (board / "targets" / f"{key}.json").exists():
         problems.append(f"cell {cid}: the board has no target with recipe hash {key}; attack the board's targets "
                         "(name them in your [[grid]] blocks) only")
-    commit = str((entry.get("provenance") or {}).get("git_commit"))
+    commit = rec.git_commit
     if commit == "None" or commit.endswith("-dirty"):
         problems.append(f"cell {cid}: ran from {'no git checkout' if commit == 'None' else 'a dirty checkout'} "
                         f"(git commit {commit}); commit your changes and run the cells again from the clean checkout")
-    ref = (entry.get("evaluation") or {}).get("protocol_ref")
-    if ref is not None and ref not in (sub.get("protocols") or {}):
+    ref = rec.protocol_ref
+    if ref is not None and ref not in packed.protocols:
         problems.append(f"cell {cid}: its evaluation protocol {ref} is not in the submission; pack it again")
-    if entry.get("status") == STATUS_OK and cid not in (sub.get("candidates") or {}):
+    if rec.status == STATUS_OK and cid not in packed.candidates:
         problems.append(f"cell {cid}: its candidates are not in the submission, so its numbers cannot be re-scored; "
                         "pack it again from the results folder that holds them")
     return problems
@@ -158,7 +161,8 @@ def _entry_problems(entry: Any, plan: dict[str, Any], ext: Suite, board: Path, s
 def _stage(stage: Path, sub: dict[str, Any], entries: list[dict[str, Any]]) -> list[str]:
     """Write the entries, protocols and candidates into the staging board; refusals of malformed parts."""
     problems = []
-    for ref, shared in (sub.get("protocols") or {}).items():
+    packed = SubmissionFile.from_dict(sub)
+    for ref, shared in packed.protocols.items():
         if protocol_ref(shared) != ref:
             problems.append(f"protocol {ref}: its content does not hash to its name; pack the submission again")
             continue
@@ -170,7 +174,7 @@ def _stage(stage: Path, sub: dict[str, Any], entries: list[dict[str, Any]]) -> l
     for entry in entries:
         cid = entry["cell_id"]
         write_text_atomic(stage / "cells" / f"{cid}.json", entry_text(entry))
-        if (blob := (sub.get("candidates") or {}).get(cid)) is None:
+        if (blob := packed.candidates_of(cid)) is None:
             continue
         try:
             raw = base64.b64decode(str(blob), validate=True)
@@ -233,7 +237,7 @@ def merge_tables(ext: Suite, board: Path, data: dict[str, Any], outside: dict[st
 
 def outside_cells(board: Path, data: dict[str, Any]) -> dict[str, str]:
     """The cells of a board that came from outside submissions, with their submission's id."""
-    return {cid: str(s["id"]) for s in (data.get("header") or {}).get("submissions") or [] for cid in s["cells"]}
+    return {cid: s.id for s in BoardResults.from_dict(data).header.submissions or [] for cid in s.cells}
 
 
 def add_submission(path: Path, suite: Suite, board: Path, *, data_root: str | None = None) -> AddReport:
@@ -253,7 +257,7 @@ def add_submission(path: Path, suite: Suite, board: Path, *, data_root: str | No
                            "new [attacks.*] tables and [[grid]] blocks"]
         return report
     plan = {c.cell_id: c for c in expand(ext)}
-    entries = sub.get("entries") or []
+    entries = SubmissionFile.from_dict(sub).entries
     if not entries:
         report.refusals = ["the submission holds no entry; pack the results folder of your cells"]
         return report
@@ -276,6 +280,12 @@ def add_submission(path: Path, suite: Suite, board: Path, *, data_root: str | No
     return report
 
 
+def _provenance_fields(p: SubmissionProvenance) -> dict[str, Any]:
+    """What a board records of a submission's provenance (None where the submission has none)."""
+    return {"contributor": p.contributor, "git_commits": p.git_commits, "reconbench_versions": p.reconbench_versions,
+            "machines": p.machines, "packed": p.packed}
+
+
 def _merge(stage: Path, board: Path, sub: dict[str, Any], ext: Suite, data: dict[str, Any], ids: list[str],
            sid: str, suite: Suite) -> None:
     """Write the merged board in the staging copy, then move its changed files into ``board``."""
@@ -289,10 +299,9 @@ def _merge(stage: Path, board: Path, sub: dict[str, Any], ext: Suite, data: dict
     (stage / SUBMISSIONS_DIR).mkdir(exist_ok=True)
     write_text_atomic(stage / SUBMISSIONS_DIR / f"{sid}.toml", str(sub["suite_addition"]))
     record = {"id": sid, "cells": ids, "suite_sha256": sub["suite_sha256"],
-              "submission_sha256": sub[SEAL_FIELD], **{k: (sub.get("provenance") or {}).get(k) for k in (
-                  "contributor", "git_commits", "reconbench_versions", "machines", "packed")}}
-    data = {**data, "header": {**data["header"],
-                               "submissions": [*(data["header"].get("submissions") or []), record]}}
+              "submission_sha256": sub[SEAL_FIELD], **_provenance_fields(SubmissionFile.from_dict(sub).provenance)}
+    earlier = [plain(s) for s in BoardResults.from_dict(data).header.submissions or []]
+    data = {**data, "header": {**data["header"], "submissions": [*earlier, record]}}
     merged = merge_tables(ext, stage, data, outside_cells(stage, data))
     merged["stored_candidates"] = sorted(p.stem for p in (stage / "candidates").glob("*.safetensors"))
     write_text_atomic(stage / "results.json", json.dumps(merged, separators=(",", ":"), allow_nan=True))
