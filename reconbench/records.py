@@ -736,6 +736,12 @@ class BoardHeader(Record):
     note: str | None = None
     submissions: list[Submission] = nested(_list_of(Submission), None)
 
+    @property
+    def rendered_commit(self) -> str | None:
+        """The git commit the board was rendered at (None when not recorded)."""
+        commit = self.rendered_with.get("git_commit")
+        return None if commit is None else str(commit)
+
 
 @dataclass(frozen=True)
 class BoardResults(Record):

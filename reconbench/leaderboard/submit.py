@@ -39,6 +39,7 @@ from reconbench.bench.suite import Suite, load_suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.slim import in_attack_precision, shown_keys
 from reconbench.leaderboard.tables import read_invocations
+from reconbench.records import BoardResults, CellRecord, Invocation
 
 #: schema of a submission file
 SUBMISSION_FORMAT = "reconbench-submission/1"
@@ -91,12 +92,12 @@ def board_additions(board: Path, data: dict[str, Any] | None = None) -> list[str
     """The suite additions of the submissions a board took in, in the order it took them."""
     data = data if data is not None else board_results(board)
     out = []
-    for sub in (data.get("header") or {}).get("submissions") or []:
-        path = board / SUBMISSIONS_DIR / f"{sub['id']}.toml"
+    for sub in BoardResults.from_dict(data).header.submissions or []:
+        path = board / SUBMISSIONS_DIR / f"{sub.id}.toml"
         try:
             out.append(path.read_text())
         except OSError:
-            raise ReconbenchError(f"{path} is missing: the board names outside submission {sub['id']}; restore "
+            raise ReconbenchError(f"{path} is missing: the board names outside submission {sub.id}; restore "
                                   "the file from the board's history") from None
     return out
 
@@ -120,18 +121,18 @@ def _candidates_b64(path: Path, dtype: str | None) -> str:
 def pack(run_dir: Path, board: Path, contributor: str | None = None) -> dict[str, Any]:
     """The submission of the cells in ``run_dir`` (a ``reconbench bench`` results folder) that ``board`` does not
     hold; refuses, naming the fix, when the run's suite is not the board's with tables appended."""
-    data = board_results(board)
-    header = data["header"]
+    header = BoardResults.from_dict(board_results(board)).header
     text_path = run_dir / "suite.toml"
     if not text_path.is_file():
         raise ReconbenchError(f"{run_dir} holds no suite.toml; pass the results folder `reconbench bench` wrote "
                               "(its --out)")
     text = text_path.read_text()
-    parts = split_suite_text(text, str(header.get("suite_sha256")))
+    parts = split_suite_text(text, str(header.suite_sha256))
     if parts is None:
+        rendered_at = header.rendered_commit or "?"
         raise ReconbenchError(f"{text_path} does not begin with the suite file {board} was rendered from (sha256 "
-                              f"{str(header.get('suite_sha256'))[:16]}, {header.get('suite_file')} at commit "
-                              f"{((header.get('rendered_with') or {}).get('git_commit') or '?')[:12]}); copy that "
+                              f"{str(header.suite_sha256)[:16]}, {header.suite_file} at commit "
+                              f"{rendered_at[:12]}); copy that "
                               "file unchanged, append your tables at its end and run the cells again")
     addition = parts[1]
     if not addition.strip():
@@ -140,7 +141,8 @@ def pack(run_dir: Path, board: Path, contributor: str | None = None) -> dict[str
     suite = load_suite(text_path)
     plan = {c.cell_id: c for c in expand(suite)}
     on_board = {p.stem for p in (board / "cells").glob("*.json")}
-    records = {cid: rec for cid, rec in load_cells(run_dir).items() if cid in plan and cid not in on_board}
+    raw = {cid: rec for cid, rec in load_cells(run_dir).items() if cid in plan and cid not in on_board}
+    records = {cid: CellRecord.from_dict(rec) for cid, rec in raw.items()}
     if not records:
         raise ReconbenchError(f"{run_dir} holds no cell that {board} lacks; run the cells your appended tables add "
                               f"(reconbench bench {text_path} --only '*LABEL*' --out {run_dir})")
@@ -149,17 +151,17 @@ def pack(run_dir: Path, board: Path, contributor: str | None = None) -> dict[str
     protocols: dict[str, dict[str, Any]] = {}
     entries, candidates, contributed_cards = [], {}, {}
     for cid, rec in sorted(records.items()):
-        key = str((rec.get("target") or {}).get("recipe_key"))
-        entries.append(make_entry(rec, shown_keys(suite), cards(key), protocols))
+        key = str(rec.target.recipe_key)
+        entries.append(make_entry(raw[cid], shown_keys(suite), cards(key), protocols))
         if (card := own_cards(key)) is not None:
             contributed_cards[key] = card
-        src = run_dir / rec.get("result_dir", f"work/{cid}") / "candidates.safetensors"
-        if rec.get("status") == STATUS_OK and src.exists():
-            candidates[cid] = _candidates_b64(src, (rec.get("spec") or {}).get("dtype"))
-    invocations = read_invocations(run_dir)
+        src = run_dir / rec.work_dir / "candidates.safetensors"
+        if rec.status == STATUS_OK and src.exists():
+            candidates[cid] = _candidates_b64(src, rec.dtype)
+    invocations = [Invocation.from_dict(i) for i in read_invocations(run_dir)]
     sub = {
         "format": SUBMISSION_FORMAT,
-        "board": {"suite": header.get("suite"), "suite_sha256": header.get("suite_sha256")},
+        "board": {"suite": header.suite, "suite_sha256": header.suite_sha256},
         "suite_sha256": sha256_text(text),
         "suite_addition": addition,
         "entries": entries,
@@ -168,11 +170,10 @@ def pack(run_dir: Path, board: Path, contributor: str | None = None) -> dict[str
         "candidates": candidates,
         "provenance": {
             "contributor": contributor,
-            "git_commits": sorted({str((r.get("provenance") or {}).get("git_commit")) for r in records.values()}),
-            "reconbench_versions": sorted({str((r.get("provenance") or {}).get("reconbench_version"))
-                                           for r in records.values()}),
-            "machines": sorted({machine.one_line(i["machine"]) for i in invocations if i.get("machine")}),
-            "commands": [i.get("command") for i in invocations],
+            "git_commits": sorted({r.git_commit for r in records.values()}),
+            "reconbench_versions": sorted({r.reconbench_version for r in records.values()}),
+            "machines": sorted({machine.one_line(dict(i.machine)) for i in invocations if i.machine}),
+            "commands": [i.command for i in invocations],
             "packed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
     }
