@@ -6,8 +6,8 @@ Each record is a frozen dataclass read with ``from_dict`` and written back with 
 every field may be absent (older files lack newer keys), and keys a record does not name are kept in ``extra`` and
 written back in their place, so ``to_dict(from_dict(x)) == x`` for every file the project has published. Readers use
 the attributes and the small helpers (``CellRecord.selection``, ``Selection.value``) instead of chains of
-``dict.get``; writers still build plain dicts (the JSON formats themselves are versioned by their ``format`` /
-``kind`` strings, :data:`SCHEMA_VERSION` versions this typed view of them).
+``dict.get``; writers still build plain dicts. The JSON formats are versioned by the ``format`` / ``kind`` string
+their writers stamp (each top-level record names it as ``SCHEMA``); :data:`SCHEMA_VERSION` versions this typed view.
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ class Record:
     key_order: tuple[str, ...] = field(default=(), repr=False, compare=False, kw_only=True)
 
     _OWN: ClassVar[frozenset[str]] = frozenset({"extra", "key_order"})
+    #: the format (schema and its version) of the JSON file a top-level record reads, as its writer stamps it
+    SCHEMA: ClassVar[str | None] = None
 
     @classmethod
     def from_dict(cls: type[R], d: Any) -> R:
@@ -274,6 +276,8 @@ class EntryInfo(Record):
     """A slim board entry's own metadata (``bench/entries.py``): its schema, the digest of the full record it was
     made from, the digits of its per-image rows (and, once expanded, its seal)."""
 
+    SCHEMA = "reconbench-board-entry/1"
+
     schema: str | None = None
     full_record_sha256: str | None = None
     row_digits: int | None = None
@@ -283,6 +287,8 @@ class EntryInfo(Record):
 class CellRecord(Record):
     """One cell of a suite as the runner writes it (``bench/runner.py``) or a board stores it (a slim entry,
     read here in either its stored or its expanded form)."""
+
+    SCHEMA = "reconbench-bench-cell/1"
 
     format: str | None = None
     suite: str | None = None
@@ -446,6 +452,8 @@ class SubmissionFile(Record):
     """A submission packed by ``leaderboard submit`` (``leaderboard/submit.py``): the board it is for, the suite
     addition its cells ran with, its slim entries (kept as stored: each is sealed), their protocols and candidates."""
 
+    SCHEMA = "reconbench-submission/1"
+
     format: str | None = None
     board: SubmissionBoard = nested(_of(SubmissionBoard), SubmissionBoard())
     suite_sha256: str | None = None
@@ -476,6 +484,8 @@ class RunTarget(Record):
 @dataclass(frozen=True)
 class RunResult(Record):
     """A run's ``result.json`` (``runs/result.py``): the pooled and selected evaluations, the runs, provenance."""
+
+    SCHEMA = "reconbench-result/1"
 
     kind: str | None = None
     attack: str | None = None
@@ -747,6 +757,8 @@ class BoardHeader(Record):
 class BoardResults(Record):
     """A board's ``results.json``: header, columns, targets, tables per selection, comparisons, privacy tables,
     figures, stored candidates, failures."""
+
+    SCHEMA = "reconbench-leaderboard/1"
 
     format: str | None = None
     header: BoardHeader = nested(_of(BoardHeader), BoardHeader())

@@ -95,3 +95,16 @@ def test_a_record_that_is_not_an_object_is_a_one_line_error():
                                            ("unavailable", None), (None, None)])
 def test_number_reads_what_cells_store(raw, want):
     assert number(raw) == want
+
+
+def test_each_top_level_record_names_the_format_its_writer_stamps():
+    from reconbench.bench.cells import CELL_FORMAT
+    from reconbench.bench.entries import ENTRY_SCHEMA
+    from reconbench.leaderboard.submit import SUBMISSION_FORMAT
+    from reconbench.leaderboard.tables import LEADERBOARD_FORMAT
+    from reconbench.records import EntryInfo, SubmissionFile
+
+    assert (CellRecord.SCHEMA, EntryInfo.SCHEMA, BoardResults.SCHEMA, SubmissionFile.SCHEMA) == (
+        CELL_FORMAT, ENTRY_SCHEMA, LEADERBOARD_FORMAT, SUBMISSION_FORMAT)
+    assert {json.loads(p.read_text())["kind"] for p in RESULTS} == {RunResult.SCHEMA}
+    assert {json.loads(p.read_text())["format"] for p in BOARDS} == {BoardResults.SCHEMA}
