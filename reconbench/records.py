@@ -125,6 +125,16 @@ class Record:
 
 # -- a cell -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Spread(Record):
+    """A summary number over the held-out null's draws: its mean, standard deviation, least and largest value."""
+
+    mean: float | None = None
+    std: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True)
 class Selection(Record):
     """One selection of a cell's search runs (pool, blind, oracle): its rule, loss, summary, held-out null and the
     count against its calibrated bar."""
@@ -150,10 +160,10 @@ class Selection(Record):
         v = self.summary.get(key)
         return v.get("value") if isinstance(v, Mapping) else v
 
-    def null_spread(self, key: str) -> Mapping[str, Any] | None:
-        """The held-out null's spread of a summary key (mean, max, ...) over its draws."""
+    def null_spread(self, key: str) -> Spread | None:
+        """The held-out null's spread of a summary key (mean, max, ...) over its draws (None: not recorded)."""
         spread = mapping(mapping(self.null).get("spread"))
-        return mapping(spread[key]) if key in spread else None
+        return Spread.from_dict(spread[key]) if isinstance(spread.get(key), Mapping) else None
 
     @property
     def calibrated_count(self) -> float | None:
@@ -525,6 +535,15 @@ class Column(Record):
 
 
 @dataclass(frozen=True)
+class NullSummary(Record):
+    """The held-out null of a table entry: the mean over its cells of their null means, and the largest draw."""
+
+    mean: float | None = None
+    max: float | None = None
+    cells: Any = None
+
+
+@dataclass(frozen=True)
 class MetricStat(Record):
     """One table entry over seeds: mean, sd, 95% interval, values, and the held-out null of its cells."""
 
@@ -535,7 +554,7 @@ class MetricStat(Record):
     ci95: list[float] | None = None
     value_range: list[float | None] | None = None
     key: str | None = None
-    null: Mapping[str, Any] | None = None
+    null: NullSummary | None = nested(_of(NullSummary))
 
 
 @dataclass(frozen=True)
@@ -680,6 +699,11 @@ class PrivacyRow(Record):
     steps_run: int | None = None
     defense_records: Mapping[str, Any] = field(default_factory=dict)
     attacks: Mapping[str, PrivacyAttack] = nested(_map_of(PrivacyAttack), None)
+
+    @property
+    def epsilon(self) -> Any:
+        """The privacy budget the defense recorded ("" when it records none)."""
+        return self.defense_records.get("epsilon", "")
 
     def attack(self, series: str) -> PrivacyAttack:
         a = (self.attacks or _EMPTY).get(series)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from tabulate import tabulate
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.tables import SELECTIONS, fmt_stat
 from reconbench.leaderboard.verify import read_json
-from reconbench.records import BoardResults, ComparisonRow, MetricStat, TableRow, mapping
+from reconbench.records import BoardResults, ComparisonRow, MetricStat, NullSummary, TableRow
 
 FORMATS = ("csv", "json", "latex", "markdown")
 EXPORT_FORMAT = "reconbench-export/1"
@@ -46,13 +46,12 @@ def long_records(data: BoardResults) -> list[dict[str, Any]]:
     for sel in SELECTIONS:
         for r in data.table(sel):
             for name, m in (r.metrics or {}).items():
-                null = mapping(m.null)
                 out.append({"table": "main", "selection": sel, "target": r.target, "attack": r.attack,
                             "init": r.init, "init_regime": r.init_regime,
                             "init_is_oracle": bool(r.init_is_oracle), "metric": name, "key": m.key,
                             "higher_is_better": direction[name] if name in direction else None, **_stat_fields(m),
-                            "null_mean": null["mean"] if "mean" in null else None,
-                            "null_max": null["max"] if "max" in null else None, "cells": list(r.cells)})
+                            "null_mean": m.null.mean if m.null else None,
+                            "null_max": m.null.max if m.null else None, "cells": list(r.cells)})
     for cname, comp in (data.comparisons or {}).items():
         for cr in comp.rows or []:
             for v in cr.values or []:
@@ -95,8 +94,8 @@ def to_csv(records: Iterable[dict[str, Any]]) -> str:
 
 
 # -- wide tables ----------------------------------------------------------------------------------------------
-def _null_text(null: Mapping[str, Any] | None, fmt: str) -> str:
-    return "" if not null else f"{format(null['mean'], fmt)} ({format(null['max'], fmt)})"
+def _null_text(null: NullSummary | None, fmt: str) -> str:
+    return "" if not null else f"{format(null.mean, fmt)} ({format(null.max, fmt)})"
 
 
 def _init(r: TableRow | ComparisonRow) -> str:

@@ -87,7 +87,7 @@ def _cell(r: TableRow, col: Column) -> str:
     text = fmt_stat(m, col.format)
     null = m.null
     if null is not None:
-        text += f" (null {format(null['mean'], col.format)}, max {format(null['max'], col.format)})"
+        text += f" (null {format(null.mean, col.format)}, max {format(null.max, col.format)})"
     return text
 
 

@@ -160,8 +160,8 @@ def null_of(records: list[CellRecord], selection: str, key: str | None) -> dict[
     for rec in records:
         spread = rec.selection(selection).null_spread(key)
         if spread is not None:
-            means.append(float(spread["mean"]))
-            maxima.append(float(spread["max"]))
+            means.append(float(spread.mean))  # type: ignore[arg-type]
+            maxima.append(float(spread.max))  # type: ignore[arg-type]
     if not means:
         return None
     return {"mean": statistics.fmean(means), "max": max(maxima), "cells": len(means)}

@@ -152,7 +152,7 @@ def _defense(rec: CellRecord | None) -> str:
 
 def _metric(m: MetricStat, col: Column) -> Metric:
     null = m.null
-    null_text = f"null {format(null['mean'], col.format)}, max {format(null['max'], col.format)}" if null else ""
+    null_text = f"null {format(null.mean, col.format)}, max {format(null.max, col.format)}" if null else ""
     return Metric(fmt_stat(m, col.format), m.mean, null_text)
 
 
@@ -207,7 +207,7 @@ def privacy_table(name: str, table: PrivacyRecord, cells: dict[str, CellRecord])
         acc, base = r.test_accuracy, base_acc[r.base] if r.base in base_acc else None
         strength = "" if r.defense == "none" else f"{r.strength_option} = {r.strength:g}" \
             if isinstance(r.strength, (int, float)) else f"{r.strength_option} = {r.strength}"
-        eps = r.defense_records["epsilon"] if "epsilon" in r.defense_records else ""
+        eps = r.epsilon
         series = []
         for s in table.series:
             a = r.attack(s)
@@ -291,7 +291,7 @@ def cell_numbers(rec: CellRecord, columns: list[Column]) -> list[SelectionNumber
             v, key = column_value(rec, sel, spec)
             null = s.null_spread(key) if key else None
             values.append(Metric("n/a" if v is None else format(v, c.format), v,
-                                 f"null {format(null['mean'], c.format)}, max {format(null['max'], c.format)}"
+                                 f"null {format(null.mean, c.format)}, max {format(null.max, c.format)}"
                                  if null else ""))
         out.append(SelectionNumbers(sel, str(s.rule or ""), values))
     return out
