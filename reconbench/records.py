@@ -87,6 +87,8 @@ class Record:
 
     @classmethod
     def from_dict(cls: type[R], d: Any) -> R:
+        """The record of a JSON object: each named field read (nested records through their reader), every other
+        key kept in ``extra``; a one-line error when ``d`` is not an object."""
         if not isinstance(d, Mapping):
             raise ReconbenchError(f"a {cls.__name__} is a JSON object, got {type(d).__name__}; the file is damaged, "
                                   "restore or re-render it")
