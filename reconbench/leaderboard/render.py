@@ -15,6 +15,7 @@ from tabulate import tabulate
 from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.board_cards import write_board_card
 from reconbench.leaderboard.figures import draw_all
 from reconbench.leaderboard.privacy import privacy_section
 from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
@@ -459,7 +460,10 @@ def build_leaderboard(
         key = rec["target"].get("recipe_key")
         src = results / "targets" / f"{key}.json"
         if key and src.exists() and not (out / "targets" / src.name).exists():
-            shutil.copyfile(src, out / "targets" / src.name)
+            if publish:  # a published board keeps compact model cards (leaderboard/board_cards.py)
+                write_board_card(out / "targets" / src.name, json.loads(src.read_text()))
+            else:
+                shutil.copyfile(src, out / "targets" / src.name)
         if publish:  # a published board keeps slim entries (bench/entries.py)
             write_entry(out / "cells" / f"{cid}.json", json.loads((results / "cells" / f"{cid}.json").read_text()),
                         suite, out)
