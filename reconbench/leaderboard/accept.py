@@ -35,6 +35,7 @@ from reconbench.bench.runner import STATUS_OK, protocol_reader
 from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.results_file import write_results
 from reconbench.leaderboard.slim import (
     CANDIDATES_SUFFIX,
     pick_sample,
@@ -302,7 +303,7 @@ def _merge(stage: Path, board: Path, sub: dict[str, Any], ext: Suite, data: dict
                                "submissions": [*(data["header"].get("submissions") or []), record]}}
     merged = merge_tables(ext, stage, data, outside_cells(stage, data))
     merged["stored_candidates"] = stored_candidate_ids(stage)
-    write_text_atomic(stage / "results.json", json.dumps(merged, separators=(",", ":"), allow_nan=True))
+    write_results(stage, merged)
     write_text_atomic(stage / "README.md", rerender_readme(ext, stage, merged))
     for rel in ["results.json", "README.md", f"{SUBMISSIONS_DIR}/{sid}.toml",
                 *(f"cells/{cid}.json" for cid in ids), *(f"candidates/{cid}{CANDIDATES_SUFFIX}" for cid in kept),

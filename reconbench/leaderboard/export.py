@@ -20,8 +20,8 @@ from typing import Any
 from tabulate import tabulate
 
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.tables import SELECTIONS, fmt_stat
-from reconbench.leaderboard.verify import read_json
 
 FORMATS = ("csv", "json", "latex", "markdown")
 EXPORT_FORMAT = "reconbench-export/1"
@@ -184,7 +184,7 @@ def export_board(folder: Path, fmt: str, *, columns: str | None = None, selectio
         raise ReconbenchError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if selection not in SELECTIONS:
         raise ReconbenchError(f"--selection {selection!r}: choose one of {', '.join(SELECTIONS)}")
-    data = read_json(folder / "results.json", "leaderboard")
+    data = read_results(folder)
     if fmt == "csv":
         return to_csv(long_records(data))
     if fmt == "json":

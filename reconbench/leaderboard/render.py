@@ -18,6 +18,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.board_cards import write_board_card
 from reconbench.leaderboard.figures import draw_all
 from reconbench.leaderboard.privacy import privacy_section
+from reconbench.leaderboard.results_file import write_results
 from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
@@ -36,7 +37,7 @@ from reconbench.leaderboard.tables import (
     resolve_columns,
     target_rows,
 )
-from reconbench.provenance import git_commit, json_default, write_json, write_text_atomic
+from reconbench.provenance import git_commit, write_json
 
 #: a target above the suite's stationarity gate; a row whose interval overlaps the best row's
 NOT_CONVERGED_MARK, WITHIN_NOISE_MARK = "⚠", "≈"
@@ -512,8 +513,7 @@ def build_leaderboard(
         "stale": pub.stale,
     }
     if publish:  # compact: a published board is read by tools, and kept small (docs/leaderboard-entries.md)
-        write_text_atomic(out / "results.json", json.dumps(data, default=json_default, separators=(",", ":"),
-                                                           allow_nan=True))
+        write_results(out, data)
     else:
         write_json(out / "results.json", data)
     (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets,

@@ -273,12 +273,13 @@ def _name_sample(suite: Suite, board: Path, kept: list[str]) -> bool:
     """results.json's ``stored_candidates`` (written compactly) and README.md: rendered again from results.json and
     the entries when the suite file is the one the board was rendered from (True), else only its sentence that
     counts the stored candidates is updated (False)."""
+    from reconbench.leaderboard.results_file import read_results, write_results
     from reconbench.leaderboard.verify import rerender_readme
 
-    data = json.loads((board / "results.json").read_text())
+    data = read_results(board)
     old = len(data.get("stored_candidates") or [])
     data["stored_candidates"] = kept
-    write_text_atomic(board / "results.json", json.dumps(data, separators=(",", ":"), allow_nan=True))
+    write_results(board, data)
     readme = board / "README.md"
     if (data.get("header") or {}).get("suite_sha256") == suite.text_sha256:
         write_text_atomic(readme, rerender_readme(suite, board, data))

@@ -28,6 +28,7 @@ from reconbench.evaluation.rescore import Mismatch, close, evaluation_terms, mar
 from reconbench.leaderboard.board_cards import load_board_card
 from reconbench.leaderboard.privacy import privacy_tables, render_privacy
 from reconbench.leaderboard.render import outside_section, render_readme
+from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
 from reconbench.leaderboard.tables import collect
 from reconbench.targets.cards import ModelCard
@@ -78,7 +79,7 @@ def corrupt_cells(folder: Path) -> list[str]:
 
 def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
     """Render README.md again from results.json and the cells; each differing line is a problem."""
-    data = read_json(leaderboard / "results.json", "leaderboard")
+    data = read_results(leaderboard)
     recorded = (data.get("header") or {}).get("suite_sha256") if isinstance(data, dict) else None
     if recorded and recorded != suite.text_sha256:  # the suite's text is part of the README (description, plan)
         return [f"{leaderboard}/README.md was rendered from another version of the suite file (sha256 "
@@ -306,7 +307,7 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
 
 def check_tables(leaderboard: Path) -> list[str]:
     """Recompute each table entry of results.json (mean, sd, n) from the values of the cells it names."""
-    data = read_json(leaderboard / "results.json", "leaderboard")
+    data = read_results(leaderboard)
     cells = {p.stem: read_record(leaderboard, p)[1] for p in (leaderboard / "cells").glob("*.json")}
     try:
         return _check_tables(data, cells)
