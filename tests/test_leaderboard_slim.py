@@ -19,6 +19,7 @@ from reconbench.bench.seal import seal_problem, sealed
 from reconbench.bench.suite import load_suite
 from reconbench.leaderboard import render as render_mod
 from reconbench.leaderboard.render import build_leaderboard
+from reconbench.leaderboard.results_file import COMPACT_FORMAT, read_results
 from reconbench.leaderboard.slim import shown_keys, slim_board
 from reconbench.leaderboard.verify import check_entries, check_tables, stored_cells
 
@@ -128,8 +129,9 @@ def test_slim_then_verify_passes_and_the_board_reads_as_before(toy_results, tmp_
     assert all("entry" in rec for rec in _raw_cells(slim).values())
     assert len(stored_cells(slim)) == 2 and len(list((slim / "candidates").iterdir())) == 2
     # readers see the same tables from the entries as from the full records
-    assert json.loads((slim / "results.json").read_text())["tables"] == json.loads((full / "results.json")
-                                                                                   .read_text())["tables"]
+    # (the compact results.json, its statistics' derived numbers put back, holds the full one's tables)
+    assert json.loads((slim / "results.json").read_text())["format"] == COMPACT_FORMAT
+    assert read_results(slim)["tables"] == json.loads((full / "results.json").read_text())["tables"]
     assert check_tables(slim) == []
     code, out, err = run_cli(["leaderboard", str(path), "--out", str(slim), "--verify"], capsys)
     assert code == 0, err

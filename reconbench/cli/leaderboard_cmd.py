@@ -213,6 +213,8 @@ def leaderboard_command(
             publish=publish,
             note=_read_note(note),
         )
+    for line in data.get("dropped_submissions") or []:
+        click.echo(f"warning: {line}", err=True)
     cells = data["header"]["cells"]
     click.echo(
         f"leaderboard: {out_dir / 'README.md'}  ({cells['ok']} ok, {cells['failed']} failed, "

@@ -15,6 +15,7 @@ from tabulate import tabulate
 from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard import outside
 from reconbench.leaderboard.board_cards import write_board_card
 from reconbench.leaderboard.figures import draw_all
 from reconbench.leaderboard.privacy import privacy_section
@@ -431,7 +432,9 @@ def build_leaderboard(
     publish: bool = False,
     note: str | None = None,
 ) -> dict[str, Any]:
-    """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``.
+    """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``; the outside
+    submissions ``out`` took in are kept when they still fit (``leaderboard/outside.py``; the returned results name
+    those dropped in ``dropped_submissions``, one line each).
 
     ``note``: why the numbers moved since the board's last publication (kept in the header and shown in the README).
 
@@ -454,6 +457,7 @@ def build_leaderboard(
         info["note"] = " ".join(note.split())
 
     out.mkdir(parents=True, exist_ok=True)
+    kept_outside = outside.snapshot(out)   # outside submissions the board took in: put back below when they fit
     for sub in ("cells", "targets", "candidates", "figures", "protocols"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir()
@@ -518,4 +522,5 @@ def build_leaderboard(
         write_json(out / "results.json", data)
     (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets,
                                                     sections))
-    return data
+    merged, dropped = outside.restore(kept_outside, suite, out)
+    return {**(merged or data), "dropped_submissions": dropped}
