@@ -15,8 +15,11 @@ from tabulate import tabulate
 from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard import outside
+from reconbench.leaderboard.board_cards import write_board_card
 from reconbench.leaderboard.figures import draw_all
 from reconbench.leaderboard.privacy import privacy_section
+from reconbench.leaderboard.results_file import write_results
 from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
@@ -35,7 +38,7 @@ from reconbench.leaderboard.tables import (
     resolve_columns,
     target_rows,
 )
-from reconbench.provenance import git_commit, json_default, write_json, write_text_atomic
+from reconbench.provenance import git_commit, write_json
 
 #: a target above the suite's stationarity gate; a row whose interval overlaps the best row's
 NOT_CONVERGED_MARK, WITHIN_NOISE_MARK = "⚠", "≈"
@@ -429,7 +432,9 @@ def build_leaderboard(
     publish: bool = False,
     note: str | None = None,
 ) -> dict[str, Any]:
-    """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``.
+    """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``; the outside
+    submissions ``out`` took in are kept when they still fit (``leaderboard/outside.py``; the returned results name
+    those dropped in ``dropped_submissions``, one line each).
 
     ``note``: why the numbers moved since the board's last publication (kept in the header and shown in the README).
 
@@ -452,6 +457,7 @@ def build_leaderboard(
         info["note"] = " ".join(note.split())
 
     out.mkdir(parents=True, exist_ok=True)
+    kept_outside = outside.snapshot(out)   # outside submissions the board took in: put back below when they fit
     for sub in ("cells", "targets", "candidates", "figures", "protocols"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir()
@@ -459,7 +465,10 @@ def build_leaderboard(
         key = rec["target"].get("recipe_key")
         src = results / "targets" / f"{key}.json"
         if key and src.exists() and not (out / "targets" / src.name).exists():
-            shutil.copyfile(src, out / "targets" / src.name)
+            if publish:  # a published board keeps compact model cards (leaderboard/board_cards.py)
+                write_board_card(out / "targets" / src.name, json.loads(src.read_text()))
+            else:
+                shutil.copyfile(src, out / "targets" / src.name)
         if publish:  # a published board keeps slim entries (bench/entries.py)
             write_entry(out / "cells" / f"{cid}.json", json.loads((results / "cells" / f"{cid}.json").read_text()),
                         suite, out)
@@ -508,10 +517,10 @@ def build_leaderboard(
         "stale": pub.stale,
     }
     if publish:  # compact: a published board is read by tools, and kept small (docs/leaderboard-entries.md)
-        write_text_atomic(out / "results.json", json.dumps(data, default=json_default, separators=(",", ":"),
-                                                           allow_nan=True))
+        write_results(out, data)
     else:
         write_json(out / "results.json", data)
     (out / "README.md").write_text(render_readme(suite, info, tables, columns, comparisons, pub, figure_info, stored, targets,
                                                     sections))
-    return data
+    merged, dropped = outside.restore(kept_outside, suite, out)
+    return {**(merged or data), "dropped_submissions": dropped}
