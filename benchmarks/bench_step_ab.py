@@ -44,7 +44,10 @@ def child(m: int, dtype_name: str, runs: int, steps: int, out: str) -> None:
     from reconbench.attack.candidates import candidate_labels
     from reconbench.config import build_config
     from reconbench.interfaces import AttackTarget, Knowledge
-    from reconbench.runs import RunSpec, sample_configs
+    try:
+        from reconbench.runs import RunSpec, sample_configs
+    except ImportError:   # trees from before the runs package (6567deb): the same names lived in attack/pipeline.py
+        from reconbench.attack.pipeline import RunSpec, sample_configs  # type: ignore[no-redef]
 
     torch.set_num_threads(1)
     dtype = {"float64": torch.float64, "float32": torch.float32}[dtype_name]
@@ -80,6 +83,52 @@ def child(m: int, dtype_name: str, runs: int, steps: int, out: str) -> None:
                 "multipliers": torch.stack([o.multipliers for o in outs]).double()}, out)
 
 
+
+def product_floor(m: int, dtype_name: str, runs: int, repeats: int, out: str) -> None:
+    """The step's unavoidable arithmetic alone, on one thread: its six products by a large weight matrix and the
+    Gram products, timed by the process's CPU clock (median of ``repeats``); writes seconds per step.
+
+    One step for 784-1000-1000-1 needs, per run, the forward products x W_0^T and H_1 W_1^T, the deltas' D_1 W_1,
+    and their three adjoints (Zbar_1 W_1, (Dbar_0 * S_0) W_1^T, Zbar_0 W_0); each needs the one before, so none can
+    be merged or dropped (docs/performance.md). The Gram products are H_k H_k^T, D_k D_k^T, G_k D_k and P_k H_k.
+    No step of any engine can be faster than these products at this BLAS's speed.
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    dtype = {"float64": torch.float64, "float32": torch.float32}[dtype_name]
+    g = torch.Generator().manual_seed(0)
+    d_in, h = 784, 1000
+    w0, w1 = torch.randn(h, d_in, generator=g, dtype=dtype), torch.randn(h, h, generator=g, dtype=dtype)
+    w0t, w1t = w0.T.contiguous(), w1.T.contiguous()
+    x = torch.randn(runs, m, d_in, generator=g, dtype=dtype)
+    a = torch.randn(runs, m, h, generator=g, dtype=dtype)
+
+    def once() -> None:
+        flat = a.flatten(0, 1)
+        torch.mm(x.flatten(0, 1), w0t)            # Z_0 = x W_0^T
+        torch.mm(flat, w1t)                       # Z_1 = H_1 W_1^T
+        torch.mm(flat, w1)                        # D_1 W_1
+        torch.mm(flat, w1)                        # Zbar_1 W_1
+        torch.mm(flat, w1t)                       # (Dbar_0 * S_0) W_1^T
+        torch.mm(flat, w0)                        # Zbar_0 W_0
+        for k in (x, a, a):                       # G_k = H_k H_k^T
+            gk = torch.bmm(k, k.transpose(1, 2))
+            torch.bmm(gk, k)                      # P_k H_k (and G_k D_k, same shapes)
+        for _ in range(2):                        # D_k D_k^T for the two hidden widths
+            pk = torch.bmm(a, a.transpose(1, 2))
+            torch.bmm(pk, a)
+
+    for _ in range(3):
+        once()
+    seconds = []
+    for _ in range(repeats):
+        t0 = time.process_time()
+        for _ in range(10):
+            once()
+        seconds.append((time.process_time() - t0) / 10)
+    torch.save({"floor_seconds_per_step": statistics.median(seconds)}, out)
+
 def import_path(tree: Path, folder: Path) -> str:
     """A folder holding links to the tree's ``reconbench`` and built-in plugins (as ``reconbench_plugins``)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -100,6 +149,18 @@ def measure(path: str, m: int, dtype: str, runs: int, steps: int, scratch: Path,
            str(runs), "--steps", str(steps), "--out", str(out)]
     subprocess.run(cmd, check=True, env=env, cwd=scratch)
     return torch.load(out)
+
+
+def measure_floor(m: int, dtype: str, runs: int, scratch: Path) -> float:
+    """Seconds per step of the step's products alone (``product_floor``), in a fresh one-thread process."""
+    import torch
+
+    out = scratch / "floor.pt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "floor", "--m", str(m), "--dtype", dtype, "--runs",
+           str(runs), "--out", str(out)]
+    subprocess.run(cmd, check=True, env=env, cwd=scratch)
+    return float(torch.load(out)["floor_seconds_per_step"])
 
 
 def commit_of(tree: Path) -> str:
@@ -135,6 +196,11 @@ def main() -> None:
     c.add_argument("--runs", type=int, required=True)
     c.add_argument("--steps", type=int, required=True)
     c.add_argument("--out", required=True)
+    f = sub.add_parser("floor")
+    f.add_argument("--m", type=int, required=True)
+    f.add_argument("--dtype", required=True)
+    f.add_argument("--runs", type=int, required=True)
+    f.add_argument("--out", required=True)
     ap.add_argument("--base", type=Path, help="root of the checkout to compare against (a git worktree)")
     ap.add_argument("--head", type=Path, default=ROOT, help="root of the checkout measured (default: this one)")
     ap.add_argument("--runs", type=int, default=2, help="search runs advanced together (cpu-mini: 2)")
@@ -147,6 +213,9 @@ def main() -> None:
     if args.mode == "child":
         child(args.m, args.dtype, args.runs, args.steps, args.out)
         return
+    if args.mode == "floor":
+        product_floor(args.m, args.dtype, args.runs, 7, args.out)
+        return
     if args.base is None:
         ap.error("--base: the root of the checkout to compare against is required (e.g. a worktree of 6567deb)")
     with tempfile.TemporaryDirectory(prefix="bench-step-ab-") as tmp:
@@ -157,19 +226,24 @@ def main() -> None:
             per_side: dict[str, list[float]] = {"base": [], "head": []}
             per_side_cpu: dict[str, list[float]] = {"base": [], "head": []}
             last: dict[str, Any] = {}
+            floors: list[float] = []
             for rep in range(args.repeats):
+                floors.append(measure_floor(m, dtype, args.runs, scratch))   # between the sides, in every repeat
                 order = ("base", "head") if rep % 2 == 0 else ("head", "base")
                 for side in order:
                     res = measure(paths[side], m, dtype, args.runs, args.steps, scratch, side)
                     per_side[side].append(1.0 / res["seconds_per_step"])
                     per_side_cpu[side].append(1.0 / res["cpu_seconds_per_step"])
                     last[side] = res
+            floor = statistics.median(floors)
             ratios = [h / b for h, b in zip(per_side["head"], per_side["base"], strict=True)]
             cpu_ratios = [h / b for h, b in zip(per_side_cpu["head"], per_side_cpu["base"], strict=True)]
             row = {"m": m, "dtype": dtype, "runs": args.runs, "steps": args.steps,
                    "steps_per_second": per_side, "median_base": statistics.median(per_side["base"]),
                    "median_head": statistics.median(per_side["head"]), "median_ratio": statistics.median(ratios),
                    "steps_per_cpu_second": per_side_cpu, "median_cpu_ratio": statistics.median(cpu_ratios),
+                   "floor_seconds_per_step": floor,
+                   "floor_bound_on_cpu_ratio": statistics.median(per_side_cpu["base"]) ** -1 / floor,
                    "same_steps": last["base"]["steps"] == last["head"]["steps"],
                    "candidates_max_rel_diff": relative_difference(last["base"]["candidates"], last["head"]["candidates"]),
                    "multipliers_max_rel_diff": relative_difference(last["base"]["multipliers"],
@@ -180,7 +254,9 @@ def main() -> None:
             print(f"m={m:4d} {dtype}: base {row['median_base']:.2f} steps/s, head {row['median_head']:.2f} steps/s, "
                   f"median ratio {row['median_ratio']:.2f}x (per CPU second {row['median_cpu_ratio']:.2f}x); "
                   f"max relative difference: candidates "
-                  f"{row['candidates_max_rel_diff']:.2g}, multipliers {row['multipliers_max_rel_diff']:.2g}",
+                  f"{row['candidates_max_rel_diff']:.2g}, multipliers {row['multipliers_max_rel_diff']:.2g}; "
+                  f"the products alone {1e3 * floor:.1f} ms/step: no engine can beat the base by more than "
+                  f"{row['floor_bound_on_cpu_ratio']:.2f}x per CPU second",
                   flush=True)
 
 

@@ -145,12 +145,10 @@ def check_model_memory(family_name: str, input_shape: tuple[int, ...], out_dim: 
     return parameters
 
 
-def check_target(recipe: Any, data_root: str | Path | None, *, fix: str = "pass smaller --widths (or other model "
+def check_target(recipe: Any, problem: Any, *, fix: str = "pass smaller --widths (or other model "
                  "options)", what: str = "the target") -> TargetSize:
-    """Build the recipe's problem (the data set is loaded; its checks run) and size its network for training."""
-    from reconbench.targets.problems import build_problem
-
-    problem = build_problem(recipe.problem, data_root)
+    """Size the recipe's network for training on its built problem (the caller builds it, so the data set is loaded
+    and its checks ran; this module stays below the targets package)."""
     parameters = check_model_memory(recipe.family, problem.image_shape, problem.out_dim, recipe.model,
                                     recipe.train.dtype, gradients=True, what=f"training {what}", fix=fix)
     return TargetSize(tuple(problem.image_shape), problem.n, parameters)

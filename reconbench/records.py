@@ -250,6 +250,8 @@ class TargetInfo(Record):
     train_metrics: TrainMetrics | str | None = nested(_of(TrainMetrics))
     train_seconds: float | None = None
     reused: bool | None = None
+    #: the content sha256 of the model card the cell attacked (where the cell records it)
+    card_sha256: str | None = None
 
     @property
     def metrics(self) -> TrainMetrics:
@@ -434,13 +436,63 @@ def image_rows(rows: Any) -> list[ImageRow]:
 
 
 @dataclass(frozen=True)
+class Digest(Record):
+    """What a board card keeps of a list it leaves out: its length (``count`` of indices, ``points`` of a
+    training curve) and the sha256 of its bytes (``leaderboard/board_cards.py``)."""
+
+    count: int | None = None
+    points: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class ProblemIndices(Record):
+    """The data-set indices of a target's training problem; a board card keeps the held-out ``test`` indices as a
+    :class:`Digest`, a card as ``reconbench train`` writes it as the list."""
+
+    train: list[int] | None = None
+    test: list[int] | Digest | None = nested(_of(Digest))
+
+
+@dataclass(frozen=True)
+class CardProblem(Record):
+    indices: ProblemIndices = nested(_of(ProblemIndices), ProblemIndices())
+
+
+@dataclass(frozen=True)
+class BoardCardNote(Record):
+    """The ``board_card`` field of a model card as a board keeps it: its schema, and the digest of the training
+    curve it leaves out."""
+
+    schema: str | None = None
+    history: Digest | None = nested(_of(Digest))
+
+
+@dataclass(frozen=True)
 class CardData(Record):
-    """A model card's JSON (``targets/<recipe key>.json``): the parts a board's readers check against."""
+    """A model card's JSON (``targets/<recipe key>.json``), as ``reconbench train`` writes it or in the compact
+    form a board keeps (``board_card`` set: no ``history``, the test indices as a :class:`Digest`): the parts a
+    board's readers check against."""
 
     recipe_key: str | None = None
     family: str | None = None
     recipe: TargetRecipe | None = nested(_of(TargetRecipe))
+    problem: CardProblem = nested(_of(CardProblem), CardProblem())
     metrics: TrainMetrics = nested(_of(TrainMetrics), TrainMetrics())
+    history: list[Any] | None = None
+    content_sha256: str | None = None
+    board_card: BoardCardNote | None = nested(_of(BoardCardNote))
+
+    @property
+    def is_board_card(self) -> bool:
+        return isinstance(self.board_card, BoardCardNote)
+
+    @property
+    def test_indices(self) -> list[int] | Digest | None:
+        """The held-out test indices (a list), their :class:`Digest` (a board card), or None when not recorded."""
+        indices = self.problem.indices if isinstance(self.problem, CardProblem) else None
+        test = indices.test if isinstance(indices, ProblemIndices) else None
+        return test if isinstance(test, (list, Digest)) else None
 
 
 @dataclass(frozen=True)
@@ -590,7 +642,8 @@ class TableRow(Record):
     calibration_bars: list[str] = field(default_factory=list)
     best: bool = False
     within_noise_of_best: bool | None = None
-    outside: bool = False
+    #: the outside submissions (``leaderboard add``) whose cells the row holds (empty for the suite's own rows)
+    outside: list[str] = field(default_factory=list)
 
     def metric(self, name: str) -> MetricStat:
         m = (self.metrics or _EMPTY).get(name)
@@ -747,6 +800,8 @@ class Submission(Record):
     machines: list[str] = field(default_factory=list)
     packed: str | None = None
     submission_sha256: str | None = None
+    #: the sha256 of the board's suite text with the submission's addition appended
+    suite_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -782,9 +837,11 @@ class BoardHeader(Record):
 @dataclass(frozen=True)
 class BoardResults(Record):
     """A board's ``results.json``: header, columns, targets, tables per selection, comparisons, privacy tables,
-    figures, stored candidates, failures."""
+    figures, stored candidates, failures. Read in the full form: a published board's file (the compact
+    ``SCHEMA``, whose statistics leave out what their values give) as ``leaderboard/results_file.read_results``
+    expands it; a file of the earlier, full format (``reconbench-leaderboard/1``) as it is."""
 
-    SCHEMA = "reconbench-leaderboard/1"
+    SCHEMA = "reconbench-leaderboard/2"
 
     format: str | None = None
     header: BoardHeader = nested(_of(BoardHeader), BoardHeader())

@@ -46,3 +46,21 @@ def test_the_suite_targets_are_the_committed_targets():
     suite = load_suite("bilevel-cpu-mini")
     ours = {t.recipe.family + str(t.recipe.model): t.recipe.to_dict() for t in suite.targets.values()}
     assert ours == committed
+
+
+def test_the_study_caps_its_attacks_by_steps_never_by_seconds():
+    """A wall-clock budget makes a result depend on the machine's speed and load: the study caps by work only."""
+    suite = load_suite("bilevel-cpu-mini")
+    assert "max_seconds" not in suite.path.read_text()
+    for entry in suite.attacks.values():
+        assert "max_seconds" not in entry.config
+        assert isinstance(entry.config.get("steps", entry.config.get("outer_steps")), int)
+
+
+def test_no_committed_bilevel_run_had_a_time_budget():
+    committed = sorted(RESULTS.glob("**/result.json"))
+    if not committed:
+        pytest.skip("no committed bilevel results in this checkout")
+    timed = [f"{path.relative_to(RESULTS)} run {run['run']}" for path in committed
+             for run in json.loads(path.read_text())["runs"] if run["config"].get("max_seconds", 0.0) > 0]
+    assert not timed, f"committed runs stopped by a time budget (max_seconds > 0): {timed}"

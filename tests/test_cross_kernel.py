@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from reconbench.bench import machine
 from reconbench.bench.seal import seal_problem
 from reconbench.evaluation import decisions
+from reconbench.leaderboard.slim import candidates_file
 from reconbench.leaderboard.verify import compare_selection
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,8 +76,9 @@ def test_stored_cells_verify_under_other_kernels_and_an_edit_still_fails(setting
     rec = json.loads((CI / "cells" / f"{EDITED}.json").read_text())
     rec["selections"]["pool"]["summary"]["reconstructed_corr"] += 1
     (edited / "cells" / f"{EDITED}.json").write_text(json.dumps(rec))
-    (edited / "candidates" / f"{EDITED}.safetensors").write_bytes(
-        (CI / "candidates" / f"{EDITED}.safetensors").read_bytes())
+    stored = candidates_file(CI, EDITED)
+    assert stored is not None, f"the ci board stores no candidates of {EDITED}"
+    (edited / "candidates" / stored.name).write_bytes(stored.read_bytes())
     key = rec["target"]["recipe_key"]
     (edited / "targets" / f"{key}.json").write_bytes((CI / "targets" / f"{key}.json").read_bytes())
     if (CI / "protocols").is_dir():   # a slim board's entries name their evaluation protocol there

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from _helpers.cli import run_cli
 
+from reconbench.leaderboard.results_file import read_results
+
 REPO = Path(__file__).resolve().parents[1]
 BOARDS = sorted(p.parent.name for p in (REPO / "leaderboards").glob("*/results.json"))
 
@@ -31,7 +33,7 @@ def _num(text: str) -> float | None:
 
 @pytest.mark.parametrize("board", BOARDS)
 def test_csv_holds_the_numbers_of_results_json(board: str, capsys: Any) -> None:
-    data = json.loads((REPO / "leaderboards" / board / "results.json").read_text())
+    data = read_results(REPO / "leaderboards" / board)
     rows = list(csv.DictReader(io.StringIO(_export(board, "csv", capsys))))
     expected = []
     for sel, table in data["tables"].items():
@@ -66,7 +68,7 @@ def test_csv_holds_the_numbers_of_results_json(board: str, capsys: Any) -> None:
 @pytest.mark.parametrize("board", BOARDS)
 def test_json_loads_to_the_csv_records(board: str, capsys: Any) -> None:
     doc = json.loads(_export(board, "json", capsys))
-    assert doc["format"] == "reconbench-export/1" and doc["board"] == board
+    assert doc["format"] == "reconbench-export/2" and doc["board"] == board
     rows = list(csv.DictReader(io.StringIO(_export(board, "csv", capsys))))
     assert len(doc["rows"]) == len(rows)
     for j, c in zip(doc["rows"], rows, strict=True):

@@ -3,24 +3,40 @@ publish path writing entries, and --verify --rerun of a ci cell."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
+import torch
 from _helpers.cli import run_cli
 from _helpers.suitekit import TOY_SUITE
+from safetensors.torch import load_file
 
 from reconbench import plugins
 from reconbench.bench.entries import ENTRY_SCHEMA, POSITION, ROW_RTOL, check_entry, entry_text, expand, make_entry
 from reconbench.bench.runner import card_reader, load_cells, protocol_reader, read_cell, run_suite
 from reconbench.bench.seal import seal_problem, sealed
 from reconbench.bench.suite import load_suite
+from reconbench.errors import ModelCardError
 from reconbench.leaderboard import render as render_mod
+from reconbench.leaderboard.board_cards import (
+    BOARD_CARD_SCHEMA,
+    board_card,
+    load_board_card,
+    restore_card,
+    write_board_card,
+)
 from reconbench.leaderboard.render import build_leaderboard
-from reconbench.leaderboard.slim import shown_keys, slim_board
+from reconbench.leaderboard.results_file import COMPACT_FORMAT, read_results, results_text
+from reconbench.leaderboard.results_file import expand as expand_results
+from reconbench.leaderboard.slim import read_candidates, shown_keys, slim_board
+from reconbench.leaderboard.tables import Stat
 from reconbench.leaderboard.verify import check_entries, check_tables, stored_cells
+from reconbench.targets.cards import content_sha256
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +144,9 @@ def test_slim_then_verify_passes_and_the_board_reads_as_before(toy_results, tmp_
     assert all("entry" in rec for rec in _raw_cells(slim).values())
     assert len(stored_cells(slim)) == 2 and len(list((slim / "candidates").iterdir())) == 2
     # readers see the same tables from the entries as from the full records
-    assert json.loads((slim / "results.json").read_text())["tables"] == json.loads((full / "results.json")
-                                                                                   .read_text())["tables"]
+    # (the compact results.json, its statistics' derived numbers put back, holds the full one's tables)
+    assert json.loads((slim / "results.json").read_text())["format"] == COMPACT_FORMAT
+    assert read_results(slim)["tables"] == json.loads((full / "results.json").read_text())["tables"]
     assert check_tables(slim) == []
     code, out, err = run_cli(["leaderboard", str(path), "--out", str(slim), "--verify"], capsys)
     assert code == 0, err
@@ -227,3 +244,112 @@ def test_rerun_regenerates_a_ci_cell_and_agrees(tmp_path, capsys, monkeypatch):
     from reconbench.leaderboard.slim import rerun_cells
     problems = rerun_cells(suite, lb, [cid])
     assert problems and all("n_candidates: stored 21, re-run 20" in p for p in problems)  # shared by oracle too
+
+
+# -- compact board files: model cards, candidates, results.json ------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+PUBLISHED = sorted(p.parent for p in (REPO / "leaderboards").glob("*/results.json"))
+#: the issue's budget for leaderboards/ (disk use counted in 4 KiB blocks, each file and folder at least one)
+BOARDS_BUDGET = 8 * 2**20
+BLOCK = 4096
+
+
+def _disk_use(folder: Path) -> int:
+    blocks = 0
+    for p in [folder, *folder.rglob("*")]:
+        blocks += 1 if p.is_dir() else math.ceil(p.stat().st_size / BLOCK)
+    return blocks * BLOCK
+
+
+def _test_indices_sha256(indices: list[int]) -> str:
+    return hashlib.sha256(struct.pack(f"<{len(indices)}q", *indices)).hexdigest()
+
+
+def test_published_boards_stay_within_the_size_budget_by_kind():
+    assert PUBLISHED, "no published board"
+    assert _disk_use(REPO / "leaderboards") <= BOARDS_BUDGET
+    for board in PUBLISHED:
+        for path in (board / "targets").glob("*.json"):
+            text = path.read_text()
+            assert len(text) <= 16 * 1024 and "\n " not in text, path   # compact, no training curve
+            card = json.loads(text)
+            assert card["board_card"]["schema"] == BOARD_CARD_SCHEMA and "history" not in card, path
+        files = sorted((board / "candidates").iterdir())
+        assert files and all(p.name.endswith(".safetensors.xz") for p in files), board
+        assert sum(p.stat().st_size for p in files) <= 384 * 1024, board
+        assert json.loads((board / "results.json").read_text())["format"] == COMPACT_FORMAT, board
+        assert all("\n " not in p.read_text() for p in (board / "protocols").glob("*.json")), board
+
+
+def test_a_board_card_keeps_what_verify_needs_and_gives_the_card_back(toy_results, tmp_path):
+    _, res = toy_results
+    path = sorted((res / "targets").glob("*.json"))[0]
+    full = json.loads(path.read_text())
+    test = full["problem"]["indices"]["test"]
+    slim = board_card(full)
+    assert board_card(slim) is slim and "history" not in slim
+    assert slim["board_card"]["history"]["points"] == len(full["history"])
+    assert slim["problem"]["indices"]["test"] == {"count": len(test), "sha256": _test_indices_sha256(test)}
+    # everything a reader of the board uses is there unchanged: recipe, metrics (margins, certificate), hashes
+    for key in full.keys() - {"history", "problem"}:
+        assert slim[key] == full[key], key
+    assert {k: v for k, v in slim["problem"].items() if k != "indices"} == \
+        {k: v for k, v in full["problem"].items() if k != "indices"}
+    assert slim["problem"]["indices"]["train"] == full["problem"]["indices"]["train"]
+    without_history = {k: v for k, v in full.items() if k != "history"}
+    assert restore_card(slim, test, path) == without_history
+    assert content_sha256(restore_card(slim, test, path)) == full["content_sha256"]
+    with pytest.raises(ModelCardError, match="held-out test images"):
+        restore_card(slim, [test[0] + 1, *test[1:]], path)
+    # on a board: the problem is rebuilt from the recipe, the test indices checked and put back, the hash checked
+    board = tmp_path / "board"
+    write_board_card(board / "targets" / path.name, full)
+    problem, card = load_board_card(board, path.stem, None)
+    assert problem.test_indices.tolist() == test and card.data == without_history
+    edited = json.loads((board / "targets" / path.name).read_text())
+    edited["problem"]["indices"]["decoy"] = edited["problem"]["indices"]["decoy"][::-1]
+    (board / "targets" / path.name).write_text(json.dumps(edited))
+    with pytest.raises(ModelCardError, match="content_sha256"):
+        load_board_card(board, path.stem, None)
+
+
+@pytest.mark.slow
+def test_slim_brings_a_full_board_to_the_published_form_once(toy_results, tmp_path):
+    path, res = toy_results
+    suite = load_suite(path)
+    full, pub = tmp_path / "full", tmp_path / "pub"
+    build_leaderboard(suite, res, full, figures=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(render_mod, "check_publishable", lambda p, commit: None)
+        build_leaderboard(suite, res, pub, figures=False, publish=True)
+    slim_board(suite, full)
+    first = {p.relative_to(full): p.read_bytes() for p in full.rglob("*") if p.is_file()}
+    report = slim_board(suite, full)   # a board in the compact form is left as it is
+    assert (report.already, report.cards, report.protocols, report.removed) == (report.cells, 0, 0, [])
+    assert {p.relative_to(full): p.read_bytes() for p in full.rglob("*") if p.is_file()} == first
+    # the migration writes what a publication writes: the same cards, protocols and tables
+    for sub in ("targets", "protocols"):
+        assert {p.name: p.read_bytes() for p in (full / sub).iterdir()} == \
+            {p.name: p.read_bytes() for p in (pub / sub).iterdir()}, sub
+    assert read_results(full)["tables"] == read_results(pub)["tables"]
+    assert all(p.name.endswith(".safetensors.xz") for p in (full / "candidates").iterdir())
+    for cid in stored_cells(full):   # compressed candidates read back to the run's own, in the attack's precision
+        stored = read_candidates(full / "candidates" / f"{cid}.safetensors.xz")
+        ran = load_file(str(res / "work" / cid / "candidates.safetensors"))
+        assert stored.keys() == ran.keys() and all(torch.equal(stored[k].to(ran[k].dtype), ran[k]) for k in ran)
+
+
+def test_compact_results_leave_out_only_what_the_values_give_back():
+    consistent = Stat([3.0, 5.0, 4.0], (0.0, 10.0)).to_dict()
+    edited = {**consistent, "mean": 4.5}   # not the mean of its values: kept as written
+    data = {"format": "reconbench-leaderboard/1", "tables": {"pool": [{"metrics": {"a": consistent, "b": edited}}]}}
+    text = results_text(data)
+    stored = json.loads(text)["tables"]["pool"][0]["metrics"]
+    assert set(stored["a"]) == {"values", "value_range"} and stored["b"] == edited
+    assert stored["a"]["values"] == [3.0, 5.0, 4.0]
+    back = expand_results(json.loads(text))["tables"]["pool"][0]["metrics"]
+    assert back["a"]["mean"] == 4.0 and back["a"]["n"] == 3 and back["a"]["sd"] == 1.0
+    q = 0.975   # Student t quantile with 2 degrees of freedom in closed form: (2q - 1) sqrt(2 / (4 q (1 - q)))
+    half = (2 * q - 1) * math.sqrt(2 / (4 * q * (1 - q))) / math.sqrt(3)
+    assert back["a"]["ci95"] == pytest.approx([4.0 - half, 4.0 + half], rel=1e-12)
+    assert back == data["tables"]["pool"][0]["metrics"]

@@ -1,11 +1,14 @@
 """Outside submissions: the external example attack of CONTRIBUTING.md run on part of the `ci` suite, packed with
 `leaderboard submit` and merged into a ci board with `leaderboard add`; refusals of a changed suite, a tampered
-number, a dirty checkout and an edited file."""
+number, a dirty checkout and an edited file; the merged cells kept when the board is published again (dropped, with
+the reason, when the suite file changed) and marked in its exports."""
 
 from __future__ import annotations
 
 import base64
+import csv
 import importlib.util
+import io
 import json
 import shutil
 import sys
@@ -19,8 +22,10 @@ from reconbench.bench.entries import ENTRY_SCHEMA
 from reconbench.bench.runner import run_suite
 from reconbench.bench.seal import sealed
 from reconbench.bench.suite import find_suite, load_suite
+from reconbench.leaderboard import render as render_mod
 from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.render import build_leaderboard
+from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import slim_board
 from reconbench.leaderboard.submit import SUBMISSION_FORMAT, pack, submission_text
 
@@ -228,3 +233,57 @@ def test_a_target_trained_to_other_numbers_than_the_boards_card_is_refused(runs,
     assert len(report.refusals) == 1
     assert f"cell {NAIVE_CELLS[0]}: target train_metrics.test_error is {board_error + 0.125!r}" in report.refusals[0]
     assert "the cell's target is not the board's" in report.refusals[0]
+
+
+def _merged_board(runs: Path, tmp_path: Path) -> tuple[Path, str]:
+    """A published-form copy of the board with the example submission taken in; the submission's id."""
+    board = board_copy(runs, tmp_path)
+    slim_board(load_suite("ci"), board)
+    report = add_submission(packed(runs, board, tmp_path), load_suite("ci"), board)
+    assert report.refusals == [] and report.cells == list(NAIVE_CELLS)
+    return board, report.submission
+
+
+def test_outside_cells_survive_republication_and_exports_mark_them(runs, tmp_path, capsys, monkeypatch):
+    board, sid = _merged_board(runs, tmp_path)
+    stored = sorted((board / "candidates").iterdir())
+    monkeypatch.setattr(render_mod, "check_publishable", lambda pub, commit: None)
+    data = build_leaderboard(load_suite("ci"), runs / "res", board, command="test", figures=False, publish=True)
+    assert data["dropped_submissions"] == []
+    assert [s["id"] for s in read_results(board)["header"]["submissions"]] == [sid]
+    assert all((board / "cells" / f"{c}.json").exists() for c in NAIVE_CELLS)
+    assert (board / "submissions" / f"{sid}.toml").read_text() == ADDITION
+    assert sorted((board / "candidates").iterdir()) == stored   # the outside sample's candidates are kept too
+    pool = {r["attack"]: r for r in read_results(board)["tables"]["pool"]}
+    assert pool["naive_margin"]["outside"] == [sid] and sorted(pool["naive_margin"]["cells"]) == list(NAIVE_CELLS)
+    assert "naive_margin (outside)" in (board / "README.md").read_text()
+    code, text, err = run_cli(["leaderboard", "ci", "--out", str(board), "--verify"], capsys)
+    assert code == 0, err + text
+    # the exports carry the mark README.md shows: the marked attack (wide tables), the submission's id (long records)
+    code, md, err = run_cli(["leaderboard", "ci", "--out", str(board), "--format", "markdown"], capsys)
+    assert code == 0, err
+    marked = [line for line in md.splitlines() if "naive_margin" in line]
+    assert marked and all("naive_margin (outside)" in line for line in marked)
+    assert not any("haim_binary_kkt (outside)" in line for line in md.splitlines())
+    code, csv_text, err = run_cli(["leaderboard", "ci", "--out", str(board), "--format", "csv"], capsys)
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
+    assert {r["outside"] for r in rows if r["attack"] == "naive_margin"} == {sid}
+    assert {r["outside"] for r in rows if r["attack"] != "naive_margin"} == {""}
+    code, latex, err = run_cli(["leaderboard", "ci", "--out", str(board), "--format", "latex"], capsys)
+    assert code == 0 and "naive\\_margin (outside)" in latex, err
+
+
+def test_republication_with_another_suite_file_drops_the_submission_and_says_why(runs, tmp_path, capsys,
+                                                                                monkeypatch):
+    board, sid = _merged_board(runs, tmp_path)
+    changed = tmp_path / "ci.toml"   # the suite file edited since the submission ran with it
+    changed.write_text(find_suite("ci").read_text() + "\n# a changed suite file\n")
+    monkeypatch.setattr(render_mod, "check_publishable", lambda pub, commit: None)
+    data = build_leaderboard(load_suite(changed), runs / "res", board, command="test", figures=False, publish=True)
+    assert len(data["dropped_submissions"]) == 1
+    assert data["dropped_submissions"][0].startswith(f"outside submission {sid} (2 cell(s)) dropped: the suite file "
+                                                     "changed")
+    assert not any((board / "cells" / f"{c}.json").exists() for c in NAIVE_CELLS)
+    assert not (board / "submissions").exists() or not list((board / "submissions").iterdir())
+    assert "submissions" not in read_results(board)["header"]
+    assert "(outside)" not in (board / "README.md").read_text()

@@ -10,12 +10,14 @@ import pytest
 
 from reconbench.bench.runner import read_cell
 from reconbench.errors import ReconbenchError
-from reconbench.records import BoardResults, CellRecord, RunResult, Selection, number
+from reconbench.leaderboard.results_file import read_results
+from reconbench.records import BoardResults, CardData, CellRecord, Digest, RunResult, Selection, number
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = sorted(ROOT.glob("leaderboards/*/cells/*.json"))
 RESULTS = sorted(ROOT.glob("benchmarks/results/**/result.json"))
 BOARDS = sorted(ROOT.glob("leaderboards/*/results.json"))
+CARDS = sorted(ROOT.glob("leaderboards/*/targets/*.json"))
 
 
 def _same(a, b) -> bool:
@@ -62,7 +64,8 @@ def test_every_committed_run_result_reads_and_writes_back_unchanged(path):
 
 @pytest.mark.parametrize("path", BOARDS, ids=lambda p: p.parent.name)
 def test_every_board_results_file_reads_and_writes_back_unchanged(path):
-    stored = json.loads(path.read_text())
+    assert _same(BoardResults.from_dict(json.loads(path.read_text())).to_dict(), json.loads(path.read_text()))
+    stored = read_results(path.parent)  # the full form: a compact file's statistics expanded
     board = BoardResults.from_dict(stored)
     assert _same(board.to_dict(), stored)
     assert [c.name for c in board.column_list] == [c["name"] for c in stored["columns"]]
@@ -71,6 +74,35 @@ def test_every_board_results_file_reads_and_writes_back_unchanged(path):
             assert typed.cells == raw["cells"]
             for name, m in raw["metrics"].items():
                 assert typed.metric(name).mean == m["mean"]
+
+
+@pytest.mark.parametrize("path", CARDS, ids=lambda p: f"{p.parent.parent.name}/{p.stem[:12]}")
+def test_every_published_model_card_reads_and_writes_back_unchanged(path):
+    stored = json.loads(path.read_text())
+    card = CardData.from_dict(stored)
+    assert _same(card.to_dict(), stored)
+    assert card.recipe_key == stored["recipe_key"] and card.content_sha256 == stored["content_sha256"]
+    assert card.metrics.train_error == stored["metrics"]["train_error"]
+    test = stored["problem"]["indices"]["test"]
+    if "board_card" in stored:  # the compact form a board keeps: the test indices as a count and a digest
+        assert card.is_board_card and card.history is None and card.board_card is not None
+        assert isinstance(card.test_indices, Digest)
+        assert (card.test_indices.count, card.test_indices.sha256) == (test["count"], test["sha256"])
+    else:
+        assert not card.is_board_card and card.test_indices == test
+
+
+def test_a_card_as_train_writes_it_and_its_board_form_read_alike():
+    from reconbench.leaderboard.board_cards import board_card, indices_sha256
+
+    full = {"recipe_key": "k", "problem": {"spec": {}, "indices": {"train": [1, 2], "test": [5, 3, 9]}},
+            "metrics": {"train_error": 0.0}, "history": [{"step": 1}], "content_sha256": "c"}
+    card, slim = CardData.from_dict(full), CardData.from_dict(board_card(full))
+    assert card.test_indices == [5, 3, 9] and not card.is_board_card and card.history == [{"step": 1}]
+    assert slim.is_board_card and slim.history is None and slim.board_card is not None
+    assert slim.board_card.history is not None and slim.board_card.history.points == 1
+    assert slim.test_indices == Digest(count=3, sha256=indices_sha256([5, 3, 9]))
+    assert (slim.recipe_key, slim.metrics, slim.content_sha256) == (card.recipe_key, card.metrics, card.content_sha256)
 
 
 def test_absent_fields_read_as_their_defaults_and_stay_absent():
@@ -100,11 +132,11 @@ def test_number_reads_what_cells_store(raw, want):
 def test_each_top_level_record_names_the_format_its_writer_stamps():
     from reconbench.bench.cells import CELL_FORMAT
     from reconbench.bench.entries import ENTRY_SCHEMA
+    from reconbench.leaderboard.results_file import COMPACT_FORMAT
     from reconbench.leaderboard.submit import SUBMISSION_FORMAT
-    from reconbench.leaderboard.tables import LEADERBOARD_FORMAT
     from reconbench.records import EntryInfo, SubmissionFile
 
     assert (CellRecord.SCHEMA, EntryInfo.SCHEMA, BoardResults.SCHEMA, SubmissionFile.SCHEMA) == (
-        CELL_FORMAT, ENTRY_SCHEMA, LEADERBOARD_FORMAT, SUBMISSION_FORMAT)
+        CELL_FORMAT, ENTRY_SCHEMA, COMPACT_FORMAT, SUBMISSION_FORMAT)
     assert {json.loads(p.read_text())["kind"] for p in RESULTS} == {RunResult.SCHEMA}
     assert {json.loads(p.read_text())["format"] for p in BOARDS} == {BoardResults.SCHEMA}

@@ -18,6 +18,7 @@ from reconbench.bench.entries import card_metrics
 from reconbench.bench.runner import card_reader
 from reconbench.bench.seal import SEAL_FIELD, seal, sealed
 from reconbench.evaluation import decisions
+from reconbench.leaderboard.slim import candidates_file
 from reconbench.leaderboard.verify import check_cell, check_records, read_record, rescore_inputs
 from reconbench.runs.result import score_selection
 
@@ -95,7 +96,7 @@ def board_with(tmp_path: Path, *cells: str) -> Path:
         (board / sub).mkdir(parents=True)
     for cid in cells:
         shutil.copy(CI / "cells" / f"{cid}.json", board / "cells")
-        shutil.copy(CI / "candidates" / f"{cid}.safetensors", board / "candidates")
+        shutil.copy(str(candidates_file(CI, cid)), board / "candidates")
         key = json.loads((CI / "cells" / f"{cid}.json").read_text())["target"]["recipe_key"]
         shutil.copy(CI / "targets" / f"{key}.json", board / "targets")
     if (CI / "protocols").is_dir():   # a slim board's entries name their evaluation protocol there

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from _helpers.cli import run_cli
 from _helpers.sitekit import BOARD, REPO, fixture_leaderboards, kept_candidates, missing_files, parse, row_count_problems
-from safetensors.numpy import load_file
 
+from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.site import build_site
 from reconbench.leaderboard.site.build import MARKER
+from reconbench.leaderboard.slim import candidates_file, read_candidates
 
 #: the site rounds each value in [0, 1] to the nearest of 256 levels (half a step), and imread returns float32
 PNG_TOL = 0.5 / 255 + 1e-6
@@ -53,7 +54,7 @@ def test_headline_is_the_best_non_oracle_row_per_target(site: tuple[Path, Path])
     from reconbench.leaderboard.site.board import load_board
 
     _, board = site
-    data = json.loads((board / "results.json").read_text())
+    data = read_results(board)
     first = data["columns"][0]
     sign = 1.0 if first["higher_is_better"] else -1.0
     expected: dict[str, tuple[float, set[tuple[str, str]]]] = {}
@@ -89,7 +90,9 @@ def test_cell_images_are_its_training_images_and_averaged_matches(site: tuple[Pa
                      data=json.loads((board / "targets" / f"{rec['target']['recipe_key']}.json").read_text()))
     problem = card.problem(None)
     assert problem.train_images.shape[1] == 1, "digits are grey images"
-    candidates = load_file(str(board / "candidates" / f"{cid}.safetensors"))["candidates"].astype(np.float64)
+    stored = candidates_file(board, cid)
+    assert stored is not None
+    candidates = read_candidates(stored)["candidates"].numpy().astype(np.float64)
     folder = out / BOARD / "cells" / cid
     checked = 0
     for row in rec["evaluation"]["per_image"]:

@@ -243,3 +243,17 @@ def test_closed_form_output_gradients_equal_autograd(name: str, task: str) -> No
     assert got.shape == expected.shape
     torch.testing.assert_close(got, expected, rtol=1e-13, atol=1e-16)
     assert not torch.equal(got, torch.zeros_like(got))
+
+
+def test_a_training_time_defense_decay_is_what_the_learned_part_removes():
+    """Coupled weight decay keeps prod_t (1 - lr wd) of the initial weights (constant lr: (1 - lr wd)^steps); the
+    weight_decay defense adds its own wd to the recipe's, so the certificate's d must count both."""
+    lr, wd_recipe, wd_defense, steps = 0.05, 1e-3, 4e-2, 30
+    recipe = TargetRecipe(problem=ProblemSpec(task="binary", n_per_class=4), model={"widths": [8]},
+                          train=TrainSpec(lr=lr, steps=steps, weight_decay=wd_recipe, dtype="float64"),
+                          defense="weight_decay", defense_config={"weight_decay": wd_defense})
+    result = train(recipe, build_problem(recipe.problem), quiet=True)
+    assert result.metrics["steps_run"] == steps
+    expected = (1.0 - lr * (wd_recipe + wd_defense)) ** steps
+    assert math.isclose(result.metrics["certificate"]["learned"]["init_decay"], expected, rel_tol=1e-12)
+    assert not math.isclose(expected, (1.0 - lr * wd_recipe) ** steps, rel_tol=1e-3)   # the defense's decay matters

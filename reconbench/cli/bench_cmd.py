@@ -36,6 +36,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize, check_attack, check_target
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir
+from reconbench.targets.problems import build_problem
 from reconbench.tracking import MlflowTracker, tracker
 
 
@@ -185,7 +186,8 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
             if cell.attack.attack in plugins.names("attacks"):  # an unregistered one: its cells are reported
                 check_task(plugins.get("attacks", cell.attack.attack), cell.recipe.problem.task)
             if key not in sizes:
-                sizes[key] = check_target(cell.recipe, data_root, what=f"target {cell.target!r}",
+                problem = build_problem(cell.recipe.problem, data_root)   # the data set loads and its checks run
+                sizes[key] = check_target(cell.recipe, problem, what=f"target {cell.target!r}",
                                           fix="lower its widths (or other model options) in the suite")
             check_search(cell.attack.search, cell.attack.search_config)   # its optional dependency is installed
             check_attack(sizes[key], candidates=cell.attack.candidates, search_runs=cell.attack.search_runs,

@@ -89,8 +89,9 @@ def leaderboard_group() -> None:
     "--slim",
     is_flag=True,
     help="Do not render: rewrite the published board in place as slim entries (docs/leaderboard-entries.md): each "
-    "cell a small entry with compact per-image rows, candidates kept for a sample of cells only (in the attack's "
-    "precision), no target weights. `--verify` passes on the result.",
+    "cell a small entry with compact per-image rows, model cards without their training curve and test indices, "
+    "candidates kept for a sample of cells only (in the attack's precision, xz-compressed), no target weights; "
+    "nothing is run again, and a board already in this form is left as it is. `--verify` passes on the result.",
 )
 @click.option(
     "--rerun",
@@ -171,7 +172,8 @@ def leaderboard_command(
         check_writable(out_dir, "--out")
         with folder_lock(out_dir, "leaderboard"):
             report = slim_board(s, out_dir)
-        click.echo(f"{out_dir}: {report.cells} cell(s) as slim entries ({report.already} already were), candidates "
+        click.echo(f"{out_dir}: {report.cells} cell(s) as slim entries ({report.already} already were), "
+                   f"{report.cards} model card(s) and {report.protocols} protocol(s) made compact, candidates "
                    f"kept for {len(report.sample)} cell(s) ({', '.join(report.sample) or 'none'}), "
                    f"{len(report.removed)} file(s) removed; {report.bytes_before / 2**20:.2f} MiB -> "
                    f"{report.bytes_after / 2**20:.2f} MiB")
@@ -211,6 +213,8 @@ def leaderboard_command(
             publish=publish,
             note=_read_note(note),
         )
+    for line in data.get("dropped_submissions") or []:
+        click.echo(f"warning: {line}", err=True)
     cells = data["header"]["cells"]
     click.echo(
         f"leaderboard: {out_dir / 'README.md'}  ({cells['ok']} ok, {cells['failed']} failed, "

@@ -34,6 +34,7 @@ from reconbench.runs.execute import run_attack
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import load_card
+from reconbench.targets.problems import build_problem
 from reconbench.tracking import check_tracker, tracker
 
 #: the configuration of the run a result folder holds (written before the first search run)
@@ -99,7 +100,8 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     else:
         recipe = recipe_from_options(recipe_opts, base=attack_obj.default_recipe)
         recipe_key, family, task = recipe.key(), recipe.family, recipe.problem.task
-        size = check_target(recipe, data_root)  # the data set, the problem, the architecture and its memory
+        # the data set, the problem, the architecture and its memory, before training
+        size = check_target(recipe, build_problem(recipe.problem, data_root))
     check_task(attack_obj, task)
     resolve_protocol(protocol, family)
     spec = RunSpec(attack=attack, attack_config=attack_config, init=init_name, init_config=init_config, seed=seed,

@@ -12,6 +12,7 @@ from reconbench.cli.recipe_options import recipe_from_options, recipe_options
 from reconbench.preflight import check_target
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir, get_or_train, train_target
+from reconbench.targets.problems import build_problem
 
 
 @main_group.command("train")
@@ -28,7 +29,8 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
     """Train a target model by full-batch gradient descent and write a model card (weights + card.json)."""
     recipe = recipe_from_options(opts)
     check_device(device)
-    check_target(recipe, data_root)  # the data set, the problem, the architecture and its memory: before training
+    # the data set, the problem, the architecture and its memory: before training
+    check_target(recipe, build_problem(recipe.problem, data_root))
     if out:
         created = not Path(out).exists()
         check_writable(Path(out), "--out")

@@ -36,7 +36,14 @@ from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.readme import rerender_readme
-from reconbench.leaderboard.slim import pick_sample, sample_size
+from reconbench.leaderboard.results_file import write_results
+from reconbench.leaderboard.slim import (
+    CANDIDATES_SUFFIX,
+    pick_sample,
+    sample_size,
+    store_candidates,
+    stored_candidate_ids,
+)
 from reconbench.leaderboard.submit import (
     SUBMISSION_FORMAT,
     SUBMISSIONS_DIR,
@@ -294,8 +301,10 @@ def _merge(stage: Path, board: Path, sub: dict[str, Any], ext: Suite, data: dict
              if (stage / "candidates" / f"{cid}.safetensors").exists()}
     kept = pick_sample(files, sample_size(ext))
     for cid, p in files.items():
-        if cid not in kept:
-            p.unlink()
+        if cid in kept:
+            entry = CellRecord.from_dict(next(e for e in sub["entries"] if e["cell_id"] == cid))
+            store_candidates(p, entry.dtype, stage / "candidates" / f"{cid}{CANDIDATES_SUFFIX}")
+        p.unlink()
     (stage / SUBMISSIONS_DIR).mkdir(exist_ok=True)
     write_text_atomic(stage / SUBMISSIONS_DIR / f"{sid}.toml", str(sub["suite_addition"]))
     record = {"id": sid, "cells": ids, "suite_sha256": sub["suite_sha256"],
@@ -303,11 +312,11 @@ def _merge(stage: Path, board: Path, sub: dict[str, Any], ext: Suite, data: dict
     earlier = [plain(s) for s in BoardResults.from_dict(data).header.submissions or []]
     data = {**data, "header": {**data["header"], "submissions": [*earlier, record]}}
     merged = merge_tables(ext, stage, data, outside_cells(stage, data))
-    merged["stored_candidates"] = sorted(p.stem for p in (stage / "candidates").glob("*.safetensors"))
-    write_text_atomic(stage / "results.json", json.dumps(merged, separators=(",", ":"), allow_nan=True))
+    merged["stored_candidates"] = stored_candidate_ids(stage)
+    write_results(stage, merged)
     write_text_atomic(stage / "README.md", rerender_readme(ext, stage, merged))
     for rel in ["results.json", "README.md", f"{SUBMISSIONS_DIR}/{sid}.toml",
-                *(f"cells/{cid}.json" for cid in ids), *(f"candidates/{cid}.safetensors" for cid in kept),
+                *(f"cells/{cid}.json" for cid in ids), *(f"candidates/{cid}{CANDIDATES_SUFFIX}" for cid in kept),
                 *(f"protocols/{p.name}" for p in (stage / "protocols").glob("*.json")
                   if not (board / "protocols" / p.name).exists())]:
         (board / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,9 @@ leaderboard computed from its cells). CSV and JSON are *long*: one record per ta
 sd, seeds, the 95% interval over seeds and the held-out null (numbers at full precision). LaTeX (booktabs) and
 Markdown are *wide*, one table per board table, ready to paste: each chosen metric as ``mean [lo, hi]`` and a
 null column ``mean (max)``, formatted as the board formats them. LaTeX output is ASCII: marks are spelled out
-(``(oracle)`` for an init that reads training images) and special characters are escaped by ``tabulate``.
+(``(oracle)`` for an init that reads training images, ``(outside)`` after the attack of a row that holds cells of an
+outside submission, as README.md marks it; the long records name those submissions in ``outside``) and special
+characters are escaped by ``tabulate``.
 """
 
 from __future__ import annotations
@@ -20,16 +22,18 @@ from typing import Any
 from tabulate import tabulate
 
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.readme import OUTSIDE_MARK
+from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.tables import SELECTIONS, fmt_stat
-from reconbench.leaderboard.verify import read_json
 from reconbench.records import BoardResults, ComparisonRow, MetricStat, NullSummary, TableRow
 
 FORMATS = ("csv", "json", "latex", "markdown")
-EXPORT_FORMAT = "reconbench-export/1"
-#: the fields of a long record, in CSV column order
+EXPORT_FORMAT = "reconbench-export/2"
+#: the fields of a long record, in CSV column order; ``outside``: the outside submissions (``leaderboard add``) whose
+#: cells the row holds (empty for the suite's own rows)
 FIELDS = ("table", "selection", "target", "attack", "init", "init_regime", "init_is_oracle", "axis", "axis_value",
           "defense", "strength", "test_accuracy", "metric", "key", "higher_is_better", "n", "mean", "sd", "ci95_low",
-          "ci95_high", "null_mean", "null_max", "cells")
+          "ci95_high", "null_mean", "null_max", "cells", "outside")
 #: the metric of the privacy-utility tables (reconbench.leaderboard.privacy)
 PRIVACY_METRIC = "reconstructed (calibrated)"
 
@@ -51,7 +55,8 @@ def long_records(data: BoardResults) -> list[dict[str, Any]]:
                             "init_is_oracle": bool(r.init_is_oracle), "metric": name, "key": m.key,
                             "higher_is_better": direction[name] if name in direction else None, **_stat_fields(m),
                             "null_mean": m.null.mean if m.null else None,
-                            "null_max": m.null.max if m.null else None, "cells": list(r.cells)})
+                            "null_max": m.null.max if m.null else None, "cells": list(r.cells),
+                            "outside": list(r.outside)})
     for cname, comp in (data.comparisons or {}).items():
         for cr in comp.rows or []:
             for v in cr.values or []:
@@ -77,8 +82,8 @@ def long_records(data: BoardResults) -> list[dict[str, Any]]:
 
 def _csv_value(key: str, v: Any) -> Any:
     """A field as CSV text: the cells joined by ';', a list or mapping (an axis value) as JSON, None empty."""
-    if key == "cells":
-        return ";".join(v)
+    if key in ("cells", "outside"):
+        return ";".join(v or [])
     if isinstance(v, (list, dict)):
         return json.dumps(v)
     return "" if v is None else v
@@ -98,6 +103,11 @@ def _null_text(null: NullSummary | None, fmt: str) -> str:
     return "" if not null else f"{format(null.mean, fmt)} ({format(null.max, fmt)})"
 
 
+def _attack(r: TableRow) -> str:
+    """A row's attack, marked as README.md marks a row holding cells of an outside submission."""
+    return r.attack + (f" {OUTSIDE_MARK}" if r.outside else "")
+
+
 def _init(r: TableRow | ComparisonRow) -> str:
     return r.init + (" (oracle)" if r.init_is_oracle else "")
 
@@ -114,7 +124,7 @@ def wide_tables(data: BoardResults, metrics: Sequence[str], selection: str) -> l
             headers += [m, f"{m}: null (max)"]
         body = []
         for r in rows:
-            line = [r.target, r.attack, _init(r), str(len(r.cells))]
+            line = [r.target, _attack(r), _init(r), str(len(r.cells))]
             for m in metrics:
                 line += [fmt_stat(r.metric(m), cols[m].format), _null_text(r.metric(m).null, cols[m].format)]
             body.append(line)
@@ -183,7 +193,7 @@ def export_board(folder: Path, fmt: str, *, columns: str | None = None, selectio
         raise ReconbenchError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if selection not in SELECTIONS:
         raise ReconbenchError(f"--selection {selection!r}: choose one of {', '.join(SELECTIONS)}")
-    data = BoardResults.from_dict(read_json(folder / "results.json", "leaderboard"))
+    data = BoardResults.from_dict(read_results(folder))
     if fmt == "csv":
         return to_csv(long_records(data))
     if fmt == "json":

@@ -12,9 +12,12 @@ from typing import Any
 from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard import outside
+from reconbench.leaderboard.board_cards import write_board_card
 from reconbench.leaderboard.figures import draw_all
 from reconbench.leaderboard.privacy import privacy_section
 from reconbench.leaderboard.readme import render_readme
+from reconbench.leaderboard.results_file import write_results
 from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
@@ -27,7 +30,7 @@ from reconbench.leaderboard.tables import (
     resolve_columns,
     target_rows,
 )
-from reconbench.provenance import git_commit, json_default, write_json, write_text_atomic
+from reconbench.provenance import git_commit, write_json
 from reconbench.records import BoardResults
 
 #: a sampled cell whose candidates file is larger is skipped for the next one (keeps published folders small)
@@ -71,7 +74,9 @@ def build_leaderboard(
     publish: bool = False,
     note: str | None = None,
 ) -> dict[str, Any]:
-    """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``.
+    """Render ``out``/README.md, results.json, cells/, targets/, candidates/ and figures/ from ``results``; the outside
+    submissions ``out`` took in are kept when they still fit (``leaderboard/outside.py``; the returned results name
+    those dropped in ``dropped_submissions``, one line each).
 
     ``note``: why the numbers moved since the board's last publication (kept in the header and shown in the README).
 
@@ -94,6 +99,7 @@ def build_leaderboard(
         info["note"] = " ".join(note.split())
 
     out.mkdir(parents=True, exist_ok=True)
+    kept_outside = outside.snapshot(out)   # outside submissions the board took in: put back below when they fit
     for sub in ("cells", "targets", "candidates", "figures", "protocols"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir()
@@ -101,7 +107,10 @@ def build_leaderboard(
         key = rec.target.recipe_key
         src = results / "targets" / f"{key}.json"
         if key and src.exists() and not (out / "targets" / src.name).exists():
-            shutil.copyfile(src, out / "targets" / src.name)
+            if publish:  # a published board keeps compact model cards (leaderboard/board_cards.py)
+                write_board_card(out / "targets" / src.name, json.loads(src.read_text()))
+            else:
+                shutil.copyfile(src, out / "targets" / src.name)
         if publish:  # a published board keeps slim entries (bench/entries.py)
             write_entry(out / "cells" / f"{cid}.json", json.loads((results / "cells" / f"{cid}.json").read_text()),
                         suite, out)
@@ -149,9 +158,9 @@ def build_leaderboard(
         "stale": pub.stale,
     }
     if publish:  # compact: a published board is read by tools, and kept small (docs/leaderboard-entries.md)
-        write_text_atomic(out / "results.json", json.dumps(data, default=json_default, separators=(",", ":"),
-                                                           allow_nan=True))
+        write_results(out, data)
     else:
         write_json(out / "results.json", data)
     (out / "README.md").write_text(render_readme(suite, BoardResults.from_dict(data), pub, sections))
-    return data
+    merged, dropped = outside.restore(kept_outside, suite, out)
+    return {**(merged or data), "dropped_submissions": dropped}

@@ -1,8 +1,10 @@
 """Slim published boards: cell records as slim entries, candidates for a sample of cells only, no target weights.
 
 ``write_entry`` writes one cell of a board as its slim entry (``reconbench/bench/entries.py``); ``store_sample``
-picks the cells whose candidates a board keeps (the re-scoring sample) and writes them in the attack's precision;
-``slim_board`` turns an already published board into this form in place (``reconbench leaderboard BOARD --slim``);
+picks the cells whose candidates a board keeps (the re-scoring sample) and writes them in the attack's precision,
+xz-compressed (``candidates/<cell>.safetensors.xz``; ``read_candidates`` reads both that and an uncompressed
+``<cell>.safetensors``); ``slim_board`` turns an already published board into this form in place, model cards
+included (``board_cards.py``; ``reconbench leaderboard BOARD --slim``);
 ``rerun_cells`` re-runs chosen cells from their recipes and seeds and compares their numbers with the board's
 (``--verify --rerun``).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import re
 import tempfile
 from collections.abc import Mapping
@@ -19,16 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load, load_file, save
 
 from reconbench.bench.entries import entry_text, is_entry, make_entry, null_keys
 from reconbench.bench.runner import STATUS_OK, card_reader, load_cells, run_suite
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation.rescore import close
+from reconbench.leaderboard.board_cards import board_card, card_text
 from reconbench.leaderboard.readme import rerender_readme
+from reconbench.leaderboard.results_file import read_results, write_results
 from reconbench.provenance import write_text_atomic
-from reconbench.records import CellRecord
+from reconbench.records import BoardResults, CellRecord
 
 #: how many cells of a board keep their candidates (at most; fewer when the suite asks for fewer)
 SAMPLE_CELLS = 2
@@ -38,6 +44,42 @@ SAMPLE_BYTES = 256 * 1024
 #: relative tolerance of a re-run's continuous numbers against the board's (float32 attacks: a few units of
 #: float32 roundoff through the attack's steps; identical libraries on the same kind of processor reproduce exactly)
 RERUN_RTOL = 1e-6
+#: a board's stored candidates: safetensors compressed with xz (``lzma``, preset 6: the files are far smaller than
+#: its dictionary); a board published before keeps ``<cell>.safetensors`` uncompressed, read the same way
+CANDIDATES_SUFFIX, PLAIN_CANDIDATES_SUFFIX = ".safetensors.xz", ".safetensors"
+XZ_PRESET = 6
+
+
+def candidates_file(folder: Path, cell_id: str) -> Path | None:
+    """The stored candidates of a cell in a board's ``candidates/`` (compressed or not), None when not stored."""
+    for suffix in (CANDIDATES_SUFFIX, PLAIN_CANDIDATES_SUFFIX):
+        if (path := folder / "candidates" / f"{cell_id}{suffix}").exists():
+            return path
+    return None
+
+
+def stored_candidate_ids(folder: Path) -> list[str]:
+    """The cells whose candidates a board stores (either form)."""
+    names = [p.name for p in (folder / "candidates").glob("*.safetensors*")]
+    return sorted({n[: -len(s)] for n in names for s in (CANDIDATES_SUFFIX, PLAIN_CANDIDATES_SUFFIX)
+                   if n.endswith(s) and not n.startswith(".")})
+
+
+def read_candidates(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a stored candidates file (``.safetensors.xz`` or ``.safetensors``)."""
+    try:
+        raw = path.read_bytes()
+        return load(lzma.decompress(raw) if path.name.endswith(CANDIDATES_SUFFIX) else raw)
+    except (OSError, lzma.LZMAError, SafetensorError, ValueError) as exc:
+        raise ReconbenchError(f"{path} is not a readable candidates file ({type(exc).__name__}: {exc}); render "
+                              "the leaderboard again") from None
+
+
+def write_candidates(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Write tensors to ``path`` (``<cell>.safetensors.xz``) compressed, through a temporary file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(lzma.compress(save({k: v.contiguous() for k, v in tensors.items()}), preset=XZ_PRESET))
+    tmp.replace(path)
 
 
 def shown_keys(suite: Suite) -> set[str]:
@@ -55,7 +97,7 @@ def write_entry(path: Path, rec: dict[str, Any], suite: Suite, board: Path) -> d
         target = board / "protocols" / f"{ref}.json"
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(target, json.dumps(shared, indent=1, sort_keys=True) + "\n")
+            write_text_atomic(target, protocol_text(shared))
     write_text_atomic(path, entry_text(entry))
     return entry
 
@@ -97,16 +139,19 @@ def pick_sample(files: dict[str, Path], k: int, budget: int = SAMPLE_BYTES, name
 def store_sample(files: dict[str, Path], records: Mapping[str, CellRecord], out: Path, k: int,
                  named: tuple[str, ...] = ()) -> list[str]:
     """Write the candidates of the ``named`` cells and a sample of ``k`` more to ``out`` (in the attack's
-    precision); their ids."""
+    precision, xz-compressed); their ids."""
     chosen = pick_sample(files, k, named=named)
     out.mkdir(parents=True, exist_ok=True)
     for cid in chosen:
-        tensors = load_file(str(files[cid]))
-        dtype = records[cid].dtype if cid in records else None
-        tmp = out / f".{cid}.safetensors.tmp"
-        save_file({k: v.contiguous() for k, v in in_attack_precision(tensors, dtype).items()}, str(tmp))
-        tmp.replace(out / f"{cid}.safetensors")
+        store_candidates(files[cid], records[cid].dtype if cid in records else None, out / f"{cid}{CANDIDATES_SUFFIX}")
     return chosen
+
+
+def store_candidates(src: Path, dtype: str | None, dst: Path) -> None:
+    """One cell's pooled candidates from ``src`` (either form) to ``dst`` in the precision of an attack that
+    computed in ``dtype`` (the cell's ``spec.dtype``), compressed."""
+    tensors = read_candidates(src) if src.name.endswith(CANDIDATES_SUFFIX) else load_file(str(src))
+    write_candidates(dst, in_attack_precision(tensors, dtype))
 
 
 def sample_size(suite: Suite) -> int:
@@ -139,6 +184,8 @@ def compact_figures(board: Path) -> int:
 class SlimReport:
     cells: int = 0
     already: int = 0
+    cards: int = 0
+    protocols: int = 0
     sample: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     bytes_before: int = 0
@@ -150,42 +197,78 @@ def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
+def _rewrite(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` unless it holds it already; whether it was written."""
+    if path.read_text() == text:
+        return False
+    write_text_atomic(path, text)
+    return True
+
+
+def protocol_text(shared: dict[str, Any]) -> str:
+    """A board's ``protocols/<ref>.json`` (compact; its name hashes its content, not its text)."""
+    return json.dumps(shared, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReconbenchError(f"{path} is not valid JSON ({exc}); restore the {what} before slimming the "
+                              "board") from None
+
+
 def slim_board(suite: Suite, board: Path) -> SlimReport:
-    """Rewrite a published board in place: cells as slim entries, candidates for a sample of cells only (in the
-    attack's precision), no target weights; ``results.json`` and README.md name the new sample."""
+    """Rewrite a published board in place into the compact form a publication writes: cells as slim entries, model
+    cards as board cards, protocols compact, candidates for a sample of cells only (in the attack's precision,
+    xz-compressed), no target weights; ``results.json`` and README.md name the sample. Nothing is run again; a
+    board already in this form is left as it is."""
     if not (board / "results.json").exists():
         raise ReconbenchError(f"{board} holds no leaderboard (no results.json); pass a published board folder")
     report = SlimReport(bytes_before=_folder_bytes(board))
+    for path in sorted((board / "targets").glob("*.json")):
+        report.cards += _rewrite(path, card_text(board_card(_read_json(path, "model card"))))
+    for path in sorted((board / "protocols").glob("*.json")):
+        report.protocols += _rewrite(path, protocol_text(_read_json(path, "protocol")))
     records: dict[str, CellRecord] = {}
     for path in sorted((board / "cells").glob("*.json")):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ReconbenchError(f"{path} is not valid JSON ({exc}); restore it before slimming the board") from None
+        rec = _read_json(path, "cell")
         report.cells += 1
         if is_entry(rec):
             report.already += 1
         else:
             write_entry(path, rec, suite, board)
         records[path.stem] = CellRecord.from_dict(rec)
-    files = {p.stem: p for p in sorted((board / "candidates").glob("*.safetensors"))
-             if p.stem in records and records[p.stem].status == STATUS_OK}
-    with tempfile.TemporaryDirectory(dir=board) as tmp:
-        kept = store_sample(files, records, Path(tmp), sample_size(suite), suite.leaderboard.sample_cells)
-        for p in sorted((board / "candidates").glob("*.safetensors")):
-            p.unlink()
-            if p.stem not in kept:
-                report.removed.append(p.name)
-        for cid in kept:
-            (Path(tmp) / f"{cid}.safetensors").replace(board / "candidates" / f"{cid}.safetensors")
+    report.sample, report.removed = _slim_candidates(suite, board, records)
     for p in sorted((board / "targets").glob("*.safetensors")):  # weights: regenerated from the recorded recipes
         p.unlink()
         report.removed.append(f"targets/{p.name}")
-    report.sample = kept
     compact_figures(board)
-    report.readme_rendered = _name_sample(suite, board, kept)
+    report.readme_rendered = _name_sample(suite, board, report.sample)
     report.bytes_after = _folder_bytes(board)
     return report
+
+
+def _slim_candidates(suite: Suite, board: Path, records: Mapping[str, CellRecord]) -> tuple[list[str], list[str]]:
+    """Uncompressed candidates cut to the sample and compressed; compressed ones (a sample picked when the board was
+    published or a submission added) are kept. The sample's ids and the files removed."""
+    folder = board / "candidates"
+    packed = sorted(p.name[: -len(CANDIDATES_SUFFIX)] for p in folder.glob(f"*{CANDIDATES_SUFFIX}"))
+    plain = {p.stem: p for p in sorted(folder.glob(f"*{PLAIN_CANDIDATES_SUFFIX}"))}
+    if not plain:
+        return packed, []
+    files = {c: p for c, p in plain.items() if c in records and records[c].status == STATUS_OK}
+    removed = []
+    with tempfile.TemporaryDirectory(dir=board) as tmp:
+        kept = store_sample(files, records, Path(tmp), max(sample_size(suite) - len(packed), 0),
+                            tuple(c for c in suite.leaderboard.sample_cells if c not in packed))
+        for cid, p in plain.items():
+            p.unlink()
+            if cid not in kept:
+                removed.append(p.name)
+        for cid in kept:
+            (Path(tmp) / f"{cid}{CANDIDATES_SUFFIX}").replace(folder / f"{cid}{CANDIDATES_SUFFIX}")
+    return sorted({*packed, *kept}), removed
 
 
 _STORED_LINE = re.compile(r"The pooled candidates of \d+ cell\(s\) are stored")
@@ -195,12 +278,13 @@ def _name_sample(suite: Suite, board: Path, kept: list[str]) -> bool:
     """results.json's ``stored_candidates`` (written compactly) and README.md: rendered again from results.json and
     the entries when the suite file is the one the board was rendered from (True), else only its sentence that
     counts the stored candidates is updated (False)."""
-    data = json.loads((board / "results.json").read_text())
-    old = len(data.get("stored_candidates") or [])
+    data = read_results(board)
+    board_data = BoardResults.from_dict(data)
+    old = len(board_data.stored_candidates)
     data["stored_candidates"] = kept
-    write_text_atomic(board / "results.json", json.dumps(data, separators=(",", ":"), allow_nan=True))
+    write_results(board, data)
     readme = board / "README.md"
-    if (data.get("header") or {}).get("suite_sha256") == suite.text_sha256:
+    if board_data.header.suite_sha256 == suite.text_sha256:
         write_text_atomic(readme, rerender_readme(suite, board, data))
         return True
     text = readme.read_text()

@@ -53,14 +53,13 @@ def sha256_text(text: str) -> str:
 
 def board_results(board: Path) -> dict[str, Any]:
     """A published board's results.json, or a one-line error naming the folder."""
+    from reconbench.leaderboard.results_file import read_results
+
     path = board / "results.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists():
         raise ReconbenchError(f"{board} holds no leaderboard (no results.json); pass --board with a published "
-                              "board folder, e.g. leaderboards/ci") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReconbenchError(f"{path} is not valid JSON ({exc}); restore the board") from None
+                              "board folder, e.g. leaderboards/ci")
+    data = read_results(board)
     if not isinstance(data, dict) or not isinstance(data.get("header"), dict):
         raise ReconbenchError(f"{path} is not a leaderboard's results.json; restore the board")
     return data

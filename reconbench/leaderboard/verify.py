@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_file
-
 from reconbench.bench.cells import CELL_FORMAT
 from reconbench.bench.entries import EntryCheck, check_entry, expand, is_entry
 from reconbench.bench.runner import STATUS_OK, card_reader, null_record, protocol_reader
@@ -27,10 +25,13 @@ from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.rescore import Mismatch, close, evaluation_terms, margin_note, pinned_protocol, reproduce
+from reconbench.leaderboard.board_cards import load_board_card
 from reconbench.leaderboard.readme import rerender_readme
+from reconbench.leaderboard.results_file import read_results
+from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
 from reconbench.runs.result import score_selection
-from reconbench.targets.cards import ModelCard, check_card_data
+from reconbench.targets.cards import ModelCard
 
 
 def read_json(path: Path, what: str) -> Any:
@@ -79,8 +80,8 @@ def corrupt_cells(folder: Path) -> list[str]:
 
 def check_readme(suite: Suite, leaderboard: Path) -> list[str]:
     """Render README.md again from results.json and the cells; each differing line is a problem."""
-    data = read_json(leaderboard / "results.json", "leaderboard")
-    recorded = BoardResults.from_dict(data).header.suite_sha256 if isinstance(data, dict) else None
+    data = read_results(leaderboard)
+    recorded = BoardResults.from_dict(data).header.suite_sha256
     if recorded and recorded != suite.text_sha256:  # the suite's text is part of the README (description, plan)
         return [f"{leaderboard}/README.md was rendered from another version of the suite file (sha256 "
                 f"{recorded[:16]}, now {suite.text_sha256[:16]}); verify with the suite file it was rendered from, or "
@@ -126,7 +127,7 @@ def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
 
 def stored_cells(leaderboard: Path) -> list[str]:
     """Cells whose candidates are published (these can be re-scored)."""
-    return sorted(p.stem for p in (leaderboard / "candidates").glob("*.safetensors"))
+    return stored_candidate_ids(leaderboard)
 
 
 @dataclass
@@ -189,12 +190,12 @@ def rescore_inputs(leaderboard: Path, rec: CellRecord, data_root: str | None
                    ) -> tuple[Any, dict[str, Any], dict[str, Any], str, ModelCard]:
     """What re-scoring a stored cell needs: the problem rebuilt from the published card, the stored candidates, the
     protocol the cell computed, the model family and the card."""
-    card_path = leaderboard / "targets" / f"{rec.target.recipe_key}.json"
-    card_data = read_json(card_path, "model card")
-    check_card_data(card_data, card_path)
-    card = ModelCard(path=leaderboard / "targets", data=card_data)
-    problem = card.problem(data_root)
-    stored = load_file(str(leaderboard / "candidates" / f"{rec.cell_id}.safetensors"))
+    problem, card = load_board_card(leaderboard, str(rec.target.recipe_key), data_root)
+    path = candidates_file(leaderboard, rec.cell_id)
+    if path is None:
+        raise ReconbenchError(f"{leaderboard}/candidates holds no candidates of {rec.cell_id}; re-score a cell "
+                              "the board stores candidates of")
+    stored = read_candidates(path)
     # a board may store them in the attack's precision (float32): every float32 is a float64 exactly
     pooled = {k: v.double() if v.is_floating_point() else v for k, v in stored.items()}
     evaluation = dict(rec.evaluation) if rec.evaluation is not None else None
@@ -301,7 +302,7 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
 
 def check_tables(leaderboard: Path) -> list[str]:
     """Recompute each table entry of results.json (mean, sd, n) from the values of the cells it names."""
-    data = read_json(leaderboard / "results.json", "leaderboard")
+    data = read_results(leaderboard)
     cells = {p.stem: read_record(leaderboard, p)[1] for p in (leaderboard / "cells").glob("*.json")}
     try:
         return _check_tables(BoardResults.from_dict(data), cells)

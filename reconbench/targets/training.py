@@ -141,13 +141,15 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     loss_value = math.nan
 
     init_decay = 1.0  # what coupled weight decay leaves of the initial weights: prod_t (1 - lr_t wd)
+    # the decay the optimizer applies, a training-time defense's included (the weight_decay defense adds its own)
+    decay = spec.weight_decay if layers is not None else float(opt.param_groups[0].get("weight_decay", 0.0))
 
     def step_size(loss_now: float) -> float:
         nonlocal lr_mult, init_decay
         if spec.schedule == "inverse_loss":
             lr_mult = min(spec.schedule_cap, spec.schedule_threshold / loss_now) \
                 if 0 < loss_now < spec.schedule_threshold else 1.0
-        init_decay *= 1.0 - spec.lr * lr_mult * spec.weight_decay
+        init_decay *= 1.0 - spec.lr * lr_mult * decay
         return spec.lr * lr_mult
 
     step = 0

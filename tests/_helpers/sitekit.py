@@ -6,12 +6,14 @@ stored candidates of only a few cells, so that the site builds in seconds and sh
 
 from __future__ import annotations
 
-import json
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from reconbench.leaderboard.results_file import read_results
+from reconbench.leaderboard.slim import candidates_file, stored_candidate_ids
 
 REPO = Path(__file__).resolve().parents[2]
 BOARD = "ci"
@@ -21,7 +23,7 @@ KEEP = 3
 
 def kept_candidates() -> list[str]:
     """The cells whose candidates the fixture keeps: the first stored ones, one per target where possible."""
-    stored = sorted(p.stem for p in (REPO / "leaderboards" / BOARD / "candidates").glob("*.safetensors"))
+    stored = stored_candidate_ids(REPO / "leaderboards" / BOARD)
     by_target: dict[str, str] = {}
     for cid in stored:
         by_target.setdefault(cid.split("--")[0], cid)
@@ -40,12 +42,14 @@ def fixture_leaderboards(root: Path) -> Path:
         shutil.copytree(src / sub, dst / sub)
     (dst / "candidates").mkdir()
     for cid in kept_candidates():
-        shutil.copyfile(src / "candidates" / f"{cid}.safetensors", dst / "candidates" / f"{cid}.safetensors")
+        stored = candidates_file(src, cid)
+        assert stored is not None
+        shutil.copyfile(stored, dst / "candidates" / stored.name)
     return root / "leaderboards"
 
 
 def results(board: Path) -> dict[str, Any]:
-    return json.loads((board / "results.json").read_text())  # type: ignore[no-any-return]
+    return read_results(board)
 
 
 class Links(HTMLParser):

@@ -15,6 +15,7 @@ from typing import Any
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import ColumnSpec
 from reconbench.leaderboard.readme import NOT_CONVERGED_MARK, OUTSIDE_MARK, WITHIN_NOISE_MARK
+from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.tables import (
     ORACLE_INIT_MARK,
     ORACLE_SELECTION_MARK,
@@ -23,7 +24,6 @@ from reconbench.leaderboard.tables import (
     column_value,
     fmt_stat,
 )
-from reconbench.leaderboard.verify import read_json
 from reconbench.records import (
     BoardHeader,
     BoardResults,
@@ -234,7 +234,7 @@ def _filters(tables: list[Table], privacy: list[PrivacyTable]) -> dict[str, list
 
 def load_board(folder: Path) -> Board:
     """A published board folder (``results.json``, ``cells/``) as the site shows it."""
-    data = BoardResults.from_dict(read_json(folder / "results.json", "leaderboard"))
+    data = BoardResults.from_dict(read_results(folder))
     cells = {cid: CellRecord.from_dict(rec) for cid, rec in load_cells(folder).items()}
     columns = data.column_list
     tables = [main_table(sel, data.table(sel), columns, cells) for sel in SELECTIONS]

@@ -1,6 +1,6 @@
 """The reconstructions of a cell next to the training images they matched, as small PNGs for its page.
 
-Only cells whose pooled candidates the board stores (``candidates/<cell>.safetensors``) have them. The training
+Only cells whose pooled candidates the board stores (``candidates/<cell>.safetensors.xz``) have them. The training
 problem is rebuilt from the board's model card (it needs the data set), the candidates are matched and averaged by
 the evaluation's own matching (:func:`reconbench.evaluation.context.build_context` under the cell's recorded
 protocol) and shown as the evaluation's figures show them (mean added back, min-max scaled). The scores beside each
@@ -18,7 +18,7 @@ import numpy as np
 
 from reconbench.bench.runner import STATUS_OK
 from reconbench.errors import ReconbenchError
-from reconbench.leaderboard.verify import read_json
+from reconbench.leaderboard.slim import candidates_file, read_candidates
 from reconbench.records import CellRecord
 
 #: the per-image keys of the calibrated headline and the papers' score, as the evaluation writes them
@@ -64,15 +64,11 @@ class ProblemCache:
         self._problems: dict[str, Any] = {}
 
     def problem(self, board: Path, rec: CellRecord) -> tuple[Any, Any]:
-        from reconbench.targets.cards import ModelCard, check_card_data
+        from reconbench.leaderboard.board_cards import load_board_card
 
         key = str(rec.target.recipe_key)
         if key not in self._problems:
-            path = board / "targets" / f"{key}.json"
-            data = read_json(path, "model card")
-            check_card_data(data, path)
-            card = ModelCard(path=board / "targets", data=data)
-            self._problems[key] = (card.problem(self.data_root), card)
+            self._problems[key] = load_board_card(board, key, self.data_root)
         return self._problems[key]  # type: ignore[no-any-return]
 
 
@@ -81,8 +77,8 @@ def cell_images(board: Path, rec: CellRecord, out: Path, problems: ProblemCache,
     cid = rec.cell_id
     if rec.status != STATUS_OK:
         return CellImages([], f"the cell did not finish (status {rec.status}): it has no reconstructions")
-    stored = board / "candidates" / f"{cid}.safetensors"
-    if not stored.exists():
+    stored = candidates_file(board, cid)
+    if stored is None:
         return CellImages([], "images are not stored for this cell: the board keeps the candidates of a sample of "
                               "its cells only")
     try:
@@ -92,14 +88,12 @@ def cell_images(board: Path, rec: CellRecord, out: Path, problems: ProblemCache,
 
 
 def _draw(stored: Path, rec: CellRecord, out: Path, problem_card: tuple[Any, Any], max_images: int) -> CellImages:
-    from safetensors.torch import load_file
-
     from reconbench.evaluation.context import build_context
     from reconbench.evaluation.protocol import resolve_protocol
     from reconbench.evaluation.rescore import pinned_protocol
 
     problem, card = problem_card
-    pooled = load_file(str(stored))
+    pooled = read_candidates(stored)
     protocol = resolve_protocol(pinned_protocol(dict(rec.protocol or {}), dict(rec.evaluation or {}) or None),
                                 str(rec.target.trained_from.family))
     ev = build_context(problem, pooled["candidates"], protocol, card=card)
