@@ -3,11 +3,9 @@ it shows up in a suite's privacy-utility table without any change to reconbench.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
+
+from _helpers.examples import EXAMPLES, load_module
 
 from reconbench import plugins
 from reconbench.bench.runner import run_suite
@@ -15,7 +13,7 @@ from reconbench.bench.suite import load_suite
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.verify import check_readme
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reconbench-lowrank-defense"
+EXAMPLE = EXAMPLES / "reconbench-lowrank-defense"
 
 SUITE = """\
 [suite]
@@ -54,22 +52,13 @@ inits = ["gaussian"]
 """
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_example_defense_conforms_and_lands_in_the_privacy_table(tmp_path, toy_attack_registered):
-    module = _load("reconbench_lowrank_defense", EXAMPLE / "src" / "reconbench_lowrank_defense.py")
+    module = load_module("reconbench_lowrank_defense", EXAMPLE / "src" / "reconbench_lowrank_defense.py")
     host = plugins.host()
     name = host.register(module, name="example-lowrank")
     try:
         assert "low_rank" in host.names("defenses")
-        tests = _load("example_lowrank_tests", EXAMPLE / "tests" / "test_low_rank.py")
+        tests = load_module("example_lowrank_tests", EXAMPLE / "tests" / "test_low_rank.py")
         tests.test_conforms()
         tests.test_truncation_error_is_the_dropped_singular_values()
 

@@ -3,19 +3,17 @@ declared numbers become a board's column, with values from the cells, without an
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
+
+from _helpers.examples import EXAMPLES, load_module
 
 from reconbench import plugins
 from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import load_suite
 from reconbench.leaderboard.render import build_leaderboard
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reconbench-psnr-metric"
+EXAMPLE = EXAMPLES / "reconbench-psnr-metric"
 
 SUITE = """\
 [suite]
@@ -47,22 +45,13 @@ inits = ["gaussian", "ground_truth"]
 """
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_example_metric_conforms_and_becomes_a_board_column(tmp_path, toy_attack_registered):
-    module = _load("reconbench_psnr_metric", EXAMPLE / "src" / "reconbench_psnr_metric.py")
+    module = load_module("reconbench_psnr_metric", EXAMPLE / "src" / "reconbench_psnr_metric.py")
     host = plugins.host()
     name = host.register(module, name="example-psnr")
     try:
         assert "psnr" in host.names("metrics")
-        tests = _load("example_psnr_tests", EXAMPLE / "tests" / "test_psnr.py")
+        tests = load_module("example_psnr_tests", EXAMPLE / "tests" / "test_psnr.py")
         tests.test_conforms()
         tests.test_a_constant_offset_gives_the_closed_form()
 

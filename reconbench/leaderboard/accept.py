@@ -36,7 +36,7 @@ from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.readme import rerender_readme
-from reconbench.leaderboard.results_file import write_results
+from reconbench.leaderboard.results_file import read_json, write_results
 from reconbench.leaderboard.slim import (
     CANDIDATES_SUFFIX,
     pick_sample,
@@ -76,13 +76,8 @@ class AddReport:
 
 
 def read_submission(path: Path) -> dict[str, Any]:
-    try:
-        sub = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ReconbenchError(f"{path} does not exist; pass the file `reconbench leaderboard submit` wrote") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReconbenchError(f"{path} is not valid JSON ({exc}); pack it again with `reconbench leaderboard "
-                              "submit`") from None
+    sub = read_json(path, missing="pass the file `reconbench leaderboard submit` wrote",
+                    damaged="pack it again with `reconbench leaderboard submit`")
     if not isinstance(sub, dict) or SubmissionFile.from_dict(sub).format != SUBMISSION_FORMAT:
         got = SubmissionFile.from_dict(sub).format if isinstance(sub, dict) else type(sub).__name__
         raise ReconbenchError(f"{path} is not a submission (format {got!r}, expected {SUBMISSION_FORMAT!r}); pack "

@@ -84,16 +84,22 @@ def write_results(board: Path, data: dict[str, Any]) -> None:
     write_text_atomic(board / "results.json", results_text(data))
 
 
+def read_json(path: Path, *, missing: str, damaged: str) -> Any:
+    """The JSON value of a board's file, or a one-line error naming the file and, after it, the fix (``missing``
+    when the file does not exist, ``damaged`` when it cannot be read as JSON)."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReconbenchError(f"{path} is missing; {missing}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReconbenchError(f"{path} is not valid JSON ({exc}); {damaged}") from None
+
+
 def read_results(board: Path) -> dict[str, Any]:
     """A board's results.json in the full form, or a one-line error naming the file."""
     path = board / "results.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ReconbenchError(f"{path} is missing; render the leaderboard again (or pass the board's folder)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReconbenchError(f"{path} is not valid JSON ({exc}); the leaderboard is damaged, render it "
-                              "again") from None
+    data = read_json(path, missing="render the leaderboard again (or pass the board's folder)",
+                     damaged="the leaderboard is damaged, render it again")
     if not isinstance(data, dict):
         raise ReconbenchError(f"{path} is not a leaderboard's results.json (a {type(data).__name__}); render it again")
     return expand(data) if data.get("format") == COMPACT_FORMAT else data
