@@ -44,8 +44,9 @@ def kernel_settings() -> dict[str, dict[str, str]]:
 
 
 def subprocess_env(extra: dict[str, str], tmp: Path) -> dict[str, str]:
+    # the settings choose the kernels and the thread count: none of the caller's choices leak into the children
     env = {k: v for k, v in os.environ.items() if k not in
-           ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OPENBLAS_CORETYPE")}
+           ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OPENBLAS_CORETYPE", "MKL_NUM_THREADS")}
     env.update({"OMP_NUM_THREADS": "1", "RECONBENCH_CACHE": str(tmp / "cache"), **extra})
     return env
 
