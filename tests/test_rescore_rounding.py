@@ -24,8 +24,6 @@ from reconbench.runs.result import score_selection
 
 REPO = Path(__file__).resolve().parents[1]
 CI = REPO / "leaderboards" / "ci"
-#: a published cell whose pooled runs hold identical candidates: its notebook matching has exact ties
-TIED = "digits-binary-bias--runkel_bilevel--partition--s1"
 #: a published cell without a borderline decision
 PLAIN = "digits-binary--haim_binary_kkt--gaussian--s0"
 TINY = ["--dataset", "digits", "--task", "binary", "--n-per-class", "3", "--widths", "16,16", "--steps", "30"]
@@ -149,37 +147,98 @@ def test_a_score_changed_beyond_the_tolerance_fails_and_within_it_passes(tmp_pat
     assert {p.split("[")[1].split("]")[0] for p in problems} == {"blind"} | sharing
 
 
+#: a toy board whose pooled runs hold identical candidates and whose training set holds one image twice: the two
+#: copies' nearest-candidate choices tie between identical candidates, and which copy each takes sets how many
+#: distinct candidates reconstruct them
+TIE_SUITE = """\
+[suite]
+name = "tie-toy"
+seeds = [0]
+search_runs = 2
+candidates = 6
+
+[protocol]
+figures = false
+
+[leaderboard]
+figures = false
+
+[targets.dup]
+dataset = "npz:dup.npz"
+task = "binary"
+n_per_class = 3
+n_test_per_class = 6
+n_decoy_per_class = 6
+order = "file"
+widths = [8]
+steps = 30
+
+[attacks.toy_identity]
+config = { shift = 0.0 }
+
+[inits.ground_truth]
+
+[[grid]]
+targets = ["dup"]
+attacks = ["toy_identity"]
+inits = ["ground_truth"]
+"""
+TIE_CELL = "dup--toy_identity--ground_truth--s0"
+
+
+def tied_board(tmp_path: Path) -> Path:
+    """A published toy board of one cell (candidates stored) on digits whose first training image appears twice."""
+    from sklearn.datasets import load_digits
+
+    from reconbench.bench.runner import run_suite
+    from reconbench.bench.suite import load_suite
+    from reconbench.leaderboard.render import build_leaderboard
+
+    digits = load_digits()
+    keep = np.concatenate([np.flatnonzero(digits.target == c)[:20] for c in (0, 1)])   # parity: 0 even, 1 odd
+    images, labels = digits.images[keep] / 16.0, digits.target[keep]
+    images[1] = images[0]                                  # file order: both are training images of class 0
+    np.savez(tmp_path / "dup.npz", images=images.astype(np.float32), labels=labels)
+    path = tmp_path / "tie-toy.toml"
+    path.write_text(TIE_SUITE)
+    suite = load_suite(path, strict=True)
+    run_suite(suite, tmp_path / "res", quiet=True, command="test", data_root=str(tmp_path))
+    board = tmp_path / "lb"
+    build_leaderboard(suite, tmp_path / "res", board, command="test", figures=False, data_root=str(tmp_path))
+    assert candidates_file(board, TIE_CELL) is not None, "the board keeps the cell's candidates for re-scoring"
+    return board
+
+
 @pytest.mark.slow
-def test_a_count_that_differs_only_through_a_tie_is_borderline_and_another_fails(tmp_path):
+def test_a_count_that_differs_only_through_a_tie_is_borderline_and_another_fails(tmp_path, toy_attack_registered):
     """Machine-independent: the stored number is set to what the tied decision gives when taken the other way."""
-    board = board_with(tmp_path, TIED)
+    board = tied_board(tmp_path)
     # the record in its full shape (a slim entry expanded): its protocol, target and per-image rows
-    _, rec = read_record(board, board / "cells" / f"{TIED}.json")
-    problem, pooled, protocol, family, card = rescore_inputs(board, rec, None)
+    _, rec = read_record(board, board / "cells" / f"{TIE_CELL}.json")
+    problem, pooled, protocol, family, card = rescore_inputs(board, rec, str(tmp_path))
     key = "notebook_distinct_candidates_reconstructed"
     first = score_selection(problem, pooled, None, family=family, protocol=protocol, card=card)
     with decisions.guided(64) as guide:
         plain = score_selection(problem, pooled, None, family=family, protocol=protocol, card=card)["summary"][key]
-    assert guide.seen, "the pooled runs of this cell hold identical candidates: their nearest-candidate choices tie"
+    assert guide.seen, "the pooled runs hold identical candidates: their nearest-candidate choices tie"
     alternatives = set()
     for decision in guide.seen:
         with decisions.guided(64, flip=frozenset({decision})):
             ev = score_selection(problem, pooled, None, family=family, protocol=protocol, card=card)
         alternatives.add(ev["summary"][key])
     flipped = next((v for v in alternatives if v != plain), None)
-    if flipped is None:
-        pytest.skip(f"no tied decision of {TIED} on the published board changes {key}")
+    assert flipped is not None, f"a tied choice of the duplicated image changes {key}"
     with decisions.guided(64, flip_all=True):  # flipped decisions, the null draws' included, leave no cached trace
         score_selection(problem, pooled, None, family=family, protocol=protocol, card=card)
     again = score_selection(problem, pooled, None, family=family, protocol=protocol, card=card)
     assert again["summary"] == first["summary"] and again["null"] == first["null"]
     for value in (plain, flipped):
-        edit(board, TIED, lambda r, v=value: r["selections"]["pool"]["summary"].update({key: v}))
-        check = check_cell(board, TIED)
+        edit(board, TIE_CELL, lambda r, v=value: r["selections"]["pool"]["summary"].update({key: v}))
+        check = check_cell(board, TIE_CELL, data_root=str(tmp_path))
         assert check.problems == [] and len(check.borderline) >= 1
         assert len(check.explained) == (value != plain)
-    edit(board, TIED, lambda r: r["selections"]["pool"]["summary"].update({key: max(plain, flipped) + 3}))
-    problems = check_cell(board, TIED).problems
+    edit(board, TIE_CELL, lambda r: r["selections"]["pool"]["summary"].update({key: max(plain, flipped) + 3}))
+    problems = check_cell(board, TIE_CELL, data_root=str(tmp_path)).problems
     assert len(problems) == 1 and f"[pool] {key}: stored {max(plain, flipped) + 3}" in problems[0]
 
 
