@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from _helpers.examples import EXAMPLES, load_module
+from _helpers.examples import EXAMPLES, example_registered, load_module
 
 from reconbench import plugins
 from reconbench.bench.runner import run_suite
@@ -53,11 +53,8 @@ inits = ["gaussian"]
 
 
 def test_example_defense_conforms_and_lands_in_the_privacy_table(tmp_path, toy_attack_registered):
-    module = load_module("reconbench_lowrank_defense", EXAMPLE / "src" / "reconbench_lowrank_defense.py")
-    host = plugins.host()
-    name = host.register(module, name="example-lowrank")
-    try:
-        assert "low_rank" in host.names("defenses")
+    with example_registered("reconbench-lowrank-defense", "example-lowrank"):
+        assert "low_rank" in plugins.host().names("defenses")
         tests = load_module("example_lowrank_tests", EXAMPLE / "tests" / "test_low_rank.py")
         tests.test_conforms()
         tests.test_truncation_error_is_the_dropped_singular_values()
@@ -93,5 +90,3 @@ def test_example_defense_conforms_and_lands_in_the_privacy_table(tmp_path, toy_a
         assert "## Toy privacy-utility axis" in readme and "rank_fraction = 0.1" in readme
         assert (lb / "figures" / "privacy-toy.png").stat().st_size > 1000
         assert sum(r["attacks"]["toy_identity / gaussian"]["pareto"] for r in rows) >= 1
-    finally:
-        host.unregister(name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from _helpers.examples import EXAMPLES, load_module
+from _helpers.examples import EXAMPLES, example_registered, load_module
 
 from reconbench import plugins
 from reconbench.bench.runner import run_suite
@@ -46,11 +46,8 @@ inits = ["gaussian", "ground_truth"]
 
 
 def test_example_metric_conforms_and_becomes_a_board_column(tmp_path, toy_attack_registered):
-    module = load_module("reconbench_psnr_metric", EXAMPLE / "src" / "reconbench_psnr_metric.py")
-    host = plugins.host()
-    name = host.register(module, name="example-psnr")
-    try:
-        assert "psnr" in host.names("metrics")
+    with example_registered("reconbench-psnr-metric", "example-psnr"):
+        assert "psnr" in plugins.host().names("metrics")
         tests = load_module("example_psnr_tests", EXAMPLE / "tests" / "test_psnr.py")
         tests.test_conforms()
         tests.test_a_constant_offset_gives_the_closed_form()
@@ -76,5 +73,3 @@ def test_example_metric_conforms_and_becomes_a_board_column(tmp_path, toy_attack
         # the toy attack returns its start shifted by at most 0.01: from the training images themselves that is
         # at least 40 dB (clipping at 0 and 1 only lowers the error); from Gaussian noise, far less
         assert means["ground_truth"] >= 40.0 > means["gaussian"] + 10.0
-    finally:
-        host.unregister(name)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+
+from reconbench import plugins
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -19,3 +23,17 @@ def load_module(name: str, path: Path) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@contextmanager
+def example_registered(package: str, plugin_name: str) -> Iterator[ModuleType]:
+    """The example package ``examples/<package>`` (module ``package`` with dashes as underscores, in ``src/``)
+    registered as a plugin while the block runs."""
+    module_name = package.replace("-", "_")
+    module = load_module(module_name, EXAMPLES / package / "src" / f"{module_name}.py")
+    host = plugins.host()
+    name = host.register(module, name=plugin_name)
+    try:
+        yield module
+    finally:
+        host.unregister(name)
