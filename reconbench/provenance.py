@@ -85,6 +85,17 @@ def write_json(path: Path, data: Any) -> None:
     write_text_atomic(path, text)
 
 
+def read_json(path: Path, *, missing: str, damaged: str, error: type[ReconbenchError] = ReconbenchError) -> Any:
+    """A JSON file's value, or a one-line ``error`` naming the file and the fix: ``missing`` when the file does not
+    exist, ``damaged`` when it cannot be read as JSON."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(f"{path} is missing: {missing}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path} is not valid JSON ({exc}); {damaged}") from None
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write through a temporary file unique to this writer in the same folder, then rename it over ``path``:
     readers see the old or the new file, never a half-written one, and two writers never share a temporary file."""

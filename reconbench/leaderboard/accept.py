@@ -36,7 +36,7 @@ from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.readme import rerender_readme
-from reconbench.leaderboard.results_file import read_json, write_results
+from reconbench.leaderboard.results_file import write_results
 from reconbench.leaderboard.slim import (
     CANDIDATES_SUFFIX,
     pick_sample,
@@ -61,7 +61,7 @@ from reconbench.leaderboard.tables import (
     target_rows,
 )
 from reconbench.leaderboard.verify import check_cell, check_records
-from reconbench.provenance import write_text_atomic
+from reconbench.provenance import read_json, write_text_atomic
 from reconbench.records import BoardResults, CellRecord, EntryInfo, SubmissionFile, SubmissionProvenance, plain
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from reconbench.errors import ModelCardError
-from reconbench.provenance import write_text_atomic
+from reconbench.provenance import read_json, write_text_atomic
 from reconbench.records import CardData, Digest
 from reconbench.targets.cards import ModelCard, check_card_data
 
@@ -99,14 +99,8 @@ def load_board_card(board: Path, key: str, data_root: str | None) -> tuple[Any, 
     """The training problem rebuilt from a board's model card and the card (in the full form, its schema and content
     hash checked), for re-scoring and drawing a cell of the board."""
     path = board / "targets" / f"{key}.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ModelCardError(f"{path} is missing: the board has no model card of target {key}; render the "
-                             "leaderboard again") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelCardError(f"{path} is not valid JSON ({exc}); the model card is damaged, render the leaderboard "
-                             "again") from None
+    data = read_json(path, missing=f"the board has no model card of target {key}; render the leaderboard again",
+                     damaged="the model card is damaged, render the leaderboard again", error=ModelCardError)
     slim = is_board_card(data)
     # a board card's content hash covers the test indices, which only the rebuilt problem gives back: checked below
     check_card_data({k: v for k, v in data.items() if k != "content_sha256"} if slim else data, path)

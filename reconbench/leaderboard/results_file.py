@@ -18,7 +18,7 @@ from typing import Any
 
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.tables import Stat
-from reconbench.provenance import json_default, write_text_atomic
+from reconbench.provenance import json_default, read_json, write_text_atomic
 from reconbench.records import MetricStat
 
 #: format of a results.json whose statistics may leave out what their values give
@@ -82,17 +82,6 @@ def results_text(data: dict[str, Any]) -> str:
 
 def write_results(board: Path, data: dict[str, Any]) -> None:
     write_text_atomic(board / "results.json", results_text(data))
-
-
-def read_json(path: Path, *, missing: str, damaged: str) -> Any:
-    """The JSON value of a board's file, or a one-line error naming the file and, after it, the fix (``missing``
-    when the file does not exist, ``damaged`` when it cannot be read as JSON)."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ReconbenchError(f"{path} is missing; {missing}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReconbenchError(f"{path} is not valid JSON ({exc}); {damaged}") from None
 
 
 def read_results(board: Path) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from reconbench.evaluation.rescore import close
 from reconbench.leaderboard.board_cards import board_card, card_text
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results, write_results
-from reconbench.provenance import write_text_atomic
+from reconbench.provenance import read_json, write_text_atomic
 from reconbench.records import BoardResults, CellRecord
 
 #: how many cells of a board keep their candidates (at most; fewer when the suite asks for fewer)
@@ -211,11 +211,8 @@ def protocol_text(shared: dict[str, Any]) -> str:
 
 
 def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReconbenchError(f"{path} is not valid JSON ({exc}); restore the {what} before slimming the "
-                              "board") from None
+    fix = f"restore the {what} before slimming the board"
+    return read_json(path, missing=fix, damaged=fix)
 
 
 def slim_board(suite: Suite, board: Path) -> SlimReport:

@@ -29,25 +29,21 @@ from reconbench.leaderboard.board_cards import load_board_card
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
+from reconbench.provenance import read_json
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
 from reconbench.runs.result import score_selection
 from reconbench.targets.cards import ModelCard
 
 
-def read_json(path: Path, what: str) -> Any:
+def read_board_json(path: Path, what: str) -> Any:
     """A JSON file of a leaderboard, or a one-line error naming the file."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ReconbenchError(f"{path} is missing: the {what} cannot be checked; render the leaderboard again") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReconbenchError(f"{path} is not valid JSON ({exc}); the {what} is damaged, render the leaderboard "
-                              "again") from None
+    return read_json(path, missing=f"the {what} cannot be checked; render the leaderboard again",
+                     damaged=f"the {what} is damaged, render the leaderboard again")
 
 
 def read_record(leaderboard: Path, path: Path) -> tuple[dict[str, Any], CellRecord]:
     """A cell file of a board as stored, and in the full record's shape (a slim entry expanded, ``entries.py``)."""
-    raw = read_json(path, f"cell {path.stem}")
+    raw = read_board_json(path, f"cell {path.stem}")
     if not isinstance(raw, dict):
         raise ReconbenchError(f"{path}: a cell record is a JSON object, got a {type(raw).__name__}; restore it")
     try:
@@ -287,7 +283,7 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
                         f"seconds ({runs_seconds!r}); the cell was edited, restore it or run it again")
     card_path = leaderboard / "targets" / f"{rec.target.recipe_key}.json"
     if card_path.exists():
-        card = CardData.from_dict(read_json(card_path, "model card"))
+        card = CardData.from_dict(read_board_json(card_path, "model card"))
         stored = {k: v for k, v in card.metrics.to_dict().items() if k != "margins"}
         shown_as = rec.target.metrics.to_dict()
         keys = stored.keys() | shown_as.keys()
@@ -348,7 +344,7 @@ def check_entries(leaderboard: Path) -> EntryCheck:
     out = EntryCheck()
     protocols = protocol_reader(leaderboard)
     for path in sorted((leaderboard / "cells").glob("*.json")):
-        raw = read_json(path, f"cell {path.stem}")
+        raw = read_board_json(path, f"cell {path.stem}")
         if not is_entry(raw):
             continue
         try:
