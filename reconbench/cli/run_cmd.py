@@ -65,8 +65,9 @@ RUN_CONFIG_FILE = "run-config.json"
               help="Torch device of the attack, and of the training when a target is trained, e.g. cuda.")
 @click.option("--protocol-set", multiple=True, help="Evaluation protocol option KEY=VALUE (repeatable).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>; an existing one with the same "
-                   "configuration is resumed).")
+              help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>, with -o<hash of the options> "
+                   "when any option differs from its default; an existing one with the same configuration is "
+                   "resumed).")
 @click.option("--replace", is_flag=True,
               help="If --out holds a run of another configuration, delete its files and run this one.")
 @click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets.")
@@ -109,7 +110,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
                    dtype=dtype, device=device, protocol=protocol, search=search, search_config=search_config)
     check_attack(size, candidates=spec.candidates, search_runs=spec.search_runs, dtype=dtype)
-    out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{recipe_key}-s{seed}"
+    out_dir = Path(out) if out else default_out(spec, attack_obj.default_search_runs, recipe_key)
     created = not out_dir.exists()
     check_writable(out_dir, "--out")
     if not model_card:
@@ -189,6 +190,18 @@ RUN_OUTPUTS = ("result.json", "candidates.safetensors", RUN_CONFIG_FILE, "runs",
 def run_config(recipe_key: str, spec: dict[str, Any]) -> dict[str, Any]:
     """What determines a run's numbers: the target and the spec (the device only changes where it runs)."""
     return {"card": recipe_key, "spec": {k: v for k, v in dict(spec).items() if k != "device"}}
+
+
+def default_out(spec: RunSpec, default_search_runs: int, recipe_key: str) -> Path:
+    """runs/<attack>-<init>-<target>-s<seed>, with a short hash of the run's options when any differs from the
+    defaults (--set, --init-set, --search, --search-set, --search-runs, --candidates, --dtype, --device,
+    --protocol-set): a run with other options gets its own folder instead of being refused by the default one's."""
+    name = f"{spec.attack}-{spec.init}-{recipe_key}-s{spec.seed}"
+    plain = RunSpec(attack=spec.attack, init=spec.init, seed=spec.seed, search_runs=default_search_runs)
+    if spec.to_dict() != plain.to_dict():
+        options = {k: v for k, v in spec.to_dict().items() if k not in ("attack", "init", "seed")}
+        name += f"-o{config_hash(options)[:8]}"
+    return Path("runs") / name
 
 
 def check_folder(out: Path, config: dict[str, Any], replace: bool) -> bool:

@@ -40,6 +40,7 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     session = start_search(attack, spec.attack_config, spec.search_runs, spec.seed, spec.search, spec.search_config)
     runs_dir = out / "runs"
     runs: list[dict[str, Any]] = []
+    resumed: list[dict[str, Any]] = []   # runs finished by an earlier invocation, read back
     t_all = time.perf_counter()
     total = max(spec.search_runs, 1)
     with Progress(total, f"{attack.name} runs", quiet=quiet or total == 1) as outer:
@@ -47,7 +48,8 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
             asked = [{}] if session is None else session.ask()
             check_proposals(asked, total - len(runs), spec.search)
             first = len(runs)
-            pending = _start_round(card, spec, attack, init, problem, labels, target, asked, runs, runs_dir, outer)
+            pending = _start_round(card, spec, attack, init, problem, labels, target, asked, runs, runs_dir, outer,
+                                   resumed)
             if pending:
                 _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
             if session is not None:
@@ -57,13 +59,43 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     usable = [r for r in runs if r["stopped"] != "failed"]
     if not usable:
         raise DivergedError(f"all {len(runs)} run(s) of {attack.name} failed; first: {runs[0]['message']}")
-    return finish(card, spec, out, problem, runs, time.perf_counter() - t_all,
+    if len(resumed) == len(runs) and (done := finished_result(out, card, spec)) is not None:
+        return done   # every run was read back and the result of this configuration is on disk: nothing to redo
+    wall = time.perf_counter() - t_all + resumed_seconds(resumed)
+    return finish(card, spec, out, problem, runs, wall,
                   oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
+
+
+def finished_result(out: Path, card: ModelCard, spec: RunSpec) -> dict[str, Any] | None:
+    """The result.json already in ``out`` when it is this configuration's (same spec, same target), else None: a
+    finished command run again returns it unchanged instead of rewriting it with this invocation's near-zero time."""
+    path = out / "result.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(old, dict) or old.get("spec") != spec.to_dict():
+        return None
+    if (old.get("target") or {}).get("recipe_key") != card.data["recipe_key"]:
+        return None
+    return old
+
+
+def resumed_seconds(resumed: list[dict[str, Any]]) -> float:
+    """Attack time spent on the read-back runs in earlier invocations: a run's own seconds, or for runs that advanced
+    together in one batch the batch's longest (its members' clocks overlap)."""
+    alone = sum(float(r.get("seconds") or 0.0) for r in resumed if "batch" not in r)
+    batches: dict[tuple[int, ...], float] = {}
+    for r in resumed:
+        if "batch" in r:
+            key = tuple(r["batch"].get("runs") or [r["run"]])
+            batches[key] = max(batches.get(key, 0.0), float(r.get("seconds") or 0.0))
+    return alone + sum(batches.values())
 
 
 def _start_round(card: ModelCard, spec: RunSpec, attack: Any, init: Any, problem: Problem, labels: torch.Tensor,
                  target: AttackTarget, asked: list[dict[str, Any]], runs: list[dict[str, Any]], runs_dir: Path,
-                 outer: Progress) -> list[_Pending]:
+                 outer: Progress, resumed: list[dict[str, Any]]) -> list[_Pending]:
     """The runs of one round (numbered on from ``len(runs)``): those finished earlier with the same key are read back
     into ``runs`` (resume), the others are returned with their starts drawn."""
     pending: list[_Pending] = []
@@ -78,6 +110,7 @@ def _start_round(card: ModelCard, spec: RunSpec, attack: Any, init: Any, problem
             if old.get("run_key") == run_key and (
                     old.get("stopped") == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
                 runs.append(old)
+                resumed.append(old)
                 outer.update(len(runs))
                 continue
         gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)

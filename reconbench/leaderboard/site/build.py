@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ class SiteSummary:
     cell_pages: int
     cells_with_images: int
     claims: bool
+    undrawn: list[tuple[str, str]] = field(default_factory=list)   # (board/cell, why) of stored cells not drawn
 
 
 def fmt(v: Any, spec: str = ".3g") -> str:
@@ -118,6 +119,7 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
     claims: ClaimsView | None = claims_view(leaderboards, {b.name for b in loaded})
     problems = ProblemCache(data_root)
     pages = with_images = 0
+    undrawn: list[tuple[str, str]] = []
     for board in loaded:
         folder = out / board.name
         (folder / "cells").mkdir(parents=True)
@@ -128,6 +130,8 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
         for cid, rec in board.cells.items():
             shown = cell_images(board.folder, rec, folder / "cells" / cid, problems) if images else None
             with_images += bool(shown and shown.pairs)
+            if shown is not None and shown.failed:
+                undrawn.append((f"{board.name}/{cid}", shown.reason))
             (folder / "cells" / f"{cid}.html").write_text(env.get_template("cell.html").render(
                 board=board, rec=rec, images=shown, figure=figure_cells[cid] if cid in figure_cells else None,
                 settings=settings_json(rec),
@@ -141,4 +145,4 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
             claims=claims, root="", stamp=stamp, has_claims=True))
     shutil.rmtree(final, ignore_errors=True)
     out.rename(final)  # the old site stays until the new one is complete
-    return SiteSummary(final, [b.name for b in loaded], pages, with_images, claims is not None)
+    return SiteSummary(final, [b.name for b in loaded], pages, with_images, claims is not None, undrawn)
