@@ -25,9 +25,10 @@ from reconbench.cli.common import (
     track_options,
 )
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
+from reconbench.cli.summary import headline_lines
 from reconbench.config import build_config
 from reconbench.errors import IncompatibleError, ReconbenchError
-from reconbench.evaluation import reported, resolve_protocol
+from reconbench.evaluation import resolve_protocol
 from reconbench.preflight import card_size, check_attack, check_target
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
 from reconbench.runs.execute import run_attack
@@ -138,41 +139,6 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     logger = tracker(track, track_uri, track_experiment or "reconbench")
     if logger is not None and (run_id := logger.log_result(out_dir, out_dir.name)):
         click.echo(f"tracked: MLflow run {run_id} in experiment {logger.experiment!r}")
-
-
-def headline_lines(evaluation: dict[str, Any]) -> list[str]:
-    """The calibrated headline next to the held-out null, then the other summary numbers with their null means."""
-    summary, null = evaluation.get("summary", {}), evaluation.get("null") or {}
-    nulls = null.get("spread") or {}
-    lines = []
-    cal = evaluation.get("protocol", {}).get("calibration", {})
-    if summary.get("reconstructed_calibrated") is not None:
-        spread = nulls.get("reconstructed_calibrated", {})
-        lines.append(f"  reconstructed (calibrated headline): {summary['reconstructed_calibrated']} of "
-                     f"{summary.get('n_train')}  | held-out null: mean {spread.get('mean', float('nan')):.2g}, "
-                     f"max {spread.get('max', float('nan')):.0f} over {null.get('draws', 0)} draws  "
-                     f"({cal.get('score')} > {summary['calibrated_threshold']:.3f}, the best any of "
-                     f"{cal.get('calibration_draws')} null draws reached)")
-    elif null.get("available") is False:
-        lines.append(f"  no calibrated headline: {null.get('reason')}")
-    # the evaluation and each metric declare their numbers: which to print and which direction means more leakage
-    shown = reported.console_keys()
-    better = {rep.key: ("higher" if rep.higher_is_better else "lower") for rep in shown if rep.values != "count_unbounded"}
-    lines.append("  (for each number: which direction means more leakage; 'null' is the same number for random held-out "
-                 "images)")
-    for key in (rep.key for rep in shown):
-        if key in summary:
-            value = summary[key]
-            text = f"{value:.4g}" if isinstance(value, float) else str(value)
-            if key == "lpips_mean" and value == "unavailable":
-                reason = summary.get("lpips_mean_unavailable_reason")
-                text += f" ({' '.join(str(reason).split())})" if reason else " (see result.json for the reason)"
-            if key in nulls and key not in ("n_train", "n_candidates"):
-                text += f"  | null {nulls[key]['mean']:.3g} (sd {nulls[key]['std']:.2g})"
-            click_key = "reconstructed (papers' protocol)" if key == "reconstructed" else key
-            direction = f" [{better[key]} = more leakage]" if key in better else ""
-            lines.append(f"  {click_key}{direction}: {text}")
-    return lines
 
 
 def check_attack_options(attack: Any, values: dict[str, Any]) -> None:
