@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Literal
 
 import pytest
 import torch
@@ -28,7 +29,7 @@ def rounding_tolerance(dtype: torch.dtype, fan_in: int, steps: int) -> float:
     return steps * fan_in * torch.finfo(dtype).eps
 
 
-def recipes_for(task: str, family: str, model: dict, dtype: str, **train_opts) -> list[TargetRecipe]:
+def recipes_for(task: str, family: str, model: dict, dtype: Literal["float64", "float32"], **train_opts) -> list[TargetRecipe]:
     """Three targets of one shape: different seeds draw different training images and initial weights."""
     return [TargetRecipe(problem=ProblemSpec(task=task, n_per_class=4, num_classes=3 if task == "multiclass" else None,
                                              order_seed=s),
@@ -208,3 +209,19 @@ def test_batching_refuses_what_one_step_cannot_hold():
     faster = TargetRecipe(problem=base[1].problem, model=base[1].model, train=TrainSpec(lr=0.5, steps=STEPS))
     with pytest.raises(ReconbenchError, match="lr = 0.5"):
         from_recipes([base[0], faster], problems[:2])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_the_single_target_loop_reads_the_loss_every_hundred_steps(monkeypatch, dtype):
+    """At a constant lr the one-target trainer (closed-form loop in float64, autograd loop in float32) no longer
+    reads the loss on the host every step: 250 steps, records at steps 0 and 249, reads at 99 and 199."""
+    items = []
+    original = torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: items.append(1) or original(self))
+    recipe = recipes_for("binary", "mlp", {"widths": [16]}, dtype)[0]
+    recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, steps=250, eval_every=1000))
+    result = train(recipe, build_problem(recipe.problem), quiet=True, with_certificate=False)
+    assert len(items) == 4
+    assert [h["step"] for h in result.history] == [0.0, 249.0]
+    assert result.metrics["precision"] == {"training_dtype": dtype, "attack_matmul": None,
+                                           "loss_accumulation_dtype": dtype}
