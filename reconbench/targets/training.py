@@ -145,7 +145,7 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     # every READ_EVERY steps and wherever a record needs it. The steps' arithmetic is the same either way.
     deferred = spec.schedule == "constant" and spec.stop_loss == 0 and session.release_only()
     finite = torch.ones((), dtype=torch.bool, device=device)
-    if deferred and chain is None:
+    if deferred and layers is None:
         for g in opt.param_groups:
             g["lr"] = spec.lr
 
