@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from reconbench.data import ProblemSpec
+from reconbench.targets import defended
 from reconbench.targets.batched_training import from_recipes
 from reconbench.targets.chain_gd import ChainGD, chain_layers
 from reconbench.targets.losses import get_loss
@@ -55,8 +56,11 @@ def timed(fn: Callable[[], Any]) -> tuple[dict[str, float], Any]:
 
 
 def run_train(rs: list[TargetRecipe], problems: list[Any]) -> list[dict[str, torch.Tensor]]:
-    return [{k: v.detach() for k, v in train(r, p, quiet=True, with_certificate=False).model.state_dict().items()}
-            for r, p in zip(rs, problems, strict=True)]
+    out = []
+    for r, p in zip(rs, problems, strict=True):
+        defended._TRAINED.clear()   # train() would recall the weights of a recipe it trained before in this process
+        out.append({k: v.detach() for k, v in train(r, p, quiet=True, with_certificate=False).model.state_dict().items()})
+    return out
 
 
 def run_loop(rs: list[TargetRecipe], problems: list[Any], steps: int) -> list[list[torch.Tensor]]:

@@ -101,16 +101,18 @@ def mlp(input_shape: tuple[int, int, int], seed: int) -> torch.nn.Module:
     return plugins.get("models", "mlp").build(input_shape, 1, {"widths": [20, 12]}, generator=gen).double()
 
 
-def test_targets_of_different_input_dimensions_step_together():
+@pytest.mark.parametrize("stacked", [False, True])
+def test_targets_of_different_input_dimensions_step_together(stacked):
     """The input dimension enters only through X Xᵀ: a 64-pixel and a 3 x 4 x 4 target of one n batch together,
-    and each equals plain autograd GD on it alone, as does the loss history read every k steps."""
+    and each equals plain autograd GD on it alone, as does the loss history read every k steps. Both orders: one
+    target at a time (the CPU's default) and one batched product over the stack (a GPU's)."""
     gen = torch.Generator().manual_seed(5)
     shapes = [(1, 8, 8), (3, 4, 4)]
     xs = [torch.randn(10, *s, generator=gen, dtype=torch.float64) for s in shapes]
     ys = [torch.tensor([0.0, 1.0] * 5, dtype=torch.float64) for _ in shapes]
     models = [mlp(s, i) for i, s in enumerate(shapes)]
     refs = [mlp(s, i) for i, s in enumerate(shapes)]
-    trainer = BatchedChainGD(models, xs, ys, "bce", lr=0.1, loss_every=6)
+    trainer = BatchedChainGD(models, xs, ys, "bce", lr=0.1, loss_every=6, stacked=stacked)
     trainer.run(STEPS)
     _, bce = get_loss("bce", "binary")
     for t, (ref, x, y) in enumerate(zip(refs, xs, ys, strict=True)):
@@ -125,18 +127,19 @@ def test_targets_of_different_input_dimensions_step_together():
             assert math.isclose(h["loss"][t], losses[h["step"]], rel_tol=tol)
 
 
-@pytest.mark.parametrize("weight_decay, loss_every, split", [(0.0, 4, 9), (1e-2, 5, 10), (1e-2, 100, 17)])
-def test_resuming_from_a_checkpoint_equals_one_uninterrupted_run(tmp_path, weight_decay, loss_every, split):
+@pytest.mark.parametrize("weight_decay, loss_every, split, stacked", [(0.0, 4, 9, False), (1e-2, 5, 10, False),
+                                                                     (1e-2, 100, 17, False), (1e-2, 4, 9, True)])
+def test_resuming_from_a_checkpoint_equals_one_uninterrupted_run(tmp_path, weight_decay, loss_every, split, stacked):
     """train(k) -> save -> load into a fresh trainer -> train(rest) gives bitwise the weights and history of
     train(all): the checkpoint holds the factorised state itself (splits inside and at the end of a window)."""
     recipes = recipes_for("multiclass", "mlp_bias", {"widths": [16]}, "float64", lr=0.2, weight_decay=weight_decay)
     problems = [build_problem(r.problem) for r in recipes]
-    whole, _ = from_recipes(recipes, problems, loss_every=loss_every)
+    whole, _ = from_recipes(recipes, problems, loss_every=loss_every, stacked=stacked)
     whole.run(23)
-    first, _ = from_recipes(recipes, problems, loss_every=loss_every)
+    first, _ = from_recipes(recipes, problems, loss_every=loss_every, stacked=stacked)
     first.run(split)
     first.save(tmp_path / "state.safetensors")
-    resumed, _ = from_recipes(recipes, problems, loss_every=loss_every)
+    resumed, _ = from_recipes(recipes, problems, loss_every=loss_every, stacked=stacked)
     resumed.load(tmp_path / "state.safetensors")
     assert resumed.step_count == split
     resumed.run(23 - split)
@@ -172,7 +175,8 @@ def test_the_host_reads_once_per_window(monkeypatch):
     assert len(reads) == 5
 
 
-def test_a_diverging_target_leaves_the_others_unchanged():
+@pytest.mark.parametrize("stacked", [False, True])
+def test_a_diverging_target_leaves_the_others_unchanged(stacked):
     """Two affine regressors at lr 0.01: the one whose inputs are 30 times larger diverges (its Gram matrix's top
     eigenvalue times lr passes 2, so its loss grows until it overflows); it is marked with its window, and the other
     one's weights are those of a batch without it (to rounding: a batch of one may take another BLAS kernel)."""
@@ -184,7 +188,7 @@ def test_a_diverging_target_leaves_the_others_unchanged():
         g = torch.Generator().manual_seed(seed)
         return plugins.get("models", "affine").build((1, 8, 8), 1, {}, generator=g).double()
 
-    both = BatchedChainGD([affine(0), affine(1)], [x, 30 * x], [y, y], "mse", lr=0.01, loss_every=5)
+    both = BatchedChainGD([affine(0), affine(1)], [x, 30 * x], [y, y], "mse", lr=0.01, loss_every=5, stacked=stacked)
     both.run(100)
     alone = BatchedChainGD([affine(0)], [x], [y], "mse", lr=0.01, loss_every=5)
     alone.run(100)
