@@ -12,10 +12,14 @@ initialisation seeds. Three ways, alternated ``--repeats`` times in this process
   evaluation at the start and the end);
 * ``loop``: the one-target closed-form loop alone (:class:`~reconbench.targets.chain_gd.ChainGD` steps), each target
   in turn;
-* ``batched``: :class:`~reconbench.targets.batched_training.BatchedChainGD` stepping all four together.
+* ``batched``: :class:`~reconbench.targets.batched_training.BatchedChainGD` stepping all four together (on the
+  CPU by default each target's window of k steps in turn, on slices of the stacked state);
+* ``batched_stacked``: the same trainer with ``stacked=True``, one batched product per layer over all four targets
+  each step (a GPU's default).
 
 Wall seconds and the process's CPU seconds are both recorded; on a shared machine the CPU seconds are the steadier.
-The batched weights are checked against the one-at-a-time loop's (largest relative difference recorded).
+The batched weights (both orders) are checked against the one-at-a-time loop's (largest relative difference
+recorded).
 """
 
 from __future__ import annotations
@@ -79,8 +83,9 @@ def run_loop(rs: list[TargetRecipe], problems: list[Any], steps: int) -> list[li
     return out
 
 
-def run_batched(rs: list[TargetRecipe], problems: list[Any], steps: int) -> list[dict[str, torch.Tensor]]:
-    trainer, _ = from_recipes(rs, problems, loss_every=100)
+def run_batched(rs: list[TargetRecipe], problems: list[Any], steps: int,
+                stacked: bool | None = None) -> list[dict[str, torch.Tensor]]:
+    trainer, _ = from_recipes(rs, problems, loss_every=100, stacked=stacked)
     trainer.run(steps)
     return trainer.state_dicts()
 
@@ -94,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     rs = recipes(args.targets, args.steps)
     problems = [build_problem(r.problem) for r in rs]
-    rows: dict[str, list[dict[str, float]]] = {"train": [], "loop": [], "batched": []}
+    rows: dict[str, list[dict[str, float]]] = {"train": [], "loop": [], "batched": [], "batched_stacked": []}
     load_before = os.getloadavg()
     max_rel = 0.0
     for _ in range(args.repeats):
@@ -104,9 +109,12 @@ def main() -> None:
         rows["loop"].append(t)
         t, batch_w = timed(lambda: run_batched(rs, problems, args.steps))
         rows["batched"].append(t)
-        for ws, state in zip(loop_w, batch_w, strict=True):
+        t, stacked_w = timed(lambda: run_batched(rs, problems, args.steps, stacked=True))
+        rows["batched_stacked"].append(t)
+        for ws, state, state_s in zip(loop_w, batch_w, stacked_w, strict=True):
             for i, w in enumerate(ws):
-                max_rel = max(max_rel, float((state[f"{i}.weight"] - w).abs().max() / w.abs().max()))
+                for st in (state, state_s):
+                    max_rel = max(max_rel, float((st[f"{i}.weight"] - w).abs().max() / w.abs().max()))
         print({k: round(v[-1]["cpu_seconds"], 2) for k, v in rows.items()}, flush=True)
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("seconds", "cpu_seconds")} for k, v in rows.items()}
     target_steps = args.targets * args.steps
@@ -124,6 +132,8 @@ def main() -> None:
         "ms_per_target_step": {k: {m: 1e3 * v[m] / target_steps for m in v} for k, v in med.items()},
         "speedup_batched_over_loop": {m: med["loop"][m] / med["batched"][m] for m in ("seconds", "cpu_seconds")},
         "speedup_batched_over_train": {m: med["train"][m] / med["batched"][m] for m in ("seconds", "cpu_seconds")},
+        "speedup_batched_stacked_over_loop": {m: med["loop"][m] / med["batched_stacked"][m]
+                                              for m in ("seconds", "cpu_seconds")},
         "max_relative_weight_difference_batched_vs_loop": max_rel,
     }
     text = json.dumps(result, indent=1)
@@ -131,6 +141,7 @@ def main() -> None:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(text + "\n")
     print(json.dumps({k: result[k] for k in ("median", "speedup_batched_over_loop", "speedup_batched_over_train",
+                                             "speedup_batched_stacked_over_loop",
                                              "max_relative_weight_difference_batched_vs_loop")}, indent=1))
 
 
