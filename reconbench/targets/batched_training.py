@@ -105,8 +105,8 @@ class BatchedChainGD:
         self.notes: list[str] = []
         t = len(models)
         with torch.no_grad():
-            self.xs = [x.detach().flatten(1).to(self.dtype) for x in xs]
-            self.y = torch.stack([y.detach() for y in ys])   # (T, n): float for bce / mse, class index for ce
+            self.xs = [x.detach().flatten(1).to(dtype=self.dtype, device=self.device) for x in xs]
+            self.y = torch.stack([y.detach().to(self.device) for y in ys])   # (T, n): float (bce, mse) or class index
             if loss == "ce":
                 self.y = self.y.long()
                 self._y_index = self.y[:, :, None]
