@@ -32,6 +32,7 @@ def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
     probe.main([str(out), "--tiny", "--device", "cpu", "--train-windows", "1", "--budget", "1e9"])
     data = json.loads(out.read_text())
     assert data["tiny"] and not data["skipped"]
+    assert data["trainer_check"]["max_relative_difference_graph_True"] < 1e-12   # the CPU against itself
     assert len(data["trainer"]) == 16 and len(data["attack"]) == 12
     for row in data["trainer"]:
         assert row["steps_per_second"] > 0 and row["tflops_per_second"] > 0

@@ -18,6 +18,9 @@ benchmarks/gpu/README.md says how to run it on the device machine.
   is the steady step, free of set-up and graph capture. FLOPs per step: cell_time_account.step_flops (the batched
   engine's products, docs/performance.md).
 
+Before any timing, ``trainer_check`` trains three small float64 targets on the device, with and without the graph,
+and records their largest relative weight difference from the CPU's run (about 1e-15 expected).
+
 Peak memory is torch.cuda.max_memory_allocated per case (None on the CPU). Cases run in order of cost; once
 ``--budget`` seconds have passed, the rest are recorded as skipped, so the JSON always comes back.
 """
@@ -25,6 +28,7 @@ Peak memory is torch.cuda.max_memory_allocated per case (None on the CPU). Cases
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -101,6 +105,33 @@ def trainer_case(size: dict[str, Any], targets: int, dataset: str, dtype: str, g
             "diverged": [d is not None for d in trainer.diverged]}
 
 
+def trainer_check(device: torch.device) -> dict[str, Any]:
+    """Before timing: three small float64 targets (different input dimensions) trained 23 steps on ``device`` with
+    and without the CUDA graph, against the CPU's one-target-at-a-time order; the largest relative weight
+    differences (float64 rounding is about 1e-16 per operation; a wrong step on the device shows as far more)."""
+    gen = torch.Generator().manual_seed(1)
+    family = plugins.get("models", "mlp_bias")
+    shapes = [(1, 6, 6), (3, 4, 4), (1, 6, 6)]
+    nets = [family.build(s, 3, {"widths": [24, 16]}, generator=gen).double() for s in shapes]
+    xs = [torch.randn(12, *s, generator=gen, dtype=torch.float64) for s in shapes]
+    ys = [torch.arange(12) % 3 for _ in shapes]
+
+    def weights(dev: torch.device, graph: bool) -> list[dict[str, torch.Tensor]]:
+        models = [copy.deepcopy(m).to(dev) for m in nets]
+        trainer = BatchedChainGD(models, [x.to(dev) for x in xs], [y.to(dev) for y in ys], "ce", lr=0.2,
+                                 weight_decay=1e-2, loss_every=5, cuda_graph=graph)
+        trainer.run(23)
+        return trainer.state_dicts()
+
+    reference = weights(torch.device("cpu"), False)
+    out: dict[str, Any] = {"targets": len(shapes), "steps": 23}
+    for graph in (True, False):
+        got = weights(device, graph)
+        out[f"max_relative_difference_graph_{graph}"] = max(
+            float((g[k] - r[k]).abs().max() / r[k].abs().max()) for g, r in zip(got, reference, strict=True) for k in r)
+    return out
+
+
 def attack_loop_seconds(size: dict[str, Any], runs: int, dtype: str, extra: dict[str, Any], steps: int,
                         device: str) -> tuple[float, dict[str, Any]]:
     m = size["m"]
@@ -156,6 +187,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["conditions"].update({"capability": list(torch.cuda.get_device_capability(device)),
                                      "total_memory_gib": props.total_memory / 2**30,
                                      "multiprocessors": props.multi_processor_count})
+    result["trainer_check"] = trainer_check(device)
+    print(f"trainer check: {result['trainer_check']}", flush=True)
     cases: list[tuple[str, Any]] = [
         ("trainer", (targets, dataset, dtype, graph))
         for dtype in ("float64", "float32") for targets in size["targets"] for dataset in size["inputs"]
