@@ -223,6 +223,8 @@ class BatchedChainGD:
             return eager
         if self._graph is None:
             self._graph = self._capture(eager)
+            if self._graph is None:   # capture failed (noted): eager windows from now on
+                self.use_graph = False
         graph = self._graph
         return eager if graph is None else graph.replay
 
