@@ -20,6 +20,7 @@ import torch
 
 from reconbench import __version__
 from reconbench.errors import ReconbenchError
+from reconbench.precision import run_precision
 
 
 def config_hash(config: Any) -> str:
@@ -48,7 +49,7 @@ def git_commit(path: Path | None = None) -> str | None:
 
 
 def provenance(config: Any, device: str, dtype: str, seed: int | None = None) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "reconbench_version": __version__,
         "git_commit": git_commit(),
         "config_hash": config_hash(config),
@@ -63,6 +64,10 @@ def provenance(config: Any, device: str, dtype: str, seed: int | None = None) ->
         "torch_threads": torch.get_num_threads(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    precision = run_precision(config, device, dtype)   # an attack run's: its products and its loss's sums
+    if precision is not None:
+        out["precision"] = precision.to_dict()
+    return out
 
 
 def portable_path(path: str | os.PathLike[str]) -> str:

@@ -15,12 +15,16 @@ from reconbench import plugins
 from reconbench.data import Problem
 from reconbench.errors import DivergedError
 from reconbench.nets import TargetNet
+from reconbench.precision import training_precision
 from reconbench.progress import Progress
 from reconbench.targets.certificate import certificate, gate_value
 from reconbench.targets.chain_gd import ChainGD, chain_layers
 from reconbench.targets.defended import DefenseSession
 from reconbench.targets.losses import error_rate, get_loss, margins
 from reconbench.targets.recipe import DTYPES, TargetRecipe
+
+#: where no step needs the loss on the host, it is read every this many steps (and at every recorded step)
+READ_EVERY = 100
 
 
 @dataclass
@@ -136,6 +140,29 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
             opt.step()
         return value
 
+    # Where no step needs the loss on the host (constant lr, no early stop, no training-time defense), the loop
+    # leaves it on the device: each step folds its finiteness into a flag, and the host reads the loss and the flag
+    # every READ_EVERY steps and wherever a record needs it. The steps' arithmetic is the same either way.
+    deferred = spec.schedule == "constant" and spec.stop_loss == 0 and session.release_only()
+    finite = torch.ones((), dtype=torch.bool, device=device)
+    if deferred and layers is None:
+        for g in opt.param_groups:
+            g["lr"] = spec.lr
+
+    def gd_step_deferred() -> torch.Tensor:
+        """One full-batch GD step at the constant lr; returns the loss before it, on the device."""
+        if chain is not None:
+            loss_t, dz = chain.loss_and_grad()
+            finite.logical_and_(torch.isfinite(loss_t))
+            chain.step(dz, spec.lr)
+            return loss_t
+        loss = train_loss(net(x), y)
+        finite.logical_and_(torch.isfinite(loss.detach()))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
     t0 = time.perf_counter()
     lr_mult = 1.0
     loss_value = math.nan
@@ -154,14 +181,28 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
 
     step = 0
     stopped_by = "steps"
+    last_read = -1
     with Progress(spec.steps, f"train {recipe.family} on {problem.spec.dataset}", quiet=quiet) as bar:
         for step in range(0 if reused is not None else spec.steps):
-            loss_value = gd_step(step_size)
+            recorded = step % spec.eval_every == 0 or step == spec.steps - 1
+            certified = bool(spec.certify_every) and (step + 1) % spec.certify_every == 0
+            if deferred:
+                loss_t = gd_step_deferred()
+                step_size(math.nan)   # the constant schedule: lr and the initial weights' decay need no loss
+                if not (recorded or certified or (step + 1) % READ_EVERY == 0):
+                    continue   # nothing below runs on a step without a read
+                loss_value = loss_t.item()
+                if not bool(finite):
+                    where = f"at step {step}" if step == last_read + 1 else f"between steps {last_read + 1} and {step}"
+                    raise DivergedError(f"training diverged {where} (loss {loss_value}); lower --lr (now {spec.lr})")
+                last_read = step
+            else:
+                loss_value = gd_step(step_size)
             if not math.isfinite(loss_value):
                 raise DivergedError(
                     f"training diverged at step {step} (loss {loss_value}); lower --lr (now {spec.lr}) "
                     f"or use the constant schedule")
-            if step % spec.eval_every == 0 or step == spec.steps - 1:
+            if recorded:
                 if chain is not None:
                     chain.sync()
                 rec = {"step": float(step), "loss": loss_value, "lr_multiplier": lr_mult}
@@ -171,7 +212,7 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
             if (spec.stop_loss > 0 and loss_value < spec.stop_loss) or session.after_step(step, loss_value):
                 stopped_by = "stop_loss" if spec.stop_loss > 0 and loss_value < spec.stop_loss else "defense"
                 break
-            if spec.certify_every and (step + 1) % spec.certify_every == 0 and step + 1 < spec.steps:
+            if certified and step + 1 < spec.steps:
                 if chain is not None:
                     chain.sync()
                 check = certify(copy.deepcopy(model), recipe, problem, init_decay)
@@ -194,7 +235,8 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
                          init_decay=init_decay)
     model = model.cpu()
     metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": step + 1, "final_loss": loss_value,
-                               "train_seconds": wall, "train_device": str(device)}
+                               "train_seconds": wall, "train_device": str(device),
+                               "precision": training_precision(spec.dtype).to_dict()}
     if spec.certify_every:
         metrics["stopped_by"] = stopped_by
     if reused is not None:

@@ -1,0 +1,224 @@
+"""What a GPU slice can hold, measured rather than estimated: steps per second, achieved TFLOP/s and peak memory of
+the batched trainer and of the batched KKT attack at the papers' sizes (under 90 s on an H100).
+
+    python benchmarks/gpu/probe.py probe.json                      # on the device machine (CUDA)
+    python benchmarks/gpu/probe.py probe.json --tiny --device cpu  # tiny sizes on the CPU (tests/test_gpu_probe.py)
+
+benchmarks/gpu/README.md says how to run it on the device machine.
+
+* Trainer (``reconbench/targets/batched_training.py``): 1 and 4 targets of n = 500, D-1000-1000-1 with D = 784
+  (MNIST) and 3072 (CIFAR-10), BCE at a constant lr on random inputs, float64 and float32, with and without the
+  CUDA graph. A warm-up window (which captures the graph) comes first; then ``--train-windows`` windows of k steps
+  are timed. FLOPs per step and target: 6 n sum_{l>=2} in_l out_l (forward, input gradient and weight update of
+  every layer past the first) + 2 n^2 w_1 (the first layer's pre-activations through the n x n Gram matrix); the
+  input dimension does not enter.
+* Attack (``attack.run_batched`` of ``haim_binary_kkt``, as bench_batched.py calls it): 8 and 16 runs of m = 1000
+  candidates against a random 3072-1000-1000-1 network, float64, float32 and TF32 (float32 with ``tf32 = true``),
+  with and without the CUDA graph. Each case runs twice, with S1 and S2 steps; (loop time at S2 - at S1) / (S2 - S1)
+  is the steady step, free of set-up and graph capture. FLOPs per step: cell_time_account.step_flops (the batched
+  engine's products, docs/performance.md).
+
+Before any timing, ``trainer_check`` trains three small float64 targets on the device, with and without the graph,
+and records their largest relative weight difference from the CPU's run (about 1e-15 expected).
+
+Peak memory is torch.cuda.max_memory_allocated per case (None on the CPU). Cases run in order of cost; once
+``--budget`` seconds have passed, the rest are recorded as skipped, so the JSON always comes back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the sibling benchmark scripts
+
+from bench_batched import conditions, make_runs, make_target, starts  # noqa: E402
+from cell_time_account import step_flops  # noqa: E402
+
+from reconbench import plugins  # noqa: E402
+from reconbench.attack.candidates import candidate_labels  # noqa: E402
+from reconbench.targets.batched_training import BatchedChainGD  # noqa: E402
+
+SIZES: dict[str, dict[str, Any]] = {
+    "paper": {"n": 500, "widths": [1000, 1000], "inputs": {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)},
+              "targets": [1, 4], "window": 50, "m": 1000, "runs": [8, 16], "attack_steps": [10, 30]},
+    "tiny": {"n": 12, "widths": [16, 16], "inputs": {"mnist": (1, 4, 4), "cifar10": (3, 4, 4)},
+             "targets": [1, 4], "window": 3, "m": 6, "runs": [2, 4], "attack_steps": [2, 4]},
+}
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gib(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+def train_step_flops(n: int, widths: list[int]) -> int:
+    """One closed-form GD step of one target (out_dim 1): see the module's docstring."""
+    dims = [*widths, 1]
+    return 6 * n * sum(i * o for i, o in zip(dims[:-1], dims[1:], strict=True)) + 2 * n * n * widths[0]
+
+
+def trainer_case(size: dict[str, Any], targets: int, dataset: str, dtype: str, graph: bool, windows: int,
+                 device: torch.device) -> dict[str, Any]:
+    shape, n, k = size["inputs"][dataset], size["n"], size["window"]
+    reset_peak(device)
+    gen = torch.Generator().manual_seed(0)
+    family = plugins.get("models", "mlp")
+    models = [family.build(shape, 1, {"widths": size["widths"]}, generator=gen).to(DTYPES[dtype]).to(device)
+              for _ in range(targets)]
+    d = shape[0] * shape[1] * shape[2]
+    xs = [(torch.randn(n, *shape, generator=gen, dtype=torch.float64) / d ** 0.5).to(DTYPES[dtype]).to(device)
+          for _ in range(targets)]
+    ys = [(torch.arange(n) % 2).to(DTYPES[dtype]).to(device) for _ in range(targets)]
+    trainer = BatchedChainGD(models, xs, ys, "bce", lr=0.01, loss_every=k, cuda_graph=graph)
+    trainer.run(k)   # warm-up window: cuBLAS handles, and the graph's capture on CUDA
+    sync(device)
+    t0 = time.perf_counter()
+    trainer.run(k * windows)
+    sync(device)
+    seconds = time.perf_counter() - t0
+    steps = k * windows
+    flops = targets * train_step_flops(n, size["widths"])
+    return {"targets": targets, "dataset": dataset, "input_dim": d, "n": n, "widths": size["widths"], "dtype": dtype,
+            "cuda_graph_asked": graph, "cuda_graph": trainer._graph is not None, "notes": trainer.notes,
+            "steps_timed": steps, "seconds": seconds, "steps_per_second": steps / seconds,
+            "target_steps_per_second": targets * steps / seconds, "flops_per_step": flops,
+            "tflops_per_second": flops * steps / seconds / 1e12, "peak_memory_gib": peak_gib(device),
+            "diverged": [d is not None for d in trainer.diverged]}
+
+
+def trainer_check(device: torch.device) -> dict[str, Any]:
+    """Before timing: three small float64 targets (different input dimensions) trained 23 steps on ``device`` with
+    and without the CUDA graph, against the CPU's one-target-at-a-time order; the largest relative weight
+    differences (float64 rounding is about 1e-16 per operation; a wrong step on the device shows as far more)."""
+    gen = torch.Generator().manual_seed(1)
+    family = plugins.get("models", "mlp_bias")
+    shapes = [(1, 6, 6), (3, 4, 4), (1, 6, 6)]
+    nets = [family.build(s, 3, {"widths": [24, 16]}, generator=gen).double() for s in shapes]
+    xs = [torch.randn(12, *s, generator=gen, dtype=torch.float64) for s in shapes]
+    ys = [torch.arange(12) % 3 for _ in shapes]
+
+    def weights(dev: torch.device, graph: bool) -> list[dict[str, torch.Tensor]]:
+        models = [copy.deepcopy(m).to(dev) for m in nets]
+        trainer = BatchedChainGD(models, [x.to(dev) for x in xs], [y.to(dev) for y in ys], "ce", lr=0.2,
+                                 weight_decay=1e-2, loss_every=5, cuda_graph=graph)
+        trainer.run(23)
+        return trainer.state_dicts()
+
+    reference = weights(torch.device("cpu"), False)
+    out: dict[str, Any] = {"targets": len(shapes), "steps": 23}
+    for graph in (True, False):
+        got = weights(device, graph)
+        out[f"max_relative_difference_graph_{graph}"] = max(
+            float((g[k] - r[k]).abs().max() / r[k].abs().max()) for g, r in zip(got, reference, strict=True) for k in r)
+    return out
+
+
+def attack_loop_seconds(size: dict[str, Any], runs: int, dtype: str, extra: dict[str, Any], steps: int,
+                        device: str) -> tuple[float, dict[str, Any]]:
+    m = size["m"]
+    target = make_target(size["widths"], DTYPES[dtype], device, m)
+    attack, configs = make_runs(runs, m, steps, target, extra)
+    labels = candidate_labels("binary", 2, m).to(target.device)
+    x0s, gens = starts(configs, m, target)
+    infos: list[dict[str, Any]] = []
+    attack.run_batched(target, x0s, labels, configs, generators=gens, on_done=lambda i, o, info: infos.append(info))
+    sync(target.device)
+    batches = {json.dumps(i["runs"]): i for i in infos}
+    return sum(i["seconds"] for i in batches.values()), next(iter(batches.values()))
+
+
+def attack_case(size: dict[str, Any], runs: int, precision: str, graph: bool, device: torch.device) -> dict[str, Any]:
+    dtype = "float64" if precision == "float64" else "float32"
+    extra: dict[str, Any] = {"cuda_graph": graph, "tf32": precision == "tf32"}
+    reset_peak(device)
+    if device.type == "cuda":   # warm-up: cuBLAS handles, the allocator's pool
+        attack_loop_seconds(size, runs, dtype, extra, 2, str(device))
+    s1, s2 = size["attack_steps"]
+    t1, _ = attack_loop_seconds(size, runs, dtype, extra, s1, str(device))
+    t2, info = attack_loop_seconds(size, runs, dtype, extra, s2, str(device))
+    per_step = (t2 - t1) / (s2 - s1)
+    flops = step_flops([3 * 32 * 32, *size["widths"], 1], size["m"], runs)["total"]   # make_target: CIFAR-10 shape
+    return {"runs": runs, "m": size["m"], "layers": [3072, *size["widths"], 1], "precision": precision,
+            "cuda_graph_asked": graph, "batch": {k: info[k] for k in ("engine", "cuda_graph", "tf32", "sync_every",
+                                                                      "chunks", "notes")},
+            "loop_seconds": {str(s1): t1, str(s2): t2}, "seconds_per_step": per_step,
+            "run_steps_per_second": runs / per_step if per_step > 0 else None, "flops_per_step": flops,
+            "tflops_per_second": flops / per_step / 1e12 if per_step > 0 else None,
+            "peak_memory_gib": peak_gib(device)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", help="where to write the JSON")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes (to try the probe on a CPU)")
+    parser.add_argument("--train-windows", type=int, default=4, help="timed windows of k steps per trainer case")
+    parser.add_argument("--budget", type=float, default=80.0, help="seconds after which remaining cases are skipped")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no GPU here; pass --device cpu (with --tiny)")
+    size = SIZES["tiny" if args.tiny else "paper"]
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"benchmark": "GPU probe: batched trainer and batched KKT attack", "tiny": args.tiny,
+                              "conditions": conditions(str(device)), "sizes": size, "trainer": [], "attack": [],
+                              "skipped": []}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        result["conditions"].update({"capability": list(torch.cuda.get_device_capability(device)),
+                                     "total_memory_gib": props.total_memory / 2**30,
+                                     "multiprocessors": props.multi_processor_count})
+    result["trainer_check"] = trainer_check(device)
+    print(f"trainer check: {result['trainer_check']}", flush=True)
+    cases: list[tuple[str, Any]] = [
+        ("trainer", (targets, dataset, dtype, graph))
+        for dtype in ("float64", "float32") for targets in size["targets"] for dataset in size["inputs"]
+        for graph in (True, False)]
+    cases += [("attack", (runs, precision, graph)) for precision in ("tf32", "float32", "float64")
+              for runs in size["runs"] for graph in (True, False)]
+    for kind, params in cases:
+        if time.perf_counter() - t0 > args.budget:
+            result["skipped"].append({"kind": kind, "params": list(params), "why": f"past --budget {args.budget}s"})
+            continue
+        try:
+            if kind == "trainer":
+                targets, dataset, dtype, graph = params
+                row = trainer_case(size, targets, dataset, dtype, graph, args.train_windows, device)
+            else:
+                runs, precision, graph = params
+                row = attack_case(size, runs, precision, graph, device)
+        except torch.cuda.OutOfMemoryError as exc:   # keep what was measured; say which case did not fit
+            row = {"params": list(params), "error": f"out of memory: {str(exc).splitlines()[0]}"}
+        result[kind].append(row)
+        rate = row.get("tflops_per_second")
+        print(f"{kind} {params}: " + (f"{rate:.3f} TFLOP/s" if rate is not None else str(row.get("error", "n/a"))),
+              flush=True)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**result, "wall_seconds": time.perf_counter() - t0}, indent=1) + "\n")
+    result["wall_seconds"] = time.perf_counter() - t0
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,455 @@
+"""Several targets of one shape trained by full-batch GD as one computation, resumable from a checkpoint.
+
+T targets whose linear chains have the same n training samples and the same layer widths (the input dimension D may
+differ: it enters :mod:`reconbench.targets.chain_gd`'s factorised first layer only through the n x n Gram matrix
+X Xᵀ) step together at one constant learning rate: every product of :class:`~reconbench.targets.chain_gd.ChainGD`'s
+step becomes a ``bmm`` over the stack of T targets (on the CPU, slices of the stack one target at a time, for
+the cache: see ``_steps``), with the same operations in the same order, so target t's weights equal training it
+alone to rounding (tests/test_batched_training.py states the tolerance).
+
+No host synchronisation per step: each step writes its loss into a device buffer and folds its finiteness into a
+device flag; the host reads them once every ``loss_every`` = k steps (the loss history holds the loss before every
+k-th step). On CUDA the k steps of one window are captured once as a CUDA graph and replayed; elsewhere (and when
+capture fails, with the reason noted) the same steps run eagerly. A target whose loss turns non-finite is marked
+diverged at its window and no longer counted; the batched products keep the targets' slices apart, so the others
+are unaffected.
+
+``save``/``load`` write and read the whole state (the factorised first layer, the other layers, the step, the loss
+history) as safetensors: training k steps, saving, loading into a fresh trainer and training the rest gives the
+weights of one uninterrupted run exactly. Hand-written for the same reason as ``ChainGD``: no library offers a
+fused full-batch step for this model class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from reconbench.data import Problem
+from reconbench.errors import ReconbenchError
+from reconbench.nets import TargetNet
+from reconbench.targets.chain_gd import chain_layers
+from reconbench.targets.recipe import TargetRecipe
+
+CHECKPOINT_FORMAT = "reconbench-batched-training/1"
+#: k when not given: host reads every this many steps
+DEFAULT_LOSS_EVERY = 100
+
+
+# -- losses of T targets at once: (T,) values and dL/dz, elementwise the same operations as losses.py's ------------
+def _bce(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(z.reshape(y.shape), y, reduction="none").mean(dim=1)
+
+
+def _bce_grad(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return ((torch.sigmoid(z.reshape(y.shape)) - y) / y.shape[1]).reshape(z.shape)
+
+
+def _mse(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return ((z.reshape(y.shape) - y) ** 2).mean(dim=1)
+
+
+def _mse_grad(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (2.0 / y.shape[1] * (z.reshape(y.shape) - y)).reshape(z.shape)
+
+
+def _ce(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(z.transpose(1, 2), y, reduction="none").mean(dim=1)
+
+
+#: loss name -> (value per target, gradient wrt the outputs); cross-entropy's gradient needs the label index, below
+BATCH_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"bce": _bce, "mse": _mse, "ce": _ce}
+
+
+class BatchedChainGD:
+    """T targets' training state, stepped in place; ``run(steps)`` advances every live target by ``steps``."""
+
+    def __init__(self, models: list[TargetNet], xs: list[torch.Tensor], ys: list[torch.Tensor], loss: str,
+                 lr: float, weight_decay: float = 0.0, *, loss_every: int = DEFAULT_LOSS_EVERY,
+                 cuda_graph: bool = True, stacked: bool | None = None) -> None:
+        """``stacked``: one batched product per layer over all targets (None: on a GPU, not on the CPU; see
+        :meth:`_steps`)."""
+        if not models or not (len(models) == len(xs) == len(ys)):
+            raise ReconbenchError(f"batched training needs one input and one target tensor per model; got "
+                                  f"{len(models)} models, {len(xs)} inputs, {len(ys)} targets")
+        if loss not in BATCH_LOSSES:
+            raise ReconbenchError(f"batched training has closed-form gradients for {', '.join(BATCH_LOSSES)}, not "
+                                  f"{loss!r}; train this target alone (`reconbench train`)")
+        if not (lr > 0 and math.isfinite(lr)) or not (weight_decay >= 0 and math.isfinite(weight_decay)):
+            raise ReconbenchError(f"batched training: lr must be > 0 and weight_decay >= 0 (got lr={lr}, "
+                                  f"weight_decay={weight_decay})")
+        if loss_every < 1:
+            raise ReconbenchError(f"batched training: loss_every must be at least 1 (got {loss_every})")
+        chains = [_chain_of(i, m) for i, m in enumerate(models)]
+        first = chains[0]
+        self.dtype, self.device = first[0].weight.dtype, first[0].weight.device
+        if self.dtype not in (torch.float64, torch.float32):
+            raise ReconbenchError(f"batched training runs in float64 or float32, not {self.dtype}; convert the models "
+                                  "with .double() or .float()")
+        self.n = int(xs[0].shape[0])
+        for i, (chain, x, y) in enumerate(zip(chains, xs, ys, strict=True)):
+            _check_same_shape(i, chain, first, x, y, self.n, self.dtype, self.device)
+        self.loss_name, self.lr, self.wd = loss, float(lr), float(weight_decay)
+        self.loss_every, self.use_graph = int(loss_every), bool(cuda_graph)
+        self.stacked = self.device.type != "cpu" if stacked is None else bool(stacked)
+        self.notes: list[str] = []
+        t = len(models)
+        with torch.no_grad():
+            self.xs = [x.detach().flatten(1).to(dtype=self.dtype, device=self.device) for x in xs]
+            self.y = torch.stack([y.detach().to(self.device) for y in ys])   # (T, n): float (bce, mse) or class index
+            if loss == "ce":
+                self.y = self.y.long()
+                self._y_index = self.y[:, :, None]
+                self._minus_one = torch.full((t, self.n, 1), -1.0, dtype=self.dtype, device=self.device)
+            else:
+                self.y = self.y.to(self.dtype)
+            self.gram = torch.stack([x @ x.t() for x in self.xs])
+            # W_1 = scale * base + coef X for each target (ChainGD's factorisation, one scale for all: same lr, wd)
+            self.base = [c[0].weight.detach().clone() for c in chains]
+            self.coef = self.gram.new_zeros(t, first[0].out_features, self.n)
+            self.scale = 1.0
+            self.pre = torch.stack([torch.mm(x, w.t()) for x, w in zip(self.xs, self.base, strict=True)])
+            self.weights = [torch.stack([c[i].weight.detach() for c in chains]).clone() for i in range(1, len(first))]
+            self.biases = [None if first[i].bias is None else
+                           torch.stack([c[i].bias.detach() for c in chains]).clone()   # type: ignore[union-attr]
+                           for i in range(len(first))]
+            self.acts = [self.gram.new_empty(t, self.n, layer.out_features) for layer in first]
+            self.grad_in = [self.gram.new_empty(t, self.n, layer.in_features) for layer in first[1:]]
+            self.loss_now = self.gram.new_zeros(t)
+            self.loss_mark = self.gram.new_zeros(t)
+            self.ok = torch.ones(t, dtype=torch.bool, device=self.device)
+        self.step_count = 0
+        self.history: list[dict[str, Any]] = []   # {"step": s, "loss": [T values]} before every k-th step
+        self.diverged: list[str | None] = [None] * t
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._data_digest = _digest(self.xs, self.y)
+
+    # -- the step --------------------------------------------------------------------------------------------
+    @property
+    def targets(self) -> int:
+        return len(self.xs)
+
+    def _forward(self, sl: slice) -> torch.Tensor:
+        last = len(self.acts) - 1
+        h = self.acts[0][sl].copy_(self.pre[sl])
+        if self.biases[0] is not None:
+            h.add_(self.biases[0][sl, None, :])
+        for i in range(len(self.acts)):
+            out = self.acts[i][sl]
+            if i > 0:
+                w, b = self.weights[i - 1][sl], self.biases[i]
+                if b is None:
+                    torch.bmm(h, w.transpose(1, 2), out=out)
+                else:
+                    torch.baddbmm(b[sl, None, :], h, w.transpose(1, 2), out=out)
+            if i < last:
+                out.relu_()
+            h = out
+        return h
+
+    def _output_grad(self, z: torch.Tensor, sl: slice) -> torch.Tensor:
+        if self.loss_name == "bce":
+            return _bce_grad(z, self.y[sl])
+        if self.loss_name == "mse":
+            return _mse_grad(z, self.y[sl])
+        grad = torch.softmax(z, dim=2)
+        return grad.scatter_add_(2, self._y_index[sl], self._minus_one[sl]).div_(self.n)
+
+    def _step(self, mark: bool) -> None:
+        """One GD step of every target (see :meth:`_steps`)."""
+        self._steps(1, mark)
+
+    def _steps(self, count: int, mark_first: bool) -> None:
+        """``count`` GD steps of every target, all in place on the device: the loss before each (into ``loss_now``,
+        and ``loss_mark`` for the first when ``mark_first``), its finiteness folded into ``ok``, then ChainGD's
+        backward-and-update over the stack.
+
+        On the CPU the targets go one after another, each for all ``count`` steps (slices of the same stacked state,
+        the same operations; the targets are independent, so the order changes no number): there a product of n rows
+        is one pass over a layer's weights, bound by memory, and one target's weights stay in the cache from pass
+        to pass and step to step, where products over the whole stack would evict them (1.3x slower with four
+        cpu-mini targets). On a GPU each step is one batched product per layer over all targets."""
+        parts = [slice(None)] if self.stacked else [slice(t, t + 1) for t in range(self.targets)]
+        for sl in parts:
+            for j in range(count):
+                self._step_part(sl)
+                self.ok[sl].logical_and_(torch.isfinite(self.loss_now[sl]))
+                if j == 0 and mark_first:
+                    self.loss_mark[sl].copy_(self.loss_now[sl])
+
+    def _step_part(self, sl: slice) -> None:
+        z = self._forward(sl)
+        self.loss_now[sl].copy_(BATCH_LOSSES[self.loss_name](z, self.y[sl]))
+        lr, decay = self.lr, 1.0 - self.lr * self.wd
+        g = self._output_grad(z, sl)
+        for i in range(len(self.acts) - 1, 0, -1):
+            w, h, b = self.weights[i - 1][sl], self.acts[i - 1][sl], self.biases[i]
+            g_in = torch.bmm(g, w, out=self.grad_in[i - 1][sl]).masked_fill_(h <= 0, 0.0)
+            w.baddbmm_(g.transpose(1, 2), h, beta=decay, alpha=-lr)
+            if b is not None:
+                b[sl].mul_(decay).add_(g.sum(dim=1), alpha=-lr)
+            g = g_in
+        coef, pre = self.coef[sl], self.pre[sl]
+        if decay != 1.0:
+            coef.mul_(decay)
+            pre.mul_(decay)
+        coef.sub_(g.transpose(1, 2), alpha=lr)
+        pre.baddbmm_(self.gram[sl], g, alpha=-lr)
+        if self.biases[0] is not None:
+            self.biases[0][sl].mul_(decay).add_(g.sum(dim=1), alpha=-lr)
+
+    def _advance_scale(self, steps: int) -> None:
+        decay = 1.0 - self.lr * self.wd
+        if decay != 1.0:
+            for _ in range(steps):   # one multiplication per step, as ChainGD does
+                self.scale *= decay
+
+    def _window(self) -> Callable[[], None]:
+        """k aligned steps (the first marks its loss) as one call: a CUDA graph on CUDA when allowed."""
+        def eager() -> None:
+            self._steps(self.loss_every, True)
+
+        if self.device.type != "cuda" or not self.use_graph:
+            return eager
+        if self._graph is None:
+            self._graph = self._capture(eager)
+            if self._graph is None:   # capture failed (noted): eager windows from now on
+                self.use_graph = False
+        graph = self._graph
+        return eager if graph is None else graph.replay
+
+    def _state_tensors(self) -> list[torch.Tensor]:
+        return [self.coef, self.pre, self.loss_now, self.loss_mark, self.ok, *self.weights,
+                *(b for b in self.biases if b is not None)]
+
+    def _capture(self, steps: Callable[[], None]) -> torch.cuda.CUDAGraph | None:
+        """The window as a CUDA graph, captured after a warm-up on a side stream; the state is restored after both.
+        None (eager windows, the reason noted) when capture fails."""
+        saved = [s.clone() for s in self._state_tensors()]
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._step(True)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                steps()
+        except Exception as exc:  # capture is an optimisation: eager windows, reason recorded
+            graph = None
+            self.notes.append(f"CUDA graph capture failed ({type(exc).__name__}: {exc}); eager steps")
+        with torch.no_grad():
+            for s, v in zip(self._state_tensors(), saved, strict=True):
+                s.copy_(v)
+        return graph
+
+    @torch.no_grad()
+    def run(self, steps: int) -> None:
+        """Advance by ``steps`` steps (fewer when every target has diverged). Windows of k steps start at multiples
+        of k of the global step count, so a run split anywhere records the same history as one that is not."""
+        if steps < 0:
+            raise ReconbenchError(f"batched training: steps must be >= 0 (got {steps})")
+        end = self.step_count + steps
+        while self.step_count < end and any(d is None for d in self.diverged):
+            start, k = self.step_count, self.loss_every
+            if start % k == 0 and start + k <= end:
+                self._window()()
+                done = k
+            else:   # a partial window: up to the next multiple of k or the end
+                done = min(end, (start // k + 1) * k) - start
+                self._steps(done, start % k == 0)
+            self._advance_scale(done)
+            self.step_count = start + done
+            self._check(start, start % k == 0)
+
+    def _check(self, start: int, marked: bool) -> None:
+        """The host's read after a window: the marked loss into the history, newly diverged targets noted."""
+        ok = self.ok.cpu().tolist()
+        if marked:
+            self.history.append({"step": start, "loss": self.loss_mark.cpu().tolist()})
+        for t, fine in enumerate(ok):
+            if not fine and self.diverged[t] is None:
+                self.diverged[t] = (f"loss became non-finite between steps {start} and {self.step_count - 1}; "
+                                    f"lower lr (now {self.lr})")
+
+    # -- weights out --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def state_dicts(self) -> list[dict[str, torch.Tensor]]:
+        """Each target's weights now (on the CPU, in the chain's parameter names), without disturbing the
+        factorised state: W_1 = scale * base + coef X is formed in a copy."""
+        out = []
+        for t in range(self.targets):
+            w1 = self.base[t] * self.scale if self.scale != 1.0 else self.base[t].clone()
+            w1.addmm_(self.coef[t], self.xs[t])
+            layers = [w1, *(w[t] for w in self.weights)]
+            state: dict[str, torch.Tensor] = {}
+            for i, w in enumerate(layers):
+                state[f"{i}.weight"] = w.cpu().clone()
+                b = self.biases[i]
+                if b is not None:
+                    state[f"{i}.bias"] = b[t].cpu().clone()
+            out.append(state)
+        return out
+
+    @torch.no_grad()
+    def write_into(self, models: list[TargetNet]) -> None:
+        """Copy each target's current weights into its model (same order as at construction)."""
+        if len(models) != self.targets:
+            raise ReconbenchError(f"write_into: {len(models)} models for {self.targets} targets")
+        for i, (model, state) in enumerate(zip(models, self.state_dicts(), strict=True)):
+            chain = _chain_of(i, model)
+            for j, layer in enumerate(chain):
+                layer.weight.copy_(state[f"{j}.weight"])
+                if layer.bias is not None:
+                    layer.bias.copy_(state[f"{j}.bias"])
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+    def _meta(self) -> dict[str, Any]:
+        return {"format": CHECKPOINT_FORMAT, "targets": self.targets, "n": self.n, "loss": self.loss_name,
+                "lr": self.lr, "weight_decay": self.wd, "loss_every": self.loss_every, "dtype": str(self.dtype),
+                "widths": [int(a.shape[2]) for a in self.acts], "input_dims": [int(x.shape[1]) for x in self.xs],
+                "data_sha256": self._data_digest}
+
+    @torch.no_grad()
+    def save(self, path: str | Path) -> Path:
+        """The whole state as one safetensors file (tensors on the CPU; step, history and settings in its
+        metadata). Written through a temporary file, so an interrupted save leaves the last checkpoint whole."""
+        path = Path(path)
+        tensors: dict[str, torch.Tensor] = {"coef": self.coef, "pre": self.pre,
+                                            "scale": torch.tensor([self.scale], dtype=torch.float64)}
+        for t, base in enumerate(self.base):
+            tensors[f"base.{t}"] = base
+        for i, w in enumerate(self.weights):
+            tensors[f"weight.{i + 1}"] = w
+        for i, b in enumerate(self.biases):
+            if b is not None:
+                tensors[f"bias.{i}"] = b
+        meta = {**self._meta(), "step": self.step_count, "history": self.history, "diverged": self.diverged}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
+                  metadata={"reconbench": json.dumps(meta)})
+        tmp.replace(path)
+        return path
+
+    @torch.no_grad()
+    def load(self, path: str | Path) -> None:
+        """Continue from a checkpoint written by :meth:`save` for the same targets, data and settings."""
+        path = Path(path)
+        try:
+            tensors = load_file(str(path))
+            with open(path, "rb") as fh:   # safetensors' header: 8-byte length, then JSON with __metadata__
+                header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+            meta = json.loads(header.get("__metadata__", {}).get("reconbench", "null"))
+        except (OSError, SafetensorError, ValueError) as exc:
+            raise ReconbenchError(f"{path}: not a readable training checkpoint ({exc}); restart training or "
+                                  "restore the file") from None
+        if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+            raise ReconbenchError(f"{path} is not a batched-training checkpoint ({CHECKPOINT_FORMAT}); pass the file "
+                                  "that BatchedChainGD.save wrote")
+        mine = self._meta()
+        for key, value in mine.items():
+            if meta.get(key) != value:
+                raise ReconbenchError(f"{path}: checkpoint {key} = {meta.get(key)!r}, this trainer's is {value!r}; "
+                                      "resume with the targets, data and settings it was saved with")
+        self.scale = float(tensors["scale"][0])
+        self.coef.copy_(tensors["coef"])
+        self.pre.copy_(tensors["pre"])
+        for t, b in enumerate(self.base):
+            b.copy_(tensors[f"base.{t}"])
+        for i, w in enumerate(self.weights):
+            w.copy_(tensors[f"weight.{i + 1}"])
+        for i, bias in enumerate(self.biases):
+            if bias is not None:
+                bias.copy_(tensors[f"bias.{i}"])
+        self.step_count = int(meta["step"])
+        self.history = list(meta["history"])
+        self.diverged = list(meta["diverged"])
+        self.ok.copy_(torch.tensor([d is None for d in self.diverged], device=self.device))
+
+
+def from_recipes(recipes: list[TargetRecipe], problems: list[Problem], device: str = "cpu", *,
+                 loss_every: int = DEFAULT_LOSS_EVERY, cuda_graph: bool = True,
+                 stacked: bool | None = None) -> tuple[BatchedChainGD, list[TargetNet]]:
+    """The trainer of several recipes (with their built problems), and their models at their initial weights, as
+    :func:`reconbench.targets.training.train` would start them. The recipes must share what one batched step
+    needs: a constant learning rate, weight decay, loss and dtype, no early stop and no defense."""
+    from reconbench.targets.losses import get_loss
+    from reconbench.targets.recipe import DTYPES
+    from reconbench.targets.training import build_model
+
+    if len(recipes) != len(problems) or not recipes:
+        raise ReconbenchError(f"batched training: one problem per recipe (got {len(recipes)} recipes, "
+                              f"{len(problems)} problems)")
+    first = recipes[0].train
+    names = []
+    for i, (recipe, problem) in enumerate(zip(recipes, problems, strict=True)):
+        recipe.validate()
+        spec = recipe.train
+        reasons = [why for bad, why in (
+            (spec.schedule != "constant", f"schedule {spec.schedule!r} (the batched step has one constant lr)"),
+            (spec.stop_loss > 0 or spec.certify_every > 0, "an early stop (stop_loss or certify_every)"),
+            (recipe.defense is not None, f"defense {recipe.defense!r}")) if bad]
+        if reasons:
+            raise ReconbenchError(f"batched training: recipe {i} has {reasons[0]}; train it alone (`reconbench train`)")
+        for field in ("lr", "weight_decay", "dtype"):
+            if getattr(spec, field) != getattr(first, field):
+                raise ReconbenchError(f"batched training: recipe {i} has {field} = {getattr(spec, field)!r}, recipe 0 "
+                                      f"{getattr(first, field)!r}; batch only recipes that share it")
+        names.append(get_loss(spec.loss, problem.task)[0])
+    if len(set(names)) > 1:
+        raise ReconbenchError(f"batched training: the recipes use different losses ({', '.join(sorted(set(names)))}); "
+                              "batch only recipes that share one")
+    dtype = DTYPES[first.dtype]
+    models = [build_model(r, p).to(dtype).to(device) for r, p in zip(recipes, problems, strict=True)]
+    xs = [p.x_train(dtype).to(device) for p in problems]
+    ys = [p.targets(p.train_labels, dtype).to(device) for p in problems]
+    trainer = BatchedChainGD(models, xs, ys, names[0], first.lr, first.weight_decay, loss_every=loss_every,
+                             cuda_graph=cuda_graph, stacked=stacked)
+    return trainer, models
+
+
+def _chain_of(i: int, model: TargetNet) -> list[nn.Linear]:
+    chain = chain_layers(model)
+    if chain is None:
+        raise ReconbenchError(f"batched training: target {i} ({type(model).__name__}) is not a chain of linear layers "
+                              "with ReLU between them; train it alone (`reconbench train`)")
+    return chain
+
+
+def _check_same_shape(i: int, chain: list[nn.Linear], first: list[nn.Linear], x: torch.Tensor, y: torch.Tensor,
+                      n: int, dtype: torch.dtype, device: torch.device) -> None:
+    """Target i must match target 0 in everything but the input dimension."""
+    def shape(c: list[nn.Linear]) -> list[tuple[int, bool]]:
+        return [(layer.out_features, layer.bias is not None) for layer in c]
+
+    problems = []
+    if shape(chain) != shape(first) or [a.in_features for a in chain[1:]] != [b.in_features for b in first[1:]]:
+        problems.append(f"its layers (width, bias) {shape(chain)} differ from target 0's {shape(first)}")
+    if x.shape[0] != n or y.shape[0] != n:
+        problems.append(f"it has {x.shape[0]} inputs and {y.shape[0]} targets, target 0 has n = {n}")
+    if x[0].numel() != chain[0].in_features:
+        problems.append(f"its inputs have {x[0].numel()} values, its first layer takes {chain[0].in_features}")
+    if chain[0].weight.dtype != dtype or chain[0].weight.device != device:
+        problems.append(f"it is {chain[0].weight.dtype} on {chain[0].weight.device}, target 0 {dtype} on {device}")
+    if problems:
+        raise ReconbenchError(f"batched training: target {i} cannot step with target 0: {problems[0]}; batch only "
+                              "targets of equal n and widths")
+
+
+def _digest(xs: list[torch.Tensor], y: torch.Tensor) -> str:
+    """sha256 of the training inputs and targets, so a checkpoint resumes only on the data it was trained on."""
+    h = hashlib.sha256()
+    for t in (*xs, y):
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
