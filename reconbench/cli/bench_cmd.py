@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,13 +16,18 @@ from reconbench.bench.cells import Cell, expand, select
 from reconbench.bench.executors import Executor
 from reconbench.bench.ray_executor import RayExecutor
 from reconbench.bench.runner import (
+    BenchReport,
     SerialExecutor,
     default_results_dir,
     is_finished,
     load_cells,
+    next_invocation_number,
     run_suite,
     select_cells,
 )
+from reconbench.bench.slice_costs import CostModel, read_costs
+from reconbench.bench.slice_executor import DeadlineExecutor
+from reconbench.bench.slice_pack import remaining_cells, unpack, write_pack
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
 from reconbench.cli.common import (
     check_device,
@@ -90,6 +96,39 @@ from reconbench.tracking import MlflowTracker, tracker
     metavar="ADDR",
     help="With --executor ray: the Ray cluster to use, e.g. 'auto' or 'ray://head:10001' (default: a local instance).",
 )
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Run only the cells that fit in SECONDS from now: each cell starts only when its estimated cost (from what "
+    "this command has measured so far, else the device's cost table, plus a safety margin) fits in the time left; "
+    "the rest are left for the next run (docs/slices.md).",
+)
+@click.option(
+    "--pack",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="After running, write the cells this command ran into DIR as a slice pack: at most 8 files of at most "
+    "16 MiB with a manifest (a GPU machine's way back); implies --resume. Merge it with --unpack DIR.",
+)
+@click.option(
+    "--unpack",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Verify a slice pack (sha256 of each file, the suite file's hash) and merge its cells into the results "
+    "folder (--out); runs nothing. A cell the folder already holds with other numbers is refused.",
+)
+@click.option(
+    "--costs",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="With --deadline: the cost table (JSON, seconds per phase: fixed and per unit) used until a phase is "
+    "measured (default: the device's built-in, pessimistic table; see docs/slices.md).",
+)
 @track_options
 @data_root_option
 @quiet_option
@@ -107,6 +146,10 @@ def bench_command(
     data_root: str | None,
     executor: str,
     address: str | None,
+    deadline: float | None,
+    pack: str | None,
+    unpack: str | None,
+    costs: str | None,
     quiet: bool,
     track: str | None,
     track_uri: str | None,
@@ -120,8 +163,21 @@ def bench_command(
     and oracle selections, provenance, wall time, or the error it failed with) is written the moment the cell
     finishes; an interrupted suite loses at most the cell in progress. Render tables with
     `reconbench leaderboard SUITE`.
+
+    On a machine lent for a few minutes (a GPU), `--deadline SECONDS --pack DIR` runs what fits and packs it; back
+    here, `--unpack DIR` merges it, and the next slice skips what is merged (docs/slices.md).
     """
+    started = time.monotonic()
     s = load_suite(suite, strict=strict)
+    if unpack is not None:
+        if deadline is not None or pack is not None or list_only:
+            raise click.UsageError("--unpack merges a pack and runs nothing: leave out --deadline, --pack and --list")
+        unpack_slice(s, Path(unpack), Path(out) if out is not None else default_results_dir(s), only, dtype)
+        return
+    if pack is not None:
+        resume = True   # a slice continues the results folder it was given
+    if costs is not None and deadline is None:
+        raise click.UsageError("--costs sets the estimates of --deadline; pass --deadline SECONDS too")
     if list_only:
         out_dir = default_results_dir(s) if out is None else out
         done = load_cells(Path(out_dir))
@@ -147,14 +203,25 @@ def bench_command(
         if isinstance(cells_executor, RayExecutor):
             cells_executor.check_device(device)
         check_device(device)
-    check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume, retry_failed)
+    if pack is not None:
+        check_pack_folder(Path(pack))
+    sizes = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume, retry_failed)
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
+    if deadline is not None:
+        if isinstance(cells_executor, RayExecutor):
+            raise click.UsageError("--deadline runs the cells here, one after the other: leave out --executor ray")
+        table = read_costs(Path(costs)) if costs is not None else None
+        reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
+        cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(device or s.device, table), sizes,
+                                          start=started)
     with folder_lock(out_dir, "results"):
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,
                            device=device, dtype=dtype, cache=cache, data_root=data_root, quiet=quiet,
                            command=command_line(),
                            executor=cells_executor, on_cell=None if logger is None else cell_logger(logger, out_dir))
+        if pack is not None:
+            manifest = write_slice_pack(Path(pack), s, out_dir, report, cells_executor, only, device, dtype, started)
     ok = len(report.ran) - len(report.failed)
     click.echo(
         f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "
@@ -168,14 +235,77 @@ def bench_command(
         f"render the leaderboard: reconbench leaderboard {suite}"
         + (f" --results {report.out}" if out else "")
     )
+    if isinstance(cells_executor, DeadlineExecutor):
+        say_deferred(cells_executor, report, deadline)
+    if pack is not None:
+        click.echo(f"pack: {len(manifest['cells'])} cell(s) in {len(manifest['files']) + 1} file(s) in {pack}; "
+                   f"{len(manifest['cells_remaining'])} cell(s) of the suite remain; merge it where the results "
+                   f"are kept: reconbench bench {suite} --unpack DIR" + (f" --out {out}" if out else ""))
     if report.failed or report.lost:
         raise SystemExit(1)  # the summary above names each cell and its record
+    if isinstance(cells_executor, DeadlineExecutor) and not report.ran and cells_executor.deferred:
+        raise SystemExit(1)  # nothing fitted the deadline: say_deferred said so
+
+
+#: seconds of a slice's deadline kept for writing its pack
+PACK_RESERVE_SECONDS = 10.0
+
+
+def check_pack_folder(pack: Path) -> None:
+    if pack.exists() and (not pack.is_dir() or any(pack.iterdir())):
+        raise ReconbenchError(f"--pack {pack} is not an empty folder; pass a new or empty folder")
+
+
+def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | None) -> None:
+    """What the deadline left for the next run: every cell not started, and why."""
+    if not ex.deferred:
+        return
+    cheapest = min(ex.deferred, key=lambda d: d.estimate)
+    if not report.ran:
+        click.echo(f"deadline {deadline:g}s: nothing ran; no cell fits (the cheapest of {len(ex.deferred)} is "
+                   f"estimated at {cheapest.estimate:.1f}s with the safety margin, {cheapest.left:.1f}s were left); "
+                   "pass a longer --deadline")
+        return
+    click.echo(f"deadline {deadline:g}s: {len(ex.deferred)} cell(s) left for the next run (estimates did not fit "
+               "the time left):")
+    for d in ex.deferred:
+        click.echo(f"  not started: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left)")
+
+
+def write_slice_pack(pack: Path, suite: Suite, out: Path, report: BenchReport, ex: Executor,
+                     only: tuple[str, ...], device: str | None, dtype: str | None, started: float) -> dict[str, Any]:
+    """The pack of the cells this command ran (``reconbench.bench.slice_pack``)."""
+    keys = {c.cell_id: c.key(suite, dtype) for c in select_cells(suite, only)}
+    deferred = ([{"cell_id": d.cell_id, "estimate_seconds": d.estimate, "seconds_left": d.left} for d in ex.deferred]
+                if isinstance(ex, DeadlineExecutor) else [])
+    return write_pack(pack, suite, out, cells=report.ran, remaining=remaining_cells(out, keys),
+                      invocation=next_invocation_number(out) - 1, device=device or suite.device,
+                      dtype=dtype or suite.dtype, deferred=deferred,
+                      deadline=ex.deadline + PACK_RESERVE_SECONDS if isinstance(ex, DeadlineExecutor) else None,
+                      elapsed=time.monotonic() - started)
+
+
+def unpack_slice(suite: Suite, pack: Path, out: Path, only: tuple[str, ...], dtype: str | None) -> None:
+    keys = {c.cell_id: c.key(suite, dtype) for c in select_cells(suite, only)}
+    rep = unpack(pack, suite, out, keys)
+    m = rep.manifest
+    click.echo(f"unpacked {pack} (suite {m['suite']}, {m['device']}, commit {m.get('commit') or 'unknown'}, "
+               f"{m['created']}): {len(rep.merged)} cell(s) merged into {out}, {len(rep.already)} already there, "
+               f"candidates of {len(rep.candidates)} (float16 values)")
+    for key in rep.cards_kept:
+        click.echo(f"  note: model card {key} differs from the slice's; {out / 'targets' / (key + '.json')} was kept")
+    if rep.remaining:
+        click.echo(f"{len(rep.remaining)} cell(s) remain: run the next slice (benchmarks/gpu/README.md) or "
+                   f"`reconbench bench {suite.name} --resume" + f" --out {out}`")
+    else:
+        click.echo(f"every cell of suite {suite.name} is in {out}")
 
 
 def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, data_root: str | None, resume: bool,
-                retry_failed: bool) -> None:
+                retry_failed: bool) -> dict[str, TargetSize]:
     """Before the first cell runs, what the command line checks before `reconbench run`: each target's data set,
-    problem and architecture, and the memory of its training and of each cell's attack (cells still to run only)."""
+    problem and architecture, and the memory of its training and of each cell's attack (cells still to run only).
+    Returns the size of each target still needed, by recipe key."""
     done = load_cells(out) if resume else {}
     todo = [c for c in cells if not is_finished(done.get(c.cell_id), c.key(suite, dtype), retry_failed)]
     sizes: dict[str, TargetSize] = {}
@@ -194,6 +324,7 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
                          dtype=dtype or suite.dtype, fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
         except ReconbenchError as exc:
             raise SuiteError(f"{where}: cell {cell.cell_id}: {exc}") from None
+    return sizes
 
 
 def cell_logger(logger: MlflowTracker, out: Path) -> Callable[[dict[str, Any]], None]:
