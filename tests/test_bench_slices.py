@@ -342,3 +342,31 @@ def test_records_too_large_for_one_file_are_split_and_merge_the_same(packed, tmp
     keys = {c.cell_id: c.key(suite) for c in expand(suite)}
     report = unpack(pack, suite, tmp_path / "res", keys)
     assert sorted(report.merged) == sorted(packed[1]["cells"])
+
+
+def test_copy_data_copies_what_the_suite_reads_and_nothing_else(tmp_path):
+    """A suite on an npz file under the data root: that file is copied to the same place; an unused file is not."""
+    import sys
+
+    import numpy as np
+
+    sys_path = str(ROOT / "benchmarks" / "gpu")
+    sys.path.insert(0, sys_path)
+    try:
+        import copy_data
+    finally:
+        sys.path.remove(sys_path)
+    root = tmp_path / "data"
+    (root / "sub").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    np.savez(root / "sub" / "x.npz", images=rng.random((40, 1, 4, 4)).astype(np.float32),
+             labels=np.arange(40) % 2)
+    (root / "unused.bin").write_bytes(b"0" * 100)
+    suite = tmp_path / "s.toml"
+    suite.write_text(TINY.read_text().replace('dataset = "digits"', 'dataset = "npz:sub/x.npz"'))
+    assert copy_data.main([str(suite), "--from", str(root), "--to", str(tmp_path / "copy")]) == 0
+    copied = sorted(p.relative_to(tmp_path / "copy") for p in (tmp_path / "copy").rglob("*") if p.is_file())
+    assert copied == [Path("sub/x.npz")]
+    assert (tmp_path / "copy" / "sub" / "x.npz").read_bytes() == (root / "sub" / "x.npz").read_bytes()
+    assert copy_data.main([str(TINY), "--from", str(root), "--to", str(tmp_path / "none")]) == 0
+    assert not (tmp_path / "none").exists()
