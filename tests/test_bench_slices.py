@@ -220,12 +220,13 @@ def test_pack_fresh_machine_unpack_resume_equals_one_uninterrupted_run(tmp_path,
     code, text, err = run_cli(["bench", str(TINY), "--unpack", str(pack1), "--out", str(local)], capsys)
     assert code == 0, err
     assert "1 cell(s) merged" in text and "2 cell(s) remain" in text
-    # slice 2 on another bare machine (a fresh target cache) that gets the merged folder: runs the rest
-    device2 = tmp_path / "device2"
-    shutil.copytree(local, device2)
+    ledger = json.loads((local / "finished.json").read_text())
+    assert ledger["cells"] == {c: {"cell_key": load_cells(local)[c]["cell_key"], "status": "ok"}
+                               for c in manifest1["cells"]}
+    # slice 2 on another bare machine (its own results folder and target cache) given only the ledger: runs the rest
     code, text, err = run_cli(["bench", str(TINY), "--device", "cpu", "--deadline", "600", "--pack",
-                               str(tmp_path / "pack2"), "--out", str(device2), "--cache", str(tmp_path / "cache2"),
-                               "-q"], capsys)
+                               str(tmp_path / "pack2"), "--out", str(tmp_path / "device2"), "--cache",
+                               str(tmp_path / "cache2"), "--finished", str(local / "finished.json"), "-q"], capsys)
     assert code == 0, err
     assert "2 cell(s) ran" in text and "1 already finished" in text and "0 cell(s) of the suite remain" in text
     manifest2 = json.loads((tmp_path / "pack2" / "manifest.json").read_text())
@@ -233,6 +234,7 @@ def test_pack_fresh_machine_unpack_resume_equals_one_uninterrupted_run(tmp_path,
     code, text, err = run_cli(["bench", str(TINY), "--unpack", str(tmp_path / "pack2"), "--out", str(local)], capsys)
     assert code == 0, err
     assert "every cell of suite gpu-tiny" in text
+    assert sorted(json.loads((local / "finished.json").read_text())["cells"]) == sorted(load_cells(local))
     # a resume here has nothing left to do, and the cells are the uninterrupted run's
     report = run_suite(suite, local, resume=True, cache=str(tmp_path / "cache3"), quiet=True)
     assert report.ran == [] and len(report.skipped) == 3

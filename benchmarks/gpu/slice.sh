@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One slice of a suite on a machine lent for a few minutes (a GPU), end to end, from a bare machine:
 #
-#   benchmarks/gpu/slice.sh SUITE RESULTS [DEVICE] [DEADLINE_SECONDS]
+#   benchmarks/gpu/slice.sh SUITE [DEVICE] [DEADLINE_SECONDS] [FINISHED_JSON]
 #
-#   SUITE     a suite name or .toml path
-#   RESULTS   the results folder the slice continues (cells already there are skipped); it travels with the repository
-#   DEVICE    cuda (default) or cpu
-#   DEADLINE  seconds the suite may run, the pack included (default 480; keep it under the command's time limit less
-#             a minute for the install)
+#   SUITE          a suite name or .toml path
+#   DEVICE         cuda (default) or cpu
+#   DEADLINE       seconds the suite may run, the pack included (default 480; keep it under the command's time limit
+#                  less a minute for the install)
+#   FINISHED_JSON  the ledger of cells already merged (the finished.json `--unpack` writes into the results folder,
+#                  carried to the machine): they are skipped. Absent on the first slice.
 #
 # It installs the package without its dependencies (built-in plugins are found through install metadata), installs
 # kornia from the wheels in .whl/ when this Python lacks it (benchmarks/gpu/fetch_wheels.sh fetches them), reads the
@@ -15,11 +16,11 @@
 # deadline, and writes the slice's pack to $OUT/pack (a temporary folder when OUT is unset). Merge the pack where the
 # results are kept: reconbench bench SUITE --unpack PACK --out RESULTS. See benchmarks/gpu/README.md.
 set -euo pipefail
-if [ $# -lt 2 ]; then
-  echo "usage: $0 SUITE RESULTS [DEVICE] [DEADLINE_SECONDS]" >&2
+if [ $# -lt 1 ]; then
+  echo "usage: $0 SUITE [DEVICE] [DEADLINE_SECONDS] [FINISHED_JSON]" >&2
   exit 2
 fi
-suite="$1"; results="$2"; device="${3:-cuda}"; deadline="${4:-480}"
+suite="$1"; device="${2:-cuda}"; deadline="${3:-480}"; ledger="${4:-}"
 cd "$(dirname "$0")/../.."
 py="${PYTHON:-python3}"
 
@@ -66,6 +67,16 @@ if [ -z "${RECONBENCH_SLICE_COMMIT:-}" ]; then
   RECONBENCH_SLICE_COMMIT="$(git rev-parse HEAD 2>/dev/null || true)"
   export RECONBENCH_SLICE_COMMIT
 fi
+finished=()
+if [ -n "$ledger" ]; then
+  if [ -f "$ledger" ]; then
+    finished=(--finished "$ledger")
+  else
+    echo "note: no ledger at $ledger: no cell counts as finished (the first slice of a suite)"
+  fi
+fi
 out="${OUT:-$(mktemp -d)}"
-echo "slice: suite $suite, device $device, deadline ${deadline}s, results $results, pack $out/pack"
-"$py" -m reconbench bench "$suite" --device "$device" --deadline "$deadline" --pack "$out/pack" --out "$results" -q
+results="$(mktemp -d)"   # this machine's own results folder: what it runs leaves in the pack
+echo "slice: suite $suite, device $device, deadline ${deadline}s, pack $out/pack"
+"$py" -m reconbench bench "$suite" --device "$device" --deadline "$deadline" --pack "$out/pack" --out "$results" \
+  ${finished[@]+"${finished[@]}"} -q

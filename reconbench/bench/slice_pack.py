@@ -50,6 +50,10 @@ from reconbench.errors import ReconbenchError
 from reconbench.provenance import folder_lock, git_commit, read_json, write_json, write_text_atomic
 
 PACK_FORMAT = "reconbench-slice-pack/1"
+LEDGER_FORMAT = "reconbench-finished-cells/1"
+#: the ledger ``unpack`` writes into the results folder: the cells finished there, by id, with their keys; a slice
+#: on another machine reads it (``--finished``) instead of the records, which may not fit what travels
+LEDGER_FILE = "finished.json"
 MANIFEST = "manifest.json"
 #: what a device machine returns: at most 8 files of at most 16 MiB each
 MAX_FILES, MAX_FILE_BYTES = 8, 16 * 1024 * 1024
@@ -357,11 +361,39 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
             inv["slice_pack"]["manifest_sha256"] = sha256_file(pack / MANIFEST)
             write_json(invocation_path(out, number), inv)
             report.invocation = number
+        write_ledger(out, suite, keys)
     report.remaining = remaining_cells(out, keys)
     return report
 
 
-def remaining_cells(out: Path, keys: Mapping[str, str]) -> list[str]:
-    """The cells (``keys``: cell key by id) that the results folder ``out`` does not hold finished."""
+def write_ledger(out: Path, suite: Suite, keys: Mapping[str, str]) -> Path:
+    """``out/finished.json``: the suite's cells (``keys``: cell key by id) the results folder holds finished, with
+    their keys and status."""
     done = load_cells(out)
+    cells = {c: {"cell_key": key, "status": done[c].get("status")} for c, key in keys.items()
+             if is_finished(done.get(c), key, False)}
+    path = out / LEDGER_FILE
+    write_json(path, {"format": LEDGER_FORMAT, "suite": suite.name, "suite_sha256": suite.text_sha256,
+                      "cells": cells})
+    return path
+
+
+def read_ledger(path: Path, suite: Suite) -> dict[str, dict[str, Any]]:
+    """The cells a ledger lists as finished, as the minimal records the runner's resume reads (a cell whose key no
+    longer matches the suite runs again, as after an edit of the suite)."""
+    fix = "pass the finished.json that `reconbench bench SUITE --unpack` wrote into the results folder"
+    data = read_json(path, missing=fix, damaged=fix, error=PackError)
+    if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT or not isinstance(data.get("cells"), dict):
+        raise PackError(f"{path} is not a ledger of finished cells (format {LEDGER_FORMAT!r}); {fix}")
+    if data.get("suite") != suite.name:
+        raise PackError(f"{path} lists cells of suite {data.get('suite')!r}, not {suite.name!r}; {fix}")
+    return {cid: {"cell_id": cid, "cell_key": v.get("cell_key"), "status": v.get("status")}
+            for cid, v in data["cells"].items() if isinstance(v, dict)}
+
+
+def remaining_cells(out: Path, keys: Mapping[str, str],
+                    elsewhere: Mapping[str, dict[str, Any]] | None = None) -> list[str]:
+    """The cells (``keys``: cell key by id) that the results folder ``out`` does not hold finished (nor
+    ``elsewhere``, a ledger's records)."""
+    done = {**(elsewhere or {}), **load_cells(out)}
     return [c for c, key in keys.items() if not is_finished(done.get(c), key, False)]

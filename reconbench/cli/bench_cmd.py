@@ -27,7 +27,7 @@ from reconbench.bench.runner import (
 )
 from reconbench.bench.slice_costs import CostModel, read_costs
 from reconbench.bench.slice_executor import DeadlineExecutor
-from reconbench.bench.slice_pack import remaining_cells, unpack, write_pack
+from reconbench.bench.slice_pack import LEDGER_FILE, read_ledger, remaining_cells, unpack, write_pack
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
 from reconbench.cli.common import (
     check_device,
@@ -122,6 +122,14 @@ from reconbench.tracking import MlflowTracker, tracker
     "folder (--out); runs nothing. A cell the folder already holds with other numbers is refused.",
 )
 @click.option(
+    "--finished",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Skip the cells that this ledger (the finished.json that --unpack writes into the results folder) lists as "
+    "finished elsewhere, with the same cell key: how a slice on another machine continues without the records.",
+)
+@click.option(
     "--costs",
     type=click.Path(dir_okay=False),
     default=None,
@@ -149,6 +157,7 @@ def bench_command(
     deadline: float | None,
     pack: str | None,
     unpack: str | None,
+    finished: str | None,
     costs: str | None,
     quiet: bool,
     track: str | None,
@@ -170,10 +179,12 @@ def bench_command(
     started = time.monotonic()
     s = load_suite(suite, strict=strict)
     if unpack is not None:
-        if deadline is not None or pack is not None or list_only:
-            raise click.UsageError("--unpack merges a pack and runs nothing: leave out --deadline, --pack and --list")
-        unpack_slice(s, Path(unpack), Path(out) if out is not None else default_results_dir(s), only, dtype)
+        if deadline is not None or pack is not None or list_only or only or finished:
+            raise click.UsageError("--unpack merges a pack and runs nothing: leave out --deadline, --pack, --list, "
+                                   "--only and --finished")
+        unpack_slice(s, Path(unpack), Path(out) if out is not None else default_results_dir(s), dtype)
         return
+    elsewhere = read_ledger(Path(finished), s) if finished is not None else {}
     if pack is not None:
         resume = True   # a slice continues the results folder it was given
     if costs is not None and deadline is None:
@@ -205,7 +216,7 @@ def bench_command(
         check_device(device)
     if pack is not None:
         check_pack_folder(Path(pack))
-    sizes = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume, retry_failed)
+    sizes = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume, retry_failed, elsewhere)
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
     if deadline is not None:
@@ -219,9 +230,11 @@ def bench_command(
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,
                            device=device, dtype=dtype, cache=cache, data_root=data_root, quiet=quiet,
                            command=command_line(),
-                           executor=cells_executor, on_cell=None if logger is None else cell_logger(logger, out_dir))
+                           executor=cells_executor, on_cell=None if logger is None else cell_logger(logger, out_dir),
+                           finished_elsewhere=elsewhere)
         if pack is not None:
-            manifest = write_slice_pack(Path(pack), s, out_dir, report, cells_executor, only, device, dtype, started)
+            manifest = write_slice_pack(Path(pack), s, out_dir, report, cells_executor, only, device, dtype, started,
+                                        elsewhere)
     ok = len(report.ran) - len(report.failed)
     click.echo(
         f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "
@@ -240,7 +253,7 @@ def bench_command(
     if pack is not None:
         click.echo(f"pack: {len(manifest['cells'])} cell(s) in {len(manifest['files']) + 1} file(s) in {pack}; "
                    f"{len(manifest['cells_remaining'])} cell(s) of the suite remain; merge it where the results "
-                   f"are kept: reconbench bench {suite} --unpack DIR" + (f" --out {out}" if out else ""))
+                   f"are kept: reconbench bench {suite} --unpack DIR --out RESULTS")
     if report.failed or report.lost:
         raise SystemExit(1)  # the summary above names each cell and its record
     if isinstance(cells_executor, DeadlineExecutor) and not report.ran and cells_executor.deferred:
@@ -273,20 +286,21 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
 
 
 def write_slice_pack(pack: Path, suite: Suite, out: Path, report: BenchReport, ex: Executor,
-                     only: tuple[str, ...], device: str | None, dtype: str | None, started: float) -> dict[str, Any]:
+                     only: tuple[str, ...], device: str | None, dtype: str | None, started: float,
+                     elsewhere: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The pack of the cells this command ran (``reconbench.bench.slice_pack``)."""
     keys = {c.cell_id: c.key(suite, dtype) for c in select_cells(suite, only)}
     deferred = ([{"cell_id": d.cell_id, "estimate_seconds": d.estimate, "seconds_left": d.left} for d in ex.deferred]
                 if isinstance(ex, DeadlineExecutor) else [])
-    return write_pack(pack, suite, out, cells=report.ran, remaining=remaining_cells(out, keys),
+    return write_pack(pack, suite, out, cells=report.ran, remaining=remaining_cells(out, keys, elsewhere),
                       invocation=next_invocation_number(out) - 1, device=device or suite.device,
                       dtype=dtype or suite.dtype, deferred=deferred,
                       deadline=ex.deadline + PACK_RESERVE_SECONDS if isinstance(ex, DeadlineExecutor) else None,
                       elapsed=time.monotonic() - started)
 
 
-def unpack_slice(suite: Suite, pack: Path, out: Path, only: tuple[str, ...], dtype: str | None) -> None:
-    keys = {c.cell_id: c.key(suite, dtype) for c in select_cells(suite, only)}
+def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None) -> None:
+    keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}
     rep = unpack(pack, suite, out, keys)
     m = rep.manifest
     click.echo(f"unpacked {pack} (suite {m['suite']}, {m['device']}, commit {m.get('commit') or 'unknown'}, "
@@ -294,6 +308,7 @@ def unpack_slice(suite: Suite, pack: Path, out: Path, only: tuple[str, ...], dty
                f"candidates of {len(rep.candidates)} (float16 values)")
     for key in rep.cards_kept:
         click.echo(f"  note: model card {key} differs from the slice's; {out / 'targets' / (key + '.json')} was kept")
+    click.echo(f"ledger of the finished cells (a slice's --finished): {out / LEDGER_FILE}")
     if rep.remaining:
         click.echo(f"{len(rep.remaining)} cell(s) remain: run the next slice (benchmarks/gpu/README.md) or "
                    f"`reconbench bench {suite.name} --resume" + f" --out {out}`")
@@ -302,11 +317,11 @@ def unpack_slice(suite: Suite, pack: Path, out: Path, only: tuple[str, ...], dty
 
 
 def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, data_root: str | None, resume: bool,
-                retry_failed: bool) -> dict[str, TargetSize]:
+                retry_failed: bool, elsewhere: dict[str, dict[str, Any]] | None = None) -> dict[str, TargetSize]:
     """Before the first cell runs, what the command line checks before `reconbench run`: each target's data set,
     problem and architecture, and the memory of its training and of each cell's attack (cells still to run only).
     Returns the size of each target still needed, by recipe key."""
-    done = load_cells(out) if resume else {}
+    done = {**(elsewhere or {}), **(load_cells(out) if resume else {})}
     todo = [c for c in cells if not is_finished(done.get(c.cell_id), c.key(suite, dtype), retry_failed)]
     sizes: dict[str, TargetSize] = {}
     where = display_path(suite.path)
