@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -177,6 +178,8 @@ def bench_command(
     here, `--unpack DIR` merges it, and the next slice skips what is merged (docs/slices.md).
     """
     started = time.monotonic()
+    if deadline is not None and not math.isfinite(deadline):
+        raise click.UsageError(f"--deadline {deadline}: pass a finite number of seconds, e.g. --deadline 480")
     s = load_suite(suite, strict=strict)
     if unpack is not None:
         if deadline is not None or pack is not None or list_only or only or finished:
