@@ -31,6 +31,7 @@ from reconbench.bench.slice_costs import (
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import PackError, unpack, verify_pack, write_pack
 from reconbench.bench.suite import load_suite
+from reconbench.cli.bench_cmd import SlicePacker
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize, model_parameters
 
@@ -80,24 +81,29 @@ def tiny_sizes(suite: Any) -> dict[str, TargetSize]:
 
 def first_slice(tmp_path: Path, cells: int) -> tuple[Path, dict[str, Any], DeadlineExecutor]:
     """A slice on its own machine (results folder and target cache of its own) that runs ``cells`` cells: the clock
-    jumps past the deadline once they ran. Returns the pack folder, its manifest and the executor."""
+    jumps past the deadline once they ran. The pack is rewritten after each cell, as the command does; a copy of it
+    after cell k is kept in ``snapshot-k``. Returns the pack folder, its final manifest and the executor."""
     suite = load_suite(str(TINY))
     clock = StepClock(after=1e6)
     ex = DeadlineExecutor(100.0, CostModel.for_device("cpu", cheap_table()), tiny_sizes(suite), start=0.0, clock=clock)
     device_out = tmp_path / "device1"
-    ran: list[str] = []
+    pack = tmp_path / "pack1"
+    packer = SlicePacker(pack, suite, device_out, ex, (), "cpu", None, 0.0, {})
 
-    def count(rec: dict[str, Any]) -> None:
-        ran.append(rec["cell_id"])
-        if len(ran) == cells:
+    def each(rec: dict[str, Any]) -> None:
+        packer.cell(rec)
+        shutil.copytree(pack, tmp_path / f"snapshot-{len(packer.ran)}")
+        if len(packer.ran) == cells:
             clock.jump()
 
-    report = run_suite(suite, device_out, cache=str(tmp_path / "cache1"), quiet=True, executor=ex, on_cell=count)
-    keys = {c.cell_id: c.key(suite) for c in expand(suite)}
-    pack = tmp_path / "pack1"
-    manifest = write_pack(pack, suite, device_out, cells=report.ran, invocation=0, device="cpu", dtype=suite.dtype,
-                          remaining=slice_pack.remaining_cells(device_out, keys))
-    return pack, manifest, ex
+    report = run_suite(suite, device_out, cache=str(tmp_path / "cache1"), quiet=True, executor=ex, on_cell=each)
+    return pack, packer.write(report.ran, complete=True), ex
+
+
+def pack_file(pack: Path, stem: str) -> Path:
+    """The pack's file named ``<stem>-<sha>...`` (its manifest names it)."""
+    manifest = json.loads((pack / "manifest.json").read_text())
+    return pack / next(f["name"] for f in manifest["files"] if f["name"].startswith(stem + "-"))
 
 
 # -- planning, from a cost table alone ---------------------------------------------------------------------------
@@ -279,15 +285,16 @@ def copy_pack(packed: tuple[Path, dict[str, Any]], tmp_path: Path) -> Path:
     return Path(shutil.copytree(packed[0], tmp_path / "pack"))
 
 
-@pytest.mark.parametrize("name", ["records.tar.xz", "candidates.safetensors"])
-def test_a_tampered_packed_file_is_refused_and_nothing_is_merged(packed, tmp_path, capsys, name):
+@pytest.mark.parametrize("stem", ["records", "candidates"])
+def test_a_tampered_packed_file_is_refused_and_nothing_is_merged(packed, tmp_path, capsys, stem):
     pack = copy_pack(packed, tmp_path)
-    data = bytearray((pack / name).read_bytes())
+    path = pack_file(pack, stem)
+    data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
-    (pack / name).write_bytes(bytes(data))
+    path.write_bytes(bytes(data))
     out = tmp_path / "res"
     code, _, err = run_cli(["bench", str(TINY), "--unpack", str(pack), "--out", str(out)], capsys)
-    assert code == 2 and f"{pack / name} does not match the sha256" in err and "Nothing was merged" in err
+    assert code == 2 and f"{path} does not match the sha256" in err and "Nothing was merged" in err
     assert err.count("\n") == 1
     assert load_cells(out) == {}
 
@@ -299,8 +306,9 @@ def test_a_pack_with_a_missing_or_extra_file_or_another_suite_is_refused(packed,
     with pytest.raises(PackError, match="notes.txt is not named in the pack's manifest"):
         verify_pack(pack, suite)
     (pack / "notes.txt").unlink()
-    (pack / "candidates.safetensors").unlink()
-    with pytest.raises(PackError, match="candidates.safetensors is missing"):
+    gone = pack_file(pack, "candidates")
+    gone.unlink()
+    with pytest.raises(PackError, match=f"{gone.name} is missing"):
         verify_pack(pack, suite)
     edited = tmp_path / "tiny.toml"
     edited.write_text(TINY.read_text().replace("steps = 100", "steps = 101"))
@@ -336,10 +344,11 @@ def test_records_too_large_for_one_file_are_split_and_merge_the_same(packed, tmp
     suite = load_suite(str(TINY))
     device_out = packed[0].parent / "device1"
     monkeypatch.setattr(slice_pack, "MAX_FILE_BYTES", 12 * 1024)
+    assert len(packed[1]["files"]) == 2   # with the limit of 16 MiB: one archive, one candidates file
     pack = tmp_path / "split"
     manifest = write_pack(pack, suite, device_out, cells=packed[1]["cells"], remaining=[], invocation=0,
                           device="cpu", dtype="float64")
-    archives = [f for f in manifest["files"] if f["name"].endswith(".tar.xz")]
+    archives = [f for f in manifest["files"] if f["name"].startswith("records-")]
     assert len(archives) >= 2 and all(f["bytes"] <= 12 * 1024 for f in manifest["files"])
     keys = {c.cell_id: c.key(suite) for c in expand(suite)}
     report = unpack(pack, suite, tmp_path / "res", keys)
@@ -372,3 +381,44 @@ def test_copy_data_copies_what_the_suite_reads_and_nothing_else(tmp_path):
     assert (tmp_path / "copy" / "sub" / "x.npz").read_bytes() == (root / "sub" / "x.npz").read_bytes()
     assert copy_data.main([str(TINY), "--from", str(root), "--to", str(tmp_path / "none")]) == 0
     assert not (tmp_path / "none").exists()
+
+
+def test_the_pack_rewritten_after_each_cell_is_whole_at_every_step(packed, tmp_path):
+    """The pack as it stood after the first cell (what a slice killed then leaves) merges that cell; a rewrite
+    interrupted before its manifest leaves the new data files beside the old manifest, which still merges; the final
+    pack holds only the files its manifest names."""
+    suite = load_suite(str(TINY))
+    keys = {c.cell_id: c.key(suite) for c in expand(suite)}
+    first = packed[0].parent / "snapshot-1"
+    m1 = json.loads((first / "manifest.json").read_text())
+    assert m1["complete"] is False and m1["cells"] == packed[1]["cells"][:1] and packed[1]["complete"] is True
+    interrupted = Path(shutil.copytree(first, tmp_path / "interrupted"))
+    for f in packed[1]["files"]:   # the next version's data files, written before its manifest
+        shutil.copyfile(packed[0] / f["name"], interrupted / f["name"])
+    report = unpack(interrupted, suite, tmp_path / "res", keys)
+    assert report.merged == m1["cells"]
+    report = unpack(packed[0], suite, tmp_path / "res", keys)
+    assert report.already == m1["cells"] and report.merged == packed[1]["cells"][1:]
+    assert sorted(p.name for p in packed[0].iterdir()) == sorted(["manifest.json", *(f["name"] for f in
+                                                                                    packed[1]["files"])])
+
+
+def test_plan_prints_the_slices_and_runs_nothing(tmp_path, capsys, no_work):
+    """`--plan` sizes the targets from their data and plans from the cost table: the slices the API plans."""
+    suite = load_suite(str(TINY))
+    table = {"train": {"fixed": 4.0, "rate": 0.0}, "attack": {"fixed": 3.0, "rate": 0.0},
+             "evaluate": {"fixed": 1.0, "rate": 0.0}}
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps(table))
+    out = tmp_path / "res"
+    code, text, err = run_cli(["bench", str(TINY), "--plan", "--deadline", "35", "--costs", str(costs), "--out",
+                               str(out)], capsys)
+    assert code == 0, err
+    # 25 s after the pack's 10: the first cell 1.25 x (4 + 3 + 1) + 2 = 12 s, each next one 1.25 x 4 + 2 = 7 s
+    works = [cell_work(c, tiny_sizes(suite)[c.recipe.key()]) for c in expand(suite)]
+    plan = plan_slices(works, CostModel.for_device("cpu", table), 25.0)
+    assert [len(s) for s in plan.slices] == [2, 1]
+    assert "3 cell(s) in 2 slice(s), 0 that fit none" in text
+    assert not out.exists() or load_cells(out) == {}
+    code, _, err = run_cli(["bench", str(TINY), "--plan", "--out", str(out)], capsys)
+    assert code == 2 and "--plan prints the slices of a deadline" in err

@@ -2,12 +2,14 @@
 
 A device machine returns at most :data:`MAX_FILES` files of at most :data:`MAX_FILE_BYTES` each, so a pack is:
 
-    manifest.json            suite, suite file sha256, commit, device, the cells it holds, the cells that remain, and
-                             the sha256 and size of every other file
-    records.tar.xz           the cells' JSON records, the model cards of their targets, the slice's invocation record
-                             (records-2.tar.xz, ... when one archive would be too large)
-    candidates.safetensors   the pooled candidates of the cells the suite's ``store_candidates`` keeps, in float16,
-                             keyed ``<cell id>/<tensor>`` (absent when no cell keeps them)
+    manifest.json                 suite, suite file sha256, commit, device, the cells it holds, the cells that
+                                  remain, whether the slice ended, and the sha256 and size of every other file
+    records-<sha>.tar.xz          the cells' JSON records, the model cards of their targets, the slice's invocation
+                                  record (several archives when one would be too large)
+    candidates-<sha>.safetensors  the pooled candidates of the cells the suite's ``store_candidates`` keeps, in
+                                  float16, keyed ``<cell id>/<tensor>`` (absent when no cell keeps them)
+
+(``<sha>``: the first 12 hex digits of the file's sha256.)
 
 Candidates of other cells do not leave the device: each cell was evaluated there and its record holds the scores.
 ``unpack`` checks every file against the manifest and the suite file's hash before anything is written, refuses a
@@ -57,13 +59,12 @@ LEDGER_FILE = "finished.json"
 MANIFEST = "manifest.json"
 #: what a device machine returns: at most 8 files of at most 16 MiB each
 MAX_FILES, MAX_FILE_BYTES = 8, 16 * 1024 * 1024
-CANDIDATES_FILE = "candidates.safetensors"
 #: the precision candidates travel in
 TRAVEL_DTYPE = torch.float16
 #: the environment variable naming the commit a slice ran, where the working tree has no git metadata (a device
 #: machine gets a copy of the files only)
 COMMIT_ENV = "RECONBENCH_SLICE_COMMIT"
-_FILE_NAME = re.compile(r"^(manifest\.json|records(-\d+)?\.tar\.xz|candidates\.safetensors)$")
+_FILE_NAME = re.compile(r"^(records-[0-9a-f]{12}\.tar\.xz|candidates-[0-9a-f]{12}\.safetensors)$")
 _MEMBER = re.compile(r"^(cells/[A-Za-z0-9._-]+\.json|targets/[A-Za-z0-9._-]+\.json|invocation\.json)$")
 
 
@@ -140,13 +141,20 @@ def slice_commit() -> str | None:
     return git_commit() or os.environ.get(COMMIT_ENV) or None
 
 
+def _content_name(stem: str, suffix: str, data: bytes) -> str:
+    return f"{stem}-{hashlib.sha256(data).hexdigest()[:12]}{suffix}"
+
+
 def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], remaining: Sequence[str],
                invocation: int, device: str, dtype: str, deferred: Sequence[dict[str, Any]] = (),
-               deadline: float | None = None, elapsed: float | None = None) -> dict[str, Any]:
-    """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into the empty folder ``pack``;
-    returns the manifest."""
-    if pack.exists() and any(pack.iterdir()):
-        raise PackError(f"pack folder {pack} is not empty; pass a new or empty folder to --pack")
+               deadline: float | None = None, elapsed: float | None = None, complete: bool = True) -> dict[str, Any]:
+    """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
+    previous call wrote there; returns the manifest.
+
+    A slice rewrites its pack after every cell (``complete`` False), so that a command killed at its time limit
+    still leaves the cells it finished. Each rewrite is safe to interrupt: data files are named by their content and
+    written first, the manifest replaces the old one in one rename, and only then are the files it no longer names
+    removed; at every moment the manifest names files that exist with its sha256 (``unpack`` ignores leftovers)."""
     records = {cid: json.loads(cell_path(out, cid).read_text()) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
@@ -160,14 +168,13 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     if invocation_path(out, invocation).exists():
         members.append(("invocation.json", invocation_path(out, invocation).read_bytes()))
     files: dict[str, bytes] = {}
-    archives = _archives(members) if members else []
-    for i, data in enumerate(archives):
-        files["records.tar.xz" if i == 0 else f"records-{i + 1}.tar.xz"] = data
+    for data in _archives(members) if members else []:
+        files[_content_name("records", ".tar.xz", data)] = data
     ok = [c for c in cells if records[c].get("status") == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
     candidates, sampled = _candidates_file(out, [c for c in sample if c in ok])
     if candidates is not None and len(files) + 2 <= MAX_FILES:
-        files[CANDIDATES_FILE] = candidates
+        files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
     if len(files) + 1 > MAX_FILES:
@@ -176,7 +183,10 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     pack.mkdir(parents=True, exist_ok=True)
     listed = []
     for name, data in files.items():
-        (pack / name).write_bytes(data)
+        if not (pack / name).exists():
+            tmp = pack / f".{name}.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(pack / name)
         listed.append({"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     manifest = {
         "format": PACK_FORMAT,
@@ -186,6 +196,7 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         "device": device,
         "dtype": dtype,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "complete": complete,
         "deadline_seconds": deadline,
         "elapsed_seconds": elapsed,
         "invocation": invocation,
@@ -196,6 +207,9 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         "deferred": list(deferred),
     }
     write_json(pack / MANIFEST, manifest)
+    for old in pack.iterdir():
+        if old.name not in files and old.name != MANIFEST and _FILE_NAME.match(old.name):
+            old.unlink()
     return manifest
 
 
@@ -230,14 +244,15 @@ def verify_pack(pack: Path, suite: Suite) -> dict[str, Any]:
     names = {f["name"] for f in listed}
     for f in listed:
         path = pack / f["name"]
-        if not _FILE_NAME.match(f["name"]) or f["name"] == MANIFEST:
+        if not _FILE_NAME.match(f["name"]):
             raise PackError(f"{pack / MANIFEST} names {f['name']!r}, which is no file a pack holds; fetch the pack again")
         if not path.is_file():
             raise PackError(f"{path} is missing (its manifest lists it); fetch the slice's whole pack folder again")
         if path.stat().st_size != f.get("bytes") or sha256_file(path) != f.get("sha256"):
             raise PackError(f"{path} does not match the sha256 its manifest records (damaged or edited after the "
                             "slice wrote it); fetch the pack again, or run the slice again. Nothing was merged")
-    extra = sorted(p.name for p in pack.iterdir() if p.name not in names | {MANIFEST} and not p.name.startswith("."))
+    extra = sorted(p.name for p in pack.iterdir() if p.name not in names | {MANIFEST} and not p.name.startswith(".")
+                   and not _FILE_NAME.match(p.name))   # a pack's own files left by an interrupted rewrite: ignored
     if extra:
         raise PackError(f"{pack / extra[0]} is not named in the pack's manifest; a pack holds only the files its "
                         "manifest names: remove it, or fetch the pack again")
@@ -268,9 +283,10 @@ def _members(pack: Path, manifest: dict[str, Any]) -> dict[str, bytes]:
 
 
 def _candidates(pack: Path, manifest: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
-    path = pack / CANDIDATES_FILE
-    if not any(f["name"] == CANDIDATES_FILE for f in manifest["files"]):
+    names = [f["name"] for f in manifest["files"] if f["name"].startswith("candidates-")]
+    if not names:
         return {}
+    path = pack / names[0]
     try:
         flat = load(path.read_bytes())
     except (SafetensorError, ValueError, OSError) as exc:
@@ -296,6 +312,8 @@ def _cell_records(members: dict[str, bytes], manifest: dict[str, Any], pack: Pat
             raise PackError(f"{pack}: {name} is not sealed as the runner writes it; run the slice again")
         if rec.get("suite_sha256") != manifest.get("suite_sha256"):
             raise PackError(f"{pack}: {name} was run with another suite file than its manifest names; run the slice again")
+        if name != f"cells/{rec.get('cell_id')}.json":
+            raise PackError(f"{pack}: {name} holds the record of cell {rec.get('cell_id')!r}; run the slice again")
         records[str(rec["cell_id"])] = (data, rec)
     if sorted(records) != sorted(manifest.get("cells") or []):
         raise PackError(f"{pack}: the archived cells are not the cells its manifest lists; fetch the pack again")

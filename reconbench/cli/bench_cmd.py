@@ -26,7 +26,7 @@ from reconbench.bench.runner import (
     run_suite,
     select_cells,
 )
-from reconbench.bench.slice_costs import CostModel, read_costs
+from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices, read_costs
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import LEDGER_FILE, read_ledger, remaining_cells, unpack, write_pack
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
@@ -66,6 +66,13 @@ from reconbench.tracking import MlflowTracker, tracker
     help="Stop at the first failed cell, and treat attacks / inits that are not registered as errors.",
 )
 @click.option("--list", "list_only", is_flag=True, help="Only list the cells and whether each is finished.")
+@click.option(
+    "--plan",
+    "plan_only",
+    is_flag=True,
+    help="With --deadline: only print the slices of that many seconds that the cells still to run need on bare "
+    "machines, estimated from the cost table (--costs, else the device's built-in one); runs nothing.",
+)
 @click.option(
     "--device", default=None, help="Torch device for the attacks (default: the suite's, usually cpu)."
 )
@@ -148,6 +155,7 @@ def bench_command(
     retry_failed: bool,
     strict: bool,
     list_only: bool,
+    plan_only: bool,
     device: str | None,
     dtype: str | None,
     out: str | None,
@@ -219,7 +227,17 @@ def bench_command(
         check_device(device)
     if pack is not None:
         check_pack_folder(Path(pack))
-    sizes = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume, retry_failed, elsewhere)
+    if plan_only and deadline is None:
+        raise click.UsageError("--plan prints the slices of a deadline: pass --deadline SECONDS too")
+    sizes = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume or plan_only, retry_failed,
+                        elsewhere)
+    if plan_only:
+        assert deadline is not None
+        done = {**elsewhere, **load_cells(out_dir)}
+        todo = [c for c in select_cells(s, only) if not is_finished(done.get(c.cell_id), c.key(s, dtype), retry_failed)]
+        print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, device or s.device,
+                   read_costs(Path(costs)) if costs is not None else None)
+        return
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
     if deadline is not None:
@@ -229,15 +247,16 @@ def bench_command(
         reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
         cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(device or s.device, table), sizes,
                                           start=started)
+    packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, only, device, dtype,
+                                                   started, elsewhere)
+    on_cell = chain_on_cell(None if logger is None else cell_logger(logger, out_dir), packer)
     with folder_lock(out_dir, "results"):
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,
                            device=device, dtype=dtype, cache=cache, data_root=data_root, quiet=quiet,
                            command=command_line(),
-                           executor=cells_executor, on_cell=None if logger is None else cell_logger(logger, out_dir),
-                           finished_elsewhere=elsewhere)
-        if pack is not None:
-            manifest = write_slice_pack(Path(pack), s, out_dir, report, cells_executor, only, device, dtype, started,
-                                        elsewhere)
+                           executor=cells_executor, on_cell=on_cell, finished_elsewhere=elsewhere)
+        if packer is not None:
+            manifest = packer.write(report.ran, complete=True)
     ok = len(report.ran) - len(report.failed)
     click.echo(
         f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "
@@ -288,24 +307,71 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
         click.echo(f"  not started: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left)")
 
 
-def write_slice_pack(pack: Path, suite: Suite, out: Path, report: BenchReport, ex: Executor,
-                     only: tuple[str, ...], device: str | None, dtype: str | None, started: float,
-                     elsewhere: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The pack of the cells this command ran (``reconbench.bench.slice_pack``)."""
-    keys = {c.cell_id: c.key(suite, dtype) for c in select_cells(suite, only)}
-    deferred = ([{"cell_id": d.cell_id, "estimate_seconds": d.estimate, "seconds_left": d.left} for d in ex.deferred]
-                if isinstance(ex, DeadlineExecutor) else [])
-    return write_pack(pack, suite, out, cells=report.ran, remaining=remaining_cells(out, keys, elsewhere),
-                      invocation=next_invocation_number(out) - 1, device=device or suite.device,
-                      dtype=dtype or suite.dtype, deferred=deferred,
-                      deadline=ex.deadline + PACK_RESERVE_SECONDS if isinstance(ex, DeadlineExecutor) else None,
-                      elapsed=time.monotonic() - started)
+def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], deadline: float, reserve: float,
+               device: str, table: dict[str, dict[str, float]] | None) -> None:
+    """The slices ``cells`` (those still to run; ``sizes``: their targets') need, as ``--plan`` prints them."""
+    works = [cell_work(c, sizes[c.recipe.key()]) for c in cells]
+    plan = plan_slices(works, CostModel.for_device(device, table), deadline - reserve)
+    rows = [(i + 1, len(ids), f"{sec:.0f}", ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""))
+            for i, (ids, sec) in enumerate(zip(plan.slices, plan.seconds, strict=True))]
+    click.echo(f"suite {suite.name} on {device}, slices of {deadline:g}s ({reserve:g}s kept for the pack), "
+               f"{'cost table from --costs' if table is not None else 'built-in cost table'}:")
+    if rows:
+        click.echo(tabulate(rows, headers=["slice", "cells", "estimated s", "first cells"], tablefmt="github"))
+    for cid, est in plan.unfit.items():
+        click.echo(f"  fits no slice: {cid} (estimated {est:.0f}s on a bare machine)")
+    click.echo(f"{sum(len(x) for x in plan.slices)} cell(s) in {len(plan.slices)} slice(s), {len(plan.unfit)} that "
+               "fit none")
+
+
+class SlicePacker:
+    """Writes the slice's pack (``reconbench.bench.slice_pack``) after every cell, so that a command killed at its
+    time limit leaves what finished, and once more at the end (``complete``)."""
+
+    def __init__(self, pack: Path, suite: Suite, out: Path, ex: Executor, only: tuple[str, ...], device: str | None,
+                 dtype: str | None, started: float, elsewhere: dict[str, dict[str, Any]]) -> None:
+        self.pack, self.suite, self.out, self.ex, self.started, self.elsewhere = pack, suite, out, ex, started, elsewhere
+        self.device, self.dtype = device or suite.device, dtype or suite.dtype
+        self.keys = {c.cell_id: c.key(suite, dtype) for c in select_cells(suite, only)}
+        self.ran: list[str] = []
+
+    def cell(self, rec: dict[str, Any]) -> None:
+        self.ran.append(rec["cell_id"])
+        self.write(self.ran, complete=False)
+
+    def write(self, ran: list[str], *, complete: bool) -> dict[str, Any]:
+        ex = self.ex
+        deadline = ex.deadline + PACK_RESERVE_SECONDS if isinstance(ex, DeadlineExecutor) else None
+        deferred = ([{"cell_id": d.cell_id, "estimate_seconds": d.estimate, "seconds_left": d.left}
+                     for d in ex.deferred] if isinstance(ex, DeadlineExecutor) else [])
+        return write_pack(self.pack, self.suite, self.out, cells=list(ran),
+                          remaining=remaining_cells(self.out, self.keys, self.elsewhere),
+                          invocation=next_invocation_number(self.out) - 1, device=self.device, dtype=self.dtype,
+                          deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
+                          complete=complete)
+
+
+def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,
+                  packer: SlicePacker | None) -> Callable[[dict[str, Any]], None] | None:
+    """What happens after each cell is written: the tracker's log, then the slice's pack."""
+    steps = [f for f in (logger, None if packer is None else packer.cell) if f is not None]
+    if not steps:
+        return None
+
+    def each(rec: dict[str, Any]) -> None:
+        for f in steps:
+            f(rec)
+
+    return each
 
 
 def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None) -> None:
     keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}
     rep = unpack(pack, suite, out, keys)
     m = rep.manifest
+    if m.get("complete") is False:
+        click.echo(f"note: the slice of {pack} did not end (killed at its time limit?): its pack holds the "
+                   f"{len(m['cells'])} cell(s) it finished, which are merged")
     click.echo(f"unpacked {pack} (suite {m['suite']}, {m['device']}, commit {m.get('commit') or 'unknown'}, "
                f"{m['created']}): {len(rep.merged)} cell(s) merged into {out}, {len(rep.already)} already there, "
                f"candidates of {len(rep.candidates)} (float16 values)")
