@@ -195,14 +195,14 @@ def bench_command(
                                    "--only and --finished")
         unpack_slice(s, Path(unpack), Path(out) if out is not None else default_results_dir(s), dtype)
         return
-    elsewhere = read_ledger(Path(finished), s) if finished is not None else {}
     if pack is not None:
         resume = True   # a slice continues the results folder it was given
     if costs is not None and deadline is None:
         raise click.UsageError("--costs sets the estimates of --deadline; pass --deadline SECONDS too")
+    elsewhere = read_ledger(Path(finished), s) if finished is not None else {}
     if list_only:
         out_dir = default_results_dir(s) if out is None else out
-        done = load_cells(Path(out_dir))
+        done = {**elsewhere, **load_cells(Path(out_dir))}
         rows = []
         for c in select(expand(s), only):
             rec = done.get(c.cell_id)
