@@ -40,9 +40,35 @@ ok = Path(reconbench_plugins.__file__).resolve().is_relative_to(here) and len(en
 sys.exit(0 if ok else 1)
 PY
 }
+site="${TMPDIR:-/tmp}/reconbench-slice-site"
+mkdir -p "$site"
 if ! installed_here; then
   # no build isolation: the machine reaches no registry, so the build uses the setuptools already installed
-  "$py" -m pip install -q --no-deps --no-build-isolation -e .
+  if ! "$py" -m pip install -q --no-deps --no-build-isolation -e .; then
+    # the installed setuptools cannot build it (too old, or no bdist_wheel): write by hand the only metadata the
+    # plugin host reads (the distribution's name, version and entry points, from pyproject.toml), and put the
+    # tree on the path
+    echo "note: pip could not install the package here; registering it from pyproject.toml instead" >&2
+    "$py" - "$site" <<'PY'
+import sys
+import tomllib
+from pathlib import Path
+
+site, root = Path(sys.argv[1]), Path.cwd()
+project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+info = site / f"reconbench-{project['version']}.dist-info"
+info.mkdir(parents=True, exist_ok=True)
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: reconbench\nVersion: {project['version']}\n")
+groups = {"reconbench": project["entry-points"]["reconbench"], "console_scripts": project["scripts"]}
+(info / "entry_points.txt").write_text("".join(
+    f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for g, eps in groups.items()))
+link = site / "reconbench_plugins"
+if not link.exists():
+    link.symlink_to(root / "plugins", target_is_directory=True)
+PY
+    export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    installed_here || { echo "error: the package could not be registered here" >&2; exit 2; }
+  fi
 fi
 
 # kornia (the papers' SSIM), from carried wheels when missing
@@ -51,9 +77,8 @@ if ! "$py" -c "import kornia" 2>/dev/null; then
     echo "error: kornia is not installed here and .whl/ holds no wheel; run benchmarks/gpu/fetch_wheels.sh on a machine with a registry and carry .whl" >&2
     exit 2
   fi
-  site="${TMPDIR:-/tmp}/reconbench-slice-site"
-  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
-  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site/wheels" .whl/*.whl
+  export PYTHONPATH="$site/wheels${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 # the data: a carried copy in .data/ wins over RECONBENCH_DATA (../shared does not travel)
@@ -66,6 +91,9 @@ export RECONBENCH_CACHE="${RECONBENCH_CACHE:-${TMPDIR:-/tmp}/reconbench-slice-ca
 if [ -z "${RECONBENCH_SLICE_COMMIT:-}" ]; then
   RECONBENCH_SLICE_COMMIT="$(git rev-parse HEAD 2>/dev/null || true)"
   export RECONBENCH_SLICE_COMMIT
+  if [ -z "$RECONBENCH_SLICE_COMMIT" ]; then
+    echo "note: no git metadata here and RECONBENCH_SLICE_COMMIT is unset: the pack will not name its commit" >&2
+  fi
 fi
 finished=()
 if [ -n "$ledger" ]; then
