@@ -31,7 +31,7 @@ from reconbench.bench.slice_costs import (
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import PackError, unpack, verify_pack, write_pack
 from reconbench.bench.suite import load_suite
-from reconbench.cli.bench_cmd import SlicePacker
+from reconbench.cli.bench_slices import SlicePacker
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize, model_parameters
 
