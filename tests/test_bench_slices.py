@@ -336,6 +336,14 @@ def test_a_conflicting_cell_is_refused_and_an_identical_one_is_merged_already(pa
     with pytest.raises(PackError, match=f"cell {cid} is already in .* with other numbers"):
         unpack(packed[0], suite, out, keys)
     assert json.loads(path.read_text())["selections"]["pool"]["attack_loss"] == 123.0
+    # a stale record (its suite entry changed since) gives way, and its run's files go with it
+    rec["cell_key"] = "0" * 16
+    path.write_text(json.dumps(rec))
+    (out / "work" / cid).mkdir(parents=True, exist_ok=True)
+    (out / "work" / cid / "result.json").write_text("{}")
+    report = unpack(packed[0], suite, out, keys)
+    assert report.merged == [cid] and json.loads(path.read_text())["cell_key"] == keys[cid]
+    assert not (out / "work" / cid / "result.json").exists()
 
 
 def test_records_too_large_for_one_file_are_split_and_merge_the_same(packed, tmp_path, monkeypatch):

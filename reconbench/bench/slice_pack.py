@@ -25,6 +25,7 @@ import json
 import lzma
 import os
 import re
+import shutil
 import tarfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -235,8 +236,9 @@ def read_manifest(pack: Path) -> dict[str, Any]:
 
 
 def verify_pack(pack: Path, suite: Suite) -> dict[str, Any]:
-    """The manifest, once every file it names has its size and sha256, no other file is present, and the suite file
-    is the one the slice ran; else a one-line error naming the file and the fix."""
+    """The manifest, once every file it names has its size and sha256, no other file is present (but the pack's own
+    files an interrupted rewrite left), and the suite file is the one the slice ran; else a one-line error naming the
+    file and the fix."""
     manifest = read_manifest(pack)
     listed = manifest.get("files")
     if not isinstance(listed, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in listed):
@@ -362,8 +364,9 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
             if cid in report.already:
                 continue
             tensors = candidates.get(cid)
+            work = out / "work" / cid
+            shutil.rmtree(work, ignore_errors=True)   # a replaced (failed, stale or interrupted) run's files
             if tensors is not None:
-                work = out / "work" / cid
                 work.mkdir(parents=True, exist_ok=True)
                 tmp = work / ".candidates.safetensors.tmp"
                 tmp.write_bytes(save(tensors, metadata={"values": "float16, as the slice's pack carried them"}))
