@@ -38,6 +38,7 @@ class DeadlineExecutor:
     start: float = field(default_factory=time.monotonic)
     clock: Callable[[], float] = time.monotonic
     deferred: list[Deferred] = field(default_factory=list)
+    started_cells: dict[str, float] = field(default_factory=dict)   # cell id -> its estimate when it started
     name: str = "serial"
 
     def check(self, ctx: RunContext) -> None:
@@ -61,6 +62,7 @@ class DeadlineExecutor:
                 self.deferred.append(Deferred(job.cell.cell_id, slot.estimate(work), self.deadline - self.elapsed()))
                 continue
             trains = work.target_key not in slot.trained
+            self.started_cells[job.cell.cell_id] = slot.estimate(work)
             yield Started(job.cell)
             rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
                            data_root=ctx.data_root, quiet=ctx.quiet)

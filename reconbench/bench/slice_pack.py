@@ -148,7 +148,8 @@ def _content_name(stem: str, suffix: str, data: bytes) -> str:
 
 def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], remaining: Sequence[str],
                invocation: int, device: str, dtype: str, deferred: Sequence[dict[str, Any]] = (),
-               deadline: float | None = None, elapsed: float | None = None, complete: bool = True) -> dict[str, Any]:
+               deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
+               costs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
 
@@ -207,6 +208,8 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         "cells_remaining": list(remaining),
         "deferred": list(deferred),
     }
+    if costs is not None:   # each started cell's estimate, and the (units, seconds) measured per phase
+        manifest["costs"] = costs
     write_json(pack / MANIFEST, manifest)
     for old in pack.iterdir():
         if old.name not in files and old.name != MANIFEST and _FILE_NAME.match(old.name):

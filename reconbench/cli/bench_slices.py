@@ -83,11 +83,15 @@ class SlicePacker:
         deadline = ex.deadline + PACK_RESERVE_SECONDS if isinstance(ex, DeadlineExecutor) else None
         deferred = ([{"cell_id": d.cell_id, "estimate_seconds": d.estimate, "seconds_left": d.left}
                      for d in ex.deferred] if isinstance(ex, DeadlineExecutor) else [])
+        costs = None
+        if isinstance(ex, DeadlineExecutor):   # what the next cost table can be made from
+            costs = {"estimates": dict(ex.started_cells),
+                     "measured": {p: [[u, sec] for u, sec in ms] for p, ms in ex.model.measured.items()}}
         return write_pack(self.pack, self.suite, self.out, cells=list(ran),
                           remaining=remaining_cells(self.out, self.keys, self.elsewhere),
                           invocation=next_invocation_number(self.out) - 1, device=self.device, dtype=self.dtype,
                           deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
-                          complete=complete)
+                          complete=complete, costs=costs)
 
 
 def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,
