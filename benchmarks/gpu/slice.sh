@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One slice of a suite on a machine lent for a few minutes (a GPU), end to end, from a bare machine:
 #
-#   benchmarks/gpu/slice.sh SUITE [DEVICE] [DEADLINE_SECONDS] [FINISHED_JSON]
+#   benchmarks/gpu/slice.sh SUITE [DEVICE] [DEADLINE_SECONDS] [FINISHED_JSON] [BENCH OPTIONS...]
 #
 #   SUITE          a suite name or .toml path
 #   DEVICE         cuda (default) or cpu
@@ -9,6 +9,8 @@
 #                  less a minute for the install)
 #   FINISHED_JSON  the ledger of cells already merged (the finished.json `--unpack` writes into the results folder,
 #                  carried to the machine): they are skipped. Absent on the first slice.
+#   ...            any further arguments go to `reconbench bench` (e.g. --costs FILE); pass "" for FINISHED_JSON
+#                  to give them without a ledger
 #
 # It installs the package without its dependencies (built-in plugins are found through install metadata), installs
 # kornia from the wheels in .whl/ when this Python lacks it (benchmarks/gpu/fetch_wheels.sh fetches them), reads the
@@ -17,10 +19,11 @@
 # results are kept: reconbench bench SUITE --unpack PACK --out RESULTS. See benchmarks/gpu/README.md.
 set -euo pipefail
 if [ $# -lt 1 ]; then
-  echo "usage: $0 SUITE [DEVICE] [DEADLINE_SECONDS] [FINISHED_JSON]" >&2
+  echo "usage: $0 SUITE [DEVICE] [DEADLINE_SECONDS] [FINISHED_JSON] [BENCH OPTIONS...]" >&2
   exit 2
 fi
 suite="$1"; device="${2:-cuda}"; deadline="${3:-480}"; ledger="${4:-}"
+shift $(( $# < 4 ? $# : 4 ))
 cd "$(dirname "$0")/../.."
 py="${PYTHON:-python3}"
 
@@ -107,4 +110,4 @@ out="${OUT:-$(mktemp -d)}"
 results="$(mktemp -d)"   # this machine's own results folder: what it runs leaves in the pack
 echo "slice: suite $suite, device $device, deadline ${deadline}s, pack $out/pack"
 "$py" -m reconbench bench "$suite" --device "$device" --deadline "$deadline" --pack "$out/pack" --out "$results" \
-  ${finished[@]+"${finished[@]}"} -q
+  ${finished[@]+"${finished[@]}"} -q "$@"

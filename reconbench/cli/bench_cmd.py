@@ -125,8 +125,8 @@ from reconbench.tracking import MlflowTracker, tracker
     type=click.Path(file_okay=False),
     default=None,
     metavar="DIR",
-    help="After running, write the cells this command ran into DIR as a slice pack: at most 8 files of at most "
-    "16 MiB with a manifest (a GPU machine's way back); implies --resume. Merge it with --unpack DIR.",
+    help="Write the cells this command runs into DIR as a slice pack, rewritten after every cell: at most 8 files of "
+    "at most 16 MiB with a manifest (a GPU machine's way back); implies --resume. Merge it with --unpack DIR.",
 )
 @click.option(
     "--unpack",
@@ -228,10 +228,12 @@ def bench_command(
     out_dir = Path(out) if out is not None else default_results_dir(s)
     logger = tracker(track, track_uri, track_experiment or s.name)
     cells_executor = cell_executor(executor, address)
-    if device is not None:
+    if device is not None and not plan_only:   # a plan is made for a device that need not be here
         if isinstance(cells_executor, RayExecutor):
             cells_executor.check_device(device)
         check_device(device)
+    elif device is not None and device.split(":")[0] not in ("cpu", "cuda"):
+        raise click.UsageError(f"--device {device}: --plan knows the costs of cpu and cuda; pass one of them")
     if pack is not None:
         check_pack_folder(Path(pack))
     if plan_only and deadline is None:
