@@ -88,7 +88,7 @@ def first_slice(tmp_path: Path, cells: int) -> tuple[Path, dict[str, Any], Deadl
     ex = DeadlineExecutor(100.0, CostModel.for_device("cpu", cheap_table()), tiny_sizes(suite), start=0.0, clock=clock)
     device_out = tmp_path / "device1"
     pack = tmp_path / "pack1"
-    packer = SlicePacker(pack, suite, device_out, ex, (), "cpu", None, 0.0, {})
+    packer = SlicePacker(pack, suite, device_out, ex, "cpu", None, 0.0, {})
 
     def each(rec: dict[str, Any]) -> None:
         packer.cell(rec)

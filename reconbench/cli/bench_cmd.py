@@ -256,7 +256,7 @@ def bench_command(
         reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
         cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(device or s.device, table), sizes,
                                           start=started)
-    packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, only, device, dtype,
+    packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,
                                                    started, elsewhere)
     on_cell = chain_on_cell(None if logger is None else cell_logger(logger, out_dir), packer)
     with folder_lock(out_dir, "results"):

@@ -13,7 +13,7 @@ from tabulate import tabulate
 
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.executors import Executor
-from reconbench.bench.runner import BenchReport, next_invocation_number, select_cells
+from reconbench.bench.runner import BenchReport, next_invocation_number
 from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import LEDGER_FILE, remaining_cells, unpack, write_pack
@@ -67,11 +67,11 @@ class SlicePacker:
     """Writes the slice's pack (``reconbench.bench.slice_pack``) after every cell, so that a command killed at its
     time limit leaves what finished, and once more at the end (``complete``)."""
 
-    def __init__(self, pack: Path, suite: Suite, out: Path, ex: Executor, only: tuple[str, ...], device: str | None,
+    def __init__(self, pack: Path, suite: Suite, out: Path, ex: Executor, device: str | None,
                  dtype: str | None, started: float, elsewhere: dict[str, dict[str, Any]]) -> None:
         self.pack, self.suite, self.out, self.ex, self.started, self.elsewhere = pack, suite, out, ex, started, elsewhere
         self.device, self.dtype = device or suite.device, dtype or suite.dtype
-        self.keys = {c.cell_id: c.key(suite, dtype) for c in select_cells(suite, only)}
+        self.keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}   # the whole suite, --only or not
         self.ran: list[str] = []
 
     def cell(self, rec: dict[str, Any]) -> None:
