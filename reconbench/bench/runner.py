@@ -577,8 +577,11 @@ def run_suite(
     command: str | None = None,
     executor: Executor | None = None,
     on_cell: Callable[[dict[str, Any]], None] | None = None,
+    finished_elsewhere: dict[str, dict[str, Any]] | None = None,
 ) -> BenchReport:
-    """Run (or resume) a suite; see the module docstring for the folder layout."""
+    """Run (or resume) a suite; see the module docstring for the folder layout. ``finished_elsewhere``: records (at
+    least ``cell_id``, ``cell_key``, ``status``) of cells finished in another results folder, skipped like the
+    folder's own (a slice's ledger, ``bench/slice_pack.py``)."""
     executor = executor or SerialExecutor()
     out_dir = Path(out) if out else default_results_dir(suite)
     cells = select_cells(suite, only)
@@ -592,7 +595,7 @@ def run_suite(
         cache=cache,
         quiet=quiet,
     )
-    existing = check_resume(out_dir, resume)
+    existing = {**(finished_elsewhere or {}), **check_resume(out_dir, resume)}
     executor.check(ctx)
     for w in suite.warnings:
         _say(f"warning: {w}", quiet)

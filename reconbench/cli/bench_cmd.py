@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,19 @@ from reconbench.bench.runner import (
     run_suite,
     select_cells,
 )
+from reconbench.bench.slice_costs import CostModel, read_costs
+from reconbench.bench.slice_executor import DeadlineExecutor
+from reconbench.bench.slice_pack import read_ledger
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
+from reconbench.cli.bench_slices import (
+    PACK_RESERVE_SECONDS,
+    SlicePacker,
+    chain_on_cell,
+    check_pack_folder,
+    print_plan,
+    say_deferred,
+    unpack_slice,
+)
 from reconbench.cli.common import (
     check_device,
     command_line,
@@ -60,6 +74,13 @@ from reconbench.tracking import MlflowTracker, tracker
 )
 @click.option("--list", "list_only", is_flag=True, help="Only list the cells and whether each is finished.")
 @click.option(
+    "--plan",
+    "plan_only",
+    is_flag=True,
+    help="With --deadline: only print the slices of that many seconds that the cells still to run need on bare "
+    "machines, estimated from the cost table (--costs, else the device's built-in one); runs nothing.",
+)
+@click.option(
     "--device", default=None, help="Torch device for the attacks (default: the suite's, usually cpu)."
 )
 @click.option(
@@ -90,6 +111,47 @@ from reconbench.tracking import MlflowTracker, tracker
     metavar="ADDR",
     help="With --executor ray: the Ray cluster to use, e.g. 'auto' or 'ray://head:10001' (default: a local instance).",
 )
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Run only the cells that fit in SECONDS from now: each cell starts only when its estimated cost (from what "
+    "this command has measured so far, else the device's cost table, plus a safety margin) fits in the time left; "
+    "the rest are left for the next run (docs/slices.md).",
+)
+@click.option(
+    "--pack",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Write the cells this command runs into DIR as a slice pack, rewritten after every cell: at most 8 files of "
+    "at most 16 MiB with a manifest (a GPU machine's way back); implies --resume. Merge it with --unpack DIR.",
+)
+@click.option(
+    "--unpack",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Verify a slice pack (sha256 of each file, the suite file's hash) and merge its cells into the results "
+    "folder (--out); runs nothing. A cell the folder already holds with other numbers is refused.",
+)
+@click.option(
+    "--finished",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Skip the cells that this ledger (the finished.json that --unpack writes into the results folder) lists as "
+    "finished elsewhere, with the same cell key: how a slice on another machine continues without the records.",
+)
+@click.option(
+    "--costs",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="With --deadline: the cost table (JSON, seconds per phase: fixed and per unit) used until a phase is "
+    "measured (default: the device's built-in, pessimistic table; see docs/slices.md).",
+)
 @track_options
 @data_root_option
 @quiet_option
@@ -100,6 +162,7 @@ def bench_command(
     retry_failed: bool,
     strict: bool,
     list_only: bool,
+    plan_only: bool,
     device: str | None,
     dtype: str | None,
     out: str | None,
@@ -107,6 +170,11 @@ def bench_command(
     data_root: str | None,
     executor: str,
     address: str | None,
+    deadline: float | None,
+    pack: str | None,
+    unpack: str | None,
+    finished: str | None,
+    costs: str | None,
     quiet: bool,
     track: str | None,
     track_uri: str | None,
@@ -120,11 +188,28 @@ def bench_command(
     and oracle selections, provenance, wall time, or the error it failed with) is written the moment the cell
     finishes; an interrupted suite loses at most the cell in progress. Render tables with
     `reconbench leaderboard SUITE`.
+
+    On a machine lent for a few minutes (a GPU), `--deadline SECONDS --pack DIR` runs what fits and packs it; back
+    here, `--unpack DIR` merges it, and the next slice skips what is merged (docs/slices.md).
     """
+    started = time.monotonic()
+    if deadline is not None and not math.isfinite(deadline):
+        raise click.UsageError(f"--deadline {deadline}: pass a finite number of seconds, e.g. --deadline 480")
     s = load_suite(suite, strict=strict)
+    if unpack is not None:
+        if deadline is not None or pack is not None or list_only or only or finished:
+            raise click.UsageError("--unpack merges a pack and runs nothing: leave out --deadline, --pack, --list, "
+                                   "--only and --finished")
+        unpack_slice(s, Path(unpack), Path(out) if out is not None else default_results_dir(s), dtype)
+        return
+    if pack is not None:
+        resume = True   # a slice continues the results folder it was given
+    if costs is not None and deadline is None:
+        raise click.UsageError("--costs sets the estimates of --deadline; pass --deadline SECONDS too")
+    elsewhere = read_ledger(Path(finished), s) if finished is not None else {}
     if list_only:
         out_dir = default_results_dir(s) if out is None else out
-        done = load_cells(Path(out_dir))
+        done = {**elsewhere, **load_cells(Path(out_dir))}
         rows = []
         for c in select(expand(s), only):
             rec = done.get(c.cell_id)
@@ -143,18 +228,44 @@ def bench_command(
     out_dir = Path(out) if out is not None else default_results_dir(s)
     logger = tracker(track, track_uri, track_experiment or s.name)
     cells_executor = cell_executor(executor, address)
-    if device is not None:
+    if device is not None and not plan_only:   # a plan is made for a device that need not be here
         if isinstance(cells_executor, RayExecutor):
             cells_executor.check_device(device)
         check_device(device)
-    check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume, retry_failed)
+    elif device is not None and device.split(":")[0] not in ("cpu", "cuda"):
+        raise click.UsageError(f"--device {device}: --plan knows the costs of cpu and cuda; pass one of them")
+    if pack is not None:
+        check_pack_folder(Path(pack))
+    if plan_only and deadline is None:
+        raise click.UsageError("--plan prints the slices of a deadline: pass --deadline SECONDS too")
+    if deadline is not None and isinstance(cells_executor, RayExecutor):
+        raise click.UsageError("--deadline runs the cells here, one after the other: leave out --executor ray")
+    sizes = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume or plan_only, retry_failed,
+                        elsewhere)
+    if plan_only:
+        assert deadline is not None
+        done = {**elsewhere, **load_cells(out_dir)}
+        todo = [c for c in select_cells(s, only) if not is_finished(done.get(c.cell_id), c.key(s, dtype), retry_failed)]
+        print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, device or s.device,
+                   read_costs(Path(costs)) if costs is not None else None)
+        return
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
+    if deadline is not None:
+        table = read_costs(Path(costs)) if costs is not None else None
+        reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
+        cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(device or s.device, table), sizes,
+                                          start=started)
+    packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,
+                                                   started, elsewhere)
+    on_cell = chain_on_cell(None if logger is None else cell_logger(logger, out_dir), packer)
     with folder_lock(out_dir, "results"):
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,
                            device=device, dtype=dtype, cache=cache, data_root=data_root, quiet=quiet,
                            command=command_line(),
-                           executor=cells_executor, on_cell=None if logger is None else cell_logger(logger, out_dir))
+                           executor=cells_executor, on_cell=on_cell, finished_elsewhere=elsewhere)
+        if packer is not None:
+            manifest = packer.write(report.ran, complete=True)
     ok = len(report.ran) - len(report.failed)
     click.echo(
         f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "
@@ -168,15 +279,24 @@ def bench_command(
         f"render the leaderboard: reconbench leaderboard {suite}"
         + (f" --results {report.out}" if out else "")
     )
+    if isinstance(cells_executor, DeadlineExecutor):
+        say_deferred(cells_executor, report, deadline)
+    if pack is not None:
+        click.echo(f"pack: {len(manifest['cells'])} cell(s) in {len(manifest['files']) + 1} file(s) in {pack}; "
+                   f"{len(manifest['cells_remaining'])} cell(s) of the suite remain; merge it where the results "
+                   f"are kept: reconbench bench {suite} --unpack DIR --out RESULTS")
     if report.failed or report.lost:
         raise SystemExit(1)  # the summary above names each cell and its record
+    if isinstance(cells_executor, DeadlineExecutor) and not report.ran and cells_executor.deferred:
+        raise SystemExit(1)  # nothing fitted the deadline: say_deferred said so
 
 
 def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, data_root: str | None, resume: bool,
-                retry_failed: bool) -> None:
+                retry_failed: bool, elsewhere: dict[str, dict[str, Any]] | None = None) -> dict[str, TargetSize]:
     """Before the first cell runs, what the command line checks before `reconbench run`: each target's data set,
-    problem and architecture, and the memory of its training and of each cell's attack (cells still to run only)."""
-    done = load_cells(out) if resume else {}
+    problem and architecture, and the memory of its training and of each cell's attack (cells still to run only).
+    Returns the size of each target still needed, by recipe key."""
+    done = {**(elsewhere or {}), **(load_cells(out) if resume else {})}
     todo = [c for c in cells if not is_finished(done.get(c.cell_id), c.key(suite, dtype), retry_failed)]
     sizes: dict[str, TargetSize] = {}
     where = display_path(suite.path)
@@ -194,6 +314,7 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
                          dtype=dtype or suite.dtype, fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
         except ReconbenchError as exc:
             raise SuiteError(f"{where}: cell {cell.cell_id}: {exc}") from None
+    return sizes
 
 
 def cell_logger(logger: MlflowTracker, out: Path) -> Callable[[dict[str, Any]], None]:

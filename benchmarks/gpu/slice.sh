@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# One slice of a suite on a machine lent for a few minutes (a GPU), end to end, from a bare machine:
+#
+#   benchmarks/gpu/slice.sh SUITE [DEVICE] [DEADLINE_SECONDS] [FINISHED_JSON] [BENCH OPTIONS...]
+#
+#   SUITE          a suite name or .toml path
+#   DEVICE         cuda (default) or cpu
+#   DEADLINE       seconds the suite may run, the pack included (default 480; keep it under the command's time limit
+#                  less a minute for the install)
+#   FINISHED_JSON  the ledger of cells already merged (the finished.json `--unpack` writes into the results folder,
+#                  carried to the machine): they are skipped. Absent on the first slice.
+#   ...            any further arguments go to `reconbench bench` (e.g. --costs FILE); pass "" for FINISHED_JSON
+#                  to give them without a ledger
+#
+# It installs the package without its dependencies (built-in plugins are found through install metadata), installs
+# kornia from the wheels in .whl/ when this Python lacks it (benchmarks/gpu/fetch_wheels.sh fetches them), reads the
+# data from .data/ when that folder exists (benchmarks/gpu/copy_data.py fills it), runs the cells that fit before the
+# deadline, and writes the slice's pack to $OUT/pack (a temporary folder when OUT is unset). Merge the pack where the
+# results are kept: reconbench bench SUITE --unpack PACK --out RESULTS. See benchmarks/gpu/README.md.
+set -euo pipefail
+if [ $# -lt 1 ]; then
+  echo "usage: $0 SUITE [DEVICE] [DEADLINE_SECONDS] [FINISHED_JSON] [BENCH OPTIONS...]" >&2
+  exit 2
+fi
+suite="$1"; device="${2:-cuda}"; deadline="${3:-480}"; ledger="${4:-}"
+shift $(( $# < 4 ? $# : 4 ))
+cd "$(dirname "$0")/../.."
+py="${PYTHON:-python3}"
+
+# the package, installed from this tree (its entry points register the built-in plugins)
+installed_here() {
+  "$py" - <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, distribution, entry_points
+from pathlib import Path
+try:
+    distribution("reconbench")
+    import reconbench_plugins
+except (PackageNotFoundError, ImportError):
+    sys.exit(1)
+here = Path.cwd().resolve()
+ok = Path(reconbench_plugins.__file__).resolve().is_relative_to(here) and len(entry_points(group="reconbench")) > 0
+sys.exit(0 if ok else 1)
+PY
+}
+site="${TMPDIR:-/tmp}/reconbench-slice-site"
+mkdir -p "$site"
+if ! installed_here; then
+  # no build isolation: the machine reaches no registry, so the build uses the setuptools already installed
+  if ! "$py" -m pip install -q --no-deps --no-build-isolation -e .; then
+    # the installed setuptools cannot build it (too old, or no bdist_wheel): write by hand the only metadata the
+    # plugin host reads (the distribution's name, version and entry points, from pyproject.toml), and put the
+    # tree on the path
+    echo "note: pip could not install the package here; registering it from pyproject.toml instead" >&2
+    "$py" - "$site" <<'PY'
+import sys
+import tomllib
+from pathlib import Path
+
+site, root = Path(sys.argv[1]), Path.cwd()
+project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+info = site / f"reconbench-{project['version']}.dist-info"
+info.mkdir(parents=True, exist_ok=True)
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: reconbench\nVersion: {project['version']}\n")
+groups = {"reconbench": project["entry-points"]["reconbench"], "console_scripts": project["scripts"]}
+(info / "entry_points.txt").write_text("".join(
+    f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for g, eps in groups.items()))
+link = site / "reconbench_plugins"
+if not link.exists():
+    link.symlink_to(root / "plugins", target_is_directory=True)
+PY
+    export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    installed_here || { echo "error: the package could not be registered here" >&2; exit 2; }
+  fi
+fi
+
+# kornia (the papers' SSIM), from carried wheels when missing
+if ! "$py" -c "import kornia" 2>/dev/null; then
+  if ! ls .whl/*.whl >/dev/null 2>&1; then
+    echo "error: kornia is not installed here and .whl/ holds no wheel; run benchmarks/gpu/fetch_wheels.sh on a machine with a registry and carry .whl" >&2
+    exit 2
+  fi
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site/wheels" .whl/*.whl
+  export PYTHONPATH="$site/wheels${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+# the data: a carried copy in .data/ wins over RECONBENCH_DATA (../shared does not travel)
+if [ -d .data ]; then
+  export RECONBENCH_DATA="$PWD/.data"
+fi
+export RECONBENCH_DOWNLOAD=0
+export RECONBENCH_CACHE="${RECONBENCH_CACHE:-${TMPDIR:-/tmp}/reconbench-slice-cache}"
+# a device machine gets the files without git metadata: the caller names the commit
+if [ -z "${RECONBENCH_SLICE_COMMIT:-}" ]; then
+  RECONBENCH_SLICE_COMMIT="$(git rev-parse HEAD 2>/dev/null || true)"
+  export RECONBENCH_SLICE_COMMIT
+  if [ -z "$RECONBENCH_SLICE_COMMIT" ]; then
+    echo "note: no git metadata here and RECONBENCH_SLICE_COMMIT is unset: the pack will not name its commit" >&2
+  fi
+fi
+finished=()
+if [ -n "$ledger" ]; then
+  if [ -f "$ledger" ]; then
+    finished=(--finished "$ledger")
+  else
+    echo "note: no ledger at $ledger: no cell counts as finished (the first slice of a suite)"
+  fi
+fi
+out="${OUT:-$(mktemp -d)}"
+results="$(mktemp -d)"   # this machine's own results folder: what it runs leaves in the pack
+echo "slice: suite $suite, device $device, deadline ${deadline}s, pack $out/pack"
+"$py" -m reconbench bench "$suite" --device "$device" --deadline "$deadline" --pack "$out/pack" --out "$results" \
+  ${finished[@]+"${finished[@]}"} -q "$@"

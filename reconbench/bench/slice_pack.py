@@ -1,0 +1,423 @@
+"""A slice's pack: what leaves a device machine after a slice, and how it is merged into a results folder.
+
+A device machine returns at most :data:`MAX_FILES` files of at most :data:`MAX_FILE_BYTES` each, so a pack is:
+
+    manifest.json                 suite, suite file sha256, commit, device, the cells it holds, the cells that
+                                  remain, whether the slice ended, and the sha256 and size of every other file
+    records-<sha>.tar.xz          the cells' JSON records, the model cards of their targets, the slice's invocation
+                                  record (several archives when one would be too large)
+    candidates-<sha>.safetensors  the pooled candidates of the cells the suite's ``store_candidates`` keeps, in
+                                  float16, keyed ``<cell id>/<tensor>`` (absent when no cell keeps them)
+
+(``<sha>``: the first 12 hex digits of the file's sha256.)
+
+Candidates of other cells do not leave the device: each cell was evaluated there and its record holds the scores.
+``unpack`` checks every file against the manifest and the suite file's hash before anything is written, refuses a
+cell that the results folder already holds with other numbers, and writes the cells, cards, candidates (as float32
+holding the float16 values, marked so in the file's metadata) and the invocation record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import shutil
+import tarfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load, save
+
+from reconbench.bench.cells import expand
+from reconbench.bench.runner import (
+    STATUS_OK,
+    cell_path,
+    invocation_path,
+    is_finished,
+    load_cells,
+    next_invocation_number,
+    write_suite_file,
+)
+from reconbench.bench.seal import SEAL_FIELD, seal_problem
+from reconbench.bench.suite import Suite
+from reconbench.errors import ReconbenchError
+from reconbench.provenance import folder_lock, git_commit, read_json, write_json, write_text_atomic
+
+PACK_FORMAT = "reconbench-slice-pack/1"
+LEDGER_FORMAT = "reconbench-finished-cells/1"
+#: the ledger ``unpack`` writes into the results folder: the cells finished there, by id, with their keys; a slice
+#: on another machine reads it (``--finished``) instead of the records, which may not fit what travels
+LEDGER_FILE = "finished.json"
+MANIFEST = "manifest.json"
+#: what a device machine returns: at most 8 files of at most 16 MiB each
+MAX_FILES, MAX_FILE_BYTES = 8, 16 * 1024 * 1024
+#: the precision candidates travel in
+TRAVEL_DTYPE = torch.float16
+#: the environment variable naming the commit a slice ran, where the working tree has no git metadata (a device
+#: machine gets a copy of the files only)
+COMMIT_ENV = "RECONBENCH_SLICE_COMMIT"
+_FILE_NAME = re.compile(r"^(records-[0-9a-f]{12}\.tar\.xz|candidates-[0-9a-f]{12}\.safetensors)$")
+_MEMBER = re.compile(r"^(cells/[A-Za-z0-9._-]+\.json|targets/[A-Za-z0-9._-]+\.json|invocation\.json)$")
+
+
+class PackError(ReconbenchError):
+    """A pack that cannot be written or merged; the message names the file and the fix."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# -- writing -------------------------------------------------------------------------------------------------
+def _archive(members: Sequence[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz", preset=6) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _archives(members: Sequence[tuple[str, bytes]]) -> list[bytes]:
+    """The members in as few xz archives as keep each within the size limit (split in halves until they fit)."""
+    data = _archive(members)
+    if len(data) <= MAX_FILE_BYTES:
+        return [data]
+    if len(members) == 1:
+        raise PackError(f"{members[0][0]} alone compresses to {len(data):,} bytes, more than a pack file may hold "
+                        f"({MAX_FILE_BYTES:,}); the cell stays in the results folder: copy it back another way")
+    half = len(members) // 2
+    return _archives(members[:half]) + _archives(members[half:])
+
+
+def sample_cells(suite: Suite, all_cells: Sequence[str]) -> list[str]:
+    """The cells of the suite whose candidates travel, whichever slice runs them: its ``sample_cells``, then
+    ``store_candidates`` more (all with ``store_candidates = "all"``) in a fixed order (the sha256 of the id), so
+    that the slices of a suite together bring back what one board keeps."""
+    k = suite.leaderboard.store_candidates
+    named = [c for c in suite.leaderboard.sample_cells if c in all_cells]
+    rest = sorted((c for c in all_cells if c not in named), key=lambda c: hashlib.sha256(c.encode()).hexdigest())
+    return named + (rest if k is None else rest[:k])
+
+
+def _candidates_file(out: Path, cells: Iterable[str]) -> tuple[bytes | None, list[str]]:
+    """The sampled cells' candidates in float16 (labels and run ids unchanged) as one safetensors file, with as many
+    of the cells, in order, as keep it within the size limit; the file (None: no cell) and the cells kept."""
+    from safetensors.torch import load_file
+
+    parts: list[tuple[str, dict[str, torch.Tensor]]] = []
+    for cid in cells:
+        src = out / "work" / cid / "candidates.safetensors"
+        if src.exists():
+            parts.append((cid, {f"{cid}/{k}": (v.to(TRAVEL_DTYPE) if v.is_floating_point() else v).contiguous()
+                                for k, v in load_file(str(src)).items()}))
+    kept: list[tuple[str, dict[str, torch.Tensor]]] = []
+    for part in parts:   # the tensors' bytes first (cheap), then the file itself (its header counts too)
+        if sum(v.numel() * v.element_size() for _, p in [*kept, part] for v in p.values()) <= MAX_FILE_BYTES:
+            kept.append(part)
+    while kept:
+        data = save({k: v for _, p in kept for k, v in p.items()},
+                    metadata={"dtype": str(TRAVEL_DTYPE).removeprefix("torch.")})
+        if len(data) <= MAX_FILE_BYTES:
+            return data, [cid for cid, _ in kept]
+        kept.pop()
+    return None, []
+
+
+def slice_commit() -> str | None:
+    return git_commit() or os.environ.get(COMMIT_ENV) or None
+
+
+def _content_name(stem: str, suffix: str, data: bytes) -> str:
+    return f"{stem}-{hashlib.sha256(data).hexdigest()[:12]}{suffix}"
+
+
+def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], remaining: Sequence[str],
+               invocation: int, device: str, dtype: str, deferred: Sequence[dict[str, Any]] = (),
+               deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
+               costs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
+    previous call wrote there; returns the manifest.
+
+    A slice rewrites its pack after every cell (``complete`` False), so that a command killed at its time limit
+    still leaves the cells it finished. Each rewrite is safe to interrupt: data files are named by their content and
+    written first, the manifest replaces the old one in one rename, and only then are the files it no longer names
+    removed; at every moment the manifest names files that exist with its sha256 (``unpack`` ignores leftovers)."""
+    records = {cid: json.loads(cell_path(out, cid).read_text()) for cid in cells}
+    members: list[tuple[str, bytes]] = []
+    cards: set[str] = set()
+    for cid in cells:
+        members.append((f"cells/{cid}.json", cell_path(out, cid).read_bytes()))
+        key = (records[cid].get("target") or {}).get("recipe_key")
+        card = out / "targets" / f"{key}.json"
+        if key and key not in cards and card.exists():
+            cards.add(key)
+            members.append((f"targets/{key}.json", card.read_bytes()))
+    if invocation_path(out, invocation).exists():
+        members.append(("invocation.json", invocation_path(out, invocation).read_bytes()))
+    files: dict[str, bytes] = {}
+    for data in _archives(members) if members else []:
+        files[_content_name("records", ".tar.xz", data)] = data
+    ok = [c for c in cells if records[c].get("status") == STATUS_OK]
+    sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
+    candidates, sampled = _candidates_file(out, [c for c in sample if c in ok])
+    if candidates is not None and len(files) + 2 <= MAX_FILES:
+        files[_content_name("candidates", ".safetensors", candidates)] = candidates
+    else:
+        sampled = []
+    if len(files) + 1 > MAX_FILES:
+        raise PackError(f"the slice's records need {len(files)} archives, more than a pack may hold; its cells stay in "
+                        f"{out}: run shorter slices (a smaller --deadline)")
+    pack.mkdir(parents=True, exist_ok=True)
+    listed = []
+    for name, data in files.items():
+        if not (pack / name).exists():
+            tmp = pack / f".{name}.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(pack / name)
+        listed.append({"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    manifest = {
+        "format": PACK_FORMAT,
+        "suite": suite.name,
+        "suite_sha256": suite.text_sha256,
+        "commit": slice_commit(),
+        "device": device,
+        "dtype": dtype,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "complete": complete,
+        "deadline_seconds": deadline,
+        "elapsed_seconds": elapsed,
+        "invocation": invocation,
+        "files": listed,
+        "cells": list(cells),
+        "candidates": {"cells": sampled, "dtype": str(TRAVEL_DTYPE).removeprefix("torch.")},
+        "cells_remaining": list(remaining),
+        "deferred": list(deferred),
+    }
+    if costs is not None:   # each started cell's estimate, and the (units, seconds) measured per phase
+        manifest["costs"] = costs
+    write_json(pack / MANIFEST, manifest)
+    for old in pack.iterdir():
+        if old.name not in files and old.name != MANIFEST and _FILE_NAME.match(old.name):
+            old.unlink()
+    return manifest
+
+
+# -- reading -------------------------------------------------------------------------------------------------
+@dataclass
+class UnpackReport:
+    merged: list[str] = field(default_factory=list)     # cells written
+    already: list[str] = field(default_factory=list)    # identical records already in the results folder
+    candidates: list[str] = field(default_factory=list)
+    cards_kept: list[str] = field(default_factory=list)  # the folder's own card differed and was kept
+    remaining: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    invocation: int | None = None
+
+
+def read_manifest(pack: Path) -> dict[str, Any]:
+    fix = "fetch the slice's whole pack folder again (its manifest.json names every file)"
+    manifest = read_json(pack / MANIFEST, missing=fix, damaged=fix, error=PackError)
+    if not isinstance(manifest, dict) or manifest.get("format") != PACK_FORMAT:
+        raise PackError(f"{pack / MANIFEST} is not a slice manifest (format {PACK_FORMAT!r}); pass the folder that "
+                        "`reconbench bench SUITE --pack DIR` wrote")
+    return manifest
+
+
+def verify_pack(pack: Path, suite: Suite) -> dict[str, Any]:
+    """The manifest, once every file it names has its size and sha256, no other file is present (but the pack's own
+    files an interrupted rewrite left), and the suite file is the one the slice ran; else a one-line error naming the
+    file and the fix."""
+    manifest = read_manifest(pack)
+    listed = manifest.get("files")
+    if not isinstance(listed, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in listed):
+        raise PackError(f"{pack / MANIFEST} has no valid 'files' list; fetch the pack again")
+    names = {f["name"] for f in listed}
+    for f in listed:
+        path = pack / f["name"]
+        if not _FILE_NAME.match(f["name"]):
+            raise PackError(f"{pack / MANIFEST} names {f['name']!r}, which is no file a pack holds; fetch the pack again")
+        if not path.is_file():
+            raise PackError(f"{path} is missing (its manifest lists it); fetch the slice's whole pack folder again")
+        if path.stat().st_size != f.get("bytes") or sha256_file(path) != f.get("sha256"):
+            raise PackError(f"{path} does not match the sha256 its manifest records (damaged or edited after the "
+                            "slice wrote it); fetch the pack again, or run the slice again. Nothing was merged")
+    extra = sorted(p.name for p in pack.iterdir() if p.name not in names | {MANIFEST} and not p.name.startswith(".")
+                   and not _FILE_NAME.match(p.name))   # a pack's own files left by an interrupted rewrite: ignored
+    if extra:
+        raise PackError(f"{pack / extra[0]} is not named in the pack's manifest; a pack holds only the files its "
+                        "manifest names: remove it, or fetch the pack again")
+    if manifest.get("suite_sha256") != suite.text_sha256:
+        raise PackError(f"the slice ran suite {manifest.get('suite')!r} from a file with sha256 "
+                        f"{str(manifest.get('suite_sha256'))[:12]}, but {suite.path} has {suite.text_sha256[:12]}; "
+                        f"check out the suite file of commit {manifest.get('commit')} and unpack again")
+    return manifest
+
+
+def _members(pack: Path, manifest: dict[str, Any]) -> dict[str, bytes]:
+    members: dict[str, bytes] = {}
+    for f in manifest["files"]:
+        if not f["name"].endswith(".tar.xz"):
+            continue
+        path = pack / f["name"]
+        try:
+            with tarfile.open(path, mode="r:xz") as tar:
+                for info in tar.getmembers():
+                    if not info.isfile() or not _MEMBER.match(info.name):
+                        raise PackError(f"{path} holds {info.name!r}, which no pack writes; run the slice again")
+                    fh = tar.extractfile(info)
+                    assert fh is not None
+                    members[info.name] = fh.read()
+        except (tarfile.TarError, lzma.LZMAError, OSError) as exc:
+            raise PackError(f"{path} is not a readable archive ({exc}); fetch the pack again") from None
+    return members
+
+
+def _candidates(pack: Path, manifest: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
+    names = [f["name"] for f in manifest["files"] if f["name"].startswith("candidates-")]
+    if not names:
+        return {}
+    path = pack / names[0]
+    try:
+        flat = load(path.read_bytes())
+    except (SafetensorError, ValueError, OSError) as exc:
+        raise PackError(f"{path} is not a readable safetensors file ({exc}); fetch the pack again") from None
+    by_cell: dict[str, dict[str, torch.Tensor]] = {}
+    for name, tensor in flat.items():
+        cid, _, key = name.rpartition("/")
+        by_cell.setdefault(cid, {})[key] = tensor.to(torch.float32) if tensor.is_floating_point() else tensor
+    return by_cell
+
+
+def _cell_records(members: dict[str, bytes], manifest: dict[str, Any], pack: Path) -> dict[str, tuple[bytes, dict[str, Any]]]:
+    records = {}
+    for name, data in members.items():
+        if not name.startswith("cells/"):
+            continue
+        try:
+            rec = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PackError(f"{pack}: {name} is not valid JSON ({exc}); run the slice again") from None
+        problem = seal_problem(rec)
+        if problem is not None or rec.get(SEAL_FIELD) is None:
+            raise PackError(f"{pack}: {name} is not sealed as the runner writes it; run the slice again")
+        if rec.get("suite_sha256") != manifest.get("suite_sha256"):
+            raise PackError(f"{pack}: {name} was run with another suite file than its manifest names; run the slice again")
+        if name != f"cells/{rec.get('cell_id')}.json":
+            raise PackError(f"{pack}: {name} holds the record of cell {rec.get('cell_id')!r}; run the slice again")
+        records[str(rec["cell_id"])] = (data, rec)
+    if sorted(records) != sorted(manifest.get("cells") or []):
+        raise PackError(f"{pack}: the archived cells are not the cells its manifest lists; fetch the pack again")
+    return records
+
+
+def _conflict(existing: dict[str, Any], rec: dict[str, Any]) -> bool:
+    """Whether a record already in the results folder forbids the slice's: a finished cell (same key, status ok)
+    with other contents. A failed or stale record gives way; an identical one is merged already."""
+    return (existing.get(SEAL_FIELD) != rec.get(SEAL_FIELD) and existing.get("status") == STATUS_OK
+            and existing.get("cell_key") == rec.get("cell_key"))
+
+
+def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> UnpackReport:
+    """Merge a verified pack into the results folder ``out``; ``keys``: the suite's cell keys by cell id (to say
+    which remain). Nothing is written when any check fails."""
+    manifest = verify_pack(pack, suite)
+    members = _members(pack, manifest)
+    records = _cell_records(members, manifest, pack)
+    candidates = _candidates(pack, manifest)
+    report = UnpackReport(manifest=manifest)
+    with folder_lock(out, "results"):
+        for cid, (_, rec) in records.items():
+            path = cell_path(out, cid)
+            if path.exists():
+                try:
+                    existing = json.loads(path.read_text())
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                    existing = {}
+                if existing.get(SEAL_FIELD) == rec.get(SEAL_FIELD):
+                    report.already.append(cid)
+                elif _conflict(existing, rec):
+                    raise PackError(f"cell {cid} is already in {out} with other numbers; remove {path} to take the "
+                                    "slice's record instead, or leave the slice unmerged. Nothing was merged")
+        if not (out / "suite.toml").exists():
+            write_suite_file(out, suite)
+        for name, data in members.items():
+            if name.startswith("targets/"):
+                dst = out / name
+                if dst.exists() and dst.read_bytes() != data:
+                    report.cards_kept.append(dst.stem)
+                elif not dst.exists():
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    write_text_atomic(dst, data.decode())
+        for cid, (data, _rec) in records.items():
+            if cid in report.already:
+                continue
+            tensors = candidates.get(cid)
+            work = out / "work" / cid
+            shutil.rmtree(work, ignore_errors=True)   # a replaced (failed, stale or interrupted) run's files
+            if tensors is not None:
+                work.mkdir(parents=True, exist_ok=True)
+                tmp = work / ".candidates.safetensors.tmp"
+                tmp.write_bytes(save(tensors, metadata={"values": "float16, as the slice's pack carried them"}))
+                tmp.replace(work / "candidates.safetensors")
+                report.candidates.append(cid)
+            write_text_atomic(cell_path(out, cid), data.decode())
+            report.merged.append(cid)
+        if report.merged and "invocation.json" in members:
+            number = next_invocation_number(out)
+            inv = json.loads(members["invocation.json"])
+            inv["slice_pack"] = {k: manifest.get(k) for k in ("created", "commit", "device", "deadline_seconds",
+                                                              "elapsed_seconds", "invocation")}
+            inv["slice_pack"]["manifest_sha256"] = sha256_file(pack / MANIFEST)
+            write_json(invocation_path(out, number), inv)
+            report.invocation = number
+        write_ledger(out, suite, keys)
+    report.remaining = remaining_cells(out, keys)
+    return report
+
+
+def write_ledger(out: Path, suite: Suite, keys: Mapping[str, str]) -> Path:
+    """``out/finished.json``: the suite's cells (``keys``: cell key by id) the results folder holds finished, with
+    their keys and status."""
+    done = load_cells(out)
+    cells = {c: {"cell_key": key, "status": done[c].get("status")} for c, key in keys.items()
+             if is_finished(done.get(c), key, False)}
+    path = out / LEDGER_FILE
+    write_json(path, {"format": LEDGER_FORMAT, "suite": suite.name, "suite_sha256": suite.text_sha256,
+                      "cells": cells})
+    return path
+
+
+def read_ledger(path: Path, suite: Suite) -> dict[str, dict[str, Any]]:
+    """The cells a ledger lists as finished, as the minimal records the runner's resume reads (a cell whose key no
+    longer matches the suite runs again, as after an edit of the suite)."""
+    fix = "pass the finished.json that `reconbench bench SUITE --unpack` wrote into the results folder"
+    data = read_json(path, missing=fix, damaged=fix, error=PackError)
+    if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT or not isinstance(data.get("cells"), dict):
+        raise PackError(f"{path} is not a ledger of finished cells (format {LEDGER_FORMAT!r}); {fix}")
+    if data.get("suite") != suite.name:
+        raise PackError(f"{path} lists cells of suite {data.get('suite')!r}, not {suite.name!r}; {fix}")
+    return {cid: {"cell_id": cid, "cell_key": v.get("cell_key"), "status": v.get("status")}
+            for cid, v in data["cells"].items() if isinstance(v, dict)}
+
+
+def remaining_cells(out: Path, keys: Mapping[str, str],
+                    elsewhere: Mapping[str, dict[str, Any]] | None = None) -> list[str]:
+    """The cells (``keys``: cell key by id) that the results folder ``out`` does not hold finished (nor
+    ``elsewhere``, a ledger's records)."""
+    done = {**(elsewhere or {}), **load_cells(out)}
+    return [c for c, key in keys.items() if not is_finished(done.get(c), key, False)]

@@ -1,0 +1,128 @@
+"""The slice options of `reconbench bench` (``--deadline``, ``--pack``, ``--unpack``, ``--plan``): what they print,
+the pack written after every cell, the merge (docs/slices.md)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from tabulate import tabulate
+
+from reconbench.bench.cells import Cell, expand
+from reconbench.bench.executors import Executor
+from reconbench.bench.runner import BenchReport, next_invocation_number
+from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices
+from reconbench.bench.slice_executor import DeadlineExecutor
+from reconbench.bench.slice_pack import LEDGER_FILE, remaining_cells, unpack, write_pack
+from reconbench.bench.suite import Suite
+from reconbench.errors import ReconbenchError
+from reconbench.preflight import TargetSize
+
+#: seconds of a slice's deadline kept for writing its pack
+PACK_RESERVE_SECONDS = 10.0
+
+
+def check_pack_folder(pack: Path) -> None:
+    if pack.exists() and (not pack.is_dir() or any(pack.iterdir())):
+        raise ReconbenchError(f"--pack {pack} is not an empty folder; pass a new or empty folder")
+
+
+def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | None) -> None:
+    """What the deadline left for the next run: every cell not started, and why."""
+    if not ex.deferred:
+        return
+    cheapest = min(ex.deferred, key=lambda d: d.estimate)
+    if not report.ran:
+        click.echo(f"deadline {deadline:g}s: nothing ran; no cell fits (the cheapest of {len(ex.deferred)} is "
+                   f"estimated at {cheapest.estimate:.1f}s with the safety margin, {cheapest.left:.1f}s were left); "
+                   "pass a longer --deadline")
+        return
+    click.echo(f"deadline {deadline:g}s: {len(ex.deferred)} cell(s) left for the next run (estimates did not fit "
+               "the time left):")
+    for d in ex.deferred:
+        click.echo(f"  not started: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left)")
+
+
+def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], deadline: float, reserve: float,
+               device: str, table: dict[str, dict[str, float]] | None) -> None:
+    """The slices ``cells`` (those still to run; ``sizes``: their targets') need, as ``--plan`` prints them."""
+    works = [cell_work(c, sizes[c.recipe.key()]) for c in cells]
+    plan = plan_slices(works, CostModel.for_device(device, table), deadline - reserve)
+    rows = [(i + 1, len(ids), f"{sec:.0f}", ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""))
+            for i, (ids, sec) in enumerate(zip(plan.slices, plan.seconds, strict=True))]
+    click.echo(f"suite {suite.name} on {device}, slices of {deadline:g}s ({reserve:g}s kept for the pack), "
+               f"{'cost table from --costs' if table is not None else 'built-in cost table'}:")
+    if rows:
+        click.echo(tabulate(rows, headers=["slice", "cells", "estimated s", "first cells"], tablefmt="github"))
+    for cid, est in plan.unfit.items():
+        click.echo(f"  fits no slice: {cid} (estimated {est:.0f}s on a bare machine)")
+    click.echo(f"{sum(len(x) for x in plan.slices)} cell(s) in {len(plan.slices)} slice(s), {len(plan.unfit)} that "
+               "fit none")
+
+
+class SlicePacker:
+    """Writes the slice's pack (``reconbench.bench.slice_pack``) after every cell, so that a command killed at its
+    time limit leaves what finished, and once more at the end (``complete``)."""
+
+    def __init__(self, pack: Path, suite: Suite, out: Path, ex: Executor, device: str | None,
+                 dtype: str | None, started: float, elsewhere: dict[str, dict[str, Any]]) -> None:
+        self.pack, self.suite, self.out, self.ex, self.started, self.elsewhere = pack, suite, out, ex, started, elsewhere
+        self.device, self.dtype = device or suite.device, dtype or suite.dtype
+        self.keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}   # the whole suite, --only or not
+        self.ran: list[str] = []
+
+    def cell(self, rec: dict[str, Any]) -> None:
+        self.ran.append(rec["cell_id"])
+        self.write(self.ran, complete=False)
+
+    def write(self, ran: list[str], *, complete: bool) -> dict[str, Any]:
+        ex = self.ex
+        deadline = ex.deadline + PACK_RESERVE_SECONDS if isinstance(ex, DeadlineExecutor) else None
+        deferred = ([{"cell_id": d.cell_id, "estimate_seconds": d.estimate, "seconds_left": d.left}
+                     for d in ex.deferred] if isinstance(ex, DeadlineExecutor) else [])
+        costs = None
+        if isinstance(ex, DeadlineExecutor):   # what the next cost table can be made from
+            costs = {"estimates": dict(ex.started_cells),
+                     "measured": {p: [[u, sec] for u, sec in ms] for p, ms in ex.model.measured.items()}}
+        return write_pack(self.pack, self.suite, self.out, cells=list(ran),
+                          remaining=remaining_cells(self.out, self.keys, self.elsewhere),
+                          invocation=next_invocation_number(self.out) - 1, device=self.device, dtype=self.dtype,
+                          deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
+                          complete=complete, costs=costs)
+
+
+def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,
+                  packer: SlicePacker | None) -> Callable[[dict[str, Any]], None] | None:
+    """What happens after each cell is written: the tracker's log, then the slice's pack."""
+    steps = [f for f in (logger, None if packer is None else packer.cell) if f is not None]
+    if not steps:
+        return None
+
+    def each(rec: dict[str, Any]) -> None:
+        for f in steps:
+            f(rec)
+
+    return each
+
+
+def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None) -> None:
+    keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}
+    rep = unpack(pack, suite, out, keys)
+    m = rep.manifest
+    if m.get("complete") is False:
+        click.echo(f"note: the slice of {pack} did not end (killed at its time limit?): its pack holds the "
+                   f"{len(m['cells'])} cell(s) it finished, which are merged")
+    click.echo(f"unpacked {pack} (suite {m['suite']}, {m['device']}, commit {m.get('commit') or 'unknown'}, "
+               f"{m['created']}): {len(rep.merged)} cell(s) merged into {out}, {len(rep.already)} already there, "
+               f"candidates of {len(rep.candidates)} (float16 values)")
+    for key in rep.cards_kept:
+        click.echo(f"  note: model card {key} differs from the slice's; {out / 'targets' / (key + '.json')} was kept")
+    click.echo(f"ledger of the finished cells (a slice's --finished): {out / LEDGER_FILE}")
+    if rep.remaining:
+        click.echo(f"{len(rep.remaining)} cell(s) remain: run the next slice (benchmarks/gpu/README.md) or "
+                   f"`reconbench bench {suite.name} --resume" + f" --out {out}`")
+    else:
+        click.echo(f"every cell of suite {suite.name} is in {out}")
