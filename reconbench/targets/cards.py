@@ -75,6 +75,17 @@ class ModelCard:
         model.load_state_dict(state)
         return model.to(dtype or self.dtype).eval()
 
+    def initial_model(self, dtype: torch.dtype | None = None) -> TargetNet:
+        """The target's weights before training, regenerated from the recipe: the family's init drawn from the
+        training seed and cast to the training dtype, exactly as the trainer starts
+        (:func:`reconbench.targets.training.build_model`)."""
+        card_size(self.data)
+        family = plugins.get("models", self.data["family"])
+        gen = torch.Generator().manual_seed(self.recipe.train.seed)
+        model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]),
+                             generator=gen)
+        return model.to(self.dtype).to(dtype or self.dtype).eval()
+
     def problem(self, data_root: str | Path | None = None) -> Problem:
         """Rebuild the training problem (needs the data set) and check that it matches the recorded indices."""
         problem = build_problem(self.recipe.problem, data_root)
