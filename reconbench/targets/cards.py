@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,9 +205,18 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
         "history": result.history,
     }
     data["problem"]["train_sha256"] = training_pixels_sha256(problem)
+    data["p_over_dn"] = p_over_dn(result.model, problem)
     data["content_sha256"] = content_sha256(data)
     write_json(out / CARD_FILE, data)
     return ModelCard(out, data)
+
+
+def p_over_dn(model: TargetNet, problem: Problem) -> dict[str, float | int]:
+    """The axis of Iurada et al.'s law: p trained parameters (frozen buffers such as random features excluded) over
+    d n, the input dimension times the number of training points (docs/method/projection-law.md#the-law)."""
+    p = sum(q.numel() for q in model.parameters())
+    d, n = math.prod(problem.image_shape), problem.n
+    return {"p": p, "d": d, "n": n, "ratio": p / (d * n)}
 
 
 def _json_default(o: Any) -> Any:
