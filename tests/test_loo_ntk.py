@@ -12,6 +12,7 @@ from reconbench import conformance, plugins
 from reconbench.attack.kkt.surrogate import softplus_alpha
 from reconbench.attack.ntk import NTKProblem, batched_value_and_grad, beta_at, box_penalty, dual_gradient, objective
 from reconbench.config import build_config
+from reconbench.nets import TargetNet
 from reconbench.runs.prepare import prepare
 from reconbench.runs.spec import RunSpec
 
@@ -32,7 +33,7 @@ def _rand(*shape: int, seed: int) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-def _net(k: int = 2, seed: int = 0) -> torch.nn.Module:
+def _net(k: int = 2, seed: int = 0) -> TargetNet:
     family = plugins.get("models", "mlp_bias")
     return family.build(SHAPE, k, {"widths": [7, 5]}, generator=torch.Generator().manual_seed(seed)).double()
 
