@@ -152,3 +152,22 @@ def test_every_registered_attack_declares_a_threat_model_shown_by_list(capsys):
         assert isinstance(attack.threat, ThreatModel), name
         row = next(line for line in output.splitlines() if line.startswith(f"| {name} "))
         assert f"| {attack.threat.label}" in row
+
+
+def test_threat_models_suite_loads_and_sweeps_the_law_axis():
+    """The suite of the threat-model board (not yet run): every attack registered, the random-features widths at
+    p / (d n) = 0.25 ... 8 on both data sets."""
+    from reconbench.bench.cells import expand
+    from reconbench.bench.suite import load_suite
+
+    cells = expand(load_suite("threat-models"))
+    assert {c.attack.attack for c in cells} <= set(plugins.names("attacks"))
+    d_n = {"mnist": 784 * 10, "npz:cifar10/cifar10_train_subset.npz": 3072 * 4}
+    for dataset, dn in d_n.items():
+        widths = {c.recipe.model["width"] for c in cells
+                  if c.recipe.family == "random_features" and c.recipe.problem.dataset == dataset}
+        assert sorted(w / dn for w in widths) == [0.25, 0.5, 1, 2, 4, 8]
+    for c in cells:
+        if c.recipe.family == "random_features":
+            assert c.recipe.problem.n_per_class * 2 * (784 if c.recipe.problem.dataset == "mnist" else 3072) \
+                == d_n[c.recipe.problem.dataset]
