@@ -80,7 +80,10 @@ def test_final_weights_only_is_handed_nothing_else(spy, tmp_path):
     card = tiny_card("binary")
     attack = spy(name="spy_final_only")
     assert attack.threat.final_weights_only
-    run_attack(card, RunSpec(attack=attack.name), tmp_path / "run", quiet=True)
+    result = run_attack(card, RunSpec(attack=attack.name), tmp_path / "run", quiet=True)
+    assert result["threat_model"] == {"label": "θ", "initial_weights": False, "labels": False, "n": False,
+                                      "all_but_one": False}
+    assert result["target"]["p_over_dn"]["ratio"] == card.data["p_over_dn"]["ratio"]
     (target,) = SpyAttack.seen
     assert target.initial_model is None
     k = target.knowledge
@@ -96,7 +99,8 @@ def test_final_weights_only_is_handed_nothing_else(spy, tmp_path):
 def test_initial_weights_are_the_trainers_start(spy, tmp_path):
     card = tiny_card("binary")
     attack = spy(name="spy_theta0", threat=ThreatModel(initial_weights=True))
-    run_attack(card, RunSpec(attack=attack.name), tmp_path / "run", quiet=True)
+    result = run_attack(card, RunSpec(attack=attack.name), tmp_path / "run", quiet=True)
+    assert result["threat_model"]["label"] == "θ0+θ" and result["threat_model"]["initial_weights"]
     (target,) = SpyAttack.seen
     assert target.initial_model is not None
     start = build_model(card.recipe, card.problem()).to(card.dtype).double().state_dict()
