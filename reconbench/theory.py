@@ -122,12 +122,13 @@ def attack_law_problem(attack: Attack, problem: LawProblem, seed: int, config: d
 
 
 def check_law(attack: Attack, seeds: tuple[int, ...] = (0, 1, 2, 3, 4), config: dict[str, Any] | None = None,
-              d: int = 10, n: int = 5) -> list[LawOutcome]:
-    """The law's two regimes for an attack that declares ``random_features_law``: at p / (d n) = 4 the median
-    matched distance is below RECOVERED_DISTANCE on every seed; at 1/4 it stays above NULL_DISTANCE on every seed
-    (while the attack's own loss may well be 0: the impostors fit)."""
+              d: int = 10, n: int = 5, ratios: tuple[float, ...] = (RECOVERY_RATIO, NULL_RATIO)) -> list[LawOutcome]:
+    """The law's two regimes for an attack that declares ``random_features_law``: at p / (d n) >= RECOVERY_RATIO the
+    median matched distance is below RECOVERED_DISTANCE on every seed; at p / (d n) <= NULL_RATIO it stays above
+    NULL_DISTANCE on every seed and no point is recovered (while the attack's own loss may well be 0: the impostors
+    fit). Other ratios are run and returned without a verdict."""
     outcomes = []
-    for ratio in (RECOVERY_RATIO, NULL_RATIO):
+    for ratio in ratios:
         for seed in seeds:
             o = attack_law_problem(attack, law_problem(ratio, seed, d=d, n=n), seed, config)
             outcomes.append(o)
@@ -135,8 +136,8 @@ def check_law(attack: Attack, seeds: tuple[int, ...] = (0, 1, 2, 3, 4), config: 
                 assert o.median_distance < RECOVERED_DISTANCE, \
                     f"{attack.name}: p/(dn) = {o.ratio:.3g}, seed {seed}: median distance {o.median_distance:.3g} " \
                     f"(loss {o.final_loss:.3g}); the law promises recovery"
-            else:
-                assert o.median_distance > NULL_DISTANCE, \
+            elif ratio <= NULL_RATIO:
+                assert o.median_distance > NULL_DISTANCE and o.recovered == 0, \
                     f"{attack.name}: p/(dn) = {o.ratio:.3g}, seed {seed}: median distance {o.median_distance:.3g}; " \
                     "the law promises no recovery"
     return outcomes

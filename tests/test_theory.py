@@ -13,7 +13,7 @@ from reconbench.theory import (
     RECOVERED_DISTANCE,
     RECOVERY_RATIO,
     THEOREMS,
-    attack_law_problem,
+    check_law,
     law_problem,
     matched_distances,
 )
@@ -64,17 +64,22 @@ def test_matched_distance_forgives_order_scale_and_sign_only():
 
 @pytest.mark.parametrize("name", _declaring("random_features_law"))
 def test_law_recovery_well_above_dn(name):
-    """p / (d n) = 4: near-full recovery on every seed."""
-    attack = plugins.get("attacks", name)
-    for seed in SEEDS:
-        o = attack_law_problem(attack, law_problem(RECOVERY_RATIO, seed), seed)
-        assert o.median_distance < RECOVERED_DISTANCE, (seed, o)
+    """p / (d n) = 4: near-full recovery on every seed (check_law asserts it)."""
+    outcomes = check_law(plugins.get("attacks", name), SEEDS, ratios=(RECOVERY_RATIO,))
+    assert len(outcomes) == len(SEEDS) and all(o.median_distance < RECOVERED_DISTANCE for o in outcomes)
 
 
 @pytest.mark.parametrize("name", _declaring("random_features_law"))
 def test_law_null_well_below_dn(name):
-    """p / (d n) = 1/4: the attack's loss reaches 0 (impostors fit the head) yet nothing is recovered."""
-    attack = plugins.get("attacks", name)
-    for seed in SEEDS:
-        o = attack_law_problem(attack, law_problem(NULL_RATIO, seed), seed)
-        assert o.median_distance > NULL_DISTANCE and o.recovered == 0, (seed, o)
+    """p / (d n) = 1/4: nothing is recovered on any seed, although the attack's own loss reaches about 0 (impostors
+    fit the head)."""
+    outcomes = check_law(plugins.get("attacks", name), SEEDS, ratios=(NULL_RATIO,))
+    assert all(o.median_distance > NULL_DISTANCE and o.recovered == 0 for o in outcomes)
+    if name == "projection_law":
+        assert max(o.final_loss for o in outcomes) < 1e-6
+
+
+def test_check_law_fails_an_attack_that_returns_its_start():
+    """The track can fail: init_only (its random starts, unchanged) is refused at p / (d n) = 4."""
+    with pytest.raises(AssertionError, match="promises recovery"):
+        check_law(plugins.get("attacks", "init_only"), seeds=(0,), ratios=(RECOVERY_RATIO,))
