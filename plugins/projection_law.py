@@ -61,7 +61,8 @@ class ProjectionLaw(Attack):
             raise IncompatibleError(f"{self.name} needs the target's initial weights; run it through the harness, "
                                     "which hands them to an attack whose threat model reads them")
         shape = target.knowledge.input_shape
-        check_head(target.model, torch.zeros((2, *shape), dtype=target.dtype, device=target.device).normal_())
+        probe = torch.randn((2, *shape), dtype=target.dtype, generator=torch.Generator().manual_seed(0))
+        check_head(target.model, probe.to(target.device))
         if not float((head_change(target) ** 2).sum()) > 0:
             raise IncompatibleError(f"{self.name}: the head did not move in training (W = W0); there is nothing to "
                                     "project. Train the target, or attack it with weight_rows")
