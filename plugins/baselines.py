@@ -22,7 +22,7 @@ from torch import nn
 from reconbench import hookimpl
 from reconbench.config import option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import Attack, AttackOutput, AttackTarget, NoOptions, ProgressFn
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, NoOptions, ProgressFn, ThreatModel
 
 ALL_TASKS = frozenset({"binary", "multiclass", "regression"})
 
@@ -61,6 +61,7 @@ class WeightRows(Attack):
     description: str = ("baseline: first-layer weight rows, both signs, as images (most important rows first); "
                         "reads only the weights")
     needs: frozenset[str] = frozenset()
+    threat: ThreatModel = ThreatModel()   # final weights only
     tasks: frozenset[str] = ALL_TASKS
     config_cls: type = WeightRowsConfig
 
@@ -106,6 +107,7 @@ class InitOnly(Attack):
     name: str = "init_only"
     description: str = "baseline: the starting candidates returned unchanged (what the init regime alone scores)"
     needs: frozenset[str] = frozenset()
+    threat: ThreatModel = ThreatModel()   # final weights only
     tasks: frozenset[str] = ALL_TASKS
     config_cls: type = NoOptions
 

@@ -35,7 +35,7 @@ from reconbench.attack.bilevel import (
 )
 from reconbench.config import Limit, LogUniform, option
 from reconbench.errors import DivergedError, IncompatibleError
-from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn, ThreatModel
 from reconbench.targets.losses import get_loss
 
 FAMILIES = ("affine", "mlp_bias")
@@ -127,6 +127,7 @@ class RunkelBilevel(Attack):
     description: str = ("Runkel et al.'s bilevel attack: min_x ||theta* - theta(x)||^2 with theta(x) the "
                         "retrained model, implicit hypergradient by CG on Hessian-vector products")
     needs: frozenset = frozenset({"labels", "loss", "weight_decay"})
+    threat: ThreatModel = ThreatModel(labels=True)
     tasks: frozenset = frozenset({"binary", "multiclass", "regression"})
     config_cls: type = BilevelConfig
     #: what `reconbench run --attack runkel_bilevel` trains without --model: a strongly convex affine target

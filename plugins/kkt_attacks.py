@@ -44,7 +44,7 @@ from reconbench.attack.kkt.rescale import rescaled_target
 from reconbench.attack.kkt.stationarity import full_chain
 from reconbench.config import Limit, LogUniform, Uniform, config_to_dict, option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn, RunDone
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ProgressFn, RunDone, ThreatModel
 from reconbench.nets import TargetNet
 
 #: the KKT attack for each task, named in the errors that send a user elsewhere
@@ -336,6 +336,7 @@ class HaimBinaryKKT(_KKTAttack):
     description: str = ("Haim et al. 2022: KKT stationarity attack on a binary classifier, "
                         "s_i = lambda_i y_i Phi(x_i)")
     needs: frozenset[str] = frozenset({"class_balance"})   # for the labels by halves
+    threat: ThreatModel = ThreatModel(labels=True)
     tasks: frozenset[str] = frozenset({"binary"})
     config_cls: type = BinaryKKTConfig
     default_recipe: dict[str, Any] | None = field(default_factory=lambda: {
@@ -372,6 +373,7 @@ class MulticlassKKT(_KKTAttack):
     description: str = ("Buzaglo et al. 2023: KKT attack on a multiclass classifier, "
                         "s_i = lambda_i (Phi_y - max_{j != y} Phi_j)(x_i), or one lambda per wrong class")
     needs: frozenset[str] = frozenset({"class_balance"})   # for the class blocks
+    threat: ThreatModel = ThreatModel(labels=True)
     tasks: frozenset[str] = frozenset({"multiclass"})
     config_cls: type = MulticlassKKTConfig
     # 10 digits (1 per class) keep n well below the 64 pixels: with 2 per class the reconstructions are no closer
@@ -436,6 +438,7 @@ class GeneralLossWD(_KKTAttack):
     description: str = ("Buzaglo et al. 2023: weight-decay stationarity attack for regression losses (MSE, L2.5, "
                         "Huber), s_i = lambda_i Phi(x_i) with signed lambda and no labels")
     needs: frozenset[str] = frozenset({"loss"})
+    threat: ThreatModel = ThreatModel()   # final weights only: signed multipliers, no labels
     tasks: frozenset[str] = frozenset({"regression"})
     config_cls: type = GeneralLossConfig
     losses: tuple[str, ...] = ("mse", "l25", "huber")

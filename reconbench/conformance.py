@@ -28,7 +28,7 @@ from reconbench.attack.candidates import candidate_labels
 from reconbench.config import Choice, Distribution, LogUniform, Uniform, build_config
 from reconbench.data import TASKS, Problem, ProblemSpec
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import KNOWLEDGE_ITEMS, AttackOutput, Trial, acts_during_training
+from reconbench.interfaces import KNOWLEDGE_ITEMS, LABEL_ITEMS, AttackOutput, ThreatModel, Trial, acts_during_training
 from reconbench.targets.cache import train_target
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import build_problem
@@ -73,6 +73,9 @@ def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, Attac
     _check_named(attack)
     _check_config_cls(attack)
     assert set(attack.needs) <= set(KNOWLEDGE_ITEMS), f"{attack.name}: unknown knowledge in needs"
+    assert isinstance(attack.threat, ThreatModel), f"{attack.name}: threat must be a reconbench.interfaces.ThreatModel"
+    assert attack.threat.labels or not LABEL_ITEMS & set(attack.needs), \
+        f"{attack.name}: needs the labels but its threat model does not read them (ThreatModel(labels=True))"
     assert set(attack.tasks) and set(attack.tasks) <= set(TASKS), f"{attack.name}: tasks must be a subset of {TASKS}"
     rng = np.random.default_rng(0)
     space = attack.search_space()
@@ -84,6 +87,8 @@ def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, Attac
     for task in tasks or sorted(attack.tasks):
         card = tiny_card(task, attack.conformance_family or FAMILY_FOR_TASK_CHECK)
         _, target, labels = prepare(card, RunSpec(attack=attack.name))
+        assert (target.initial_model is not None) == attack.threat.initial_weights, \
+            f"{attack.name}: handed initial weights against its threat model"
         before = copy.deepcopy(target.model.state_dict())
         cfg = build_config(attack.config_cls, attack.smoke_config or {}, attack.name)
         x0 = torch.randn((len(labels), *card.data["input_shape"]), dtype=target.dtype,

@@ -74,6 +74,45 @@ class ModelFamily(Plugin):
 # -- attacks ------------------------------------------------------------------------------------------------
 #: what an attack may declare it needs to know; the harness withholds the rest
 KNOWLEDGE_ITEMS = ("task", "labels", "class_balance", "loss", "weight_decay", "mean_image")
+#: knowledge items that tell the training labels, so need a threat model with ``labels``
+LABEL_ITEMS = frozenset({"labels", "class_balance"})
+
+
+@dataclass(frozen=True)
+class ThreatModel:
+    """What an attack reads about the training run besides the released (final) weights, which it always reads.
+
+    The harness hands an attack exactly this: ``initial_weights`` adds the target's weights before training
+    (:attr:`AttackTarget.initial_model`), ``labels`` the class counts of the training set (and so n), ``n`` the
+    number of training points alone (:attr:`Knowledge.n`), ``all_but_one`` every training point but the one to
+    reconstruct (the informed adversary; declared, not yet run by the harness). The default, ``ThreatModel()``,
+    is the final weights only. Facts of the training recipe (loss, weight decay, mean image) are declared in
+    :attr:`Attack.needs` and allowed under any threat model."""
+
+    initial_weights: bool = False
+    labels: bool = False
+    n: bool = False
+    all_but_one: bool = False
+
+    @property
+    def label(self) -> str:
+        """A short name for tables: ``θ`` (final weights only), ``θ0+θ``, ``θ+labels``, ``θ0+θ+n``, ..."""
+        parts = ["θ0+θ" if self.initial_weights else "θ"]
+        if self.labels:
+            parts.append("labels")
+        elif self.n:
+            parts.append("n")
+        if self.all_but_one:
+            parts.append("all but one")
+        return "+".join(parts)
+
+    @property
+    def final_weights_only(self) -> bool:
+        return self == ThreatModel()
+
+    def to_dict(self) -> dict[str, bool]:
+        return {"initial_weights": self.initial_weights, "labels": self.labels, "n": self.n,
+                "all_but_one": self.all_but_one}
 
 
 @dataclass
@@ -88,10 +127,11 @@ class Knowledge:
     loss: str | None = None                 # training loss name (bce, ce, mse, l25, huber)
     weight_decay: float | None = None       # training weight-decay coefficient
     mean_image: torch.Tensor | None = None  # the per-pixel mean the model's inputs were centred with
+    n: int | None = None                    # the number of training points (threat model ``n`` or ``labels``)
 
     @property
     def n_train(self) -> int | None:
-        return None if self.class_counts is None else int(sum(self.class_counts))
+        return self.n if self.class_counts is None else int(sum(self.class_counts))
 
 
 @dataclass
@@ -104,6 +144,8 @@ class AttackTarget:
     knowledge: Knowledge
     dtype: torch.dtype = torch.float64
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    #: the target's weights before training, same architecture; only for an attack whose threat model reads them
+    initial_model: TargetNet | None = None
 
 
 @dataclass
@@ -129,12 +171,19 @@ class Attack(Plugin):
 
     #: items of :data:`KNOWLEDGE_ITEMS` the attack needs; the harness checks them before any work
     needs: frozenset[str] = frozenset()
+    #: what it reads besides the final weights (default: nothing); the harness hands over exactly that
+    threat: ThreatModel = ThreatModel()
     #: tasks the attack handles
     tasks: frozenset[str] = frozenset(TASKS)
     #: the target `reconbench run --attack NAME` trains when no model is given (a recipe table), or None
     default_recipe: dict[str, Any] | None = None
     #: random-search runs of `reconbench run` when --search-runs is not given
     default_search_runs: int = 1
+    #: candidates per training point when --candidates is not given (the papers' m = 2n; the projection loss: n)
+    candidate_factor: int = 2
+    #: problems of :mod:`reconbench.theory` whose known outcome the attack declares it reproduces (the theory track
+    #: holds it to the theorem's promise there: recovery where it promises recovery, none where it promises failure)
+    theorems: frozenset[str] = frozenset()
     #: the model family the conformance suite attacks, and the config of its smoke run
     conformance_family: str | None = None
     smoke_config: dict[str, Any] | None = None

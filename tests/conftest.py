@@ -11,7 +11,7 @@ import torch
 
 from reconbench import hookimpl, plugins
 from reconbench.config import option
-from reconbench.interfaces import Attack, AttackOutput
+from reconbench.interfaces import Attack, AttackOutput, ThreatModel
 
 warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*")
 
@@ -29,6 +29,7 @@ class ToyAttack(Attack):
     name: str = "toy_identity"
     description: str = "test-only attack that returns its starting candidates"
     needs: frozenset = frozenset({"labels"})
+    threat: ThreatModel = ThreatModel(labels=True)
     tasks: frozenset = frozenset({"binary", "multiclass", "regression"})
     config_cls: type = ToyConfig
 

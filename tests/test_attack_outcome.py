@@ -32,7 +32,7 @@ from reconbench.claims import page as C
 from reconbench.claims import records
 from reconbench.claims.verdicts import NOT_RUN
 from reconbench.config import option
-from reconbench.interfaces import Attack, AttackOutput
+from reconbench.interfaces import Attack, AttackOutput, ThreatModel
 from reconbench.leaderboard.render import build_leaderboard
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,6 +133,7 @@ class ScriptedAttack(Attack):
     name: str = "scripted_outcome"
     description: str = "test-only attack whose runs end as scripted"
     needs: frozenset = frozenset({"labels"})
+    threat: ThreatModel = ThreatModel(labels=True)
     tasks: frozenset = frozenset({"binary", "multiclass"})
     config_cls: type = ScriptConfig
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import torch
 
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import KNOWLEDGE_ITEMS, Attack, Knowledge
+from reconbench.interfaces import KNOWLEDGE_ITEMS, LABEL_ITEMS, Attack, Knowledge, ThreatModel
 
 
 def candidate_labels(task: str, num_classes: int, m: int) -> torch.Tensor:
@@ -29,21 +29,43 @@ def default_m(knowledge: Knowledge, factor: int = 2) -> int:
     return factor * knowledge.n_train
 
 
+def check_threat_model(attack: Attack) -> ThreatModel:
+    """The attack's declared threat model, refused when it is not a :class:`ThreatModel`, when ``needs`` asks for
+    more than it declares, or when the harness cannot hand it over yet."""
+    threat = attack.threat
+    if not isinstance(threat, ThreatModel):
+        raise IncompatibleError(f"attack {attack.name!r} declares threat = {threat!r}; declare a "
+                                "reconbench.interfaces.ThreatModel, e.g. ThreatModel(labels=True)")
+    if LABEL_ITEMS & set(attack.needs) and not threat.labels:
+        raise IncompatibleError(f"attack {attack.name!r} needs {', '.join(sorted(LABEL_ITEMS & set(attack.needs)))} "
+                                f"but its threat model ({threat.label}) does not read the training labels; declare "
+                                "threat = ThreatModel(labels=True)")
+    if threat.all_but_one:
+        raise IncompatibleError(f"attack {attack.name!r} reads all training points but one, which the harness does "
+                                "not hand over yet (its evaluation would score the withheld point only); run it on "
+                                "your own problem, or declare a threat model without all_but_one")
+    return threat
+
+
 def restrict_knowledge(knowledge: Knowledge, attack: Attack) -> Knowledge:
-    """Hand the attack only what it declares in ``needs`` (task, classes and shapes are always public)."""
+    """Hand the attack only what it declares in ``needs`` and its threat model (task, classes and shapes are always
+    public)."""
     unknown = set(attack.needs) - set(KNOWLEDGE_ITEMS)
     if unknown:
         raise IncompatibleError(f"attack {attack.name!r} declares unknown knowledge {sorted(unknown)}; "
                                 f"known items: {', '.join(KNOWLEDGE_ITEMS)}")
+    threat = check_threat_model(attack)
     missing = [item for item in attack.needs if _value(knowledge, item) is None]
     if missing:
         raise IncompatibleError(f"attack {attack.name!r} needs {', '.join(missing)}, which the model card does not "
                                 f"provide; add it to the card or choose an attack that does not need it "
                                 f"({_attacks_without(missing, knowledge.task)})")
     needs = set(attack.needs)
+    n = knowledge.n_train if threat.n or threat.labels else None
     return replace(
         knowledge,
-        class_counts=knowledge.class_counts if {"labels", "class_balance"} & needs else None,
+        n=n,
+        class_counts=knowledge.class_counts if LABEL_ITEMS & needs else None,
         loss=knowledge.loss if "loss" in needs else None,
         weight_decay=knowledge.weight_decay if "weight_decay" in needs else None,
         mean_image=knowledge.mean_image if "mean_image" in needs else None,

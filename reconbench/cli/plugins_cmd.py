@@ -11,7 +11,7 @@ from reconbench import plugins
 from reconbench.cli.common import main_group
 from reconbench.config import describe_options
 from reconbench.errors import ReconbenchError
-from reconbench.interfaces import InitRegime, Metric, SearchStrategy
+from reconbench.interfaces import Attack, InitRegime, Metric, SearchStrategy
 
 
 @main_group.command("plugins")
@@ -33,13 +33,18 @@ def plugins_command() -> None:
 def list_command(kind: str, pattern: str | None, verbose: bool, arch_pattern: str | None) -> None:
     """List registered names of KIND with one-line descriptions; PATTERN is a wildcard such as '*kkt*'."""
     entries = list(plugins.host().entries(kind, pattern))
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for e in entries:
         flag = " (oracle)" if isinstance(e.obj, (InitRegime, SearchStrategy)) and e.obj.oracle else ""
         if isinstance(e.obj, Metric):
             flag += " (higher is better)" if e.obj.higher_is_better else " (lower is better)"
         rows.append((e.name + flag, e.plugin, e.description))
-    click.echo(tabulate(rows, headers=["name", "plugin", "description"], tablefmt="github"))
+    if kind == "attacks":  # what each attack reads besides the final weights (its declared threat model)
+        rows = [(name, plugin, _reads(e.obj), desc) for (name, plugin, desc), e in zip(rows, entries, strict=True)]
+        headers = ["name", "plugin", "threat model", "description"]
+    else:
+        headers = ["name", "plugin", "description"]
+    click.echo(tabulate(rows, headers=headers, tablefmt="github"))
     _list_architectures(entries, verbose, arch_pattern)
     if verbose:
         for e in entries:
@@ -48,6 +53,13 @@ def list_command(kind: str, pattern: str | None, verbose: bool, arch_pattern: st
                 click.echo(f"\n{e.name} options:")
                 opts = [(n, t, d, h) for n, t, d, h in describe_options(cls)]
                 click.echo(tabulate(opts, headers=["option", "type", "default", "help"], tablefmt="github"))
+
+
+def _reads(attack: Attack) -> str:
+    """The threat model's short name, plus the recipe facts the attack needs (loss, weight decay, mean image)."""
+    facts = sorted(set(attack.needs) - {"task", "labels", "class_balance"})
+    threat = getattr(attack.threat, "label", repr(attack.threat))
+    return threat + (f" ({', '.join(facts)})" if facts else "")
 
 
 EXAMPLE_ARCHITECTURES = ("resnet18", "vit_tiny_patch16_224", "mixer_s16_224", "convnext_atto", "efficientnet_b0")

@@ -333,10 +333,30 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
         if bars:
             row["calibration_bars"] = bars
         rows.append(row)
+    add_threat_models(rows)
     rows = sorted(rows, key=lambda r: _sort_key(r, columns))
     if columns:
         mark_within_noise(rows, columns[0])
     return rows
+
+
+def threat_label(attack: str) -> str | None:
+    """The short name of a registered attack's threat model (None when it is not registered here)."""
+    if attack not in plugins.names("attacks"):
+        return None
+    threat = getattr(plugins.get("attacks", attack), "threat", None)
+    return getattr(threat, "label", None)
+
+
+def add_threat_models(rows: list[dict[str, Any]]) -> None:
+    """Give every row its attack's threat model, on boards where some attack reads the initial weights (the boards
+    published before attacks declared one hold only attacks that read the final weights, with or without the labels,
+    and keep their rows and README byte for byte)."""
+    labels = [threat_label(str(r.get("attack_name") or r["attack"])) for r in rows]
+    if not any(label is not None and label.startswith("θ0") for label in labels):
+        return
+    for row, label in zip(rows, labels, strict=True):
+        row["threat_model"] = label if label is not None else "not registered"
 
 
 def stationarity_ratio(rec: CellRecord) -> float | None:

@@ -32,11 +32,13 @@ def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Te
             f"{', '.join(n for n in plugins.names('attacks') if knowledge.task in plugins.get('attacks', n).tasks)}")
     family = plugins.get("models", card.data["family"])
     dtype, device = DTYPES[spec.dtype], torch.device(spec.device)
+    restricted = restrict_knowledge(knowledge, attack)  # also refuses a threat model that cannot be served
+    initial = card.initial_model(dtype).to(device) if attack.threat.initial_weights else None
     target = AttackTarget(model=card.load_model(dtype).to(device), family=family.name,
                           homogeneity_degree=card.data.get("homogeneity_degree"),
-                          knowledge=restrict_knowledge(knowledge, attack), dtype=dtype, device=device)
+                          knowledge=restricted, dtype=dtype, device=device, initial_model=initial)
     attack.check(target)
-    m = spec.candidates or default_m(knowledge)
+    m = spec.candidates or default_m(knowledge, attack.candidate_factor)
     labels = candidate_labels(knowledge.task, knowledge.num_classes, m)
     return attack, target, labels
 

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from reconbench import plugins
 from reconbench.attack.outcome import outcome_of_runs
 from reconbench.attack.search import search_record
 from reconbench.data import Problem
@@ -63,6 +64,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
     result = {
         "kind": "reconbench-result/1",
         "attack": spec.attack,
+        "threat_model": _threat_record(spec.attack),
         "init": spec.init,
         "init_config": init_config,
         "init_is_oracle": oracle_init,
@@ -71,6 +73,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         "target": {"card": portable_path(card.path), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
                    "card_sha256": card.data.get("content_sha256"),
                    "family": card.data["family"], "task": card.task, "n_train": problem.n,
+                   "p_over_dn": card.data.get("p_over_dn"),
                    "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
         "selection": {
             "blind": {"run": blind,
@@ -90,3 +93,9 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
     }
     write_json(out / "result.json", result)
     return result
+
+
+def _threat_record(attack: str) -> dict[str, Any]:
+    """What the attack read besides the final weights (its declared threat model), with its short name."""
+    threat = plugins.get("attacks", attack).threat
+    return {"label": threat.label, **threat.to_dict()}

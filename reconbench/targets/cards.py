@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,17 @@ class ModelCard:
         _check_state(model, state, self.path)
         model.load_state_dict(state)
         return model.to(dtype or self.dtype).eval()
+
+    def initial_model(self, dtype: torch.dtype | None = None) -> TargetNet:
+        """The target's weights before training, regenerated from the recipe: the family's init drawn from the
+        training seed and cast to the training dtype, exactly as the trainer starts
+        (:func:`reconbench.targets.training.build_model`)."""
+        card_size(self.data)
+        family = plugins.get("models", self.data["family"])
+        gen = torch.Generator().manual_seed(self.recipe.train.seed)
+        model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]),
+                             generator=gen)
+        return model.to(self.dtype).to(dtype or self.dtype).eval()
 
     def problem(self, data_root: str | Path | None = None) -> Problem:
         """Rebuild the training problem (needs the data set) and check that it matches the recorded indices."""
@@ -193,9 +205,18 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
         "history": result.history,
     }
     data["problem"]["train_sha256"] = training_pixels_sha256(problem)
+    data["p_over_dn"] = p_over_dn(result.model, problem)
     data["content_sha256"] = content_sha256(data)
     write_json(out / CARD_FILE, data)
     return ModelCard(out, data)
+
+
+def p_over_dn(model: TargetNet, problem: Problem) -> dict[str, float | int]:
+    """The axis of Iurada et al.'s law: p trained parameters (frozen buffers such as random features excluded) over
+    d n, the input dimension times the number of training points (docs/method/projection-law.md#the-law)."""
+    p = sum(q.numel() for q in model.parameters())
+    d, n = math.prod(problem.image_shape), problem.n
+    return {"p": p, "d": d, "n": n, "ratio": p / (d * n)}
 
 
 def _json_default(o: Any) -> Any:

@@ -14,7 +14,7 @@ import torch
 from reconbench import hookimpl
 from reconbench.config import LogUniform, option
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import Attack, AttackOutput, AttackTarget
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ThreatModel
 
 
 @dataclass
@@ -28,6 +28,7 @@ class NaiveAttack(Attack):
     name: str = "naive_margin"
     description: str = "class-output maximisation with a box prior (the reference's 'naive' baseline)"
     needs: frozenset = frozenset({"labels"})
+    threat: ThreatModel = ThreatModel(labels=True)   # reads the training labels besides the weights
     tasks: frozenset = frozenset({"binary"})
     config_cls: type = NaiveConfig
 

@@ -1,0 +1,143 @@
+"""The theory track: problems whose outcome a theorem fixes in advance (docs/method/projection-law.md#the-law).
+
+``random_features_law``: a random-features model f(x) = w . relu(V x) (V ~ N(0, 1/d), p features) fitted by the
+minimum-norm interpolator of n points on the sphere of radius sqrt(d) in R^d (what gradient descent from a zero head
+converges to). Iurada et al.'s law: the training set is recoverable from (V, w) once p is well above d n, and not
+below it, where zero-loss impostors abound (w in the span of the features gives about p equations for d n unknowns).
+An attack that declares the problem in its ``theorems`` must recover the points at p / (d n) >= 4 and must not at
+p / (d n) <= 1/4 (:func:`check_law`).
+
+Everything here is float64 on the CPU and sized to run in seconds: d = 10, n = 5 by default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+
+from reconbench.config import build_config
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget, Knowledge
+
+#: the theory problems an attack may declare in ``Attack.theorems``
+THEOREMS = ("random_features_law",)
+#: p / (d n) at or above which the law promises recovery, and at or below which it promises none
+RECOVERY_RATIO, NULL_RATIO = 4.0, 0.25
+#: a point counts as recovered when its matched candidate is within this sign-aware distance (sphere units)
+RECOVERED_DISTANCE = 0.05
+#: the null's side: the median matched distance stays at least this large
+NULL_DISTANCE = 0.3
+
+
+@dataclass
+class LawProblem:
+    """One random-features problem: the target an attack is handed and the training points it should find."""
+
+    target: AttackTarget
+    x_train: torch.Tensor      # (n, 1, 1, d), on the sphere of radius sqrt(d)
+    y_train: torch.Tensor      # (n,)
+    ratio: float               # p / (d n)
+
+
+def law_problem(ratio: float, seed: int, d: int = 10, n: int = 5) -> LawProblem:
+    """A random-features problem with p = round(ratio d n) features, drawn from ``seed``: n points uniform on the
+    sphere of radius sqrt(d), labels x . g + noise (g ~ N(0, I/d), noise N(0, 0.5^2)) as in the paper's synthetic
+    set-up, the head the minimum-norm interpolator computed by a float64 least-squares solve."""
+    from reconbench import plugins
+
+    p = max(1, round(ratio * d * n))
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    x = x / x.norm(dim=1, keepdim=True) * math.sqrt(d)
+    g = torch.randn(d, generator=gen, dtype=torch.float64) / math.sqrt(d)
+    y = x @ g + 0.5 * torch.randn(n, generator=gen, dtype=torch.float64)
+    family = plugins.get("models", "random_features")
+    model = family.build((1, 1, d), 1, {"width": p}, generator=gen).double().eval()
+    initial = family.build((1, 1, d), 1, {"width": p}).double().eval()
+    with torch.no_grad():
+        initial.load_state_dict(model.state_dict())            # the same features, the head at zero
+        phi = torch.relu(x @ model.features.T)                  # (n, p)
+        w = torch.linalg.lstsq(phi, y[:, None], driver="gelsd").solution if p >= n else \
+            torch.linalg.pinv(phi) @ y[:, None]                 # the minimum-norm interpolator (least squares if p < n)
+        model.head.weight.copy_(w.T)
+    knowledge = Knowledge(task="regression", num_classes=1, out_dim=1, input_shape=(1, 1, d), n=n)
+    target = AttackTarget(model=model, family="random_features", homogeneity_degree=1, knowledge=knowledge,
+                          initial_model=initial)
+    return LawProblem(target=target, x_train=x.reshape(n, 1, 1, d), y_train=y, ratio=p / (d * n))
+
+
+def matched_distances(x_train: torch.Tensor, candidates: torch.Tensor) -> np.ndarray:
+    """Per training point, min over signs s of ||x_i - s c_pi(i)|| / ||x_i|| with c scaled to the norm of x_i (the
+    scale is not identifiable), pi the optimal one-to-one matching (Hungarian) on that distance."""
+    x = x_train.reshape(len(x_train), -1).double()
+    c = candidates.reshape(len(candidates), -1).double().to(x.device)
+    xn = x / x.norm(dim=1, keepdim=True)
+    cn = c / c.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    cos = (xn @ cn.T).abs().clamp(max=1.0)
+    dist = torch.sqrt((2.0 - 2.0 * cos).clamp_min(0.0)).cpu().numpy()
+    rows, cols = linear_sum_assignment(dist)
+    out = np.full(len(x), math.inf)
+    out[rows] = dist[rows, cols]
+    return out
+
+
+@dataclass
+class LawOutcome:
+    ratio: float
+    seed: int
+    final_loss: float
+    median_distance: float
+    recovered: int
+    n: int
+
+
+def attack_law_problem(attack: Attack, problem: LawProblem, seed: int, config: dict[str, Any] | None = None,
+                       runs: int = 8) -> LawOutcome:
+    """``runs`` runs of ``attack`` on ``problem`` from N(0, I) starts (through ``run_batch``, as a cell's search
+    runs), the one with the lowest final attack loss kept (blind selection: the attacker has its own loss), scored by
+    :func:`matched_distances`."""
+    cfg: Any = build_config(attack.config_cls, config or {}, attack.name)
+    attack.check(problem.target)
+    gens = [torch.Generator().manual_seed(10_000 * (seed + 1) + r) for r in range(runs)]
+    x0s = [torch.randn(problem.x_train.shape, generator=g, dtype=torch.float64) for g in gens]
+    labels = torch.zeros(len(problem.x_train), dtype=torch.long)
+    done: dict[int, AttackOutput] = {}
+
+    def keep(index: int, result: AttackOutput | Exception, batch: dict[str, Any] | None) -> None:
+        if isinstance(result, AttackOutput):
+            done[index] = result
+
+    attack.run_batch(problem.target, x0s, labels, [cfg] * runs, generators=gens, on_done=keep)
+    if not done:
+        raise AssertionError(f"{attack.name}: every run failed on the p/(dn) = {problem.ratio:.3g} problem")
+    best = min(done.values(), key=lambda o: o.final_loss)
+    dist = matched_distances(problem.x_train, best.candidates)
+    return LawOutcome(ratio=problem.ratio, seed=seed, final_loss=best.final_loss,
+                      median_distance=float(np.median(dist)), recovered=int((dist < RECOVERED_DISTANCE).sum()),
+                      n=len(dist))
+
+
+def check_law(attack: Attack, seeds: tuple[int, ...] = (0, 1, 2, 3, 4), config: dict[str, Any] | None = None,
+              d: int = 10, n: int = 5, ratios: tuple[float, ...] = (RECOVERY_RATIO, NULL_RATIO)) -> list[LawOutcome]:
+    """The law's two regimes for an attack that declares ``random_features_law``: at p / (d n) >= RECOVERY_RATIO the
+    median matched distance is below RECOVERED_DISTANCE on every seed; at p / (d n) <= NULL_RATIO it stays above
+    NULL_DISTANCE on every seed and no point is recovered (while the attack's own loss may well be 0: the impostors
+    fit). Other ratios are run and returned without a verdict."""
+    outcomes = []
+    for ratio in ratios:
+        for seed in seeds:
+            o = attack_law_problem(attack, law_problem(ratio, seed, d=d, n=n), seed, config)
+            outcomes.append(o)
+            if ratio >= RECOVERY_RATIO:
+                assert o.median_distance < RECOVERED_DISTANCE, \
+                    f"{attack.name}: p/(dn) = {o.ratio:.3g}, seed {seed}: median distance {o.median_distance:.3g} " \
+                    f"(loss {o.final_loss:.3g}); the law promises recovery"
+            elif ratio <= NULL_RATIO:
+                assert o.median_distance > NULL_DISTANCE and o.recovered == 0, \
+                    f"{attack.name}: p/(dn) = {o.ratio:.3g}, seed {seed}: median distance {o.median_distance:.3g}; " \
+                    "the law promises no recovery"
+    return outcomes

@@ -1,0 +1,85 @@
+"""The theory track: every attack that declares a theory problem reproduces the theorem's outcome there."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from reconbench import plugins
+from reconbench.theory import (
+    NULL_DISTANCE,
+    NULL_RATIO,
+    RECOVERED_DISTANCE,
+    RECOVERY_RATIO,
+    THEOREMS,
+    check_law,
+    law_problem,
+    matched_distances,
+)
+
+SEEDS = (0, 1, 2, 3, 4)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The problems are tiny: one thread is much faster than two on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _declaring(theorem: str) -> list[str]:
+    return [n for n in plugins.names("attacks") if theorem in plugins.get("attacks", n).theorems]
+
+
+def test_declared_theorems_exist_and_the_law_has_an_attack():
+    for name in plugins.names("attacks"):
+        assert set(plugins.get("attacks", name).theorems) <= set(THEOREMS), name
+    assert _declaring("random_features_law")
+
+
+def test_law_problem_is_what_it_says():
+    """Points on the sqrt(d) sphere, an interpolating head, the initial head at zero with the same features, and
+    p / (d n) as asked."""
+    pr = law_problem(4.0, seed=3)
+    x = pr.x_train.reshape(5, -1)
+    assert torch.allclose(x.norm(dim=1), torch.full((5,), 10 ** 0.5, dtype=torch.float64), rtol=1e-12)
+    with torch.no_grad():
+        assert torch.allclose(pr.target.model(pr.x_train).reshape(-1), pr.y_train, atol=1e-9)
+    assert pr.target.initial_model is not None
+    assert float(pr.target.initial_model.head.weight.abs().sum()) == 0.0  # type: ignore[union-attr]
+    assert torch.equal(pr.target.initial_model.features, pr.target.model.features)  # type: ignore[union-attr]
+    assert pr.ratio == RECOVERY_RATIO
+
+
+def test_matched_distance_forgives_order_scale_and_sign_only():
+    x = torch.randn(4, 1, 1, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    c = torch.stack([-2.0 * x[2], 0.5 * x[0], 3.0 * x[3], x[1]])
+    assert np.allclose(matched_distances(x, c), 0.0, atol=1e-7)
+    far = torch.randn(4, 1, 1, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert float(np.median(matched_distances(x, far))) > NULL_DISTANCE
+
+
+@pytest.mark.parametrize("name", _declaring("random_features_law"))
+def test_law_recovery_well_above_dn(name):
+    """p / (d n) = 4: near-full recovery on every seed (check_law asserts it)."""
+    outcomes = check_law(plugins.get("attacks", name), SEEDS, ratios=(RECOVERY_RATIO,))
+    assert len(outcomes) == len(SEEDS) and all(o.median_distance < RECOVERED_DISTANCE for o in outcomes)
+
+
+@pytest.mark.parametrize("name", _declaring("random_features_law"))
+def test_law_null_well_below_dn(name):
+    """p / (d n) = 1/4: nothing is recovered on any seed, although the attack's own loss reaches about 0 (impostors
+    fit the head)."""
+    outcomes = check_law(plugins.get("attacks", name), SEEDS, ratios=(NULL_RATIO,))
+    assert all(o.median_distance > NULL_DISTANCE and o.recovered == 0 for o in outcomes)
+    if name == "projection_law":
+        assert max(o.final_loss for o in outcomes) < 1e-6
+
+
+def test_check_law_fails_an_attack_that_returns_its_start():
+    """The track can fail: init_only (its random starts, unchanged) is refused at p / (d n) = 4."""
+    with pytest.raises(AssertionError, match="promises recovery"):
+        check_law(plugins.get("attacks", "init_only"), seeds=(0,), ratios=(RECOVERY_RATIO,))
