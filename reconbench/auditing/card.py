@@ -48,8 +48,9 @@ class AuditCard(ModelCard):
         family = plugins.get("models", self.data["family"])
         model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]))
         check_layers(model, self.data["family"])
+        model = model.double()  # before loading: float64 weights keep every digit
         model.load_state_dict(fit_state(model, self.state, "the weights"))
-        model = fold_input_factor(model.double(), self.data["family"], self.factor)
+        model = fold_input_factor(model, self.data["family"], self.factor)
         return model.to(dtype or torch.float64).eval()
 
     def problem(self, data_root: str | Path | None = None) -> Problem:

@@ -201,31 +201,33 @@ def read_state(path: str | Path) -> dict[str, torch.Tensor]:
 def fit_state(model: nn.Module, state: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
     """``state`` renamed onto ``model``'s keys (wrapper prefixes stripped, ``body.`` added for a wrapped outside
     network) and checked: names, shapes and dtypes; a one-line error otherwise."""
-    clean = {}
-    for k, v in state.items():
+    clean, named = {}, {}   # named: the key as the file writes it, for messages
+    for key, v in state.items():
+        k = key
         changed = True
         while changed:
             changed = False
             for pre in LEGACY_PREFIXES:
                 if k.startswith(pre):
                     k, changed = k[len(pre):], True
-        clean[k] = v
+        clean[k], named[k] = v, key
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    for wrapper in ("body.", "net.body.", "net."):
-        if not set(clean) & set(expected) and {wrapper + k for k in clean} & set(expected):
-            clean = {wrapper + k: v for k, v in clean.items()}
-    missing = sorted(set(expected) - set(clean) - {"factor"})
-    extra = sorted(set(clean) - set(expected))
+    if not set(clean) & set(expected) and {"body." + k for k in clean} & set(expected):
+        clean = {"body." + k: v for k, v in clean.items()}
+        named = {"body." + k: key for k, key in named.items()}
+    missing = sorted(k.removeprefix("body.") for k in set(expected) - set(clean))
+    extra = sorted(named[k] for k in set(clean) - set(expected))
     if missing or extra:
         raise ModelCardError(f"{where} do not fit the architecture: missing {missing[:3]}"
                              f"{' ...' if len(missing) > 3 else ''}, unexpected {extra[:3]}{' ...' if len(extra) > 3 else ''}; "
                              "check --family and --model-set")
     for k, v in clean.items():
         if tuple(v.shape) != expected[k]:
-            raise ModelCardError(f"{where} do not fit the architecture: {k!r} has shape {tuple(v.shape)} in the file "
-                                 f"but {expected[k]} in the model; check --family and --model-set (widths, channels)")
+            raise ModelCardError(f"{where} do not fit the architecture: {named[k]!r} has shape {tuple(v.shape)} in the "
+                                 f"file but {expected[k]} in the model; check --family and --model-set (widths, "
+                                 "channels)")
         if v.is_floating_point() and not bool(torch.isfinite(v).all()):
-            raise ModelCardError(f"{where}: tensor {k!r} holds NaN or infinite values")
+            raise ModelCardError(f"{where}: tensor {named[k]!r} holds NaN or infinite values")
     return clean
 
 
@@ -239,7 +241,7 @@ def check_layers(model: nn.Module, family: str) -> None:
         if isinstance(module, SUPPORTED_LAYERS) or type(module).__module__.startswith("timm."):
             continue
         raise IncompatibleError(
-            f"unsupported layer {name!r} ({type(module).__name__}): the attacks differentiate the network twice and "
+            f"unsupported layer {name.removeprefix('body.')!r} ({type(module).__name__}): the attacks differentiate the network twice and "
             f"need its layers to be among {', '.join(sorted({t.__name__ for t in SUPPORTED_LAYERS}))}; replace it or "
             "audit a model without it")
 
