@@ -238,7 +238,7 @@ def check_layers(model: nn.Module, family: str) -> None:
     for name, module in model.named_modules():
         if any(True for _ in module.children()) or isinstance(module, (SwappableReLU, TargetNet)):
             continue
-        if isinstance(module, SUPPORTED_LAYERS) or type(module).__module__.startswith("timm."):
+        if isinstance(module, SUPPORTED_LAYERS) or type(module).__module__.startswith(("timm.", "reconbench_plugins.")):
             continue
         raise IncompatibleError(
             f"unsupported layer {name.removeprefix('body.')!r} ({type(module).__name__}): the attacks differentiate the network twice and "
