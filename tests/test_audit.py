@@ -179,8 +179,8 @@ def test_the_folded_preprocessing_reproduces_the_owners_forward_pass(plain):
 def test_standardisation_folds_into_a_builtin_first_layer():
     """mlp: the factor scale / std multiplies the first layer's columns (one block of H*W per channel), so the
     network stays a homogeneous chain; its output equals the unfolded network on standardised inputs."""
-    from reconbench.auditing.model import fold_input_factor
     from reconbench import plugins
+    from reconbench.auditing.model import fold_input_factor
 
     fam = plugins.get("models", "mlp")
     net = fam.build((3, 4, 4), 2, {"widths": [8]}, generator=torch.Generator().manual_seed(0)).double()

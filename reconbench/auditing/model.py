@@ -241,7 +241,8 @@ def check_layers(model: nn.Module, family: str) -> None:
         if isinstance(module, SUPPORTED_LAYERS) or type(module).__module__.startswith(("timm.", "reconbench_plugins.")):
             continue
         raise IncompatibleError(
-            f"unsupported layer {name.removeprefix('body.')!r} ({type(module).__name__}): the attacks differentiate the network twice and "
+            f"unsupported layer {name.removeprefix('body.')!r} ({type(module).__name__}): the attacks differentiate "
+            "the network twice and "
             f"need its layers to be among {', '.join(sorted({t.__name__ for t in SUPPORTED_LAYERS}))}; replace it or "
             "audit a model without it")
 
