@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _helpers.audit_kit import digits_split, export_card, rounding_mlp, small_mlp
+from _helpers.audit_kit import digits_split, rounding_mlp, small_mlp
 from _helpers.browser import Browser, find_browser
 from _helpers.cli import run_cli
 from safetensors.torch import save_file
@@ -31,11 +32,11 @@ from safetensors.torch import save_file
 import reconbench
 from reconbench.auditing.card import audit_card
 from reconbench.auditing.data import build_audit_problem, input_factor, load_data, parse_preprocess
+from reconbench.auditing.export import export_card
 from reconbench.auditing.model import read_state, registered_family
 from reconbench.cli import main
 from reconbench.targets.cache import train_target
 from reconbench.targets.recipe import TargetRecipe
-from reconbench.targets.training import build_model
 
 FACTORY = "_helpers.audit_kit:small_mlp"
 OWNER_MEAN, OWNER_STD = 0.3, 0.35   # the plain script's input standardisation, (x - mean) / std on x in [0, 1]
@@ -57,15 +58,11 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                                      "family": "mlp", "model": {"widths": [200]},
                                      "train": {"steps": 1500, "lr": 0.05, "schedule": "inverse_loss"}})
     card = train_target(recipe, root / "card", quiet=True)
-    paths = export_card(card, root / "owner")
-    save_file({k: v.contiguous() for k, v in build_model(recipe, card.problem()).state_dict().items()},
-              str(root / "owner" / "init.safetensors"))
+    command = export_card(card, root / "owner")["command"]   # what `reconbench export` writes and prints
     cli(["run", "--model", str(root / "card"), "--attack", "multiclass_kkt", "--search-runs", "2", "--set", "steps=150",
          "--out", str(root / "run"), "-q"])
-    cli(["audit", str(paths["weights"]), "--family", "mlp", "--model-set", "widths=[200]", "--train",
-         str(paths["train"]), "--held-out", str(paths["held_out"]), "--task", "multiclass", "--preprocess", "mean=train",
-         "--attack", "multiclass_kkt", "--budget", "300", "--search-runs", "2", "--init-weights",
-         str(root / "owner" / "init.safetensors"), "--out", str(root / "audit"), "-q"])
+    cli([*shlex.split(command)[1:], "--attack", "multiclass_kkt", "--budget", "300", "--search-runs", "2",
+         "--out", str(root / "audit"), "-q"])
     return {"root": root, "card": card, "run": json.loads((root / "run" / "result.json").read_text()),
             "audit": root / "audit"}
 
@@ -331,3 +328,17 @@ def test_the_browser_check_fails_on_a_damaged_report(browser, plain, tmp_path):
     (folder / "report.html").write_text(page)
     problems = report_problems(browser, folder)
     assert any("did not load" in p for p in problems) and any("headline shows" in p for p in problems)
+
+
+@pytest.mark.slow
+def test_export_writes_the_files_and_the_audit_command(exported, capsys, tmp_path):
+    code, out, err = run_cli(["export", str(exported["root"] / "card"), "--out", str(tmp_path / "owner")], capsys)
+    assert code == 0, err
+    problem = exported["card"].problem()
+    with np.load(tmp_path / "owner" / "train.npz") as z:
+        np.testing.assert_array_equal(z["images"].astype(np.float64), problem.train_images[:, 0])
+        np.testing.assert_array_equal(z["labels"], problem.train_labels)
+    with np.load(tmp_path / "owner" / "held.npz") as z:
+        assert len(z["labels"]) == len(problem.decoy_labels) + len(problem.held_out_indices)
+    command = out.strip().splitlines()[-1].strip()
+    assert command.startswith("reconbench audit ") and "--model-set 'widths=[200]'" in command

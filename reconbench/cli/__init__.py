@@ -70,6 +70,7 @@ def load_commands() -> click.Group:
         audit_cmd,
         bench_cmd,
         evaluate_cmd,
+        export_cmd,
         leaderboard_cmd,
         plugins_cmd,
         run_cmd,

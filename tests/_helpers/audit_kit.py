@@ -1,31 +1,13 @@
-"""What the audit tests share: a reconbench target exported as an outside owner would hold it (plain safetensors,
-npz data), networks built by plain PyTorch factories, and a digits split made with scikit-learn alone."""
+"""What the audit tests share: networks built by plain PyTorch factories, and a digits split made with scikit-learn
+alone (no reconbench code)."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from torch import nn
-
-
-def export_card(card: Any, out: Path) -> dict[str, Path]:
-    """A trained card as an owner outside reconbench would hold it: weights.safetensors, train.npz, held.npz (the
-    decoys first, then the held-out pool, in the order the problem holds them), mean.npy. Float images stay float
-    (digits are k/16, which uint8 cannot hold exactly)."""
-    out.mkdir(parents=True, exist_ok=True)
-    problem = card.problem()
-    paths = {"weights": out / "weights.safetensors", "train": out / "train.npz", "held_out": out / "held.npz"}
-    save_file({k: v.contiguous() for k, v in card.load_model().state_dict().items()}, str(paths["weights"]))
-    np.savez(paths["train"], images=problem.train_images[:, 0], labels=problem.train_labels)
-    pool = problem.held_out_images(np.arange(len(problem.held_out_indices)))
-    np.savez(paths["held_out"], images=np.concatenate([problem.decoy_images, pool])[:, 0],
-             labels=np.concatenate([problem.decoy_labels, problem.held_out_labels]))
-    return paths
 
 
 def digits_split(n_per_class: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
