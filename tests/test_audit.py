@@ -235,6 +235,7 @@ def owner_files(tmp_path: Path) -> dict[str, Path]:
     torch.manual_seed(0)
     torch.save(small_mlp((1, 8, 8), 1).state_dict(), tmp_path / "net.pt")
     torch.save(rounding_mlp((1, 8, 8), 1).state_dict(), tmp_path / "rounding.pt")
+    torch.save(small_mlp((1, 8, 8), 2).state_dict(), tmp_path / "two.pt")
     np.savez(tmp_path / "train.npz", images=xtr, labels=ytr)
     np.savez(tmp_path / "held.npz", images=xho, labels=yho)
     np.savez(tmp_path / "small.npz", images=xho[:40], labels=yho[:40])
@@ -247,6 +248,7 @@ def owner_files(tmp_path: Path) -> dict[str, Path]:
     ({"--held-out": "small.npz"}, r"--held-out has \d+ image\(s\) of class \d, but the null needs 60"),
     ({"--held-out": "overlap.npz"}, r"--train and --held-out share 1 image\(s\) \(train #3 = held-out #\d+\)"),
     ({"--family": "_helpers.audit_kit:rounding_mlp", "weights": "rounding.pt"}, r"unsupported layer '2' \(Rounding\)"),
+    ({"weights": "two.pt"}, r"the weights end in 2 outputs, but a binary audit needs .* is --task multiclass"),
 ])
 def test_bad_inputs_get_one_line_before_any_work(owner_files, capsys, change, expected):
     import re

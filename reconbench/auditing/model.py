@@ -249,7 +249,8 @@ def check_layers(model: nn.Module, family: str) -> None:
 
 def check_second_order(model: TargetNet, input_shape: tuple[int, int, int]) -> None:
     """The KKT attacks differentiate the parameter gradient with respect to the inputs; try it once on 2 inputs."""
-    x = torch.randn(2, *input_shape, dtype=next(model.parameters()).dtype, requires_grad=True)
+    param = next(model.parameters())
+    x = torch.randn(2, *input_shape, dtype=param.dtype, device=param.device, requires_grad=True)
     try:
         out = model(x)
         params = [p for p in model.parameters() if p.requires_grad]

@@ -61,6 +61,7 @@ def audit(weights: str | Path, *, family: str, train: str | Path, held_out: str 
     t0 = time.perf_counter()
     if budget < 1:
         raise ReconbenchError(f"--budget {budget}: give a positive number of attack steps")
+    check_device(device)
     pre = preprocess if isinstance(preprocess, Preprocess) else parse_preprocess(dict(preprocess or {}))
     data = load_data(train, held_out)
     name, spec = family_and_spec(family, dict(model_set or {}))
@@ -69,6 +70,7 @@ def audit(weights: str | Path, *, family: str, train: str | Path, held_out: str 
         fam = plugins.get("models", name)
         full_spec = {**fam.default_spec(), **spec} if name != "timm" else fam.spec(spec)
         state = read_state(weights)
+        check_outputs(state, task)
         channels = int(data.train.images.shape[1])
         factor = input_factor(pre, channels)
         problem = build_audit_problem(data, task, binary_rule, pre, num_classes=_out_dim(state, task))
@@ -109,6 +111,23 @@ def audit(weights: str | Path, *, family: str, train: str | Path, held_out: str 
     write_json(out_dir / "audit.json", rec)
     write_report(out_dir, rec)
     return rec
+
+
+def check_device(device: str) -> None:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ReconbenchError(f"--device {device!r} is not a torch device; pass cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ReconbenchError(f"--device {device}: no CUDA device is available here; pass --device cpu")
+
+
+def check_outputs(state: dict[str, torch.Tensor], task: str) -> None:
+    """A binary or regression audit needs one output; a two-output classifier is a multiclass model."""
+    mats = [v for v in state.values() if v.ndim == 2]
+    if task != "multiclass" and mats and int(mats[-1].shape[0]) == 2:
+        raise ReconbenchError(f"the weights end in 2 outputs, but a {task} audit needs a model with one output (a "
+                              "logit); a two-output classifier trained with cross-entropy is --task multiclass")
 
 
 def _out_dim(state: dict[str, torch.Tensor], task: str) -> int | None:
