@@ -1,6 +1,8 @@
 """reconbench: a benchmark harness for training-data reconstruction attacks."""
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from reconbench.hookspecs import hookimpl
 
@@ -12,10 +14,10 @@ except PackageNotFoundError:  # running from a source tree without installation
 __all__ = ["__version__", "audit", "hookimpl"]
 
 
-def audit(*args, **kwargs):  # type: ignore[no-untyped-def]
-    """Audit released weights with the owner's data (:func:`reconbench.auditing.run.audit`, imported on first use so
-    that ``import reconbench`` stays light)."""
-    from reconbench.auditing.run import audit as run_audit
-
-    return run_audit(*args, **kwargs)
-
+def __getattr__(name: str) -> Any:
+    """``reconbench.audit``: :func:`reconbench.auditing.run.audit`, loaded on first use (PEP 562) so that
+    ``import reconbench`` stays light (no torch). A name, not an import statement: every module imports this package
+    for ``__version__`` and ``hookimpl``, and the facade is the one place that points back up."""
+    if name == "audit":
+        return importlib.import_module("reconbench.auditing.run").audit
+    raise AttributeError(f"module 'reconbench' has no attribute {name!r}")

@@ -30,6 +30,7 @@ from _helpers.cli import run_cli
 from safetensors.torch import save_file
 
 import reconbench
+import reconbench.errors
 from reconbench.auditing.card import audit_card
 from reconbench.auditing.data import build_audit_problem, input_factor, load_data, parse_preprocess
 from reconbench.auditing.export import export_card
@@ -344,3 +345,22 @@ def test_export_writes_the_files_and_the_audit_command(exported, capsys, tmp_pat
         assert len(z["labels"]) == len(problem.decoy_labels) + len(problem.held_out_indices)
     command = out.strip().splitlines()[-1].strip()
     assert command.startswith("reconbench audit ") and "--model-set 'widths=[200]'" in command
+
+
+def test_reconbench_audit_is_the_function_the_command_line_calls(monkeypatch, capsys, tmp_path):
+    import reconbench.auditing.run as run_module
+
+    assert reconbench.audit is run_module.audit
+    seen: dict[str, Any] = {}
+
+    def fake(weights: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.update(kwargs, weights=weights)
+        raise reconbench.errors.ReconbenchError("stopped here")
+
+    monkeypatch.setattr(run_module, "audit", fake)
+    code, _, err = run_cli(["audit", "w.pt", "--family", "mlp", "--model-set", "widths=[8]", "--train", "t.npz",
+                            "--held-out", "h.npz", "--task", "binary", "--preprocess", "std=0.5", "--out",
+                            str(tmp_path)], capsys)
+    assert code != 0 and "stopped here" in err
+    assert seen["model_set"] == {"widths": [8]} and seen["preprocess"] == {"std": 0.5} and seen["budget"] == run_module.DEFAULT_BUDGET
+    assert seen["command"].startswith("reconbench audit w.pt")

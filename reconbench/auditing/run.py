@@ -41,8 +41,8 @@ from reconbench.targets.losses import error_rate
 #: the attack of each task that the audit runs first (the papers' KKT attacks), and the baseline run beside it
 MAIN_ATTACK = {"binary": "haim_binary_kkt", "multiclass": "multiclass_kkt", "regression": "general_loss_wd"}
 BASELINES = ("weight_rows",)
-#: attack steps per attack, summed over its search runs: about two minutes for a width-1000 MLP on 28 x 28 images
-#: with n = 20 on one core of a 2-core machine (docs/audit.md)
+#: attack steps per attack, summed over its search runs: 40 s of CPU for a 784-1000-1000-1 MLP with n = 20 on one
+#: thread (docs/audit.md#how-long-it-takes)
 DEFAULT_BUDGET = 3000
 DEFAULT_SEARCH_RUNS = 3
 #: the regime gate on the learned part's residual ratio (docs/regime.md#the-gate)
