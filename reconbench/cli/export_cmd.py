@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 import click
 
 from reconbench.cli.common import data_root_option, main_group
@@ -22,4 +25,4 @@ def export_command(card: str, out: str, data_root: str | None) -> None:
     written = export_card(load_card(card), out, data_root)
     for key in ("weights", "init_weights", "train", "held_out"):
         click.echo(f"{key}: {written[key]}")
-    click.echo(f"audit it with:\n  {written['command']} --out {out}/audit")
+    click.echo(f"audit it with:\n  {written['command']} --out {shlex.quote(str(Path(out) / 'audit'))}")
