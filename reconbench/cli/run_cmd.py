@@ -109,7 +109,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
                    dtype=dtype, device=device, protocol=protocol, search=search, search_config=search_config)
     check_attack(size, candidates=spec.candidates, search_runs=spec.search_runs, dtype=dtype)
-    out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{recipe_key}-s{seed}"
+    out_dir = Path(out) if out else default_out_dir(recipe_key, spec, attack_obj.default_search_runs)
     created = not out_dir.exists()
     check_writable(out_dir, "--out")
     if not model_card:
@@ -137,6 +137,19 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     logger = tracker(track, track_uri, track_experiment or "reconbench")
     if logger is not None and (run_id := logger.log_result(out_dir, out_dir.name)):
         click.echo(f"tracked: MLflow run {run_id} in experiment {logger.experiment!r}")
+
+
+def default_out_dir(recipe_key: str, spec: RunSpec, default_search_runs: int) -> Path:
+    """runs/<attack>-<init>-<target>-s<seed>, and a hash of the configuration when any other option (--set,
+    --init-set, --search, --search-set, --search-runs, --candidates, --dtype, --protocol-set) differs from the
+    defaults: a run of another configuration gets its own folder instead of being refused by the default one's."""
+    base = f"{spec.attack}-{spec.init}-{recipe_key}-s{spec.seed}"
+    plain = RunSpec(attack=spec.attack, init=spec.init, seed=spec.seed, search_runs=default_search_runs,
+                    device=spec.device)
+    config = run_config(recipe_key, spec.to_dict())
+    if config == run_config(recipe_key, plain.to_dict()):
+        return Path("runs") / base
+    return Path("runs") / f"{base}-{config_hash(config)[:8]}"
 
 
 def headline_lines(evaluation: dict[str, Any]) -> list[str]:

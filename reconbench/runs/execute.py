@@ -42,6 +42,7 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     runs: list[dict[str, Any]] = []
     t_all = time.perf_counter()
     total = max(spec.search_runs, 1)
+    ran_any = False
     with Progress(total, f"{attack.name} runs", quiet=quiet or total == 1) as outer:
         while len(runs) < total:   # one batch per round of the strategy (random search: one round)
             asked = [{}] if session is None else session.ask()
@@ -49,6 +50,7 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
             first = len(runs)
             pending = _start_round(card, spec, attack, init, problem, labels, target, asked, runs, runs_dir, outer)
             if pending:
+                ran_any = True
                 _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
             if session is not None:
                 batch = sorted(runs[first:], key=lambda r: r["run"])
@@ -57,8 +59,20 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     usable = [r for r in runs if r["stopped"] != "failed"]
     if not usable:
         raise DivergedError(f"all {len(runs)} run(s) of {attack.name} failed; first: {runs[0]['message']}")
-    return finish(card, spec, out, problem, runs, time.perf_counter() - t_all,
+    wall = time.perf_counter() - t_all
+    if not ran_any:   # every run was read back: the attack's wall time is the one recorded when it ran
+        wall = previous_wall(out, wall)
+    return finish(card, spec, out, problem, runs, wall,
                   oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
+
+
+def previous_wall(out: Path, default: float) -> float:
+    """The wall time recorded in ``out``'s result.json (a finished run re-evaluated), else ``default``."""
+    try:
+        value = json.loads((out / "result.json").read_text()).get("wall_seconds")
+    except (OSError, ValueError, AttributeError):
+        return default
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else default
 
 
 def _start_round(card: ModelCard, spec: RunSpec, attack: Any, init: Any, problem: Problem, labels: torch.Tensor,
