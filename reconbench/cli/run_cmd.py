@@ -65,7 +65,8 @@ RUN_CONFIG_FILE = "run-config.json"
               help="Torch device of the attack, and of the training when a target is trained, e.g. cuda.")
 @click.option("--protocol-set", multiple=True, help="Evaluation protocol option KEY=VALUE (repeatable).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>; an existing one with the same "
+              help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>, with -<config hash> when other options "
+                   "differ from their defaults; an existing one with the same "
                    "configuration is resumed).")
 @click.option("--replace", is_flag=True,
               help="If --out holds a run of another configuration, delete its files and run this one.")
