@@ -61,3 +61,24 @@ def test_rerunning_a_finished_run_keeps_its_wall_time(tmp_path, capsys, toy_atta
     result.write_text(json.dumps(first))
     assert run_cli(args, capsys)[0] == 0
     assert json.loads(result.read_text())["wall_seconds"] == 123.25
+
+
+def test_site_without_the_data_says_which_cells_lack_images_and_keeps_the_variables_case(tmp_path, capsys, monkeypatch):
+    from _helpers.sitekit import BOARD, fixture_leaderboards, kept_candidates
+
+    from reconbench.errors import DataError
+    from reconbench.leaderboard.site.images import ProblemCache
+
+    def missing(self, board, rec):  # what a board's card raises when its data files are not here
+        raise DataError("mnist/t10k-images-idx3-ubyte.gz not found under the data folder (or point --data-root / "
+                        "$RECONBENCH_DATA at the folder that holds mnist/t10k-images-idx3-ubyte.gz).")
+
+    monkeypatch.setattr(ProblemCache, "problem", missing)
+    boards = fixture_leaderboards(tmp_path)
+    code, out, err = run_cli(["site", "--leaderboards", str(boards), "--out", str(tmp_path / "site")], capsys)
+    assert code == 0, err
+    stored = len(kept_candidates())
+    assert f"warning: {stored} cell(s) store candidates but have no reconstructions" in err and "--data-root" in err
+    assert "0 with reconstructions" in out
+    page = (tmp_path / "site" / BOARD / "cells" / f"{kept_candidates()[0]}.html").read_text()
+    assert "$RECONBENCH_DATA" in page and "$reconbench_data" not in page

@@ -41,6 +41,7 @@ class Pair:
 class CellImages:
     pairs: list[Pair]
     reason: str = ""        # why there are none
+    failed: bool = False    # stored candidates that could not be drawn here (e.g. the data set is missing)
 
 
 def _num(v: Any) -> float | None:
@@ -84,7 +85,7 @@ def cell_images(board: Path, rec: CellRecord, out: Path, problems: ProblemCache,
     try:
         return _draw(stored, rec, out, problems.problem(board, rec), max_images)
     except (ReconbenchError, OSError, KeyError, ValueError) as exc:
-        return CellImages([], f"images could not be drawn here ({type(exc).__name__}: {exc})")
+        return CellImages([], f"images could not be drawn here ({type(exc).__name__}: {exc})", failed=True)
 
 
 def _draw(stored: Path, rec: CellRecord, out: Path, problem_card: tuple[Any, Any], max_images: int) -> CellImages:
