@@ -82,3 +82,42 @@ def test_site_without_the_data_says_which_cells_lack_images_and_keeps_the_variab
     assert "0 with reconstructions" in out
     page = (tmp_path / "site" / BOARD / "cells" / f"{kept_candidates()[0]}.html").read_text()
     assert "$RECONBENCH_DATA" in page and "$reconbench_data" not in page
+
+
+def test_the_site_sizes_in_the_docs_are_the_published_boards():
+    """docs/usage.md states the site's cell pages and how many have reconstructions: one page per cell of every
+    published board, reconstructions for the cells whose candidates a board stores."""
+    import re
+
+    from reconbench.leaderboard.site.board import find_boards, load_board
+    from reconbench.leaderboard.slim import candidates_file
+
+    text = " ".join((ROOT / "docs" / "usage.md").read_text().split())
+    found = re.search(r"All (\w+) published boards \(([\d,]+) cell pages, ([\d,]+) with reconstructions", text)
+    assert found, "docs/usage.md no longer states the site's size"
+    boards = [load_board(p) for p in find_boards(ROOT / "leaderboards")]
+    pages = sum(len(b.cells) for b in boards)
+    stored = sum(1 for b in boards for cid, rec in b.cells.items() if candidates_file(b.folder, cid) is not None
+                 and rec.status == "ok")
+    words = {"six": 6, "seven": 7, "eight": 8, "five": 5}
+    assert (words.get(found[1]), int(found[2].replace(",", "")), int(found[3].replace(",", ""))) == \
+        (len(boards), pages, stored)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)   # the quick start's run: 34 s on an idle 2-core machine, several minutes on a loaded one
+def test_the_readmes_table_is_a_fresh_default_run(tmp_path, capsys, monkeypatch):
+    """README.md's table of the quick start's run, against `reconbench run --attack multiclass_kkt` run now (the
+    cache is empty: the target is trained as a newcomer's first command trains it)."""
+    from reconbench.runs.readme_table import readme_section, summary_table
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["run", "--attack", "multiclass_kkt", "-q"], capsys)
+    assert code == 0, err
+    (result,) = (tmp_path / "runs").glob("multiclass_kkt-gaussian-*/result.json")
+    fresh = summary_table(json.loads(result.read_text()))
+    assert readme_section((ROOT / "README.md").read_text()) == fresh
+    # the rows are the numbers the command printed
+    for line in fresh.splitlines()[4:-1]:
+        name = line.split(" | ")[0].strip("| ")
+        assert f"  {name}" in out, f"{name} is not a number `reconbench run` prints"
