@@ -362,5 +362,27 @@ def test_reconbench_audit_is_the_function_the_command_line_calls(monkeypatch, ca
                             "--held-out", "h.npz", "--task", "binary", "--preprocess", "std=0.5", "--out",
                             str(tmp_path)], capsys)
     assert code != 0 and "stopped here" in err
-    assert seen["model_set"] == {"widths": [8]} and seen["preprocess"] == {"std": 0.5} and seen["budget"] == run_module.DEFAULT_BUDGET
+    assert seen["model_set"] == {"widths": [8]} and seen["preprocess"] == {"std": 0.5}
+    assert seen["budget"] == run_module.DEFAULT_BUDGET
     assert seen["command"].startswith("reconbench audit w.pt")
+
+
+def test_preprocessing_options_give_the_mean_and_factor_they_name(tmp_path):
+    from reconbench.auditing.data import Preprocess, mean_image
+    from reconbench.errors import ReconbenchError
+
+    rng = np.random.default_rng(0)
+    unit = rng.random((6, 3, 4, 5))
+    pre = parse_preprocess({"scale": 255, "mean": "127.5,100,50", "std": "2,4,8"})
+    np.testing.assert_allclose(mean_image(pre, unit)[:, 0, 0], [0.5, 100 / 255, 50 / 255], rtol=1e-15)
+    np.testing.assert_allclose(input_factor(pre, 3), [127.5, 63.75, 31.875], rtol=1e-15)
+    np.testing.assert_array_equal(mean_image(Preprocess(mean="train"), unit), unit.mean(axis=0))
+    np.testing.assert_allclose(mean_image(Preprocess(mean="train-channel"), unit)[:, 2, 3], unit.mean(axis=(0, 2, 3)))
+    np.save(tmp_path / "m.npy", np.full((4, 5, 3), 0.25))   # H x W x C, in the scaled units
+    np.testing.assert_array_equal(mean_image(Preprocess(scale=0.5, mean=str(tmp_path / "m.npy")), unit), 0.5)
+    for bad, match in (({"shift": 1}, "has no key 'shift'"), ({"std": 0}, "std=0 must be one positive number"),
+                       ({"scale": -1}, "scale=-1 must be a positive number")):
+        with pytest.raises(ReconbenchError, match=match):
+            parse_preprocess(bad)
+    with pytest.raises(ReconbenchError, match="mean has 2 values for 3-channel images"):
+        mean_image(parse_preprocess({"mean": "0.1,0.2"}), unit)
