@@ -188,7 +188,7 @@ def _applicable(card: AuditCard, names: list[str] | None, task: str, budget: int
     for name in wanted:
         attack = plugins.get("attacks", name)
         fields = {f.name for f in dataclasses.fields(attack.config_cls)}
-        runs = search_runs or (DEFAULT_SEARCH_RUNS if "steps" in fields else 1)
+        runs = (search_runs or DEFAULT_SEARCH_RUNS) if "steps" in fields else 1   # weight_rows: one run
         cfg = {"steps": max(1, budget // runs)} if "steps" in fields else {}
         spec = RunSpec(attack=name, attack_config=cfg, seed=seed, search_runs=runs, device=device)
         try:
