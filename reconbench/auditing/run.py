@@ -45,6 +45,8 @@ BASELINES = ("weight_rows",)
 #: thread (docs/audit.md#how-long-it-takes)
 DEFAULT_BUDGET = 3000
 DEFAULT_SEARCH_RUNS = 3
+#: the option that counts an attack's steps (the KKT attacks' steps, the bilevel attack's outer steps)
+STEP_OPTIONS = ("steps", "outer_steps")
 #: the regime gate on the learned part's residual ratio (docs/regime.md#the-gate)
 GATE = 0.1
 AUDIT_FORMAT = "reconbench-audit/1"
@@ -188,8 +190,9 @@ def _applicable(card: AuditCard, names: list[str] | None, task: str, budget: int
     for name in wanted:
         attack = plugins.get("attacks", name)
         fields = {f.name for f in dataclasses.fields(attack.config_cls)}
-        runs = (search_runs or DEFAULT_SEARCH_RUNS) if "steps" in fields else 1   # weight_rows: one run
-        cfg = {"steps": max(1, budget // runs)} if "steps" in fields else {}
+        step = next((f for f in STEP_OPTIONS if f in fields), None)
+        runs = (search_runs or DEFAULT_SEARCH_RUNS) if step else 1   # an attack without steps (weight_rows): once
+        cfg = {step: max(1, budget // runs)} if step else {}
         spec = RunSpec(attack=name, attack_config=cfg, seed=seed, search_runs=runs, device=device)
         try:
             if task not in attack.tasks:
