@@ -109,10 +109,17 @@ def test_the_site_sizes_in_the_docs_are_the_published_boards():
 def test_the_readmes_table_is_a_fresh_default_run(tmp_path, capsys, monkeypatch):
     """README.md's table of the quick start's run, against `reconbench run --attack multiclass_kkt` run now (the
     cache is empty: the target is trained as a newcomer's first command trains it)."""
+    import torch
+
     from reconbench.runs.readme_table import readme_section, summary_table
 
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(["run", "--attack", "multiclass_kkt", "-q"], capsys)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # as the README's command runs (OMP_NUM_THREADS=1)
+    try:
+        code, out, err = run_cli(["run", "--attack", "multiclass_kkt", "-q"], capsys)
+    finally:
+        torch.set_num_threads(threads)
     assert code == 0, err
     (result,) = (tmp_path / "runs").glob("multiclass_kkt-gaussian-*/result.json")
     fresh = summary_table(json.loads(result.read_text()))
