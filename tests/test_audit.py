@@ -39,6 +39,9 @@ from reconbench.cli import main
 from reconbench.targets.cache import train_target
 from reconbench.targets.recipe import TargetRecipe
 
+#: each module fixture runs a whole audit inside the first test that asks for it: 20-180 s on the shared 2-core machine
+pytestmark = pytest.mark.timeout(600)
+
 FACTORY = "_helpers.audit_kit:small_mlp"
 OWNER_MEAN, OWNER_STD = 0.3, 0.35   # the plain script's input standardisation, (x - mean) / std on x in [0, 1]
 
