@@ -389,3 +389,30 @@ def test_preprocessing_options_give_the_mean_and_factor_they_name(tmp_path):
             parse_preprocess(bad)
     with pytest.raises(ReconbenchError, match="mean has 2 values for 3-channel images"):
         mean_image(parse_preprocess({"mean": "0.1,0.2"}), unit)
+
+
+def test_an_image_folder_reads_as_its_npz(tmp_path):
+    """DIR/<class>/*.png: the same images and labels as the npz that holds them; the held-out folder's classes are
+    mapped by name onto the training folder's."""
+    from PIL import Image
+
+    xtr, ytr, xho, yho = digits_split(5)
+    names = ["even", "odd"]
+    for split, images, labels, classes in (("train", xtr, ytr, names), ("held", xho[:200], yho[:200], names)):
+        for k, (img, lab) in enumerate(zip(images, labels, strict=True)):
+            folder = tmp_path / split / classes[lab]
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(img).save(folder / f"{k:04d}.png")
+    np.savez(tmp_path / "train.npz", images=xtr, labels=ytr)
+    np.savez(tmp_path / "held.npz", images=xho[:200], labels=yho[:200])
+    folders, files = load_data(tmp_path / "train", tmp_path / "held"), load_data(tmp_path / "train.npz",
+                                                                                  tmp_path / "held.npz")
+    for a, b in ((folders.train, files.train), (folders.held_out, files.held_out)):
+        order_a, order_b = np.lexsort((a.labels,)), np.lexsort((b.labels,))   # the folder is in class order
+        np.testing.assert_array_equal(a.images[order_a], b.images[order_b])
+        np.testing.assert_array_equal(a.labels[order_a], b.labels[order_b])
+    assert folders.train.classes == names
+    (tmp_path / "held" / "other").mkdir()
+    Image.fromarray(xho[0]).save(tmp_path / "held" / "other" / "x.png")
+    with pytest.raises(reconbench.errors.DataError, match=r"class folder\(s\) \['other'\] that the training folder lacks"):
+        load_data(tmp_path / "train", tmp_path / "held")

@@ -18,6 +18,7 @@ import numpy as np
 from reconbench import plugins
 from reconbench.data import TASKS, ImageData, Problem, ProblemSpec, to_unit
 from reconbench.errors import DataError, ReconbenchError
+from reconbench.targets.data_files import file_digest
 from reconbench.targets.problems import BINARY_RULES, first_per_class
 
 #: non-members per training image that the membership test draws from the held-out pool (its default
@@ -89,8 +90,63 @@ def load_npz(path: str | Path, option: str) -> ImageData:
     return data
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+def load_folder(path: str | Path, option: str, classes: list[str] | None = None) -> ImageData:
+    """An image folder, one subfolder per class (``DIR/<class>/*.png``, torchvision's ImageFolder layout): classes
+    in sorted order (or ``classes``, the training folder's), files in sorted order, as uint8 (grey or RGB)."""
+    from PIL import Image  # Pillow comes with matplotlib
+
+    root = Path(path)
+    found = sorted(d.name for d in root.iterdir() if d.is_dir())
+    if not found:
+        raise DataError(f"{option} {path} has no class subfolders; lay it out as {path}/<class>/<image>.png")
+    names = classes if classes is not None else found
+    unknown = sorted(set(found) - set(names))
+    if unknown:
+        raise DataError(f"{option} {path} has class folder(s) {unknown[:3]} that the training folder lacks; the "
+                        "held-out set must hold the training set's classes")
+    files = [(names.index(c), f) for c in found for f in sorted((root / c).iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]
+    if not files:
+        raise DataError(f"{option} {path} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+    opened = []
+    for _, f in files:
+        with Image.open(f) as im:   # read now and closed: a folder may hold more files than may stay open
+            opened.append(im.copy())
+    mode = "L" if all(im.mode in ("1", "L", "I", "I;16", "F") for im in opened) else "RGB"
+    arrays: list[np.ndarray] = []
+    for (_, f), im in zip(files, opened, strict=True):
+        arr = np.asarray(im.convert(mode), dtype=np.uint8)
+        if arrays and arr.shape != arrays[0].shape:
+            raise DataError(f"{option}: {f} is {arr.shape[1]}x{arr.shape[0]} pixels, the first image is "
+                            f"{arrays[0].shape[1]}x{arrays[0].shape[0]}; every image must have the same size")
+        arrays.append(arr)
+    images = np.stack(arrays)
+    images = images[:, None] if images.ndim == 3 else np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+    labels = np.asarray([label for label, _ in files], dtype=np.int64)
+    return ImageData(f"folder:{root.name}", images, labels, list(names), str(root))
+
+
+def load_images(path: str | Path, option: str, classes: list[str] | None = None) -> ImageData:
+    """An npz file or an image folder."""
+    return load_folder(path, option, classes) if Path(path).is_dir() else load_npz(path, option)
+
+
+def data_sha256(path: str | Path) -> str:
+    """sha256 of an npz file, or of an image folder (each file's relative path and sha256, in sorted order)."""
+    p = Path(path)
+    if not p.is_dir():
+        return file_digest(p, "sha256")
+    h = hashlib.sha256()
+    for f in sorted(q for q in p.rglob("*") if q.is_file()):
+        h.update(f"{f.relative_to(p)}\0{file_digest(f, 'sha256')}\n".encode())
+    return h.hexdigest()
+
+
 def load_data(train: str | Path, held_out: str | Path) -> AuditData:
-    tr, ho = load_npz(train, "--train"), load_npz(held_out, "--held-out")
+    tr = load_images(train, "--train")
+    ho = load_images(held_out, "--held-out", tr.classes if Path(train).is_dir() else None)
     if tr.images.shape[1:] != ho.images.shape[1:]:
         raise DataError(f"--train images are {_shape(tr)} but --held-out images are {_shape(ho)}; the held-out set "
                         "must come from the same distribution (same size and channels)")

@@ -23,6 +23,7 @@ from reconbench.auditing.data import (
     NON_MEMBERS_PER_MEMBER,
     Preprocess,
     build_audit_problem,
+    data_sha256,
     input_factor,
     load_data,
     parse_preprocess,
@@ -78,7 +79,7 @@ def audit(weights: str | Path, *, family: str, train: str | Path, held_out: str 
         problem = build_audit_problem(data, task, binary_rule, pre, num_classes=_out_dim(state, task))
         record = {"family": family, "model_set": dict(model_set or {}), "task": task, "binary_rule": binary_rule,
                   "preprocess": pre.to_dict(), "loss": loss,
-                  "train_sha256": file_digest(Path(train), "sha256"), "held_out_sha256": file_digest(Path(held_out), "sha256")}
+                  "train_sha256": data_sha256(train), "held_out_sha256": data_sha256(held_out)}
         card = audit_card(out_dir, name, full_spec, state, problem, factor, loss,
                           file_digest(Path(weights), "sha256"), record)
         model = card.load_model()

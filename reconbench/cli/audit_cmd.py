@@ -20,11 +20,13 @@ DEFAULT_BUDGET = 3000
 @click.option("--model-set", multiple=True,
               help="Architecture option KEY=VALUE (repeatable), e.g. widths=[1000] for mlp; for a timm name, its "
                    "create_model kwargs; for a factory, its keyword arguments.")
-@click.option("--train", "train", required=True, type=click.Path(dir_okay=False),
-              help="The training set to protect: .npz with `images` (uint8, N x H x W or N x H x W x C) and `labels`.")
-@click.option("--held-out", "held_out", required=True, type=click.Path(dir_okay=False),
-              help="Images of the same distribution the model never saw (.npz, same layout): the null, the decoys "
-                   "and the membership test's non-members; each class needs 2 x max class count + 10 x its count.")
+@click.option("--train", "train", required=True, type=click.Path(exists=True),
+              help="The training set to protect: .npz with `images` (uint8, N x H x W or N x H x W x C) and `labels`, "
+                   "or an image folder with one subfolder per class.")
+@click.option("--held-out", "held_out", required=True, type=click.Path(exists=True),
+              help="Images of the same distribution the model never saw (.npz or image folder, same layout): the "
+                   "null, the decoys and the membership test's non-members; each class needs 2 x max class count + "
+                   "10 x its count.")
 @click.option("--task", type=click.Choice(["binary", "multiclass", "regression"]), required=True,
               help="What the model was trained for (binary: one output logit; regression: one output, targets -1/+1).")
 @click.option("--binary-rule", default=None,
