@@ -110,14 +110,14 @@ def load_folder(path: str | Path, option: str, classes: list[str] | None = None)
     files = [(names.index(c), f) for c in found for f in sorted((root / c).iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]
     if not files:
         raise DataError(f"{option} {path} holds no images ({', '.join(IMAGE_SUFFIXES)})")
-    opened = []
+    opened: list[Image.Image] = []
     for _, f in files:
-        with Image.open(f) as im:   # read now and closed: a folder may hold more files than may stay open
-            opened.append(im.copy())
-    mode = "L" if all(im.mode in ("1", "L", "I", "I;16", "F") for im in opened) else "RGB"
+        with Image.open(f) as handle:   # read now and closed: a folder may hold more files than may stay open
+            opened.append(handle.copy())
+    mode = "L" if all(img.mode in ("1", "L", "I", "I;16", "F") for img in opened) else "RGB"
     arrays: list[np.ndarray] = []
-    for (_, f), im in zip(files, opened, strict=True):
-        arr = np.asarray(im.convert(mode), dtype=np.uint8)
+    for (_, f), img in zip(files, opened, strict=True):
+        arr = np.asarray(img.convert(mode), dtype=np.uint8)
         if arrays and arr.shape != arrays[0].shape:
             raise DataError(f"{option}: {f} is {arr.shape[1]}x{arr.shape[0]} pixels, the first image is "
                             f"{arrays[0].shape[1]}x{arrays[0].shape[0]}; every image must have the same size")
