@@ -82,8 +82,8 @@ def load_npz(path: str | Path, option: str) -> ImageData:
     """An npz file with ``images`` and ``labels``, read by the project's npz data set (no pickles)."""
     p = Path(path)
     if not p.is_file():
-        raise DataError(f"{option} {path}: no such file; pass an .npz with `images` (uint8, N x H x W or N x H x W x C) "
-                        "and `labels`")
+        raise DataError(f"{option} {path}: no such file or folder; pass an .npz with `images` (uint8, N x H x W or "
+                        "N x H x W x C) and `labels`, or an image folder with one subfolder per class")
     data: ImageData = plugins.get("datasets", "npz").load(None, str(p.absolute()))
     if len(data.labels) == 0:
         raise DataError(f"{option} {path} holds no images; it needs at least one per class")

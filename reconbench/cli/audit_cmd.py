@@ -20,10 +20,10 @@ DEFAULT_BUDGET = 3000
 @click.option("--model-set", multiple=True,
               help="Architecture option KEY=VALUE (repeatable), e.g. widths=[1000] for mlp; for a timm name, its "
                    "create_model kwargs; for a factory, its keyword arguments.")
-@click.option("--train", "train", required=True, type=click.Path(exists=True),
+@click.option("--train", "train", required=True, type=click.Path(),
               help="The training set to protect: .npz with `images` (uint8, N x H x W or N x H x W x C) and `labels`, "
                    "or an image folder with one subfolder per class.")
-@click.option("--held-out", "held_out", required=True, type=click.Path(exists=True),
+@click.option("--held-out", "held_out", required=True, type=click.Path(),
               help="Images of the same distribution the model never saw (.npz or image folder, same layout): the "
                    "null, the decoys and the membership test's non-members; each class needs 2 x max class count + "
                    "10 x its count.")
