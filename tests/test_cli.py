@@ -42,8 +42,8 @@ def test_train_then_run_then_resume(tmp_path, capsys, toy_attack_registered):
     code, _, _ = run_cli(args, capsys)
     assert code == 0
     assert stamps == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "res" / "runs").glob("*.safetensors")}
-    # a finished run asked again keeps its result (and its wall time) instead of rewriting it with ~0 s
-    assert (tmp_path / "res" / "result.json").read_bytes() == before
+    # a finished run asked again keeps its wall time instead of rewriting it with ~0 s
+    assert json.loads((tmp_path / "res" / "result.json").read_text())["wall_seconds"] == json.loads(before)["wall_seconds"]
     # a partly finished run counts the attack time its read-back runs took in the earlier invocation
     (tmp_path / "res" / "result.json").unlink()
     (tmp_path / "res" / "runs" / "run-002.json").unlink()
@@ -78,22 +78,3 @@ def test_bad_option_values_are_clear(tmp_path, capsys, toy_attack_registered):
                             "--out", str(tmp_path / "r")], capsys)
     assert code == 2 and "expected an integer" in err
 
-
-def test_default_folder_tells_runs_with_other_options_apart():
-    from pathlib import Path
-
-    from reconbench.cli.run_cmd import default_out
-    from reconbench.runs.spec import RunSpec
-
-    plain = default_out(RunSpec(attack="a", search_runs=6), 6, "k")
-    assert plain == Path("runs") / "a-gaussian-k-s0"
-    variants = [RunSpec(attack="a", search_runs=6, attack_config={"steps": 10}),
-                RunSpec(attack="a", search_runs=6, search="optuna"),
-                RunSpec(attack="a", search_runs=6, search_config={"batch": 2}),
-                RunSpec(attack="a", search_runs=12),
-                RunSpec(attack="a", search_runs=6, dtype="float32"),
-                RunSpec(attack="a", search_runs=6, init_config={"scale": 1e-3})]
-    folders = [default_out(v, 6, "k") for v in variants]
-    assert plain not in folders and len(set(folders)) == len(folders)
-    assert all(f.name.startswith("a-gaussian-k-s0-o") for f in folders)
-    assert default_out(variants[0], 6, "k") == folders[0]   # the same options find the same folder again

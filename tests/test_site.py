@@ -163,27 +163,3 @@ def test_cli_refuses_to_replace_a_folder_it_did_not_write(tmp_path: Path, capsys
     code, _, err = run_cli(["site", "--board", "no-such-board", "--out", str(tmp_path / "s")], capsys)
     assert code == 2 and "no published board no-such-board" in err
 
-
-def test_site_without_the_data_sets_says_which_cells_it_could_not_draw(tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    empty = tmp_path / "no-data"
-    empty.mkdir()
-    code, out, err = run_cli(["site", "--board", "claims-a", "--leaderboards", str(REPO / "leaderboards"),
-                              "--out", str(tmp_path / "site"), "--data-root", str(empty)], capsys)
-    stored = sorted(p.name.split(".")[0] for p in (REPO / "leaderboards" / "claims-a" / "candidates").iterdir())
-    assert code == 0 and stored
-    assert f"the reconstructions of {len(stored)} cell(s) with stored candidates could not be drawn" in err
-    assert "$RECONBENCH_DATA" in err and "--data-root" in err
-    page = (tmp_path / "site" / "claims-a" / "cells" / f"{stored[0]}.html").read_text()
-    assert "Images could not be drawn here (DataError" in page   # the reason keeps its case
-
-
-def test_usage_doc_states_the_published_boards_page_counts() -> None:
-    """docs/usage.md's count of cell pages and of cells with reconstructions is that of the published boards."""
-    doc = (REPO / "docs" / "usage.md").read_text()
-    found = re.search(r"All six published boards \((\d+) cell pages, (\d+) with\s+reconstructions", doc)
-    assert found, "docs/usage.md no longer states the site's page counts"
-    boards = [p.parent for p in (REPO / "leaderboards").glob("*/results.json")]
-    pages = sum(len(list((b / "cells").glob("*.json"))) for b in boards)
-    stored = sum(len(list((b / "candidates").glob("*.safetensors*"))) for b in boards if (b / "candidates").is_dir())
-    assert (len(boards), int(found[1]), int(found[2])) == (6, pages, stored)

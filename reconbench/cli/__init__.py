@@ -67,8 +67,10 @@ def interrupt_hint() -> str:
 def load_commands() -> click.Group:
     """The command group with every command registered (the command modules register themselves on import)."""
     from reconbench.cli import (  # noqa: F401
+        audit_cmd,
         bench_cmd,
         evaluate_cmd,
+        export_cmd,
         leaderboard_cmd,
         plugins_cmd,
         run_cmd,

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from reconbench.cli.common import data_root_option, main_group, parse_assignments, quiet_option
-from reconbench.cli.summary import headline_lines
+from reconbench.cli.run_cmd import headline_lines
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import resolve_protocol
 from reconbench.evaluation.rescore import read_candidates, read_result, rescore

@@ -25,10 +25,9 @@ from reconbench.cli.common import (
     track_options,
 )
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
-from reconbench.cli.summary import headline_lines
 from reconbench.config import build_config
 from reconbench.errors import IncompatibleError, ReconbenchError
-from reconbench.evaluation import resolve_protocol
+from reconbench.evaluation import reported, resolve_protocol
 from reconbench.preflight import card_size, check_attack, check_target
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
 from reconbench.runs.execute import run_attack
@@ -66,9 +65,9 @@ RUN_CONFIG_FILE = "run-config.json"
               help="Torch device of the attack, and of the training when a target is trained, e.g. cuda.")
 @click.option("--protocol-set", multiple=True, help="Evaluation protocol option KEY=VALUE (repeatable).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>, with -o<hash of the options> "
-                   "when any option differs from its default; an existing one with the same configuration is "
-                   "resumed).")
+              help="Result folder (default: runs/<attack>-<init>-<target>-s<seed>, with -<config hash> when other options "
+                   "differ from their defaults; an existing one with the same "
+                   "configuration is resumed).")
 @click.option("--replace", is_flag=True,
               help="If --out holds a run of another configuration, delete its files and run this one.")
 @click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets.")
@@ -111,7 +110,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
                    dtype=dtype, device=device, protocol=protocol, search=search, search_config=search_config)
     check_attack(size, candidates=spec.candidates, search_runs=spec.search_runs, dtype=dtype)
-    out_dir = Path(out) if out else default_out(spec, attack_obj.default_search_runs, recipe_key)
+    out_dir = Path(out) if out else default_out_dir(recipe_key, spec, attack_obj.default_search_runs)
     created = not out_dir.exists()
     check_writable(out_dir, "--out")
     if not model_card:
@@ -141,6 +140,54 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
         click.echo(f"tracked: MLflow run {run_id} in experiment {logger.experiment!r}")
 
 
+def default_out_dir(recipe_key: str, spec: RunSpec, default_search_runs: int) -> Path:
+    """runs/<attack>-<init>-<target>-s<seed>, and a hash of the configuration when any other option (--set,
+    --init-set, --search, --search-set, --search-runs, --candidates, --dtype, --protocol-set) differs from the
+    defaults: a run of another configuration gets its own folder instead of being refused by the default one's."""
+    base = f"{spec.attack}-{spec.init}-{recipe_key}-s{spec.seed}"
+    plain = RunSpec(attack=spec.attack, init=spec.init, seed=spec.seed, search_runs=default_search_runs,
+                    device=spec.device)
+    config = run_config(recipe_key, spec.to_dict())
+    if config == run_config(recipe_key, plain.to_dict()):
+        return Path("runs") / base
+    return Path("runs") / f"{base}-{config_hash(config)[:8]}"
+
+
+def headline_lines(evaluation: dict[str, Any]) -> list[str]:
+    """The calibrated headline next to the held-out null, then the other summary numbers with their null means."""
+    summary, null = evaluation.get("summary", {}), evaluation.get("null") or {}
+    nulls = null.get("spread") or {}
+    lines = []
+    cal = evaluation.get("protocol", {}).get("calibration", {})
+    if summary.get("reconstructed_calibrated") is not None:
+        spread = nulls.get("reconstructed_calibrated", {})
+        lines.append(f"  reconstructed (calibrated headline): {summary['reconstructed_calibrated']} of "
+                     f"{summary.get('n_train')}  | held-out null: mean {spread.get('mean', float('nan')):.2g}, "
+                     f"max {spread.get('max', float('nan')):.0f} over {null.get('draws', 0)} draws  "
+                     f"({cal.get('score')} > {summary['calibrated_threshold']:.3f}, the best any of "
+                     f"{cal.get('calibration_draws')} null draws reached)")
+    elif null.get("available") is False:
+        lines.append(f"  no calibrated headline: {null.get('reason')}")
+    # the evaluation and each metric declare their numbers: which to print and which direction means more leakage
+    shown = reported.console_keys()
+    better = {rep.key: ("higher" if rep.higher_is_better else "lower") for rep in shown if rep.values != "count_unbounded"}
+    lines.append("  (for each number: which direction means more leakage; 'null' is the same number for random held-out "
+                 "images)")
+    for key in (rep.key for rep in shown):
+        if key in summary:
+            value = summary[key]
+            text = f"{value:.4g}" if isinstance(value, float) else str(value)
+            if key == "lpips_mean" and value == "unavailable":
+                reason = summary.get("lpips_mean_unavailable_reason")
+                text += f" ({' '.join(str(reason).split())})" if reason else " (see result.json for the reason)"
+            if key in nulls and key not in ("n_train", "n_candidates"):
+                text += f"  | null {nulls[key]['mean']:.3g} (sd {nulls[key]['std']:.2g})"
+            click_key = "reconstructed (papers' protocol)" if key == "reconstructed" else key
+            direction = f" [{better[key]} = more leakage]" if key in better else ""
+            lines.append(f"  {click_key}{direction}: {text}")
+    return lines
+
+
 def check_attack_options(attack: Any, values: dict[str, Any]) -> None:
     """--set values: known names, types, finite values, in range."""
     build_config(attack.config_cls, values, "--set")
@@ -156,18 +203,6 @@ RUN_OUTPUTS = ("result.json", "candidates.safetensors", RUN_CONFIG_FILE, "runs",
 def run_config(recipe_key: str, spec: dict[str, Any]) -> dict[str, Any]:
     """What determines a run's numbers: the target and the spec (the device only changes where it runs)."""
     return {"card": recipe_key, "spec": {k: v for k, v in dict(spec).items() if k != "device"}}
-
-
-def default_out(spec: RunSpec, default_search_runs: int, recipe_key: str) -> Path:
-    """runs/<attack>-<init>-<target>-s<seed>, with a short hash of the run's options when any differs from the
-    defaults (--set, --init-set, --search, --search-set, --search-runs, --candidates, --dtype, --device,
-    --protocol-set): a run with other options gets its own folder instead of being refused by the default one's."""
-    name = f"{spec.attack}-{spec.init}-{recipe_key}-s{spec.seed}"
-    plain = RunSpec(attack=spec.attack, init=spec.init, seed=spec.seed, search_runs=default_search_runs)
-    if spec.to_dict() != plain.to_dict():
-        options = {k: v for k, v in spec.to_dict().items() if k not in ("attack", "init", "seed")}
-        name += f"-o{config_hash(options)[:8]}"
-    return Path("runs") / name
 
 
 def check_folder(out: Path, config: dict[str, Any], replace: bool) -> bool:

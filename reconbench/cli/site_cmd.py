@@ -39,10 +39,9 @@ def site_command(leaderboards: str, out: str, boards: tuple[str, ...], no_images
     click.echo(f"site: {index}  ({len(summary.boards)} board(s): {', '.join(summary.boards)}; {summary.cell_pages} cell "
                f"pages, {summary.cells_with_images} with reconstructions; claims page: "
                f"{'yes' if summary.claims else 'no (claims-a and claims-b not both published)'})")
-    if summary.undrawn:
-        where, why = summary.undrawn[0]
-        click.echo(f"warning: the reconstructions of {len(summary.undrawn)} cell(s) with stored candidates could not be "
-                   f"drawn (first, {where}: {why}); pass --data-root FOLDER or set $RECONBENCH_DATA to the folder "
-                   "holding the boards' data sets, or --no-images to leave every cell's images out", err=True)
+    if summary.cells_not_drawn:
+        click.echo(f"warning: {summary.cells_not_drawn} cell(s) store candidates but have no reconstructions on the "
+                   f"site: {summary.not_drawn_reason}; pass --data-root (or set $RECONBENCH_DATA) and run it again, or "
+                   "--no-images to skip them", err=True)
     if open_browser:
         webbrowser.open(index.resolve().as_uri())

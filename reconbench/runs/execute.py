@@ -59,16 +59,19 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     usable = [r for r in runs if r["stopped"] != "failed"]
     if not usable:
         raise DivergedError(f"all {len(runs)} run(s) of {attack.name} failed; first: {runs[0]['message']}")
-    if len(resumed) == len(runs) and (done := finished_result(out, card, spec)) is not None:
-        return done   # every run was read back and the result of this configuration is on disk: nothing to redo
     wall = time.perf_counter() - t_all + resumed_seconds(resumed)
+    if len(resumed) == len(runs) and (done := finished_result(out, card, spec)) is not None:
+        # every run was read back: re-evaluated as before, with the attack's wall time recorded when it ran
+        recorded = done.get("wall_seconds")
+        if isinstance(recorded, (int, float)) and math.isfinite(recorded):
+            wall = float(recorded)
     return finish(card, spec, out, problem, runs, wall,
                   oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
 
 
 def finished_result(out: Path, card: ModelCard, spec: RunSpec) -> dict[str, Any] | None:
     """The result.json already in ``out`` when it is this configuration's (same spec, same target), else None: a
-    finished command run again returns it unchanged instead of rewriting it with this invocation's near-zero time."""
+    finished command run again keeps its recorded wall time instead of this invocation's near-zero one."""
     path = out / "result.json"
     try:
         old = json.loads(path.read_text())

@@ -113,7 +113,7 @@ def _validate(data: ImageData, ref: str) -> None:
                         f"classes), found {int(data.labels.min())}..{int(data.labels.max())}; the data file is damaged")
 
 
-def _first_per_class(order: np.ndarray, labels: np.ndarray, classes: list[int], k: int) -> np.ndarray:
+def first_per_class(order: np.ndarray, labels: np.ndarray, classes: list[int], k: int) -> np.ndarray:
     """Walk ``order`` and keep an index while its class has fewer than ``k`` kept (classes interleaved)."""
     counts = dict.fromkeys(classes, 0)
     kept = []
@@ -170,7 +170,7 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
         k = 2
         task_labels = BINARY_RULES[rule](data.labels, data.classes)
         classes = [0, 1]
-        train_idx = _first_per_class(walk, task_labels, classes, n_c)
+        train_idx = first_per_class(walk, task_labels, classes, n_c)
         for c in classes:
             have = int((task_labels[train_idx] == c).sum())
             if have < n_c:
@@ -178,9 +178,9 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
                                 f"rule {rule!r}; n_per_class={n_c} needs {n_c}. Lower --n-per-class.")
 
     rest = walk[~np.isin(walk, train_idx)]  # walk order
-    decoy_idx = _first_per_class(rest, task_labels, classes, n_decoy) if n_decoy > 0 else rest[:0]
+    decoy_idx = first_per_class(rest, task_labels, classes, n_decoy) if n_decoy > 0 else rest[:0]
     rest2 = rest[~np.isin(rest, decoy_idx)]  # walk order
-    test_idx = _first_per_class(rest2, task_labels, classes, spec.n_test_per_class) \
+    test_idx = first_per_class(rest2, task_labels, classes, spec.n_test_per_class) \
         if spec.n_test_per_class > 0 else rest2[:0]
 
     def imgs(idx: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,9 @@ class SiteSummary:
     cell_pages: int
     cells_with_images: int
     claims: bool
-    undrawn: list[tuple[str, str]] = field(default_factory=list)   # (board/cell, why) of stored cells not drawn
+    #: cells whose stored candidates could not be drawn here, and the first reason (e.g. the data set is missing)
+    cells_not_drawn: int = 0
+    not_drawn_reason: str = ""
 
 
 def fmt(v: Any, spec: str = ".3g") -> str:
@@ -118,8 +120,8 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
     _copy_static(out)
     claims: ClaimsView | None = claims_view(leaderboards, {b.name for b in loaded})
     problems = ProblemCache(data_root)
-    pages = with_images = 0
-    undrawn: list[tuple[str, str]] = []
+    pages = with_images = not_drawn = 0
+    not_drawn_reason = ""
     for board in loaded:
         folder = out / board.name
         (folder / "cells").mkdir(parents=True)
@@ -131,7 +133,8 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
             shown = cell_images(board.folder, rec, folder / "cells" / cid, problems) if images else None
             with_images += bool(shown and shown.pairs)
             if shown is not None and shown.failed:
-                undrawn.append((f"{board.name}/{cid}", shown.reason))
+                not_drawn += 1
+                not_drawn_reason = not_drawn_reason or shown.reason
             (folder / "cells" / f"{cid}.html").write_text(env.get_template("cell.html").render(
                 board=board, rec=rec, images=shown, figure=figure_cells[cid] if cid in figure_cells else None,
                 settings=settings_json(rec),
@@ -145,4 +148,5 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
             claims=claims, root="", stamp=stamp, has_claims=True))
     shutil.rmtree(final, ignore_errors=True)
     out.rename(final)  # the old site stays until the new one is complete
-    return SiteSummary(final, [b.name for b in loaded], pages, with_images, claims is not None, undrawn)
+    return SiteSummary(final, [b.name for b in loaded], pages, with_images, claims is not None, not_drawn,
+                       not_drawn_reason)

@@ -41,7 +41,7 @@ class Pair:
 class CellImages:
     pairs: list[Pair]
     reason: str = ""        # why there are none
-    failed: bool = False    # stored candidates that could not be drawn here (a data set missing, say)
+    failed: bool = False    # stored candidates that could not be drawn here (e.g. the data set is missing)
 
 
 def _num(v: Any) -> float | None:
