@@ -63,6 +63,7 @@ from reconbench.leaderboard.tables import (
 from reconbench.leaderboard.verify import check_cell, check_records
 from reconbench.provenance import read_json, write_text_atomic
 from reconbench.records import BoardResults, CellRecord, EntryInfo, SubmissionFile, SubmissionProvenance, plain
+from reconbench.safe_paths import member
 
 
 @dataclass
@@ -168,7 +169,7 @@ def _stage(stage: Path, sub: dict[str, Any], entries: list[dict[str, Any]]) -> l
         if protocol_ref(shared) != ref:
             problems.append(f"protocol {ref}: its content does not hash to its name; pack the submission again")
             continue
-        path = stage / "protocols" / f"{ref}.json"
+        path = member(stage / "protocols", ref, ".json", "protocol hash")
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(path, json.dumps(shared, indent=1, sort_keys=True) + "\n")
