@@ -76,6 +76,8 @@ RECIPE_CASES = [  # (arguments, what the message must name)
     (["--family", "nope"], "nope"),
     (["--widths", "a,b"], "a,b"),
     (["--widths", "0"], "widths"),
+    (["--widths", "32,,32"], "--widths"),
+    (["--widths", "32,"], "--widths"),
     (["--model-set", "init_scale=abc"], "init_scale"),
     (["--model-set", "init_scale=nan"], "init_scale"),
     (["--model-set", "init_scale=-1"], "init_scale"),
@@ -130,6 +132,10 @@ RUN_CASES = [
     (["--attack", "multiclass_kkt", "--device", "nope"], "nope"),
     (["--attack", "multiclass_kkt", "--protocol-set", "nosuch=1"], "nosuch"),
     (["--attack", "multiclass_kkt", "--protocol-set", "good_threshold=nan"], "good_threshold"),
+    (["--attack", "multiclass_kkt", "--protocol-set", "good_threshold=-1"], "good_threshold"),
+    (["--attack", "multiclass_kkt", "--protocol-set", "good_threshold=1"], "good_threshold"),
+    (["--attack", "multiclass_kkt", "--track-uri", "http://127.0.0.1:1"], "--track mlflow"),
+    (["--attack", "multiclass_kkt", "--track-experiment", "x"], "--track mlflow"),
     (["--attack", "multiclass_kkt", "--protocol-set", "distance=cosine"], "cosine"),
     (["--attack", "multiclass_kkt", "--out", UNWRITABLE], "--out"),
     (["--attack", "multiclass_kkt", "--cache", UNWRITABLE], "--cache"),
@@ -147,6 +153,7 @@ OTHER_CASES = [
     (["bench", "ci", "--dtype", "float16"], "--dtype"),
     (["bench", "ci", "--out", UNWRITABLE], "--out"),
     (["bench", "ci", "--cache", UNWRITABLE], "--cache"),
+    (["bench", "ci", "--track-uri", "http://127.0.0.1:1"], "--track mlflow"),
     (["leaderboard", "no-such-suite"], "no-such-suite"),
     (["leaderboard", "ci", "--results", "no-such-results"], "no-such-results"),
     (["leaderboard", "ci", "--out", "empty", "--verify"], "empty"),
@@ -411,6 +418,24 @@ SUITE_EDITS = {
     "not-toml": ('name = "ci"', "name = "),
     "unknown-key": ('name = "ci"', 'name = "ci"\nspeed = 3'),
     "zero-search-runs": ('name = "ci"', 'name = "ci"\nsearch_runs = 0'),
+    "negative-store-candidates": ('store_candidates = "all"', "store_candidates = -3"),
+    "zero-store-candidates": ('store_candidates = "all"', "store_candidates = 0"),
+    "duplicate-seeds": ("seeds = [0, 1]", "seeds = [0, 0]"),
+    "no-seeds": ("seeds = [0, 1]", "seeds = []"),
+    "negative-good-threshold": ("figures = false\n", "figures = false\ngood_threshold = -1\n"),
+    "no-calibration-draws": ("figures = false\n", "figures = false\ncalibration_draws = 0\n"),
+    "column-format": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "x", key = "reconstructed", '
+                      'higher_is_better = true, format = "%n%n%n" }]\n'),
+    "column-name-html": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "<img src=x>", '
+                         'key = "reconstructed", higher_is_better = true }]\n'),
+    "column-name-pipe": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "a | b", '
+                         'key = "reconstructed", higher_is_better = true }]\n'),
+    "column-name-newline": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "a\\n# b", '
+                            'key = "reconstructed", higher_is_better = true }]\n'),
+    "column-name-long": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "' + 'x' * 100_000 + '", '
+                         'key = "reconstructed", higher_is_better = true }]\n'),
+    "column-name-twice": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "a", key = "reconstructed", '
+                          'higher_is_better = true }, { name = "a", key = "good_count", higher_is_better = true }]\n'),
 }
 
 
@@ -425,6 +450,18 @@ def test_corrupted_suite_refused(edit, tmp_path, capsys, no_work):
                  ["leaderboard", str(tmp_path / "s.toml")]):
         assert_refused(args, capsys, "s.toml")
     assert not (tmp_path.parent / "evil").exists() and not Path("evil").exists()
+
+
+def test_a_column_key_that_no_cell_reports_is_refused(tmp_path, capsys):
+    text = (REPO / "reconbench" / "bench" / "suites" / "ci.toml").read_text()
+    (tmp_path / "s.toml").write_text(text.replace("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "x", '
+                                                  'key = "no_such_number", higher_is_better = true }]\n', 1))
+    results = Path("res")
+    shutil.copytree(REPO / "leaderboards" / "ci", results, ignore=shutil.ignore_patterns("figures", "candidates"))
+    line = assert_refused(["leaderboard", str(tmp_path / "s.toml"), "--results", str(results), "--no-figures"],
+                          capsys, "no_such_number")
+    assert "column 'x'" in line and "[leaderboard]" in line
+    assert not (Path("runs") / "leaderboards" / "ci" / "README.md").exists()
 
 
 @pytest.fixture

@@ -141,7 +141,7 @@ def bench_command(
         )
         return
     out_dir = Path(out) if out is not None else default_results_dir(s)
-    logger = tracker(track, track_uri, track_experiment or s.name)
+    logger = tracker(track, track_uri, track_experiment or s.name, experiment_given=track_experiment)
     cells_executor = cell_executor(executor, address)
     if device is not None:
         if isinstance(cells_executor, RayExecutor):

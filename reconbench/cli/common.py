@@ -90,13 +90,20 @@ def check_device(device: str, option: str = "--device") -> str:
     return device
 
 
-def parse_int_list(text: str | None) -> list[int] | None:
+def parse_int_list(text: str | None, option: str = "") -> list[int] | None:
+    """Comma-separated integers (an empty text: none); an empty item (``32,,32``, ``32,``) is refused, not skipped."""
     if text is None:
         return None
+    compact = text.replace(" ", "")
+    if not compact:
+        return []
+    named = f"{option} " if option else ""
     try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
+        items = [int(t) for t in compact.split(",")]
     except ValueError as exc:
-        raise ReconbenchError(f"expected comma-separated integers like 1000,1000, got {text!r}") from exc
+        empty = " (an empty item between commas)" if "" in compact.split(",") else ""
+        raise ReconbenchError(f"{named}expected comma-separated integers like 1000,1000, got {text!r}{empty}") from exc
+    return items
 
 
 class Count(click.ParamType):

@@ -88,7 +88,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     protocol = parse_assignments(protocol_set, "--protocol-set")
     search_config = parse_assignments(search_set, "--search-set")
     check_search(search, search_config)
-    check_tracker(track)
+    check_tracker(track, track_uri, track_experiment)
     check_device(device)
     check_attack_options(attack_obj, attack_config)
     build_config(init_obj.config_cls, init_config, "--init-set")
@@ -134,7 +134,8 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     for line in headline_lines(result["evaluation"]):
         click.echo(line)
     click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
-    logger = tracker(track, track_uri, track_experiment or "reconbench")
+    logger = tracker(track, track_uri, track_experiment or "reconbench",
+                     experiment_given=track_experiment)
     if logger is not None and (run_id := logger.log_result(out_dir, out_dir.name)):
         click.echo(f"tracked: MLflow run {run_id} in experiment {logger.experiment!r}")
 

@@ -35,6 +35,7 @@ from reconbench.bench.runner import STATUS_OK, protocol_reader
 from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.plain_text import MAX_CONTRIBUTOR, text_problem
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import write_results
 from reconbench.leaderboard.slim import (
@@ -249,6 +250,11 @@ def add_submission(path: Path, suite: Suite, board: Path, *, data_root: str | No
     sub = read_submission(path)
     data = board_results(board)
     report = AddReport(submission=submission_id(sub))
+    contributor = SubmissionFile.from_dict(sub).provenance.contributor
+    if contributor is not None and (why := text_problem(contributor, MAX_CONTRIBUTOR)) is not None:
+        report.refusals = [f"the submission's contributor {why}; pack it again with a --contributor of one line of at "
+                           f"most {MAX_CONTRIBUTOR} characters"]
+        return report
     problems, ext_text = _suite_problems(sub, suite, board, data)
     if problems:
         report.refusals = problems
