@@ -93,6 +93,8 @@ RECIPE_CASES = [  # (arguments, what the message must name)
     (["--lr", "inf"], "--lr"),
     (["--weight-decay", "-1"], "--weight-decay"),
     (["--weight-decay", "nan"], "--weight-decay"),
+    (["--weight-decay", "1e99"], "weight decay below 2 / lr"),
+    (["--dataset", "npz:/dev/zero"], "not a regular file"),
     (["--loss", "nope"], "nope"),
     (["--schedule", "fast"], "--schedule"),
     (["--train-dtype", "float16"], "--train-dtype"),
@@ -154,6 +156,8 @@ OTHER_CASES = [
     (["bench", "ci", "--out", UNWRITABLE], "--out"),
     (["bench", "ci", "--cache", UNWRITABLE], "--cache"),
     (["bench", "ci", "--track-uri", "http://127.0.0.1:1"], "--track mlflow"),
+    (["bench", "."], "is a folder"),
+    (["leaderboard", "."], "is a folder"),
     (["leaderboard", "no-such-suite"], "no-such-suite"),
     (["leaderboard", "ci", "--results", "no-such-results"], "no-such-results"),
     (["leaderboard", "ci", "--out", "empty", "--verify"], "empty"),
@@ -386,6 +390,20 @@ def result_dir(card_dir, tmp_path_factory):
     return out
 
 
+def test_a_number_the_evaluation_could_not_compute_is_shown_with_its_reason(card_dir, tmp_path, capsys):
+    """The membership test needs pool_per_member held-out images per member of each class; too few give None, and
+    the console says why and how many were needed."""
+    code, out, err = cli(["run", "--attack", "multiclass_kkt", "--model", str(card_dir), "--set", "steps=3",
+                          "--search-runs", "1", "--protocol-set", "figures=false", "--protocol-set",
+                          "membership_test.pool_per_member=100000", "--out", str(tmp_path / "r"), "-q"], capsys)
+    assert code == 0, err
+    result = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert result["evaluation"]["summary"]["membership_auc"] is None
+    line = next(ln for ln in out.splitlines() if "membership_auc" in ln)
+    members = result["target"]["n_train"] // 3  # the card's three classes hold equally many members
+    assert "None (unavailable: the problem has" in line and f"for a pool of {100000 * members}" in line, line
+
+
 RESULT_EDITS = {
     "protocol-list": lambda r: {**r, "spec": {**r["spec"], "protocol": [1]}},
     "spec-string": lambda r: {**r, "spec": "x"},
@@ -450,6 +468,13 @@ def test_corrupted_suite_refused(edit, tmp_path, capsys, no_work):
                  ["leaderboard", str(tmp_path / "s.toml")]):
         assert_refused(args, capsys, "s.toml")
     assert not (tmp_path.parent / "evil").exists() and not Path("evil").exists()
+
+
+def test_a_card_path_whose_card_json_is_a_folder_is_refused(tmp_path, capsys, no_work):
+    (tmp_path / "card" / "card.json").mkdir(parents=True)
+    line = assert_refused(["run", "--attack", "multiclass_kkt", "--model", str(tmp_path / "card")], capsys,
+                          "is a folder, not a model card file")
+    assert "cannot access" not in line
 
 
 def test_a_column_key_that_no_cell_reports_is_refused(tmp_path, capsys):

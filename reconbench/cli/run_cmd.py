@@ -164,6 +164,8 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
         if key in summary:
             value = summary[key]
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
+            if value is None:
+                text += f" ({unavailable_reason(evaluation, key)})"
             if key == "lpips_mean" and value == "unavailable":
                 reason = summary.get("lpips_mean_unavailable_reason")
                 text += f" ({' '.join(str(reason).split())})" if reason else " (see result.json for the reason)"
@@ -173,6 +175,16 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
             direction = f" [{better[key]} = more leakage]" if key in better else ""
             lines.append(f"  {click_key}{direction}: {text}")
     return lines
+
+
+def unavailable_reason(evaluation: dict[str, Any], key: str) -> str:
+    """Why a summary number is None: the reason the metric that reports it gave, else where to look."""
+    for name, metric in (evaluation.get("metrics") or {}).items():
+        if key in (metric.get("summary") or {}) and metric.get("reason"):
+            return f"unavailable: {' '.join(str(metric['reason']).split())}"
+        if key in (metric.get("summary") or {}):
+            return f"not computed by metric {name!r}; see result.json's evaluation.metrics.{name}.details"
+    return "not computed; see result.json's evaluation.summary"
 
 
 def check_attack_options(attack: Any, values: dict[str, Any]) -> None:

@@ -212,6 +212,9 @@ def load_card(path: str | Path) -> ModelCard:
         p = p / CARD_FILE
     if not p.exists():
         raise ModelCardError(f"no model card at {p}; pass the folder written by `reconbench train` (it holds card.json)")
+    if not p.is_file():
+        raise ModelCardError(f"{p} is a folder, not a model card file; pass the folder written by `reconbench train` "
+                             "(it holds the file card.json)")
     try:
         data = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
