@@ -95,6 +95,7 @@ RECIPE_CASES = [  # (arguments, what the message must name)
     (["--weight-decay", "nan"], "--weight-decay"),
     (["--weight-decay", "1e99"], "weight decay below 2 / lr"),
     (["--dataset", "npz:/dev/zero"], "not a regular file"),
+    (["--steps", "9000000000000000000"], "pass --yes"),
     (["--loss", "nope"], "nope"),
     (["--schedule", "fast"], "--schedule"),
     (["--train-dtype", "float16"], "--train-dtype"),
@@ -138,6 +139,8 @@ RUN_CASES = [
     (["--attack", "multiclass_kkt", "--protocol-set", "good_threshold=1"], "good_threshold"),
     (["--attack", "multiclass_kkt", "--track-uri", "http://127.0.0.1:1"], "--track mlflow"),
     (["--attack", "multiclass_kkt", "--track-experiment", "x"], "--track mlflow"),
+    (["--attack", "multiclass_kkt", "--search-runs", "100000", "--set", "steps=100000"], "pass --yes"),
+    (["--attack", "multiclass_kkt", "--set", "steps=9000000000000000000"], "pass --yes"),
     (["--attack", "multiclass_kkt", "--protocol-set", "distance=cosine"], "cosine"),
     (["--attack", "multiclass_kkt", "--out", UNWRITABLE], "--out"),
     (["--attack", "multiclass_kkt", "--cache", UNWRITABLE], "--cache"),
@@ -404,6 +407,25 @@ def test_a_number_the_evaluation_could_not_compute_is_shown_with_its_reason(card
     assert "None (unavailable: the problem has" in line and f"for a pool of {100000 * members}" in line, line
 
 
+def test_an_unreachable_tracking_server_costs_a_warning_not_the_result(result_dir, capsys, monkeypatch):
+    """MLflow's own defaults retry for minutes; the tracker bounds its requests (unless the user set them) and
+    returns after one warning, the result folder untouched."""
+    pytest.importorskip("mlflow")
+    from reconbench.tracking import HTTP_DEFAULTS, MlflowTracker
+
+    for key in HTTP_DEFAULTS:  # unset here, and unset again afterwards (setenv records the state to restore)
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
+    before = (result_dir / "result.json").read_bytes()
+    assert MlflowTracker("http://127.0.0.1:1", "x").log_result(result_dir, "r") is None
+    import os
+
+    assert {k: os.environ[k] for k in HTTP_DEFAULTS} == HTTP_DEFAULTS
+    assert int(HTTP_DEFAULTS["MLFLOW_HTTP_REQUEST_TIMEOUT"]) * (1 + int(HTTP_DEFAULTS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])) <= 30
+    err = capsys.readouterr().err
+    assert "warning: MLflow tracking of r failed" in err and (result_dir / "result.json").read_bytes() == before
+
+
 RESULT_EDITS = {
     "protocol-list": lambda r: {**r, "spec": {**r["spec"], "protocol": [1]}},
     "spec-string": lambda r: {**r, "spec": "x"},
@@ -468,6 +490,26 @@ def test_corrupted_suite_refused(edit, tmp_path, capsys, no_work):
                  ["leaderboard", str(tmp_path / "s.toml")]):
         assert_refused(args, capsys, "s.toml")
     assert not (tmp_path.parent / "evil").exists() and not Path("evil").exists()
+
+
+def test_a_suite_that_would_run_for_ages_is_refused_with_its_estimate(tmp_path, capsys, no_work):
+    text = (REPO / "reconbench" / "bench" / "suites" / "ci.toml").read_text()
+    assert "steps = 500" in text
+    (tmp_path / "s.toml").write_text(text.replace("steps = 500", "steps = 9000000000000000000", 1))
+    line = assert_refused(["bench", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o")], capsys, "s.toml")
+    assert "years" in line and "pass --yes" in line and "training its targets" in line
+
+
+def test_the_cost_preflight_is_a_lower_bound_that_yes_overrides():
+    from reconbench.preflight import CostLimitError, check_cost, machine_flops, step_seconds
+
+    # arithmetic alone at the best rate this process reaches: a step can only take longer
+    assert step_seconds(10**6, 100, 1000) >= 6e11 / machine_flops()
+    assert step_seconds(10**6, 100, 2000) == pytest.approx(2 * step_seconds(10**6, 100, 1000))
+    with pytest.raises(CostLimitError, match="pass --yes"):
+        check_cost([("training", 2e5)], yes=False, fix="lower --steps")
+    assert check_cost([("training", 2e5)], yes=True, fix="lower --steps") == 2e5
+    assert check_cost([("training", 10.0)], yes=False, fix="lower --steps") == 10.0
 
 
 def test_a_card_path_whose_card_json_is_a_folder_is_refused(tmp_path, capsys, no_work):
@@ -548,6 +590,21 @@ def test_progress_is_plain_off_a_terminal(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err
     assert "loop: 100/100" in err
+
+
+def test_progress_of_a_long_loop_is_logged_even_when_quiet(capsys, monkeypatch):
+    from reconbench import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_SECONDS", 0.0, raising=False)
+    with progress_module.Progress(10, "long phase", quiet=True) as bar:
+        for i in range(10):
+            bar.update(i + 1)
+    assert "long phase: 10/10" in capsys.readouterr().err
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_SECONDS", 3600.0, raising=False)
+    with progress_module.Progress(10, "short phase", quiet=True) as bar:
+        for i in range(10):
+            bar.update(i + 1)
+    assert capsys.readouterr().err == ""  # shorter than the interval: silent
 
 
 def test_run_into_a_folder_of_another_configuration(card_dir, result_dir, tmp_path, capsys):

@@ -29,11 +29,13 @@ from reconbench.cli.common import (
     data_root_option,
     main_group,
     quiet_option,
+    show_cost,
     track_options,
+    yes_option,
 )
 from reconbench.cli.run_cmd import check_task
 from reconbench.errors import ReconbenchError
-from reconbench.preflight import TargetSize, check_attack, check_target
+from reconbench.preflight import TargetSize, attack_seconds, check_attack, check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.problems import build_problem
@@ -93,6 +95,7 @@ from reconbench.tracking import MlflowTracker, tracker
 @track_options
 @data_root_option
 @quiet_option
+@yes_option
 def bench_command(
     suite: str,
     only: tuple[str, ...],
@@ -111,6 +114,7 @@ def bench_command(
     track: str | None,
     track_uri: str | None,
     track_experiment: str | None,
+    yes: bool,
 ) -> None:
     """Run benchmark SUITE (a name of a shipped suite or one in ./suites/, or a .toml path): every attack x init x target x
     seed.
@@ -147,9 +151,10 @@ def bench_command(
         if isinstance(cells_executor, RayExecutor):
             cells_executor.check_device(device)
         check_device(device)
-    check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume, retry_failed)
+    estimate = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume, retry_failed, yes=yes)
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
+    show_cost(estimate, quiet)
     with folder_lock(out_dir, "results"):
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,
                            device=device, dtype=dtype, cache=cache, data_root=data_root, quiet=quiet,
@@ -173,12 +178,15 @@ def bench_command(
 
 
 def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, data_root: str | None, resume: bool,
-                retry_failed: bool) -> None:
+                retry_failed: bool, *, yes: bool = False) -> float:
     """Before the first cell runs, what the command line checks before `reconbench run`: each target's data set,
-    problem and architecture, and the memory of its training and of each cell's attack (cells still to run only)."""
+    problem and architecture, the memory of its training and of each cell's attack, and the time all of it takes
+    (cells still to run only; refused above the ceiling without ``yes``). The estimated seconds."""
     done = load_cells(out) if resume else {}
     todo = [c for c in cells if not is_finished(done.get(c.cell_id), c.key(suite, dtype), retry_failed)]
     sizes: dict[str, TargetSize] = {}
+    trained: set[str] = set()
+    train_time = attack_time = 0.0
     where = display_path(suite.path)
     for cell in todo:
         key = cell.recipe.key()
@@ -192,8 +200,21 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
             check_search(cell.attack.search, cell.attack.search_config)   # its optional dependency is installed
             check_attack(sizes[key], candidates=cell.attack.candidates, search_runs=cell.attack.search_runs,
                          dtype=dtype or suite.dtype, fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
+            if cell.attack.attack in plugins.names("attacks"):
+                attack_time += attack_seconds(sizes[key], attack=plugins.get("attacks", cell.attack.attack),
+                                              config=cell.attack.config, candidates=cell.attack.candidates,
+                                              search_runs=cell.attack.search_runs)
+            if key not in trained:
+                trained.add(key)
+                train_time += step_seconds(sizes[key].parameters, sizes[key].n_train, cell.recipe.train.steps)
         except ReconbenchError as exc:
             raise SuiteError(f"{where}: cell {cell.cell_id}: {exc}") from None
+    try:
+        return check_cost([("training its targets (unless cached)", train_time),
+                           (f"{len(todo)} cell(s) of attacks", attack_time)], yes=yes,
+                          fix="lower steps or search_runs in the suite, or run part of it with --only")
+    except ReconbenchError as exc:
+        raise SuiteError(f"{where}: {exc}") from None
 
 
 def cell_logger(logger: MlflowTracker, out: Path) -> Callable[[dict[str, Any]], None]:

@@ -177,6 +177,17 @@ def remove_if_unused(folder: Path) -> None:
 
 
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress bars or chatter.")
+yes_option = click.option("--yes", is_flag=True,
+                          help="Run even when the estimated time is above the ceiling (a day of computation).")
+#: estimates above this are printed with the plan (on stderr, so that the outputs scripts read stay as they are)
+SHOW_COST_SECONDS = 60.0
+
+
+def show_cost(total: float, quiet: bool) -> None:
+    from reconbench.preflight import cost_line
+
+    if total > SHOW_COST_SECONDS and not quiet:
+        click.echo(cost_line(total), err=True)
 data_root_option = click.option("--data-root", type=click.Path(file_okay=False), default=None,
                                 help="Folder with data files (default: $RECONBENCH_DATA, else ~/.cache/reconbench/data).")
 

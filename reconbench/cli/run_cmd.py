@@ -22,13 +22,15 @@ from reconbench.cli.common import (
     parse_assignments,
     quiet_option,
     remove_if_unused,
+    show_cost,
     track_options,
+    yes_option,
 )
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
 from reconbench.config import build_config
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.evaluation import reported, resolve_protocol
-from reconbench.preflight import card_size, check_attack, check_target
+from reconbench.preflight import attack_seconds, card_size, check_attack, check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
 from reconbench.runs.execute import run_attack
 from reconbench.runs.spec import RunSpec
@@ -73,12 +75,13 @@ RUN_CONFIG_FILE = "run-config.json"
 @track_options
 @data_root_option
 @quiet_option
+@yes_option
 def run_command(attack: str, model_card: str | None, init_name: str, init_set: tuple[str, ...],
                 attack_set: tuple[str, ...], search_runs: int | None, search: str, search_set: tuple[str, ...],
                 candidates: int | None, seed: int,
                 dtype: str, device: str, protocol_set: tuple[str, ...], out: str | None, replace: bool,
                 cache: str | None, data_root: str | None, quiet: bool, track: str | None, track_uri: str | None,
-                track_experiment: str | None, **recipe_opts: Any) -> None:
+                track_experiment: str | None, yes: bool, **recipe_opts: Any) -> None:
     """Run an attack against a target and write result.json, candidates and figures."""
     # every option is checked before any training: names, values, ranges, the device and the folders
     attack_obj = plugins.get("attacks", attack)
@@ -109,12 +112,18 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
                    dtype=dtype, device=device, protocol=protocol, search=search, search_config=search_config)
     check_attack(size, candidates=spec.candidates, search_runs=spec.search_runs, dtype=dtype)
+    parts = [] if model_card else [("training (unless cached)", step_seconds(size.parameters, size.n_train,
+                                                                             recipe.train.steps))]
+    parts.append(("attack", attack_seconds(size, attack=attack_obj, config=attack_config, candidates=spec.candidates,
+                                           search_runs=spec.search_runs)))
+    estimate = check_cost(parts, yes=yes, fix="lower the steps (--steps, --set steps=...) or --search-runs")
     out_dir = Path(out) if out else Path("runs") / f"{attack}-{init_name}-{recipe_key}-s{seed}"
     created = not out_dir.exists()
     check_writable(out_dir, "--out")
     if not model_card:
         check_writable(cache_dir(cache), "--cache")
     config = run_config(recipe_key, spec.to_dict())
+    show_cost(estimate, quiet)
     try:
         with folder_lock(out_dir, "result"):
             check_folder(out_dir, config, replace)  # a run of another configuration: refused before training

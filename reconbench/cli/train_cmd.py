@@ -7,9 +7,17 @@ from typing import Any
 
 import click
 
-from reconbench.cli.common import check_device, data_root_option, main_group, quiet_option, remove_if_unused
+from reconbench.cli.common import (
+    check_device,
+    data_root_option,
+    main_group,
+    quiet_option,
+    remove_if_unused,
+    show_cost,
+    yes_option,
+)
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
-from reconbench.preflight import check_target
+from reconbench.preflight import check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir, get_or_train, train_target
 from reconbench.targets.problems import build_problem
@@ -24,18 +32,22 @@ from reconbench.targets.problems import build_problem
               help="Torch device of the training, e.g. cuda (not part of the recipe: the card records it).")
 @data_root_option
 @quiet_option
-def train_command(out: str | None, cache: str | None, device: str, data_root: str | None, quiet: bool,
+@yes_option
+def train_command(out: str | None, cache: str | None, device: str, data_root: str | None, quiet: bool, yes: bool,
                   **opts: Any) -> None:
     """Train a target model by full-batch gradient descent and write a model card (weights + card.json)."""
     recipe = recipe_from_options(opts)
     check_device(device)
     # the data set, the problem, the architecture and its memory: before training
-    check_target(recipe, build_problem(recipe.problem, data_root))
+    size = check_target(recipe, build_problem(recipe.problem, data_root))
+    estimate = check_cost([("training", step_seconds(size.parameters, size.n_train, recipe.train.steps))], yes=yes,
+                          fix="lower --steps")
     if out:
         created = not Path(out).exists()
         check_writable(Path(out), "--out")
         try:
             with folder_lock(Path(out), "model card"):
+                show_cost(estimate, quiet)
                 card = train_target(recipe, out, data_root, quiet, device)
         except BaseException:
             if created:
@@ -43,6 +55,7 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
             raise
     else:
         check_writable(cache_dir(cache), "--cache")
+        show_cost(estimate, quiet)
         card = get_or_train(recipe, cache, data_root, quiet, device=device)
     m = card.data["metrics"]
     cert = m.get("certificate", {})
