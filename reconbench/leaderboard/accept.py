@@ -62,7 +62,7 @@ from reconbench.leaderboard.tables import (
     target_rows,
 )
 from reconbench.leaderboard.verify import check_cell, check_records
-from reconbench.provenance import read_json, write_text_atomic
+from reconbench.provenance import read_json, write_bytes_atomic, write_text_atomic
 from reconbench.records import BoardResults, CellRecord, EntryInfo, SubmissionFile, SubmissionProvenance, plain
 from reconbench.safe_paths import member
 
@@ -187,7 +187,7 @@ def _stage(stage: Path, sub: dict[str, Any], entries: list[dict[str, Any]]) -> l
             problems.append(f"cell {cid}: its candidates are not base64 safetensors ({type(exc).__name__}); pack it "
                             "again")
             continue
-        (stage / "candidates" / f"{cid}.safetensors").write_bytes(raw)
+        write_bytes_atomic(stage / "candidates" / f"{cid}.safetensors", raw)
     return problems
 
 

@@ -24,7 +24,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.results_file import read_results, write_results
 from reconbench.leaderboard.slim import candidates_file, stored_candidate_ids
 from reconbench.leaderboard.submit import SUBMISSIONS_DIR, sha256_text, suite_from_text
-from reconbench.provenance import write_text_atomic
+from reconbench.provenance import write_bytes_atomic, write_text_atomic
 from reconbench.records import BoardResults, CardData, CellRecord, Submission
 
 
@@ -134,7 +134,7 @@ def restore(snap: Snapshot | None, suite: Suite, board: Path) -> tuple[dict[str,
             if cid in snap.candidates:
                 name, raw = snap.candidates[cid]
                 (board / "candidates").mkdir(exist_ok=True)
-                (board / "candidates" / name).write_bytes(raw)
+                write_bytes_atomic(board / "candidates" / name, raw)
     data = read_results(board)
     data = {**data, "header": {**data["header"], "submissions": [r.to_dict() for r in kept]}}
     ext = suite_from_text(base + "".join(snap.additions[r.id] for r in kept), suite)

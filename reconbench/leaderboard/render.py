@@ -30,7 +30,7 @@ from reconbench.leaderboard.tables import (
     resolve_columns,
     target_rows,
 )
-from reconbench.provenance import git_commit, write_json
+from reconbench.provenance import git_commit, write_json, write_text_atomic
 from reconbench.records import BoardResults
 from reconbench.safe_paths import member
 
@@ -162,6 +162,6 @@ def build_leaderboard(
         write_results(out, data)
     else:
         write_json(out / "results.json", data)
-    (out / "README.md").write_text(render_readme(suite, BoardResults.from_dict(data), pub, sections))
+    write_text_atomic(out / "README.md", render_readme(suite, BoardResults.from_dict(data), pub, sections))
     merged, dropped = outside.restore(kept_outside, suite, out)
     return {**(merged or data), "dropped_submissions": dropped}

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from reconbench import plugins
 from reconbench.attack.outcome import derive_run_outcome
@@ -22,7 +21,7 @@ from reconbench.errors import DivergedError
 from reconbench.evaluation import oracle_score, resolve_protocol
 from reconbench.interfaces import AttackTarget
 from reconbench.progress import Progress
-from reconbench.provenance import config_hash, write_json
+from reconbench.provenance import config_hash, save_tensors_atomic, write_json
 from reconbench.runs.prepare import init_config_for_run, prepare
 from reconbench.runs.result import finish
 from reconbench.runs.spec import RunSpec
@@ -149,7 +148,7 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
                "x0": p.x0.detach().cpu().double().clone()}   # its own storage: an attack may return its start
     if result.multipliers is not None:
         tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
-    save_file(tensors, str(runs_dir / f"run-{p.k:03d}.safetensors"))
+    save_tensors_atomic(tensors, runs_dir / f"run-{p.k:03d}.safetensors")
     write_json(record_path, rec)
     return rec
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from reconbench import __version__, plugins
 from reconbench.data import Problem
@@ -20,7 +20,7 @@ from reconbench.errors import ModelCardError, ReconbenchError
 from reconbench.interfaces import Knowledge
 from reconbench.nets import TargetNet
 from reconbench.preflight import card_size
-from reconbench.provenance import write_json
+from reconbench.provenance import save_tensors_atomic, write_json
 from reconbench.targets.data_files import file_digest
 from reconbench.targets.problems import build_problem, recorded_spec_dict
 from reconbench.targets.recipe import DTYPES, TargetRecipe
@@ -166,8 +166,11 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in result.model.state_dict().items()}
-    save_file(state, str(out / WEIGHTS_FILE))
-    save_file({"mean": torch.as_tensor(problem.mean).contiguous()}, str(out / MEAN_FILE))
+    # the old card goes first: until the new one is complete the folder holds no card, never one whose weights
+    # are not its own (each file is written whole or not at all: provenance.write_bytes_atomic)
+    (out / CARD_FILE).unlink(missing_ok=True)
+    save_tensors_atomic(state, out / WEIGHTS_FILE)
+    save_tensors_atomic({"mean": torch.as_tensor(problem.mean).contiguous()}, out / MEAN_FILE)
     family = plugins.get("models", recipe.family)
     spec = {**family.default_spec(), **recipe.model}
     data = {

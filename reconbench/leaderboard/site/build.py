@@ -34,7 +34,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.site.board import Board, cell_numbers, find_boards, load_board, settings_json
 from reconbench.leaderboard.site.claims_view import ClaimsView, claims_view
 from reconbench.leaderboard.site.images import ProblemCache, cell_images
-from reconbench.provenance import git_commit
+from reconbench.provenance import git_commit, write_bytes_atomic, write_text_atomic
 from reconbench.safe_paths import UnsafePathError, check_name, inside, member
 
 PACKAGE = "reconbench.leaderboard.site"
@@ -76,7 +76,7 @@ def _copy_static(out: Path) -> None:
     static.mkdir(parents=True, exist_ok=True)
     for item in resources.files(PACKAGE).joinpath("static").iterdir():
         if item.is_file():
-            (static / item.name).write_bytes(item.read_bytes())
+            write_bytes_atomic(static / item.name, item.read_bytes())
 
 
 def figure_paths(board: Board) -> list[str]:
@@ -154,7 +154,7 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
         final, out = out, out.parent / f".{out.name}.partial"
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-        (out / MARKER).write_text("a site written by `reconbench site`; the next build replaces this folder\n")
+        write_text_atomic(out / MARKER, "a site written by `reconbench site`; the next build replaces this folder\n")
         _copy_static(out)
         claims: ClaimsView | None = claims_view(leaderboards, {b.name for b in loaded})
         problems = ProblemCache(data_root)
@@ -163,23 +163,23 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
             folder = out / board.name
             (folder / "cells").mkdir(parents=True)
             _copy_figures(board, folder)
-            (folder / "index.html").write_text(env.get_template("board.html").render(
+            write_text_atomic(folder / "index.html", env.get_template("board.html").render(
                 board=board, root="../", stamp=stamp, has_claims=claims is not None))
             figure_cells = {c: f for f in board.figures for c in f.cells or []}
             for cid, rec in board.cells.items():
                 shown = cell_images(board.folder, rec, inside(folder / "cells", cid, "cell id"), problems) if images \
                     else None
                 with_images += bool(shown and shown.pairs)
-                member(folder / "cells", cid, ".html", "cell id").write_text(env.get_template("cell.html").render(
+                write_text_atomic(member(folder / "cells", cid, ".html", "cell id"), env.get_template("cell.html").render(
                     board=board, rec=rec, images=shown, figure=figure_cells[cid] if cid in figure_cells else None,
                     settings=settings_json(rec),
                     numbers=cell_numbers(rec, board.columns),
                     root="../../", stamp=stamp, has_claims=claims is not None))
                 pages += 1
-        (out / "index.html").write_text(env.get_template("index.html").render(
+        write_text_atomic(out / "index.html", env.get_template("index.html").render(
             boards=loaded, root="", stamp=stamp, has_claims=claims is not None))
         if claims is not None:
-            (out / "claims.html").write_text(env.get_template("claims.html").render(
+            write_text_atomic(out / "claims.html", env.get_template("claims.html").render(
                 claims=claims, root="", stamp=stamp, has_claims=True))
         shutil.rmtree(final, ignore_errors=True)
         out.rename(final)  # the old site stays until the new one is complete
