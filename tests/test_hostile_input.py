@@ -618,6 +618,22 @@ def test_run_into_a_folder_of_another_configuration(card_dir, result_dir, tmp_pa
     assert code == 0, err
     assert json.loads((folder / "result.json").read_text())["spec"]["attack_config"] == {"steps": 4}
     assert not (folder / "runs" / "run-007.json").exists()
+    # a file of the user's among the run's files: --replace refuses rather than delete it, and deletes nothing
+    (folder / "runs" / "my-notes.txt").write_text("mine")
+    (folder / "figures").mkdir(exist_ok=True)
+    (folder / "figures" / "drawing.svg").write_text("mine")
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    line = assert_refused([*args, "--set", "steps=5", "--replace"], capsys, "did not write")
+    assert "runs/my-notes.txt" in line and "figures/drawing.svg" in line
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+
+
+def test_train_out_refuses_the_card_of_another_recipe(tmp_path, capsys):
+    code, _, err = cli(["train", *TINY, "--out", str(tmp_path / "c"), "-q"], capsys)
+    assert code == 0, err
+    card = (tmp_path / "c" / "card.json").read_bytes()
+    line = assert_refused(["train", *TINY[:-1], "6", "--out", str(tmp_path / "c"), "-q"], capsys, "another recipe")
+    assert "--out" in line and (tmp_path / "c" / "card.json").read_bytes() == card
 
 
 def test_debug_prints_the_trace_of_an_internal_error(capsys, monkeypatch):

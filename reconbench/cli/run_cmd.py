@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -231,12 +231,7 @@ def claimed_folder(out: Path, config: dict[str, Any], replace: bool) -> Iterator
     the attack runs. If the run fails before any search run finished, the record is removed again: a failed command
     leaves nothing that would block the corrected one."""
     if check_folder(out, config, replace):
-        for name in RUN_OUTPUTS:
-            p = out / name
-            if p.is_dir():
-                shutil.rmtree(p)
-            else:
-                p.unlink(missing_ok=True)
+        remove_run_files(out)
     record = out / RUN_CONFIG_FILE
     fresh = not record.exists()
     write_json(record, {"config_hash": config_hash(config), "config": config})
@@ -249,6 +244,49 @@ def claimed_folder(out: Path, config: dict[str, Any], replace: bool) -> Iterator
             if runs.is_dir() and not any(runs.iterdir()):
                 runs.rmdir()
         raise
+
+
+#: inside RUN_OUTPUTS' folders, the files `reconbench run` writes (relative to the result folder), and the
+#: temporary files of its atomic writes; anything else there is the user's, which --replace never deletes
+RUN_FILE_PATTERNS = ("runs/run-*.json", "runs/run-*.safetensors", "figures/*.png", "evaluations/*/evaluation.json",
+                     "evaluations/*/figures/*.png", "*/.*.tmp", "*/*/.*.tmp", "*/*/*/.*.tmp")
+
+
+def run_files(out: Path) -> tuple[list[Path], list[Path]]:
+    """(files reconbench wrote, files it did not) among RUN_OUTPUTS of the result folder ``out``."""
+    ours: list[Path] = []
+    foreign: list[Path] = []
+    for name in RUN_OUTPUTS:
+        p = out / name
+        if p.is_symlink() or p.is_file():
+            ours.append(p)
+        elif p.is_dir():
+            for f in sorted(p.rglob("*")):
+                if f.is_dir() and not f.is_symlink():
+                    continue
+                rel = f.relative_to(out).as_posix()
+                is_ours = not f.is_symlink() and any(fnmatch.fnmatchcase(rel, pat) and rel.count("/") == pat.count("/")
+                                                     for pat in RUN_FILE_PATTERNS)
+                (ours if is_ours else foreign).append(f)
+    return ours, foreign
+
+
+def remove_run_files(out: Path) -> None:
+    """Delete the files of the run in ``out`` (``--replace``): only what reconbench wrote, and nothing at all when
+    a file of the user's would be lost with them."""
+    ours, foreign = run_files(out)
+    if foreign:
+        shown = ", ".join(f.relative_to(out).as_posix() for f in foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+        raise ReconbenchError(f"--replace would delete {len(foreign)} file(s) in {out} that reconbench did not write "
+                              f"({shown}); move them out of the folder, or choose another --out")
+    for f in ours:
+        f.unlink(missing_ok=True)
+    for name in RUN_OUTPUTS:  # the folders, emptied deepest first
+        p = out / name
+        if p.is_dir() and not p.is_symlink():
+            for d in sorted((d for d in p.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                d.rmdir()
+            p.rmdir()
 
 
 def _finished_runs(out: Path) -> bool:
