@@ -166,3 +166,24 @@ def test_two_site_builds_into_one_folder_do_not_race(boards: Path, tmp_path: Pat
         site_build.check_replaceable = real  # type: ignore[assignment]
         release.set()
     assert not errors and (out / "index.html").is_file()
+
+
+MALFORMED_CELLS = {
+    "runs-of-numbers": lambda rec: rec.update(runs=[5, 6]),
+    "selections-list": lambda rec: rec.update(selections=[1]),
+    "target-string": lambda rec: rec.update(target="x"),
+    "attack-number": lambda rec: rec.update(attack=3),
+}
+
+
+@pytest.mark.parametrize("edit", list(MALFORMED_CELLS))
+def test_site_names_a_malformed_cell_instead_of_an_internal_error(edit: str, boards: Path, tmp_path: Path,
+                                                                   capsys: Any) -> None:
+    path = sorted((boards / BOARD / "cells").glob("*.json"))[0]
+    rec = json.loads(path.read_text())
+    MALFORMED_CELLS[edit](rec)
+    path.write_text(json.dumps(rec))
+    line = refused(["site", "--leaderboards", str(boards), "--out", str(tmp_path / "site"), "--no-images"], capsys,
+                   str(boards / BOARD))
+    assert "restore" in line
+    assert not (tmp_path / "site").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,7 +151,32 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
         tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
     save_tensors_atomic(tensors, runs_dir / f"run-{p.k:03d}.safetensors")
     write_json(record_path, rec)
+    pause_after_first_run(record_path)
     return rec
+
+
+#: fault tests only: a folder in which the first search run to finish (in any process) announces itself and whose
+#: process then waits there to be killed, so that a test kills a worker at a known point instead of racing it
+PAUSE_ENV = "RECONBENCH_TEST_PAUSE_AFTER_FIRST_RUN"
+PAUSE_MARK = "first-run-finished"
+PAUSE_SECONDS = 120.0
+
+
+def pause_after_first_run(record_path: Path) -> None:
+    """With ``$RECONBENCH_TEST_PAUSE_AFTER_FIRST_RUN`` set (never in normal use): the first finished run anywhere
+    writes ``<folder>/first-run-finished`` (its pid and record) and waits; later runs (the retry) go on."""
+    folder = os.environ.get(PAUSE_ENV)
+    if not folder:
+        return
+    try:
+        fd = os.open(Path(folder) / PAUSE_MARK, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"pid": os.getpid(), "record": str(record_path)}, fh)
+    deadline = time.monotonic() + PAUSE_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def initial_loss(trace: list[dict[str, float]]) -> float | None:

@@ -19,15 +19,16 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import filelock
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment, PackageLoader, StrictUndefined, UndefinedError, select_autoescape
 
 from reconbench import __version__
 from reconbench.errors import ReconbenchError
@@ -38,6 +39,7 @@ from reconbench.provenance import git_commit, write_bytes_atomic, write_text_ato
 from reconbench.safe_paths import UnsafePathError, check_name, inside, member
 
 PACKAGE = "reconbench.leaderboard.site"
+T = TypeVar("T")
 #: the file that marks a folder as a site this module wrote (only such a folder is replaced)
 MARKER = ".reconbench-site"
 
@@ -120,6 +122,28 @@ def site_lock(out: Path) -> Iterator[None]:
         lock.release()
 
 
+#: what reading a malformed board entry raises (a field of the wrong type, a missing key, a template's undefined)
+MALFORMED = (UndefinedError, TypeError, AttributeError, KeyError, ValueError)
+
+
+def malformed_as_error(source: Path, make: Callable[[], T]) -> T:
+    """``make()``, or a one-line error naming the board file whose data could not be shown."""
+    try:
+        return make()
+    except ReconbenchError as exc:  # a record's own one-line error: said of the file it came from
+        if str(source) in str(exc):
+            raise
+        raise ReconbenchError(f"{source}: {exc}") from None
+    except MALFORMED as exc:
+        raise ReconbenchError(f"{source} is malformed: the site cannot show it ({type(exc).__name__}: "
+                              f"{' '.join(str(exc).split())[:200]}); restore it from the published board") from None
+
+
+def render(env: Environment, template: str, source: Path, **values: Any) -> str:
+    """A page, or a one-line error naming the board file whose data the template could not show."""
+    return malformed_as_error(source, lambda: env.get_template(template).render(**values))
+
+
 def check_replaceable(out: Path) -> None:
     """Refuse to replace a folder that holds anything but a site written here (e.g. ``--out .``)."""
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).is_file())):
@@ -141,7 +165,7 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
     if not folders:
         raise ReconbenchError(f"{leaderboards} holds no board (a folder with results.json); publish one with "
                               "`reconbench leaderboard SUITE --publish` or pass --leaderboards FOLDER")
-    loaded = [load_board(p) for p in folders]
+    loaded = [malformed_as_error(p, partial(load_board, p)) for p in folders]
     for board in loaded:  # every name that becomes a path is checked before anything is written
         figure_paths(board)
         for cid in board.cells:
@@ -163,17 +187,20 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
             folder = out / board.name
             (folder / "cells").mkdir(parents=True)
             _copy_figures(board, folder)
-            write_text_atomic(folder / "index.html", env.get_template("board.html").render(
+            write_text_atomic(folder / "index.html", render(
+                env, "board.html", board.folder / "results.json",
                 board=board, root="../", stamp=stamp, has_claims=claims is not None))
             figure_cells = {c: f for f in board.figures for c in f.cells or []}
             for cid, rec in board.cells.items():
                 shown = cell_images(board.folder, rec, inside(folder / "cells", cid, "cell id"), problems) if images \
                     else None
                 with_images += bool(shown and shown.pairs)
-                write_text_atomic(member(folder / "cells", cid, ".html", "cell id"), env.get_template("cell.html").render(
-                    board=board, rec=rec, images=shown, figure=figure_cells[cid] if cid in figure_cells else None,
-                    settings=settings_json(rec),
-                    numbers=cell_numbers(rec, board.columns),
+                source = board.folder / "cells" / f"{cid}.json"
+                write_text_atomic(member(folder / "cells", cid, ".html", "cell id"), render(
+                    env, "cell.html", source, board=board, rec=rec, images=shown,
+                    figure=figure_cells[cid] if cid in figure_cells else None,
+                    settings=malformed_as_error(source, partial(settings_json, rec)),
+                    numbers=malformed_as_error(source, partial(cell_numbers, rec, board.columns)),
                     root="../../", stamp=stamp, has_claims=claims is not None))
                 pages += 1
         write_text_atomic(out / "index.html", env.get_template("index.html").render(
