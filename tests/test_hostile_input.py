@@ -315,6 +315,10 @@ CARD_EDITS = {
     "class_counts-edited": lambda d, f: {**d, "class_counts": [c + 1 for c in d["class_counts"]]},
     "train_labels-reversed": lambda d, f: {**d, "problem": {**d["problem"],
                                                             "train_labels": d["problem"]["train_labels"][::-1]}},
+    "test_error-edited": lambda d, f: {**d, "metrics": {**d["metrics"], "test_error": 0.0}},
+    "margins-edited": lambda d, f: {**d, "metrics": {**d["metrics"], "margins": [m + 1 for m in d["metrics"]["margins"]]}},
+    "certificate-ratio-edited": lambda d, f: {**d, "metrics": {**d["metrics"], "certificate": {
+        **d["metrics"]["certificate"], "ratio": d["metrics"]["certificate"]["ratio"] / 100}}},
     "nan-weights": lambda d, f: _retensor(f, d, lambda t: t * math.nan),
     "float16-weights": lambda d, f: _retensor(f, d, lambda t: t.half()),
     "int64-weights": lambda d, f: _retensor(f, d, lambda t: t.long()),

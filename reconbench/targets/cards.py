@@ -120,6 +120,18 @@ def content_sha256(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()
 
 
+#: the card field holding :func:`metrics_sha256` (cards written before it have none and are read as before)
+METRICS_HASH_FIELD = "metrics_sha256"
+
+
+def metrics_sha256(data: dict[str, Any]) -> str:
+    """sha256 of the card's ``metrics`` (train and test error, the per-image margins, the convergence certificate:
+    what evaluations and the regime gate read), beside ``content_sha256``, which does not cover them: that hash is
+    recorded in every result and board, so it keeps its definition."""
+    text = json.dumps(data.get("metrics"), sort_keys=True, default=_json_default, allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 #: integer buffers a released model may carry: BatchNorm's step counter (unused by the forward pass in eval mode)
 INTEGER_BUFFERS = ("num_batches_tracked",)
 
@@ -197,6 +209,7 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     }
     data["problem"]["train_sha256"] = training_pixels_sha256(problem)
     data["content_sha256"] = content_sha256(data)
+    data[METRICS_HASH_FIELD] = metrics_sha256(data)
     write_json(out / CARD_FILE, data)
     return ModelCard(out, data)
 
@@ -247,6 +260,10 @@ def check_card_data(data: Any, where: Path | str) -> None:
     if recorded is not None and recorded != content_sha256(data):
         raise ModelCardError(f"{where}: the card's fields do not match its content_sha256 (a field that determines "
                              "scores was edited); re-train, or restore the original card")
+    recorded = data.get(METRICS_HASH_FIELD)
+    if recorded is not None and recorded != metrics_sha256(data):
+        raise ModelCardError(f"{where}: the card's metrics (test error, margins, certificate) do not match its "
+                             f"{METRICS_HASH_FIELD} (they were edited); re-train, or restore the original card")
     try:
         key = recorded_recipe(data["recipe"]).key()
     except ReconbenchError as exc:
