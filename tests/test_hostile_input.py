@@ -437,6 +437,9 @@ RESULT_EDITS = {
     "evaluation-string": lambda r: {**r, "evaluation": "x"},
     "no-evaluation": lambda r: {k: v for k, v in r.items() if k != "evaluation"},
     "json-list": lambda r: [r],
+    "good_threshold-edited": lambda r: {**r, "evaluation": {**r["evaluation"], "protocol": {
+        **r["evaluation"]["protocol"], "good_threshold": -1}}},
+    "seed-edited": lambda r: {**r, "spec": {**r["spec"], "seed": r["spec"]["seed"] + 1}},
 }
 
 
