@@ -187,3 +187,16 @@ def test_site_names_a_malformed_cell_instead_of_an_internal_error(edit: str, boa
                    str(boards / BOARD))
     assert "restore" in line
     assert not (tmp_path / "site").exists()
+
+
+@pytest.mark.parametrize("field,value", [("id", "../../../evil"), ("cells", ["../../../evil"])])
+def test_outside_submissions_named_by_a_board_stay_inside_it(field: str, value: Any, boards: Path) -> None:
+    """Re-rendering a board puts its outside submissions back from the names its results.json lists."""
+    from reconbench.leaderboard import outside
+
+    board = boards / BOARD
+    sub = {"id": "abc", "contributor": "x", "cells": ["c"], field: value}
+    _edit_results(board, lambda d: d["header"].update(submissions=[sub]))
+    (boards.parent / "evil.toml").write_text("outside the board")
+    with pytest.raises(UnsafePathError, match="one plain file name"):
+        outside.snapshot(board)

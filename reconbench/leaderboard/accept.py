@@ -64,7 +64,7 @@ from reconbench.leaderboard.tables import (
 from reconbench.leaderboard.verify import check_cell, check_records
 from reconbench.provenance import read_json, write_bytes_atomic, write_text_atomic
 from reconbench.records import BoardResults, CellRecord, EntryInfo, SubmissionFile, SubmissionProvenance, plain
-from reconbench.safe_paths import member
+from reconbench.safe_paths import check_name, member
 
 
 @dataclass
@@ -127,6 +127,10 @@ def _entry_problems(entry: Any, plan: dict[str, Any], ext: Suite, board: Path, s
                 "submit`"]
     packed = SubmissionFile.from_dict(sub)
     cid = rec.cell_id or "None"
+    try:
+        check_name(cid, "cell id", suffix=".json")
+    except ReconbenchError as exc:
+        return [f"{exc} (in the submission)"]
     if (why := seal_problem(entry)) is not None:
         return [f"cell {cid}: {why.replace('restore the cell file or run the cell again', 'pack it again')}"]
     if rec.suite_sha256 != packed.suite_sha256:
