@@ -155,7 +155,10 @@ class Npz(DatasetSource):
             p = Path(data_root) / p
         if not p.exists():
             raise DataError(f"npz file {p} does not exist; check the path (relative paths start at --data-root)")
-        if p.is_file() and not _starts_with(p, b"PK"):  # an .npz is a zip archive of .npy files
+        if not p.is_file():
+            raise DataError(f"npz file {p} is {'a folder' if p.is_dir() else 'not a regular file (a device or a pipe)'};"
+                            " pass an .npz file written by np.savez(path, images=..., labels=...)")
+        if not _starts_with(p, b"PK"):  # an .npz is a zip archive of .npy files
             kind = "a single .npy array" if _starts_with(p, b"\x93NUMPY") else "not an .npz archive"
             raise DataError(f"{p} is {kind}; the npz data set reads an .npz file written by np.savez(path, "
                             "images=..., labels=...)")

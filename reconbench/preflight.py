@@ -13,8 +13,10 @@ where one is set); where it cannot be read, nothing is refused.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,3 +175,81 @@ def check_attack(size: TargetSize, *, candidates: int | None, search_runs: int, 
     need = search_runs * m * pixels * itemsize + (size.parameters or 0) * itemsize
     check_fits(need, f"the attack ({search_runs:,} search run(s) x {m:,} candidates of {pixels:,} pixels in {dtype})",
                fix)
+
+
+# -- the time a command will take ----------------------------------------------------------------------------------
+class CostLimitError(ReconbenchError):
+    """A command whose estimated time exceeds the ceiling, refused without --yes."""
+
+
+#: a command estimated to take longer than this is refused unless --yes is given (a day)
+COST_CEILING_SECONDS = 86400.0
+#: the least time one optimisation step takes beyond its arithmetic (a few kernel launches and Python)
+STEP_OVERHEAD_SECONDS = 1e-5
+#: arithmetic of one step per parameter and example: a forward pass (2: a multiply and an add) and its backward (4)
+FLOPS_PER_PARAMETER = 6.0
+
+
+@functools.cache
+def machine_flops() -> float:
+    """Floating-point operations per second this process reaches at best: the fastest of a few float64 matrix
+    products (the kernel the networks spend their time in), so that estimates below are lower bounds."""
+    n = 256
+    a = torch.rand(n, n, dtype=torch.float64)
+    best = math.inf
+    for _ in range(5):
+        start = time.perf_counter()
+        torch.mm(a, a)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n**3 / max(best, 1e-9)
+
+
+def step_seconds(parameters: int | None, batch: int, steps: float) -> float:
+    """At least how long ``steps`` full-batch steps of a network of ``parameters`` weights on ``batch`` inputs take."""
+    flops = FLOPS_PER_PARAMETER * float(parameters or 0) * float(batch) * float(steps)
+    return flops / machine_flops() + float(steps) * STEP_OVERHEAD_SECONDS
+
+
+def attack_steps(attack: Any, config: dict[str, Any]) -> int:
+    """The optimisation steps of one search run of ``attack`` under ``config`` (its ``steps`` or ``outer_steps``
+    option, with the attack's default where ``config`` leaves it out; 1 for an attack with neither)."""
+    from reconbench.config import build_config
+
+    built = build_config(attack.config_cls, dict(config), "--set")
+    for name in ("steps", "outer_steps"):
+        value = getattr(built, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return max(value, 1)
+    return 1
+
+
+def attack_seconds(size: TargetSize, *, attack: Any, config: dict[str, Any], candidates: int | None,
+                   search_runs: int) -> float:
+    """At least how long a cell's attack takes: every search run's steps on its candidates."""
+    m = candidates if candidates is not None else 2 * size.n_train
+    return step_seconds(size.parameters, m, attack_steps(attack, config)) * search_runs
+
+
+def format_seconds(s: float) -> str:
+    """12 -> '12 s', 5400 -> '1.5 hours', 3e7 -> '347 days', 1e20 -> '3.2e+12 years'."""
+    for unit, length in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if s >= 2 * length:
+            return f"{s / length:.3g} {unit}"
+    return f"{s:.2g} s"
+
+
+def check_cost(parts: list[tuple[str, float]], *, yes: bool, fix: str,
+               ceiling: float = COST_CEILING_SECONDS) -> float:
+    """Refuse work estimated above ``ceiling`` unless ``yes``; the estimate (seconds, a lower bound)."""
+    total = sum(s for _, s in parts)
+    if total > ceiling and not yes:
+        detail = ", ".join(f"{what} {format_seconds(s)}" for what, s in parts if s > 0)
+        raise CostLimitError(f"this would take at least {format_seconds(total)} on this machine ({detail}), more "
+                             f"than the {format_seconds(ceiling)} a command may take unasked; {fix}, or pass --yes "
+                             "to run it anyway")
+    return total
+
+
+def cost_line(total: float) -> str:
+    """The estimate as the plan prints it."""
+    return f"estimated time: at least {format_seconds(total)} of computation on this machine"

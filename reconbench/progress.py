@@ -1,7 +1,8 @@
-"""A thin progress reporter that every long loop uses; ``quiet`` turns it off.
+"""A thin progress reporter that every long loop uses.
 
-On a terminal it draws a tqdm bar. When stderr is not a terminal (a log file, a pipe, CI) it writes a plain line
-now and then instead: a redrawn bar would fill a log with escape codes.
+On a terminal it draws a tqdm bar. When stderr is not a terminal (a log file, a pipe, CI), or with ``quiet``, it
+writes a plain line every 30 seconds instead (a redrawn bar would fill a log with escape codes): a loop shorter than
+that stays silent, a long one is never silent for longer, so that a command that runs for hours says it is alive.
 """
 
 from __future__ import annotations
@@ -58,9 +59,8 @@ class Progress:
     def __init__(self, total: int, desc: str, quiet: bool = False, every: int = 1) -> None:
         self.quiet = quiet
         self._bar: Any = None
-        if not quiet:
-            self._bar = (tqdm(total=total, desc=desc, leave=False, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
-                         if stderr_is_terminal() else PlainBar(total, desc))
+        self._bar = (tqdm(total=total, desc=desc, leave=False, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+                     if stderr_is_terminal() and not quiet else PlainBar(total, desc))
         self._last = 0
 
     def update(self, done: int, info: dict[str, float] | None = None) -> None:

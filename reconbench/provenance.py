@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -101,19 +103,75 @@ def read_json(path: Path, *, missing: str, damaged: str, error: type[ReconbenchE
         raise error(f"{path} is not valid JSON ({exc}); {damaged}") from None
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file unique to this writer in the same folder, then rename it over ``path``:
-    readers see the old or the new file, never a half-written one, and two writers never share a temporary file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+class DiskFullError(ReconbenchError):
+    """A write that found no space left (or the quota used up) on the device of its folder."""
+
+
+#: the errors of a file system with no room left: no space on the device, the disk quota used up
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full_error(folder: Path, need: int | None = None) -> DiskFullError:
+    """The one-line error of a full disk: the folder, the space the write needed and what is left there."""
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        free = f", {shutil.disk_usage(folder).free:,} bytes free" if folder.exists() else ""
+    except OSError:
+        free = ""
+    needed = f" ({need:,} bytes needed{free})" if need is not None else f" ({free.lstrip(', ')})" if free else ""
+    return DiskFullError(f"no space left on the device of {folder}{needed}; free some space there or pass another "
+                         "folder, then run the same command again (nothing half-written was kept)")
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write through a temporary file unique to this writer in the same folder, flushed to the disk (fsync), then
+    renamed over ``path``: readers see the old or the new file, never a half-written one, two writers never share a
+    temporary file, and a full disk leaves the old file (or none) and a one-line error naming the folder."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise disk_full_error(path.parent, len(data)) from None
         raise
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            raise disk_full_error(path.parent, len(data)) from None
+        raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (the rename) to the disk where the system allows it (not on Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """:func:`write_bytes_atomic` of ``text`` in UTF-8."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def save_tensors_atomic(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """A safetensors file written by :func:`write_bytes_atomic` (safetensors' own ``save_file`` writes in place)."""
+    from safetensors.torch import save
+
+    write_bytes_atomic(path, save({k: v.contiguous() for k, v in tensors.items()}))
 
 
 LOCK_FILE = ".reconbench.lock"

@@ -19,6 +19,7 @@ import importlib.util
 import json
 import logging
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -30,13 +31,22 @@ from reconbench.errors import ReconbenchError
 INSTALL_HINT = "pip install 'reconbench[mlflow]'"
 TRACKERS = ("mlflow",)
 SELECTIONS = ("blind", "oracle")
+#: MLflow's HTTP client settings unless the user set them: an unreachable server costs seconds, not the hours its own
+#: defaults allow (seven retries with exponential back-off, two minutes per request), after the result is written
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
 #: MLflow's batch limits (parameters and tags per call, metrics per call) and its parameter value length
 MAX_PARAMS, MAX_METRICS, MAX_VALUE = 100, 1000, 6000
 
 
-def check_tracker(track: str | None) -> None:
-    """Before any work: the tracker is known and its package is installed (one line naming the extra if not)."""
+def check_tracker(track: str | None, uri: str | None = None, experiment: str | None = None) -> None:
+    """Before any work: the tracker is known and its package is installed (one line naming the extra if not);
+    --track-uri or --track-experiment without --track is refused (it would be ignored)."""
     if track is None:
+        given = [opt for opt, value in (("--track-uri", uri), ("--track-experiment", experiment)) if value]
+        if given:
+            raise ReconbenchError(f"{' and '.join(given)} only apply with --track mlflow; add --track mlflow or leave "
+                                  f"{'them' if len(given) > 1 else 'it'} out")
         return
     if track not in TRACKERS:
         raise ReconbenchError(f"unknown tracker {track!r}; choose one of: {', '.join(TRACKERS)}")
@@ -116,6 +126,8 @@ class MlflowTracker:
 
     def _log(self, out: Path, name: str, extra_params: dict[str, Any], tags: dict[str, str]) -> str:
         logging.getLogger("mlflow").setLevel(logging.WARNING)   # MLflow's INFO lines (creating tables, ...)
+        for key, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
         from mlflow import MlflowClient
         from mlflow.entities import Metric, Param
 
@@ -147,8 +159,9 @@ class MlflowTracker:
         return str(run_id)
 
 
-def tracker(track: str | None, uri: str | None, experiment: str) -> MlflowTracker | None:
-    """The tracker named by ``--track`` (None: no tracking)."""
-    check_tracker(track)
+def tracker(track: str | None, uri: str | None, experiment: str, *,
+            experiment_given: str | None = None) -> MlflowTracker | None:
+    """The tracker named by ``--track`` (None: no tracking); see :func:`check_tracker`."""
+    check_tracker(track, uri, experiment_given)
     return MlflowTracker(uri, experiment) if track else None
 

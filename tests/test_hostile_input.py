@@ -76,6 +76,8 @@ RECIPE_CASES = [  # (arguments, what the message must name)
     (["--family", "nope"], "nope"),
     (["--widths", "a,b"], "a,b"),
     (["--widths", "0"], "widths"),
+    (["--widths", "32,,32"], "--widths"),
+    (["--widths", "32,"], "--widths"),
     (["--model-set", "init_scale=abc"], "init_scale"),
     (["--model-set", "init_scale=nan"], "init_scale"),
     (["--model-set", "init_scale=-1"], "init_scale"),
@@ -91,6 +93,9 @@ RECIPE_CASES = [  # (arguments, what the message must name)
     (["--lr", "inf"], "--lr"),
     (["--weight-decay", "-1"], "--weight-decay"),
     (["--weight-decay", "nan"], "--weight-decay"),
+    (["--weight-decay", "1e99"], "weight decay below 2 / lr"),
+    (["--dataset", "npz:/dev/zero"], "not a regular file"),
+    (["--steps", "9000000000000000000"], "pass --yes"),
     (["--loss", "nope"], "nope"),
     (["--schedule", "fast"], "--schedule"),
     (["--train-dtype", "float16"], "--train-dtype"),
@@ -130,6 +135,12 @@ RUN_CASES = [
     (["--attack", "multiclass_kkt", "--device", "nope"], "nope"),
     (["--attack", "multiclass_kkt", "--protocol-set", "nosuch=1"], "nosuch"),
     (["--attack", "multiclass_kkt", "--protocol-set", "good_threshold=nan"], "good_threshold"),
+    (["--attack", "multiclass_kkt", "--protocol-set", "good_threshold=-1"], "good_threshold"),
+    (["--attack", "multiclass_kkt", "--protocol-set", "good_threshold=1"], "good_threshold"),
+    (["--attack", "multiclass_kkt", "--track-uri", "http://127.0.0.1:1"], "--track mlflow"),
+    (["--attack", "multiclass_kkt", "--track-experiment", "x"], "--track mlflow"),
+    (["--attack", "multiclass_kkt", "--search-runs", "100000", "--set", "steps=100000"], "pass --yes"),
+    (["--attack", "multiclass_kkt", "--set", "steps=9000000000000000000"], "pass --yes"),
     (["--attack", "multiclass_kkt", "--protocol-set", "distance=cosine"], "cosine"),
     (["--attack", "multiclass_kkt", "--out", UNWRITABLE], "--out"),
     (["--attack", "multiclass_kkt", "--cache", UNWRITABLE], "--cache"),
@@ -157,6 +168,9 @@ OTHER_CASES = [
     (["bench", "ci", "--unpack", "no-such-pack"], "no-such-pack"),
     (["bench", "ci", "--unpack", "p", "--deadline", "60"], "--unpack"),
     (["bench", "ci", "--pack", str(REPO / "docs")], "not an empty folder"),
+    (["bench", "ci", "--track-uri", "http://127.0.0.1:1"], "--track mlflow"),
+    (["bench", "."], "is a folder"),
+    (["leaderboard", "."], "is a folder"),
     (["leaderboard", "no-such-suite"], "no-such-suite"),
     (["leaderboard", "ci", "--results", "no-such-results"], "no-such-results"),
     (["leaderboard", "ci", "--out", "empty", "--verify"], "empty"),
@@ -311,6 +325,10 @@ CARD_EDITS = {
     "class_counts-edited": lambda d, f: {**d, "class_counts": [c + 1 for c in d["class_counts"]]},
     "train_labels-reversed": lambda d, f: {**d, "problem": {**d["problem"],
                                                             "train_labels": d["problem"]["train_labels"][::-1]}},
+    "test_error-edited": lambda d, f: {**d, "metrics": {**d["metrics"], "test_error": 0.0}},
+    "margins-edited": lambda d, f: {**d, "metrics": {**d["metrics"], "margins": [m + 1 for m in d["metrics"]["margins"]]}},
+    "certificate-ratio-edited": lambda d, f: {**d, "metrics": {**d["metrics"], "certificate": {
+        **d["metrics"]["certificate"], "ratio": d["metrics"]["certificate"]["ratio"] / 100}}},
     "nan-weights": lambda d, f: _retensor(f, d, lambda t: t * math.nan),
     "float16-weights": lambda d, f: _retensor(f, d, lambda t: t.half()),
     "int64-weights": lambda d, f: _retensor(f, d, lambda t: t.long()),
@@ -389,6 +407,39 @@ def result_dir(card_dir, tmp_path_factory):
     return out
 
 
+def test_a_number_the_evaluation_could_not_compute_is_shown_with_its_reason(card_dir, tmp_path, capsys):
+    """The membership test needs pool_per_member held-out images per member of each class; too few give None, and
+    the console says why and how many were needed."""
+    code, out, err = cli(["run", "--attack", "multiclass_kkt", "--model", str(card_dir), "--set", "steps=3",
+                          "--search-runs", "1", "--protocol-set", "figures=false", "--protocol-set",
+                          "membership_test.pool_per_member=100000", "--out", str(tmp_path / "r"), "-q"], capsys)
+    assert code == 0, err
+    result = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert result["evaluation"]["summary"]["membership_auc"] is None
+    line = next(ln for ln in out.splitlines() if "membership_auc" in ln)
+    members = result["target"]["n_train"] // 3  # the card's three classes hold equally many members
+    assert "None (unavailable: the problem has" in line and f"for a pool of {100000 * members}" in line, line
+
+
+def test_an_unreachable_tracking_server_costs_a_warning_not_the_result(result_dir, capsys, monkeypatch):
+    """MLflow's own defaults retry for minutes; the tracker bounds its requests (unless the user set them) and
+    returns after one warning, the result folder untouched."""
+    pytest.importorskip("mlflow")
+    from reconbench.tracking import HTTP_DEFAULTS, MlflowTracker
+
+    for key in HTTP_DEFAULTS:  # unset here, and unset again afterwards (setenv records the state to restore)
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
+    before = (result_dir / "result.json").read_bytes()
+    assert MlflowTracker("http://127.0.0.1:1", "x").log_result(result_dir, "r") is None
+    import os
+
+    assert {k: os.environ[k] for k in HTTP_DEFAULTS} == HTTP_DEFAULTS
+    assert int(HTTP_DEFAULTS["MLFLOW_HTTP_REQUEST_TIMEOUT"]) * (1 + int(HTTP_DEFAULTS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])) <= 30
+    err = capsys.readouterr().err
+    assert "warning: MLflow tracking of r failed" in err and (result_dir / "result.json").read_bytes() == before
+
+
 RESULT_EDITS = {
     "protocol-list": lambda r: {**r, "spec": {**r["spec"], "protocol": [1]}},
     "spec-string": lambda r: {**r, "spec": "x"},
@@ -396,6 +447,9 @@ RESULT_EDITS = {
     "evaluation-string": lambda r: {**r, "evaluation": "x"},
     "no-evaluation": lambda r: {k: v for k, v in r.items() if k != "evaluation"},
     "json-list": lambda r: [r],
+    "good_threshold-edited": lambda r: {**r, "evaluation": {**r["evaluation"], "protocol": {
+        **r["evaluation"]["protocol"], "good_threshold": -1}}},
+    "seed-edited": lambda r: {**r, "spec": {**r["spec"], "seed": r["spec"]["seed"] + 1}},
 }
 
 
@@ -421,6 +475,24 @@ SUITE_EDITS = {
     "not-toml": ('name = "ci"', "name = "),
     "unknown-key": ('name = "ci"', 'name = "ci"\nspeed = 3'),
     "zero-search-runs": ('name = "ci"', 'name = "ci"\nsearch_runs = 0'),
+    "negative-store-candidates": ('store_candidates = "all"', "store_candidates = -3"),
+    "zero-store-candidates": ('store_candidates = "all"', "store_candidates = 0"),
+    "duplicate-seeds": ("seeds = [0, 1]", "seeds = [0, 0]"),
+    "no-seeds": ("seeds = [0, 1]", "seeds = []"),
+    "negative-good-threshold": ("figures = false\n", "figures = false\ngood_threshold = -1\n"),
+    "no-calibration-draws": ("figures = false\n", "figures = false\ncalibration_draws = 0\n"),
+    "column-format": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "x", key = "reconstructed", '
+                      'higher_is_better = true, format = "%n%n%n" }]\n'),
+    "column-name-html": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "<img src=x>", '
+                         'key = "reconstructed", higher_is_better = true }]\n'),
+    "column-name-pipe": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "a | b", '
+                         'key = "reconstructed", higher_is_better = true }]\n'),
+    "column-name-newline": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "a\\n# b", '
+                            'key = "reconstructed", higher_is_better = true }]\n'),
+    "column-name-long": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "' + 'x' * 100_000 + '", '
+                         'key = "reconstructed", higher_is_better = true }]\n'),
+    "column-name-twice": ("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "a", key = "reconstructed", '
+                          'higher_is_better = true }, { name = "a", key = "good_count", higher_is_better = true }]\n'),
 }
 
 
@@ -435,6 +507,45 @@ def test_corrupted_suite_refused(edit, tmp_path, capsys, no_work):
                  ["leaderboard", str(tmp_path / "s.toml")]):
         assert_refused(args, capsys, "s.toml")
     assert not (tmp_path.parent / "evil").exists() and not Path("evil").exists()
+
+
+def test_a_suite_that_would_run_for_ages_is_refused_with_its_estimate(tmp_path, capsys, no_work):
+    text = (REPO / "reconbench" / "bench" / "suites" / "ci.toml").read_text()
+    assert "steps = 500" in text
+    (tmp_path / "s.toml").write_text(text.replace("steps = 500", "steps = 9000000000000000000", 1))
+    line = assert_refused(["bench", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o")], capsys, "s.toml")
+    assert "years" in line and "pass --yes" in line and "training its targets" in line
+
+
+def test_the_cost_preflight_is_a_lower_bound_that_yes_overrides():
+    from reconbench.preflight import CostLimitError, check_cost, machine_flops, step_seconds
+
+    # arithmetic alone at the best rate this process reaches: a step can only take longer
+    assert step_seconds(10**6, 100, 1000) >= 6e11 / machine_flops()
+    assert step_seconds(10**6, 100, 2000) == pytest.approx(2 * step_seconds(10**6, 100, 1000))
+    with pytest.raises(CostLimitError, match="pass --yes"):
+        check_cost([("training", 2e5)], yes=False, fix="lower --steps")
+    assert check_cost([("training", 2e5)], yes=True, fix="lower --steps") == 2e5
+    assert check_cost([("training", 10.0)], yes=False, fix="lower --steps") == 10.0
+
+
+def test_a_card_path_whose_card_json_is_a_folder_is_refused(tmp_path, capsys, no_work):
+    (tmp_path / "card" / "card.json").mkdir(parents=True)
+    line = assert_refused(["run", "--attack", "multiclass_kkt", "--model", str(tmp_path / "card")], capsys,
+                          "is a folder, not a model card file")
+    assert "cannot access" not in line
+
+
+def test_a_column_key_that_no_cell_reports_is_refused(tmp_path, capsys):
+    text = (REPO / "reconbench" / "bench" / "suites" / "ci.toml").read_text()
+    (tmp_path / "s.toml").write_text(text.replace("sample_images = 8\n", 'sample_images = 8\ncolumns = [{ name = "x", '
+                                                  'key = "no_such_number", higher_is_better = true }]\n', 1))
+    results = Path("res")
+    shutil.copytree(REPO / "leaderboards" / "ci", results, ignore=shutil.ignore_patterns("figures", "candidates"))
+    line = assert_refused(["leaderboard", str(tmp_path / "s.toml"), "--results", str(results), "--no-figures"],
+                          capsys, "no_such_number")
+    assert "column 'x'" in line and "[leaderboard]" in line
+    assert not (Path("runs") / "leaderboards" / "ci" / "README.md").exists()
 
 
 @pytest.fixture
@@ -498,6 +609,21 @@ def test_progress_is_plain_off_a_terminal(capsys, monkeypatch):
     assert "loop: 100/100" in err
 
 
+def test_progress_of_a_long_loop_is_logged_even_when_quiet(capsys, monkeypatch):
+    from reconbench import progress as progress_module
+
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_SECONDS", 0.0, raising=False)
+    with progress_module.Progress(10, "long phase", quiet=True) as bar:
+        for i in range(10):
+            bar.update(i + 1)
+    assert "long phase: 10/10" in capsys.readouterr().err
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_SECONDS", 3600.0, raising=False)
+    with progress_module.Progress(10, "short phase", quiet=True) as bar:
+        for i in range(10):
+            bar.update(i + 1)
+    assert capsys.readouterr().err == ""  # shorter than the interval: silent
+
+
 def test_run_into_a_folder_of_another_configuration(card_dir, result_dir, tmp_path, capsys):
     folder = tmp_path / "r"
     shutil.copytree(result_dir, folder)
@@ -509,6 +635,22 @@ def test_run_into_a_folder_of_another_configuration(card_dir, result_dir, tmp_pa
     assert code == 0, err
     assert json.loads((folder / "result.json").read_text())["spec"]["attack_config"] == {"steps": 4}
     assert not (folder / "runs" / "run-007.json").exists()
+    # a file of the user's among the run's files: --replace refuses rather than delete it, and deletes nothing
+    (folder / "runs" / "my-notes.txt").write_text("mine")
+    (folder / "figures").mkdir(exist_ok=True)
+    (folder / "figures" / "drawing.svg").write_text("mine")
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    line = assert_refused([*args, "--set", "steps=5", "--replace"], capsys, "did not write")
+    assert "runs/my-notes.txt" in line and "figures/drawing.svg" in line
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+
+
+def test_train_out_refuses_the_card_of_another_recipe(tmp_path, capsys):
+    code, _, err = cli(["train", *TINY, "--out", str(tmp_path / "c"), "-q"], capsys)
+    assert code == 0, err
+    card = (tmp_path / "c" / "card.json").read_bytes()
+    line = assert_refused(["train", *TINY[:-1], "6", "--out", str(tmp_path / "c"), "-q"], capsys, "another recipe")
+    assert "--out" in line and (tmp_path / "c" / "card.json").read_bytes() == card
 
 
 def test_debug_prints_the_trace_of_an_internal_error(capsys, monkeypatch):

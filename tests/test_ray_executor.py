@@ -28,6 +28,7 @@ from reconbench.bench.runner import cell_path, load_cells, run_suite
 from reconbench.bench.suite import SuiteError, load_suite
 from reconbench.cli import main
 from reconbench.errors import UnknownNameError
+from reconbench.runs.execute import PAUSE_ENV, PAUSE_MARK
 
 ray = pytest.importorskip("ray")
 
@@ -193,17 +194,52 @@ def test_a_worker_killed_mid_cell_loses_only_that_cell_and_resume_completes_it(t
         assert comparable(cells[cid]) | {"invocation": 0} == comparable(load_cells(tmp_path / "alone")[cid])
 
 
+@pytest.fixture
+def pausing_workers(tmp_path: Path) -> Iterator[Path]:
+    """Two Ray workers in which the first search run to finish announces itself in the returned folder and waits
+    there to be killed (reconbench.runs.execute.pause_after_first_run); the plain instance is back afterwards."""
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
+             logging_level=logging.WARNING, runtime_env={"env_vars": {PAUSE_ENV: str(signals)}})
+    yield signals
+    ray.shutdown()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
+             logging_level=logging.WARNING)
+
+
+def kill_at_the_first_finished_run(signals: Path, out: Path, killed: dict[str, Any]) -> None:
+    """SIGKILL the worker whose cell announced its first finished search run (it waits for this), and note the cell
+    and the runs it had written then."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        try:
+            mark = json.loads((signals / PAUSE_MARK).read_text())
+        except (OSError, ValueError):  # not there yet, or being written
+            time.sleep(0.02)
+            continue
+        cid = Path(mark["record"]).parents[1].name  # work/<cell>/runs/run-NNN.json
+        killed.update(cell=cid, runs=snapshot(out / "work" / cid, "runs/*"))
+        os.kill(int(mark["pid"]), signal.SIGKILL)
+        return
+
+
 @pytest.mark.slow
-def test_ray_retries_a_cell_whose_worker_died_from_its_finished_search_runs(tmp_path, two_workers):
+def test_ray_retries_a_cell_whose_worker_died_from_its_finished_search_runs(tmp_path, pausing_workers):
+    """The worker is killed where its cell has written its first finished search run (the cell waits there), so
+    the retry has a finished run to resume from, whatever the load of the machine."""
     path = tmp_path / "suite.toml"
     path.write_text(SLOW_SUITE.replace("seeds = [0, 1]", "seeds = [0]"))
     suite = load_suite(path)
     out = tmp_path / "res"
     killed: dict[str, Any] = {}
-    killer = in_background(lambda: kill_a_worker_mid_cell(out, killed))
+    killer = in_background(lambda: kill_at_the_first_finished_run(pausing_workers, out, killed))
     report = run_suite(suite, out, cache=str(tmp_path / "cache"), quiet=True, executor=RayExecutor(max_retries=1))
     killer.join()
-    assert killed, "no cell was caught running"
+    assert killed, "no cell announced a finished search run"
+    assert killed["runs"], "the killed cell had written no finished run"
     assert not report.lost and not report.failed and len(report.ran) == 2
     assert all(r["status"] == "ok" for r in load_cells(out).values())
     assert snapshot(out / "work" / killed["cell"], "runs/*").items() >= killed["runs"].items()  # the retry resumed

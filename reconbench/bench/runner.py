@@ -52,6 +52,7 @@ from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
 from reconbench.runs.execute import run_attack
 from reconbench.runs.spec import RunSpec
+from reconbench.safe_paths import check_name, member
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import CARD_FILE, ModelCard, load_card
 
@@ -64,7 +65,7 @@ def default_results_dir(suite: Suite) -> Path:
 
 # -- the results folder: every read and write of the runner goes through these -------------------------
 def cell_path(out: Path, cell_id: str) -> Path:
-    return out / "cells" / f"{cell_id}.json"
+    return member(out / "cells", cell_id, ".json", "cell id")
 
 
 def invocation_path(out: Path, number: int) -> Path:
@@ -110,7 +111,7 @@ def load_cells(out: Path) -> dict[str, dict[str, Any]]:
     for p in sorted((out / "cells").glob("*.json")):
         rec = read_cell(p)
         if rec is not None and rec.get("format") == CELL_FORMAT:
-            cells[rec["cell_id"]] = rec
+            cells[check_name(str(rec["cell_id"]), "cell id", source=p, suffix=".json")] = rec
     return cells
 
 

@@ -43,11 +43,13 @@ from reconbench.cli.common import (
     data_root_option,
     main_group,
     quiet_option,
+    show_cost,
     track_options,
+    yes_option,
 )
 from reconbench.cli.run_cmd import check_task
 from reconbench.errors import ReconbenchError
-from reconbench.preflight import TargetSize, check_attack, check_target
+from reconbench.preflight import TargetSize, attack_seconds, check_attack, check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.problems import build_problem
@@ -155,6 +157,7 @@ from reconbench.tracking import MlflowTracker, tracker
 @track_options
 @data_root_option
 @quiet_option
+@yes_option
 def bench_command(
     suite: str,
     only: tuple[str, ...],
@@ -179,6 +182,7 @@ def bench_command(
     track: str | None,
     track_uri: str | None,
     track_experiment: str | None,
+    yes: bool,
 ) -> None:
     """Run benchmark SUITE (a name of a shipped suite or one in ./suites/, or a .toml path): every attack x init x target x
     seed.
@@ -226,7 +230,7 @@ def bench_command(
         )
         return
     out_dir = Path(out) if out is not None else default_results_dir(s)
-    logger = tracker(track, track_uri, track_experiment or s.name)
+    logger = tracker(track, track_uri, track_experiment or s.name, experiment_given=track_experiment)
     cells_executor = cell_executor(executor, address)
     if device is not None and not plan_only:   # a plan is made for a device that need not be here
         if isinstance(cells_executor, RayExecutor):
@@ -240,8 +244,8 @@ def bench_command(
         raise click.UsageError("--plan prints the slices of a deadline: pass --deadline SECONDS too")
     if deadline is not None and isinstance(cells_executor, RayExecutor):
         raise click.UsageError("--deadline runs the cells here, one after the other: leave out --executor ray")
-    sizes = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume or plan_only, retry_failed,
-                        elsewhere)
+    sizes, estimate = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume or plan_only,
+                                  retry_failed, elsewhere, yes=yes or plan_only)
     if plan_only:
         assert deadline is not None
         done = {**elsewhere, **load_cells(out_dir)}
@@ -251,6 +255,7 @@ def bench_command(
         return
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
+    show_cost(estimate, quiet)
     if deadline is not None:
         table = read_costs(Path(costs)) if costs is not None else None
         reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
@@ -292,13 +297,17 @@ def bench_command(
 
 
 def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, data_root: str | None, resume: bool,
-                retry_failed: bool, elsewhere: dict[str, dict[str, Any]] | None = None) -> dict[str, TargetSize]:
+                retry_failed: bool, elsewhere: dict[str, dict[str, Any]] | None = None, *,
+                yes: bool = False) -> tuple[dict[str, TargetSize], float]:
     """Before the first cell runs, what the command line checks before `reconbench run`: each target's data set,
-    problem and architecture, and the memory of its training and of each cell's attack (cells still to run only).
-    Returns the size of each target still needed, by recipe key."""
+    problem and architecture, the memory of its training and of each cell's attack, and the time all of it takes
+    (cells still to run only; refused above the ceiling without ``yes``). The size of each target still needed, by
+    recipe key, and the estimated seconds."""
     done = {**(elsewhere or {}), **(load_cells(out) if resume else {})}
     todo = [c for c in cells if not is_finished(done.get(c.cell_id), c.key(suite, dtype), retry_failed)]
     sizes: dict[str, TargetSize] = {}
+    trained: set[str] = set()
+    train_time = attack_time = 0.0
     where = display_path(suite.path)
     for cell in todo:
         key = cell.recipe.key()
@@ -312,9 +321,22 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
             check_search(cell.attack.search, cell.attack.search_config)   # its optional dependency is installed
             check_attack(sizes[key], candidates=cell.attack.candidates, search_runs=cell.attack.search_runs,
                          dtype=dtype or suite.dtype, fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
+            if cell.attack.attack in plugins.names("attacks"):
+                attack_time += attack_seconds(sizes[key], attack=plugins.get("attacks", cell.attack.attack),
+                                              config=cell.attack.config, candidates=cell.attack.candidates,
+                                              search_runs=cell.attack.search_runs)
+            if key not in trained:
+                trained.add(key)
+                train_time += step_seconds(sizes[key].parameters, sizes[key].n_train, cell.recipe.train.steps)
         except ReconbenchError as exc:
             raise SuiteError(f"{where}: cell {cell.cell_id}: {exc}") from None
-    return sizes
+    try:
+        estimate = check_cost([("training its targets (unless cached)", train_time),
+                               (f"{len(todo)} cell(s) of attacks", attack_time)], yes=yes,
+                              fix="lower steps or search_runs in the suite, or run part of it with --only")
+    except ReconbenchError as exc:
+        raise SuiteError(f"{where}: {exc}") from None
+    return sizes, estimate
 
 
 def cell_logger(logger: MlflowTracker, out: Path) -> Callable[[dict[str, Any]], None]:

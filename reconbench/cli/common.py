@@ -90,13 +90,20 @@ def check_device(device: str, option: str = "--device") -> str:
     return device
 
 
-def parse_int_list(text: str | None) -> list[int] | None:
+def parse_int_list(text: str | None, option: str = "") -> list[int] | None:
+    """Comma-separated integers (an empty text: none); an empty item (``32,,32``, ``32,``) is refused, not skipped."""
     if text is None:
         return None
+    compact = text.replace(" ", "")
+    if not compact:
+        return []
+    named = f"{option} " if option else ""
     try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
+        items = [int(t) for t in compact.split(",")]
     except ValueError as exc:
-        raise ReconbenchError(f"expected comma-separated integers like 1000,1000, got {text!r}") from exc
+        empty = " (an empty item between commas)" if "" in compact.split(",") else ""
+        raise ReconbenchError(f"{named}expected comma-separated integers like 1000,1000, got {text!r}{empty}") from exc
+    return items
 
 
 class Count(click.ParamType):
@@ -170,6 +177,17 @@ def remove_if_unused(folder: Path) -> None:
 
 
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress bars or chatter.")
+yes_option = click.option("--yes", is_flag=True,
+                          help="Run even when the estimated time is above the ceiling (a day of computation).")
+#: estimates above this are printed with the plan (on stderr, so that the outputs scripts read stay as they are)
+SHOW_COST_SECONDS = 60.0
+
+
+def show_cost(total: float, quiet: bool) -> None:
+    from reconbench.preflight import cost_line
+
+    if total > SHOW_COST_SECONDS and not quiet:
+        click.echo(cost_line(total), err=True)
 data_root_option = click.option("--data-root", type=click.Path(file_okay=False), default=None,
                                 help="Folder with data files (default: $RECONBENCH_DATA, else ~/.cache/reconbench/data).")
 

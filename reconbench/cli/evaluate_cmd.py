@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
                               "--protocol-set or --check")
     result = check_result(Path(result_dir), need_evaluation=check)
     resolve_protocol({**(result["spec"].get("protocol") or {}), **overrides}, result["target"]["family"])
+    if check:
+        check_provenance(Path(result_dir), result)
     if out:
         check_writable(Path(out), "--out")
     record = rescore(result_dir, overrides, model_card=model_card, data_root=data_root, out_dir=out, quiet=quiet)
@@ -61,6 +64,37 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
             click.echo(reproduced_line(record))
             for line in record["borderline_differences"][:10]:
                 click.echo(f"  borderline, agrees within rounding: {line}")
+
+
+def check_provenance(folder: Path, result: dict[str, Any]) -> None:
+    """What --check can re-derive besides the numbers: the protocol recorded in the evaluation is the one the run's
+    options resolve to, and the run's configuration (seed included) hashes to the one recorded when it ran."""
+    from reconbench.cli.run_cmd import RUN_CONFIG_FILE, run_config
+    from reconbench.evaluation.rescore import pinned_protocol
+    from reconbench.provenance import config_hash
+
+    path = folder / "result.json"
+    evaluation = result.get("evaluation")
+    stored = evaluation.get("protocol") if isinstance(evaluation, dict) else None
+    if isinstance(stored, dict):
+        fresh = resolve_protocol(pinned_protocol(dict(result["spec"].get("protocol") or {}), evaluation),
+                                 result["target"]["family"]).to_dict()
+        for key in sorted(set(fresh) & set(stored) - {"libraries", "metrics"}):
+            if fresh[key] != stored[key]:
+                raise ReconbenchError(f"{path}: evaluation.protocol.{key} is {str(stored[key])[:80]}, but the run's "
+                                      f"protocol options resolve to {str(fresh[key])[:80]}; the file was edited, "
+                                      "restore it or run the attack again")
+    record = folder / RUN_CONFIG_FILE
+    if record.is_file() and isinstance(result["target"].get("recipe_key"), str):
+        try:
+            recorded = json.loads(record.read_text()).get("config_hash")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        if recorded is not None and recorded != config_hash(run_config(result["target"]["recipe_key"],
+                                                                        result["spec"])):
+            raise ReconbenchError(f"{path}: its spec (seed, attack options, ...) is not the configuration recorded in "
+                                  f"{RUN_CONFIG_FILE} when the run was made; the file was edited, restore it or run "
+                                  "the attack again")
 
 
 def check_result(folder: Path, need_evaluation: bool) -> dict[str, Any]:

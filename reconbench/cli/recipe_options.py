@@ -94,7 +94,7 @@ def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None
         if opts["family"] != d.get("family"):
             d["model"] = {}  # the base's model options belong to another family
         d["family"] = opts["family"]
-    widths = parse_int_list(opts.get("widths"))
+    widths = parse_int_list(opts.get("widths"), "--widths")
     if widths is not None:
         d["model"]["widths"] = widths
     d["model"].update(parse_assignments(tuple(opts.get("model_set") or ()), "--model-set"))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,13 +22,15 @@ from reconbench.cli.common import (
     parse_assignments,
     quiet_option,
     remove_if_unused,
+    show_cost,
     track_options,
+    yes_option,
 )
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
 from reconbench.config import build_config
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.evaluation import reported, resolve_protocol
-from reconbench.preflight import card_size, check_attack, check_target
+from reconbench.preflight import attack_seconds, card_size, check_attack, check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
 from reconbench.runs.execute import run_attack
 from reconbench.runs.spec import RunSpec
@@ -74,12 +76,13 @@ RUN_CONFIG_FILE = "run-config.json"
 @track_options
 @data_root_option
 @quiet_option
+@yes_option
 def run_command(attack: str, model_card: str | None, init_name: str, init_set: tuple[str, ...],
                 attack_set: tuple[str, ...], search_runs: int | None, search: str, search_set: tuple[str, ...],
                 candidates: int | None, seed: int,
                 dtype: str, device: str, protocol_set: tuple[str, ...], out: str | None, replace: bool,
                 cache: str | None, data_root: str | None, quiet: bool, track: str | None, track_uri: str | None,
-                track_experiment: str | None, **recipe_opts: Any) -> None:
+                track_experiment: str | None, yes: bool, **recipe_opts: Any) -> None:
     """Run an attack against a target and write result.json, candidates and figures."""
     # every option is checked before any training: names, values, ranges, the device and the folders
     attack_obj = plugins.get("attacks", attack)
@@ -89,7 +92,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     protocol = parse_assignments(protocol_set, "--protocol-set")
     search_config = parse_assignments(search_set, "--search-set")
     check_search(search, search_config)
-    check_tracker(track)
+    check_tracker(track, track_uri, track_experiment)
     check_device(device)
     check_attack_options(attack_obj, attack_config)
     build_config(init_obj.config_cls, init_config, "--init-set")
@@ -110,12 +113,18 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
                    dtype=dtype, device=device, protocol=protocol, search=search, search_config=search_config)
     check_attack(size, candidates=spec.candidates, search_runs=spec.search_runs, dtype=dtype)
+    parts = [] if model_card else [("training (unless cached)", step_seconds(size.parameters, size.n_train,
+                                                                             recipe.train.steps))]
+    parts.append(("attack", attack_seconds(size, attack=attack_obj, config=attack_config, candidates=spec.candidates,
+                                           search_runs=spec.search_runs)))
+    estimate = check_cost(parts, yes=yes, fix="lower the steps (--steps, --set steps=...) or --search-runs")
     out_dir = Path(out) if out else default_out_dir(recipe_key, spec, attack_obj.default_search_runs)
     created = not out_dir.exists()
     check_writable(out_dir, "--out")
     if not model_card:
         check_writable(cache_dir(cache), "--cache")
     config = run_config(recipe_key, spec.to_dict())
+    show_cost(estimate, quiet)
     try:
         with folder_lock(out_dir, "result"):
             check_folder(out_dir, config, replace)  # a run of another configuration: refused before training
@@ -135,7 +144,8 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     for line in headline_lines(result["evaluation"]):
         click.echo(line)
     click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
-    logger = tracker(track, track_uri, track_experiment or "reconbench")
+    logger = tracker(track, track_uri, track_experiment or "reconbench",
+                     experiment_given=track_experiment)
     if logger is not None and (run_id := logger.log_result(out_dir, out_dir.name)):
         click.echo(f"tracked: MLflow run {run_id} in experiment {logger.experiment!r}")
 
@@ -177,6 +187,8 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
         if key in summary:
             value = summary[key]
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
+            if value is None:
+                text += f" ({unavailable_reason(evaluation, key)})"
             if key == "lpips_mean" and value == "unavailable":
                 reason = summary.get("lpips_mean_unavailable_reason")
                 text += f" ({' '.join(str(reason).split())})" if reason else " (see result.json for the reason)"
@@ -186,6 +198,16 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
             direction = f" [{better[key]} = more leakage]" if key in better else ""
             lines.append(f"  {click_key}{direction}: {text}")
     return lines
+
+
+def unavailable_reason(evaluation: dict[str, Any], key: str) -> str:
+    """Why a summary number is None: the reason the metric that reports it gave, else where to look."""
+    for name, metric in (evaluation.get("metrics") or {}).items():
+        if key in (metric.get("summary") or {}) and metric.get("reason"):
+            return f"unavailable: {' '.join(str(metric['reason']).split())}"
+        if key in (metric.get("summary") or {}):
+            return f"not computed by metric {name!r}; see result.json's evaluation.metrics.{name}.details"
+    return "not computed; see result.json's evaluation.summary"
 
 
 def check_attack_options(attack: Any, values: dict[str, Any]) -> None:
@@ -223,12 +245,7 @@ def claimed_folder(out: Path, config: dict[str, Any], replace: bool) -> Iterator
     the attack runs. If the run fails before any search run finished, the record is removed again: a failed command
     leaves nothing that would block the corrected one."""
     if check_folder(out, config, replace):
-        for name in RUN_OUTPUTS:
-            p = out / name
-            if p.is_dir():
-                shutil.rmtree(p)
-            else:
-                p.unlink(missing_ok=True)
+        remove_run_files(out)
     record = out / RUN_CONFIG_FILE
     fresh = not record.exists()
     write_json(record, {"config_hash": config_hash(config), "config": config})
@@ -241,6 +258,49 @@ def claimed_folder(out: Path, config: dict[str, Any], replace: bool) -> Iterator
             if runs.is_dir() and not any(runs.iterdir()):
                 runs.rmdir()
         raise
+
+
+#: inside RUN_OUTPUTS' folders, the files `reconbench run` writes (relative to the result folder), and the
+#: temporary files of its atomic writes; anything else there is the user's, which --replace never deletes
+RUN_FILE_PATTERNS = ("runs/run-*.json", "runs/run-*.safetensors", "figures/*.png", "evaluations/*/evaluation.json",
+                     "evaluations/*/figures/*.png", "*/.*.tmp", "*/*/.*.tmp", "*/*/*/.*.tmp")
+
+
+def run_files(out: Path) -> tuple[list[Path], list[Path]]:
+    """(files reconbench wrote, files it did not) among RUN_OUTPUTS of the result folder ``out``."""
+    ours: list[Path] = []
+    foreign: list[Path] = []
+    for name in RUN_OUTPUTS:
+        p = out / name
+        if p.is_symlink() or p.is_file():
+            ours.append(p)
+        elif p.is_dir():
+            for f in sorted(p.rglob("*")):
+                if f.is_dir() and not f.is_symlink():
+                    continue
+                rel = f.relative_to(out).as_posix()
+                is_ours = not f.is_symlink() and any(fnmatch.fnmatchcase(rel, pat) and rel.count("/") == pat.count("/")
+                                                     for pat in RUN_FILE_PATTERNS)
+                (ours if is_ours else foreign).append(f)
+    return ours, foreign
+
+
+def remove_run_files(out: Path) -> None:
+    """Delete the files of the run in ``out`` (``--replace``): only what reconbench wrote, and nothing at all when
+    a file of the user's would be lost with them."""
+    ours, foreign = run_files(out)
+    if foreign:
+        shown = ", ".join(f.relative_to(out).as_posix() for f in foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+        raise ReconbenchError(f"--replace would delete {len(foreign)} file(s) in {out} that reconbench did not write "
+                              f"({shown}); move them out of the folder, or choose another --out")
+    for f in ours:
+        f.unlink(missing_ok=True)
+    for name in RUN_OUTPUTS:  # the folders, emptied deepest first
+        p = out / name
+        if p.is_dir() and not p.is_symlink():
+            for d in sorted((d for d in p.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                d.rmdir()
+            p.rmdir()
 
 
 def _finished_runs(out: Path) -> bool:

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import click
 
-from reconbench.cli.common import check_device, data_root_option, main_group, quiet_option, remove_if_unused
+from reconbench.cli.common import (
+    check_device,
+    data_root_option,
+    main_group,
+    quiet_option,
+    remove_if_unused,
+    show_cost,
+    yes_option,
+)
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
-from reconbench.preflight import check_target
+from reconbench.errors import ReconbenchError
+from reconbench.preflight import check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir, get_or_train, train_target
+from reconbench.targets.cards import CARD_FILE
 from reconbench.targets.problems import build_problem
 
 
@@ -24,18 +35,23 @@ from reconbench.targets.problems import build_problem
               help="Torch device of the training, e.g. cuda (not part of the recipe: the card records it).")
 @data_root_option
 @quiet_option
-def train_command(out: str | None, cache: str | None, device: str, data_root: str | None, quiet: bool,
+@yes_option
+def train_command(out: str | None, cache: str | None, device: str, data_root: str | None, quiet: bool, yes: bool,
                   **opts: Any) -> None:
     """Train a target model by full-batch gradient descent and write a model card (weights + card.json)."""
     recipe = recipe_from_options(opts)
     check_device(device)
     # the data set, the problem, the architecture and its memory: before training
-    check_target(recipe, build_problem(recipe.problem, data_root))
+    size = check_target(recipe, build_problem(recipe.problem, data_root))
+    estimate = check_cost([("training", step_seconds(size.parameters, size.n_train, recipe.train.steps))], yes=yes,
+                          fix="lower --steps")
     if out:
+        check_not_another_card(Path(out), recipe.key())
         created = not Path(out).exists()
         check_writable(Path(out), "--out")
         try:
             with folder_lock(Path(out), "model card"):
+                show_cost(estimate, quiet)
                 card = train_target(recipe, out, data_root, quiet, device)
         except BaseException:
             if created:
@@ -43,6 +59,7 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
             raise
     else:
         check_writable(cache_dir(cache), "--cache")
+        show_cost(estimate, quiet)
         card = get_or_train(recipe, cache, data_root, quiet, device=device)
     m = card.data["metrics"]
     cert = m.get("certificate", {})
@@ -58,3 +75,19 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
         click.echo(f"  stationarity residual: {cert['residual_at_train']:.3e} at the training data vs "
                    f"{cert['residual_at_random']:.3e} at random inputs (ratio {cert['ratio']:.3g}; "
                    "small means near a KKT point, which the KKT attacks need)")
+
+
+def check_not_another_card(out: Path, key: str) -> None:
+    """``train --out`` replaces a card only of the same recipe (retraining it); a card of another recipe, or a file
+    there that is not a card reconbench can read, is the user's: refused, naming the fix."""
+    card = out / CARD_FILE
+    if not card.exists():
+        return
+    try:
+        old = json.loads(card.read_text()).get("recipe_key")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        old = None
+    if old != key:
+        what = f"the model card of another recipe (key {old})" if isinstance(old, str) else "a card.json it cannot read"
+        raise ReconbenchError(f"--out {out} holds {what}; this recipe's key is {key}: pass another --out, or delete "
+                              "that folder first to train this recipe there")

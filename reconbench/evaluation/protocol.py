@@ -235,8 +235,9 @@ def _check_ranges(p: Protocol) -> None:
         problems.append(f"avg_threshold (B) must be at least 1 (got {p.avg_threshold})")
     if p.top_k < 1:
         problems.append(f"top_k must be at least 1 (got {p.top_k})")
-    if not -1.0 <= p.good_threshold <= 1.0:
-        problems.append(f"good_threshold must lie in [-1, 1] (got {p.good_threshold})")
+    if not 0.0 <= p.good_threshold < 1.0:
+        problems.append(f"good_threshold must lie in [0, 1) (got {p.good_threshold}: below 0 an image no more alike "
+                        "than chance counts as reconstructed, at 1 none can; the papers use 0.4)")
     if p.constant_tol < 0:
         problems.append(f"constant_tol must be non-negative (got {p.constant_tol})")
     if not 0 <= p.calibration_draws <= 999:

@@ -35,6 +35,7 @@ from reconbench.bench.runner import STATUS_OK, protocol_reader
 from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.plain_text import MAX_CONTRIBUTOR, text_problem
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import write_results
 from reconbench.leaderboard.slim import (
@@ -61,8 +62,9 @@ from reconbench.leaderboard.tables import (
     target_rows,
 )
 from reconbench.leaderboard.verify import check_cell, check_records
-from reconbench.provenance import read_json, write_text_atomic
+from reconbench.provenance import read_json, write_bytes_atomic, write_text_atomic
 from reconbench.records import BoardResults, CellRecord, EntryInfo, SubmissionFile, SubmissionProvenance, plain
+from reconbench.safe_paths import check_name, member
 
 
 @dataclass
@@ -125,6 +127,10 @@ def _entry_problems(entry: Any, plan: dict[str, Any], ext: Suite, board: Path, s
                 "submit`"]
     packed = SubmissionFile.from_dict(sub)
     cid = rec.cell_id or "None"
+    try:
+        check_name(cid, "cell id", suffix=".json")
+    except ReconbenchError as exc:
+        return [f"{exc} (in the submission)"]
     if (why := seal_problem(entry)) is not None:
         return [f"cell {cid}: {why.replace('restore the cell file or run the cell again', 'pack it again')}"]
     if rec.suite_sha256 != packed.suite_sha256:
@@ -168,7 +174,7 @@ def _stage(stage: Path, sub: dict[str, Any], entries: list[dict[str, Any]]) -> l
         if protocol_ref(shared) != ref:
             problems.append(f"protocol {ref}: its content does not hash to its name; pack the submission again")
             continue
-        path = stage / "protocols" / f"{ref}.json"
+        path = member(stage / "protocols", ref, ".json", "protocol hash")
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(path, json.dumps(shared, indent=1, sort_keys=True) + "\n")
@@ -185,7 +191,7 @@ def _stage(stage: Path, sub: dict[str, Any], entries: list[dict[str, Any]]) -> l
             problems.append(f"cell {cid}: its candidates are not base64 safetensors ({type(exc).__name__}); pack it "
                             "again")
             continue
-        (stage / "candidates" / f"{cid}.safetensors").write_bytes(raw)
+        write_bytes_atomic(stage / "candidates" / f"{cid}.safetensors", raw)
     return problems
 
 
@@ -248,6 +254,11 @@ def add_submission(path: Path, suite: Suite, board: Path, *, data_root: str | No
     sub = read_submission(path)
     data = board_results(board)
     report = AddReport(submission=submission_id(sub))
+    contributor = SubmissionFile.from_dict(sub).provenance.contributor
+    if contributor is not None and (why := text_problem(contributor, MAX_CONTRIBUTOR)) is not None:
+        report.refusals = [f"the submission's contributor {why}; pack it again with a --contributor of one line of at "
+                           f"most {MAX_CONTRIBUTOR} characters"]
+        return report
     problems, ext_text = _suite_problems(sub, suite, board, data)
     if problems:
         report.refusals = problems

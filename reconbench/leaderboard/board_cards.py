@@ -28,6 +28,7 @@ import numpy as np
 from reconbench.errors import ModelCardError
 from reconbench.provenance import read_json, write_text_atomic
 from reconbench.records import CardData, Digest
+from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard, check_card_data
 
 #: schema of a card as a board keeps it (the ``board_card.schema`` field)
@@ -98,7 +99,7 @@ def restore_card(data: dict[str, Any], test_indices: list[int], where: Path | st
 def load_board_card(board: Path, key: str, data_root: str | None) -> tuple[Any, ModelCard]:
     """The training problem rebuilt from a board's model card and the card (in the full form, its schema and content
     hash checked), for re-scoring and drawing a cell of the board."""
-    path = board / "targets" / f"{key}.json"
+    path = member(board / "targets", key, ".json", "recipe key")
     data = read_json(path, missing=f"the board has no model card of target {key}; render the leaderboard again",
                      damaged="the model card is damaged, render the leaderboard again", error=ModelCardError)
     slim = is_board_card(data)

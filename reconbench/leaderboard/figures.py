@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.tables import Published, column_value
 from reconbench.records import CellRecord, ImageRow, TrainMetrics
+from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
 
@@ -46,7 +47,7 @@ class _Data:
     def card(self, rec: CellRecord) -> dict[str, Any]:
         key = str(rec.target.recipe_key)
         if key not in self._cards:
-            self._cards[key] = json.loads((self.results / "targets" / f"{key}.json").read_text())
+            self._cards[key] = json.loads(member(self.results / "targets", key, ".json", "recipe key").read_text())
         return self._cards[key]
 
     def margins(self, rec: CellRecord) -> list[Any]:

@@ -24,8 +24,9 @@ from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.results_file import read_results, write_results
 from reconbench.leaderboard.slim import candidates_file, stored_candidate_ids
 from reconbench.leaderboard.submit import SUBMISSIONS_DIR, sha256_text, suite_from_text
-from reconbench.provenance import write_text_atomic
+from reconbench.provenance import write_bytes_atomic, write_text_atomic
 from reconbench.records import BoardResults, CardData, CellRecord, Submission
+from reconbench.safe_paths import member
 
 
 @dataclass
@@ -54,18 +55,18 @@ def snapshot(board: Path) -> Snapshot | None:
     snap = Snapshot(records=records)
     for rec in records:
         sid = rec.id
-        path = board / SUBMISSIONS_DIR / f"{sid}.toml"
+        path = member(board / SUBMISSIONS_DIR, sid, ".toml", "submission id", source=board / "results.json")
         if path.exists():
             snap.additions[sid] = path.read_text()
         for cid in rec.cells:
-            cell = board / "cells" / f"{cid}.json"
+            cell = member(board / "cells", cid, ".json", "cell id", source=board / "results.json")
             if cell.exists():
                 snap.texts[cid] = cell.read_text()
                 entry = CellRecord.from_dict(json.loads(snap.texts[cid]))
                 snap.entries[cid] = entry
                 ref = entry.protocol_ref
-                if ref and (board / "protocols" / f"{ref}.json").exists():
-                    snap.protocols[ref] = (board / "protocols" / f"{ref}.json").read_text()
+                if ref and (protocol := member(board / "protocols", ref, ".json", "protocol hash", source=cell)).exists():
+                    snap.protocols[ref] = protocol.read_text()
             if (stored := candidates_file(board, cid)) is not None:
                 snap.candidates[cid] = (stored.name, stored.read_bytes())
     return snap
@@ -134,7 +135,7 @@ def restore(snap: Snapshot | None, suite: Suite, board: Path) -> tuple[dict[str,
             if cid in snap.candidates:
                 name, raw = snap.candidates[cid]
                 (board / "candidates").mkdir(exist_ok=True)
-                (board / "candidates" / name).write_bytes(raw)
+                write_bytes_atomic(board / "candidates" / name, raw)
     data = read_results(board)
     data = {**data, "header": {**data["header"], "submissions": [r.to_dict() for r in kept]}}
     ext = suite_from_text(base + "".join(snap.additions[r.id] for r in kept), suite)

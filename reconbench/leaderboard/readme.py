@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
+from reconbench.leaderboard.plain_text import markdown_plain
 from reconbench.leaderboard.privacy import privacy_tables, render_privacy
 from reconbench.leaderboard.tables import (
     ORACLE_INIT_MARK,
@@ -68,10 +69,10 @@ def outside_section(header: BoardHeader) -> str | None:
              "| submission | contributor | cells | commit | reconbench | machine | packed |",
              "|---|---|---|---|---|---|---|"]
     for s in subs:
-        lines.append(f"| `{s.id}` | {s.contributor or '-'} | {len(s.cells)} | "
-                     f"{', '.join(str(c)[:12] for c in s.git_commits or [])} | "
-                     f"{', '.join(s.reconbench_versions or [])} | {'; '.join(s.machines or [])} | "
-                     f"{s.packed} |")
+        lines.append(f"| `{markdown_plain(s.id, 80)}` | {markdown_plain(s.contributor or '-')} | {len(s.cells)} | "
+                     f"{markdown_plain(', '.join(str(c)[:12] for c in s.git_commits or []), 400)} | "
+                     f"{markdown_plain(', '.join(s.reconbench_versions or []), 400)} | "
+                     f"{markdown_plain('; '.join(s.machines or []), 1000)} | {markdown_plain(str(s.packed), 80)} |")
     return "\n".join(lines)
 
 

@@ -30,8 +30,9 @@ from reconbench.leaderboard.tables import (
     resolve_columns,
     target_rows,
 )
-from reconbench.provenance import git_commit, write_json
+from reconbench.provenance import git_commit, write_json, write_text_atomic
 from reconbench.records import BoardResults
+from reconbench.safe_paths import member
 
 #: a sampled cell whose candidates file is larger is skipped for the next one (keeps published folders small)
 MAX_SAMPLED_CANDIDATE_BYTES = 1 << 20
@@ -105,7 +106,7 @@ def build_leaderboard(
         (out / sub).mkdir()
     for cid, rec in pub.records.items():
         key = rec.target.recipe_key
-        src = results / "targets" / f"{key}.json"
+        src = member(results / "targets", str(key), ".json", "recipe key") if key else results / "targets"
         if key and src.exists() and not (out / "targets" / src.name).exists():
             if publish:  # a published board keeps compact model cards (leaderboard/board_cards.py)
                 write_board_card(out / "targets" / src.name, json.loads(src.read_text()))
@@ -161,6 +162,6 @@ def build_leaderboard(
         write_results(out, data)
     else:
         write_json(out / "results.json", data)
-    (out / "README.md").write_text(render_readme(suite, BoardResults.from_dict(data), pub, sections))
+    write_text_atomic(out / "README.md", render_readme(suite, BoardResults.from_dict(data), pub, sections))
     merged, dropped = outside.restore(kept_outside, suite, out)
     return {**(merged or data), "dropped_submissions": dropped}

@@ -35,6 +35,7 @@ from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results, write_results
 from reconbench.provenance import read_json, write_text_atomic
 from reconbench.records import BoardResults, CellRecord
+from reconbench.safe_paths import member
 
 #: how many cells of a board keep their candidates (at most; fewer when the suite asks for fewer)
 SAMPLE_CELLS = 2
@@ -53,7 +54,7 @@ XZ_PRESET = 6
 def candidates_file(folder: Path, cell_id: str) -> Path | None:
     """The stored candidates of a cell in a board's ``candidates/`` (compressed or not), None when not stored."""
     for suffix in (CANDIDATES_SUFFIX, PLAIN_CANDIDATES_SUFFIX):
-        if (path := folder / "candidates" / f"{cell_id}{suffix}").exists():
+        if (path := member(folder / "candidates", cell_id, suffix, "cell id")).exists():
             return path
     return None
 
@@ -94,7 +95,7 @@ def write_entry(path: Path, rec: dict[str, Any], suite: Suite, board: Path) -> d
     protocols: dict[str, dict[str, Any]] = {}
     entry = make_entry(rec, shown_keys(suite), card_reader(board)(key), protocols)
     for ref, shared in protocols.items():
-        target = board / "protocols" / f"{ref}.json"
+        target = member(board / "protocols", ref, ".json", "protocol hash")
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(target, protocol_text(shared))

@@ -37,6 +37,7 @@ from reconbench.bench.runner import STATUS_OK, card_reader, load_cells
 from reconbench.bench.seal import sealed
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.plain_text import check_contributor
 from reconbench.leaderboard.slim import in_attack_precision, shown_keys
 from reconbench.leaderboard.tables import read_invocations
 from reconbench.records import BoardResults, CellRecord, Invocation
@@ -120,6 +121,7 @@ def _candidates_b64(path: Path, dtype: str | None) -> str:
 def pack(run_dir: Path, board: Path, contributor: str | None = None) -> dict[str, Any]:
     """The submission of the cells in ``run_dir`` (a ``reconbench bench`` results folder) that ``board`` does not
     hold; refuses, naming the fix, when the run's suite is not the board's with tables appended."""
+    contributor = check_contributor(contributor)
     header = BoardResults.from_dict(board_results(board)).header
     text_path = run_dir / "suite.toml"
     if not text_path.is_file():

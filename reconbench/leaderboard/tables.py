@@ -26,6 +26,7 @@ from reconbench.bench import machine
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import ColumnSpec, Suite, display_path
+from reconbench.errors import ReconbenchError
 from reconbench.evaluation import reported
 from reconbench.provenance import git_commit
 from reconbench.records import CellRecord, Invocation, MetricStat, TargetRow, mapping, number
@@ -273,6 +274,11 @@ def resolve_columns(suite: Suite, records: list[CellRecord]) -> list[dict[str, A
                 break
         if key is None and col.optional:
             continue
+        if key is None and col.named and records:
+            raise ReconbenchError(f"leaderboard column {col.name!r}: none of the {len(records)} finished cell(s) reports "
+                                  f"{' or '.join(map(repr, col.keys or (col.source,)))}; name a key of the cells' "
+                                  "evaluation summary (result.json's evaluation.summary) in the suite's [leaderboard] "
+                                  "columns, or leave the column out")
         hib, source = direction(col, key, records)
         cols.append(
             {

@@ -32,6 +32,7 @@ from reconbench.leaderboard.slim import candidates_file, read_candidates, stored
 from reconbench.provenance import read_json
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
 from reconbench.runs.result import score_selection
+from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 
 
@@ -281,7 +282,8 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
     if rec.attack_seconds != runs_seconds:
         problems.append(f"cell {cell_id}: attack_seconds {rec.attack_seconds!r} is not the sum of its runs' "
                         f"seconds ({runs_seconds!r}); the cell was edited, restore it or run it again")
-    card_path = leaderboard / "targets" / f"{rec.target.recipe_key}.json"
+    card_path = member(leaderboard / "targets", str(rec.target.recipe_key), ".json", "recipe key",
+                       source=leaderboard / "cells" / f"{cell_id}.json")
     if card_path.exists():
         card = CardData.from_dict(read_board_json(card_path, "model card"))
         stored = {k: v for k, v in card.metrics.to_dict().items() if k != "margins"}

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from reconbench import plugins
 from reconbench.attack.outcome import derive_run_outcome
@@ -22,7 +22,7 @@ from reconbench.errors import DivergedError
 from reconbench.evaluation import oracle_score, resolve_protocol
 from reconbench.interfaces import AttackTarget
 from reconbench.progress import Progress
-from reconbench.provenance import config_hash, write_json
+from reconbench.provenance import config_hash, save_tensors_atomic, write_json
 from reconbench.runs.prepare import init_config_for_run, prepare
 from reconbench.runs.result import finish
 from reconbench.runs.spec import RunSpec
@@ -185,9 +185,34 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, secon
                "x0": p.x0.detach().cpu().double().clone()}   # its own storage: an attack may return its start
     if result.multipliers is not None:
         tensors["multipliers"] = result.multipliers.detach().cpu().double().reshape(-1).contiguous()
-    save_file(tensors, str(runs_dir / f"run-{p.k:03d}.safetensors"))
+    save_tensors_atomic(tensors, runs_dir / f"run-{p.k:03d}.safetensors")
     write_json(record_path, rec)
+    pause_after_first_run(record_path)
     return rec
+
+
+#: fault tests only: a folder in which the first search run to finish (in any process) announces itself and whose
+#: process then waits there to be killed, so that a test kills a worker at a known point instead of racing it
+PAUSE_ENV = "RECONBENCH_TEST_PAUSE_AFTER_FIRST_RUN"
+PAUSE_MARK = "first-run-finished"
+PAUSE_SECONDS = 120.0
+
+
+def pause_after_first_run(record_path: Path) -> None:
+    """With ``$RECONBENCH_TEST_PAUSE_AFTER_FIRST_RUN`` set (never in normal use): the first finished run anywhere
+    writes ``<folder>/first-run-finished`` (its pid and record) and waits; later runs (the retry) go on."""
+    folder = os.environ.get(PAUSE_ENV)
+    if not folder:
+        return
+    try:
+        fd = os.open(Path(folder) / PAUSE_MARK, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"pid": os.getpid(), "record": str(record_path)}, fh)
+    deadline = time.monotonic() + PAUSE_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def initial_loss(trace: list[dict[str, float]]) -> float | None:

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from reconbench import plugins
 from reconbench.attack.outcome import outcome_of_runs
@@ -15,7 +14,7 @@ from reconbench.attack.search import search_record
 from reconbench.data import Problem
 from reconbench.evaluation import evaluate, resolve_protocol
 from reconbench.evaluation.bars import calibration_bars
-from reconbench.provenance import portable_path, provenance, write_json
+from reconbench.provenance import portable_path, provenance, save_tensors_atomic, write_json
 from reconbench.runs.pool import load_pooled, select_runs
 from reconbench.runs.spec import RunSpec
 from reconbench.runs.traces import plot_traces
@@ -45,7 +44,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
     """Pool the runs, evaluate, select blind and oracle runs, and write result.json + candidates."""
     usable = [r for r in runs if r["stopped"] != "failed"]
     pooled = load_pooled(out, usable)
-    save_file({k: v.contiguous() for k, v in pooled.items()}, str(out / "candidates.safetensors"))
+    save_tensors_atomic(pooled, out / "candidates.safetensors")
     family = card.data["family"]
     evaluation = score_selection(problem, pooled, None, family=family, protocol=spec.protocol, card=card, out_dir=out,
                                  quiet=quiet)

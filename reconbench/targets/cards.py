@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from reconbench import __version__, plugins
 from reconbench.data import Problem
@@ -21,7 +21,7 @@ from reconbench.errors import ModelCardError, ReconbenchError
 from reconbench.interfaces import Knowledge
 from reconbench.nets import TargetNet
 from reconbench.preflight import card_size
-from reconbench.provenance import write_json
+from reconbench.provenance import save_tensors_atomic, write_json
 from reconbench.targets.data_files import file_digest
 from reconbench.targets.problems import build_problem, recorded_spec_dict
 from reconbench.targets.recipe import DTYPES, TargetRecipe
@@ -132,6 +132,18 @@ def content_sha256(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()
 
 
+#: the card field holding :func:`metrics_sha256` (cards written before it have none and are read as before)
+METRICS_HASH_FIELD = "metrics_sha256"
+
+
+def metrics_sha256(data: dict[str, Any]) -> str:
+    """sha256 of the card's ``metrics`` (train and test error, the per-image margins, the convergence certificate:
+    what evaluations and the regime gate read), beside ``content_sha256``, which does not cover them: that hash is
+    recorded in every result and board, so it keeps its definition."""
+    text = json.dumps(data.get("metrics"), sort_keys=True, default=_json_default, allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 #: integer buffers a released model may carry: BatchNorm's step counter (unused by the forward pass in eval mode)
 INTEGER_BUFFERS = ("num_batches_tracked",)
 
@@ -178,8 +190,11 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in result.model.state_dict().items()}
-    save_file(state, str(out / WEIGHTS_FILE))
-    save_file({"mean": torch.as_tensor(problem.mean).contiguous()}, str(out / MEAN_FILE))
+    # the old card goes first: until the new one is complete the folder holds no card, never one whose weights
+    # are not its own (each file is written whole or not at all: provenance.write_bytes_atomic)
+    (out / CARD_FILE).unlink(missing_ok=True)
+    save_tensors_atomic(state, out / WEIGHTS_FILE)
+    save_tensors_atomic({"mean": torch.as_tensor(problem.mean).contiguous()}, out / MEAN_FILE)
     family = plugins.get("models", recipe.family)
     spec = {**family.default_spec(), **recipe.model}
     data = {
@@ -207,6 +222,7 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     data["problem"]["train_sha256"] = training_pixels_sha256(problem)
     data["p_over_dn"] = p_over_dn(result.model, problem)
     data["content_sha256"] = content_sha256(data)
+    data[METRICS_HASH_FIELD] = metrics_sha256(data)
     write_json(out / CARD_FILE, data)
     return ModelCard(out, data)
 
@@ -233,6 +249,9 @@ def load_card(path: str | Path) -> ModelCard:
         p = p / CARD_FILE
     if not p.exists():
         raise ModelCardError(f"no model card at {p}; pass the folder written by `reconbench train` (it holds card.json)")
+    if not p.is_file():
+        raise ModelCardError(f"{p} is a folder, not a model card file; pass the folder written by `reconbench train` "
+                             "(it holds the file card.json)")
     try:
         data = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -262,6 +281,10 @@ def check_card_data(data: Any, where: Path | str) -> None:
     if recorded is not None and recorded != content_sha256(data):
         raise ModelCardError(f"{where}: the card's fields do not match its content_sha256 (a field that determines "
                              "scores was edited); re-train, or restore the original card")
+    recorded = data.get(METRICS_HASH_FIELD)
+    if recorded is not None and recorded != metrics_sha256(data):
+        raise ModelCardError(f"{where}: the card's metrics (test error, margins, certificate) do not match its "
+                             f"{METRICS_HASH_FIELD} (they were edited); re-train, or restore the original card")
     try:
         key = recorded_recipe(data["recipe"]).key()
     except ReconbenchError as exc:

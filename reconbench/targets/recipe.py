@@ -86,6 +86,12 @@ class TargetRecipe:
             raise ReconbenchError(f"--num-classes {p.num_classes}: a multiclass target needs at least 2 classes; "
                                   "pass --num-classes 2 or more (or --task binary)")
         get_loss(self.train.loss, self.problem.task)
+        shrink = self.train.lr * self.train.weight_decay
+        if shrink > 2.0:  # each step scales the weights by (1 - lr * wd): beyond 2 in size they grow without bound
+            raise ReconbenchError(f"--weight-decay {self.train.weight_decay:g} with --lr {self.train.lr:g}: each step "
+                                  f"scales the weights by 1 - lr x weight decay = {1.0 - shrink:.3g}, so training "
+                                  f"diverges whatever the data; use a weight decay below 2 / lr = "
+                                  f"{2.0 / self.train.lr:.3g}")
         if self.train.stop_at_gate > 0 and self.train.certify_every == 0:
             raise ReconbenchError(f"stop_at_gate={self.train.stop_at_gate:g} is checked on the certificate, which is "
                                   "computed every certify_every steps; set certify_every (e.g. 1000)")

@@ -199,6 +199,10 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
             else:
                 loss_value = gd_step(step_size)
             if not math.isfinite(loss_value):
+                if spec.lr * lr_mult * decay >= 1.0:  # the decay term alone flips or zeroes the weights each step
+                    raise DivergedError(
+                        f"training diverged at step {step} (loss {loss_value}): the weight decay {decay:g} times the "
+                        f"step size {spec.lr * lr_mult:g} is at least 1; lower --weight-decay")
                 raise DivergedError(
                     f"training diverged at step {step} (loss {loss_value}); lower --lr (now {spec.lr}) "
                     f"or use the constant schedule")

@@ -19,6 +19,7 @@ class ColumnSpec:
     fmt: str = ".3g"
     source: str = "summary"  # summary | attack_loss | wall_seconds | calibrated (the count against the selection's bar)
     optional: bool = False  # shown only when some cell records one of the keys (a metric older cells lack)
+    named: bool = False  # named in the suite's [leaderboard] columns: a key no finished cell reports is an error
 
 
 def default_columns() -> tuple[ColumnSpec, ...]:
@@ -56,6 +57,9 @@ def leaderboard_options(lb: dict[str, Any], chk: Checker) -> LeaderboardOptions:
     store = lb.get("store_candidates", "all")
     if isinstance(store, str) and store != "all":
         raise chk.fail(("leaderboard", "store_candidates"), f'expected "all" or a number of cells, got {store!r}')
+    if isinstance(store, int) and store < 1:
+        raise chk.fail(("leaderboard", "store_candidates"), f"is {store}: a board keeps the candidates of at least one "
+                       'cell, or of all ("all"), so that its numbers can be re-scored; give a number of cells from 1')
     return LeaderboardOptions(
         store_candidates=None if store == "all" else int(store),
         sample_cells=tuple(lb.get("sample_cells", ())),
@@ -65,8 +69,37 @@ def leaderboard_options(lb: dict[str, Any], chk: Checker) -> LeaderboardOptions:
     )
 
 
+#: the longest column name; characters that would change a Markdown table or HTML around a name are refused
+MAX_COLUMN_NAME = 60
+COLUMN_NAME_FORBIDDEN = "|<`[]\\&"
+
+
+def column_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot head a table column (None: it can): it is shown in the README and the site as it is."""
+    if not name.strip():
+        return "is empty; give the column a name"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        return "holds a line break or another control character; give a one-line name"
+    if len(name) > MAX_COLUMN_NAME:
+        return f"is {len(name):,} characters long; give a name of at most {MAX_COLUMN_NAME}"
+    if bad := sorted({ch for ch in name if ch in COLUMN_NAME_FORBIDDEN}):
+        return f"holds {' '.join(bad)}, which would change the README's table or HTML; leave them out"
+    return None
+
+
+def format_problem(fmt: str) -> str | None:
+    """Why ``fmt`` cannot format a column's numbers (None: it can), checked on a whole and a fractional number."""
+    try:
+        for value in (0.25, 12345.0, -3.0):
+            format(value, fmt)
+    except (ValueError, TypeError) as exc:
+        return f"is not a Python number format ({exc}); use one like .3g, .2f or .1%"
+    return None
+
+
 def read_columns(raw: list[dict], chk: Checker, keys: tuple[Any, ...]) -> tuple[ColumnSpec, ...]:
     cols = []
+    seen: set[str] = set()
     for i, c in enumerate(raw):
         ck = (*keys, i)
         chk.section(c, COLUMN_TABLE, ck)
@@ -74,5 +107,14 @@ def read_columns(raw: list[dict], chk: Checker, keys: tuple[Any, ...]) -> tuple[
         col_keys = tuple(c.get("keys", [])) + ((c["key"],) if "key" in c else ())
         if source == "summary" and not col_keys:
             raise chk.fail(ck, "a summary column needs `key` (or `keys`): the evaluation summary key it shows")
-        cols.append(ColumnSpec(c["name"], col_keys, c["higher_is_better"], c.get("format", ".3g"), source))
+        name = c["name"]
+        if (why := column_name_problem(name)) is not None:
+            raise chk.fail((*ck, "name"), f"column name {name[:60]!r} {why}")
+        if name in seen:
+            raise chk.fail((*ck, "name"), f"column name {name!r} is given twice; give each column its own name")
+        seen.add(name)
+        fmt = c.get("format", ".3g")
+        if (why := format_problem(fmt)) is not None:
+            raise chk.fail((*ck, "format"), f"format {fmt!r} {why}")
+        cols.append(ColumnSpec(name, col_keys, c["higher_is_better"], fmt, source, named=True))
     return tuple(cols)

@@ -28,6 +28,10 @@ def suite_search_path() -> list[Path]:
 def find_suite(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
+        if p.is_dir():
+            inside = sorted(f.name for f in p.glob("*.toml"))[:3]
+            raise SuiteError(f"suite file {p} is a folder; pass a suite's .toml file"
+                             + (f" (in it: {', '.join(inside)})" if inside else "") + " or a suite name")
         if not p.is_file():
             raise SuiteError(f"suite file {p} does not exist")
         return p

@@ -104,6 +104,9 @@ def check_protocol(protocol: dict[str, Any], chk: Checker) -> None:
     resolve = evaluation.resolve_protocol
     if not protocol:
         return
+    if "calibration_draws" in protocol and protocol["calibration_draws"] == 0:
+        raise chk.fail(("protocol", "calibration_draws"), "is 0, which leaves a board without its calibrated headline "
+                       "(every cell would show None); use at least 1 draw (the default is 19)")
     try:
         resolve(protocol, "mlp")
     except ReconbenchError as exc:

@@ -180,6 +180,11 @@ class Checker:
         for i, seed in enumerate(items):
             if not 0 <= seed <= MAX_SEED:
                 raise self.fail((*keys, i), f"seed {seed} is out of range; seeds are whole numbers from 0 to {MAX_SEED:,}")
+            if seed in items[:i]:
+                raise self.fail((*keys, i), f"seed {seed} is listed twice (a cell runs once per seed); list each seed "
+                                            "once")
+        if not items:
+            raise self.fail(keys, "is empty, so nothing would run; list at least one seed, e.g. [0]")
         return tuple(items)
 
     def counts(self, value: int | None, keys: tuple[Any, ...]) -> None:
