@@ -48,6 +48,8 @@ def git_commit(path: Path | None = None) -> str | None:
 
 
 def provenance(config: Any, device: str, dtype: str, seed: int | None = None) -> dict[str, Any]:
+    from reconbench import blas
+
     return {
         "reconbench_version": __version__,
         "git_commit": git_commit(),
@@ -61,6 +63,8 @@ def provenance(config: Any, device: str, dtype: str, seed: int | None = None) ->
         "python_version": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "blas": blas.summary(),
+        "blas_line": blas.provenance_line(blas.summary()),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
