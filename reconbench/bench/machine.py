@@ -36,7 +36,7 @@ def usable_cores() -> int:
 
 #: environment variables that choose BLAS kernels, instruction sets or reproducibility modes
 KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "OPENBLAS_CORETYPE",
-              "OPENBLAS_VERBOSE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+              "OPENBLAS_VERBOSE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RECONBENCH_FAST_BLAS")
 
 
 def numpy_blas() -> list[dict[str, Any]] | None:
