@@ -31,8 +31,10 @@ def doctor_command(seconds: float, as_json: bool) -> None:
     click.echo(f"BLAS:        torch uses {report.blas}{version}")
     if report.branch is not None:
         click.echo(f"kernels:     MKL branch {report.branch}")
-    click.echo(f"fast path:   {'on (' + 'MKL processor check shimmed' + ')' if report.fast_path else 'off'}"
-               + (f"; {report.fast_path_note}" if report.fast_path_note else ""))
+    state = "on (MKL's processor check answered by the shim)" if report.fast_path else "off"
+    if report.fast_path and report.blas != "mkl":
+        state = f"on, without effect: torch's BLAS is {report.blas}, not MKL"
+    click.echo(f"fast path:   {state}" + (f"; {report.fast_path_note}" if report.fast_path_note else ""))
     clock = f", {report.clock_ghz:.2f} GHz reported" if report.clock_ghz else ""
     click.echo(f"processor:   {report.cpu_model} ({report.vendor or 'unknown vendor'}), {report.isa}{clock}")
     for dtype, shapes in report.gflops.items():
