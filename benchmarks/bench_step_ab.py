@@ -176,13 +176,29 @@ def relative_difference(a: Any, b: Any) -> float:
     return float((a - b).abs().max()) / scale
 
 
+def floor_gflop(m: int, runs: int) -> float:
+    """Floating-point operations (in units of 1e9) of one ``product_floor`` call: the six weight products and the
+    Gram products it times."""
+    d_in, h = 784, 1000
+    weights = 2 * runs * m * (2 * d_in * h + 4 * h * h)
+    grams = 4 * runs * m * m * (d_in + 2 * h) + 2 * 4 * runs * m * m * h
+    return (weights + grams) / 1e9
+
+
+def blas_record() -> dict[str, Any]:
+    """The BLAS of this checkout's process (what `reconbench doctor` measures), as every run records it."""
+    from reconbench import blas
+
+    return {**blas.summary(), "line": blas.provenance_line(blas.summary())}
+
+
 def write_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     argv = " ".join(sys.argv[1:]).replace(str(args.base), f"<a worktree of {commit_of(args.base)}>")
     report = {"command": "OMP_NUM_THREADS=1 python benchmarks/bench_step_ab.py " + argv,
               "base_commit": commit_of(args.base), "head_commit": commit_of(args.head),
               "workload": "haim_binary_kkt, 784-1000-1000-1 MLP, batched engine, 1 thread",
               "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                          "shared": True}, "rows": rows}
+                          "shared": True}, "blas": blas_record(), "rows": rows}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
 
@@ -236,6 +252,7 @@ def main() -> None:
                     per_side_cpu[side].append(1.0 / res["cpu_seconds_per_step"])
                     last[side] = res
             floor = statistics.median(floors)
+            head_cpu = 1.0 / statistics.median(per_side_cpu["head"])
             ratios = [h / b for h, b in zip(per_side["head"], per_side["base"], strict=True)]
             cpu_ratios = [h / b for h, b in zip(per_side_cpu["head"], per_side_cpu["base"], strict=True)]
             row = {"m": m, "dtype": dtype, "runs": args.runs, "steps": args.steps,
@@ -243,6 +260,10 @@ def main() -> None:
                    "median_head": statistics.median(per_side["head"]), "median_ratio": statistics.median(ratios),
                    "steps_per_cpu_second": per_side_cpu, "median_cpu_ratio": statistics.median(cpu_ratios),
                    "floor_seconds_per_step": floor,
+                   "floor_gflops": floor_gflop(m, args.runs) / floor,
+                   "head_cpu_seconds_per_step": head_cpu,
+                   "base_cpu_seconds_per_step": 1.0 / statistics.median(per_side_cpu["base"]),
+                   "head_over_floor": head_cpu / floor,
                    "floor_bound_on_cpu_ratio": statistics.median(per_side_cpu["base"]) ** -1 / floor,
                    "same_steps": last["base"]["steps"] == last["head"]["steps"],
                    "candidates_max_rel_diff": relative_difference(last["base"]["candidates"], last["head"]["candidates"]),
@@ -256,7 +277,8 @@ def main() -> None:
                   f"max relative difference: candidates "
                   f"{row['candidates_max_rel_diff']:.2g}, multipliers {row['multipliers_max_rel_diff']:.2g}; "
                   f"the products alone {1e3 * floor:.1f} ms/step: no engine can beat the base by more than "
-                  f"{row['floor_bound_on_cpu_ratio']:.2f}x per CPU second",
+                  f"{row['floor_bound_on_cpu_ratio']:.2f}x per CPU second; head at {row['head_over_floor']:.2f}x the "
+                  f"products ({row['floor_gflops']:.0f} GFLOP/s in them)",
                   flush=True)
 
 

@@ -257,6 +257,11 @@ class _KKTAttack(Attack):
     def search_space(self) -> dict[str, Any]:
         return dict(PAPER_SPACE)
 
+    def default_search_space(self) -> dict[str, Any]:
+        # `run`'s default search: eta_x from the range of Haim et al.'s provided runs (0.03-0.55) up to the papers'
+        # 1.0; below it the candidates of MNIST targets do not move in 3,000 steps (docs/search.md)
+        return {**self.search_space(), "lr": LogUniform(0.03, 1.0)}
+
     def check(self, target: AttackTarget) -> None:
         check_kkt_target(self, target)
 
@@ -388,6 +393,11 @@ class MulticlassKKT(_KKTAttack):
         # the papers' four ranges, plus eta_lambda, which Buzaglo et al. tuned for their multiclass runs
         # (their m = 1000; the lambda-gradient grows like 1/m, so this range sits below their 0.48-0.95)
         return {**PAPER_SPACE, "lambda_lr": LogUniform(1e-3, 0.3)}
+
+    def default_search_space(self) -> dict[str, Any]:
+        # `run`'s default search: eta_x where single default runs of 3,000 steps reconstruct every image of the
+        # default target (1e-4 to 3e-2 all 10 of 10; 0.1: 9; 0.3 and 1.0: 1 and 0; docs/search.md)
+        return {**self.search_space(), "lr": LogUniform(1e-4, 0.05)}
 
     def initial_multipliers(self, m: int, config: MulticlassKKTConfig, num_classes: int,
                             generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,11 @@
 """Built-in search strategies: how a cell's search runs get their configurations.
 
-- ``random`` (the default): every run's options drawn independently from the attack's declared distributions, all
-  runs proposed at once (one batch), from ``numpy.random.default_rng(seed)``.
+- ``random`` (the default of suites): every run's options drawn independently from the attack's declared
+  distributions, all runs proposed at once (one batch), from ``numpy.random.default_rng(seed)``.
+- ``default_first`` (the default of ``reconbench run``): run 0 is the attack's own default configuration (nothing
+  drawn); the other runs are drawn like ``random`` from the attack's ``default_search_space()``, ranges that can
+  move within the default step budget (docs/search.md). A search of R runs is then never worse than the default run
+  by blind selection's choice of the lowest loss alone, and spends no run where the candidates cannot move.
 - ``optuna``: Optuna's TPE sampler, seeded, in rounds of ``batch`` runs (ask a batch, run it as one batched
   computation, tell each run's final attack loss); the first round is random, later rounds are guided by the
   losses seen so far. The objective is the attack's own loss: what an attacker has.
@@ -32,9 +36,10 @@ INSTALL_HINT = "pip install 'reconbench[optuna]'"
 class _RandomSession:
     """All runs drawn up front (run by run, option by option in the space's order), proposed as one batch."""
 
-    def __init__(self, space: dict[str, Distribution], runs: int, seed: int) -> None:
+    def __init__(self, space: dict[str, Distribution], runs: int, seed: int, default_first: bool = False) -> None:
         rng = np.random.default_rng(seed)
-        self._configs = [{k: dist.sample(rng) for k, dist in space.items()} for _ in range(runs)]
+        first: list[dict[str, Any]] = [{}] if default_first else []   # {}: no option drawn, the config's defaults
+        self._configs = first + [{k: dist.sample(rng) for k, dist in space.items()} for _ in range(runs - len(first))]
 
     def ask(self) -> list[dict[str, Any]]:
         configs, self._configs = self._configs, []
@@ -52,6 +57,18 @@ class RandomSearch(SearchStrategy):
 
     def start(self, space: dict[str, Distribution], runs: int, seed: int, config: Any) -> SearchSession:
         return _RandomSession(space, runs, seed)
+
+
+@dataclass(frozen=True)
+class DefaultFirstSearch(SearchStrategy):
+    name: str = "default_first"
+    description: str = ("run 0 the attack's default configuration, the rest drawn from ranges that move within the "
+                        "step budget, one batch (the default of `reconbench run`)")
+    config_cls: type = NoOptions
+    from_default: bool = True
+
+    def start(self, space: dict[str, Distribution], runs: int, seed: int, config: Any) -> SearchSession:
+        return _RandomSession(space, runs, seed, default_first=True)
 
 
 # -- optuna TPE ---------------------------------------------------------------------------------------------
@@ -143,5 +160,5 @@ class OptunaOracleSearch(OptunaSearch):
 
 @hookimpl
 def register_searches(register):  # type: ignore[no-untyped-def]
-    for strategy in (RandomSearch(), OptunaSearch(), OptunaOracleSearch()):
+    for strategy in (RandomSearch(), DefaultFirstSearch(), OptunaSearch(), OptunaOracleSearch()):
         register(strategy)

@@ -172,7 +172,9 @@ def check_search(strategy: Any, runs: int = 6) -> list[dict[str, Any]]:
     assert isinstance(strategy.oracle, bool), f"{strategy.name}: oracle must be True or False"
     strategy.check()
     proposed = _search_proposals(strategy, runs, seed=0)
-    for values in proposed:
+    if strategy.from_default:   # run 0 is the attack's default configuration: nothing drawn
+        assert proposed[0] == {}, f"{strategy.name}: declares from_default but proposes {proposed[0]} as run 0"
+    for values in proposed[1:] if strategy.from_default else proposed:
         assert set(values) == set(SEARCH_CHECK_SPACE), f"{strategy.name}: proposed options {sorted(values)}"
         for key, dist in SEARCH_CHECK_SPACE.items():
             v = values[key]

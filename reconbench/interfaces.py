@@ -192,6 +192,11 @@ class Attack(Plugin):
         """Distributions over config fields for random search (e.g. the papers' sweep ranges); empty: no search."""
         return {}
 
+    def default_search_space(self) -> dict[str, Distribution]:
+        """The space ``reconbench run``'s default search draws from after the default configuration: ranges whose
+        runs can move within the default step budget (default: :meth:`search_space`)."""
+        return self.search_space()
+
     def check(self, target: AttackTarget) -> None:
         """Raise :class:`reconbench.errors.IncompatibleError` if the target cannot be attacked, naming what to use."""
 
@@ -392,6 +397,9 @@ class SearchStrategy(Plugin):
 
     #: True: the objective is the oracle extraction score (reads training images); False: the final attack loss
     oracle: bool = False
+    #: True: the session is given the attack's ``default_search_space()`` (ranges that move within the default step
+    #: budget) instead of its declared ``search_space()``, and proposes the default configuration as run 0 ({})
+    from_default: bool = False
 
     def check(self) -> None:
         """Raise :class:`reconbench.errors.ReconbenchError` naming the fix when the strategy cannot run here (e.g. an

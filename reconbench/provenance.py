@@ -51,6 +51,8 @@ def git_commit(path: Path | None = None) -> str | None:
 
 
 def provenance(config: Any, device: str, dtype: str, seed: int | None = None) -> dict[str, Any]:
+    from reconbench import blas
+
     out: dict[str, Any] = {
         "reconbench_version": __version__,
         "git_commit": git_commit(),
@@ -64,6 +66,8 @@ def provenance(config: Any, device: str, dtype: str, seed: int | None = None) ->
         "python_version": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "blas": blas.summary(),
+        "blas_line": blas.provenance_line(blas.summary()),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     precision = run_precision(config, device, dtype)   # an attack run's: its products and its loss's sums

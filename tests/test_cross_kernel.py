@@ -17,6 +17,7 @@ import torch
 from _helpers.suitekit import toy_targets
 from safetensors.torch import load_file
 
+from reconbench import fast_blas
 from reconbench.bench import machine
 from reconbench.bench.seal import seal_problem
 from reconbench.evaluation import decisions
@@ -40,14 +41,19 @@ def kernel_settings() -> dict[str, dict[str, str]]:
     if machine.torch_blas()["blas"] == "mkl":
         settings["mkl-cbwr-compatible"] = {"MKL_CBWR": "COMPATIBLE"}
         settings["mkl-avx2"] = {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+        if fast_blas.unsupported_reason() is None:   # MKL's fast path on a non-Intel processor (the shim)
+            settings["mkl-fast-path"] = {fast_blas.FAST_BLAS_ENV: "1"}
     return settings
 
 
 def subprocess_env(extra: dict[str, str], tmp: Path) -> dict[str, str]:
     # the settings choose the kernels and the thread count: none of the caller's choices leak into the children
     env = {k: v for k, v in os.environ.items() if k not in
-           ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OPENBLAS_CORETYPE", "MKL_NUM_THREADS")}
+           ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OPENBLAS_CORETYPE", "MKL_NUM_THREADS",
+            "LD_PRELOAD", fast_blas.FAST_BLAS_ENV, fast_blas.ACTIVE_ENV)}
     env.update({"OMP_NUM_THREADS": "1", "RECONBENCH_CACHE": str(tmp / "cache"), **extra})
+    if fast_blas.requested(env):   # a child that is not the CLI gets the shim preloaded here, as the CLI would
+        env = fast_blas.preload_env(fast_blas.build_shim(tmp / "blas"), env)
     return env
 
 
@@ -55,10 +61,12 @@ RESCORE = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     import torch
+    from reconbench import fast_blas
     from reconbench.bench import machine
     from reconbench.leaderboard.verify import check_cell
     board, edited, cells = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
-    out = {"threads": torch.get_num_threads(), "numerics": machine.numerics(), "cells": {}}
+    out = {"threads": torch.get_num_threads(), "numerics": machine.numerics(), "fast_path": fast_blas.active(),
+           "cells": {}}
     for cid in cells:
         c = check_cell(board, cid)
         out["cells"][cid] = {"problems": c.problems, "borderline": len(c.borderline), "explained": c.explained}
@@ -94,6 +102,8 @@ def test_stored_cells_verify_under_other_kernels_and_an_edit_still_fails(setting
         assert out["threads"] == 2
     if setting == "aten-default":
         assert out["numerics"]["torch"]["cpu_capability"] == "DEFAULT"
+    if setting == "mkl-fast-path":
+        assert out["fast_path"] is True
     assert out["numerics"]["env"].items() >= kernel_settings()[setting].items()
     for cid, res in out["cells"].items():
         assert res["problems"] == [], (setting, cid, res)

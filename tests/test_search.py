@@ -216,3 +216,37 @@ def test_the_search_benchmark_compares_strategies_at_equal_budget():
         budgets.setdefault((a.attack, a.search_runs * a.config["steps"]), set()).add(a.search)
     assert sorted(budgets.values(), key=sorted) == [{"optuna", "random"}] * 2   # each attack: both, same runs x steps
     assert len(suite.seeds) >= 5
+
+
+def test_runs_default_search_starts_with_the_attacks_default_and_draws_the_rest_inside_its_default_space(tmp_path):
+    attack = plugins.get("attacks", "multiclass_kkt")
+    spec = RunSpec(attack="multiclass_kkt", attack_config={"steps": 0}, search_runs=40, seed=3, search="default_first")
+    from reconbench.runs import sample_configs
+
+    configs = sample_configs(attack, spec)
+    assert configs[0] == {"steps": 0}   # nothing drawn: every option at the attack's default
+    space = attack.default_search_space()
+    lows = {k: getattr(d, "low", None) for k, d in space.items()}
+    for cfg in configs[1:]:
+        assert set(cfg) == set(space) | {"steps"}
+        assert all(space[k].low <= cfg[k] <= space[k].high for k in space)
+    # the draws stay inside the narrowed lr range, which lies inside the papers' declared one
+    assert lows["lr"] > attack.search_space()["lr"].low
+    assert min(c["lr"] for c in configs[1:]) >= lows["lr"]
+    # the suites' default (random) still draws from the declared space, the same values as before
+    rng = np.random.default_rng(3)
+    declared = attack.search_space()
+    first = {k: d.sample(rng) for k, d in declared.items()}
+    plain = sample_configs(attack, RunSpec(attack="multiclass_kkt", attack_config={"steps": 0}, search_runs=2, seed=3))
+    assert plain[0] == {**first, "steps": 0}
+
+
+def test_the_cli_runs_the_default_first_unless_a_strategy_is_named(toy_attack_registered, tmp_path, capsys):
+    card = tiny_card()
+    cheap = [a for k, v in CHEAP.items() for a in ("--protocol-set", f"{k}={json.dumps(v)}")]
+    code, _, err = run_cli(["run", "--attack", "toy_identity", "--model", str(card.path), "--search-runs", "3",
+                            "--out", str(tmp_path / "d"), "--quiet", *cheap], capsys)
+    assert code == 0, err
+    result = json.loads((tmp_path / "d" / "result.json").read_text())
+    assert result["spec"]["search"] == "default_first" and result["runs"][0]["config"]["shift"] == 0.0
+    assert all(0.0 <= r["config"]["shift"] <= 0.01 for r in result["runs"][1:])

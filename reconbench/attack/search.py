@@ -15,8 +15,11 @@ from reconbench.config import build_config, config_to_dict
 from reconbench.errors import ReconbenchError
 from reconbench.interfaces import SearchSession, Trial
 
-#: the strategy that runs when none is named (its records leave the search out of every hash: see RunSpec.to_dict)
+#: the strategy that runs when none is named (its records leave the search out of every hash: see RunSpec.to_dict);
+#: suites keep it, so that their cells draw what they always drew
 DEFAULT_SEARCH = "random"
+#: the strategy of ``reconbench run`` when none is named: the attack's default configuration first
+RUN_SEARCH = "default_first"
 #: run outcomes whose final loss a blind strategy is told (others are failed trials)
 USABLE_STOPS = ("completed", "early_stop")
 
@@ -39,7 +42,8 @@ def start_search(attack: Any, fixed: dict[str, Any], runs: int, seed: int, searc
     if runs <= 1:
         return None
     strategy, cfg = resolve_search(search, options)
-    space = {k: v for k, v in attack.search_space().items() if k not in fixed}
+    declared = attack.default_search_space() if strategy.from_default else attack.search_space()
+    space = {k: v for k, v in declared.items() if k not in fixed}
     return strategy.start(space, runs, seed, cfg)
 
 

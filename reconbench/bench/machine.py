@@ -12,20 +12,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
-import re
-from pathlib import Path
 from typing import Any
 
 import torch
 
-
-def cpu_model() -> str:
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        for line in info.read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine() or "unknown CPU"
+from reconbench import blas
+from reconbench.blas import cpu_model, torch_blas
 
 
 def memory_gib() -> float | None:
@@ -44,22 +36,7 @@ def usable_cores() -> int:
 
 #: environment variables that choose BLAS kernels, instruction sets or reproducibility modes
 KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "OPENBLAS_CORETYPE",
-              "OPENBLAS_VERBOSE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
-def torch_blas() -> dict[str, Any]:
-    """torch's BLAS and LAPACK (from its build configuration), the MKL version if it is MKL, and the ATen CPU
-    capability (vector instruction set) selected at start-up."""
-    config = torch.__config__.show()
-    blas = re.search(r"BLAS_INFO=(\w+)", config)
-    lapack = re.search(r"LAPACK_INFO=(\w+)", config)
-    mkl = re.search(r"Math Kernel Library Version ([^\n]+)", config)
-    try:
-        capability: str | None = torch.backends.cpu.get_cpu_capability()
-    except (AttributeError, RuntimeError):
-        capability = None
-    return {"blas": blas.group(1) if blas else None, "lapack": lapack.group(1) if lapack else None,
-            "mkl_version": mkl.group(1).strip() if mkl else None, "cpu_capability": capability}
+              "OPENBLAS_VERBOSE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RECONBENCH_FAST_BLAS")
 
 
 def numpy_blas() -> list[dict[str, Any]] | None:
@@ -93,10 +70,14 @@ def describe(device: str = "cpu") -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),
         "numerics": numerics(),
+        "blas": blas.summary(),
     }
 
 
 def one_line(m: dict[str, Any]) -> str:
     mem = f", {m['memory_gib']:.0f} GiB RAM" if m.get("memory_gib") else ""
     gpu = f", GPU {m['gpu']}" if m.get("gpu") else ""
-    return f"{m['cores']} cores ({m['cpu_model']}){mem}{gpu}, torch threads {m.get('torch_threads')}"
+    line = f"{m['cores']} cores ({m['cpu_model']}){mem}{gpu}, torch threads {m.get('torch_threads')}"
+    if isinstance(m.get("blas"), dict):   # records from before the BLAS measurement render as they did
+        line += f"; {blas.provenance_line(m['blas'])}"
+    return line

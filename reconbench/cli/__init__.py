@@ -69,6 +69,7 @@ def load_commands() -> click.Group:
     from reconbench.cli import (  # noqa: F401
         audit_cmd,
         bench_cmd,
+        doctor_cmd,
         evaluate_cmd,
         export_cmd,
         leaderboard_cmd,
@@ -90,6 +91,10 @@ def main(argv: list[str] | None = None) -> None:
     common.DEBUG[0] = "--debug" in args[:cut]
     args = [a for i, a in enumerate(args) if not (i < cut and a == "--debug")]
     common.ARGV[:] = args
+    if argv is None:   # a command typed in a shell (not a call from Python): the fast BLAS path if asked for
+        from reconbench.fast_blas import reexec_with_shim
+
+        reexec_with_shim()
     started = False
     try:
         group = load_commands()

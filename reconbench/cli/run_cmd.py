@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from reconbench import plugins
-from reconbench.attack.search import DEFAULT_SEARCH, check_search
+from reconbench.attack.search import RUN_SEARCH, check_search
 from reconbench.cli.common import (
     SEED,
     Count,
@@ -55,8 +55,9 @@ RUN_CONFIG_FILE = "run-config.json"
 @click.option("--set", "attack_set", multiple=True, help="Attack option KEY=VALUE (repeatable), e.g. steps=2000.")
 @click.option("--search-runs", type=Count(1), default=None,
               help="Search budget: runs drawn from the attack's declared space (default: the attack's).")
-@click.option("--search", "search", default=DEFAULT_SEARCH, show_default=True,
-              help="Search strategy choosing the runs' configurations (see `reconbench list searches`), e.g. optuna.")
+@click.option("--search", "search", default=RUN_SEARCH, show_default=True,
+              help="Search strategy choosing the runs' configurations (see `reconbench list searches`): the default "
+                   "runs the attack's default configuration first; random draws every run; optuna.")
 @click.option("--search-set", multiple=True, help="Search strategy option KEY=VALUE (repeatable), e.g. batch=2.")
 @click.option("--candidates", type=Count(1), default=None, help="Number of candidates m (default 2n).")
 @click.option("--seed", type=SEED, default=0, show_default=True,

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from reconbench.attack.kkt.batched_gram import BatchedGram
+from reconbench.attack.kkt.batched_gram import BatchedGram, run_dot
 from reconbench.attack.kkt.loop import Coefficients, Penalty, StationarityConfig, box_prior
 from reconbench.attack.kkt.stationarity import full_chain, make_engine
 from reconbench.errors import IncompatibleError
@@ -153,15 +153,25 @@ def _per_run(configs: list[StationarityConfig], name: str, like: torch.Tensor, d
     return values.reshape(-1, *([1] * dims))
 
 
-def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tensor,
+                            buf: torch.Tensor | None = None) -> torch.Tensor:
     """The box prior sum(relu(x - box)^2 + relu(-box - x)^2) per run; adds its gradient to ``grad`` in place.
 
     ``below`` = min(x + box, 0) is minus relu(-box - x) exactly (negation commutes with rounding), and at most one
     of the two parts is non-zero in each entry, so grad + 2 above + 2 below is grad + (2 above - 2 below) exactly.
+    ``buf`` (x's shape) holds each part in turn, so that nothing of x's size is allocated; the sums of squares are
+    per-run batched products.
     """
-    above, below = (x - box).clamp_min(0), (x + box).clamp_max(0)
-    grad.add_(above, alpha=2.0).add_(below, alpha=2.0)
-    return (above ** 2).sum(dim=(1, 2)) + (below ** 2).sum(dim=(1, 2))
+    buf = torch.empty_like(x) if buf is None else buf
+    r = x.shape[0]
+    sq = torch.empty(2, r, 1, 1, dtype=x.dtype, device=x.device)
+    above = torch.sub(x, box, out=buf).clamp_min_(0)
+    grad.add_(above, alpha=2.0)
+    run_dot(above, above, sq[0])
+    below = torch.add(x, box, out=buf).clamp_max_(0)
+    grad.add_(below, alpha=2.0)
+    run_dot(below, below, sq[1])
+    return sq[0].reshape(r) + sq[1].reshape(r)
 
 
 def gram_evaluator(gram: BatchedGram, terms: BatchTerms, alpha: torch.Tensor, box: torch.Tensor,
@@ -171,7 +181,7 @@ def gram_evaluator(gram: BatchedGram, terms: BatchTerms, alpha: torch.Tensor, bo
         fw = gram.forward(x, alpha)
         out = fw.outputs
         stat, gx, cbar = gram.value_and_grad(fw, scale * terms.coefficients(out, lam), alpha)
-        prior = _box_value_and_add_grad(x, box, gx)
+        prior = _box_value_and_add_grad(x, box, gx, gram.workspace(x.shape[0], x.shape[1]).box)
         pen = terms.penalty(lam)
         glam = terms.lambda_vjp(out, scale * cbar) + terms.penalty_grad(lam)
         loss = stat + prior + pen
@@ -278,6 +288,7 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     lr_lam = _per_run(configs, "lambda_lr", state.lam, state.lam.dim() - 1)
     mom_x = _per_run(configs, "momentum", state.x, 2)
     mom_lam = _per_run(configs, "momentum", state.lam, state.lam.dim() - 1)
+    neg_lr_x, neg_lr_lam = -lr_x, -lr_lam
     t0 = time.perf_counter()
 
     def write_eval() -> None:
@@ -289,17 +300,17 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         state.ok.logical_and_(torch.isfinite(loss))
 
     def step() -> None:   # torch.optim.SGD's momentum update (dampening 0), then the loss at the new point
-        state.buf_x.mul_(mom_x).add_(state.grad_x)
-        state.buf_lam.mul_(mom_lam).add_(state.grad_lam)
+        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)       # buf mom + grad, one pass
+        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
         state.x.copy_(torch.where(_expand(state.alive, state.x), state.x - lr_x * state.buf_x, state.x))
         state.lam.copy_(torch.where(_expand(state.alive, state.lam), state.lam - lr_lam * state.buf_lam, state.lam))
         write_eval()
 
     def step_all_alive() -> None:   # the same update in place, when the host knows that every run is alive
-        state.buf_x.mul_(mom_x).add_(state.grad_x)
-        state.buf_lam.mul_(mom_lam).add_(state.grad_lam)
-        state.x.sub_(lr_x * state.buf_x)
-        state.lam.sub_(lr_lam * state.buf_lam)
+        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)
+        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
+        state.x.addcmul_(neg_lr_x, state.buf_x)          # x - lr buf, one pass (-lr is exact)
+        state.lam.addcmul_(neg_lr_lam, state.buf_lam)
         write_eval()
 
     write_eval()

@@ -29,7 +29,8 @@ from reconbench.attack.kkt.surrogate import Forward
 
 @dataclass
 class GramForward:
-    """What the forward pass keeps for the residual and its gradient."""
+    """What the forward pass keeps for the residual and its gradient (views of the engine's workspace: valid until
+    the next call of :meth:`BatchedGram.forward`)."""
 
     inputs: list[torch.Tensor]   # H_k, (R, m, in_k)
     pre: list[torch.Tensor]      # Z_k, (R, m, out_k)
@@ -40,79 +41,127 @@ class GramForward:
         return self.pre[-1]
 
 
+class Workspace:
+    """Every array one step writes, allocated once for a batch shape (R, m) and reused by every later step: a step
+    allocates nothing of the size of a layer, so the memory allocator has no work (and a CUDA graph replays it)."""
+
+    def __init__(self, r: int, m: int, dims: list[int], dtype: torch.dtype, device: torch.device) -> None:
+        def new(*shape: int) -> torch.Tensor:
+            return torch.empty(*shape, dtype=dtype, device=device)
+
+        n = len(dims) - 1
+        self.key = (r, m)
+        self.pre = [new(r, m, dims[k + 1]) for k in range(n)]          # Z_k
+        self.hidden = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # H_{k+1}
+        self.slopes = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # S_k
+        self.slope_grads = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # alpha S_k (1 - S_k)
+        self.back = [new(r, m, dims[k]) for k in range(n)]            # D_k W_k (k >= 1)
+        self.deltas = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # D_k for k < L-1
+        self.grams = [new(r, m, m) for _ in range(n)]                  # G_k
+        self.outer = [new(r, m, m) for _ in range(n)]                  # P_k = D_k D_k^T
+        self.zbar = [new(r, m, dims[k + 1]) for k in range(n)]
+        self.dbar = [new(r, m, dims[k + 1]) for k in range(n)]
+        self.carried = [new(r, m, dims[k + 1]) for k in range(n - 1)]
+        self.hbar = [new(r, m, dims[k]) for k in range(n)]
+        self.dots = new(2 * n, r, 1, 1)                                 # <D_k, Z_k>, <P_k, G_k>
+        self.box = new(r, m, dims[0])                                   # the box prior's parts (batched.py)
+
+
+def run_dot(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """<a[r], b[r]> for every run r as an (R, 1, 1) batched product into ``out``: no temporary of a's size."""
+    r = a.shape[0]
+    return torch.bmm(a.reshape(r, 1, -1), b.reshape(r, -1, 1), out=out)
+
+
 class BatchedGram:
     """L_stat and its gradients for a linear chain of layers, over R runs of m candidates each.
 
-    Written for the CPU's BLAS as much as for the GPU: every product by a weight matrix passes the matrix as the
-    transpose of a contiguous array (``W`` for x W^T, a contiguous copy of W^T for x W), the layout in which the BLAS
-    kernels for m x k by k x n products with small m run fastest (benchmarks/bench_step_ab.py); scalings and sums
-    that follow a product are folded into it (``baddbmm``/``addmm_``: C = alpha A B + beta C); and element-wise
-    updates are done in place. Each of these changes only the rounding of the sums, not the function.
+    Written for the CPU's BLAS as much as for the GPU: every product by a weight matrix is a plain (NN) product of
+    contiguous arrays, ``x W^T`` as ``x @ Wt`` with ``Wt = W^T`` stored contiguous and ``a W`` as ``a @ W``, the
+    layout in which the BLAS kernels for m x k by k x n products with small m run fastest on an optimised BLAS
+    (docs/performance.md); scalings and sums that follow a product are folded into it (``addmm``/``baddbmm``:
+    C = alpha A B + beta C); element-wise work is done in place in a workspace allocated once per batch shape, with
+    the products that fuse two passes (``addcmul``) where there is one; and the per-run sums are batched products.
+    Each of these changes only the rounding of the sums, not the function.
     """
 
     def __init__(self, layers: list[nn.Linear], forward: Forward, dtype: torch.dtype, device: torch.device) -> None:
-        self.weights = [layer.weight.detach().to(dtype=dtype, device=device) for layer in layers]
-        self.weights_t = [w.T.contiguous() for w in self.weights]   # (in, out): x W as x (W^T)^T
+        self.weights = [layer.weight.detach().to(dtype=dtype, device=device).contiguous() for layer in layers]
+        self.weights_t = [w.T.contiguous() for w in self.weights]   # (in, out): x W^T as x @ Wt
         self.biases = [None if layer.bias is None else layer.bias.detach().to(dtype=dtype, device=device)
                        for layer in layers]
         self.theta_sq = sum(float((w.double() ** 2).sum()) + (0.0 if b is None else float((b.double() ** 2).sum()))
                             for w, b in zip(self.weights, self.biases, strict=True))
         self.smooth = forward == "softplus"
+        self.dims = [self.weights[0].shape[1], *(w.shape[0] for w in self.weights)]
+        self.dtype, self.device = dtype, device
+        self.ws: Workspace | None = None
+
+    def workspace(self, r: int, m: int) -> Workspace:
+        if self.ws is None or self.ws.key != (r, m):
+            self.ws = Workspace(r, m, self.dims, self.dtype, self.device)
+        return self.ws
 
     def forward(self, x: torch.Tensor, alpha: torch.Tensor) -> GramForward:
         """x: (R, m, D) flat candidates; alpha: (R, 1, 1)."""
-        inputs, pre, slopes = [x], [], []
+        ws = self.workspace(x.shape[0], x.shape[1])
+        inputs: list[torch.Tensor] = [x]
         last = len(self.weights) - 1
-        for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            z = torch.nn.functional.linear(inputs[-1], w, b)   # as the sequential engine (same rounding)
-            pre.append(z)
+        for k, (wt, b) in enumerate(zip(self.weights_t, self.biases, strict=True)):
+            z, h_in = ws.pre[k], inputs[-1]
+            if b is None:
+                torch.mm(h_in.flatten(0, 1), wt, out=z.view(-1, z.shape[-1]))
+            else:
+                torch.addmm(b, h_in.flatten(0, 1), wt, out=z.view(-1, z.shape[-1]))
             if k < last:
-                if self.smooth:   # softplus_alpha(z), as in surrogate.softplus_alpha
-                    inputs.append(z.clamp_min(0) + torch.log1p(torch.exp(-alpha * z.abs())) / alpha)
+                h, s = ws.hidden[k], ws.slopes[k]
+                if self.smooth:   # softplus_alpha(z) = relu(z) + log1p(exp(-alpha |z|)) / alpha
+                    torch.abs(z, out=h).mul_(-alpha).exp_().log1p_().div_(alpha).add_(z.clamp_min(0))
                 else:
-                    inputs.append(z.clamp_min(0))
-                slopes.append(torch.sigmoid(alpha * z))
-        return GramForward(inputs, pre, slopes)
-
-    def _times_w(self, a: torch.Tensor, k: int) -> torch.Tensor:
-        """a W_k for a of shape (R, m, out_k)."""
-        return torch.matmul(a, self.weights_t[k].T)
+                    torch.clamp_min(z, 0, out=h)
+                torch.mul(z, alpha, out=s).sigmoid_()
+                inputs.append(h)
+        return GramForward(inputs, list(ws.pre), list(ws.slopes))
 
     def value_and_grad(self, fw: GramForward, coeffs: torch.Tensor,
                        alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """L_stat per run (R,), dL/dx (R, m, D) and dL/dC (R, m, out) for the (already scaled) coefficients C."""
+        """L_stat per run (R,), dL/dx (R, m, D) and dL/dC (R, m, out) for the (already scaled) coefficients C.
+        dL/dx and dL/dC are views of the workspace: valid until the next call."""
         n = len(self.weights)
-        deltas: list[torch.Tensor] = [coeffs] * n   # D_k
-        back: list[torch.Tensor] = [coeffs] * n     # D_k W_k, k >= 1
+        r, m = coeffs.shape[0], coeffs.shape[1]
+        ws = self.workspace(r, m)
+        flat = lambda t: t.view(-1, t.shape[-1])  # noqa: E731  (rows of all runs: one product per weight)
+        deltas = [*ws.deltas, coeffs]   # D_k
         for k in reversed(range(1, n)):
-            back[k] = self._times_w(deltas[k], k)
-            deltas[k - 1] = back[k] * fw.slopes[k - 1]
-        grams, outer = [], []
-        total = torch.full(coeffs.shape[:1], self.theta_sq, dtype=coeffs.dtype, device=coeffs.device)
+            torch.mm(flat(deltas[k]), self.weights[k], out=flat(ws.back[k]))    # D_k W_k
+            torch.mul(ws.back[k], fw.slopes[k - 1], out=deltas[k - 1])
         for k in range(n):
             h, d = fw.inputs[k], deltas[k]
-            g = torch.bmm(h, h.transpose(1, 2))
+            torch.bmm(h, h.transpose(1, 2), out=ws.grams[k])
             if self.biases[k] is not None:
-                g.add_(1.0)
-            p = torch.bmm(d, d.transpose(1, 2))
-            grams.append(g)
-            outer.append(p)
-            total = total - 2.0 * (d * fw.pre[k]).sum(dim=(1, 2)) + (p * g).sum(dim=(1, 2))
+                ws.grams[k].add_(1.0)
+            torch.bmm(d, d.transpose(1, 2), out=ws.outer[k])
+            run_dot(d, fw.pre[k], ws.dots[2 * k])
+            run_dot(ws.outer[k], ws.grams[k], ws.dots[2 * k + 1])
+        parts = ws.dots.reshape(n, 2, r)
+        total = self.theta_sq - 2.0 * parts[:, 0].sum(dim=0) + parts[:, 1].sum(dim=0)
         # multiplier side: Dbar_k = -2 Z_k + 2 G_k D_k + (Dbar_{k-1} * S_{k-1}) W_k^T, from the input layer up
-        zbar: list[torch.Tensor] = [d * -2.0 for d in deltas]
-        dbar = torch.baddbmm(fw.pre[0], grams[0], deltas[0], beta=-2.0, alpha=2.0)
+        for k in range(n):
+            torch.mul(deltas[k], -2.0, out=ws.zbar[k])
+        dbar = torch.baddbmm(fw.pre[0], ws.grams[0], deltas[0], beta=-2.0, alpha=2.0, out=ws.dbar[0])
         for k in range(1, n):
-            s = fw.slopes[k - 1]
-            carried = dbar * s
-            slope_path = dbar.mul_(back[k]).mul_(alpha * s * (1.0 - s))   # dbar is not needed after this
-            zbar[k - 1].add_(slope_path)
-            dbar = torch.baddbmm(fw.pre[k], grams[k], deltas[k], beta=-2.0, alpha=2.0)
-            dbar.flatten(0, 1).addmm_(carried.flatten(0, 1), self.weights[k].T)
-        cbar = dbar
+            s, sg = fw.slopes[k - 1], ws.slope_grads[k - 1]
+            torch.mul(dbar, s, out=ws.carried[k - 1])
+            torch.addcmul(s, s, s, value=-1.0, out=sg).mul_(alpha)          # alpha S (1 - S)
+            ws.zbar[k - 1].add_(dbar.mul_(ws.back[k]).mul_(sg))             # the slope path; dbar is not needed after
+            dbar = torch.baddbmm(fw.pre[k], ws.grams[k], deltas[k], beta=-2.0, alpha=2.0, out=ws.dbar[k])
+            flat(dbar).addmm_(flat(ws.carried[k - 1]), self.weights_t[k])
         # candidate side: Hbar_k = 2 P_k H_k + Zbar_k W_k, from the outputs down to x
         hbar = fw.inputs[0]
         for k in reversed(range(n)):
-            hbar = torch.baddbmm(self._times_w(zbar[k], k), outer[k], fw.inputs[k], alpha=2.0)
+            hbar = ws.hbar[k]
+            torch.mm(flat(ws.zbar[k]), self.weights[k], out=flat(hbar))
+            hbar.baddbmm_(ws.outer[k], fw.inputs[k], alpha=2.0)
             if k > 0:
-                zbar[k - 1].addcmul_(hbar, fw.slopes[k - 1])
-        return total, hbar, cbar
+                ws.zbar[k - 1].addcmul_(hbar, fw.slopes[k - 1])
+        return total, hbar, dbar
