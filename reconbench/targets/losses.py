@@ -70,13 +70,18 @@ OUTPUT_GRADIENTS: dict[LossFn, LossFn] = {_bce: _bce_grad, _ce: _ce_grad, _mse: 
 # BCE likewise as softplus(-y z) with y in {-1, +1}.
 
 
+def _softplus(t: torch.Tensor) -> torch.Tensor:
+    """log(1 + e^t) without F.softplus's switch to t above 20 (whose derivative is then 1, not sigmoid(t))."""
+    return torch.logaddexp(torch.zeros_like(t), t)
+
+
 def _signed(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """y Phi with y in {-1, +1}, in float64."""
     return (2.0 * y.double() - 1.0) * out.reshape(-1).double()
 
 
 def _bce_stable(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return F.softplus(-_signed(out, y)).mean()  # float64: the value itself may be below float32's range
+    return _softplus(-_signed(out, y)).mean()  # float64: the value itself may be below float32's range
 
 
 def _bce_stable_grad(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -95,7 +100,7 @@ def _rest_lse(out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 def _ce_stable(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     _, t = _rest_lse(out, y)
-    return F.softplus(t).mean()
+    return _softplus(t).mean()
 
 
 def _ce_stable_grad(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
