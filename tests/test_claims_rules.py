@@ -37,16 +37,17 @@ def suite_with_unchanged(tmp_path: Path) -> Suite:
     return load_suite(path)
 
 
-def cells(suite: Suite, counts: dict[str, list[int]], residual_sq: float | None = 0.01,
-          oracle: bool = False) -> dict[str, dict[str, Any]]:
+def cells(suite: Suite, counts: dict[str, list[float]], residual_sq: float | None = 0.01,
+          oracle: bool = False, block: str = "haim-binary",
+          key: str = "reconstructed_calibrated") -> dict[str, dict[str, Any]]:
     """A finished cell per planned cell of the haim-binary block; ``counts``: attack -> calibrated count per seed;
     the targets' certificates record ``residual_sq`` as their squared theta residual (None: no certificate)."""
     found = {}
     for cell in expand(suite):
-        if "comparison:haim-binary" not in cell.groups:
+        if f"comparison:{block}" not in cell.groups:
             continue
-        summary = {"reconstructed_calibrated": counts[cell.attack.label][cell.seed], "n_train": 10}
-        spread = {"reconstructed_calibrated": {"mean": 0.0, "max": 0.0, "min": 0.0, "draws": 19}}
+        summary = {key: counts[cell.attack.label][cell.seed], "n_train": 10}
+        spread = {key: {"mean": 0.0, "max": 0.0, "min": 0.0, "draws": 19}}
         metrics: dict[str, Any] = {"param_norm_sq": 4.0}
         if residual_sq is not None:
             metrics["certificate"] = {"residual_at_train": residual_sq, "ratio": residual_sq}
@@ -148,3 +149,26 @@ def test_the_weight_decay_attack_reads_the_regularised_residual_or_its_lower_bou
                               "regularised")
     assert value == 0.7 and how == "regularised"
 
+
+
+@pytest.mark.parametrize(("claim_id", "value", "verdict"), [
+    ("runkel-table1-partition", 1.0, V.NOT_JUDGED),   # init-copy share 1: what an unchanged start scores
+    ("runkel-table1-theta", 0.01, V.REPRODUCED),      # the attack loss fell to 1%: an unchanged start keeps 100%
+])
+def test_measures_whose_unchanged_value_is_known_need_no_unchanged_cells(claim_id, value, verdict):
+    claim = next(c for c in DATA.claims if c.id == claim_id)
+    suite = load_suite(claim.suite)
+    comp = comparison(suite, claim.comparison)
+    plan = {c.cell_id: c for c in expand(suite)}
+    found = {}
+    for cell in expand(suite):
+        if f"comparison:{comp.name}" in cell.groups:
+            rec = cells(suite, {cell.attack.label: [value] * (max(comp.seeds) + 1)}, block=comp.name,
+                        key=claim.measure)[cell.cell_id]
+            rec["runs"][0]["final_loss"] = value * rec["runs"][0]["initial_loss"]
+            found[cell.cell_id] = rec
+    points = [measure_point(claim, suite, comp, found, plan, *s) for s in point_specs(claim, comp)]
+    d = V.decide(claim, points)
+    assert d.verdict == verdict
+    if verdict == V.NOT_JUDGED:
+        assert "unchanged start already meets it" in d.reason

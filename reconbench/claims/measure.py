@@ -203,6 +203,10 @@ def _null(rec: dict[str, Any], spec: MeasureSpec, above: bool) -> tuple[float | 
 TARGET_MEASURES = frozenset({"margin_near_min_share"})
 #: the attack plugin that returns its starting candidates unchanged (0 attack steps)
 UNCHANGED_ATTACK = "init_only"
+#: measures whose value for an unchanged start is known without running it: the attack loss's final over initial
+#: value is 1 after 0 steps, and every unchanged candidate is at distance 0 from its own start (a start that is a
+#: training image itself is an oracle start, refused anyway)
+UNCHANGED_BY_CONSTRUCTION = {"theta_gap_reduction": 1.0, "init_copy_share": 1.0}
 
 
 def _regime(rec: dict[str, Any], threat: ThreatModel | None) -> tuple[float | None, str]:
@@ -226,6 +230,8 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str,
     entry = suite.attacks.get(attack)
     point.threat = threat_model_of(entry.attack if entry is not None else attack)
     still = unchanged_attack(suite) if with_unchanged and claim.measure not in TARGET_MEASURES else None
+    if claim.measure in UNCHANGED_BY_CONSTRUCTION:
+        still = None  # filled in below from the seeds found, with the value known for 0 steps
     if still is not None and still != attack:
         point.unchanged = measure_point(claim, suite, comp, found, plan, label, target, still, init,
                                         with_unchanged=False)
@@ -253,6 +259,11 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str,
         residual, how = _regime(rec, point.threat)
         oracle = bool((rec.get("init") or {}).get("is_oracle")) if isinstance(rec.get("init"), dict) else False
         point.seeds.append(SeedValue(seed, cid, value, mean, extreme, draws, beyond, p0, residual, how, oracle))
+    if with_unchanged and claim.measure in UNCHANGED_BY_CONSTRUCTION:
+        known = UNCHANGED_BY_CONSTRUCTION[claim.measure]
+        point.unchanged = Point(label, target, UNCHANGED_ATTACK, init,
+                                [SeedValue(s.seed, f"{s.cell} left unchanged (known: {known:g})", known)
+                                 for s in point.seeds])
     return point
 
 
