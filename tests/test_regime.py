@@ -161,3 +161,28 @@ def test_old_certificates_give_the_same_theta_residual():
                                                                                       "without weight decay)")
     assert residual_for(None, "theta") == (None, "no certificate")
     assert MAX_RESIDUAL == 0.5
+
+
+@pytest.mark.parametrize(("family", "task"), [("mlp", "binary"), ("mlp", "multiclass"), ("mlp", "regression"),
+                                              ("mlp_bias", "multiclass"), ("affine", "binary")])
+def test_the_closed_form_chain_operators_agree_with_autodiff(family, task):
+    """Two implementations of G = J J^T, J v and J^T lambda: the chain's closed form and autodiff's products."""
+    from reconbench.targets import regime
+
+    gen = torch.Generator().manual_seed(2)
+    k = 4 if task == "multiclass" else 1
+    spec = {"widths": [7, 5]} if family == "mlp" else ({"widths": [6]} if family == "mlp_bias" else {})
+    net = plugins.get("models", family).build((1, 3, 3), k, spec, generator=gen).double()
+    x = torch.randn(6, 1, 3, 3, generator=gen, dtype=torch.float64)
+    labels = torch.arange(6) % max(k, 2)
+    names = [n for n, _ in net.named_parameters()]
+    params = {n: p.detach() for n, p in net.named_parameters()}
+    fast = regime._chain_operators(net, x, labels, task, names)
+    assert fast is not None
+    slow = regime._autodiff_operators(net, x, labels, task, names, params)
+    assert fast[0] == slow[0]
+    np.testing.assert_allclose(fast[1], slow[1], rtol=1e-10, atol=1e-12)
+    v = torch.randn(sum(p.numel() for p in params.values()), generator=gen, dtype=torch.float64)
+    lam = torch.rand(fast[0], generator=gen, dtype=torch.float64)
+    np.testing.assert_allclose(fast[2](v).numpy(), slow[2](v).numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(fast[3](lam).numpy(), slow[3](lam).numpy(), rtol=1e-10, atol=1e-12)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -74,27 +74,15 @@ def regime_residuals(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, ta
     """The residual of each threat model at inputs ``x`` (float64 copies; ``model`` is not changed).
 
     ``regularised`` is measured when ``weight_decay`` > 0, ``learned`` when ``init`` (the network at theta0) is given.
-    Matrix-free: J^T lambda by a vector-Jacobian product, J u by a Jacobian-vector product, G = J J^T column by
-    column (2 r passes for r terms), so the Jacobian itself is never stored.
+    The Jacobian J is never stored: for a ReLU chain of linear layers its products come in closed form
+    (:func:`_chain_operators`), for other models from vector-Jacobian and Jacobian-vector products.
     """
     net = copy.deepcopy(model).double().eval()
     x = x.double()
     names = [n for n, _ in net.named_parameters()]
     params = {n: p.detach() for n, p in net.named_parameters()}
-    sizes = [params[n].numel() for n in names]
-    terms = stationarity_terms(net, x, labels, task)
-    out_terms, pullback = vjp(terms, params)[:2]
-    r = out_terms.numel()
-
-    def jt(lam: torch.Tensor) -> torch.Tensor:  # J^T lambda, flat
-        return _flat(pullback(lam.to(out_terms.dtype))[0], names)
-
-    def j(u: torch.Tensor) -> torch.Tensor:  # J u
-        tangent = {n: t.view_as(params[n]) for n, t in zip(names, u.split(sizes), strict=True)}
-        return jvp(terms, (params,), (tangent,))[1].detach()
-
-    gram = torch.stack([j(jt(e)) for e in torch.eye(r, dtype=torch.float64)]).numpy() if r else np.zeros((0, 0))
-    gram = 0.5 * (gram + gram.T)
+    ops = _chain_operators(net, x, labels, task, names) or _autodiff_operators(net, x, labels, task, names, params)
+    r, gram, j, jt = ops
     nonneg = task != "regression"
     theta = _flat(params, names)
     result: dict[str, Any] = {"max_residual": MAX_RESIDUAL, "n_terms": r, "nonnegative_multipliers": nonneg}
@@ -125,6 +113,105 @@ def regime_residuals(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, ta
         res_l, _ = fitted(theta - init_decay * _flat(start, names))
         result["learned"] = {"residual": res_l, "init_decay": init_decay}
     return result
+
+
+Operators = tuple[int, np.ndarray, Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]
+
+
+def _autodiff_operators(net: TargetNet, x: torch.Tensor, labels: torch.Tensor, task: str, names: list[str],
+                        params: dict[str, torch.Tensor]) -> Operators:
+    """(r, G = J J^T, v -> J v, lambda -> J^T lambda) by autodiff: G column by column, 2 r passes for r terms."""
+    sizes = [params[n].numel() for n in names]
+    terms = stationarity_terms(net, x, labels, task)
+    out_terms, pullback = vjp(terms, params)[:2]
+    r = out_terms.numel()
+
+    def jt(lam: torch.Tensor) -> torch.Tensor:  # J^T lambda, flat
+        return _flat(pullback(lam.to(out_terms.dtype))[0], names)
+
+    def j(u: torch.Tensor) -> torch.Tensor:  # J u
+        tangent = {n: t.view_as(params[n]) for n, t in zip(names, u.split(sizes), strict=True)}
+        return jvp(terms, (params,), (tangent,))[1].detach()
+
+    gram = torch.stack([j(jt(e)) for e in torch.eye(r, dtype=torch.float64)]).numpy() if r else np.zeros((0, 0))
+    return r, 0.5 * (gram + gram.T), j, jt
+
+
+def _term_coefficients(labels: torch.Tensor, task: str, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(C, idx): term t is C[t] . Phi(x[idx[t]]), in the order of :func:`stationarity_terms`."""
+    lab = labels.long()
+    if task == "binary":
+        return (2.0 * labels.double() - 1.0)[:, None], torch.arange(n)
+    if task == "regression":
+        return torch.ones(n, 1, dtype=torch.float64), torch.arange(n)
+    rows, idx = [], []
+    eye = torch.eye(k, dtype=torch.float64)
+    for i in range(n):
+        for c in range(k):
+            if c != int(lab[i]):
+                rows.append(eye[int(lab[i])] - eye[c])
+                idx.append(i)
+    return torch.stack(rows), torch.as_tensor(idx)
+
+
+def _chain_operators(net: TargetNet, x: torch.Tensor, labels: torch.Tensor, task: str,
+                     names: list[str]) -> Operators | None:
+    """The same operators in closed form for L_k(relu(...relu(L_1(x.flatten(1))))) holding every parameter.
+
+    With H_k the input of layer k at the term's sample and D_k the back-propagated coefficient (D_last = C,
+    D_{k-1} = (D_k W_k) * 1[Z_{k-1} > 0]), a term's gradient is D_k^T H_k for W_k and D_k for b_k, so
+    G = sum_k (D_k D_k^T) * (H_k H_k^T + 1[bias]), (J v)_t = sum_k D_k[t] . (V_k H_k[t] + c_k) and J^T lambda is
+    D_k^T diag(lambda) H_k per layer: a few small matrix products instead of 2 r passes through the network
+    (written out here because autodiff cannot exploit the rank-one structure of each term's gradient).
+    """
+    chain = net.linear_chain()
+    if chain is None or net.activation is not torch.relu:
+        return None
+    ident = {id(p): n for n, p in net.named_parameters()}
+    owned = [(ident.get(id(layer.weight)), ident.get(id(layer.bias)) if layer.bias is not None else None)
+             for layer in chain]
+    covered = [n for pair in owned for n in pair if n is not None]
+    if sorted(covered) != sorted(names) or any(w is None for w, _ in owned):
+        return None
+    with torch.no_grad():
+        inputs, pre = [x.flatten(1)], []
+        for k, layer in enumerate(chain):
+            z = torch.nn.functional.linear(inputs[-1], layer.weight, layer.bias)
+            pre.append(z)
+            if k < len(chain) - 1:
+                inputs.append(torch.relu(z))
+        coeffs, idx = _term_coefficients(labels, task, len(x), pre[-1].shape[1])
+        deltas = [coeffs]
+        for k in range(len(chain) - 1, 0, -1):
+            deltas.insert(0, (deltas[0] @ chain[k].weight) * (pre[k - 1][idx] > 0).double())
+        acts = [h[idx] for h in inputs]
+        gram = sum(((d @ d.T) * (a @ a.T + (1.0 if layer.bias is not None else 0.0)))
+                   for d, a, layer in zip(deltas, acts, chain, strict=True))
+    assert isinstance(gram, torch.Tensor)
+    shapes = {n: p.shape for n, p in net.named_parameters()}
+    sizes = [shapes[n].numel() for n in names]
+
+    def split(v: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {n: t.view(shapes[n]) for n, t in zip(names, v.split(sizes), strict=True)}
+
+    def j(v: torch.Tensor) -> torch.Tensor:
+        parts = split(v)
+        total = torch.zeros(len(idx), dtype=torch.float64)
+        for (w, b), d, a in zip(owned, deltas, acts, strict=True):
+            z = a @ parts[str(w)].T + (parts[b] if b is not None else 0.0)
+            total += (d * z).sum(dim=1)
+        return total
+
+    def jt(lam: torch.Tensor) -> torch.Tensor:
+        out: dict[str, torch.Tensor] = {}
+        for (w, b), d, a in zip(owned, deltas, acts, strict=True):
+            out[str(w)] = d.T @ (lam[:, None] * a)
+            if b is not None:
+                out[b] = d.T @ lam
+        return _flat(out, names)
+
+    g = gram.numpy()
+    return len(idx), 0.5 * (g + g.T), j, jt
 
 
 def _margins(out: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Tensor:
