@@ -62,7 +62,7 @@ def run_point(task: str, steps: int, seed: int, work: Path, attack: bool) -> dic
                                         "param_norm_sq")},
         "theta_residual": regime["theta"]["residual"], "margin_set": regime["theta"]["margin_set"],
         "learned_residual": (regime.get("learned") or {}).get("residual"),
-        "margins": m.get("margins"),
+        "margins": m.get("margins"),  # every training sample's, in the training precision
         "seconds": {"train_or_cache": t1 - t0},
     }
     if attack:

@@ -64,7 +64,7 @@ def test_a_planted_kkt_point_reads_zero_and_random_inputs_read_near_one(task):
     res = regime_residuals(net, x, labels, task)
     assert res["theta"]["residual"] < 1e-10  # 0 up to float64 rounding of a norm ratio
     assert res["theta"]["margin_set"] == list(range(len(x)))  # every sample carries a positive multiplier
-    assert min(res["theta"]["margins"]) > 0
+    assert min(res["theta"]["margin_set_margins"]) > 0
     assert in_regime(res["theta"]["residual"])
     gen = torch.Generator().manual_seed(7)
     noise = torch.randn(x.shape, generator=gen, dtype=torch.float64) * x.std()

@@ -98,12 +98,15 @@ def regime_residuals(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, ta
     top = float(lam.max()) if lam.size else 0.0
     support = np.flatnonzero(lam > SUPPORT_SHARE * top) if top > 0 else np.zeros(0, dtype=int)
     per_term = max(r // max(len(x), 1), 1)  # multiclass: K - 1 terms per sample, in sample order
+    margin_set = sorted({int(i) // per_term for i in support})
     result["theta"] = {
         "residual": res,
-        "multipliers": [float(v) for v in lam],
-        # the samples with a positive multiplier (multiclass: a positive multiplier on any of its terms)
-        "margin_set": sorted({int(i) // per_term for i in support}),
-        "margins": [float(m) for m in margins],
+        # per sample, the sum of its terms' multipliers (n numbers, whatever the number of classes)
+        "multipliers": [float(v) for v in lam.reshape(-1, per_term).sum(axis=1)] if lam.size else [],
+        # the samples with a positive multiplier (multiclass: a positive multiplier on any of its terms), and their
+        # margins at the released weights in float64 (binary: y Phi; multiclass: own logit minus the largest other)
+        "margin_set": margin_set,
+        "margin_set_margins": [float(margins[i]) for i in margin_set],
     }
     if weight_decay > 0:
         result["regularised"] = {"residual": _regularised(net, x, labels, task, weight_decay, loss_name, names),
