@@ -49,6 +49,9 @@ ATTACK_THREAT_MODELS: dict[str, ThreatModel] = {
 #: not fitted to any board.
 MAX_RESIDUAL = 0.5
 
+#: above this many terms a model without a closed form (not a ReLU chain) is not measured (2 passes per term)
+MAX_AUTODIFF_TERMS = 1000
+
 #: a multiplier counts towards the margin set when it is above this share of the largest one
 SUPPORT_SHARE = 1e-6
 
@@ -81,7 +84,15 @@ def regime_residuals(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, ta
     x = x.double()
     names = [n for n, _ in net.named_parameters()]
     params = {n: p.detach() for n, p in net.named_parameters()}
-    ops = _chain_operators(net, x, labels, task, names) or _autodiff_operators(net, x, labels, task, names, params)
+    ops = _chain_operators(net, x, labels, task, names)
+    if ops is None:
+        with torch.no_grad():
+            r = stationarity_terms(net, x, labels, task)(params).numel()
+        if r > MAX_AUTODIFF_TERMS:
+            return {"max_residual": MAX_RESIDUAL, "n_terms": r,
+                    "skipped": f"{r} terms on a model that is not a ReLU chain: {2 * r} autodiff passes; the "
+                               "certificate's theta fit stands in (its square root)"}
+        ops = _autodiff_operators(net, x, labels, task, names, params)
     r, gram, j, jt = ops
     nonneg = task != "regression"
     theta = _flat(params, names)
