@@ -420,7 +420,7 @@ def target_rows(pub: Published, gate: float | None = None, learned_gate: float |
         if learned is not None:  # certificates recorded before the learned part existed lack it
             rows[key]["learned_ratio"] = learned
         regime = mapping(mapping(m.certificate).get("regime"))
-        if regime:  # certificates recorded before the regime test existed lack it (docs/regime.md)
+        if "theta" in regime:  # certificates recorded before the regime test existed lack it (docs/regime.md)
             rows[key]["theta_residual"] = mapping(regime.get("theta")).get("residual")
             rows[key]["margin_set_size"] = len(mapping(regime.get("theta")).get("margin_set") or [])
             if "regularised" in regime:
