@@ -9,6 +9,9 @@ evaluation and leaderboards as the attacks, so every table shows how far an atta
   (Haim et al. show rows of a trained MLP next to their reconstructions).
 * ``init_only``: the starting candidates, returned unchanged: what the init regime alone scores (partition and
   mixture starts are real images; a gaussian start is noise).
+* ``data_prior``: class prototypes and blurred averages of the starting candidates of each label
+  (reconbench/evaluation/prior.py): with a ``partition`` start, non-member images of the same distribution, so
+  the row shows what the data prior alone scores, without any member information (docs/calibration.md#the-data-prior).
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from reconbench import hookimpl
 from reconbench.config import option
 from reconbench.errors import IncompatibleError
+from reconbench.evaluation.prior import prior_candidates
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, NoOptions, ProgressFn, ThreatModel
 
 ALL_TASKS = frozenset({"binary", "multiclass", "regression"})
@@ -119,7 +124,34 @@ class InitOnly(Attack):
                             message="starting candidates, unchanged")
 
 
-BASELINES = [WeightRows(), InitOnly()]
+@dataclass
+class DataPriorConfig:
+    seed: int = option(0, "seed of the random averages and blurs (the search's generator is not used, so a run is "
+                          "reproducible from this alone)", ge=0)
+
+
+@dataclass(frozen=True)
+class DataPrior(Attack):
+    name: str = "data_prior"
+    description: str = ("baseline: class prototypes and blurred averages of the starting candidates of each label "
+                        "(with a partition start: non-member images); no member information")
+    needs: frozenset[str] = frozenset({"labels"})
+    threat: ThreatModel = ThreatModel(labels=True)   # the labels of the candidates it averages
+    tasks: frozenset[str] = ALL_TASKS
+    config_cls: type = DataPriorConfig
+
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: DataPriorConfig, *,
+            generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
+        rng = np.random.default_rng([config.seed, int(x0.shape[0])])
+        lab = labels.detach().cpu().numpy().astype(np.int64)
+        cand = prior_candidates(x0.detach().cpu(), lab, lab, rng).to(x0.dtype).to(x0.device)
+        if progress is not None:
+            progress(1, 1)
+        return AttackOutput(candidates=cand, labels=labels.clone(), final_loss=0.0, steps=0,
+                            message="class prototypes and blurred averages of the starting candidates")
+
+
+BASELINES = [WeightRows(), InitOnly(), DataPrior()]
 
 
 @hookimpl

@@ -678,6 +678,9 @@ class TargetRow(Record):
     train_seconds: float | None = None
     cells: list[str] = field(default_factory=list)
     learned_ratio: float | None = None
+    theta_residual: float | None = None
+    margin_set_size: int | None = None
+    regularised_residual: float | None = None
 
 
 @dataclass(frozen=True)

@@ -165,10 +165,15 @@ def claim(kind: str, **kw: Any) -> records.Claim:
                          comparison="haim-binary", **kw)
 
 
-def pt(values: list[float], beyond: list[bool] | None = None, p0: float = 0.05, label: str = "p") -> Point:
+def pt(values: list[float], beyond: list[bool] | None = None, p0: float = 0.05, label: str = "p",
+       unchanged: bool = True) -> Point:
+    """A point; with ``unchanged``, beside it the same start left unchanged scoring a constant 0.5 at the null (a
+    start that meets no claim: the rules for an unchanged start that does are tested in test_claims_rules.py)."""
     seeds = [SeedValue(s, f"c{s}", v, 0.0, 0.0, 19, None if beyond is None else beyond[s], None if beyond is None
                        else p0) for s, v in enumerate(values)]
-    return Point(label, "t", "a", "i", seeds)
+    still = pt([0.5] * len(values), None if beyond is None else [False] * len(values), p0, label, False) \
+        if unchanged else None
+    return Point(label, "t", "a", "i", seeds, unchanged=still)
 
 
 def test_above_the_null():

@@ -602,3 +602,24 @@ def test_a_suite_gate_must_be_positive(tmp_path):
     bad.write_text(text.replace("max_learned_ratio = 0.1", "max_learned_ratio = -0.1"))
     with pytest.raises(ReconbenchError, match="max_learned_ratio.*must be positive"):
         load_suite(str(bad))
+
+
+def test_targets_table_shows_the_regime_residuals_only_where_cards_have_them():
+    """Published cards lack the regime block and render as before; a new card shows its θ residual against the
+    bound 0.5 with its margin set, and the regularised residual where the target trained with weight decay."""
+    from reconbench.leaderboard.tables import render_targets
+
+    def rec(cid, cert):
+        return {"cell_id": cid, "status": "ok", "seed": 0,
+                "target": {"name": cid, "recipe_key": cid, "recipe": {}, "train_metrics": {"certificate": cert}}}
+    old = {"a": rec("a", {"ratio": 0.9})}
+    before = render_targets(target_records(target_rows(Published(plan=[], records=typed(old), not_run=[], stale=[]))))
+    assert "θ residual" not in before
+    new = {**old, "b": rec("b", {"ratio": 0.9, "regime": {"theta": {"residual": 0.971, "margin_set": [0, 1, 4]}}}),
+           "c": rec("c", {"ratio": 0.1, "regime": {"theta": {"residual": 0.2, "margin_set": [0]},
+                                                    "regularised": {"residual": 0.3}}})}
+    rows = target_rows(Published(plan=[], records=typed(new), not_run=[], stale=[]))
+    assert [r.get("theta_residual") for r in rows] == [None, 0.971, 0.2]
+    table = render_targets(target_records(rows))
+    assert "0.971 ⚠ > 0.5 (3 on the margin)" in table and "0.2 ✓ (1 on the margin)" in table
+    assert "regularised-loss residual" in table and "0.3 ✓" in table

@@ -19,6 +19,7 @@ from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import Comparison, Suite
 from reconbench.claims.records import Claim
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE
+from reconbench.targets.regime import ThreatModel, residual_for, threat_model_of
 
 #: the selection every claim reads: all search runs of a cell pooled, as the papers evaluated
 SELECTION = "pool"
@@ -121,6 +122,11 @@ class SeedValue:
     #: per-seed test against the null (None: the measure has no null); p0 its false-positive bound
     beyond: bool | None = None
     p0: float | None = None
+    #: the target's residual for the attack's threat model (docs/regime.md), where it comes from; None: not gated
+    regime_residual: float | None = None
+    regime_how: str = ""
+    #: the cell's start is an oracle (the training images themselves)
+    oracle: bool = False
 
 
 @dataclass
@@ -132,6 +138,11 @@ class Point:
     seeds: list[SeedValue] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (cell id, the outcome's reason)
+    #: the attack's threat model (None: an attack without a stationarity premise, not gated)
+    threat: str | None = None
+    #: the same point with the start left unchanged (0 attack steps, the suite's ``init_only`` entry, same protocol);
+    #: None: the suite ran no such cells
+    unchanged: Point | None = None
 
     def value_of(self, seed: int) -> float | None:
         return next((s.value for s in self.seeds if s.seed == seed), None)
@@ -188,11 +199,42 @@ def _null(rec: dict[str, Any], spec: MeasureSpec, above: bool) -> tuple[float | 
     return None, None, 0, None
 
 
+#: measures that are properties of the trained target, not of the attack's output: no unchanged-start comparison
+TARGET_MEASURES = frozenset({"margin_near_min_share"})
+#: the attack plugin that returns its starting candidates unchanged (0 attack steps)
+UNCHANGED_ATTACK = "init_only"
+#: measures whose value for an unchanged start is known without running it: the attack loss's final over initial
+#: value is 1 after 0 steps, and every unchanged candidate is at distance 0 from its own start (a start that is a
+#: training image itself is an oracle start, refused anyway)
+UNCHANGED_BY_CONSTRUCTION = {"theta_gap_reduction": 1.0, "init_copy_share": 1.0}
+
+
+def _regime(rec: dict[str, Any], threat: ThreatModel | None) -> tuple[float | None, str]:
+    if threat is None:
+        return None, ""
+    cert = ((rec.get("target") or {}).get("train_metrics") or {})
+    return residual_for(cert.get("certificate") if isinstance(cert, dict) else None, threat)
+
+
+def unchanged_attack(suite: Suite) -> str | None:
+    """The suite's attack entry that leaves the start unchanged, if it has one."""
+    return next((name for name, a in suite.attacks.items() if a.attack == UNCHANGED_ATTACK), None)
+
+
 def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str, dict[str, Any]],
-                  plan: dict[str, Cell], label: str, target: str, attack: str, init: str) -> Point:
+                  plan: dict[str, Cell], label: str, target: str, attack: str, init: str,
+                  with_unchanged: bool = True) -> Point:
     spec = MEASURES[claim.measure]
     above = True  # a null is passed upwards: boards keep the largest null draw, not the smallest
     point = Point(label, target, attack, init)
+    entry = suite.attacks.get(attack)
+    point.threat = threat_model_of(entry.attack if entry is not None else attack)
+    still = unchanged_attack(suite) if with_unchanged and claim.measure not in TARGET_MEASURES else None
+    if claim.measure in UNCHANGED_BY_CONSTRUCTION:
+        still = None  # filled in below from the seeds found, with the value known for 0 steps
+    if still is not None and still != attack:
+        point.unchanged = measure_point(claim, suite, comp, found, plan, label, target, still, init,
+                                        with_unchanged=False)
     for seed in comp.seeds:
         cid = cell_id(target, attack, init, seed)
         rec = found.get(cid)
@@ -214,7 +256,14 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str,
             beyond = value >= 1.0
         elif spec.null == "draws" and extreme is not None:
             beyond = value > extreme if above else value < extreme
-        point.seeds.append(SeedValue(seed, cid, value, mean, extreme, draws, beyond, p0))
+        residual, how = _regime(rec, point.threat)
+        oracle = bool((rec.get("init") or {}).get("is_oracle")) if isinstance(rec.get("init"), dict) else False
+        point.seeds.append(SeedValue(seed, cid, value, mean, extreme, draws, beyond, p0, residual, how, oracle))
+    if with_unchanged and claim.measure in UNCHANGED_BY_CONSTRUCTION:
+        known = UNCHANGED_BY_CONSTRUCTION[claim.measure]
+        point.unchanged = Point(label, target, UNCHANGED_ATTACK, init,
+                                [SeedValue(s.seed, f"{s.cell} left unchanged (known: {known:g})", known)
+                                 for s in point.seeds])
     return point
 
 

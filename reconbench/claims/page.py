@@ -117,18 +117,23 @@ def number_text(res: ClaimResult) -> str:
 def _summary_lines(results: list[ClaimResult]) -> list[str]:
     by_verdict = Counter(r.verdict for r in results)
     by_kind = Counter(KIND_NAMES[r.claim.kind] for r in results)
-    oracle = [r.claim.id for r in results if r.claim.oracle]
+    # from the cells read (their init records is_oracle) and the data file's flag, not from a promise
+    from_cells = [r.claim.id for r in results if any(s.oracle for p in r.points for s in p.seeds)]
+    flagged = [r.claim.id for r in results if r.claim.oracle and r.claim.id not in from_cells]
+    cells_read = sum(len(p.seeds) for r in results for p in r.points)
     not_in_text = [r.claim.id for r in results if not r.claim.in_text]
     lines = [
         f"{len(results)} claims: " + ", ".join(f"{v} {by_verdict[v]}" for v in VERDICTS if by_verdict[v]) + ".",
         "",
         "By kind of test: " + ", ".join(f"{k} {n}" for k, n in sorted(by_kind.items())) + ".",
         "",
-        "Guaranteed by construction: none of the tests compares against an oracle start (the training images as "
-        "the attack's start). " + (f"{len(oracle)} claim(s) start from the training images themselves "
-                                    f"({', '.join(f'`{c}`' for c in oracle)}): a sanity check of the attack, counted under "
-                                    "its verdict but not evidence about privacy. "
-                                    if oracle else "")
+        (f"{len(from_cells)} claim(s) read cells that start from the training images themselves "
+         f"({', '.join(f'`{c}`' for c in from_cells)}; each cell's init record says whether it does): refused, not "
+         "judged (a sanity check of the attack, not evidence about privacy). " if from_cells else
+         f"None of the {cells_read} cells read starts from the training images (each cell's init record says "
+         "whether it does). ")
+        + (f"{len(flagged)} more claim(s) are marked in the data file as starting from them "
+           f"({', '.join(f'`{c}`' for c in flagged)}) and would be refused the same way. " if flagged else "")
         + (f"{len(not_in_text)} statement(s) are not in the available text of the papers "
            f"({', '.join(f'`{c}`' for c in not_in_text)}): none of them gets a verdict." if not_in_text else ""),
     ]

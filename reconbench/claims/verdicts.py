@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reconbench.claims.measure import Point
+from reconbench.claims.measure import TARGET_MEASURES, UNCHANGED_ATTACK, Point
 from reconbench.claims.records import Claim
 from reconbench.claims.stats import ALPHA, binomial_p, sign_p, trend_p
+from reconbench.targets.regime import MAX_RESIDUAL
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced at this scale"
@@ -157,16 +158,70 @@ def _threshold(claim: Claim, points: list[Point]) -> Decision:
     return Decision(NOT_REPRODUCED, f"not every point {side} {claim.threshold:g} at level {ALPHA}", test, worst)
 
 
-def decide(claim: Claim, points: list[Point]) -> Decision:
-    """The verdict of one claim from its measured points (the rules in :data:`RULES`)."""
-    pre = _preconditions(claim, points)
-    if pre is not None:
-        return pre
+def _test(claim: Claim, points: list[Point]) -> Decision:
     if claim.kind in ("above_null", "at_null"):
         return _null_claim(claim, points)
     if claim.kind == "threshold":
         return _threshold(claim, points)
     return _paired(claim, points)
+
+
+def _span(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.3g}" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}-{hi:.3g}"
+
+
+def _oracle(claim: Claim, points: list[Point]) -> Decision | None:
+    cells = [s.cell for p in points for s in p.seeds if s.oracle]
+    if claim.oracle or cells:
+        where = f" ({len(cells)} cells, e.g. {cells[0]})" if cells else ""
+        return Decision(NOT_JUDGED, f"oracle start refused: the attack starts from the training images{where}, so "
+                        "the outcome says nothing about privacy")
+    return None
+
+
+def _outside_regime(points: list[Point]) -> Decision | None:
+    """Not judged when a cell's target is outside its attack's regime (residual above the bound)."""
+    gated = [(p, s) for p in points if p.threat is not None for s in p.seeds]
+    outside = [(p, s) for p, s in gated if s.regime_residual is not None and s.regime_residual > MAX_RESIDUAL]
+    if not outside:
+        return None
+    shown = "; ".join(
+        f"{p.label}: {_span([s.regime_residual for s in p.seeds if s.regime_residual is not None])}"
+        f" ({sum(1 for q, s in outside if q is p)} of {len(p.seeds)} seeds outside)"
+        for p in points if p.threat is not None and any(q is p for q, _ in outside))
+    first = outside[0]
+    return Decision(NOT_JUDGED, f"targets outside the regime: {first[0].threat} residual (||v - J^T lambda|| / "
+                    f"||v||, {first[1].regime_how}) above {MAX_RESIDUAL:g} at {shown}")
+
+
+def _unchanged(claim: Claim, points: list[Point], verdict: Decision) -> Decision:
+    """A verdict that says something must not be met already by the same start left unchanged (0 attack steps)."""
+    if verdict.verdict not in (REPRODUCED, CONTRADICTED) or claim.measure in TARGET_MEASURES:
+        return verdict
+    still = [p.unchanged for p in points]
+    missing = [p.label for p, u in zip(points, still, strict=True) if u is None or len(u.seeds) < len(p.seeds)]
+    cells_alone = f"the cells alone give {verdict.verdict} ({verdict.reason}; {verdict.test})"
+    if missing:
+        return Decision(NOT_JUDGED, "no unchanged-start comparison (the same start, 0 attack steps, the suite's "
+                        f"{UNCHANGED_ATTACK} entry) at {', '.join(missing)}; {cells_alone}", verdict.test, verdict.p)
+    base = _test(claim, [u for u in still if u is not None])
+    if base.verdict == verdict.verdict:
+        return Decision(NOT_JUDGED, f"the unchanged start already meets it ({base.reason}; {base.test}); "
+                        f"{cells_alone}", verdict.test, verdict.p)
+    return Decision(verdict.verdict, f"{verdict.reason}; the unchanged start does not ({base.verdict}: "
+                    f"{base.reason})", verdict.test, verdict.p)
+
+
+def decide(claim: Claim, points: list[Point]) -> Decision:
+    """The verdict of one claim from its measured points (the rules in :data:`RULES`)."""
+    pre = _preconditions(claim, points)
+    if pre is not None:
+        return pre
+    refused = _oracle(claim, points) or _outside_regime(points)
+    if refused is not None:
+        return refused
+    return _unchanged(claim, points, _test(claim, points))
 
 
 RULES = f"""\
@@ -201,4 +256,19 @@ target (`seed_targets`) and seeds the held-out null draws afresh (`seed_nulls`),
   point, *contradicted* if some point is on the other side at {ALPHA} / points, else *not reproduced at this scale*.
 - *not run*: some cell is missing, stale (its suite entry changed) or its attack did not complete its steps
   (diverged, non-finite, stopped early: reconbench/attack/outcome.py); such a claim gets no verdict. *Not judged*:
-  measured and shown, but the paper's outcome is not in the available text, so there is nothing to compare with."""
+  measured and shown, but the paper's outcome is not in the available text, so there is nothing to compare with;
+  or one of the three rules below holds.
+- *not judged: oracle start refused*: some cell starts from the training images themselves (the init records
+  `is_oracle`), or the data file marks the claim as one; such a run tests the attack, not privacy.
+- *not judged: targets outside the regime*: the attack assumes the released weights are a stationary point
+  (docs/regime.md), and some cell's target is further from one than the bound: its residual
+  ||v - J^T lambda|| / ||v|| for the attack's threat model (theta with the best lambda >= 0 for an attacker who
+  sees theta only; the regularised loss's gradient under weight decay; theta - theta0 for one given theta0) is
+  above {MAX_RESIDUAL:g}. Cards recorded before the regime test carry the same theta fit as a squared residual; for
+  the weight-decay attack that fit is a lower bound, so a target it puts outside is outside. Attacks without a
+  stationarity premise (the bilevel attack, the baselines) are not gated.
+- *not judged: the unchanged start already meets it*: every verdict that says something (reproduced,
+  contradicted) is also computed, by the same rule, from the same starts left unchanged (0 attack steps: the
+  suite's `{UNCHANGED_ATTACK}` entry, scored by the same protocol); if those give the same verdict, the attack is
+  not what produced it. Without such cells the verdict cannot be told apart from the start's and is not judged
+  either; the reason keeps what the cells alone give. Measures of the target itself (margins) are exempt."""

@@ -70,11 +70,21 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
     if stalled:
         click.echo(f"  warning: {stalled} of {len(m['margins'])} training samples get an exactly-zero loss gradient in "
                    f"{card.data['recipe']['train']['dtype']} (their margins are past what it resolves), so longer training "
-                   "does not move them; train with --train-dtype float64 to keep converging")
+                   "does not move them; train with --train-dtype float64 or loss_form = \"stable\" in the recipe's "
+                   "[train] table to keep converging")
     if cert:
         click.echo(f"  stationarity residual: {cert['residual_at_train']:.3e} at the training data vs "
                    f"{cert['residual_at_random']:.3e} at random inputs (ratio {cert['ratio']:.3g}; "
                    "small means near a KKT point, which the KKT attacks need)")
+        regime = cert.get("regime") or {}
+        theta = regime.get("theta") or {}
+        if "residual" in theta:
+            bound = regime.get("max_residual", 0.5)
+            parts = [f"theta {theta['residual']:.3g} (margin set {len(theta.get('margin_set') or [])} of "
+                     f"{len(m['margins'])})"]
+            parts += [f"{k} {regime[k]['residual']:.3g}" for k in ("regularised", "learned") if k in regime]
+            click.echo(f"  regime residuals ||v - J^T lambda|| / ||v||: {', '.join(parts)}; a KKT attack's premise "
+                       f"holds at most {bound:g} (docs/regime.md#the-regime-test-of-each-threat-model)")
 
 
 def check_not_another_card(out: Path, key: str) -> None:

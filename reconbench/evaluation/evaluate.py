@@ -202,7 +202,8 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
     if p.calibration_draws:
         cal = null.calibrate(problem, resolved, labels, m, score_light)
         threshold = float(cal["threshold"])
-        calibration.update({k: cal[k] for k in ("threshold", "null_max", "draw_maxima", "pool_size")})
+        calibration.update({k: cal[k] for k in ("threshold", "null_max", "draw_maxima", "pool_size",
+                                                 "prior_draw_maxima") if k in cal})
         flags = null.calibrated_flags(null.scores_of(out, column), threshold)
         out["summary"].update(reconstructed_calibrated=int(flags.sum()), calibrated_threshold=threshold)
         margins = column_values(null.scores_of(out, column) - threshold)

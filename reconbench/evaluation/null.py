@@ -29,6 +29,7 @@ import torch
 
 from reconbench.data import Problem
 from reconbench.evaluation import decisions
+from reconbench.evaluation.prior import AVERAGE_SIZES, prior_candidates
 from reconbench.evaluation.protocol import ResolvedProtocol
 
 #: the rng stream of each use of the held-out pool (calibration draws, reported draws and the membership test's
@@ -36,6 +37,8 @@ from reconbench.evaluation.protocol import ResolvedProtocol
 CALIBRATION_STREAM, REPORT_STREAM, MEMBERSHIP_STREAM = 0, 1, 2
 #: the rng stream of the null runs behind a selected run's bar (calibrate_selected)
 SELECTION_STREAM = 3
+#: the rng stream of the data prior's calibration draws (protocol prior_draws)
+PRIOR_STREAM = 4
 
 _THRESHOLDS: dict[str, dict[str, Any]] = {}
 _REPORTED: dict[str, list[dict[str, float]]] = {}
@@ -79,6 +82,25 @@ def draw(problem: Problem, labels: np.ndarray | None, m: int, seed: int, stream:
     return problem.centred(problem.held_out_images(positions))
 
 
+def prior_draw(problem: Problem, labels: np.ndarray | None, m: int, seed: int, k: int) -> torch.Tensor:
+    """Prior draw ``k``: m candidates built from held-out images alone (reconbench/evaluation/prior.py), candidate j
+    of label c from images of label c; only the images a draw can use are loaded."""
+    rng = np.random.default_rng([seed, PRIOR_STREAM, k])
+    if labels is None:
+        labels = np.zeros(m, dtype=np.int64)
+        pools = {0: np.flatnonzero(problem.held_out_labels < problem.num_classes)}
+    else:
+        pools = {int(c): np.flatnonzero(problem.held_out_labels == c) for c in np.unique(labels)}
+    positions, pool_labels = [], []
+    for c, pool in pools.items():
+        want = int((np.asarray(labels) == c).sum()) * max(AVERAGE_SIZES)
+        take = rng.choice(pool, min(len(pool), want), replace=False)
+        positions.append(take)
+        pool_labels.append(np.full(len(take), c))
+    images = problem.centred(problem.held_out_images(np.concatenate(positions)))
+    return prior_candidates(images, np.concatenate(pool_labels), np.asarray(labels), rng)
+
+
 def scores_of(evaluation: dict[str, Any], column: str) -> np.ndarray:
     """(n,) per-image score column of an evaluation dict, NaN where unmatched."""
     return np.asarray([np.nan if row.get(column) is None else float(row[column]) for row in evaluation["per_image"]],
@@ -114,11 +136,18 @@ def calibrate(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray |
         with decisions.scope(f"calibration draw {k}"):
             s = scores_of(score(cand), column)
         maxima.append(float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf)
-    null_max = max(maxima) if maxima else -math.inf
+    prior_maxima = []
+    for k in range(p.prior_draws if p.calibration_draws else 0):
+        cand = prior_draw(problem, labels, m, p.null_seed, k)
+        with decisions.scope(f"calibration prior draw {k}"):
+            s = scores_of(score(cand), column)
+        prior_maxima.append(float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf)
+    null_max = max(maxima + prior_maxima) if maxima else -math.inf
     finite = math.isfinite(null_max)
     out = {"threshold": null_max, "null_max": null_max if finite else None,
            "draw_maxima": [x if math.isfinite(x) else None for x in maxima], "pool_size": pool_size(problem),
            "candidates": m,
+           **({"prior_draw_maxima": [x if math.isfinite(x) else None for x in prior_maxima]} if prior_maxima else {}),
            "borderline": None if guide is None else [b for k, b in guide.seen.items() if k not in before]}
     if guide is not None and guide.flips_in("calibration"):
         return out

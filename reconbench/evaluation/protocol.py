@@ -58,6 +58,11 @@ class Protocol:
         19, "held-out null draws that calibrate the headline: a training image counts (reconstructed_calibrated) "
             "only when its score is above every score these draws reached on any training image (and above "
             "good_threshold); a fresh null draw passes with probability at most 1/(K+1). 0: no calibrated headline")
+    prior_draws: int = option(
+        0, "draws of the data prior added to the calibration (docs/calibration.md#the-data-prior): candidates built "
+           "from held-out images alone (class prototypes, blurred averages); the threshold is then also above every "
+           "score these reached, so such candidates pass with probability at most 1/(J+1). 0: held-out draws only "
+           "(every protocol recorded before the option)")
     null_draws: int = option(5, "further held-out null draws reported next to the attack's numbers (mean, spread)")
     null_seed: int = option(0, "seed of the held-out null draws (calibration and reported draws use separate "
                                "streams)")
@@ -147,6 +152,12 @@ class ResolvedProtocol:
             "rule": "threshold = the highest score any calibration draw reached on any training image; "
                     "reconstructed_calibrated iff score > threshold" if k else "off",
             "family_wise_fpr_bound": 1.0 / (k + 1) if k else None,
+            # only when set, so protocols recorded before the option keep their record
+            **({"prior": {"draws": p.prior_draws, "construction": "per candidate of label c: the mean of s random "
+                          "held-out images of label c (s uniform in 1, 2, 4, 8, 16, 32), blurred with sigma uniform "
+                          "in 0, 0.5, 1, 2 pixels (reconbench/evaluation/prior.py)",
+                          "fpr_bound_for_prior_candidates": 1.0 / (p.prior_draws + 1)}}
+               if p.prior_draws and k else {}),
         }
 
     def is_paper(self) -> bool:
@@ -154,7 +165,7 @@ class ResolvedProtocol:
         (docs/method/evaluation-protocol.md#headline-protocol)."""
         p, d = self.base, Protocol()
         presentation = {"figures", "figure_max_images", "metrics", "calibration_draws", "null_draws", "null_seed",
-                        "calibrated_score"}
+                        "calibrated_score", "prior_draws"}
         same = all(getattr(p, f.name) == getattr(d, f.name) for f in dataclasses.fields(Protocol)
                    if f.name not in presentation | {"avg_threshold"})
         primary = self.metric(p.primary_metric)
@@ -242,6 +253,8 @@ def _check_ranges(p: Protocol) -> None:
         problems.append(f"constant_tol must be non-negative (got {p.constant_tol})")
     if not 0 <= p.calibration_draws <= 999:
         problems.append(f"calibration_draws must lie in [0, 999] (got {p.calibration_draws})")
+    if not 0 <= p.prior_draws <= 999:
+        problems.append(f"prior_draws must lie in [0, 999] (got {p.prior_draws})")
     if not 0 <= p.null_draws <= 999:
         problems.append(f"null_draws must lie in [0, 999] (got {p.null_draws})")
     if p.figure_max_images < 0:

@@ -31,6 +31,7 @@ from reconbench.evaluation import reported
 from reconbench.provenance import git_commit
 from reconbench.records import CellRecord, Invocation, MetricStat, TargetRow, mapping, number
 from reconbench.targets.certificate import gate_value
+from reconbench.targets.regime import MAX_RESIDUAL
 
 LEADERBOARD_FORMAT = "reconbench-leaderboard/1"
 SELECTIONS = ("pool", "blind", "oracle")
@@ -444,6 +445,12 @@ def target_rows(pub: Published, gate: float | None = None, learned_gate: float |
         learned = gate_value(m.certificate_dict)
         if learned is not None:  # certificates recorded before the learned part existed lack it
             rows[key]["learned_ratio"] = learned
+        regime = mapping(mapping(m.certificate).get("regime"))
+        if "theta" in regime:  # certificates recorded before the regime test existed lack it (docs/regime.md)
+            rows[key]["theta_residual"] = mapping(regime.get("theta")).get("residual")
+            rows[key]["margin_set_size"] = len(mapping(regime.get("theta")).get("margin_set") or [])
+            if "regularised" in regime:
+                rows[key]["regularised_residual"] = mapping(regime.get("regularised")).get("residual")
     return list(rows.values())
 
 
@@ -460,6 +467,8 @@ def render_targets(rows: list[TargetRow]) -> str:
 
     defended = any(r.defense for r in rows)
     learned = any(r.learned_ratio is not None for r in rows)  # docs/regime.md
+    residual = any(r.theta_residual is not None for r in rows)
+    regularised = any(r.regularised_residual is not None for r in rows)
 
     def defense(r: TargetRow) -> list[str]:
         if not defended:
@@ -483,6 +492,10 @@ def render_targets(rows: list[TargetRow]) -> str:
             f(r.train_loss, ".2e"),
             f(r.stationarity_ratio, ".3g") + _gate_mark(r.stationarity_ratio, r.gate),
             *([f(r.learned_ratio, ".3g") + _gate_mark(r.learned_ratio, r.learned_gate)] if learned else []),
+            *([f(r.theta_residual, ".3g") + _gate_mark(r.theta_residual, MAX_RESIDUAL)
+               + ("" if r.margin_set_size is None else f" ({r.margin_set_size} on the margin)")] if residual else []),
+            *([f(r.regularised_residual, ".3g") + _gate_mark(r.regularised_residual, MAX_RESIDUAL)]
+              if regularised else []),
             f(r.train_seconds, ".0f"),
         ]
         for r in rows
@@ -502,6 +515,8 @@ def render_targets(rows: list[TargetRow]) -> str:
         "train loss",
         "stationarity ratio ↓",
         *(["learned-part ratio ↓"] if learned else []),
+        *(["θ residual (NNLS) ↓"] if residual else []),
+        *(["regularised-loss residual ↓"] if regularised else []),
         "train s",
     ]
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)

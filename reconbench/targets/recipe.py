@@ -39,11 +39,18 @@ class TrainSpec:
                                    "history (0: only after training)", ge=0)
     stop_at_gate: float = option(0.0, "stop once the certificate's gate measure (docs/regime.md) is at most this, "
                                       "checked every certify_every steps; `steps` is then the budget (0: never)", ge=0)
+    loss_form: Literal["legacy", "stable"] = option(
+        "stable", "stable: bce/ce as softplus forms in float64, whose loss and gradient do not round to 0 at large "
+                  "margins (docs/regime.md#losses-that-keep-moving); legacy: torch's forms, which do (a recipe that "
+                  "does not name it is legacy, so targets published before the option retrain bit-identically)")
 
 
 #: TrainSpec fields written into a recipe (and its cache key) only when they differ from their default, so the
 #: recipes written before they existed keep their keys
 OPTIONAL_TRAIN_FIELDS = ("certify_every", "stop_at_gate")
+#: TrainSpec fields whose value in a recipe that does not name them is not the field's default (the default of new
+#: recipes), but the behaviour of recipes written before the field existed; written only when they differ from it
+LEGACY_TRAIN_VALUES: dict[str, Any] = {"loss_form": "legacy"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,9 @@ class TargetRecipe:
         defaults = TrainSpec()
         for k in OPTIONAL_TRAIN_FIELDS:
             if train[k] == getattr(defaults, k):
+                del train[k]
+        for k, old in LEGACY_TRAIN_VALUES.items():
+            if train[k] == old:
                 del train[k]
         d = {"problem": self.problem.to_dict(), "family": self.family, "model": dict(self.model), "train": train}
         if self.defense is not None:  # keeps the keys (and cache hashes) of undefended recipes unchanged
@@ -85,7 +95,7 @@ class TargetRecipe:
         if p.task == "multiclass" and p.num_classes is not None and p.num_classes < 2:
             raise ReconbenchError(f"--num-classes {p.num_classes}: a multiclass target needs at least 2 classes; "
                                   "pass --num-classes 2 or more (or --task binary)")
-        get_loss(self.train.loss, self.problem.task)
+        get_loss(self.train.loss, self.problem.task, self.train.loss_form)
         shrink = self.train.lr * self.train.weight_decay
         if shrink > 2.0:  # each step scales the weights by (1 - lr * wd): beyond 2 in size they grow without bound
             raise ReconbenchError(f"--weight-decay {self.train.weight_decay:g} with --lr {self.train.lr:g}: each step "
@@ -125,7 +135,8 @@ class TargetRecipe:
                 raise ReconbenchError(f"recipe: {k} must be a name (a string), got {type(d[k]).__name__} {d[k]!r}")
         return cls(problem=build_config(ProblemSpec, d.get("problem"), "recipe.problem"),
                    family=str(d.get("family", "mlp")), model=dict(d.get("model") or {}),
-                   train=build_config(TrainSpec, d.get("train"), "recipe.train"),
+                   train=build_config(TrainSpec, {**LEGACY_TRAIN_VALUES, **(d.get("train") or {})},
+                                      "recipe.train"),
                    defense=d.get("defense"), defense_config=dict(d.get("defense_config") or {}))
 
 

@@ -22,6 +22,7 @@ from reconbench.targets.chain_gd import ChainGD, chain_layers
 from reconbench.targets.defended import DefenseSession
 from reconbench.targets.losses import error_rate, get_loss, margins
 from reconbench.targets.recipe import DTYPES, TargetRecipe
+from reconbench.targets.regime import regime_residuals
 
 #: where no step needs the loss on the host, it is read every this many steps (and at every recorded step)
 READ_EVERY = 100
@@ -83,13 +84,22 @@ def stalled_samples(model: TargetNet, problem: Problem, loss_fn: Any, dtype: tor
     return int((zero[0] & ~zero[1]).sum())
 
 
-def certify(model: TargetNet, recipe: TargetRecipe, problem: Problem, init_decay: float | None) -> dict[str, Any]:
+def certify(model: TargetNet, recipe: TargetRecipe, problem: Problem, init_decay: float | None,
+            weight_decay: float | None = None, with_regime: bool = True) -> dict[str, Any]:
     """The certificate of ``model`` (converted to float64 in place) at the training data, with the learned part
     measured from the recipe's initial weights, of which weight decay left ``init_decay`` (None: unknown, no
-    learned part)."""
-    return certificate(model, problem.x_train(torch.float64), torch.as_tensor(problem.train_labels), problem.task,
-                       init=None if init_decay is None else build_model(recipe, problem),
-                       init_decay=1.0 if init_decay is None else init_decay)
+    learned part); ``weight_decay`` is the decay training applied (None: the recipe's)."""
+    wd = recipe.train.weight_decay if weight_decay is None else weight_decay
+    x, labels = problem.x_train(torch.float64), torch.as_tensor(problem.train_labels)
+    init = None if init_decay is None else build_model(recipe, problem)
+    decay = 1.0 if init_decay is None else init_decay
+    cert = certificate(model, x, labels, problem.task, init=init, init_decay=decay)
+    if not with_regime:  # the checks during training read the gate only
+        return cert
+    # the residual of each threat model (docs/regime.md#the-regime-test-of-each-threat-model)
+    cert["regime"] = regime_residuals(model, x, labels, problem.task, weight_decay=wd, loss_name=recipe.train.loss,
+                                      init=init, init_decay=decay)
+    return cert
 
 
 def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_certificate: bool = True,
@@ -98,7 +108,7 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     recipe.validate()
     spec = recipe.train
     dtype = DTYPES[spec.dtype]
-    loss_name, loss_fn = get_loss(spec.loss, problem.task)
+    loss_name, loss_fn = get_loss(spec.loss, problem.task, spec.loss_form)
     model = build_model(recipe, problem).to(dtype).to(device)
     x = problem.x_train(dtype).to(device)
     y = problem.targets(problem.train_labels, dtype).to(device)
@@ -219,7 +229,7 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
             if certified and step + 1 < spec.steps:
                 if chain is not None:
                     chain.sync()
-                check = certify(copy.deepcopy(model), recipe, problem, init_decay)
+                check = certify(copy.deepcopy(model), recipe, problem, init_decay, decay, with_regime=False)
                 history.append({"step": float(step + 1), "loss": loss_value, "gate_value": gate_value(check),
                                 "certificate": check})
                 gate_now = gate_value(check)
@@ -258,6 +268,6 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     metrics["param_count"] = model.param_count()
     metrics["param_norm_sq"] = float(sum((p.detach().double() ** 2).sum() for p in model.parameters()))
     if with_certificate:
-        metrics["certificate"] = certify(model, recipe, problem, decay_left)
+        metrics["certificate"] = certify(model, recipe, problem, decay_left, decay)
         model.to(dtype)
     return TrainResult(model=model, metrics=metrics, history=history)

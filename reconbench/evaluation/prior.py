@@ -1,0 +1,47 @@
+"""The data prior: candidates built from non-member images alone (class prototypes and blurred averages), the
+``data_prior`` baseline row and the optional prior part of the calibration draws (docs/calibration.md#the-data-prior).
+
+A held-out draw is a set of natural images; an attacker without member information can do better than that, by
+averaging images of a class (a prototype looks like every member a little) and by smoothing them (a blurred image
+loses the details in which a member and a non-member differ). One candidate of label c is built as:
+
+1. s images of label c drawn at random from the pool (without replacement while it has enough), with s drawn
+   uniformly from :data:`AVERAGE_SIZES` (capped at the pool's count of label c);
+2. their mean, in the model's input space (centred);
+3. a Gaussian blur of that mean over the spatial axes with sigma drawn uniformly from :data:`BLUR_SIGMAS`
+   (0: no blur; scipy.ndimage.gaussian_filter, each channel separately, edges reflected).
+
+The calibration's prior draws and the baseline use this one construction, the first on the held-out pool, the
+second on the attack's starting candidates (the decoy pool of a ``partition`` start): both pools are non-members
+of the same distribution, so the baseline is a fresh draw of the distribution the prior draws calibrate against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.ndimage import gaussian_filter
+
+#: how many images one candidate averages (1: a single image, as the held-out draws)
+AVERAGE_SIZES = (1, 2, 4, 8, 16, 32)
+#: the blur of one candidate, in pixels (0: none)
+BLUR_SIGMAS = (0.0, 0.5, 1.0, 2.0)
+
+
+def prior_candidates(pool: torch.Tensor, pool_labels: np.ndarray, labels: np.ndarray,
+                     rng: np.random.Generator) -> torch.Tensor:
+    """(m, C, H, W) candidates of the given labels, each the blurred mean of random pool images of its label."""
+    pool_labels = np.asarray(pool_labels)
+    labels = np.asarray(labels)
+    arr = pool.detach().cpu().double().numpy()
+    out = np.empty((len(labels), *arr.shape[1:]), dtype=np.float64)
+    by_label = {int(c): np.flatnonzero(pool_labels == c) for c in np.unique(labels)}
+    for j, c in enumerate(labels.tolist()):
+        members = by_label[int(c)]
+        if len(members) == 0:
+            raise ValueError(f"the pool has no image of label {c}")
+        s = min(int(rng.choice(AVERAGE_SIZES)), len(members))
+        mean = arr[rng.choice(members, s, replace=False)].mean(axis=0)
+        sigma = float(rng.choice(BLUR_SIGMAS))
+        out[j] = gaussian_filter(mean, sigma=(0.0, sigma, sigma), mode="reflect") if sigma > 0 else mean
+    return torch.as_tensor(out, dtype=pool.dtype)
