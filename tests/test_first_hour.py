@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from _helpers.cli import run_cli
 
+from reconbench.attack.search import RUN_SEARCH
 from reconbench.cli.run_cmd import default_out_dir, run_config
 from reconbench.provenance import config_hash
 from reconbench.runs.spec import RunSpec
@@ -28,9 +29,11 @@ def test_the_train_examples_targets_folder_is_ignored_by_git():
 
 
 def test_the_default_run_folder_names_a_configuration_other_than_the_default():
-    plain = RunSpec(attack="haim_binary_kkt", search_runs=6)
+    plain = RunSpec(attack="haim_binary_kkt", search_runs=6, search=RUN_SEARCH)   # what `run` asks by default
     assert default_out_dir("key", plain, 6) == Path("runs") / "haim_binary_kkt-gaussian-key-s0"
-    assert default_out_dir("key", RunSpec(attack="haim_binary_kkt", search_runs=6, device="cuda"), 6) == \
+    assert default_out_dir("key", RunSpec(attack="haim_binary_kkt", search_runs=6, search="random"), 6) != \
+        default_out_dir("key", plain, 6)
+    assert default_out_dir("key", RunSpec(attack="haim_binary_kkt", search_runs=6, device="cuda", search=RUN_SEARCH), 6) == \
         default_out_dir("key", plain, 6)   # the device does not change the numbers
     others = [RunSpec(attack="haim_binary_kkt", search_runs=12, search="optuna", search_config={"batch": 4}),
               RunSpec(attack="haim_binary_kkt", search_runs=6, attack_config={"steps": 10}),

@@ -157,7 +157,7 @@ def default_out_dir(recipe_key: str, spec: RunSpec, default_search_runs: int) ->
     defaults: a run of another configuration gets its own folder instead of being refused by the default one's."""
     base = f"{spec.attack}-{spec.init}-{recipe_key}-s{spec.seed}"
     plain = RunSpec(attack=spec.attack, init=spec.init, seed=spec.seed, search_runs=default_search_runs,
-                    device=spec.device)
+                    device=spec.device, search=RUN_SEARCH)   # `run`'s own default strategy
     config = run_config(recipe_key, spec.to_dict())
     if config == run_config(recipe_key, plain.to_dict()):
         return Path("runs") / base
