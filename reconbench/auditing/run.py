@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from reconbench import plugins
+from reconbench.attack.search import RUN_SEARCH
 from reconbench.auditing.card import AuditCard, audit_card
 from reconbench.auditing.data import (
     NON_MEMBERS_PER_MEMBER,
@@ -194,7 +195,8 @@ def _applicable(card: AuditCard, names: list[str] | None, task: str, budget: int
         step = next((f for f in STEP_OPTIONS if f in fields), None)
         runs = (search_runs or DEFAULT_SEARCH_RUNS) if step else 1   # an attack without steps (weight_rows): once
         cfg = {step: max(1, budget // runs)} if step else {}
-        spec = RunSpec(attack=name, attack_config=cfg, seed=seed, search_runs=runs, device=device)
+        spec = RunSpec(attack=name, attack_config=cfg, seed=seed, search_runs=runs, device=device,
+                       search=RUN_SEARCH)   # as `reconbench run` searches: the attack's default first
         try:
             if task not in attack.tasks:
                 raise IncompatibleError(f"attack {name!r} handles {', '.join(sorted(attack.tasks))} models, not {task}")
