@@ -517,6 +517,17 @@ def test_a_suite_that_would_run_for_ages_is_refused_with_its_estimate(tmp_path, 
     assert "years" in line and "pass --yes" in line and "training its targets" in line
 
 
+@pytest.mark.parametrize("command", ["train", "run"])
+def test_a_recipe_file_that_would_train_for_ages_is_refused(command, tmp_path, capsys, no_work):
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"problem": {"dataset": "digits", "task": "multiclass", "num_classes": 3,
+                                              "n_per_class": 2}, "family": "mlp", "model": {"widths": [8]},
+                                  "train": {"steps": 9_000_000_000_000_000_000}}))
+    extra = ["--attack", "multiclass_kkt"] if command == "run" else []
+    line = assert_refused([command, *extra, "--recipe", str(recipe)], capsys, "pass --yes")
+    assert "training" in line and "years" in line
+
+
 def test_the_cost_preflight_is_a_lower_bound_that_yes_overrides():
     from reconbench.preflight import CostLimitError, check_cost, machine_flops, step_seconds
 
