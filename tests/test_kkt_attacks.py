@@ -15,7 +15,7 @@ from reconbench.errors import DivergedError, IncompatibleError
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, Knowledge, ModelFamily
 from reconbench.runs import RunSpec, run_attack
 from reconbench.targets.cache import get_or_train
-from reconbench.targets.cards import load_card
+from reconbench.targets.cards import METRICS_HASH_FIELD, load_card, metrics_sha256
 from reconbench.targets.recipe import TargetRecipe
 
 KKT = ["haim_binary_kkt", "multiclass_kkt", "general_loss_wd"]
@@ -213,6 +213,7 @@ def test_missing_knowledge_fails_before_work_and_names_alternatives(tmp_path):
     card = tiny_card("regression", weight_decay=1e-3)
     data = json.loads((card.path / "card.json").read_text())
     data["metrics"]["loss_name"] = None
+    data[METRICS_HASH_FIELD] = metrics_sha256(data)   # a card of a recipe whose loss is not stated, not an edited one
     (card.path / "card.json").write_text(json.dumps(data))
     with pytest.raises(IncompatibleError, match="general_loss_wd.*needs loss.*does not need it"):
         run_attack(load_card(card.path), RunSpec(attack="general_loss_wd"), tmp_path / "r", quiet=True)

@@ -10,6 +10,7 @@ import pytest
 from _helpers.cli import run_cli
 from _helpers.suitekit import toy_targets
 
+from reconbench.attack.search import RUN_SEARCH
 from reconbench.targets.cache import get_or_train
 from reconbench.targets.recipe import TargetRecipe
 
@@ -51,8 +52,8 @@ def test_a_tracked_run_reads_back_with_the_numbers_of_result_json(card, tmp_path
     blind = result["evaluation_selected"]["blind"]["summary"]
     assert metrics["blind.reconstructed_calibrated"] == blind["reconstructed_calibrated"]
     assert params["seed"] == "3" and params["spec.attack"] == "haim_binary_kkt"
-    assert json.loads(params["spec.attack_config.steps"]) == 10 and params["search.strategy"] == "random"
-    assert run.data.tags["reconbench.search"] == "random"
+    assert json.loads(params["spec.attack_config.steps"]) == 10 and params["search.strategy"] == RUN_SEARCH
+    assert run.data.tags["reconbench.search"] == RUN_SEARCH
     for k in (0, 1):   # every trace point of every search run, as metric steps
         trace = json.loads((tmp_path / "r" / "runs" / f"run-00{k}.json").read_text())["trace"]
         history = client.get_metric_history(run.info.run_id, f"run_00{k}.loss")
