@@ -263,3 +263,15 @@ def test_numbers_are_kept_as_written():
         RunResult.from_dict({"wall_seconds": True})
     with pytest.raises(ReconbenchError, match=r"\$\.seed is a number, expected an integer or null"):
         CellRecord.from_dict({"seed": 1.5})
+
+
+def test_several_unknown_keys_of_one_object_are_named_together():
+    with pytest.raises(ReconbenchError, match=r"unknown keys \$\.target\.a, \$\.target\.b; remove or rename them "
+                                              r"\(a TargetInfo has "):
+        CellRecord.from_dict({"target": {"name": "t", "a": 1, "b": 2}})
+
+
+def test_a_key_with_a_line_break_stays_on_one_line():
+    with pytest.raises(ReconbenchError) as info:
+        CellRecord.from_dict({"a\nb": 1}, "c.json")
+    assert "\n" not in str(info.value) and "$.a\\nb" in str(info.value)

@@ -61,7 +61,7 @@ def snapshot(board: Path) -> Snapshot | None:
             cell = board / "cells" / f"{cid}.json"
             if cell.exists():
                 snap.texts[cid] = cell.read_text()
-                entry = CellRecord.from_dict(json.loads(snap.texts[cid]))
+                entry = CellRecord.from_dict(json.loads(snap.texts[cid]), cell)
                 snap.entries[cid] = entry
                 ref = entry.protocol_ref
                 if ref and (board / "protocols" / f"{ref}.json").exists():

@@ -204,7 +204,7 @@ def failures_of(failed: list[CellRecord], total: int) -> dict[str, Any] | None:
 
 def collect(suite: Suite, results: Path) -> Published:
     plan = expand(suite)
-    found = {cid: CellRecord.from_dict(rec) for cid, rec in load_cells(results).items()}
+    found = {cid: CellRecord.from_dict(rec, f"{results / 'cells'} (cell {cid})") for cid, rec in load_cells(results).items()}
     records, not_run, stale = {}, [], []
     for cell in plan:
         if cell.cell_id not in found:

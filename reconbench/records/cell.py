@@ -116,14 +116,27 @@ class AttackInfo(Record):
 
 @dataclass(frozen=True)
 class SearchRun(Record):
-    """One search run of a cell: its sampled options, final loss, steps and how it stopped."""
+    """One search run of a cell (``runs/execute.py``): its sampled options, its start, final loss, steps, how it
+    stopped and its outcome."""
 
     run: int | None = None
+    run_key: str | None = None
     config: Mapping[str, Any] | None = None
+    init_config: Mapping[str, Any] | None = None
+    init_overrides: Mapping[str, Any] | None = None
     final_loss: float | None = None
+    initial_loss: float | None = None
     steps: int | None = None
     stopped: str | None = None
+    message: str | None = None
     seconds: float | None = None
+    #: the loss curve (a run's own ``run-NNN.json``; left out of result.json and the cell)
+    trace: list[Any] | None = None
+    oracle_score: float | None = None
+    candidates_finite: bool | None = None
+    outcome: Mapping[str, Any] | None = None
+    #: the batch the run advanced in (the KKT attacks' ``run_batch``)
+    batch: Mapping[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         """The run's settings and outcome (every field, None where absent)."""

@@ -337,13 +337,13 @@ def _problems(exc: BaseException, path: str, cls: Any) -> list[tuple[str, Any, B
 def _describe(path: str, cls: Any, exc: BaseException) -> str:
     if isinstance(exc, ForbiddenExtraKeysError):
         known = sorted({f.name for f in fields(exc.cl)} - Record._OWN)
-        key = sorted(exc.extra_fields)[0]
-        where = f"{path}.{key}"
-        close = difflib.get_close_matches(key, known, n=1)
-        fix = f"rename it to {close[0]!r}" if close else \
-            f"remove it (a {exc.cl.__name__} has {', '.join(known[:12])}{', ...' if len(known) > 12 else ''})"
-        more = len(exc.extra_fields) - 1
-        return f"unknown key {where} ({more} more)" if more else f"unknown key {where}; {fix}"
+        has = f"a {exc.cl.__name__} has {', '.join(known[:12])}{', ...' if len(known) > 12 else ''}"
+        keys = sorted(exc.extra_fields)
+        if len(keys) > 1:
+            return f"unknown keys {', '.join(f'{path}.{k}' for k in keys)}; remove or rename them ({has})"
+        close = difflib.get_close_matches(keys[0], known, n=1)
+        fix = f"rename it to {close[0]!r}" if close else f"remove it ({has})"
+        return f"unknown key {path}.{keys[0]}; {fix}"
     if isinstance(exc, WrongType):
         return f"{path} {exc}; correct the value"
     return f"{path}: {exc}"
@@ -364,8 +364,9 @@ def decode(cls: type[R], d: Any, source: str | Path | None = None) -> R:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         name = source if source is not None else f"a {cls.__name__}"
         kind = "" if source is None else f" (a {cls.__name__})"
-        raise ReconbenchError(f"{name}{kind}: {first}{more}; the file was edited by hand or written by another "
-                              "version: restore it, or render it again") from None
+        line = f"{name}{kind}: {first}{more}".replace("\n", "\\n")
+        raise ReconbenchError(f"{line}; the file was edited by hand or written by another version: restore it, "
+                              "or render it again") from None
 
 
 # -- the door: version stamps and their upgrades ------------------------------------------------------------
