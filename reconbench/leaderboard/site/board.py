@@ -240,7 +240,7 @@ def load_board(folder: Path) -> Board:
     tables = [main_table(sel, data.table(sel), columns, cells) for sel in SELECTIONS]
     tables = [t for t in tables if t.rows]
     comps = [comparison(name, c, columns, cells) for name, c in (data.comparisons or {}).items()]
-    privacy = [privacy_table(name, t, cells) for name, t in data.privacy.items()]
+    privacy = [privacy_table(name, t, cells) for name, t in (data.privacy or {}).items()]
     figures = [f for f in (data.figures or {}).values() if f.file]
     header = data.header
     return Board(name=folder.name, folder=folder, description=header.description or "", header=header,
