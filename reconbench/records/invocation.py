@@ -12,14 +12,14 @@ from reconbench.records.record import FileFormat, Record, unchanged
 
 @dataclass(frozen=True)
 class Invocation(Record):
-    """One ``reconbench bench`` invocation of a results folder (``invocations/NNN.json``)."""
+    """One ``reconbench bench`` invocation of a results folder (``invocations/NNN.json``), as ``bench/runner.py``
+    builds it (fields in the order it writes them)."""
 
     invocation: int | None = None
     command: str | None = None
-    status: str | None = None
     started: str | None = None
+    status: str | None = None
     elapsed_seconds: float | None = None
-    git_commit: str | None = None
     suite: str | None = None
     suite_sha256: str | None = None
     only: list[str] | None = None
@@ -27,6 +27,7 @@ class Invocation(Record):
     dtype: str | None = None
     executor: Mapping[str, Any] | None = None
     reconbench_version: str | None = None
+    git_commit: str | None = None
     torch_version: str | None = None
     machine: Mapping[str, Any] | None = None
     cells_run: list[str] | None = None
