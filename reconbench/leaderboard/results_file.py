@@ -38,10 +38,13 @@ def write_results(board: Path, data: dict[str, Any]) -> None:
 
 
 def read_results(board: Path) -> dict[str, Any]:
-    """A board's results.json in the full form, or a one-line error naming the file."""
+    """A board's results.json in the full form (upgraded by its version, read strictly), or a one-line error
+    naming the file."""
     path = board / "results.json"
     data = read_json(path, missing="render the leaderboard again (or pass the board's folder)",
                      damaged="the leaderboard is damaged, render it again")
     if not isinstance(data, dict):
         raise ReconbenchError(f"{path} is not a leaderboard's results.json (a {type(data).__name__}); render it again")
-    return BOARD_RESULTS_FILE.upgrade(data, path)
+    full = BOARD_RESULTS_FILE.upgrade(data, path)
+    BoardResults.from_dict(full, path)  # strictly, here where the file is known: a refusal names it
+    return full
