@@ -71,6 +71,17 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     torch.set_num_threads(2)
 
 
+@pytest.fixture(autouse=True)
+def _no_process_caches():
+    """Each test starts without the held-out null's process caches, so its time and result do not depend on which
+    tests ran before it."""
+    from reconbench.evaluation.null import clear_caches
+
+    clear_caches()
+    yield
+    clear_caches()
+
+
 @pytest.fixture
 def no_work(monkeypatch):
     """Every case must be refused before any optimiser exists (so before training and before any attack)."""

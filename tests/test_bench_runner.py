@@ -129,6 +129,14 @@ def test_cells_record_runs_and_independently_scored_selections(tmp_path, toy_att
     assert (
         inv["status"] == "completed" and inv["command"] == "reconbench bench t" and len(inv["cells_run"]) == 4
     )
+    # every file the run wrote reads strictly through its format's door
+    from reconbench.records import CELL_FILE, INVOCATION_FILE, RUN_RESULT_FILE
+
+    assert INVOCATION_FILE.read(out / "invocations" / "000.json").cells_run == inv["cells_run"]
+    for path in sorted((out / "cells").glob("*.json")):
+        assert CELL_FILE.read(path).cell_id == path.stem
+    assert sorted(out.glob("work/*/result.json")) and all(
+        RUN_RESULT_FILE.read(p).kind == "reconbench-result/1" for p in out.glob("work/*/result.json"))
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import json
 import math
 import shutil
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -581,12 +582,21 @@ def _edit_readme_number(lb: Path) -> None:
     (lb / "README.md").write_text("\n".join(lines) + "\n")
 
 
+def _edit_json(path: Path, edit: Callable[[dict[str, Any]], Any]) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
 LEADERBOARD_EDITS = {
     "results-not-json": lambda lb: (lb / "results.json").write_text("{results"),
     "results-list": lambda lb: (lb / "results.json").write_text("[]"),
     "cell-array": lambda lb: next((lb / "cells").glob("*.json")).write_text("[1, 2]"),
     "cell-not-json": lambda lb: next((lb / "cells").glob("*.json")).write_text("{cell"),
     "readme-number": _edit_readme_number,
+    "cell-misspelt-field": lambda lb: _edit_json(next((lb / "cells").glob("*.json")),
+                                                 lambda d: d.update(selectons=d.pop("selections"))),
+    "results-wrong-type": lambda lb: _edit_json(lb / "results.json", lambda d: d["header"].update(wall_seconds="slow")),
 }
 
 

@@ -119,7 +119,7 @@ def test_a_field_set_after_reading_is_written():
 
 
 def test_a_record_that_is_not_an_object_is_a_one_line_error():
-    with pytest.raises(ReconbenchError, match="CellRecord is a JSON object, got list"):
+    with pytest.raises(ReconbenchError, match=r"a CellRecord: \$ is a list, expected an object \(a CellRecord\)"):
         CellRecord.from_dict([1, 2])
 
 

@@ -28,7 +28,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -50,6 +50,7 @@ from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.evaluation.bars import selection_record
 from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
+from reconbench.records import Invocation
 from reconbench.runs.execute import run_attack
 from reconbench.runs.spec import RunSpec
 from reconbench.safe_paths import check_name, member
@@ -467,41 +468,39 @@ def plan_cells(
     return todo
 
 
-class Invocation:
-    """This call's record, ``invocations/NNN.json``, rewritten after every cell."""
+class InvocationLog:
+    """This call's record (:class:`~reconbench.records.Invocation`, ``invocations/NNN.json``), rewritten after every
+    cell."""
 
     def __init__(self, ctx: RunContext, report: BenchReport, *, only: tuple[str, ...] | list[str] | None, command: str | None,
                  executor: Executor) -> None:
         self.ctx, self.report, self.started = ctx, report, time.perf_counter()
-        self.data: dict[str, Any] = {
-            "invocation": ctx.invocation,
-            "command": command or "",
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "status": "running",
-            "elapsed_seconds": 0.0,
-            "suite": ctx.suite.name,
-            "suite_sha256": ctx.suite.text_sha256,
-            "only": list(only or []),
-            "device": ctx.device,
-            "dtype": ctx.dtype,
-            "executor": executor.describe(),
-            "reconbench_version": __version__,
-            "git_commit": git_commit(),
-            "torch_version": torch.__version__,
-            "machine": machine.describe(ctx.device),
-            "cells_run": [],
-            "cells_skipped": 0,
-        }
+        self.record = Invocation(
+            invocation=ctx.invocation,
+            command=command or "",
+            started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            status="running",
+            elapsed_seconds=0.0,
+            suite=ctx.suite.name,
+            suite_sha256=ctx.suite.text_sha256,
+            only=list(only or []),
+            device=ctx.device,
+            dtype=ctx.dtype,
+            executor=executor.describe(),
+            reconbench_version=__version__,
+            git_commit=git_commit(),
+            torch_version=torch.__version__,
+            machine=machine.describe(ctx.device),
+            cells_run=[],
+            cells_skipped=0,
+        )
 
     def save(self, status: str | None = None) -> None:
-        self.data["elapsed_seconds"] = time.perf_counter() - self.started
-        if status:
-            self.data["status"] = status
-        self.data["cells_run"] = self.report.ran
-        self.data["cells_skipped"] = len(self.report.skipped)
-        if self.report.lost:
-            self.data["cells_lost"] = self.report.lost
-        write_invocation(self.ctx.out, self.ctx.invocation, self.data)
+        self.record = replace(self.record, elapsed_seconds=time.perf_counter() - self.started,
+                              status=status or self.record.status, cells_run=list(self.report.ran),
+                              cells_skipped=len(self.report.skipped),
+                              cells_lost=list(self.report.lost) if self.report.lost else self.record.cells_lost)
+        write_invocation(self.ctx.out, self.ctx.invocation, self.record.to_dict())
 
 
 def _outcome_line(event: Finished | Lost, announced: bool, position: str) -> str:
@@ -522,7 +521,7 @@ def execute(
     executor: Executor,
     ctx: RunContext,
     report: BenchReport,
-    invocation: Invocation,
+    invocation: InvocationLog,
     *,
     strict: bool,
     on_cell: Callable[[dict[str, Any]], None] | None = None,
@@ -603,7 +602,7 @@ def run_suite(
 
     write_suite_file(out_dir, suite)
     report = BenchReport(out=out_dir, total=len(cells))
-    invocation = Invocation(ctx, report, only=only, command=command, executor=executor)
+    invocation = InvocationLog(ctx, report, only=only, command=command, executor=executor)
     invocation.save()
     jobs = plan_cells(cells, existing, ctx, retry_failed, report)
     if report.skipped:
@@ -619,5 +618,5 @@ def run_suite(
         invocation.save("failed")
         raise
     invocation.save("incomplete" if report.lost else "completed")
-    report.elapsed = invocation.data["elapsed_seconds"]
+    report.elapsed = float(invocation.record.elapsed_seconds or 0.0)
     return report

@@ -46,6 +46,13 @@ _REPORTED: dict[str, list[dict[str, float]]] = {}
 _REPORTED_BORDERLINE: dict[str, list[decisions.Borderline] | None] = {}
 
 
+def clear_caches() -> None:
+    """Forget the thresholds and reported draws kept for this process (each is computed again on its next use)."""
+    _THRESHOLDS.clear()
+    _REPORTED.clear()
+    _REPORTED_BORDERLINE.clear()
+
+
 def pool_size(problem: Problem) -> int:
     """Held-out images usable as null candidates (their task label is one of the problem's classes)."""
     if problem.source_images is None:

@@ -63,7 +63,15 @@ from reconbench.leaderboard.tables import (
 )
 from reconbench.leaderboard.verify import check_cell, check_records
 from reconbench.provenance import read_json, write_bytes_atomic, write_text_atomic
-from reconbench.records import BoardResults, CellRecord, EntryInfo, SubmissionFile, SubmissionProvenance, plain
+from reconbench.records import (
+    SUBMISSION_FILE,
+    BoardResults,
+    CellRecord,
+    EntryInfo,
+    SubmissionFile,
+    SubmissionProvenance,
+    plain,
+)
 from reconbench.safe_paths import check_name, member
 
 
@@ -80,10 +88,11 @@ class AddReport:
 def read_submission(path: Path) -> dict[str, Any]:
     sub = read_json(path, missing="pass the file `reconbench leaderboard submit` wrote",
                     damaged="pack it again with `reconbench leaderboard submit`")
-    if not isinstance(sub, dict) or SubmissionFile.from_dict(sub).format != SUBMISSION_FORMAT:
-        got = SubmissionFile.from_dict(sub).format if isinstance(sub, dict) else type(sub).__name__
+    if not isinstance(sub, dict) or sub.get("format") != SUBMISSION_FORMAT:
+        got = sub.get("format") if isinstance(sub, dict) else type(sub).__name__
         raise ReconbenchError(f"{path} is not a submission (format {got!r}, expected {SUBMISSION_FORMAT!r}); pack "
                               "your results with `reconbench leaderboard submit`")
+    SUBMISSION_FILE.decode(sub, path)  # every field of its version, strictly: a one-line error naming the field
     return sub
 
 

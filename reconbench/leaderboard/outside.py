@@ -62,7 +62,7 @@ def snapshot(board: Path) -> Snapshot | None:
             cell = member(board / "cells", cid, ".json", "cell id", source=board / "results.json")
             if cell.exists():
                 snap.texts[cid] = cell.read_text()
-                entry = CellRecord.from_dict(json.loads(snap.texts[cid]))
+                entry = CellRecord.from_dict(json.loads(snap.texts[cid]), cell)
                 snap.entries[cid] = entry
                 ref = entry.protocol_ref
                 if ref and (protocol := member(board / "protocols", ref, ".json", "protocol hash", source=cell)).exists():

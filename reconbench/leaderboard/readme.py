@@ -110,12 +110,12 @@ def _label_seeds(r: TableRow) -> str:
 
 def render_main_table(rows: list[TableRow], columns: list[Column]) -> str:
     # the threat-model column only on boards whose rows carry it (some attack reads the initial weights)
-    threat = any(r.extra.get("threat_model") for r in rows)
+    threat = any(r.threat_model for r in rows)
     headers = ["target", "attack"] + (["threat model"] if threat else []) + ["init", "seeds", "vs best"] \
         + [_arrow(c) for c in columns]
     body = []
     for r in rows:
-        body.append([_label_target(r), _label_attack(r)] + ([str(r.extra.get("threat_model") or "")] if threat else [])
+        body.append([_label_target(r), _label_attack(r)] + ([r.threat_model or ""] if threat else [])
                     + [_label_init(r), _label_seeds(r), _label_noise(r)] + [_cell(r, c) for c in columns])
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
 

@@ -236,7 +236,7 @@ def slim_board(suite: Suite, board: Path) -> SlimReport:
             report.already += 1
         else:
             write_entry(path, rec, suite, board)
-        records[path.stem] = CellRecord.from_dict(rec)
+        records[path.stem] = CellRecord.from_dict(rec, path)
     report.sample, report.removed = _slim_candidates(suite, board, records)
     for p in sorted((board / "targets").glob("*.safetensors")):  # weights: regenerated from the recorded recipes
         p.unlink()

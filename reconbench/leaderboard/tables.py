@@ -9,7 +9,6 @@ interval of the mean (Student t) are over seeds; each summary column also carrie
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import time
 from collections.abc import Iterable
@@ -30,6 +29,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import reported
 from reconbench.provenance import git_commit
 from reconbench.records import CellRecord, Invocation, MetricStat, TargetRow, mapping, number
+from reconbench.records.board_results import Stat
 from reconbench.targets.certificate import gate_value
 from reconbench.targets.regime import MAX_RESIDUAL
 
@@ -95,48 +95,6 @@ def value_range(key: str | None, records: Iterable[CellRecord] = ()) -> tuple[fl
         return (None, None)
     ns = [int(n) for r in records if isinstance(n := r.target.n_train, int)]
     return reported.bounds(rep, max(ns) if ns else None)
-
-
-@dataclass
-class Stat:
-    values: list[float]
-    #: the values the statistic can take (None: unbounded); the interval is clipped to it
-    value_range: tuple[float | None, float | None] = (None, None)
-
-    @property
-    def n(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float | None:
-        return statistics.fmean(self.values) if self.values else None
-
-    @property
-    def sd(self) -> float | None:
-        return statistics.stdev(self.values) if len(self.values) > 1 else None
-
-    @property
-    def ci95(self) -> tuple[float, float] | None:
-        """95% interval of the mean over seeds (Student t, n - 1 degrees of freedom), clipped to the value range
-        (with 2 or 3 seeds the t interval is wide and would otherwise reach counts below 0); None below two seeds."""
-        if self.n < 2 or self.mean is None or self.sd is None:
-            return None
-        from scipy.stats import t
-
-        half = float(t.ppf(0.975, self.n - 1)) * self.sd / math.sqrt(self.n)
-        lo, hi = self.mean - half, self.mean + half
-        floor, ceiling = self.value_range
-        return (lo if floor is None else max(lo, floor), hi if ceiling is None else min(hi, ceiling))
-
-    def to_dict(self) -> dict[str, Any]:
-        ci = self.ci95
-        return {"mean": self.mean, "sd": self.sd, "n": self.n, "values": self.values,
-                "ci95": None if ci is None else list(ci), "value_range": list(self.value_range)}
-
-    @classmethod
-    def from_metric(cls, m: MetricStat) -> Stat:
-        lo, hi = m.value_range or (None, None)
-        return cls(list(m.values), (lo, hi))
 
 
 def fmt_stat(s: Stat | MetricStat | dict[str, Any], fmt: str) -> str:
@@ -248,7 +206,7 @@ def failures_of(failed: list[CellRecord], total: int) -> dict[str, Any] | None:
 
 def collect(suite: Suite, results: Path) -> Published:
     plan = expand(suite)
-    found = {cid: CellRecord.from_dict(rec) for cid, rec in load_cells(results).items()}
+    found = {cid: CellRecord.from_dict(rec, f"{results / 'cells'} (cell {cid})") for cid, rec in load_cells(results).items()}
     records, not_run, stale = {}, [], []
     for cell in plan:
         if cell.cell_id not in found:

@@ -49,7 +49,7 @@ def read_record(leaderboard: Path, path: Path) -> tuple[dict[str, Any], CellReco
         raise ReconbenchError(f"{path}: a cell record is a JSON object, got a {type(raw).__name__}; restore it")
     try:
         full = expand(raw, card_reader(leaderboard), protocol_reader(leaderboard)) if is_entry(raw) else raw
-        return raw, CellRecord.from_dict(full)
+        return raw, CellRecord.from_dict(full, path)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         raise _malformed(path, exc) from None
 
@@ -69,7 +69,13 @@ def corrupt_cells(folder: Path) -> list[str]:
             continue
         if not isinstance(rec, dict):
             bad.append(f"{p}: a cell record is a JSON object, got a {type(rec).__name__}")
-        elif (typed := CellRecord.from_dict(rec)).format != CELL_FORMAT or typed.cell_id != p.stem:
+            continue
+        try:
+            typed = CellRecord.from_dict(rec, p)
+        except ReconbenchError as exc:
+            bad.append(str(exc))
+            continue
+        if typed.format != CELL_FORMAT or typed.cell_id != p.stem:
             bad.append(f"{p}: not a cell record of this file name (format {typed.format!r}, cell_id "
                        f"{typed.cell_id or None!r})")
     return bad
@@ -285,7 +291,7 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
     card_path = member(leaderboard / "targets", str(rec.target.recipe_key), ".json", "recipe key",
                        source=leaderboard / "cells" / f"{cell_id}.json")
     if card_path.exists():
-        card = CardData.from_dict(read_board_json(card_path, "model card"))
+        card = CardData.from_dict(read_board_json(card_path, "model card"), card_path)
         stored = {k: v for k, v in card.metrics.to_dict().items() if k != "margins"}
         shown_as = rec.target.metrics.to_dict()
         keys = stored.keys() | shown_as.keys()
@@ -303,7 +309,7 @@ def check_tables(leaderboard: Path) -> list[str]:
     data = read_results(leaderboard)
     cells = {p.stem: read_record(leaderboard, p)[1] for p in (leaderboard / "cells").glob("*.json")}
     try:
-        return _check_tables(BoardResults.from_dict(data), cells)
+        return _check_tables(BoardResults.from_dict(data, leaderboard / "results.json"), cells)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
         raise _malformed(leaderboard / "results.json", exc) from None
 

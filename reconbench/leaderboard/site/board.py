@@ -234,13 +234,13 @@ def _filters(tables: list[Table], privacy: list[PrivacyTable]) -> dict[str, list
 
 def load_board(folder: Path) -> Board:
     """A published board folder (``results.json``, ``cells/``) as the site shows it."""
-    data = BoardResults.from_dict(read_results(folder))
-    cells = {cid: CellRecord.from_dict(rec) for cid, rec in load_cells(folder).items()}
+    data = BoardResults.from_dict(read_results(folder), folder / "results.json")
+    cells = {cid: CellRecord.from_dict(rec, f"{folder / 'cells'} (cell {cid})") for cid, rec in load_cells(folder).items()}
     columns = data.column_list
     tables = [main_table(sel, data.table(sel), columns, cells) for sel in SELECTIONS]
     tables = [t for t in tables if t.rows]
     comps = [comparison(name, c, columns, cells) for name, c in (data.comparisons or {}).items()]
-    privacy = [privacy_table(name, t, cells) for name, t in data.privacy.items()]
+    privacy = [privacy_table(name, t, cells) for name, t in (data.privacy or {}).items()]
     figures = [f for f in (data.figures or {}).values() if f.file]
     header = data.header
     return Board(name=folder.name, folder=folder, description=header.description or "", header=header,

@@ -1,0 +1,76 @@
+"""Typed records of the files that flow through the house, one module per file format, each holding its records
+and its door (a :class:`~reconbench.records.record.FileFormat`: the version stamp selects an upgrade step, then
+the record reads the JSON strictly):
+
+* :mod:`~reconbench.records.run_result`: a run's ``result.json`` (``reconbench-result/1``);
+* :mod:`~reconbench.records.cell`: a cell record (``reconbench-bench-cell/1``), full or a board's slim entry;
+* :mod:`~reconbench.records.board_entry`: a slim entry's own metadata (``reconbench-board-entry/1``);
+* :mod:`~reconbench.records.board_results`: a board's ``results.json`` (``reconbench-leaderboard/1`` and ``/2``);
+* :mod:`~reconbench.records.model_card`: a model card (``reconbench-card/1``), full or a board's compact card;
+* :mod:`~reconbench.records.submission`: a packed submission (``reconbench-submission/1``);
+* :mod:`~reconbench.records.invocation`: an invocation of ``reconbench bench`` (``invocations/NNN.json``).
+
+:mod:`~reconbench.records.record` holds the base record, the strict codec (cattrs) and the door. Every name is
+re-exported here.
+"""
+
+from reconbench.records.board_entry import EntryInfo
+from reconbench.records.board_results import (
+    BOARD_RESULTS_FILE,
+    BoardHeader,
+    BoardResults,
+    Column,
+    Command,
+    Comparison,
+    ComparisonRow,
+    ComparisonValue,
+    Failures,
+    Figure,
+    MetricStat,
+    NullSummary,
+    PrivacyAttack,
+    PrivacyRow,
+    PrivacyTable,
+    Submission,
+    TableRow,
+    TargetRow,
+)
+from reconbench.records.cell import (
+    CELL_FILE,
+    AttackInfo,
+    CellRecord,
+    ImageRow,
+    InitInfo,
+    SearchRun,
+    Selection,
+    Spread,
+    TargetInfo,
+    image_rows,
+)
+from reconbench.records.invocation import INVOCATION_FILE, Invocation
+from reconbench.records.model_card import (
+    CARD_FILE,
+    BoardCardNote,
+    CardData,
+    CardProblem,
+    Digest,
+    ProblemIndices,
+    ProblemRecipe,
+    TargetRecipe,
+    TrainMetrics,
+    TrainRecipe,
+)
+from reconbench.records.record import SCHEMA_VERSION, FileFormat, Record, decode, mapping, number, plain
+from reconbench.records.run_result import RUN_RESULT_FILE, RunResult, RunTarget
+from reconbench.records.submission import SUBMISSION_FILE, SubmissionBoard, SubmissionFile, SubmissionProvenance
+
+__all__ = [
+    "BOARD_RESULTS_FILE", "CARD_FILE", "CELL_FILE", "INVOCATION_FILE", "RUN_RESULT_FILE", "SCHEMA_VERSION",
+    "SUBMISSION_FILE", "AttackInfo", "BoardCardNote", "BoardHeader", "BoardResults", "CardData", "CardProblem",
+    "CellRecord", "Column", "Command", "Comparison", "ComparisonRow", "ComparisonValue", "Digest", "EntryInfo",
+    "Failures", "Figure", "FileFormat", "ImageRow", "InitInfo", "Invocation", "MetricStat", "NullSummary",
+    "PrivacyAttack", "PrivacyRow", "PrivacyTable", "ProblemIndices", "ProblemRecipe", "Record", "RunResult",
+    "RunTarget", "SearchRun", "Selection", "Spread", "Submission", "SubmissionBoard", "SubmissionFile",
+    "SubmissionProvenance", "TableRow", "TargetInfo", "TargetRecipe", "TargetRow", "TrainMetrics", "TrainRecipe",
+    "decode", "image_rows", "mapping", "number", "plain",
+]

@@ -1,0 +1,194 @@
+"""A model card (``targets/<recipe key>.json``, ``reconbench-card/1``): the recipe a target was trained from, its
+training metrics, its problem's indices; in the form ``reconbench train`` writes or the compact one a board keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reconbench.records.record import FileFormat, Record, mapping, unchanged
+
+
+@dataclass(frozen=True)
+class ProblemRecipe(Record):
+    """The problem a target is trained on (``data.ProblemSpec`` as written)."""
+
+    dataset: str | None = None
+    task: str | None = None
+    n_per_class: int | None = None
+    num_classes: int | None = None
+    binary_rule: str | None = None
+    seed: int | None = None
+    n_test_per_class: int | None = None
+    n_decoy_per_class: int | None = None
+    order: str | None = None
+    order_seed: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainRecipe(Record):
+    """How a target is trained (``targets/recipe.TrainSpec`` as written; ``certify_every`` and ``stop_at_gate`` are
+    written only when set)."""
+
+    loss: str | None = None
+    lr: float | None = None
+    steps: int | None = None
+    weight_decay: float | None = None
+    dtype: str | None = None
+    schedule: str | None = None
+    schedule_threshold: float | None = None
+    schedule_cap: float | None = None
+    stop_loss: float | None = None
+    eval_every: int | None = None
+    seed: int | None = None
+    certify_every: int | None = None
+    stop_at_gate: float | None = None
+    #: the loss's numerical form ("stable": softplus / log-sum-exp in float64; absent: the legacy form)
+    loss_form: str | None = None
+
+
+@dataclass(frozen=True)
+class TargetRecipe(Record):
+    """The recipe a target was trained from, as written (``targets/recipe.TargetRecipe.to_dict``)."""
+
+    family: str | None = None
+    problem: ProblemRecipe = ProblemRecipe()
+    model: Mapping[str, Any] | None = None
+    train: TrainRecipe = TrainRecipe()
+    defense: str | None = None
+    defense_config: Mapping[str, Any] | None = None
+
+    @property
+    def widths(self) -> Any:
+        return mapping(self.model).get("widths")
+
+
+@dataclass(frozen=True)
+class TrainMetrics(Record):
+    """A target's training evidence as its model card records it."""
+
+    loss_name: str | None = None
+    steps_run: int | None = None
+    final_loss: float | None = None
+    train_seconds: float | None = None
+    train_device: str | None = None
+    stopped_by: str | None = None
+    train_loss: float | None = None
+    train_error: float | None = None
+    test_loss: float | None = None
+    test_error: float | None = None
+    stalled_samples: int | None = None
+    param_count: int | None = None
+    param_norm_sq: float | None = None
+    #: why the weights were reused instead of trained (a defense applied to an undefended recipe's weights)
+    training_reused: str | None = None
+    certificate: Mapping[str, Any] | None = None
+    before_defense: Mapping[str, Any] | None = None
+    defense: Mapping[str, Any] | None = None
+    margins: list[float] | None = None
+    #: the training half of the precision policy (dtype and loss accumulation), on cards that record it
+    precision: Mapping[str, Any] | None = None
+
+    @property
+    def stationarity_ratio(self) -> float | None:
+        """The certificate's stationarity ratio (None: no certificate, or none recorded)."""
+        value = mapping(self.certificate).get("ratio")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def defense_records(self) -> Mapping[str, Any]:
+        """What a defense recorded when it was applied (its privacy budget, ...); empty without a defense."""
+        return mapping(mapping(self.defense).get("records"))
+
+    @property
+    def certificate_dict(self) -> dict[str, Any] | None:
+        return self.certificate if isinstance(self.certificate, dict) else None
+
+
+@dataclass(frozen=True)
+class Digest(Record):
+    """What a board card keeps of a list it leaves out: its length (``count`` of indices, ``points`` of a
+    training curve) and the sha256 of its bytes (``leaderboard/board_cards.py``)."""
+
+    count: int | None = None
+    points: int | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class ProblemIndices(Record):
+    """The data-set indices of a target's training problem; a board card keeps the held-out ``test`` indices as a
+    :class:`Digest`, a card as ``reconbench train`` writes it as the list."""
+
+    train: list[int] | None = None
+    test: list[int] | Digest | None = None
+    decoy: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class CardProblem(Record):
+    """A card's training problem: its spec, indices, training labels and the sha256 of its training pixels."""
+
+    spec: ProblemRecipe | None = None
+    indices: ProblemIndices = ProblemIndices()
+    train_labels: list[int] | None = None
+    train_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class BoardCardNote(Record):
+    """The ``board_card`` field of a model card as a board keeps it: its schema, and the digest of the training
+    curve it leaves out."""
+
+    schema: str | None = None
+    history: Digest | None = None
+
+
+@dataclass(frozen=True)
+class CardData(Record):
+    """A model card's JSON (``targets/<recipe key>.json``), as ``reconbench train`` writes it or in the compact
+    form a board keeps (``board_card`` set: no ``history``, the test indices as a :class:`Digest`): the parts a
+    board's readers check against."""
+
+    SCHEMA = "reconbench-card/1"
+
+    format: str | None = None
+    reconbench_version: str | None = None
+    created: str | None = None
+    recipe: TargetRecipe | None = None
+    recipe_key: str | None = None
+    family: str | None = None
+    model_spec: Mapping[str, Any] | None = None
+    homogeneity_degree: int | None = None
+    task: str | None = None
+    num_classes: int | None = None
+    out_dim: int | None = None
+    input_shape: list[int] | None = None
+    class_counts: list[int] | None = None
+    problem: CardProblem = CardProblem()
+    weights: Mapping[str, Any] | None = None
+    mean_image: Mapping[str, Any] | None = None
+    metrics: TrainMetrics = TrainMetrics()
+    history: list[Any] | None = None
+    content_sha256: str | None = None
+    #: the hash of the metrics evaluation reads (test error, margins, certificate), on cards that record it
+    metrics_sha256: str | None = None
+    #: trained parameters p, input dimension d, n and p / (d n), on cards that record it
+    p_over_dn: Mapping[str, Any] | None = None
+    board_card: BoardCardNote | None = None
+
+    @property
+    def is_board_card(self) -> bool:
+        return isinstance(self.board_card, BoardCardNote)
+
+    @property
+    def test_indices(self) -> list[int] | Digest | None:
+        """The held-out test indices (a list), their :class:`Digest` (a board card), or None when not recorded."""
+        indices = self.problem.indices if isinstance(self.problem, CardProblem) else None
+        test = indices.test if isinstance(indices, ProblemIndices) else None
+        return test if isinstance(test, (list, Digest)) else None
+
+
+#: the door of a model card: ``reconbench-card/1`` (a board card has the same stamp and a ``board_card`` note)
+CARD_FILE: FileFormat[CardData] = FileFormat(CardData, "format", {CardData.SCHEMA: unchanged})

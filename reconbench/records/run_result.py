@@ -1,0 +1,61 @@
+"""A run's ``result.json`` (``reconbench-result/1``, written by ``runs/result.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconbench.records.record import FileFormat, Record, mapping, unchanged
+
+
+@dataclass(frozen=True)
+class RunTarget(Record):
+    """What a run records of its target: its card, recipe, training metrics."""
+
+    card: str | None = None
+    recipe: Mapping[str, Any] | None = None
+    recipe_key: str | None = None
+    card_sha256: str | None = None
+    family: str | None = None
+    task: str | None = None
+    n_train: int | None = None
+    p_over_dn: Mapping[str, Any] | None = None
+    train_metrics: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunResult(Record):
+    """A run's ``result.json`` (``runs/result.py``): the pooled and selected evaluations, the runs, provenance."""
+
+    SCHEMA = "reconbench-result/1"
+
+    kind: str | None = None
+    attack: str | None = None
+    #: what the attack declared it reads besides the final weights (interfaces.ThreatModel.to_dict and its label)
+    threat_model: Mapping[str, Any] | None = None
+    init: str | None = None
+    init_config: Mapping[str, Any] | None = None
+    init_is_oracle: bool | None = None
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    search: Mapping[str, Any] | None = None
+    target: RunTarget = RunTarget()
+    selection: Mapping[str, Any] = field(default_factory=dict)
+    runs: list[Mapping[str, Any]] = field(default_factory=list)
+    failed_runs: list[int] = field(default_factory=list)
+    outcome: Mapping[str, Any] | None = None
+    evaluation: Mapping[str, Any] = field(default_factory=dict)
+    evaluation_selected: Mapping[str, Any] = field(default_factory=dict)
+    calibration_bars: Any = None
+    figures: list[str] = field(default_factory=list)
+    wall_seconds: float | None = None
+    provenance: Mapping[str, Any] | None = None
+
+    def selected_run(self, name: str) -> int | None:
+        """The run a selection (blind, oracle) picked; None when none finished."""
+        run = mapping(self.selection.get(name)).get("run")
+        return run if isinstance(run, int) else None
+
+
+#: the door of a run's result.json
+RUN_RESULT_FILE: FileFormat[RunResult] = FileFormat(RunResult, "kind", {RunResult.SCHEMA: unchanged})
