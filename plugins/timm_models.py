@@ -31,7 +31,7 @@ from torch import nn
 from reconbench import hookimpl
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import ModelFamily
-from reconbench.nets import TargetNet
+from reconbench.nets import TargetNet, swap_relus
 
 INSTALL_HINT = "pip install 'reconbench[timm]'"
 
@@ -49,43 +49,19 @@ def architectures(pattern: str | None = None) -> list[str]:
     return list(_timm().list_models(pattern or "*"))
 
 
-class _SwappableReLU(nn.Module):
-    """Stands in for an ``nn.ReLU`` of a timm model and calls the owning network's current activation."""
-
-    _owner: TargetNet
-
-    def __init__(self, owner: TargetNet) -> None:
-        super().__init__()
-        object.__setattr__(self, "_owner", owner)  # not a submodule (that would make a cycle)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._owner.activation(x)
-
-
 class TimmNet(TargetNet):
     """A timm model behind the target-network interface; ``body`` is the timm module."""
 
     def __init__(self, body: nn.Module) -> None:
         super().__init__()
         self.body = body
-        self.swapped = _swap_relus(body, self)
+        self.swapped = swap_relus(body, self)
         for module in body.modules():  # the KKT attacks differentiate twice; fused attention kernels cannot
             if hasattr(module, "fused_attn"):
                 setattr(module, "fused_attn", False)  # noqa: B010 (a plain attribute, not a submodule)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)  # type: ignore[no-any-return]
-
-
-def _swap_relus(module: nn.Module, owner: TargetNet) -> int:
-    count = 0
-    for name, child in module.named_children():
-        if isinstance(child, nn.ReLU):
-            setattr(module, name, _SwappableReLU(owner))
-            count += 1
-        else:
-            count += _swap_relus(child, owner)
-    return count
 
 
 def _first_line(exc: BaseException) -> str:

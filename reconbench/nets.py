@@ -53,3 +53,29 @@ def init_linear_default_(layer: nn.Linear | nn.Conv2d, generator: torch.Generato
         layer.weight.uniform_(-bound, bound, generator=generator)
         if layer.bias is not None:
             layer.bias.uniform_(-bound, bound, generator=generator)
+
+
+class SwappableReLU(nn.Module):
+    """Stands in for an ``nn.ReLU`` of a network built elsewhere (timm, an audited model) and calls the owning
+    :class:`TargetNet`'s current activation, so the KKT attacks can swap it for a smooth one."""
+
+    _owner: TargetNet
+
+    def __init__(self, owner: TargetNet) -> None:
+        super().__init__()
+        object.__setattr__(self, "_owner", owner)  # not a submodule (that would make a cycle)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._owner.activation(x)
+
+
+def swap_relus(module: nn.Module, owner: TargetNet) -> int:
+    """Replace every ``nn.ReLU`` below ``module`` by a :class:`SwappableReLU` of ``owner``; the number replaced."""
+    count = 0
+    for name, child in module.named_children():
+        if isinstance(child, nn.ReLU):
+            setattr(module, name, SwappableReLU(owner))
+            count += 1
+        else:
+            count += swap_relus(child, owner)
+    return count

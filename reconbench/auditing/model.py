@@ -27,7 +27,7 @@ from torch import nn
 from reconbench import hookimpl, plugins
 from reconbench.errors import IncompatibleError, ModelCardError, ReconbenchError
 from reconbench.interfaces import ModelFamily
-from reconbench.nets import TargetNet
+from reconbench.nets import SwappableReLU, TargetNet, swap_relus
 from reconbench.targets.cards import LEGACY_PREFIXES
 
 #: built-in families whose first layer the input factor is folded into (their forward stays a homogeneous chain)
@@ -40,19 +40,6 @@ SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = (
     nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.MaxPool2d,
     nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Softplus, nn.LeakyReLU, nn.ELU, nn.Softmax,
 )
-
-
-class SwappableReLU(nn.Module):
-    """Stands in for an ``nn.ReLU`` of an outside network and calls the owning wrapper's current activation."""
-
-    _owner: TargetNet
-
-    def __init__(self, owner: TargetNet) -> None:
-        super().__init__()
-        object.__setattr__(self, "_owner", owner)  # not a submodule (that would make a cycle)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._owner.activation(x)
 
 
 class OutsideNet(TargetNet):
@@ -79,17 +66,6 @@ class ScaledInput(TargetNet):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         object.__setattr__(self.net, "activation", self.activation)  # follow a swap made on the wrapper
         return self.net(x * self.factor)  # type: ignore[no-any-return]
-
-
-def swap_relus(module: nn.Module, owner: TargetNet) -> int:
-    count = 0
-    for name, child in module.named_children():
-        if isinstance(child, nn.ReLU):
-            setattr(module, name, SwappableReLU(owner))
-            count += 1
-        else:
-            count += swap_relus(child, owner)
-    return count
 
 
 @dataclass(frozen=True)
