@@ -34,13 +34,14 @@ ray = pytest.importorskip("ray")
 
 
 def test_executor_options_are_checked_before_anything_runs(tmp_path, capsys):
+    running = ray.is_initialized()   # a module fixture's instance, when a test using it ran first
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "ci", "--out", str(tmp_path / "res"), "--address", "auto"])
     assert exit_info.value.code == 2 and "--address needs --executor ray" in capsys.readouterr().err
     ctx = RunContext(load_suite("ci"), tmp_path, 0, "cuda:1", "float64", None, None, True)
     with pytest.raises(SuiteError, match="pass --device cuda"):
         RayExecutor().check(ctx)
-    assert not ray.is_initialized() and not (tmp_path / "res").exists()
+    assert ray.is_initialized() == running and not (tmp_path / "res").exists()   # the checks started no Ray
 
 
 def test_errors_cross_process_boundaries_intact():
@@ -52,6 +53,8 @@ def test_errors_cross_process_boundaries_intact():
 @pytest.fixture(scope="module")
 def two_workers() -> Iterator[None]:
     """A local Ray instance with two CPU slots: at most two cells run at once, in two worker processes."""
+    if ray.is_initialized():   # another test's instance, left by a test that ran before in another order
+        ray.shutdown()
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
              logging_level=logging.WARNING)
     yield
@@ -200,14 +203,16 @@ def pausing_workers(tmp_path: Path) -> Iterator[Path]:
     there to be killed (reconbench.runs.execute.pause_after_first_run); the plain instance is back afterwards."""
     signals = tmp_path / "signals"
     signals.mkdir()
-    if ray.is_initialized():
+    plain_before = ray.is_initialized()   # the module's two_workers instance, when a test before this one made it
+    if plain_before:
         ray.shutdown()
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
              logging_level=logging.WARNING, runtime_env={"env_vars": {PAUSE_ENV: str(signals)}})
     yield signals
     ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
-             logging_level=logging.WARNING)
+    if plain_before:   # as it was found, whatever order the tests run in
+        ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 2**20,
+                 logging_level=logging.WARNING)
 
 
 def kill_at_the_first_finished_run(signals: Path, out: Path, killed: dict[str, Any]) -> None:
