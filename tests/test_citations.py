@@ -3,6 +3,8 @@ entry of it, and `reconbench cite` prints the project's entry and the attack's."
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +12,10 @@ import bibtexparser
 import pytest
 import tomllib
 import yaml
+from _helpers.cli import run_cli
 
 from reconbench import citations, plugins
-from reconbench.cli import main
+from reconbench.leaderboard.site.build import build_site
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,17 +96,6 @@ def test_paper_keys_are_distinct_per_paper() -> None:
             assert keys.setdefault(entry.key, entry.fields_dict["title"].value) == entry.fields_dict["title"].value
 
 
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cite_prints_the_project_and_the_attacks_paper(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(["cite", "multiclass_kkt"], capsys)
     assert code == 0
@@ -138,3 +130,14 @@ def test_list_attacks_verbose_shows_each_paper(capsys: pytest.CaptureFixture[str
         assert f"{name} paper:" in out
         if expected is not None:
             assert parse_one(plugins.get("attacks", name).paper).key in out
+
+
+def test_claims_page_shows_each_attacks_paper(tmp_path: Path) -> None:
+    """The generated site's claims page lists each paper once with its BibTeX and the attacks that implement it."""
+    build_site(ROOT / "leaderboards", tmp_path / "site", boards=["claims-a", "claims-b"], images=False)
+    page = (tmp_path / "site" / "claims.html").read_text()
+    shown = [html.unescape(b) for b in re.findall(r'<pre class="bibtex">(.*?)</pre>', page, flags=re.S)]
+    papers = {plugins.get("attacks", name).paper for name, expected in PAPERS.items() if expected is not None}
+    assert sorted(shown) == sorted(papers)   # each once: the two Buzaglo attacks share one entry
+    for bibtex in shown:
+        parse_one(bibtex)
