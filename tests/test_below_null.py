@@ -83,7 +83,7 @@ def test_a_line_at_or_below_the_nulls_maximum() -> None:
     for headline, top in ((0, 0.0), (2, 2.0), (1, 3.0)):
         line = below_null_line(record(headline, top))
         assert line is not None and f"({headline} of 20) does not beat" in line and f"max {top:.0f}" in line
-        assert "\n" not in line and "--search-runs" in line and "--set steps=" in line
+        assert "\n" not in line and "--search-runs" in line and "--set steps=" in line and "--steps N" in line
 
 
 def test_no_line_without_a_calibrated_headline() -> None:
@@ -117,7 +117,8 @@ def test_the_regime_residual_is_named_only_above_the_bound(residual: float) -> N
     line = below_null_line(rec)
     assert line is not None
     assert ("outside the attack's regime" in line) == (residual > MAX_RESIDUAL)
-    assert ("--steps" in line) == (residual > MAX_RESIDUAL)
+    assert ("with weight decay" in line) == (residual > MAX_RESIDUAL)
+    assert ("inside the attack's regime" in line) == (residual <= MAX_RESIDUAL)
 
 
 def test_an_attack_without_a_stationarity_premise_is_not_gated() -> None:

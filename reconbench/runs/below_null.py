@@ -58,33 +58,35 @@ def below_null_line(result: Mapping[str, Any]) -> str | None:
     metrics = target.get("train_metrics") or {}
     attack = str(result.get("attack", ""))
     causes: list[str] = []
-    fixes: list[str] = []
+    fixes: dict[str, str] = {}   # what to change, one per part: the target, the attack, the search
     threat = threat_model_of(attack)
+    inside = ""
     if threat is not None:
         residual, how = residual_for(metrics.get("certificate"), threat)
         if residual is not None and residual > MAX_RESIDUAL:
             causes.append(f"the target is outside the attack's regime (its {how} residual is {residual:.2g}, above "
                           f"{MAX_RESIDUAL:g}; docs/regime.md)")
-            fixes.append("train the target longer (--steps) or with weight decay (docs/regime.md)")
+            fixes["target"] = "train the target longer (--steps N) or with weight decay (docs/regime.md)"
+        elif residual is not None:
+            inside = f"the target is inside the attack's regime ({how} residual {residual:.2g} <= {MAX_RESIDUAL:g}) and "
     error = _number(metrics.get("train_error"))
     if error is not None and error > 0:
         causes.append(f"the target misclassifies {error:.0%} of its training set")
-        if not fixes:
-            fixes.append("train the target longer (--steps)")
+        fixes.setdefault("target", "train the target longer (--steps N)")
     runs = [r for r in result.get("runs") or [] if r.get("stopped") != "failed"]
     moved = loss_moved(runs)
     span = _loss_span(runs)
     if moved is False:
         causes.append(f"the attack did not move (its loss {span})" if span else "the attack did not move")
-        fixes.append("more attack steps (--set steps=N) or another initialisation scale (--init-set scale=...)")
+        fixes["attack"] = "more attack steps (--set steps=N) or another initialisation scale (--init-set scale=...)"
     elif moved and not causes:
-        causes.append(f"the attack's loss fell ({span}) but its candidates are no closer to the training images "
-                      "than to held-out ones")
+        causes.append(f"{inside}the attack's loss fell ({span}), but its candidates are no closer to the training "
+                      "images than to held-out ones")
     if not causes:
         causes.append("no recorded cause (no regime residual or loss trace to read)")
-    fixes.append("more --search-runs")
-    if not any("--set steps" in f for f in fixes):
-        fixes.append("more attack steps (--set steps=N)")
+    fixes.setdefault("search", "more --search-runs")
+    fixes.setdefault("attack", "more attack steps (--set steps=N)")
+    fixes.setdefault("target", "a longer-trained target (--steps N)")
     return (f"note: the calibrated headline ({headline} of {summary.get('n_train')}) does not beat its held-out null "
             f"(max {top:.0f} over {null.get('draws', 0)} draws), so this run shows no reconstruction; likely why: "
-            f"{'; '.join(causes)}. Try: {', '.join(fixes)}.")
+            f"{'; '.join(causes)}. Try: {', '.join(fixes.values())}.")
