@@ -141,3 +141,19 @@ def test_claims_page_shows_each_attacks_paper(tmp_path: Path) -> None:
     assert sorted(shown) == sorted(papers)   # each once: the two Buzaglo attacks share one entry
     for bibtex in shown:
         parse_one(bibtex)
+
+
+def test_conformance_refuses_a_paper_that_is_not_bibtex() -> None:
+    """A plugin's paper is one BibTeX entry or None: the conformance suite says so before its smoke run."""
+    from dataclasses import dataclass
+
+    from conftest import ToyAttack
+
+    from reconbench.conformance import check_attack
+
+    @dataclass(frozen=True)
+    class PlainTextPaper(ToyAttack):
+        paper: str | None = "Haim et al. 2022, NeurIPS"
+
+    with pytest.raises(AssertionError, match="paper must be None or one BibTeX entry"):
+        check_attack(PlainTextPaper())
