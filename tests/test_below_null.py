@@ -117,8 +117,16 @@ def test_the_regime_residual_is_named_only_above_the_bound(residual: float) -> N
     line = below_null_line(rec)
     assert line is not None
     assert ("outside the attack's regime" in line) == (residual > MAX_RESIDUAL)
-    assert ("with weight decay" in line) == (residual > MAX_RESIDUAL)
+    assert ("train the target longer (--steps N) or with weight decay" in line) == (residual > MAX_RESIDUAL)
     assert ("inside the attack's regime" in line) == (residual <= MAX_RESIDUAL)
+
+
+def test_a_regularised_target_is_told_to_train_to_stationarity() -> None:
+    """general_loss_wd reads the weight-decay residual; its target already has weight decay, so the fix is training."""
+    cert = {"regime": {"regularised": {"residual": 1.7}, "theta": {"residual": 0.1}}}
+    line = below_null_line(record(0, 0.0, attack="general_loss_wd", target={"train_metrics": {"certificate": cert}}))
+    assert line is not None and "regularised residual is 1.7" in line
+    assert "stationary point of its regularised loss" in line and "with weight decay" not in line
 
 
 def test_an_attack_without_a_stationarity_premise_is_not_gated() -> None:

@@ -66,7 +66,9 @@ def below_null_line(result: Mapping[str, Any]) -> str | None:
         if residual is not None and residual > MAX_RESIDUAL:
             causes.append(f"the target is outside the attack's regime (its {how} residual is {residual:.2g}, above "
                           f"{MAX_RESIDUAL:g}; docs/regime.md)")
-            fixes["target"] = "train the target longer (--steps N) or with weight decay (docs/regime.md)"
+            fixes["target"] = ("train the target longer (--steps N), to a stationary point of its regularised loss"
+                               if threat == "regularised" else
+                               "train the target longer (--steps N) or with weight decay (docs/regime.md)")
         elif residual is not None:
             inside = f"the target is inside the attack's regime ({how} residual {residual:.2g} <= {MAX_RESIDUAL:g}) and "
     error = _number(metrics.get("train_error"))
