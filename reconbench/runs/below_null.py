@@ -66,7 +66,7 @@ def below_null_line(result: Mapping[str, Any]) -> str | None:
         if residual is not None and residual > MAX_RESIDUAL:
             causes.append(f"the target is outside the attack's regime (its {how} residual is {residual:.2g}, above "
                           f"{MAX_RESIDUAL:g}; docs/regime.md)")
-            fixes["target"] = ("train the target longer (--steps N), to a stationary point of its regularised loss"
+            fixes["target"] = ("train the target to a stationary point of its regularised loss (more --steps N)"
                                if threat == "regularised" else
                                "train the target longer (--steps N) or with weight decay (docs/regime.md)")
         elif residual is not None:
