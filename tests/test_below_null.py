@@ -86,6 +86,20 @@ def test_a_line_at_or_below_the_nulls_maximum() -> None:
         assert "\n" not in line and "--search-runs" in line and "--set steps=" in line and "--steps N" in line
 
 
+@pytest.mark.parametrize("bar", [0.85, 0.95, 0.973])
+def test_a_high_correlation_bar_is_named(bar: float) -> None:
+    from reconbench.runs.below_null import HIGH_CORR_BAR
+
+    rec = record(0, 0.0)
+    rec["evaluation"]["summary"]["calibrated_threshold"] = bar
+    rec["evaluation"]["protocol"] = {"calibration": {"score": "corr"}}
+    line = below_null_line(rec)
+    high = bar >= HIGH_CORR_BAR
+    assert line is not None and ("bar is high" in line) == high and ("mnist_test" in line) == high
+    rec["evaluation"]["protocol"] = {"calibration": {"score": "ssim"}}   # another score: another scale, not judged
+    assert "bar is high" not in (below_null_line(rec) or "")
+
+
 def test_no_line_without_a_calibrated_headline() -> None:
     rec = record(0, 0.0)
     rec["evaluation"]["summary"]["reconstructed_calibrated"] = None
