@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from reconbench import hookimpl
+from reconbench import citations, hookimpl
 from reconbench.attack.bilevel import (
     InnerResult,
     LowerProblem,
@@ -124,6 +124,7 @@ def draw_theta0(layout: ParamLayout, config: BilevelConfig, generator: torch.Gen
 @dataclass(frozen=True)
 class RunkelBilevel(Attack):
     name: str = "runkel_bilevel"
+    paper: str | None = citations.RUNKEL_2024
     description: str = ("Runkel et al.'s bilevel attack: min_x ||theta* - theta(x)||^2 with theta(x) the "
                         "retrained model, implicit hypergradient by CG on Hessian-vector products")
     needs: frozenset = frozenset({"labels", "loss", "weight_decay"})

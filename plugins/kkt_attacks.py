@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 import torch
 import torch.nn.functional as F
 
-from reconbench import hookimpl, plugins
+from reconbench import citations, hookimpl, plugins
 from reconbench.attack.kkt.batched import (
     BatchTerms,
     bytes_per_run,
@@ -338,6 +338,7 @@ class _KKTAttack(Attack):
 @dataclass(frozen=True)
 class HaimBinaryKKT(_KKTAttack):
     name: str = "haim_binary_kkt"
+    paper: str | None = citations.HAIM_2022
     description: str = ("Haim et al. 2022: KKT stationarity attack on a binary classifier, "
                         "s_i = lambda_i y_i Phi(x_i)")
     needs: frozenset[str] = frozenset({"class_balance"})   # for the labels by halves
@@ -375,6 +376,7 @@ class HaimBinaryKKT(_KKTAttack):
 @dataclass(frozen=True)
 class MulticlassKKT(_KKTAttack):
     name: str = "multiclass_kkt"
+    paper: str | None = citations.BUZAGLO_2023
     description: str = ("Buzaglo et al. 2023: KKT attack on a multiclass classifier, "
                         "s_i = lambda_i (Phi_y - max_{j != y} Phi_j)(x_i), or one lambda per wrong class")
     needs: frozenset[str] = frozenset({"class_balance"})   # for the class blocks
@@ -445,6 +447,7 @@ class MulticlassKKT(_KKTAttack):
 @dataclass(frozen=True)
 class GeneralLossWD(_KKTAttack):
     name: str = "general_loss_wd"
+    paper: str | None = citations.BUZAGLO_2023
     description: str = ("Buzaglo et al. 2023: weight-decay stationarity attack for regression losses (MSE, L2.5, "
                         "Huber), s_i = lambda_i Phi(x_i) with signed lambda and no labels")
     needs: frozenset[str] = frozenset({"loss"})

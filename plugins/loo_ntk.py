@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from reconbench import hookimpl
+from reconbench import citations, hookimpl
 from reconbench.attack.ntk import NTKProblem, batched_value_and_grad, beta_at, objective
 from reconbench.config import LogUniform, option
 from reconbench.errors import DivergedError, IncompatibleError
@@ -41,6 +41,7 @@ class LooNTKConfig:
 @dataclass(frozen=True)
 class LooNTK(Attack):
     name: str = "loo_ntk"
+    paper: str | None = citations.LOO_2024
     description: str = ("Loo et al. 2024: match theta_f - theta_0 to a combination of candidate gradients at "
                         "theta_f (and theta_0 with both_kernels), softplus ramp, Adam (reads theta0)")
     needs: frozenset[str] = frozenset({"mean_image"})

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from reconbench import hookimpl
+from reconbench import citations, hookimpl
 from reconbench.attack.projection import check_head, head_features, head_layer, head_vector, projection_loss
 from reconbench.config import Limit, LogUniform, option
 from reconbench.errors import DivergedError, IncompatibleError
@@ -39,6 +39,7 @@ class ProjectionConfig:
 @dataclass(frozen=True)
 class ProjectionLaw(Attack):
     name: str = "projection_law"
+    paper: str | None = citations.IURADA_2026
     description: str = ("Iurada et al. 2026: projection loss on the head, ||(I - P_H(X)) (W - W0)||^2 / ||W - W0||^2 "
                         "over n candidates on the sphere (reads theta0 and n)")
     threat: ThreatModel = ThreatModel(initial_weights=True, n=True)

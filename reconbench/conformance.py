@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -77,6 +78,9 @@ def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, Attac
     assert attack.threat.labels or not LABEL_ITEMS & set(attack.needs), \
         f"{attack.name}: needs the labels but its threat model does not read them (ThreatModel(labels=True))"
     assert set(attack.tasks) and set(attack.tasks) <= set(TASKS), f"{attack.name}: tasks must be a subset of {TASKS}"
+    assert attack.paper is None or (isinstance(attack.paper, str) and re.match(r"\s*@\w+\{[^,\s]+,", attack.paper)
+                                    and "title" in attack.paper), \
+        f"{attack.name}: paper must be None or one BibTeX entry (@type{{key, title = {{...}}, ...}})"
     rng = np.random.default_rng(0)
     space = attack.search_space()
     fields = {f.name for f in dataclasses.fields(attack.config_cls)}

@@ -187,6 +187,9 @@ class Attack(Plugin):
     #: the model family the conformance suite attacks, and the config of its smoke run
     conformance_family: str | None = None
     smoke_config: dict[str, Any] | None = None
+    #: BibTeX of the paper the attack implements (``reconbench cite NAME`` prints it); None for baselines and for
+    #: attacks that implement no paper. :mod:`reconbench.citations` holds the built-in attacks' entries.
+    paper: str | None = None
 
     def search_space(self) -> dict[str, Distribution]:
         """Distributions over config fields for random search (e.g. the papers' sweep ranges); empty: no search."""

@@ -69,6 +69,7 @@ def load_commands() -> click.Group:
     from reconbench.cli import (  # noqa: F401
         audit_cmd,
         bench_cmd,
+        cite_cmd,
         doctor_cmd,
         evaluate_cmd,
         export_cmd,

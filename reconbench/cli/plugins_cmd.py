@@ -27,7 +27,8 @@ def plugins_command() -> None:
 @main_group.command("list")
 @click.argument("kind", type=click.Choice(list(plugins.KINDS)))
 @click.argument("pattern", required=False)
-@click.option("--verbose", "-v", is_flag=True, help="Also show each entry's options and defaults.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Also show each entry's options and defaults, and each attack's paper (BibTeX).")
 @click.option("--arch", "arch_pattern", default=None,
               help="models: list the architectures of families that build them by name (e.g. timm) matching a wildcard.")
 def list_command(kind: str, pattern: str | None, verbose: bool, arch_pattern: str | None) -> None:
@@ -48,6 +49,9 @@ def list_command(kind: str, pattern: str | None, verbose: bool, arch_pattern: st
     _list_architectures(entries, verbose, arch_pattern)
     if verbose:
         for e in entries:
+            if isinstance(e.obj, Attack):
+                paper = e.obj.paper or "none (a baseline, or a method of its own)"
+                click.echo(f"\n{e.name} paper:\n{paper}")
             cls = e.obj.config_cls
             if isinstance(cls, type) and dataclasses.is_dataclass(cls) and dataclasses.fields(cls):
                 click.echo(f"\n{e.name} options:")

@@ -32,6 +32,7 @@ from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.evaluation import reported, resolve_protocol
 from reconbench.preflight import attack_seconds, card_size, check_attack, check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
+from reconbench.runs.below_null import below_null_line
 from reconbench.runs.execute import run_attack
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cache import cache_dir, get_or_train
@@ -144,6 +145,8 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                    "a reconstruction result", err=True)
     for line in headline_lines(result["evaluation"]):
         click.echo(line)
+    if outcome["status"] == "ok" and (why := below_null_line(result)):
+        click.echo(why)
     click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
     logger = tracker(track, track_uri, track_experiment or "reconbench",
                      experiment_given=track_experiment)

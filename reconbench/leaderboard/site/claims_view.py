@@ -7,9 +7,10 @@ them for the template, with each point's cells linked to their pages on the boar
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from reconbench import plugins
 from reconbench.claims import records
 from reconbench.claims.measure import MEASURES, load_all
 from reconbench.claims.page import DEFAULT_RESULTS, KIND_NAMES, ClaimResult, measure_claims
@@ -49,10 +50,19 @@ class ClaimView:
 
 
 @dataclass(frozen=True)
+class PaperView:
+    """One paper and the registered attacks that implement it, with its BibTeX."""
+
+    attacks: list[str]
+    bibtex: str
+
+
+@dataclass(frozen=True)
 class ClaimsView:
     rules: str
     sources: dict[str, str]
     claims: list[ClaimView]
+    papers: list[PaperView] = field(default_factory=list)
 
     @property
     def rule_items(self) -> list[str]:
@@ -94,6 +104,15 @@ def _view(res: ClaimResult) -> ClaimView:
                      unit, points, res.verdict, reason)
 
 
+def attack_papers() -> list[PaperView]:
+    """The papers the registered attacks implement (each once, in order of first attack), for citing them."""
+    by_paper: dict[str, list[str]] = {}
+    for entry in plugins.host().entries("attacks"):
+        if entry.obj.paper:
+            by_paper.setdefault(entry.obj.paper, []).append(entry.name)
+    return [PaperView(attacks, bibtex) for bibtex, attacks in by_paper.items()]
+
+
 def claims_view(leaderboards: Path, rendered: set[str]) -> ClaimsView | None:
     """The claims measured from ``leaderboards``/claims-a and claims-b; None where either board is absent or not
     among the ``rendered`` boards (the page links to their cells)."""
@@ -103,4 +122,4 @@ def claims_view(leaderboards: Path, rendered: set[str]) -> ClaimsView | None:
     found = load_all(results)
     data = records.load(leaderboards.parent / records.DEFAULT_FILE)
     return ClaimsView(RULES, {k: str(Path(v.name)) for k, v in results.items()},
-                      [_view(r) for r in measure_claims(data, results, None, found)])
+                      [_view(r) for r in measure_claims(data, results, None, found)], attack_papers())
