@@ -35,6 +35,7 @@ from reconbench.bench.runner import STATUS_OK, protocol_reader
 from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.manifest import write_manifest
 from reconbench.leaderboard.plain_text import MAX_CONTRIBUTOR, text_problem
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import write_results
@@ -336,3 +337,4 @@ def _merge(stage: Path, board: Path, sub: dict[str, Any], ext: Suite, data: dict
                   if not (board / "protocols" / p.name).exists())]:
         (board / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(stage / rel, board / rel)
+    write_manifest(board)  # last: the board's files with the submission's
