@@ -216,3 +216,13 @@ def test_slim_writes_the_manifest_and_the_board_verifies(board, capsys):
     code, out, err = run_cli(["leaderboard", "ci", "--out", str(board), "--verify"], capsys)
     assert code == 0, err
     assert "5 stored cell(s) re-scored" in out
+
+
+def test_a_submission_is_not_added_to_a_board_that_differs_from_its_manifest(board, tmp_path, capsys):
+    """Adding rewrites the manifest: on a tampered board it would list the tampering as published."""
+    _foreign_figure(board)
+    (tmp_path / "sub.json").write_text("{}")
+    code, out, err = run_cli(["leaderboard", "add", str(tmp_path / "sub.json"), "--board", str(board)], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code != 0 and len(lines) == 1 and "figures/extra.png" in lines[0] and MANIFEST_NAME in lines[0], err
+    assert not (board / "figures" / "extra.png").exists() or check_manifest(board) != []
