@@ -82,7 +82,9 @@ def leaderboard_group() -> None:
 @click.option(
     "--verify",
     is_flag=True,
-    help="Do not render: re-score the published cells from their stored candidates with the standard "
+    help="Do not render: check first that the board holds exactly the files its MANIFEST.json lists (sha256 and "
+    "size; a missing, added or changed file fails, named), and that the candidates results.json names are stored; "
+    "then re-score the published cells from their stored candidates with the standard "
     "evaluation (numbers to the float64 rounding tolerance, counts exactly except decisions within rounding of their "
     "threshold, reported as borderline), check each cell's seal, recompute every table entry from the cell JSONs "
     "and re-render README.md to compare it.",
@@ -93,7 +95,8 @@ def leaderboard_group() -> None:
     help="Do not render: rewrite the published board in place as slim entries (docs/leaderboard-entries.md): each "
     "cell a small entry with compact per-image rows, model cards without their training curve and test indices, "
     "candidates kept for a sample of cells only (in the attack's precision, xz-compressed), no target weights; "
-    "nothing is run again, and a board already in this form is left as it is. `--verify` passes on the result.",
+    "nothing is run again, and a board already in this form is left as it is; MANIFEST.json (every file's sha256 "
+    "and size) is written last. `--verify` passes on the result.",
 )
 @click.option(
     "--rerun",
