@@ -562,10 +562,9 @@ def test_a_column_key_that_no_cell_reports_is_refused(tmp_path, capsys):
 
 @pytest.fixture
 def published(tmp_path):
-    """A copy of the committed ci leaderboard without its stored candidates (so nothing is re-scored)."""
+    """A copy of the committed ci leaderboard, every file of it (a board missing its candidates or figures fails)."""
     lb = tmp_path / "lb"
-    shutil.copytree(REPO / "leaderboards" / "ci", lb, ignore=shutil.ignore_patterns("figures", "candidates"))
-    (lb / "candidates").mkdir()
+    shutil.copytree(REPO / "leaderboards" / "ci", lb)
     return lb
 
 

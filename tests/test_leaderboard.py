@@ -20,6 +20,7 @@ from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import load_suite
 from reconbench.errors import DataError
 from reconbench.interfaces import Metric
+from reconbench.leaderboard.manifest import MANIFEST_NAME, write_manifest
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import Published, Stat, fmt_stat, target_rows, value_range
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
@@ -357,6 +358,9 @@ def test_end_to_end_render_then_rescore_the_stored_cells(tmp_path, capsys, toy_a
     cell_file.write_text(json.dumps(rec))
     problems = rescore_cell(lb, stored[0])
     assert len(problems) == 1 and f"[blind] {key}" in problems[0]
+    code, _, err = run_cli(["leaderboard", str(path), "--out", str(lb), "--verify"], capsys)
+    assert code == 2 and cell_file.name in err and MANIFEST_NAME in err   # the manifest names the edited file first
+    write_manifest(lb)  # the manifest made to agree: re-scoring must catch the number on its own
     code, _, err = run_cli(["leaderboard", str(path), "--out", str(lb), "--verify"], capsys)
     assert code == 2 and "not reproduced" in err
 

@@ -30,6 +30,7 @@ from reconbench.leaderboard.board_cards import (
     restore_card,
     write_board_card,
 )
+from reconbench.leaderboard.manifest import write_manifest
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.results_file import COMPACT_FORMAT, read_results, results_text
 from reconbench.leaderboard.results_file import expand as expand_results
@@ -162,6 +163,7 @@ def _edit(lb: Path, edit, reseal: bool = True) -> str:
     entry = json.loads(path.read_text())
     edit(entry)
     path.write_text(entry_text(sealed(entry) if reseal else entry))
+    write_manifest(lb)  # the manifest made to agree too: the check under test must catch the edit on its own
     return cid
 
 

@@ -24,6 +24,7 @@ from reconbench.bench.seal import sealed
 from reconbench.bench.suite import find_suite, load_suite
 from reconbench.leaderboard import render as render_mod
 from reconbench.leaderboard.accept import add_submission
+from reconbench.leaderboard.manifest import write_manifest
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import slim_board
@@ -146,6 +147,7 @@ def test_a_run_of_another_suite_version_is_refused(runs, tmp_path, capsys):
     data = json.loads((board / "results.json").read_text())
     data["header"]["suite_sha256"] = "f" * 64     # the board was rendered from another version of ci.toml
     (board / "results.json").write_text(json.dumps(data))
+    write_manifest(board)  # the manifest made to agree: the suite check must refuse on its own
     code, _, err = run_cli(["leaderboard", "submit", str(runs / "contrib"), "--board", str(board), "--out",
                             str(tmp_path / "s.json")], capsys)
     assert code == 2 and "does not begin with the suite file" in err and "append your tables" in err
@@ -211,6 +213,7 @@ def test_candidates_that_are_not_safetensors_and_an_unknown_target_are_refused(r
     key = json.loads((board / "cells" / "digits-binary--haim_binary_kkt--gaussian--s0.json").read_text())[
         "target"]["recipe_key"]
     (board / "targets" / f"{key}.json").unlink()
+    write_manifest(board)  # the manifest made to agree: the target check must refuse on its own
     report = add_submission(packed(runs, board, tmp_path), load_suite("ci"), board)
     assert any(f"the board has no target with recipe hash {key}" in r for r in report.refusals)
 

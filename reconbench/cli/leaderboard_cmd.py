@@ -12,6 +12,7 @@ from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.export import FORMATS, export_board
+from reconbench.leaderboard.manifest import MANIFEST_NAME, check_manifest
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.slim import RERUN_RTOL, rerun_cells, slim_board
 from reconbench.leaderboard.slim import rerun_sample as rerun_sample_ids
@@ -22,6 +23,7 @@ from reconbench.leaderboard.verify import (
     check_entries,
     check_readme,
     check_records,
+    check_stored,
     check_tables,
     corrupt_cells,
     stored_cells,
@@ -80,7 +82,9 @@ def leaderboard_group() -> None:
 @click.option(
     "--verify",
     is_flag=True,
-    help="Do not render: re-score the published cells from their stored candidates with the standard "
+    help="Do not render: check first that the board holds exactly the files its MANIFEST.json lists (sha256 and "
+    "size; a missing, added or changed file fails, named), and that the candidates results.json names are stored; "
+    "then re-score the published cells from their stored candidates with the standard "
     "evaluation (numbers to the float64 rounding tolerance, counts exactly except decisions within rounding of their "
     "threshold, reported as borderline), check each cell's seal, recompute every table entry from the cell JSONs "
     "and re-render README.md to compare it.",
@@ -91,7 +95,8 @@ def leaderboard_group() -> None:
     help="Do not render: rewrite the published board in place as slim entries (docs/leaderboard-entries.md): each "
     "cell a small entry with compact per-image rows, model cards without their training curve and test indices, "
     "candidates kept for a sample of cells only (in the attack's precision, xz-compressed), no target weights; "
-    "nothing is run again, and a board already in this form is left as it is. `--verify` passes on the result.",
+    "nothing is run again, and a board already in this form is left as it is; MANIFEST.json (every file's sha256 "
+    "and size) is written last. `--verify` passes on the result.",
 )
 @click.option(
     "--rerun",
@@ -244,12 +249,18 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
         raise ReconbenchError(
             f"{out_dir} holds no leaderboard; render it first with `reconbench leaderboard {s.name} --publish`"
         )
+    files = check_manifest(out_dir)  # first: every file the board was published with, unchanged, and no other
+    for p in files:
+        click.echo(f"MISMATCH {p}")
+    if files:
+        raise ReconbenchError(f"{len(files)} file(s) of {out_dir} differ from its {MANIFEST_NAME}; first: {files[0]}")
     corrupt = corrupt_cells(out_dir)
     if corrupt:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
     records = check_records(out_dir)
     entries = check_entries(out_dir)
-    problems = records.problems + entries.problems + check_tables(out_dir) + check_readme(s, out_dir)
+    problems = (check_stored(out_dir) + records.problems + entries.problems + check_tables(out_dir)
+                + check_readme(s, out_dir))
     ids = stored_cells(out_dir)
     borderline: list[str] = []
     explained: list[str] = []

@@ -35,6 +35,7 @@ from reconbench.bench.runner import STATUS_OK, protocol_reader
 from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.manifest import MANIFEST_NAME, check_manifest, write_manifest
 from reconbench.leaderboard.plain_text import MAX_CONTRIBUTOR, text_problem
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import write_results
@@ -260,6 +261,9 @@ def outside_cells(board: Path, data: dict[str, Any]) -> dict[str, str]:
 def add_submission(path: Path, suite: Suite, board: Path, *, data_root: str | None = None) -> AddReport:
     """Validate the submission at ``path`` against ``board`` and merge it (nothing is merged when any entry is
     refused: the report's ``refusals`` say why)."""
+    if (board / MANIFEST_NAME).exists() and (changed := check_manifest(board)):  # merging would list them as valid
+        raise ReconbenchError(f"{board} differs from its {MANIFEST_NAME}, restore the board before adding a submission "
+                              f"to it: {changed[0]}")
     sub = read_submission(path)
     data = board_results(board)
     report = AddReport(submission=submission_id(sub))
@@ -336,3 +340,4 @@ def _merge(stage: Path, board: Path, sub: dict[str, Any], ext: Suite, data: dict
                   if not (board / "protocols" / p.name).exists())]:
         (board / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(stage / rel, board / rel)
+    write_manifest(board)  # last: the board's files with the submission's

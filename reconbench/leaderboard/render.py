@@ -15,6 +15,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.leaderboard import outside
 from reconbench.leaderboard.board_cards import write_board_card
 from reconbench.leaderboard.figures import draw_all
+from reconbench.leaderboard.manifest import write_manifest
 from reconbench.leaderboard.privacy import privacy_section
 from reconbench.leaderboard.readme import render_readme
 from reconbench.leaderboard.results_file import write_results
@@ -164,4 +165,5 @@ def build_leaderboard(
         write_json(out / "results.json", data)
     write_text_atomic(out / "README.md", render_readme(suite, BoardResults.from_dict(data), pub, sections))
     merged, dropped = outside.restore(kept_outside, suite, out)
+    write_manifest(out)  # last: every file the board holds now (leaderboard/manifest.py)
     return {**(merged or data), "dropped_submissions": dropped}

@@ -31,6 +31,7 @@ from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation.rescore import close
 from reconbench.leaderboard.board_cards import board_card, card_text
+from reconbench.leaderboard.manifest import write_manifest
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results, write_results
 from reconbench.provenance import read_json, write_text_atomic
@@ -192,6 +193,7 @@ class SlimReport:
     bytes_before: int = 0
     bytes_after: int = 0
     readme_rendered: bool = False
+    manifest_files: int = 0
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -219,7 +221,8 @@ def _read_json(path: Path, what: str) -> Any:
 def slim_board(suite: Suite, board: Path) -> SlimReport:
     """Rewrite a published board in place into the compact form a publication writes: cells as slim entries, model
     cards as board cards, protocols compact, candidates for a sample of cells only (in the attack's precision,
-    xz-compressed), no target weights; ``results.json`` and README.md name the sample. Nothing is run again; a
+    xz-compressed), no target weights; ``results.json`` and README.md name the sample; MANIFEST.json lists every
+    file (``manifest.py``). Nothing is run again; a
     board already in this form is left as it is."""
     if not (board / "results.json").exists():
         raise ReconbenchError(f"{board} holds no leaderboard (no results.json); pass a published board folder")
@@ -243,6 +246,7 @@ def slim_board(suite: Suite, board: Path) -> SlimReport:
         report.removed.append(f"targets/{p.name}")
     compact_figures(board)
     report.readme_rendered = _name_sample(suite, board, report.sample)
+    report.manifest_files = write_manifest(board)  # last: every file the board holds now
     report.bytes_after = _folder_bytes(board)
     return report
 

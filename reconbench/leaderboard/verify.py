@@ -133,6 +133,20 @@ def stored_cells(leaderboard: Path) -> list[str]:
     return stored_candidate_ids(leaderboard)
 
 
+def check_stored(leaderboard: Path) -> list[str]:
+    """Each cell that results.json says the board stores candidates of but whose candidates file is missing, and
+    each candidates file results.json does not name: re-scoring checks only what is there, so a board whose stored
+    candidates were deleted must fail here rather than re-score nothing."""
+    recorded = BoardResults.from_dict(read_results(leaderboard)).stored_candidates
+    present = set(stored_candidate_ids(leaderboard))
+    problems = [f"{leaderboard}/candidates holds no candidates of cell {cid}, which results.json says the board "
+                "stores; restore the board's candidates/ folder (or publish it again)"
+                for cid in sorted(set(recorded) - present)]
+    problems += [f"{candidates_file(leaderboard, cid)} is a candidates file results.json does not name; remove it, "
+                 "or publish the board again" for cid in sorted(present - set(recorded))]
+    return problems
+
+
 @dataclass
 class CellCheck:
     """The re-scoring of one stored cell: failures, borderline decisions seen, stored numbers that differ only
