@@ -114,3 +114,14 @@ def test_recipes_that_do_not_name_the_form_are_legacy_and_keep_their_keys():
     assert TargetRecipe.from_dict(stable.to_dict()).train.loss_form == "stable"
     with pytest.raises(ReconbenchError, match="loss_form"):
         TargetRecipe.from_dict({"train": {"loss_form": "exact"}})
+
+
+def test_the_command_line_names_the_loss_form() -> None:
+    """--loss-form stable reaches the recipe (a recipe of its own: another key); legacy is the recipe as before."""
+    from reconbench.cli.recipe_options import recipe_from_options
+
+    plain = recipe_from_options({"dataset": "digits", "task": "binary"})
+    stable = recipe_from_options({"dataset": "digits", "task": "binary", "loss_form": "stable"})
+    legacy = recipe_from_options({"dataset": "digits", "task": "binary", "loss_form": "legacy"})
+    assert stable.train.loss_form == "stable" and stable.key() != plain.key()
+    assert legacy.key() == plain.key() and plain.train.loss_form == "legacy"

@@ -39,6 +39,10 @@ _OPTIONS = [
     click.option("--schedule", type=click.Choice(["constant", "inverse_loss"]), default=None,
                  help="constant (the papers' plain GD) or inverse_loss (faster; recorded)."),
     click.option("--train-dtype", type=click.Choice(["float64", "float32"]), default=None, help="Training precision."),
+    click.option("--loss-form", type=click.Choice(["legacy", "stable"]), default=None,
+                 help="The loss's numerical form: stable (softplus / log-sum-exp in float64, so training keeps moving "
+                      "where the legacy form's loss underflows to 0) or legacy (default: the form published targets "
+                      "were trained with; docs/regime.md)."),
     click.option("--train-seed", type=SEED, default=None, help="Seed of the weight initialisation."),
     click.option("--defense", default=None, help="Defense applied before release (see `reconbench list defenses`)."),
     click.option("--defense-set", multiple=True, help="Defense option KEY=VALUE (repeatable)."),
@@ -82,7 +86,7 @@ def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None
                     "num_classes": "num_classes", "binary_rule": "binary_rule", "order": "order",
                     "order_seed": "order_seed"}
     train_keys = {"steps": "steps", "lr": "lr", "weight_decay": "weight_decay", "loss": "loss",
-                  "schedule": "schedule", "train_dtype": "dtype", "train_seed": "seed"}
+                  "schedule": "schedule", "train_dtype": "dtype", "train_seed": "seed", "loss_form": "loss_form"}
     for opt, key in problem_keys.items():
         if opts.get(opt) is not None:
             d["problem"][key] = opts[opt]
