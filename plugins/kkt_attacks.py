@@ -338,6 +338,7 @@ class _KKTAttack(Attack):
 @dataclass(frozen=True)
 class HaimBinaryKKT(_KKTAttack):
     name: str = "haim_binary_kkt"
+    regime_test: str | None = "theta"   # its premise: the stationarity the regime test measures
     paper: str | None = citations.HAIM_2022
     description: str = ("Haim et al. 2022: KKT stationarity attack on a binary classifier, "
                         "s_i = lambda_i y_i Phi(x_i)")
@@ -376,6 +377,7 @@ class HaimBinaryKKT(_KKTAttack):
 @dataclass(frozen=True)
 class MulticlassKKT(_KKTAttack):
     name: str = "multiclass_kkt"
+    regime_test: str | None = "theta"   # its premise: the stationarity the regime test measures
     paper: str | None = citations.BUZAGLO_2023
     description: str = ("Buzaglo et al. 2023: KKT attack on a multiclass classifier, "
                         "s_i = lambda_i (Phi_y - max_{j != y} Phi_j)(x_i), or one lambda per wrong class")
@@ -447,6 +449,7 @@ class MulticlassKKT(_KKTAttack):
 @dataclass(frozen=True)
 class GeneralLossWD(_KKTAttack):
     name: str = "general_loss_wd"
+    regime_test: str | None = "regularised"   # its premise: the stationarity the regime test measures
     paper: str | None = citations.BUZAGLO_2023
     description: str = ("Buzaglo et al. 2023: weight-decay stationarity attack for regression losses (MSE, L2.5, "
                         "Huber), s_i = lambda_i Phi(x_i) with signed lambda and no labels")

@@ -173,6 +173,10 @@ class Attack(Plugin):
     needs: frozenset[str] = frozenset()
     #: what it reads besides the final weights (default: nothing); the harness hands over exactly that
     threat: ThreatModel = ThreatModel()
+    #: the stationarity its premise needs of the released weights, read by the regime test (docs/regime.md): "theta"
+    #: (theta a KKT point), "regularised" (a stationary point of the weight-decayed loss), "learned" (theta - theta0);
+    #: None: no stationarity premise (the target is not gated)
+    regime_test: str | None = None
     #: tasks the attack handles
     tasks: frozenset[str] = frozenset(TASKS)
     #: the target `reconbench run --attack NAME` trains when no model is given (a recipe table), or None

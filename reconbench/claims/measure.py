@@ -19,7 +19,7 @@ from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import Comparison, Suite
 from reconbench.claims.records import Claim
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE
-from reconbench.targets.regime import ThreatModel, residual_for, threat_model_of
+from reconbench.targets.regime import RegimeTest, regime_test_of, residual_for
 
 #: the selection every claim reads: all search runs of a cell pooled, as the papers evaluated
 SELECTION = "pool"
@@ -209,7 +209,7 @@ UNCHANGED_ATTACK = "init_only"
 UNCHANGED_BY_CONSTRUCTION = {"theta_gap_reduction": 1.0, "init_copy_share": 1.0}
 
 
-def _regime(rec: dict[str, Any], threat: ThreatModel | None) -> tuple[float | None, str]:
+def _regime(rec: dict[str, Any], threat: RegimeTest | None) -> tuple[float | None, str]:
     if threat is None:
         return None, ""
     cert = ((rec.get("target") or {}).get("train_metrics") or {})
@@ -228,7 +228,7 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str,
     above = True  # a null is passed upwards: boards keep the largest null draw, not the smallest
     point = Point(label, target, attack, init)
     entry = suite.attacks.get(attack)
-    point.threat = threat_model_of(entry.attack if entry is not None else attack)
+    point.threat = regime_test_of(entry.attack if entry is not None else attack)
     still = unchanged_attack(suite) if with_unchanged and claim.measure not in TARGET_MEASURES else None
     if claim.measure in UNCHANGED_BY_CONSTRUCTION:
         still = None  # filled in below from the seeds found, with the value known for 0 steps

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reconbench.targets.regime import MAX_RESIDUAL, residual_for, threat_model_of
+from reconbench.targets.regime import MAX_RESIDUAL, regime_test_of, residual_for
 
 #: a run whose attack loss fell by less than this share of its starting value did not move
 STILL_SHARE = 1e-3
@@ -63,7 +63,7 @@ def below_null_line(result: Mapping[str, Any]) -> str | None:
     attack = str(result.get("attack", ""))
     causes: list[str] = []
     fixes: dict[str, str] = {}   # what to change, one per part: the target, the attack, the search
-    threat = threat_model_of(attack)
+    threat = regime_test_of(attack)
     inside = ""
     if threat is not None:
         residual, how = residual_for(metrics.get("certificate"), threat)

@@ -33,16 +33,9 @@ from reconbench.nets import TargetNet
 from reconbench.targets.certificate import stationarity_terms
 from reconbench.targets.losses import stable_loss
 
-ThreatModel = Literal["theta", "regularised", "learned"]
-THREAT_MODELS: tuple[ThreatModel, ...] = ("theta", "regularised", "learned")
-
-#: the threat model of each registered attack, keyed on its name until attacks declare one themselves; an attack not
-#: named here (the bilevel attack, the baselines) makes no stationarity assumption and is not gated
-ATTACK_THREAT_MODELS: dict[str, ThreatModel] = {
-    "haim_binary_kkt": "theta",
-    "multiclass_kkt": "theta",
-    "general_loss_wd": "regularised",
-}
+#: which stationarity an attack's premise needs of the released weights (an attack declares it: ``Attack.regime_test``)
+RegimeTest = Literal["theta", "regularised", "learned"]
+REGIME_TESTS: tuple[RegimeTest, ...] = ("theta", "regularised", "learned")
 
 #: a target is inside an attack's regime when its residual is at most this: at most a quarter of ||v||^2 is left
 #: unexplained by the stationarity condition. A convention between a planted KKT point (0) and random inputs (about 1),
@@ -256,7 +249,7 @@ def _loss_targets(labels: torch.Tensor, task: str) -> torch.Tensor:
     return 2.0 * labels.double() - 1.0
 
 
-def residual_for(cert: Mapping[str, Any] | None, threat: ThreatModel) -> tuple[float | None, str]:
+def residual_for(cert: Mapping[str, Any] | None, threat: RegimeTest) -> tuple[float | None, str]:
     """The residual a certificate records for ``threat`` and where it comes from.
 
     Cards written before the regime block existed carry the certificate's squared residual of theta and of the
@@ -284,8 +277,15 @@ def residual_for(cert: Mapping[str, Any] | None, threat: ThreatModel) -> tuple[f
     return None, "not in the certificate"
 
 
-def threat_model_of(attack: str) -> ThreatModel | None:
-    return ATTACK_THREAT_MODELS.get(attack)
+def regime_test_of(attack: str) -> RegimeTest | None:
+    """The regime test an attack declares (``Attack.regime_test``); None for one that declares none or is not
+    registered here (its cells are not gated)."""
+    from reconbench import plugins
+
+    if attack not in plugins.names("attacks"):
+        return None
+    test = getattr(plugins.get("attacks", attack), "regime_test", None)
+    return test if test in REGIME_TESTS else None
 
 
 def in_regime(value: float | None) -> bool | None:
