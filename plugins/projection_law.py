@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from reconbench import citations, hookimpl
+from reconbench.attack.lr_batches import hand_over, lr_groups, run_alone
 from reconbench.attack.projection import check_head, head_features, head_layer, head_vector, projection_loss
 from reconbench.config import Limit, LogUniform, option
 from reconbench.errors import DivergedError, IncompatibleError
@@ -70,29 +71,14 @@ class ProjectionLaw(Attack):
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: ProjectionConfig, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
-        results: list[AttackOutput | Exception] = []
-        self.run_batch(target, [x0], labels, [config], generators=[generator], progress=progress,
-                       on_done=lambda i, r, b: results.append(r))
-        (result,) = results
-        if isinstance(result, Exception):
-            raise result
-        return result
+        return run_alone(self.run_batch, target, x0, labels, config, generator=generator, progress=progress)
 
     def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any], *,
                   generators: list[torch.Generator], progress: ProgressFn | None = None,
                   on_done: RunDone | None = None) -> None:
-        shared = [{k: v for k, v in vars(c).items() if k not in ("lr",)} for c in configs]
-        groups: dict[str, list[int]] = {}
-        for i, s in enumerate(shared):  # runs that differ only in the learning rate advance together
-            groups.setdefault(repr(sorted(s.items())), []).append(i)
-        for ids in groups.values():
-            outs = optimise(target, [x0s[i] for i in ids], [configs[i] for i in ids], progress)
-            for j, i in enumerate(ids):
-                out = outs[j]
-                if not isinstance(out, Exception):
-                    out.labels = labels.clone()
-                if on_done is not None:
-                    on_done(i, out, {"runs": ids, "size": len(ids)} if len(ids) > 1 else None)
+        for ids in lr_groups(configs):  # runs that differ only in the learning rate advance together
+            hand_over(ids, optimise(target, [x0s[i] for i in ids], [configs[i] for i in ids], progress), labels,
+                      on_done)
 
 
 def head_change(target: AttackTarget) -> torch.Tensor:

@@ -88,3 +88,13 @@ def no_work(monkeypatch):
     from _helpers.guards import refuse_optimisers
 
     refuse_optimisers(monkeypatch)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny problems: a second torch thread only adds synchronisation cost (modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

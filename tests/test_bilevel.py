@@ -31,13 +31,7 @@ F64 = torch.float64
 TIGHT = {"tol": 1e-14, "max_iter": 500, "newton_steps": 10, "cg_rtol": 1e-12, "cg_max_iter": 500}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These problems are tiny: a second thread only adds synchronisation cost."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny problems: one torch thread
 
 
 def tiny_problem(family: str, loss: str = "bce", seed: int = 0):

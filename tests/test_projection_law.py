@@ -20,13 +20,7 @@ from reconbench.targets.recipe import TargetRecipe, TrainSpec
 ATTACK = "projection_law"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: one thread is much faster than two on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny problems: one torch thread
 
 
 def _rand(*shape: int, seed: int) -> torch.Tensor:

@@ -21,13 +21,7 @@ from reconbench.theory import (
 SEEDS = (0, 1, 2, 3, 4)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The problems are tiny: one thread is much faster than two on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny problems: one torch thread
 
 
 def _declaring(theorem: str) -> list[str]:
