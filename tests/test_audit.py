@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 from _helpers.audit_kit import digits_split, rounding_mlp, small_mlp
-from _helpers.browser import Browser, find_browser
+from _helpers.browser import Browser, open_browser
 from _helpers.cli import run_cli
 from safetensors.torch import save_file
 
@@ -273,17 +272,7 @@ def test_bad_inputs_get_one_line_before_any_work(owner_files, capsys, change, ex
 # -- the reports in a real browser ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    exe = find_browser()
-    if exe is None:
-        if os.environ.get("RECONBENCH_BROWSER_REQUIRED") == "1":
-            pytest.fail("RECONBENCH_BROWSER_REQUIRED=1 but no chromium is on PATH; install it (apt-get install chromium)")
-        pytest.skip("no Chromium on PATH (chromium, chromium-browser or google-chrome): the browser tests need one; "
-                    "on Debian: apt-get install chromium")
-    b = Browser(exe)
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from open_browser()
 
 
 def report_problems(b: Browser, folder: Path) -> list[str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from _helpers.browser import Browser, find_browser
+from _helpers.browser import Browser, open_browser
 from _helpers.sitekit import BOARD, fixture_leaderboards, kept_candidates, missing_files, results, row_count_problems
 
 from reconbench.leaderboard.site import build_site
@@ -31,17 +30,7 @@ from reconbench.leaderboard.site import build_site
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    exe = find_browser()
-    if exe is None:
-        if os.environ.get("RECONBENCH_BROWSER_REQUIRED") == "1":
-            pytest.fail("RECONBENCH_BROWSER_REQUIRED=1 but no chromium is on PATH; install it (apt-get install chromium)")
-        pytest.skip("no Chromium on PATH (chromium, chromium-browser or google-chrome): the browser tests need one; "
-                    "on Debian: apt-get install chromium")
-    b = Browser(exe)
-    try:
-        yield b
-    finally:
-        b.close()
+    yield from open_browser()
 
 
 @pytest.fixture(scope="module")

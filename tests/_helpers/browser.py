@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,21 @@ class Browser:
             except OSError:
                 pass
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def open_browser() -> Iterator[Browser]:
+    """A module fixture's body: the headless browser, or a skip (a failure with RECONBENCH_BROWSER_REQUIRED=1, as CI
+    sets it once it has installed Chromium) where none is on PATH."""
+    import pytest
+
+    exe = find_browser()
+    if exe is None:
+        if os.environ.get("RECONBENCH_BROWSER_REQUIRED") == "1":
+            pytest.fail("RECONBENCH_BROWSER_REQUIRED=1 but no chromium is on PATH; install it (apt-get install chromium)")
+        pytest.skip("no Chromium on PATH (chromium, chromium-browser or google-chrome): the browser tests need one; "
+                    "on Debian: apt-get install chromium")
+    b = Browser(exe)
+    try:
+        yield b
+    finally:
+        b.close()
