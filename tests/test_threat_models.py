@@ -159,22 +159,26 @@ def test_every_registered_attack_declares_a_threat_model_shown_by_list(capsys):
 
 
 def test_threat_models_suite_loads_and_sweeps_the_law_axis():
-    """The suite of the threat-model board (not yet run): every attack registered, the random-features widths at
-    p / (d n) = 0.25 ... 8 on both data sets."""
+    """The suite of the threat-model board: every attack registered, the random-features widths at p / (d n) =
+    0.25 ... 8 on MNIST and 0.25 ... 4 on CIFAR-10, 5 seeds, the data prior in the null."""
     from reconbench.bench.cells import expand
     from reconbench.bench.suite import load_suite
 
-    cells = expand(load_suite("threat-models"))
+    suite = load_suite("threat-models")
+    cells = expand(suite)
     assert {c.attack.attack for c in cells} <= set(plugins.names("attacks"))
-    d_n = {"mnist": 784 * 10, "npz:cifar10/cifar10_train_subset.npz": 3072 * 4}
+    assert {c.seed for c in cells} == {0, 1, 2, 3, 4}
+    assert suite.protocol["prior_draws"] > 0
+    d_n = {"mnist_test": 784 * 10, "npz:cifar10/cifar10_train_subset.npz": 3072 * 4}
+    ratios = {"mnist_test": [0.25, 0.5, 1, 2, 4, 8], "npz:cifar10/cifar10_train_subset.npz": [0.25, 1, 4]}
     for dataset, dn in d_n.items():
         widths = {c.recipe.model["width"] for c in cells
                   if c.recipe.family == "random_features" and c.recipe.problem.dataset == dataset}
-        assert sorted(w / dn for w in widths) == [0.25, 0.5, 1, 2, 4, 8]
+        assert sorted(w / dn for w in widths) == ratios[dataset]
     for c in cells:
         if c.recipe.family == "random_features":
-            assert c.recipe.problem.n_per_class * 2 * (784 if c.recipe.problem.dataset == "mnist" else 3072) \
-                == d_n[c.recipe.problem.dataset]
+            d = 784 if c.recipe.problem.dataset == "mnist_test" else 3072
+            assert c.recipe.problem.n_per_class * 2 * d == d_n[c.recipe.problem.dataset]
 
 
 def _row(attack: str, name: str) -> dict[str, Any]:
@@ -196,3 +200,43 @@ def test_board_rows_show_the_threat_model_only_where_an_attack_reads_theta0():
     table = render_main_table([TableRow.from_dict(r) for r in mixed], []).splitlines()
     assert "threat model" in table[0]
     assert "| θ0+θ " in table[2] and "| θ+labels " in table[3]
+
+
+def test_a_card_without_p_over_dn_gets_the_same_numbers_from_its_parameter_count():
+    """Cards written before p / (d n) was recorded: the fallback counts the same p, d and n as the model itself."""
+    from reconbench.targets.cards import card_p_over_dn
+
+    card = tiny_card()
+    model = card.load_model()
+    expected = {"p": sum(q.numel() for q in model.parameters()), "d": 64, "n": 6}
+    recorded = card_p_over_dn(card.data)
+    old = {k: v for k, v in card.data.items() if k != "p_over_dn"}
+    assert recorded is not None and {k: recorded[k] for k in expected} == expected
+    assert card_p_over_dn(old) == recorded
+    assert recorded["ratio"] == expected["p"] / (64 * 6)
+    assert card_p_over_dn({k: v for k, v in old.items() if k != "metrics"}) is None
+
+
+def test_boards_with_theta0_rows_show_p_over_dn_and_group_rows_by_threat_model():
+    from reconbench.leaderboard.readme import render_main_table
+    from reconbench.leaderboard.tables import add_threat_models, order_rows
+    from reconbench.records import TableRow
+
+    def row(attack: str, name: str, ratio: float, score: float) -> dict[str, Any]:
+        return {**_row(attack, name), "p_over_dn": ratio, "metrics": {"m": {"mean": score}}}
+
+    columns = [{"name": "m", "higher_is_better": True}]
+    rows = [row("haim_binary_kkt", "haim_binary_kkt", 4.0, 9.0), row("loo", "loo_ntk", 0.25, 1.0),
+            row("proj", "projection_law", 4.0, 5.0), row("loo", "loo_ntk", 4.0, 3.0)]
+    add_threat_models(rows)
+    ordered = order_rows(rows, columns)
+    # grouped by threat model (labels in order), best first inside each group, whatever the other groups score
+    assert [(r["threat_model"], r["metrics"]["m"]["mean"]) for r in ordered] == \
+        [("θ+labels", 9.0), ("θ0+θ", 3.0), ("θ0+θ", 1.0), ("θ0+θ+n", 5.0)]
+    table = render_main_table([TableRow.from_dict(r) for r in ordered], []).splitlines()
+    assert "| p / (d n) " in table[0]
+    assert [line.split("|")[4].strip() for line in table[2:]] == ["4", "4", "0.25", "4"]
+    classic = [row("haim_binary_kkt", "haim_binary_kkt", 4.0, 1.0)]
+    add_threat_models(classic)   # no attack reads theta0: neither column, rows as on the boards published before
+    assert "p_over_dn" not in classic[0]
+    assert "p / (d n)" not in render_main_table([TableRow.from_dict(r) for r in classic], [])

@@ -55,7 +55,7 @@ from reconbench.runs.execute import run_attack
 from reconbench.runs.spec import RunSpec
 from reconbench.safe_paths import check_name, member
 from reconbench.targets.cache import cache_dir, get_or_train
-from reconbench.targets.cards import CARD_FILE, ModelCard, load_card
+from reconbench.targets.cards import CARD_FILE, ModelCard, card_p_over_dn, load_card
 
 STATUS_OK, STATUS_FAILED, STATUS_UNAVAILABLE = "ok", "failed", "unavailable"
 
@@ -220,6 +220,7 @@ def obtain_target(cell: Cell, out: Path, cache: str | None, data_root: str | Non
             "load_or_train_seconds": time.perf_counter() - t0,
             "train_seconds": t.card.data["metrics"].get("train_seconds"),
             "train_metrics": {k: v for k, v in t.card.data["metrics"].items() if k != "margins"},
+            "p_over_dn": card_p_over_dn(t.card.data),
         }
     except Exception as exc:  # recorded in every cell of this target
         t.error = exc

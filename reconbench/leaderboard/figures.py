@@ -33,6 +33,7 @@ TITLES = {
     "reconstructions": "Sample reconstructions per attack",
     "ssim_vs_margin": "SSIM vs margin",
     "mixture_heatmap": "Mixture initialisations",
+    "share_vs_p_over_dn": "Reconstructed share against p / (d n)",
 }
 
 
@@ -287,6 +288,59 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
     }
 
 
+def share_points(pub: Published, col: dict[str, Any]) -> dict[tuple[int, int], dict[str, dict[float, list[float]]]]:
+    """{(d, n): {attack: {p / (d n): [share of the training set the first column counts, one per cell]}}}, from
+    every usable cell whose target records p / (d n) (pooled candidates, non-oracle inits)."""
+    points: dict[tuple[int, int], dict[str, dict[float, list[float]]]] = {}
+    for rec in pub.usable():
+        ratio = rec.target.p_over_dn or {}
+        if rec.init.is_oracle or not isinstance(ratio.get("ratio"), (int, float)) or not rec.target.n_train:
+            continue
+        value, _ = column_value(rec, "pool", col["spec"])
+        if value is None:
+            continue
+        panel = points.setdefault((int(ratio["d"]), int(ratio["n"])), {})
+        panel.setdefault(rec.attack.label, {}).setdefault(float(ratio["ratio"]), []).append(value / rec.target.n_train)
+    return points
+
+
+def draw_share_vs_p_over_dn(pub: Published, columns: list[dict[str, Any]], path: Path) -> dict[str, Any]:
+    """Iurada et al.'s law on the board's own cells: the share of the training set each attack reconstructs
+    (the first column, a count, over n) against p / (d n), one panel per input dimension and training-set size."""
+    import matplotlib.pyplot as plt
+
+    title = TITLES["share_vs_p_over_dn"]
+    col = columns[0]
+    points = share_points(pub, col)
+    if not points:
+        return {"title": title, "reason": f"no finished cell records p / (d n) and {col['name']}"}
+    fig, axes = plt.subplots(1, len(points), figsize=(4.4 * len(points), 3.4), squeeze=False)
+    for ax, ((d, n), by_attack) in zip(axes[0], sorted(points.items()), strict=True):
+        for label, by_ratio in sorted(by_attack.items()):
+            xs = sorted(by_ratio)
+            line = ax.plot(xs, [statistics.fmean(by_ratio[x]) for x in xs], marker="o", label=label)[0]
+            for x in xs:
+                ax.scatter([x] * len(by_ratio[x]), by_ratio[x], s=10, alpha=0.35, color=line.get_color())
+        ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("p / (d n)")
+        ax.set_ylabel(f"share of the training set ({col['name']})")
+        ax.set_title(f"d = {d}, n = {n}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return {
+        "title": title,
+        "file": f"figures/{path.name}",
+        "caption": f"For each attack, the share of the training set counted by {col['name']} (pooled candidates; "
+        "dots: one cell each, line: the mean over seeds) against p / (d n), the number of trained parameters over "
+        "the input dimension times the number of training points. Iurada et al.'s law predicts near-full recovery "
+        "well above 1 (dotted) and none well below, for random-features targets.",
+    }
+
+
 def draw_all(
     suite: Suite,
     pub: Published,
@@ -308,6 +362,9 @@ def draw_all(
         "ssim_vs_margin": lambda: draw_ssim_vs_margin(suite, pub, data, figs / "ssim_vs_margin.png"),
         "mixture_heatmap": lambda: draw_mixture_heatmap(suite, pub, columns, figs / "mixture_heatmap.png"),
     }
+    if columns and len({r.target.p_over_dn.get("ratio") for r in pub.usable() if r.target.p_over_dn}) > 1:
+        # only boards that vary p / (d n): the boards published before it keep their figures
+        jobs["share_vs_p_over_dn"] = lambda: draw_share_vs_p_over_dn(pub, columns, figs / "share_vs_p_over_dn.png")
     for name, job in jobs.items():
         try:
             info[name] = job()

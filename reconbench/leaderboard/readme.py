@@ -96,6 +96,11 @@ def _label_target(r: TableRow) -> str:
     return r.target + (f" {NOT_CONVERGED_MARK}" if r.converged is False else "")
 
 
+def _label_ratio(ratio: float | None) -> str:
+    """p / (d n) as the law's axis reads it: 0.25, 4, 0.128."""
+    return "" if ratio is None else f"{ratio:.3g}"
+
+
 def _label_noise(r: TableRow) -> str:
     if r.best:
         return "best"
@@ -111,11 +116,13 @@ def _label_seeds(r: TableRow) -> str:
 def render_main_table(rows: list[TableRow], columns: list[Column]) -> str:
     # the threat-model column only on boards whose rows carry it (some attack reads the initial weights)
     threat = any(r.threat_model for r in rows)
-    headers = ["target", "attack"] + (["threat model"] if threat else []) + ["init", "seeds", "vs best"] \
-        + [_arrow(c) for c in columns]
+    ratio = threat and any(r.p_over_dn is not None for r in rows)
+    headers = ["target", "attack"] + (["threat model"] if threat else []) + (["p / (d n)"] if ratio else []) \
+        + ["init", "seeds", "vs best"] + [_arrow(c) for c in columns]
     body = []
     for r in rows:
         body.append([_label_target(r), _label_attack(r)] + ([r.threat_model or ""] if threat else [])
+                    + ([_label_ratio(r.p_over_dn)] if ratio else [])
                     + [_label_init(r), _label_seeds(r), _label_noise(r)] + [_cell(r, c) for c in columns])
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
 

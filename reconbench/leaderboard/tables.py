@@ -297,12 +297,23 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
         bars = sorted({bar for r in recs if (bar := r.selection(selection).calibrated_bar) is not None})
         if bars:
             row["calibration_bars"] = bars
+        ratios = [rec.target.p_over_dn.get("ratio") for rec in recs if rec.target.p_over_dn]
+        if ratios:
+            row["p_over_dn"] = ratios[0]
         rows.append(row)
     add_threat_models(rows)
-    rows = sorted(rows, key=lambda r: _sort_key(r, columns))
+    rows = order_rows(rows, columns)
     if columns:
         mark_within_noise(rows, columns[0])
     return rows
+
+
+def order_rows(rows: list[dict[str, Any]], columns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Best first by the columns in turn; on boards that show threat models, grouped by threat model first (in the
+    order of their labels), each group ranked the same way."""
+    if any("threat_model" in r for r in rows):
+        return sorted(rows, key=lambda r: (str(r.get("threat_model") or ""), *_sort_key(r, columns)))
+    return sorted(rows, key=lambda r: _sort_key(r, columns))
 
 
 def threat_label(attack: str) -> str | None:
@@ -319,6 +330,8 @@ def add_threat_models(rows: list[dict[str, Any]]) -> None:
     and keep their rows and README byte for byte)."""
     labels = [threat_label(str(r.get("attack_name") or r["attack"])) for r in rows]
     if not any(label is not None and label.startswith("θ0") for label in labels):
+        for row in rows:  # p / (d n) is shown beside the threat model only
+            row.pop("p_over_dn", None)
         return
     for row, label in zip(rows, labels, strict=True):
         row["threat_model"] = label if label is not None else "not registered"

@@ -93,6 +93,8 @@ class TableRow(Record):
     outside: list[str] = field(default_factory=list)
     #: the attack's threat model (its short name), on boards where some attack reads more than theta and labels
     threat_model: str | None = None
+    #: p / (d n) of the row's target (targets/cards.py), on boards that show the threat model
+    p_over_dn: float | None = None
 
     def metric(self, name: str) -> MetricStat:
         m = (self.metrics or _EMPTY).get(name)

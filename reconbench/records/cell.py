@@ -81,6 +81,8 @@ class TargetInfo(Record):
     load_or_train_seconds: float | None = None
     #: the content sha256 of the model card the cell attacked (where the cell records it)
     card_sha256: str | None = None
+    #: p trained parameters, d input dimension, n training points and the ratio p / (d n) (targets/cards.py)
+    p_over_dn: Mapping[str, Any] | None = None
 
     @property
     def metrics(self) -> TrainMetrics:

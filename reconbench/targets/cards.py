@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,6 +233,20 @@ def p_over_dn(model: TargetNet, problem: Problem) -> dict[str, float | int]:
     d n, the input dimension times the number of training points (docs/method/projection-law.md#the-law)."""
     p = sum(q.numel() for q in model.parameters())
     d, n = math.prod(problem.image_shape), problem.n
+    return {"p": p, "d": d, "n": n, "ratio": p / (d * n)}
+
+
+def card_p_over_dn(data: Mapping[str, Any]) -> dict[str, float | int] | None:
+    """A card's ``p_over_dn``; for a card written before it was recorded, the same numbers from the card's trained
+    parameter count, input shape and class counts (None when the card lacks one of them)."""
+    recorded = data.get("p_over_dn")
+    if isinstance(recorded, Mapping):
+        return dict(recorded)
+    p = (data.get("metrics") or {}).get("param_count")
+    shape, counts = data.get("input_shape"), data.get("class_counts")
+    if not isinstance(p, int) or not shape or not counts:
+        return None
+    d, n = math.prod(int(s) for s in shape), sum(int(c) for c in counts)
     return {"p": p, "d": d, "n": n, "ratio": p / (d * n)}
 
 
