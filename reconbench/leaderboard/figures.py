@@ -288,10 +288,14 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
     }
 
 
-def share_points(pub: Published, col: dict[str, Any]) -> dict[tuple[int, int], dict[str, dict[float, list[float]]]]:
-    """{(d, n): {attack: {p / (d n): [share of the training set the first column counts, one per cell]}}}, from
-    every usable cell whose target records p / (d n) (pooled candidates, non-oracle inits)."""
-    points: dict[tuple[int, int], dict[str, dict[float, list[float]]]] = {}
+Panel = tuple[str, int, int]   # (model family, d, n)
+
+
+def share_points(pub: Published, col: dict[str, Any]) -> dict[Panel, dict[str, dict[float, list[float]]]]:
+    """{(family, d, n): {attack: {p / (d n): [share of the training set the first column counts, one per cell]}}},
+    from every usable cell whose target records p / (d n) (pooled candidates, non-oracle inits); panels with a
+    single p / (d n) (a target that is not swept) are left out."""
+    points: dict[Panel, dict[str, dict[float, list[float]]]] = {}
     for rec in pub.usable():
         ratio = rec.target.p_over_dn or {}
         if rec.init.is_oracle or not isinstance(ratio.get("ratio"), (int, float)) or not rec.target.n_train:
@@ -299,9 +303,10 @@ def share_points(pub: Published, col: dict[str, Any]) -> dict[tuple[int, int], d
         value, _ = column_value(rec, "pool", col["spec"])
         if value is None:
             continue
-        panel = points.setdefault((int(ratio["d"]), int(ratio["n"])), {})
+        family = rec.target.trained_from.family or "?"
+        panel = points.setdefault((family, int(ratio["d"]), int(ratio["n"])), {})
         panel.setdefault(rec.attack.label, {}).setdefault(float(ratio["ratio"]), []).append(value / rec.target.n_train)
-    return points
+    return {key: by for key, by in points.items() if len({r for a in by.values() for r in a}) > 1}
 
 
 def draw_share_vs_p_over_dn(pub: Published, columns: list[dict[str, Any]], path: Path) -> dict[str, Any]:
@@ -313,9 +318,10 @@ def draw_share_vs_p_over_dn(pub: Published, columns: list[dict[str, Any]], path:
     col = columns[0]
     points = share_points(pub, col)
     if not points:
-        return {"title": title, "reason": f"no finished cell records p / (d n) and {col['name']}"}
+        return {"title": title, "reason": f"no finished cells of one model family at two or more p / (d n) with "
+                                          f"{col['name']}"}
     fig, axes = plt.subplots(1, len(points), figsize=(4.4 * len(points), 3.4), squeeze=False)
-    for ax, ((d, n), by_attack) in zip(axes[0], sorted(points.items()), strict=True):
+    for ax, ((family, d, n), by_attack) in zip(axes[0], sorted(points.items()), strict=True):
         for label, by_ratio in sorted(by_attack.items()):
             xs = sorted(by_ratio)
             line = ax.plot(xs, [statistics.fmean(by_ratio[x]) for x in xs], marker="o", label=label)[0]
@@ -326,7 +332,7 @@ def draw_share_vs_p_over_dn(pub: Published, columns: list[dict[str, Any]], path:
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("p / (d n)")
         ax.set_ylabel(f"share of the training set ({col['name']})")
-        ax.set_title(f"d = {d}, n = {n}", fontsize=9)
+        ax.set_title(f"{family}, d = {d}, n = {n}", fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
