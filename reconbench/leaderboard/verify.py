@@ -31,6 +31,7 @@ from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
 from reconbench.provenance import read_json
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
+from reconbench.records.target_quantities import target_value
 from reconbench.runs.result import score_selection
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
@@ -347,6 +348,8 @@ def _check_tables(data: BoardResults, cells: dict[str, CellRecord]) -> list[str]
                         v = number(rec.attack_seconds)
                     elif col.source == "calibrated":
                         v = s.calibrated_count
+                    elif col.source == "target":
+                        v = target_value(rec.target, m.key) if m.key else None
                     else:
                         v = s.value(m.key) if m.key else None
                     if v is not None:

@@ -81,6 +81,10 @@ class TargetInfo(Record):
     load_or_train_seconds: float | None = None
     #: the content sha256 of the model card the cell attacked (where the cell records it)
     card_sha256: str | None = None
+    #: the least and the largest training margin of the card's ``margins`` (binary: y·f(x); multiclass: the own
+    #: logit minus the largest other), on cells recorded since the card's margins are summarised here
+    margin_min: float | None = None
+    margin_max: float | None = None
 
     @property
     def metrics(self) -> TrainMetrics:
