@@ -179,3 +179,32 @@ def test_a_cell_records_the_least_and_largest_margin_of_its_card(margins):
     expected = {"margin_min": min(margins), "margin_max": max(margins)} if margins else {}
     assert margin_range(margins) == expected
     assert margin_range(None) == {}
+
+
+
+def test_a_cell_shows_its_cards_least_and_largest_margin(tmp_path):
+    from reconbench.bench.cells import Cell
+    from reconbench.bench.runner import obtain_target
+    from reconbench.targets.recipe import TargetRecipe
+
+    recipe = TargetRecipe.from_dict({"problem": {"dataset": "digits", "task": "binary", "n_per_class": 3},
+                                     "family": "mlp", "model": {"widths": [8]}, "train": {"steps": 20}})
+    cell = Cell("t--a--i--s0", "t", recipe, None, None, 0, ("grid",))  # type: ignore[arg-type]
+    target = obtain_target(cell, tmp_path / "out", str(tmp_path / "cache"), None, quiet=True)
+    assert target.error is None and target.card is not None
+    margins = target.card.data["metrics"]["margins"]
+    assert (target.info["margin_min"], target.info["margin_max"]) == (min(margins), max(margins))
+
+
+def test_verify_holds_a_cells_margins_to_its_card():
+    from reconbench.leaderboard.verify import margin_problems
+
+    rec = CellRecord.from_dict({"cell_id": "c", "target": {"name": "t", "margin_min": 0.5, "margin_max": 3.0}})
+    assert margin_problems("c", rec, [3.0, 0.5, 1.0], "k.json") == []
+    assert margin_problems("c", rec, [3.0, 0.25, 1.0], "k.json") == [
+        "cell c: target margin_min is 0.5, its model card k.json gives 0.25; restore the cell or the card"]
+    assert margin_problems("c", rec, None, "k.json") == [
+        "cell c: target margin_min is 0.5, its model card k.json gives no margins; restore the cell or the card",
+        "cell c: target margin_max is 3.0, its model card k.json gives no margins; restore the cell or the card"]
+    old = CellRecord.from_dict({"cell_id": "c", "target": {"name": "t"}})   # recorded before the margins were
+    assert margin_problems("c", old, [1.0], "k.json") == []
