@@ -202,6 +202,12 @@ class TargetSource(Protocol):
     def get(self, cell: Cell) -> Target: ...
 
 
+def margin_range(margins: Any) -> dict[str, float]:
+    """The least and the largest of a card's training margins (empty without margins: a card that lacks them)."""
+    values = [float(m) for m in margins] if isinstance(margins, list) and margins else []
+    return {"margin_min": min(values), "margin_max": max(values)} if values else {}
+
+
 def obtain_target(cell: Cell, out: Path, cache: str | None, data_root: str | None, quiet: bool,
                   device: str = "cpu") -> Target:
     """Train the cell's target or reuse it from the cache, and write its card beside the cells. Never raises: a
@@ -221,6 +227,7 @@ def obtain_target(cell: Cell, out: Path, cache: str | None, data_root: str | Non
             "train_seconds": t.card.data["metrics"].get("train_seconds"),
             "train_metrics": {k: v for k, v in t.card.data["metrics"].items() if k != "margins"},
             "p_over_dn": card_p_over_dn(t.card.data),
+            **margin_range(t.card.data["metrics"].get("margins")),
         }
     except Exception as exc:  # recorded in every cell of this target
         t.error = exc

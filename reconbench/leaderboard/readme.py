@@ -139,14 +139,19 @@ def render_comparison(comp: Comparison, columns: list[Column]) -> str:
     parts = []
     for metric in comp.metrics:
         col = next(c for c in columns if c.name == metric)
-        headers = ["attack", "init", "selection"] + [f"{comp.axis} = {v}" for v in comp.axis_values]
+        of_target = col.source == "target"   # a number of the trained targets: the same under every selection
+        headers = ["attack", "init", *([] if of_target else ["selection"])] + [f"{comp.axis} = {v}"
+                                                                             for v in comp.axis_values]
         body = []
         for r in comp.rows or []:
+            if of_target and r.selection != "pool":
+                continue
             sel = r.selection + (f" {ORACLE_SELECTION_MARK}" if r.selection == "oracle" else "")
-            body.append([r.attack, _label_init(r), sel] + [_variant_cell(v, metric, col.format)
-                                                            for v in r.values or []])
+            body.append([r.attack, _label_init(r), *([] if of_target else [sel])]
+                        + [_variant_cell(v, metric, col.format) for v in r.values or []])
+        what = "of the attacked targets, " if of_target else ""
         parts.append(
-            f"**{_arrow(col)}** (mean [95% interval] over seeds)\n\n"
+            f"**{_arrow(col)}** ({what}mean [95% interval] over seeds)\n\n"
             + tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
         )
     return "\n\n".join(parts)

@@ -30,6 +30,7 @@ from reconbench.evaluation import reported
 from reconbench.provenance import git_commit
 from reconbench.records import CellRecord, Invocation, MetricStat, TargetRow, mapping, number
 from reconbench.records.board_results import Stat
+from reconbench.records.target_quantities import TARGET_QUANTITIES, target_value
 from reconbench.targets.certificate import gate_value
 from reconbench.targets.regime import MAX_RESIDUAL
 
@@ -57,6 +58,9 @@ def column_value(rec: CellRecord, selection: str, col: ColumnSpec) -> tuple[floa
         return number(rec.attack_seconds), "attack_seconds"
     if col.source == "calibrated":   # the count against the bar calibrated for this selection (evaluation/bars.py)
         return (sel.calibrated_count, "calibrated") if "count" in mapping(sel.calibrated) else (None, None)
+    if col.source == "target":   # a number of the cell's target, the same for every selection
+        value = target_value(rec.target, col.keys[0])
+        return (value, col.keys[0]) if value is not None else (None, None)
     for k in col.keys:
         if k in sel.summary:
             return sel.value(k), k
@@ -155,7 +159,8 @@ def _stat(records: list[CellRecord], selection: str, col: ColumnSpec) -> tuple[S
         if v is not None:
             values.append(v)
             key = key or k
-    return Stat(values, value_range(key, records)), key
+    bounds = TARGET_QUANTITIES[col.keys[0]].bounds if col.source == "target" else value_range(key, records)
+    return Stat(values, bounds), key
 
 
 def _sort_key(row: dict[str, Any], columns: list[dict[str, Any]]) -> tuple[Any, ...]:
@@ -422,6 +427,8 @@ def target_rows(pub: Published, gate: float | None = None, learned_gate: float |
             rows[key]["margin_set_size"] = len(mapping(regime.get("theta")).get("margin_set") or [])
             if "regularised" in regime:
                 rows[key]["regularised_residual"] = mapping(regime.get("regularised")).get("residual")
+        if t.margin_min is not None and t.margin_max is not None:
+            rows[key]["margin_min"], rows[key]["margin_max"] = t.margin_min, t.margin_max
     return list(rows.values())
 
 
@@ -440,6 +447,7 @@ def render_targets(rows: list[TargetRow]) -> str:
     learned = any(r.learned_ratio is not None for r in rows)  # docs/regime.md
     residual = any(r.theta_residual is not None for r in rows)
     regularised = any(r.regularised_residual is not None for r in rows)
+    margins = any(r.margin_min is not None for r in rows)
 
     def defense(r: TargetRow) -> list[str]:
         if not defended:
@@ -467,6 +475,7 @@ def render_targets(rows: list[TargetRow]) -> str:
                + ("" if r.margin_set_size is None else f" ({r.margin_set_size} on the margin)")] if residual else []),
             *([f(r.regularised_residual, ".3g") + _gate_mark(r.regularised_residual, MAX_RESIDUAL)]
               if regularised else []),
+            *([f"{f(r.margin_min, '.3g')} / {f(r.margin_max, '.3g')}"] if margins else []),
             f(r.train_seconds, ".0f"),
         ]
         for r in rows
@@ -488,6 +497,7 @@ def render_targets(rows: list[TargetRow]) -> str:
         *(["learned-part ratio ↓"] if learned else []),
         *(["θ residual (NNLS) ↓"] if residual else []),
         *(["regularised-loss residual ↓"] if regularised else []),
+        *(["least / largest margin"] if margins else []),
         "train s",
     ]
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
@@ -495,8 +505,10 @@ def render_targets(rows: list[TargetRow]) -> str:
 
 def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]]) -> dict[str, Any]:
     out = {}
-    # the first two summary columns the cells have (an older cell has no calibrated headline)
-    metric_cols = [c for c in columns if c["source"] == "summary" and c["key"]][:2] or columns[:1]
+    # the first two summary columns the cells have (an older cell has no calibrated headline), and the numbers of
+    # the targets the suite shows (target_columns: how the target changes along the axis)
+    metric_cols = ([c for c in columns if c["source"] == "summary" and c["key"]][:2] or columns[:1]) + [
+        c for c in columns if c["source"] == "target" and c["key"]]
     for comp in suite.comparisons:
         group = f"comparison:{comp.name}"
         cells = [c for c in pub.plan if group in c.groups]

@@ -31,6 +31,7 @@ from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
 from reconbench.provenance import read_json
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
+from reconbench.records.target_quantities import target_value
 from reconbench.runs.result import score_selection
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
@@ -315,6 +316,19 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
             k = edited[0]
             problems.append(f"cell {cell_id}: target train_metrics.{k} is {shown[k]!r}, its model card "
                             f"{card_path.name} records {want[k]!r}; restore the cell or the card")
+        problems += margin_problems(cell_id, rec, card.metrics.margins, card_path.name)
+    return problems
+
+
+def margin_problems(cell_id: str, rec: CellRecord, margins: list[float] | None, card_name: str) -> list[str]:
+    """The least and largest margin a cell shows against the card's margins (cells that record them)."""
+    values = [float(m) for m in margins or []]
+    problems = []
+    for field_name, pick in (("margin_min", min), ("margin_max", max)):
+        shown = getattr(rec.target, field_name)
+        if shown is not None and (not values or not close(shown, pick(values), 0.0)):
+            problems.append(f"cell {cell_id}: target {field_name} is {shown!r}, its model card {card_name} gives "
+                            f"{pick(values) if values else 'no margins'}; restore the cell or the card")
     return problems
 
 
@@ -347,6 +361,8 @@ def _check_tables(data: BoardResults, cells: dict[str, CellRecord]) -> list[str]
                         v = number(rec.attack_seconds)
                     elif col.source == "calibrated":
                         v = s.calibrated_count
+                    elif col.source == "target":
+                        v = target_value(rec.target, m.key) if m.key else None
                     else:
                         v = s.value(m.key) if m.key else None
                     if v is not None:

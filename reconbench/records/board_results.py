@@ -132,6 +132,9 @@ class TargetRow(Record):
     theta_residual: float | None = None
     margin_set_size: int | None = None
     regularised_residual: float | None = None
+    #: the least and the largest training margin (cells recorded since the target record carries them)
+    margin_min: float | None = None
+    margin_max: float | None = None
 
 
 @dataclass(frozen=True)

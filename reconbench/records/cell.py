@@ -83,6 +83,10 @@ class TargetInfo(Record):
     card_sha256: str | None = None
     #: p trained parameters, d input dimension, n training points and the ratio p / (d n) (targets/cards.py)
     p_over_dn: Mapping[str, Any] | None = None
+    #: the least and the largest training margin of the card's ``margins`` (binary: y·f(x); multiclass: the own
+    #: logit minus the largest other), on cells recorded since the card's margins are summarised here
+    margin_min: float | None = None
+    margin_max: float | None = None
 
     @property
     def metrics(self) -> TrainMetrics:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconbench.bench.suite.schema import COLUMN_TABLE, LEADERBOARD_TABLE, Checker
+from reconbench.records.target_quantities import TARGET_QUANTITIES
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,8 @@ class ColumnSpec:
     keys: tuple[str, ...]  # evaluation summary keys tried in order (the first present is used)
     higher_is_better: bool
     fmt: str = ".3g"
-    source: str = "summary"  # summary | attack_loss | wall_seconds | calibrated (the count against the selection's bar)
+    source: str = "summary"  # summary | attack_loss | wall_seconds | calibrated (the count against the selection's
+    # bar) | target (a number of the cell's target: records/target_quantities.py)
     optional: bool = False  # shown only when some cell records one of the keys (a metric older cells lack)
     named: bool = False  # named in the suite's [leaderboard] columns: a key no finished cell reports is an error
 
@@ -60,13 +62,37 @@ def leaderboard_options(lb: dict[str, Any], chk: Checker) -> LeaderboardOptions:
     if isinstance(store, int) and store < 1:
         raise chk.fail(("leaderboard", "store_candidates"), f"is {store}: a board keeps the candidates of at least one "
                        'cell, or of all ("all"), so that its numbers can be re-scored; give a number of cells from 1')
+    columns = read_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else default_columns()
     return LeaderboardOptions(
         store_candidates=None if store == "all" else int(store),
         sample_cells=tuple(lb.get("sample_cells", ())),
         figures=lb.get("figures", True),
         sample_images=lb.get("sample_images", 8),
-        columns=read_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else default_columns(),
+        columns=(*columns, *target_columns(lb.get("target_columns", []), columns, chk)),
     )
+
+
+def target_column(name: str) -> ColumnSpec:
+    """The column of a number of the cell's target (records/target_quantities.py), shown over seeds like a metric."""
+    q = TARGET_QUANTITIES[name]
+    return ColumnSpec(q.label, (name,), q.higher_is_better, q.fmt, source="target", named=True)
+
+
+def target_columns(names: list[str], columns: tuple[ColumnSpec, ...], chk: Checker) -> tuple[ColumnSpec, ...]:
+    """``[leaderboard] target_columns``: numbers of each cell's target shown after the metric columns."""
+    taken = {c.name for c in columns}
+    out = []
+    for i, name in enumerate(names):
+        keys = ("leaderboard", "target_columns", i)
+        if name not in TARGET_QUANTITIES:
+            raise chk.fail(keys, f"{name!r} is not a number a cell records of its target; one of: "
+                                 f"{', '.join(TARGET_QUANTITIES)}")
+        col = target_column(name)
+        if col.name in taken:
+            raise chk.fail(keys, f"{name!r} is given twice, or its column {col.name!r} is already a column; keep one")
+        taken.add(col.name)
+        out.append(col)
+    return tuple(out)
 
 
 #: the longest column name; characters that would change a Markdown table or HTML around a name are refused
@@ -107,6 +133,9 @@ def read_columns(raw: list[dict], chk: Checker, keys: tuple[Any, ...]) -> tuple[
         col_keys = tuple(c.get("keys", [])) + ((c["key"],) if "key" in c else ())
         if source == "summary" and not col_keys:
             raise chk.fail(ck, "a summary column needs `key` (or `keys`): the evaluation summary key it shows")
+        if source == "target" and (len(col_keys) != 1 or col_keys[0] not in TARGET_QUANTITIES):
+            raise chk.fail(ck, f"a target column needs one `key`, a number a cell records of its target; one of: "
+                               f"{', '.join(TARGET_QUANTITIES)}")
         name = c["name"]
         if (why := column_name_problem(name)) is not None:
             raise chk.fail((*ck, "name"), f"column name {name[:60]!r} {why}")

@@ -59,6 +59,7 @@ LEADERBOARD_TABLE = Table({
     "sample_images": int,
     "figure_inits": list[str],
     "columns": list[dict[str, Any]],
+    "target_columns": list[str],
 })
 COLUMN_TABLE = Table({
     "name": str,
@@ -66,7 +67,7 @@ COLUMN_TABLE = Table({
     "key": str,
     "higher_is_better": bool,
     "format": str,
-    "source": typing.Literal["summary", "attack_loss", "wall_seconds"],
+    "source": typing.Literal["summary", "attack_loss", "wall_seconds", "target"],
 }, required=("name", "higher_is_better"), called="a column")
 ATTACK_TABLE = Table({
     "attack": str,
