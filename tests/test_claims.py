@@ -24,7 +24,7 @@ from reconbench.claims.measure import MEASURES, Point, SeedValue, comparison, po
 from reconbench.errors import ReconbenchError
 
 REPO = Path(__file__).resolve().parents[1]
-SUITES = ("claims-a", "claims-b")
+SUITES = ("claims-a", "claims-b", "claims-c")
 DATA = records.load(REPO / records.DEFAULT_FILE)
 #: every claim the issue tracker's review of the first edition named (including those the page had omitted)
 NAMED = ("haim-margin", "haim-first-layer", "haim-bias", "buzaglo-neurons", "buzaglo-classes-quality",
