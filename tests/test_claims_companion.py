@@ -206,3 +206,19 @@ def test_an_unknown_premise_is_refused_in_one_line(tmp_path):
     bad.write_text(text)
     with pytest.raises(ReconbenchError, match="unknown premise 'nonzero_error'.*use one of"):
         records.load(bad)
+
+
+def test_the_page_shows_the_unchanged_start_read_from_claims_c(tmp_path):
+    import numpy as np
+    from test_claims import write_cells
+
+    rng = np.random.default_rng(3)
+    results = {name: tmp_path / name for name in ("claims-a", "claims-b", "claims-c")}
+    for name, folder in results.items():
+        write_cells(folder, name, rng)
+    page = P.generate(results, root=REPO)
+    row = next(ln for ln in page.splitlines() if ln.startswith("| `runkel-collapse`"))
+    assert "unchanged start (`claims-c`): mean" in row and "no unchanged-start comparison" not in row
+    for cid in SIX:
+        row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{cid}`"))
+        assert f"`claims-c` / `{claim(cid).comparison}`" in row and "**not run**" not in row, cid
