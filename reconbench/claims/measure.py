@@ -8,7 +8,7 @@ attack did its work (:mod:`reconbench.attack.outcome`); the rest are listed as m
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -127,6 +127,8 @@ class SeedValue:
     regime_how: str = ""
     #: the cell's start is an oracle (the training images themselves)
     oracle: bool = False
+    #: the target's training error from its card (None: not recorded)
+    train_error: float | None = None
 
 
 @dataclass
@@ -140,9 +142,11 @@ class Point:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (cell id, the outcome's reason)
     #: the attack's threat model (None: an attack without a stationarity premise, not gated)
     threat: str | None = None
-    #: the same point with the start left unchanged (0 attack steps, the suite's ``init_only`` entry, same protocol);
-    #: None: the suite ran no such cells
+    #: the same point with the start left unchanged (0 attack steps, an ``init_only`` entry, same protocol);
+    #: None: no suite read ran such cells
     unchanged: Point | None = None
+    #: the suite whose cells this point was read from
+    suite: str = ""
 
     def value_of(self, seed: int) -> float | None:
         return next((s.value for s in self.seeds if s.seed == seed), None)
@@ -221,20 +225,59 @@ def unchanged_attack(suite: Suite) -> str | None:
     return next((name for name, a in suite.attacks.items() if a.attack == UNCHANGED_ATTACK), None)
 
 
+@dataclass(frozen=True)
+class Companion:
+    """Another claims suite read beside a claim's own, whose ``init_only`` cells may hold the claim's unchanged
+    start: its suite, its cell records and its planned cells."""
+
+    suite: Suite
+    found: dict[str, dict[str, Any]]
+    plan: dict[str, Cell]
+
+
+def same_start(a: Cell, suite_a: Suite, b: Cell, suite_b: Suite) -> bool:
+    """Whether two planned cells attack the same trained target from the same start, scored by the same protocol:
+    the same recipe (the same target, trained once for both), init regime and options, candidate count and seed."""
+    return (a.recipe.to_dict() == b.recipe.to_dict() and a.init.regime == b.init.regime
+            and dict(a.init.config) == dict(b.init.config) and a.attack.candidates == b.attack.candidates
+            and a.seed == b.seed and a.protocol(suite_a) == b.protocol(suite_b))
+
+
+def companion_unchanged(companions: Sequence[Companion], suite: Suite, plan: dict[str, Cell], seeds: Sequence[int],
+                        target: str, attack: str, init: str) -> tuple[Companion, str] | None:
+    """The first companion suite whose ``init_only`` entry left the same start unchanged at every seed (a target of
+    the same name and recipe, the same init, candidates and protocol): (companion, its entry's name)."""
+    for other in companions:
+        still = unchanged_attack(other.suite)
+        if still is None:
+            continue
+        pairs = [(plan.get(cell_id(target, attack, init, s)), other.plan.get(cell_id(target, still, init, s)))
+                 for s in seeds]
+        if pairs and all(a is not None and b is not None and same_start(a, suite, b, other.suite) for a, b in pairs):
+            return other, still
+    return None
+
+
 def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str, dict[str, Any]],
                   plan: dict[str, Cell], label: str, target: str, attack: str, init: str,
-                  with_unchanged: bool = True) -> Point:
+                  with_unchanged: bool = True, companions: Sequence[Companion] = ()) -> Point:
+    """One point of a claim at every seed of its block, with its unchanged start: from the suite's own
+    ``init_only`` entry, else from the first of ``companions`` that left the same start unchanged."""
     spec = MEASURES[claim.measure]
     above = True  # a null is passed upwards: boards keep the largest null draw, not the smallest
-    point = Point(label, target, attack, init)
+    point = Point(label, target, attack, init, suite=suite.name)
     entry = suite.attacks.get(attack)
     point.threat = regime_test_of(entry.attack if entry is not None else attack)
-    still = unchanged_attack(suite) if with_unchanged and claim.measure not in TARGET_MEASURES else None
-    if claim.measure in UNCHANGED_BY_CONSTRUCTION:
-        still = None  # filled in below from the seeds found, with the value known for 0 steps
+    wanted = with_unchanged and claim.measure not in TARGET_MEASURES and claim.measure not in UNCHANGED_BY_CONSTRUCTION
+    still = unchanged_attack(suite) if wanted else None  # by construction: filled in below from the seeds found
     if still is not None and still != attack:
         point.unchanged = measure_point(claim, suite, comp, found, plan, label, target, still, init,
                                         with_unchanged=False)
+    elif still is None and wanted:
+        other = companion_unchanged(companions, suite, plan, comp.seeds, target, attack, init)
+        if other is not None:
+            point.unchanged = measure_point(claim, other[0].suite, comp, other[0].found, other[0].plan, label,
+                                            target, other[1], init, with_unchanged=False)
     for seed in comp.seeds:
         cid = cell_id(target, attack, init, seed)
         rec = found.get(cid)
@@ -258,7 +301,10 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str,
             beyond = value > extreme if above else value < extreme
         residual, how = _regime(rec, point.threat)
         oracle = bool((rec.get("init") or {}).get("is_oracle")) if isinstance(rec.get("init"), dict) else False
-        point.seeds.append(SeedValue(seed, cid, value, mean, extreme, draws, beyond, p0, residual, how, oracle))
+        metrics = (rec.get("target") or {}).get("train_metrics") or {}
+        train_error = _number(metrics.get("train_error")) if isinstance(metrics, dict) else None
+        point.seeds.append(SeedValue(seed, cid, value, mean, extreme, draws, beyond, p0, residual, how, oracle,
+                                     train_error))
     if with_unchanged and claim.measure in UNCHANGED_BY_CONSTRUCTION:
         known = UNCHANGED_BY_CONSTRUCTION[claim.measure]
         point.unchanged = Point(label, target, UNCHANGED_ATTACK, init,

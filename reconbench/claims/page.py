@@ -22,6 +22,7 @@ from reconbench.claims import records
 from reconbench.claims.measure import (
     MEASURES,
     SELECTION,
+    Companion,
     Point,
     comparison,
     load_all,
@@ -33,7 +34,10 @@ from reconbench.claims.measure import (
 from reconbench.claims.records import Claim, ClaimsFile
 from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Decision, decide, fmt_p
 
-DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b")}
+DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b"),
+                   "claims-c": Path("leaderboards/claims-c")}
+#: the suites whose comparison blocks the papers'-sizes suite repeats under the same names (``--gpu``)
+GPU_ROUTED = ("claims-a", "claims-b", "claims-c")
 DEFAULT_OUT = Path("docs/claims.md")
 GPU_SUITE = "claims-gpu"
 KIND_NAMES = {"above_null": "above the null", "at_null": "at the null",
@@ -73,6 +77,10 @@ def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, 
             continue
         name = route.get(claim.suite, claim.suite)
         suite = suites[name]
+        if not any(c.name == claim.comparison for c in suite.comparisons):
+            out.append(ClaimResult(claim, "-", [], Decision(NOT_RUN, f"the {name} suite has no block "
+                                                                      f"{claim.comparison!r}")))
+            continue
         comp = comparison(suite, claim.comparison)
         specs = point_specs(claim, comp)
         setup = setup_text(claim, suite, comp, specs)
@@ -80,7 +88,10 @@ def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, 
             out.append(ClaimResult(claim, setup, [], Decision(NOT_RUN, f"runs only in the {name} suite, whose "
                                                                       "results are not among those read here")))
             continue
-        points = [measure_point(claim, suite, comp, found.get(name, {}), planned[name], *s) for s in specs]
+        companions = [Companion(suites[other], found.get(other, {}), planned[other])
+                      for other in sorted(results) if other != name]
+        points = [measure_point(claim, suite, comp, found.get(name, {}), planned[name], *s, companions=companions)
+                  for s in specs]
         out.append(ClaimResult(claim, setup, points, decide(claim, points)))
     return out
 
@@ -110,6 +121,11 @@ def number_text(res: ClaimResult) -> str:
             text += f"; {sum(1 for s in p.seeds if s.beyond)} of {len(p.seeds)} beyond their null"
         if p.missing or p.failed:
             text += f"; {len(p.missing)} missing, {len(p.failed)} failed"
+        still = p.unchanged
+        if still is not None and still.seeds and still.suite:   # cells run (a value known by construction has none)
+            where = "" if still.suite == p.suite else f" (`{still.suite}`)"
+            text += (f"; unchanged start{where}: mean {spec.show(sum(s.value for s in still.seeds) / len(still.seeds))}"
+                     f" (seeds: {', '.join(spec.show(s.value) for s in still.seeds)})")
         lines.append(text)
     return "<br>".join(lines)
 
@@ -246,7 +262,7 @@ def generate(results: dict[str, Path] | None = None, root: Path | None = None, *
     root = root or Path.cwd()
     data = records.load(claims_file or root / records.DEFAULT_FILE)
     results = results or {k: root / v for k, v in DEFAULT_RESULTS.items()}
-    route = {k: GPU_SUITE for k in DEFAULT_RESULTS} if gpu else None
+    route = {k: GPU_SUITE for k in GPU_ROUTED} if gpu else None
     found = load_all(results)
     return render(data, measure_claims(data, results, route, found), results, root, found)
 

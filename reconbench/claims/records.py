@@ -20,6 +20,9 @@ Kind = Literal["above_null", "at_null", "trend", "comparison", "some_above", "no
                "not_run"]
 Axis = Literal["variants", "inits", "attacks"]
 Direction = Literal["up", "down"]
+#: a condition the claim puts on its targets, checked on every cell's model card before the claim is judged:
+#: ``nonzero_train_error``: the target does not fit every training image (its card's training error is above 0)
+Premise = Literal["", "nonzero_train_error"]
 
 #: kinds whose decision needs a direction (which way the claim says the measure moves)
 DIRECTED = ("trend", "comparison", "some_above", "threshold")
@@ -62,6 +65,7 @@ class Claim:
     oracle: bool = False
     reason: str = ""
     note: str = ""
+    premise: Premise = ""
 
     @property
     def measured(self) -> bool:
@@ -80,7 +84,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "id": str, "paper": str, "where": str, "statement": str, "kind": str, "source": str, "quote": str,
     "in_text": bool, "measure": str, "suite": str, "comparison": str, "axis": str, "attack": str, "init": str,
     "points": list, "direction": str, "threshold": (int, float), "judge": bool, "oracle": bool, "reason": str,
-    "note": str,
+    "note": str, "premise": str,
 }
 _REQUIRED = ("id", "paper", "where", "statement", "kind")
 
@@ -125,6 +129,9 @@ def load(path: Path = DEFAULT_FILE) -> ClaimsFile:
             raise _fail(path, where, f"unknown kind {raw['kind']!r}", f"use one of {', '.join(get_args(Kind))}")
         if raw.get("axis", "variants") not in get_args(Axis):
             raise _fail(path, where, f"unknown axis {raw['axis']!r}", f"use one of {', '.join(get_args(Axis))}")
+        if raw.get("premise", "") not in get_args(Premise):
+            raise _fail(path, where, f"unknown premise {raw['premise']!r}",
+                        f"use one of {', '.join(repr(p) for p in get_args(Premise))}")
         kind = raw["kind"]
         if kind in MEASURED:
             for k in ("measure", "suite", "comparison"):

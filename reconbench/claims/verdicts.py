@@ -195,6 +195,19 @@ def _outside_regime(points: list[Point]) -> Decision | None:
                     f"||v||, {first[1].regime_how}) above {MAX_RESIDUAL:g} at {shown}")
 
 
+def _premise(claim: Claim, points: list[Point]) -> Decision | None:
+    """Not judged when some cell's target lacks the condition the claim puts on its targets."""
+    if claim.premise != "nonzero_train_error":
+        return None
+    lacking = [s for p in points for s in p.seeds if s.train_error is None or s.train_error <= 0]
+    if not lacking:
+        return None
+    errors = ", ".join("not recorded" if s.train_error is None else f"{s.train_error:g}" for s in lacking)
+    return Decision(NOT_JUDGED, f"targets outside the claim's premise: it is about models with a non-zero training "
+                    f"error, and {len(lacking)} of {sum(len(p.seeds) for p in points)} cells' targets have training "
+                    f"error {errors} (e.g. {lacking[0].cell})")
+
+
 def _unchanged(claim: Claim, points: list[Point], verdict: Decision) -> Decision:
     """A verdict that says something must not be met already by the same start left unchanged (0 attack steps)."""
     if verdict.verdict not in (REPRODUCED, CONTRADICTED) or claim.measure in TARGET_MEASURES:
@@ -218,7 +231,7 @@ def decide(claim: Claim, points: list[Point]) -> Decision:
     pre = _preconditions(claim, points)
     if pre is not None:
         return pre
-    refused = _oracle(claim, points) or _outside_regime(points)
+    refused = _oracle(claim, points) or _outside_regime(points) or _premise(claim, points)
     if refused is not None:
         return refused
     return _unchanged(claim, points, _test(claim, points))
@@ -257,7 +270,7 @@ target (`seed_targets`) and seeds the held-out null draws afresh (`seed_nulls`),
 - *not run*: some cell is missing, stale (its suite entry changed) or its attack did not complete its steps
   (diverged, non-finite, stopped early: reconbench/attack/outcome.py); such a claim gets no verdict. *Not judged*:
   measured and shown, but the paper's outcome is not in the available text, so there is nothing to compare with;
-  or one of the three rules below holds.
+  or one of the four rules below holds.
 - *not judged: oracle start refused*: some cell starts from the training images themselves (the init records
   `is_oracle`), or the data file marks the claim as one; such a run tests the attack, not privacy.
 - *not judged: targets outside the regime*: the attack assumes the released weights are a stationary point
@@ -267,8 +280,11 @@ target (`seed_targets`) and seeds the held-out null draws afresh (`seed_nulls`),
   above {MAX_RESIDUAL:g}. Cards recorded before the regime test carry the same theta fit as a squared residual; for
   the weight-decay attack that fit is a lower bound, so a target it puts outside is outside. Attacks without a
   stationarity premise (the bilevel attack, the baselines) are not gated.
+- *not judged: targets outside the claim's premise*: the claim is about targets of a kind (models that do not fit
+  every training image) and some cell's target is not of that kind (its card's training error is 0).
 - *not judged: the unchanged start already meets it*: every verdict that says something (reproduced,
   contradicted) is also computed, by the same rule, from the same starts left unchanged (0 attack steps: the
-  suite's `{UNCHANGED_ATTACK}` entry, scored by the same protocol); if those give the same verdict, the attack is
-  not what produced it. Without such cells the verdict cannot be told apart from the start's and is not judged
+  suite's `{UNCHANGED_ATTACK}` entry, or another claims suite's where it ran the same target recipe from the same
+  init with the same candidates, seeds and protocol, scored the same way); if those give the same verdict, the
+  attack is not what produced it. Without such cells the verdict cannot be told apart from the start's and is not judged
   either; the reason keeps what the cells alone give. Measures of the target itself (margins) are exempt."""

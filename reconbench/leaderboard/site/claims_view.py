@@ -16,6 +16,9 @@ from reconbench.claims.measure import MEASURES, load_all
 from reconbench.claims.page import DEFAULT_RESULTS, KIND_NAMES, ClaimResult, measure_claims
 from reconbench.claims.verdicts import RULES, fmt_p
 
+#: the claims boards the site needs before it shows the claims page
+REQUIRED_BOARDS = ("claims-a", "claims-b")
+
 
 @dataclass(frozen=True)
 class PointView:
@@ -114,11 +117,14 @@ def attack_papers() -> list[PaperView]:
 
 
 def claims_view(leaderboards: Path, rendered: set[str]) -> ClaimsView | None:
-    """The claims measured from ``leaderboards``/claims-a and claims-b; None where either board is absent or not
-    among the ``rendered`` boards (the page links to their cells)."""
+    """The claims measured from the claims boards under ``leaderboards``; None where claims-a or claims-b is absent
+    or not among the ``rendered`` boards (the page links to their cells). A later claims board (claims-c) is read
+    when it is published and rendered; until then its claims show as not run."""
     results = {name: leaderboards / name for name in DEFAULT_RESULTS}
-    if not all((p / "results.json").is_file() and name in rendered for name, p in results.items()):
+    present = {name for name, p in results.items() if (p / "results.json").is_file() and name in rendered}
+    if not set(REQUIRED_BOARDS) <= present:
         return None
+    results = {name: p for name, p in results.items() if name in present}
     found = load_all(results)
     data = records.load(leaderboards.parent / records.DEFAULT_FILE)
     return ClaimsView(RULES, {k: str(Path(v.name)) for k, v in results.items()},
