@@ -54,7 +54,7 @@ class SsimConfig:
 
 
 @dataclass(frozen=True)
-class PaperSsim(Metric):
+class PaperSsim(Metric[SsimConfig]):
     name: str = "ssim"
     description: str = ("the papers' SSIM: kornia, Gaussian window 3 (sigma 1.5), data range 1, reflect padding, per "
                         "channel; reconstruction un-centred and min-max scaled, original not rescaled")
@@ -67,7 +67,7 @@ class PaperSsim(Metric):
                  console=30),
         Reported("mean_ssim_matched", "mean SSIM of matched images", "similarity", fmt=".3f"),
     )
-    config_cls: type = SsimConfig
+    config_cls: type[SsimConfig] = SsimConfig
 
     def check_config(self, cfg: SsimConfig) -> None:
         if cfg.window_size < 1 or cfg.window_size % 2 == 0:
@@ -97,7 +97,7 @@ class StandardSsimConfig:
 
 
 @dataclass(frozen=True)
-class StandardSsim(Metric):
+class StandardSsim(Metric[StandardSsimConfig]):
     name: str = "ssim_standard"
     description: str = ("standard SSIM: scikit-image structural_similarity with its defaults (7x7 uniform window, "
                         "borders cropped), data range 1, same image pairs as `ssim`")
@@ -108,7 +108,7 @@ class StandardSsim(Metric):
         Reported("top_k_mean_ssim_standard", "top-10 scikit-image SSIM", "similarity", fmt=".3f"),
         Reported("mean_ssim_standard_matched", "mean scikit-image SSIM of matched images", "similarity", fmt=".3f"),
     )
-    config_cls: type = StandardSsimConfig
+    config_cls: type[StandardSsimConfig] = StandardSsimConfig
 
     def check_config(self, cfg: StandardSsimConfig) -> None:
         if cfg.win_size is not None and (cfg.win_size < 3 or cfg.win_size % 2 == 0):
@@ -142,7 +142,7 @@ class NotebookConfig:
 
 
 @dataclass(frozen=True)
-class NotebookSsim(Metric):
+class NotebookSsim(Metric[NotebookConfig]):
     name: str = "ssim_notebook"
     description: str = ("the shipped notebooks' variant, for comparison only: nearest candidate per training image "
                         "(min vote, no best-buddy), so one candidate can count for many images")
@@ -155,7 +155,7 @@ class NotebookSsim(Metric):
         Reported("notebook_distinct_candidates_reconstructed", "distinct candidates reconstructed (notebooks)",
                  "count_unbounded", fmt=".1f"),
     )
-    config_cls: type = NotebookConfig
+    config_cls: type[NotebookConfig] = NotebookConfig
 
     def check_config(self, cfg: NotebookConfig) -> None:
         PaperSsim().check_config(SsimConfig(window_size=cfg.window_size))
@@ -198,7 +198,7 @@ def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Correlation(Metric):
+class Correlation(Metric[CorrelationConfig]):
     name: str = "corr"
     description: str = ("Pearson (NCC) correlation of each matched reconstruction with its training image in the "
                         "centred space (the papers' NCC), per channel, averaged over channels; the headline "
@@ -210,7 +210,7 @@ class Correlation(Metric):
         Reported("top_k_mean_corr", "top-10 correlation", "similarity", fmt=".3f"),
         Reported("mean_corr_matched", "mean correlation of matched images", "similarity", fmt=".3f"),
     )
-    config_cls: type = CorrelationConfig
+    config_cls: type[CorrelationConfig] = CorrelationConfig
 
     def check_config(self, cfg: CorrelationConfig) -> None:
         if not -1.0 <= cfg.threshold <= 1.0:
@@ -237,7 +237,7 @@ class LpipsConfig:
 
 
 @dataclass(frozen=True)
-class Lpips(Metric):
+class Lpips(Metric[LpipsConfig]):
     name: str = "lpips"
     description: str = ("LPIPS (AlexNet, v0.1) via the `lpips` package between the scaled reconstruction and the "
                         "original; reported unavailable when the ImageNet backbone weights are absent")
@@ -246,7 +246,7 @@ class Lpips(Metric):
     reports: tuple[Reported, ...] = (
         Reported("lpips_mean", "mean LPIPS", "nonnegative", higher_is_better=False, fmt=".3f", console=130),
     )
-    config_cls: type = LpipsConfig
+    config_cls: type[LpipsConfig] = LpipsConfig
 
     def check_config(self, cfg: LpipsConfig) -> None:
         if cfg.min_size < 32:
@@ -279,7 +279,7 @@ def score_lpips(ev: Evaluation, scorer: LpipsScorer) -> MetricResult:
 
 # -- membership against decoys ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class MembershipMetric(Metric):
+class MembershipMetric(Metric[NoOptions]):
     name: str = "membership"
     description: str = ("for each reconstructed training image, is the reconstruction's nearest neighbour among "
                         "training images and the problem's decoys a training image? (precision of the claims)")
@@ -293,7 +293,7 @@ class MembershipMetric(Metric):
         Reported("candidates_nearer_decoy_share", "candidates nearer a decoy", "share", higher_is_better=False,
                  fmt=".2f"),
     )
-    config_cls: type = NoOptions
+    config_cls: type[NoOptions] = NoOptions
 
     def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
         decoys = ev.problem.x_decoy(torch.float64)
@@ -350,7 +350,7 @@ class MembershipTestConfig:
 
 
 @dataclass(frozen=True)
-class MembershipTest(Metric):
+class MembershipTest(Metric[MembershipTestConfig]):
     name: str = "membership_test"
     description: str = ("membership inference from the candidates: each training image and each of pool_per_member "
                         "x n non-members (10n by default: held-out images no attack or init saw) scores its highest correlation "
@@ -362,7 +362,7 @@ class MembershipTest(Metric):
         Reported("membership_auc", "membership AUC", "share", fmt=".2f", column=40, optional_column=True, console=60),
         Reported("membership_tpr_at_fpr", "membership TPR at low FPR", "share", fmt=".2f", console=70),
     )
-    config_cls: type = MembershipTestConfig
+    config_cls: type[MembershipTestConfig] = MembershipTestConfig
 
     def compute(self, ev: Evaluation, cfg: MembershipTestConfig) -> MetricResult:
         keys = ("membership_auc", "membership_tpr_at_fpr")
@@ -449,7 +449,7 @@ def _mean_offset(problem: Problem) -> torch.Tensor | str:
 
 # -- staying at the initialisation ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class InitCopy(Metric):
+class InitCopy(Metric[NoOptions]):
     name: str = "init_copy"
     description: str = ("share of candidates closer to their own starting image than to any training image "
                         "(partition inits: natural-looking non-members)")
@@ -460,7 +460,7 @@ class InitCopy(Metric):
         Reported("init_copy_candidates", "candidates that stayed copies of their start", "count_unbounded",
                  higher_is_better=False, fmt=".1f"),
     )
-    config_cls: type = NoOptions
+    config_cls: type[NoOptions] = NoOptions
 
     def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
         if ev.x0 is None:
@@ -482,7 +482,7 @@ class InitCopy(Metric):
 
 # -- collapse ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Collapse(Metric):
+class Collapse(Metric[NoOptions]):
     name: str = "collapse"
     description: str = ("distinct training images chosen as nearest by some candidate, against the number of "
                         "candidates (1 = no collapse)")
@@ -496,7 +496,7 @@ class Collapse(Metric):
         Reported("max_candidates_per_image", "most candidates on one image", "count_unbounded", fmt=".1f"),
         Reported("reconstructed_per_candidate", "reconstructed per candidate", "share", fmt=".3g"),
     )
-    config_cls: type = NoOptions
+    config_cls: type[NoOptions] = NoOptions
 
     def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
         stats = collapse(ev.matching, len(ev.valid_ids))
@@ -514,7 +514,7 @@ class MarginScoreConfig:
 
 
 @dataclass(frozen=True)
-class MarginScore(Metric):
+class MarginScore(Metric[MarginScoreConfig]):
     name: str = "margin_score"
     description: str = ("Spearman correlation of each training image's margin (from the model card) with its "
                         "primary score (unmatched images rank lowest): negative when images nearer the decision "
@@ -526,7 +526,7 @@ class MarginScore(Metric):
                  fmt=".2f"),
         Reported("margin_near_min_share", "share of training images near the smallest margin", "share", fmt=".2f"),
     )
-    config_cls: type = MarginScoreConfig
+    config_cls: type[MarginScoreConfig] = MarginScoreConfig
 
     def compute(self, ev: Evaluation, cfg: MarginScoreConfig) -> MetricResult:
         from reconbench.claims.stats import spearman
@@ -553,7 +553,7 @@ class ExtractionConfig:
 
 
 @dataclass(frozen=True)
-class ExtractionScore(Metric):
+class ExtractionScore(Metric[ExtractionConfig]):
     name: str = "extraction_score"
     # method: docs/method/evaluation-protocol.md#in-run-extraction-score
     description: str = ("the reference's in-run score: mean NCC distance (not per dimension) of the k best distinct "
@@ -563,7 +563,7 @@ class ExtractionScore(Metric):
     reports: tuple[Reported, ...] = (
         Reported("extraction_score", "extraction score", "nonnegative", higher_is_better=False, fmt=".4g", console=120),
     )
-    config_cls: type = ExtractionConfig
+    config_cls: type[ExtractionConfig] = ExtractionConfig
 
     def check_config(self, cfg: ExtractionConfig) -> None:
         if cfg.k < 1:

@@ -265,7 +265,7 @@ def check_metric(metric: Any) -> dict[str, Any]:
     proto = resolve_protocol({"figures": False, "metrics": ["ssim"]}, "mlp")
     ev = build_context(problem, cands, proto, labels=torch.arange(len(cands)) % 2, run_ids=torch.zeros(len(cands)),
                        x0=x0)
-    ev.results["ssim"] = plugins.get("metrics", "ssim").compute(ev, proto.metric_configs["ssim"])
+    ev.results["ssim"] = dict(plugins.metric("ssim").compute(ev, proto.metric_configs["ssim"]))
     out = metric.compute(ev, build_config(metric.config_cls, {}, metric.name))
     assert isinstance(out, dict), f"{metric.name}: compute() must return a dict"
     assert set(out) <= {"summary", "per_image", "details", "available", "reason"}, \

@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -124,10 +124,10 @@ def model_parameters(family_name: str, input_shape: tuple[int, ...], out_dim: in
 
     The family's own errors (an unknown option, an architecture that does not exist or does not fit the images)
     surface here, before any work. None when the family cannot be built without real tensors."""
-    family = plugins.get("models", family_name)
+    family = plugins.model(family_name)
     try:
         with torch.device("meta"), _NoInPlaceOnMeta():
-            net = family.build(tuple(input_shape), int(out_dim), dict(spec), generator=None)
+            net = family.build(cast(tuple[int, int, int], tuple(input_shape)), int(out_dim), dict(spec), generator=None)
     except ReconbenchError:
         raise
     except Exception:  # e.g. a third-party family that reads a tensor's value while building: sized when built

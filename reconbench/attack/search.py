@@ -26,7 +26,7 @@ USABLE_STOPS = ("completed", "early_stop")
 
 def resolve_search(name: str, options: dict[str, Any]) -> tuple[Any, Any]:
     """The registered strategy and its built config (unknown names and bad options fail with one line)."""
-    strategy = plugins.get("searches", name)
+    strategy = plugins.search(name)
     return strategy, build_config(strategy.config_cls, options, f"search {name}")
 
 
@@ -58,7 +58,7 @@ def objective(record: dict[str, Any], oracle: bool) -> float | None:
 
 def tell(session: SearchSession, search: str, asked: list[dict[str, Any]], records: list[dict[str, Any]]) -> None:
     """Report a finished batch back in the order it was asked."""
-    oracle = bool(plugins.get("searches", search).oracle)
+    oracle = bool(plugins.search(search).oracle)
     session.tell([Trial(run=r["run"], params=p, objective=objective(r, oracle))
                   for p, r in zip(asked, records, strict=True)])
 

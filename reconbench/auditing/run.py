@@ -71,7 +71,7 @@ def audit(weights: str | Path, *, family: str, train: str | Path, held_out: str 
     name, spec = family_and_spec(family, dict(model_set or {}))
     out_dir = Path(out)
     with registered_family(name):
-        fam = plugins.get("models", name)
+        fam = plugins.get("models", name)  # untyped: timm's family has its own spec()
         full_spec = {**fam.default_spec(), **spec} if name != "timm" else fam.spec(spec)
         state = read_state(weights)
         check_outputs(state, task)
@@ -190,7 +190,7 @@ def _applicable(card: AuditCard, names: list[str] | None, task: str, budget: int
     wanted = list(names) if names else [MAIN_ATTACK[task], *BASELINES]
     chosen, refused = [], []
     for name in wanted:
-        attack = plugins.get("attacks", name)
+        attack = plugins.attack(name)
         fields = {f.name for f in dataclasses.fields(attack.config_cls)}
         step = next((f for f in STEP_OPTIONS if f in fields), None)
         runs = (search_runs or DEFAULT_SEARCH_RUNS) if step else 1   # an attack without steps (weight_rows): once

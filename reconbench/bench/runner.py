@@ -264,7 +264,7 @@ def _base_record(cell: Cell, suite: Suite, spec: RunSpec, invocation: int) -> di
     init_oracle = None
     init_config = dict(cell.init.config)
     try:
-        init = plugins.get("inits", cell.init.regime)
+        init = plugins.init(cell.init.regime)
         cfg = build_config(init.config_cls, cell.init.config, f"init {init.name}")
         init_oracle, init_config = bool(init.is_oracle(cfg)), config_to_dict(cfg)
     except ReconbenchError:
@@ -315,8 +315,8 @@ def run_cell(
     t0 = time.perf_counter()
     rec = _base_record(cell, suite, spec, invocation)
     try:
-        plugins.get("attacks", cell.attack.attack)
-        plugins.get("inits", cell.init.regime)
+        plugins.attack(cell.attack.attack)
+        plugins.init(cell.init.regime)
         target = targets.get(cell)
         if target.error is not None:
             raise target.error

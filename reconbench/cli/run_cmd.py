@@ -87,8 +87,8 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                 track_experiment: str | None, yes: bool, **recipe_opts: Any) -> None:
     """Run an attack against a target and write result.json, candidates and figures."""
     # every option is checked before any training: names, values, ranges, the device and the folders
-    attack_obj = plugins.get("attacks", attack)
-    init_obj = plugins.get("inits", init_name)
+    attack_obj = plugins.attack(attack)
+    init_obj = plugins.init(init_name)
     attack_config = parse_assignments(attack_set, "--set")
     init_config = parse_assignments(init_set, "--init-set")
     protocol = parse_assignments(protocol_set, "--protocol-set")
@@ -315,7 +315,7 @@ def _finished_runs(out: Path) -> bool:
 def check_task(attack: Any, task: str) -> None:
     """The attack handles the target's task: checked before the target is trained."""
     if task not in attack.tasks:
-        able = [n for n in plugins.names("attacks") if task in plugins.get("attacks", n).tasks]
+        able = [n for n in plugins.names("attacks") if task in plugins.attack(n).tasks]
         raise IncompatibleError(f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this "
                                 f"target is {task}; pass --task {sorted(attack.tasks)[0]}, or one of the attacks for "
                                 f"{task} targets: {', '.join(able)}")

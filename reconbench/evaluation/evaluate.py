@@ -126,16 +126,16 @@ def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtoco
     ev = build_context(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     metric_out: dict[str, Any] = {}
     for name in resolved.metric_names:
-        metric = plugins.get("metrics", name)
+        metric = plugins.metric(name)
+        res: dict[str, Any]
         try:
-            res = metric.compute(ev, resolved.metric_configs[name])
+            res = dict(metric.compute(ev, resolved.metric_configs[name]))
         except ReconbenchError:
             raise
         except Exception as exc:  # a third-party metric's bug must not lose the other numbers
             reason = f"metric {name!r} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"reconbench: {reason}; its numbers are reported unavailable", stacklevel=2)
             res = {"available": False, "reason": reason, "summary": {}, "per_image": {}}
-        res = dict(res)
         res.setdefault("summary", {})
         res.setdefault("per_image", {})
         for col, values in res["per_image"].items():
@@ -168,7 +168,7 @@ def restricted(resolved: ResolvedProtocol, keep: set[str] | None) -> ResolvedPro
         need = set(keep)
         for name in reversed(names):
             if name in need:
-                need |= set(plugins.get("metrics", name).requires)
+                need |= set(plugins.metric(name).requires)
         names = [n for n in names if n in need]
     base = dataclasses.replace(resolved.base, figures=False)
     return dataclasses.replace(resolved, base=base, metric_names=names,

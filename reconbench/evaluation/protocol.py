@@ -91,7 +91,7 @@ class ResolvedProtocol:
         return DISTANCES[self.base.distance]
 
     def metric(self, name: str) -> Any:
-        return plugins.get("metrics", name)
+        return plugins.metric(name)
 
     def to_dict(self) -> dict[str, Any]:
         """Every parameter, as recorded in result.json."""
@@ -177,7 +177,7 @@ class ResolvedProtocol:
 def _known_keys(metric_names: list[str]) -> list[str]:
     keys = [f.name for f in dataclasses.fields(Protocol)]
     for name in metric_names:
-        cls = plugins.get("metrics", name).config_cls
+        cls = plugins.metric(name).config_cls
         if dataclasses.is_dataclass(cls):
             keys += [f"{name}.{f.name}" for f in dataclasses.fields(cls)]
     return keys
@@ -202,7 +202,7 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
     _check_ranges(base)
     names = list(base.metrics) if base.metrics is not None else list(all_metrics)
     for name in names:
-        plugins.get("metrics", name)  # UnknownNameError with close matches
+        plugins.metric(name)  # UnknownNameError with close matches
     if len(set(names)) != len(names):
         raise ReconbenchError(f"protocol.metrics lists a metric twice: {names}")
     if base.primary_metric not in names:
@@ -219,11 +219,11 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
             if mname in all_metrics:
                 raise ReconbenchError(f"protocol: option {key!r} is for metric {mname!r}, which is not computed "
                                       f"(metrics: {', '.join(names)})")
-            plugins.get("metrics", mname)
+            plugins.metric(mname)
         per_metric.setdefault(mname, {})[opt] = value
     configs = {}
     for name in names:
-        metric = plugins.get("metrics", name)
+        metric = plugins.metric(name)
         configs[name] = build_config(metric.config_cls, per_metric.get(name), f"protocol: metric {name}")
         metric.check_config(configs[name])
     if base.avg_threshold is not None:
@@ -272,7 +272,7 @@ def _order(names: list[str]) -> list[str]:
             return
         if name in stack:
             raise ReconbenchError(f"metrics require each other in a cycle: {' -> '.join((*stack, name))}")
-        for dep in plugins.get("metrics", name).requires:
+        for dep in plugins.metric(name).requires:
             if dep not in names:
                 raise ReconbenchError(f"metric {name!r} needs metric {dep!r}; add it to protocol.metrics")
             visit(dep, (*stack, name))

@@ -37,7 +37,7 @@ def declared() -> dict[str, Reported]:
     out: dict[str, Reported] = {}
     decls: list[Reported] = list(CORE)
     for name in plugins.names("metrics"):
-        decls.extend(getattr(plugins.get("metrics", name), "reports", ()) or ())
+        decls.extend(getattr(plugins.metric(name), "reports", ()) or ())
     for rep in decls:
         if rep.values not in VALUE_KINDS:
             raise ValueError(f"reported number {rep.key!r} declares values={rep.values!r}; use one of {VALUE_KINDS}")

@@ -34,7 +34,7 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
     out = Path(out_dir)
     resolve_protocol(spec.protocol, card.data["family"])  # a bad --protocol-set fails before any work
     attack, target, labels = prepare(card, spec)
-    init = plugins.get("inits", spec.init)
+    init = plugins.init(spec.init)
     init_cfg = build_config(init.config_cls, spec.init_config, f"init {init.name}")
     problem = problem or card.problem(data_root)
     session = start_search(attack, spec.attack_config, spec.search_runs, spec.seed, spec.search, spec.search_config)

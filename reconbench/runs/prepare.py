@@ -21,7 +21,7 @@ from reconbench.targets.recipe import DTYPES
 
 def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Tensor]:
     """Resolve the attack, check it against the target before any work, and fix the candidate labels."""
-    attack = plugins.get("attacks", spec.attack)
+    attack = plugins.attack(spec.attack)
     if spec.dtype not in DTYPES:
         raise ReconbenchError(f"unknown dtype {spec.dtype!r}; choose one of {', '.join(DTYPES)}")
     knowledge = card.knowledge()
@@ -29,8 +29,8 @@ def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Te
         raise IncompatibleError(
             f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this target is "
             f"{knowledge.task}. Attacks for {knowledge.task} targets: "
-            f"{', '.join(n for n in plugins.names('attacks') if knowledge.task in plugins.get('attacks', n).tasks)}")
-    family = plugins.get("models", card.data["family"])
+            f"{', '.join(n for n in plugins.names('attacks') if knowledge.task in plugins.attack(n).tasks)}")
+    family = plugins.model(card.data["family"])
     dtype, device = DTYPES[spec.dtype], torch.device(spec.device)
     restricted = restrict_knowledge(knowledge, attack)  # also refuses a threat model that cannot be served
     initial = card.initial_model(dtype).to(device) if attack.threat.initial_weights else None

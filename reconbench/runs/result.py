@@ -96,5 +96,5 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
 
 def _threat_record(attack: str) -> dict[str, Any]:
     """What the attack read besides the final weights (its declared threat model), with its short name."""
-    threat = plugins.get("attacks", attack).threat
+    threat = plugins.attack(attack).threat
     return {"label": threat.label, **threat.to_dict()}

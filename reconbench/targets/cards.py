@@ -68,7 +68,7 @@ class ModelCard:
     def load_model(self, dtype: torch.dtype | None = None) -> TargetNet:
         """Rebuild the architecture from the card and load the weights, checking hashes, names and shapes."""
         card_size(self.data)  # refuses an architecture that cannot fit in memory, before building it
-        family = plugins.get("models", self.data["family"])
+        family = plugins.model(self.data["family"])
         model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]))
         state = _load_tensors(self.path / WEIGHTS_FILE, self.data["weights"]["sha256"])
         _check_floats(state, self.path / WEIGHTS_FILE)
@@ -81,7 +81,7 @@ class ModelCard:
         training seed and cast to the training dtype, exactly as the trainer starts
         (:func:`reconbench.targets.training.build_model`)."""
         card_size(self.data)
-        family = plugins.get("models", self.data["family"])
+        family = plugins.model(self.data["family"])
         gen = torch.Generator().manual_seed(self.recipe.train.seed)
         model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]),
                              generator=gen)
@@ -195,9 +195,9 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     (out / CARD_FILE).unlink(missing_ok=True)
     save_tensors_atomic(state, out / WEIGHTS_FILE)
     save_tensors_atomic({"mean": torch.as_tensor(problem.mean).contiguous()}, out / MEAN_FILE)
-    family = plugins.get("models", recipe.family)
+    family = plugins.model(recipe.family)
     spec = {**family.default_spec(), **recipe.model}
-    data = {
+    data: dict[str, Any] = {
         "format": CARD_FORMAT,
         "reconbench_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

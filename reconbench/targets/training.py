@@ -36,7 +36,7 @@ class TrainResult:
 
 
 def build_model(recipe: TargetRecipe, problem: Problem) -> TargetNet:
-    family = plugins.get("models", recipe.family)
+    family = plugins.model(recipe.family)
     gen = torch.Generator().manual_seed(recipe.train.seed)
     return family.build(problem.image_shape, problem.out_dim, dict(recipe.model), generator=gen)
 
