@@ -206,7 +206,7 @@ class Correlation(Metric[CorrelationConfig]):
     higher_is_better: bool = True
     headline: str = "reconstructed_corr"
     reports: tuple[Reported, ...] = (
-        Reported("reconstructed_corr", "corr > 0.9", "count", fmt=".1f", console=20),
+        Reported("reconstructed_corr", "corr > {threshold:g}", "count", fmt=".1f", console=20),
         Reported("top_k_mean_corr", "top-10 correlation", "similarity", fmt=".3f"),
         Reported("mean_corr_matched", "mean correlation of matched images", "similarity", fmt=".3f"),
     )

@@ -288,6 +288,8 @@ class Reported:
     numbers is shown with no change elsewhere."""
 
     key: str
+    #: may name options of the declaring metric's config, filled in from the protocol that computed the number
+    #: (``"corr > {threshold:g}"``: :func:`reconbench.evaluation.reported.label_of`)
     label: str
     values: str = "any"                  # one of VALUE_KINDS
     higher_is_better: bool = True        # True: a larger value means the attack recovered more

@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from reconbench import plugins
 from reconbench.errors import ReconbenchError
+from reconbench.interfaces import Attack
 
 ITEMSIZE = {"float64": 8, "float32": 4}
 
@@ -210,24 +211,28 @@ def step_seconds(parameters: int | None, batch: int, steps: float) -> float:
     return flops / machine_flops() + float(steps) * STEP_OVERHEAD_SECONDS
 
 
-def attack_steps(attack: Any, config: dict[str, Any]) -> int:
+def attack_steps(attack: Attack[Any], config: dict[str, Any]) -> int:
     """The optimisation steps of one search run of ``attack`` under ``config`` (its ``steps`` or ``outer_steps``
     option, with the attack's default where ``config`` leaves it out; 1 for an attack with neither)."""
     from reconbench.config import build_config
 
-    built = build_config(attack.config_cls, dict(config), "--set")
+    return config_steps(build_config(attack.config_cls, dict(config), "--set"))
+
+
+def config_steps(config: object) -> int:
+    """The optimisation steps of one search run under a built attack config (``steps`` or ``outer_steps``; 1 for an
+    attack with neither)."""
     for name in ("steps", "outer_steps"):
-        value = getattr(built, name, None)
+        value = getattr(config, name, None)
         if isinstance(value, int) and not isinstance(value, bool):
             return max(value, 1)
     return 1
 
 
-def attack_seconds(size: TargetSize, *, attack: Any, config: dict[str, Any], candidates: int | None,
-                   search_runs: int) -> float:
-    """At least how long a cell's attack takes: every search run's steps on its candidates."""
+def attack_seconds(size: TargetSize, *, steps: int, candidates: int | None, search_runs: int) -> float:
+    """At least how long a cell's attack takes: every search run's ``steps`` on its candidates."""
     m = candidates if candidates is not None else 2 * size.n_train
-    return step_seconds(size.parameters, m, attack_steps(attack, config)) * search_runs
+    return step_seconds(size.parameters, m, steps) * search_runs
 
 
 def format_seconds(s: float) -> str:

@@ -37,7 +37,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions, null
 from reconbench.evaluation.context import CandidateError, Evaluation, as_vector, build_context, validity
 from reconbench.evaluation.distances import features, paired, pairwise
-from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, resolve_protocol
+from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, as_resolved, resolve_protocol
 from reconbench.evaluation.scores import column_values, jsonable
 
 __all__ = ["CandidateError", "Evaluation", "Protocol", "ResolvedProtocol", "evaluate", "extraction_score",
@@ -91,14 +91,15 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protocol: dict[str, Any] | None = None,
+def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
+             protocol: dict[str, Any] | ResolvedProtocol | None = None,
              labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None,
              x0: torch.Tensor | None = None, card: Any = None, out_dir: Any = None,
              quiet: bool = False) -> dict[str, Any]:
     """Score pooled candidates against the problem's training images under the (resolved) protocol, with the
-    held-out null and the calibrated headline (``null.py``)."""
+    held-out null and the calibrated headline (``null.py``). ``protocol``: options, or a protocol already resolved."""
     t0 = time.perf_counter()
-    resolved = resolve_protocol(protocol, family)
+    resolved = as_resolved(protocol, family)
     out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     lab = as_vector(labels, int(out["candidates"]["total"]), "labels")
     add_null(out, problem, resolved, lab, card)

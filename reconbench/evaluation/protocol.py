@@ -238,6 +238,12 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
                             metric_names=names, metric_configs=configs, overrides=values)
 
 
+def as_resolved(protocol: dict[str, Any] | ResolvedProtocol | None, family: str) -> ResolvedProtocol:
+    """``protocol`` as resolved: a protocol resolved once by the run that scores is used as it is; options are resolved
+    here (:func:`resolve_protocol`)."""
+    return protocol if isinstance(protocol, ResolvedProtocol) else resolve_protocol(protocol, family)
+
+
 def _check_ranges(p: Protocol) -> None:
     problems = []
     if p.ncc_eps <= 0:

@@ -67,7 +67,7 @@ COLUMN_TABLE = Table({
     "higher_is_better": bool,
     "format": str,
     "source": typing.Literal["summary", "attack_loss", "wall_seconds"],
-}, required=("name", "higher_is_better"), called="a column")
+}, required=("higher_is_better",), called="a column")
 ATTACK_TABLE = Table({
     "attack": str,
     "config": dict[str, Any],
