@@ -17,6 +17,7 @@ import functools
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -112,7 +113,8 @@ class _NoInPlaceOnMeta(TorchFunctionMode):
     SHAPE_CHANGING = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "squeeze_", "unsqueeze_", "t_",
                                 "transpose_", "swapdims_", "swapaxes_"})
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+    def __torch_function__(self, func: Callable[..., Any], types: object, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         name = getattr(func, "__name__", "")
         if (name.endswith("_") and not name.endswith("__") and name not in self.SHAPE_CHANGING and args
                 and isinstance(args[0], torch.Tensor) and args[0].is_meta):

@@ -59,7 +59,7 @@ class AuditCard(ModelCard):
 
 
 def audit_card(out: Path, family: str, spec: dict[str, Any], state: dict[str, torch.Tensor], problem: Problem,
-               factor: Any, loss: str | None, weights_sha256: str, record: dict[str, Any]) -> AuditCard:
+               factor: object, loss: str | None, weights_sha256: str, record: dict[str, Any]) -> AuditCard:
     """The in-memory card of an audit; ``recipe_key`` hashes the weights, the data and the preprocessing."""
     fam = plugins.model(family)
     loss_name, loss_fn = get_loss(loss, problem.task)

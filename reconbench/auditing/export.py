@@ -24,7 +24,7 @@ def _images(unit: np.ndarray, uint8: bool) -> np.ndarray:
     return out[:, 0] if out.shape[1] == 1 else np.ascontiguousarray(out.transpose(0, 2, 3, 1))
 
 
-def toml_value(v: Any) -> str:
+def toml_value(v: object) -> str:
     """A value as ``--model-set`` parses it back (TOML)."""
     if isinstance(v, bool):
         return "true" if v else "false"

@@ -94,7 +94,7 @@ def _versions() -> dict[str, str | None]:
 def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
              protocol: dict[str, Any] | ResolvedProtocol | None = None,
              labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None,
-             x0: torch.Tensor | None = None, card: Any = None, out_dir: Any = None,
+             x0: torch.Tensor | None = None, card: object = None, out_dir: str | Path | None = None,
              quiet: bool = False) -> dict[str, Any]:
     """Score pooled candidates against the problem's training images under the (resolved) protocol, with the
     held-out null and the calibrated headline (``null.py``). ``protocol``: options, or a protocol already resolved."""
@@ -113,7 +113,7 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
 
 def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *,
           labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
-          card: Any = None, out_dir: Any = None) -> dict[str, Any]:
+          card: object = None, out_dir: str | Path | None = None) -> dict[str, Any]:
     """The protocol's numbers for one set of candidates (no null, no calibration)."""
     out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     if out_dir is not None and resolved.base.figures:
@@ -123,7 +123,7 @@ def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol
 
 def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *,
            labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
-           card: Any = None) -> tuple[dict[str, Any], Evaluation]:
+           card: object = None) -> tuple[dict[str, Any], Evaluation]:
     ev = build_context(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     metric_out: dict[str, Any] = {}
     for name in resolved.metric_names:

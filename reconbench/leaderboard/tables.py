@@ -420,7 +420,7 @@ def _gate_mark(value: float | None, gate: float | None) -> str:
 
 
 def render_targets(rows: list[TargetRow]) -> str:
-    def f(v: Any, spec: str) -> str:
+    def f(v: object, spec: str) -> str:
         return "n/a" if v is None else format(v, spec)
 
     defended = any(r.defense for r in rows)

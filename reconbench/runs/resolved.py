@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -18,6 +18,13 @@ from reconbench.evaluation.protocol import ResolvedProtocol, resolve_protocol
 from reconbench.interfaces import Attack, InitRegime, SearchStrategy
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.recipe import DTYPES
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+#: an options dataclass (an init regime's), and an attack's options
+D = TypeVar("D", bound="DataclassInstance")
+A = TypeVar("A")
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class ResolvedRun:
         searched = {k: v for k, v in proposed.items() if k not in self.spec.attack_config}
         return with_options(self.attack.config_cls, self.attack_config, searched, f"attack {self.attack.name}")
 
-    def init_config_for(self, attack_config: Any) -> tuple[Any, dict[str, Any]]:
+    def init_config_for(self, attack_config: object) -> tuple[object, dict[str, Any]]:
         """The init config of one run (:func:`init_config_for`) from the init config resolved once."""
         return init_config_for(self.init, self.init_config, self.spec.init_config, self.attack, attack_config,
                                self.names.init)
@@ -73,7 +80,7 @@ class ResolvedRun:
         return bool(self.init.is_oracle(self.init_config))
 
 
-def with_options(cls: type, config: Any, values: dict[str, Any], where: str) -> Any:
+def with_options(cls: type[D], config: D, values: dict[str, Any], where: str) -> D:
     """A copy of ``config`` (a config dataclass of ``cls``) with ``values`` set, each checked (name, type, finite,
     range) as :func:`reconbench.config.build_config` checks it; the fields already in ``config`` are not checked
     again."""
@@ -84,8 +91,8 @@ def with_options(cls: type, config: Any, values: dict[str, Any], where: str) -> 
     return dataclasses.replace(config, **{k: check_option(cls, k, v, label(k)) for k, v in values.items()})
 
 
-def init_config_for(init: InitRegime[Any], init_config: Any, user_options: dict[str, Any], attack: Attack[Any],
-                    attack_config: Any, where: str | None = None) -> tuple[Any, dict[str, Any]]:
+def init_config_for(init: InitRegime[D], init_config: D, user_options: dict[str, Any], attack: Attack[A],
+                    attack_config: A, where: str | None = None) -> tuple[D, dict[str, Any]]:
     """The init config of one run: ``init_config`` (the user's options, ``user_options``, over the regime's defaults)
     plus what the run's attack config hands to the init regime (``Attack.init_overrides``: the KKT attacks search the
     papers' init scale s_x and pass it as the gaussian regime's ``scale``). Options the user set win; overrides

@@ -114,7 +114,7 @@ def recorded_recipe(d: dict[str, Any]) -> TargetRecipe:
     return TargetRecipe.from_dict({**d, "problem": recorded_spec_dict(problem)} if isinstance(problem, dict) else d)
 
 
-def _short(v: Any) -> str:
+def _short(v: object) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -235,7 +235,7 @@ def p_over_dn(model: TargetNet, problem: Problem) -> dict[str, float | int]:
     return {"p": p, "d": d, "n": n, "ratio": p / (d * n)}
 
 
-def _json_default(o: Any) -> Any:
+def _json_default(o: object) -> Any:
     if isinstance(o, (np.integer, np.floating)):
         return o.item()
     if isinstance(o, np.ndarray):
@@ -260,7 +260,7 @@ def load_card(path: str | Path) -> ModelCard:
     return ModelCard(p.parent, data)
 
 
-def check_card_data(data: Any, where: Path | str) -> None:
+def check_card_data(data: object, where: Path | str) -> None:
     """Schema of a card: the fields the harness reads, with their types; and the content hash when recorded."""
     if not isinstance(data, dict):
         raise ModelCardError(f"{where}: a model card is a JSON object, got a {type(data).__name__}; restore the card "
@@ -294,7 +294,7 @@ def check_card_data(data: Any, where: Path | str) -> None:
                              "the card was edited. Re-train, or restore the original card")
 
 
-def _fits(value: Any, kind: str) -> bool:
+def _fits(value: object, kind: str) -> bool:
     if kind == "an object":
         return isinstance(value, dict)
     if kind == "a string":

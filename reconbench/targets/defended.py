@@ -34,7 +34,7 @@ _TRAINED_KEEP = 4
 
 
 class DefenseSession:
-    def __init__(self, recipe: TargetRecipe, defense: Any = None) -> None:
+    def __init__(self, recipe: TargetRecipe, defense: object = None) -> None:
         """``defense``: the defense object itself (default: the registered one the recipe names)."""
         self.defense: Any = None
         self.config: Any = None

@@ -140,7 +140,7 @@ class TargetRecipe:
                    defense=d.get("defense"), defense_config=dict(d.get("defense_config") or {}))
 
 
-def check_model_option(family: str, key: str, value: Any, default: Any) -> None:
+def check_model_option(family: str, key: str, value: object, default: object) -> None:
     """A model option must have its default's type (bool, integer, number, string, list) and sign, and be finite.
 
     Model families declare their options as a dict of defaults, so the default is the only type information there is.

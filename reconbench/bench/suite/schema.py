@@ -140,7 +140,7 @@ class Checker:
     def fail(self, keys: tuple[Any, ...], message: str) -> SuiteError:
         return SuiteError(f"{self.where(keys)}: {self.dotted(keys)}: {message}")
 
-    def table(self, value: Any, keys: tuple[Any, ...]) -> dict[str, Any]:
+    def table(self, value: object, keys: tuple[Any, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(keys, f"expected a table, got {type(value).__name__} {value!r}")
         return value
@@ -153,7 +153,7 @@ class Checker:
                 hint = f" Did you mean: {', '.join(close)}?" if close else ""
                 raise self.fail((*keys, k), f"unknown key {k!r}.{hint} Known keys here: {', '.join(sorted(allowed))}")
 
-    def section(self, value: Any, table: Table, keys: tuple[Any, ...]) -> dict[str, Any]:
+    def section(self, value: object, table: Table, keys: tuple[Any, ...]) -> dict[str, Any]:
         """``value`` held to ``table``: a table of known keys, each of its declared type, with the keys it needs.
         Returns the typed values."""
         value = self.table(value, keys)
@@ -164,7 +164,7 @@ class Checker:
                 raise self.fail(keys, f"{table.called} needs `{req}`")
         return typed
 
-    def typed(self, value: Any, annotation: Any, keys: tuple[Any, ...]) -> Any:
+    def typed(self, value: object, annotation: object, keys: tuple[Any, ...]) -> Any:
         try:
             return coerce(value, annotation, self.dotted(keys))
         except ReconbenchError as exc:
@@ -174,7 +174,7 @@ class Checker:
                 msg = f"element {msg}" if msg.startswith("[") else msg
             raise self.fail(keys, msg) from None
 
-    def seeds(self, value: Any, keys: tuple[Any, ...]) -> tuple[int, ...]:
+    def seeds(self, value: object, keys: tuple[Any, ...]) -> tuple[int, ...]:
         """A list of seeds, each in the range the command line accepts for --seed."""
         items = self.typed(value, list[int], keys)
         for i, seed in enumerate(items):
@@ -198,7 +198,7 @@ class Checker:
                                   "(it names files)")
         return value
 
-    def refs(self, value: Any, known: dict[str, Any], what: str, keys: tuple[Any, ...]) -> tuple[str, ...]:
+    def refs(self, value: object, known: dict[str, Any], what: str, keys: tuple[Any, ...]) -> tuple[str, ...]:
         """A list of names of ``what`` (or "*" for all of them), each checked against ``known``."""
         if value == "*":
             return tuple(known)

@@ -73,7 +73,7 @@ def read_targets(data: dict[str, Any], chk: Checker) -> dict[str, TargetEntry]:
     return targets
 
 
-def format_value(v: Any) -> str:
+def format_value(v: object) -> str:
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, (list, tuple)):
