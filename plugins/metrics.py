@@ -49,7 +49,7 @@ def _unavailable(reason: str, key: str) -> MetricResult:
 @dataclass
 class SsimConfig:
     window_size: int = option(3, "side of the Gaussian window (odd); kornia's sigma is fixed at 1.5")
-    data_range: float = option(1.0, "data range L of the images: C1 = (0.01 L)^2, C2 = (0.03 L)^2")
+    data_range: float = option(1.0, "data range L of the images: C1 = (0.01 L)^2, C2 = (0.03 L)^2", gt=0)
     eps: float = option(1e-12, "kornia's denominator epsilon (the reference value)")
 
 
@@ -72,8 +72,6 @@ class PaperSsim(Metric[SsimConfig]):
     def check_config(self, cfg: SsimConfig) -> None:
         if cfg.window_size < 1 or cfg.window_size % 2 == 0:
             raise IncompatibleError(f"ssim.window_size must be odd and positive, got {cfg.window_size}")
-        if cfg.data_range <= 0:
-            raise IncompatibleError(f"ssim.data_range must be positive, got {cfg.data_range}")
 
     def fixed(self, cfg: SsimConfig) -> dict[str, Any]:
         return {"sigma": KORNIA_SIGMA, "padding": "same (reflect)", "channels": "independent; map averaged over C*H*W",
@@ -91,7 +89,7 @@ class PaperSsim(Metric[SsimConfig]):
 # -- SSIM, the standard variant --------------------------------------------------------------------------------
 @dataclass
 class StandardSsimConfig:
-    data_range: float = option(1.0, "data range passed to scikit-image (its other parameters keep their defaults)")
+    data_range: float = option(1.0, "data range passed to scikit-image (its other parameters keep their defaults)", gt=0)
     win_size: int | None = option(None, "window side (None: scikit-image's default 7)")
     gaussian_weights: bool = option(False, "scikit-image's Gaussian weighting (default off: a uniform window)")
 
@@ -113,8 +111,6 @@ class StandardSsim(Metric[StandardSsimConfig]):
     def check_config(self, cfg: StandardSsimConfig) -> None:
         if cfg.win_size is not None and (cfg.win_size < 3 or cfg.win_size % 2 == 0):
             raise IncompatibleError(f"ssim_standard.win_size must be odd and at least 3, got {cfg.win_size}")
-        if cfg.data_range <= 0:
-            raise IncompatibleError(f"ssim_standard.data_range must be positive, got {cfg.data_range}")
 
     def fixed(self, cfg: StandardSsimConfig) -> dict[str, Any]:
         d = skimage_defaults()
@@ -184,7 +180,7 @@ class NotebookSsim(Metric[NotebookConfig]):
 @dataclass
 class CorrelationConfig:
     threshold: float = option(0.9, "a training image counts in reconstructed_corr iff its correlation is above this "
-                                   "(the docs' corr > 0.9)")
+                                   "(the docs' corr > 0.9)", ge=-1.0, le=1.0)
 
 
 def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -212,10 +208,6 @@ class Correlation(Metric[CorrelationConfig]):
     )
     config_cls: type[CorrelationConfig] = CorrelationConfig
 
-    def check_config(self, cfg: CorrelationConfig) -> None:
-        if not -1.0 <= cfg.threshold <= 1.0:
-            raise IncompatibleError(f"corr.threshold must lie in [-1, 1], got {cfg.threshold}")
-
     def fixed(self, cfg: CorrelationConfig) -> dict[str, Any]:
         return {"space": "centred, full resolution", "reconstruction": "the protocol's matched average",
                 "constant image": "correlation 0"}
@@ -233,7 +225,8 @@ class LpipsConfig:
     backbone_weights: str | None = option(
         None, f"path of torchvision's ImageNet AlexNet weights ({ALEXNET_FILE}); None: torch's hub cache. "
               "Never downloaded")
-    min_size: int = option(64, "images are bilinearly up-sampled so that their shorter side is at least this")
+    min_size: int = option(64, "images are bilinearly up-sampled so that their shorter side is at least this (AlexNet's "
+                               "pooling needs 32)", ge=32)
 
 
 @dataclass(frozen=True)
@@ -247,10 +240,6 @@ class Lpips(Metric[LpipsConfig]):
         Reported("lpips_mean", "mean LPIPS", "nonnegative", higher_is_better=False, fmt=".3f", console=130),
     )
     config_cls: type[LpipsConfig] = LpipsConfig
-
-    def check_config(self, cfg: LpipsConfig) -> None:
-        if cfg.min_size < 32:
-            raise IncompatibleError(f"lpips.min_size must be at least 32 (AlexNet's pooling), got {cfg.min_size}")
 
     def fixed(self, cfg: LpipsConfig) -> dict[str, Any]:
         return {"net": "alex", "version": "0.1", "input": "[0, 1] images scaled to [-1, 1]; grayscale repeated to 3 "
@@ -549,7 +538,7 @@ class MarginScore(Metric[MarginScoreConfig]):
 # -- the reference's in-run extraction score --------------------------------------------------------------------
 @dataclass
 class ExtractionConfig:
-    k: int = option(10, "number of best distinct matches averaged")
+    k: int = option(10, "number of best distinct matches averaged", ge=1)
 
 
 @dataclass(frozen=True)
@@ -564,10 +553,6 @@ class ExtractionScore(Metric[ExtractionConfig]):
         Reported("extraction_score", "extraction score", "nonnegative", higher_is_better=False, fmt=".4g", console=120),
     )
     config_cls: type[ExtractionConfig] = ExtractionConfig
-
-    def check_config(self, cfg: ExtractionConfig) -> None:
-        if cfg.k < 1:
-            raise IncompatibleError(f"extraction_score.k must be at least 1, got {cfg.k}")
 
     def compute(self, ev: Evaluation, cfg: ExtractionConfig) -> MetricResult:
         from reconbench.evaluation import extraction_score_from_features

@@ -58,7 +58,9 @@ def option(default: object, help: str, *, ge: float | None = None, gt: float | N
            lt: float | None = None, nonfinite: bool = False, absent: object = NOT_RECORDED, **kwargs: Any) -> Any:
     """A dataclass field with a help text (shown by ``reconbench list`` and in CONTRIBUTING).
 
-    ``ge``/``gt``/``le``/``lt`` bound a numeric option; ``build_config`` refuses values outside. Float options must be
+    ``ge``/``gt``/``le``/``lt`` bound a numeric option; ``build_config`` refuses values outside. This is the one way a
+    range is declared: plugin options, the evaluation protocol's, and (as ``Annotated[int, Limit(ge=1)]``) the keys of
+    a suite's tables; hand-written checks are left for rules between options. Float options must be
     finite unless ``nonfinite=True``. ``absent`` is the value a stored configuration that lacks the option stands for
     (an option added after numbers were published, whose new default computes something else): re-scoring such a
     record uses it (:func:`absent_values`).
@@ -112,10 +114,18 @@ def check_value(value: object, limit: Limit | None, where: str, help_text: str =
 
 
 def coerce(value: object, annotation: object, where: str) -> Any:
-    """Check (and gently convert int->float, list->tuple) a value against a simple type annotation."""
+    """Check (and gently convert int->float, list->tuple) a value against a simple type annotation;
+    ``Annotated[int, Limit(ge=1)]`` also bounds it (the bounds of a table's keys, declared as an option's are)."""
     origin = typing.get_origin(annotation)
     if annotation is Any:
         return value
+    if origin is typing.Annotated:
+        base, *meta = typing.get_args(annotation)
+        checked = coerce(value, base, where)
+        for limit in meta:
+            if isinstance(limit, Limit):
+                check_value(checked, limit, where)
+        return checked
     if origin in (typing.Union, types.UnionType):
         errors = []
         for arg in typing.get_args(annotation):
@@ -127,6 +137,8 @@ def coerce(value: object, annotation: object, where: str) -> Any:
                 return coerce(value, arg, where)
             except ReconbenchError as exc:
                 errors.append(str(exc))
+        if len(errors) == 1:   # one arm besides None (Optional[...]): its own message says what is wrong
+            raise ReconbenchError(errors[0])
         raise ReconbenchError(f"{where}: {value!r} does not fit {annotation}")
     if origin is typing.Literal:
         if value not in typing.get_args(annotation):

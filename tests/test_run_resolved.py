@@ -234,3 +234,40 @@ def test_resolved_run_is_frozen():
     run = resolve_run(RunSpec(attack="haim_binary_kkt"), "mlp")
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.attack = plugins.attack("multiclass_kkt")  # type: ignore[misc]
+
+
+# -- one way to declare a range -------------------------------------------------------------------------------
+def test_a_range_is_refused_alike_for_a_plugin_option_the_protocol_and_a_suite_key(tmp_path, toy_attack_registered):
+    from reconbench.evaluation.protocol import Protocol
+
+    messages = []
+    for values in ({"corr.threshold": 1.5}, {"good_threshold": 1.0}):
+        with pytest.raises(ReconbenchError) as info:
+            protocol_module.resolve_protocol(values, "mlp")
+        messages.append(str(info.value))
+    path = tmp_path / "suite.toml"
+    path.write_text(SUITE.replace("search_runs = 2", "search_runs = 0"))
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    messages.append(str(info.value))
+    assert all("is out of range" in m and "it must be" in m for m in messages), messages
+    # the protocol's bounds are declared on its fields, where `reconbench list` and the docs read them
+    from reconbench.config import field_limits
+
+    assert {"good_threshold", "top_k", "avg_threshold", "calibration_draws"} <= set(field_limits(Protocol))
+
+
+def test_every_declared_default_lies_within_its_own_bounds():
+    from reconbench.config import field_limits
+    from reconbench.evaluation.protocol import Protocol
+
+    classes = [Protocol] + [e.obj.config_cls for kind in ("attacks", "inits", "metrics", "defenses", "searches")
+                            for e in plugins.host().entries(kind)]
+    for cls in classes:
+        if not dataclasses.is_dataclass(cls):
+            continue
+        default = cls()
+        for name, limit in field_limits(cls).items():
+            value = getattr(default, name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                assert limit.holds(value), f"{cls.__name__}.{name} = {value} outside {limit.describe()}"

@@ -15,12 +15,12 @@ import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from reconbench import plugins
 from reconbench.bench.suite.files import SuiteError, display_path
 from reconbench.bench.toml_lines import KeyLines
-from reconbench.config import MAX_SEED, build_config, coerce
+from reconbench.config import MAX_SEED, Limit, build_config, coerce
 from reconbench.data import ProblemSpec
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.targets.recipe import TrainSpec
@@ -37,20 +37,25 @@ class Table:
     called: str = "this table"
 
 
+#: the bounds of a table's keys, declared as an option's are (reconbench.config.Limit): a count of runs or candidates
+#: (candidates left out: 2n), a positive gate
+COUNT = Annotated[int, Limit(ge=1)]
+POSITIVE = Annotated[float, Limit(gt=0)]
+
 SUITE_TABLE = Table({
     "name": str,
     "description": str,
     "seeds": list[int],
     "device": str,
     "dtype": typing.Literal["float64", "float32"],
-    "search_runs": int,
+    "search_runs": COUNT,
     "search": str,
     "search_config": dict[str, Any],
-    "candidates": int | None,
+    "candidates": COUNT | None,
     "seed_targets": bool,
     "seed_nulls": bool,
-    "max_stationarity_ratio": float | None,
-    "max_learned_ratio": float | None,
+    "max_stationarity_ratio": POSITIVE | None,
+    "max_learned_ratio": POSITIVE | None,
 })
 LEADERBOARD_TABLE = Table({
     "store_candidates": str | int,
@@ -71,10 +76,10 @@ COLUMN_TABLE = Table({
 ATTACK_TABLE = Table({
     "attack": str,
     "config": dict[str, Any],
-    "search_runs": int,
+    "search_runs": COUNT,
     "search": str,
     "search_config": dict[str, Any],
-    "candidates": int | None,
+    "candidates": COUNT | None,
     "description": str,
 })
 INIT_TABLE = Table({"regime": str, "config": dict[str, Any], "description": str})
@@ -186,11 +191,6 @@ class Checker:
         if not items:
             raise self.fail(keys, "is empty, so nothing would run; list at least one seed, e.g. [0]")
         return tuple(items)
-
-    def counts(self, value: int | None, keys: tuple[Any, ...]) -> None:
-        """A number of candidates: at least 1, as --candidates (absent: 2n)."""
-        if value is not None and value < 1:
-            raise self.fail(keys, f"must be at least 1, got {value} (leave it out for the default 2n)")
 
     def name(self, value: str, keys: tuple[Any, ...]) -> str:
         if not NAME_RE.match(value) or set(value) == {"."}:  # "." and ".." would name a folder outside the results
