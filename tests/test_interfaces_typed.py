@@ -155,3 +155,26 @@ def test_kinds_without_options_default_to_no_options():
 def test_the_package_ships_its_type_marker():
     assert (ROOT / "reconbench" / "py.typed").is_file()
     assert '"reconbench" = ["py.typed"]' in (ROOT / "pyproject.toml").read_text()
+
+
+def _snippet_declarations(text: str) -> list[str]:
+    """The class and config_cls lines of CONTRIBUTING's Python snippets (comments dropped)."""
+    lines = []
+    for block in text.split("```python")[1:]:
+        for line in block.split("```")[0].splitlines():
+            code = line.split("#")[0].rstrip()
+            if code.startswith("class ") or code.strip().startswith("config_cls"):
+                lines.append(code.strip())
+    return lines
+
+
+def test_contributing_snippets_declare_what_the_tested_example_packages_declare():
+    """CONTRIBUTING's plugin snippets are abridged from the example packages, whose own tests (and
+    test_example_*.py) run them through the conformance suite: every class and config_cls line of a snippet is in
+    one of the packages, so the snippets are tested against today's interface too."""
+    sources = "\n".join(p.read_text() for p in sorted((ROOT / "examples").rglob("src/*.py")))
+    declared = [line.strip() for line in sources.splitlines()]
+    snippets = _snippet_declarations((ROOT / "CONTRIBUTING.md").read_text())
+    assert len(snippets) >= 4
+    missing = [line for line in snippets if line not in declared]
+    assert missing == [], f"CONTRIBUTING shows declarations no example package has: {missing}"
