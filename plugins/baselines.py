@@ -17,7 +17,6 @@ evaluation and leaderboards as the attacks, so every table shows how far an atta
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -61,14 +60,14 @@ class WeightRowsConfig:
 
 
 @dataclass(frozen=True)
-class WeightRows(Attack):
+class WeightRows(Attack[WeightRowsConfig]):
     name: str = "weight_rows"
     description: str = ("baseline: first-layer weight rows, both signs, as images (most important rows first); "
                         "reads only the weights")
     needs: frozenset[str] = frozenset()
     threat: ThreatModel = ThreatModel()   # final weights only
     tasks: frozenset[str] = ALL_TASKS
-    config_cls: type = WeightRowsConfig
+    config_cls: type[WeightRowsConfig] = WeightRowsConfig
 
     def check(self, target: AttackTarget) -> None:
         if first_image_layer(target) is None:
@@ -108,15 +107,15 @@ def _outgoing_norms(target: AttackTarget, layer: nn.Linear) -> torch.Tensor | No
 
 
 @dataclass(frozen=True)
-class InitOnly(Attack):
+class InitOnly(Attack[NoOptions]):
     name: str = "init_only"
     description: str = "baseline: the starting candidates returned unchanged (what the init regime alone scores)"
     needs: frozenset[str] = frozenset()
     threat: ThreatModel = ThreatModel()   # final weights only
     tasks: frozenset[str] = ALL_TASKS
-    config_cls: type = NoOptions
+    config_cls: type[NoOptions] = NoOptions
 
-    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: NoOptions, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
         if progress is not None:
             progress(1, 1)
@@ -131,14 +130,14 @@ class DataPriorConfig:
 
 
 @dataclass(frozen=True)
-class DataPrior(Attack):
+class DataPrior(Attack[DataPriorConfig]):
     name: str = "data_prior"
     description: str = ("baseline: class prototypes and blurred averages of the starting candidates of each label "
                         "(with a partition start: non-member images); no member information")
     needs: frozenset[str] = frozenset({"labels"})
     threat: ThreatModel = ThreatModel(labels=True)   # the labels of the candidates it averages
     tasks: frozenset[str] = ALL_TASKS
-    config_cls: type = DataPriorConfig
+    config_cls: type[DataPriorConfig] = DataPriorConfig
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: DataPriorConfig, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:

@@ -122,7 +122,7 @@ def draw_theta0(layout: ParamLayout, config: BilevelConfig, generator: torch.Gen
 
 
 @dataclass(frozen=True)
-class RunkelBilevel(Attack):
+class RunkelBilevel(Attack[BilevelConfig]):
     name: str = "runkel_bilevel"
     paper: str | None = citations.RUNKEL_2024
     description: str = ("Runkel et al.'s bilevel attack: min_x ||theta* - theta(x)||^2 with theta(x) the "
@@ -130,7 +130,7 @@ class RunkelBilevel(Attack):
     needs: frozenset = frozenset({"labels", "loss", "weight_decay"})
     threat: ThreatModel = ThreatModel(labels=True)
     tasks: frozenset = frozenset({"binary", "multiclass", "regression"})
-    config_cls: type = BilevelConfig
+    config_cls: type[BilevelConfig] = BilevelConfig
     #: what `reconbench run --attack runkel_bilevel` trains without --model: a strongly convex affine target
     default_recipe: dict = field(default_factory=lambda: {
         "problem": {"dataset": "digits", "task": "binary", "n_per_class": 10},

@@ -30,10 +30,10 @@ class WeightNoiseConfig:
 
 
 @dataclass(frozen=True)
-class WeightNoise(Defense):
+class WeightNoise(Defense[WeightNoiseConfig]):
     name: str = "weight_noise"
     description: str = "adds Gaussian noise to every released weight tensor, scaled to the tensor's RMS value"
-    config_cls: type = WeightNoiseConfig
+    config_cls: type[WeightNoiseConfig] = WeightNoiseConfig
     strength: str = "relative_std"
 
     def apply(self, model: TargetNet, problem: Problem, config: WeightNoiseConfig, *,
@@ -51,13 +51,13 @@ class PruneConfig:
 
 
 @dataclass(frozen=True)
-class MagnitudePrune(Defense):
+class MagnitudePrune(Defense[PruneConfig]):
     name: str = "magnitude_prune"
     description: str = "zeroes the smallest-magnitude fraction of every weight tensor before release"
-    config_cls: type = PruneConfig
+    config_cls: type[PruneConfig] = PruneConfig
     strength: str = "fraction"
 
-    def apply(self, model: TargetNet, problem: Problem, config: PruneConfig, *, generator: Any) -> None:
+    def apply(self, model: TargetNet, problem: Problem, config: PruneConfig, *, generator: torch.Generator) -> None:
         if not 0.0 <= config.fraction < 1.0:
             raise ReconbenchError(f"magnitude_prune: fraction must be in [0, 1), got {config.fraction}")
         with torch.no_grad():
@@ -75,14 +75,14 @@ class QuantiseConfig:
 
 
 @dataclass(frozen=True)
-class Int8Quantise(Defense):
+class Int8Quantise(Defense[QuantiseConfig]):
     name: str = "int8_quantise"
     description: str = ("rounds every released weight tensor to a symmetric integer grid (scale = max|w| / 127 per "
                         "tensor or channel) and releases the dequantised values")
-    config_cls: type = QuantiseConfig
+    config_cls: type[QuantiseConfig] = QuantiseConfig
     strength: str = "bits"
 
-    def apply(self, model: TargetNet, problem: Problem, config: QuantiseConfig, *, generator: Any) -> dict[str, Any]:
+    def apply(self, model: TargetNet, problem: Problem, config: QuantiseConfig, *, generator: torch.Generator) -> dict[str, Any]:
         if not 2 <= config.bits <= 16:
             raise ReconbenchError(f"int8_quantise: bits must be between 2 and 16, got {config.bits}")
         levels = 2 ** (config.bits - 1) - 1
@@ -106,17 +106,17 @@ class WeightDecayConfig:
 
 
 @dataclass(frozen=True)
-class WeightDecay(Defense):
+class WeightDecay(Defense[WeightDecayConfig]):
     name: str = "weight_decay"
     description: str = ("trains with extra coupled weight decay on every parameter; the attacker's knowledge keeps "
                         "the recipe's own weight_decay (the defender does not publish it)")
-    config_cls: type = WeightDecayConfig
+    config_cls: type[WeightDecayConfig] = WeightDecayConfig
     strength: str = "weight_decay"
 
-    def apply(self, model: TargetNet, problem: Problem, config: WeightDecayConfig, *, generator: Any) -> None:
+    def apply(self, model: TargetNet, problem: Problem, config: WeightDecayConfig, *, generator: torch.Generator) -> None:
         return None
 
-    def start_training(self, run: TrainingRun, config: WeightDecayConfig, *, generator: Any) -> None:
+    def start_training(self, run: TrainingRun, config: WeightDecayConfig, *, generator: torch.Generator) -> None:
         for group in run.optimizer.param_groups:
             group["weight_decay"] = group.get("weight_decay", 0.0) + config.weight_decay
         run.records["total_weight_decay"] = run.optimizer.param_groups[0]["weight_decay"]
@@ -129,17 +129,17 @@ class EarlyStopConfig:
 
 
 @dataclass(frozen=True)
-class EarlyStopping(Defense):
+class EarlyStopping(Defense[EarlyStopConfig]):
     name: str = "early_stopping"
     description: str = ("stops training before convergence: once the training loss is below a threshold, or after "
                         "a fraction of the step budget (the KKT attacks need a converged model)")
-    config_cls: type = EarlyStopConfig
+    config_cls: type[EarlyStopConfig] = EarlyStopConfig
     strength: str = "loss_threshold"
 
-    def apply(self, model: TargetNet, problem: Problem, config: EarlyStopConfig, *, generator: Any) -> None:
+    def apply(self, model: TargetNet, problem: Problem, config: EarlyStopConfig, *, generator: torch.Generator) -> None:
         return None
 
-    def start_training(self, run: TrainingRun, config: EarlyStopConfig, *, generator: Any) -> None:
+    def start_training(self, run: TrainingRun, config: EarlyStopConfig, *, generator: torch.Generator) -> None:
         run.records.update(stopped_at_step=None, reason="budget")
 
     def after_step(self, run: TrainingRun, step: int, loss: float, config: EarlyStopConfig) -> bool:
@@ -165,16 +165,16 @@ def smoothed_ce(eps: float) -> Any:
 
 
 @dataclass(frozen=True)
-class LabelSmoothing(Defense):
+class LabelSmoothing(Defense[LabelSmoothingConfig]):
     name: str = "label_smoothing"
     description: str = "trains on smoothed targets (1 - eps) * one_hot + eps / K (binary: soft BCE targets)"
-    config_cls: type = LabelSmoothingConfig
+    config_cls: type[LabelSmoothingConfig] = LabelSmoothingConfig
     strength: str = "smoothing"
 
-    def apply(self, model: TargetNet, problem: Problem, config: LabelSmoothingConfig, *, generator: Any) -> None:
+    def apply(self, model: TargetNet, problem: Problem, config: LabelSmoothingConfig, *, generator: torch.Generator) -> None:
         return None
 
-    def start_training(self, run: TrainingRun, config: LabelSmoothingConfig, *, generator: Any) -> None:
+    def start_training(self, run: TrainingRun, config: LabelSmoothingConfig, *, generator: torch.Generator) -> None:
         eps = config.smoothing
         if not 0.0 <= eps < 1.0:
             raise ReconbenchError(f"label_smoothing: smoothing must be in [0, 1), got {eps}")

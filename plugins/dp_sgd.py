@@ -57,14 +57,14 @@ def epsilon_spent(noise_multiplier: float, sample_rate: float, steps: int, delta
 
 
 @dataclass(frozen=True)
-class DpSgd(Defense):
+class DpSgd(Defense[DpSgdConfig]):
     name: str = "dp_sgd"
     description: str = ("DP-SGD (Opacus): per-sample gradient clipping to C and Gaussian noise sigma*C each step; "
                         "reports epsilon at delta (RDP accountant, full batch: q = 1)")
-    config_cls: type = DpSgdConfig
+    config_cls: type[DpSgdConfig] = DpSgdConfig
     strength: str = "noise_multiplier"
 
-    def apply(self, model: TargetNet, problem: Problem, config: DpSgdConfig, *, generator: Any) -> None:
+    def apply(self, model: TargetNet, problem: Problem, config: DpSgdConfig, *, generator: torch.Generator) -> None:
         return None
 
     def start_training(self, run: TrainingRun, config: DpSgdConfig, *, generator: torch.Generator) -> None:

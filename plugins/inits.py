@@ -13,7 +13,7 @@ by :func:`mixture_grid`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -90,13 +90,13 @@ class GaussianConfig:
 
 
 @dataclass(frozen=True)
-class Gaussian(InitRegime):
+class Gaussian(InitRegime[GaussianConfig]):
     name: str = "gaussian"
     description: str = "x ~ N(0, scale^2 I) in the centred space: the Haim/Buzaglo default"
     oracle: bool = False
-    config_cls: type = GaussianConfig
+    config_cls: type[GaussianConfig] = GaussianConfig
 
-    def is_oracle(self, config: Any) -> bool:
+    def is_oracle(self, config: GaussianConfig) -> bool:
         return False
 
     def make(self, problem: Problem, labels: torch.Tensor, config: GaussianConfig, *,
@@ -113,14 +113,14 @@ class UniformConfig:
 
 
 @dataclass(frozen=True)
-class Uniform(InitRegime):
+class Uniform(InitRegime[UniformConfig]):
     name: str = "uniform"
     description: str = ("x ~ U(low, high) per pixel in pixel space, then centred with the mean image like "
                         "the data (Runkel et al.'s random init)")
     oracle: bool = False
-    config_cls: type = UniformConfig
+    config_cls: type[UniformConfig] = UniformConfig
 
-    def is_oracle(self, config: Any) -> bool:
+    def is_oracle(self, config: UniformConfig) -> bool:
         return False
 
     def make(self, problem: Problem, labels: torch.Tensor, config: UniformConfig, *,
@@ -138,14 +138,14 @@ class GroundTruthConfig:
 
 
 @dataclass(frozen=True)
-class GroundTruth(InitRegime):
+class GroundTruth(InitRegime[GroundTruthConfig]):
     name: str = "ground_truth"
     description: str = ("ORACLE: the training images themselves, label-matched (Runkel et al.'s proof of "
                         "concept)")
     oracle: bool = True
-    config_cls: type = GroundTruthConfig
+    config_cls: type[GroundTruthConfig] = GroundTruthConfig
 
-    def is_oracle(self, config: Any) -> bool:
+    def is_oracle(self, config: GroundTruthConfig) -> bool:
         return True
 
     def make(self, problem: Problem, labels: torch.Tensor, config: GroundTruthConfig, *,
@@ -160,14 +160,14 @@ class PartitionConfig:
 
 
 @dataclass(frozen=True)
-class Partition(InitRegime):
+class Partition(InitRegime[PartitionConfig]):
     name: str = "partition"
     description: str = ("images of the problem's decoy pool (same distribution, disjoint from training), "
                         "label-matched; errors if the pool is too small")
     oracle: bool = False
-    config_cls: type = PartitionConfig
+    config_cls: type[PartitionConfig] = PartitionConfig
 
-    def is_oracle(self, config: Any) -> bool:
+    def is_oracle(self, config: PartitionConfig) -> bool:
         return False
 
     def make(self, problem: Problem, labels: torch.Tensor, config: PartitionConfig, *,
@@ -188,14 +188,14 @@ class MixtureConfig:
 
 
 @dataclass(frozen=True)
-class Mixture(InitRegime):
+class Mixture(InitRegime[MixtureConfig]):
     name: str = "mixture"
     description: str = ("x = l2 (l1 x_gt + (1 - l1) x_part) + (1 - l2) x_rnd, x_rnd uniform pixel noise "
                         "centred like the data (Runkel et al.); ORACLE whenever l1 * l2 > 0")
     oracle: bool = True
-    config_cls: type = MixtureConfig
+    config_cls: type[MixtureConfig] = MixtureConfig
 
-    def is_oracle(self, config: Any) -> bool:
+    def is_oracle(self, config: MixtureConfig) -> bool:
         return config.l1 * config.l2 > 0
 
     def make(self, problem: Problem, labels: torch.Tensor, config: MixtureConfig, *,

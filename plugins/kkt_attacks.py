@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -113,11 +113,11 @@ class GeneralLossConfig(StationarityConfig):
 def _other_attacks(task: str) -> str:
     kkt = set(ATTACK_FOR_TASK.values())
     names = [n for n in plugins.names("attacks")
-             if n not in kkt and task in plugins.get("attacks", n).tasks]
+             if n not in kkt and task in plugins.attack(n).tasks]
     return ", ".join(names) if names else "none is registered yet"
 
 
-def check_kkt_target(attack: Any, target: AttackTarget) -> None:
+def check_kkt_target(attack: Attack[Any], target: AttackTarget) -> None:
     """The checks every KKT attack makes before any work; each error names what to use instead."""
     k = target.knowledge
     wrong_outputs = (k.task == "binary" and k.out_dim != 1) or (k.task == "multiclass" and k.out_dim < 2)
@@ -127,9 +127,9 @@ def check_kkt_target(attack: Any, target: AttackTarget) -> None:
             f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this target is a "
             f"{k.task} model with {k.out_dim} output(s) ({k.num_classes} classes); use --attack {fit} "
             "instead")
-    family = plugins.get("models", target.family)
+    family = plugins.model(target.family)
     if not family.swappable_activation or not isinstance(target.model, TargetNet):
-        swappable = [n for n in plugins.names("models") if plugins.get("models", n).swappable_activation]
+        swappable = [n for n in plugins.names("models") if plugins.model(n).swappable_activation]
         raise IncompatibleError(
             f"attack {attack.name!r} replaces the target's ReLU by a surrogate, but model family "
             f"{target.family!r} does not call a swappable activation. Use an attack that does not need it "
@@ -250,7 +250,11 @@ def _note_rescale(out: AttackOutput, config: StationarityConfig, factor: float) 
     return out
 
 
-class _KKTAttack(Attack):
+#: the options class of one KKT attack
+KC = TypeVar("KC", bound=StationarityConfig)
+
+
+class _KKTAttack(Attack[KC]):
     """Shared plumbing; each attack defines its equations in ``initial_multipliers`` and
     ``stationarity_terms``."""
 
@@ -269,15 +273,15 @@ class _KKTAttack(Attack):
         """The papers search the init scale s_x with the attack's options: hand it to the gaussian regime."""
         return {"scale": config.init_scale} if init_name == "gaussian" else {}
 
-    def initial_multipliers(self, m: int, config: Any, num_classes: int, generator: torch.Generator,
+    def initial_multipliers(self, m: int, config: KC, num_classes: int, generator: torch.Generator,
                             like: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def stationarity_terms(self, labels: torch.Tensor, config: Any, num_classes: int,
+    def stationarity_terms(self, labels: torch.Tensor, config: KC, num_classes: int,
                            like: torch.Tensor) -> tuple[Coefficients, Penalty]:
         raise NotImplementedError
 
-    def batch_terms(self, labels: torch.Tensor, configs: list[Any], num_classes: int,
+    def batch_terms(self, labels: torch.Tensor, configs: list[KC], num_classes: int,
                     like: torch.Tensor) -> BatchTerms:
         raise NotImplementedError
 
@@ -285,7 +289,7 @@ class _KKTAttack(Attack):
         """A last touch on a run's output (the regression attack labels its candidates)."""
         return output
 
-    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: KC, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
         k = target.knowledge.out_dim
         lam0 = self.initial_multipliers(len(x0), config, k, generator, x0)
@@ -294,7 +298,7 @@ class _KKTAttack(Attack):
         out = run_stationarity_attack(attacked, x0, labels, lam0, coefficients, penalty, config, progress=progress)
         return self.finish_output(target, _note_rescale(out, config, factor))
 
-    def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any],
+    def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[KC],
                   *, generators: list[torch.Generator], progress: ProgressFn | None = None,
                   on_done: RunDone | None = None) -> None:
         """Runs i = 0..R-1 (starts ``x0s[i]``, ``configs[i]``, each run's generator) advanced together: runs that
@@ -336,7 +340,7 @@ class _KKTAttack(Attack):
 
 # -- Haim et al. 2022: binary classifiers -------------------------------------------------------------------
 @dataclass(frozen=True)
-class HaimBinaryKKT(_KKTAttack):
+class HaimBinaryKKT(_KKTAttack[BinaryKKTConfig]):
     name: str = "haim_binary_kkt"
     regime_test: str | None = "theta"   # its premise: the stationarity the regime test measures
     paper: str | None = citations.HAIM_2022
@@ -345,7 +349,7 @@ class HaimBinaryKKT(_KKTAttack):
     needs: frozenset[str] = frozenset({"class_balance"})   # for the labels by halves
     threat: ThreatModel = ThreatModel(labels=True)
     tasks: frozenset[str] = frozenset({"binary"})
-    config_cls: type = BinaryKKTConfig
+    config_cls: type[BinaryKKTConfig] = BinaryKKTConfig
     default_recipe: dict[str, Any] | None = field(default_factory=lambda: {
         "problem": {"dataset": "digits", "task": "binary", "n_per_class": 10},
         "family": "mlp", "model": {"widths": [1000]},
@@ -375,7 +379,7 @@ class HaimBinaryKKT(_KKTAttack):
 
 # -- Buzaglo et al. 2023: multiclass classifiers ------------------------------------------------------------
 @dataclass(frozen=True)
-class MulticlassKKT(_KKTAttack):
+class MulticlassKKT(_KKTAttack[MulticlassKKTConfig]):
     name: str = "multiclass_kkt"
     regime_test: str | None = "theta"   # its premise: the stationarity the regime test measures
     paper: str | None = citations.BUZAGLO_2023
@@ -384,7 +388,7 @@ class MulticlassKKT(_KKTAttack):
     needs: frozenset[str] = frozenset({"class_balance"})   # for the class blocks
     threat: ThreatModel = ThreatModel(labels=True)
     tasks: frozenset[str] = frozenset({"multiclass"})
-    config_cls: type = MulticlassKKTConfig
+    config_cls: type[MulticlassKKTConfig] = MulticlassKKTConfig
     # 10 digits (1 per class) keep n well below the 64 pixels: with 2 per class the reconstructions are no closer
     # to the training images than random held-out digits are (docs/calibration.md); with 1 per class they are
     default_recipe: dict[str, Any] | None = field(default_factory=lambda: {
@@ -447,7 +451,7 @@ class MulticlassKKT(_KKTAttack):
 
 # -- Buzaglo et al. 2023: general losses with weight decay --------------------------------------------------
 @dataclass(frozen=True)
-class GeneralLossWD(_KKTAttack):
+class GeneralLossWD(_KKTAttack[GeneralLossConfig]):
     name: str = "general_loss_wd"
     regime_test: str | None = "regularised"   # its premise: the stationarity the regime test measures
     paper: str | None = citations.BUZAGLO_2023
@@ -456,7 +460,7 @@ class GeneralLossWD(_KKTAttack):
     needs: frozenset[str] = frozenset({"loss"})
     threat: ThreatModel = ThreatModel()   # final weights only: signed multipliers, no labels
     tasks: frozenset[str] = frozenset({"regression"})
-    config_cls: type = GeneralLossConfig
+    config_cls: type[GeneralLossConfig] = GeneralLossConfig
     losses: tuple[str, ...] = ("mse", "l25", "huber")
     default_recipe: dict[str, Any] | None = field(default_factory=lambda: {
         "problem": {"dataset": "digits", "task": "regression", "n_per_class": 10},

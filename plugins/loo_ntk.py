@@ -40,14 +40,14 @@ class LooNTKConfig:
 
 
 @dataclass(frozen=True)
-class LooNTK(Attack):
+class LooNTK(Attack[LooNTKConfig]):
     name: str = "loo_ntk"
     paper: str | None = citations.LOO_2024
     description: str = ("Loo et al. 2024: match theta_f - theta_0 to a combination of candidate gradients at "
                         "theta_f (and theta_0 with both_kernels), softplus ramp, Adam (reads theta0)")
     needs: frozenset[str] = frozenset({"mean_image"})
     threat: ThreatModel = ThreatModel(initial_weights=True)
-    config_cls: type = LooNTKConfig
+    config_cls: type[LooNTKConfig] = LooNTKConfig
     default_search_runs: int = 4
     default_recipe: dict[str, Any] | None = field(default_factory=lambda: {
         "problem": {"dataset": "digits", "task": "binary", "n_per_class": 5},
@@ -66,7 +66,7 @@ class LooNTK(Attack):
                                     "which hands them to an attack whose threat model reads them")
         from reconbench import plugins
 
-        if not plugins.get("models", target.family).swappable_activation:
+        if not plugins.model(target.family).swappable_activation:
             raise IncompatibleError(f"{self.name} replaces ReLU by softplus in the forward pass, which the "
                                     f"{target.family!r} family does not allow; use a family with a swappable "
                                     "activation (mlp, mlp_bias, conv, random_features)")

@@ -49,12 +49,12 @@ def _unavailable(reason: str, key: str) -> MetricResult:
 @dataclass
 class SsimConfig:
     window_size: int = option(3, "side of the Gaussian window (odd); kornia's sigma is fixed at 1.5")
-    data_range: float = option(1.0, "data range L of the images: C1 = (0.01 L)^2, C2 = (0.03 L)^2")
+    data_range: float = option(1.0, "data range L of the images: C1 = (0.01 L)^2, C2 = (0.03 L)^2", gt=0)
     eps: float = option(1e-12, "kornia's denominator epsilon (the reference value)")
 
 
 @dataclass(frozen=True)
-class PaperSsim(Metric):
+class PaperSsim(Metric[SsimConfig]):
     name: str = "ssim"
     description: str = ("the papers' SSIM: kornia, Gaussian window 3 (sigma 1.5), data range 1, reflect padding, per "
                         "channel; reconstruction un-centred and min-max scaled, original not rescaled")
@@ -67,13 +67,11 @@ class PaperSsim(Metric):
                  console=30),
         Reported("mean_ssim_matched", "mean SSIM of matched images", "similarity", fmt=".3f"),
     )
-    config_cls: type = SsimConfig
+    config_cls: type[SsimConfig] = SsimConfig
 
     def check_config(self, cfg: SsimConfig) -> None:
         if cfg.window_size < 1 or cfg.window_size % 2 == 0:
             raise IncompatibleError(f"ssim.window_size must be odd and positive, got {cfg.window_size}")
-        if cfg.data_range <= 0:
-            raise IncompatibleError(f"ssim.data_range must be positive, got {cfg.data_range}")
 
     def fixed(self, cfg: SsimConfig) -> dict[str, Any]:
         return {"sigma": KORNIA_SIGMA, "padding": "same (reflect)", "channels": "independent; map averaged over C*H*W",
@@ -91,13 +89,13 @@ class PaperSsim(Metric):
 # -- SSIM, the standard variant --------------------------------------------------------------------------------
 @dataclass
 class StandardSsimConfig:
-    data_range: float = option(1.0, "data range passed to scikit-image (its other parameters keep their defaults)")
+    data_range: float = option(1.0, "data range passed to scikit-image (its other parameters keep their defaults)", gt=0)
     win_size: int | None = option(None, "window side (None: scikit-image's default 7)")
     gaussian_weights: bool = option(False, "scikit-image's Gaussian weighting (default off: a uniform window)")
 
 
 @dataclass(frozen=True)
-class StandardSsim(Metric):
+class StandardSsim(Metric[StandardSsimConfig]):
     name: str = "ssim_standard"
     description: str = ("standard SSIM: scikit-image structural_similarity with its defaults (7x7 uniform window, "
                         "borders cropped), data range 1, same image pairs as `ssim`")
@@ -108,13 +106,11 @@ class StandardSsim(Metric):
         Reported("top_k_mean_ssim_standard", "top-10 scikit-image SSIM", "similarity", fmt=".3f"),
         Reported("mean_ssim_standard_matched", "mean scikit-image SSIM of matched images", "similarity", fmt=".3f"),
     )
-    config_cls: type = StandardSsimConfig
+    config_cls: type[StandardSsimConfig] = StandardSsimConfig
 
     def check_config(self, cfg: StandardSsimConfig) -> None:
         if cfg.win_size is not None and (cfg.win_size < 3 or cfg.win_size % 2 == 0):
             raise IncompatibleError(f"ssim_standard.win_size must be odd and at least 3, got {cfg.win_size}")
-        if cfg.data_range <= 0:
-            raise IncompatibleError(f"ssim_standard.data_range must be positive, got {cfg.data_range}")
 
     def fixed(self, cfg: StandardSsimConfig) -> dict[str, Any]:
         d = skimage_defaults()
@@ -142,7 +138,7 @@ class NotebookConfig:
 
 
 @dataclass(frozen=True)
-class NotebookSsim(Metric):
+class NotebookSsim(Metric[NotebookConfig]):
     name: str = "ssim_notebook"
     description: str = ("the shipped notebooks' variant, for comparison only: nearest candidate per training image "
                         "(min vote, no best-buddy), so one candidate can count for many images")
@@ -155,7 +151,7 @@ class NotebookSsim(Metric):
         Reported("notebook_distinct_candidates_reconstructed", "distinct candidates reconstructed (notebooks)",
                  "count_unbounded", fmt=".1f"),
     )
-    config_cls: type = NotebookConfig
+    config_cls: type[NotebookConfig] = NotebookConfig
 
     def check_config(self, cfg: NotebookConfig) -> None:
         PaperSsim().check_config(SsimConfig(window_size=cfg.window_size))
@@ -184,7 +180,7 @@ class NotebookSsim(Metric):
 @dataclass
 class CorrelationConfig:
     threshold: float = option(0.9, "a training image counts in reconstructed_corr iff its correlation is above this "
-                                   "(the docs' corr > 0.9)")
+                                   "(the docs' corr > 0.9)", ge=-1.0, le=1.0)
 
 
 def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -198,7 +194,7 @@ def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class Correlation(Metric):
+class Correlation(Metric[CorrelationConfig]):
     name: str = "corr"
     description: str = ("Pearson (NCC) correlation of each matched reconstruction with its training image in the "
                         "centred space (the papers' NCC), per channel, averaged over channels; the headline "
@@ -206,15 +202,11 @@ class Correlation(Metric):
     higher_is_better: bool = True
     headline: str = "reconstructed_corr"
     reports: tuple[Reported, ...] = (
-        Reported("reconstructed_corr", "corr > 0.9", "count", fmt=".1f", console=20),
+        Reported("reconstructed_corr", "corr > {threshold:g}", "count", fmt=".1f", console=20),
         Reported("top_k_mean_corr", "top-10 correlation", "similarity", fmt=".3f"),
         Reported("mean_corr_matched", "mean correlation of matched images", "similarity", fmt=".3f"),
     )
-    config_cls: type = CorrelationConfig
-
-    def check_config(self, cfg: CorrelationConfig) -> None:
-        if not -1.0 <= cfg.threshold <= 1.0:
-            raise IncompatibleError(f"corr.threshold must lie in [-1, 1], got {cfg.threshold}")
+    config_cls: type[CorrelationConfig] = CorrelationConfig
 
     def fixed(self, cfg: CorrelationConfig) -> dict[str, Any]:
         return {"space": "centred, full resolution", "reconstruction": "the protocol's matched average",
@@ -233,11 +225,12 @@ class LpipsConfig:
     backbone_weights: str | None = option(
         None, f"path of torchvision's ImageNet AlexNet weights ({ALEXNET_FILE}); None: torch's hub cache. "
               "Never downloaded")
-    min_size: int = option(64, "images are bilinearly up-sampled so that their shorter side is at least this")
+    min_size: int = option(64, "images are bilinearly up-sampled so that their shorter side is at least this (AlexNet's "
+                               "pooling needs 32)", ge=32)
 
 
 @dataclass(frozen=True)
-class Lpips(Metric):
+class Lpips(Metric[LpipsConfig]):
     name: str = "lpips"
     description: str = ("LPIPS (AlexNet, v0.1) via the `lpips` package between the scaled reconstruction and the "
                         "original; reported unavailable when the ImageNet backbone weights are absent")
@@ -246,11 +239,7 @@ class Lpips(Metric):
     reports: tuple[Reported, ...] = (
         Reported("lpips_mean", "mean LPIPS", "nonnegative", higher_is_better=False, fmt=".3f", console=130),
     )
-    config_cls: type = LpipsConfig
-
-    def check_config(self, cfg: LpipsConfig) -> None:
-        if cfg.min_size < 32:
-            raise IncompatibleError(f"lpips.min_size must be at least 32 (AlexNet's pooling), got {cfg.min_size}")
+    config_cls: type[LpipsConfig] = LpipsConfig
 
     def fixed(self, cfg: LpipsConfig) -> dict[str, Any]:
         return {"net": "alex", "version": "0.1", "input": "[0, 1] images scaled to [-1, 1]; grayscale repeated to 3 "
@@ -279,7 +268,7 @@ def score_lpips(ev: Evaluation, scorer: LpipsScorer) -> MetricResult:
 
 # -- membership against decoys ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class MembershipMetric(Metric):
+class MembershipMetric(Metric[NoOptions]):
     name: str = "membership"
     description: str = ("for each reconstructed training image, is the reconstruction's nearest neighbour among "
                         "training images and the problem's decoys a training image? (precision of the claims)")
@@ -293,7 +282,7 @@ class MembershipMetric(Metric):
         Reported("candidates_nearer_decoy_share", "candidates nearer a decoy", "share", higher_is_better=False,
                  fmt=".2f"),
     )
-    config_cls: type = NoOptions
+    config_cls: type[NoOptions] = NoOptions
 
     def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
         decoys = ev.problem.x_decoy(torch.float64)
@@ -350,7 +339,7 @@ class MembershipTestConfig:
 
 
 @dataclass(frozen=True)
-class MembershipTest(Metric):
+class MembershipTest(Metric[MembershipTestConfig]):
     name: str = "membership_test"
     description: str = ("membership inference from the candidates: each training image and each of pool_per_member "
                         "x n non-members (10n by default: held-out images no attack or init saw) scores its highest correlation "
@@ -362,7 +351,7 @@ class MembershipTest(Metric):
         Reported("membership_auc", "membership AUC", "share", fmt=".2f", column=40, optional_column=True, console=60),
         Reported("membership_tpr_at_fpr", "membership TPR at low FPR", "share", fmt=".2f", console=70),
     )
-    config_cls: type = MembershipTestConfig
+    config_cls: type[MembershipTestConfig] = MembershipTestConfig
 
     def compute(self, ev: Evaluation, cfg: MembershipTestConfig) -> MetricResult:
         keys = ("membership_auc", "membership_tpr_at_fpr")
@@ -449,7 +438,7 @@ def _mean_offset(problem: Problem) -> torch.Tensor | str:
 
 # -- staying at the initialisation ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class InitCopy(Metric):
+class InitCopy(Metric[NoOptions]):
     name: str = "init_copy"
     description: str = ("share of candidates closer to their own starting image than to any training image "
                         "(partition inits: natural-looking non-members)")
@@ -460,7 +449,7 @@ class InitCopy(Metric):
         Reported("init_copy_candidates", "candidates that stayed copies of their start", "count_unbounded",
                  higher_is_better=False, fmt=".1f"),
     )
-    config_cls: type = NoOptions
+    config_cls: type[NoOptions] = NoOptions
 
     def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
         if ev.x0 is None:
@@ -482,7 +471,7 @@ class InitCopy(Metric):
 
 # -- collapse ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Collapse(Metric):
+class Collapse(Metric[NoOptions]):
     name: str = "collapse"
     description: str = ("distinct training images chosen as nearest by some candidate, against the number of "
                         "candidates (1 = no collapse)")
@@ -496,7 +485,7 @@ class Collapse(Metric):
         Reported("max_candidates_per_image", "most candidates on one image", "count_unbounded", fmt=".1f"),
         Reported("reconstructed_per_candidate", "reconstructed per candidate", "share", fmt=".3g"),
     )
-    config_cls: type = NoOptions
+    config_cls: type[NoOptions] = NoOptions
 
     def compute(self, ev: Evaluation, cfg: NoOptions) -> MetricResult:
         stats = collapse(ev.matching, len(ev.valid_ids))
@@ -514,7 +503,7 @@ class MarginScoreConfig:
 
 
 @dataclass(frozen=True)
-class MarginScore(Metric):
+class MarginScore(Metric[MarginScoreConfig]):
     name: str = "margin_score"
     description: str = ("Spearman correlation of each training image's margin (from the model card) with its "
                         "primary score (unmatched images rank lowest): negative when images nearer the decision "
@@ -526,7 +515,7 @@ class MarginScore(Metric):
                  fmt=".2f"),
         Reported("margin_near_min_share", "share of training images near the smallest margin", "share", fmt=".2f"),
     )
-    config_cls: type = MarginScoreConfig
+    config_cls: type[MarginScoreConfig] = MarginScoreConfig
 
     def compute(self, ev: Evaluation, cfg: MarginScoreConfig) -> MetricResult:
         from reconbench.claims.stats import spearman
@@ -549,11 +538,11 @@ class MarginScore(Metric):
 # -- the reference's in-run extraction score --------------------------------------------------------------------
 @dataclass
 class ExtractionConfig:
-    k: int = option(10, "number of best distinct matches averaged")
+    k: int = option(10, "number of best distinct matches averaged", ge=1)
 
 
 @dataclass(frozen=True)
-class ExtractionScore(Metric):
+class ExtractionScore(Metric[ExtractionConfig]):
     name: str = "extraction_score"
     # method: docs/method/evaluation-protocol.md#in-run-extraction-score
     description: str = ("the reference's in-run score: mean NCC distance (not per dimension) of the k best distinct "
@@ -563,11 +552,7 @@ class ExtractionScore(Metric):
     reports: tuple[Reported, ...] = (
         Reported("extraction_score", "extraction score", "nonnegative", higher_is_better=False, fmt=".4g", console=120),
     )
-    config_cls: type = ExtractionConfig
-
-    def check_config(self, cfg: ExtractionConfig) -> None:
-        if cfg.k < 1:
-            raise IncompatibleError(f"extraction_score.k must be at least 1, got {cfg.k}")
+    config_cls: type[ExtractionConfig] = ExtractionConfig
 
     def compute(self, ev: Evaluation, cfg: ExtractionConfig) -> MetricResult:
         from reconbench.evaluation import extraction_score_from_features

@@ -38,13 +38,13 @@ class ProjectionConfig:
 
 
 @dataclass(frozen=True)
-class ProjectionLaw(Attack):
+class ProjectionLaw(Attack[ProjectionConfig]):
     name: str = "projection_law"
     paper: str | None = citations.IURADA_2026
     description: str = ("Iurada et al. 2026: projection loss on the head, ||(I - P_H(X)) (W - W0)||^2 / ||W - W0||^2 "
                         "over n candidates on the sphere (reads theta0 and n)")
     threat: ThreatModel = ThreatModel(initial_weights=True, n=True)
-    config_cls: type = ProjectionConfig
+    config_cls: type[ProjectionConfig] = ProjectionConfig
     candidate_factor: int = 1
     default_search_runs: int = 4
     default_recipe: dict[str, Any] | None = field(default_factory=lambda: {

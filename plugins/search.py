@@ -50,24 +50,24 @@ class _RandomSession:
 
 
 @dataclass(frozen=True)
-class RandomSearch(SearchStrategy):
+class RandomSearch(SearchStrategy[NoOptions]):
     name: str = "random"
     description: str = "independent draws from the attack's declared space, all runs in one batch (the default)"
-    config_cls: type = NoOptions
+    config_cls: type[NoOptions] = NoOptions
 
-    def start(self, space: dict[str, Distribution], runs: int, seed: int, config: Any) -> SearchSession:
+    def start(self, space: dict[str, Distribution], runs: int, seed: int, config: NoOptions) -> SearchSession:
         return _RandomSession(space, runs, seed)
 
 
 @dataclass(frozen=True)
-class DefaultFirstSearch(SearchStrategy):
+class DefaultFirstSearch(SearchStrategy[NoOptions]):
     name: str = "default_first"
     description: str = ("run 0 the attack's default configuration, the rest drawn from ranges that move within the "
                         "step budget, one batch (the default of `reconbench run`)")
-    config_cls: type = NoOptions
+    config_cls: type[NoOptions] = NoOptions
     from_default: bool = True
 
-    def start(self, space: dict[str, Distribution], runs: int, seed: int, config: Any) -> SearchSession:
+    def start(self, space: dict[str, Distribution], runs: int, seed: int, config: NoOptions) -> SearchSession:
         return _RandomSession(space, runs, seed, default_first=True)
 
 
@@ -139,10 +139,10 @@ class _OptunaSession:
 
 
 @dataclass(frozen=True)
-class OptunaSearch(SearchStrategy):
+class OptunaSearch(SearchStrategy[OptunaConfig]):
     name: str = "optuna"
     description: str = "Optuna TPE, seeded, in rounds of runs told their final attack loss (blind; reconbench[optuna])"
-    config_cls: type = OptunaConfig
+    config_cls: type[OptunaConfig] = OptunaConfig
 
     def check(self) -> None:
         import_optuna()

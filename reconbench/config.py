@@ -16,6 +16,9 @@ from typing import Any, TypeVar
 
 from reconbench.errors import ReconbenchError
 
+if typing.TYPE_CHECKING:
+    import numpy as np
+
 T = TypeVar("T")
 
 #: the integers an option may hold: what a 64-bit signed integer (torch, numpy) can represent
@@ -51,11 +54,13 @@ def _num(b: float) -> str:
 NOT_RECORDED: Any = dataclasses.MISSING
 
 
-def option(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-           lt: float | None = None, nonfinite: bool = False, absent: Any = NOT_RECORDED, **kwargs: Any) -> Any:
+def option(default: object, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None, nonfinite: bool = False, absent: object = NOT_RECORDED, **kwargs: Any) -> Any:
     """A dataclass field with a help text (shown by ``reconbench list`` and in CONTRIBUTING).
 
-    ``ge``/``gt``/``le``/``lt`` bound a numeric option; ``build_config`` refuses values outside. Float options must be
+    ``ge``/``gt``/``le``/``lt`` bound a numeric option; ``build_config`` refuses values outside. This is the one way a
+    range is declared: plugin options, the evaluation protocol's, and (as ``Annotated[int, Limit(ge=1)]``) the keys of
+    a suite's tables; hand-written checks are left for rules between options. Float options must be
     finite unless ``nonfinite=True``. ``absent`` is the value a stored configuration that lacks the option stands for
     (an option added after numbers were published, whose new default computes something else): re-scoring such a
     record uses it (:func:`absent_values`).
@@ -89,7 +94,7 @@ def field_limits(cls: type) -> dict[str, Limit]:
     return out
 
 
-def check_value(value: Any, limit: Limit | None, where: str, help_text: str = "") -> None:
+def check_value(value: object, limit: Limit | None, where: str, help_text: str = "") -> None:
     """Refuse a number outside its limit, and NaN / infinity (also inside lists) with a one-line message."""
     if isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
@@ -108,11 +113,19 @@ def check_value(value: Any, limit: Limit | None, where: str, help_text: str = ""
         raise ReconbenchError(f"{where}: {value!r} is out of range{what}; it must be {limit.describe()}")
 
 
-def coerce(value: Any, annotation: Any, where: str) -> Any:
-    """Check (and gently convert int->float, list->tuple) a value against a simple type annotation."""
+def coerce(value: object, annotation: object, where: str) -> Any:
+    """Check (and gently convert int->float, list->tuple) a value against a simple type annotation;
+    ``Annotated[int, Limit(ge=1)]`` also bounds it (the bounds of a table's keys, declared as an option's are)."""
     origin = typing.get_origin(annotation)
     if annotation is Any:
         return value
+    if origin is typing.Annotated:
+        base, *meta = typing.get_args(annotation)
+        checked = coerce(value, base, where)
+        for limit in meta:
+            if isinstance(limit, Limit):
+                check_value(checked, limit, where)
+        return checked
     if origin in (typing.Union, types.UnionType):
         errors = []
         for arg in typing.get_args(annotation):
@@ -124,6 +137,8 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
                 return coerce(value, arg, where)
             except ReconbenchError as exc:
                 errors.append(str(exc))
+        if len(errors) == 1:   # one arm besides None (Optional[...]): its own message says what is wrong
+            raise ReconbenchError(errors[0])
         raise ReconbenchError(f"{where}: {value!r} does not fit {annotation}")
     if origin is typing.Literal:
         if value not in typing.get_args(annotation):
@@ -169,7 +184,7 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -206,7 +221,7 @@ def build_config(cls: type[T], values: dict[str, Any] | None, owner: str = "conf
     return cls(**kwargs)
 
 
-def check_option(cls: type, name: str, value: Any, label: str) -> Any:
+def check_option(cls: type, name: str, value: object, label: str) -> Any:
     """Check one option of config dataclass ``cls`` (type, finiteness, range), naming it ``label`` (e.g. ``--lr``)
     in the message; returns the coerced value."""
     hints = typing.get_type_hints(cls)
@@ -248,7 +263,7 @@ class LogUniform:
     low: float
     high: float
 
-    def sample(self, rng: Any) -> float:
+    def sample(self, rng: np.random.Generator) -> float:
         return float(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))
 
 
@@ -259,7 +274,7 @@ class Uniform:
     low: float
     high: float
 
-    def sample(self, rng: Any) -> float:
+    def sample(self, rng: np.random.Generator) -> float:
         return float(rng.uniform(self.low, self.high))
 
 
@@ -269,7 +284,7 @@ class Choice:
 
     values: tuple[Any, ...]
 
-    def sample(self, rng: Any) -> Any:
+    def sample(self, rng: np.random.Generator) -> Any:
         return self.values[int(rng.integers(len(self.values)))]
 
 

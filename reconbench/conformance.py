@@ -29,7 +29,21 @@ from reconbench.attack.candidates import candidate_labels
 from reconbench.config import Choice, Distribution, LogUniform, Uniform, build_config
 from reconbench.data import TASKS, Problem, ProblemSpec
 from reconbench.errors import IncompatibleError
-from reconbench.interfaces import KNOWLEDGE_ITEMS, LABEL_ITEMS, AttackOutput, ThreatModel, Trial, acts_during_training
+from reconbench.interfaces import (
+    KNOWLEDGE_ITEMS,
+    LABEL_ITEMS,
+    Attack,
+    AttackOutput,
+    Defense,
+    InitRegime,
+    Metric,
+    ModelFamily,
+    Plugin,
+    SearchStrategy,
+    ThreatModel,
+    Trial,
+    acts_during_training,
+)
 from reconbench.targets.cache import train_target
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import build_problem
@@ -53,7 +67,7 @@ def tiny_card(task: str = "binary", family: str = "mlp") -> ModelCard:
     return train_target(recipe, _TMP / f"{task}-{family}", quiet=True)
 
 
-def _check_config_cls(obj: Any) -> None:
+def _check_config_cls(obj: Plugin[Any]) -> None:
     cls = obj.config_cls
     assert isinstance(cls, type) and dataclasses.is_dataclass(cls), f"{obj.name}: config_cls must be a dataclass"
     build_config(cls, {}, obj.name)  # every option has a default
@@ -61,12 +75,12 @@ def _check_config_cls(obj: Any) -> None:
         assert f.metadata.get("help"), f"{obj.name}: option {f.name!r} has no help text (use reconbench.config.option)"
 
 
-def _check_named(obj: Any) -> None:
+def _check_named(obj: Plugin[Any]) -> None:
     assert isinstance(obj.name, str) and obj.name and obj.name == obj.name.strip(), "name must be a non-empty string"
     assert isinstance(obj.description, str) and obj.description.strip(), f"{obj.name}: needs a one-line description"
 
 
-def check_attack(attack: Any, tasks: list[str] | None = None) -> dict[str, AttackOutput]:
+def check_attack(attack: Attack[Any], tasks: list[str] | None = None) -> dict[str, AttackOutput]:
     """Interface, knowledge and output checks, and a smoke run on a tiny target of each supported task."""
     from reconbench.runs.prepare import prepare
     from reconbench.runs.spec import RunSpec
@@ -129,7 +143,7 @@ def _with_other_training_images(problem: Problem) -> Problem:
     return other
 
 
-def check_init(init: Any) -> None:
+def check_init(init: InitRegime[Any]) -> None:
     """Shape/dtype checks, determinism, and: a non-oracle configuration must not depend on training images."""
     _check_named(init)
     _check_config_cls(init)
@@ -154,7 +168,7 @@ SEARCH_CHECK_SPACE: dict[str, Distribution] = {"lr": LogUniform(1e-5, 1.0), "alp
                                                "mode": Choice(("a", "b", "c"))}
 
 
-def _search_proposals(strategy: Any, runs: int, seed: int) -> list[dict[str, Any]]:
+def _search_proposals(strategy: SearchStrategy[Any], runs: int, seed: int) -> list[dict[str, Any]]:
     """Every proposal of a session over SEARCH_CHECK_SPACE, told a fixed objective (a run's own index, or a failure)."""
     session = strategy.start(dict(SEARCH_CHECK_SPACE), runs, seed, build_config(strategy.config_cls, {}, strategy.name))
     proposed: list[dict[str, Any]] = []
@@ -168,7 +182,7 @@ def _search_proposals(strategy: Any, runs: int, seed: int) -> list[dict[str, Any
     return proposed
 
 
-def check_search(strategy: Any, runs: int = 6) -> list[dict[str, Any]]:
+def check_search(strategy: SearchStrategy[Any], runs: int = 6) -> list[dict[str, Any]]:
     """A search strategy proposes exactly ``runs`` configurations inside the space, in batches of at least one,
     deterministically given the seed and what it is told, and differently under another seed."""
     _check_named(strategy)
@@ -191,7 +205,7 @@ def check_search(strategy: Any, runs: int = 6) -> list[dict[str, Any]]:
     return proposed
 
 
-def check_defense(defense: Any) -> None:
+def check_defense(defense: Defense[Any]) -> None:
     _check_named(defense)
     _check_config_cls(defense)
     card = tiny_card("binary")
@@ -206,7 +220,7 @@ def check_defense(defense: Any) -> None:
         _check_training_defense(defense, card)
 
 
-def _check_training_defense(defense: Any, card: ModelCard, steps: int = 20) -> None:
+def _check_training_defense(defense: Defense[Any], card: ModelCard, steps: int = 20) -> None:
     """A short run of the trainer's loop with the defense's hooks: the released model must be the plain network,
     finite, with the architecture's parameter shapes, and the records JSON values."""
     import json
@@ -239,7 +253,7 @@ def _check_training_defense(defense: Any, card: ModelCard, steps: int = 20) -> N
     json.dumps(session.card_record(), allow_nan=False)  # records must be plain JSON values
 
 
-def check_metric(metric: Any) -> dict[str, Any]:
+def check_metric(metric: Metric[Any]) -> dict[str, Any]:
     """Interface checks and a smoke evaluation: planted copies, noise, a NaN candidate and starting points.
 
     The metric need not be registered: it is computed directly on an evaluation context whose primary metric
@@ -265,7 +279,7 @@ def check_metric(metric: Any) -> dict[str, Any]:
     proto = resolve_protocol({"figures": False, "metrics": ["ssim"]}, "mlp")
     ev = build_context(problem, cands, proto, labels=torch.arange(len(cands)) % 2, run_ids=torch.zeros(len(cands)),
                        x0=x0)
-    ev.results["ssim"] = plugins.get("metrics", "ssim").compute(ev, proto.metric_configs["ssim"])
+    ev.results["ssim"] = dict(plugins.metric("ssim").compute(ev, proto.metric_configs["ssim"]))
     out = metric.compute(ev, build_config(metric.config_cls, {}, metric.name))
     assert isinstance(out, dict), f"{metric.name}: compute() must return a dict"
     assert set(out) <= {"summary", "per_image", "details", "available", "reason"}, \
@@ -282,10 +296,10 @@ def check_metric(metric: Any) -> dict[str, Any]:
         assert headline in summary, f"{metric.name}: its headline {headline!r} is not in its summary"
     else:
         assert isinstance(out.get("reason"), str) and out["reason"], f"{metric.name}: unavailable without a reason"
-    return out
+    return dict(out)
 
 
-def check_model_family(family: Any) -> None:
+def check_model_family(family: ModelFamily) -> None:
     _check_named(family)
     spec = family.default_spec()
     net = family.build((1, 8, 8), 3, {}, generator=torch.Generator().manual_seed(0)).double()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar
 
 import torch
 
@@ -32,18 +32,27 @@ if TYPE_CHECKING:
     from reconbench.data import Problem
     from reconbench.nets import TargetNet
 
-class Plugin:
+#: a plugin's options dataclass (``config_cls``); the kinds with options are generic in it: ``Attack[KKTConfig]``
+C = TypeVar("C")
+
+
+class Plugin(Generic[C]):
     """What every plugin has: a registry ``name``, a one-line ``description`` and ``config_cls``, the dataclass of its
     options (one help text per field; :class:`NoOptions` when it has none). Plugins are declared as frozen
     dataclasses that subclass their kind's base class below and override the attributes they need; the plugin host
-    refuses an object that does not subclass its kind's base, so optional attributes always exist with a default."""
+    refuses an object that does not subclass its kind's base, so optional attributes always exist with a default.
+
+    The kinds that take options are generic in their options class: ``class MyAttack(Attack[MyConfig])`` with
+    ``config_cls: type[MyConfig] = MyConfig`` types the ``config`` the harness hands to ``run``. A plugin written
+    against the plain base (``class MyAttack(Attack)``, ``config_cls: type = MyConfig``) works unchanged: its
+    config is then typed ``Any``."""
 
     name: str = ""
     description: str = ""
-    config_cls: type = NoOptions
+    config_cls: type[C] = NoOptions  # type: ignore[assignment]  # the default of the kinds without options
 
 
-class DatasetSource(Plugin):
+class DatasetSource(Plugin[NoOptions]):
     #: binary rule used when a binary task is asked for without one (see :data:`reconbench.targets.problems.BINARY_RULES`)
     default_binary_rule: str = "parity"
 
@@ -53,7 +62,7 @@ class DatasetSource(Plugin):
 
 
 # -- target models ------------------------------------------------------------------------------------------
-class ModelFamily(Plugin):
+class ModelFamily(Plugin[NoOptions]):
     #: whether the forward pass calls a swappable activation (needed by the KKT attacks' surrogate ReLU)
     swappable_activation: bool = False
 
@@ -166,7 +175,7 @@ class ProgressFn(Protocol):
     def __call__(self, step: int, total: int, info: dict[str, float] | None = None) -> None: ...
 
 
-class Attack(Plugin):
+class Attack(Plugin[C]):
     """A reconstruction attack. It sees the released model and the public :class:`Knowledge`, never training images."""
 
     #: items of :data:`KNOWLEDGE_ITEMS` the attack needs; the harness checks them before any work
@@ -207,17 +216,17 @@ class Attack(Plugin):
     def check(self, target: AttackTarget) -> None:
         """Raise :class:`reconbench.errors.IncompatibleError` if the target cannot be attacked, naming what to use."""
 
-    def init_overrides(self, config: Any, init_name: str) -> dict[str, Any]:
+    def init_overrides(self, config: C, init_name: str) -> dict[str, Any]:
         """Options of the init regime that this run's config decides (e.g. the KKT attacks search the gaussian
         init scale); the pipeline merges them into the init config unless the user set them."""
         return {}
 
-    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: C, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
         """Reconstruct from starting candidates ``x0`` (m, C, H, W) with fixed ``labels``."""
         raise NotImplementedError
 
-    def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any], *,
+    def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[C], *,
                   generators: list[torch.Generator], progress: ProgressFn | None = None,
                   on_done: RunDone | None = None) -> None:
         """Runs i = 0..R-1 of a search (start ``x0s[i]``, ``configs[i]``, ``generators[i]``). The default runs them
@@ -239,15 +248,15 @@ class RunDone(Protocol):
 
 
 # -- initialisation regimes ---------------------------------------------------------------------------------
-class InitRegime(Plugin):
+class InitRegime(Plugin[C]):
     #: True when the regime reads training images (ground truth, mixtures with l1*l2 > 0)
     oracle: bool = False
 
-    def is_oracle(self, config: Any) -> bool:
+    def is_oracle(self, config: C) -> bool:
         """Whether this configuration reads training images."""
         return self.oracle
 
-    def make(self, problem: Problem, labels: torch.Tensor, config: Any, *,
+    def make(self, problem: Problem, labels: torch.Tensor, config: C, *,
              generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
         """Starting candidates (m, C, H, W) in the problem's centred space, with labels matching ``labels``."""
         raise NotImplementedError
@@ -279,6 +288,8 @@ class Reported:
     numbers is shown with no change elsewhere."""
 
     key: str
+    #: may name options of the declaring metric's config, filled in from the protocol that computed the number
+    #: (``"corr > {threshold:g}"``: :func:`reconbench.evaluation.reported.label_of`)
     label: str
     values: str = "any"                  # one of VALUE_KINDS
     higher_is_better: bool = True        # True: a larger value means the attack recovered more
@@ -293,7 +304,7 @@ class Reported:
     console: int | None = None
 
 
-class Metric(Plugin):
+class Metric(Plugin[C]):
     """An evaluation metric."""
 
     higher_is_better: bool = True
@@ -308,14 +319,14 @@ class Metric(Plugin):
     def headline_key(self) -> str:
         return self.headline or self.name
 
-    def check_config(self, config: Any) -> None:
+    def check_config(self, config: C) -> None:
         """Raise :class:`reconbench.errors.ReconbenchError` on a bad option value."""
 
-    def fixed(self, config: Any) -> dict[str, Any]:
+    def fixed(self, config: C) -> dict[str, Any]:
         """Choices that are not options, recorded with the protocol (e.g. a library's fixed sigma)."""
         return {}
 
-    def compute(self, evaluation: Any, config: Any) -> MetricResult:
+    def compute(self, evaluation: Any, config: C) -> MetricResult:
         """Score an evaluation context (:class:`reconbench.evaluation.context.Evaluation`: candidates matched to a
         problem)."""
         raise NotImplementedError
@@ -346,31 +357,31 @@ class TrainingRun:
 TRAINING_HOOKS = ("start_training", "after_step", "end_training")
 
 
-class Defense(Plugin):
+class Defense(Plugin[C]):
     """A defense: ``apply`` changes the trained model before release; a defense that acts during training overrides
     any of the training-time methods below (its ``apply`` may then do nothing)."""
 
     #: the option that sets how strong the defense is (the privacy-utility axis of a suite varies it)
     strength: str | None = None
 
-    def apply(self, model: TargetNet, problem: Problem, config: Any, *,
+    def apply(self, model: TargetNet, problem: Problem, config: C, *,
               generator: torch.Generator) -> dict[str, Any] | None:
         """Modify the trained model in place before release (e.g. add noise to the weights); may return numbers to
         record in the model card."""
         raise NotImplementedError
 
-    def start_training(self, run: TrainingRun, config: Any, *, generator: torch.Generator) -> None:
+    def start_training(self, run: TrainingRun, config: C, *, generator: torch.Generator) -> None:
         """Change the loop's pieces in ``run`` before the first step."""
 
-    def after_step(self, run: TrainingRun, step: int, loss: float, config: Any) -> bool:
+    def after_step(self, run: TrainingRun, step: int, loss: float, config: C) -> bool:
         """Called after every optimiser step; return True to stop training now."""
         return False
 
-    def end_training(self, run: TrainingRun, config: Any) -> None:
+    def end_training(self, run: TrainingRun, config: C) -> None:
         """Undo wrappers (``run.model`` must be the plain target network afterwards) and record final numbers."""
 
 
-def acts_during_training(defense: Any) -> bool:
+def acts_during_training(defense: Defense[Any]) -> bool:
     """Whether a defense overrides any training-time method of :class:`Defense`."""
     return any(getattr(type(defense), m, None) not in (None, getattr(Defense, m)) for m in TRAINING_HOOKS)
 
@@ -394,7 +405,7 @@ class SearchSession(Protocol):
     def tell(self, trials: list[Trial]) -> None: ...
 
 
-class SearchStrategy(Plugin):
+class SearchStrategy(Plugin[C]):
     """How the configurations of a cell's search runs are chosen from the attack's declared search space.
 
     The harness asks the session for a batch of option values, runs the batch (the KKT attacks advance it as one
@@ -412,13 +423,13 @@ class SearchStrategy(Plugin):
         """Raise :class:`reconbench.errors.ReconbenchError` naming the fix when the strategy cannot run here (e.g. an
         optional dependency is missing); called before any training."""
 
-    def start(self, space: dict[str, Distribution], runs: int, seed: int, config: Any) -> SearchSession:
+    def start(self, space: dict[str, Distribution], runs: int, seed: int, config: C) -> SearchSession:
         """A session proposing ``runs`` configurations over ``space`` (options the user fixed are left out of it),
         deterministic given ``seed`` and what it is told."""
         raise NotImplementedError
 
 
 #: the base class a registered object of each plugin kind must subclass
-PLUGIN_BASES: dict[str, type[Plugin]] = {"attacks": Attack, "models": ModelFamily, "datasets": DatasetSource,
+PLUGIN_BASES: dict[str, type[Plugin[Any]]] = {"attacks": Attack, "models": ModelFamily, "datasets": DatasetSource,
                                          "inits": InitRegime, "metrics": Metric, "defenses": Defense,
                                          "searches": SearchStrategy}

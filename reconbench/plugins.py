@@ -13,13 +13,25 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, TypeVar
 
 import pluggy
 
 from reconbench import hookspecs
 from reconbench.errors import ReconbenchError, UnknownNameError
-from reconbench.interfaces import PLUGIN_BASES
+from reconbench.interfaces import (
+    PLUGIN_BASES,
+    Attack,
+    DatasetSource,
+    Defense,
+    InitRegime,
+    Metric,
+    ModelFamily,
+    Plugin,
+    SearchStrategy,
+)
+
+P = TypeVar("P", bound=Plugin[Any])
 
 ENTRY_POINT_GROUP = "reconbench"
 STRICT_ENV = "RECONBENCH_STRICT_PLUGINS"
@@ -55,7 +67,7 @@ class Entry:
     """One registered object and the plugin that registered it."""
 
     name: str
-    obj: Any
+    obj: Plugin[Any]
     plugin: str
 
     @property
@@ -101,7 +113,7 @@ class PluginHost:
             self.register(module, name=ep.name,
                           distribution=getattr(dist, "name", None), version=getattr(dist, "version", None))
 
-    def register(self, plugin: Any, name: str | None = None, distribution: str | None = None,
+    def register(self, plugin: object, name: str | None = None, distribution: str | None = None,
                  version: str | None = None) -> str:
         """Register a plugin object or module (tests and notebooks use this directly)."""
         registered = self.pm.register(plugin, name=name)
@@ -133,7 +145,7 @@ class PluginHost:
             for impl in hook.get_hookimpls():
                 plugin_name = self.pm.get_name(impl.plugin) or "?"
 
-                def register(obj: Any, _plugin: str = plugin_name, _entries: dict = entries,
+                def register(obj: object, _plugin: str = plugin_name, _entries: dict[str, Entry] = entries,
                              _kind: str = kind) -> None:
                     base = PLUGIN_BASES[_kind]
                     if not isinstance(obj, base):
@@ -163,10 +175,40 @@ class PluginHost:
         return self._registries[kind]
 
     def get(self, kind: str, name: str) -> Any:
+        """The registered object (untyped: prefer the per-kind accessors :meth:`attack`, :meth:`init`, ...)."""
         reg = self.registry(kind)
         if name not in reg:
             raise UnknownNameError(KIND_NOUN[kind], name, reg)
         return reg[name].obj
+
+    def typed(self, kind: str, name: str, base: type[P]) -> P:
+        """The object registered under ``name`` of ``kind``, as its kind's base class (the host checked it on
+        registration)."""
+        obj = self.get(kind, name)
+        if not isinstance(obj, base):  # the host refuses such objects on registration; a registry edited by hand
+            raise ReconbenchError(f"{KIND_NOUN[kind]} {name!r} is a {type(obj).__name__}, not a {base.__name__}")
+        return obj
+
+    def attack(self, name: str) -> Attack[Any]:
+        return self.typed("attacks", name, Attack)
+
+    def init(self, name: str) -> InitRegime[Any]:
+        return self.typed("inits", name, InitRegime)
+
+    def metric(self, name: str) -> Metric[Any]:
+        return self.typed("metrics", name, Metric)
+
+    def defense(self, name: str) -> Defense[Any]:
+        return self.typed("defenses", name, Defense)
+
+    def search(self, name: str) -> SearchStrategy[Any]:
+        return self.typed("searches", name, SearchStrategy)
+
+    def model(self, name: str) -> ModelFamily:
+        return self.typed("models", name, ModelFamily)
+
+    def dataset(self, name: str) -> DatasetSource:
+        return self.typed("datasets", name, DatasetSource)
 
     def names(self, kind: str, pattern: str | None = None) -> list[str]:
         """Registered names of a kind, optionally filtered with a shell-style wildcard (``*kkt*``)."""
@@ -191,7 +233,37 @@ def host() -> PluginHost:
 
 
 def get(kind: str, name: str) -> Any:
+    """The registered object, untyped (kept for plugins and scripts written before the per-kind accessors below)."""
     return host().get(kind, name)
+
+
+# per-kind accessors: the registered object typed as its kind's base class
+def attack(name: str) -> Attack[Any]:
+    return host().attack(name)
+
+
+def init(name: str) -> InitRegime[Any]:
+    return host().init(name)
+
+
+def metric(name: str) -> Metric[Any]:
+    return host().metric(name)
+
+
+def defense(name: str) -> Defense[Any]:
+    return host().defense(name)
+
+
+def search(name: str) -> SearchStrategy[Any]:
+    return host().search(name)
+
+
+def model(name: str) -> ModelFamily:
+    return host().model(name)
+
+
+def dataset(name: str) -> DatasetSource:
+    return host().dataset(name)
 
 
 def names(kind: str, pattern: str | None = None) -> list[str]:

@@ -41,7 +41,7 @@ class PrecisionPolicy:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> PrecisionPolicy:
+    def from_dict(cls, data: object) -> PrecisionPolicy:
         if not isinstance(data, dict):
             raise ReconbenchError(f"precision record: expected an object, got {type(data).__name__}; fix the record "
                                   "or re-run")

@@ -17,15 +17,17 @@ import functools
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from reconbench import plugins
 from reconbench.errors import ReconbenchError
+from reconbench.interfaces import Attack
 
 ITEMSIZE = {"float64": 8, "float32": 4}
 
@@ -111,7 +113,8 @@ class _NoInPlaceOnMeta(TorchFunctionMode):
     SHAPE_CHANGING = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "squeeze_", "unsqueeze_", "t_",
                                 "transpose_", "swapdims_", "swapaxes_"})
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+    def __torch_function__(self, func: Callable[..., Any], types: object, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         name = getattr(func, "__name__", "")
         if (name.endswith("_") and not name.endswith("__") and name not in self.SHAPE_CHANGING and args
                 and isinstance(args[0], torch.Tensor) and args[0].is_meta):
@@ -124,10 +127,10 @@ def model_parameters(family_name: str, input_shape: tuple[int, ...], out_dim: in
 
     The family's own errors (an unknown option, an architecture that does not exist or does not fit the images)
     surface here, before any work. None when the family cannot be built without real tensors."""
-    family = plugins.get("models", family_name)
+    family = plugins.model(family_name)
     try:
         with torch.device("meta"), _NoInPlaceOnMeta():
-            net = family.build(tuple(input_shape), int(out_dim), dict(spec), generator=None)
+            net = family.build(cast(tuple[int, int, int], tuple(input_shape)), int(out_dim), dict(spec), generator=None)
     except ReconbenchError:
         raise
     except Exception:  # e.g. a third-party family that reads a tensor's value while building: sized when built
@@ -210,24 +213,28 @@ def step_seconds(parameters: int | None, batch: int, steps: float) -> float:
     return flops / machine_flops() + float(steps) * STEP_OVERHEAD_SECONDS
 
 
-def attack_steps(attack: Any, config: dict[str, Any]) -> int:
+def attack_steps(attack: Attack[Any], config: dict[str, Any]) -> int:
     """The optimisation steps of one search run of ``attack`` under ``config`` (its ``steps`` or ``outer_steps``
     option, with the attack's default where ``config`` leaves it out; 1 for an attack with neither)."""
     from reconbench.config import build_config
 
-    built = build_config(attack.config_cls, dict(config), "--set")
+    return config_steps(build_config(attack.config_cls, dict(config), "--set"))
+
+
+def config_steps(config: object) -> int:
+    """The optimisation steps of one search run under a built attack config (``steps`` or ``outer_steps``; 1 for an
+    attack with neither)."""
     for name in ("steps", "outer_steps"):
-        value = getattr(built, name, None)
+        value = getattr(config, name, None)
         if isinstance(value, int) and not isinstance(value, bool):
             return max(value, 1)
     return 1
 
 
-def attack_seconds(size: TargetSize, *, attack: Any, config: dict[str, Any], candidates: int | None,
-                   search_runs: int) -> float:
-    """At least how long a cell's attack takes: every search run's steps on its candidates."""
+def attack_seconds(size: TargetSize, *, steps: int, candidates: int | None, search_runs: int) -> float:
+    """At least how long a cell's attack takes: every search run's ``steps`` on its candidates."""
     m = candidates if candidates is not None else 2 * size.n_train
-    return step_seconds(size.parameters, m, attack_steps(attack, config)) * search_runs
+    return step_seconds(size.parameters, m, steps) * search_runs
 
 
 def format_seconds(s: float) -> str:

@@ -25,7 +25,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.precision import run_precision
 
 
-def config_hash(config: Any) -> str:
+def config_hash(config: object) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -50,7 +50,7 @@ def git_commit(path: Path | None = None) -> str | None:
         return None
 
 
-def provenance(config: Any, device: str, dtype: str, seed: int | None = None) -> dict[str, Any]:
+def provenance(config: dict[str, Any], device: str, dtype: str, seed: int | None = None) -> dict[str, Any]:
     from reconbench import blas
 
     out: dict[str, Any] = {
@@ -90,7 +90,7 @@ def portable_path(path: str | os.PathLike[str]) -> str:
     return str(path)
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     """Write JSON atomically (a crash never leaves a half-written result)."""
     text = json.dumps(data, indent=1, default=json_default, allow_nan=True)
     write_text_atomic(path, text)
@@ -227,7 +227,7 @@ def check_writable(folder: Path, option: str) -> None:
                               "folder") from exc
 
 
-def json_default(o: Any) -> Any:
+def json_default(o: object) -> Any:
     import numpy as np
 
     if isinstance(o, (np.integer, np.floating, np.bool_)):

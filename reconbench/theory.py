@@ -55,7 +55,7 @@ def law_problem(ratio: float, seed: int, d: int = 10, n: int = 5) -> LawProblem:
     x = x / x.norm(dim=1, keepdim=True) * math.sqrt(d)
     g = torch.randn(d, generator=gen, dtype=torch.float64) / math.sqrt(d)
     y = x @ g + 0.5 * torch.randn(n, generator=gen, dtype=torch.float64)
-    family = plugins.get("models", "random_features")
+    family = plugins.get("models", "random_features")  # untyped: the random-features net's own attributes
     model = family.build((1, 1, d), 1, {"width": p}, generator=gen).double().eval()
     initial = family.build((1, 1, d), 1, {"width": p}).double().eval()
     with torch.no_grad():

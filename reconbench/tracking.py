@@ -54,7 +54,7 @@ def check_tracker(track: str | None, uri: str | None = None, experiment: str | N
         raise ReconbenchError(f"--track mlflow needs MLflow: {INSTALL_HINT}")
 
 
-def flatten(value: Any, prefix: str = "") -> dict[str, str]:
+def flatten(value: object, prefix: str = "") -> dict[str, str]:
     """Nested dicts as dotted keys; other values as JSON text (MLflow parameters are strings)."""
     if isinstance(value, dict) and (value or not prefix):
         out: dict[str, str] = {}

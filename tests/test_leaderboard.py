@@ -605,7 +605,7 @@ def test_a_suite_gate_must_be_positive(tmp_path):
     assert "max_learned_ratio = 0.1" in text
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace("max_learned_ratio = 0.1", "max_learned_ratio = -0.1"))
-    with pytest.raises(ReconbenchError, match="max_learned_ratio.*must be positive"):
+    with pytest.raises(ReconbenchError, match="max_learned_ratio.*must be > 0"):
         load_suite(str(bad))
 
 

@@ -110,7 +110,7 @@ def test_base_suite_expands_to_the_product(tmp_path, toy_attack_registered):
             'n_per_class = "three"',
             ["targets.bin.n_per_class", "integer"],
         ),
-        (("search_runs = 2", "search_runs = 0"), "search_runs = 0", ["suite.search_runs", "at least 1"]),
+        (("search_runs = 2", "search_runs = 0"), "search_runs = 0", ["suite.search_runs", "must be >= 1"]),
         (("[suite]\n", "[suite]\ncolour = 1\n"), "colour = 1", ["suite.colour", "unknown key"]),
         (
             ('attacks = ["toy_identity"]', 'attacks = ["toy_identity", "toy_identiy"]'),

@@ -76,7 +76,7 @@ def _attacks_without(missing: list[str], task: str) -> str:
     """Registered attacks for ``task`` that need none of ``missing`` (named in the error)."""
     from reconbench import plugins
 
-    attacks = {n: plugins.get("attacks", n) for n in plugins.names("attacks")}
+    attacks = {n: plugins.attack(n) for n in plugins.names("attacks")}
     names = [n for n, a in attacks.items() if task in a.tasks and not set(missing) & set(a.needs)]
     return f"for {task} targets: {', '.join(names)}" if names else f"none is registered for {task} targets"
 

@@ -30,8 +30,8 @@ def hand_over(ids: list[int], outs: Sequence[AttackOutput | Exception], labels: 
             on_done(i, out, {"runs": ids, "size": len(ids)} if len(ids) > 1 else None)
 
 
-def run_alone(run_batch: Callable[..., None], target: Any, x0: torch.Tensor, labels: torch.Tensor, config: Any, *,
-              generator: torch.Generator, progress: Any = None) -> AttackOutput:
+def run_alone(run_batch: Callable[..., None], target: object, x0: torch.Tensor, labels: torch.Tensor, config: object, *,
+              generator: torch.Generator, progress: object = None) -> AttackOutput:
     """One run through an attack's ``run_batch``; its exception raised."""
     results: list[AttackOutput | Exception] = []
     run_batch(target, [x0], labels, [config], generators=[generator], progress=progress,

@@ -58,7 +58,7 @@ def planned_steps(run: dict[str, Any]) -> int | None:
     return None
 
 
-def _first_line(text: Any, limit: int = 240) -> str:
+def _first_line(text: object, limit: int = 240) -> str:
     text = " ".join(str(text or "").split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -13,7 +13,7 @@ from typing import Any
 from reconbench import plugins
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import ReconbenchError
-from reconbench.interfaces import SearchSession, Trial
+from reconbench.interfaces import Attack, SearchSession, SearchStrategy, Trial
 
 #: the strategy that runs when none is named (its records leave the search out of every hash: see RunSpec.to_dict);
 #: suites keep it, so that their cells draw what they always drew
@@ -24,9 +24,9 @@ RUN_SEARCH = "default_first"
 USABLE_STOPS = ("completed", "early_stop")
 
 
-def resolve_search(name: str, options: dict[str, Any]) -> tuple[Any, Any]:
+def resolve_search(name: str, options: dict[str, Any]) -> tuple[SearchStrategy[Any], Any]:
     """The registered strategy and its built config (unknown names and bad options fail with one line)."""
-    strategy = plugins.get("searches", name)
+    strategy = plugins.search(name)
     return strategy, build_config(strategy.config_cls, options, f"search {name}")
 
 
@@ -36,15 +36,23 @@ def check_search(name: str, options: dict[str, Any]) -> None:
     strategy.check()
 
 
-def start_search(attack: Any, fixed: dict[str, Any], runs: int, seed: int, search: str,
+def start_search(attack: Attack[Any], fixed: dict[str, Any], runs: int, seed: int, search: str,
                  options: dict[str, Any]) -> SearchSession | None:
     """The session proposing the runs' searched options; None with one run (it uses the given config)."""
     if runs <= 1:
         return None
     strategy, cfg = resolve_search(search, options)
+    return start_session(strategy, cfg, attack, fixed, runs, seed)
+
+
+def start_session(strategy: SearchStrategy[Any], config: object, attack: Attack[Any], fixed: dict[str, Any],
+                  runs: int, seed: int) -> SearchSession | None:
+    """:func:`start_search` with the strategy and its config already resolved."""
+    if runs <= 1:
+        return None
     declared = attack.default_search_space() if strategy.from_default else attack.search_space()
     space = {k: v for k, v in declared.items() if k not in fixed}
-    return strategy.start(space, runs, seed, cfg)
+    return strategy.start(space, runs, seed, config)
 
 
 def objective(record: dict[str, Any], oracle: bool) -> float | None:
@@ -58,7 +66,7 @@ def objective(record: dict[str, Any], oracle: bool) -> float | None:
 
 def tell(session: SearchSession, search: str, asked: list[dict[str, Any]], records: list[dict[str, Any]]) -> None:
     """Report a finished batch back in the order it was asked."""
-    oracle = bool(plugins.get("searches", search).oracle)
+    oracle = bool(plugins.search(search).oracle)
     session.tell([Trial(run=r["run"], params=p, objective=objective(r, oracle))
                   for p, r in zip(asked, records, strict=True)])
 

@@ -45,7 +45,7 @@ class AuditCard(ModelCard):
         return torch.as_tensor(self.built.mean)
 
     def load_model(self, dtype: torch.dtype | None = None) -> TargetNet:
-        family = plugins.get("models", self.data["family"])
+        family = plugins.model(self.data["family"])
         model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]))
         check_layers(model, self.data["family"])
         model = model.double()  # before loading: float64 weights keep every digit
@@ -59,9 +59,9 @@ class AuditCard(ModelCard):
 
 
 def audit_card(out: Path, family: str, spec: dict[str, Any], state: dict[str, torch.Tensor], problem: Problem,
-               factor: Any, loss: str | None, weights_sha256: str, record: dict[str, Any]) -> AuditCard:
+               factor: object, loss: str | None, weights_sha256: str, record: dict[str, Any]) -> AuditCard:
     """The in-memory card of an audit; ``recipe_key`` hashes the weights, the data and the preprocessing."""
-    fam = plugins.get("models", family)
+    fam = plugins.model(family)
     loss_name, loss_fn = get_loss(loss, problem.task)
     data: dict[str, Any] = {
         "family": family, "model_spec": spec, "task": problem.task, "num_classes": problem.num_classes,

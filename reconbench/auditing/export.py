@@ -24,7 +24,7 @@ def _images(unit: np.ndarray, uint8: bool) -> np.ndarray:
     return out[:, 0] if out.shape[1] == 1 else np.ascontiguousarray(out.transpose(0, 2, 3, 1))
 
 
-def toml_value(v: Any) -> str:
+def toml_value(v: object) -> str:
     """A value as ``--model-set`` parses it back (TOML)."""
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -58,7 +58,7 @@ def export_card(card: ModelCard, out: str | Path, data_root: str | Path | None =
     np.savez(paths["held_out"], images=_images(np.concatenate([problem.decoy_images, pool]), uint8),
              labels=np.concatenate([problem.decoy_labels, problem.held_out_labels]))
     family = card.data["family"]
-    defaults = plugins.get("models", family).default_spec()
+    defaults = plugins.model(family).default_spec()
     spec = {k: v for k, v in card.data["model_spec"].items() if defaults.get(k, object()) != v}
     cert = card.data["metrics"].get("certificate") or {}
     decay = (cert.get("learned") or {}).get("init_decay", 1.0)

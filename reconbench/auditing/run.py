@@ -12,6 +12,7 @@ import dataclasses
 import json
 import shlex
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,9 @@ from reconbench.auditing.data import (
 )
 from reconbench.auditing.model import check_second_order, family_and_spec, read_state, registered_family
 from reconbench.auditing.report import write_report
+from reconbench.data import Problem
 from reconbench.errors import IncompatibleError, ModelCardError, ReconbenchError
+from reconbench.nets import TargetNet
 from reconbench.provenance import portable_path, provenance, write_json
 from reconbench.runs.execute import run_attack
 from reconbench.runs.prepare import prepare
@@ -71,7 +74,7 @@ def audit(weights: str | Path, *, family: str, train: str | Path, held_out: str 
     name, spec = family_and_spec(family, dict(model_set or {}))
     out_dir = Path(out)
     with registered_family(name):
-        fam = plugins.get("models", name)
+        fam = plugins.get("models", name)  # untyped: timm's family has its own spec()
         full_spec = {**fam.default_spec(), **spec} if name != "timm" else fam.spec(spec)
         state = read_state(weights)
         check_outputs(state, task)
@@ -142,7 +145,7 @@ def _out_dim(state: dict[str, torch.Tensor], task: str) -> int | None:
     return int(mats[-1].shape[0]) if mats else None
 
 
-def _accuracy(model: Any, problem: Any) -> dict[str, Any]:
+def _accuracy(model: TargetNet, problem: Problem) -> dict[str, Any]:
     """Error on the training set and on (up to 2,000 of) the held-out pool: the generalisation gap."""
     with torch.no_grad():
         train_err = error_rate(model(problem.x_train(torch.float64)), torch.as_tensor(problem.train_labels), problem.task)
@@ -152,7 +155,7 @@ def _accuracy(model: Any, problem: Any) -> dict[str, Any]:
     return {"train_error": train_err, "held_out_error": held_err, "held_out_scored": int(len(pos))}
 
 
-def _regime(card: AuditCard, model: Any, problem: Any, init_weights: str | Path | None,
+def _regime(card: AuditCard, model: TargetNet, problem: Problem, init_weights: str | Path | None,
             init_decay: float) -> dict[str, Any]:
     """The certificate at the training images; the learned-part gate when the initial weights are given."""
     init = None
@@ -190,7 +193,7 @@ def _applicable(card: AuditCard, names: list[str] | None, task: str, budget: int
     wanted = list(names) if names else [MAIN_ATTACK[task], *BASELINES]
     chosen, refused = [], []
     for name in wanted:
-        attack = plugins.get("attacks", name)
+        attack = plugins.attack(name)
         fields = {f.name for f in dataclasses.fields(attack.config_cls)}
         step = next((f for f in STEP_OPTIONS if f in fields), None)
         runs = (search_runs or DEFAULT_SEARCH_RUNS) if step else 1   # an attack without steps (weight_rows): once
@@ -254,9 +257,10 @@ def headline(results: list[dict[str, Any]]) -> dict[str, Any]:
             "membership_auc": auc["value"], "membership_auc_null_mean": auc["null_mean"]}
 
 
-def python_call(weights: Any, family: str, train: Any, held_out: Any, task: str, out: Any, model_set: Any,
-                binary_rule: Any, pre: Preprocess, loss: Any, init_weights: Any, init_decay: float, attacks: Any,
-                budget: int, search_runs: Any, seed: int, device: str) -> str:
+def python_call(weights: object, family: str, train: object, held_out: object, task: str, out: object,
+                model_set: dict[str, Any] | None, binary_rule: str | None, pre: Preprocess, loss: str | None,
+                init_weights: object, init_decay: float, attacks: Sequence[str] | None, budget: int,
+                search_runs: object, seed: int, device: str) -> str:
     """The command line that reproduces an audit made from Python."""
     parts = ["reconbench", "audit", str(weights), "--family", family]
     for k, v in (model_set or {}).items():

@@ -242,7 +242,7 @@ class RayExecutor:
             except Exception:  # ended meanwhile, or the cluster is gone: nothing left to stop
                 pass
 
-    def _outcome(self, ray: Any, ref: Any, job: CellJob, ctx: RunContext) -> Outcome:
+    def _outcome(self, ray: Any, ref: object, job: CellJob, ctx: RunContext) -> Outcome:
         try:
             rec = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # raised outside run_cell, which records its own failures

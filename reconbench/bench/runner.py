@@ -52,6 +52,7 @@ from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
 from reconbench.records import Invocation
 from reconbench.runs.execute import run_attack
+from reconbench.runs.resolved import resolve_run
 from reconbench.runs.spec import RunSpec
 from reconbench.safe_paths import check_name, member
 from reconbench.targets.cache import cache_dir, get_or_train
@@ -272,7 +273,7 @@ def _base_record(cell: Cell, suite: Suite, spec: RunSpec, invocation: int) -> di
     init_oracle = None
     init_config = dict(cell.init.config)
     try:
-        init = plugins.get("inits", cell.init.regime)
+        init = plugins.init(cell.init.regime)
         cfg = build_config(init.config_cls, cell.init.config, f"init {init.name}")
         init_oracle, init_config = bool(init.is_oracle(cfg)), config_to_dict(cfg)
     except ReconbenchError:
@@ -323,15 +324,14 @@ def run_cell(
     t0 = time.perf_counter()
     rec = _base_record(cell, suite, spec, invocation)
     try:
-        plugins.get("attacks", cell.attack.attack)
-        plugins.get("inits", cell.init.regime)
+        resolved = resolve_run(spec, cell.recipe.family)   # names, options and protocol: once, before training
         target = targets.get(cell)
         if target.error is not None:
             raise target.error
         assert target.card is not None and target.problem is not None
         rec["target"].update(target.info)
         work = out / "work" / cell.cell_id
-        result = run_attack(target.card, spec, work, data_root=data_root, quiet=quiet, problem=target.problem)
+        result = run_attack(target.card, resolved, work, data_root=data_root, quiet=quiet, problem=target.problem)
         rec["init"].update(config=result["init_config"], is_oracle=result["init_is_oracle"])
         rec["target"]["n_train"] = result["target"]["n_train"]
         rec["runs"] = result["runs"]

@@ -77,7 +77,7 @@ def attack_steps(attack: str, config: Mapping[str, Any]) -> int:
     """Steps of one search run of ``attack`` with ``config`` (its defaults filled in): ``steps``, or a bilevel
     attack's outer steps x the most inner iterations of each (an upper bound); 0 for an attack without steps."""
     try:
-        plugin = plugins.get("attacks", attack)
+        plugin = plugins.attack(attack)
     except UnknownNameError:  # not installed: the cell fails at once as unavailable
         return 0
     cfg = build_config(plugin.config_cls, dict(config), f"attack {attack}")

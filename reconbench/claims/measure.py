@@ -27,7 +27,7 @@ SELECTION = "pool"
 DEFAULT_CALIBRATION_DRAWS = 19
 
 
-def _number(v: Any) -> float | None:
+def _number(v: object) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(float(v)):
         return None
     return float(v)
@@ -159,7 +159,7 @@ def comparison(suite: Suite, name: str) -> Comparison:
     raise KeyError(f"suite {suite.name} has no comparison {name!r}")
 
 
-def show_value(v: Any) -> str:
+def show_value(v: object) -> str:
     if isinstance(v, dict):
         return ", ".join(f"{k} = {show_value(x)}" for k, x in v.items())
     if isinstance(v, list):

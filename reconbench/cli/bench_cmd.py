@@ -49,7 +49,7 @@ from reconbench.cli.common import (
 )
 from reconbench.cli.run_cmd import check_task
 from reconbench.errors import ReconbenchError
-from reconbench.preflight import TargetSize, attack_seconds, check_attack, check_cost, check_target, step_seconds
+from reconbench.preflight import TargetSize, attack_seconds, attack_steps, check_attack, check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.problems import build_problem
@@ -313,7 +313,7 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
         key = cell.recipe.key()
         try:
             if cell.attack.attack in plugins.names("attacks"):  # an unregistered one: its cells are reported
-                check_task(plugins.get("attacks", cell.attack.attack), cell.recipe.problem.task)
+                check_task(plugins.attack(cell.attack.attack), cell.recipe.problem.task)
             if key not in sizes:
                 problem = build_problem(cell.recipe.problem, data_root)   # the data set loads and its checks run
                 sizes[key] = check_target(cell.recipe, problem, what=f"target {cell.target!r}",
@@ -322,8 +322,8 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
             check_attack(sizes[key], candidates=cell.attack.candidates, search_runs=cell.attack.search_runs,
                          dtype=dtype or suite.dtype, fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
             if cell.attack.attack in plugins.names("attacks"):
-                attack_time += attack_seconds(sizes[key], attack=plugins.get("attacks", cell.attack.attack),
-                                              config=cell.attack.config, candidates=cell.attack.candidates,
+                steps = attack_steps(plugins.attack(cell.attack.attack), cell.attack.config)
+                attack_time += attack_seconds(sizes[key], steps=steps, candidates=cell.attack.candidates,
                                               search_runs=cell.attack.search_runs)
             if key not in trained:
                 trained.add(key)

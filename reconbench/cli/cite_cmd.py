@@ -12,7 +12,7 @@ def cite_text(attack: str | None) -> str:
     """The project's BibTeX, then the attack's paper (or a line saying that it implements none)."""
     parts = [f"% reconbench {citations.project_version()}", citations.project_bibtex()]
     if attack is not None:
-        paper = plugins.get("attacks", attack).paper
+        paper = plugins.attack(attack).paper
         if paper:
             parts += ["", f"% the paper attack {attack!r} implements", paper]
         else:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import tomllib
@@ -12,6 +13,9 @@ import tomllib
 from reconbench import __version__
 from reconbench.config import INT64, MAX_SEED
 from reconbench.errors import ReconbenchError
+
+#: a click command function, as a decorator that adds options takes and returns it
+FC = TypeVar("FC", bound=Callable[..., Any])
 
 #: the arguments of the current invocation (set by ``reconbench.cli.main``), recorded with benchmark results
 ARGV: list[str] = []
@@ -118,7 +122,7 @@ class Count(click.ParamType):
         high = f"{self.high:,}" if self.high < 10**15 else f"{self.high:.3g}"
         return f"a whole number from {self.low} to {high}"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
         else:
@@ -144,7 +148,7 @@ class NonEmpty(click.ParamType):
         self.inner = inner
         self.name = inner.name
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             self.fail("the value is empty; pass one, or leave the option out for its default", param, ctx)
         return self.inner.convert(value, param, ctx)
@@ -192,7 +196,7 @@ data_root_option = click.option("--data-root", type=click.Path(file_okay=False),
                                 help="Folder with data files (default: $RECONBENCH_DATA, else ~/.cache/reconbench/data).")
 
 
-def track_options(f: Any) -> Any:
+def track_options(f: FC) -> FC:
     """--track, --track-uri and --track-experiment (reconbench.tracking)."""
     f = click.option("--track-experiment", default=None, metavar="NAME",
                      help="With --track: the MLflow experiment (default: 'reconbench' for run, the suite's name for "

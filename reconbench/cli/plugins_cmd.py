@@ -41,7 +41,8 @@ def list_command(kind: str, pattern: str | None, verbose: bool, arch_pattern: st
             flag += " (higher is better)" if e.obj.higher_is_better else " (lower is better)"
         rows.append((e.name + flag, e.plugin, e.description))
     if kind == "attacks":  # what each attack reads besides the final weights (its declared threat model)
-        rows = [(name, plugin, _reads(e.obj), desc) for (name, plugin, desc), e in zip(rows, entries, strict=True)]
+        rows = [(name, plugin, _reads(plugins.attack(e.name)), desc)
+                for (name, plugin, desc), e in zip(rows, entries, strict=True)]
         headers = ["name", "plugin", "threat model", "description"]
     else:
         headers = ["name", "plugin", "description"]

@@ -107,7 +107,7 @@ def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None
     if opts.get("defense_set"):
         given = parse_assignments(tuple(opts["defense_set"]), "--defense-set")
         if d.get("defense"):
-            build_config(plugins.get("defenses", d["defense"]).config_cls, given, "--defense-set")
+            build_config(plugins.defense(d["defense"]).config_cls, given, "--defense-set")
         d["defense_config"] = {**d.get("defense_config", {}), **given}
     return TargetRecipe.from_dict(d).validate()
 

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from reconbench import plugins
-from reconbench.attack.search import RUN_SEARCH, check_search
+from reconbench.attack.search import RUN_SEARCH
 from reconbench.cli.common import (
     SEED,
     Count,
@@ -27,13 +27,22 @@ from reconbench.cli.common import (
     yes_option,
 )
 from reconbench.cli.recipe_options import recipe_from_options, recipe_options
-from reconbench.config import build_config
 from reconbench.errors import IncompatibleError, ReconbenchError
-from reconbench.evaluation import reported, resolve_protocol
-from reconbench.preflight import attack_seconds, card_size, check_attack, check_cost, check_target, step_seconds
+from reconbench.evaluation import reported
+from reconbench.interfaces import Attack
+from reconbench.preflight import (
+    attack_seconds,
+    card_size,
+    check_attack,
+    check_cost,
+    check_target,
+    config_steps,
+    step_seconds,
+)
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
 from reconbench.runs.below_null import below_null_line
 from reconbench.runs.execute import run_attack
+from reconbench.runs.resolved import CLI_NAMES, ResolvedRun, resolve_run
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cache import cache_dir, get_or_train
 from reconbench.targets.cards import load_card
@@ -86,18 +95,16 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                 cache: str | None, data_root: str | None, quiet: bool, track: str | None, track_uri: str | None,
                 track_experiment: str | None, yes: bool, **recipe_opts: Any) -> None:
     """Run an attack against a target and write result.json, candidates and figures."""
-    # every option is checked before any training: names, values, ranges, the device and the folders
-    attack_obj = plugins.get("attacks", attack)
-    init_obj = plugins.get("inits", init_name)
+    # every option is checked before any training: names, values, ranges, the device and the folders; the run is
+    # resolved once (ResolvedRun) and handed down, so nothing below looks a name up or builds a config again
+    attack_obj = plugins.attack(attack)
+    plugins.init(init_name)
     attack_config = parse_assignments(attack_set, "--set")
     init_config = parse_assignments(init_set, "--init-set")
     protocol = parse_assignments(protocol_set, "--protocol-set")
     search_config = parse_assignments(search_set, "--search-set")
-    check_search(search, search_config)
     check_tracker(track, track_uri, track_experiment)
     check_device(device)
-    check_attack_options(attack_obj, attack_config)
-    build_config(init_obj.config_cls, init_config, "--init-set")
     if model_card:
         card = load_card(model_card)
         size = card_size(card.data)  # the architecture fits in memory: before it is built
@@ -109,16 +116,18 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
         # the data set, the problem, the architecture and its memory, before training
         size = check_target(recipe, build_problem(recipe.problem, data_root))
     check_task(attack_obj, task)
-    resolve_protocol(protocol, family)
     spec = RunSpec(attack=attack, attack_config=attack_config, init=init_name, init_config=init_config, seed=seed,
                    candidates=candidates,
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
                    dtype=dtype, device=device, protocol=protocol, search=search, search_config=search_config)
+    resolved = resolve_run(spec, family, CLI_NAMES)
+    resolved.search.check()   # the strategy's optional dependency is installed
+    note_null_steps(resolved)
     check_attack(size, candidates=spec.candidates, search_runs=spec.search_runs, dtype=dtype)
     parts = [] if model_card else [("training (unless cached)", step_seconds(size.parameters, size.n_train,
                                                                              recipe.train.steps))]
-    parts.append(("attack", attack_seconds(size, attack=attack_obj, config=attack_config, candidates=spec.candidates,
-                                           search_runs=spec.search_runs)))
+    parts.append(("attack", attack_seconds(size, steps=config_steps(resolved.attack_config),
+                                           candidates=spec.candidates, search_runs=spec.search_runs)))
     estimate = check_cost(parts, yes=yes, fix="lower the steps (--steps, --set steps=...) or --search-runs")
     out_dir = Path(out) if out else default_out_dir(recipe_key, spec, attack_obj.default_search_runs)
     created = not out_dir.exists()
@@ -133,7 +142,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
             if not model_card:
                 card = get_or_train(recipe, cache, data_root, quiet, device=device)  # trained where it is attacked
             with claimed_folder(out_dir, config, replace):
-                result = run_attack(card, spec, out_dir, data_root=data_root, quiet=quiet)
+                result = run_attack(card, resolved, out_dir, data_root=data_root, quiet=quiet)
     except BaseException:
         if created:
             remove_if_unused(out_dir)
@@ -214,10 +223,9 @@ def unavailable_reason(evaluation: dict[str, Any], key: str) -> str:
     return "not computed; see result.json's evaluation.summary"
 
 
-def check_attack_options(attack: Any, values: dict[str, Any]) -> None:
-    """--set values: known names, types, finite values, in range."""
-    build_config(attack.config_cls, values, "--set")
-    if values.get("steps") == 0:  # allowed (a null baseline), but never silently
+def note_null_steps(run: ResolvedRun) -> None:
+    """Say so when the validated ``--set steps=0`` runs no attack step."""
+    if "steps" in run.spec.attack_config and getattr(run.attack_config, "steps", None) == 0:  # a null baseline
         click.echo("note: --set steps=0 runs no attack step: the candidates are the initialisation (a null "
                    "baseline), not reconstructions", err=True)
 
@@ -312,10 +320,10 @@ def _finished_runs(out: Path) -> bool:
     return runs.is_dir() and any(runs.glob("run-*.json"))
 
 
-def check_task(attack: Any, task: str) -> None:
+def check_task(attack: Attack[Any], task: str) -> None:
     """The attack handles the target's task: checked before the target is trained."""
     if task not in attack.tasks:
-        able = [n for n in plugins.names("attacks") if task in plugins.get("attacks", n).tasks]
+        able = [n for n in plugins.names("attacks") if task in plugins.attack(n).tasks]
         raise IncompatibleError(f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this "
                                 f"target is {task}; pass --task {sorted(attack.tasks)[0]}, or one of the attacks for "
                                 f"{task} targets: {', '.join(able)}")

@@ -27,8 +27,8 @@ import torch
 
 from reconbench.data import Problem
 from reconbench.evaluation import null
-from reconbench.evaluation.evaluate import extraction_score, resolve_protocol, score
-from reconbench.evaluation.protocol import ResolvedProtocol
+from reconbench.evaluation.evaluate import extraction_score, score
+from reconbench.evaluation.protocol import ResolvedProtocol, as_resolved
 
 #: the format of the record (a change of rule or draws gets a new version)
 BARS_FORMAT = "reconbench-calibration-bars/1"
@@ -50,14 +50,15 @@ def _count(scores: np.ndarray, threshold: float) -> int:
     return int(null.calibrated_flags(scores, threshold).sum())
 
 
-def calibration_bars(problem: Problem, pooled: dict[str, torch.Tensor], *, family: str, protocol: dict[str, Any],
+def calibration_bars(problem: Problem, pooled: dict[str, torch.Tensor], *, family: str,
+                     protocol: dict[str, Any] | ResolvedProtocol,
                      evaluation: dict[str, Any], blind: int | None, oracle: int | None) -> dict[str, Any] | None:
     """Counts per run, pooled and per selection, each against its own bar; None without a calibrated headline.
 
     ``pooled``: the candidates, labels and run ids of the usable runs (as pooled for ``evaluation``, the pooled
     evaluation); ``blind``/``oracle``: the selected runs.
     """
-    resolved = resolve_protocol(protocol, family)
+    resolved = as_resolved(protocol, family)
     p = resolved.base
     pool_threshold = evaluation.get("summary", {}).get("calibrated_threshold")
     if not p.calibration_draws or pool_threshold is None:

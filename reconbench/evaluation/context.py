@@ -26,7 +26,7 @@ class CandidateError(IncompatibleError):
     """Candidates (or their labels, run ids, starting points) that cannot be scored against the problem."""
 
 
-def as_images(x: Any, problem: Problem, what: str = "candidates") -> torch.Tensor:
+def as_images(x: object, problem: Problem, what: str = "candidates") -> torch.Tensor:
     """Check type, dtype and shape of an image stack in the problem's centred space; return it as float64."""
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
@@ -44,7 +44,7 @@ def as_images(x: Any, problem: Problem, what: str = "candidates") -> torch.Tenso
     return x.detach().to("cpu", torch.float64)
 
 
-def as_vector(x: Any, m: int, what: str) -> np.ndarray | None:
+def as_vector(x: object, m: int, what: str) -> np.ndarray | None:
     """Per-candidate integers (labels, run ids) of length m, or None."""
     if x is None:
         return None
@@ -146,8 +146,8 @@ class Evaluation:
         return np.asarray([np.nan if v is None else float(v) for v in col], dtype=np.float64)
 
 
-def build_context(problem: Problem, candidates: Any, protocol: ResolvedProtocol, *, labels: Any = None,
-                  run_ids: Any = None, x0: Any = None, card: Any = None) -> Evaluation:
+def build_context(problem: Problem, candidates: object, protocol: ResolvedProtocol, *, labels: object = None,
+                  run_ids: object = None, x0: object = None, card: object = None) -> Evaluation:
     cands = as_images(candidates, problem)
     m = cands.shape[0]
     lab = as_vector(labels, m, "labels")

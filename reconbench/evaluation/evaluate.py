@@ -37,7 +37,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions, null
 from reconbench.evaluation.context import CandidateError, Evaluation, as_vector, build_context, validity
 from reconbench.evaluation.distances import features, paired, pairwise
-from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, resolve_protocol
+from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, as_resolved, resolve_protocol
 from reconbench.evaluation.scores import column_values, jsonable
 
 __all__ = ["CandidateError", "Evaluation", "Protocol", "ResolvedProtocol", "evaluate", "extraction_score",
@@ -91,14 +91,15 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protocol: dict[str, Any] | None = None,
+def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
+             protocol: dict[str, Any] | ResolvedProtocol | None = None,
              labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None,
-             x0: torch.Tensor | None = None, card: Any = None, out_dir: Any = None,
+             x0: torch.Tensor | None = None, card: object = None, out_dir: str | Path | None = None,
              quiet: bool = False) -> dict[str, Any]:
     """Score pooled candidates against the problem's training images under the (resolved) protocol, with the
-    held-out null and the calibrated headline (``null.py``)."""
+    held-out null and the calibrated headline (``null.py``). ``protocol``: options, or a protocol already resolved."""
     t0 = time.perf_counter()
-    resolved = resolve_protocol(protocol, family)
+    resolved = as_resolved(protocol, family)
     out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     lab = as_vector(labels, int(out["candidates"]["total"]), "labels")
     add_null(out, problem, resolved, lab, card)
@@ -112,7 +113,7 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str, protoco
 
 def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *,
           labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
-          card: Any = None, out_dir: Any = None) -> dict[str, Any]:
+          card: object = None, out_dir: str | Path | None = None) -> dict[str, Any]:
     """The protocol's numbers for one set of candidates (no null, no calibration)."""
     out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     if out_dir is not None and resolved.base.figures:
@@ -122,20 +123,20 @@ def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol
 
 def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *,
            labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
-           card: Any = None) -> tuple[dict[str, Any], Evaluation]:
+           card: object = None) -> tuple[dict[str, Any], Evaluation]:
     ev = build_context(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     metric_out: dict[str, Any] = {}
     for name in resolved.metric_names:
-        metric = plugins.get("metrics", name)
+        metric = plugins.metric(name)
+        res: dict[str, Any]
         try:
-            res = metric.compute(ev, resolved.metric_configs[name])
+            res = dict(metric.compute(ev, resolved.metric_configs[name]))
         except ReconbenchError:
             raise
         except Exception as exc:  # a third-party metric's bug must not lose the other numbers
             reason = f"metric {name!r} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"reconbench: {reason}; its numbers are reported unavailable", stacklevel=2)
             res = {"available": False, "reason": reason, "summary": {}, "per_image": {}}
-        res = dict(res)
         res.setdefault("summary", {})
         res.setdefault("per_image", {})
         for col, values in res["per_image"].items():
@@ -168,7 +169,7 @@ def restricted(resolved: ResolvedProtocol, keep: set[str] | None) -> ResolvedPro
         need = set(keep)
         for name in reversed(names):
             if name in need:
-                need |= set(plugins.get("metrics", name).requires)
+                need |= set(plugins.metric(name).requires)
         names = [n for n in names if n in need]
     base = dataclasses.replace(resolved.base, figures=False)
     return dataclasses.replace(resolved, base=base, metric_names=names,

@@ -37,33 +37,35 @@ class Protocol:
         "ncc2", "matching distance in the centred space: ncc (per-image, per-channel standardised squared L2), "
                 "ncc2/ncc4 (the same after bicubic down-sampling by 2/4, no antialias) or l2 (squared L2)")
     ncc_eps: float = option(1e-10, "epsilon added to the per-channel standard deviation in NCC (the reference has "
-                                   "none and gives NaN on constant images)")
+                                   "none and gives NaN on constant images)", gt=0)
     per_dimension: bool = option(True, "divide distances by the (down-sampled) dimension C*H*W")
     best_buddy: bool = option(True, "each candidate may only be matched to its nearest training image")
     vote: Literal["mean", "min"] = option(
         "mean", "per training image: mean of its candidates within B times its best distance, or its best only")
     avg_threshold: float | None = option(
         None, "B of the mean vote: candidates with distance < B * best distance are averaged; "
-              "None: 1.1 for the families mlp/mlp_bias/affine, 1.5 for conv")
+              "None: 1.1 for the families mlp/mlp_bias/affine, 1.5 for conv", ge=1.0)
     good_threshold: float = option(0.4, "a training image counts as reconstructed iff its primary score (SSIM) "
-                                        "is above this")
+                                        "is above this (the papers: 0.4)", ge=0.0, lt=1.0)
     top_k: int = option(10, "headline: mean score of the k best-reconstructed training images (unmatched images "
-                            "count as 0)")
+                            "count as 0)", ge=1)
     constant_tol: float = option(1e-10, "a candidate whose value range (centred or with the mean added back) is "
-                                        "at most this is constant: not matched, counted as invalid")
+                                        "at most this is constant: not matched, counted as invalid", ge=0)
     primary_metric: str = option("ssim", "the metric whose per-image `reconstructed` column defines reconstructed "
                                          "training images (headline count, membership claims, figures)")
     metrics: list[str] | None = option(None, "metric plugins to compute, in order (None: every registered one)")
     calibration_draws: int = option(
         19, "held-out null draws that calibrate the headline: a training image counts (reconstructed_calibrated) "
             "only when its score is above every score these draws reached on any training image (and above "
-            "good_threshold); a fresh null draw passes with probability at most 1/(K+1). 0: no calibrated headline")
+            "good_threshold); a fresh null draw passes with probability at most 1/(K+1). 0: no calibrated headline",
+        ge=0, le=999)
     prior_draws: int = option(
         0, "draws of the data prior added to the calibration (docs/calibration.md#the-data-prior): candidates built "
            "from held-out images alone (class prototypes, blurred averages); the threshold is then also above every "
            "score these reached, so such candidates pass with probability at most 1/(J+1). 0: held-out draws only "
-           "(every protocol recorded before the option)")
-    null_draws: int = option(5, "further held-out null draws reported next to the attack's numbers (mean, spread)")
+           "(every protocol recorded before the option)", ge=0, le=999)
+    null_draws: int = option(5, "further held-out null draws reported next to the attack's numbers (mean, spread)",
+                             ge=0, le=999)
     null_seed: int = option(0, "seed of the held-out null draws (calibration and reported draws use separate "
                                "streams)")
     calibrated_score: str = option(
@@ -71,7 +73,7 @@ class Protocol:
                 "correlation with its training image; see docs/calibration.md for why not SSIM) or another "
                 "metric's per-image score column")
     figures: bool = option(True, "write PNG figures when a result folder is given")
-    figure_max_images: int = option(60, "at most this many reconstruction/original pairs in the image figure")
+    figure_max_images: int = option(60, "at most this many reconstruction/original pairs in the image figure", ge=0)
 
 
 @dataclass
@@ -91,7 +93,7 @@ class ResolvedProtocol:
         return DISTANCES[self.base.distance]
 
     def metric(self, name: str) -> Any:
-        return plugins.get("metrics", name)
+        return plugins.metric(name)
 
     def to_dict(self) -> dict[str, Any]:
         """Every parameter, as recorded in result.json."""
@@ -177,7 +179,7 @@ class ResolvedProtocol:
 def _known_keys(metric_names: list[str]) -> list[str]:
     keys = [f.name for f in dataclasses.fields(Protocol)]
     for name in metric_names:
-        cls = plugins.get("metrics", name).config_cls
+        cls = plugins.metric(name).config_cls
         if dataclasses.is_dataclass(cls):
             keys += [f"{name}.{f.name}" for f in dataclasses.fields(cls)]
     return keys
@@ -198,11 +200,10 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
             raise ReconbenchError(f"protocol: unknown option {key!r}.{hint} Protocol options: "
                                   f"{', '.join(sorted(fields))}; metric options are set as METRIC.OPTION "
                                   "(see `reconbench list metrics -v`).")
-    base = build_config(Protocol, plain, "protocol")
-    _check_ranges(base)
+    base = build_config(Protocol, plain, "protocol")   # the bounds declared on its fields included
     names = list(base.metrics) if base.metrics is not None else list(all_metrics)
     for name in names:
-        plugins.get("metrics", name)  # UnknownNameError with close matches
+        plugins.metric(name)  # UnknownNameError with close matches
     if len(set(names)) != len(names):
         raise ReconbenchError(f"protocol.metrics lists a metric twice: {names}")
     if base.primary_metric not in names:
@@ -219,11 +220,11 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
             if mname in all_metrics:
                 raise ReconbenchError(f"protocol: option {key!r} is for metric {mname!r}, which is not computed "
                                       f"(metrics: {', '.join(names)})")
-            plugins.get("metrics", mname)
+            plugins.metric(mname)
         per_metric.setdefault(mname, {})[opt] = value
     configs = {}
     for name in names:
-        metric = plugins.get("metrics", name)
+        metric = plugins.metric(name)
         configs[name] = build_config(metric.config_cls, per_metric.get(name), f"protocol: metric {name}")
         metric.check_config(configs[name])
     if base.avg_threshold is not None:
@@ -238,29 +239,10 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
                             metric_names=names, metric_configs=configs, overrides=values)
 
 
-def _check_ranges(p: Protocol) -> None:
-    problems = []
-    if p.ncc_eps <= 0:
-        problems.append(f"ncc_eps must be positive (got {p.ncc_eps})")
-    if p.avg_threshold is not None and p.avg_threshold < 1.0:
-        problems.append(f"avg_threshold (B) must be at least 1 (got {p.avg_threshold})")
-    if p.top_k < 1:
-        problems.append(f"top_k must be at least 1 (got {p.top_k})")
-    if not 0.0 <= p.good_threshold < 1.0:
-        problems.append(f"good_threshold must lie in [0, 1) (got {p.good_threshold}: below 0 an image no more alike "
-                        "than chance counts as reconstructed, at 1 none can; the papers use 0.4)")
-    if p.constant_tol < 0:
-        problems.append(f"constant_tol must be non-negative (got {p.constant_tol})")
-    if not 0 <= p.calibration_draws <= 999:
-        problems.append(f"calibration_draws must lie in [0, 999] (got {p.calibration_draws})")
-    if not 0 <= p.prior_draws <= 999:
-        problems.append(f"prior_draws must lie in [0, 999] (got {p.prior_draws})")
-    if not 0 <= p.null_draws <= 999:
-        problems.append(f"null_draws must lie in [0, 999] (got {p.null_draws})")
-    if p.figure_max_images < 0:
-        problems.append(f"figure_max_images must be non-negative (got {p.figure_max_images})")
-    if problems:
-        raise ReconbenchError("protocol: " + "; ".join(problems))
+def as_resolved(protocol: dict[str, Any] | ResolvedProtocol | None, family: str) -> ResolvedProtocol:
+    """``protocol`` as resolved: a protocol resolved once by the run that scores is used as it is; options are resolved
+    here (:func:`resolve_protocol`)."""
+    return protocol if isinstance(protocol, ResolvedProtocol) else resolve_protocol(protocol, family)
 
 
 def _order(names: list[str]) -> list[str]:
@@ -272,7 +254,7 @@ def _order(names: list[str]) -> list[str]:
             return
         if name in stack:
             raise ReconbenchError(f"metrics require each other in a cycle: {' -> '.join((*stack, name))}")
-        for dep in plugins.get("metrics", name).requires:
+        for dep in plugins.metric(name).requires:
             if dep not in names:
                 raise ReconbenchError(f"metric {name!r} needs metric {dep!r}; add it to protocol.metrics")
             visit(dep, (*stack, name))

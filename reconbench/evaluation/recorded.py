@@ -23,7 +23,7 @@ def absent_options(recorded_metrics: dict[str, Any], overrides: dict[str, Any]) 
         if computed is not None and name not in computed:
             continue
         try:
-            metric = plugins.get("metrics", name)
+            metric = plugins.metric(name)
         except ReconbenchError:
             continue  # a metric that is not installed here cannot be re-scored; the evaluation says so itself
         config = info.get("config") if isinstance(info, dict) else None

@@ -8,7 +8,12 @@ change.
 
 from __future__ import annotations
 
+import dataclasses
+import string
+from collections.abc import Mapping
+
 from reconbench import plugins
+from reconbench.config import build_config
 from reconbench.interfaces import VALUE_KINDS, Reported
 
 #: the calibrated headline (training images whose reconstruction beats every calibration draw of the held-out null)
@@ -37,7 +42,7 @@ def declared() -> dict[str, Reported]:
     out: dict[str, Reported] = {}
     decls: list[Reported] = list(CORE)
     for name in plugins.names("metrics"):
-        decls.extend(getattr(plugins.get("metrics", name), "reports", ()) or ())
+        decls.extend(getattr(plugins.metric(name), "reports", ()) or ())
     for rep in decls:
         if rep.values not in VALUE_KINDS:
             raise ValueError(f"reported number {rep.key!r} declares values={rep.values!r}; use one of {VALUE_KINDS}")
@@ -48,6 +53,31 @@ def declared() -> dict[str, Reported]:
 
 def lookup(key: str) -> Reported | None:
     return declared().get(key)
+
+
+def declaring_metric(rep: Reported) -> str | None:
+    """The registered metric that declares ``rep`` (None: the evaluation itself, or no registered metric)."""
+    for name in plugins.names("metrics"):
+        if rep in (getattr(plugins.metric(name), "reports", ()) or ()):
+            return name
+    return None
+
+
+def label_of(rep: Reported, metric_configs: Mapping[str, object] | None = None) -> str:
+    """The label of a declared number with its metric's options filled in: a label may name options of the metric
+    that declares it (``"corr > {threshold:g}"``), which take the values of ``metric_configs`` (metric name -> its
+    resolved config, as :class:`reconbench.evaluation.protocol.ResolvedProtocol` holds them, or the config as a result
+    records it), else the metric's defaults."""
+    if not any(field for _, field, _, _ in string.Formatter().parse(rep.label)):
+        return rep.label
+    name = declaring_metric(rep)
+    if name is None:
+        return rep.label
+    config = (metric_configs or {}).get(name)
+    if config is None:
+        config = build_config(plugins.metric(name).config_cls, {}, name)
+    values = dict(config) if isinstance(config, Mapping) else dataclasses.asdict(config)  # type: ignore[call-overload]
+    return rep.label.format_map(values)
 
 
 def bounds(rep: Reported, n_train: int | None) -> tuple[float | None, float | None]:

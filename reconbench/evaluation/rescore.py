@@ -20,12 +20,13 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from reconbench.data import Problem
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.recorded import absent_options
 from reconbench.provenance import config_hash, portable_path, provenance, write_json
 from reconbench.targets.cache import cache_dir
-from reconbench.targets.cards import load_card
+from reconbench.targets.cards import ModelCard, load_card
 
 #: parts of an evaluation that must agree for "the stored numbers are reproduced"
 COMPARED = ("summary", "per_image", "candidates", "null")
@@ -68,7 +69,7 @@ def card_hashes(data: dict[str, Any]) -> dict[str, Any]:
     return {"recipe_key": data.get("recipe_key"), "content_sha256": data.get("content_sha256")}
 
 
-def check_card_matches(result_dir: Path, result: dict[str, Any], card: Any) -> None:
+def check_card_matches(result_dir: Path, result: dict[str, Any], card: ModelCard) -> None:
     """Refuse a card other than the one the result was produced with (by recipe key and, if recorded, content hash)."""
     target = result.get("target") or {}
     want = {"recipe_key": target.get("recipe_key"), "content_sha256": target.get("card_sha256")}
@@ -128,7 +129,7 @@ class Mismatch:
         return f"{self.where}: stored {_short(self.stored)}, re-scored {_short(self.fresh)}{note}"
 
 
-def _short(v: Any, n: int = 80) -> str:
+def _short(v: object, n: int = 80) -> str:
     text = repr(v)
     return text if len(text) <= n else text[:n - 3] + "..."
 
@@ -144,13 +145,13 @@ class Reproduction:
     fresh: dict[str, Any]
 
 
-def evaluation_terms(problem: Any, n_candidates: int) -> int:
+def evaluation_terms(problem: Problem, n_candidates: int) -> int:
     """The largest reduction of an evaluation (values of one image, candidates, training images): the N of
     :func:`reconbench.evaluation.decisions.score_tolerance`."""
     return max(math.prod(problem.image_shape), int(n_candidates), int(problem.n), 1)
 
 
-def close(a: Any, b: Any, rtol: float) -> bool:
+def close(a: object, b: object, rtol: float) -> bool:
     """Equal, with numbers within ``rtol * max(1, |a|, |b|)`` (the rounding tolerance of ``decisions.py``);
     booleans, strings and None exactly; NaN equals NaN."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -167,7 +168,7 @@ def close(a: Any, b: Any, rtol: float) -> bool:
     return fa == fb or abs(fa - fb) <= rtol * max(1.0, abs(fa), abs(fb))
 
 
-def margin_note(fresh: dict[str, Any], key: str, stored: Any, new: Any, rtol: float) -> str:
+def margin_note(fresh: dict[str, Any], key: str, stored: object, new: object, rtol: float) -> str:
     """Why a difference is not rounding: for a count, the decision of the fresh evaluation nearest its threshold;
     for a number, the difference against the tolerance."""
     column = f"{key}_margin"
@@ -211,7 +212,7 @@ def compare_evaluation(stored: dict[str, Any], new: dict[str, Any], rtol: float)
     A per-image column or null field that the stored evaluation lacks (added since) is not a stored number."""
     out: list[Mismatch] = []
 
-    def walk(a: Any, b: Any, where: str, key: str) -> None:
+    def walk(a: object, b: object, where: str, key: str) -> None:
         if isinstance(a, dict) and isinstance(b, dict):
             for k in sorted(set(a) | set(b), key=str):
                 if k not in a and not where.startswith("summary"):

@@ -41,7 +41,7 @@ def column_values(values: np.ndarray) -> list[float | None]:
     return [None if not math.isfinite(float(v)) else float(v) for v in values]
 
 
-def jsonable(obj: Any) -> Any:
+def jsonable(obj: object) -> Any:
     """Recursively convert numpy/torch scalars and arrays; NaN and infinities become None."""
     import torch
 

@@ -130,7 +130,7 @@ def _suite_problems(sub: dict[str, Any], suite: Suite, board: Path, data: dict[s
     return [], base + "".join(board_additions(board, data)) + addition
 
 
-def _entry_problems(entry: Any, plan: dict[str, Any], ext: Suite, board: Path, sub: dict[str, Any]) -> list[str]:
+def _entry_problems(entry: dict[str, Any], plan: dict[str, Any], ext: Suite, board: Path, sub: dict[str, Any]) -> list[str]:
     rec = CellRecord.from_dict(entry) if isinstance(entry, dict) else None
     if rec is None or not is_entry(entry) or not isinstance(rec.entry, EntryInfo) or rec.entry.schema != ENTRY_SCHEMA:
         return [f"an entry is not a board entry of schema {ENTRY_SCHEMA}; pack it with `reconbench leaderboard "

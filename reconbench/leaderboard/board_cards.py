@@ -41,12 +41,12 @@ def indices_sha256(indices: list[int]) -> str:
     return hashlib.sha256(np.asarray(indices, dtype="<i8").tobytes()).hexdigest()
 
 
-def json_sha256(value: Any) -> str:
+def json_sha256(value: object) -> str:
     """sha256 of a value's canonical JSON (sorted keys, no spaces)."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def is_board_card(data: Any) -> bool:
+def is_board_card(data: object) -> bool:
     return isinstance(data, dict) and CardData.from_dict(data).is_board_card
 
 

@@ -25,7 +25,7 @@ MIXTURE_REGIME = "mixture"
 CANDIDATE_KEY, SSIM_KEY = "best_candidate", "ssim"
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 

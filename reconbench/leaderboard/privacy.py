@@ -125,7 +125,7 @@ def privacy_tables(suite: Suite, pub: Published) -> dict[str, Any]:
     return {axis.name: axis_rows(suite, pub, axis) for axis in suite.privacy}
 
 
-def _fmt(v: Any, spec: str) -> str:
+def _fmt(v: object, spec: str) -> str:
     return "n/a" if v is None else format(v, spec)
 
 

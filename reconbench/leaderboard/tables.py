@@ -77,7 +77,7 @@ def direction(col: ColumnSpec, key: str | None, records: Iterable[CellRecord]) -
                 if isinstance(info, dict) and info.get("headline", name) == key and "higher_is_better" in info:
                     return bool(info["higher_is_better"]), f"metric {name!r} (recorded in the cells)"
         for name in plugins.names("metrics"):
-            metric = plugins.get("metrics", name)
+            metric = plugins.metric(name)
             if metric.headline_key == key:
                 return bool(metric.higher_is_better), f"metric plugin {name!r}"
         rep = reported.lookup(key)
@@ -325,7 +325,7 @@ def threat_label(attack: str) -> str | None:
     """The short name of a registered attack's threat model (None when it is not registered here)."""
     if attack not in plugins.names("attacks"):
         return None
-    threat = getattr(plugins.get("attacks", attack), "threat", None)
+    threat = getattr(plugins.attack(attack), "threat", None)
     return getattr(threat, "label", None)
 
 
@@ -440,7 +440,7 @@ def _gate_mark(value: float | None, gate: float | None) -> str:
 
 
 def render_targets(rows: list[TargetRow]) -> str:
-    def f(v: Any, spec: str) -> str:
+    def f(v: object, spec: str) -> str:
         return "n/a" if v is None else format(v, spec)
 
     defended = any(r.defense for r in rows)

@@ -116,7 +116,7 @@ def _around(old: str, new: str, width: int = 30) -> str:
     return f"{old[lo:i + width]!r} vs {new[lo:i + width]!r} (column {i + 1})"
 
 
-def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
+def _close(a: object, b: object, rtol: float, atol: float) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_close(a[k], b[k], rtol, atol) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -257,7 +257,7 @@ def compare_selection(where: str, sel: Selection | dict[str, Any], evaluation: d
     return problems
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+def _flat(d: object, prefix: str = "") -> dict[str, Any]:
     """A nested record as ``{"a.b.c": value}`` (lists kept whole)."""
     if not isinstance(d, dict):
         return {prefix: d}

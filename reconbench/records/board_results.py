@@ -389,7 +389,7 @@ def derived(d: dict[str, Any]) -> dict[str, Any] | None:
     return {k: full[k] for k in DERIVED}
 
 
-def same_json(a: Any, b: Any) -> bool:
+def same_json(a: object, b: object) -> bool:
     """Equal, exactly (NaN equal to NaN; an int equal to the same float is not the same JSON)."""
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
@@ -398,7 +398,7 @@ def same_json(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def compact(value: Any) -> Any:
+def compact(value: object) -> Any:
     """``value`` with each statistic's derived fields left out where :class:`Stat` gives them back exactly."""
     if isinstance(value, list):
         return [compact(v) for v in value]
@@ -412,7 +412,7 @@ def compact(value: Any) -> Any:
     return out
 
 
-def expand(value: Any) -> Any:
+def expand(value: object) -> Any:
     """``value`` with each statistic's derived fields put back (a statistic that has them is left as it is): the
     upgrade of a compact ``results.json``."""
     if isinstance(value, list):

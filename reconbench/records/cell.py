@@ -173,7 +173,7 @@ class ImageRow(Record):
         return column in self.extra
 
 
-def image_rows(rows: Any) -> list[ImageRow]:
+def image_rows(rows: object) -> list[ImageRow]:
     """Per-image rows (JSON objects) as records; anything else in the list is left out."""
     return [ImageRow.from_dict(r) for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
 

@@ -46,7 +46,7 @@ R = TypeVar("R", bound="Record")
 _EMPTY: Mapping[str, Any] = {}
 
 
-def number(v: Any) -> float | None:
+def number(v: object) -> float | None:
     """A stored value as a float: a number, a boolean, or ``{"value": x}``; None for NaN, text or absent."""
     if isinstance(v, Mapping):
         v = v.get("value")
@@ -57,12 +57,12 @@ def number(v: Any) -> float | None:
     return None
 
 
-def mapping(v: Any) -> Mapping[str, Any]:
+def mapping(v: object) -> Mapping[str, Any]:
     """``v`` when it is a JSON object, else an empty one (a field absent, null, or a placeholder string)."""
     return v if isinstance(v, Mapping) else _EMPTY
 
 
-def plain(v: Any) -> Any:
+def plain(v: object) -> Any:
     """A record, or JSON values holding records, as plain JSON values."""
     if isinstance(v, Record):
         return v.to_dict()
@@ -89,7 +89,7 @@ class Record:
     OPEN: ClassVar[bool] = False
 
     @classmethod
-    def from_dict(cls: type[R], d: Any, source: str | Path | None = None) -> R:
+    def from_dict(cls: type[R], d: object, source: str | Path | None = None) -> R:
         """The record of a JSON object, read strictly; ``source`` (the file) names it in a one-line error."""
         return decode(cls, d, source)
 
@@ -115,7 +115,7 @@ class Record:
 
 
 # -- the strict codec ------------------------------------------------------------------------------------------
-def _json_kind(v: Any) -> str:
+def _json_kind(v: object) -> str:
     if v is None:
         return "null"
     if isinstance(v, (bool, np.bool_)):
@@ -133,7 +133,7 @@ def _json_kind(v: Any) -> str:
     return f"a {type(v).__name__}"
 
 
-def _type_name(t: Any) -> str:
+def _type_name(t: object) -> str:
     if t is type(None):
         return "null"
     if t is bool:
@@ -159,40 +159,40 @@ def _type_name(t: Any) -> str:
 class WrongType(TypeError):
     """A value of another JSON type than its field's."""
 
-    def __init__(self, value: Any, want: Any) -> None:
+    def __init__(self, value: object, want: object) -> None:
         super().__init__(f"is {_json_kind(value)}, expected {_type_name(want)}")
 
 
-def _strict_bool(v: Any, _: Any) -> bool:
+def _strict_bool(v: object, _: object) -> bool:
     if v is True or v is False or isinstance(v, np.bool_):
         return v  # type: ignore[return-value]
     raise WrongType(v, bool)
 
 
-def _strict_int(v: Any, _: Any) -> int:
+def _strict_int(v: object, _: object) -> int:
     if type(v) is int or (isinstance(v, numbers.Integral) and not isinstance(v, bool)):
         return v  # type: ignore[return-value]
     raise WrongType(v, int)
 
 
-def _strict_float(v: Any, _: Any) -> float:
+def _strict_float(v: object, _: object) -> float:
     """An int stays an int (JSON has one number type; converting would change the written text)."""
     if type(v) is float or type(v) is int or (isinstance(v, numbers.Real) and not isinstance(v, bool)):
         return v  # type: ignore[return-value]
     raise WrongType(v, float)
 
 
-def _strict_str(v: Any, _: Any) -> str:
+def _strict_str(v: object, _: object) -> str:
     if type(v) is str or isinstance(v, str):
         return v
     raise WrongType(v, str)
 
 
-def _is_union(t: Any) -> bool:
+def _is_union(t: object) -> bool:
     return typing.get_origin(t) in (typing.Union, types.UnionType)
 
 
-def _kind_of_type(t: Any) -> str:
+def _kind_of_type(t: object) -> str:
     """The JSON kind a member of a union reads: null, bool, int, float, str, object or array."""
     origin = typing.get_origin(t) or t
     if t is type(None):
@@ -210,7 +210,7 @@ def _kind_of_type(t: Any) -> str:
 _KINDS = {type(None): "null", bool: "bool", int: "int", float: "float", str: "str", dict: "object", list: "array"}
 
 
-def _kind_of_value(v: Any) -> str:
+def _kind_of_value(v: object) -> str:
     kind = _KINDS.get(type(v))
     if kind is not None:
         return kind
@@ -239,14 +239,14 @@ def _make_converter(detailed: bool) -> cattrs.Converter:
     conv.register_structure_hook(float, _strict_float)
     conv.register_structure_hook(str, _strict_str)
 
-    def union_hook(t: Any) -> Callable[[Any, Any], Any]:
+    def union_hook(t: object) -> Callable[[Any, Any], Any]:
         """A union reads the member of the value's JSON kind (an int where a float is also allowed)."""
         by_kind = {_kind_of_type(a): a for a in typing.get_args(t)}
         if "int" not in by_kind and "float" in by_kind:
             by_kind["int"] = by_kind["float"]
         hooks: dict[str, Callable[[Any, Any], Any]] = {}  # filled on first use (a member's hook may not exist yet)
 
-        def structure(v: Any, _: Any) -> Any:
+        def structure(v: object, _: object) -> Any:
             kind = _kind_of_value(v)
             if kind == "null" and "null" in by_kind:
                 return None
@@ -264,7 +264,7 @@ def _make_converter(detailed: bool) -> cattrs.Converter:
         item = args[0] if args else Any
         inner = None if item is Any else list_structure_factory(t, conv)
 
-        def structure(v: Any, _: Any) -> Any:
+        def structure(v: object, _: object) -> Any:
             if not isinstance(v, (list, tuple)):
                 raise WrongType(v, t)
             return v if inner is None else inner(v, t)
@@ -275,7 +275,7 @@ def _make_converter(detailed: bool) -> cattrs.Converter:
         value = args[1] if len(args) == 2 else Any
         inner = None if value is Any else mapping_structure_factory(t, conv)
 
-        def structure(v: Any, _: Any) -> Any:
+        def structure(v: object, _: object) -> Any:
             if not isinstance(v, Mapping):
                 raise WrongType(v, t)
             return v if inner is None else inner(v, t)
@@ -286,7 +286,7 @@ def _make_converter(detailed: bool) -> cattrs.Converter:
                                       extra=override(omit=True), key_order=override(omit=True))
         names = frozenset(f.name for f in fields(cls)) - cls._OWN
 
-        def structure(d: Any, _: Any) -> Any:
+        def structure(d: object, _: object) -> Any:
             if not isinstance(d, Mapping):
                 raise WrongType(d, cls)
             rec = made(d, cls)
@@ -310,7 +310,7 @@ CONVERTER = _make_converter(detailed=False)
 DETAILED = _make_converter(detailed=True)
 
 
-def _problems(exc: BaseException, path: str, cls: Any) -> list[tuple[str, Any, BaseException]]:
+def _problems(exc: BaseException, path: str, cls: object) -> list[tuple[str, Any, BaseException]]:
     """(the field's path, the record class it is in, the error) for each leaf error of a cattrs validation."""
     if isinstance(exc, ClassValidationError):
         out = []
@@ -334,7 +334,7 @@ def _problems(exc: BaseException, path: str, cls: Any) -> list[tuple[str, Any, B
     return [(path, cls, exc)]
 
 
-def _describe(path: str, cls: Any, exc: BaseException) -> str:
+def _describe(path: str, cls: object, exc: BaseException) -> str:
     if isinstance(exc, ForbiddenExtraKeysError):
         known = sorted({f.name for f in fields(exc.cl)} - Record._OWN)
         has = f"a {exc.cl.__name__} has {', '.join(known[:12])}{', ...' if len(known) > 12 else ''}"
@@ -349,7 +349,7 @@ def _describe(path: str, cls: Any, exc: BaseException) -> str:
     return f"{path}: {exc}"
 
 
-def decode(cls: type[R], d: Any, source: str | Path | None = None) -> R:
+def decode(cls: type[R], d: object, source: str | Path | None = None) -> R:
     """``d`` read strictly as a ``cls``, or a one-line :class:`ReconbenchError` naming the file, the field and the
     fix (the first problem, and how many more there are)."""
     try:
@@ -393,7 +393,7 @@ class FileFormat(Generic[R]):
         v = data.get(self.stamp_key) if self.stamp_key is not None else None
         return v if isinstance(v, str) or v is None else repr(v)
 
-    def upgrade(self, data: Any, source: str | Path | None = None) -> dict[str, Any]:
+    def upgrade(self, data: object, source: str | Path | None = None) -> dict[str, Any]:
         """The file's JSON in the form the record reads (its version's upgrade step), or a one-line error."""
         name = source if source is not None else f"a {self.record.__name__}"
         if not isinstance(data, dict):
@@ -407,7 +407,7 @@ class FileFormat(Generic[R]):
                                   f"({known}); {self.fix}")
         return step(data)
 
-    def decode(self, data: Any, source: str | Path | None = None) -> R:
+    def decode(self, data: object, source: str | Path | None = None) -> R:
         """The record of a file's JSON: upgraded by its version stamp, then read strictly."""
         return self.record.from_dict(self.upgrade(data, source), source)
 

@@ -15,9 +15,10 @@ Layout of a result folder::
 from reconbench.runs.execute import run_attack
 from reconbench.runs.pool import load_pooled, select_runs
 from reconbench.runs.prepare import init_config_for_run, prepare, sample_configs
+from reconbench.runs.resolved import ResolvedRun, resolve_run
 from reconbench.runs.result import finish
 from reconbench.runs.spec import RunSpec
 from reconbench.runs.traces import plot_traces
 
-__all__ = ["RunSpec", "finish", "init_config_for_run", "load_pooled", "plot_traces", "prepare", "run_attack",
-           "sample_configs", "select_runs"]
+__all__ = ["ResolvedRun", "RunSpec", "finish", "init_config_for_run", "load_pooled", "plot_traces", "prepare", "run_attack",
+           "resolve_run", "sample_configs", "select_runs"]

@@ -21,7 +21,7 @@ STILL_SHARE = 1e-3
 HIGH_CORR_BAR = 0.95
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         and math.isfinite(value) else None
 

@@ -13,31 +13,32 @@ from typing import Any
 
 import torch
 
-from reconbench import plugins
 from reconbench.attack.outcome import derive_run_outcome
-from reconbench.attack.search import check_proposals, start_search, tell
-from reconbench.config import build_config, config_to_dict
+from reconbench.attack.search import check_proposals, start_session, tell
+from reconbench.config import config_to_dict
 from reconbench.data import Problem
 from reconbench.errors import DivergedError
-from reconbench.evaluation import oracle_score, resolve_protocol
-from reconbench.interfaces import AttackTarget
+from reconbench.evaluation import oracle_score
+from reconbench.interfaces import Attack, AttackOutput, AttackTarget
 from reconbench.progress import Progress
 from reconbench.provenance import config_hash, save_tensors_atomic, write_json
-from reconbench.runs.prepare import init_config_for_run, prepare
+from reconbench.runs.prepare import prepare
+from reconbench.runs.resolved import ResolvedRun, resolve_run
 from reconbench.runs.result import finish
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cards import ModelCard
 
 
-def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root: str | None = None,
+def run_attack(card: ModelCard, spec: RunSpec | ResolvedRun, out_dir: str | Path, *, data_root: str | None = None,
                quiet: bool = False, problem: Problem | None = None) -> dict[str, Any]:
+    """Run ``spec`` against ``card``: resolved here unless the edge that starts the run (``reconbench run``, a bench
+    cell) resolved it already (:class:`ResolvedRun`); every option is then read from that one resolution."""
     out = Path(out_dir)
-    resolve_protocol(spec.protocol, card.data["family"])  # a bad --protocol-set fails before any work
-    attack, target, labels = prepare(card, spec)
-    init = plugins.get("inits", spec.init)
-    init_cfg = build_config(init.config_cls, spec.init_config, f"init {init.name}")
+    run = spec if isinstance(spec, ResolvedRun) else resolve_run(spec, card.data["family"])
+    spec = run.spec
+    attack, target, labels = prepare(card, spec, run.attack)
     problem = problem or card.problem(data_root)
-    session = start_search(attack, spec.attack_config, spec.search_runs, spec.seed, spec.search, spec.search_config)
+    session = start_session(run.search, run.search_config, attack, spec.attack_config, spec.search_runs, spec.seed)
     runs_dir = out / "runs"
     runs: list[dict[str, Any]] = []
     resumed: list[dict[str, Any]] = []   # runs finished by an earlier invocation, read back
@@ -48,8 +49,7 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
             asked = [{}] if session is None else session.ask()
             check_proposals(asked, total - len(runs), spec.search)
             first = len(runs)
-            pending = _start_round(card, spec, attack, init, problem, labels, target, asked, runs, runs_dir, outer,
-                                   resumed)
+            pending = _start_round(card, run, problem, labels, target, asked, runs, runs_dir, outer, resumed)
             if pending:
                 _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
             if session is not None:
@@ -65,8 +65,8 @@ def run_attack(card: ModelCard, spec: RunSpec, out_dir: str | Path, *, data_root
         recorded = done.get("wall_seconds")
         if isinstance(recorded, (int, float)) and math.isfinite(recorded):
             wall = float(recorded)
-    return finish(card, spec, out, problem, runs, wall,
-                  oracle_init=bool(init.is_oracle(init_cfg)), init_config=config_to_dict(init_cfg), quiet=quiet)
+    return finish(card, spec, out, problem, runs, wall, oracle_init=run.init_is_oracle,
+                  init_config=config_to_dict(run.init_config), quiet=quiet, protocol=run.protocol)
 
 
 def finished_result(out: Path, card: ModelCard, spec: RunSpec) -> dict[str, Any] | None:
@@ -96,15 +96,16 @@ def resumed_seconds(resumed: list[dict[str, Any]]) -> float:
     return alone + sum(batches.values())
 
 
-def _start_round(card: ModelCard, spec: RunSpec, attack: Any, init: Any, problem: Problem, labels: torch.Tensor,
-                 target: AttackTarget, asked: list[dict[str, Any]], runs: list[dict[str, Any]], runs_dir: Path,
-                 outer: Progress, resumed: list[dict[str, Any]]) -> list[_Pending]:
+def _start_round(card: ModelCard, run: ResolvedRun, problem: Problem, labels: torch.Tensor, target: AttackTarget,
+                 asked: list[dict[str, Any]], runs: list[dict[str, Any]], runs_dir: Path, outer: Progress,
+                 resumed: list[dict[str, Any]]) -> list[_Pending]:
     """The runs of one round (numbered on from ``len(runs)``): those finished earlier with the same key are read back
     into ``runs`` (resume), the others are returned with their starts drawn."""
     pending: list[_Pending] = []
+    spec = run.spec
     for k, values in enumerate(asked, start=len(runs)):
-        cfg = build_config(attack.config_cls, {**values, **spec.attack_config}, f"attack {attack.name}")
-        run_init_cfg, init_overrides = init_config_for_run(init, spec, attack, cfg)
+        cfg = run.run_config(values)
+        run_init_cfg, init_overrides = run.init_config_for(cfg)
         record_path = runs_dir / f"run-{k:03d}.json"
         cfg_dict = config_to_dict(cfg)
         run_key = config_hash({"card": card.data["recipe_key"], "spec": spec.to_dict(), "run": k, "cfg": cfg_dict})
@@ -117,7 +118,7 @@ def _start_round(card: ModelCard, spec: RunSpec, attack: Any, init: Any, problem
                 outer.update(len(runs))
                 continue
         gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
-        x0 = init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
+        x0 = run.init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
         pending.append(_Pending(k, cfg, gen, x0, {"run": k, "run_key": run_key, "config": cfg_dict,
                                                   "init_config": config_to_dict(run_init_cfg),
                                                   "init_overrides": init_overrides}))
@@ -135,7 +136,7 @@ class _Pending:
     rec: dict[str, Any]
 
 
-def _run_pending(attack: Any, target: AttackTarget, labels: torch.Tensor, pending: list[_Pending], runs_dir: Path,
+def _run_pending(attack: Attack[Any], target: AttackTarget, labels: torch.Tensor, pending: list[_Pending], runs_dir: Path,
                  problem: Problem, runs: list[dict[str, Any]], outer: Progress, quiet: bool) -> None:
     """The pending runs through the attack's ``run_batch`` (the KKT attacks advance them together; others run them
     one by one); each run is written the moment ``run_batch`` reports it done. Resume: finished runs are skipped
@@ -145,11 +146,11 @@ def _run_pending(attack: Any, target: AttackTarget, labels: torch.Tensor, pendin
     ids = ", ".join(str(p.k) for p in pending)
 
     with Progress(0, f"run(s) {ids}", quiet=quiet) as bar:
-        def on_done(i: int, result: Any, batch: dict[str, Any] | None) -> None:
+        def on_done(index: int, result: AttackOutput | Exception, batch: dict[str, Any] | None) -> None:
             nonlocal t0
             if batch is not None:
                 batch = {**batch, "runs": [pending[j].k for j in batch["runs"]]}
-            runs.append(_write_run(runs_dir, problem, pending[i], result, time.perf_counter() - t0, batch))
+            runs.append(_write_run(runs_dir, problem, pending[index], result, time.perf_counter() - t0, batch))
             if batch is None:   # one run at a time: the next one's clock starts now
                 t0 = time.perf_counter()
             outer.update(len(runs))
@@ -158,7 +159,7 @@ def _run_pending(attack: Any, target: AttackTarget, labels: torch.Tensor, pendin
                          generators=[p.gen for p in pending], progress=bar, on_done=on_done)
 
 
-def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, seconds: float,
+def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: AttackOutput | Exception, seconds: float,
                batch: dict[str, Any] | None) -> dict[str, Any]:
     """Write one finished run (record + tensors) the moment it is done; a DivergedError is a failed run."""
     rec = dict(p.rec)

@@ -3,7 +3,6 @@ the configs of the search runs with their init configs."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
@@ -13,15 +12,18 @@ from reconbench.attack.candidates import candidate_labels, default_m, restrict_k
 from reconbench.attack.search import start_search
 from reconbench.config import build_config
 from reconbench.errors import IncompatibleError, ReconbenchError
-from reconbench.interfaces import AttackTarget
+from reconbench.interfaces import Attack, AttackTarget, InitRegime
+from reconbench.runs.resolved import init_config_for
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.recipe import DTYPES
 
 
-def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Tensor]:
-    """Resolve the attack, check it against the target before any work, and fix the candidate labels."""
-    attack = plugins.get("attacks", spec.attack)
+def prepare(card: ModelCard, spec: RunSpec, attack: Attack[Any] | None = None) -> tuple[Attack[Any], AttackTarget,
+                                                                                        torch.Tensor]:
+    """Resolve the attack (unless the resolved ``attack`` is given), check it against the target before any work, and
+    fix the candidate labels."""
+    attack = attack or plugins.attack(spec.attack)
     if spec.dtype not in DTYPES:
         raise ReconbenchError(f"unknown dtype {spec.dtype!r}; choose one of {', '.join(DTYPES)}")
     knowledge = card.knowledge()
@@ -29,8 +31,8 @@ def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Te
         raise IncompatibleError(
             f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this target is "
             f"{knowledge.task}. Attacks for {knowledge.task} targets: "
-            f"{', '.join(n for n in plugins.names('attacks') if knowledge.task in plugins.get('attacks', n).tasks)}")
-    family = plugins.get("models", card.data["family"])
+            f"{', '.join(n for n in plugins.names('attacks') if knowledge.task in plugins.attack(n).tasks)}")
+    family = plugins.model(card.data["family"])
     dtype, device = DTYPES[spec.dtype], torch.device(spec.device)
     restricted = restrict_knowledge(knowledge, attack)  # also refuses a threat model that cannot be served
     initial = card.initial_model(dtype).to(device) if attack.threat.initial_weights else None
@@ -43,7 +45,7 @@ def prepare(card: ModelCard, spec: RunSpec) -> tuple[Any, AttackTarget, torch.Te
     return attack, target, labels
 
 
-def sample_configs(attack: Any, spec: RunSpec) -> list[dict[str, Any]]:
+def sample_configs(attack: Attack[Any], spec: RunSpec) -> list[dict[str, Any]]:
     """The configs of the strategy's first round (random search: all R runs) with the user's overrides fixed; one
     run: the given config."""
     session = start_search(attack, spec.attack_config, spec.search_runs, spec.seed, spec.search, spec.search_config)
@@ -52,15 +54,8 @@ def sample_configs(attack: Any, spec: RunSpec) -> list[dict[str, Any]]:
     return [{**values, **spec.attack_config} for values in session.ask()]
 
 
-def init_config_for_run(init: Any, spec: RunSpec, attack: Any, cfg: Any) -> tuple[Any, dict[str, Any]]:
-    """The init config of one run: the user's options, plus what the attack's config hands to the init regime.
-
-    An attack may define ``init_overrides(config, init_name) -> dict`` (e.g. the KKT attacks search the
-    papers' init scale s_x and pass it as the gaussian regime's ``scale``). Options the user set explicitly
-    win; overrides naming options the regime does not have are ignored. Returns the config and the overrides
-    actually applied.
-    """
-    fields = {f.name for f in dataclasses.fields(init.config_cls)}
-    overrides = {k: v for k, v in dict(attack.init_overrides(cfg, init.name)).items()
-                 if k in fields and k not in spec.init_config}
-    return build_config(init.config_cls, {**spec.init_config, **overrides}, f"init {init.name}"), overrides
+def init_config_for_run(init: InitRegime[Any], spec: RunSpec, attack: Attack[Any],
+                        cfg: object) -> tuple[object, dict[str, Any]]:
+    """The init config of one run from a spec (:func:`reconbench.runs.resolved.init_config_for`)."""
+    base = build_config(init.config_cls, spec.init_config, f"init {init.name}")
+    return init_config_for(init, base, spec.init_config, attack, cfg)

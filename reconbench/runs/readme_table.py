@@ -24,7 +24,7 @@ MEANING = {
 BEGIN, END = "<!-- default-run-table: python -m reconbench.runs.readme_table RESULT.json -->", "<!-- /default-run-table -->"
 
 
-def _value(v: Any) -> str:
+def _value(v: object) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)   # as `reconbench run` prints it
 
 
@@ -34,7 +34,8 @@ def summary_table(result: dict[str, Any]) -> str:
     ev = result["evaluation"]
     summary, null = ev["summary"], ev["null"]
     spread, cal = null["spread"], ev["protocol"]["calibration"]
-    labels = {rep.key: rep.label for rep in reported.console_keys()}
+    configs = {name: m.get("config") or {} for name, m in (ev["protocol"].get("metrics") or {}).items()}
+    labels = {rep.key: reported.label_of(rep, configs) for rep in reported.console_keys()}
     head = spread["reconstructed_calibrated"]
     lines = [BEGIN,
              f"| `reconbench run` prints | what it is | attack | held-out null over {null['draws']} draws |",

@@ -14,6 +14,7 @@ from reconbench.attack.search import search_record
 from reconbench.data import Problem
 from reconbench.evaluation import evaluate, resolve_protocol
 from reconbench.evaluation.bars import calibration_bars
+from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.provenance import portable_path, provenance, save_tensors_atomic, write_json
 from reconbench.runs.pool import load_pooled, select_runs
 from reconbench.runs.spec import RunSpec
@@ -27,8 +28,8 @@ def score_selection(
     run: int | None,
     *,
     family: str,
-    protocol: dict[str, Any],
-    card: Any,
+    protocol: dict[str, Any] | ResolvedProtocol,
+    card: ModelCard | None,
     out_dir: Path | None = None,
     quiet: bool = True,
 ) -> dict[str, Any]:
@@ -40,24 +41,27 @@ def score_selection(
 
 
 def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: list[dict[str, Any]],
-           wall: float, *, oracle_init: bool, init_config: dict[str, Any], quiet: bool) -> dict[str, Any]:
-    """Pool the runs, evaluate, select blind and oracle runs, and write result.json + candidates."""
+           wall: float, *, oracle_init: bool, init_config: dict[str, Any], quiet: bool,
+           protocol: ResolvedProtocol | None = None) -> dict[str, Any]:
+    """Pool the runs, evaluate, select blind and oracle runs, and write result.json + candidates (``protocol``: the
+    spec's protocol as the run resolved it, else resolved here)."""
+    resolved = protocol or resolve_protocol(spec.protocol, card.data["family"])
     usable = [r for r in runs if r["stopped"] != "failed"]
     pooled = load_pooled(out, usable)
     save_tensors_atomic(pooled, out / "candidates.safetensors")
     family = card.data["family"]
-    evaluation = score_selection(problem, pooled, None, family=family, protocol=spec.protocol, card=card, out_dir=out,
+    evaluation = score_selection(problem, pooled, None, family=family, protocol=resolved, card=card, out_dir=out,
                                  quiet=quiet)
     blind, oracle = select_runs(runs)
     selected: dict[str, Any] = {}
     if len(usable) > 1:  # the selected run alone, as well as the pool the papers evaluate
         for label, run in (("blind", blind), ("oracle", oracle)):
             if run is not None:
-                selected[label] = score_selection(problem, pooled, run, family=family, protocol=spec.protocol,
+                selected[label] = score_selection(problem, pooled, run, family=family, protocol=resolved,
                                                   card=card)
-    bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=spec.protocol,
+    bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=resolved,
                             evaluation=evaluation, blind=blind, oracle=oracle)
-    draw = resolve_protocol(spec.protocol, card.data["family"]).base.figures   # figures = false: no PNG at all
+    draw = resolved.base.figures   # figures = false: no PNG at all
     figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run") if draw \
         else None
     result = {
@@ -96,5 +100,5 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
 
 def _threat_record(attack: str) -> dict[str, Any]:
     """What the attack read besides the final weights (its declared threat model), with its short name."""
-    threat = plugins.get("attacks", attack).threat
+    threat = plugins.attack(attack).threat
     return {"label": threat.label, **threat.to_dict()}

@@ -69,7 +69,7 @@ class ModelCard:
     def load_model(self, dtype: torch.dtype | None = None) -> TargetNet:
         """Rebuild the architecture from the card and load the weights, checking hashes, names and shapes."""
         card_size(self.data)  # refuses an architecture that cannot fit in memory, before building it
-        family = plugins.get("models", self.data["family"])
+        family = plugins.model(self.data["family"])
         model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]))
         state = _load_tensors(self.path / WEIGHTS_FILE, self.data["weights"]["sha256"])
         _check_floats(state, self.path / WEIGHTS_FILE)
@@ -82,7 +82,7 @@ class ModelCard:
         training seed and cast to the training dtype, exactly as the trainer starts
         (:func:`reconbench.targets.training.build_model`)."""
         card_size(self.data)
-        family = plugins.get("models", self.data["family"])
+        family = plugins.model(self.data["family"])
         gen = torch.Generator().manual_seed(self.recipe.train.seed)
         model = family.build(tuple(self.data["input_shape"]), int(self.data["out_dim"]), dict(self.data["model_spec"]),
                              generator=gen)
@@ -115,7 +115,7 @@ def recorded_recipe(d: dict[str, Any]) -> TargetRecipe:
     return TargetRecipe.from_dict({**d, "problem": recorded_spec_dict(problem)} if isinstance(problem, dict) else d)
 
 
-def _short(v: Any) -> str:
+def _short(v: object) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -196,9 +196,9 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     (out / CARD_FILE).unlink(missing_ok=True)
     save_tensors_atomic(state, out / WEIGHTS_FILE)
     save_tensors_atomic({"mean": torch.as_tensor(problem.mean).contiguous()}, out / MEAN_FILE)
-    family = plugins.get("models", recipe.family)
+    family = plugins.model(recipe.family)
     spec = {**family.default_spec(), **recipe.model}
-    data = {
+    data: dict[str, Any] = {
         "format": CARD_FORMAT,
         "reconbench_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -250,7 +250,7 @@ def card_p_over_dn(data: Mapping[str, Any]) -> dict[str, float | int] | None:
     return {"p": p, "d": d, "n": n, "ratio": p / (d * n)}
 
 
-def _json_default(o: Any) -> Any:
+def _json_default(o: object) -> Any:
     if isinstance(o, (np.integer, np.floating)):
         return o.item()
     if isinstance(o, np.ndarray):
@@ -275,7 +275,7 @@ def load_card(path: str | Path) -> ModelCard:
     return ModelCard(p.parent, data)
 
 
-def check_card_data(data: Any, where: Path | str) -> None:
+def check_card_data(data: object, where: Path | str) -> None:
     """Schema of a card: the fields the harness reads, with their types; and the content hash when recorded."""
     if not isinstance(data, dict):
         raise ModelCardError(f"{where}: a model card is a JSON object, got a {type(data).__name__}; restore the card "
@@ -309,7 +309,7 @@ def check_card_data(data: Any, where: Path | str) -> None:
                              "the card was edited. Re-train, or restore the original card")
 
 
-def _fits(value: Any, kind: str) -> bool:
+def _fits(value: object, kind: str) -> bool:
     if kind == "an object":
         return isinstance(value, dict)
     if kind == "a string":

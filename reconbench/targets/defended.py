@@ -34,7 +34,7 @@ _TRAINED_KEEP = 4
 
 
 class DefenseSession:
-    def __init__(self, recipe: TargetRecipe, defense: Any = None) -> None:
+    def __init__(self, recipe: TargetRecipe, defense: object = None) -> None:
         """``defense``: the defense object itself (default: the registered one the recipe names)."""
         self.defense: Any = None
         self.config: Any = None
@@ -42,7 +42,7 @@ class DefenseSession:
         self.release_records: dict[str, Any] = {}
         self.seed = recipe.train.seed
         if defense is not None or recipe.defense is not None:
-            self.defense = defense if defense is not None else plugins.get("defenses", str(recipe.defense))
+            self.defense = defense if defense is not None else plugins.defense(str(recipe.defense))
             self.config = build_config(self.defense.config_cls, recipe.defense_config, f"defense {self.defense.name}")
 
     def _hook(self, name: str) -> Any:

@@ -91,7 +91,7 @@ def split_dataset_ref(ref: str) -> tuple[str, str | None]:
 
 def load_dataset(ref: str, data_root: str | Path | None = None) -> ImageData:
     name, arg = split_dataset_ref(ref)
-    source = plugins.get("datasets", name)
+    source = plugins.get("datasets", name)  # untyped: the npz source takes a path beside the root
     root = resolve_data_root(data_root)
     data = source.load(root, arg) if arg is not None else source.load(root)
     _validate(data, ref)
@@ -164,7 +164,7 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
         perm = torch.randperm(n_c * k, generator=gen).numpy()
         train_idx = np.concatenate(blocks)[perm]
     else:
-        rule = spec.binary_rule or plugins.get("datasets", name).default_binary_rule
+        rule = spec.binary_rule or plugins.dataset(name).default_binary_rule
         if rule not in BINARY_RULES:
             raise ReconbenchError(f"unknown binary rule {rule!r}; choose one of {', '.join(BINARY_RULES)}")
         k = 2

@@ -83,7 +83,7 @@ class TargetRecipe:
         """Resolve every named plugin and option now, before any training starts."""
         from reconbench.config import build_config
 
-        family = plugins.get("models", self.family)
+        family = plugins.model(self.family)
         defaults = family.default_spec()
         unknown = set(self.model) - set(defaults)
         if unknown:
@@ -109,7 +109,7 @@ class TargetRecipe:
             raise ReconbenchError(f"defense options {sorted(self.defense_config)} are given without a defense; "
                                   "name one with --defense (see `reconbench list defenses`)")
         if self.defense is not None:
-            defense = plugins.get("defenses", self.defense)
+            defense = plugins.defense(self.defense)
             build_config(defense.config_cls, self.defense_config, f"defense {defense.name}")
         return self
 
@@ -140,7 +140,7 @@ class TargetRecipe:
                    defense=d.get("defense"), defense_config=dict(d.get("defense_config") or {}))
 
 
-def check_model_option(family: str, key: str, value: Any, default: Any) -> None:
+def check_model_option(family: str, key: str, value: object, default: object) -> None:
     """A model option must have its default's type (bool, integer, number, string, list) and sign, and be finite.
 
     Model families declare their options as a dict of defaults, so the default is the only type information there is.

@@ -284,7 +284,7 @@ def regime_test_of(attack: str) -> RegimeTest | None:
 
     if attack not in plugins.names("attacks"):
         return None
-    test = getattr(plugins.get("attacks", attack), "regime_test", None)
+    test = getattr(plugins.attack(attack), "regime_test", None)
     return test if test in REGIME_TESTS else None
 
 

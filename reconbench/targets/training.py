@@ -24,6 +24,9 @@ from reconbench.targets.losses import error_rate, get_loss, margins
 from reconbench.targets.recipe import DTYPES, TargetRecipe
 from reconbench.targets.regime import regime_residuals
 
+#: a training loss: outputs and targets -> the scalar loss
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
 #: where no step needs the loss on the host, it is read every this many steps (and at every recorded step)
 READ_EVERY = 100
 
@@ -36,7 +39,7 @@ class TrainResult:
 
 
 def build_model(recipe: TargetRecipe, problem: Problem) -> TargetNet:
-    family = plugins.get("models", recipe.family)
+    family = plugins.model(recipe.family)
     gen = torch.Generator().manual_seed(recipe.train.seed)
     return family.build(problem.image_shape, problem.out_dim, dict(recipe.model), generator=gen)
 
@@ -46,7 +49,7 @@ def apply_defense(recipe: TargetRecipe, model: TargetNet, problem: Problem) -> N
     DefenseSession(recipe).release(model, problem)
 
 
-def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype,
+def evaluate_model(model: TargetNet, problem: Problem, loss_fn: LossFn, dtype: torch.dtype,
                    device: torch.device | str = "cpu") -> dict[str, float]:
     """Train/test loss and error in eval mode (normalisation layers use their running statistics)."""
     was_training = model.training
@@ -64,7 +67,7 @@ def evaluate_model(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torc
     return out
 
 
-def stalled_samples(model: TargetNet, problem: Problem, loss_fn: Any, dtype: torch.dtype) -> int:
+def stalled_samples(model: TargetNet, problem: Problem, loss_fn: LossFn, dtype: torch.dtype) -> int:
     """Training samples whose loss gradient is exactly zero in the training precision but not in float64.
 
     In float32 the BCE gradient sigmoid(z) - 1 of a positive sample rounds to 0 once its margin passes about

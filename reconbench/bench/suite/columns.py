@@ -3,6 +3,7 @@ metrics declare as board columns)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,16 +25,17 @@ class ColumnSpec:
     named: bool = False  # named in the suite's [leaderboard] columns: a key no finished cell reports is an error
 
 
-def default_columns() -> tuple[ColumnSpec, ...]:
+def default_columns(metric_configs: Mapping[str, object] | None = None) -> tuple[ColumnSpec, ...]:
     """The default columns: the numbers the evaluation and the registered metrics declare as board columns
     (:mod:`reconbench.evaluation.reported`; the calibrated headline first, then the papers' count, top-10 SSIM,
     membership precision, the membership test's AUC where cells computed it, distinct share, init copies), then the
     attack's final loss and the cell's wall time. A metric plugin that declares a column appears here with no
-    other change; keys are tried in order (the declared key, then its older names)."""
-    from reconbench.evaluation.reported import board_columns
+    other change; keys are tried in order (the declared key, then its older names). A label that names its metric's
+    options takes them from ``metric_configs`` (the suite's resolved protocol)."""
+    from reconbench.evaluation.reported import board_columns, label_of
 
-    cols = [ColumnSpec(r.label, (r.key, *r.aliases), r.higher_is_better, r.fmt, optional=r.optional_column)
-            for r in board_columns()]
+    cols = [ColumnSpec(label_of(r, metric_configs), (r.key, *r.aliases), r.higher_is_better, r.fmt,
+                       optional=r.optional_column) for r in board_columns()]
     # the calibrated count against the threshold calibrated for the selection itself (evaluation/bars.py: pooled,
     # one run, or oracle-selected among the runs), where cells record calibration bars
     cols.insert(1, ColumnSpec("calibrated, own bar", (), True, ".1f", source="calibrated", optional=True))
@@ -55,14 +57,16 @@ def read_leaderboard_table(data: dict[str, Any], chk: Checker) -> dict[str, Any]
     return chk.section(data.get("leaderboard", {}), LEADERBOARD_TABLE, ("leaderboard",))
 
 
-def leaderboard_options(lb: dict[str, Any], chk: Checker) -> LeaderboardOptions:
+def leaderboard_options(lb: dict[str, Any], chk: Checker,
+                        metric_configs: Mapping[str, object] | None = None) -> LeaderboardOptions:
     store = lb.get("store_candidates", "all")
     if isinstance(store, str) and store != "all":
         raise chk.fail(("leaderboard", "store_candidates"), f'expected "all" or a number of cells, got {store!r}')
     if isinstance(store, int) and store < 1:
         raise chk.fail(("leaderboard", "store_candidates"), f"is {store}: a board keeps the candidates of at least one "
                        'cell, or of all ("all"), so that its numbers can be re-scored; give a number of cells from 1')
-    columns = read_columns(lb["columns"], chk, ("leaderboard", "columns")) if "columns" in lb else default_columns()
+    columns = (read_columns(lb["columns"], chk, ("leaderboard", "columns"), metric_configs) if "columns" in lb
+               else default_columns(metric_configs))
     return LeaderboardOptions(
         store_candidates=None if store == "all" else int(store),
         sample_cells=tuple(lb.get("sample_cells", ())),
@@ -123,7 +127,8 @@ def format_problem(fmt: str) -> str | None:
     return None
 
 
-def read_columns(raw: list[dict], chk: Checker, keys: tuple[Any, ...]) -> tuple[ColumnSpec, ...]:
+def read_columns(raw: list[dict[str, Any]], chk: Checker, keys: tuple[Any, ...],
+                 metric_configs: Mapping[str, object] | None = None) -> tuple[ColumnSpec, ...]:
     cols = []
     seen: set[str] = set()
     for i, c in enumerate(raw):
@@ -136,7 +141,10 @@ def read_columns(raw: list[dict], chk: Checker, keys: tuple[Any, ...]) -> tuple[
         if source == "target" and (len(col_keys) != 1 or col_keys[0] not in TARGET_QUANTITIES):
             raise chk.fail(ck, f"a target column needs one `key`, a number a cell records of its target; one of: "
                                f"{', '.join(TARGET_QUANTITIES)}")
-        name = c["name"]
+        name = c["name"] if "name" in c else declared_label(col_keys, metric_configs)
+        if name is None:
+            raise chk.fail((*ck, "name"), f"column of key {col_keys[0] if col_keys else source!r} needs a `name`: no "
+                           "metric declares that key (a declared key's label, e.g. `corr > 0.9`, names it by default)")
         if (why := column_name_problem(name)) is not None:
             raise chk.fail((*ck, "name"), f"column name {name[:60]!r} {why}")
         if name in seen:
@@ -147,3 +155,12 @@ def read_columns(raw: list[dict], chk: Checker, keys: tuple[Any, ...]) -> tuple[
             raise chk.fail((*ck, "format"), f"format {fmt!r} {why}")
         cols.append(ColumnSpec(name, col_keys, c["higher_is_better"], fmt, source, named=True))
     return tuple(cols)
+
+
+def declared_label(keys: tuple[str, ...], metric_configs: Mapping[str, object] | None) -> str | None:
+    """The label the evaluation or a metric declares for the first of ``keys``, its options filled in from the
+    suite's protocol (``reconstructed_corr`` -> ``corr > 0.9``, or the suite's ``corr.threshold``); None: undeclared."""
+    from reconbench.evaluation.reported import label_of, lookup
+
+    rep = lookup(keys[0]) if keys else None
+    return None if rep is None else label_of(rep, metric_configs)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,21 +98,24 @@ def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def check_protocol(protocol: dict[str, Any], chk: Checker) -> None:
-    """Let the evaluation protocol reject unknown options and bad values now, not after hours of attacks."""
+def check_protocol(protocol: dict[str, Any], chk: Checker) -> Mapping[str, object] | None:
+    """Let the evaluation protocol reject unknown options and bad values now, not after hours of attacks; the metric
+    configs it resolves (which name the columns whose labels show a metric's option), None for the defaults."""
     from reconbench import evaluation
 
     resolve = evaluation.resolve_protocol
     if not protocol:
-        return
+        return None
     if "calibration_draws" in protocol and protocol["calibration_draws"] == 0:
         raise chk.fail(("protocol", "calibration_draws"), "is 0, which leaves a board without its calibrated headline "
                        "(every cell would show None); use at least 1 draw (the default is 19)")
     try:
-        resolve(protocol, "mlp")
+        resolved = resolve(protocol, "mlp")
     except ReconbenchError as exc:
         key = next((k for k in protocol if k in str(exc)), None)
         raise chk.fail(("protocol", *key.split(".")) if key else ("protocol",), str(exc)) from None
+    configs = getattr(resolved, "metric_configs", None)
+    return configs if isinstance(configs, Mapping) else None
 
 
 def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
@@ -128,9 +132,9 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     head = read_head(data, chk)
     seeds = tuple(head.get("seeds", [0]))
     protocol = flatten(chk.table(data.get("protocol", {}), ("protocol",)))
-    check_protocol(protocol, chk)
+    metric_configs = check_protocol(protocol, chk)
     lb = read_leaderboard_table(data, chk)
-    leaderboard = leaderboard_options(lb, chk)
+    leaderboard = leaderboard_options(lb, chk, metric_configs)
     targets = read_targets(data, chk)
     attacks = read_attacks(data, chk, head, strict, warnings)
     inits = read_inits(data, chk, strict, warnings)
@@ -184,16 +188,9 @@ def check_target_seeds(targets: dict[str, TargetEntry], grid: tuple[GridBlock, .
 
 def read_head(data: dict[str, Any], chk: Checker) -> dict[str, Any]:
     """The [suite] table, typed and range-checked."""
-    head = chk.section(data.get("suite", {}), SUITE_TABLE, ("suite",))
-    if head.get("search_runs", 1) < 1:
-        raise chk.fail(("suite", "search_runs"), f"must be at least 1, got {head['search_runs']}")
-    chk.counts(head.get("candidates"), ("suite", "candidates"))
+    head = chk.section(data.get("suite", {}), SUITE_TABLE, ("suite",))   # bounds: declared in SUITE_TABLE
     if "seeds" in head:
         chk.seeds(head["seeds"], ("suite", "seeds"))
-    for key in ("max_stationarity_ratio", "max_learned_ratio"):
-        gate = head.get(key)
-        if gate is not None and not gate > 0:
-            raise chk.fail(("suite", key), f"must be positive, got {gate}")
     return head
 
 
@@ -204,10 +201,7 @@ def read_attacks(data: dict[str, Any], chk: Checker, head: dict[str, Any], stric
         keys = ("attacks", label)
         chk.name(label, keys)
         t = chk.section(table, ATTACK_TABLE, keys)
-        runs = t.get("search_runs", head.get("search_runs", 1))
-        if runs < 1:
-            raise chk.fail((*keys, "search_runs"), f"must be at least 1, got {runs}")
-        chk.counts(t.get("candidates"), (*keys, "candidates"))
+        runs = t.get("search_runs", head.get("search_runs", 1))   # both bounded by their tables
         search_keys = keys if "search" in t or "search_config" in t else ("suite",)
         search = t.get("search", head.get("search", DEFAULT_SEARCH))
         search_config = dict(t.get("search_config", head.get("search_config", {})))

@@ -51,7 +51,7 @@ def defense_entries(data: dict[str, Any], chk: Checker, strict: bool, warnings: 
         name = t.get("defense", label)
         strength = t.get("strength")
         if strength is None and name in plugins.names("defenses"):
-            strength = getattr(plugins.get("defenses", name), "strength", None)
+            strength = getattr(plugins.defense(name), "strength", None)
         values = tuple(t.get("values", []))
         if values and strength is None:
             raise chk.fail(keys, "`values` needs `strength`, the option they set")
@@ -111,5 +111,5 @@ def configured_strength(d: DefenseEntry) -> Any:
     """The strength a defense runs at without `values`: its configured (or default) option value."""
     if d.strength is None or d.defense not in plugins.names("defenses"):
         return None
-    cfg = build_config(plugins.get("defenses", d.defense).config_cls, d.config, f"defense {d.defense}")
+    cfg = build_config(plugins.defense(d.defense).config_cls, d.config, f"defense {d.defense}")
     return getattr(cfg, d.strength, None)

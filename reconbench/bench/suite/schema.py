@@ -15,12 +15,12 @@ import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from reconbench import plugins
 from reconbench.bench.suite.files import SuiteError, display_path
 from reconbench.bench.toml_lines import KeyLines
-from reconbench.config import MAX_SEED, build_config, coerce
+from reconbench.config import MAX_SEED, Limit, build_config, coerce
 from reconbench.data import ProblemSpec
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.targets.recipe import TrainSpec
@@ -37,20 +37,25 @@ class Table:
     called: str = "this table"
 
 
+#: the bounds of a table's keys, declared as an option's are (reconbench.config.Limit): a count of runs or candidates
+#: (candidates left out: 2n), a positive gate
+COUNT = Annotated[int, Limit(ge=1)]
+POSITIVE = Annotated[float, Limit(gt=0)]
+
 SUITE_TABLE = Table({
     "name": str,
     "description": str,
     "seeds": list[int],
     "device": str,
     "dtype": typing.Literal["float64", "float32"],
-    "search_runs": int,
+    "search_runs": COUNT,
     "search": str,
     "search_config": dict[str, Any],
-    "candidates": int | None,
+    "candidates": COUNT | None,
     "seed_targets": bool,
     "seed_nulls": bool,
-    "max_stationarity_ratio": float | None,
-    "max_learned_ratio": float | None,
+    "max_stationarity_ratio": POSITIVE | None,
+    "max_learned_ratio": POSITIVE | None,
 })
 LEADERBOARD_TABLE = Table({
     "store_candidates": str | int,
@@ -68,14 +73,14 @@ COLUMN_TABLE = Table({
     "higher_is_better": bool,
     "format": str,
     "source": typing.Literal["summary", "attack_loss", "wall_seconds", "target"],
-}, required=("name", "higher_is_better"), called="a column")
+}, required=("higher_is_better",), called="a column")
 ATTACK_TABLE = Table({
     "attack": str,
     "config": dict[str, Any],
-    "search_runs": int,
+    "search_runs": COUNT,
     "search": str,
     "search_config": dict[str, Any],
-    "candidates": int | None,
+    "candidates": COUNT | None,
     "description": str,
 })
 INIT_TABLE = Table({"regime": str, "config": dict[str, Any], "description": str})
@@ -141,7 +146,7 @@ class Checker:
     def fail(self, keys: tuple[Any, ...], message: str) -> SuiteError:
         return SuiteError(f"{self.where(keys)}: {self.dotted(keys)}: {message}")
 
-    def table(self, value: Any, keys: tuple[Any, ...]) -> dict[str, Any]:
+    def table(self, value: object, keys: tuple[Any, ...]) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(keys, f"expected a table, got {type(value).__name__} {value!r}")
         return value
@@ -154,7 +159,7 @@ class Checker:
                 hint = f" Did you mean: {', '.join(close)}?" if close else ""
                 raise self.fail((*keys, k), f"unknown key {k!r}.{hint} Known keys here: {', '.join(sorted(allowed))}")
 
-    def section(self, value: Any, table: Table, keys: tuple[Any, ...]) -> dict[str, Any]:
+    def section(self, value: object, table: Table, keys: tuple[Any, ...]) -> dict[str, Any]:
         """``value`` held to ``table``: a table of known keys, each of its declared type, with the keys it needs.
         Returns the typed values."""
         value = self.table(value, keys)
@@ -165,7 +170,7 @@ class Checker:
                 raise self.fail(keys, f"{table.called} needs `{req}`")
         return typed
 
-    def typed(self, value: Any, annotation: Any, keys: tuple[Any, ...]) -> Any:
+    def typed(self, value: object, annotation: object, keys: tuple[Any, ...]) -> Any:
         try:
             return coerce(value, annotation, self.dotted(keys))
         except ReconbenchError as exc:
@@ -175,7 +180,7 @@ class Checker:
                 msg = f"element {msg}" if msg.startswith("[") else msg
             raise self.fail(keys, msg) from None
 
-    def seeds(self, value: Any, keys: tuple[Any, ...]) -> tuple[int, ...]:
+    def seeds(self, value: object, keys: tuple[Any, ...]) -> tuple[int, ...]:
         """A list of seeds, each in the range the command line accepts for --seed."""
         items = self.typed(value, list[int], keys)
         for i, seed in enumerate(items):
@@ -188,18 +193,13 @@ class Checker:
             raise self.fail(keys, "is empty, so nothing would run; list at least one seed, e.g. [0]")
         return tuple(items)
 
-    def counts(self, value: int | None, keys: tuple[Any, ...]) -> None:
-        """A number of candidates: at least 1, as --candidates (absent: 2n)."""
-        if value is not None and value < 1:
-            raise self.fail(keys, f"must be at least 1, got {value} (leave it out for the default 2n)")
-
     def name(self, value: str, keys: tuple[Any, ...]) -> str:
         if not NAME_RE.match(value) or set(value) == {"."}:  # "." and ".." would name a folder outside the results
             raise self.fail(keys, f"name {value!r} may use only letters, digits and _ . + - and not be . or .. "
                                   "(it names files)")
         return value
 
-    def refs(self, value: Any, known: dict[str, Any], what: str, keys: tuple[Any, ...]) -> tuple[str, ...]:
+    def refs(self, value: object, known: dict[str, Any], what: str, keys: tuple[Any, ...]) -> tuple[str, ...]:
         """A list of names of ``what`` (or "*" for all of them), each checked against ``known``."""
         if value == "*":
             return tuple(known)

@@ -35,7 +35,7 @@ def recipe_from_table(table: dict[str, Any], chk: Checker, keys: tuple[Any, ...]
                                                   "order walks the data set in file order)")
         d["problem"].update(RECORDED_WITHOUT_ORDER)
     try:
-        plugins.get("models", d["family"])
+        plugins.model(d["family"])
     except UnknownNameError as exc:
         raise chk.fail((*keys, "family"), str(exc)) from None
     if "widths" in d["model"] and "widths" in table.get("model", {}):
@@ -73,7 +73,7 @@ def read_targets(data: dict[str, Any], chk: Checker) -> dict[str, TargetEntry]:
     return targets
 
 
-def format_value(v: Any) -> str:
+def format_value(v: object) -> str:
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, (list, tuple)):

@@ -56,7 +56,7 @@ class SiteSummary:
     not_drawn_reason: str = ""
 
 
-def fmt(v: Any, spec: str = ".3g") -> str:
+def fmt(v: object, spec: str = ".3g") -> str:
     """A number for a table (n/a for a missing one)."""
     if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
         return "n/a" if v is None else str(v)

@@ -111,8 +111,8 @@ def attack_papers() -> list[PaperView]:
     """The papers the registered attacks implement (each once, in order of first attack), for citing them."""
     by_paper: dict[str, list[str]] = {}
     for entry in plugins.host().entries("attacks"):
-        if entry.obj.paper:
-            by_paper.setdefault(entry.obj.paper, []).append(entry.name)
+        if paper := plugins.attack(entry.name).paper:
+            by_paper.setdefault(paper, []).append(entry.name)
     return [PaperView(attacks, bibtex) for bibtex, attacks in by_paper.items()]
 
 

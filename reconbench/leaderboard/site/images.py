@@ -44,7 +44,7 @@ class CellImages:
     failed: bool = False    # stored candidates that could not be drawn here (e.g. the data set is missing)
 
 
-def _num(v: Any) -> float | None:
+def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
