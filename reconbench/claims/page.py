@@ -33,9 +33,12 @@ from reconbench.claims.measure import (
 from reconbench.claims.records import Claim, ClaimsFile
 from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Decision, decide, fmt_p
 
-DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b")}
+DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b"),
+                   "threat-models": Path("leaderboards/threat-models")}
 DEFAULT_OUT = Path("docs/claims.md")
 GPU_SUITE = "claims-gpu"
+#: the suites whose blocks ``claims-gpu`` repeats under the same names (threat-models has no GPU twin)
+GPU_ROUTED = ("claims-a", "claims-b")
 KIND_NAMES = {"above_null": "above the null", "at_null": "at the null",
               "trend": "trend", "comparison": "comparison", "some_above": "some point above the first",
               "no_change": "no change", "threshold": "threshold", "not_run": "not measured here"}
@@ -246,7 +249,7 @@ def generate(results: dict[str, Path] | None = None, root: Path | None = None, *
     root = root or Path.cwd()
     data = records.load(claims_file or root / records.DEFAULT_FILE)
     results = results or {k: root / v for k, v in DEFAULT_RESULTS.items()}
-    route = {k: GPU_SUITE for k in DEFAULT_RESULTS} if gpu else None
+    route = {k: GPU_SUITE for k in GPU_ROUTED} if gpu else None
     found = load_all(results)
     return render(data, measure_claims(data, results, route, found), results, root, found)
 
