@@ -77,3 +77,20 @@ def test_check_law_fails_an_attack_that_returns_its_start():
     """The track can fail: init_only (its random starts, unchanged) is refused at p / (d n) = 4."""
     with pytest.raises(AssertionError, match="promises recovery"):
         check_law(plugins.get("attacks", "init_only"), seeds=(0,), ratios=(RECOVERY_RATIO,))
+
+
+# -- Smorodinsky, Vardi and Safran (2024): near-orthogonal data -----------------------------------------------------
+def test_near_orthogonal_training_points_end_on_the_margin_and_membership_is_decided_by_the_output():
+    """Known outcome: every training point on the margin, fresh points far inside it, |f(x)| separates them."""
+    from reconbench.theory import FRESH_SHARE, MARGIN_SPREAD, check_near_orthogonal
+
+    outcomes = check_near_orthogonal(SEEDS, d=600, m=60, steps=1200)
+    assert all(o.margin_spread <= MARGIN_SPREAD and o.fresh_share < FRESH_SHARE for o in outcomes)
+
+
+def test_near_orthogonal_fails_where_the_theorem_does_not_hold():
+    """The check can fail: far from the max-margin regime (a handful of steps), the margins are spread."""
+    from reconbench.theory import check_near_orthogonal
+
+    with pytest.raises(AssertionError, match="spread"):
+        check_near_orthogonal((0,), d=600, m=60, steps=3)
