@@ -156,7 +156,8 @@ class ReluKinks(Attack):
     """Smorodinsky, Vardi and Safran's one-dimensional reading: a two-layer ReLU net on scalar inputs is piecewise
     linear with a kink at -b_j / w_j for each hidden unit; near max margin the kinks sit at training points. On
     d-dimensional inputs a unit's kink is the hyperplane w_j . x + b_j = 0, and its candidate is the point of that
-    hyperplane nearest the origin, -b_j w_j / ||w_j||^2 (the same point when d = 1)."""
+    hyperplane nearest the origin, -b_j w_j / ||w_j||^2 (the same point when d = 1);
+    docs/method/shallow-theorems.md#one-dimensional-data-the-kinks-are-at-training-points."""
 
     name: str = "relu_kinks"
     description: str = ("baseline: the kinks of the first ReLU layer, -b_j w_j / ||w_j||^2 (-b_j / w_j on scalar "

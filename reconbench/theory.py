@@ -144,6 +144,7 @@ def check_law(attack: Attack, seeds: tuple[int, ...] = (0, 1, 2, 3, 4), config: 
 
 
 # -- Smorodinsky, Vardi and Safran (2024): near-orthogonal data, membership from |f(x)| ---------------------------
+# (docs/method/shallow-theorems.md#the-setting-both-cases-share: the paper is not in the papers' folder)
 #: the training margins y f(x) of the near-orthogonal problem lie within this factor of their minimum
 MARGIN_SPREAD = 1.2
 #: every fresh point's |f(x)| stays below this share of the smallest training margin
