@@ -150,7 +150,51 @@ class DataPrior(Attack[DataPriorConfig]):
                             message="class prototypes and blurred averages of the starting candidates")
 
 
-BASELINES = [WeightRows(), InitOnly(), DataPrior()]
+@dataclass(frozen=True)
+class ReluKinks(Attack[NoOptions]):
+    """Smorodinsky, Vardi and Safran's one-dimensional reading: a two-layer ReLU net on scalar inputs is piecewise
+    linear with a kink at -b_j / w_j for each hidden unit; near max margin the kinks sit at training points. On
+    d-dimensional inputs a unit's kink is the hyperplane w_j . x + b_j = 0, and its candidate is the point of that
+    hyperplane nearest the origin, -b_j w_j / ||w_j||^2 (the same point when d = 1);
+    docs/method/shallow-theorems.md#one-dimensional-data-the-kinks-are-at-training-points."""
+
+    name: str = "relu_kinks"
+    description: str = ("baseline: the kinks of the first ReLU layer, -b_j w_j / ||w_j||^2 (-b_j / w_j on scalar "
+                        "inputs), units with the largest |outgoing weight| x ||(w_j, b_j)|| first; reads only the "
+                        "weights")
+    needs: frozenset[str] = frozenset()
+    threat: ThreatModel = ThreatModel()   # final weights only
+    tasks: frozenset[str] = ALL_TASKS
+    config_cls: type[NoOptions] = NoOptions
+    theorems: frozenset[str] = frozenset({"one_dimensional_kinks"})
+
+    def check(self, target: AttackTarget) -> None:
+        layer = first_image_layer(target)
+        if layer is None or layer.bias is None:
+            raise IncompatibleError(f"relu_kinks reads the kinks of a fully connected first layer with a bias; the "
+                                    f"{target.family!r} model has none (use weight_rows or init_only as its baseline)")
+
+    def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: NoOptions, *,
+            generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
+        self.check(target)
+        layer = first_image_layer(target)
+        assert layer is not None and layer.bias is not None
+        with torch.no_grad():
+            w, b = layer.weight.detach().to(x0), layer.bias.detach().to(x0)
+            norm2 = (w ** 2).sum(dim=1)
+            out = _outgoing_norms(target, layer)
+            importance = torch.sqrt(norm2 + b ** 2) * (out.to(w) if out is not None else 1.0)
+            importance = torch.where(norm2 > 0, importance, torch.zeros_like(importance))
+            order = torch.argsort(importance, descending=True)[: max(1, int((importance > 0).sum()))]
+            kinks = -b[order, None] * w[order] / torch.where(norm2[order] > 0, norm2[order], 1.0)[:, None]
+            picked = kinks[torch.arange(x0.shape[0]) % len(kinks)]   # fewer kinks than candidates: repeated
+        if progress is not None:
+            progress(1, 1)
+        return AttackOutput(candidates=picked.reshape(x0.shape).clone(), labels=labels.clone(), final_loss=0.0,
+                            steps=0, message="kinks of the first ReLU layer")
+
+
+BASELINES = [WeightRows(), InitOnly(), DataPrior(), ReluKinks()]
 
 
 @hookimpl

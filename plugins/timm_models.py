@@ -142,7 +142,7 @@ class TimmFamily(ModelFamily):
         return net
 
 
-def _check_input_size(net: TimmNet, arch: str, input_shape: tuple[int, int, int], out_dim: int) -> None:
+def _check_input_size(net: TargetNet, arch: str, input_shape: tuple[int, int, int], out_dim: int) -> None:
     """One forward pass on zeros (eval mode: batch statistics untouched) so that a size mismatch fails now."""
     was = net.training
     net.eval()
@@ -161,6 +161,67 @@ def _check_input_size(net: TimmNet, arch: str, input_shape: tuple[int, int, int]
                                 f"{'x'.join(map(str, input_shape))} inputs, not ({out_dim},); use a classifier architecture")
 
 
+def freeze_into_buffers(module: nn.Module) -> None:
+    """Turn every parameter of ``module`` into a buffer of the same name: saved with the weights (the release holds
+    the backbone), never handed to the trainer's optimiser, not counted in p. Hand-written because torch has no
+    call that demotes a parameter in place; requires_grad = False would still count it among the parameters."""
+    for sub in module.modules():
+        for name, param in list(sub._parameters.items()):
+            if param is None:
+                continue
+            del sub._parameters[name]
+            sub.register_buffer(name, param.detach().clone())
+
+
+class FrozenBackboneNet(TargetNet):
+    """A frozen timm backbone (pooled features, normalisation in eval mode for good) and a trained linear head."""
+
+    def __init__(self, backbone: nn.Module, out_dim: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.swapped = swap_relus(backbone, self)
+        for module in backbone.modules():
+            if hasattr(module, "fused_attn"):
+                setattr(module, "fused_attn", False)  # noqa: B010 (a plain attribute, not a submodule)
+        freeze_into_buffers(backbone)
+        self.head = nn.Linear(int(getattr(backbone, "num_features")), out_dim)  # noqa: B009 (timm's attribute)
+
+    def train(self, mode: bool = True) -> FrozenBackboneNet:
+        super().train(mode)
+        self.backbone.eval()   # frozen: batch statistics are never updated, the features never change
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class TimmFinetuneFamily(TimmFamily):
+    """Loo et al.'s fine-tuning example at CPU scale: a seeded random timm backbone, frozen, and a trained head."""
+
+    name: str = "timm_finetune"
+    description: str = ("fine-tuning at CPU scale: a timm backbone drawn at random from the seed (nothing "
+                        "downloaded), frozen (saved as buffers), and a trained linear head with bias on its pooled "
+                        "features (Loo et al.'s fine-tuning example; the default is the timm_resnet layout)")
+
+    def build(self, input_shape: tuple[int, int, int], out_dim: int, spec: dict[str, Any],
+              generator: torch.Generator | None = None) -> TargetNet:
+        s = self.spec(spec)
+        timm = _timm()
+        arch = str(s["arch"])
+        if not timm.is_model(arch):
+            raise ReconbenchError(f"timm has no architecture {arch!r}. See `reconbench list models -v`")
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in s["kwargs"].items()}
+        seed = None if generator is None else int(torch.randint(0, 2**62, (1,), generator=generator))
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            backbone = _create(timm, arch, input_shape, 0, kwargs)   # num_classes = 0: pooled features
+            net = FrozenBackboneNet(backbone, out_dim)
+        _check_input_size(net, arch, input_shape, out_dim)
+        return net
+
+
 FAMILIES = [
     TimmFamily(),
     TimmFamily(name="timm_resnet",
@@ -171,6 +232,7 @@ FAMILIES = [
                             "2 heads, ReLU MLPs, LayerNorm"),
                arch="vit_tiny_patch16_224",
                kwargs={"patch_size": 2, "embed_dim": 32, "depth": 2, "num_heads": 2, "act_layer": "relu"}),
+    TimmFinetuneFamily(),
 ]
 
 

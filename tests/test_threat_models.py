@@ -240,3 +240,38 @@ def test_boards_with_theta0_rows_show_p_over_dn_and_group_rows_by_threat_model()
     add_threat_models(classic)   # no attack reads theta0: neither column, rows as on the boards published before
     assert "p_over_dn" not in classic[0]
     assert "p / (d n)" not in render_main_table([TableRow.from_dict(r) for r in classic], [])
+
+
+def _cell(attack: str, family: str, width: int, seed: int, count: int, n: int = 10, d: int = 784) -> Any:
+    from reconbench.records import CellRecord
+
+    return CellRecord.from_dict({
+        "cell_id": f"t@{width}--{attack}--gaussian--s{seed}", "status": "ok", "seed": seed,
+        "outcome": {"status": "ok", "reason": "1 of 1 run(s) ok", "runs": {"ok": 1}},
+        "runs": [{"run": 0, "final_loss": 0.0, "steps": 10, "stopped": "completed", "candidates_finite": True}],
+        "target": {"name": "t", "recipe": {"family": family}, "n_train": n,
+                   "p_over_dn": {"p": width, "d": d, "n": n, "ratio": width / (d * n)}},
+        "attack": {"label": attack, "name": attack}, "init": {"label": "gaussian", "regime": "gaussian"},
+        "selections": {"pool": {"summary": {"reconstructed_calibrated": count}}}})
+
+
+def test_the_share_figure_reads_each_cells_count_over_n_at_its_p_over_dn(tmp_path):
+    """The figure's points are the cells' own numbers: count / n at each cell's p / (d n), one panel per model family
+    and (d, n), a family with a single p / (d n) (not swept) left out; the PNG is drawn."""
+    from reconbench.bench.suite import default_columns
+    from reconbench.leaderboard.figures import draw_share_vs_p_over_dn, share_points
+    from reconbench.leaderboard.tables import Published
+
+    recs = [_cell("proj", "random_features", 1960, 0, 0), _cell("proj", "random_features", 1960, 1, 1),
+            _cell("proj", "random_features", 31360, 0, 10), _cell("proj", "random_features", 31360, 1, 9),
+            _cell("loo", "random_features", 31360, 0, 4), _cell("proj", "mlp", 1786000, 0, 3)]
+    pub = Published(plan=[], records={r.cell_id: r for r in recs}, not_run=[], stale=[])
+    spec = default_columns()[0]
+    assert spec.keys[0] == "reconstructed_calibrated"
+    columns = [{"name": spec.name, "spec": spec}]
+    points = share_points(pub, columns[0])
+    assert points == {("random_features", 784, 10): {"proj": {0.25: [0.0, 0.1], 4.0: [1.0, 0.9]}, "loo": {4.0: [0.4]}}}
+    info = draw_share_vs_p_over_dn(pub, columns, tmp_path / "share.png")
+    assert info["file"] == "figures/share.png" and (tmp_path / "share.png").stat().st_size > 0
+    none = Published(plan=[], records={recs[-1].cell_id: recs[-1]}, not_run=[], stale=[])
+    assert "reason" in draw_share_vs_p_over_dn(none, columns, tmp_path / "none.png")

@@ -136,3 +136,56 @@ def test_kkt_attack_runs_on_a_timm_target_through_autograd(card_name, request):
 def test_timm_families_pass_the_model_conformance():
     for name in ("timm", "timm_resnet", "timm_vit"):
         conformance.check_model_family(family(name))
+
+
+# -- the fine-tuning target: a frozen random backbone and a trained head ------------------------------------------
+@pytest.fixture(scope="module")
+def finetune_card(tmp_path_factory):
+    recipe = TargetRecipe(problem=ProblemSpec(dataset="digits", task="binary", n_per_class=3, n_test_per_class=3),
+                          family="timm_finetune", train=TrainSpec(steps=60, lr=0.05))
+    return train_target(recipe, tmp_path_factory.mktemp("finetune"), quiet=True)
+
+
+def test_finetune_family_trains_the_head_only_and_keeps_the_backbone_in_the_release(finetune_card):
+    model, start = finetune_card.load_model(torch.float64), finetune_card.initial_model(torch.float64)
+    assert [n for n, _ in model.named_parameters()] == ["head.weight", "head.bias"]
+    backbone = {k: v for k, v in model.state_dict().items() if k.startswith("backbone.")}
+    assert backbone and all(torch.equal(v, start.state_dict()[k]) for k, v in backbone.items())
+    assert not torch.equal(model.head.weight, start.head.weight)   # type: ignore[arg-type]
+    # p / (d n) counts the trained head only: num_features + 1 parameters for one output
+    features = int(model.backbone.num_features)   # type: ignore[union-attr,arg-type]
+    assert finetune_card.data["p_over_dn"] == {"p": features + 1, "d": 64, "n": 6, "ratio": (features + 1) / (64 * 6)}
+    model.train()
+    assert not model.backbone.training   # type: ignore[union-attr]
+
+
+def test_finetune_head_change_lies_in_the_span_of_the_training_features(finetune_card):
+    """The planted zero of Loo et al.'s and Iurada et al.'s attacks: with the backbone frozen, gradient descent moves
+    the head only by combinations of the training images' features (a 1 appended for the bias)."""
+    from reconbench_plugins.projection_law import head_change
+
+    from reconbench.attack.projection import head_features, head_layer, projection_loss
+
+    _, target, _ = prepare(finetune_card, RunSpec(attack="projection_law"))
+    plugins.get("attacks", "projection_law").check(target)
+    head, w = head_layer(target.model), head_change(target)
+    problem = finetune_card.problem()
+
+    def loss(xs: torch.Tensor) -> float:
+        h, _ = head_features(target.model, head, xs.to(target.dtype))
+        return float(projection_loss(h[None], w)[0][0])
+
+    assert loss(problem.x_train(torch.float64)) < 1e-10
+    assert loss(problem.x_train(torch.float64).flip(0)) < 1e-10
+    assert loss(problem.x_test(torch.float64)[:6]) > 1e-3
+
+
+def test_finetune_family_conforms_and_is_seeded():
+    conformance.check_model_family(family("timm_finetune"))
+    a = family("timm_finetune").build(SHAPE, 2, {}, generator=torch.Generator().manual_seed(3))
+    b = family("timm_finetune").build(SHAPE, 2, {}, generator=torch.Generator().manual_seed(3))
+    c = family("timm_finetune").build(SHAPE, 2, {}, generator=torch.Generator().manual_seed(4))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    assert not torch.equal(a.state_dict()["backbone.conv1.weight"], c.state_dict()["backbone.conv1.weight"])
+    with pytest.raises(IncompatibleError, match="never downloads weights"):
+        family("timm_finetune").build(SHAPE, 2, {"pretrained": True})

@@ -63,6 +63,13 @@ def _theta_gap_relative(rec: dict[str, Any]) -> float | None:
     return gap / norm if gap is not None and norm else None
 
 
+def _calibrated_share(rec: dict[str, Any]) -> float | None:
+    """The calibrated headline over n: the share of the training set reconstructed beyond the calibrated bar."""
+    count = _number(_summary(rec).get(CALIBRATED_HEADLINE))
+    n = _number((rec.get("target") or {}).get("n_train"))
+    return count / n if count is not None and n else None
+
+
 @dataclass(frozen=True)
 class MeasureSpec:
     """How a claim's measure is read from a cell, and how one seed is judged against its null.
@@ -89,6 +96,8 @@ class MeasureSpec:
 MEASURES: dict[str, MeasureSpec] = {m.key: m for m in (
     MeasureSpec(CALIBRATED_HEADLINE, "training images reconstructed beyond the calibrated null bar", ".1f",
                 "calibrated"),
+    MeasureSpec("reconstructed_calibrated_share", "share of the training set reconstructed beyond the calibrated "
+                "null bar", ".2f", "none", _calibrated_share),
     MeasureSpec("top_k_mean_ssim", "mean SSIM of the 10 best-reconstructed training images", ".3f", "draws"),
     MeasureSpec("top_k_mean_corr", "mean correlation of the 10 best-reconstructed training images with their "
                 "reconstructions", ".3f", "draws"),

@@ -35,8 +35,10 @@ from reconbench.claims.records import Claim, ClaimsFile
 from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Decision, decide, fmt_p
 
 DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b"),
-                   "claims-c": Path("leaderboards/claims-c")}
-#: the suites whose comparison blocks the papers'-sizes suite repeats under the same names (``--gpu``)
+                   "claims-c": Path("leaderboards/claims-c"),
+                   "threat-models": Path("leaderboards/threat-models")}
+#: the suites whose comparison blocks the papers'-sizes suite repeats under the same names (``--gpu``;
+#: threat-models has no GPU twin)
 GPU_ROUTED = ("claims-a", "claims-b", "claims-c")
 DEFAULT_OUT = Path("docs/claims.md")
 GPU_SUITE = "claims-gpu"
