@@ -44,3 +44,27 @@ def test_each_row_carries_the_regime_residual_margins_and_the_data_prior_null():
     grid_targets = {c.target for c in expand(suite) if "grid" in c.groups}
     assert grid_targets == set(suite.targets)   # every point of the axis is a row of the main tables
     assert "Budget" in suite.path.read_text()
+
+
+def test_pretraining_lists_every_target_the_bench_trains_and_skips_cached_ones(tmp_path):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "pretrain_suite.py"
+    spec = importlib.util.spec_from_file_location("pretrain_suite", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+
+    cells = expand(load_suite("training-length"))
+    keys = list(dict.fromkeys(c.recipe.key() for c in cells))   # each seed retrains: one target per (target, seed)
+    assert len(keys) == len({(c.target, c.seed) for c in cells})
+    todo = module.missing_targets("training-length", [], str(tmp_path))
+    assert [r.key() for _, r in todo] == keys
+    (tmp_path / "targets" / keys[0]).mkdir(parents=True)
+    (tmp_path / "targets" / keys[0] / "card.json").write_text("{}")
+    assert [r.key() for _, r in module.missing_targets("training-length", [], str(tmp_path))] == keys[1:]
+    only = module.missing_targets("training-length", ["binary-w100-1m--*"], str(tmp_path))
+    assert {r.train.steps for _, r in only} == {1_000_000} and len(only) == 5
