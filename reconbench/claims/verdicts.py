@@ -229,7 +229,7 @@ def _unchanged(claim: Claim, points: list[Point], verdict: Decision) -> Decision
 def _outside_setting(claim: Claim, verdict: Decision) -> Decision:
     """Not judged when the cells do not reproduce the paper's setting or adversary for this statement: a
     contradiction (or its absence) outside that setting says nothing about what the paper claims."""
-    if not claim.outside_setting or verdict.verdict in (NOT_RUN, NOT_JUDGED):
+    if not claim.outside_setting or verdict.verdict == NOT_RUN:
         return verdict
     return Decision(NOT_JUDGED, f"outside the paper's setting: {claim.outside_setting}; the cells alone give "
                     f"{verdict.verdict} ({verdict.reason})", verdict.test, verdict.p)
@@ -241,9 +241,7 @@ def decide(claim: Claim, points: list[Point]) -> Decision:
     if pre is not None:
         return pre
     refused = _oracle(claim, points) or _outside_regime(points) or _premise(claim, points)
-    if refused is not None:
-        return refused
-    return _outside_setting(claim, _unchanged(claim, points, _test(claim, points)))
+    return _outside_setting(claim, refused or _unchanged(claim, points, _test(claim, points)))
 
 
 RULES = f"""\
