@@ -222,3 +222,34 @@ def test_the_page_shows_the_unchanged_start_read_from_claims_c(tmp_path):
     for cid in SIX:
         row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{cid}`"))
         assert f"`claims-c` / `{claim(cid).comparison}`" in row and "**not run**" not in row, cid
+
+
+# -- the paper's setting and its reported number ----------------------------------------------------------------------
+@pytest.mark.parametrize("cid", ["runkel-privacy", "buzaglo-support-vectors"])
+def test_claims_outside_the_papers_setting_are_not_judged_whatever_the_cells_give(cid):
+    c = claim(cid)
+    assert c.setting and c.outside_setting
+    for verdict in (V.CONTRADICTED, V.NOT_CONTRADICTED):
+        d = V._outside_setting(c, V.Decision(verdict, "the test's reason", "the test", 0.01))
+        assert d.verdict == V.NOT_JUDGED and d.reason.startswith("outside the paper's setting: ")
+        assert f"the cells alone give {verdict} (the test's reason)" in d.reason and d.p == 0.01
+    inside = dataclasses.replace(c, outside_setting="")
+    d = V._outside_setting(inside, V.Decision(V.CONTRADICTED, "r", "t", 0.01))
+    assert d.verdict == V.CONTRADICTED
+
+
+def test_a_contradiction_stands_only_where_the_data_file_reproduces_the_papers_setting():
+    """Every claim whose cells could contradict the paper (at the null, no change, or a directed test) either
+    reproduces the paper's setting and adversary or says why not."""
+    for c in DATA.claims:
+        if c.outside_setting:
+            assert c.setting, c.id
+
+
+def test_every_claim_carries_what_the_paper_reports_and_the_page_shows_it():
+    page = (REPO / "docs" / "claims.md").read_text()
+    for c in DATA.claims:
+        assert c.paper_number, c.id
+        row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{c.id}`"))
+        assert c.paper_number.replace("|", "\\|") in row, c.id
+    assert "| the paper reports | reconbench's numbers per point |" in page

@@ -202,9 +202,9 @@ def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path
         "",
         "## Claims",
         "",
-        "| claim | where (paper's text) | our paraphrase (kind of test; measure) | set-up | numbers per point | test, "
-        "p-value | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| claim | where (paper's text) | our paraphrase (kind of test; measure) | set-up | the paper reports | "
+        "reconbench's numbers per point | test, p-value | verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for res in results:
         c = res.claim
@@ -217,11 +217,14 @@ def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path
         para = f"{c.statement} ({kind}" + (f"; {MEASURES[c.measure].label}" if c.measure else "") + ")"
         if c.note:
             para += f" {c.note}"
+        if c.setting:
+            para += f" The paper's setting: {c.setting}."
         test = "-" if not res.decision.test else (
             "" if res.decision.p is None else f"**p = {fmt_p(res.decision.p)}**: ") + res.decision.test
         verdict = f"**{res.verdict}**" + (f": {res.reason}" if res.reason else "")
         lines.append("| " + " | ".join(_cell(x) for x in (
-            f"`{c.id}`<br>{c.paper.short}", where, para, res.setup, number_text(res), test, verdict)) + " |")
+            f"`{c.id}`<br>{c.paper.short}", where, para, res.setup, c.paper_number or "-", number_text(res), test,
+            verdict)) + " |")
     lines += ["", cost_section(data, sources, found or {})]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -66,6 +66,14 @@ class Claim:
     reason: str = ""
     note: str = ""
     premise: Premise = ""
+    #: the paper's setting and adversary for this statement, in words (shown on the page)
+    setting: str = ""
+    #: why the cells do not reproduce that setting or adversary (non-empty: the claim is not judged, whatever its
+    #: test gives; the test's outcome is kept in the reason)
+    outside_setting: str = ""
+    #: what the paper reports for this statement, in our words, with where it says so; settings the paper leaves
+    #: implicit are named as such
+    paper_number: str = ""
 
     @property
     def measured(self) -> bool:
@@ -84,7 +92,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "id": str, "paper": str, "where": str, "statement": str, "kind": str, "source": str, "quote": str,
     "in_text": bool, "measure": str, "suite": str, "comparison": str, "axis": str, "attack": str, "init": str,
     "points": list, "direction": str, "threshold": (int, float), "judge": bool, "oracle": bool, "reason": str,
-    "note": str, "premise": str,
+    "note": str, "premise": str, "setting": str, "outside_setting": str, "paper_number": str,
 }
 _REQUIRED = ("id", "paper", "where", "statement", "kind")
 

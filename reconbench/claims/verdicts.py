@@ -226,15 +226,22 @@ def _unchanged(claim: Claim, points: list[Point], verdict: Decision) -> Decision
                     f"{base.reason})", verdict.test, verdict.p)
 
 
+def _outside_setting(claim: Claim, verdict: Decision) -> Decision:
+    """Not judged when the cells do not reproduce the paper's setting or adversary for this statement: a
+    contradiction (or its absence) outside that setting says nothing about what the paper claims."""
+    if not claim.outside_setting or verdict.verdict == NOT_RUN:
+        return verdict
+    return Decision(NOT_JUDGED, f"outside the paper's setting: {claim.outside_setting}; the cells alone give "
+                    f"{verdict.verdict} ({verdict.reason})", verdict.test, verdict.p)
+
+
 def decide(claim: Claim, points: list[Point]) -> Decision:
     """The verdict of one claim from its measured points (the rules in :data:`RULES`)."""
     pre = _preconditions(claim, points)
     if pre is not None:
         return pre
     refused = _oracle(claim, points) or _outside_regime(points) or _premise(claim, points)
-    if refused is not None:
-        return refused
-    return _unchanged(claim, points, _test(claim, points))
+    return _outside_setting(claim, refused or _unchanged(claim, points, _test(claim, points)))
 
 
 RULES = f"""\
@@ -270,7 +277,7 @@ target (`seed_targets`) and seeds the held-out null draws afresh (`seed_nulls`),
 - *not run*: some cell is missing, stale (its suite entry changed) or its attack did not complete its steps
   (diverged, non-finite, stopped early: reconbench/attack/outcome.py); such a claim gets no verdict. *Not judged*:
   measured and shown, but the paper's outcome is not in the available text, so there is nothing to compare with;
-  or one of the four rules below holds.
+  or one of the five rules below holds.
 - *not judged: oracle start refused*: some cell starts from the training images themselves (the init records
   `is_oracle`), or the data file marks the claim as one; such a run tests the attack, not privacy.
 - *not judged: targets outside the regime*: the attack assumes the released weights are a stationary point
@@ -280,6 +287,10 @@ target (`seed_targets`) and seeds the held-out null draws afresh (`seed_nulls`),
   above {MAX_RESIDUAL:g}. Cards recorded before the regime test carry the same theta fit as a squared residual; for
   the weight-decay attack that fit is a lower bound, so a target it puts outside is outside. Attacks without a
   stationarity premise (the bilevel attack, the baselines) are not gated.
+- *not judged: outside the paper's setting*: the data file names the paper's setting and adversary for the
+  statement, and the cells do not reproduce them (an adversary given what the paper's has not, a set-up that
+  cannot reach what the statement is about); whatever the test gives is kept in the reason, not as a verdict. A
+  contradiction stands only where the paper's own setting and adversary are reproduced.
 - *not judged: targets outside the claim's premise*: the claim is about targets of a kind (models that do not fit
   every training image) and some cell's target is not of that kind (its card's training error is 0).
 - *not judged: the unchanged start already meets it*: every verdict that says something (reproduced,
