@@ -25,7 +25,7 @@ from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import Published, Stat, fmt_stat, target_rows, value_range
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
-from reconbench.records import CellRecord, TargetRow
+from reconbench.records import CellRecord
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -545,10 +545,6 @@ def typed(records):
     return {cid: CellRecord.from_dict(r) for cid, r in records.items()}
 
 
-def target_records(rows):
-    return [TargetRow.from_dict(r) for r in rows]
-
-
 def test_targets_table_has_one_row_per_trained_target_when_seeds_retrain_it():
     def rec(cid, name, key, seed, ratio):
         return {"cell_id": cid, "status": "ok", "seed": seed,
@@ -557,7 +553,7 @@ def test_targets_table_has_one_row_per_trained_target_when_seeds_retrain_it():
     records = {"a0": rec("a0", "t", "k0", 0, 0.9), "a1": rec("a1", "t", "k1", 1, 0.8),
                "b0": rec("b0", "t", "k0", 0, 0.9), "c0": rec("c0", "u", "k2", 0, 0.1)}
     rows = target_rows(Published(plan=[], records=typed(records), not_run=[], stale=[]), gate=0.5)
-    assert [(r["target"], r["cells"], r["stationarity_ratio"], r["converged"]) for r in rows] == [
+    assert [(r.target, r.cells, r.stationarity_ratio, r.converged) for r in rows] == [
         ("t (seed 0)", ["a0", "b0"], 0.9, False), ("t (seed 1)", ["a1"], 0.8, False), ("u", ["c0"], 0.1, True)]
 
 
@@ -569,11 +565,11 @@ def test_targets_table_shows_the_learned_part_ratio_only_where_cards_have_it():
                 "target": {"name": cid, "recipe_key": cid, "recipe": {}, "train_metrics": {"certificate": cert}}}
     old = {"a": rec("a", {"ratio": 0.9})}
     rows = target_rows(Published(plan=[], records=typed(old), not_run=[], stale=[]))
-    assert "learned_ratio" not in rows[0] and "learned-part ratio" not in render_targets(target_records(rows))
+    assert "learned_ratio" not in rows[0].to_dict() and "learned-part ratio" not in render_targets(rows)
     new = {**old, "b": rec("b", {"ratio": 0.95, "learned": {"ratio": 0.0432}})}
     rows = target_rows(Published(plan=[], records=typed(new), not_run=[], stale=[]))
-    assert [r.get("learned_ratio") for r in rows] == [None, 0.0432]
-    table = render_targets(target_records(rows))
+    assert [r.learned_ratio for r in rows] == [None, 0.0432]
+    table = render_targets(rows)
     assert "learned-part ratio" in table and "0.0432" in table
 
 
@@ -589,8 +585,8 @@ def test_the_learned_part_gate_flags_targets_on_its_own_measure():
                "out": rec("out", {"ratio": 0.2, "learned": {"ratio": 0.3}}),
                "old": rec("old", {"ratio": 0.2})}
     rows = target_rows(Published(plan=[], records=typed(records), not_run=[], stale=[]), learned_gate=0.1)
-    assert [(r["target"], r["converged"]) for r in rows] == [("in", True), ("out", False), ("old", None)]
-    table = render_targets(target_records(rows))
+    assert [(r.target, r.converged) for r in rows] == [("in", True), ("out", False), ("old", None)]
+    table = render_targets(rows)
     assert "0.05 ✓" in table and "0.3 ⚠ > 0.1" in table and "0.95 ✓" not in table and "0.95 ⚠" not in table
     both = {"stationarity": 0.5, "learned": 0.1}
     assert [in_regime(both, r) for r in typed(records).values()] == [False, False, None]
@@ -618,13 +614,13 @@ def test_targets_table_shows_the_regime_residuals_only_where_cards_have_them():
         return {"cell_id": cid, "status": "ok", "seed": 0,
                 "target": {"name": cid, "recipe_key": cid, "recipe": {}, "train_metrics": {"certificate": cert}}}
     old = {"a": rec("a", {"ratio": 0.9})}
-    before = render_targets(target_records(target_rows(Published(plan=[], records=typed(old), not_run=[], stale=[]))))
+    before = render_targets(target_rows(Published(plan=[], records=typed(old), not_run=[], stale=[])))
     assert "θ residual" not in before
     new = {**old, "b": rec("b", {"ratio": 0.9, "regime": {"theta": {"residual": 0.971, "margin_set": [0, 1, 4]}}}),
            "c": rec("c", {"ratio": 0.1, "regime": {"theta": {"residual": 0.2, "margin_set": [0]},
                                                     "regularised": {"residual": 0.3}}})}
     rows = target_rows(Published(plan=[], records=typed(new), not_run=[], stale=[]))
-    assert [r.get("theta_residual") for r in rows] == [None, 0.971, 0.2]
-    table = render_targets(target_records(rows))
+    assert [r.theta_residual for r in rows] == [None, 0.971, 0.2]
+    table = render_targets(rows)
     assert "0.971 ⚠ > 0.5 (3 on the margin)" in table and "0.2 ✓ (1 on the margin)" in table
     assert "regularised-loss residual" in table and "0.3 ✓" in table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -114,8 +115,23 @@ def test_absent_fields_read_as_their_defaults_and_stay_absent():
 
 def test_a_field_set_after_reading_is_written():
     rec = CellRecord.from_dict({"cell_id": "a"})
-    assert CellRecord(cell_id="a", status="ok").to_dict() == {"cell_id": "a", "status": "ok"}
+    assert dataclasses.replace(rec, status="ok").to_dict() == {"cell_id": "a", "status": "ok"}
     assert rec.to_dict() == {"cell_id": "a"}
+
+
+def test_a_record_built_in_code_writes_every_field_in_declared_order():
+    written = CellRecord(cell_id="a", status="ok").to_dict()
+    declared = [f.name for f in dataclasses.fields(CellRecord) if f.name not in ("extra", "key_order")]
+    assert list(written) == declared and written["seed"] is None and written["groups"] == []
+    assert CellRecord.from_dict(written) == CellRecord(cell_id="a", status="ok")
+
+
+def test_a_written_record_writes_exactly_the_fields_given_in_their_order():
+    rec = CellRecord.written(status=None, cell_id="a")
+    assert list(rec.to_dict().items()) == [("status", None), ("cell_id", "a")]
+    assert CellRecord.from_dict(rec.to_dict()).to_dict() == rec.to_dict()
+    with pytest.raises(TypeError, match="cel_id"):
+        CellRecord.written(cel_id="a")
 
 
 def test_a_record_that_is_not_an_object_is_a_one_line_error():

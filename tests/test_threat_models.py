@@ -15,6 +15,7 @@ from reconbench import hookimpl, plugins
 from reconbench.conformance import tiny_card
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, NoOptions, ThreatModel
+from reconbench.records import TableRow
 from reconbench.runs.execute import run_attack
 from reconbench.runs.prepare import prepare
 from reconbench.runs.spec import RunSpec
@@ -177,22 +178,21 @@ def test_threat_models_suite_loads_and_sweeps_the_law_axis():
                 == d_n[c.recipe.problem.dataset]
 
 
-def _row(attack: str, name: str) -> dict[str, Any]:
-    return {"target": "t", "attack": attack, "attack_name": name, "init": "gaussian", "cells": ["c"], "metrics": {}}
+def _row(attack: str, name: str) -> TableRow:
+    return TableRow.written(target="t", attack=attack, attack_name=name, init="gaussian", cells=["c"], metrics={})
 
 
 def test_board_rows_show_the_threat_model_only_where_an_attack_reads_theta0():
     from reconbench.leaderboard.readme import render_main_table
     from reconbench.leaderboard.tables import add_threat_models
-    from reconbench.records import TableRow
 
     classic = [_row("haim_binary_kkt", "haim_binary_kkt"), _row("weight_rows", "weight_rows")]
-    add_threat_models(classic)   # the published boards' attacks: rows and README as before
-    assert not any("threat_model" in r for r in classic)
-    assert "threat model" not in render_main_table([TableRow.from_dict(r) for r in classic], [])
+    classic = add_threat_models(classic)   # the published boards' attacks: rows and README as before
+    assert not any("threat_model" in r.to_dict() for r in classic)
+    assert "threat model" not in render_main_table(classic, [])
     mixed = [_row("loo", "loo_ntk"), _row("haim_binary_kkt", "haim_binary_kkt"), _row("gone", "not_installed")]
-    add_threat_models(mixed)
-    assert [r["threat_model"] for r in mixed] == ["θ0+θ", "θ+labels", "not registered"]
-    table = render_main_table([TableRow.from_dict(r) for r in mixed], []).splitlines()
+    mixed = add_threat_models(mixed)
+    assert [r.threat_model for r in mixed] == ["θ0+θ", "θ+labels", "not registered"]
+    table = render_main_table(mixed, []).splitlines()
     assert "threat model" in table[0]
     assert "| θ0+θ " in table[2] and "| θ+labels " in table[3]

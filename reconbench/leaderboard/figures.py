@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.tables import Published, column_value
-from reconbench.records import CellRecord, ImageRow, TrainMetrics
+from reconbench.records import CellRecord, ImageRow, TableRow, TrainMetrics
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
@@ -110,7 +110,7 @@ def _primary(rec: CellRecord, columns: list[dict[str, Any]]) -> float:
 def draw_reconstructions(
     suite: Suite,
     pub: Published,
-    tables: dict[str, Any],
+    tables: dict[str, list[TableRow]],
     columns: list[dict[str, Any]],
     data: _Data,
     path: Path,
@@ -120,15 +120,15 @@ def draw_reconstructions(
     title = TITLES["reconstructions"]
     picks = []
     for label in suite.attacks:
-        rows = [r for r in tables["pool"] if r["attack"] == label]
+        rows = [r for r in tables["pool"] if r.attack == label]
         if not rows:
             continue
         eligible = suite.leaderboard.figure_inits
-        fair = [r for r in rows if (r["init"] in eligible if eligible is not None else not r["init_is_oracle"])
-                and r["cells"]]   # a row whose attack failed in every cell has none
+        fair = [r for r in rows if (r.init in eligible if eligible is not None else not r.init_is_oracle)
+                and r.cells]   # a row whose attack failed in every cell has none
         if not fair:
             continue
-        recs = pub.usable(fair[0]["cells"])
+        recs = pub.usable(fair[0].cells)
         picks.append(max(recs, key=lambda r: _primary(r, columns)))
     eligible = suite.leaderboard.figure_inits
     inits_text = "a non-oracle init" if eligible is None else "one of the inits " + ", ".join(eligible)
@@ -290,7 +290,7 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
 def draw_all(
     suite: Suite,
     pub: Published,
-    tables: dict[str, Any],
+    tables: dict[str, list[TableRow]],
     columns: list[dict[str, Any]],
     results: Path,
     out: Path,

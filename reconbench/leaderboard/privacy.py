@@ -19,7 +19,7 @@ from tabulate import tabulate
 from reconbench.bench.suite import PrivacyAxis, Suite
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE
 from reconbench.leaderboard.tables import Published, Stat, failures_of, fmt_stat, null_of, value_range
-from reconbench.records import CellRecord, TrainMetrics, mapping
+from reconbench.records import CellRecord, TrainMetrics, mapping, plain
 
 #: the evaluation summary key shown as each attack's headline: the calibrated count (docs/calibration.md), which
 #: random held-out images pass with probability at most 5%; the papers' SSIM count is not a privacy measure
@@ -91,12 +91,12 @@ def axis_rows(suite: Suite, pub: Published, axis: PrivacyAxis) -> dict[str, Any]
                 head = [v for v in (_summary_value(r, HEADLINE_KEY) for r in recs) if v is not None]
                 # the cells' own held-out null, when evaluated (it does not depend on whether the attack ran)
                 recorded = null_of(pub.ok(ids), SELECTION, HEADLINE_KEY)
-                null = [] if recorded is None else [recorded["mean"]]
+                null = [] if recorded is None or recorded.mean is None else [recorded.mean]
                 entry["attacks"][f"{attack} / {init}"] = {
                     "headline": Stat(head, value_range(HEADLINE_KEY, recs)).to_dict(),
                     "null": Stat(null, value_range(HEADLINE_KEY, pub.ok(ids))).to_dict(),
                     "cells": [r.cell_id for r in recs], "pareto": False,
-                    "attack_failed": failures_of(pub.attack_failed(ids), len(pub.ok(ids)))}
+                    "attack_failed": plain(failures_of(pub.attack_failed(ids), len(pub.ok(ids))))}
         rows.append(entry)
     if axis.null_attack:  # the null cells' headline (held-out images, 0 steps) where the cells record none
         recorded_any = any(r["attacks"][s]["null"]["n"] for r in rows for s in series)

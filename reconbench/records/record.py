@@ -20,7 +20,7 @@ import numbers
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -63,8 +63,9 @@ def mapping(v: Any) -> Mapping[str, Any]:
 
 
 def plain(v: Any) -> Any:
-    """A record, or JSON values holding records, as plain JSON values."""
-    if isinstance(v, Record):
+    """A record (or a value type of :func:`register_value_type`), or JSON values holding them, as plain JSON
+    values."""
+    if isinstance(v, Record) or type(v) in VALUE_TYPES:
         return v.to_dict()
     if isinstance(v, Mapping):
         return {k: plain(x) for k, x in v.items()}
@@ -79,8 +80,8 @@ class Record:
 
     #: keys of the JSON object that no field names (an open record only), kept to be written back
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, kw_only=True)
-    #: the order of the keys as read (written back in it)
-    key_order: tuple[str, ...] = field(default=(), repr=False, compare=False, kw_only=True)
+    #: the keys as read, in their order (written back so); None for a record built in code, which writes every field
+    key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False, kw_only=True)
 
     _OWN: ClassVar[frozenset[str]] = frozenset({"extra", "key_order"})
     #: the format (schema and its version) of the JSON file a top-level record reads, as its writer stamps it
@@ -93,18 +94,40 @@ class Record:
         """The record of a JSON object, read strictly; ``source`` (the file) names it in a one-line error."""
         return decode(cls, d, source)
 
+    @classmethod
+    def written(cls: type[R], **values: Any) -> R:
+        """A record as a writer makes it when the file leaves fields out: exactly the fields given, written in the
+        order given (a field given at its default is written too; one not given is not)."""
+        rec = cls(**values)
+        object.__setattr__(rec, "key_order", tuple(k for k in values if k not in cls._OWN))
+        return rec
+
+    def updated(self: R, **changes: Any) -> R:
+        """The record with fields changed; of a record with chosen keys (read, or :meth:`written`), a field it did
+        not write yet is written after those it does, as a key set on a JSON object is."""
+        rec = replace(self, **changes)
+        if self.key_order is not None:
+            new = tuple(k for k in changes if k not in self.key_order and k not in self._OWN)
+            object.__setattr__(rec, "key_order", self.key_order + new)
+        return rec
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object: the keys read, in their order, then fields set that were not read."""
+        """The JSON object: the keys read (or given to :meth:`written`), in their order, then fields set that were
+        not; a record built in code (``key_order`` None) writes every field, in the order the record declares."""
+        every = self.key_order is None
+        order = self.key_order or ()
         values: dict[str, Any] = {}
         for f in fields(self):
             if f.name in self._OWN:
                 continue
             v = getattr(self, f.name)
-            default = f.default_factory() if f.default_factory is not MISSING else f.default
-            if f.name in self.key_order or v != default:
-                values[f.name] = plain(v)
+            if not every and f.name not in order:
+                default = f.default_factory() if f.default_factory is not MISSING else f.default
+                if v == default:
+                    continue
+            values[f.name] = plain(v)
         out: dict[str, Any] = {}
-        for k in self.key_order:
+        for k in order:
             if k in values:
                 out[k] = values.pop(k)
             elif k in self.extra:
@@ -144,7 +167,7 @@ def _type_name(t: Any) -> str:
         return "a number"
     if t is str:
         return "text"
-    if isinstance(t, type) and issubclass(t, Record):
+    if isinstance(t, type) and (issubclass(t, Record) or t in VALUE_TYPES):
         return f"an object (a {t.__name__})"
     origin = typing.get_origin(t)
     if origin in (typing.Union, types.UnionType):
@@ -199,7 +222,7 @@ def _kind_of_type(t: Any) -> str:
         return "null"
     if t in (bool, int, float, str):
         return t.__name__
-    if (isinstance(t, type) and issubclass(t, Record)) or origin in (dict, Mapping):
+    if (isinstance(t, type) and (issubclass(t, Record) or t in VALUE_TYPES)) or origin in (dict, Mapping):
         return "object"
     if origin in (list, tuple):
         return "array"
@@ -308,6 +331,18 @@ def _make_converter(detailed: bool) -> cattrs.Converter:
 #: reads a valid file fast; an invalid one is read again by :data:`DETAILED` for the paths of its problems
 CONVERTER = _make_converter(detailed=False)
 DETAILED = _make_converter(detailed=True)
+
+#: classes of the house that records hold as they are (not records themselves): each reads a JSON object with its
+#: own checks (:func:`register_value_type`) and writes it back with its ``to_dict``
+VALUE_TYPES: dict[type, Callable[[Any], Any]] = {}
+
+
+def register_value_type(cls: type, read: Callable[[Any], Any]) -> None:
+    """Let records hold ``cls`` (a class with ``to_dict``): ``read`` makes one from a JSON object, raising a
+    one-line error on a bad one. Register at import, before the first record holding it is read."""
+    VALUE_TYPES[cls] = read
+    for conv in (CONVERTER, DETAILED):
+        conv.register_structure_hook(cls, lambda d, _: read(d))
 
 
 def _problems(exc: BaseException, path: str, cls: Any) -> list[tuple[str, Any, BaseException]]:
