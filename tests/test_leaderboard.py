@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 from _helpers.cli import run_cli
+from _helpers.recordkit import cell_record, invocation, selection, write_results
 from _helpers.suitekit import TOY_SUITE
 
 from reconbench import hookimpl, plugins
-from reconbench.bench.cells import CELL_FORMAT, expand
+from reconbench.bench.cells import expand
 from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import load_suite
 from reconbench.errors import DataError
@@ -25,7 +26,7 @@ from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import Published, Stat, fmt_stat, target_rows, value_range
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
-from reconbench.records import CellRecord
+from reconbench.records import CellRecord, mapping
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,43 +76,17 @@ COLLAPSE = {("a", "gaussian"): 0.5, ("a", "gt"): 0.1, ("b", "gaussian"): 0.3, ("
 OFFSET = {"pool": 0, "blind": -1, "oracle": 1}
 
 
-def fake_record(cell, suite, reconstructed: float, collapse: float, oracle_init: bool) -> dict:
+def fake_record(cell, suite, reconstructed: float, collapse: float, oracle_init: bool) -> CellRecord:
     sel = {
-        name: {
-            "summary": {"good_count": reconstructed + off, "collapse": collapse, "distinct_share": 1 - collapse, "other": 1.0,
-                        "reconstructed_calibrated": (reconstructed + off) / 2},
-            "null": {"available": True, "draws": 5,
-                     "spread": {"reconstructed_calibrated": {"mean": 0.1 * cell.seed, "max": float(cell.seed)}}},
-            "attack_loss": 0.1 * reconstructed,
-            "run": None if name == "pool" else 0,
-            "oracle": name == "oracle",
-        }
+        name: selection(
+            {"good_count": reconstructed + off, "collapse": collapse, "distinct_share": 1 - collapse, "other": 1.0,
+             "reconstructed_calibrated": (reconstructed + off) / 2},
+            null_spread={"reconstructed_calibrated": {"mean": 0.1 * cell.seed, "max": float(cell.seed)}},
+            attack_loss=0.1 * reconstructed, run=None if name == "pool" else 0, oracle=name == "oracle")
         for name, off in OFFSET.items()
     }
-    return {
-        "format": CELL_FORMAT,
-        "cell_id": cell.cell_id,
-        "cell_key": cell.key(suite),
-        "groups": list(cell.groups),
-        "status": "ok",
-        "error": None,
-        "seed": cell.seed,
-        "spec": {"dtype": "float64"},
-        "target": {"name": cell.target, "recipe_key": cell.recipe.key()},
-        "attack": {"label": cell.attack.label, "name": cell.attack.attack},
-        "init": {
-            "label": cell.init.label,
-            "regime": cell.init.regime,
-            "config": {},
-            "is_oracle": oracle_init,
-        },
-        "selections": sel,
-        "evaluation": {"summary": sel["pool"]["summary"], "per_image": []},
-        "attack_seconds": 1.0 + cell.seed,
-        "wall_seconds": 2.0 + cell.seed,
-        "invocation": 0,
-        "provenance": {"git_commit": "abc123", "reconbench_version": "9.9.9"},
-    }
+    return cell_record(cell, suite, sel, oracle_init=oracle_init, attack_seconds=1.0 + cell.seed,
+                       wall_seconds=2.0 + cell.seed)
 
 
 @pytest.fixture
@@ -119,33 +94,18 @@ def synthetic(tmp_path, toy_attack_registered):
     path = tmp_path / "synthetic.toml"
     path.write_text(SUITE)
     suite = load_suite(path)
-    res = tmp_path / "res"
+    cells = []
     for cell in expand(suite):
         key = (cell.attack.label, cell.init.label)
         if "grid" in cell.groups:
-            rec = fake_record(cell, suite, COUNTS[key][cell.seed], COLLAPSE[key], cell.init.label == "gt")
+            cells.append(fake_record(cell, suite, COUNTS[key][cell.seed], COLLAPSE[key], cell.init.label == "gt"))
         else:  # the comparison's derived target
-            rec = fake_record(cell, suite, 20.0, 0.0, False)
-        write_json(res / "cells" / f"{cell.cell_id}.json", rec)
-    write_json(
-        res / "invocations" / "000.json",
-        {
-            "invocation": 0,
-            "command": "reconbench bench synthetic.toml",
-            "status": "completed",
-            "elapsed_seconds": 75.0,
-            "machine": {
-                "cores": 2,
-                "cpu_model": "Test CPU 3000",
-                "memory_gib": 24.0,
-                "gpu": None,
-                "torch_threads": 2,
-            },
-            "git_commit": "abc123",
-            "reconbench_version": "9.9.9",
-        },
-    )
-    write_json(res / "invocations" / "001.json", {"invocation": 1, "command": "x", "elapsed_seconds": 5.0})
+            cells.append(fake_record(cell, suite, 20.0, 0.0, False))
+    machine = {"cores": 2, "cpu_model": "Test CPU 3000", "memory_gib": 24.0, "gpu": None, "torch_threads": 2}
+    res = write_results(tmp_path / "res", cells, [
+        invocation(0, "reconbench bench synthetic.toml", 75.0, status="completed", machine=machine,
+                   git_commit="abc123", reconbench_version="9.9.9"),
+        invocation(1, "x", 5.0)])
     return suite, res
 
 
@@ -434,9 +394,10 @@ def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered)
     for cell in expand(suite):
         l1, l2 = cell.init.config["l1"], cell.init.config["l2"]
         rec = fake_record(cell, suite, 10 * l1 * l2 + cell.seed, 0.0, False)
-        rec["init"]["config"] = dict(cell.init.config)
-        rec["evaluation"]["per_image"] = [{"ssim": 0.1 * i + 0.01 * cell.seed} for i in range(n)]
-        write_json(res / "cells" / f"{cell.cell_id}.json", rec)
+        rec = rec.updated(init=rec.init.updated(config=dict(cell.init.config)),
+                          evaluation={**mapping(rec.evaluation),
+                                      "per_image": [{"ssim": 0.1 * i + 0.01 * cell.seed} for i in range(n)]})
+        write_results(res, [rec])
         write_json(res / "targets" / f"{cell.recipe.key()}.json", {"metrics": {"margins": margins}})
     data = build_leaderboard(suite, res, tmp_path / "lb")
     figs = data["figures"]

@@ -5,7 +5,8 @@ value of the wrong JSON type, is a one-line error naming the file, the field's p
 told its nearest name). Only an *open* record (:attr:`Record.OPEN`: an image row's score columns, a comparison
 point's metrics) keeps keys it does not name, in ``extra``. Fields may be absent (they read as their defaults and
 stay absent when written back). ``to_dict`` writes the keys in the order they were read, so
-``to_dict(from_dict(x)) == x`` for every file the project has published.
+``to_dict(from_dict(x)) == x`` for every file the project has published. A record built in code writes every field
+in the order it declares them; :meth:`Record.written` builds one that writes exactly the fields given.
 
 Numbers are not converted: a float field holding ``3`` keeps the int, so the file is written back byte for byte.
 
