@@ -33,7 +33,7 @@ from reconbench.leaderboard.tables import (
     target_rows,
 )
 from reconbench.provenance import git_commit, write_json, write_text_atomic
-from reconbench.records import BoardResults, Figure, PrivacyTable
+from reconbench.records import BoardResults, Figure
 from reconbench.safe_paths import member
 
 #: a sampled cell whose candidates file is larger is skipped for the next one (keeps published folders small)
@@ -148,8 +148,8 @@ def build_leaderboard(
         targets=targets,
         tables=tables,
         comparisons=comparisons,
-        # the privacy tables and figures are still built as JSON objects (privacy.py, figures.py): read strictly here
-        privacy={name: PrivacyTable.from_dict(t, f"privacy table {name!r}") for name, t in privacy.items()},
+        privacy=privacy,
+        # the figures are still described as JSON objects (figures.py): read strictly here
         figures={name: Figure.from_dict(f, f"figure {name!r}") for name, f in figure_info.items()},
         stored_candidates=stored,
         failures=[
