@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.tables import Published, column_value
-from reconbench.records import CellRecord, ImageRow, TableRow, TrainMetrics
+from reconbench.records import CellRecord, Figure, ImageRow, TableRow, TrainMetrics
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
@@ -114,7 +114,7 @@ def draw_reconstructions(
     columns: list[dict[str, Any]],
     data: _Data,
     path: Path,
-) -> dict[str, Any]:
+) -> Figure:
     import matplotlib.pyplot as plt
 
     title = TITLES["reconstructions"]
@@ -133,7 +133,7 @@ def draw_reconstructions(
     eligible = suite.leaderboard.figure_inits
     inits_text = "a non-oracle init" if eligible is None else "one of the inits " + ", ".join(eligible)
     if not picks:
-        return {"title": title, "reason": f"no finished cell under {inits_text}"}
+        return Figure.written(title=title, reason=f"no finished cell under {inits_text}")
     k = suite.leaderboard.sample_images
     # one block per attack: a label line, the training images, the matched candidates (with their scores)
     fig = plt.figure(figsize=(0.9 * k, 2.05 * len(picks)))
@@ -176,17 +176,17 @@ def draw_reconstructions(
             bottom.set_xlabel(f"{score:.2f}", fontsize=6, labelpad=1)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {
-        "title": title,
-        "file": f"figures/{path.name}",
-        "cells": [r.cell_id for r in picks],
-        "caption": f"For each attack, its best cell under {inits_text} (by the first column, pooled "
+    return Figure.written(
+        title=title,
+        file=f"figures/{path.name}",
+        cells=[r.cell_id for r in picks],
+        caption=f"For each attack, its best cell under {inits_text} (by the first column, pooled "
         f"candidates): training images (upper row) and the matched candidate (lower row, with its "
         f"{' / '.join(sorted(score_names))} score), best matches first.",
-    }
+    )
 
 
-def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -> dict[str, Any]:
+def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -> Figure:
     import matplotlib.pyplot as plt
 
     title = TITLES["ssim_vs_margin"]
@@ -208,7 +208,7 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
     points = {t: {a: v for a, v in by.items() if v[0]} for t, by in points.items()}
     points = {t: by for t, by in points.items() if by}
     if not points:
-        return {"title": title, "reason": "the cells' evaluations record no per-image SSIM"}
+        return Figure.written(title=title, reason="the cells' evaluations record no per-image SSIM")
     fig, axes = plt.subplots(1, len(points), figsize=(4.2 * len(points), 3.4), squeeze=False)
     for ax, (target, by_attack) in zip(axes[0], points.items(), strict=True):
         for label, (xs, ys) in by_attack.items():
@@ -220,33 +220,33 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {
-        "title": title,
-        "file": f"figures/{path.name}",
-        "caption": "Every training image of every non-oracle grid cell (pooled candidates): the SSIM of "
+    return Figure.written(
+        title=title,
+        file=f"figures/{path.name}",
+        caption="Every training image of every non-oracle grid cell (pooled candidates): the SSIM of "
         "its best "
         "reconstruction against its margin under the trained target. The KKT theory predicts that "
         "images on or near the margin are the reconstructable ones.",
-    }
+    )
 
 
-def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, Any]], path: Path) -> dict[str, Any]:
+def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, Any]], path: Path) -> Figure:
     import matplotlib.pyplot as plt
 
     title = TITLES["mixture_heatmap"]
     recs = [r for r in pub.usable() if r.init.regime == MIXTURE_REGIME]
     if not recs:
-        return {"title": title, "reason": f"the suite runs no `{MIXTURE_REGIME}` init"}
+        return Figure.written(title=title, reason=f"the suite runs no `{MIXTURE_REGIME}` init")
     numeric = sorted(
         {k for r in recs for k, v in r.init.config.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     )
     varying = [k for k in numeric if len({r.init.config[k] if k in r.init.config else None for r in recs}) > 1]
     if len(varying) != 2:
-        return {
-            "title": title,
-            "reason": f"mixture cells vary {len(varying)} numeric init options "
+        return Figure.written(
+            title=title,
+            reason=f"mixture cells vary {len(varying)} numeric init options "
             f"({', '.join(varying) or 'none'}); a heatmap needs exactly two",
-        }
+        )
     kx, ky = varying
     col = columns[0]
     panels: dict[tuple[str, str], dict[tuple[float, float], list[float]]] = {}
@@ -257,7 +257,7 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
         cell = (float(r.init.config[kx]), float(r.init.config[ky]))
         panels.setdefault((r.attack.label, r.target.name), {}).setdefault(cell, []).append(v)
     if not panels:
-        return {"title": title, "reason": f"no mixture cell has a value for {col['name']}"}
+        return Figure.written(title=title, reason=f"no mixture cell has a value for {col['name']}")
     fig, axes = plt.subplots(1, len(panels), figsize=(3.8 * len(panels), 3.4), squeeze=False)
     for ax, ((attack, target), grid) in zip(axes[0], panels.items(), strict=True):
         xs = sorted({c[0] for c in grid})
@@ -278,13 +278,13 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {
-        "title": title,
-        "file": f"figures/{path.name}",
-        "caption": f"{col['name']} (pooled candidates, mean over seeds) for mixture inits as a function of "
+    return Figure.written(
+        title=title,
+        file=f"figures/{path.name}",
+        caption=f"{col['name']} (pooled candidates, mean over seeds) for mixture inits as a function of "
         "the "
         f"mixture weights `{kx}` and `{ky}`; inits that include training images are oracles.",
-    }
+    )
 
 
 def draw_all(
@@ -296,13 +296,13 @@ def draw_all(
     out: Path,
     *,
     data_root: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Figure]:
     import matplotlib
 
     matplotlib.use("Agg")
     data = _Data(results, data_root)
     figs = out / "figures"
-    info: dict[str, Any] = {}
+    info: dict[str, Figure] = {}
     jobs = {
         "reconstructions": lambda: draw_reconstructions(suite, pub, tables, columns, data, figs / "reconstructions.png"),
         "ssim_vs_margin": lambda: draw_ssim_vs_margin(suite, pub, data, figs / "ssim_vs_margin.png"),
@@ -312,5 +312,5 @@ def draw_all(
         try:
             info[name] = job()
         except Exception as exc:  # a figure that cannot be drawn must not cost the tables: say why
-            info[name] = {"title": TITLES[name], "reason": f"{type(exc).__name__}: {exc}"}
+            info[name] = Figure.written(title=TITLES[name], reason=f"{type(exc).__name__}: {exc}")
     return info

@@ -133,7 +133,7 @@ def build_leaderboard(
             stored.append(cid)
     stored.sort()
 
-    figure_info: dict[str, Any] = {}
+    figure_info: dict[str, Figure] = {}
     if suite.leaderboard.figures if figures is None else figures:
 
         figure_info = draw_all(suite, pub, tables, columns, results, out, data_root=data_root)
@@ -149,8 +149,7 @@ def build_leaderboard(
         tables=tables,
         comparisons=comparisons,
         privacy=privacy,
-        # the figures are still described as JSON objects (figures.py): read strictly here
-        figures={name: Figure.from_dict(f, f"figure {name!r}") for name, f in figure_info.items()},
+        figures=figure_info,
         stored_candidates=stored,
         failures=[
             {"cell_id": r.cell_id, "status": r.status, "error": r.error}
