@@ -130,7 +130,7 @@ def write_cell(out: Path, rec: CellRecord | dict[str, Any]) -> Path:
     """The cell's file, written from its record (a dict is read as a :class:`~reconbench.records.CellRecord` first,
     strictly: a key or a type the record does not know is refused before anything is written) and sealed; a dict
     gets its seal too."""
-    record = rec if isinstance(rec, CellRecord) else CellRecord.from_dict(rec, f"the record of cell {rec.get('cell_id')}")
+    record = rec if isinstance(rec, CellRecord) else CellRecord.from_dict(rec, "the cell record to write")
     data = sealed(record.to_dict())
     path = cell_path(out, record.cell_id)
     write_json(path, data)
