@@ -21,12 +21,14 @@ import logging
 import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
 from reconbench.errors import ReconbenchError
+from reconbench.records import RUN_RESULT_FILE, RunResult, mapping, plain
 
 INSTALL_HINT = "pip install 'reconbench[mlflow]'"
 TRACKERS = ("mlflow",)
@@ -65,34 +67,33 @@ def flatten(value: object, prefix: str = "") -> dict[str, str]:
     return {prefix: text[:MAX_VALUE]}
 
 
-def numbers(summary: dict[str, Any]) -> dict[str, float]:
+def numbers(summary: Mapping[str, Any]) -> dict[str, float]:
     """The finite numbers of a summary (booleans, text and non-finite values left out)."""
     return {k: float(v) for k, v in summary.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
-def result_metrics(result: dict[str, Any]) -> dict[str, float]:
+def result_metrics(result: RunResult) -> dict[str, float]:
     """Headline numbers of a result: every selection's summary and the held-out null's mean and max."""
-    evaluation = result.get("evaluation") or {}
-    out = {f"pool.{k}": v for k, v in numbers(evaluation.get("summary") or {}).items()}
+    out = {f"pool.{k}": v for k, v in numbers(mapping(result.evaluation.get("summary"))).items()}
     for name in SELECTIONS:
-        selected = (result.get("evaluation_selected") or {}).get(name)
+        selected = mapping(result.evaluation_selected.get(name))
         if selected:
-            out.update({f"{name}.{k}": v for k, v in numbers(selected.get("summary") or {}).items()})
-    for key, spread in ((evaluation.get("null") or {}).get("spread") or {}).items():
+            out.update({f"{name}.{k}": v for k, v in numbers(mapping(selected.get("summary"))).items()})
+    for key, spread in mapping(mapping(result.evaluation.get("null")).get("spread")).items():
         for stat in ("mean", "max"):
-            value = spread.get(stat)
+            value = mapping(spread).get(stat)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 out[f"null.{key}.{stat}"] = float(value)
     return out
 
 
-def result_params(result: dict[str, Any]) -> dict[str, str]:
+def result_params(result: RunResult) -> dict[str, str]:
     """The resolved configuration of a result as flat parameters."""
-    return flatten({"spec": result.get("spec"), "init_config": result.get("init_config"),
-                    "search": result.get("search"), "target": {k: (result.get("target") or {}).get(k)
-                                                               for k in ("recipe", "recipe_key", "family", "task",
-                                                                         "n_train")}})
+    t = result.target
+    return flatten({"spec": result.spec, "init_config": result.init_config, "search": result.search,
+                    "target": {"recipe": plain(t.recipe), "recipe_key": t.recipe_key, "family": t.family,
+                               "task": t.task, "n_train": t.n_train}})
 
 
 def traces(out: Path) -> list[tuple[str, float, int]]:
@@ -131,20 +132,20 @@ class MlflowTracker:
         from mlflow import MlflowClient
         from mlflow.entities import Metric, Param
 
-        result = json.loads((out / "result.json").read_text())
+        result = RUN_RESULT_FILE.read(out / "result.json")
         client = MlflowClient(self.uri)
         found = client.get_experiment_by_name(self.experiment)
         experiment = found.experiment_id if found else client.create_experiment(self.experiment)
-        provenance = result.get("provenance") or {}
-        run_tags = {"reconbench.attack": str(result.get("attack")), "reconbench.outcome":
-                    str((result.get("outcome") or {}).get("status")), "reconbench.search":
-                    str((result.get("search") or {}).get("strategy")), **{f"reconbench.{k}": str(v) for k, v in
-                                                                          provenance.items() if isinstance(v, str)},
+        run_tags = {"reconbench.attack": str(result.attack), "reconbench.outcome":
+                    str(mapping(result.outcome).get("status")), "reconbench.search":
+                    str(mapping(result.search).get("strategy")), **{f"reconbench.{k}": str(v) for k, v in
+                                                                     mapping(result.provenance).items()
+                                                                     if isinstance(v, str)},
                     **tags}
         run = client.create_run(experiment, run_name=name, tags=run_tags)
         run_id = run.info.run_id
         params = [Param(k, v) for k, v in {**result_params(result), **flatten(extra_params), "seed":
-                                            str((result.get("spec") or {}).get("seed"))}.items()]
+                                            str(result.spec.get("seed"))}.items()]
         for i in range(0, len(params), MAX_PARAMS):
             client.log_batch(run_id, params=params[i:i + MAX_PARAMS])
         now = int(time.time() * 1000)

@@ -289,7 +289,7 @@ def test_a_claim_whose_attack_failed_is_not_judged_as_a_zero():
 def test_a_row_where_some_seeds_failed_shows_the_others_and_the_failures():
     from reconbench.leaderboard.readme import render_comparison, render_main_table
     from reconbench.leaderboard.tables import Stat
-    from reconbench.records import Column, Comparison, TableRow
+    from reconbench.records import Column, ComparisonTable, TableRow
 
     failed = {"cells": ["c2"], "statuses": {DIVERGED: 1}, "of": 2, "text": "diverged 1/2"}
     col = {"name": "count", "higher_is_better": True, "format": ".1f"}
@@ -304,5 +304,5 @@ def test_a_row_where_some_seeds_failed_shows_the_others_and_the_failures():
         "attack": "a", "init": "i", "selection": "pool", "init_is_oracle": False, "values": [
             {"count": Stat([3.0]).to_dict(), "attack_failed": failed},
             {"count": Stat([]).to_dict(), "attack_failed": none_ran["attack_failed"]}]}]}
-    line = render_comparison(Comparison.from_dict(comp), [Column.from_dict(col)]).splitlines()[-1]
+    line = render_comparison(ComparisonTable.from_dict(comp), [Column.from_dict(col)]).splitlines()[-1]
     assert "| 3.0 (diverged 1/2) " in line and "| diverged 2/2 " in line

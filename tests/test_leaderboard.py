@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 from _helpers.cli import run_cli
+from _helpers.recordkit import cell_record, invocation, selection, write_results
 from _helpers.suitekit import TOY_SUITE
 
 from reconbench import hookimpl, plugins
-from reconbench.bench.cells import CELL_FORMAT, expand
+from reconbench.bench.cells import expand
 from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import load_suite
 from reconbench.errors import DataError
@@ -25,7 +26,7 @@ from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import Published, Stat, fmt_stat, target_rows, value_range
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
-from reconbench.records import CellRecord, TargetRow
+from reconbench.records import CellRecord, mapping
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,43 +76,17 @@ COLLAPSE = {("a", "gaussian"): 0.5, ("a", "gt"): 0.1, ("b", "gaussian"): 0.3, ("
 OFFSET = {"pool": 0, "blind": -1, "oracle": 1}
 
 
-def fake_record(cell, suite, reconstructed: float, collapse: float, oracle_init: bool) -> dict:
+def fake_record(cell, suite, reconstructed: float, collapse: float, oracle_init: bool) -> CellRecord:
     sel = {
-        name: {
-            "summary": {"good_count": reconstructed + off, "collapse": collapse, "distinct_share": 1 - collapse, "other": 1.0,
-                        "reconstructed_calibrated": (reconstructed + off) / 2},
-            "null": {"available": True, "draws": 5,
-                     "spread": {"reconstructed_calibrated": {"mean": 0.1 * cell.seed, "max": float(cell.seed)}}},
-            "attack_loss": 0.1 * reconstructed,
-            "run": None if name == "pool" else 0,
-            "oracle": name == "oracle",
-        }
+        name: selection(
+            {"good_count": reconstructed + off, "collapse": collapse, "distinct_share": 1 - collapse, "other": 1.0,
+             "reconstructed_calibrated": (reconstructed + off) / 2},
+            null_spread={"reconstructed_calibrated": {"mean": 0.1 * cell.seed, "max": float(cell.seed)}},
+            attack_loss=0.1 * reconstructed, run=None if name == "pool" else 0, oracle=name == "oracle")
         for name, off in OFFSET.items()
     }
-    return {
-        "format": CELL_FORMAT,
-        "cell_id": cell.cell_id,
-        "cell_key": cell.key(suite),
-        "groups": list(cell.groups),
-        "status": "ok",
-        "error": None,
-        "seed": cell.seed,
-        "spec": {"dtype": "float64"},
-        "target": {"name": cell.target, "recipe_key": cell.recipe.key()},
-        "attack": {"label": cell.attack.label, "name": cell.attack.attack},
-        "init": {
-            "label": cell.init.label,
-            "regime": cell.init.regime,
-            "config": {},
-            "is_oracle": oracle_init,
-        },
-        "selections": sel,
-        "evaluation": {"summary": sel["pool"]["summary"], "per_image": []},
-        "attack_seconds": 1.0 + cell.seed,
-        "wall_seconds": 2.0 + cell.seed,
-        "invocation": 0,
-        "provenance": {"git_commit": "abc123", "reconbench_version": "9.9.9"},
-    }
+    return cell_record(cell, suite, sel, oracle_init=oracle_init, attack_seconds=1.0 + cell.seed,
+                       wall_seconds=2.0 + cell.seed)
 
 
 @pytest.fixture
@@ -119,33 +94,18 @@ def synthetic(tmp_path, toy_attack_registered):
     path = tmp_path / "synthetic.toml"
     path.write_text(SUITE)
     suite = load_suite(path)
-    res = tmp_path / "res"
+    cells = []
     for cell in expand(suite):
         key = (cell.attack.label, cell.init.label)
         if "grid" in cell.groups:
-            rec = fake_record(cell, suite, COUNTS[key][cell.seed], COLLAPSE[key], cell.init.label == "gt")
+            cells.append(fake_record(cell, suite, COUNTS[key][cell.seed], COLLAPSE[key], cell.init.label == "gt"))
         else:  # the comparison's derived target
-            rec = fake_record(cell, suite, 20.0, 0.0, False)
-        write_json(res / "cells" / f"{cell.cell_id}.json", rec)
-    write_json(
-        res / "invocations" / "000.json",
-        {
-            "invocation": 0,
-            "command": "reconbench bench synthetic.toml",
-            "status": "completed",
-            "elapsed_seconds": 75.0,
-            "machine": {
-                "cores": 2,
-                "cpu_model": "Test CPU 3000",
-                "memory_gib": 24.0,
-                "gpu": None,
-                "torch_threads": 2,
-            },
-            "git_commit": "abc123",
-            "reconbench_version": "9.9.9",
-        },
-    )
-    write_json(res / "invocations" / "001.json", {"invocation": 1, "command": "x", "elapsed_seconds": 5.0})
+            cells.append(fake_record(cell, suite, 20.0, 0.0, False))
+    machine = {"cores": 2, "cpu_model": "Test CPU 3000", "memory_gib": 24.0, "gpu": None, "torch_threads": 2}
+    res = write_results(tmp_path / "res", cells, [
+        invocation(0, "reconbench bench synthetic.toml", 75.0, status="completed", machine=machine,
+                   git_commit="abc123", reconbench_version="9.9.9"),
+        invocation(1, "x", 5.0)])
     return suite, res
 
 
@@ -434,9 +394,10 @@ def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered)
     for cell in expand(suite):
         l1, l2 = cell.init.config["l1"], cell.init.config["l2"]
         rec = fake_record(cell, suite, 10 * l1 * l2 + cell.seed, 0.0, False)
-        rec["init"]["config"] = dict(cell.init.config)
-        rec["evaluation"]["per_image"] = [{"ssim": 0.1 * i + 0.01 * cell.seed} for i in range(n)]
-        write_json(res / "cells" / f"{cell.cell_id}.json", rec)
+        rec = rec.updated(init=rec.init.updated(config=dict(cell.init.config)),
+                          evaluation={**mapping(rec.evaluation),
+                                      "per_image": [{"ssim": 0.1 * i + 0.01 * cell.seed} for i in range(n)]})
+        write_results(res, [rec])
         write_json(res / "targets" / f"{cell.recipe.key()}.json", {"metrics": {"margins": margins}})
     data = build_leaderboard(suite, res, tmp_path / "lb")
     figs = data["figures"]
@@ -545,10 +506,6 @@ def typed(records):
     return {cid: CellRecord.from_dict(r) for cid, r in records.items()}
 
 
-def target_records(rows):
-    return [TargetRow.from_dict(r) for r in rows]
-
-
 def test_targets_table_has_one_row_per_trained_target_when_seeds_retrain_it():
     def rec(cid, name, key, seed, ratio):
         return {"cell_id": cid, "status": "ok", "seed": seed,
@@ -557,7 +514,7 @@ def test_targets_table_has_one_row_per_trained_target_when_seeds_retrain_it():
     records = {"a0": rec("a0", "t", "k0", 0, 0.9), "a1": rec("a1", "t", "k1", 1, 0.8),
                "b0": rec("b0", "t", "k0", 0, 0.9), "c0": rec("c0", "u", "k2", 0, 0.1)}
     rows = target_rows(Published(plan=[], records=typed(records), not_run=[], stale=[]), gate=0.5)
-    assert [(r["target"], r["cells"], r["stationarity_ratio"], r["converged"]) for r in rows] == [
+    assert [(r.target, r.cells, r.stationarity_ratio, r.converged) for r in rows] == [
         ("t (seed 0)", ["a0", "b0"], 0.9, False), ("t (seed 1)", ["a1"], 0.8, False), ("u", ["c0"], 0.1, True)]
 
 
@@ -569,11 +526,11 @@ def test_targets_table_shows_the_learned_part_ratio_only_where_cards_have_it():
                 "target": {"name": cid, "recipe_key": cid, "recipe": {}, "train_metrics": {"certificate": cert}}}
     old = {"a": rec("a", {"ratio": 0.9})}
     rows = target_rows(Published(plan=[], records=typed(old), not_run=[], stale=[]))
-    assert "learned_ratio" not in rows[0] and "learned-part ratio" not in render_targets(target_records(rows))
+    assert "learned_ratio" not in rows[0].to_dict() and "learned-part ratio" not in render_targets(rows)
     new = {**old, "b": rec("b", {"ratio": 0.95, "learned": {"ratio": 0.0432}})}
     rows = target_rows(Published(plan=[], records=typed(new), not_run=[], stale=[]))
-    assert [r.get("learned_ratio") for r in rows] == [None, 0.0432]
-    table = render_targets(target_records(rows))
+    assert [r.learned_ratio for r in rows] == [None, 0.0432]
+    table = render_targets(rows)
     assert "learned-part ratio" in table and "0.0432" in table
 
 
@@ -589,8 +546,8 @@ def test_the_learned_part_gate_flags_targets_on_its_own_measure():
                "out": rec("out", {"ratio": 0.2, "learned": {"ratio": 0.3}}),
                "old": rec("old", {"ratio": 0.2})}
     rows = target_rows(Published(plan=[], records=typed(records), not_run=[], stale=[]), learned_gate=0.1)
-    assert [(r["target"], r["converged"]) for r in rows] == [("in", True), ("out", False), ("old", None)]
-    table = render_targets(target_records(rows))
+    assert [(r.target, r.converged) for r in rows] == [("in", True), ("out", False), ("old", None)]
+    table = render_targets(rows)
     assert "0.05 ✓" in table and "0.3 ⚠ > 0.1" in table and "0.95 ✓" not in table and "0.95 ⚠" not in table
     both = {"stationarity": 0.5, "learned": 0.1}
     assert [in_regime(both, r) for r in typed(records).values()] == [False, False, None]
@@ -618,13 +575,13 @@ def test_targets_table_shows_the_regime_residuals_only_where_cards_have_them():
         return {"cell_id": cid, "status": "ok", "seed": 0,
                 "target": {"name": cid, "recipe_key": cid, "recipe": {}, "train_metrics": {"certificate": cert}}}
     old = {"a": rec("a", {"ratio": 0.9})}
-    before = render_targets(target_records(target_rows(Published(plan=[], records=typed(old), not_run=[], stale=[]))))
+    before = render_targets(target_rows(Published(plan=[], records=typed(old), not_run=[], stale=[])))
     assert "θ residual" not in before
     new = {**old, "b": rec("b", {"ratio": 0.9, "regime": {"theta": {"residual": 0.971, "margin_set": [0, 1, 4]}}}),
            "c": rec("c", {"ratio": 0.1, "regime": {"theta": {"residual": 0.2, "margin_set": [0]},
                                                     "regularised": {"residual": 0.3}}})}
     rows = target_rows(Published(plan=[], records=typed(new), not_run=[], stale=[]))
-    assert [r.get("theta_residual") for r in rows] == [None, 0.971, 0.2]
-    table = render_targets(target_records(rows))
+    assert [r.theta_residual for r in rows] == [None, 0.971, 0.2]
+    table = render_targets(rows)
     assert "0.971 ⚠ > 0.5 (3 on the margin)" in table and "0.2 ✓ (1 on the margin)" in table
     assert "regularised-loss residual" in table and "0.3 ✓" in table

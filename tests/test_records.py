@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -114,8 +115,23 @@ def test_absent_fields_read_as_their_defaults_and_stay_absent():
 
 def test_a_field_set_after_reading_is_written():
     rec = CellRecord.from_dict({"cell_id": "a"})
-    assert CellRecord(cell_id="a", status="ok").to_dict() == {"cell_id": "a", "status": "ok"}
+    assert dataclasses.replace(rec, status="ok").to_dict() == {"cell_id": "a", "status": "ok"}
     assert rec.to_dict() == {"cell_id": "a"}
+
+
+def test_a_record_built_in_code_writes_every_field_in_declared_order():
+    written = CellRecord(cell_id="a", status="ok").to_dict()
+    declared = [f.name for f in dataclasses.fields(CellRecord) if f.name not in ("extra", "key_order")]
+    assert list(written) == declared and written["seed"] is None and written["groups"] == []
+    assert CellRecord.from_dict(written) == CellRecord(cell_id="a", status="ok")
+
+
+def test_a_written_record_writes_exactly_the_fields_given_in_their_order():
+    rec = CellRecord.written(status=None, cell_id="a")
+    assert list(rec.to_dict().items()) == [("status", None), ("cell_id", "a")]
+    assert CellRecord.from_dict(rec.to_dict()).to_dict() == rec.to_dict()
+    with pytest.raises(TypeError, match="cel_id"):
+        CellRecord.written(cel_id="a")
 
 
 def test_a_record_that_is_not_an_object_is_a_one_line_error():
@@ -140,3 +156,40 @@ def test_each_top_level_record_names_the_format_its_writer_stamps():
         CELL_FORMAT, ENTRY_SCHEMA, COMPACT_FORMAT, SUBMISSION_FORMAT)
     assert {json.loads(p.read_text())["kind"] for p in RESULTS} == {RunResult.SCHEMA}
     assert {json.loads(p.read_text())["format"] for p in BOARDS} == {BoardResults.SCHEMA}
+
+
+CARDS = sorted(ROOT.glob("leaderboards/*/targets/*.json"))
+
+
+def test_a_cards_recipe_is_the_class_targets_are_trained_from_and_keeps_its_key():
+    """A record holds the trainer's own TargetRecipe (no look-alike): its key is the recipe key the card was trained
+    under, and it writes back the recipe as the card stores it."""
+    from reconbench.records import CARD_FILE, TargetRecipe
+    from reconbench.targets import recipe
+
+    assert TargetRecipe is recipe.TargetRecipe
+    assert CARDS
+    for path in CARDS:
+        card = CARD_FILE.read(path)
+        assert isinstance(card.recipe, recipe.TargetRecipe), path
+        assert card.recipe.key() == card.recipe_key, path
+        assert card.recipe.to_dict() == json.loads(path.read_text())["recipe"], path
+
+
+#: classes of the package that share a record's name, each with what it is (a new one fails)
+KNOWN_NAMESAKES = {"PrivacyTable": "leaderboard/site/board.py: the site's view of a privacy table"}
+
+
+def test_no_record_class_shares_its_name_with_another_class_of_the_package():
+    import ast
+
+    import reconbench.records as records
+
+    defined: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "reconbench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    twins = {name: where for name in records.__all__ if isinstance(getattr(records, name), type)
+             and len(where := defined.get(name, [])) > 1}
+    assert set(twins) == set(KNOWN_NAMESAKES), twins

@@ -15,6 +15,7 @@ from reconbench import hookimpl, plugins
 from reconbench.conformance import tiny_card
 from reconbench.errors import IncompatibleError
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, NoOptions, ThreatModel
+from reconbench.records import TableRow
 from reconbench.runs.execute import run_attack
 from reconbench.runs.prepare import prepare
 from reconbench.runs.spec import RunSpec
@@ -181,23 +182,22 @@ def test_threat_models_suite_loads_and_sweeps_the_law_axis():
             assert c.recipe.problem.n_per_class * 2 * d == d_n[c.recipe.problem.dataset]
 
 
-def _row(attack: str, name: str) -> dict[str, Any]:
-    return {"target": "t", "attack": attack, "attack_name": name, "init": "gaussian", "cells": ["c"], "metrics": {}}
+def _row(attack: str, name: str) -> TableRow:
+    return TableRow.written(target="t", attack=attack, attack_name=name, init="gaussian", cells=["c"], metrics={})
 
 
 def test_board_rows_show_the_threat_model_only_where_an_attack_reads_theta0():
     from reconbench.leaderboard.readme import render_main_table
     from reconbench.leaderboard.tables import add_threat_models
-    from reconbench.records import TableRow
 
     classic = [_row("haim_binary_kkt", "haim_binary_kkt"), _row("weight_rows", "weight_rows")]
-    add_threat_models(classic)   # the published boards' attacks: rows and README as before
-    assert not any("threat_model" in r for r in classic)
-    assert "threat model" not in render_main_table([TableRow.from_dict(r) for r in classic], [])
+    classic = add_threat_models(classic)   # the published boards' attacks: rows and README as before
+    assert not any("threat_model" in r.to_dict() for r in classic)
+    assert "threat model" not in render_main_table(classic, [])
     mixed = [_row("loo", "loo_ntk"), _row("haim_binary_kkt", "haim_binary_kkt"), _row("gone", "not_installed")]
-    add_threat_models(mixed)
-    assert [r["threat_model"] for r in mixed] == ["θ0+θ", "θ+labels", "not registered"]
-    table = render_main_table([TableRow.from_dict(r) for r in mixed], []).splitlines()
+    mixed = add_threat_models(mixed)
+    assert [r.threat_model for r in mixed] == ["θ0+θ", "θ+labels", "not registered"]
+    table = render_main_table(mixed, []).splitlines()
     assert "threat model" in table[0]
     assert "| θ0+θ " in table[2] and "| θ+labels " in table[3]
 
@@ -220,26 +220,26 @@ def test_a_card_without_p_over_dn_gets_the_same_numbers_from_its_parameter_count
 def test_boards_with_theta0_rows_show_p_over_dn_and_group_rows_by_threat_model():
     from reconbench.leaderboard.readme import render_main_table
     from reconbench.leaderboard.tables import add_threat_models, order_rows
-    from reconbench.records import TableRow
+    from reconbench.records import MetricStat
 
-    def row(attack: str, name: str, ratio: float, score: float) -> dict[str, Any]:
-        return {**_row(attack, name), "p_over_dn": ratio, "metrics": {"m": {"mean": score}}}
+    def row(attack: str, name: str, ratio: float, score: float) -> TableRow:
+        return TableRow.written(target="t", attack=attack, attack_name=name, init="gaussian", cells=["c"],
+                                metrics={"m": MetricStat.written(mean=score)}, p_over_dn=ratio)
 
     columns = [{"name": "m", "higher_is_better": True}]
     rows = [row("haim_binary_kkt", "haim_binary_kkt", 4.0, 9.0), row("loo", "loo_ntk", 0.25, 1.0),
             row("proj", "projection_law", 4.0, 5.0), row("loo", "loo_ntk", 4.0, 3.0)]
-    add_threat_models(rows)
-    ordered = order_rows(rows, columns)
+    ordered = order_rows(add_threat_models(rows), columns)
     # grouped by threat model (labels in order), best first inside each group, whatever the other groups score
-    assert [(r["threat_model"], r["metrics"]["m"]["mean"]) for r in ordered] == \
+    assert [(r.threat_model, r.metrics["m"].mean) for r in ordered] == \
         [("θ+labels", 9.0), ("θ0+θ", 3.0), ("θ0+θ", 1.0), ("θ0+θ+n", 5.0)]
-    table = render_main_table([TableRow.from_dict(r) for r in ordered], []).splitlines()
+    table = render_main_table(ordered, []).splitlines()
     assert "| p / (d n) " in table[0]
     assert [line.split("|")[4].strip() for line in table[2:]] == ["4", "4", "0.25", "4"]
-    classic = [row("haim_binary_kkt", "haim_binary_kkt", 4.0, 1.0)]
-    add_threat_models(classic)   # no attack reads theta0: neither column, rows as on the boards published before
-    assert "p_over_dn" not in classic[0]
-    assert "p / (d n)" not in render_main_table([TableRow.from_dict(r) for r in classic], [])
+    classic = add_threat_models([row("haim_binary_kkt", "haim_binary_kkt", 4.0, 1.0)])
+    # no attack reads theta0: neither column, rows as on the boards published before
+    assert "p_over_dn" not in classic[0].to_dict() and classic[0].p_over_dn is None
+    assert "p / (d n)" not in render_main_table(classic, [])
 
 
 def _cell(attack: str, family: str, width: int, seed: int, count: int, n: int = 10, d: int = 784) -> Any:
@@ -272,6 +272,6 @@ def test_the_share_figure_reads_each_cells_count_over_n_at_its_p_over_dn(tmp_pat
     points = share_points(pub, columns[0])
     assert points == {("random_features", 784, 10): {"proj": {0.25: [0.0, 0.1], 4.0: [1.0, 0.9]}, "loo": {4.0: [0.4]}}}
     info = draw_share_vs_p_over_dn(pub, columns, tmp_path / "share.png")
-    assert info["file"] == "figures/share.png" and (tmp_path / "share.png").stat().st_size > 0
+    assert info.file == "figures/share.png" and (tmp_path / "share.png").stat().st_size > 0
     none = Published(plan=[], records={recs[-1].cell_id: recs[-1]}, not_run=[], stale=[])
-    assert "reason" in draw_share_vs_p_over_dn(none, columns, tmp_path / "none.png")
+    assert draw_share_vs_p_over_dn(none, columns, tmp_path / "none.png").reason is not None

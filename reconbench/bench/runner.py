@@ -42,7 +42,7 @@ from reconbench.bench.cells import CELL_FORMAT, Cell, expand, select
 from reconbench.bench.entries import expand as expand_entry
 from reconbench.bench.entries import is_entry
 from reconbench.bench.executors import CellJob, Executor, Finished, Lost, Outcome, RunContext, Started
-from reconbench.bench.seal import sealed
+from reconbench.bench.seal import SEAL_FIELD, sealed
 from reconbench.bench.suite import Suite, SuiteError, display_path
 from reconbench.config import build_config, config_to_dict
 from reconbench.data import Problem
@@ -50,7 +50,7 @@ from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.evaluation.bars import selection_record
 from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
-from reconbench.records import Invocation
+from reconbench.records import CellRecord, Invocation
 from reconbench.runs.execute import run_attack
 from reconbench.runs.resolved import resolve_run
 from reconbench.runs.spec import RunSpec
@@ -127,9 +127,16 @@ def write_suite_file(out: Path, suite: Suite) -> None:
     shutil.copyfile(suite.path, out / "suite.toml")
 
 
-def write_cell(out: Path, rec: dict[str, Any]) -> Path:
-    path = cell_path(out, rec["cell_id"])
-    write_json(path, sealed(rec))
+def write_cell(out: Path, rec: CellRecord | dict[str, Any]) -> Path:
+    """The cell's file, written from its record (a dict is read as a :class:`~reconbench.records.CellRecord` first,
+    strictly: a key or a type the record does not know is refused before anything is written) and sealed; a dict
+    gets its seal too."""
+    record = rec if isinstance(rec, CellRecord) else CellRecord.from_dict(rec, "the cell record to write")
+    data = sealed(record.to_dict())
+    path = cell_path(out, record.cell_id)
+    write_json(path, data)
+    if isinstance(rec, dict):
+        rec[SEAL_FIELD] = data[SEAL_FIELD]
     return path
 
 
@@ -483,7 +490,7 @@ class InvocationLog:
     def __init__(self, ctx: RunContext, report: BenchReport, *, only: tuple[str, ...] | list[str] | None, command: str | None,
                  executor: Executor) -> None:
         self.ctx, self.report, self.started = ctx, report, time.perf_counter()
-        self.record = Invocation(
+        self.record = Invocation.written(   # cells_lost is written once a cell was lost
             invocation=ctx.invocation,
             command=command or "",
             started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

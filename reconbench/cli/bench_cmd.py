@@ -51,6 +51,7 @@ from reconbench.cli.run_cmd import check_task
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize, attack_seconds, attack_steps, check_attack, check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, folder_lock
+from reconbench.records import CellRecord
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.problems import build_problem
 from reconbench.tracking import MlflowTracker, tracker
@@ -341,14 +342,14 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
 
 def cell_logger(logger: MlflowTracker, out: Path) -> Callable[[dict[str, Any]], None]:
     """Log each cell that ran to the tracker as it is written (cells that failed have no result to log)."""
-    def log(rec: dict[str, Any]) -> None:
-        if rec.get("status") == "ok" and rec.get("result_dir"):
-            logger.log_result(out / rec["result_dir"], rec["cell_id"],
-                              extra_params={"cell": {"suite": rec["suite"], "cell_key": rec["cell_key"],
-                                                     "attack_label": rec["attack"]["label"],
-                                                     "init_label": rec["init"]["label"],
-                                                     "target": rec["target"]["name"]}},
-                              tags={"reconbench.suite": rec["suite"], "reconbench.cell_id": rec["cell_id"]})
+    def log(data: dict[str, Any]) -> None:
+        rec = CellRecord.from_dict(data)
+        if rec.status == "ok" and rec.result_dir:
+            logger.log_result(out / rec.result_dir, rec.cell_id,
+                              extra_params={"cell": {"suite": rec.suite, "cell_key": rec.cell_key,
+                                                     "attack_label": rec.attack.label, "init_label": rec.init.label,
+                                                     "target": rec.target.name}},
+                              tags={"reconbench.suite": str(rec.suite), "reconbench.cell_id": rec.cell_id})
     return log
 
 

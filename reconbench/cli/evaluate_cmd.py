@@ -14,6 +14,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import resolve_protocol
 from reconbench.evaluation.rescore import read_candidates, read_result, rescore
 from reconbench.provenance import check_writable
+from reconbench.records import RUN_RESULT_FILE, RunResult, mapping
 
 
 @main_group.command("evaluate")
@@ -39,7 +40,7 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
         raise ReconbenchError("--check compares with the stored numbers, which use the stored protocol; drop "
                               "--protocol-set or --check")
     result = check_result(Path(result_dir), need_evaluation=check)
-    resolve_protocol({**(result["spec"].get("protocol") or {}), **overrides}, result["target"]["family"])
+    resolve_protocol({**protocol_options(result), **overrides}, str(result.target.family))
     if check:
         check_provenance(Path(result_dir), result)
     if out:
@@ -51,7 +52,7 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
         click.echo(line)
     for key, value in evaluation["summary"].items():
         click.echo(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
-    if record["stored_protocol"] and not isinstance(result.get("evaluation"), dict):
+    if record["stored_protocol"] and "evaluation" not in (result.key_order or ()):
         click.echo("result.json holds no stored evaluation, so there is nothing to compare with")
     elif record["stored_protocol"]:
         if diff:
@@ -66,7 +67,12 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
                 click.echo(f"  borderline, agrees within rounding: {line}")
 
 
-def check_provenance(folder: Path, result: dict[str, Any]) -> None:
+def protocol_options(result: RunResult) -> dict[str, Any]:
+    """The protocol options a run was made with (its spec's ``protocol``; none recorded: the defaults)."""
+    return dict(mapping(result.spec.get("protocol")))
+
+
+def check_provenance(folder: Path, result: RunResult) -> None:
     """What --check can re-derive besides the numbers: the protocol recorded in the evaluation is the one the run's
     options resolve to, and the run's configuration (seed included) hashes to the one recorded when it ran."""
     from reconbench.cli.run_cmd import RUN_CONFIG_FILE, run_config
@@ -74,11 +80,11 @@ def check_provenance(folder: Path, result: dict[str, Any]) -> None:
     from reconbench.provenance import config_hash
 
     path = folder / "result.json"
-    evaluation = result.get("evaluation")
-    stored = evaluation.get("protocol") if isinstance(evaluation, dict) else None
+    evaluation = dict(result.evaluation)
+    stored = evaluation.get("protocol")
     if isinstance(stored, dict):
-        fresh = resolve_protocol(pinned_protocol(dict(result["spec"].get("protocol") or {}), evaluation),
-                                 result["target"]["family"]).to_dict()
+        fresh = resolve_protocol(pinned_protocol(protocol_options(result), evaluation),
+                                 str(result.target.family)).to_dict()
         scalar = (str, int, float, bool, type(None))  # the options; nested records gain fields when evaluated
         for key in sorted(set(fresh) & set(stored) - {"libraries", "metrics"}):
             if isinstance(fresh[key], scalar) and fresh[key] != stored[key]:
@@ -86,36 +92,30 @@ def check_provenance(folder: Path, result: dict[str, Any]) -> None:
                                       f"protocol options resolve to {str(fresh[key])[:80]}; the file was edited, "
                                       "restore it or run the attack again")
     record = folder / RUN_CONFIG_FILE
-    if record.is_file() and isinstance(result["target"].get("recipe_key"), str):
+    if record.is_file() and isinstance(result.target.recipe_key, str):
         try:
             recorded = json.loads(record.read_text()).get("config_hash")
         except (OSError, ValueError, AttributeError):
             recorded = None
-        if recorded is not None and recorded != config_hash(run_config(result["target"]["recipe_key"],
-                                                                        result["spec"])):
+        if recorded is not None and recorded != config_hash(run_config(result.target.recipe_key, dict(result.spec))):
             raise ReconbenchError(f"{path}: its spec (seed, attack options, ...) is not the configuration recorded in "
                                   f"{RUN_CONFIG_FILE} when the run was made; the file was edited, restore it or run "
                                   "the attack again")
 
 
-def check_result(folder: Path, need_evaluation: bool) -> dict[str, Any]:
-    """Schema of result.json: the sections and fields re-scoring reads, with their types."""
-    result = read_result(folder)
+def check_result(folder: Path, need_evaluation: bool) -> RunResult:
+    """result.json read strictly as its record (every field of its type), with the parts re-scoring reads present."""
     path = folder / "result.json"
-    for key in ("spec", "target"):
-        if not isinstance(result.get(key), dict):
-            raise ReconbenchError(f"{path}: {key!r} is {type(result.get(key)).__name__}, expected an object; the file "
-                                  "is damaged, re-run the attack")
+    result = RUN_RESULT_FILE.decode(read_result(folder), path)
     read_candidates(folder)  # present and readable
-    if not isinstance(result["spec"].get("protocol") or {}, dict):
-        raise ReconbenchError(f"{path}: spec.protocol is {type(result['spec']['protocol']).__name__}, expected an "
-                              "object of protocol options; the file is damaged, re-run the attack")
-    for key in ("family",):
-        if not isinstance(result["target"].get(key), str):
-            raise ReconbenchError(f"{path}: target.{key} is {result['target'].get(key)!r}, expected a string; the file "
-                                  "is damaged, re-run the attack")
-    evaluation = result.get("evaluation")
-    if need_evaluation and not (isinstance(evaluation, dict) and isinstance(evaluation.get("summary"), dict)):
+    protocol = result.spec.get("protocol")
+    if not isinstance(protocol or {}, dict):
+        raise ReconbenchError(f"{path}: spec.protocol is {type(protocol).__name__}, expected an object of protocol "
+                              "options; the file is damaged, re-run the attack")
+    if not isinstance(result.target.family, str):
+        raise ReconbenchError(f"{path}: target.family is {result.target.family!r}, expected a string; the file "
+                              "is damaged, re-run the attack")
+    if need_evaluation and not isinstance(result.evaluation.get("summary"), dict):
         raise ReconbenchError(f"{path} holds no stored evaluation (with a summary) for --check to compare with; "
                               "drop --check to evaluate it, or re-run the attack")
     return result

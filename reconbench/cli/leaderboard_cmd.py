@@ -30,6 +30,7 @@ from reconbench.leaderboard.verify import (
 )
 from reconbench.progress import Progress
 from reconbench.provenance import check_writable, folder_lock, write_text_atomic
+from reconbench.records import BoardHeader
 
 
 class BoardGroup(click.Group):
@@ -322,10 +323,10 @@ def add_command(file: str, board: str, data_root: str | None) -> None:
     """Validate a submission FILE against the board (suite and recipe hashes, seals, clean provenance, candidates
     re-scored to the submitted numbers) and merge it: cells, results.json, README.md, marked as outside."""
     board_dir = Path(board)
-    header = board_results(board_dir)["header"]
+    header = BoardHeader.from_dict(board_results(board_dir)["header"], board_dir / "results.json")
     # the suite file the board names (a path relative to here, else a shipped suite of the board's name)
-    recorded = Path(str(header.get("suite_file")))
-    suite = load_suite(recorded if recorded.is_file() else str(header.get("suite") or board_dir.name))
+    recorded = Path(str(header.suite_file))
+    suite = load_suite(recorded if recorded.is_file() else str(header.suite or board_dir.name))
     check_writable(board_dir, "--board")
     with folder_lock(board_dir, "leaderboard"):
         report = add_submission(Path(file), suite, board_dir, data_root=data_root)

@@ -21,6 +21,7 @@ from reconbench.cli.recipe_options import recipe_from_options, recipe_options
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, folder_lock
+from reconbench.records import TrainMetrics, mapping
 from reconbench.targets.cache import cache_dir, get_or_train, train_target
 from reconbench.targets.cards import CARD_FILE
 from reconbench.targets.problems import build_problem
@@ -61,30 +62,35 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
         check_writable(cache_dir(cache), "--cache")
         show_cost(estimate, quiet)
         card = get_or_train(recipe, cache, data_root, quiet, device=device)
-    m = card.data["metrics"]
-    cert = m.get("certificate", {})
+    m = TrainMetrics.from_dict(card.data["metrics"], card.path)
+    cert = mapping(m.certificate)
+    margins = len(m.margins or [])
     click.echo(f"model card: {card.path}")
-    click.echo(f"  train error {m['train_error']:.4f}  train loss {m['train_loss']:.3e}  "
-               f"test error {m.get('test_error', float('nan')):.4f}  ({m['steps_run']} steps, {m['train_seconds']:.1f}s)")
-    stalled = int(m.get("stalled_samples", 0))
+    click.echo(f"  train error {m.train_error:.4f}  train loss {m.train_loss:.3e}  "
+               f"test error {nan_if_none(m.test_error):.4f}  ({m.steps_run} steps, {m.train_seconds:.1f}s)")
+    stalled = int(m.stalled_samples or 0)
     if stalled:
-        click.echo(f"  warning: {stalled} of {len(m['margins'])} training samples get an exactly-zero loss gradient in "
-                   f"{card.data['recipe']['train']['dtype']} (their margins are past what it resolves), so longer training "
+        click.echo(f"  warning: {stalled} of {margins} training samples get an exactly-zero loss gradient in "
+                   f"{card.recipe.train.dtype} (their margins are past what it resolves), so longer training "
                    "does not move them; train with --train-dtype float64 or loss_form = \"stable\" in the recipe's "
                    "[train] table to keep converging")
     if cert:
         click.echo(f"  stationarity residual: {cert['residual_at_train']:.3e} at the training data vs "
                    f"{cert['residual_at_random']:.3e} at random inputs (ratio {cert['ratio']:.3g}; "
                    "small means near a KKT point, which the KKT attacks need)")
-        regime = cert.get("regime") or {}
-        theta = regime.get("theta") or {}
+        regime = mapping(cert.get("regime"))
+        theta = mapping(regime.get("theta"))
         if "residual" in theta:
-            bound = regime.get("max_residual", 0.5)
-            parts = [f"theta {theta['residual']:.3g} (margin set {len(theta.get('margin_set') or [])} of "
-                     f"{len(m['margins'])})"]
+            bound = regime["max_residual"] if "max_residual" in regime else 0.5
+            on_margin = len((theta["margin_set"] if "margin_set" in theta else None) or [])
+            parts = [f"theta {theta['residual']:.3g} (margin set {on_margin} of {margins})"]
             parts += [f"{k} {regime[k]['residual']:.3g}" for k in ("regularised", "learned") if k in regime]
             click.echo(f"  regime residuals ||v - J^T lambda|| / ||v||: {', '.join(parts)}; a KKT attack's premise "
                        f"holds at most {bound:g} (docs/regime.md#the-regime-test-of-each-threat-model)")
+
+
+def nan_if_none(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def check_not_another_card(out: Path, key: str) -> None:

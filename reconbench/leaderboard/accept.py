@@ -57,6 +57,7 @@ from reconbench.leaderboard.submit import (
 from reconbench.leaderboard.tables import (
     cell_outcome_of,
     collect,
+    column_record,
     comparison_rows,
     main_rows,
     resolve_columns,
@@ -226,12 +227,8 @@ def merge_tables(ext: Suite, board: Path, data: dict[str, Any], outside: dict[st
     pub = collect(ext, board)
     ok = pub.ok()
     columns = resolve_columns(ext, ok)
-    tables = {sel: main_rows(ext, pub, columns, sel) for sel in data["tables"]}
-    for rows in tables.values():
-        for row in rows:
-            ids = sorted({outside[c] for c in row["cells"] if c in outside})
-            if ids:
-                row["outside"] = ids
+    tables = {sel: [row.updated(outside=ids) if (ids := sorted({outside[c] for c in row.cells if c in outside}))
+                    else row for row in main_rows(ext, pub, columns, sel)] for sel in data["tables"]}
     header = dict(data["header"])
     header["cells"] = {
         "planned": len(pub.plan), "ok": len(ok),
@@ -242,10 +239,10 @@ def merge_tables(ext: Suite, board: Path, data: dict[str, Any], outside: dict[st
     return {
         **data,
         "header": header,
-        "columns": [{k: v for k, v in c.items() if k != "spec"} for c in columns],
-        "targets": target_rows(pub, ext.max_stationarity_ratio, ext.max_learned_ratio),
-        "tables": tables,
-        "comparisons": comparison_rows(ext, pub, columns),
+        "columns": [column_record(c).to_dict() for c in columns],
+        "targets": plain(target_rows(pub, ext.max_stationarity_ratio, ext.max_learned_ratio)),
+        "tables": plain(tables),
+        "comparisons": plain(comparison_rows(ext, pub, columns)),
         "failures": [{"cell_id": r.cell_id, "status": r.status, "error": r.error}
                      for r in pub.records.values() if r.status != STATUS_OK],
         "not_run": pub.not_run,

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.tables import Published, column_value
-from reconbench.records import CellRecord, ImageRow, TrainMetrics
+from reconbench.records import CellRecord, Figure, ImageRow, TableRow, TrainMetrics
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
@@ -111,30 +111,30 @@ def _primary(rec: CellRecord, columns: list[dict[str, Any]]) -> float:
 def draw_reconstructions(
     suite: Suite,
     pub: Published,
-    tables: dict[str, Any],
+    tables: dict[str, list[TableRow]],
     columns: list[dict[str, Any]],
     data: _Data,
     path: Path,
-) -> dict[str, Any]:
+) -> Figure:
     import matplotlib.pyplot as plt
 
     title = TITLES["reconstructions"]
     picks = []
     for label in suite.attacks:
-        rows = [r for r in tables["pool"] if r["attack"] == label]
+        rows = [r for r in tables["pool"] if r.attack == label]
         if not rows:
             continue
         eligible = suite.leaderboard.figure_inits
-        fair = [r for r in rows if (r["init"] in eligible if eligible is not None else not r["init_is_oracle"])
-                and r["cells"]]   # a row whose attack failed in every cell has none
+        fair = [r for r in rows if (r.init in eligible if eligible is not None else not r.init_is_oracle)
+                and r.cells]   # a row whose attack failed in every cell has none
         if not fair:
             continue
-        recs = pub.usable(fair[0]["cells"])
+        recs = pub.usable(fair[0].cells)
         picks.append(max(recs, key=lambda r: _primary(r, columns)))
     eligible = suite.leaderboard.figure_inits
     inits_text = "a non-oracle init" if eligible is None else "one of the inits " + ", ".join(eligible)
     if not picks:
-        return {"title": title, "reason": f"no finished cell under {inits_text}"}
+        return Figure.written(title=title, reason=f"no finished cell under {inits_text}")
     k = suite.leaderboard.sample_images
     # one block per attack: a label line, the training images, the matched candidates (with their scores)
     fig = plt.figure(figsize=(0.9 * k, 2.05 * len(picks)))
@@ -177,17 +177,17 @@ def draw_reconstructions(
             bottom.set_xlabel(f"{score:.2f}", fontsize=6, labelpad=1)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {
-        "title": title,
-        "file": f"figures/{path.name}",
-        "cells": [r.cell_id for r in picks],
-        "caption": f"For each attack, its best cell under {inits_text} (by the first column, pooled "
+    return Figure.written(
+        title=title,
+        file=f"figures/{path.name}",
+        cells=[r.cell_id for r in picks],
+        caption=f"For each attack, its best cell under {inits_text} (by the first column, pooled "
         f"candidates): training images (upper row) and the matched candidate (lower row, with its "
         f"{' / '.join(sorted(score_names))} score), best matches first.",
-    }
+    )
 
 
-def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -> dict[str, Any]:
+def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -> Figure:
     import matplotlib.pyplot as plt
 
     title = TITLES["ssim_vs_margin"]
@@ -209,7 +209,7 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
     points = {t: {a: v for a, v in by.items() if v[0]} for t, by in points.items()}
     points = {t: by for t, by in points.items() if by}
     if not points:
-        return {"title": title, "reason": "the cells' evaluations record no per-image SSIM"}
+        return Figure.written(title=title, reason="the cells' evaluations record no per-image SSIM")
     fig, axes = plt.subplots(1, len(points), figsize=(4.2 * len(points), 3.4), squeeze=False)
     for ax, (target, by_attack) in zip(axes[0], points.items(), strict=True):
         for label, (xs, ys) in by_attack.items():
@@ -221,33 +221,33 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {
-        "title": title,
-        "file": f"figures/{path.name}",
-        "caption": "Every training image of every non-oracle grid cell (pooled candidates): the SSIM of "
+    return Figure.written(
+        title=title,
+        file=f"figures/{path.name}",
+        caption="Every training image of every non-oracle grid cell (pooled candidates): the SSIM of "
         "its best "
         "reconstruction against its margin under the trained target. The KKT theory predicts that "
         "images on or near the margin are the reconstructable ones.",
-    }
+    )
 
 
-def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, Any]], path: Path) -> dict[str, Any]:
+def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, Any]], path: Path) -> Figure:
     import matplotlib.pyplot as plt
 
     title = TITLES["mixture_heatmap"]
     recs = [r for r in pub.usable() if r.init.regime == MIXTURE_REGIME]
     if not recs:
-        return {"title": title, "reason": f"the suite runs no `{MIXTURE_REGIME}` init"}
+        return Figure.written(title=title, reason=f"the suite runs no `{MIXTURE_REGIME}` init")
     numeric = sorted(
         {k for r in recs for k, v in r.init.config.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     )
     varying = [k for k in numeric if len({r.init.config[k] if k in r.init.config else None for r in recs}) > 1]
     if len(varying) != 2:
-        return {
-            "title": title,
-            "reason": f"mixture cells vary {len(varying)} numeric init options "
+        return Figure.written(
+            title=title,
+            reason=f"mixture cells vary {len(varying)} numeric init options "
             f"({', '.join(varying) or 'none'}); a heatmap needs exactly two",
-        }
+        )
     kx, ky = varying
     col = columns[0]
     panels: dict[tuple[str, str], dict[tuple[float, float], list[float]]] = {}
@@ -258,7 +258,7 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
         cell = (float(r.init.config[kx]), float(r.init.config[ky]))
         panels.setdefault((r.attack.label, r.target.name), {}).setdefault(cell, []).append(v)
     if not panels:
-        return {"title": title, "reason": f"no mixture cell has a value for {col['name']}"}
+        return Figure.written(title=title, reason=f"no mixture cell has a value for {col['name']}")
     fig, axes = plt.subplots(1, len(panels), figsize=(3.8 * len(panels), 3.4), squeeze=False)
     for ax, ((attack, target), grid) in zip(axes[0], panels.items(), strict=True):
         xs = sorted({c[0] for c in grid})
@@ -279,13 +279,13 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {
-        "title": title,
-        "file": f"figures/{path.name}",
-        "caption": f"{col['name']} (pooled candidates, mean over seeds) for mixture inits as a function of "
+    return Figure.written(
+        title=title,
+        file=f"figures/{path.name}",
+        caption=f"{col['name']} (pooled candidates, mean over seeds) for mixture inits as a function of "
         "the "
         f"mixture weights `{kx}` and `{ky}`; inits that include training images are oracles.",
-    }
+    )
 
 
 Panel = tuple[str, int, int]   # (model family, d, n)
@@ -309,7 +309,7 @@ def share_points(pub: Published, col: dict[str, Any]) -> dict[Panel, dict[str, d
     return {key: by for key, by in points.items() if len({r for a in by.values() for r in a}) > 1}
 
 
-def draw_share_vs_p_over_dn(pub: Published, columns: list[dict[str, Any]], path: Path) -> dict[str, Any]:
+def draw_share_vs_p_over_dn(pub: Published, columns: list[dict[str, Any]], path: Path) -> Figure:
     """Iurada et al.'s law on the board's own cells: the share of the training set each attack reconstructs
     (the first column, a count, over n) against p / (d n), one panel per input dimension and training-set size."""
     import matplotlib.pyplot as plt
@@ -318,8 +318,8 @@ def draw_share_vs_p_over_dn(pub: Published, columns: list[dict[str, Any]], path:
     col = columns[0]
     points = share_points(pub, col)
     if not points:
-        return {"title": title, "reason": f"no finished cells of one model family at two or more p / (d n) with "
-                                          f"{col['name']}"}
+        return Figure.written(title=title, reason=f"no finished cells of one model family at two or more p / (d n) with "
+                                          f"{col['name']}")
     fig, axes = plt.subplots(1, len(points), figsize=(4.4 * len(points), 3.4), squeeze=False)
     for ax, ((family, d, n), by_attack) in zip(axes[0], sorted(points.items()), strict=True):
         for label, by_ratio in sorted(by_attack.items()):
@@ -337,32 +337,32 @@ def draw_share_vs_p_over_dn(pub: Published, columns: list[dict[str, Any]], path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return {
-        "title": title,
-        "file": f"figures/{path.name}",
-        "caption": f"For each attack, the share of the training set counted by {col['name']} (pooled candidates; "
+    return Figure.written(
+        title=title,
+        file=f"figures/{path.name}",
+        caption=f"For each attack, the share of the training set counted by {col['name']} (pooled candidates; "
         "dots: one cell each, line: the mean over seeds) against p / (d n), the number of trained parameters over "
         "the input dimension times the number of training points. Iurada et al.'s law predicts near-full recovery "
         "well above 1 (dotted) and none well below, for random-features targets.",
-    }
+    )
 
 
 def draw_all(
     suite: Suite,
     pub: Published,
-    tables: dict[str, Any],
+    tables: dict[str, list[TableRow]],
     columns: list[dict[str, Any]],
     results: Path,
     out: Path,
     *,
     data_root: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Figure]:
     import matplotlib
 
     matplotlib.use("Agg")
     data = _Data(results, data_root)
     figs = out / "figures"
-    info: dict[str, Any] = {}
+    info: dict[str, Figure] = {}
     jobs = {
         "reconstructions": lambda: draw_reconstructions(suite, pub, tables, columns, data, figs / "reconstructions.png"),
         "ssim_vs_margin": lambda: draw_ssim_vs_margin(suite, pub, data, figs / "ssim_vs_margin.png"),
@@ -375,5 +375,5 @@ def draw_all(
         try:
             info[name] = job()
         except Exception as exc:  # a figure that cannot be drawn must not cost the tables: say why
-            info[name] = {"title": TITLES[name], "reason": f"{type(exc).__name__}: {exc}"}
+            info[name] = Figure.written(title=TITLES[name], reason=f"{type(exc).__name__}: {exc}")
     return info

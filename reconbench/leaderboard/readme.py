@@ -31,8 +31,8 @@ from reconbench.records import (
     BoardResults,
     Column,
     Command,
-    Comparison,
     ComparisonRow,
+    ComparisonTable,
     ComparisonValue,
     Figure,
     TableRow,
@@ -135,7 +135,7 @@ def _variant_cell(v: ComparisonValue, metric: str, fmt: str) -> str:
     return str(failed.text) if not v.stat(metric).n else f"{fmt_stat(v.stat(metric), fmt)} ({failed.text})"
 
 
-def render_comparison(comp: Comparison, columns: list[Column]) -> str:
+def render_comparison(comp: ComparisonTable, columns: list[Column]) -> str:
     parts = []
     for metric in comp.metrics:
         col = next(c for c in columns if c.name == metric)
@@ -336,7 +336,7 @@ def _table_lines(board: BoardResults, columns: list[Column], has_grid: bool = Tr
     return lines
 
 
-def _comparison_lines(comparisons: Mapping[str, Comparison], columns: list[Column]) -> list[str]:
+def _comparison_lines(comparisons: Mapping[str, ComparisonTable], columns: list[Column]) -> list[str]:
     lines: list[str] = []
     for comp in comparisons.values():
         lines += [f"## {comp.title}", "", f"Target `{comp.base}` with `{comp.axis}` varied.", "",

@@ -25,6 +25,7 @@ from reconbench.leaderboard.tables import (
     SELECTIONS,
     Published,
     collect,
+    column_record,
     comparison_rows,
     header_info,
     main_rows,
@@ -32,7 +33,7 @@ from reconbench.leaderboard.tables import (
     target_rows,
 )
 from reconbench.provenance import git_commit, write_json, write_text_atomic
-from reconbench.records import BoardResults
+from reconbench.records import BoardResults, Figure
 from reconbench.safe_paths import member
 
 #: a sampled cell whose candidates file is larger is skipped for the next one (keeps published folders small)
@@ -98,7 +99,7 @@ def build_leaderboard(
     targets = target_rows(pub, suite.max_stationarity_ratio, suite.max_learned_ratio)
     info = header_info(suite, results, pub, command)
     if note:
-        info["note"] = " ".join(note.split())
+        info = info.updated(note=" ".join(note.split()))
 
     out.mkdir(parents=True, exist_ok=True)
     kept_outside = outside.snapshot(out)   # outside submissions the board took in: put back below when they fit
@@ -132,7 +133,7 @@ def build_leaderboard(
             stored.append(cid)
     stored.sort()
 
-    figure_info: dict[str, Any] = {}
+    figure_info: dict[str, Figure] = {}
     if suite.leaderboard.figures if figures is None else figures:
 
         figure_info = draw_all(suite, pub, tables, columns, results, out, data_root=data_root)
@@ -140,30 +141,30 @@ def build_leaderboard(
     privacy, sections = privacy_section(suite, pub, out, suite.leaderboard.figures if figures is None else figures)
     if publish:
         compact_figures(out)
-    plain_columns = [{k: v for k, v in c.items() if k != "spec"} for c in columns]
-    data = {
-        "format": LEADERBOARD_FORMAT,
-        "header": info,
-        "columns": plain_columns,
-        "targets": targets,
-        "tables": tables,
-        "comparisons": comparisons,
-        "privacy": privacy,
-        "figures": figure_info,
-        "stored_candidates": stored,
-        "failures": [
+    board = BoardResults(
+        format=LEADERBOARD_FORMAT,
+        header=info,
+        columns=[column_record(c) for c in columns],
+        targets=targets,
+        tables=tables,
+        comparisons=comparisons,
+        privacy=privacy,
+        figures=figure_info,
+        stored_candidates=stored,
+        failures=[
             {"cell_id": r.cell_id, "status": r.status, "error": r.error}
             for r in pub.records.values()
             if r.status != STATUS_OK
         ],
-        "not_run": pub.not_run,
-        "stale": pub.stale,
-    }
+        not_run=pub.not_run,
+        stale=pub.stale,
+    )
+    data = board.to_dict()   # the file's JSON: every field of the record, in its order
     if publish:  # compact: a published board is read by tools, and kept small (docs/leaderboard-entries.md)
         write_results(out, data)
     else:
         write_json(out / "results.json", data)
-    write_text_atomic(out / "README.md", render_readme(suite, BoardResults.from_dict(data), pub, sections))
+    write_text_atomic(out / "README.md", render_readme(suite, board, pub, sections))
     merged, dropped = outside.restore(kept_outside, suite, out)
     write_manifest(out)  # last: every file the board holds now (leaderboard/manifest.py)
     return {**(merged or data), "dropped_submissions": dropped}

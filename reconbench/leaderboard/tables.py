@@ -28,7 +28,23 @@ from reconbench.bench.suite import ColumnSpec, Suite, display_path
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import reported
 from reconbench.provenance import git_commit
-from reconbench.records import CellRecord, Invocation, MetricStat, TargetRow, mapping, number
+from reconbench.records import (
+    BoardHeader,
+    CellRecord,
+    Column,
+    Command,
+    ComparisonRow,
+    ComparisonTable,
+    ComparisonValue,
+    Failures,
+    Invocation,
+    MetricStat,
+    NullSummary,
+    TableRow,
+    TargetRow,
+    mapping,
+    number,
+)
 from reconbench.records.board_results import Stat
 from reconbench.records.target_quantities import TARGET_QUANTITIES, target_value
 from reconbench.targets.certificate import gate_value
@@ -118,7 +134,7 @@ def fmt_stat(s: Stat | MetricStat | dict[str, Any], fmt: str) -> str:
     return text
 
 
-def null_of(records: list[CellRecord], selection: str, key: str | None) -> dict[str, Any] | None:
+def null_of(records: list[CellRecord], selection: str, key: str | None) -> NullSummary | None:
     """The held-out null of a summary key over the cells: mean of the cells' null means, the largest draw."""
     if not key:
         return None
@@ -130,28 +146,31 @@ def null_of(records: list[CellRecord], selection: str, key: str | None) -> dict[
             maxima.append(float(spread.max))  # type: ignore[arg-type]
     if not means:
         return None
-    return {"mean": statistics.fmean(means), "max": max(maxima), "cells": len(means)}
+    return NullSummary(mean=statistics.fmean(means), max=max(maxima), cells=len(means))
 
 
 def overlaps(a: list[float] | tuple[float, float] | None, b: list[float] | tuple[float, float] | None) -> bool:
     return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
 
 
-def mark_within_noise(rows: list[dict[str, Any]], column: dict[str, Any]) -> None:
+def mark_within_noise(rows: list[TableRow], column: dict[str, Any]) -> list[TableRow]:
     """Per target: the best row of the first column, and whether each other row's interval overlaps the best's
     (a difference within noise over seeds). Rows with one seed have no interval: ``None`` (undecided)."""
     name = column["name"]
-    by_target: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["metrics"][name]["mean"] is not None:
-            by_target.setdefault(r["target"], []).append(r)
+    sign = 1.0 if column["higher_is_better"] else -1.0
+    by_target: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r.metric(name).mean is not None:
+            by_target.setdefault(r.target, []).append(i)
+    marked = list(rows)
     for group in by_target.values():
-        sign = 1.0 if column["higher_is_better"] else -1.0
-        best = max(group, key=lambda r: sign * r["metrics"][name]["mean"])
-        for r in group:
-            ci, best_ci = r["metrics"][name]["ci95"], best["metrics"][name]["ci95"]
-            r["best"] = r is best
-            r["within_noise_of_best"] = None if ci is None or best_ci is None else (r is best or overlaps(ci, best_ci))
+        best = max(group, key=lambda i: sign * (rows[i].metric(name).mean or 0.0))
+        best_ci = rows[best].metric(name).ci95
+        for i in group:
+            ci = rows[i].metric(name).ci95
+            marked[i] = rows[i].updated(best=i == best, within_noise_of_best=None if ci is None or best_ci is None
+                                        else (i == best or overlaps(ci, best_ci)))
+    return marked
 
 
 def _stat(records: list[CellRecord], selection: str, col: ColumnSpec) -> tuple[Stat, str | None]:
@@ -165,12 +184,12 @@ def _stat(records: list[CellRecord], selection: str, col: ColumnSpec) -> tuple[S
     return Stat(values, bounds), key
 
 
-def _sort_key(row: dict[str, Any], columns: list[dict[str, Any]]) -> tuple[Any, ...]:
+def _sort_key(row: TableRow, columns: list[dict[str, Any]]) -> tuple[Any, ...]:
     key: list[Any] = []
     for col in columns:
-        m = row["metrics"][col["name"]]["mean"]
+        m = row.metric(col["name"]).mean
         key.append((m is None, 0.0 if m is None else (-m if col["higher_is_better"] else m)))
-    return (*key, row["target"], row["attack"], row["init"])
+    return (*key, row.target, row.attack, row.init)
 
 
 @dataclass
@@ -202,13 +221,12 @@ def cell_outcome_of(rec: CellRecord) -> CellOutcome:
     return outcome
 
 
-def failures_of(failed: list[CellRecord], total: int) -> dict[str, Any] | None:
+def failures_of(failed: list[CellRecord], total: int) -> Failures | None:
     """A row's failed attacks: their cells, counts by status and the text the tables print (None: none failed)."""
     if not failed:
         return None
     counts = failure_counts([cell_outcome_of(r) for r in failed])
-    return {"cells": [r.cell_id for r in failed], "statuses": counts, "of": total,
-            "text": failure_text(counts, total)}
+    return Failures(cells=[r.cell_id for r in failed], statuses=counts, of=total, text=failure_text(counts, total))
 
 
 def collect(suite: Suite, results: Path) -> Published:
@@ -261,6 +279,13 @@ def resolve_columns(suite: Suite, records: list[CellRecord]) -> list[dict[str, A
     return cols
 
 
+def column_record(column: dict[str, Any]) -> Column:
+    """A resolved column (:func:`resolve_columns`) as a board's results.json records it (without its suite spec)."""
+    return Column(name=column["name"], key=column["key"], keys_tried=column["keys_tried"], source=column["source"],
+                  higher_is_better=column["higher_is_better"], direction_from=column["direction_from"],
+                  format=column["format"])
+
+
 def search_label(search: str, config: dict[str, Any]) -> str:
     """How a table names a row's search strategy: its name, its options, and ‡ when it reads training images."""
     record = search_record(search, config)
@@ -268,7 +293,7 @@ def search_label(search: str, config: dict[str, Any]) -> str:
     return f"{search}{f' ({options})' if options else ''}{f' {ORACLE_SELECTION_MARK}' if record['oracle'] else ''}"
 
 
-def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selection: str) -> list[dict[str, Any]]:
+def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selection: str) -> list[TableRow]:
     groups: dict[tuple[str, str, str], list[Cell]] = {}
     for cell in pub.plan:
         if "grid" in cell.groups:
@@ -279,47 +304,42 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
         if not ran:
             continue
         recs = pub.usable(c.cell_id for c in cells)
-        oracle_init = any(r.init.is_oracle for r in ran)
-        row: dict[str, Any] = {
-            "target": target,
-            "attack": attack,
-            "attack_name": cells[0].attack.attack,
-            "init": init,
-            "init_regime": cells[0].init.regime,
-            "init_is_oracle": oracle_init,
-            "selection": selection,
-            "oracle_selection": selection == "oracle",
-            "cells": [r.cell_id for r in recs],
-            "seeds": [r.seed for r in recs],
-            "attack_failed": failures_of(pub.attack_failed(c.cell_id for c in cells), len(ran)),
-            "metrics": {},
-        }
-        if not cells[0].attack.default_search():   # random search with its defaults is not named (older boards)
-            row["search"] = search_label(cells[0].attack.search, cells[0].attack.search_config)
+        metrics = {}
         for col in columns:
             stat, key = _stat(recs, selection, col["spec"])
-            row["metrics"][col["name"]] = {**stat.to_dict(), "key": key,
-                                           "null": null_of(recs, selection, key) if col["source"] == "summary" else None}
-        row["converged"] = converged(suite, ran)   # a property of the targets, whether or not the attack ran
+            metrics[col["name"]] = MetricStat.written(
+                **stat.to_dict(), key=key, null=null_of(recs, selection, key) if col["source"] == "summary" else None)
+        search = {} if cells[0].attack.default_search() else {   # random search with its defaults is not named
+            "search": search_label(cells[0].attack.search, cells[0].attack.search_config)}
         bars = sorted({bar for r in recs if (bar := r.selection(selection).calibrated_bar) is not None})
-        if bars:
-            row["calibration_bars"] = bars
         ratios = [rec.target.p_over_dn.get("ratio") for rec in recs if rec.target.p_over_dn]
-        if ratios:
-            row["p_over_dn"] = ratios[0]
-        rows.append(row)
-    add_threat_models(rows)
-    rows = order_rows(rows, columns)
-    if columns:
-        mark_within_noise(rows, columns[0])
-    return rows
+        rows.append(TableRow.written(
+            target=target,
+            attack=attack,
+            attack_name=cells[0].attack.attack,
+            init=init,
+            init_regime=cells[0].init.regime,
+            init_is_oracle=any(r.init.is_oracle for r in ran),
+            selection=selection,
+            oracle_selection=selection == "oracle",
+            cells=[r.cell_id for r in recs],
+            seeds=[r.seed for r in recs],
+            attack_failed=failures_of(pub.attack_failed(c.cell_id for c in cells), len(ran)),
+            metrics=metrics,
+            **search,
+            converged=converged(suite, ran),   # a property of the targets, whether or not the attack ran
+            **({"calibration_bars": bars} if bars else {}),
+            **({"p_over_dn": ratios[0]} if ratios else {}),
+        ))
+    rows = order_rows(add_threat_models(rows), columns)
+    return mark_within_noise(rows, columns[0]) if columns else rows
 
 
-def order_rows(rows: list[dict[str, Any]], columns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def order_rows(rows: list[TableRow], columns: list[dict[str, Any]]) -> list[TableRow]:
     """Best first by the columns in turn; on boards that show threat models, grouped by threat model first (in the
     order of their labels), each group ranked the same way."""
-    if any("threat_model" in r for r in rows):
-        return sorted(rows, key=lambda r: (str(r.get("threat_model") or ""), *_sort_key(r, columns)))
+    if any(r.threat_model is not None for r in rows):
+        return sorted(rows, key=lambda r: (r.threat_model or "", *_sort_key(r, columns)))
     return sorted(rows, key=lambda r: _sort_key(r, columns))
 
 
@@ -331,17 +351,15 @@ def threat_label(attack: str) -> str | None:
     return getattr(threat, "label", None)
 
 
-def add_threat_models(rows: list[dict[str, Any]]) -> None:
-    """Give every row its attack's threat model, on boards where some attack reads the initial weights (the boards
-    published before attacks declared one hold only attacks that read the final weights, with or without the labels,
-    and keep their rows and README byte for byte)."""
-    labels = [threat_label(str(r.get("attack_name") or r["attack"])) for r in rows]
+def add_threat_models(rows: list[TableRow]) -> list[TableRow]:
+    """The rows, each with its attack's threat model on boards where some attack reads the initial weights (the
+    boards published before attacks declared one hold only attacks that read the final weights, with or without the
+    labels, and keep their rows and README byte for byte)."""
+    labels = [threat_label(r.attack_name or r.attack) for r in rows]
     if not any(label is not None and label.startswith("θ0") for label in labels):
-        for row in rows:  # p / (d n) is shown beside the threat model only
-            row.pop("p_over_dn", None)
-        return
-    for row, label in zip(rows, labels, strict=True):
-        row["threat_model"] = label if label is not None else "not registered"
+        return [row.without("p_over_dn") for row in rows]   # p / (d n) is shown beside the threat model only
+    return [row.updated(threat_model=label if label is not None else "not registered")
+            for row, label in zip(rows, labels, strict=True)]
 
 
 def stationarity_ratio(rec: CellRecord) -> float | None:
@@ -378,11 +396,11 @@ def converged(suite: Suite, recs: list[CellRecord]) -> bool | None:
     return all(verdicts)
 
 
-def target_rows(pub: Published, gate: float | None = None, learned_gate: float | None = None) -> list[dict[str, Any]]:
+def target_rows(pub: Published, gate: float | None = None, learned_gate: float | None = None) -> list[TargetRow]:
     """One row per target used by a finished cell: its recipe and training evidence (from the cell JSONs); ``gate``
     and ``learned_gate`` are the suite's gates on the θ ratio and on the learned-part ratio."""
     gates = {k: v for k, v in (("stationarity", gate), ("learned", learned_gate)) if v is not None}
-    rows: dict[tuple[str, Any], dict[str, Any]] = {}
+    rows: dict[tuple[str, Any], TargetRow] = {}
     keys_of: dict[str, set[Any]] = {}
     for rec in pub.ok():
         keys_of.setdefault(rec.target.name, set()).add(rec.target.recipe_key)
@@ -390,47 +408,50 @@ def target_rows(pub: Published, gate: float | None = None, learned_gate: float |
         t = rec.target
         key = (t.name, t.recipe_key)
         if key in rows:
-            rows[key]["cells"].append(rec.cell_id)
+            rows[key].cells.append(rec.cell_id)
             continue
         recipe, m = t.trained_from, t.metrics
+        certificate = mapping(m.certificate)
+        learned = gate_value(m.certificate_dict)
+        regime = mapping(certificate.get("regime"))
+        theta = mapping(regime.get("theta"))
+        evidence: dict[str, Any] = {}
+        if learned is not None:  # certificates recorded before the learned part existed lack it
+            evidence["learned_ratio"] = learned
+        if "theta" in regime:  # certificates recorded before the regime test existed lack it (docs/regime.md)
+            evidence.update(theta_residual=theta.get("residual"), margin_set_size=len(theta.get("margin_set") or []))
+            if "regularised" in regime:
+                evidence["regularised_residual"] = mapping(regime["regularised"]).get("residual")
         # a suite whose seeds retrain the target has one trained target per seed under one name
         label = t.name if len(keys_of[t.name]) == 1 else f"{t.name} (seed {rec.seed})"
-        rows[key] = {
-            "target": label,
-            "recipe_key": t.recipe_key,
-            "dataset": recipe.problem.dataset,
-            "task": recipe.problem.task,
-            "n_train": t.n_train,
-            "n_per_class": recipe.problem.n_per_class,
-            "num_classes": recipe.problem.num_classes,
-            "family": recipe.family,
-            "widths": recipe.widths,
-            "loss": m.loss_name,
-            "weight_decay": recipe.train.weight_decay,
-            "defense": recipe.defense,
-            "defense_config": recipe.defense_config,
-            "steps": m.steps_run,
-            "train_error": m.train_error,
-            "test_error": m.test_error,
-            "train_loss": m.train_loss,
-            "stationarity_ratio": mapping(m.certificate)["ratio"] if "ratio" in mapping(m.certificate) else None,
-            "gate": gate,
-            "learned_gate": learned_gate,
-            "converged": in_regime(gates, rec),
-            "train_seconds": m.train_seconds,
-            "cells": [rec.cell_id],
-        }
-        learned = gate_value(m.certificate_dict)
-        if learned is not None:  # certificates recorded before the learned part existed lack it
-            rows[key]["learned_ratio"] = learned
-        regime = mapping(mapping(m.certificate).get("regime"))
-        if "theta" in regime:  # certificates recorded before the regime test existed lack it (docs/regime.md)
-            rows[key]["theta_residual"] = mapping(regime.get("theta")).get("residual")
-            rows[key]["margin_set_size"] = len(mapping(regime.get("theta")).get("margin_set") or [])
-            if "regularised" in regime:
-                rows[key]["regularised_residual"] = mapping(regime.get("regularised")).get("residual")
-        if t.margin_min is not None and t.margin_max is not None:
-            rows[key]["margin_min"], rows[key]["margin_max"] = t.margin_min, t.margin_max
+        rows[key] = TargetRow.written(
+            target=label,
+            recipe_key=t.recipe_key,
+            dataset=recipe.problem.dataset,
+            task=recipe.problem.task,
+            n_train=t.n_train,
+            n_per_class=recipe.problem.n_per_class,
+            num_classes=recipe.problem.num_classes,
+            family=recipe.family,
+            widths=recipe.widths,
+            loss=m.loss_name,
+            weight_decay=recipe.train.weight_decay,
+            defense=recipe.defense,
+            defense_config=recipe.defense_config if recipe.defense is not None else None,
+            steps=m.steps_run,
+            train_error=m.train_error,
+            test_error=m.test_error,
+            train_loss=m.train_loss,
+            stationarity_ratio=certificate["ratio"] if "ratio" in certificate else None,
+            gate=gate,
+            learned_gate=learned_gate,
+            converged=in_regime(gates, rec),
+            train_seconds=m.train_seconds,
+            cells=[rec.cell_id],
+            **evidence,
+            **({"margin_min": t.margin_min, "margin_max": t.margin_max}
+               if t.margin_min is not None and t.margin_max is not None else {}),
+        )
     return list(rows.values())
 
 
@@ -505,7 +526,7 @@ def render_targets(rows: list[TargetRow]) -> str:
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]]) -> dict[str, Any]:
+def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]]) -> dict[str, ComparisonTable]:
     out = {}
     # the first two summary columns the cells have (an older cell has no calibrated headline), and the numbers of
     # the targets the suite shows (target_columns: how the target changes along the axis)
@@ -521,30 +542,28 @@ def comparison_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]])
                 key=lambda k: (list(suite.attacks).index(k[0]), list(suite.inits).index(k[1])),
             )
             for attack, init in keys:
-                row: dict[str, Any] = {"attack": attack, "init": init, "selection": sel, "values": []}
+                values = []
                 for v in comp.variants:
                     ids = [c.cell_id for c in cells if c.target == v.target and c.attack.label == attack and c.init.label == init]
                     recs = pub.usable(ids)
-                    entry: dict[str, Any] = {
-                        "axis_value": v.value,
-                        "target": v.target,
-                        "cells": [r.cell_id for r in recs],
-                        "attack_failed": failures_of(pub.attack_failed(ids), len(pub.ok(ids))),
-                    }
+                    stats = {}   # the point's metrics, by column name (the open part of a ComparisonValue)
                     for col in metric_cols:
                         stat, key = _stat(recs, sel, col["spec"])
-                        entry[col["name"]] = {**stat.to_dict(), "key": key}
-                    row["values"].append(entry)
-                row["init_is_oracle"] = any(r.init.is_oracle for e in row["values"] for r in pub.ok(e["cells"]))
-                rows.append(row)
-        out[comp.name] = {
-            "title": comp.title,
-            "axis": comp.axis,
-            "base": comp.base,
-            "axis_values": [v.value for v in comp.variants],
-            "metrics": [c["name"] for c in metric_cols],
-            "rows": rows,
-        }
+                        stats[col["name"]] = {**stat.to_dict(), "key": key}
+                    values.append(ComparisonValue.written(
+                        axis_value=v.value, target=v.target, cells=[r.cell_id for r in recs],
+                        attack_failed=failures_of(pub.attack_failed(ids), len(pub.ok(ids))), extra=stats))
+                rows.append(ComparisonRow.written(
+                    attack=attack, init=init, selection=sel, values=values,
+                    init_is_oracle=any(r.init.is_oracle for e in values for r in pub.ok(e.cells))))
+        out[comp.name] = ComparisonTable(
+            title=comp.title,
+            axis=comp.axis,
+            base=comp.base,
+            axis_values=[v.value for v in comp.variants],
+            metrics=[c["name"] for c in metric_cols],
+            rows=rows,
+        )
     return out
 
 
@@ -559,7 +578,7 @@ def read_invocations(results: Path) -> list[dict[str, Any]]:
     return invs
 
 
-def header_info(suite: Suite, results: Path, pub: Published, command: str) -> dict[str, Any]:
+def header_info(suite: Suite, results: Path, pub: Published, command: str) -> BoardHeader:
     invs = [Invocation.from_dict(i) for i in read_invocations(results)]
     used = {r.invocation for r in pub.records.values()} - {None}
     contributing = [i for i in invs if i.invocation in used] or invs
@@ -569,41 +588,35 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> di
         if line not in machines:
             machines.append(line)
     commits = sorted({r.git_commit for r in pub.records.values()})
-    return {
-        "suite": suite.name,
-        "description": suite.description,
-        "suite_file": display_path(suite.path),
-        "suite_sha256": suite.text_sha256,
-        "commands": [
-            {
-                "invocation": i.invocation,
-                "command": i.command,
-                "status": i.status,
-                "started": i.started,
-                "elapsed_seconds": i.elapsed_seconds,
-                "git_commit": i.git_commit,
-                "reconbench_version": i.reconbench_version,
-            }
+    return BoardHeader.written(
+        suite=suite.name,
+        description=suite.description,
+        suite_file=display_path(suite.path),
+        suite_sha256=suite.text_sha256,
+        commands=[
+            Command(invocation=i.invocation, command=i.command, status=i.status, started=i.started,
+                    elapsed_seconds=i.elapsed_seconds, git_commit=i.git_commit,
+                    reconbench_version=i.reconbench_version)
             for i in contributing
         ],
-        "machines": machines,
-        "wall_seconds": float(sum(i.elapsed_seconds or 0.0 for i in invs)),
-        "invocations": len(invs),
-        "cell_seconds": float(sum(r.wall_seconds or 0.0 for r in pub.records.values())),
-        "reconbench_versions": sorted({r.reconbench_version for r in pub.records.values()}),
-        "git_commits": commits,
-        "rendered_by": command,
-        "rendered_with": {"reconbench_version": __version__, "git_commit": git_commit()},
-        "rendered": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "attack_failed": [{"cell_id": r.cell_id, **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
-        "cells": {
+        machines=machines,
+        wall_seconds=float(sum(i.elapsed_seconds or 0.0 for i in invs)),
+        invocations=len(invs),
+        cell_seconds=float(sum(r.wall_seconds or 0.0 for r in pub.records.values())),
+        reconbench_versions=sorted({r.reconbench_version for r in pub.records.values()}),
+        git_commits=commits,
+        rendered_by=command,
+        rendered_with={"reconbench_version": __version__, "git_commit": git_commit()},
+        rendered=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        attack_failed=[{"cell_id": r.cell_id, **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
+        cells={
             "planned": len(pub.plan),
             "ok": len(pub.ok()),
             "failed": sum(1 for r in pub.records.values() if r.status != STATUS_OK),
             "not_run": len(pub.not_run),
             "stale": len(pub.stale),
         },
-    }
+    )
 
 
 # -- rendering ------------------------------------------------------------------------------------------

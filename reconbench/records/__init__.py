@@ -21,8 +21,8 @@ from reconbench.records.board_results import (
     BoardResults,
     Column,
     Command,
-    Comparison,
     ComparisonRow,
+    ComparisonTable,
     ComparisonValue,
     Failures,
     Figure,
@@ -55,22 +55,29 @@ from reconbench.records.model_card import (
     CardProblem,
     Digest,
     ProblemIndices,
-    ProblemRecipe,
-    TargetRecipe,
     TrainMetrics,
-    TrainRecipe,
 )
-from reconbench.records.record import SCHEMA_VERSION, FileFormat, Record, decode, mapping, number, plain
+from reconbench.records.record import (
+    SCHEMA_VERSION,
+    FileFormat,
+    Record,
+    decode,
+    mapping,
+    number,
+    plain,
+    register_value_type,
+)
 from reconbench.records.run_result import RUN_RESULT_FILE, RunResult, RunTarget
 from reconbench.records.submission import SUBMISSION_FILE, SubmissionBoard, SubmissionFile, SubmissionProvenance
+from reconbench.targets.recipe import TargetRecipe
 
 __all__ = [
     "BOARD_RESULTS_FILE", "CARD_FILE", "CELL_FILE", "INVOCATION_FILE", "RUN_RESULT_FILE", "SCHEMA_VERSION",
     "SUBMISSION_FILE", "AttackInfo", "BoardCardNote", "BoardHeader", "BoardResults", "CardData", "CardProblem",
-    "CellRecord", "Column", "Command", "Comparison", "ComparisonRow", "ComparisonValue", "Digest", "EntryInfo",
+    "CellRecord", "Column", "Command", "ComparisonTable", "ComparisonRow", "ComparisonValue", "Digest", "EntryInfo",
     "Failures", "Figure", "FileFormat", "ImageRow", "InitInfo", "Invocation", "MetricStat", "NullSummary",
-    "PrivacyAttack", "PrivacyRow", "PrivacyTable", "ProblemIndices", "ProblemRecipe", "Record", "RunResult",
+    "PrivacyAttack", "PrivacyRow", "PrivacyTable", "ProblemIndices", "Record", "RunResult",
     "RunTarget", "SearchRun", "Selection", "Spread", "Submission", "SubmissionBoard", "SubmissionFile",
-    "SubmissionProvenance", "TableRow", "TargetInfo", "TargetRecipe", "TargetRow", "TrainMetrics", "TrainRecipe",
-    "decode", "image_rows", "mapping", "number", "plain",
+    "SubmissionProvenance", "TableRow", "TargetInfo", "TargetRecipe", "TargetRow", "TrainMetrics",
+    "decode", "image_rows", "mapping", "number", "plain", "register_value_type",
 ]

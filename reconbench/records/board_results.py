@@ -164,8 +164,9 @@ class ComparisonRow(Record):
 
 
 @dataclass(frozen=True)
-class Comparison(Record):
-    """A comparison of a board: one target with one axis varied (``[[leaderboard.comparisons]]`` of a suite)."""
+class ComparisonTable(Record):
+    """The table a board publishes of a suite's comparison (:class:`reconbench.bench.suite.Comparison`, a
+    ``[[leaderboard.comparisons]]`` table: one target with one axis varied): its axis values, metrics and rows."""
 
     title: str = ""
     axis: str = ""
@@ -309,7 +310,7 @@ class BoardResults(Record):
     columns: list[Column] | None = None
     targets: list[TargetRow] | None = None
     tables: Mapping[str, list[TableRow]] | None = None
-    comparisons: Mapping[str, Comparison] | None = None
+    comparisons: Mapping[str, ComparisonTable] | None = None
     privacy: Mapping[str, PrivacyTable] | None = None
     figures: Mapping[str, Figure] | None = None
     stored_candidates: list[str] = field(default_factory=list)

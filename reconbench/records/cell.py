@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconbench.records.board_entry import EntryInfo
-from reconbench.records.model_card import TargetRecipe, TrainMetrics
+from reconbench.records.model_card import TrainMetrics
 from reconbench.records.record import FileFormat, Record, mapping, number, unchanged
+from reconbench.targets.recipe import TargetRecipe
 
 _EMPTY: Mapping[str, Any] = {}
 

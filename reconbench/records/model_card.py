@@ -7,61 +7,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconbench.records.record import FileFormat, Record, mapping, unchanged
+from reconbench.config import build_config
+from reconbench.data import ProblemSpec
+from reconbench.errors import ReconbenchError
+from reconbench.records.record import FileFormat, Record, mapping, register_value_type, unchanged
+from reconbench.targets.problems import recorded_spec_dict
+from reconbench.targets.recipe import TargetRecipe, recorded_recipe
 
 
-@dataclass(frozen=True)
-class ProblemRecipe(Record):
-    """The problem a target is trained on (``data.ProblemSpec`` as written)."""
-
-    dataset: str | None = None
-    task: str | None = None
-    n_per_class: int | None = None
-    num_classes: int | None = None
-    binary_rule: str | None = None
-    seed: int | None = None
-    n_test_per_class: int | None = None
-    n_decoy_per_class: int | None = None
-    order: str | None = None
-    order_seed: int | None = None
+def read_problem_spec(d: Any) -> ProblemSpec:
+    """A problem spec as a card records it (checked as the command line checks it)."""
+    if not isinstance(d, dict):
+        raise ReconbenchError(f"a problem spec is an object, got {type(d).__name__}")
+    return build_config(ProblemSpec, recorded_spec_dict(d), "problem spec")
 
 
-@dataclass(frozen=True)
-class TrainRecipe(Record):
-    """How a target is trained (``targets/recipe.TrainSpec`` as written; ``certify_every`` and ``stop_at_gate`` are
-    written only when set)."""
-
-    loss: str | None = None
-    lr: float | None = None
-    steps: int | None = None
-    weight_decay: float | None = None
-    dtype: str | None = None
-    schedule: str | None = None
-    schedule_threshold: float | None = None
-    schedule_cap: float | None = None
-    stop_loss: float | None = None
-    eval_every: int | None = None
-    seed: int | None = None
-    certify_every: int | None = None
-    stop_at_gate: float | None = None
-    #: the loss's numerical form ("stable": softplus / log-sum-exp in float64; absent: the legacy form)
-    loss_form: str | None = None
-
-
-@dataclass(frozen=True)
-class TargetRecipe(Record):
-    """The recipe a target was trained from, as written (``targets/recipe.TargetRecipe.to_dict``)."""
-
-    family: str | None = None
-    problem: ProblemRecipe = ProblemRecipe()
-    model: Mapping[str, Any] | None = None
-    train: TrainRecipe = TrainRecipe()
-    defense: str | None = None
-    defense_config: Mapping[str, Any] | None = None
-
-    @property
-    def widths(self) -> Any:
-        return mapping(self.model).get("widths")
+# the recipe and problem spec of a card are the classes targets are trained from, read with their own checks
+register_value_type(TargetRecipe, recorded_recipe)
+register_value_type(ProblemSpec, read_problem_spec)
 
 
 @dataclass(frozen=True)
@@ -130,7 +93,7 @@ class ProblemIndices(Record):
 class CardProblem(Record):
     """A card's training problem: its spec, indices, training labels and the sha256 of its training pixels."""
 
-    spec: ProblemRecipe | None = None
+    spec: ProblemSpec | None = None
     indices: ProblemIndices = ProblemIndices()
     train_labels: list[int] | None = None
     train_sha256: str | None = None

@@ -5,7 +5,8 @@ value of the wrong JSON type, is a one-line error naming the file, the field's p
 told its nearest name). Only an *open* record (:attr:`Record.OPEN`: an image row's score columns, a comparison
 point's metrics) keeps keys it does not name, in ``extra``. Fields may be absent (they read as their defaults and
 stay absent when written back). ``to_dict`` writes the keys in the order they were read, so
-``to_dict(from_dict(x)) == x`` for every file the project has published.
+``to_dict(from_dict(x)) == x`` for every file the project has published. A record built in code writes every field
+in the order it declares them; :meth:`Record.written` builds one that writes exactly the fields given.
 
 Numbers are not converted: a float field holding ``3`` keeps the int, so the file is written back byte for byte.
 
@@ -20,7 +21,7 @@ import numbers
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -62,9 +63,10 @@ def mapping(v: object) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else _EMPTY
 
 
-def plain(v: object) -> Any:
-    """A record, or JSON values holding records, as plain JSON values."""
-    if isinstance(v, Record):
+def plain(v: Any) -> Any:
+    """A record (or a value type of :func:`register_value_type`), or JSON values holding them, as plain JSON
+    values."""
+    if isinstance(v, Record) or type(v) in VALUE_TYPES:
         return v.to_dict()
     if isinstance(v, Mapping):
         return {k: plain(x) for k, x in v.items()}
@@ -79,8 +81,8 @@ class Record:
 
     #: keys of the JSON object that no field names (an open record only), kept to be written back
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False, kw_only=True)
-    #: the order of the keys as read (written back in it)
-    key_order: tuple[str, ...] = field(default=(), repr=False, compare=False, kw_only=True)
+    #: the keys as read, in their order (written back so); None for a record built in code, which writes every field
+    key_order: tuple[str, ...] | None = field(default=None, repr=False, compare=False, kw_only=True)
 
     _OWN: ClassVar[frozenset[str]] = frozenset({"extra", "key_order"})
     #: the format (schema and its version) of the JSON file a top-level record reads, as its writer stamps it
@@ -93,18 +95,47 @@ class Record:
         """The record of a JSON object, read strictly; ``source`` (the file) names it in a one-line error."""
         return decode(cls, d, source)
 
+    @classmethod
+    def written(cls: type[R], **values: Any) -> R:
+        """A record as a writer makes it when the file leaves fields out: exactly the fields given, written in the
+        order given (a field given at its default is written too; one not given is not)."""
+        rec = cls(**values)
+        object.__setattr__(rec, "key_order", tuple(k for k in values if k not in cls._OWN))
+        return rec
+
+    def updated(self: R, **changes: Any) -> R:
+        """The record with fields changed; of a record with chosen keys (read, or :meth:`written`), a field it did
+        not write yet is written after those it does, as a key set on a JSON object is."""
+        rec = replace(self, **changes)
+        if self.key_order is not None:
+            new = tuple(k for k in changes if k not in self.key_order and k not in self._OWN)
+            object.__setattr__(rec, "key_order", self.key_order + new)
+        return rec
+
+    def without(self: R, *names: str) -> R:
+        """The record with these fields back at their defaults and no longer written (of a record with chosen keys)."""
+        rec = replace(self, **{n: _default(f) for f in fields(self) if (n := f.name) in names})
+        if self.key_order is not None:
+            object.__setattr__(rec, "key_order", tuple(k for k in self.key_order if k not in names))
+        return rec
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object: the keys read, in their order, then fields set that were not read."""
+        """The JSON object: the keys read (or given to :meth:`written`), in their order, then fields set that were
+        not; a record built in code (``key_order`` None) writes every field, in the order the record declares."""
+        every = self.key_order is None
+        order = self.key_order or ()
         values: dict[str, Any] = {}
         for f in fields(self):
             if f.name in self._OWN:
                 continue
             v = getattr(self, f.name)
-            default = f.default_factory() if f.default_factory is not MISSING else f.default
-            if f.name in self.key_order or v != default:
-                values[f.name] = plain(v)
+            if not every and f.name not in order:
+                default = f.default_factory() if f.default_factory is not MISSING else f.default
+                if v == default:
+                    continue
+            values[f.name] = plain(v)
         out: dict[str, Any] = {}
-        for k in self.key_order:
+        for k in order:
             if k in values:
                 out[k] = values.pop(k)
             elif k in self.extra:
@@ -144,7 +175,7 @@ def _type_name(t: object) -> str:
         return "a number"
     if t is str:
         return "text"
-    if isinstance(t, type) and issubclass(t, Record):
+    if isinstance(t, type) and (issubclass(t, Record) or t in VALUE_TYPES):
         return f"an object (a {t.__name__})"
     origin = typing.get_origin(t)
     if origin in (typing.Union, types.UnionType):
@@ -199,7 +230,7 @@ def _kind_of_type(t: object) -> str:
         return "null"
     if t in (bool, int, float, str):
         return t.__name__
-    if (isinstance(t, type) and issubclass(t, Record)) or origin in (dict, Mapping):
+    if (isinstance(t, type) and (issubclass(t, Record) or t in VALUE_TYPES)) or origin in (dict, Mapping):
         return "object"
     if origin in (list, tuple):
         return "array"
@@ -309,6 +340,18 @@ def _make_converter(detailed: bool) -> cattrs.Converter:
 CONVERTER = _make_converter(detailed=False)
 DETAILED = _make_converter(detailed=True)
 
+#: classes of the house that records hold as they are (not records themselves): each reads a JSON object with its
+#: own checks (:func:`register_value_type`) and writes it back with its ``to_dict``
+VALUE_TYPES: dict[type, Callable[[Any], Any]] = {}
+
+
+def register_value_type(cls: type, read: Callable[[Any], Any]) -> None:
+    """Let records hold ``cls`` (a class with ``to_dict``): ``read`` makes one from a JSON object, raising a
+    one-line error on a bad one. Register at import, before the first record holding it is read."""
+    VALUE_TYPES[cls] = read
+    for conv in (CONVERTER, DETAILED):
+        conv.register_structure_hook(cls, lambda d, _: read(d))
+
 
 def _problems(exc: BaseException, path: str, cls: object) -> list[tuple[str, Any, BaseException]]:
     """(the field's path, the record class it is in, the error) for each leaf error of a cattrs validation."""
@@ -416,3 +459,8 @@ class FileFormat(Generic[R]):
         data = read_json(Path(path), missing="pass the path of an existing file",
                          damaged="restore it, or write it again")
         return self.decode(data, path)
+
+
+def _default(f: Any) -> Any:
+    """A dataclass field's default value."""
+    return f.default_factory() if f.default_factory is not MISSING else f.default

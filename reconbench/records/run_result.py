@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconbench.records.record import FileFormat, Record, mapping, unchanged
+from reconbench.targets.recipe import TargetRecipe
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,7 @@ class RunTarget(Record):
     """What a run records of its target: its card, recipe, training metrics."""
 
     card: str | None = None
-    recipe: Mapping[str, Any] | None = None
+    recipe: TargetRecipe | None = None
     recipe_key: str | None = None
     card_sha256: str | None = None
     family: str | None = None
@@ -26,7 +27,8 @@ class RunTarget(Record):
 
 @dataclass(frozen=True)
 class RunResult(Record):
-    """A run's ``result.json`` (``runs/result.py``): the pooled and selected evaluations, the runs, provenance."""
+    """A run's ``result.json`` (``runs/result.py`` builds it and writes every field, in this order): the pooled and
+    selected evaluations, the runs, provenance."""
 
     SCHEMA = "reconbench-result/1"
 

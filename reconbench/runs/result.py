@@ -16,6 +16,7 @@ from reconbench.evaluation import evaluate, resolve_protocol
 from reconbench.evaluation.bars import calibration_bars
 from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.provenance import portable_path, provenance, save_tensors_atomic, write_json
+from reconbench.records import RunResult, RunTarget
 from reconbench.runs.pool import load_pooled, select_runs
 from reconbench.runs.spec import RunSpec
 from reconbench.runs.traces import plot_traces
@@ -64,38 +65,38 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
     draw = resolved.base.figures   # figures = false: no PNG at all
     figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run") if draw \
         else None
-    result = {
-        "kind": "reconbench-result/1",
-        "attack": spec.attack,
-        "threat_model": _threat_record(spec.attack),
-        "init": spec.init,
-        "init_config": init_config,
-        "init_is_oracle": oracle_init,
-        "spec": spec.to_dict(),
-        "search": search_record(spec.search, spec.search_config),
-        "target": {"card": portable_path(card.path), "recipe": card.data["recipe"], "recipe_key": card.data["recipe_key"],
-                   "card_sha256": card.data.get("content_sha256"),
-                   "family": card.data["family"], "task": card.task, "n_train": problem.n,
-                   "p_over_dn": card.data.get("p_over_dn"),
-                   "train_metrics": {k: v for k, v in card.data["metrics"].items() if k != "margins"}},
-        "selection": {
+    result = RunResult(
+        kind=RunResult.SCHEMA,
+        attack=spec.attack,
+        threat_model=_threat_record(spec.attack),
+        init=spec.init,
+        init_config=init_config,
+        init_is_oracle=oracle_init,
+        spec=spec.to_dict(),
+        search=search_record(spec.search, spec.search_config),
+        target=RunTarget(card=portable_path(card.path), recipe=card.recipe, recipe_key=card.data["recipe_key"],
+                         card_sha256=card.data.get("content_sha256"), family=family, task=card.task,
+                         n_train=problem.n, p_over_dn=card.data.get("p_over_dn"),
+                         train_metrics={k: v for k, v in card.data["metrics"].items() if k != "margins"}),
+        selection={
             "blind": {"run": blind,
                       "rule": "lowest final attack loss among completed runs (reads no training images)"},
             "oracle": {"run": oracle, "rule": "lowest extraction score (mean NCC distance of the 10 best "
                                               "distinct training matches): reads training images"},
         },
-        "runs": [{k: v for k, v in r.items() if k != "trace"} for r in runs],
-        "failed_runs": [r["run"] for r in runs if r["stopped"] == "failed"],
-        "outcome": outcome_of_runs(runs).to_dict(),
-        "evaluation": evaluation,
-        "evaluation_selected": selected,
-        "calibration_bars": bars,
-        "figures": [str(figure.relative_to(out))] if figure else [],
-        "wall_seconds": wall,
-        "provenance": provenance(spec.to_dict(), spec.device, spec.dtype, spec.seed),
-    }
-    write_json(out / "result.json", result)
-    return result
+        runs=[{k: v for k, v in r.items() if k != "trace"} for r in runs],
+        failed_runs=[r["run"] for r in runs if r["stopped"] == "failed"],
+        outcome=outcome_of_runs(runs).to_dict(),
+        evaluation=evaluation,
+        evaluation_selected=selected,
+        calibration_bars=bars,
+        figures=[str(figure.relative_to(out))] if figure else [],
+        wall_seconds=wall,
+        provenance=provenance(spec.to_dict(), spec.device, spec.dtype, spec.seed),
+    )
+    data = result.to_dict()   # the file's JSON: every field of the record, in its order
+    write_json(out / "result.json", data)
+    return data
 
 
 def _threat_record(attack: str) -> dict[str, Any]:

@@ -24,8 +24,8 @@ from reconbench.nets import TargetNet
 from reconbench.preflight import card_size
 from reconbench.provenance import save_tensors_atomic, write_json
 from reconbench.targets.data_files import file_digest
-from reconbench.targets.problems import build_problem, recorded_spec_dict
-from reconbench.targets.recipe import DTYPES, TargetRecipe
+from reconbench.targets.problems import build_problem
+from reconbench.targets.recipe import DTYPES, TargetRecipe, recorded_recipe
 from reconbench.targets.training import TrainResult
 
 CARD_FORMAT = "reconbench-card/1"
@@ -107,12 +107,6 @@ class ModelCard:
                 raise ModelCardError(f"{where} gives {key} {_short(got)}, but the card says {_short(stored)}; the card "
                                      "was edited or belongs to other data. Re-train, or restore the original card")
         return problem
-
-
-def recorded_recipe(d: dict[str, Any]) -> TargetRecipe:
-    """The recipe a card records; a problem recorded without ``order`` was built in file order."""
-    problem = d.get("problem") if isinstance(d, dict) else None
-    return TargetRecipe.from_dict({**d, "problem": recorded_spec_dict(problem)} if isinstance(problem, dict) else d)
 
 
 def _short(v: object) -> str:

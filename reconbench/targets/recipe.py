@@ -14,6 +14,7 @@ from reconbench.config import MAX_SEED, Limit, check_value, option
 from reconbench.data import ProblemSpec
 from reconbench.errors import ReconbenchError
 from reconbench.targets.losses import get_loss
+from reconbench.targets.problems import recorded_spec_dict
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -113,6 +114,11 @@ class TargetRecipe:
             build_config(defense.config_cls, self.defense_config, f"defense {defense.name}")
         return self
 
+    @property
+    def widths(self) -> Any:
+        """The hidden widths the model options name (None: the family has no ``widths`` option)."""
+        return self.model.get("widths")
+
     def key(self) -> str:
         """A short hash naming this recipe (used as the cache key of trained targets)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
@@ -138,6 +144,12 @@ class TargetRecipe:
                    train=build_config(TrainSpec, {**LEGACY_TRAIN_VALUES, **(d.get("train") or {})},
                                       "recipe.train"),
                    defense=d.get("defense"), defense_config=dict(d.get("defense_config") or {}))
+
+
+def recorded_recipe(d: Any) -> TargetRecipe:
+    """The recipe a card, cell or result records (its problem recorded without ``order`` was built in file order)."""
+    problem = d.get("problem") if isinstance(d, dict) else None
+    return TargetRecipe.from_dict({**d, "problem": recorded_spec_dict(problem)} if isinstance(problem, dict) else d)
 
 
 def check_model_option(family: str, key: str, value: object, default: object) -> None:

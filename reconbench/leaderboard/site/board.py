@@ -29,7 +29,7 @@ from reconbench.records import (
     BoardResults,
     CellRecord,
     Column,
-    Comparison,
+    ComparisonTable,
     Figure,
     MetricStat,
     SearchRun,
@@ -186,7 +186,7 @@ def main_table(selection: str, rows: list[TableRow], columns: list[Column], cell
     return Table(selection, title, out)
 
 
-def comparison(name: str, comp: Comparison, columns: list[Column], cells: dict[str, CellRecord]) -> ComparisonView:
+def comparison(name: str, comp: ComparisonTable, columns: list[Column], cells: dict[str, CellRecord]) -> ComparisonView:
     fmt = {c.name: c.format for c in columns}
     headers = [f"{m}: {comp.axis} = {v}" for m in comp.metrics for v in comp.axis_values]
     rows = []
