@@ -16,8 +16,10 @@ may group their sums differently (tests/test_cross_target.py states the toleranc
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,3 +252,78 @@ def _together(requests: Sequence[CrossRequest], members: list[int], results: lis
         n = len(requests[r].configs)
         results[r].outputs = [outputs[(j, i)] for i in range(n)]
         results[r].batches = [batches[(j, i)] for i in range(n)]
+
+
+# -- the seam with the cells' own code path: a broker that collects each cell's batch, then hands back its runs ------
+class Collected(BaseException):
+    """Raised by a collecting broker once a cell has asked for its batch: the cell's code stops there (a
+    BaseException, so that no ``except Exception`` of the cell path records it as a failure)."""
+
+
+class CrossBroker:
+    """Between the bench and the runs of its cells (``reconbench.runs.execute`` asks :func:`serve_batch` before it
+    runs a batch itself). Collecting: the batch a cell asks for is kept as a :class:`CrossRequest` and the cell stops
+    (:class:`Collected`). Replaying: the batch a cell asks for, when it is the one collected (same starts and
+    configs), is answered from the cross-target results; any other batch (a later round of a multi-round search, a
+    cell whose starts changed) runs as usual."""
+
+    def __init__(self) -> None:
+        self.collecting = True
+        self.current = ""
+        self.requests: dict[str, CrossRequest] = {}
+        self.results: dict[str, CrossResult] = {}
+        self.seconds = 0.0
+
+    def run(self, progress: ProgressFn | None = None) -> None:
+        """Advance every collected batch (:func:`run_cross_target`), then replay."""
+        import time
+
+        names = list(self.requests)
+        t0 = time.perf_counter()
+        results = run_cross_target([self.requests[n] for n in names], progress=progress)
+        self.seconds = time.perf_counter() - t0
+        self.results = dict(zip(names, results, strict=True))
+        self.collecting = False
+
+    def serve(self, req: CrossRequest, on_done: Any) -> bool:
+        if self.collecting:
+            if self.current and self.current not in self.requests:
+                req.name = self.current
+                self.requests[self.current] = req
+                raise Collected(self.current)
+            return False
+        asked, result = self.requests.get(self.current), self.results.pop(self.current, None)
+        if asked is None or result is None or not _same_batch(asked, req):
+            return False
+        for i, (out, batch) in enumerate(zip(result.outputs, result.batches, strict=True)):
+            if on_done is not None:
+                on_done(i, out, {**batch, "cross_target_seconds": self.seconds} if batch else None)
+        return True
+
+
+def _same_batch(a: CrossRequest, b: CrossRequest) -> bool:
+    return (len(a.x0s) == len(b.x0s) and all(torch.equal(x, y) for x, y in zip(a.x0s, b.x0s, strict=True))
+            and [config_to_dict(c) for c in a.configs] == [config_to_dict(c) for c in b.configs]
+            and torch.equal(a.labels.cpu(), b.labels.cpu()))
+
+
+_BROKER: ContextVar[CrossBroker | None] = ContextVar("reconbench_cross_broker", default=None)
+
+
+@contextlib.contextmanager
+def brokering(broker: CrossBroker) -> Iterator[CrossBroker]:
+    """Make ``broker`` the one :func:`serve_batch` asks, for the duration of the block."""
+    token = _BROKER.set(broker)
+    try:
+        yield broker
+    finally:
+        _BROKER.reset(token)
+
+
+def serve_batch(attack: Any, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any],
+                generators: list[torch.Generator], on_done: Any) -> bool:
+    """Whether a cross-target broker took this batch (collected it, or answered it); False: run it as usual."""
+    broker = _BROKER.get()
+    if broker is None:
+        return False
+    return broker.serve(CrossRequest(attack, target, list(x0s), labels, list(configs), list(generators)), on_done)

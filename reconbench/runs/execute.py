@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from reconbench import plugins
+from reconbench.attack.cross_target import serve_batch
 from reconbench.attack.outcome import derive_run_outcome
 from reconbench.attack.search import check_proposals, start_search, tell
 from reconbench.config import build_config, config_to_dict
@@ -154,8 +155,9 @@ def _run_pending(attack: Any, target: AttackTarget, labels: torch.Tensor, pendin
                 t0 = time.perf_counter()
             outer.update(len(runs))
 
-        attack.run_batch(target, [p.x0 for p in pending], labels.to(target.device), [p.cfg for p in pending],
-                         generators=[p.gen for p in pending], progress=bar, on_done=on_done)
+        args = (target, [p.x0 for p in pending], labels.to(target.device), [p.cfg for p in pending])
+        if not serve_batch(attack, *args, [p.gen for p in pending], on_done):   # a cross-target bench's batch
+            attack.run_batch(*args, generators=[p.gen for p in pending], progress=bar, on_done=on_done)
 
 
 def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: Any, seconds: float,
