@@ -94,6 +94,7 @@ def test_cross_target_batch_equals_each_cell_alone(name, runs):
         assert_same_runs(exp, res.outputs, tol)
         for i, batch in enumerate(res.batches):
             assert batch["cross_target"]["runs"] == sum(runs) and batch["cross_target"]["targets"] == 3
+            assert len(batch["cross_target"]["cells"]) == 3
             assert i in batch["runs"] and batch["runs"] == list(range(len(req.configs)))
     # the targets differ, and so do the runs' results: a run that read another target's weights would fail above
     assert not torch.equal(expected[0][0].candidates, expected[1][0].candidates)

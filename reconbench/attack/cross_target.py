@@ -195,6 +195,15 @@ def run_cross_target(requests: Sequence[CrossRequest], *,
     return results
 
 
+def _weights_digest(chain: Sequence[nn.Linear]) -> str:
+    h = hashlib.sha256()
+    for layer in chain:
+        for p in layer.parameters():
+            h.update(repr((p.dtype, tuple(p.shape))).encode())
+            h.update(p.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def _alone(req: CrossRequest, result: CrossResult, progress: ProgressFn | None) -> None:
     batches: list[dict[str, Any] | None] = [None] * len(req.configs)
 
@@ -217,11 +226,17 @@ def _together(requests: Sequence[CrossRequest], members: list[int], results: lis
     lam0s = {(j, i): attack.initial_multipliers(m, requests[r].configs[i], k, requests[r].generators[i],
                                                 requests[r].x0s[i])
              for j, r in enumerate(members) for i in range(len(requests[r].configs))}
-    chains: list[list[nn.Linear]] = []
+    chains: list[list[nn.Linear]] = []   # one per distinct target (cells of one target share its weights)
+    target_of: list[int] = []            # member position -> index into chains
+    seen: dict[str, int] = {}
     for r in members:
         chain = full_chain(requests[r].target.model)
         assert chain is not None   # cross_key admits linear chains only
-        chains.append(chain)
+        digest = _weights_digest(chain)
+        if digest not in seen:
+            seen[digest] = len(chains)
+            chains.append(chain)
+        target_of.append(seen[digest])
     dims = [first.x0s[0][0].numel(), *(layer.out_features for layer in chains[0])]
     weights_bytes = sum(p.numel() for layer in chains[0] for p in layer.parameters()) * \
         torch.empty((), dtype=target.dtype).element_size()
@@ -231,19 +246,20 @@ def _together(requests: Sequence[CrossRequest], members: list[int], results: lis
     batches: dict[tuple[int, int], dict[str, Any]] = {}
     for c, chunk in enumerate(chunks):
         picked = [runs[q] for q in chunk]
-        used = sorted({j for j, _ in picked})
+        used = sorted({target_of[j] for j, _ in picked})
+        cells = sorted({j for j, _ in picked})
         cfgs = [requests[members[j]].configs[i] for j, i in picked]
         like = first.x0s[0].to(dtype=target.dtype, device=target.device)
         x0 = torch.stack([requests[members[j]].x0s[i] for j, i in picked]).to(like)
         lam0 = torch.stack([lam0s[(j, i)] for j, i in picked]).to(like)
         terms = attack.batch_terms(labels.to(target.device), cfgs, k, like)
-        outs, info = run_cross_batch([chains[j] for j in used], [used.index(j) for j, _ in picked], x0,
+        outs, info = run_cross_batch([chains[t] for t in used], [used.index(target_of[j]) for j, _ in picked], x0,
                                      labels.to(target.device), lam0, cfgs, terms, target.dtype, target.device,
                                      progress=progress)
         info.chunk, info.chunks, info.chunk_reason = c, len(chunks), reason
         record = info.to_dict()
         cross = {"runs": len(picked), "targets": len(used),
-                 "cells": [requests[members[j]].name or str(members[j]) for j in used]}
+                 "cells": [requests[members[j]].name or str(members[j]) for j in cells]}
         for (j, i), out in zip(picked, outs, strict=True):
             outputs[(j, i)] = requests[members[j]].attack.finish_output(requests[members[j]].target, out)
             own = [ii for jj, ii in picked if jj == j]   # this request's runs in the chunk, in its own numbering

@@ -86,9 +86,9 @@ def state_path(folder: Path, recipe: TargetRecipe) -> Path:
 def train_piece(recipe: TargetRecipe, card_dir: Path, states: Path, *, seconds: float, data_root: str | None = None,
                 device: str = "cpu", clock: Any = time.monotonic) -> Piece:
     """Continue ``recipe``'s training from its state in ``states`` (from step 0 without one) for at most about
-    ``seconds``; when it reaches the recipe's steps, write its card into ``card_dir`` and remove the state, else save
-    the state (``states/<recipe key>.safetensors``). Windows of :data:`LOSS_EVERY` steps; the deadline is checked
-    between them, so a piece can pass ``seconds`` by one window."""
+    ``seconds``, and save its state (``states/<recipe key>.safetensors``); when it reaches the recipe's steps, also
+    write its card into ``card_dir`` (a state at the last step gives the same card on another machine at once).
+    Windows of :data:`LOSS_EVERY` steps; a window starts only when the longest so far still fits in ``seconds``."""
     t0 = clock()
     problem = build_problem(recipe.problem, data_root)
     trainer, models = from_recipes([recipe], [problem], device, loss_every=LOSS_EVERY)
@@ -115,9 +115,11 @@ def train_piece(recipe: TargetRecipe, card_dir: Path, states: Path, *, seconds: 
         states.mkdir(parents=True, exist_ok=True)
         trainer.save(path, with_base=False, extra={"seconds": spent, "pieces": pieces_before + 1})
         return Piece(recipe.key(), trainer.step_count, steps, spent, state=path)
+    # the finished state is kept (and travels while the target's cells remain): a card does not leave its machine
+    states.mkdir(parents=True, exist_ok=True)
+    trainer.save(path, with_base=False, extra={"seconds": spent, "pieces": pieces_before + 1})
     card = _finish(recipe, problem, trainer, models[0], card_dir, spent, pieces_before + 1, device)
-    path.unlink(missing_ok=True)
-    return Piece(recipe.key(), trainer.step_count, steps, spent, card=card)
+    return Piece(recipe.key(), trainer.step_count, steps, spent, card=card, state=path)
 
 
 def _finish(recipe: TargetRecipe, problem: Any, trainer: BatchedChainGD, model: Any, card_dir: Path, spent: float,
