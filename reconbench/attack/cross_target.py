@@ -303,17 +303,19 @@ class CrossBroker:
 
     def serve(self, req: CrossRequest, on_done: Any) -> bool:
         if self.collecting:
-            if self.current and self.current not in self.requests:
+            if not self.current:
+                return False
+            if self.current not in self.requests and cross_key(req) is not None:
                 req.name = self.current
                 self.requests[self.current] = req
-                raise Collected(self.current)
-            return False
+            raise Collected(self.current)   # a batch that cannot join any runs in its cell, as usual, when replayed
         asked, result = self.requests.get(self.current), self.results.pop(self.current, None)
         if asked is None or result is None or not _same_batch(asked, req):
             return False
         for i, (out, batch) in enumerate(zip(result.outputs, result.batches, strict=True)):
             if on_done is not None:
-                on_done(i, out, {**batch, "cross_target_seconds": self.seconds} if batch else None)
+                # the seconds of the batched computation it advanced in (each run of a batch records its batch's)
+                on_done(i, out, {**batch, "cross_target_seconds": batch.get("seconds", 0.0)} if batch else None)
         return True
 
 

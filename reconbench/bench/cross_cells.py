@@ -55,12 +55,6 @@ def run_together(jobs: Sequence[CellJob], ctx: RunContext,
             yield Started(job.cell)
             rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
                            data_root=ctx.data_root, quiet=ctx.quiet)
-            cross = broker.requests.get(job.cell.cell_id)
-            if cross is not None and rec.get("status") == "ok":
-                # the pooled computation's time, shared among its runs: what this cell's runs cost
-                runs = sum(len(r.configs) for r in broker.requests.values())
-                # (each run's ``batch`` names the cells and runs it advanced with, and the pooled seconds)
-                rec["attack_seconds"] = broker.seconds * len(cross.configs) / max(runs, 1)
             yield Finished(job.cell, rec)
 
 
