@@ -186,13 +186,15 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
-    travelling = []
+    travelling: list[dict[str, Any]] = []
+    left_out: list[dict[str, Any]] = []
     for state in states:
         data = state.read_bytes()
-        if len(data) > MAX_FILE_BYTES or len(files) + 2 > MAX_FILES:
-            raise PackError(f"the training state {state} ({len(data):,} bytes) does not fit in the pack (at most "
-                            f"{MAX_FILES} files of {MAX_FILE_BYTES:,} bytes); train in float32 or fewer targets per "
-                            "slice (--only)")
+        if len(data) > MAX_FILE_BYTES or len(files) + 2 > MAX_FILES:   # the cells matter more: they still go
+            left_out.append({"recipe_key": state.stem, "bytes": len(data),
+                             "reason": f"more than {MAX_FILE_BYTES:,} bytes" if len(data) > MAX_FILE_BYTES
+                             else f"no file left of the {MAX_FILES}"})
+            continue
         name = _content_name("training", ".safetensors", data)
         files[name] = data
         step, dtype_name = state_step(state)
@@ -227,6 +229,8 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         "deferred": list(deferred),
         "training": travelling,
     }
+    if left_out:   # their training starts again on the next machine: say so rather than lose the slice's cells
+        manifest["training_left_out"] = left_out
     if costs is not None:   # each started cell's estimate, and the (units, seconds) measured per phase
         manifest["costs"] = costs
     write_json(pack / MANIFEST, manifest)
