@@ -235,3 +235,24 @@ def test_cross_target_bench_equals_the_per_cell_bench(suite_file, tmp_path, caps
             rec["runs"] = [{k: v for k, v in r.items() if k != "batch"} for r in rec["runs"]]
             rec.pop("spec", None)
         close(a, b, 1e-9, cid)
+
+
+def test_a_state_without_its_initial_weights_resumes_only_the_recipe_it_came_from(suite_file, tmp_path):
+    """The travelling state leaves out W_1(0) (rebuilt from the recipe's seed): a trainer of another seed, same data
+    and shape, refuses it in one line instead of continuing from the wrong initial weights."""
+    from reconbench.bench.cells import expand
+    from reconbench.errors import ReconbenchError
+    from reconbench.targets.batched_training import from_recipes
+    from reconbench.targets.problems import build_problem
+    from reconbench.targets.resumable import train_piece
+
+    suite = load_suite(str(suite_file))
+    a, b = {c.target: c.recipe for c in expand(suite)}.values()
+    piece = train_piece(a, tmp_path / "card", tmp_path / "states", seconds=5.0, clock=TickClock())
+    assert piece.state is not None and 0 < piece.step < STEPS and not piece.finished
+    trainer, _ = from_recipes([b], [build_problem(b.problem)], loss_every=100)
+    with pytest.raises(ReconbenchError, match="initial first-layer weights"):
+        trainer.load(piece.state)
+    again, _ = from_recipes([a], [build_problem(a.problem)], loss_every=100)
+    again.load(piece.state)
+    assert again.step_count == piece.step
