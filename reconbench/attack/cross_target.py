@@ -29,12 +29,12 @@ from torch import nn
 from reconbench.attack.kkt.batched import (
     PER_RUN_FIELDS,
     BatchInfo,
-    _advance,
-    _per_run,
-    _State,
+    State,
+    advance,
     bytes_per_run,
     gram_evaluator,
     matmul_precision,
+    per_run_column,
     plan_chunks,
     resolve_sync_every,
 )
@@ -159,16 +159,16 @@ def run_cross_batch(chains: Sequence[Sequence[nn.Linear]], run_target: Sequence[
                      tf32=False)
     with matmul_precision(cfg0.tf32, device) as tf32:
         info.tf32 = tf32
-        alpha = _per_run(configs, "alpha", like, 2)
-        box = _per_run(configs, "box", like, 2)
+        alpha = per_run_column(configs, "alpha", like, 2)
+        box = per_run_column(configs, "box", like, 2)
         m = x0.shape[1]
         scale = torch.tensor([1.0 / m if c.inverse_m else 1.0 for c in configs], dtype=dtype,
                              device=device).reshape(-1, 1, 1)
         gram = CrossGram(chains, run_target, cfg0.forward, dtype, device)
         evaluate = gram_evaluator(gram, terms, alpha, box, scale)
-        state = _State(like.flatten(2).clone(), lam0.detach().to(like).clone())
+        state = State(like.flatten(2).clone(), lam0.detach().to(like).clone())
         graph = device.type == "cuda" and bool(cfg0.cuda_graph)   # eager steps elsewhere (and when capture fails)
-        outputs = _advance(state, evaluate, configs, sync_every, info, graph, gram.theta_sqs, progress)
+        outputs = advance(state, evaluate, configs, sync_every, info, graph, gram.theta_sqs, progress)
     for out in outputs:
         out.candidates = out.candidates.reshape(tuple(x0.shape[1:]))
         out.labels = labels

@@ -433,3 +433,7 @@ def _capture(step: Callable[[], None], state: _State, info: BatchInfo) -> Callab
         t.copy_(s)
     info.cuda_graph = True
     return graph.replay
+
+
+#: the loop's parts under public names, for a batch whose runs read different weights (reconbench/attack/cross_target.py)
+State, advance, per_run_column = _State, _advance, _per_run
