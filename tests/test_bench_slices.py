@@ -85,7 +85,9 @@ def first_slice(tmp_path: Path, cells: int) -> tuple[Path, dict[str, Any], Deadl
     after cell k is kept in ``snapshot-k``. Returns the pack folder, its final manifest and the executor."""
     suite = load_suite(str(TINY))
     clock = StepClock(after=1e6)
-    ex = DeadlineExecutor(100.0, CostModel.for_device("cpu", cheap_table()), tiny_sizes(suite), start=0.0, clock=clock)
+    # a deadline far above any measured cell (the cost model learns from real seconds, which a loaded machine
+    # stretches), far below the clock's jump
+    ex = DeadlineExecutor(1e5, CostModel.for_device("cpu", cheap_table()), tiny_sizes(suite), start=0.0, clock=clock)
     device_out = tmp_path / "device1"
     pack = tmp_path / "pack1"
     packer = SlicePacker(pack, suite, device_out, ex, "cpu", None, 0.0, {})

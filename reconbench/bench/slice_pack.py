@@ -51,6 +51,7 @@ from reconbench.bench.seal import SEAL_FIELD, seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.provenance import folder_lock, git_commit, read_json, write_json, write_text_atomic
+from reconbench.targets.resumable import state_step
 
 PACK_FORMAT = "reconbench-slice-pack/1"
 LEDGER_FORMAT = "reconbench-finished-cells/1"
@@ -65,7 +66,11 @@ TRAVEL_DTYPE = torch.float16
 #: the environment variable naming the commit a slice ran, where the working tree has no git metadata (a device
 #: machine gets a copy of the files only)
 COMMIT_ENV = "RECONBENCH_SLICE_COMMIT"
-_FILE_NAME = re.compile(r"^(records-[0-9a-f]{12}\.tar\.xz|candidates-[0-9a-f]{12}\.safetensors)$")
+_FILE_NAME = re.compile(r"^(records-[0-9a-f]{12}\.tar\.xz|(candidates|training)-[0-9a-f]{12}\.safetensors)$")
+#: where ``unpack`` keeps the training states of targets still in training, in the results folder (the ledger
+#: names them; a slice's ``--finished`` continues from them)
+STATES_FOLDER = "training"
+_STATE_NAME = re.compile(r"^[0-9a-f]{16}\.safetensors$")
 _MEMBER = re.compile(r"^(cells/[A-Za-z0-9._-]+\.json|targets/[A-Za-z0-9._-]+\.json|invocation\.json)$")
 
 
@@ -149,14 +154,16 @@ def _content_name(stem: str, suffix: str, data: bytes) -> str:
 def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], remaining: Sequence[str],
                invocation: int, device: str, dtype: str, deferred: Sequence[dict[str, Any]] = (),
                deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
-               costs: dict[str, Any] | None = None) -> dict[str, Any]:
+               costs: dict[str, Any] | None = None, states: Sequence[Path] = ()) -> dict[str, Any]:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
 
     A slice rewrites its pack after every cell (``complete`` False), so that a command killed at its time limit
     still leaves the cells it finished. Each rewrite is safe to interrupt: data files are named by their content and
     written first, the manifest replaces the old one in one rename, and only then are the files it no longer names
-    removed; at every moment the manifest names files that exist with its sha256 (``unpack`` ignores leftovers)."""
+    removed; at every moment the manifest names files that exist with its sha256 (``unpack`` ignores leftovers).
+    ``states``: training states (``reconbench.targets.resumable``, named ``<recipe key>.safetensors``) of targets
+    whose training this slice began or continued, each its own file ``training-<sha>.safetensors``."""
     records = {cid: json.loads(cell_path(out, cid).read_text()) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
@@ -179,6 +186,19 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
+    travelling: list[dict[str, Any]] = []
+    left_out: list[dict[str, Any]] = []
+    for state in states:
+        data = state.read_bytes()
+        if len(data) > MAX_FILE_BYTES or len(files) + 2 > MAX_FILES:   # the cells matter more: they still go
+            left_out.append({"recipe_key": state.stem, "bytes": len(data),
+                             "reason": f"more than {MAX_FILE_BYTES:,} bytes" if len(data) > MAX_FILE_BYTES
+                             else f"no file left of the {MAX_FILES}"})
+            continue
+        name = _content_name("training", ".safetensors", data)
+        files[name] = data
+        step, dtype_name = state_step(state)
+        travelling.append({"recipe_key": state.stem, "name": name, "step": step, "dtype": dtype_name})
     if len(files) + 1 > MAX_FILES:
         raise PackError(f"the slice's records need {len(files)} archives, more than a pack may hold; its cells stay in "
                         f"{out}: run shorter slices (a smaller --deadline)")
@@ -207,7 +227,10 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         "candidates": {"cells": sampled, "dtype": str(TRAVEL_DTYPE).removeprefix("torch.")},
         "cells_remaining": list(remaining),
         "deferred": list(deferred),
+        "training": travelling,
     }
+    if left_out:   # their training starts again on the next machine: say so rather than lose the slice's cells
+        manifest["training_left_out"] = left_out
     if costs is not None:   # each started cell's estimate, and the (units, seconds) measured per phase
         manifest["costs"] = costs
     write_json(pack / MANIFEST, manifest)
@@ -227,6 +250,7 @@ class UnpackReport:
     remaining: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
     invocation: int | None = None
+    states: list[str] = field(default_factory=list)   # recipe keys whose training state was taken
 
 
 def read_manifest(pack: Path) -> dict[str, Any]:
@@ -377,6 +401,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
                 report.candidates.append(cid)
             write_text_atomic(cell_path(out, cid), data.decode())
             report.merged.append(cid)
+        report.states = _unpack_states(pack, manifest, out)
         if report.merged and "invocation.json" in members:
             number = next_invocation_number(out)
             inv = json.loads(members["invocation.json"])
@@ -385,9 +410,67 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
             inv["slice_pack"]["manifest_sha256"] = sha256_file(pack / MANIFEST)
             write_json(invocation_path(out, number), inv)
             report.invocation = number
-        write_ledger(out, suite, keys)
+        listed = json.loads(write_ledger(out, suite, keys).read_text()).get("training") or {}
+        for state in (out / STATES_FOLDER).glob("*.safetensors") if (out / STATES_FOLDER).exists() else []:
+            if _STATE_NAME.match(state.name) and state.stem not in listed:
+                state.unlink()   # every cell of that target is finished: its training state is needed no more
     report.remaining = remaining_cells(out, keys)
     return report
+
+
+def _unpack_states(pack: Path, manifest: dict[str, Any], out: Path) -> list[str]:
+    """The pack's training states into ``out/training/<recipe key>.safetensors`` (a state is taken unless the folder
+    holds one of the same target at a later step); the recipe keys taken."""
+    taken = []
+    for entry in manifest.get("training") or []:
+        key, name = str(entry.get("recipe_key")), str(entry.get("name"))
+        if not _STATE_NAME.match(f"{key}.safetensors") or not _FILE_NAME.match(name):
+            raise PackError(f"{pack / MANIFEST} names a training state {key!r} in {name!r}, which no pack writes; "
+                            "fetch the pack again")
+        dst = out / STATES_FOLDER / f"{key}.safetensors"
+        if dst.exists() and state_step(dst)[0] > int(entry.get("step") or 0):
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.tmp")
+        shutil.copyfile(pack / name, tmp)
+        tmp.replace(dst)
+        taken.append(key)
+    return taken
+
+
+def ledger_states(out: Path, keys_in_training: set[str] | None = None) -> dict[str, dict[str, Any]]:
+    """The training states ``out/training`` holds, as the ledger lists them (file relative to ``out``, sha256,
+    step), of the targets ``keys_in_training`` (None: all)."""
+    folder = out / STATES_FOLDER
+    states = {}
+    for path in sorted(folder.glob("*.safetensors")) if folder.exists() else []:
+        if _STATE_NAME.match(path.name) and (keys_in_training is None or path.stem in keys_in_training):
+            step, dtype_name = state_step(path)
+            states[path.stem] = {"file": f"{STATES_FOLDER}/{path.name}", "sha256": sha256_file(path), "step": step,
+                                 "dtype": dtype_name}
+    return states
+
+
+def import_states(ledger: Path, cache_states: Path) -> list[str]:
+    """Copy the training states a ledger lists (beside it, their sha256 checked) into ``cache_states``, where a
+    slice continues them; a state the cache holds at a later step is kept. The recipe keys copied."""
+    fix = "pass the finished.json that `reconbench bench SUITE --unpack` wrote into the results folder"
+    data = read_json(ledger, missing=fix, damaged=fix, error=PackError)
+    copied = []
+    for key, entry in ((data.get("training") or {}) if isinstance(data, dict) else {}).items():
+        src = ledger.parent / str(entry.get("file"))
+        if not _STATE_NAME.match(f"{key}.safetensors") or src.parent.name != STATES_FOLDER:
+            raise PackError(f"{ledger} names a training state {key!r} at {src}, which no unpack writes; {fix}")
+        if not src.is_file() or sha256_file(src) != entry.get("sha256"):
+            raise PackError(f"{src} is missing or does not match the sha256 {ledger.name} records; carry the "
+                            f"results folder's {STATES_FOLDER}/ folder with the ledger (benchmarks/gpu/README.md)")
+        dst = cache_states / f"{key}.safetensors"
+        if dst.exists() and state_step(dst)[0] >= int(entry.get("step") or 0):
+            continue
+        cache_states.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        copied.append(key)
+    return copied
 
 
 def write_ledger(out: Path, suite: Suite, keys: Mapping[str, str]) -> Path:
@@ -397,8 +480,9 @@ def write_ledger(out: Path, suite: Suite, keys: Mapping[str, str]) -> Path:
     cells = {c: {"cell_key": key, "status": done[c].get("status")} for c, key in keys.items()
              if is_finished(done.get(c), key, False)}
     path = out / LEDGER_FILE
+    in_training = {c.recipe.key() for c in expand(suite) if c.cell_id in keys and c.cell_id not in cells}
     write_json(path, {"format": LEDGER_FORMAT, "suite": suite.name, "suite_sha256": suite.text_sha256,
-                      "cells": cells})
+                      "cells": cells, "training": ledger_states(out, in_training)})
     return path
 
 

@@ -14,6 +14,7 @@ from tabulate import tabulate
 from reconbench import plugins
 from reconbench.attack.search import check_search
 from reconbench.bench.cells import Cell, expand, select
+from reconbench.bench.cross_cells import CrossTargetExecutor
 from reconbench.bench.executors import Executor
 from reconbench.bench.ray_executor import RayExecutor
 from reconbench.bench.runner import (
@@ -26,7 +27,7 @@ from reconbench.bench.runner import (
 )
 from reconbench.bench.slice_costs import CostModel, read_costs
 from reconbench.bench.slice_executor import DeadlineExecutor
-from reconbench.bench.slice_pack import read_ledger
+from reconbench.bench.slice_pack import STATES_FOLDER, import_states, read_ledger
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
 from reconbench.cli.bench_slices import (
     PACK_RESERVE_SECONDS,
@@ -155,6 +156,14 @@ from reconbench.tracking import MlflowTracker, tracker
     help="With --deadline: the cost table (JSON, seconds per phase: fixed and per unit) used until a phase is "
     "measured (default: the device's built-in, pessimistic table; see docs/slices.md).",
 )
+@click.option(
+    "--cross-target/--no-cross-target",
+    "cross_target",
+    default=None,
+    help="Advance the search runs of every cell together, those on targets of one shape in one batched computation "
+    "(KKT attacks; the same results as each cell alone, to rounding). Default: on for a slice on a GPU (--device cuda "
+    "with --deadline), off otherwise.",
+)
 @track_options
 @data_root_option
 @quiet_option
@@ -179,6 +188,7 @@ def bench_command(
     unpack: str | None,
     finished: str | None,
     costs: str | None,
+    cross_target: bool | None,
     quiet: bool,
     track: str | None,
     track_uri: str | None,
@@ -257,11 +267,21 @@ def bench_command(
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
     show_cost(estimate, quiet)
+    run_device = device or s.device
+    if cross_target is None:
+        cross_target = deadline is not None and run_device.startswith("cuda")
+    if cross_target and isinstance(cells_executor, RayExecutor):
+        raise click.UsageError("--cross-target runs the cells here, together: leave out --executor ray")
     if deadline is not None:
         table = read_costs(Path(costs)) if costs is not None else None
         reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
-        cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(device or s.device, table), sizes,
-                                          start=started)
+        states = cache_dir(cache) / STATES_FOLDER if pack is not None else None
+        if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them
+            import_states(Path(finished), states)
+        cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(run_device, table), sizes,
+                                          start=started, states=states, cross_target=cross_target)
+    elif cross_target:
+        cells_executor = CrossTargetExecutor()
     packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,
                                                    started, elsewhere)
     on_cell = chain_on_cell(None if logger is None else cell_logger(logger, out_dir), packer)

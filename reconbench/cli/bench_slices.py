@@ -16,7 +16,7 @@ from reconbench.bench.executors import Executor
 from reconbench.bench.runner import BenchReport, next_invocation_number
 from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices
 from reconbench.bench.slice_executor import DeadlineExecutor
-from reconbench.bench.slice_pack import LEDGER_FILE, remaining_cells, unpack, write_pack
+from reconbench.bench.slice_pack import LEDGER_FILE, MAX_FILE_BYTES, STATES_FOLDER, remaining_cells, unpack, write_pack
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize
@@ -43,7 +43,16 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
     click.echo(f"deadline {deadline:g}s: {len(ex.deferred)} cell(s) left for the next run (estimates did not fit "
                "the time left):")
     for d in ex.deferred:
-        click.echo(f"  not started: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left)")
+        why = f"; {d.note}" if d.note else ""
+        click.echo(f"  not started: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left{why})")
+    for p in ex.pieces:
+        if not p.finished and p.state is not None and p.state.stat().st_size > MAX_FILE_BYTES:
+            click.echo(f"  target {p.recipe_key}: trained to step {p.step} of {p.steps}, but its state "
+                       f"({p.state.stat().st_size:,} bytes) is larger than a pack file: it does not travel, and the "
+                       "next slice starts its training again (train in float32, or a smaller target)")
+        elif not p.finished:
+            click.echo(f"  target {p.recipe_key}: trained to step {p.step} of {p.steps}; its state goes in the pack "
+                       "and the next slice continues it")
 
 
 def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], deadline: float, reserve: float,
@@ -87,8 +96,13 @@ class SlicePacker:
         if isinstance(ex, DeadlineExecutor):   # what the next cost table can be made from
             costs = {"estimates": dict(ex.started_cells),
                      "measured": {p: [[u, sec] for u, sec in ms] for p, ms in ex.model.measured.items()}}
-        return write_pack(self.pack, self.suite, self.out, cells=list(ran),
-                          remaining=remaining_cells(self.out, self.keys, self.elsewhere),
+        remaining = remaining_cells(self.out, self.keys, self.elsewhere)
+        states: list[Path] = []
+        if isinstance(ex, DeadlineExecutor):   # the training states this slice began or continued, while needed
+            in_training = {c.recipe.key() for c in expand(self.suite) if c.cell_id in remaining}
+            states = sorted({p.state for p in ex.pieces if p.state is not None and p.state.exists()
+                             and p.recipe_key in in_training})
+        return write_pack(self.pack, self.suite, self.out, cells=list(ran), remaining=remaining, states=states,
                           invocation=next_invocation_number(self.out) - 1, device=self.device, dtype=self.dtype,
                           deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
                           complete=complete, costs=costs)
@@ -118,6 +132,10 @@ def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None) -> None
     click.echo(f"unpacked {pack} (suite {m['suite']}, {m['device']}, commit {m.get('commit') or 'unknown'}, "
                f"{m['created']}): {len(rep.merged)} cell(s) merged into {out}, {len(rep.already)} already there, "
                f"candidates of {len(rep.candidates)} (float16 values)")
+    for entry in m.get("training") or []:
+        if entry.get("recipe_key") in rep.states:
+            click.echo(f"  training state of target {entry['recipe_key']} (step {entry['step']}) kept in "
+                       f"{out / STATES_FOLDER}: carry that folder with the ledger to continue it")
     for key in rep.cards_kept:
         click.echo(f"  note: model card {key} differs from the slice's; {out / 'targets' / (key + '.json')} was kept")
     click.echo(f"ledger of the finished cells (a slice's --finished): {out / LEDGER_FILE}")

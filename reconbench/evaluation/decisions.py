@@ -66,6 +66,34 @@ def score_tolerance(n_terms: int, u: float = UNIT_ROUNDOFF[torch.float64]) -> fl
     return 2 * CHAINED * gamma(max(n_terms, 1), u)
 
 
+#: unit roundoff of float16, the precision a slice's sampled candidates travel in (docs/slices.md)
+FLOAT16_ROUNDOFF = 2.0 ** -11
+
+
+def float16_tolerance(n_terms: int) -> float:
+    """Relative tolerance of a stored number scored on the device from the candidates themselves against the same
+    number re-scored here from those candidates rounded to float16 (how a slice's sample travels).
+
+    Rounding to float16 moves each candidate value by at most u16 = 2^-11 relative (round to nearest, normal range;
+    a value below float16's smallest normal, 6.1e-5, moves by at most 2^-25 absolute, negligible beside pixel-scale
+    values). A product of two candidate values (a square, a local second moment) then moves by at most
+    (2 u16 + u16^2) relative, and a product with a training value by u16, so each reduction behind a score moves by
+    at most (2 u16 + u16^2) times its absolute sum, in place of the gamma(N) of rounding (module docstring); a score
+    made of ``CHAINED`` such reductions moves by at most ``CHAINED (2 u16 + u16^2)`` relative to max(1, |s|). Only
+    one side is rounded to float16, and both sides carry the float64 rounding of :func:`score_tolerance`: the sum
+    of the two, about 7.8e-3."""
+    u = FLOAT16_ROUNDOFF
+    return CHAINED * (2 * u + u * u) + score_tolerance(n_terms)
+
+
+def holds_float16_values(values: torch.Tensor) -> bool:
+    """Whether every value of a floating tensor is a float16 number (what a slice's sample carries)."""
+    if not values.is_floating_point() or values.numel() == 0:
+        return False
+    finite = values[torch.isfinite(values)]
+    return bool(torch.equal(finite.half().to(finite.dtype), finite))
+
+
 def gap_tolerance(n_terms: int, u: float = UNIT_ROUNDOFF[torch.float64]) -> float:
     """Relative (to ``|a|^2 + |b|^2``) tolerance of the gap between two ranking distances of one row."""
     return 2 * 2 * (3 + 2 * CHAINED) * gamma(max(n_terms, 1), u)

@@ -183,10 +183,11 @@ def margin_note(fresh: dict[str, Any], key: str, stored: object, new: object, rt
 
 
 def reproduce(run: Callable[[], dict[str, Any]], compare: Callable[[dict[str, Any]], list[Mismatch]],
-              n_terms: int, max_alternatives: int = 32) -> Reproduction:
+              n_terms: int, max_alternatives: int = 32, min_score_tol: float = 0.0) -> Reproduction:
     """Re-score with ``run`` noting borderline decisions; each stored number that ``compare`` finds different must
-    be reproduced by re-scoring with borderline decisions flipped (all of them, or one at a time), else it fails."""
-    with decisions.guided(n_terms) as guide:
+    be reproduced by re-scoring with borderline decisions flipped (all of them, or one at a time), else it fails.
+    ``min_score_tol``: a score within this of its threshold is borderline too (candidates stored rounded)."""
+    with decisions.guided(n_terms, min_score_tol=min_score_tol) as guide:
         fresh = run()
     mismatches = compare(fresh)
     seen = list(guide.seen.values())
@@ -197,7 +198,7 @@ def reproduce(run: Callable[[], dict[str, Any]], compare: Callable[[dict[str, An
     alternatives: list[dict[str, Any]] = [{"flip_all": True}]
     alternatives += [{"flip": frozenset({b.key})} for b in seen[:max_alternatives]]
     for alt in alternatives:
-        with decisions.guided(n_terms, **alt):
+        with decisions.guided(n_terms, min_score_tol=min_score_tol, **alt):
             still = {m.where for m in compare(run())}
         for where in [w for w in remaining if w not in still]:
             explained.append(dataclasses.replace(remaining.pop(where), note="it differs only through decisions "

@@ -181,13 +181,16 @@ def _rescore(leaderboard: Path, cell_id: str, rec: CellRecord, data_root: str | 
         return CellCheck(problems=[f"{cell_id}: status {rec.status}, nothing to re-score"])
     problem, pooled, protocol, family, card = rescore_inputs(leaderboard, rec, data_root)
     out = CellCheck()
+    # a GPU slice's sample travels in float16 (docs/slices.md): its re-scoring carries float16's rounding too
+    travelled = decisions.holds_float16_values(pooled["candidates"]) if "candidates" in pooled else False
     for name, sel in (rec.selections or {}).items():
         run = None if name == "pool" else sel.run
         if name != "pool" and run is None:
             continue
         n_candidates = int(len(pooled["run_ids"]) if run is None else (pooled["run_ids"] == run).sum())
         n_terms = evaluation_terms(problem, n_candidates)
-        rtol = decisions.score_tolerance(n_terms)
+        f16 = decisions.float16_tolerance(n_terms) if travelled else 0.0
+        rtol = max(decisions.score_tolerance(n_terms), f16)
         out.rtol = max(out.rtol, rtol)
 
         def run_selection(run: int | None = run) -> dict[str, Any]:
@@ -197,7 +200,7 @@ def _rescore(leaderboard: Path, cell_id: str, rec: CellRecord, data_root: str | 
                     rtol: float = rtol) -> list[Mismatch]:
             return compare_selection(f"{cell_id} [{name}]", sel, ev, rtol, every_key=every_key)
 
-        outcome = reproduce(run_selection, compare, n_terms)
+        outcome = reproduce(run_selection, compare, n_terms, min_score_tol=f16)
         out.problems += [m.describe() for m in outcome.mismatches]
         out.borderline += [f"{cell_id} [{name}] {b.describe()}" for b in outcome.borderline]
         out.explained += [m.describe() for m in outcome.explained]

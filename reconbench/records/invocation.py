@@ -33,6 +33,8 @@ class Invocation(Record):
     cells_run: list[str] | None = None
     cells_skipped: int | None = None
     cells_lost: list[str] | None = None
+    #: an invocation merged from a slice's pack (``bench --unpack``): the pack's manifest fields and its sha256
+    slice_pack: Mapping[str, Any] | None = None
 
 
 #: the door of an invocation file: it carries no version stamp (its first form is the one it has)

@@ -52,6 +52,9 @@ class TrainMetrics(Record):
     margins: list[float] | None = None
     #: the training half of the precision policy (dtype and loss accumulation), on cards that record it
     precision: Mapping[str, Any] | None = None
+    #: which trainer wrote the weights and in how many pieces (targets trained across GPU slices, docs/slices.md)
+    trainer: str | None = None
+    training_pieces: int | None = None
 
     @property
     def stationarity_ratio(self) -> float | None:

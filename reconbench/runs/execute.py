@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from reconbench.attack.cross_target import serve_batch
 from reconbench.attack.outcome import derive_run_outcome
 from reconbench.attack.search import check_proposals, start_session, tell
 from reconbench.config import config_to_dict
@@ -150,13 +151,17 @@ def _run_pending(attack: Attack[Any], target: AttackTarget, labels: torch.Tensor
             nonlocal t0
             if batch is not None:
                 batch = {**batch, "runs": [pending[j].k for j in batch["runs"]]}
-            runs.append(_write_run(runs_dir, problem, pending[index], result, time.perf_counter() - t0, batch))
+            # a run of a cross-target batch (reconbench/attack/cross_target.py) ran before this cell: its batch's time
+            took = float(batch["cross_target_seconds"]) if batch and "cross_target_seconds" in batch else None
+            runs.append(_write_run(runs_dir, problem, pending[index], result,
+                                   time.perf_counter() - t0 if took is None else took, batch))
             if batch is None:   # one run at a time: the next one's clock starts now
                 t0 = time.perf_counter()
             outer.update(len(runs))
 
-        attack.run_batch(target, [p.x0 for p in pending], labels.to(target.device), [p.cfg for p in pending],
-                         generators=[p.gen for p in pending], progress=bar, on_done=on_done)
+        args = (target, [p.x0 for p in pending], labels.to(target.device), [p.cfg for p in pending])
+        if not serve_batch(attack, *args, [p.gen for p in pending], on_done):   # a cross-target bench's batch
+            attack.run_batch(*args, generators=[p.gen for p in pending], progress=bar, on_done=on_done)
 
 
 def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: AttackOutput | Exception, seconds: float,

@@ -133,6 +133,7 @@ class BatchedChainGD:
         self.diverged: list[str | None] = [None] * t
         self._graph: torch.cuda.CUDAGraph | None = None
         self._data_digest = _digest(self.xs, self.y)
+        self.extra: dict[str, Any] = {}   # what the last loaded checkpoint's caller noted (save's ``extra``)
 
     # -- the step --------------------------------------------------------------------------------------------
     @property
@@ -321,20 +322,25 @@ class BatchedChainGD:
                 "data_sha256": self._data_digest}
 
     @torch.no_grad()
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, with_base: bool = True, extra: dict[str, Any] | None = None) -> Path:
         """The whole state as one safetensors file (tensors on the CPU; step, history and settings in its
-        metadata). Written through a temporary file, so an interrupted save leaves the last checkpoint whole."""
+        metadata). Written through a temporary file, so an interrupted save leaves the last checkpoint whole.
+        ``with_base`` False leaves out the initial first-layer weights W_1(0), the largest part for wide inputs, which
+        a trainer built from the same recipes has already (their sha256 is kept, and :meth:`load` checks it). ``extra``:
+        the caller's own notes (JSON), read back into :attr:`extra` by :meth:`load`."""
         path = Path(path)
         tensors: dict[str, torch.Tensor] = {"coef": self.coef, "pre": self.pre,
                                             "scale": torch.tensor([self.scale], dtype=torch.float64)}
-        for t, base in enumerate(self.base):
-            tensors[f"base.{t}"] = base
+        if with_base:
+            for t, base in enumerate(self.base):
+                tensors[f"base.{t}"] = base
         for i, w in enumerate(self.weights):
             tensors[f"weight.{i + 1}"] = w
         for i, b in enumerate(self.biases):
             if b is not None:
                 tensors[f"bias.{i}"] = b
-        meta = {**self._meta(), "step": self.step_count, "history": self.history, "diverged": self.diverged}
+        meta = {**self._meta(), "step": self.step_count, "history": self.history, "diverged": self.diverged,
+                "base_sha256": _digest(self.base, self.base[0].new_zeros(0)), "extra": extra or {}}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
@@ -365,8 +371,12 @@ class BatchedChainGD:
         self.scale = float(tensors["scale"][0])
         self.coef.copy_(tensors["coef"])
         self.pre.copy_(tensors["pre"])
+        if "base.0" not in tensors and meta.get("base_sha256") != _digest(self.base, self.base[0].new_zeros(0)):
+            raise ReconbenchError(f"{path}: the checkpoint leaves out the initial first-layer weights, and this "
+                                  "trainer's differ from those it was saved with; resume from the same recipes")
         for t, b in enumerate(self.base):
-            b.copy_(tensors[f"base.{t}"])
+            if f"base.{t}" in tensors:
+                b.copy_(tensors[f"base.{t}"])
         for i, w in enumerate(self.weights):
             w.copy_(tensors[f"weight.{i + 1}"])
         for i, bias in enumerate(self.biases):
@@ -375,6 +385,7 @@ class BatchedChainGD:
         self.step_count = int(meta["step"])
         self.history = list(meta["history"])
         self.diverged = list(meta["diverged"])
+        self.extra = dict(meta.get("extra") or {})
         self.ok.copy_(torch.tensor([d is None for d in self.diverged], device=self.device))
 
 

@@ -262,7 +262,15 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
         metrics["before_defense"] = evaluate_model(model, problem, loss_fn, dtype)
         session.release(model, problem)
         metrics["defense"] = session.card_record()
-    metrics.update(evaluate_model(model, problem, loss_fn, dtype))
+    metrics.update(release_metrics(model, recipe, problem, loss_fn, dtype, decay_left, decay, with_certificate))
+    return TrainResult(model=model, metrics=metrics, history=history)
+
+
+def release_metrics(model: TargetNet, recipe: TargetRecipe, problem: Problem, loss_fn: Any, dtype: torch.dtype,
+                    decay_left: float | None, decay: float, with_certificate: bool = True) -> dict[str, Any]:
+    """What a card records of the released ``model`` (on the CPU, in ``dtype``): train/test loss and error, margins,
+    stalled samples, size and the certificate (``decay_left``, ``decay``: see :func:`certify`)."""
+    metrics: dict[str, Any] = dict(evaluate_model(model, problem, loss_fn, dtype))
     with torch.no_grad():
         out = model(problem.x_train(dtype))
         m = margins(out, torch.as_tensor(problem.train_labels), problem.task)
@@ -273,4 +281,4 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     if with_certificate:
         metrics["certificate"] = certify(model, recipe, problem, decay_left, decay)
         model.to(dtype)
-    return TrainResult(model=model, metrics=metrics, history=history)
+    return metrics

@@ -280,9 +280,12 @@ def run_stationarity_batch(target: AttackTarget, x0: torch.Tensor, labels: torch
 
 
 def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig], sync_every: int,
-             info: BatchInfo, try_graph: bool, theta_sq: float, progress: ProgressFn | None) -> list[AttackOutput]:
-    """The loop: prologue evaluation, then K-step windows of (update, evaluate), a check after each window."""
+             info: BatchInfo, try_graph: bool, theta_sq: float | list[float],
+             progress: ProgressFn | None) -> list[AttackOutput]:
+    """The loop: prologue evaluation, then K-step windows of (update, evaluate), a check after each window
+    (``theta_sq``: ||theta||^2 of the released weights, or of each run's when the runs read different ones)."""
     cfg0, r_runs = configs[0], len(state.x)
+    sq = theta_sq if isinstance(theta_sq, list) else [theta_sq] * r_runs
     steps, every = cfg0.steps, cfg0.eval_every
     lr_x = _per_run(configs, "lr", state.x, 2)
     lr_lam = _per_run(configs, "lambda_lr", state.lam, state.lam.dim() - 1)
@@ -384,9 +387,9 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     x_out, lam_out = state.x.detach(), state.lam.detach()
     outputs = []
     for r in range(r_runs):
-        trace = [_row(i * every, rows[i][r], theta_sq) for i in range(n_rows) if i * every <= snap_step[r]]
+        trace = [_row(i * every, rows[i][r], sq[r]) for i in range(n_rows) if i * every <= snap_step[r]]
         trace = [row for row in trace if math.isfinite(row["loss"])]
-        trace.append(_row(snap_step[r], final_rows[r], theta_sq))
+        trace.append(_row(snap_step[r], final_rows[r], sq[r]))
         final = final_rows[r][0]
         done = snap_step[r]
         if stopped[r] == "completed":
@@ -430,3 +433,7 @@ def _capture(step: Callable[[], None], state: _State, info: BatchInfo) -> Callab
         t.copy_(s)
     info.cuda_graph = True
     return graph.replay
+
+
+#: the loop's parts under public names, for a batch whose runs read different weights (reconbench/attack/cross_target.py)
+State, advance, per_run_column = _State, _advance, _per_run

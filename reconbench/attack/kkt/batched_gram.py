@@ -102,17 +102,32 @@ class BatchedGram:
             self.ws = Workspace(r, m, self.dims, self.dtype, self.device)
         return self.ws
 
+    # -- the products by the weights: rows of all runs, one product per layer (a cross-target engine, whose runs
+    # read different weights, overrides these three: reconbench/attack/cross_target.py) --------------------------
+    def times_wt(self, k: int, a: torch.Tensor, out: torch.Tensor) -> None:
+        """out = a W_k^T (+ b_k) for (R, m, in_k) ``a``."""
+        b = self.biases[k]
+        if b is None:
+            torch.mm(a.flatten(0, 1), self.weights_t[k], out=out.view(-1, out.shape[-1]))
+        else:
+            torch.addmm(b, a.flatten(0, 1), self.weights_t[k], out=out.view(-1, out.shape[-1]))
+
+    def times_w(self, k: int, a: torch.Tensor, out: torch.Tensor) -> None:
+        """out = a W_k for (R, m, out_k) ``a``."""
+        torch.mm(a.reshape(-1, a.shape[-1]), self.weights[k], out=out.view(-1, out.shape[-1]))
+
+    def add_times_wt(self, k: int, a: torch.Tensor, out: torch.Tensor) -> None:
+        """out += a W_k^T for (R, m, in_k) ``a``."""
+        out.view(-1, out.shape[-1]).addmm_(a.reshape(-1, a.shape[-1]), self.weights_t[k])
+
     def forward(self, x: torch.Tensor, alpha: torch.Tensor) -> GramForward:
         """x: (R, m, D) flat candidates; alpha: (R, 1, 1)."""
         ws = self.workspace(x.shape[0], x.shape[1])
         inputs: list[torch.Tensor] = [x]
         last = len(self.weights) - 1
-        for k, (wt, b) in enumerate(zip(self.weights_t, self.biases, strict=True)):
+        for k in range(len(self.weights)):
             z, h_in = ws.pre[k], inputs[-1]
-            if b is None:
-                torch.mm(h_in.flatten(0, 1), wt, out=z.view(-1, z.shape[-1]))
-            else:
-                torch.addmm(b, h_in.flatten(0, 1), wt, out=z.view(-1, z.shape[-1]))
+            self.times_wt(k, h_in, z)
             if k < last:
                 h, s = ws.hidden[k], ws.slopes[k]
                 if self.smooth:   # softplus_alpha(z) = relu(z) + log1p(exp(-alpha |z|)) / alpha
@@ -130,10 +145,9 @@ class BatchedGram:
         n = len(self.weights)
         r, m = coeffs.shape[0], coeffs.shape[1]
         ws = self.workspace(r, m)
-        flat = lambda t: t.view(-1, t.shape[-1])  # noqa: E731  (rows of all runs: one product per weight)
         deltas = [*ws.deltas, coeffs]   # D_k
         for k in reversed(range(1, n)):
-            torch.mm(flat(deltas[k]), self.weights[k], out=flat(ws.back[k]))    # D_k W_k
+            self.times_w(k, deltas[k], ws.back[k])    # D_k W_k
             torch.mul(ws.back[k], fw.slopes[k - 1], out=deltas[k - 1])
         for k in range(n):
             h, d = fw.inputs[k], deltas[k]
@@ -155,12 +169,12 @@ class BatchedGram:
             torch.addcmul(s, s, s, value=-1.0, out=sg).mul_(alpha)          # alpha S (1 - S)
             ws.zbar[k - 1].add_(dbar.mul_(ws.back[k]).mul_(sg))             # the slope path; dbar is not needed after
             dbar = torch.baddbmm(fw.pre[k], ws.grams[k], deltas[k], beta=-2.0, alpha=2.0, out=ws.dbar[k])
-            flat(dbar).addmm_(flat(ws.carried[k - 1]), self.weights_t[k])
+            self.add_times_wt(k, ws.carried[k - 1], dbar)
         # candidate side: Hbar_k = 2 P_k H_k + Zbar_k W_k, from the outputs down to x
         hbar = fw.inputs[0]
         for k in reversed(range(n)):
             hbar = ws.hbar[k]
-            torch.mm(flat(ws.zbar[k]), self.weights[k], out=flat(hbar))
+            self.times_w(k, ws.zbar[k], hbar)
             hbar.baddbmm_(ws.outer[k], fw.inputs[k], alpha=2.0)
             if k > 0:
                 ws.zbar[k - 1].addcmul_(hbar, fw.slopes[k - 1])
