@@ -52,13 +52,16 @@ NOT_RECORDED: Any = dataclasses.MISSING
 
 
 def option(default: Any, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-           lt: float | None = None, nonfinite: bool = False, absent: Any = NOT_RECORDED, **kwargs: Any) -> Any:
+           lt: float | None = None, nonfinite: bool = False, absent: Any = NOT_RECORDED, omit_default: bool = False,
+           **kwargs: Any) -> Any:
     """A dataclass field with a help text (shown by ``reconbench list`` and in CONTRIBUTING).
 
     ``ge``/``gt``/``le``/``lt`` bound a numeric option; ``build_config`` refuses values outside. Float options must be
     finite unless ``nonfinite=True``. ``absent`` is the value a stored configuration that lacks the option stands for
     (an option added after numbers were published, whose new default computes something else): re-scoring such a
-    record uses it (:func:`absent_values`).
+    record uses it (:func:`absent_values`). ``omit_default=True``: :func:`config_to_dict` leaves the option out while
+    it holds its default, so that an option added to a config whose dicts are hashed (run keys) keeps every key
+    written before it existed.
     """
     meta: dict[str, Any] = {"help": help}
     if any(b is not None for b in (ge, gt, le, lt)):
@@ -67,6 +70,8 @@ def option(default: Any, help: str, *, ge: float | None = None, gt: float | None
         meta["nonfinite"] = True
     if absent is not NOT_RECORDED:
         meta["absent"] = absent
+    if omit_default:
+        meta["omit_default"] = True
     return dataclasses.field(default=default, metadata=meta, **kwargs)
 
 
@@ -223,7 +228,12 @@ def _short_help(f: dataclasses.Field[Any]) -> str:
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """The config as recorded and hashed: every option, except those declared ``omit_default`` at their default."""
+    out = dataclasses.asdict(cfg)
+    for f in dataclasses.fields(cfg):
+        if f.metadata.get("omit_default") and out[f.name] == f.default:
+            del out[f.name]
+    return out
 
 
 def describe_options(cls: type) -> list[tuple[str, str, Any, str]]:
