@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import struct
 import tarfile
 import zipfile
@@ -68,12 +69,27 @@ class Digits(DatasetSource):
     default_binary_rule: str = "parity"
 
     def load(self, data_root: Path | None) -> ImageData:
+        pixels, target = _digits_table()
+        images = (pixels.reshape(-1, 8, 8).astype(np.float32) / 16.0)[:, None, :, :]
+        return ImageData(self.name, images, target.astype(np.int64), [str(c) for c in range(10)],
+                         "sklearn.datasets.load_digits")
+
+
+def _digits_table() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits (pixels 0-16 as float64, labels): its bundled ``digits.csv.gz`` read the way
+    ``load_digits`` reads it, without importing scikit-learn (whose import, pandas included, took longer than the
+    rest of a default run's data loading); ``load_digits`` itself where the file is not where it ships."""
+    spec = importlib.util.find_spec("sklearn")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    table = next((Path(f) / "datasets" / "data" / "digits.csv.gz" for f in folders
+                  if (Path(f) / "datasets" / "data" / "digits.csv.gz").is_file()), None)
+    if table is None:
         from sklearn.datasets import load_digits
 
         bunch = load_digits()
-        images = (bunch.images.astype(np.float32) / 16.0)[:, None, :, :]
-        return ImageData(self.name, images, bunch.target.astype(np.int64), [str(c) for c in range(10)],
-                         "sklearn.datasets.load_digits")
+        return bunch.data, bunch.target
+    data = np.loadtxt(table, delimiter=",")
+    return data[:, :-1], data[:, -1].astype(int)
 
 
 @dataclass(frozen=True)

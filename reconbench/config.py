@@ -55,7 +55,8 @@ NOT_RECORDED: Any = dataclasses.MISSING
 
 
 def option(default: object, help: str, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-           lt: float | None = None, nonfinite: bool = False, absent: object = NOT_RECORDED, **kwargs: Any) -> Any:
+           lt: float | None = None, nonfinite: bool = False, absent: object = NOT_RECORDED, omit_default: bool = False,
+           **kwargs: Any) -> Any:
     """A dataclass field with a help text (shown by ``reconbench list`` and in CONTRIBUTING).
 
     ``ge``/``gt``/``le``/``lt`` bound a numeric option; ``build_config`` refuses values outside. This is the one way a
@@ -63,7 +64,9 @@ def option(default: object, help: str, *, ge: float | None = None, gt: float | N
     a suite's tables; hand-written checks are left for rules between options. Float options must be
     finite unless ``nonfinite=True``. ``absent`` is the value a stored configuration that lacks the option stands for
     (an option added after numbers were published, whose new default computes something else): re-scoring such a
-    record uses it (:func:`absent_values`).
+    record uses it (:func:`absent_values`). ``omit_default=True``: :func:`config_to_dict` leaves the option out while
+    it holds its default, so that an option added to a config whose dicts are hashed (run keys) keeps every key
+    written before it existed.
     """
     meta: dict[str, Any] = {"help": help}
     if any(b is not None for b in (ge, gt, le, lt)):
@@ -72,6 +75,8 @@ def option(default: object, help: str, *, ge: float | None = None, gt: float | N
         meta["nonfinite"] = True
     if absent is not NOT_RECORDED:
         meta["absent"] = absent
+    if omit_default:
+        meta["omit_default"] = True
     return dataclasses.field(default=default, metadata=meta, **kwargs)
 
 
@@ -238,7 +243,12 @@ def _short_help(f: dataclasses.Field[Any]) -> str:
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """The config as recorded and hashed: every option, except those declared ``omit_default`` at their default."""
+    out = dataclasses.asdict(cfg)
+    for f in dataclasses.fields(cfg):
+        if f.metadata.get("omit_default") and out[f.name] == f.default:
+            del out[f.name]
+    return out
 
 
 def describe_options(cls: type) -> list[tuple[str, str, Any, str]]:

@@ -167,8 +167,9 @@ class AttackOutput:
     multipliers: torch.Tensor | None = None
     trace: list[dict[str, float]] = field(default_factory=list)  # e.g. [{"step": 0, "loss": ...}, ...]
     steps: int = 0
-    stopped: str = "completed"             # completed | diverged | early_stop | interrupted
+    stopped: str = "completed"             # completed | converged | diverged | early_stop | interrupted
     message: str = ""
+    early_stop: dict[str, Any] | None = None   # converged: the rule, the step and the changes measured there
 
 
 class ProgressFn(Protocol):

@@ -144,3 +144,32 @@ def test_digits_is_embedded():
     data = plugins.get("datasets", "digits").load(None)
     assert data.images.shape == (1797, 1, 8, 8)
     assert 0.0 <= data.images.min() and data.images.max() <= 1.0
+
+
+def test_digits_read_without_importing_sklearn_equal_load_digits():
+    """The digits source reads scikit-learn's bundled table itself (a default run's start-up skips importing
+    scikit-learn and pandas); images and labels equal ``load_digits``'s bit for bit, and sklearn stays unimported."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    data = plugins.get("datasets", "digits").load(None)
+    bunch = load_digits()
+    assert np.array_equal(data.images, (bunch.images.astype(np.float32) / 16.0)[:, None, :, :])
+    assert np.array_equal(data.labels, bunch.target.astype(np.int64))
+    probe = ("import sys; from reconbench import plugins; plugins.get('datasets', 'digits').load(None); "
+             "print('sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_cli_imports_only_the_invoked_command():
+    """`reconbench run` imports run's module, not the leaderboard site's or the suite runner's (pandas)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from reconbench.cli import load_commands; g = load_commands('run'); "
+             "print(sorted(g.commands), 'reconbench.cli.site_cmd' in sys.modules, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['run'] False False"

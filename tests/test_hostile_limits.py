@@ -337,7 +337,7 @@ def test_an_allocation_no_estimate_foresaw_is_one_line(exc, tmp_path, capsys, mo
 def test_ctrl_c_while_the_commands_load_is_one_line(capsys, monkeypatch):
     import reconbench.cli as cli
 
-    def interrupted() -> None:
+    def interrupted(*command: str) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "load_commands", interrupted)

@@ -2,7 +2,8 @@
 
 A run's outcome is one of
 
-    ok              it ran (all its planned steps, or stopped by its own criterion after at least half of them)
+    ok              it ran (all its planned steps, or stopped by its own criterion after at least half of them, or
+                    ``converged``: the KKT attacks' recorded early stop, at any step)
     diverged        its loss became non-finite (the candidates are those of its last finite step, or its start)
     non_finite      it returned candidates with non-finite entries
     stopped_early   it stopped before its planned steps (a time budget, a line search that found no decrease, ...)
@@ -33,6 +34,8 @@ STEP_BUDGET_FIELDS = ("steps", "outer_steps")
 #: ``stopped`` values of a run that ended on its own before its planned steps (the harness' ``failed`` is a run
 #: whose attack raised: a divergence)
 _DIVERGED_STOPS = ("diverged", "failed")
+#: ``stopped`` values of a run that did what it set out to do: all its steps, or converged by its recorded rule
+FINISHED_STOPS = ("completed", "converged")
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def derive_run_outcome(run: dict[str, Any]) -> Outcome:
     if not finite:
         return Outcome(NON_FINITE, f"returned non-finite candidates after {steps} step(s)")
     planned = planned_steps(run)
-    if stopped != "completed" and planned and steps < MIN_STEP_SHARE * planned:
+    if stopped not in FINISHED_STOPS and planned and steps < MIN_STEP_SHARE * planned:
         return Outcome(STOPPED_EARLY, f"stopped after {steps} of {planned} planned step(s) ({stopped}): {message}")
     return Outcome(OK, f"{steps} step(s) ({stopped})")
 

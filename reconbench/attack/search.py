@@ -21,7 +21,7 @@ DEFAULT_SEARCH = "random"
 #: the strategy of ``reconbench run`` when none is named: the attack's default configuration first
 RUN_SEARCH = "default_first"
 #: run outcomes whose final loss a blind strategy is told (others are failed trials)
-USABLE_STOPS = ("completed", "early_stop")
+USABLE_STOPS = ("completed", "converged", "early_stop")
 
 
 def resolve_search(name: str, options: dict[str, Any]) -> tuple[SearchStrategy[Any], Any]:

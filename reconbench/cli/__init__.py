@@ -5,6 +5,7 @@ one line like any other interruption."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
@@ -64,24 +65,27 @@ def interrupt_hint() -> str:
     return f"re-run the same command to resume: {common.command_line()}"
 
 
-def load_commands() -> click.Group:
-    """The command group with every command registered (the command modules register themselves on import)."""
-    from reconbench.cli import (  # noqa: F401
-        audit_cmd,
-        bench_cmd,
-        cite_cmd,
-        doctor_cmd,
-        evaluate_cmd,
-        export_cmd,
-        leaderboard_cmd,
-        plugins_cmd,
-        run_cmd,
-        site_cmd,
-        train_cmd,
-    )
+#: the module of each command (each registers its commands on import)
+COMMAND_MODULES = {"audit": "audit_cmd", "bench": "bench_cmd", "cite": "cite_cmd", "doctor": "doctor_cmd",
+                   "evaluate": "evaluate_cmd", "export": "export_cmd", "leaderboard": "leaderboard_cmd",
+                   "list": "plugins_cmd", "plugins": "plugins_cmd", "run": "run_cmd", "site": "site_cmd",
+                   "train": "train_cmd"}
 
+
+def load_commands(command: str | None = None) -> click.Group:
+    """The command group with ``command`` registered, or every command (None, or a name that is not one: the help
+    and the error for an unknown command list them all). Importing one command's module only spares e.g. `run` the
+    leaderboard site's and the suite runner's imports (pandas among them)."""
+    names = sorted(set(COMMAND_MODULES.values())) if command not in COMMAND_MODULES else [COMMAND_MODULES[command]]
+    for name in names:
+        importlib.import_module(f"reconbench.cli.{name}")
     common.refuse_empty_values(common.main_group)
     return common.main_group
+
+
+def invoked_command(args: list[str]) -> str | None:
+    """The command a command line names (its first word that is not an option), or None."""
+    return next((a for a in args if not a.startswith("-")), None)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -98,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         reexec_with_shim()
     started = False
     try:
-        group = load_commands()
+        command = invoked_command(args)
+        group = load_commands(command) if command in COMMAND_MODULES else load_commands()
         started = True
         group.main(args=args, prog_name="reconbench", standalone_mode=False)
     except click.exceptions.Abort:

@@ -144,6 +144,8 @@ class SearchRun(Record):
     outcome: Mapping[str, Any] | None = None
     #: the batch the run advanced in (the KKT attacks' ``run_batch``)
     batch: Mapping[str, Any] | None = None
+    #: a run that converged (``stopped`` = converged): the rule, the step and the changes measured there
+    early_stop: Mapping[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         """The run's settings and outcome (every field, None where absent)."""

@@ -187,6 +187,8 @@ def _write_run(runs_dir: Path, problem: Problem, p: _Pending, result: AttackOutp
     rec["outcome"] = derive_run_outcome(rec).to_dict()
     if batch is not None:
         rec["batch"] = batch
+    if getattr(result, "early_stop", None) is not None:
+        rec["early_stop"] = result.early_stop
     tensors = {"candidates": cand.contiguous(), "labels": result.labels.detach().cpu().long().contiguous(),
                "x0": p.x0.detach().cpu().double().clone()}   # its own storage: an attack may return its start
     if result.multipliers is not None:

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from reconbench.attack.outcome import FINISHED_STOPS
+
 
 def load_pooled(out: Path, runs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     cands, labels, ids, x0 = [], [], [], []
@@ -23,10 +25,10 @@ def load_pooled(out: Path, runs: list[dict[str, Any]]) -> dict[str, torch.Tensor
 
 
 def select_runs(runs: list[dict[str, Any]]) -> tuple[int | None, int | None]:
-    """Blind: the lowest final attack loss among runs that completed (else among all with a finite loss).
+    """Blind: the lowest final attack loss among runs that completed or converged (else among all with a finite loss).
     Oracle: the lowest extraction score, which reads the training images."""
     finite = [r for r in runs if math.isfinite(r["final_loss"])]
-    completed = [r for r in finite if r["stopped"] == "completed"] or finite
+    completed = [r for r in finite if r["stopped"] in FINISHED_STOPS] or finite
     blind = min(completed, key=lambda r: r["final_loss"])["run"] if completed else None
     scored = [r for r in runs if math.isfinite(r["oracle_score"])]
     oracle = min(scored, key=lambda r: r["oracle_score"])["run"] if scored else None

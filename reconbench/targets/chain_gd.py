@@ -12,9 +12,14 @@ P <- (1 - lr wd) P - lr K g, an n x n x width product instead of two passes over
 writes W_1 back into the model (exactly s W_1(0) + C X) and restarts the factorisation from it; the trainer calls it
 before anything reads the model.
 
+In float32 (``factorise_first=False``) the first layer is updated like the others, W_1 <- decay W_1 - lr g^T X, and
+P = X W_1^T recomputed from it every step: the factorised P accumulates each step's rounding of its own update, which
+in float32 drifts from X W_1^T far enough to change an inverse-loss schedule's course (a CIFAR-10 target diverged at
+step 109 where the autograd loop did not); recomputed, P has the autograd loop's rounding.
+
 In exact arithmetic every step equals the autograd loop's; in floating point the weights agree with it to rounding
-(tests/test_training.py compares them with a plain autograd loop). Hand-written because no library offers a fused
-full-batch step for this model class.
+(tests/test_training.py compares them with a plain autograd loop, in float64 and in float32). Hand-written because
+no library offers a fused full-batch step for this model class.
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ class ChainGD:
     """One object per training run: holds the activations and the first layer's factorisation; steps in place."""
 
     def __init__(self, layers: list[nn.Linear], x: torch.Tensor, targets: torch.Tensor, loss_fn: LossFn,
-                 weight_decay: float) -> None:
+                 weight_decay: float, factorise_first: bool = True) -> None:
         self.layers = layers
+        self.factorise_first = factorise_first
         self.x = x.flatten(1)
         self.y = targets
         self.loss_fn = loss_fn
@@ -52,7 +58,7 @@ class ChainGD:
         n = self.x.shape[0]
         self.acts = [self.x.new_empty(n, layer.out_features) for layer in layers]
         self.grad_in = [self.x.new_empty(n, layer.in_features) for layer in layers[1:]]
-        self.gram = self.x @ self.x.t()
+        self.gram = self.x @ self.x.t() if factorise_first else self.x.new_empty(0)
         first = layers[0]
         self.coef = self.x.new_zeros(first.out_features, n)  # C in W_1 = s W_1(0) + C X
         self.scale = 1.0                                         # s
@@ -62,6 +68,8 @@ class ChainGD:
     @torch.no_grad()
     def sync(self) -> None:
         """Write W_1 = s W_1(0) + C X into the model and restart the factorisation from it."""
+        if not self.factorise_first:   # W_1 is the model's own, updated in place
+            return
         w = self.layers[0].weight
         if self.scale != 1.0:
             w.mul_(self.scale)
@@ -74,6 +82,8 @@ class ChainGD:
     def forward(self) -> torch.Tensor:
         """z = chain(x), written into the preallocated activations (the last one is z)."""
         first, last = self.layers[0], len(self.layers) - 1
+        if not self.factorise_first:
+            torch.mm(self.x, first.weight.t(), out=self.pre)
         h = self.acts[0].copy_(self.pre)
         if first.bias is not None:
             h.add_(first.bias)
@@ -112,7 +122,12 @@ class ChainGD:
             if layer.bias is not None:
                 layer.bias.mul_(decay).add_(g.sum(dim=0), alpha=-lr)
             g = g_in
-        first = self.layers[0]  # W_1 <- decay W_1 - lr g^T X, kept factorised
+        first = self.layers[0]  # W_1 <- decay W_1 - lr g^T X, kept factorised (float64) or applied (float32)
+        if not self.factorise_first:
+            first.weight.addmm_(g.t(), self.x, beta=decay, alpha=-lr)
+            if first.bias is not None:
+                first.bias.mul_(decay).add_(g.sum(dim=0), alpha=-lr)
+            return
         if decay != 1.0:
             self.scale *= decay
             self.coef.mul_(decay)

@@ -44,11 +44,16 @@ class TrainSpec:
         "stable", "stable: bce/ce as softplus forms in float64, whose loss and gradient do not round to 0 at large "
                   "margins (docs/regime.md#losses-that-keep-moving); legacy: torch's forms, which do (a recipe that "
                   "does not name it is legacy, so targets published before the option retrain bit-identically)")
+    float32_trainer: Literal["autograd", "closed_form"] = option(
+        "autograd", "float32 linear chains (mlp, mlp_bias, affine): closed_form trains them by the closed-form loop "
+                    "float64 recipes use (faster; weights equal to the autograd loop's to float32 rounding), autograd "
+                    "by torch's autograd loop (the default, as every float32 target trained before the option); no "
+                    "effect in float64")
 
 
 #: TrainSpec fields written into a recipe (and its cache key) only when they differ from their default, so the
 #: recipes written before they existed keep their keys
-OPTIONAL_TRAIN_FIELDS = ("certify_every", "stop_at_gate")
+OPTIONAL_TRAIN_FIELDS = ("certify_every", "stop_at_gate", "float32_trainer")
 #: TrainSpec fields whose value in a recipe that does not name them is not the field's default (the default of new
 #: recipes), but the behaviour of recipes written before the field existed; written only when they differ from it
 LEGACY_TRAIN_VALUES: dict[str, Any] = {"loss_form": "legacy"}
@@ -71,6 +76,8 @@ class TargetRecipe:
         for k in OPTIONAL_TRAIN_FIELDS:
             if train[k] == getattr(defaults, k):
                 del train[k]
+        if self.train.dtype == "float64":   # both trainers run the closed-form loop there: one key per training
+            train.pop("float32_trainer", None)
         for k, old in LEGACY_TRAIN_VALUES.items():
             if train[k] == old:
                 del train[k]

@@ -118,10 +118,11 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     session = DefenseSession(recipe)
     # the closed-form loop for linear chains; the autograd loop (and its optimizer, whose construction imports
     # torch's compiler stack) for other families and for defenses that act during training
-    # (the closed-form loop only in float64: in float32 its factorised first-layer update rounds differently from the
-    # autograd loop's, enough to diverge under the inverse-loss schedule where that loop did not: cpu-mini's CIFAR
-    # 10-class target at step 109)
-    layers = chain_layers(model) if session.release_only() and dtype == torch.float64 else None
+    # (float32 recipes train by the autograd loop unless they ask for the closed-form one: float32 targets trained
+    # before it existed keep their weights; the float32 closed-form loop applies the first layer's update instead
+    # of factorising it, see chain_gd.py)
+    closed_form = dtype == torch.float64 or spec.float32_trainer == "closed_form"
+    layers = chain_layers(model) if session.release_only() and closed_form else None
     net: torch.nn.Module = model
     train_loss = loss_fn
     if layers is None:
@@ -133,7 +134,8 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     if reused is not None:
         model.load_state_dict(reused["state"])
     history: list[dict[str, Any]] = []
-    chain = ChainGD(layers, x, y, train_loss, spec.weight_decay) if layers is not None and reused is None else None
+    chain = (ChainGD(layers, x, y, train_loss, spec.weight_decay, factorise_first=dtype == torch.float64)
+             if layers is not None and reused is None else None)
 
     def gd_step(lr_of_loss: Callable[[float], float]) -> float:
         """One full-batch GD step; returns the loss before it (the step is skipped when that is not finite)."""

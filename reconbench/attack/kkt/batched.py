@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import torch
 
 from reconbench.attack.kkt.batched_gram import BatchedGram, run_dot
+from reconbench.attack.kkt.convergence import ConvergenceRule
 from reconbench.attack.kkt.loop import Coefficients, Penalty, StationarityConfig, box_prior
 from reconbench.attack.kkt.stationarity import full_chain, make_engine
 from reconbench.errors import IncompatibleError
@@ -325,11 +326,36 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     snap_step = [0] * r_runs
     stopped = ["completed"] * r_runs
     notes = [""] * r_runs
+    early: list[dict[str, Any] | None] = [None] * r_runs
     last_check = 0
+    rule = ConvergenceRule.of(cfg0)
+    if rule is not None:   # loss and candidates summed over the current window, and their means over the last one
+        window_sum, x_sum = torch.zeros_like(state.loss), torch.zeros_like(state.x)
+        window_mean, x_mean = torch.full_like(state.loss, math.nan), torch.zeros_like(state.x)
 
     def record(t: int) -> None:
         trace_buf[t // every, :, 0].copy_(state.loss)
         trace_buf[t // every, :, 1:].copy_(state.terms)
+
+    def test_convergence(t: int) -> None:
+        """The early-stop rule after step t (a window's end): runs that converged are frozen at x_t (``alive`` off,
+        so the masked step leaves them), recorded as converged at t."""
+        assert rule is not None
+        mean = window_sum / rule.window
+        x_sum.div_(rule.window)
+        if rule.tests_at(t, steps):
+            loss_change, cand_change = rule.changes(mean, window_mean, x_sum, x_mean)
+            done_now = (rule.converged(loss_change, cand_change) & state.alive).cpu()
+            if bool(done_now.any()):
+                state.alive.logical_and_(~done_now.to(state.alive.device))
+                lc, cc = loss_change.cpu().tolist(), cand_change.cpu().tolist()
+                for r in done_now.nonzero().flatten().tolist():
+                    stopped[r] = "converged"
+                    early[r] = rule.record(t, steps, lc[r], cc[r])
+        window_mean.copy_(mean)
+        x_mean.copy_(x_sum)
+        window_sum.zero_()
+        x_sum.zero_()
 
     def check(t: int) -> None:
         nonlocal last_check
@@ -373,8 +399,14 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
             replay()
         if t % every == 0 and t < steps:
             record(t)
-        if t % sync_every == 0 or t == steps:
+        window_end = rule is not None and t % rule.window == 0
+        if rule is not None:
+            window_sum.add_(state.loss)
+            x_sum.add_(state.x)
+        if t % sync_every == 0 or t == steps or window_end:
             check(t)
+            if window_end:   # after the check: a run that diverged in this window is already frozen
+                test_convergence(t)
             alive_now = state.alive.cpu()
             if not bool(alive_now.any()):
                 break
@@ -387,7 +419,8 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     x_out, lam_out = state.x.detach(), state.lam.detach()
     outputs = []
     for r in range(r_runs):
-        trace = [_row(i * every, rows[i][r], sq[r]) for i in range(n_rows) if i * every <= snap_step[r]]
+        last_row = snap_step[r] - (stopped[r] == "converged")   # a converged run's own step: its final row below
+        trace = [_row(i * every, rows[i][r], sq[r]) for i in range(n_rows) if i * every <= last_row]
         trace = [row for row in trace if math.isfinite(row["loss"])]
         trace.append(_row(snap_step[r], final_rows[r], sq[r]))
         final = final_rows[r][0]
@@ -395,12 +428,16 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         if stopped[r] == "completed":
             message = (f"engine {info.engine}; {done} steps in {info.seconds:.1f}s (a batch of {r_runs} run(s)); "
                        f"final stationarity {trace[-1]['stationarity_relative']:.4g} of ||theta||^2")
+        elif stopped[r] == "converged" and rule is not None:
+            message = (f"engine {info.engine}; {rule.message(done, steps)}; the batch of {r_runs} run(s) took "
+                       f"{info.seconds:.1f}s; final stationarity {trace[-1]['stationarity_relative']:.4g} of "
+                       "||theta||^2")
         else:
             message = f"engine {info.engine}; {notes[r]}"
         outputs.append(AttackOutput(candidates=x_out[r].clone(), labels=torch.empty(0),
                                     final_loss=final if math.isfinite(final) else math.inf,
                                     multipliers=lam_out[r].clone(), trace=trace, steps=done, stopped=stopped[r],
-                                    message=message))
+                                    message=message, early_stop=early[r]))
     return outputs
 
 

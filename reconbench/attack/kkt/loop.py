@@ -17,10 +17,11 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
+from reconbench.attack.kkt.convergence import ConvergenceRule
 from reconbench.attack.kkt.stationarity import make_engine
 from reconbench.config import option
 from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
@@ -67,6 +68,12 @@ class StationarityConfig:
                 "absorb c^(2-L)) and brings the loss and its gradient to the scale the learning rates are set for: "
                 "weights that grew far from that scale (e.g. under DP-SGD's noise) otherwise diverge at step 0. The "
                 "factor is read from the released weights alone and recorded in each run's message")
+    early_stop: float = option(0.0, "stop a run once converged: its windowed mean loss and its candidates each changed "
+                                    "by at most this share over the last early_stop_window steps (0: off, all steps "
+                                    "run; recorded with the run; docs/method/kkt-attacks.md#early-stop)",
+                               ge=0, omit_default=True)
+    early_stop_window: int = option(200, "steps per window of the early_stop rule (tested every window from "
+                                         "twice this on)", ge=1, omit_default=True)
 
 
 def box_prior(x: torch.Tensor, half_width: float) -> torch.Tensor:
@@ -113,6 +120,9 @@ def run_stationarity_attack(target: AttackTarget, x0: torch.Tensor, labels: torc
     stopped, message, t0 = "completed", "", time.perf_counter()
     last_good = (x.detach().clone(), lam.detach().clone())
     done = 0
+    rule = ConvergenceRule.of(cfg)
+    early_stop: dict[str, Any] | None = None
+    window_sum, window_means, x_sum, x_means = 0.0, [math.nan], torch.zeros_like(x.detach()), [x.detach()]
     for step in range(cfg.steps):
         loss, terms = attack_loss(x, lam)
         value = loss.detach().item()
@@ -123,6 +133,20 @@ def run_stationarity_attack(target: AttackTarget, x0: torch.Tensor, labels: torc
                        f"candidates of step {max(step - 1, 0)}. Lower lr (now {cfg.lr}), lambda_lr (now "
                        f"{cfg.lambda_lr}) or alpha (now {cfg.alpha})")
             break
+        if rule is not None and step > 0:   # L(x_step), the loss after `step` updates
+            window_sum += value
+            x_sum += x.detach()
+            if step % rule.window == 0:
+                window_means.append(window_sum / rule.window)
+                x_means = [x_means[-1], x_sum / rule.window]
+                window_sum, x_sum = 0.0, torch.zeros_like(x_sum)
+                if rule.tests_at(step, cfg.steps):
+                    means = torch.tensor(window_means[-1:-3:-1], dtype=torch.float64)
+                    changes = rule.changes(means[:1], means[1:], x_means[-1][None], x_means[-2][None])
+                    if bool(rule.converged(*changes)[0]):
+                        stopped, done = "converged", step
+                        early_stop = rule.record(step, cfg.steps, float(changes[0][0]), float(changes[1][0]))
+                        break   # x_step is returned; its row is the trace's final one
         last_good = (x.detach().clone(), lam.detach().clone())
         x.grad, lam.grad = torch.autograd.grad(loss, [x, lam])  # only x and lambda: theta gets no gradient
         opt_x.step()
@@ -133,7 +157,7 @@ def run_stationarity_attack(target: AttackTarget, x0: torch.Tensor, labels: torc
         if progress is not None and (step % 10 == 0 or step == cfg.steps - 1):
             progress(step + 1, cfg.steps, {"loss": value})
 
-    x_out, lam_out = (x.detach(), lam.detach()) if stopped == "completed" else last_good
+    x_out, lam_out = (x.detach(), lam.detach()) if stopped in ("completed", "converged") else last_good
     final_loss, final_terms = attack_loss(x_out, lam_out)
     final = float(final_loss.detach())
     trace.append(record(done, final, final_terms))
@@ -142,9 +166,12 @@ def run_stationarity_attack(target: AttackTarget, x0: torch.Tensor, labels: torc
     if stopped == "completed":
         message = (f"engine {engine_used}; {cfg.steps} steps in {time.perf_counter() - t0:.1f}s; final "
                    f"stationarity {trace[-1]['stationarity_relative']:.4g} of ||theta||^2")
+    elif stopped == "converged" and rule is not None:
+        message = (f"engine {engine_used}; {rule.message(done, cfg.steps)} in {time.perf_counter() - t0:.1f}s; "
+                   f"final stationarity {trace[-1]['stationarity_relative']:.4g} of ||theta||^2")
     else:
         message = f"engine {engine_used}; {message}"
     return AttackOutput(candidates=x_out.detach(), labels=labels,
                         final_loss=final if math.isfinite(final) else math.inf,
                         multipliers=lam_out.detach(), trace=trace, steps=done,
-                        stopped=stopped, message=message)
+                        stopped=stopped, message=message, early_stop=early_stop)
