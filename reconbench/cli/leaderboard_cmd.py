@@ -14,8 +14,8 @@ from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.manifest import MANIFEST_NAME, check_manifest
 from reconbench.leaderboard.render import build_leaderboard
-from reconbench.leaderboard.slim import RERUN_RTOL, rerun_cells, slim_board
-from reconbench.leaderboard.slim import rerun_sample as rerun_sample_ids
+from reconbench.leaderboard.rerun import MAX_SEED, CheckCount, draw_sample, draw_seed, rerun_checked
+from reconbench.leaderboard.slim import RERUN_RTOL, slim_board
 from reconbench.leaderboard.submit import board_results, board_suite, pack, submission_text
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
 from reconbench.leaderboard.verify import (
@@ -110,7 +110,18 @@ def leaderboard_group() -> None:
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="With --verify: re-run N cells of the board (a fixed sample, by the hash of the cell id) like --rerun.",
+    help="With --verify: also re-run K cells drawn at random from the cells that keep no candidates (seeded: "
+    "--rerun-seed; the sample and its seed are printed), each target trained again from its recipe in a temporary "
+    "cache, and compare what is deterministic (counts exactly, other numbers within relative 1e-6, the weights' "
+    "sha256; never seconds). Of n such cells, one forged cell is in the sample with probability K/n.",
+)
+@click.option(
+    "--rerun-seed",
+    type=click.IntRange(min=0, max=MAX_SEED),
+    default=None,
+    metavar="S",
+    help="With --rerun-sample: the seed of the sample (default: drawn at random, and printed so the check can be "
+    "repeated).",
 )
 @click.option(
     "--format",
@@ -148,6 +159,7 @@ def leaderboard_command(
     slim: bool = False,
     rerun: str | None = None,
     rerun_sample: int | None = None,
+    rerun_seed: int | None = None,
 ) -> None:
     """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/ (`reconbench leaderboard
     SUITE ...`; outside results: `reconbench leaderboard submit -h`, `reconbench leaderboard add -h`).
@@ -157,6 +169,8 @@ def leaderboard_command(
     s = load_suite(suite)
     if (rerun or rerun_sample) and not verify:
         raise ReconbenchError("--rerun and --rerun-sample check a published board: add --verify")
+    if rerun_seed is not None and not rerun_sample:
+        raise ReconbenchError("--rerun-seed seeds the sample of --rerun-sample: add --rerun-sample K")
     if out:
         out_dir = Path(out)
     elif publish or verify or export_format or slim:
@@ -188,20 +202,30 @@ def leaderboard_command(
         return
     if verify:
         s = board_suite(s, out_dir)  # with the tables of the board's outside submissions appended
-        verify_leaderboard(s, out_dir, data_root)
-        ids = [c for c in (rerun or "").split(",") if c.strip()]
+        rescored = verify_leaderboard(s, out_dir, data_root)
+        ids = [c.strip() for c in (rerun or "").split(",") if c.strip()]
         if rerun_sample:
-            ids += [c for c in rerun_sample_ids(out_dir, rerun_sample) if c not in ids]
+            sample = draw_sample(out_dir, rerun_sample, draw_seed() if rerun_seed is None else rerun_seed)
+            click.echo(f"re-run sample: {len(sample.cells)} of the {sample.population} cell(s) without stored "
+                       f"candidates, seed {sample.seed} (--rerun-seed {sample.seed} repeats it): "
+                       f"{', '.join(sample.cells) or 'none'}; one forged cell among them is sampled with probability "
+                       f"{sample.probability():.2f}")
+            ids += [c for c in sample.cells if c not in ids]
         if ids:
-            click.echo(f"re-running {len(ids)} cell(s): {', '.join(ids)}")
-            problems = rerun_cells(s, out_dir, [c.strip() for c in ids], data_root=data_root)
+            click.echo(f"re-running {len(ids)} cell(s), targets trained again in a temporary cache: {', '.join(ids)}")
+            problems = rerun_checked(s, out_dir, ids, data_root=data_root)
             for p in problems:
                 click.echo(f"MISMATCH (re-run) {p}")
             if problems:
                 raise ReconbenchError(f"{len(problems)} number(s) of {out_dir} are not reproduced by re-running "
                                       f"their cells; first: {problems[0]}")
             click.echo(f"re-run: {len(ids)} cell(s) give the board's numbers (counts exactly, others within relative "
-                       f"{RERUN_RTOL:g})")
+                       f"{RERUN_RTOL:g}; weights' sha256 equal)")
+        count = CheckCount(cells=len(list((out_dir / "cells").glob("*.json"))), rescored=rescored,
+                           rerun=len(set(ids) - set(stored_cells(out_dir))))
+        click.echo(count.line())
+        if (why := count.problem()) is not None:
+            raise ReconbenchError(f"{out_dir}: {why}")
         return
     res_dir = Path(results) if results else default_results_dir(s)
     for problem in corrupt_cells(res_dir):
@@ -244,7 +268,9 @@ def draft_leaderboard_dir(suite: Suite) -> Path:
     return Path("runs") / "leaderboards" / suite.name
 
 
-def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
+def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
+    """Check a published board (manifest, stored candidates, seals, entries, tables, README, re-scoring); the number
+    of cells re-scored from their stored candidates."""
     if not (out_dir / "results.json").exists():
         raise ReconbenchError(
             f"{out_dir} holds no leaderboard; render it first with `reconbench leaderboard {s.name} --publish`"
@@ -293,6 +319,7 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
     if records.unsealed:
         click.echo(f"  {records.unsealed} cell record(s) carry no seal (written before seals): their timings are "
                    "checked against their runs' times, their targets' metrics against the model cards")
+    return len(ids)
 
 
 @leaderboard_group.command("submit")
