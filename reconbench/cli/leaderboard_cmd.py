@@ -12,7 +12,8 @@ from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.export import FORMATS, export_board
-from reconbench.leaderboard.manifest import MANIFEST_NAME, check_manifest
+from reconbench.leaderboard.manifest import MANIFEST_NAME, RELEASES_DIR, RELEASES_NAME, check_manifest
+from reconbench.leaderboard.releases import check_releases, make_release, release_line
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.rerun import MAX_SEED, CheckCount, draw_sample, draw_seed, rerun_checked
 from reconbench.leaderboard.slim import RERUN_RTOL, slim_board
@@ -124,6 +125,14 @@ def leaderboard_group() -> None:
     "repeated).",
 )
 @click.option(
+    "--release",
+    is_flag=True,
+    help="Do not render: number the published board's current state as its next release (<board>-r1, -r2, ...) in "
+    "its RELEASES.json, naming the git commit its files are committed at and the sha256 of its MANIFEST.json; the "
+    "board must match its manifest and be committed. An older release's manifest and README stay under "
+    "releases/<id>/. On an unchanged board it names the release it already is.",
+)
+@click.option(
     "--format",
     "export_format",
     type=click.Choice(FORMATS),
@@ -160,6 +169,7 @@ def leaderboard_command(
     rerun: str | None = None,
     rerun_sample: int | None = None,
     rerun_seed: int | None = None,
+    release: bool = False,
 ) -> None:
     """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/ (`reconbench leaderboard
     SUITE ...`; outside results: `reconbench leaderboard submit -h`, `reconbench leaderboard add -h`).
@@ -184,6 +194,17 @@ def leaderboard_command(
             raise ReconbenchError(f"{out_dir} holds no leaderboard (no results.json); publish it first or pass --out "
                                   "FOLDER")
         click.echo(export_board(out_dir, export_format, columns=columns, selection=selection), nl=False)
+        return
+    if release:
+        if publish or verify or export_format or slim:
+            raise ReconbenchError("--release numbers a published board as it is; run it alone (after --publish and "
+                                  "a commit)")
+        check_writable(out_dir, "--out")
+        with folder_lock(out_dir, "leaderboard"):
+            made, new = make_release(out_dir)
+        click.echo(f"{out_dir}: {'released' if new else 'already released'} as {made.id} (commit "
+                   f"{str(made.commit)[:12]}, manifest sha256 {made.manifest_sha256[:16]}, {made.files} files); "
+                   f"commit {out_dir / RELEASES_NAME}" + (" and releases/" if (out_dir / RELEASES_DIR).is_dir() else ""))
         return
     if slim:
         if publish or verify or export_format:
@@ -221,6 +242,9 @@ def leaderboard_command(
                                       f"their cells; first: {problems[0]}")
             click.echo(f"re-run: {len(ids)} cell(s) give the board's numbers (counts exactly, others within relative "
                        f"{RERUN_RTOL:g}; weights' sha256 equal)")
+        click.echo(release_line(out_dir))
+        if releases := check_releases(out_dir):
+            raise ReconbenchError(f"{len(releases)} problem(s) with the releases of {out_dir}; first: {releases[0]}")
         count = CheckCount(cells=len(list((out_dir / "cells").glob("*.json"))), rescored=rescored,
                            rerun=len(set(ids) - set(stored_cells(out_dir))))
         click.echo(count.line())
