@@ -12,6 +12,7 @@ from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.export import FORMATS, export_board
+from reconbench.leaderboard.figure_check import check_figures, figure_line
 from reconbench.leaderboard.manifest import MANIFEST_NAME, RELEASES_DIR, RELEASES_NAME, check_manifest
 from reconbench.leaderboard.releases import check_releases, make_release, release_line
 from reconbench.leaderboard.render import build_leaderboard
@@ -309,8 +310,9 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
     records = check_records(out_dir)
     entries = check_entries(out_dir)
+    figures = check_figures(s, out_dir, data_root)
     problems = (check_stored(out_dir) + records.problems + entries.problems + check_tables(out_dir)
-                + check_readme(s, out_dir))
+                + check_readme(s, out_dir) + figures.problems)
     ids = stored_cells(out_dir)
     borderline: list[str] = []
     explained: list[str] = []
@@ -340,6 +342,7 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
         click.echo(f"  slim entries: {entries.checked} count(s) and score mean(s) re-derived from their per-image rows "
                    f"(stored to 7 significant digits), {len(entries.borderline)} decision(s) within that rounding of "
                    "their threshold")
+    click.echo(figure_line(figures))
     if records.unsealed:
         click.echo(f"  {records.unsealed} cell record(s) carry no seal (written before seals): their timings are "
                    "checked against their runs' times, their targets' metrics against the model cards")
