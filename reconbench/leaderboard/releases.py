@@ -29,7 +29,7 @@ from pathlib import Path
 
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.manifest import MANIFEST_NAME, RELEASES_DIR, RELEASES_NAME, check_manifest
-from reconbench.provenance import write_text_atomic
+from reconbench.provenance import LOCK_FILE, write_text_atomic
 from reconbench.records import RELEASES_FILE, BoardRelease, BoardReleases, plain
 
 #: what exports and the site show for a board whose files are not those of any release
@@ -86,7 +86,7 @@ def board_commit(board: Path) -> tuple[str, str]:
         raise ReconbenchError(f"{board} is not in a git checkout with a commit; a release names the commit of its "
                               "files: commit the board in the repository first")
     status = _git(board, "status", "--porcelain", "--untracked-files=all", "--", ".",
-                  f":(exclude){RELEASES_NAME}", f":(exclude){RELEASES_DIR}")
+                  *(f":(exclude){name}" for name in (RELEASES_NAME, RELEASES_DIR, LOCK_FILE, LOCK_FILE + ".json")))
     changed = status.stdout.decode(errors="replace").splitlines()
     if status.returncode != 0 or changed:
         first = changed[0].strip() if changed else status.stderr.decode(errors="replace").strip()
