@@ -27,6 +27,7 @@ from reconbench.bench.runner import card_reader
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.slim import rerun_cells, stored_candidate_ids
+from reconbench.leaderboard.verify import read_board_json
 from reconbench.records import CardData, CellRecord
 
 #: the largest seed ``--rerun-seed`` takes (and the range a drawn seed comes from)
@@ -116,8 +117,6 @@ def _weights_problems(board: Path, work: Path, cell_ids: list[str]) -> list[str]
 
 def published_cell(board: Path, cell_id: str) -> CellRecord:
     """A board's cell as stored (its target's recipe key is all this module reads of it)."""
-    from reconbench.leaderboard.verify import read_board_json
-
     return CellRecord.from_dict(read_board_json(board / "cells" / f"{cell_id}.json", f"cell {cell_id}"))
 
 
