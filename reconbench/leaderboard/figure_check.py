@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reconbench.bench.suite import Suite
-from reconbench.leaderboard.figures import _Data, reconstruction_picks, ssim_margin_points
+from reconbench.leaderboard.figures import FigureData, reconstruction_picks, ssim_margin_points
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.tables import collect, resolve_columns
 from reconbench.records import BoardResults, Figure
@@ -61,7 +61,7 @@ def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> Fi
             out.checked.append(f"reconstructions: {len(picks)} cell(s) shown")
     if "ssim_vs_margin" in figures:
         stored = figures["ssim_vs_margin"]
-        points = ssim_margin_points(pub, _Data(board, data_root))
+        points = ssim_margin_points(pub, FigureData(board, data_root))
         counts = {t: sum(len(xs) for xs, _ in by.values()) for t, by in points.items()}
         if _drawn(stored) != bool(points):
             out.problems.append(f"{where}: the SSIM-vs-margin figure is "

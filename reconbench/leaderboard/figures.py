@@ -36,7 +36,7 @@ TITLES = {
 }
 
 
-class _Data:
+class FigureData:
     """Problems and pooled candidates of cells, loaded once."""
 
     def __init__(self, results: Path, data_root: str | None) -> None:
@@ -131,7 +131,7 @@ def draw_reconstructions(
     pub: Published,
     tables: dict[str, Any],
     columns: list[dict[str, Any]],
-    data: _Data,
+    data: FigureData,
     path: Path,
 ) -> dict[str, Any]:
     import matplotlib.pyplot as plt
@@ -194,7 +194,7 @@ def draw_reconstructions(
     }
 
 
-def ssim_margin_points(pub: Published, data: _Data) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
+def ssim_margin_points(pub: Published, data: FigureData) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
     """The points of the SSIM-vs-margin figure: per target and attack, the margins and SSIMs of every training image
     of every non-oracle grid cell (targets and attacks without a point left out)."""
     points: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
@@ -217,7 +217,7 @@ def ssim_margin_points(pub: Published, data: _Data) -> dict[str, dict[str, tuple
     return points
 
 
-def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -> dict[str, Any]:
+def draw_ssim_vs_margin(suite: Suite, pub: Published, data: FigureData, path: Path) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     title = TITLES["ssim_vs_margin"]
@@ -315,7 +315,7 @@ def draw_all(
     import matplotlib
 
     matplotlib.use("Agg")
-    data = _Data(results, data_root)
+    data = FigureData(results, data_root)
     figs = out / "figures"
     info: dict[str, Any] = {}
     jobs = {
