@@ -184,7 +184,7 @@ def leaderboard_command(
         raise ReconbenchError("--rerun-seed seeds the sample of --rerun-sample: add --rerun-sample K")
     if out:
         out_dir = Path(out)
-    elif publish or verify or export_format or slim:
+    elif publish or verify or export_format or slim or release:
         out_dir = default_leaderboard_dir(s)
     else:
         out_dir = draft_leaderboard_dir(s)
@@ -200,6 +200,9 @@ def leaderboard_command(
         if publish or verify or export_format or slim:
             raise ReconbenchError("--release numbers a published board as it is; run it alone (after --publish and "
                                   "a commit)")
+        if not (out_dir / "results.json").exists():
+            raise ReconbenchError(f"{out_dir} holds no leaderboard (no results.json); publish it first or pass --out "
+                                  "FOLDER")
         check_writable(out_dir, "--out")
         with folder_lock(out_dir, "leaderboard"):
             made, new = make_release(out_dir)
