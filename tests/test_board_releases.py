@@ -27,6 +27,7 @@ from reconbench.leaderboard.releases import (
     make_release,
     read_releases,
     release_label,
+    release_line,
 )
 from reconbench.records import CellRecord
 
@@ -63,7 +64,7 @@ def test_a_release_names_the_commit_and_the_manifest_hash_and_is_not_made_twice(
     assert first.manifest_sha256 == _sha(board / MANIFEST_NAME)
     assert first.files == len(json.loads((board / MANIFEST_NAME).read_text())["files"])
     assert check_manifest(board) == []     # the release list is not a file of the manifest
-    assert release_label(board) == "ci-r1"
+    assert release_label(board) == "ci-r1" and "release ci-r1 (commit" in release_line(board)
     again, new = make_release(board)
     assert not new and again == first and len(read_releases(board).releases) == 1
 
@@ -76,7 +77,7 @@ def test_a_changed_board_is_the_next_release_and_the_older_one_stays_readable(re
     _git(repo, "commit", "-q", "-m", "r1")
     (board / "README.md").write_text(old_readme + "\nA note.\n")
     write_manifest(board)
-    assert release_label(board) == UNRELEASED
+    assert release_label(board) == UNRELEASED and "changed since its last release ci-r1" in release_line(board)
     with pytest.raises(ReconbenchError, match="not committed"):
         make_release(board)
     _git(repo, "add", "-A")
