@@ -89,6 +89,9 @@ def test_a_changed_board_is_the_next_release_and_the_older_one_stays_readable(re
     assert (kept / MANIFEST_NAME).read_text() == old_manifest
     assert _sha(kept / MANIFEST_NAME) == read_releases(board).releases[0].manifest_sha256
     assert check_releases(board) == [] and check_manifest(board) == []
+    moved = board.parent / "elsewhere"   # a copy in a folder of another name keeps its releases' names
+    shutil.copytree(board, moved)
+    assert check_releases(moved) == [] and release_label(moved) == "ci-r2"
     (kept / MANIFEST_NAME).write_text(old_manifest + " ")
     assert any("is not the manifest of release ci-r1" in p for p in check_releases(board))
 

@@ -38,6 +38,19 @@ UNRELEASED = "unreleased"
 ARCHIVED = (MANIFEST_NAME, "README.md")
 
 
+def board_name(board: Path) -> str:
+    """The name releases are numbered under: the one the board's RELEASES.json records, else its suite's name
+    (results.json), else the folder's (a copy of a board in another folder keeps its releases' names)."""
+    path = board / RELEASES_NAME
+    if path.exists() and (recorded := RELEASES_FILE.read(path).board):
+        return recorded
+    try:
+        suite = json.loads((board / "results.json").read_text())["header"]["suite"]
+    except (OSError, ValueError, KeyError, TypeError):
+        suite = None
+    return suite if isinstance(suite, str) and suite else board.name
+
+
 def read_releases(board: Path) -> BoardReleases:
     """The board's releases (none when it has no ``RELEASES.json``), or a one-line error naming the file."""
     path = board / RELEASES_NAME
@@ -111,9 +124,10 @@ def make_release(board: Path, note: str | None = None) -> tuple[BoardRelease, bo
         _archive(board, known.releases[-1], prefix)
     files = len(json.loads((board / MANIFEST_NAME).read_text())["files"])
     number = len(known.releases) + 1
-    release = BoardRelease(id=f"{board.name}-r{number}", number=number, commit=commit, manifest_sha256=sha,
+    name = board_name(board)
+    release = BoardRelease(id=f"{name}-r{number}", number=number, commit=commit, manifest_sha256=sha,
                            files=files, released=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), note=note)
-    updated = replace(known, format=BoardReleases.SCHEMA, board=board.name, releases=[*known.releases, release])
+    updated = replace(known, format=BoardReleases.SCHEMA, board=name, releases=[*known.releases, release])
     write_text_atomic(board / RELEASES_NAME, releases_text(updated))
     return release, True
 
@@ -147,9 +161,10 @@ def check_releases(board: Path) -> list[str]:
     if not (board / RELEASES_NAME).exists():
         return []
     releases = read_releases(board).releases
+    name = board_name(board)
     problems = []
     for k, r in enumerate(releases, start=1):
-        if r.number != k or r.id != f"{board.name}-r{k}":
+        if r.number != k or r.id != f"{name}-r{k}":
             problems.append(f"{board / RELEASES_NAME}: release {k} is named {r.id!r} (number {r.number}); releases "
                             "are never renumbered, restore the file")
         archived = board / RELEASES_DIR / r.id / MANIFEST_NAME
