@@ -68,7 +68,7 @@ def test_csv_holds_the_numbers_of_results_json(board: str, capsys: Any) -> None:
 @pytest.mark.parametrize("board", BOARDS)
 def test_json_loads_to_the_csv_records(board: str, capsys: Any) -> None:
     doc = json.loads(_export(board, "json", capsys))
-    assert doc["format"] == "reconbench-export/2" and doc["board"] == board
+    assert doc["format"] == "reconbench-export/3" and doc["board"] == board
     rows = list(csv.DictReader(io.StringIO(_export(board, "csv", capsys))))
     assert len(doc["rows"]) == len(rows)
     for j, c in zip(doc["rows"], rows, strict=True):

@@ -12,10 +12,12 @@ from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.export import FORMATS, export_board
-from reconbench.leaderboard.manifest import MANIFEST_NAME, check_manifest
+from reconbench.leaderboard.figure_check import check_figures, figure_line
+from reconbench.leaderboard.manifest import MANIFEST_NAME, RELEASES_DIR, RELEASES_NAME, check_manifest
+from reconbench.leaderboard.releases import check_releases, make_release, release_line
 from reconbench.leaderboard.render import build_leaderboard
-from reconbench.leaderboard.slim import RERUN_RTOL, rerun_cells, slim_board
-from reconbench.leaderboard.slim import rerun_sample as rerun_sample_ids
+from reconbench.leaderboard.rerun import MAX_SEED, CheckCount, draw_sample, draw_seed, rerun_checked
+from reconbench.leaderboard.slim import RERUN_RTOL, slim_board
 from reconbench.leaderboard.submit import board_results, board_suite, pack, submission_text
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
 from reconbench.leaderboard.verify import (
@@ -111,7 +113,26 @@ def leaderboard_group() -> None:
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="With --verify: re-run N cells of the board (a fixed sample, by the hash of the cell id) like --rerun.",
+    help="With --verify: also re-run K cells drawn at random from the cells that keep no candidates (seeded: "
+    "--rerun-seed; the sample and its seed are printed), each target trained again from its recipe in a temporary "
+    "cache, and compare what is deterministic (counts exactly, other numbers within relative 1e-6, the weights' "
+    "sha256; never seconds). Of n such cells, one forged cell is in the sample with probability K/n.",
+)
+@click.option(
+    "--rerun-seed",
+    type=click.IntRange(min=0, max=MAX_SEED),
+    default=None,
+    metavar="S",
+    help="With --rerun-sample: the seed of the sample (default: drawn at random, and printed so the check can be "
+    "repeated).",
+)
+@click.option(
+    "--release",
+    is_flag=True,
+    help="Do not render: number the published board's current state as its next release (<board>-r1, -r2, ...) in "
+    "its RELEASES.json, naming the git commit its files are committed at and the sha256 of its MANIFEST.json; the "
+    "board must match its manifest and be committed. An older release's manifest and README stay under "
+    "releases/<id>/. On an unchanged board it names the release it already is.",
 )
 @click.option(
     "--format",
@@ -149,6 +170,8 @@ def leaderboard_command(
     slim: bool = False,
     rerun: str | None = None,
     rerun_sample: int | None = None,
+    rerun_seed: int | None = None,
+    release: bool = False,
 ) -> None:
     """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/ (`reconbench leaderboard
     SUITE ...`; outside results: `reconbench leaderboard submit -h`, `reconbench leaderboard add -h`).
@@ -158,9 +181,11 @@ def leaderboard_command(
     s = load_suite(suite)
     if (rerun or rerun_sample) and not verify:
         raise ReconbenchError("--rerun and --rerun-sample check a published board: add --verify")
+    if rerun_seed is not None and not rerun_sample:
+        raise ReconbenchError("--rerun-seed seeds the sample of --rerun-sample: add --rerun-sample K")
     if out:
         out_dir = Path(out)
-    elif publish or verify or export_format or slim:
+    elif publish or verify or export_format or slim or release:
         out_dir = default_leaderboard_dir(s)
     else:
         out_dir = draft_leaderboard_dir(s)
@@ -171,6 +196,20 @@ def leaderboard_command(
             raise ReconbenchError(f"{out_dir} holds no leaderboard (no results.json); publish it first or pass --out "
                                   "FOLDER")
         click.echo(export_board(out_dir, export_format, columns=columns, selection=selection), nl=False)
+        return
+    if release:
+        if publish or verify or export_format or slim:
+            raise ReconbenchError("--release numbers a published board as it is; run it alone (after --publish and "
+                                  "a commit)")
+        if not (out_dir / "results.json").exists():
+            raise ReconbenchError(f"{out_dir} holds no leaderboard (no results.json); publish it first or pass --out "
+                                  "FOLDER")
+        check_writable(out_dir, "--out")
+        with folder_lock(out_dir, "leaderboard"):
+            made, new = make_release(out_dir)
+        click.echo(f"{out_dir}: {'released' if new else 'already released'} as {made.id} (commit "
+                   f"{str(made.commit)[:12]}, manifest sha256 {made.manifest_sha256[:16]}, {made.files} files); "
+                   f"commit {out_dir / RELEASES_NAME}" + (" and releases/" if (out_dir / RELEASES_DIR).is_dir() else ""))
         return
     if slim:
         if publish or verify or export_format:
@@ -189,20 +228,33 @@ def leaderboard_command(
         return
     if verify:
         s = board_suite(s, out_dir)  # with the tables of the board's outside submissions appended
-        verify_leaderboard(s, out_dir, data_root)
-        ids = [c for c in (rerun or "").split(",") if c.strip()]
+        rescored = verify_leaderboard(s, out_dir, data_root)
+        ids = [c.strip() for c in (rerun or "").split(",") if c.strip()]
         if rerun_sample:
-            ids += [c for c in rerun_sample_ids(out_dir, rerun_sample) if c not in ids]
+            sample = draw_sample(out_dir, rerun_sample, draw_seed() if rerun_seed is None else rerun_seed)
+            click.echo(f"re-run sample: {len(sample.cells)} of the {sample.population} cell(s) without stored "
+                       f"candidates, seed {sample.seed} (--rerun-seed {sample.seed} repeats it): "
+                       f"{', '.join(sample.cells) or 'none'}; one forged cell among them is sampled with probability "
+                       f"{sample.probability():.2f}")
+            ids += [c for c in sample.cells if c not in ids]
         if ids:
-            click.echo(f"re-running {len(ids)} cell(s): {', '.join(ids)}")
-            problems = rerun_cells(s, out_dir, [c.strip() for c in ids], data_root=data_root)
+            click.echo(f"re-running {len(ids)} cell(s), targets trained again in a temporary cache: {', '.join(ids)}")
+            problems = rerun_checked(s, out_dir, ids, data_root=data_root)
             for p in problems:
                 click.echo(f"MISMATCH (re-run) {p}")
             if problems:
                 raise ReconbenchError(f"{len(problems)} number(s) of {out_dir} are not reproduced by re-running "
                                       f"their cells; first: {problems[0]}")
             click.echo(f"re-run: {len(ids)} cell(s) give the board's numbers (counts exactly, others within relative "
-                       f"{RERUN_RTOL:g})")
+                       f"{RERUN_RTOL:g}; weights' sha256 equal)")
+        click.echo(release_line(out_dir))
+        if releases := check_releases(out_dir):
+            raise ReconbenchError(f"{len(releases)} problem(s) with the releases of {out_dir}; first: {releases[0]}")
+        count = CheckCount(cells=len(list((out_dir / "cells").glob("*.json"))), rescored=rescored,
+                           rerun=len(set(ids) - set(stored_cells(out_dir))))
+        click.echo(count.line())
+        if (why := count.problem()) is not None:
+            raise ReconbenchError(f"{out_dir}: {why}")
         return
     res_dir = Path(results) if results else default_results_dir(s)
     for problem in corrupt_cells(res_dir):
@@ -245,7 +297,9 @@ def draft_leaderboard_dir(suite: Suite) -> Path:
     return Path("runs") / "leaderboards" / suite.name
 
 
-def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
+def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
+    """Check a published board (manifest, stored candidates, seals, entries, tables, README, re-scoring); the number
+    of cells re-scored from their stored candidates."""
     if not (out_dir / "results.json").exists():
         raise ReconbenchError(
             f"{out_dir} holds no leaderboard; render it first with `reconbench leaderboard {s.name} --publish`"
@@ -260,8 +314,9 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
     records = check_records(out_dir)
     entries = check_entries(out_dir)
+    figures = check_figures(s, out_dir, data_root)
     problems = (check_stored(out_dir) + records.problems + entries.problems + check_tables(out_dir)
-                + check_readme(s, out_dir))
+                + check_readme(s, out_dir) + figures.problems)
     ids = stored_cells(out_dir)
     borderline: list[str] = []
     explained: list[str] = []
@@ -291,9 +346,11 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> None:
         click.echo(f"  slim entries: {entries.checked} count(s) and score mean(s) re-derived from their per-image rows "
                    f"(stored to 7 significant digits), {len(entries.borderline)} decision(s) within that rounding of "
                    "their threshold")
+    click.echo(figure_line(figures))
     if records.unsealed:
         click.echo(f"  {records.unsealed} cell record(s) carry no seal (written before seals): their timings are "
                    "checked against their runs' times, their targets' metrics against the model cards")
+    return len(ids)
 
 
 @leaderboard_group.command("submit")

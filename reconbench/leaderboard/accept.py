@@ -68,6 +68,7 @@ from reconbench.provenance import read_json, write_bytes_atomic, write_text_atom
 from reconbench.records import (
     SUBMISSION_FILE,
     BoardResults,
+    CardData,
     CellRecord,
     EntryInfo,
     SubmissionFile,
@@ -164,6 +165,8 @@ def _entry_problems(entry: dict[str, Any], plan: dict[str, Any], ext: Suite, boa
     elif not (board / "targets" / f"{key}.json").exists():
         problems.append(f"cell {cid}: the board has no target with recipe hash {key}; attack the board's targets "
                         "(name them in your [[grid]] blocks) only")
+    elif (why := weights_problem(board, key, packed)) is not None:
+        problems.append(f"cell {cid}: {why}")
     commit = rec.git_commit
     if commit == "None" or commit.endswith("-dirty"):
         problems.append(f"cell {cid}: ran from {'no git checkout' if commit == 'None' else 'a dirty checkout'} "
@@ -175,6 +178,23 @@ def _entry_problems(entry: dict[str, Any], plan: dict[str, Any], ext: Suite, boa
         problems.append(f"cell {cid}: its candidates are not in the submission, so its numbers cannot be re-scored; "
                         "pack it again from the results folder that holds them")
     return problems
+
+
+def weights_problem(board: Path, key: str, packed: SubmissionFile) -> str | None:
+    """Why the target the contributor attacked is not the board's (its weights' sha256 differs, or its card is not
+    in the submission), compared on what training reproduces, never on its seconds; None when it is."""
+    if key not in packed.cards:
+        return (f"its target's model card ({key}) is not in the submission; pack it again from the results folder "
+                "that holds targets/")
+    theirs = CardData.from_dict(dict(packed.cards[key])).weights
+    ours = CardData.from_dict(read_json(board / "targets" / f"{key}.json", missing="restore the board",
+                                        damaged="restore the board")).weights
+    got, want = (None if w is None else w["sha256"] for w in (theirs, ours))
+    if got != want:
+        return (f"its target {key} has weights sha256 {str(got)[:16]}, the board's {str(want)[:16]}: train it from "
+                "the recipe with the board's reconbench, torch and processor kind (README's Machine line), or "
+                "re-run the cell where it trains to the board's weights")
+    return None
 
 
 def _stage(stage: Path, sub: dict[str, Any], entries: list[dict[str, Any]]) -> list[str]:

@@ -15,25 +15,30 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.cost import COST_HEADER, board_records, cost_of
+from reconbench.leaderboard.plain_text import markdown_paragraph
 from reconbench.leaderboard.readme import OUTSIDE_MARK
+from reconbench.leaderboard.releases import release_label
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.tables import SELECTIONS, fmt_stat
-from reconbench.records import BoardResults, ComparisonRow, MetricStat, NullSummary, TableRow
+from reconbench.records import BoardResults, CellRecord, ComparisonRow, MetricStat, NullSummary, TableRow
 
 FORMATS = ("csv", "json", "latex", "markdown")
-EXPORT_FORMAT = "reconbench-export/2"
+EXPORT_FORMAT = "reconbench-export/3"
 #: the fields of a long record, in CSV column order; ``outside``: the outside submissions (``leaderboard add``) whose
-#: cells the row holds (empty for the suite's own rows)
+#: cells the row holds (empty for the suite's own rows); ``device``, ``precision``, ``device_seconds``, ``cost_cells``:
+#: the row's cost (``cost.py``); ``release``: the board release the numbers are from (``releases.py``)
 FIELDS = ("table", "selection", "target", "attack", "init", "init_regime", "init_is_oracle", "axis", "axis_value",
           "defense", "strength", "test_accuracy", "metric", "key", "higher_is_better", "n", "mean", "sd", "ci95_low",
-          "ci95_high", "null_mean", "null_max", "cells", "outside")
+          "ci95_high", "null_mean", "null_max", "cells", "outside", "device", "precision", "device_seconds",
+          "cost_cells", "release")
 #: the metric of the privacy-utility tables (reconbench.leaderboard.privacy)
 PRIVACY_METRIC = "reconstructed (calibrated)"
 
@@ -43,8 +48,10 @@ def _stat_fields(m: MetricStat) -> dict[str, Any]:
     return {"n": m.n, "mean": m.mean, "sd": m.sd, "ci95_low": low, "ci95_high": high}
 
 
-def long_records(data: BoardResults) -> list[dict[str, Any]]:
-    """One record per (table row, metric) of a board's results.json."""
+def long_records(data: BoardResults, records: Mapping[str, CellRecord] | None = None,
+                 release: str | None = None) -> list[dict[str, Any]]:
+    """One record per (table row, metric) of a board's results.json; with the board's cell ``records``, each with
+    its row's cost, and each with the board's ``release``."""
     direction = {c.name: c.higher_is_better for c in data.column_list}
     out: list[dict[str, Any]] = []
     for sel in SELECTIONS:
@@ -77,6 +84,10 @@ def long_records(data: BoardResults) -> list[dict[str, Any]]:
                             "metric": PRIVACY_METRIC, "key": table.headline_key, "higher_is_better": False,
                             **_stat_fields(a.headline), "null_mean": a.null.mean if a.null else None,
                             "cells": list(a.cells)})
+    for rec in out:
+        if records is not None:
+            rec.update(cost_of(records, rec["cells"]).fields())
+        rec["release"] = release
     return [{**dict.fromkeys(FIELDS), **rec} for rec in out]
 
 
@@ -112,9 +123,11 @@ def _init(r: TableRow | ComparisonRow) -> str:
     return r.init + (" (oracle)" if r.init_is_oracle else "")
 
 
-def wide_tables(data: BoardResults, metrics: Sequence[str], selection: str) -> list[tuple[str, list[str], list[list[str]]]]:
+def wide_tables(data: BoardResults, metrics: Sequence[str], selection: str,
+                records: Mapping[str, CellRecord] | None = None) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of each table of the board: the main table of ``selection``, the comparisons, the
-    privacy-utility tables; each chosen metric as ``mean [lo, hi]`` with a null column."""
+    privacy-utility tables; each chosen metric as ``mean [lo, hi]`` with a null column; with the cells'
+    ``records``, the main table's rows end with their cost (``cost.py``)."""
     cols = {c.name: c for c in data.column_list}
     out = []
     rows = data.table(selection)
@@ -122,11 +135,13 @@ def wide_tables(data: BoardResults, metrics: Sequence[str], selection: str) -> l
         headers = ["target", "attack", "init", "seeds"]
         for m in metrics:
             headers += [m, f"{m}: null (max)"]
+        headers += [COST_HEADER] if records is not None else []
         body = []
         for r in rows:
             line = [r.target, _attack(r), _init(r), str(len(r.cells))]
             for m in metrics:
                 line += [fmt_stat(r.metric(m), cols[m].format), _null_text(r.metric(m).null, cols[m].format)]
+            line += [cost_of(records, r.cells).text()] if records is not None else []
             body.append(line)
         out.append((f"{data.header.suite}: {selection} selection; mean [95% interval] over seeds, held-out "
                     "null mean (max over draws)", headers, body))
@@ -152,21 +167,21 @@ def wide_tables(data: BoardResults, metrics: Sequence[str], selection: str) -> l
     return out
 
 
-def to_latex(tables: list[tuple[str, list[str], list[list[str]]]]) -> str:
-    parts = []
+def to_latex(tables: list[tuple[str, list[str], list[list[str]]]], board_title: str | None = None) -> str:
+    parts = [f"% {' '.join(board_title.split())}"] if board_title else []
     for title, headers, body in tables:
         comment = "% " + " ".join(title.split())
         parts.append(comment + "\n" + tabulate(body, headers=headers, tablefmt="latex_booktabs", disable_numparse=True))
     return "% needs \\usepackage{booktabs}\n" + "\n\n".join(parts) + "\n"
 
 
-def to_markdown(tables: list[tuple[str, list[str], list[list[str]]]]) -> str:
+def to_markdown(tables: list[tuple[str, list[str], list[list[str]]]], board_title: str | None = None) -> str:
     def esc(text: str) -> str:
         return text.replace("|", "\\|")
 
-    parts = []
+    parts = [f"_{markdown_paragraph(board_title)}_"] if board_title else []
     for title, headers, body in tables:
-        parts.append(f"**{esc(title)}**\n\n" + tabulate([[esc(c) for c in row] for row in body],
+        parts.append(f"**{markdown_paragraph(title)}**\n\n" + tabulate([[esc(c) for c in row] for row in body],
                                                         headers=[esc(h) for h in headers], tablefmt="github",
                                                         disable_numparse=True))
     return "\n\n".join(parts) + "\n"
@@ -194,12 +209,14 @@ def export_board(folder: Path, fmt: str, *, columns: str | None = None, selectio
     if selection not in SELECTIONS:
         raise ReconbenchError(f"--selection {selection!r}: choose one of {', '.join(SELECTIONS)}")
     data = BoardResults.from_dict(read_results(folder))
+    records, release = board_records(folder), release_label(folder)
     if fmt == "csv":
-        return to_csv(long_records(data))
+        return to_csv(long_records(data, records, release))
     if fmt == "json":
         header = data.header
-        return json.dumps({"format": EXPORT_FORMAT, "board": header.suite, "suite_sha256": header.suite_sha256,
-                           "git_commits": header.git_commits, "fields": list(FIELDS),
-                           "rows": long_records(data)}, indent=1) + "\n"
-    tables = wide_tables(data, choose_metrics(data, columns), selection)
-    return to_latex(tables) if fmt == "latex" else to_markdown(tables)
+        return json.dumps({"format": EXPORT_FORMAT, "board": header.suite, "release": release,
+                           "suite_sha256": header.suite_sha256, "git_commits": header.git_commits,
+                           "fields": list(FIELDS), "rows": long_records(data, records, release)}, indent=1) + "\n"
+    tables = wide_tables(data, choose_metrics(data, columns), selection, records)
+    title = f"{data.header.suite}, release {release}"
+    return to_latex(tables, title) if fmt == "latex" else to_markdown(tables, title)

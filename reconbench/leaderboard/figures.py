@@ -37,7 +37,7 @@ TITLES = {
 }
 
 
-class _Data:
+class FigureData:
     """Problems and pooled candidates of cells, loaded once."""
 
     def __init__(self, results: Path, data_root: str | None) -> None:
@@ -108,17 +108,10 @@ def _primary(rec: CellRecord, columns: list[dict[str, Any]]) -> float:
     return v if columns[0]["higher_is_better"] else -v
 
 
-def draw_reconstructions(
-    suite: Suite,
-    pub: Published,
-    tables: dict[str, list[TableRow]],
-    columns: list[dict[str, Any]],
-    data: _Data,
-    path: Path,
-) -> Figure:
-    import matplotlib.pyplot as plt
-
-    title = TITLES["reconstructions"]
+def reconstruction_picks(suite: Suite, pub: Published, tables: dict[str, list[TableRow]],
+                         columns: list[dict[str, Any]]) -> list[CellRecord]:
+    """The cells the reconstructions figure shows: per attack, the best cell (by the first column) of its first
+    pooled row under an eligible init."""
     picks = []
     for label in suite.attacks:
         rows = [r for r in tables["pool"] if r.attack == label]
@@ -131,6 +124,21 @@ def draw_reconstructions(
             continue
         recs = pub.usable(fair[0].cells)
         picks.append(max(recs, key=lambda r: _primary(r, columns)))
+    return picks
+
+
+def draw_reconstructions(
+    suite: Suite,
+    pub: Published,
+    tables: dict[str, list[TableRow]],
+    columns: list[dict[str, Any]],
+    data: FigureData,
+    path: Path,
+) -> Figure:
+    import matplotlib.pyplot as plt
+
+    title = TITLES["reconstructions"]
+    picks = reconstruction_picks(suite, pub, tables, columns)
     eligible = suite.leaderboard.figure_inits
     inits_text = "a non-oracle init" if eligible is None else "one of the inits " + ", ".join(eligible)
     if not picks:
@@ -187,10 +195,9 @@ def draw_reconstructions(
     )
 
 
-def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -> Figure:
-    import matplotlib.pyplot as plt
-
-    title = TITLES["ssim_vs_margin"]
+def ssim_margin_points(pub: Published, data: FigureData) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
+    """The points of the SSIM-vs-margin figure: per target and attack, the margins and SSIMs of every training image
+    of every non-oracle grid cell (targets and attacks without a point left out)."""
     points: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
     for rec in pub.usable():
         if "grid" not in rec.groups or rec.init.is_oracle:
@@ -208,6 +215,14 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: _Data, path: Path) -
                 ys.append(ssim)
     points = {t: {a: v for a, v in by.items() if v[0]} for t, by in points.items()}
     points = {t: by for t, by in points.items() if by}
+    return points
+
+
+def draw_ssim_vs_margin(suite: Suite, pub: Published, data: FigureData, path: Path) -> Figure:
+    import matplotlib.pyplot as plt
+
+    title = TITLES["ssim_vs_margin"]
+    points = ssim_margin_points(pub, data)
     if not points:
         return Figure.written(title=title, reason="the cells' evaluations record no per-image SSIM")
     fig, axes = plt.subplots(1, len(points), figsize=(4.2 * len(points), 3.4), squeeze=False)
@@ -360,7 +375,7 @@ def draw_all(
     import matplotlib
 
     matplotlib.use("Agg")
-    data = _Data(results, data_root)
+    data = FigureData(results, data_root)
     figs = out / "figures"
     info: dict[str, Figure] = {}
     jobs = {

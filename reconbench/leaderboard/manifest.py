@@ -3,7 +3,8 @@
 The writers of a board (``--publish``, ``--slim``, ``leaderboard add``) write it last; ``leaderboard --verify``
 checks it first, so that a file that re-scoring or re-rendering cannot re-derive (a figure, a model card's metrics,
 a protocol, a stored candidates file, a cell field under a recomputed seal) cannot change unnoticed. It lists every
-regular file under the board except itself and the folder's lock files (``provenance.folder_lock``).
+regular file under the board except itself, the folder's lock files (``provenance.folder_lock``) and the board's
+releases (``RELEASES.json`` and ``releases/``, ``releases.py``), which name manifests.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from reconbench.provenance import LOCK_FILE, write_text_atomic
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_FORMAT = "reconbench-board-manifest/1"
-#: files of a board folder that are not part of the board: the manifest itself and the writers' lock
-UNLISTED = frozenset({MANIFEST_NAME, LOCK_FILE, LOCK_FILE + ".json"})
+#: a board's release list and the archived manifests and READMEs of its earlier releases (``releases.py``): they
+#: name manifests by their sha256, so no manifest lists them
+RELEASES_NAME, RELEASES_DIR = "RELEASES.json", "releases"
+#: files of a board folder that are not part of the board: the manifest itself, the writers' lock, the releases
+UNLISTED = frozenset({MANIFEST_NAME, LOCK_FILE, LOCK_FILE + ".json", RELEASES_NAME})
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ def board_files(board: Path) -> dict[str, Listed]:
     out: dict[str, Listed] = {}
     for path in sorted(board.rglob("*")):
         rel = path.relative_to(board).as_posix()
-        if rel in UNLISTED:
+        if rel in UNLISTED or rel == RELEASES_DIR or rel.startswith(RELEASES_DIR + "/"):
             continue
         if path.is_symlink() or not (path.is_file() or path.is_dir()):
             raise ReconbenchError(f"{path} is not a plain file; a board holds plain files only, remove it")

@@ -29,6 +29,12 @@ def markdown_plain(text: str, limit: int = MAX_CONTRIBUTOR) -> str:
     return "".join(out)
 
 
+def markdown_paragraph(text: str) -> str:
+    """A suite's own text (its description, a comparison's title) as one line of plain text in Markdown: every
+    Markdown and HTML character escaped, whitespace and line breaks folded to single spaces, never cut."""
+    return markdown_plain(text, limit=len(text) + 1)
+
+
 def text_problem(text: object, limit: int) -> str | None:
     """Why ``text`` cannot be a one-line name of at most ``limit`` characters (None: it can)."""
     if not isinstance(text, str):

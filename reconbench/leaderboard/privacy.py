@@ -18,6 +18,7 @@ from tabulate import tabulate
 
 from reconbench.bench.suite import PrivacyAxis, Suite
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE
+from reconbench.leaderboard.plain_text import markdown_paragraph
 from reconbench.leaderboard.tables import Published, Stat, failures_of, fmt_stat, null_of, value_range
 from reconbench.records import (
     CellRecord,
@@ -179,7 +180,7 @@ def render_privacy(name: str, table: PrivacyTable) -> str:
             cells.append(_attack_cell(r.attack(s)))
         body.append(cells)
     return (
-        f"## {table.title}\n\n"
+        f"## {markdown_paragraph(table.title)}\n\n"
         f"Per defense and strength: the defended target's test accuracy (Δ against the undefended target), the "
         f"defense's own guarantee where it has one, and each attack's `{table.headline_key}` "
         f"({table.selection} selection; mean and [95% interval] over seeds, clipped to 0..n) with, in parentheses, "

@@ -13,7 +13,8 @@ from tabulate import tabulate
 
 from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
-from reconbench.leaderboard.plain_text import markdown_plain
+from reconbench.leaderboard.cost import COST_HEADER, cost_of
+from reconbench.leaderboard.plain_text import markdown_paragraph, markdown_plain
 from reconbench.leaderboard.privacy import privacy_tables, render_privacy
 from reconbench.leaderboard.tables import (
     ORACLE_INIT_MARK,
@@ -29,6 +30,7 @@ from reconbench.leaderboard.tables import (
 from reconbench.records import (
     BoardHeader,
     BoardResults,
+    CellRecord,
     Column,
     Command,
     ComparisonRow,
@@ -113,17 +115,20 @@ def _label_seeds(r: TableRow) -> str:
     return str(len(r.cells)) + (f" ({failed.text})" if failed else "")
 
 
-def render_main_table(rows: list[TableRow], columns: list[Column]) -> str:
+def render_main_table(rows: list[TableRow], columns: list[Column],
+                      records: Mapping[str, CellRecord] | None = None) -> str:
+    """A selection's main table; with the cells' ``records``, a last column with each row's cost (``cost.py``)."""
     # the threat-model column only on boards whose rows carry it (some attack reads the initial weights)
     threat = any(r.threat_model for r in rows)
     ratio = threat and any(r.p_over_dn is not None for r in rows)
     headers = ["target", "attack"] + (["threat model"] if threat else []) + (["p / (d n)"] if ratio else []) \
-        + ["init", "seeds", "vs best"] + [_arrow(c) for c in columns]
+        + ["init", "seeds", "vs best"] + [_arrow(c) for c in columns] + ([COST_HEADER] if records is not None else [])
     body = []
     for r in rows:
         body.append([_label_target(r), _label_attack(r)] + ([r.threat_model or ""] if threat else [])
                     + ([_label_ratio(r.p_over_dn)] if ratio else [])
-                    + [_label_init(r), _label_seeds(r), _label_noise(r)] + [_cell(r, c) for c in columns])
+                    + [_label_init(r), _label_seeds(r), _label_noise(r)] + [_cell(r, c) for c in columns]
+                    + ([cost_of(records, r.cells).text()] if records is not None else []))
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
 
 
@@ -171,12 +176,13 @@ def render_readme(suite: Suite, board: BoardResults, pub: Published, sections: l
     info, columns = board.header, board.column_list
     lines = [f"# Leaderboard: `{suite.name}`", ""]
     if suite.description:
-        lines += [suite.description, ""]
+        lines += [markdown_paragraph(suite.description), ""]
     lines += _header_lines(info)
     lines += _reading_lines(suite, board.stored_candidates, int(info.cells["ok"]),
                             outcomes=info.attack_failed is not None)
     lines += _targets_lines(suite, board.targets)
-    lines += _table_lines(board, columns, has_grid=any("grid" in c.groups for c in pub.plan))
+    lines += _table_lines(board, columns, has_grid=any("grid" in c.groups for c in pub.plan),
+                          records=pub.records)
     lines += _comparison_lines(board.comparisons or {}, columns)
     for section in sections or []:  # e.g. the privacy-utility tables (reconbench.leaderboard.privacy)
         lines += [section, ""]
@@ -320,14 +326,15 @@ def _targets_lines(suite: Suite, targets: list[TargetRow] | None) -> list[str]:
     ]
 
 
-def _table_lines(board: BoardResults, columns: list[Column], has_grid: bool = True) -> list[str]:
+def _table_lines(board: BoardResults, columns: list[Column], has_grid: bool = True,
+                 records: Mapping[str, CellRecord] | None = None) -> list[str]:
     if not has_grid:
         return ["_This suite has no main grid: all its cells belong to the comparisons and sections below._", ""]
     lines: list[str] = []
     for sel in SELECTIONS:
         rows = board.table(sel)
         lines += [f"## {SELECTION_TITLES[sel]}", ""]
-        lines += [render_main_table(rows, columns) if rows else "_no finished cells_", ""]
+        lines += [render_main_table(rows, columns, records) if rows else "_no finished cells_", ""]
         bars = sorted({b for r in rows for b in r.calibration_bars})
         if bars:   # the threshold each row's `calibrated, own bar` count was taken against (evaluation/bars.py)
             lines += ["Bars: `reconstructed (calibrated)` counts against the threshold for the evaluation's candidate "
@@ -339,7 +346,7 @@ def _table_lines(board: BoardResults, columns: list[Column], has_grid: bool = Tr
 def _comparison_lines(comparisons: Mapping[str, ComparisonTable], columns: list[Column]) -> list[str]:
     lines: list[str] = []
     for comp in comparisons.values():
-        lines += [f"## {comp.title}", "", f"Target `{comp.base}` with `{comp.axis}` varied.", "",
+        lines += [f"## {markdown_paragraph(comp.title)}", "", f"Target `{comp.base}` with `{comp.axis}` varied.", "",
                   render_comparison(comp, columns), ""]
     return lines
 

@@ -346,8 +346,3 @@ def rerun_cells(suite: Suite, board: Path, cell_ids: list[str], *, data_root: st
                     problems += compare_rerun(cid, stored[cid], fresh[cid])
     return problems
 
-
-def rerun_sample(board: Path, n: int) -> list[str]:
-    """``n`` cells of a board in a fixed order (hash of the id), for ``--rerun-sample N``."""
-    ids = sorted(p.stem for p in (board / "cells").glob("*.json"))
-    return sorted(sorted(ids, key=_sample_order)[:n])

@@ -26,6 +26,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.rescore import Mismatch, close, evaluation_terms, margin_note, pinned_protocol, reproduce
 from reconbench.leaderboard.board_cards import load_board_card
+from reconbench.leaderboard.deterministic import first_difference, short_repr, without_timings
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
@@ -310,15 +311,14 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
                        source=leaderboard / "cells" / f"{cell_id}.json")
     if card_path.exists():
         card = CardData.from_dict(read_board_json(card_path, "model card"), card_path)
-        stored = {k: v for k, v in card.metrics.to_dict().items() if k != "margins"}
-        shown_as = rec.target.metrics.to_dict()
-        keys = stored.keys() | shown_as.keys()
-        want, shown = {**dict.fromkeys(keys), **stored}, {**dict.fromkeys(keys), **shown_as}  # absent: None
-        edited = sorted(k for k in keys if not close(want[k], shown[k], 0.0))
-        if edited:
-            k = edited[0]
-            problems.append(f"cell {cell_id}: target train_metrics.{k} is {shown[k]!r}, its model card "
-                            f"{card_path.name} records {want[k]!r}; restore the cell or the card")
+        # what training produced, not how long it took or where (deterministic.py): a target trained again
+        # elsewhere to the same weights agrees on every one of these
+        stored = without_timings({k: v for k, v in card.metrics.to_dict().items() if k != "margins"})
+        diff = first_difference(stored, without_timings(rec.target.metrics.to_dict()), lambda a, b: close(a, b, 0.0))
+        if diff is not None:
+            k, want, shown = diff
+            problems.append(f"cell {cell_id}: target train_metrics.{k} is {short_repr(shown)}, its model card "
+                            f"{card_path.name} records {short_repr(want)}; restore the cell or the card")
         problems += margin_problems(cell_id, rec, card.metrics.margins, card_path.name)
     return problems
 

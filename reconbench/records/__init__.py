@@ -8,13 +8,16 @@ the record reads the JSON strictly):
 * :mod:`~reconbench.records.board_results`: a board's ``results.json`` (``reconbench-leaderboard/1`` and ``/2``);
 * :mod:`~reconbench.records.model_card`: a model card (``reconbench-card/1``), full or a board's compact card;
 * :mod:`~reconbench.records.submission`: a packed submission (``reconbench-submission/1``);
-* :mod:`~reconbench.records.invocation`: an invocation of ``reconbench bench`` (``invocations/NNN.json``).
+* :mod:`~reconbench.records.invocation`: an invocation of ``reconbench bench`` (``invocations/NNN.json``);
+* :mod:`~reconbench.records.board_releases`: a board's numbered releases (``RELEASES.json``,
+  ``reconbench-board-releases/1``).
 
 :mod:`~reconbench.records.record` holds the base record, the strict codec (cattrs) and the door. Every name is
 re-exported here.
 """
 
 from reconbench.records.board_entry import EntryInfo
+from reconbench.records.board_releases import RELEASES_FILE, BoardRelease, BoardReleases
 from reconbench.records.board_results import (
     BOARD_RESULTS_FILE,
     BoardHeader,
@@ -72,8 +75,9 @@ from reconbench.records.submission import SUBMISSION_FILE, SubmissionBoard, Subm
 from reconbench.targets.recipe import TargetRecipe
 
 __all__ = [
-    "BOARD_RESULTS_FILE", "CARD_FILE", "CELL_FILE", "INVOCATION_FILE", "RUN_RESULT_FILE", "SCHEMA_VERSION",
-    "SUBMISSION_FILE", "AttackInfo", "BoardCardNote", "BoardHeader", "BoardResults", "CardData", "CardProblem",
+    "BOARD_RESULTS_FILE", "CARD_FILE", "CELL_FILE", "INVOCATION_FILE", "RELEASES_FILE", "RUN_RESULT_FILE",
+    "SCHEMA_VERSION", "SUBMISSION_FILE", "AttackInfo", "BoardCardNote", "BoardHeader", "BoardRelease",
+    "BoardReleases", "BoardResults", "CardData", "CardProblem",
     "CellRecord", "Column", "Command", "ComparisonTable", "ComparisonRow", "ComparisonValue", "Digest", "EntryInfo",
     "Failures", "Figure", "FileFormat", "ImageRow", "InitInfo", "Invocation", "MetricStat", "NullSummary",
     "PrivacyAttack", "PrivacyRow", "PrivacyTable", "ProblemIndices", "Record", "RunResult",

@@ -14,7 +14,10 @@ from typing import Any
 
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import ColumnSpec
+from reconbench.leaderboard.cost import RowCost, cost_of
+from reconbench.leaderboard.manifest import RELEASES_DIR
 from reconbench.leaderboard.readme import NOT_CONVERGED_MARK, OUTSIDE_MARK, WITHIN_NOISE_MARK
+from reconbench.leaderboard.releases import UNRELEASED, read_releases, release_label
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.tables import (
     ORACLE_INIT_MARK,
@@ -26,6 +29,7 @@ from reconbench.leaderboard.tables import (
 )
 from reconbench.records import (
     BoardHeader,
+    BoardRelease,
     BoardResults,
     CellRecord,
     Column,
@@ -73,6 +77,8 @@ class Row:
     vs_best: str
     cells: list[CellLink]
     metrics: list[Metric]
+    #: what the row's cells cost (``leaderboard/cost.py``)
+    cost: RowCost | None = None
 
     @property
     def regime_mark(self) -> str:
@@ -120,6 +126,13 @@ class Board:
     cells: dict[str, CellRecord]
     stored_candidates: list[str]
     filters: dict[str, list[str]] = field(default_factory=dict)
+    #: the board's numbered releases, oldest first, and the id of the one it is now (``leaderboard/releases.py``)
+    releases: list[BoardRelease] = field(default_factory=list)
+    release: str = UNRELEASED
+
+    def archived(self, release: BoardRelease) -> bool:
+        """Whether an older release's README and manifest are kept under the board's ``releases/<id>/``."""
+        return (self.folder / RELEASES_DIR / release.id / "README.md").is_file()
 
     @property
     def headline(self) -> list[tuple[str, list[Row]]]:
@@ -181,7 +194,7 @@ def main_table(selection: str, rows: list[TableRow], columns: list[Column], cell
             init=r.init + (f" {ORACLE_INIT_MARK}" if r.init_is_oracle else ""),
             regime=str(r.init_regime or r.init), defense=_defense(first), converged=r.converged,
             init_is_oracle=bool(r.init_is_oracle), vs_best=_noise(r), cells=_links(cells, r.cells),
-            metrics=[_metric(r.metric(c.name), c) for c in columns]))
+            metrics=[_metric(r.metric(c.name), c) for c in columns], cost=cost_of(cells, r.cells)))
     title = SELECTION_TITLES[selection]
     return Table(selection, title, out)
 
@@ -246,7 +259,8 @@ def load_board(folder: Path) -> Board:
     return Board(name=folder.name, folder=folder, description=header.description or "", header=header,
                  columns=columns, tables=tables, comparisons=comps, privacy=privacy, targets=data.targets or [],
                  figures=figures, cells=cells, stored_candidates=list(data.stored_candidates),
-                 filters=_filters(tables, privacy))
+                 filters=_filters(tables, privacy), releases=list(read_releases(folder).releases),
+                 release=release_label(folder))
 
 
 def find_boards(root: Path) -> list[Path]:
