@@ -42,7 +42,8 @@ def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> Fi
     """Each figure of ``board``'s results.json against what its cells give (see the module docstring)."""
     out = FigureCheck()
     data = read_results(board)
-    figures = BoardResults.from_dict(data).figures or {}
+    results = BoardResults.from_dict(data)
+    figures = results.figures or {}
     if not figures:
         return out
     pub = collect(suite, board)
@@ -50,7 +51,7 @@ def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> Fi
     where = f"{board}/results.json"
     if "reconstructions" in figures:
         stored = figures["reconstructions"]
-        picks = [r.cell_id for r in reconstruction_picks(suite, pub, data["tables"], columns)]
+        picks = [r.cell_id for r in reconstruction_picks(suite, pub, dict(results.tables or {}), columns)]
         if _drawn(stored) != bool(picks):
             out.problems.append(f"{where}: the reconstructions figure is {'drawn' if _drawn(stored) else 'not drawn'}"
                                 f", but the cells give {len(picks)} cell(s) to show; publish the board again")
