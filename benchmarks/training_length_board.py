@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconbench.leaderboard.results_file import read_results
+
 REPO = Path(__file__).resolve().parents[1]
 BOARD = REPO / "leaderboards" / "training-length"
 DOC_BEGIN = "<!-- training-length-table: python benchmarks/training_length_board.py --write-docs docs/regime.md -->"
@@ -55,7 +57,9 @@ class Point:
 
 def points(board: Path) -> list[Point]:
     """The pooled rows of the board, with the series (``binary-w100``) and the length read from its comparisons."""
-    data = json.loads((board / "results.json").read_text())
+    raw = json.loads((board / "results.json").read_text())
+    # a published (compact) board stores the values only: read it in the full form; a hand-made table as it is
+    data = read_results(board) if "format" in raw else raw
     length: dict[str, tuple[str, int]] = {}
     for comp in (data.get("comparisons") or {}).values():
         for row in comp["rows"]:
