@@ -16,6 +16,7 @@ from the cells and compared with the figure records of ``results.json``:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,12 @@ def _drawn(fig: Figure | None) -> bool:
     return fig is not None and fig.file is not None
 
 
+def _failed(fig: Figure | None) -> bool:
+    """Whether drawing the figure failed where the board was rendered (draw_all records the error, e.g. candidates
+    that did not come back from a GPU slice), as opposed to a figure left out because the cells give nothing."""
+    return fig is not None and fig.file is None and re.match(r"\w+(Error|Exception): ", fig.reason or "") is not None
+
+
 def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> FigureCheck:
     """Each figure of ``board``'s results.json against what its cells give (see the module docstring)."""
     out = FigureCheck()
@@ -52,7 +59,9 @@ def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> Fi
     if "reconstructions" in figures:
         stored = figures["reconstructions"]
         picks = [r.cell_id for r in reconstruction_picks(suite, pub, dict(results.tables or {}), columns)]
-        if _drawn(stored) != bool(picks):
+        if not _drawn(stored) and picks and _failed(stored):
+            out.checked.append(f"reconstructions: not drawn where it was published ({stored.reason})")
+        elif _drawn(stored) != bool(picks):
             out.problems.append(f"{where}: the reconstructions figure is {'drawn' if _drawn(stored) else 'not drawn'}"
                                 f", but the cells give {len(picks)} cell(s) to show; publish the board again")
         elif _drawn(stored) and list(stored.cells or []) != picks:
