@@ -142,7 +142,9 @@ def test_a_failed_cell_gets_a_page_with_its_error(tmp_path: Path) -> None:
 
 def test_claims_page_carries_the_verdicts_of_docs_claims(tmp_path: Path) -> None:
     """docs/claims.md is generated from the same boards when they are published: its verdicts are the reference."""
-    summary = build_site(REPO / "leaderboards", tmp_path / "site", boards=["claims-a", "claims-b"], images=False)
+    from reconbench.claims.page import DEFAULT_RESULTS
+
+    summary = build_site(REPO / "leaderboards", tmp_path / "site", boards=list(DEFAULT_RESULTS), images=False)
     assert summary.claims
     doc = (REPO / "docs" / "claims.md").read_text()
     expected = dict(re.findall(r"^\| `([\w-]+)`<br>.*\| \*\*([^*]+)\*\*", doc, flags=re.M))
@@ -163,3 +165,19 @@ def test_cli_refuses_to_replace_a_folder_it_did_not_write(tmp_path: Path, capsys
     code, _, err = run_cli(["site", "--board", "no-such-board", "--out", str(tmp_path / "s")], capsys)
     assert code == 2 and "no published board no-such-board" in err
 
+
+
+def test_a_board_with_target_columns_renders_them_on_its_cell_pages(tmp_path: Path) -> None:
+    """A target column (training-length's θ residual) is a number of the cell's target: each cell page shows the
+    value its cell records, read the same way as the tables read it."""
+    from reconbench.leaderboard.site.board import load_board
+    from reconbench.records.target_quantities import target_value
+
+    build_site(REPO / "leaderboards", tmp_path / "site", boards=["training-length"], images=False)
+    cell_id, rec = sorted(load_board(REPO / "leaderboards" / "training-length").cells.items())[0]
+    residual = target_value(rec.target, "theta_residual")
+    assert residual is not None
+    pages = list((tmp_path / "site" / "training-length").rglob(f"{cell_id}.html"))
+    assert len(pages) == 1
+    text = html.unescape(pages[0].read_text())
+    assert "θ residual (NNLS)" in text and format(residual, ".3g") in text

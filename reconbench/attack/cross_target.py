@@ -207,7 +207,7 @@ def _weights_digest(chain: Sequence[nn.Linear]) -> str:
 def _alone(req: CrossRequest, result: CrossResult, progress: ProgressFn | None) -> None:
     batches: list[dict[str, Any] | None] = [None] * len(req.configs)
 
-    def on_done(i: int, out: Any, batch: dict[str, Any] | None) -> None:
+    def on_done(i: int, out: object, batch: dict[str, Any] | None) -> None:
         batches[i] = batch
 
     result.outputs = req.attack.run_batched(req.target, req.x0s, req.labels, req.configs, generators=req.generators,

@@ -41,14 +41,14 @@ def _img(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
 
 
-def _num(v: Any, fmt: str = ".3g") -> str:
+def _num(v: object, fmt: str = ".3g") -> str:
     if v is None:
         return "–"
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, int):
         return str(v)
-    return format(float(v), fmt)
+    return format(float(v), fmt) if isinstance(v, float) else str(v)
 
 
 def _verdict(rec: dict[str, Any]) -> str:

@@ -210,7 +210,7 @@ class TargetSource(Protocol):
     def get(self, cell: Cell) -> Target: ...
 
 
-def margin_range(margins: Any) -> dict[str, float]:
+def margin_range(margins: object) -> dict[str, float]:
     """The least and the largest of a card's training margins (empty without margins: a card that lacks them)."""
     values = [float(m) for m in margins] if isinstance(margins, list) and margins else []
     return {"margin_min": min(values), "margin_max": max(values)} if values else {}

@@ -10,7 +10,7 @@ numbers. A value shown in a refusal is cut to one short line (:func:`short_repr`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: fields of a model card's metrics that describe how long training took and where, not what it produced
@@ -24,7 +24,7 @@ def is_timing(key: str) -> bool:
     return key == "seconds" or key.endswith("_seconds") or key in MACHINE_FIELDS
 
 
-def without_timings(value: Any) -> Any:
+def without_timings(value: object) -> Any:
     """``value`` with every wall-clock and device field left out, at any depth."""
     if isinstance(value, Mapping):
         return {k: without_timings(v) for k, v in value.items() if not is_timing(str(k))}
@@ -33,7 +33,8 @@ def without_timings(value: Any) -> Any:
     return value
 
 
-def first_difference(want: Any, got: Any, close: Any, prefix: str = "") -> tuple[str, Any, Any] | None:
+def first_difference(want: object, got: object, close: Callable[[Any, Any], bool],
+                     prefix: str = "") -> tuple[str, Any, Any] | None:
     """The first field (dotted path, sorted order) where ``got`` differs from ``want`` under ``close(a, b)``, with
     both values; None when they agree."""
     if isinstance(want, Mapping) and isinstance(got, Mapping):
@@ -47,7 +48,7 @@ def first_difference(want: Any, got: Any, close: Any, prefix: str = "") -> tuple
     return prefix.rstrip("."), want, got
 
 
-def short_repr(value: Any, limit: int = SHORT) -> str:
+def short_repr(value: object, limit: int = SHORT) -> str:
     """``repr(value)`` on one line, cut to ``limit`` characters."""
     text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,10 +92,10 @@ def long_records(data: BoardResults, records: Mapping[str, CellRecord] | None = 
     return [{**dict.fromkeys(FIELDS), **rec} for rec in out]
 
 
-def _csv_value(key: str, v: Any) -> Any:
+def _csv_value(key: str, v: object) -> object:
     """A field as CSV text: the cells joined by ';', a list or mapping (an axis value) as JSON, None empty."""
     if key in ("cells", "outside"):
-        return ";".join(v or [])
+        return ";".join(str(c) for c in v) if isinstance(v, list) else ""
     if isinstance(v, (list, dict)):
         return json.dumps(v)
     return "" if v is None else v
@@ -167,11 +168,25 @@ def wide_tables(data: BoardResults, metrics: Sequence[str], selection: str,
     return out
 
 
+#: the marks and letters boards use, spelled out for pdflatex (any other non-ASCII character by its Unicode name)
+ASCII_SPELLING = {"θ": "theta", "λ": "lambda", "≈": "~", "−": "-", "–": "-", "—": "-", "·": "*", "↑": "(up)",
+                  "↓": "(down)", "⚠": "(flagged)", "✓": "(ok)", "†": "(oracle)", "‡": "(oracle selection)",
+                  "≤": "<=", "≥": ">=", "×": "x"}
+
+
+def ascii_text(text: str) -> str:
+    """``text`` in ASCII: known marks spelled out, any other character as its Unicode name in brackets."""
+    return "".join(c if c.isascii() else ASCII_SPELLING.get(c) or f"[{unicodedata.name(c, f'U+{ord(c):04X}').lower()}]"
+                   for c in text)
+
+
 def to_latex(tables: list[tuple[str, list[str], list[list[str]]]], board_title: str | None = None) -> str:
-    parts = [f"% {' '.join(board_title.split())}"] if board_title else []
+    parts = [f"% {ascii_text(' '.join(board_title.split()))}"] if board_title else []
     for title, headers, body in tables:
-        comment = "% " + " ".join(title.split())
-        parts.append(comment + "\n" + tabulate(body, headers=headers, tablefmt="latex_booktabs", disable_numparse=True))
+        comment = "% " + ascii_text(" ".join(title.split()))
+        parts.append(comment + "\n" + tabulate([[ascii_text(c) for c in row] for row in body],
+                                               headers=[ascii_text(h) for h in headers], tablefmt="latex_booktabs",
+                                               disable_numparse=True))
     return "% needs \\usepackage{booktabs}\n" + "\n\n".join(parts) + "\n"
 
 

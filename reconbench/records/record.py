@@ -21,7 +21,7 @@ import numbers
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -461,6 +461,6 @@ class FileFormat(Generic[R]):
         return self.decode(data, path)
 
 
-def _default(f: Any) -> Any:
+def _default(f: Field[Any]) -> Any:
     """A dataclass field's default value."""
     return f.default_factory() if f.default_factory is not MISSING else f.default

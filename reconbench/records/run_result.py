@@ -16,6 +16,9 @@ class RunTarget(Record):
 
     card: str | None = None
     recipe: TargetRecipe | None = None
+    #: a model brought by `reconbench audit` has no training recipe: what the audit recorded of it instead
+    #: (family, options, task, preprocessing, data hashes; reconbench/auditing/card.py)
+    audit: Mapping[str, Any] | None = None
     recipe_key: str | None = None
     card_sha256: str | None = None
     family: str | None = None

@@ -74,7 +74,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         init_is_oracle=oracle_init,
         spec=spec.to_dict(),
         search=search_record(spec.search, spec.search_config),
-        target=RunTarget(card=portable_path(card.path), recipe=card.recipe, recipe_key=card.data["recipe_key"],
+        target=RunTarget(card=portable_path(card.path), **_recipe_fields(card), recipe_key=card.data["recipe_key"],
                          card_sha256=card.data.get("content_sha256"), family=family, task=card.task,
                          n_train=problem.n, p_over_dn=card.data.get("p_over_dn"),
                          train_metrics={k: v for k, v in card.data["metrics"].items() if k != "margins"}),
@@ -103,3 +103,11 @@ def _threat_record(attack: str) -> dict[str, Any]:
     """What the attack read besides the final weights (its declared threat model), with its short name."""
     threat = plugins.attack(attack).threat
     return {"label": threat.label, **threat.to_dict()}
+
+
+def _recipe_fields(card: ModelCard) -> dict[str, Any]:
+    """The card's training recipe, or for a model brought by `reconbench audit` (recipe key ``audit-...``) what the
+    audit recorded of it."""
+    if str(card.data["recipe_key"]).startswith("audit-"):
+        return {"audit": dict(card.data["recipe"])}
+    return {"recipe": card.recipe}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def state_path(folder: Path, recipe: TargetRecipe) -> Path:
 
 
 def train_piece(recipe: TargetRecipe, card_dir: Path, states: Path, *, seconds: float, data_root: str | None = None,
-                device: str = "cpu", clock: Any = time.monotonic) -> Piece:
+                device: str = "cpu", clock: Callable[[], float] = time.monotonic) -> Piece:
     """Continue ``recipe``'s training from its state in ``states`` (from step 0 without one) for at most about
     ``seconds``, and save its state (``states/<recipe key>.safetensors``); when it reaches the recipe's steps, also
     write its card into ``card_dir`` (a state at the last step gives the same card on another machine at once).

@@ -268,7 +268,8 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     return TrainResult(model=model, metrics=metrics, history=history)
 
 
-def release_metrics(model: TargetNet, recipe: TargetRecipe, problem: Problem, loss_fn: Any, dtype: torch.dtype,
+def release_metrics(model: TargetNet, recipe: TargetRecipe, problem: Problem,
+                    loss_fn: Callable[..., torch.Tensor], dtype: torch.dtype,
                     decay_left: float | None, decay: float, with_certificate: bool = True) -> dict[str, Any]:
     """What a card records of the released ``model`` (on the CPU, in ``dtype``): train/test loss and error, margins,
     stalled samples, size and the certificate (``decay_left``, ``decay``: see :func:`certify`)."""

@@ -300,7 +300,7 @@ def cell_numbers(rec: CellRecord, columns: list[Column]) -> list[SelectionNumber
         s = rec.selection(sel)
         values = []
         for c in columns:
-            spec = ColumnSpec(name=c.name, source=c.source, keys=tuple(c.keys_tried) if c.source == "summary"
+            spec = ColumnSpec(name=c.name, source=c.source, keys=tuple(c.keys_tried) if c.source in ("summary", "target")
                               else (), higher_is_better=c.higher_is_better, fmt=c.format)
             v, key = column_value(rec, sel, spec)
             null = s.null_spread(key) if key else None
