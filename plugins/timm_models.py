@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -120,8 +121,8 @@ class TimmFamily(ModelFamily):
             raise ReconbenchError(f"model family {self.name!r}: kwargs must be a table of timm options, got {s['kwargs']!r}")
         return s
 
-    def build(self, input_shape: tuple[int, int, int], out_dim: int, spec: dict[str, Any],
-              generator: torch.Generator | None = None) -> TargetNet:
+    def architecture(self, spec: dict[str, Any]) -> tuple[ModuleType, str, dict[str, object]]:
+        """timm, the checked architecture name and its options (lists as tuples, as timm takes them)."""
         s = self.spec(spec)
         timm = _timm()
         arch = str(s["arch"])
@@ -129,7 +130,11 @@ class TimmFamily(ModelFamily):
             close = difflib.get_close_matches(arch, timm.list_models(), n=3, cutoff=0.6)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
             raise ReconbenchError(f"timm has no architecture {arch!r}.{hint} See `reconbench list models -v`")
-        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in s["kwargs"].items()}
+        return timm, arch, {k: tuple(v) if isinstance(v, list) else v for k, v in s["kwargs"].items()}
+
+    def build(self, input_shape: tuple[int, int, int], out_dim: int, spec: dict[str, Any],
+              generator: torch.Generator | None = None) -> TargetNet:
+        timm, arch, kwargs = self.architecture(spec)
         if generator is None:
             body = _create(timm, arch, input_shape, out_dim, kwargs)
         else:
@@ -206,12 +211,7 @@ class TimmFinetuneFamily(TimmFamily):
 
     def build(self, input_shape: tuple[int, int, int], out_dim: int, spec: dict[str, Any],
               generator: torch.Generator | None = None) -> TargetNet:
-        s = self.spec(spec)
-        timm = _timm()
-        arch = str(s["arch"])
-        if not timm.is_model(arch):
-            raise ReconbenchError(f"timm has no architecture {arch!r}. See `reconbench list models -v`")
-        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in s["kwargs"].items()}
+        timm, arch, kwargs = self.architecture(spec)
         seed = None if generator is None else int(torch.randint(0, 2**62, (1,), generator=generator))
         with torch.random.fork_rng(devices=[]):
             if seed is not None:

@@ -6,7 +6,7 @@ import json
 import math
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ CANDIDATE_KEY, SSIM_KEY = "best_candidate", "ssim"
 def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as MplFigure
 
 TITLES = {
     "reconstructions": "Sample reconstructions per attack",
@@ -233,12 +236,8 @@ def draw_ssim_vs_margin(suite: Suite, pub: Published, data: FigureData, path: Pa
         ax.set_ylabel("SSIM of its best reconstruction")
         ax.set_title(target, fontsize=9)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Figure.written(
-        title=title,
-        file=f"figures/{path.name}",
+    return _saved(
+        fig, path, title,
         caption="Every training image of every non-oracle grid cell (pooled candidates): the SSIM of "
         "its best "
         "reconstruction against its margin under the trained target. The KKT theory predicts that "
@@ -291,12 +290,8 @@ def draw_mixture_heatmap(suite: Suite, pub: Published, columns: list[dict[str, A
             if not np.isnan(val):
                 ax.text(j, i, format(val, col["format"]), ha="center", va="center", fontsize=7, color="w")
         fig.colorbar(im, ax=ax, label=col["name"])
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Figure.written(
-        title=title,
-        file=f"figures/{path.name}",
+    return _saved(
+        fig, path, title,
         caption=f"{col['name']} (pooled candidates, mean over seeds) for mixture inits as a function of "
         "the "
         f"mixture weights `{kx}` and `{ky}`; inits that include training images are oracles.",
@@ -349,12 +344,8 @@ def draw_share_vs_p_over_dn(pub: Published, columns: list[dict[str, Any]], path:
         ax.set_ylabel(f"share of the training set ({col['name']})")
         ax.set_title(f"{family}, d = {d}, n = {n}", fontsize=9)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Figure.written(
-        title=title,
-        file=f"figures/{path.name}",
+    return _saved(
+        fig, path, title,
         caption=f"For each attack, the share of the training set counted by {col['name']} (pooled candidates; "
         "dots: one cell each, line: the mean over seeds) against p / (d n), the number of trained parameters over "
         "the input dimension times the number of training points. Iurada et al.'s law predicts near-full recovery "
@@ -392,3 +383,13 @@ def draw_all(
         except Exception as exc:  # a figure that cannot be drawn must not cost the tables: say why
             info[name] = Figure.written(title=TITLES[name], reason=f"{type(exc).__name__}: {exc}")
     return info
+
+
+def _saved(fig: MplFigure, path: Path, title: str, **fields: object) -> Figure:
+    """Lay out, save (110 dpi) and close ``fig``; its record, naming the file as the board links it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Figure.written(title=title, file=f"figures/{path.name}", **fields)
