@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from reconbench import citations, hookimpl
-from reconbench.attack.lr_batches import hand_over, lr_groups, run_alone
+from reconbench.attack.lr_batches import advance_by_lr, run_alone
 from reconbench.attack.ntk import NTKProblem, batched_value_and_grad, beta_at, objective
 from reconbench.config import LogUniform, option
 from reconbench.errors import DivergedError, IncompatibleError
@@ -78,10 +78,8 @@ class LooNTK(Attack[LooNTKConfig]):
     def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any], *,
                   generators: list[torch.Generator], progress: ProgressFn | None = None,
                   on_done: RunDone | None = None) -> None:
-        for ids in lr_groups(configs):  # runs that differ only in the learning rate advance together
-            outs = optimise(target, [x0s[i] for i in ids], [configs[i] for i in ids], [generators[i] for i in ids],
-                            progress)
-            hand_over(ids, outs, labels, on_done)
+        advance_by_lr(configs, labels, on_done, lambda ids: optimise(
+            target, [x0s[i] for i in ids], [configs[i] for i in ids], [generators[i] for i in ids], progress))
 
 
 def ntk_problem(target: AttackTarget) -> NTKProblem:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from reconbench import citations, hookimpl
-from reconbench.attack.lr_batches import hand_over, lr_groups, run_alone
+from reconbench.attack.lr_batches import advance_by_lr, run_alone
 from reconbench.attack.projection import check_head, head_features, head_layer, head_vector, projection_loss
 from reconbench.config import Limit, LogUniform, option
 from reconbench.errors import DivergedError, IncompatibleError
@@ -76,9 +76,8 @@ class ProjectionLaw(Attack[ProjectionConfig]):
     def run_batch(self, target: AttackTarget, x0s: list[torch.Tensor], labels: torch.Tensor, configs: list[Any], *,
                   generators: list[torch.Generator], progress: ProgressFn | None = None,
                   on_done: RunDone | None = None) -> None:
-        for ids in lr_groups(configs):  # runs that differ only in the learning rate advance together
-            hand_over(ids, optimise(target, [x0s[i] for i in ids], [configs[i] for i in ids], progress), labels,
-                      on_done)
+        advance_by_lr(configs, labels, on_done,
+                      lambda ids: optimise(target, [x0s[i] for i in ids], [configs[i] for i in ids], progress))
 
 
 def head_change(target: AttackTarget) -> torch.Tensor:

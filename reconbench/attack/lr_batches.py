@@ -30,6 +30,14 @@ def hand_over(ids: list[int], outs: Sequence[AttackOutput | Exception], labels: 
             on_done(i, out, {"runs": ids, "size": len(ids)} if len(ids) > 1 else None)
 
 
+def advance_by_lr(configs: Sequence[Any], labels: torch.Tensor, on_done: RunDone | None,
+                  optimise_group: Callable[[list[int]], Sequence[AttackOutput | Exception]]) -> None:
+    """Advance the runs in groups that differ only in the learning rate (``optimise_group`` takes the group's run
+    indices) and hand each group's results over as it finishes."""
+    for ids in lr_groups(configs):
+        hand_over(ids, optimise_group(ids), labels, on_done)
+
+
 def run_alone(run_batch: Callable[..., None], target: object, x0: torch.Tensor, labels: torch.Tensor, config: object, *,
               generator: torch.Generator, progress: object = None) -> AttackOutput:
     """One run through an attack's ``run_batch``; its exception raised."""
