@@ -16,7 +16,6 @@ from the cells and compared with the figure records of ``results.json``:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,9 +39,9 @@ def _drawn(fig: Figure | None) -> bool:
 
 
 def _failed(fig: Figure | None) -> bool:
-    """Whether drawing the figure failed where the board was rendered (draw_all records the error, e.g. candidates
-    that did not come back from a GPU slice), as opposed to a figure left out because the cells give nothing."""
-    return fig is not None and fig.file is None and re.match(r"\w+(Error|Exception): ", fig.reason or "") is not None
+    """Whether drawing the figure failed where the board was rendered (e.g. candidates that did not come back from
+    a GPU slice), as opposed to a figure left out because the cells give nothing for it."""
+    return fig is not None and fig.file is None and bool(fig.failed)
 
 
 def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> FigureCheck:

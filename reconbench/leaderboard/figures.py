@@ -381,7 +381,7 @@ def draw_all(
         try:
             info[name] = job()
         except Exception as exc:  # a figure that cannot be drawn must not cost the tables: say why
-            info[name] = Figure.written(title=TITLES[name], reason=f"{type(exc).__name__}: {exc}")
+            info[name] = Figure.written(title=TITLES[name], reason=f"{type(exc).__name__}: {exc}", failed=True)
     return info
 
 

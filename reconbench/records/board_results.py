@@ -185,6 +185,9 @@ class Figure(Record):
     caption: str | None = None
     reason: str | None = None
     cells: list[str] | None = None
+    #: drawing it failed where the board was rendered (``reason`` holds the error), as opposed to a figure the cells
+    #: give nothing for; written only then
+    failed: bool | None = None
 
 
 @dataclass(frozen=True)
