@@ -130,21 +130,24 @@ def test_training_stopped_by_a_deadline_travels_and_ends_as_one_uninterrupted_ru
                        on_cell=packer.cell)
     manifest = packer.write(report.ran, complete=True)
     assert report.ran == [] and len(ex.deferred) == 4
-    (piece,) = ex.pieces   # the second target is not started once the first one's training stopped the slice
-    assert 0 < piece.step < STEPS and not piece.finished
-    assert [t["recipe_key"] for t in manifest["training"]] == [piece.recipe_key]
-    assert manifest["training"][0]["step"] == piece.step and manifest["training"][0]["dtype"] == "torch.float64"
-    state_file = pack1 / manifest["training"][0]["name"]
-    assert state_file.stat().st_size < MAX_FILE_BYTES
-    verify_pack(pack1, suite)   # the state's sha256 is the manifest's
+    # the two targets share a shape and settings: one stack, stopped at one step, a state file each
+    piece, other = ex.pieces
+    assert 0 < piece.step < STEPS and not piece.finished and other.step == piece.step and not other.finished
+    assert piece.stacked == other.stacked == 2 and piece.recipe_key != other.recipe_key
+    assert sorted(t["recipe_key"] for t in manifest["training"]) == sorted([piece.recipe_key, other.recipe_key])
+    for entry in manifest["training"]:
+        assert entry["step"] == piece.step and entry["dtype"] == "torch.float64"
+        assert (pack1 / entry["name"]).stat().st_size < MAX_FILE_BYTES
+    assert all("trained to step" in d.note for d in ex.deferred)
+    verify_pack(pack1, suite)   # each state's sha256 is the manifest's
 
     # back here: unpack; the ledger names the state, kept beside it
     results = tmp_path / "results"
     code, out, _ = run_cli(["bench", str(suite_file), "--unpack", str(pack1), "--out", str(results)], capsys)
     assert code == 0 and "training state of target" in out
     ledger = json.loads((results / LEDGER_FILE).read_text())
-    assert ledger["cells"] == {} and list(ledger["training"]) == [piece.recipe_key]
-    assert ledger["training"][piece.recipe_key]["step"] == piece.step
+    assert ledger["cells"] == {} and sorted(ledger["training"]) == sorted([piece.recipe_key, other.recipe_key])
+    assert {v["step"] for v in ledger["training"].values()} == {piece.step}
 
     # slice 2 on a fresh machine (its own cache) with the ledger: training continues, every cell runs
     code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
@@ -256,3 +259,57 @@ def test_a_state_without_its_initial_weights_resumes_only_the_recipe_it_came_fro
     again, _ = from_recipes([a], [build_problem(a.problem)], loss_every=100)
     again.load(piece.state)
     assert again.step_count == piece.step
+
+
+def test_targets_trained_as_one_stack_in_pieces_equal_each_trained_alone(suite_file, tmp_path):
+    """The slice's stack of two targets of one shape (each saved to its own state, stopped midway, resumed as a
+    stack) against each target trained alone in one piece by the same trainer: the same weights, within the
+    batched trainer's rounding tolerance (tests/test_batched_training.py; on the CPU they are in fact equal)."""
+    from test_batched_training import rounding_tolerance
+
+    from reconbench.bench.cells import expand
+    from reconbench.targets.resumable import train_piece, train_pieces
+
+    suite = load_suite(str(suite_file))
+    recipes = list({c.target: c.recipe for c in expand(suite)}.values())
+    stack = tmp_path / "stack"
+    first = train_pieces(recipes, [stack / "card" / r.key() for r in recipes], stack / "states", seconds=5.0,
+                         clock=TickClock())
+    assert [p.step for p in first] == [first[0].step] * 2 and 0 < first[0].step < STEPS
+    assert not any(p.finished for p in first) and all(p.stacked == 2 for p in first)
+    # each target's state resumes alone, too: the file is the one a one-target trainer writes
+    from reconbench.targets.batched_training import from_recipes
+    from reconbench.targets.problems import build_problem
+    alone_trainer, _ = from_recipes([recipes[1]], [build_problem(recipes[1].problem)], loss_every=100)
+    assert first[1].state is not None
+    alone_trainer.load(first[1].state)
+    assert alone_trainer.step_count == first[0].step
+    done = train_pieces(recipes, [stack / "card" / r.key() for r in recipes], stack / "states", seconds=1e9)
+    assert all(p.finished and p.step == STEPS for p in done)
+    tol = rounding_tolerance(torch.float64, 64, STEPS)
+    for recipe in recipes:
+        alone = train_piece(recipe, tmp_path / "alone" / "card" / recipe.key(), tmp_path / "alone" / "states",
+                            seconds=1e9)
+        assert alone.finished and alone.stacked == 1
+        a = load_file(str(stack / "card" / recipe.key() / "weights.safetensors"))
+        b = load_file(str(tmp_path / "alone" / "card" / recipe.key() / "weights.safetensors"))
+        assert a.keys() == b.keys()
+        for name in a:
+            assert not torch.equal(b[name], torch.zeros_like(b[name]))
+            torch.testing.assert_close(a[name], b[name], rtol=tol, atol=tol * float(b[name].abs().max()))
+        card_a = json.loads((stack / "card" / recipe.key() / "card.json").read_text())
+        card_b = json.loads((tmp_path / "alone" / "card" / recipe.key() / "card.json").read_text())
+        assert card_a["metrics"]["training_pieces"] == 2 and card_b["metrics"]["training_pieces"] == 1
+        assert card_a["metrics"]["final_loss"] == pytest.approx(card_b["metrics"]["final_loss"], rel=tol)
+
+
+def test_targets_at_different_steps_do_not_share_a_stack(suite_file, tmp_path):
+    from reconbench.bench.cells import expand
+    from reconbench.errors import ReconbenchError
+    from reconbench.targets.resumable import train_piece, train_pieces
+
+    suite = load_suite(str(suite_file))
+    a, b = list({c.target: c.recipe for c in expand(suite)}.values())
+    train_piece(a, tmp_path / "card", tmp_path / "states", seconds=5.0, clock=TickClock())
+    with pytest.raises(ReconbenchError, match="different steps"):
+        train_pieces([a, b], [tmp_path / "ca", tmp_path / "cb"], tmp_path / "states", seconds=5.0)

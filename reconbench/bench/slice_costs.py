@@ -8,7 +8,10 @@ the time left is not started.
 Work is counted per phase in units proportional to the arithmetic of a dense network (``P`` parameters):
 
 - ``train``: full-batch gradient-descent steps x training images x ``P`` (only when the target is not already
-  trained on this machine: targets are cached by recipe);
+  trained on this machine: targets are cached by recipe). A target trained in pieces across slices (the resumable
+  trainer, ``reconbench.targets.resumable``) counts ``P`` as that trainer's arithmetic does: the layers past the
+  first, plus n x w_1 / 3 for the first layer's factorised update (6 n P is then its FLOPs per step; the input
+  dimension does not enter), and its training is planned apart from its cells (:func:`plan_slices`);
 - ``attack``: search runs x attack steps x candidates x ``P`` (every run of a cell, every step a product with the
   weights per candidate);
 - ``evaluate``: candidates x training images x pixels (the distances between candidates and training images, and
@@ -35,6 +38,8 @@ from reconbench.bench.cells import Cell
 from reconbench.config import build_config
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.preflight import TargetSize
+from reconbench.targets.recipe import TargetRecipe
+from reconbench.targets.resumable import batch_group, resumable_reason
 
 PHASES = ("train", "attack", "evaluate")
 #: parameters assumed per input pixel for a family that cannot be sized without building it (a width-1000 layer)
@@ -59,17 +64,22 @@ PRIORS: dict[str, dict[str, dict[str, float]]] = {
 
 @dataclass(frozen=True)
 class CellWork:
-    """A cell's work per phase (units in the module docstring); ``train`` counts its target's whole training."""
+    """A cell's work per phase (units in the module docstring); ``train`` counts its target's whole training.
+
+    ``pieces``: the target trains in pieces, apart from its cells (resumable work that the slices share: the cell's
+    own estimate then holds no training); ``group``: targets of one group train as one stack in a slice."""
 
     cell_id: str
     target_key: str
     train: float
     attack: float
     evaluate: float
+    pieces: bool = False
+    group: str = ""
 
     def units(self, phase: str, trains: bool) -> float:
         if phase == "train":
-            return self.train if trains else 0.0
+            return self.train if trains and not self.pieces else 0.0
         return float(getattr(self, phase))
 
 
@@ -89,18 +99,33 @@ def attack_steps(attack: str, config: Mapping[str, Any]) -> int:
     return 0
 
 
-def cell_work(cell: Cell, size: TargetSize) -> CellWork:
-    """The work of ``cell`` on a target of ``size`` (:func:`reconbench.preflight.check_target`)."""
+def piece_parameters(recipe: TargetRecipe, size: TargetSize, params: float) -> float:
+    """``P`` of the resumable trainer's step: ``params`` less the first layer's D x w_1 weights, plus n x w_1 / 3
+    (its factorised update: 2 n^2 w_1 FLOPs against 6 n per parameter elsewhere)."""
+    widths = recipe.widths
+    out = recipe.problem.num_classes if recipe.problem.task == "multiclass" and recipe.problem.num_classes else 1
+    w1 = int(widths[0]) if isinstance(widths, (list, tuple)) and widths else int(out)
+    d = math.prod(size.input_shape)
+    return max(params - d * w1, 0.0) + size.n_train * w1 / 3.0
+
+
+def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False) -> CellWork:
+    """The work of ``cell`` on a target of ``size`` (:func:`reconbench.preflight.check_target`). ``pieces``: the
+    slice trains targets in pieces where the resumable trainer takes their recipe (a slice with ``--pack``)."""
     pixels = math.prod(size.input_shape)
     params = size.parameters if size.parameters is not None else pixels * UNSIZED_PARAMETERS_PER_PIXEL
     m = cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train
     steps = attack_steps(cell.attack.attack, cell.attack.config)
+    in_pieces = pieces and resumable_reason(cell.recipe) is None
+    train_params = piece_parameters(cell.recipe, size, params) if in_pieces else params
     return CellWork(
         cell_id=cell.cell_id,
         target_key=cell.recipe.key(),
-        train=float(cell.recipe.train.steps) * size.n_train * params,
+        train=float(cell.recipe.train.steps) * size.n_train * train_params,
         attack=float(cell.attack.search_runs) * steps * m * params,
         evaluate=float(m) * size.n_train * pixels,
+        pieces=in_pieces,
+        group=batch_group(cell.recipe) if in_pieces else "",
     )
 
 
@@ -197,14 +222,47 @@ class Slot:
 @dataclass
 class SlicePlan:
     slices: list[list[str]]               # cell ids, in the order they run
-    seconds: list[float]                  # each slice's estimated seconds
+    seconds: list[float]                  # each slice's estimated seconds (its cells' estimates and its training)
     unfit: dict[str, float]               # cells that fit no slice: their estimate alone, on an empty machine
+    #: per slice, the seconds of training in pieces it gives each group of targets (group -> seconds)
+    training: list[dict[str, float]] = field(default_factory=list)
+    #: per target trained in pieces: the slice (0-based) in which its training ends
+    trained_in: dict[str, int] = field(default_factory=dict)
+
+    def finished_in(self, cell_ids: Iterable[str]) -> int | None:
+        """The slice (0-based) by whose end every cell of ``cell_ids`` has run (None: one of them never runs)."""
+        where = {c: i for i, ids in enumerate(self.slices) for c in ids}
+        slices = [where.get(c) for c in cell_ids]
+        return None if not slices or any(s is None for s in slices) else max(s for s in slices if s is not None)
 
 
-def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float) -> SlicePlan:
+def training_seconds(model: CostModel, works: Iterable[CellWork],
+                     progress: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Seconds each group of targets trained in pieces needs, the margin included: one computation per group, its
+    fixed cost once and its targets' units added (a stack of T targets does T targets' arithmetic); ``progress``:
+    the fraction of each target's steps already done."""
+    done = progress or {}
+    units: dict[str, dict[str, float]] = {}
+    for w in works:
+        if w.pieces:
+            units.setdefault(w.group, {})[w.target_key] = w.train * max(0.0, 1.0 - done.get(w.target_key, 0.0))
+    return {g: model.factor * model.phase_seconds("train", sum(per.values())) for g, per in units.items()}
+
+
+def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
+                progress: Mapping[str, float] | None = None) -> SlicePlan:
     """The slices of ``budget`` seconds that run ``works`` on bare machines (no target cached), as the slicer takes
-    them: each slice walks the remaining cells in order and starts every one whose estimate still fits; a cell that
-    does not fit even an empty slice is ``unfit``. Nothing runs: the plan comes from the cost model alone."""
+    them: a cell must finish inside its slice, training in pieces need not.
+
+    Each slice first walks the remaining cells in order and starts every one whose estimate still fits and whose
+    target needs no training in pieces (a target trained whole is counted in its first cell, as before); then it
+    gives what is left (less the margin's fixed seconds) to the first group of targets, in the cells' order, whose
+    training in pieces is unfinished; when that training ends inside the slice, the walk starts again (its cells can
+    now run) and the next group trains; otherwise the slice is full. A finished training state travels, so a target
+    trained in one slice is ready in every later one. A cell that does not fit even an empty slice, its training
+    aside, is ``unfit``. ``progress``: the fraction of its steps a target's training state has done already (by
+    recipe key; its training in pieces costs that much less). Nothing runs: the plan comes from the cost model
+    alone."""
     todo = list(works)
     plan = SlicePlan([], [], {})
     for w in todo:
@@ -212,14 +270,39 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float) -> S
         if not alone.fits(w):
             plan.unfit[w.cell_id] = alone.estimate(w)
     todo = [w for w in todo if w.cell_id not in plan.unfit]
+    left = training_seconds(model, todo, progress)
+    members: dict[str, set[str]] = {}
+    for w in todo:
+        if w.pieces:
+            members.setdefault(w.group, set()).add(w.target_key)
+    ready: set[str] = set()
     while todo:
         slot = Slot(model, budget)
-        taken = []
-        for w in todo:
-            if slot.fits(w):
-                slot.take(w)
-                taken.append(w.cell_id)
+        taken: list[str] = []
+        trained: dict[str, float] = {}
+        while True:
+            for w in todo:
+                if w.cell_id not in taken and (not w.pieces or w.target_key in ready) and slot.fits(w):
+                    slot.take(w)
+                    taken.append(w.cell_id)
+            group = next((w.group for w in todo if w.pieces and w.target_key not in ready), None)
+            allowed = budget - slot.spent - model.extra
+            if group is None or allowed <= 0:
+                break
+            seconds = min(left[group], allowed)
+            slot.spent += seconds
+            left[group] -= seconds
+            trained[group] = trained.get(group, 0.0) + seconds
+            if left[group] > 0:
+                break
+            ready |= members[group]
+            for key in members[group]:
+                plan.trained_in[key] = len(plan.slices)
+        if not taken and not trained:   # nothing can progress (cannot happen once unfit cells are set aside)
+            plan.unfit.update({w.cell_id: Slot(model, budget).estimate(w) for w in todo})
+            break
         plan.slices.append(taken)
         plan.seconds.append(slot.spent)
+        plan.training.append(trained)
         todo = [w for w in todo if w.cell_id not in set(taken)]
     return plan

@@ -34,6 +34,7 @@ from reconbench.cli.bench_slices import (
     SlicePacker,
     chain_on_cell,
     check_pack_folder,
+    ledger_progress,
     print_plan,
     say_deferred,
     unpack_slice,
@@ -262,7 +263,8 @@ def bench_command(
         done = {**elsewhere, **load_cells(out_dir)}
         todo = [c for c in select_cells(s, only) if not is_finished(done.get(c.cell_id), c.key(s, dtype), retry_failed)]
         print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, device or s.device,
-                   read_costs(Path(costs)) if costs is not None else None)
+                   read_costs(Path(costs)) if costs is not None else None,
+                   ledger_progress(Path(finished), todo) if finished is not None else None)
         return
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
