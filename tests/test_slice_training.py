@@ -313,3 +313,50 @@ def test_targets_at_different_steps_do_not_share_a_stack(suite_file, tmp_path):
     train_piece(a, tmp_path / "card", tmp_path / "states", seconds=5.0, clock=TickClock())
     with pytest.raises(ReconbenchError, match="different steps"):
         train_pieces([a, b], [tmp_path / "ca", tmp_path / "cb"], tmp_path / "states", seconds=5.0)
+
+
+def test_a_state_larger_than_a_part_travels_split_and_joins_to_the_same_bytes(suite_file, tmp_path, monkeypatch):
+    """A pack file holds at most 16 MiB; a larger training state travels in parts (each listed in the manifest
+    with its sha256) and unpack joins them, checking the whole state's sha256. Here with parts of a third of the
+    state's size (a paper-size float64 state of 49 MB would take 3 parts of 16 MiB)."""
+    from reconbench.bench import slice_pack
+    from reconbench.bench.cells import expand
+    from reconbench.bench.slice_pack import unpack
+
+    suite = load_suite(str(suite_file))
+    states = tmp_path / "cache1" / "training"
+    ex = DeadlineExecutor(30.0, cheap(), sizes(suite), start=0.0, clock=TickClock(), states=states)
+    report = run_suite(suite, tmp_path / "device", cache=str(tmp_path / "cache1"), quiet=True, executor=ex)
+    originals = {p.recipe_key: p.state.read_bytes() for p in ex.pieces if p.state is not None}
+    assert len(originals) == 2
+    part = max(len(b) for b in originals.values()) // 3 + 1
+    monkeypatch.setattr(slice_pack, "STATE_PART_BYTES", part)
+    pack = tmp_path / "pack"
+    manifest = SlicePacker(pack, suite, tmp_path / "device", ex, "cpu", None, 0.0, {}).write(report.ran,
+                                                                                             complete=True)
+    assert len(manifest["files"]) + 1 <= slice_pack.MAX_FILES
+    sizes_of = {f["name"]: f["bytes"] for f in manifest["files"]}
+    for entry in manifest["training"]:
+        assert "name" not in entry and len(entry["parts"]) == 3
+        assert all(sizes_of[n] <= part for n in entry["parts"])
+        assert entry["bytes"] == len(originals[entry["recipe_key"]])
+    keys = {c.cell_id: c.key(suite, None) for c in expand(suite)}
+    results = tmp_path / "results"
+    rep = unpack(pack, suite, results, keys)
+    assert sorted(rep.states) == sorted(originals)
+    for key, data in originals.items():
+        assert (results / "training" / f"{key}.safetensors").read_bytes() == data
+
+    # parts listed out of order (each part's own sha256 still matches): the join is refused, nothing is merged
+    entry = manifest["training"][0]
+    bad = json.loads((pack / "manifest.json").read_text())
+    bad["training"][0]["parts"] = list(reversed(entry["parts"]))
+    (pack / "manifest.json").write_text(json.dumps(bad))
+    with pytest.raises(PackError, match="do not join"):
+        unpack(pack, suite, tmp_path / "other", keys)
+    assert not (tmp_path / "other" / "training").exists()
+    # a part missing: refused by the manifest's file list
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+    (pack / entry["parts"][1]).unlink()
+    with pytest.raises(PackError, match="is missing"):
+        verify_pack(pack, suite)

@@ -135,9 +135,73 @@ def device_kind(device: str) -> str:
     return kind if kind in PRIORS else "cpu"
 
 
-def read_costs(path: Path) -> dict[str, dict[str, float]]:
+#: the precision of the probe's attack rows a cost table is made from, by the suite's attack dtype (a float32 attack
+#: of the paper suites asks for TF32 products: benchmarks/gpu/probe.py measures both)
+PROBE_ATTACK_PRECISION = {"float64": "float64", "float32": "tf32"}
+
+
+def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", attack_precision: str = "tf32",
+                     source: str = "") -> dict[str, Any]:
+    """A cost table from the GPU probe's JSON (``benchmarks/gpu/probe.py``): the rate of each phase in seconds per
+    unit of this module's work.
+
+    - train: the batched trainer's rows of ``train_dtype`` with the CUDA graph (every row where none was captured),
+      the slowest per target-step (a stack of one target, the paper suite's usual group); its units per
+      target-step are the probe's FLOPs per step / targets / 6 (the resumable trainer's ``n P``);
+    - attack: the attack rows of ``attack_precision`` with the CUDA graph where one was captured, the most runs
+      batched, the slowest per unit; units per step: runs x m x the probe network's weights;
+    - fixed seconds, and the whole evaluate phase (the probe does not time it): the built-in ``cuda`` table's.
+    Raises when the probe measured no row a phase needs (it ran past its budget, say)."""
+    prior = PRIORS["cuda"]
+
+    def ok(rows: Any) -> list[dict[str, Any]]:
+        return [r for r in rows or [] if isinstance(r, dict) and "error" not in r]
+
+    train = [r for r in ok(probe.get("trainer")) if r.get("dtype") == train_dtype and r.get("target_steps_per_second")]
+    graph = [r for r in train if r.get("cuda_graph")]
+    train = graph or train
+    attack = [r for r in ok(probe.get("attack")) if r.get("precision") == attack_precision
+              and r.get("seconds_per_step") and r["seconds_per_step"] > 0]
+    graph = [r for r in attack if (r.get("batch") or {}).get("cuda_graph")]
+    attack = graph or attack
+    where = f"probe {source}" if source else "the probe"
+    if not train or not attack:
+        phase = "trainer" if not train else "attack"
+        want = f"dtype {train_dtype}" if not train else f"precision {attack_precision}"
+        raise ReconbenchError(f"{where} has no {phase} row of {want}; run benchmarks/gpu/probe.py with a larger "
+                              "--budget, or write the cost table by hand")
+
+    def train_rate(r: dict[str, Any]) -> float:
+        units = float(r["flops_per_step"]) / int(r["targets"]) / 6.0
+        return 1.0 / float(r["target_steps_per_second"]) / units
+
+    most = max(int(r["runs"]) for r in attack)
+
+    def attack_rate(r: dict[str, Any]) -> float:
+        layers = [int(x) for x in r["layers"]]
+        weights = sum(a * b for a, b in zip(layers[:-1], layers[1:], strict=True))
+        return float(r["seconds_per_step"]) / (int(r["runs"]) * int(r["m"]) * weights)
+
+    t = max(train, key=train_rate)
+    a = max((r for r in attack if int(r["runs"]) == most), key=attack_rate)
+    return {"train": {"fixed": prior["train"]["fixed"], "rate": train_rate(t)},
+            "attack": {"fixed": prior["attack"]["fixed"], "rate": attack_rate(a)},
+            "evaluate": dict(prior["evaluate"]),
+            "from_probe": {"source": source, "device": (probe.get("conditions") or {}).get("device"),
+                           "train": {k: t.get(k) for k in ("targets", "dataset", "dtype", "cuda_graph",
+                                                          "target_steps_per_second")},
+                           "attack": {k: a.get(k) for k in ("runs", "m", "precision", "seconds_per_step")}}}
+
+
+def is_probe(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("trainer"), list) and isinstance(data.get("attack"), list)
+
+
+def read_costs(path: Path, *, train_dtype: str = "float64", attack_dtype: str = "float64") -> dict[str, dict[str, float]]:
     """A cost table file: ``{"train": {"fixed": s, "rate": s_per_unit}, "attack": ..., "evaluate": ...}`` (a
-    file may also hold other keys, e.g. where the numbers were measured); every phase is required."""
+    file may also hold other keys, e.g. where the numbers were measured); every phase is required. The GPU probe's
+    JSON is read as the table :func:`costs_from_probe` makes of it, for targets trained in ``train_dtype`` and
+    attacks in ``attack_dtype``."""
     fix = 'write {"train": {"fixed": SECONDS, "rate": SECONDS_PER_UNIT}, "attack": ..., "evaluate": ...}'
     try:
         data = json.loads(path.read_text())
@@ -145,6 +209,10 @@ def read_costs(path: Path) -> dict[str, dict[str, float]]:
         raise ReconbenchError(f"cost table {path} does not exist; pass a JSON file or leave --costs out") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReconbenchError(f"cost table {path} is not valid JSON ({exc}); {fix}") from None
+    if is_probe(data):
+        data = costs_from_probe(data, train_dtype=train_dtype,
+                                attack_precision=PROBE_ATTACK_PRECISION.get(attack_dtype, attack_dtype),
+                                source=str(path))
     table: dict[str, dict[str, float]] = {}
     for phase in PHASES:
         entry = data.get(phase) if isinstance(data, dict) else None

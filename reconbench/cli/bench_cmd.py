@@ -263,7 +263,7 @@ def bench_command(
         done = {**elsewhere, **load_cells(out_dir)}
         todo = [c for c in select_cells(s, only) if not is_finished(done.get(c.cell_id), c.key(s, dtype), retry_failed)]
         print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, device or s.device,
-                   read_costs(Path(costs)) if costs is not None else None,
+                   read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None,
                    ledger_progress(Path(finished), todo) if finished is not None else None)
         return
     check_writable(out_dir, "--out")
@@ -275,7 +275,7 @@ def bench_command(
     if cross_target and isinstance(cells_executor, RayExecutor):
         raise click.UsageError("--cross-target runs the cells here, together: leave out --executor ray")
     if deadline is not None:
-        table = read_costs(Path(costs)) if costs is not None else None
+        table = read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None
         reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
         states = cache_dir(cache) / STATES_FOLDER if pack is not None else None
         if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them
@@ -313,10 +313,20 @@ def bench_command(
         click.echo(f"pack: {len(manifest['cells'])} cell(s) in {len(manifest['files']) + 1} file(s) in {pack}; "
                    f"{len(manifest['cells_remaining'])} cell(s) of the suite remain; merge it where the results "
                    f"are kept: reconbench bench {suite} --unpack DIR --out RESULTS")
+        for left in manifest.get("training_left_out") or []:
+            click.echo(f"  training state of target {left['recipe_key']} not packed ({left['reason']}): the next "
+                       "slice trains it again from the start; run shorter slices with fewer cells")
     if report.failed or report.lost:
         raise SystemExit(1)  # the summary above names each cell and its record
     if isinstance(cells_executor, DeadlineExecutor) and not report.ran and cells_executor.deferred:
         raise SystemExit(1)  # nothing fitted the deadline: say_deferred said so
+
+
+def costs_dtypes(suite: Suite, dtype: str | None) -> dict[str, str]:
+    """The precisions a probe's cost table is read for: the targets' training (float32 only when every target of the
+    suite trains in it) and the attacks'."""
+    trained = {c.recipe.train.dtype for c in expand(suite)}
+    return {"train_dtype": "float32" if trained == {"float32"} else "float64", "attack_dtype": dtype or suite.dtype}
 
 
 def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, data_root: str | None, resume: bool,

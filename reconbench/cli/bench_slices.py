@@ -16,7 +16,14 @@ from reconbench.bench.executors import Executor
 from reconbench.bench.runner import BenchReport, next_invocation_number
 from reconbench.bench.slice_costs import CostModel, SlicePlan, cell_work, plan_slices
 from reconbench.bench.slice_executor import DeadlineExecutor
-from reconbench.bench.slice_pack import LEDGER_FILE, MAX_FILE_BYTES, STATES_FOLDER, remaining_cells, unpack, write_pack
+from reconbench.bench.slice_pack import (
+    LEDGER_FILE,
+    STATE_PART_BYTES,
+    STATES_FOLDER,
+    remaining_cells,
+    unpack,
+    write_pack,
+)
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize
@@ -46,13 +53,13 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
         why = f"; {d.note}" if d.note else ""
         click.echo(f"  not started: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left{why})")
     for p in ex.pieces:
-        if not p.finished and p.state is not None and p.state.stat().st_size > MAX_FILE_BYTES:
-            click.echo(f"  target {p.recipe_key}: trained to step {p.step} of {p.steps}, but its state "
-                       f"({p.state.stat().st_size:,} bytes) is larger than a pack file: it does not travel, and the "
-                       "next slice starts its training again (train in float32, or a smaller target)")
-        elif not p.finished:
-            click.echo(f"  target {p.recipe_key}: trained to step {p.step} of {p.steps}; its state goes in the pack "
-                       "and the next slice continues it")
+        if p.finished:
+            continue
+        size = p.state.stat().st_size if p.state is not None and p.state.exists() else 0
+        parts = -(-size // STATE_PART_BYTES)
+        how = f", in {parts} parts of at most {STATE_PART_BYTES:,} bytes" if parts > 1 else ""
+        click.echo(f"  target {p.recipe_key}: trained to step {p.step} of {p.steps}; its state goes in the pack"
+                   f"{how} and the next slice continues it")
 
 
 def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], deadline: float, reserve: float,
