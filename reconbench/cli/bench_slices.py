@@ -42,13 +42,13 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
     if not ex.deferred:
         return
     cheapest = min(ex.deferred, key=lambda d: d.estimate)
-    if not report.ran:
+    if not report.ran and not ex.pieces:
         click.echo(f"deadline {deadline:g}s: nothing ran; no cell fits (the cheapest of {len(ex.deferred)} is "
                    f"estimated at {cheapest.estimate:.1f}s with the safety margin, {cheapest.left:.1f}s were left); "
                    "pass a longer --deadline")
         return
-    click.echo(f"deadline {deadline:g}s: {len(ex.deferred)} cell(s) left for the next run (estimates did not fit "
-               "the time left):")
+    click.echo(f"deadline {deadline:g}s: {len(ex.deferred)} cell(s) left for the next run (their estimates did "
+               "not fit the time left, or their targets are still training):")
     for d in ex.deferred:
         why = f"; {d.note}" if d.note else ""
         click.echo(f"  not started: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left{why})")
