@@ -216,6 +216,11 @@ def test_the_probe_derived_table_plans_the_four_kkt_targets():
 def test_select_of_the_kkt_cells_matches_the_readme_patterns():
     """benchmarks/gpu/README.md plans and runs the four KKT targets' first cells with these --only patterns."""
     suite, _, _ = paper_works()
-    patterns = ["cifar-binary--*--gaussian--*", "mnist-binary--*--gaussian--*", "cifar-multiclass--*--gaussian--*",
-                "cifar-regression-wd--*--gaussian--*"]
+    patterns = ["cifar-binary--haim_binary_kkt--gaussian--*", "mnist-binary--haim_binary_kkt--gaussian--*",
+                "cifar-multiclass--multiclass_kkt--gaussian--*", "cifar-regression-wd--general_loss_wd--gaussian--*"]
     assert [c.cell_id for c in select(expand(suite), patterns)] == KKT_CELLS
+    # and the float64 A/B subset: the same targets, init and seed, in TF32 and in float64
+    ab = [c for c in select(expand(suite), ["*-ab-*"])]
+    assert len(ab) == 4 and {c.run_spec(suite).dtype for c in ab} == {"float32", "float64"}
+    assert {(c.target, c.init.label, c.seed, c.attack.search_runs) for c in ab} == {
+        ("cifar-binary", "gaussian", 0, 4), ("mnist-binary", "gaussian", 0, 4)}

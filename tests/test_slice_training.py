@@ -117,6 +117,12 @@ def test_the_suites_recipes_train_in_pieces(suite_file):
     assert {resumable_reason(c.recipe) for c in expand(suite)} == {None}
     tiny = load_suite(str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "tiny.toml"))
     assert "schedule 'inverse_loss'" in str(resumable_reason(expand(tiny)[0].recipe))
+    # CI's slices (benchmarks/gpu/ci_pieces.sh): two targets the resumable trainer takes, in one stack
+    from reconbench.targets.resumable import batch_group
+    pieces = load_suite(str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "tiny-pieces.toml"))
+    recipes = {c.recipe.key(): c.recipe for c in expand(pieces)}
+    assert len(recipes) == 2 and {resumable_reason(r) for r in recipes.values()} == {None}
+    assert len({batch_group(r) for r in recipes.values()}) == 1
 
 
 def test_training_stopped_by_a_deadline_travels_and_ends_as_one_uninterrupted_run(suite_file, tmp_path, capsys):

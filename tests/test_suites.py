@@ -284,7 +284,10 @@ def test_cpu_mini_covers_the_issue():
 
 def test_paper_suite_has_the_published_sizes():
     suite = load_suite("paper")
-    assert suite.device == "cuda" and suite.dtype == "float64"
+    # the precision policy: float32 attacks with TF32 products on the GPU, targets trained in float64
+    assert suite.device == "cuda" and suite.dtype == "float32"
+    assert all(a.config.get("tf32") for a in suite.attacks.values() if a.dtype is None and "steps" in a.config)
+    assert {e.recipe.train.dtype for e in suite.targets.values()} == {"float64"}
     t = suite.targets
     assert t["cifar-binary"].recipe.problem.n_per_class == 250 and t["cifar-multiclass"].recipe.problem.n_per_class == 50
     assert all(e.recipe.train.steps == 1_000_000 for e in t.values())

@@ -37,6 +37,7 @@ from reconbench import plugins
 from reconbench.bench.cells import Cell
 from reconbench.config import build_config
 from reconbench.errors import ReconbenchError, UnknownNameError
+from reconbench.precision import MATMUL_PRECISIONS, attack_precision
 from reconbench.preflight import TargetSize
 from reconbench.targets.recipe import TargetRecipe
 from reconbench.targets.resumable import batch_group, resumable_reason
@@ -47,6 +48,8 @@ UNSIZED_PARAMETERS_PER_PIXEL = 1000
 #: an estimate is ``SAFETY_FACTOR x (phases) + SAFETY_SECONDS``
 SAFETY_FACTOR = 1.25
 SAFETY_SECONDS = 2.0
+#: training in pieces starts only with at least this many seconds left (less is not worth a process's set-up)
+MIN_TRAINING_SECONDS = 1.0
 
 #: Prior cost tables by device kind, used until the slice measures a phase. Deliberately pessimistic: a cell
 #: skipped for lack of time runs in the next slice, a cell started that cannot finish is lost.
@@ -76,6 +79,7 @@ class CellWork:
     evaluate: float
     pieces: bool = False
     group: str = ""
+    precision: str = ""   # the attack's matrix products (reconbench.precision): float64, float32 or tf32
 
     def units(self, phase: str, trains: bool) -> float:
         if phase == "train":
@@ -109,9 +113,12 @@ def piece_parameters(recipe: TargetRecipe, size: TargetSize, params: float) -> f
     return max(params - d * w1, 0.0) + size.n_train * w1 / 3.0
 
 
-def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False) -> CellWork:
+def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str | None = None,
+              device: str = "") -> CellWork:
     """The work of ``cell`` on a target of ``size`` (:func:`reconbench.preflight.check_target`). ``pieces``: the
-    slice trains targets in pieces where the resumable trainer takes their recipe (a slice with ``--pack``)."""
+    slice trains targets in pieces where the resumable trainer takes their recipe (a slice with ``--pack``).
+    ``dtype`` (the suite's or the command's) and ``device``: the attack's precision, which a cost table may price
+    apart (none given: the table's one attack rate)."""
     pixels = math.prod(size.input_shape)
     params = size.parameters if size.parameters is not None else pixels * UNSIZED_PARAMETERS_PER_PIXEL
     m = cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train
@@ -126,7 +133,13 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False) -> CellWork
         evaluate=float(m) * size.n_train * pixels,
         pieces=in_pieces,
         group=batch_group(cell.recipe) if in_pieces else "",
+        precision=_matmul(cell, dtype, device) if device else "",
     )
+
+
+def _matmul(cell: Cell, dtype: str | None, device: str) -> str:
+    tf32 = bool(cell.attack.config.get("tf32", False))
+    return str(attack_precision(cell.attack.dtype or dtype or "float64", tf32, device).attack_matmul)
 
 
 def device_kind(device: str) -> str:
@@ -160,10 +173,16 @@ def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", 
     train = [r for r in ok(probe.get("trainer")) if r.get("dtype") == train_dtype and r.get("target_steps_per_second")]
     graph = [r for r in train if r.get("cuda_graph")]
     train = graph or train
-    attack = [r for r in ok(probe.get("attack")) if r.get("precision") == attack_precision
-              and r.get("seconds_per_step") and r["seconds_per_step"] > 0]
-    graph = [r for r in attack if (r.get("batch") or {}).get("cuda_graph")]
-    attack = graph or attack
+
+    def attack_rows(precision: str) -> list[dict[str, Any]]:
+        rows = [r for r in ok(probe.get("attack")) if r.get("precision") == precision
+                and r.get("seconds_per_step") and r["seconds_per_step"] > 0]
+        graph = [r for r in rows if (r.get("batch") or {}).get("cuda_graph")]
+        rows = graph or rows
+        most = max((int(r["runs"]) for r in rows), default=0)
+        return [r for r in rows if int(r["runs"]) == most]
+
+    attack = attack_rows(attack_precision)
     where = f"probe {source}" if source else "the probe"
     if not train or not attack:
         phase = "trainer" if not train else "attack"
@@ -175,22 +194,26 @@ def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", 
         units = float(r["flops_per_step"]) / int(r["targets"]) / 6.0
         return 1.0 / float(r["target_steps_per_second"]) / units
 
-    most = max(int(r["runs"]) for r in attack)
-
     def attack_rate(r: dict[str, Any]) -> float:
         layers = [int(x) for x in r["layers"]]
         weights = sum(a * b for a, b in zip(layers[:-1], layers[1:], strict=True))
         return float(r["seconds_per_step"]) / (int(r["runs"]) * int(r["m"]) * weights)
 
     t = max(train, key=train_rate)
-    a = max((r for r in attack if int(r["runs"]) == most), key=attack_rate)
-    return {"train": {"fixed": prior["train"]["fixed"], "rate": train_rate(t)},
-            "attack": {"fixed": prior["attack"]["fixed"], "rate": attack_rate(a)},
-            "evaluate": dict(prior["evaluate"]),
-            "from_probe": {"source": source, "device": (probe.get("conditions") or {}).get("device"),
+    a = max(attack, key=attack_rate)
+    table: dict[str, Any] = {
+        "train": {"fixed": prior["train"]["fixed"], "rate": train_rate(t)},
+        "attack": {"fixed": prior["attack"]["fixed"], "rate": attack_rate(a)},
+        "evaluate": dict(prior["evaluate"])}
+    for precision in MATMUL_PRECISIONS:   # each precision the probe measured, for cells that ask for it
+        rows = attack_rows(precision)
+        if rows:
+            table[f"attack@{precision}"] = {"fixed": prior["attack"]["fixed"], "rate": max(map(attack_rate, rows))}
+    table["from_probe"] = {"source": source, "device": (probe.get("conditions") or {}).get("device"),
                            "train": {k: t.get(k) for k in ("targets", "dataset", "dtype", "cuda_graph",
                                                           "target_steps_per_second")},
-                           "attack": {k: a.get(k) for k in ("runs", "m", "precision", "seconds_per_step")}}}
+                           "attack": {k: a.get(k) for k in ("runs", "m", "precision", "seconds_per_step")}}
+    return table
 
 
 def is_probe(data: Any) -> bool:
@@ -221,7 +244,17 @@ def read_costs(path: Path, *, train_dtype: str = "float64", attack_dtype: str = 
         if not ok:
             raise ReconbenchError(f"cost table {path}: phase {phase!r} needs finite non-negative 'fixed' and 'rate'; {fix}")
         table[phase] = {"fixed": float(entry["fixed"]), "rate": float(entry["rate"])}  # type: ignore[index]
+    for key, entry in data.items():   # attack rates by precision (costs_from_probe writes them)
+        if key.startswith("attack@") and isinstance(entry, dict):
+            table[key] = {"fixed": float(entry.get("fixed", table["attack"]["fixed"])),
+                          "rate": float(entry.get("rate", table["attack"]["rate"]))}
     return table
+
+
+def attack_key(phase: str, precision: str) -> str:
+    """The cost table's key of a phase: ``attack@<precision>`` for an attack whose precision is known, else the
+    phase's own name."""
+    return f"attack@{precision}" if phase == "attack" and precision else phase
 
 
 @dataclass
@@ -237,17 +270,23 @@ class CostModel:
     def for_device(cls, device: str, table: Mapping[str, Mapping[str, float]] | None = None) -> CostModel:
         return cls(prior=table if table is not None else PRIORS[device_kind(device)])
 
-    def phase_seconds(self, phase: str, units: float) -> float:
+    def phase_seconds(self, phase: str, units: float, precision: str = "") -> float:
+        """Seconds of ``units`` of ``phase``; an attack's in its matrix-product ``precision`` where the table has
+        a rate for it (``attack@float64``: a float64 A/B cell costs far more than a TF32 one of the same units) and
+        measured apart from the others."""
         if units <= 0:
             return 0.0
-        seen = [(u, s) for u, s in self.measured.get(phase, []) if u > 0]
+        key = attack_key(phase, precision)
+        prior = self.prior.get(key) or self.prior[phase]
+        seen = [(u, s) for u, s in self.measured.get(key, []) if u > 0]
         if not seen:
-            return self.prior[phase]["fixed"] + units * self.prior[phase]["rate"]
+            return prior["fixed"] + units * prior["rate"]
         return max(s * max(1.0, units / u) for u, s in seen)
 
     def estimate(self, work: CellWork, trains: bool) -> float:
         """Seconds ``work`` is expected to take, the margin included (``trains``: its target is trained first)."""
-        return self.factor * sum(self.phase_seconds(p, work.units(p, trains)) for p in PHASES) + self.extra
+        return self.factor * sum(self.phase_seconds(p, work.units(p, trains), work.precision) for p in PHASES) \
+            + self.extra
 
     def observe(self, work: CellWork, trains: bool, record: Mapping[str, Any]) -> None:
         """Learn from a finished cell's record: its training (the target's ``load_or_train_seconds`` when this cell
@@ -261,7 +300,7 @@ class CostModel:
         for phase, seconds in (("train", train), ("attack", attack), ("evaluate", max(wall - train - attack, 0.0))):
             units = work.units(phase, trains)
             if units > 0:
-                self.measured.setdefault(phase, []).append((units, seconds))
+                self.measured.setdefault(attack_key(phase, work.precision), []).append((units, seconds))
 
 
 @dataclass
@@ -324,8 +363,8 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
 
     Each slice first walks the remaining cells in order and starts every one whose estimate still fits and whose
     target needs no training in pieces (a target trained whole is counted in its first cell, as before); then it
-    gives what is left (less the margin's fixed seconds) to the first group of targets, in the cells' order, whose
-    training in pieces is unfinished; when that training ends inside the slice, the walk starts again (its cells can
+    gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS`) to the first group
+    of targets, in the cells' order, whose training in pieces is unfinished; when that training ends inside the slice, the walk starts again (its cells can
     now run) and the next group trains; otherwise the slice is full. A finished training state travels, so a target
     trained in one slice is ready in every later one. A cell that does not fit even an empty slice, its training
     aside, is ``unfit``. ``progress``: the fraction of its steps a target's training state has done already (by
@@ -355,7 +394,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
                     taken.append(w.cell_id)
             group = next((w.group for w in todo if w.pieces and w.target_key not in ready), None)
             allowed = budget - slot.spent - model.extra
-            if group is None or allowed <= 0:
+            if group is None or allowed < MIN_TRAINING_SECONDS:
                 break
             seconds = min(left[group], allowed)
             slot.spent += seconds

@@ -12,7 +12,7 @@ from typing import Any
 from reconbench.bench.cross_cells import run_together
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
 from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
-from reconbench.bench.slice_costs import CellWork, CostModel, Slot, cell_work
+from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work
 from reconbench.preflight import TargetSize
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import CARD_FILE
@@ -114,8 +114,8 @@ class DeadlineExecutor:
         slot = Slot(self.model, self.deadline,
                     trained={k for k in self.sizes if (cached / k / CARD_FILE).exists()})
         in_pieces = self.states is not None
-        works = {job.cell.cell_id: cell_work(job.cell, self.sizes[job.cell.recipe.key()], pieces=in_pieces)
-                 for job in jobs}
+        works = {job.cell.cell_id: cell_work(job.cell, self.sizes[job.cell.recipe.key()], pieces=in_pieces,
+                                             dtype=ctx.dtype, device=ctx.device) for job in jobs}
         stopped: dict[str, str] = {}   # target key -> why its cells wait for the next slice
         together: list[CellJob] = []
         waiting = list(jobs)
@@ -155,7 +155,7 @@ class DeadlineExecutor:
             first = next((j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in
                           slot.trained and j.cell.recipe.key() not in stopped), None)
             seconds = self._training_seconds(slot)
-            if first is None or seconds <= 0:
+            if first is None or seconds < MIN_TRAINING_SECONDS:
                 break
             recipes = self._group_of(first, waiting, works, slot.trained, stopped)
             result = self._train_group(recipes, seconds, ctx)

@@ -264,7 +264,7 @@ def bench_command(
         todo = [c for c in select_cells(s, only) if not is_finished(done.get(c.cell_id), c.key(s, dtype), retry_failed)]
         print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, device or s.device,
                    read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None,
-                   ledger_progress(Path(finished), todo) if finished is not None else None)
+                   ledger_progress(Path(finished), todo) if finished is not None else None, dtype)
         return
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
@@ -354,7 +354,8 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
                                           fix="lower its widths (or other model options) in the suite")
             check_search(cell.attack.search, cell.attack.search_config)   # its optional dependency is installed
             check_attack(sizes[key], candidates=cell.attack.candidates, search_runs=cell.attack.search_runs,
-                         dtype=dtype or suite.dtype, fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
+                         dtype=cell.attack.dtype or dtype or suite.dtype,
+                         fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
             if cell.attack.attack in plugins.names("attacks"):
                 steps = attack_steps(plugins.attack(cell.attack.attack), cell.attack.config)
                 attack_time += attack_seconds(sizes[key], steps=steps, candidates=cell.attack.candidates,

@@ -64,11 +64,11 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
 
 def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], deadline: float, reserve: float,
                device: str, table: dict[str, dict[str, float]] | None,
-               progress: dict[str, float] | None = None) -> SlicePlan:
+               progress: dict[str, float] | None = None, dtype: str | None = None) -> SlicePlan:
     """The slices ``cells`` (those still to run; ``sizes``: their targets') need, as ``--plan`` prints them: a
     slice runs with ``--pack``, so targets the resumable trainer takes train in pieces across slices (``progress``:
     the fraction of its steps each such target's travelling state has done already)."""
-    works = [cell_work(c, sizes[c.recipe.key()], pieces=True) for c in cells]
+    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=dtype or suite.dtype, device=device) for c in cells]
     plan = plan_slices(works, CostModel.for_device(device, table), deadline - reserve, progress=progress)
     names = {c.recipe.key(): c.target for c in cells}
     groups: dict[str, list[str]] = {}
