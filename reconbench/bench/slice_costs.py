@@ -364,11 +364,12 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     Each slice first walks the remaining cells in order and starts every one whose estimate still fits and whose
     target needs no training in pieces (a target trained whole is counted in its first cell, as before); then it
     gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS`) to the first group
-    of targets, in the cells' order, whose training in pieces is unfinished; when that training ends inside the slice, the walk starts again (its cells can
-    now run) and the next group trains; otherwise the slice is full. A finished training state travels, so a target
-    trained in one slice is ready in every later one. A cell that does not fit even an empty slice, its training
-    aside, is ``unfit``. ``progress``: the fraction of its steps a target's training state has done already (by
-    recipe key; its training in pieces costs that much less). Nothing runs: the plan comes from the cost model
+    of targets, in the cells' order, whose training in pieces is unfinished; when that training ends inside the
+    slice, the walk starts again (its cells can now run) and the next group trains; otherwise the slice is full. A
+    finished training state travels, so a target trained in one slice is ready in every later one. A cell that does
+    not fit even an empty slice, its training aside, is ``unfit``. ``progress``: the fraction of its steps a
+    target's training state has done already (by recipe key; its training in pieces costs that much less). Nothing
+    runs: the plan comes from the cost model
     alone."""
     todo = list(works)
     plan = SlicePlan([], [], {})
