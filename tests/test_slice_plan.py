@@ -190,6 +190,11 @@ def test_a_cost_table_from_the_probe_by_hand(tmp_path):
     # --costs takes the probe's file as it is: float32 attacks read its TF32 rows
     assert read_costs(path, attack_dtype="float32")["attack"] == pytest.approx(table["attack"])
     assert read_costs(path, attack_dtype="float64")["attack"]["rate"] == pytest.approx(0.1 / (16 * 1000 * 4_073_000))
+    # a precision the probe's budget did not reach is priced as a slower one it measured (pessimistic)
+    no_f32 = {**probe_rows(), "trainer": [r for r in probe_rows()["trainer"] if r["dtype"] == "float64"]}
+    assert costs_from_probe(no_f32, train_dtype="float32")["train"]["rate"] == pytest.approx(1e-11)
+    no_tf32 = {**probe_rows(), "attack": [r for r in probe_rows()["attack"] if r.get("precision") != "tf32"]}
+    assert costs_from_probe(no_tf32)["attack"]["rate"] == pytest.approx(0.1 / (16 * 1000 * 4_073_000))
     empty = {**probe_rows(), "attack": [probe_rows()["attack"][-1]]}
     with pytest.raises(ReconbenchError, match="no attack row of precision tf32"):
         costs_from_probe(empty)

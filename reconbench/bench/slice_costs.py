@@ -170,9 +170,13 @@ def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", 
     def ok(rows: Any) -> list[dict[str, Any]]:
         return [r for r in rows or [] if isinstance(r, dict) and "error" not in r]
 
-    train = [r for r in ok(probe.get("trainer")) if r.get("dtype") == train_dtype and r.get("target_steps_per_second")]
-    graph = [r for r in train if r.get("cuda_graph")]
-    train = graph or train
+    def train_rows(dtype: str) -> list[dict[str, Any]]:
+        rows = [r for r in ok(probe.get("trainer")) if r.get("dtype") == dtype and r.get("target_steps_per_second")]
+        return [r for r in rows if r.get("cuda_graph")] or rows
+
+    # a precision the probe did not reach (its budget ran out) is priced as a slower one it measured: float32
+    # training as float64, TF32 products as float32 or float64 (pessimistic: a cell may wait, none overruns)
+    train = train_rows(train_dtype) or (train_rows("float64") if train_dtype == "float32" else [])
 
     def attack_rows(precision: str) -> list[dict[str, Any]]:
         rows = [r for r in ok(probe.get("attack")) if r.get("precision") == precision
@@ -182,7 +186,8 @@ def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", 
         most = max((int(r["runs"]) for r in rows), default=0)
         return [r for r in rows if int(r["runs"]) == most]
 
-    attack = attack_rows(attack_precision)
+    slower = {"tf32": ("float32", "float64"), "float32": ("float64",)}.get(attack_precision, ())
+    attack = attack_rows(attack_precision) or next((rows for p in slower if (rows := attack_rows(p))), [])
     where = f"probe {source}" if source else "the probe"
     if not train or not attack:
         phase = "trainer" if not train else "attack"

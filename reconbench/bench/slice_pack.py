@@ -158,7 +158,8 @@ def _content_name(stem: str, suffix: str, data: bytes) -> str:
 def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], remaining: Sequence[str],
                invocation: int, device: str, dtype: str, deferred: Sequence[dict[str, Any]] = (),
                deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
-               costs: dict[str, Any] | None = None, states: Sequence[Path] = ()) -> dict[str, Any]:
+               costs: dict[str, Any] | None = None, states: Sequence[Path] = (),
+               max_files: int = MAX_FILES) -> dict[str, Any]:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
 
@@ -167,7 +168,10 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     written first, the manifest replaces the old one in one rename, and only then are the files it no longer names
     removed; at every moment the manifest names files that exist with its sha256 (``unpack`` ignores leftovers).
     ``states``: training states (``reconbench.targets.resumable``, named ``<recipe key>.safetensors``) of targets
-    whose training this slice began or continued, each its own file ``training-<sha>.safetensors``."""
+    whose training this slice began or continued, each its own file ``training-<sha>.safetensors`` (or its parts,
+    ``training-<sha>.part``, when larger than :data:`STATE_PART_BYTES`). ``max_files``: the pack's files, the
+    manifest included (fewer than :data:`MAX_FILES` when something else comes back beside the pack: the probe's
+    JSON)."""
     records = {cid: json.loads(cell_path(out, cid).read_text()) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
@@ -186,7 +190,7 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     ok = [c for c in cells if records[c].get("status") == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
     candidates, sampled = _candidates_file(out, [c for c in sample if c in ok])
-    if candidates is not None and len(files) + 2 <= MAX_FILES:
+    if candidates is not None and len(files) + 2 <= max_files:
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
@@ -195,9 +199,9 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     for state in states:
         data = state.read_bytes()
         parts = [data[i:i + STATE_PART_BYTES] for i in range(0, len(data), STATE_PART_BYTES)] or [data]
-        if len(files) + len(parts) + 1 > MAX_FILES:   # the cells matter more: they still go
+        if len(files) + len(parts) + 1 > max_files:   # the cells matter more: they still go
             left_out.append({"recipe_key": state.stem, "bytes": len(data),
-                             "reason": f"no file left of the {MAX_FILES} for its {len(parts)} part(s)"})
+                             "reason": f"no file left of the {max_files} for its {len(parts)} part(s)"})
             continue
         step, dtype_name = state_step(state)
         entry: dict[str, Any] = {"recipe_key": state.stem, "step": step, "dtype": dtype_name}
@@ -209,7 +213,7 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
             entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
             files.update(zip(entry["parts"], parts, strict=True))
         travelling.append(entry)
-    if len(files) + 1 > MAX_FILES:
+    if len(files) + 1 > max_files:
         raise PackError(f"the slice's records need {len(files)} archives, more than a pack may hold; its cells stay in "
                         f"{out}: run shorter slices (a smaller --deadline)")
     pack.mkdir(parents=True, exist_ok=True)

@@ -134,6 +134,14 @@ from reconbench.tracking import MlflowTracker, tracker
     "at most 16 MiB with a manifest (a GPU machine's way back); implies --resume. Merge it with --unpack DIR.",
 )
 @click.option(
+    "--pack-files",
+    type=click.IntRange(min=2, max=8),
+    default=8,
+    show_default=True,
+    help="With --pack: the most files the pack may hold, its manifest included (fewer when another file comes back "
+    "beside it, e.g. the GPU probe's JSON: benchmarks/gpu/slice.sh passes 7 then).",
+)
+@click.option(
     "--unpack",
     type=click.Path(file_okay=False),
     default=None,
@@ -186,6 +194,7 @@ def bench_command(
     address: str | None,
     deadline: float | None,
     pack: str | None,
+    pack_files: int,
     unpack: str | None,
     finished: str | None,
     costs: str | None,
@@ -285,7 +294,7 @@ def bench_command(
     elif cross_target:
         cells_executor = CrossTargetExecutor()
     packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,
-                                                   started, elsewhere)
+                                                   started, elsewhere, max_files=pack_files)
     on_cell = chain_on_cell(None if logger is None else cell_logger(logger, out_dir), packer)
     with folder_lock(out_dir, "results"):
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,

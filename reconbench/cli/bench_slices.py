@@ -18,6 +18,7 @@ from reconbench.bench.slice_costs import CostModel, SlicePlan, cell_work, plan_s
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import (
     LEDGER_FILE,
+    MAX_FILES,
     STATE_PART_BYTES,
     STATES_FOLDER,
     remaining_cells,
@@ -122,11 +123,13 @@ class SlicePacker:
     time limit leaves what finished, and once more at the end (``complete``)."""
 
     def __init__(self, pack: Path, suite: Suite, out: Path, ex: Executor, device: str | None,
-                 dtype: str | None, started: float, elsewhere: dict[str, dict[str, Any]]) -> None:
+                 dtype: str | None, started: float, elsewhere: dict[str, dict[str, Any]],
+                 max_files: int = MAX_FILES) -> None:
         self.pack, self.suite, self.out, self.ex, self.started, self.elsewhere = pack, suite, out, ex, started, elsewhere
         self.device, self.dtype = device or suite.device, dtype or suite.dtype
         self.keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}   # the whole suite, --only or not
         self.ran: list[str] = []
+        self.max_files = max_files
 
     def cell(self, rec: dict[str, Any]) -> None:
         self.ran.append(rec["cell_id"])
@@ -150,7 +153,7 @@ class SlicePacker:
         return write_pack(self.pack, self.suite, self.out, cells=list(ran), remaining=remaining, states=states,
                           invocation=next_invocation_number(self.out) - 1, device=self.device, dtype=self.dtype,
                           deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
-                          complete=complete, costs=costs)
+                          complete=complete, costs=costs, max_files=self.max_files)
 
 
 def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,
