@@ -366,3 +366,17 @@ def test_a_state_larger_than_a_part_travels_split_and_joins_to_the_same_bytes(su
     (pack / entry["parts"][1]).unlink()
     with pytest.raises(PackError, match="is missing"):
         verify_pack(pack, suite)
+
+
+def test_a_cross_target_slice_trains_its_stack_then_runs_every_cell_together(suite_file, tmp_path):
+    """The GPU's default path on the CPU: with a deadline, training states and --cross-target, the slice trains the
+    two targets as one stack, then chooses their four cells and runs their search runs in one computation."""
+    suite = load_suite(str(suite_file))
+    ex = DeadlineExecutor(1e5, cheap(), sizes(suite), start=0.0, states=tmp_path / "cache" / "training",
+                          cross_target=True)
+    report = run_suite(suite, tmp_path / "out", cache=str(tmp_path / "cache"), quiet=True, executor=ex)
+    assert sorted(report.ran) == sorted(ex.started_cells) and len(report.ran) == 4 and not report.failed
+    assert len(ex.pieces) == 2 and all(p.finished and p.stacked == 2 for p in ex.pieces)
+    for rec in load_cells(tmp_path / "out").values():
+        assert rec["status"] == "ok" and rec["target"]["train_metrics"]["training_pieces"] == 1
+        assert all(run["batch"]["cross_target"]["targets"] == 2 for run in rec["runs"])
