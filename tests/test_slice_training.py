@@ -380,3 +380,18 @@ def test_a_cross_target_slice_trains_its_stack_then_runs_every_cell_together(sui
     for rec in load_cells(tmp_path / "out").values():
         assert rec["status"] == "ok" and rec["target"]["train_metrics"]["training_pieces"] == 1
         assert all(run["batch"]["cross_target"]["targets"] == 2 for run in rec["runs"])
+
+
+def test_a_finished_state_restored_elsewhere_gives_the_same_card_and_counts_no_piece(suite_file, tmp_path):
+    from reconbench.bench.cells import expand
+    from reconbench.targets.resumable import train_piece
+
+    suite = load_suite(str(suite_file))
+    recipe = expand(suite)[0].recipe
+    done = train_piece(recipe, tmp_path / "card1", tmp_path / "states", seconds=1e9)
+    again = train_piece(recipe, tmp_path / "card2", tmp_path / "states", seconds=0.0)
+    assert done.finished and again.finished and again.step == STEPS
+    cards = [json.loads((tmp_path / d / "card.json").read_text()) for d in ("card1", "card2")]
+    assert [c["metrics"]["training_pieces"] for c in cards] == [1, 1]
+    a, b = (load_file(str(tmp_path / d / "weights.safetensors")) for d in ("card1", "card2"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

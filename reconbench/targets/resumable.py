@@ -136,6 +136,7 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
             spent_before[t] = float(trainer.target_extra[t].get("seconds", 0.0))
             pieces_before[t] = int(trainer.target_extra[t].get("pieces", 0))
     steps = recipes[0].train.steps
+    start_step = trainer.step_count
     window_seconds = 0.0
     while trainer.step_count < steps:
         left = seconds - (clock() - t0)
@@ -149,9 +150,11 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
             raise DivergedError(f"training of target {diverged[0][0]} diverged: {diverged[0][1]}")
     now = clock() - t0
     states.mkdir(parents=True, exist_ok=True)
+    # a piece is a call that advanced the training (a finished state restored on another machine is none)
+    pieces_now = [p + (1 if trainer.step_count > start_step or p == 0 else 0) for p in pieces_before]
     # the finished state is kept too (and travels while the target's cells remain): a card does not leave its machine
     for t, path in enumerate(paths):
-        trainer.save(path, with_base=False, extra={"seconds": spent_before[t] + now, "pieces": pieces_before[t] + 1},
+        trainer.save(path, with_base=False, extra={"seconds": spent_before[t] + now, "pieces": pieces_now[t]},
                      target=t)
     finished = trainer.step_count >= steps
     if finished:
@@ -161,7 +164,7 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
         card = None
         if finished:
             card = _finish(recipe, problems[t], trainer, models[t], card_dirs[t], spent_before[t] + now,
-                           pieces_before[t] + 1, device, t)
+                           pieces_now[t], device, t)
         out.append(Piece(recipe.key(), trainer.step_count, steps, spent_before[t] + now, card=card, state=path,
                          stacked=len(recipes)))
     return out
