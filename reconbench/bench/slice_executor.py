@@ -1,5 +1,7 @@
 """The executor of a slice: cells one after the other in this process, each started only when its estimated cost
-(``reconbench.bench.slice_costs``) fits before the deadline; the others are left for the next slice."""
+(``reconbench.bench.slice_costs``) fits before the deadline; the others are left for the next slice. With a folder of
+training states, targets the resumable trainer takes train in pieces with the time the cells leave, several of one
+shape as one stack (:meth:`DeadlineExecutor.run`; ``plan_slices`` plans the same walk)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ class Deferred:
 
 @dataclass
 class DeadlineExecutor:
-    """Runs jobs in order while they fit: a job starts only when ``elapsed + estimate <= deadline``.
+    """Runs jobs in order while they fit: a job starts only when ``elapsed + estimate <= deadline``; with ``states``,
+    training in pieces takes the time the cells leave (:meth:`run`).
 
     ``sizes`` holds each target's size by recipe key (the command's preflight computed them); ``clock`` returns
     seconds (monotonic) and ``start`` is when the deadline began counting."""
