@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,3 +231,21 @@ def test_select_of_the_kkt_cells_matches_the_readme_patterns():
     assert len(ab) == 4 and {c.run_spec(suite).dtype for c in ab} == {"float32", "float64"}
     assert {(c.target, c.init.label, c.seed, c.attack.search_runs) for c in ab} == {
         ("cifar-binary", "gaussian", 0, 4), ("mnist-binary", "gaussian", 0, 4)}
+
+
+def test_plan_command_counts_the_stack_once_and_says_when_each_target_is_done(tmp_path, capsys, no_work):
+    """`--plan` on CI's two-slice suite (two digits targets of one shape, trained in pieces as one stack), by hand:
+    the stack's training is 1.25 x 10 = 12.5 s, a cell 1.25 x (3 + 1) + 2 = 7 s, slices of 35 - 10 = 25 s.
+    Slice 1 trains the stack (12.5), runs digits-a's cell (19.5); digits-b's (26.5) waits for slice 2."""
+    from _helpers.cli import run_cli
+
+    suite = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "tiny-pieces.toml"
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps(fixed_table(10.0, 3.0, 1.0)))
+    code, text, err = run_cli(["bench", str(suite), "--plan", "--deadline", "35", "--costs", str(costs), "--out",
+                               str(tmp_path / "res")], capsys)
+    assert code == 0, err
+    assert "digits-a + digits-b 12s" in text
+    assert "target digits-a: trained in pieces by slice 1, its 1 cell(s) done by slice 1" in text
+    assert "target digits-b: trained in pieces by slice 1, its 1 cell(s) done by slice 2" in text
+    assert "2 cell(s) in 2 slice(s), 0 that fit none" in text
