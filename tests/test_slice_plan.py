@@ -203,7 +203,7 @@ def test_a_cost_table_from_the_probe_by_hand(tmp_path):
 
 
 def test_the_probe_derived_table_plans_the_four_kkt_targets():
-    """With the table of a probe like the issue's arithmetic (a paper target's 10^6 steps in 200 s, a TF32 attack
+    """With the table of a probe of round numbers (a paper target's 10^6 steps in 200 s, a TF32 attack
     step of 16 runs in 6 ms: 300 s of 16 runs on CIFAR-10), the four targets and their 16-run cells need a count of slices no
     smaller than their work divided by a slice: the plan reaches it or one more (first fit wastes at most a cell)."""
     works = paper_piece_works(KKT_CELLS)
