@@ -1,9 +1,11 @@
 """The precision a run used, as one small record: how the target was trained, how the attack multiplied, and in
 which dtype the losses were summed.
 
-A target's card records the training half (``metrics["precision"]``, written by the trainer); a run's provenance
-records the attack half. TF32 is an opt-in of CUDA float32 attacks only (``tf32 = true`` in the attack's options):
-their matrix products then round their inputs to 10 mantissa bits, while sums (the loss) stay in float32.
+A target's card records the training half (``metrics["precision"]``, written by the trainer, and copied into each
+cell's record with the card's metrics); a run's provenance records the attack half and the evaluation's dtype (the
+scores are computed in float64 from the candidates, whatever the attack's precision). TF32 is an opt-in of CUDA
+float32 attacks only (``tf32 = true`` in the attack's options): their matrix products then round their inputs to 10
+mantissa bits, while sums (the loss) stay in float32.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 from reconbench.errors import ReconbenchError
 
 FLOAT_DTYPES = ("float64", "float32")
+#: the dtype the evaluation scores candidates in (reconbench.evaluation.context converts them to float64)
+EVALUATION_DTYPE = "float64"
 MATMUL_PRECISIONS = ("float64", "float32", "tf32")
 
 
@@ -25,10 +29,12 @@ class PrecisionPolicy:
     training_dtype: str | None
     attack_matmul: str | None
     loss_accumulation_dtype: str
+    evaluation_dtype: str | None = None   # an attack run's: the scores' dtype (None: not recorded, as on cards)
 
     def __post_init__(self) -> None:
         for name, value, allowed in (("training_dtype", self.training_dtype, FLOAT_DTYPES),
                                      ("attack_matmul", self.attack_matmul, MATMUL_PRECISIONS),
+                                     ("evaluation_dtype", self.evaluation_dtype, FLOAT_DTYPES),
                                      ("loss_accumulation_dtype", self.loss_accumulation_dtype, FLOAT_DTYPES)):
             if value is not None and value not in allowed:
                 raise ReconbenchError(f"precision record: {name} = {value!r} is not one of {', '.join(allowed)}; "
@@ -38,20 +44,24 @@ class PrecisionPolicy:
                                   "describes a training run, an attack, or both")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out["evaluation_dtype"] is None:   # a training record (a card) stays as it was
+            del out["evaluation_dtype"]
+        return out
 
     @classmethod
     def from_dict(cls, data: object) -> PrecisionPolicy:
         if not isinstance(data, dict):
             raise ReconbenchError(f"precision record: expected an object, got {type(data).__name__}; fix the record "
                                   "or re-run")
-        known = {"training_dtype", "attack_matmul", "loss_accumulation_dtype"}
+        known = {"training_dtype", "attack_matmul", "loss_accumulation_dtype", "evaluation_dtype"}
         extra = set(data) - known
         if extra or "loss_accumulation_dtype" not in data:
             what = f"unknown field {sorted(extra)[0]!r}" if extra else "no loss_accumulation_dtype"
             raise ReconbenchError(f"precision record: {what}; its fields are {', '.join(sorted(known))}")
         return cls(training_dtype=data.get("training_dtype"), attack_matmul=data.get("attack_matmul"),
-                   loss_accumulation_dtype=data["loss_accumulation_dtype"])
+                   loss_accumulation_dtype=data["loss_accumulation_dtype"],
+                   evaluation_dtype=data.get("evaluation_dtype"))
 
 
 def training_precision(dtype: str) -> PrecisionPolicy:
@@ -63,7 +73,8 @@ def attack_precision(dtype: str, tf32: bool, device: str) -> PrecisionPolicy:
     """An attack in ``dtype`` on ``device``; ``tf32`` (asked for) takes effect on CUDA in float32 only, as
     :func:`reconbench.attack.kkt.batched.matmul_precision` applies it. The loss sums in ``dtype`` either way."""
     matmul = "tf32" if tf32 and dtype == "float32" and device.startswith("cuda") else dtype
-    return PrecisionPolicy(training_dtype=None, attack_matmul=matmul, loss_accumulation_dtype=dtype)
+    return PrecisionPolicy(training_dtype=None, attack_matmul=matmul, loss_accumulation_dtype=dtype,
+                           evaluation_dtype=EVALUATION_DTYPE)
 
 
 def run_precision(spec: dict[str, Any], device: str, dtype: str) -> PrecisionPolicy | None:

@@ -403,7 +403,8 @@ def test_the_pack_rewritten_after_each_cell_is_whole_at_every_step(packed, tmp_p
     m1 = json.loads((first / "manifest.json").read_text())
     assert m1["complete"] is False and m1["cells"] == packed[1]["cells"][:1] and packed[1]["complete"] is True
     assert set(packed[1]["costs"]["estimates"]) == set(packed[1]["cells"])   # each started cell's estimate
-    assert len(packed[1]["costs"]["measured"]["attack"]) == len(packed[1]["cells"])
+    # the attack's measurements, keyed by its matrix-product precision (float64 on the CPU)
+    assert len(packed[1]["costs"]["measured"]["attack@float64"]) == len(packed[1]["cells"])
     interrupted = Path(shutil.copytree(first, tmp_path / "interrupted"))
     for f in packed[1]["files"]:   # the next version's data files, written before its manifest
         shutil.copyfile(packed[0] / f["name"], interrupted / f["name"])

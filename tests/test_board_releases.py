@@ -142,9 +142,18 @@ def test_row_cost_joins_devices_and_precisions_and_sums_seconds():
 
     cost = row_cost([cell("cpu", "float64", 1.5), cell("cuda", "float32", 2.25, gpu="H100", matmul="tf32")])
     assert cost.device == "cpu (AMD EPYC) / cuda (H100)"
-    assert cost.precision == "float64 / tf32"
+    # a GPU cell also names its scores' precision (and its target's training, where the record holds it)
+    assert cost.precision == "float64 / tf32, scores float64"
     assert cost.device_seconds == 3.75 and cost.cells == 2
-    assert cost.text() == "cpu (AMD EPYC) / cuda (H100), float64 / tf32, 3.8 s"
+    assert cost.text() == "cpu (AMD EPYC) / cuda (H100), float64 / tf32, scores float64, 3.8 s"
+    gpu = CellRecord.from_dict({"cell_id": "g", "spec": {"dtype": "float32"}, "wall_seconds": 1.0,
+                                "provenance": {"device": "cuda", "precision": {
+                                    "training_dtype": None, "attack_matmul": "tf32",
+                                    "loss_accumulation_dtype": "float32", "evaluation_dtype": "float64"}},
+                                "target": {"train_metrics": {"precision": {
+                                    "training_dtype": "float64", "attack_matmul": None,
+                                    "loss_accumulation_dtype": "float64"}}}})
+    assert row_cost([gpu]).precision == "tf32, training float64, scores float64"
     assert row_cost([]).text() == "n/a"
 
 

@@ -34,7 +34,8 @@ def test_a_record_round_trips_and_refuses_unknown_values():
 def test_an_attack_runs_provenance_holds_its_precision():
     spec = RunSpec(attack="haim_binary_kkt", attack_config={"tf32": True}, dtype="float32", device="cuda")
     assert provenance(spec.to_dict(), "cuda", "float32")["precision"] == {
-        "training_dtype": None, "attack_matmul": "tf32", "loss_accumulation_dtype": "float32"}
+        "training_dtype": None, "attack_matmul": "tf32", "loss_accumulation_dtype": "float32",
+        "evaluation_dtype": "float64"}
     plain = RunSpec(attack="haim_binary_kkt")
     assert provenance(plain.to_dict(), "cpu", "float64")["precision"]["attack_matmul"] == "float64"
     assert "precision" not in provenance({"suite": "x"}, "cpu", "float64")   # no attack run: no attack record

@@ -284,7 +284,12 @@ def test_cpu_mini_covers_the_issue():
 
 def test_paper_suite_has_the_published_sizes():
     suite = load_suite("paper")
-    assert suite.device == "cuda" and suite.dtype == "float64"
+    # the precision policy: float32 attacks with TF32 products on the GPU, targets trained in float32 by the
+    # closed-form loop and checked by the regime gate
+    assert suite.device == "cuda" and suite.dtype == "float32" and suite.max_learned_ratio == 0.1
+    assert all(a.config.get("tf32") for a in suite.attacks.values() if a.dtype is None and "steps" in a.config)
+    assert {(e.recipe.train.dtype, e.recipe.train.float32_trainer) for e in suite.targets.values()} == {
+        ("float32", "closed_form")}
     t = suite.targets
     assert t["cifar-binary"].recipe.problem.n_per_class == 250 and t["cifar-multiclass"].recipe.problem.n_per_class == 50
     assert all(e.recipe.train.steps == 1_000_000 for e in t.values())

@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"trainer check: {result['trainer_check']}", flush=True)
     cases: list[tuple[str, Any]] = [
         ("trainer", (targets, dataset, dtype, graph))
-        for dtype in ("float64", "float32") for targets in size["targets"] for dataset in size["inputs"]
+        for dtype in ("float32", "float64") for targets in size["targets"] for dataset in size["inputs"]
         for graph in (True, False)]
     cases += [("attack", (runs, precision, graph)) for precision in ("tf32", "float32", "float64")
               for runs in size["runs"] for graph in (True, False)]

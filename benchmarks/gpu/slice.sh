@@ -12,6 +12,10 @@
 #   ...            any further arguments go to `reconbench bench` (e.g. --costs FILE); pass "" for FINISHED_JSON
 #                  to give them without a ledger
 #
+# PROBE_BUDGET=S (environment): first run benchmarks/gpu/probe.py for about S seconds of cases into $OUT/probe.json,
+# then plan the slice from its numbers (--costs $OUT/probe.json) with the deadline less the probe's time: the first
+# occasion on a new kind of GPU, in one command (benchmarks/gpu/README.md). PROBE_ARGS: further probe options.
+#
 # It installs the package without its dependencies (built-in plugins are found through install metadata), installs
 # kornia from the wheels in .whl/ when this Python lacks it (benchmarks/gpu/fetch_wheels.sh fetches them), reads the
 # data from .data/ when that folder exists (benchmarks/gpu/copy_data.py fills it), runs the cells that fit before the
@@ -107,7 +111,25 @@ if [ -n "$ledger" ]; then
   fi
 fi
 out="${OUT:-$(mktemp -d)}"
+costs=()
+if [ -n "${PROBE_BUDGET:-}" ] && [ "${PROBE_BUDGET}" != 0 ]; then
+  probe_start=$(date +%s)
+  mkdir -p "$out"
+  # the probe writes its JSON after every case; the timeout keeps one slow case from eating the slice
+  # shellcheck disable=SC2086  # PROBE_ARGS: further probe options, word-split (e.g. "--tiny --device cpu")
+  PYTHONUNBUFFERED=1 timeout $(( PROBE_BUDGET + 90 )) "$py" benchmarks/gpu/probe.py "$out/probe.json" \
+    --budget "$PROBE_BUDGET" ${PROBE_ARGS:-} || echo "note: the probe stopped early; the slice plans from what it measured" >&2
+  if [ -s "$out/probe.json" ]; then
+    costs=(--costs "$out/probe.json")
+  fi
+  costs+=(--pack-files 7)   # probe.json comes back beside the pack: 8 files in all
+  deadline=$(( ${deadline%.*} - ($(date +%s) - probe_start) ))
+  if [ "$deadline" -lt 60 ]; then
+    echo "error: the probe left ${deadline}s for the slice; give a longer DEADLINE or a smaller PROBE_BUDGET" >&2
+    exit 2
+  fi
+fi
 results="$(mktemp -d)"   # this machine's own results folder: what it runs leaves in the pack
 echo "slice: suite $suite, device $device, deadline ${deadline}s, pack $out/pack"
 "$py" -m reconbench bench "$suite" --device "$device" --deadline "$deadline" --pack "$out/pack" --out "$results" \
-  ${finished[@]+"${finished[@]}"} -q "$@"
+  ${finished[@]+"${finished[@]}"} ${costs[@]+"${costs[@]}"} -q "$@"

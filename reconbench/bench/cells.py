@@ -35,7 +35,7 @@ class Cell:
             seed=self.seed,
             candidates=self.attack.candidates,
             search_runs=self.attack.search_runs,
-            dtype=dtype or suite.dtype,
+            dtype=self.attack.dtype or dtype or suite.dtype,
             device=device or suite.device,
             protocol=self.protocol(suite),
             search=self.attack.search,
@@ -63,7 +63,7 @@ class Cell:
             "init": self.init.regime,
             "init_config": self.init.config,
             "seed": self.seed,
-            "dtype": dtype or suite.dtype,
+            "dtype": self.attack.dtype or dtype or suite.dtype,
             "protocol": self.protocol(suite),
         }
         if not self.attack.default_search():

@@ -8,7 +8,10 @@ the time left is not started.
 Work is counted per phase in units proportional to the arithmetic of a dense network (``P`` parameters):
 
 - ``train``: full-batch gradient-descent steps x training images x ``P`` (only when the target is not already
-  trained on this machine: targets are cached by recipe);
+  trained on this machine: targets are cached by recipe). A target trained in pieces across slices (the resumable
+  trainer, ``reconbench.targets.resumable``) counts ``P`` as that trainer's arithmetic does: the layers past the
+  first, plus n x w_1 / 3 for the first layer's factorised update (6 n P is then its FLOPs per step; the input
+  dimension does not enter), and its training is planned apart from its cells (:func:`plan_slices`);
 - ``attack``: search runs x attack steps x candidates x ``P`` (every run of a cell, every step a product with the
   weights per candidate);
 - ``evaluate``: candidates x training images x pixels (the distances between candidates and training images, and
@@ -34,7 +37,10 @@ from reconbench import plugins
 from reconbench.bench.cells import Cell
 from reconbench.config import build_config
 from reconbench.errors import ReconbenchError, UnknownNameError
+from reconbench.precision import MATMUL_PRECISIONS, attack_precision
 from reconbench.preflight import TargetSize
+from reconbench.targets.recipe import TargetRecipe
+from reconbench.targets.resumable import batch_group, resumable_reason
 
 PHASES = ("train", "attack", "evaluate")
 #: parameters assumed per input pixel for a family that cannot be sized without building it (a width-1000 layer)
@@ -42,6 +48,8 @@ UNSIZED_PARAMETERS_PER_PIXEL = 1000
 #: an estimate is ``SAFETY_FACTOR x (phases) + SAFETY_SECONDS``
 SAFETY_FACTOR = 1.25
 SAFETY_SECONDS = 2.0
+#: training in pieces starts only with at least this many seconds left (less is not worth a process's set-up)
+MIN_TRAINING_SECONDS = 1.0
 
 #: Prior cost tables by device kind, used until the slice measures a phase. Deliberately pessimistic: a cell
 #: skipped for lack of time runs in the next slice, a cell started that cannot finish is lost.
@@ -59,17 +67,23 @@ PRIORS: dict[str, dict[str, dict[str, float]]] = {
 
 @dataclass(frozen=True)
 class CellWork:
-    """A cell's work per phase (units in the module docstring); ``train`` counts its target's whole training."""
+    """A cell's work per phase (units in the module docstring); ``train`` counts its target's whole training.
+
+    ``pieces``: the target trains in pieces, apart from its cells (resumable work that the slices share: the cell's
+    own estimate then holds no training); ``group``: targets of one group train as one stack in a slice."""
 
     cell_id: str
     target_key: str
     train: float
     attack: float
     evaluate: float
+    pieces: bool = False
+    group: str = ""
+    precision: str = ""   # the attack's matrix products (reconbench.precision): float64, float32 or tf32
 
     def units(self, phase: str, trains: bool) -> float:
         if phase == "train":
-            return self.train if trains else 0.0
+            return self.train if trains and not self.pieces else 0.0
         return float(getattr(self, phase))
 
 
@@ -89,19 +103,43 @@ def attack_steps(attack: str, config: Mapping[str, Any]) -> int:
     return 0
 
 
-def cell_work(cell: Cell, size: TargetSize) -> CellWork:
-    """The work of ``cell`` on a target of ``size`` (:func:`reconbench.preflight.check_target`)."""
+def piece_parameters(recipe: TargetRecipe, size: TargetSize, params: float) -> float:
+    """``P`` of the resumable trainer's step: ``params`` less the first layer's D x w_1 weights, plus n x w_1 / 3
+    (its factorised update: 2 n^2 w_1 FLOPs against 6 n per parameter elsewhere)."""
+    widths = recipe.widths
+    out = recipe.problem.num_classes if recipe.problem.task == "multiclass" and recipe.problem.num_classes else 1
+    w1 = int(widths[0]) if isinstance(widths, (list, tuple)) and widths else int(out)
+    d = math.prod(size.input_shape)
+    return max(params - d * w1, 0.0) + size.n_train * w1 / 3.0
+
+
+def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str | None = None,
+              device: str = "") -> CellWork:
+    """The work of ``cell`` on a target of ``size`` (:func:`reconbench.preflight.check_target`). ``pieces``: the
+    slice trains targets in pieces where the resumable trainer takes their recipe (a slice with ``--pack``).
+    ``dtype`` (the suite's or the command's) and ``device``: the attack's precision, which a cost table may price
+    apart (none given: the table's one attack rate)."""
     pixels = math.prod(size.input_shape)
     params = size.parameters if size.parameters is not None else pixels * UNSIZED_PARAMETERS_PER_PIXEL
     m = cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train
     steps = attack_steps(cell.attack.attack, cell.attack.config)
+    in_pieces = pieces and resumable_reason(cell.recipe) is None
+    train_params = piece_parameters(cell.recipe, size, params) if in_pieces else params
     return CellWork(
         cell_id=cell.cell_id,
         target_key=cell.recipe.key(),
-        train=float(cell.recipe.train.steps) * size.n_train * params,
+        train=float(cell.recipe.train.steps) * size.n_train * train_params,
         attack=float(cell.attack.search_runs) * steps * m * params,
         evaluate=float(m) * size.n_train * pixels,
+        pieces=in_pieces,
+        group=batch_group(cell.recipe) if in_pieces else "",
+        precision=_matmul(cell, dtype, device) if device else "",
     )
+
+
+def _matmul(cell: Cell, dtype: str | None, device: str) -> str:
+    tf32 = bool(cell.attack.config.get("tf32", False))
+    return str(attack_precision(cell.attack.dtype or dtype or "float64", tf32, device).attack_matmul)
 
 
 def device_kind(device: str) -> str:
@@ -110,9 +148,88 @@ def device_kind(device: str) -> str:
     return kind if kind in PRIORS else "cpu"
 
 
-def read_costs(path: Path) -> dict[str, dict[str, float]]:
+#: the precision of the probe's attack rows a cost table is made from, by the suite's attack dtype (a float32 attack
+#: of the paper suites asks for TF32 products: benchmarks/gpu/probe.py measures both)
+PROBE_ATTACK_PRECISION = {"float64": "float64", "float32": "tf32"}
+
+
+def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", attack_precision: str = "tf32",
+                     source: str = "") -> dict[str, Any]:
+    """A cost table from the GPU probe's JSON (``benchmarks/gpu/probe.py``): the rate of each phase in seconds per
+    unit of this module's work.
+
+    - train: the batched trainer's rows of ``train_dtype`` with the CUDA graph (every row where none was captured),
+      the slowest per target-step (a stack of one target, the paper suite's usual group); its units per
+      target-step are the probe's FLOPs per step / targets / 6 (the resumable trainer's ``n P``);
+    - attack: the attack rows of ``attack_precision`` with the CUDA graph where one was captured, the most runs
+      batched, the slowest per unit; units per step: runs x m x the probe network's weights;
+    - fixed seconds, and the whole evaluate phase (the probe does not time it): the built-in ``cuda`` table's.
+    Raises when the probe measured no row a phase needs (it ran past its budget, say)."""
+    prior = PRIORS["cuda"]
+
+    def ok(rows: Any) -> list[dict[str, Any]]:
+        return [r for r in rows or [] if isinstance(r, dict) and "error" not in r]
+
+    def train_rows(dtype: str) -> list[dict[str, Any]]:
+        rows = [r for r in ok(probe.get("trainer")) if r.get("dtype") == dtype and r.get("target_steps_per_second")]
+        return [r for r in rows if r.get("cuda_graph")] or rows
+
+    # a precision the probe did not reach (its budget ran out) is priced as a slower one it measured: float32
+    # training as float64, TF32 products as float32 or float64 (pessimistic: a cell may wait, none overruns)
+    train = train_rows(train_dtype) or (train_rows("float64") if train_dtype == "float32" else [])
+
+    def attack_rows(precision: str) -> list[dict[str, Any]]:
+        rows = [r for r in ok(probe.get("attack")) if r.get("precision") == precision
+                and r.get("seconds_per_step") and r["seconds_per_step"] > 0]
+        graph = [r for r in rows if (r.get("batch") or {}).get("cuda_graph")]
+        rows = graph or rows
+        most = max((int(r["runs"]) for r in rows), default=0)
+        return [r for r in rows if int(r["runs"]) == most]
+
+    slower = {"tf32": ("float32", "float64"), "float32": ("float64",)}.get(attack_precision, ())
+    attack = attack_rows(attack_precision) or next((rows for p in slower if (rows := attack_rows(p))), [])
+    where = f"probe {source}" if source else "the probe"
+    if not train or not attack:
+        phase = "trainer" if not train else "attack"
+        want = f"dtype {train_dtype}" if not train else f"precision {attack_precision}"
+        raise ReconbenchError(f"{where} has no {phase} row of {want}; run benchmarks/gpu/probe.py with a larger "
+                              "--budget, or write the cost table by hand")
+
+    def train_rate(r: dict[str, Any]) -> float:
+        units = float(r["flops_per_step"]) / int(r["targets"]) / 6.0
+        return 1.0 / float(r["target_steps_per_second"]) / units
+
+    def attack_rate(r: dict[str, Any]) -> float:
+        layers = [int(x) for x in r["layers"]]
+        weights = sum(a * b for a, b in zip(layers[:-1], layers[1:], strict=True))
+        return float(r["seconds_per_step"]) / (int(r["runs"]) * int(r["m"]) * weights)
+
+    t = max(train, key=train_rate)
+    a = max(attack, key=attack_rate)
+    table: dict[str, Any] = {
+        "train": {"fixed": prior["train"]["fixed"], "rate": train_rate(t)},
+        "attack": {"fixed": prior["attack"]["fixed"], "rate": attack_rate(a)},
+        "evaluate": dict(prior["evaluate"])}
+    for precision in MATMUL_PRECISIONS:   # each precision the probe measured, for cells that ask for it
+        rows = attack_rows(precision)
+        if rows:
+            table[f"attack@{precision}"] = {"fixed": prior["attack"]["fixed"], "rate": max(map(attack_rate, rows))}
+    table["from_probe"] = {"source": source, "device": (probe.get("conditions") or {}).get("device"),
+                           "train": {k: t.get(k) for k in ("targets", "dataset", "dtype", "cuda_graph",
+                                                          "target_steps_per_second")},
+                           "attack": {k: a.get(k) for k in ("runs", "m", "precision", "seconds_per_step")}}
+    return table
+
+
+def is_probe(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("trainer"), list) and isinstance(data.get("attack"), list)
+
+
+def read_costs(path: Path, *, train_dtype: str = "float64", attack_dtype: str = "float64") -> dict[str, dict[str, float]]:
     """A cost table file: ``{"train": {"fixed": s, "rate": s_per_unit}, "attack": ..., "evaluate": ...}`` (a
-    file may also hold other keys, e.g. where the numbers were measured); every phase is required."""
+    file may also hold other keys, e.g. where the numbers were measured); every phase is required. The GPU probe's
+    JSON is read as the table :func:`costs_from_probe` makes of it, for targets trained in ``train_dtype`` and
+    attacks in ``attack_dtype``."""
     fix = 'write {"train": {"fixed": SECONDS, "rate": SECONDS_PER_UNIT}, "attack": ..., "evaluate": ...}'
     try:
         data = json.loads(path.read_text())
@@ -120,6 +237,10 @@ def read_costs(path: Path) -> dict[str, dict[str, float]]:
         raise ReconbenchError(f"cost table {path} does not exist; pass a JSON file or leave --costs out") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReconbenchError(f"cost table {path} is not valid JSON ({exc}); {fix}") from None
+    if is_probe(data):
+        data = costs_from_probe(data, train_dtype=train_dtype,
+                                attack_precision=PROBE_ATTACK_PRECISION.get(attack_dtype, attack_dtype),
+                                source=str(path))
     table: dict[str, dict[str, float]] = {}
     for phase in PHASES:
         entry = data.get(phase) if isinstance(data, dict) else None
@@ -128,7 +249,17 @@ def read_costs(path: Path) -> dict[str, dict[str, float]]:
         if not ok:
             raise ReconbenchError(f"cost table {path}: phase {phase!r} needs finite non-negative 'fixed' and 'rate'; {fix}")
         table[phase] = {"fixed": float(entry["fixed"]), "rate": float(entry["rate"])}  # type: ignore[index]
+    for key, entry in data.items():   # attack rates by precision (costs_from_probe writes them)
+        if key.startswith("attack@") and isinstance(entry, dict):
+            table[key] = {"fixed": float(entry.get("fixed", table["attack"]["fixed"])),
+                          "rate": float(entry.get("rate", table["attack"]["rate"]))}
     return table
+
+
+def attack_key(phase: str, precision: str) -> str:
+    """The cost table's key of a phase: ``attack@<precision>`` for an attack whose precision is known, else the
+    phase's own name."""
+    return f"attack@{precision}" if phase == "attack" and precision else phase
 
 
 @dataclass
@@ -144,17 +275,23 @@ class CostModel:
     def for_device(cls, device: str, table: Mapping[str, Mapping[str, float]] | None = None) -> CostModel:
         return cls(prior=table if table is not None else PRIORS[device_kind(device)])
 
-    def phase_seconds(self, phase: str, units: float) -> float:
+    def phase_seconds(self, phase: str, units: float, precision: str = "") -> float:
+        """Seconds of ``units`` of ``phase``; an attack's in its matrix-product ``precision`` where the table has
+        a rate for it (``attack@float64``: a float64 A/B cell costs far more than a TF32 one of the same units) and
+        measured apart from the others."""
         if units <= 0:
             return 0.0
-        seen = [(u, s) for u, s in self.measured.get(phase, []) if u > 0]
+        key = attack_key(phase, precision)
+        prior = self.prior.get(key) or self.prior[phase]
+        seen = [(u, s) for u, s in self.measured.get(key, []) if u > 0]
         if not seen:
-            return self.prior[phase]["fixed"] + units * self.prior[phase]["rate"]
+            return prior["fixed"] + units * prior["rate"]
         return max(s * max(1.0, units / u) for u, s in seen)
 
     def estimate(self, work: CellWork, trains: bool) -> float:
         """Seconds ``work`` is expected to take, the margin included (``trains``: its target is trained first)."""
-        return self.factor * sum(self.phase_seconds(p, work.units(p, trains)) for p in PHASES) + self.extra
+        return self.factor * sum(self.phase_seconds(p, work.units(p, trains), work.precision) for p in PHASES) \
+            + self.extra
 
     def observe(self, work: CellWork, trains: bool, record: Mapping[str, Any]) -> None:
         """Learn from a finished cell's record: its training (the target's ``load_or_train_seconds`` when this cell
@@ -168,7 +305,7 @@ class CostModel:
         for phase, seconds in (("train", train), ("attack", attack), ("evaluate", max(wall - train - attack, 0.0))):
             units = work.units(phase, trains)
             if units > 0:
-                self.measured.setdefault(phase, []).append((units, seconds))
+                self.measured.setdefault(attack_key(phase, work.precision), []).append((units, seconds))
 
 
 @dataclass
@@ -197,14 +334,48 @@ class Slot:
 @dataclass
 class SlicePlan:
     slices: list[list[str]]               # cell ids, in the order they run
-    seconds: list[float]                  # each slice's estimated seconds
+    seconds: list[float]                  # each slice's estimated seconds (its cells' estimates and its training)
     unfit: dict[str, float]               # cells that fit no slice: their estimate alone, on an empty machine
+    #: per slice, the seconds of training in pieces it gives each group of targets (group -> seconds)
+    training: list[dict[str, float]] = field(default_factory=list)
+    #: per target trained in pieces: the slice (0-based) in which its training ends
+    trained_in: dict[str, int] = field(default_factory=dict)
+
+    def finished_in(self, cell_ids: Iterable[str]) -> int | None:
+        """The slice (0-based) by whose end every cell of ``cell_ids`` has run (None: one of them never runs)."""
+        where = {c: i for i, ids in enumerate(self.slices) for c in ids}
+        slices = [where.get(c) for c in cell_ids]
+        return None if not slices or any(s is None for s in slices) else max(s for s in slices if s is not None)
 
 
-def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float) -> SlicePlan:
+def training_seconds(model: CostModel, works: Iterable[CellWork],
+                     progress: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Seconds each group of targets trained in pieces needs, the margin included: one computation per group, its
+    fixed cost once and its targets' units added (a stack of T targets does T targets' arithmetic); ``progress``:
+    the fraction of each target's steps already done."""
+    done = progress or {}
+    units: dict[str, dict[str, float]] = {}
+    for w in works:
+        if w.pieces:
+            units.setdefault(w.group, {})[w.target_key] = w.train * max(0.0, 1.0 - done.get(w.target_key, 0.0))
+    return {g: model.factor * model.phase_seconds("train", sum(per.values())) for g, per in units.items()}
+
+
+def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
+                progress: Mapping[str, float] | None = None) -> SlicePlan:
     """The slices of ``budget`` seconds that run ``works`` on bare machines (no target cached), as the slicer takes
-    them: each slice walks the remaining cells in order and starts every one whose estimate still fits; a cell that
-    does not fit even an empty slice is ``unfit``. Nothing runs: the plan comes from the cost model alone."""
+    them: a cell must finish inside its slice, training in pieces need not.
+
+    Each slice first walks the remaining cells in order and starts every one whose estimate still fits and whose
+    target needs no training in pieces (a target trained whole is counted in its first cell, as before); then it
+    gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS`) to the first group
+    of targets, in the cells' order, whose training in pieces is unfinished; when that training ends inside the
+    slice, the walk starts again (its cells can now run) and the next group trains; otherwise the slice is full. A
+    finished training state travels, so a target trained in one slice is ready in every later one. A cell that does
+    not fit even an empty slice, its training aside, is ``unfit``. ``progress``: the fraction of its steps a
+    target's training state has done already (by recipe key; its training in pieces costs that much less). Nothing
+    runs: the plan comes from the cost model
+    alone."""
     todo = list(works)
     plan = SlicePlan([], [], {})
     for w in todo:
@@ -212,14 +383,39 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float) -> S
         if not alone.fits(w):
             plan.unfit[w.cell_id] = alone.estimate(w)
     todo = [w for w in todo if w.cell_id not in plan.unfit]
+    left = training_seconds(model, todo, progress)
+    members: dict[str, set[str]] = {}
+    for w in todo:
+        if w.pieces:
+            members.setdefault(w.group, set()).add(w.target_key)
+    ready: set[str] = set()
     while todo:
         slot = Slot(model, budget)
-        taken = []
-        for w in todo:
-            if slot.fits(w):
-                slot.take(w)
-                taken.append(w.cell_id)
+        taken: list[str] = []
+        trained: dict[str, float] = {}
+        while True:
+            for w in todo:
+                if w.cell_id not in taken and (not w.pieces or w.target_key in ready) and slot.fits(w):
+                    slot.take(w)
+                    taken.append(w.cell_id)
+            group = next((w.group for w in todo if w.pieces and w.target_key not in ready), None)
+            allowed = budget - slot.spent - model.extra
+            if group is None or allowed < MIN_TRAINING_SECONDS:
+                break
+            seconds = min(left[group], allowed)
+            slot.spent += seconds
+            left[group] -= seconds
+            trained[group] = trained.get(group, 0.0) + seconds
+            if left[group] > 0:
+                break
+            ready |= members[group]
+            for key in members[group]:
+                plan.trained_in[key] = len(plan.slices)
+        if not taken and not trained:   # nothing can progress (cannot happen once unfit cells are set aside)
+            plan.unfit.update({w.cell_id: Slot(model, budget).estimate(w) for w in todo})
+            break
         plan.slices.append(taken)
         plan.seconds.append(slot.spent)
+        plan.training.append(trained)
         todo = [w for w in todo if w.cell_id not in set(taken)]
     return plan

@@ -1,5 +1,7 @@
 """The executor of a slice: cells one after the other in this process, each started only when its estimated cost
-(``reconbench.bench.slice_costs``) fits before the deadline; the others are left for the next slice."""
+(``reconbench.bench.slice_costs``) fits before the deadline; the others are left for the next slice. With a folder of
+training states, targets the resumable trainer takes train in pieces with the time the cells leave, several of one
+shape as one stack (:meth:`DeadlineExecutor.run`; ``plan_slices`` plans the same walk)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ from typing import Any
 from reconbench.bench.cross_cells import run_together
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
 from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
-from reconbench.bench.slice_costs import CellWork, CostModel, Slot, cell_work
+from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work
 from reconbench.preflight import TargetSize
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import CARD_FILE
-from reconbench.targets.resumable import Piece, resumable_reason, train_piece
+from reconbench.targets.recipe import TargetRecipe
+from reconbench.targets.resumable import Piece, state_path, state_step, train_pieces
 
 
 @dataclass
@@ -31,7 +34,8 @@ class Deferred:
 
 @dataclass
 class DeadlineExecutor:
-    """Runs jobs in order while they fit: a job starts only when ``elapsed + estimate <= deadline``.
+    """Runs jobs in order while they fit: a job starts only when ``elapsed + estimate <= deadline``; with ``states``,
+    training in pieces takes the time the cells leave (:meth:`run`).
 
     ``sizes`` holds each target's size by recipe key (the command's preflight computed them); ``clock`` returns
     seconds (monotonic) and ``start`` is when the deadline began counting."""
@@ -65,61 +69,114 @@ class DeadlineExecutor:
     def _defer(self, slot: Slot, work: CellWork, job: CellJob, note: str = "") -> None:
         self.deferred.append(Deferred(job.cell.cell_id, slot.estimate(work), self.deadline - self.elapsed(), note))
 
-    def _train_in_pieces(self, job: CellJob, work: CellWork, slot: Slot, ctx: RunContext) -> Piece | None:
-        """Train (or continue) the job's target with the resumable trainer for what the deadline leaves after the
-        cell's own estimate (all that is left when the cell cannot run in this slice anyway); None: no time."""
+    def _training_seconds(self, slot: Slot) -> float:
+        """What the deadline leaves for training now: the time left, less the estimates of the cells chosen to run
+        together later (``cross_target``) and the margin's fixed seconds."""
+        pending = slot.spent if self.cross_target else 0.0
+        return self.deadline - self.elapsed() - pending - self.model.extra
+
+    def _train_group(self, recipes: list[TargetRecipe], seconds: float, ctx: RunContext) -> list[Piece] | str:
+        """Train (or continue) ``recipes`` (one batch group, one step) as one stack for at most ``seconds``; the
+        pieces, or why training failed (their cells are left for the next slice with that note)."""
         assert self.states is not None
-        recipe = job.cell.recipe
-        after = self.model.estimate(work, False)   # the cell once its target is trained
-        left = self.deadline - self.elapsed()
-        seconds = left - after if left - after > 0 else left - self.model.extra
-        if seconds <= 0:
-            return None
-        card_dir = cache_dir(ctx.cache) / "targets" / recipe.key()
+        cards = [cache_dir(ctx.cache) / "targets" / r.key() for r in recipes]
         try:
-            piece = train_piece(recipe, card_dir, self.states, seconds=seconds, data_root=ctx.data_root,
-                                device=ctx.device, clock=self.clock)
-        except Exception:   # the cell records the failure when it runs (its target trains again there)
-            return None
-        self.pieces.append(piece)
-        return piece
+            pieces = train_pieces(recipes, cards, self.states, seconds=seconds, data_root=ctx.data_root,
+                                  device=ctx.device, clock=self.clock)
+        except Exception as exc:   # the note says why; the cells stay for the next slice
+            return f"its training in pieces failed ({type(exc).__name__}: {exc})"
+        self.pieces.extend(pieces)
+        return pieces
+
+    def _group_of(self, first: CellJob, waiting: Sequence[CellJob], works: Mapping[str, CellWork],
+                  ready: set[str], stopped: Mapping[str, str]) -> list[TargetRecipe]:
+        """The recipes that train with ``first``'s target as one stack: the targets of the waiting cells of its batch
+        group, not yet trained, at the same step of their training."""
+        assert self.states is not None
+        group, step = works[first.cell.cell_id].group, self._state_step(first.cell.recipe)
+        recipes: dict[str, TargetRecipe] = {}
+        for job in waiting:
+            work = works[job.cell.cell_id]
+            key = work.target_key
+            if (work.pieces and work.group == group and key not in ready and key not in stopped
+                    and key not in recipes and self._state_step(job.cell.recipe) == step):
+                recipes[key] = job.cell.recipe
+        return list(recipes.values())
+
+    def _state_step(self, recipe: TargetRecipe) -> int:
+        assert self.states is not None
+        path = state_path(self.states, recipe)
+        return state_step(path)[0] if path.exists() else 0
 
     def run(self, jobs: Sequence[CellJob], ctx: RunContext) -> Generator[Outcome, None, None]:
+        """The cells whose targets need no training in pieces first (each that fits), then the unfinished training
+        of the first batch group in the cells' order, as one stack, with what the deadline leaves; when it ends,
+        its cells join the walk again and the next group trains (``plan_slices`` plans the same way)."""
         targets = TargetPool(ctx.out, ctx.cache, ctx.data_root, ctx.quiet, ctx.device)
         cached = cache_dir(ctx.cache) / "targets"
         slot = Slot(self.model, self.deadline,
                     trained={k for k in self.sizes if (cached / k / CARD_FILE).exists()})
-        stopped: set[str] = set()   # targets whose training stopped at the deadline in this slice
+        in_pieces = self.states is not None
+        works = {job.cell.cell_id: cell_work(job.cell, self.sizes[job.cell.recipe.key()], pieces=in_pieces,
+                                             dtype=ctx.dtype, device=ctx.device) for job in jobs}
+        stopped: dict[str, str] = {}   # target key -> why its cells wait for the next slice
         together: list[CellJob] = []
-        for job in jobs:
-            work: CellWork = cell_work(job.cell, self.sizes[job.cell.recipe.key()])
-            key = work.target_key
-            if self.states is not None and key not in slot.trained and resumable_reason(job.cell.recipe) is None:
-                piece = None if key in stopped else self._train_in_pieces(job, work, slot, ctx)
-                if piece is None or not piece.finished:
-                    stopped.add(key)
-                    note = "" if piece is None else f"its target trained to step {piece.step} of {piece.steps}"
-                    self._defer(slot, work, job, note)
+        waiting = list(jobs)
+        if in_pieces:   # targets whose training ended in an earlier slice: their cards, from the final states
+            done = [j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in slot.trained
+                    and self._state_step(j.cell.recipe) >= j.cell.recipe.train.steps]
+            by_key = {j.cell.recipe.key(): j.cell.recipe for j in done}
+            for recipe in by_key.values():
+                result = self._train_group([recipe], max(self._training_seconds(slot), 0.0), ctx)
+                if isinstance(result, str):
+                    stopped[recipe.key()] = result
+                elif result[0].finished:
+                    slot.trained.add(recipe.key())
+        while True:
+            for job in list(waiting):
+                work = works[job.cell.cell_id]
+                if work.pieces and work.target_key not in slot.trained:
                     continue
-                slot.trained.add(key)
-            if self.cross_target:   # chosen now, run together below: the estimates taken so far count as spent
-                if not slot.fits(work, self.elapsed() + slot.spent):
-                    self._defer(slot, work, job)
+                if self.cross_target:   # chosen now, run together below: the estimates taken so far count as spent
+                    if slot.fits(work, self.elapsed() + slot.spent):
+                        self.started_cells[job.cell.cell_id] = slot.estimate(work)
+                        slot.take(work)
+                        together.append(job)
+                        waiting.remove(job)
                     continue
+                if not slot.fits(work, self.elapsed()):
+                    continue
+                trains = work.target_key not in slot.trained
                 self.started_cells[job.cell.cell_id] = slot.estimate(work)
-                slot.take(work)
-                together.append(job)
+                waiting.remove(job)
+                yield Started(job.cell)
+                rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
+                               data_root=ctx.data_root, quiet=ctx.quiet)
+                self.model.observe(work, trains, rec)
+                slot.trained.add(work.target_key)
+                yield Finished(job.cell, rec)
+            first = next((j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in
+                          slot.trained and j.cell.recipe.key() not in stopped), None)
+            seconds = self._training_seconds(slot)
+            if first is None or seconds < MIN_TRAINING_SECONDS:
+                break
+            recipes = self._group_of(first, waiting, works, slot.trained, stopped)
+            result = self._train_group(recipes, seconds, ctx)
+            if isinstance(result, str):
+                stopped.update({r.key(): result for r in recipes})
                 continue
-            if not slot.fits(work, self.elapsed()):
-                self._defer(slot, work, job)
-                continue
-            trains = work.target_key not in slot.trained
-            self.started_cells[job.cell.cell_id] = slot.estimate(work)
-            yield Started(job.cell)
-            rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
-                           data_root=ctx.data_root, quiet=ctx.quiet)
-            self.model.observe(work, trains, rec)
-            slot.trained.add(work.target_key)
-            yield Finished(job.cell, rec)
+            for piece in result:
+                if piece.finished:
+                    slot.trained.add(piece.recipe_key)
+                else:
+                    stopped[piece.recipe_key] = f"its target trained to step {piece.step} of {piece.steps}"
+            if not all(p.finished for p in result):
+                break   # the time is spent
+        for job in waiting:
+            work = works[job.cell.cell_id]
+            note = stopped.get(work.target_key, "")
+            if not note and work.pieces and work.target_key not in slot.trained:
+                note = f"its target's training did not start ({self._state_step(job.cell.recipe)} steps done)"
+            self._defer(slot, work, job, note)
         if together:
             yield from run_together(together, ctx, targets)

@@ -66,7 +66,11 @@ TRAVEL_DTYPE = torch.float16
 #: the environment variable naming the commit a slice ran, where the working tree has no git metadata (a device
 #: machine gets a copy of the files only)
 COMMIT_ENV = "RECONBENCH_SLICE_COMMIT"
-_FILE_NAME = re.compile(r"^(records-[0-9a-f]{12}\.tar\.xz|(candidates|training)-[0-9a-f]{12}\.safetensors)$")
+_FILE_NAME = re.compile(r"^(records-[0-9a-f]{12}\.tar\.xz|(candidates|training)-[0-9a-f]{12}\.safetensors"
+                        r"|training-[0-9a-f]{12}\.part)$")
+#: a training state larger than this travels split into parts of at most this many bytes (the manifest lists each
+#: part with its sha256, ``unpack`` joins them and checks the whole state's sha256)
+STATE_PART_BYTES = MAX_FILE_BYTES
 #: where ``unpack`` keeps the training states of targets still in training, in the results folder (the ledger
 #: names them; a slice's ``--finished`` continues from them)
 STATES_FOLDER = "training"
@@ -154,7 +158,8 @@ def _content_name(stem: str, suffix: str, data: bytes) -> str:
 def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], remaining: Sequence[str],
                invocation: int, device: str, dtype: str, deferred: Sequence[dict[str, Any]] = (),
                deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
-               costs: dict[str, Any] | None = None, states: Sequence[Path] = ()) -> dict[str, Any]:
+               costs: dict[str, Any] | None = None, states: Sequence[Path] = (),
+               max_files: int = MAX_FILES) -> dict[str, Any]:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
 
@@ -163,7 +168,10 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     written first, the manifest replaces the old one in one rename, and only then are the files it no longer names
     removed; at every moment the manifest names files that exist with its sha256 (``unpack`` ignores leftovers).
     ``states``: training states (``reconbench.targets.resumable``, named ``<recipe key>.safetensors``) of targets
-    whose training this slice began or continued, each its own file ``training-<sha>.safetensors``."""
+    whose training this slice began or continued, each its own file ``training-<sha>.safetensors`` (or its parts,
+    ``training-<sha>.part``, when larger than :data:`STATE_PART_BYTES`). ``max_files``: the pack's files, the
+    manifest included (fewer than :data:`MAX_FILES` when something else comes back beside the pack: the probe's
+    JSON)."""
     records = {cid: json.loads(cell_path(out, cid).read_text()) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
@@ -182,7 +190,7 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     ok = [c for c in cells if records[c].get("status") == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
     candidates, sampled = _candidates_file(out, [c for c in sample if c in ok])
-    if candidates is not None and len(files) + 2 <= MAX_FILES:
+    if candidates is not None and len(files) + 2 <= max_files:
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
@@ -190,16 +198,22 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     left_out: list[dict[str, Any]] = []
     for state in states:
         data = state.read_bytes()
-        if len(data) > MAX_FILE_BYTES or len(files) + 2 > MAX_FILES:   # the cells matter more: they still go
+        parts = [data[i:i + STATE_PART_BYTES] for i in range(0, len(data), STATE_PART_BYTES)] or [data]
+        if len(files) + len(parts) + 1 > max_files:   # the cells matter more: they still go
             left_out.append({"recipe_key": state.stem, "bytes": len(data),
-                             "reason": f"more than {MAX_FILE_BYTES:,} bytes" if len(data) > MAX_FILE_BYTES
-                             else f"no file left of the {MAX_FILES}"})
+                             "reason": f"no file left of the {max_files} for its {len(parts)} part(s)"})
             continue
-        name = _content_name("training", ".safetensors", data)
-        files[name] = data
         step, dtype_name = state_step(state)
-        travelling.append({"recipe_key": state.stem, "name": name, "step": step, "dtype": dtype_name})
-    if len(files) + 1 > MAX_FILES:
+        entry: dict[str, Any] = {"recipe_key": state.stem, "step": step, "dtype": dtype_name}
+        if len(parts) == 1:
+            entry["name"] = _content_name("training", ".safetensors", data)
+            files[entry["name"]] = data
+        else:   # split: each part named by its content, in order; the whole state's sha256 checks the join
+            entry["parts"] = [_content_name("training", ".part", part) for part in parts]
+            entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+            files.update(zip(entry["parts"], parts, strict=True))
+        travelling.append(entry)
+    if len(files) + 1 > max_files:
         raise PackError(f"the slice's records need {len(files)} archives, more than a pack may hold; its cells stay in "
                         f"{out}: run shorter slices (a smaller --deadline)")
     pack.mkdir(parents=True, exist_ok=True)
@@ -363,6 +377,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
     members = _members(pack, manifest)
     records = _cell_records(members, manifest, pack)
     candidates = _candidates(pack, manifest)
+    _state_entries(pack, manifest)   # a split state that does not join is refused before anything is written
     report = UnpackReport(manifest=manifest)
     with folder_lock(out, "results"):
         for cid, (_, rec) in records.items():
@@ -422,20 +437,44 @@ def _unpack_states(pack: Path, manifest: dict[str, Any], out: Path) -> list[str]
     """The pack's training states into ``out/training/<recipe key>.safetensors`` (a state is taken unless the folder
     holds one of the same target at a later step); the recipe keys taken."""
     taken = []
-    for entry in manifest.get("training") or []:
-        key, name = str(entry.get("recipe_key")), str(entry.get("name"))
-        if not _STATE_NAME.match(f"{key}.safetensors") or not _FILE_NAME.match(name):
-            raise PackError(f"{pack / MANIFEST} names a training state {key!r} in {name!r}, which no pack writes; "
-                            "fetch the pack again")
+    for entry, key, names in _state_entries(pack, manifest):
         dst = out / STATES_FOLDER / f"{key}.safetensors"
         if dst.exists() and state_step(dst)[0] > int(entry.get("step") or 0):
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.with_name(f".{dst.name}.tmp")
-        shutil.copyfile(pack / name, tmp)
+        with tmp.open("wb") as fh:
+            for name in names:
+                fh.write((pack / name).read_bytes())
         tmp.replace(dst)
         taken.append(key)
     return taken
+
+
+def _state_entries(pack: Path, manifest: dict[str, Any]) -> list[tuple[dict[str, Any], str, list[str]]]:
+    """The manifest's training states, each with its recipe key and its file (or parts, in order), once a split
+    state's parts join to its recorded size and sha256 (each part's own sha256 :func:`verify_pack` checked)."""
+    out = []
+    for entry in manifest.get("training") or []:
+        key = str(entry.get("recipe_key"))
+        names = [str(n) for n in entry["parts"]] if isinstance(entry.get("parts"), list) else [str(entry.get("name"))]
+        listed = {f.get("name") for f in manifest.get("files") or []}
+        if not _STATE_NAME.match(f"{key}.safetensors") or not names or not all(
+                _FILE_NAME.match(n) and n in listed for n in names):
+            raise PackError(f"{pack / MANIFEST} names a training state {key!r} in {', '.join(names)!r}, which no pack "
+                            "writes; fetch the pack again")
+        if len(names) > 1:
+            h, size = hashlib.sha256(), 0
+            for name in names:
+                data = (pack / name).read_bytes()
+                h.update(data)
+                size += len(data)
+            if size != entry.get("bytes") or h.hexdigest() != entry.get("sha256"):
+                raise PackError(f"{pack}: the {len(names)} parts of training state {key} do not join to the size and "
+                                "sha256 its manifest records (a part missing, reordered or replaced); fetch the pack "
+                                "again. Nothing was merged")
+        out.append((entry, key, names))
+    return out
 
 
 def ledger_states(out: Path, keys_in_training: set[str] | None = None) -> dict[str, dict[str, Any]]:

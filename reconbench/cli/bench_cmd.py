@@ -34,6 +34,7 @@ from reconbench.cli.bench_slices import (
     SlicePacker,
     chain_on_cell,
     check_pack_folder,
+    ledger_progress,
     print_plan,
     say_deferred,
     unpack_slice,
@@ -133,6 +134,14 @@ from reconbench.tracking import MlflowTracker, tracker
     "at most 16 MiB with a manifest (a GPU machine's way back); implies --resume. Merge it with --unpack DIR.",
 )
 @click.option(
+    "--pack-files",
+    type=click.IntRange(min=2, max=8),
+    default=8,
+    show_default=True,
+    help="With --pack: the most files the pack may hold, its manifest included (fewer when another file comes back "
+    "beside it, e.g. the GPU probe's JSON: benchmarks/gpu/slice.sh passes 7 then).",
+)
+@click.option(
     "--unpack",
     type=click.Path(file_okay=False),
     default=None,
@@ -185,6 +194,7 @@ def bench_command(
     address: str | None,
     deadline: float | None,
     pack: str | None,
+    pack_files: int,
     unpack: str | None,
     finished: str | None,
     costs: str | None,
@@ -262,7 +272,8 @@ def bench_command(
         done = {**elsewhere, **load_cells(out_dir)}
         todo = [c for c in select_cells(s, only) if not is_finished(done.get(c.cell_id), c.key(s, dtype), retry_failed)]
         print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, device or s.device,
-                   read_costs(Path(costs)) if costs is not None else None)
+                   read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None,
+                   ledger_progress(Path(finished), todo) if finished is not None else None, dtype)
         return
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
@@ -273,7 +284,7 @@ def bench_command(
     if cross_target and isinstance(cells_executor, RayExecutor):
         raise click.UsageError("--cross-target runs the cells here, together: leave out --executor ray")
     if deadline is not None:
-        table = read_costs(Path(costs)) if costs is not None else None
+        table = read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None
         reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
         states = cache_dir(cache) / STATES_FOLDER if pack is not None else None
         if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them
@@ -283,7 +294,7 @@ def bench_command(
     elif cross_target:
         cells_executor = CrossTargetExecutor()
     packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,
-                                                   started, elsewhere)
+                                                   started, elsewhere, max_files=pack_files)
     on_cell = chain_on_cell(None if logger is None else cell_logger(logger, out_dir), packer)
     with folder_lock(out_dir, "results"):
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,
@@ -311,10 +322,21 @@ def bench_command(
         click.echo(f"pack: {len(manifest['cells'])} cell(s) in {len(manifest['files']) + 1} file(s) in {pack}; "
                    f"{len(manifest['cells_remaining'])} cell(s) of the suite remain; merge it where the results "
                    f"are kept: reconbench bench {suite} --unpack DIR --out RESULTS")
+        for left in manifest.get("training_left_out") or []:
+            click.echo(f"  training state of target {left['recipe_key']} not packed ({left['reason']}): the next "
+                       "slice trains it again from the start; run shorter slices with fewer cells")
     if report.failed or report.lost:
         raise SystemExit(1)  # the summary above names each cell and its record
-    if isinstance(cells_executor, DeadlineExecutor) and not report.ran and cells_executor.deferred:
-        raise SystemExit(1)  # nothing fitted the deadline: say_deferred said so
+    if (isinstance(cells_executor, DeadlineExecutor) and not report.ran and cells_executor.deferred
+            and not cells_executor.pieces):
+        raise SystemExit(1)  # nothing fitted the deadline and no training advanced: say_deferred said so
+
+
+def costs_dtypes(suite: Suite, dtype: str | None) -> dict[str, str]:
+    """The precisions a probe's cost table is read for: the targets' training (float32 only when every target of the
+    suite trains in it) and the attacks'."""
+    trained = {c.recipe.train.dtype for c in expand(suite)}
+    return {"train_dtype": "float32" if trained == {"float32"} else "float64", "attack_dtype": dtype or suite.dtype}
 
 
 def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, data_root: str | None, resume: bool,
@@ -341,7 +363,8 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
                                           fix="lower its widths (or other model options) in the suite")
             check_search(cell.attack.search, cell.attack.search_config)   # its optional dependency is installed
             check_attack(sizes[key], candidates=cell.attack.candidates, search_runs=cell.attack.search_runs,
-                         dtype=dtype or suite.dtype, fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
+                         dtype=cell.attack.dtype or dtype or suite.dtype,
+                         fix=f"lower candidates or search_runs of [attacks.{cell.attack.label}]")
             if cell.attack.attack in plugins.names("attacks"):
                 steps = attack_steps(plugins.attack(cell.attack.attack), cell.attack.config)
                 attack_time += attack_seconds(sizes[key], steps=steps, candidates=cell.attack.candidates,

@@ -14,9 +14,17 @@ from tabulate import tabulate
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.executors import Executor
 from reconbench.bench.runner import BenchReport, next_invocation_number
-from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices
+from reconbench.bench.slice_costs import CostModel, SlicePlan, cell_work, plan_slices
 from reconbench.bench.slice_executor import DeadlineExecutor
-from reconbench.bench.slice_pack import LEDGER_FILE, MAX_FILE_BYTES, STATES_FOLDER, remaining_cells, unpack, write_pack
+from reconbench.bench.slice_pack import (
+    LEDGER_FILE,
+    MAX_FILES,
+    STATE_PART_BYTES,
+    STATES_FOLDER,
+    remaining_cells,
+    unpack,
+    write_pack,
+)
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize
@@ -35,41 +43,79 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
     if not ex.deferred:
         return
     cheapest = min(ex.deferred, key=lambda d: d.estimate)
-    if not report.ran:
+    if not report.ran and not ex.pieces:
         click.echo(f"deadline {deadline:g}s: nothing ran; no cell fits (the cheapest of {len(ex.deferred)} is "
                    f"estimated at {cheapest.estimate:.1f}s with the safety margin, {cheapest.left:.1f}s were left); "
                    "pass a longer --deadline")
         return
-    click.echo(f"deadline {deadline:g}s: {len(ex.deferred)} cell(s) left for the next run (estimates did not fit "
-               "the time left):")
+    click.echo(f"deadline {deadline:g}s: {len(ex.deferred)} cell(s) left for the next run (their estimates did "
+               "not fit the time left, or their targets are still training):")
     for d in ex.deferred:
         why = f"; {d.note}" if d.note else ""
         click.echo(f"  not started: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left{why})")
     for p in ex.pieces:
-        if not p.finished and p.state is not None and p.state.stat().st_size > MAX_FILE_BYTES:
-            click.echo(f"  target {p.recipe_key}: trained to step {p.step} of {p.steps}, but its state "
-                       f"({p.state.stat().st_size:,} bytes) is larger than a pack file: it does not travel, and the "
-                       "next slice starts its training again (train in float32, or a smaller target)")
-        elif not p.finished:
-            click.echo(f"  target {p.recipe_key}: trained to step {p.step} of {p.steps}; its state goes in the pack "
-                       "and the next slice continues it")
+        if p.finished:
+            continue
+        size = p.state.stat().st_size if p.state is not None and p.state.exists() else 0
+        parts = -(-size // STATE_PART_BYTES)
+        how = f", in {parts} parts of at most {STATE_PART_BYTES:,} bytes" if parts > 1 else ""
+        click.echo(f"  target {p.recipe_key}: trained to step {p.step} of {p.steps}; its state goes in the pack"
+                   f"{how} and the next slice continues it")
 
 
 def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], deadline: float, reserve: float,
-               device: str, table: dict[str, dict[str, float]] | None) -> None:
-    """The slices ``cells`` (those still to run; ``sizes``: their targets') need, as ``--plan`` prints them."""
-    works = [cell_work(c, sizes[c.recipe.key()]) for c in cells]
-    plan = plan_slices(works, CostModel.for_device(device, table), deadline - reserve)
-    rows = [(i + 1, len(ids), f"{sec:.0f}", ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""))
+               device: str, table: dict[str, dict[str, float]] | None,
+               progress: dict[str, float] | None = None, dtype: str | None = None) -> SlicePlan:
+    """The slices ``cells`` (those still to run; ``sizes``: their targets') need, as ``--plan`` prints them: a
+    slice runs with ``--pack``, so targets the resumable trainer takes train in pieces across slices (``progress``:
+    the fraction of its steps each such target's travelling state has done already)."""
+    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=dtype or suite.dtype, device=device) for c in cells]
+    plan = plan_slices(works, CostModel.for_device(device, table), deadline - reserve, progress=progress)
+    names = {c.recipe.key(): c.target for c in cells}
+    groups: dict[str, list[str]] = {}
+    for w in works:
+        if w.pieces and names[w.target_key] not in groups.setdefault(w.group, []):
+            groups[w.group].append(names[w.target_key])
+
+    def training(i: int) -> str:
+        return "; ".join(f"{' + '.join(groups[g])} {sec:.0f}s" for g, sec in plan.training[i].items())
+
+    rows = [(i + 1, len(ids), f"{sec:.0f}", training(i) or "-", ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""))
             for i, (ids, sec) in enumerate(zip(plan.slices, plan.seconds, strict=True))]
     click.echo(f"suite {suite.name} on {device}, slices of {deadline:g}s ({reserve:g}s kept for the pack), "
                f"{'cost table from --costs' if table is not None else 'built-in cost table'}:")
     if rows:
-        click.echo(tabulate(rows, headers=["slice", "cells", "estimated s", "first cells"], tablefmt="github"))
+        click.echo(tabulate(rows, headers=["slice", "cells", "estimated s", "training in pieces", "first cells"],
+                            tablefmt="github"))
     for cid, est in plan.unfit.items():
         click.echo(f"  fits no slice: {cid} (estimated {est:.0f}s on a bare machine)")
+    by_target: dict[str, list[str]] = {}
+    for c in cells:
+        by_target.setdefault(c.target, []).append(c.cell_id)
+    for target, ids in by_target.items():
+        key = next(c.recipe.key() for c in cells if c.target == target)
+        end = plan.finished_in(ids)
+        trained = plan.trained_in.get(key)
+        when = f"trained in pieces by slice {trained + 1}, " if trained is not None else ""
+        click.echo(f"  target {target}: {when}" + (f"its {len(ids)} cell(s) done by slice {end + 1}" if end is not None
+                                                   else f"{sum(1 for i in ids if i in plan.unfit)} of its cell(s) "
+                                                        "fit no slice"))
     click.echo(f"{sum(len(x) for x in plan.slices)} cell(s) in {len(plan.slices)} slice(s), {len(plan.unfit)} that "
                "fit none")
+    return plan
+
+
+def ledger_progress(ledger: Path, cells: list[Cell]) -> dict[str, float]:
+    """The fraction of its steps each target's training state that the ledger lists has done (by recipe key)."""
+    import json
+
+    try:
+        training = json.loads(ledger.read_text()).get("training") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}   # read_ledger has checked the file already; a state it cannot read trains from the start
+    steps = {c.recipe.key(): c.recipe.train.steps for c in cells}
+    return {k: min(1.0, int(v.get("step") or 0) / steps[k]) for k, v in training.items()
+            if k in steps and isinstance(v, dict)}
 
 
 class SlicePacker:
@@ -77,11 +123,13 @@ class SlicePacker:
     time limit leaves what finished, and once more at the end (``complete``)."""
 
     def __init__(self, pack: Path, suite: Suite, out: Path, ex: Executor, device: str | None,
-                 dtype: str | None, started: float, elsewhere: dict[str, dict[str, Any]]) -> None:
+                 dtype: str | None, started: float, elsewhere: dict[str, dict[str, Any]],
+                 max_files: int = MAX_FILES) -> None:
         self.pack, self.suite, self.out, self.ex, self.started, self.elsewhere = pack, suite, out, ex, started, elsewhere
         self.device, self.dtype = device or suite.device, dtype or suite.dtype
         self.keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}   # the whole suite, --only or not
         self.ran: list[str] = []
+        self.max_files = max_files
 
     def cell(self, rec: dict[str, Any]) -> None:
         self.ran.append(rec["cell_id"])
@@ -105,7 +153,7 @@ class SlicePacker:
         return write_pack(self.pack, self.suite, self.out, cells=list(ran), remaining=remaining, states=states,
                           invocation=next_invocation_number(self.out) - 1, device=self.device, dtype=self.dtype,
                           deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
-                          complete=complete, costs=costs)
+                          complete=complete, costs=costs, max_files=self.max_files)
 
 
 def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,

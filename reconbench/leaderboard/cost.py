@@ -62,11 +62,23 @@ def cell_device(rec: CellRecord) -> str:
 
 
 def cell_precision(rec: CellRecord) -> str:
-    """The attack's matrix-product precision the cell recorded, else its dtype."""
-    policy = mapping(mapping(rec.provenance)["precision"]) if "precision" in mapping(rec.provenance) else {}
+    """The attack's matrix-product precision the cell recorded, else its dtype. A cell that ran on a GPU also names
+    its target's training precision and its scores' (``tf32, training float64, scores float64``): there the three
+    differ by policy (reconbench/precision.py); a CPU cell's text is the attack's alone, as boards have shown it."""
+    prov = mapping(rec.provenance)
+    policy = mapping(prov["precision"]) if "precision" in prov else {}
     if policy and "attack_matmul" in policy and policy["attack_matmul"]:
-        return str(policy["attack_matmul"])
-    return str(rec.dtype) if rec.dtype else "?"
+        attack = str(policy["attack_matmul"])
+    else:
+        attack = str(rec.dtype) if rec.dtype else "?"
+    if not str(prov.get("device", "")).startswith("cuda"):
+        return attack
+    metrics = rec.target.train_metrics
+    training = mapping(metrics.precision) if metrics is not None and not isinstance(metrics, str) \
+        and metrics.precision is not None else {}
+    trained = f", training {training['training_dtype']}" if training.get("training_dtype") else ""
+    scores = str(policy.get("evaluation_dtype") or "float64") if policy else "float64"
+    return f"{attack}{trained}, scores {scores}"
 
 
 def row_cost(cells: Iterable[CellRecord]) -> RowCost:

@@ -15,6 +15,7 @@ from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.cost import COST_HEADER, cost_of
 from reconbench.leaderboard.plain_text import markdown_paragraph, markdown_plain
+from reconbench.leaderboard.precision_ab import ab_lines
 from reconbench.leaderboard.privacy import privacy_tables, render_privacy
 from reconbench.leaderboard.tables import (
     ORACLE_INIT_MARK,
@@ -184,6 +185,7 @@ def render_readme(suite: Suite, board: BoardResults, pub: Published, sections: l
     lines += _table_lines(board, columns, has_grid=any("grid" in c.groups for c in pub.plan),
                           records=pub.records)
     lines += _comparison_lines(board.comparisons or {}, columns)
+    lines += ab_lines(pub.records)   # a GPU board's float64 A/B pairs; nothing elsewhere
     for section in sections or []:  # e.g. the privacy-utility tables (reconbench.leaderboard.privacy)
         lines += [section, ""]
     lines += _figure_lines(board.figures or {})

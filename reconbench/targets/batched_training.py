@@ -134,6 +134,7 @@ class BatchedChainGD:
         self._graph: torch.cuda.CUDAGraph | None = None
         self._data_digest = _digest(self.xs, self.y)
         self.extra: dict[str, Any] = {}   # what the last loaded checkpoint's caller noted (save's ``extra``)
+        self.target_extra: dict[int, dict[str, Any]] = {}   # the same, of one target's checkpoint, by target
 
     # -- the step --------------------------------------------------------------------------------------------
     @property
@@ -315,32 +316,43 @@ class BatchedChainGD:
                     layer.bias.copy_(state[f"{j}.bias"])
 
     # -- checkpoints ------------------------------------------------------------------------------------------
-    def _meta(self) -> dict[str, Any]:
-        return {"format": CHECKPOINT_FORMAT, "targets": self.targets, "n": self.n, "loss": self.loss_name,
+    def _meta(self, target: int | None = None) -> dict[str, Any]:
+        """The settings a checkpoint must match: of the whole stack, or (``target``) of one target as a trainer of
+        that target alone has them."""
+        xs = self.xs if target is None else [self.xs[target]]
+        digest = self._data_digest if target is None else _digest(xs, self.y[target:target + 1])
+        return {"format": CHECKPOINT_FORMAT, "targets": len(xs), "n": self.n, "loss": self.loss_name,
                 "lr": self.lr, "weight_decay": self.wd, "loss_every": self.loss_every, "dtype": str(self.dtype),
-                "widths": [int(a.shape[2]) for a in self.acts], "input_dims": [int(x.shape[1]) for x in self.xs],
-                "data_sha256": self._data_digest}
+                "widths": [int(a.shape[2]) for a in self.acts], "input_dims": [int(x.shape[1]) for x in xs],
+                "data_sha256": digest}
 
     @torch.no_grad()
-    def save(self, path: str | Path, *, with_base: bool = True, extra: dict[str, Any] | None = None) -> Path:
+    def save(self, path: str | Path, *, with_base: bool = True, extra: dict[str, Any] | None = None,
+             target: int | None = None) -> Path:
         """The whole state as one safetensors file (tensors on the CPU; step, history and settings in its
         metadata). Written through a temporary file, so an interrupted save leaves the last checkpoint whole.
         ``with_base`` False leaves out the initial first-layer weights W_1(0), the largest part for wide inputs, which
         a trainer built from the same recipes has already (their sha256 is kept, and :meth:`load` checks it). ``extra``:
-        the caller's own notes (JSON), read back into :attr:`extra` by :meth:`load`."""
+        the caller's own notes (JSON), read back into :attr:`extra` by :meth:`load`. ``target``: only that target's
+        state, as a trainer of that target alone writes it (it resumes alone or in any stack of its shape)."""
         path = Path(path)
-        tensors: dict[str, torch.Tensor] = {"coef": self.coef, "pre": self.pre,
+        sl = slice(None) if target is None else slice(target, target + 1)
+        bases = self.base if target is None else [self.base[target]]
+        tensors: dict[str, torch.Tensor] = {"coef": self.coef[sl], "pre": self.pre[sl],
                                             "scale": torch.tensor([self.scale], dtype=torch.float64)}
         if with_base:
-            for t, base in enumerate(self.base):
+            for t, base in enumerate(bases):
                 tensors[f"base.{t}"] = base
         for i, w in enumerate(self.weights):
-            tensors[f"weight.{i + 1}"] = w
+            tensors[f"weight.{i + 1}"] = w[sl]
         for i, b in enumerate(self.biases):
             if b is not None:
-                tensors[f"bias.{i}"] = b
-        meta = {**self._meta(), "step": self.step_count, "history": self.history, "diverged": self.diverged,
-                "base_sha256": _digest(self.base, self.base[0].new_zeros(0)), "extra": extra or {}}
+                tensors[f"bias.{i}"] = b[sl]
+        history = self.history if target is None else [{"step": h["step"], "loss": [h["loss"][target]]}
+                                                       for h in self.history]
+        meta = {**self._meta(target), "step": self.step_count, "history": history,
+                "diverged": self.diverged[sl], "base_sha256": _digest(bases, bases[0].new_zeros(0)),
+                "extra": extra or {}}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
@@ -349,8 +361,10 @@ class BatchedChainGD:
         return path
 
     @torch.no_grad()
-    def load(self, path: str | Path) -> None:
-        """Continue from a checkpoint written by :meth:`save` for the same targets, data and settings."""
+    def load(self, path: str | Path, *, target: int | None = None) -> None:
+        """Continue from a checkpoint written by :meth:`save` for the same targets, data and settings; ``target``:
+        a checkpoint of that one target (``save(..., target=t)``, or a one-target trainer's), into its place in the
+        stack. The targets of a stack step together: load states of one step into it (the step is the last loaded)."""
         path = Path(path)
         try:
             tensors = load_file(str(path))
@@ -363,29 +377,39 @@ class BatchedChainGD:
         if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
             raise ReconbenchError(f"{path} is not a batched-training checkpoint ({CHECKPOINT_FORMAT}); pass the file "
                                   "that BatchedChainGD.save wrote")
-        mine = self._meta()
+        mine = self._meta(target)
         for key, value in mine.items():
             if meta.get(key) != value:
                 raise ReconbenchError(f"{path}: checkpoint {key} = {meta.get(key)!r}, this trainer's is {value!r}; "
                                       "resume with the targets, data and settings it was saved with")
+        sl = slice(None) if target is None else slice(target, target + 1)
+        bases = self.base if target is None else [self.base[target]]
         self.scale = float(tensors["scale"][0])
-        self.coef.copy_(tensors["coef"])
-        self.pre.copy_(tensors["pre"])
-        if "base.0" not in tensors and meta.get("base_sha256") != _digest(self.base, self.base[0].new_zeros(0)):
+        self.coef[sl].copy_(tensors["coef"])
+        self.pre[sl].copy_(tensors["pre"])
+        if "base.0" not in tensors and meta.get("base_sha256") != _digest(bases, bases[0].new_zeros(0)):
             raise ReconbenchError(f"{path}: the checkpoint leaves out the initial first-layer weights, and this "
                                   "trainer's differ from those it was saved with; resume from the same recipes")
-        for t, b in enumerate(self.base):
+        for t, b in enumerate(bases):
             if f"base.{t}" in tensors:
                 b.copy_(tensors[f"base.{t}"])
         for i, w in enumerate(self.weights):
-            w.copy_(tensors[f"weight.{i + 1}"])
+            w[sl].copy_(tensors[f"weight.{i + 1}"])
         for i, bias in enumerate(self.biases):
             if bias is not None:
-                bias.copy_(tensors[f"bias.{i}"])
+                bias[sl].copy_(tensors[f"bias.{i}"])
         self.step_count = int(meta["step"])
-        self.history = list(meta["history"])
-        self.diverged = list(meta["diverged"])
-        self.extra = dict(meta.get("extra") or {})
+        if target is None:
+            self.history = list(meta["history"])
+            self.diverged = list(meta["diverged"])
+            self.extra = dict(meta.get("extra") or {})
+        else:
+            if [h["step"] for h in self.history] != [h["step"] for h in meta["history"]]:   # the first one loaded
+                self.history = [{"step": h["step"], "loss": [math.nan] * self.targets} for h in meta["history"]]
+            for mine_h, theirs in zip(self.history, meta["history"], strict=True):
+                mine_h["loss"][target] = theirs["loss"][0]
+            self.diverged[target] = meta["diverged"][0]
+            self.target_extra[target] = dict(meta.get("extra") or {})
         self.ok.copy_(torch.tensor([d is None for d in self.diverged], device=self.device))
 
 

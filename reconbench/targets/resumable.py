@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from reconbench.errors import DivergedError
+from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.precision import training_precision
 from reconbench.targets.batched_training import BATCH_LOSSES, BatchedChainGD, from_recipes
 from reconbench.targets.cards import ModelCard, save_card
@@ -36,7 +36,8 @@ from reconbench.targets.problems import build_problem
 from reconbench.targets.recipe import DTYPES, TargetRecipe
 
 #: what the card's ``metrics.trainer`` says of a target trained this way
-TRAINER = "resumable: reconbench.targets.batched_training, one target, state carried between slices"
+TRAINER = ("resumable: reconbench.targets.batched_training, targets of one shape as one stack, state carried "
+           "between slices")
 #: steps between the host's reads of the loss (and the deadline checks)
 LOSS_EVERY = 100
 STATE_SUFFIX = ".safetensors"
@@ -64,6 +65,22 @@ def resumable_reason(recipe: TargetRecipe) -> str | None:
     return None
 
 
+def batch_group(recipe: TargetRecipe) -> str:
+    """Which targets can train as one stack (:class:`BatchedChainGD`): equal architecture, training-set size,
+    outputs and training settings; the data set and the initialisation seed may differ (the input dimension enters
+    the trainer only through X Xᵀ). Targets of one group that are at the same step train together in a slice."""
+    import json
+
+    p = recipe.problem
+    train = dict(recipe.to_dict()["train"])
+    train.pop("seed", None)
+    size: dict[str, Any] = {"task": p.task, "num_classes": p.num_classes, "n_per_class": p.n_per_class}
+    if p.task == "multiclass" and p.num_classes is None:   # the number of outputs comes from the data set
+        size["dataset"] = p.dataset
+    key = {"family": recipe.family, "model": recipe.model, "problem": size, "train": train}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 @dataclass
 class Piece:
     """What one call of :func:`train_piece` did."""
@@ -74,6 +91,7 @@ class Piece:
     seconds: float
     card: ModelCard | None = None   # the finished target (None: its state was saved)
     state: Path | None = None
+    stacked: int = 1   # the targets of the stack it trained in (itself included)
 
     @property
     def finished(self) -> bool:
@@ -90,17 +108,35 @@ def train_piece(recipe: TargetRecipe, card_dir: Path, states: Path, *, seconds: 
     ``seconds``, and save its state (``states/<recipe key>.safetensors``); when it reaches the recipe's steps, also
     write its card into ``card_dir`` (a state at the last step gives the same card on another machine at once).
     Windows of :data:`LOSS_EVERY` steps; a window starts only when the longest so far still fits in ``seconds``."""
+    return train_pieces([recipe], [card_dir], states, seconds=seconds, data_root=data_root, device=device,
+                        clock=clock)[0]
+
+
+def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Path, *, seconds: float,
+                 data_root: str | None = None, device: str = "cpu",
+                 clock: Callable[[], float] = time.monotonic) -> list[Piece]:
+    """:func:`train_piece` of several targets of one :func:`batch_group` at one step, as one stack: one
+    :class:`BatchedChainGD` of T targets, each continued from its own state and saved to its own state file (as
+    training it alone would save it: each resumes alone or in any stack). Their weights equal training each alone
+    (on the CPU the stack steps its targets one after another with the same operations)."""
     t0 = clock()
-    problem = build_problem(recipe.problem, data_root)
-    trainer, models = from_recipes([recipe], [problem], device, loss_every=LOSS_EVERY)
-    path = state_path(states, recipe)
-    spent_before = 0.0
-    pieces_before = 0
-    if path.exists():
-        trainer.load(path)
-        spent_before = float(trainer.extra.get("seconds", 0.0))
-        pieces_before = int(trainer.extra.get("pieces", 0))
-    steps = recipe.train.steps
+    problems = [build_problem(r.problem, data_root) for r in recipes]
+    trainer, models = from_recipes(recipes, problems, device, loss_every=LOSS_EVERY)
+    paths = [state_path(states, r) for r in recipes]
+    at = {state_step(p)[0] if p.exists() else 0 for p in paths}
+    if len(at) > 1:
+        raise ReconbenchError(f"training in pieces: the targets {', '.join(r.key() for r in recipes)} are at "
+                              f"different steps ({', '.join(str(s) for s in sorted(at))}); train them in separate "
+                              "stacks")
+    spent_before = [0.0] * len(recipes)
+    pieces_before = [0] * len(recipes)
+    for t, path in enumerate(paths):
+        if path.exists():
+            trainer.load(path, target=t)
+            spent_before[t] = float(trainer.target_extra[t].get("seconds", 0.0))
+            pieces_before[t] = int(trainer.target_extra[t].get("pieces", 0))
+    steps = recipes[0].train.steps
+    start_step = trainer.step_count
     window_seconds = 0.0
     while trainer.step_count < steps:
         left = seconds - (clock() - t0)
@@ -109,36 +145,47 @@ def train_piece(recipe: TargetRecipe, card_dir: Path, states: Path, *, seconds: 
         w0 = clock()
         trainer.run(min(LOSS_EVERY - trainer.step_count % LOSS_EVERY, steps - trainer.step_count))
         window_seconds = max(window_seconds, clock() - w0)
-        if trainer.diverged[0] is not None:
-            raise DivergedError(f"training diverged: {trainer.diverged[0]}")
-    spent = spent_before + (clock() - t0)
-    if trainer.step_count < steps:
-        states.mkdir(parents=True, exist_ok=True)
-        trainer.save(path, with_base=False, extra={"seconds": spent, "pieces": pieces_before + 1})
-        return Piece(recipe.key(), trainer.step_count, steps, spent, state=path)
-    # the finished state is kept (and travels while the target's cells remain): a card does not leave its machine
+        diverged = [(r.key(), d) for r, d in zip(recipes, trainer.diverged, strict=True) if d is not None]
+        if diverged:
+            raise DivergedError(f"training of target {diverged[0][0]} diverged: {diverged[0][1]}")
+    now = clock() - t0
     states.mkdir(parents=True, exist_ok=True)
-    trainer.save(path, with_base=False, extra={"seconds": spent, "pieces": pieces_before + 1})
-    card = _finish(recipe, problem, trainer, models[0], card_dir, spent, pieces_before + 1, device)
-    return Piece(recipe.key(), trainer.step_count, steps, spent, card=card, state=path)
+    # a piece is a call that advanced the training (a finished state restored on another machine is none)
+    pieces_now = [p + (1 if trainer.step_count > start_step or p == 0 else 0) for p in pieces_before]
+    # the finished state is kept too (and travels while the target's cells remain): a card does not leave its machine
+    for t, path in enumerate(paths):
+        trainer.save(path, with_base=False, extra={"seconds": spent_before[t] + now, "pieces": pieces_now[t]},
+                     target=t)
+    finished = trainer.step_count >= steps
+    if finished:
+        trainer.write_into(models)
+    out = []
+    for t, (recipe, path) in enumerate(zip(recipes, paths, strict=True)):
+        card = None
+        if finished:
+            card = _finish(recipe, problems[t], trainer, models[t], card_dirs[t], spent_before[t] + now,
+                           pieces_now[t], device, t)
+        out.append(Piece(recipe.key(), trainer.step_count, steps, spent_before[t] + now, card=card, state=path,
+                         stacked=len(recipes)))
+    return out
 
 
 def _finish(recipe: TargetRecipe, problem: Any, trainer: BatchedChainGD, model: Any, card_dir: Path, spent: float,
-            pieces: int, device: str) -> ModelCard:
-    """The card of the trained target, with the metrics :func:`reconbench.targets.training.train` records."""
+            pieces: int, device: str, t: int) -> ModelCard:
+    """The card of trained target ``t`` (its weights already written into ``model``), with the metrics
+    :func:`reconbench.targets.training.train` records."""
     from reconbench.targets.training import TrainResult, release_metrics
 
     spec = recipe.train
     dtype = DTYPES[spec.dtype]
     loss_name, loss_fn = get_loss(spec.loss, problem.task, spec.loss_form)
-    trainer.write_into([model])
     model = model.cpu().eval()
     metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": trainer.step_count,
-                               "final_loss": float(trainer.loss_now[0]), "train_seconds": spent,
+                               "final_loss": float(trainer.loss_now[t]), "train_seconds": spent,
                                "train_device": str(device), "precision": training_precision(spec.dtype).to_dict(),
                                "trainer": TRAINER, "training_pieces": pieces}
     metrics.update(release_metrics(model, recipe, problem, loss_fn, dtype, trainer.scale, spec.weight_decay))
-    history = [{"step": float(h["step"]), "loss": h["loss"][0]} for h in trainer.history]
+    history = [{"step": float(h["step"]), "loss": h["loss"][t]} for h in trainer.history]
     return save_card(card_dir, recipe, problem, TrainResult(model=model, metrics=metrics, history=history))
 
 

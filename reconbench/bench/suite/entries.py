@@ -25,6 +25,9 @@ class AttackEntry:
     candidates: int | None
     search: str = DEFAULT_SEARCH            # the search strategy choosing the runs' configurations
     search_config: dict[str, Any] = field(default_factory=dict)
+    #: the attack's precision for these cells, over the suite's and the command line's (None: theirs), e.g. a
+    #: float64 A/B copy of a float32 attack on a GPU board
+    dtype: str | None = None
 
     def default_search(self) -> bool:
         """Random search with its defaults: left out of cell keys (cells keep the keys they had before)."""

@@ -14,7 +14,8 @@ commented example)::
     [targets.NAME]   a target recipe: dataset, task, n_per_class, num_classes, binary_rule, family, widths,
                      model, loss, lr, steps, weight_decay, schedule, dtype, seed (weight init), problem_seed
     [attacks.LABEL]  attack (registered name; default LABEL), config (fixed options), search_runs, search,
-                     search_config, candidates
+                     search_config, candidates, dtype (the attack's precision for its cells, over the suite's
+                     and --dtype: a float64 A/B copy of a float32 attack, say)
     [inits.LABEL]    regime (registered name; default LABEL), config
     [[grid]]         targets, attacks, inits (default: all), seeds (default: the suite's): their product runs
     [comparisons.N]  title, target, axis, values (shorthand for target.<axis> = value) or variants (tables
@@ -207,7 +208,7 @@ def read_attacks(data: dict[str, Any], chk: Checker, head: dict[str, Any], stric
         search_config = dict(t.get("search_config", head.get("search_config", {})))
         _check_search(search, search_config, chk, search_keys)
         entry = AttackEntry(label, t.get("attack", label), dict(t.get("config", {})), runs,
-                            t.get("candidates", head.get("candidates")), search, search_config)
+                            t.get("candidates", head.get("candidates")), search, search_config, t.get("dtype"))
         check_plugin_config("attacks", entry.attack, entry.config, chk, keys, strict, warnings)
         attacks[label] = entry
     if not attacks:

@@ -81,6 +81,7 @@ ATTACK_TABLE = Table({
     "search": str,
     "search_config": dict[str, Any],
     "candidates": COUNT | None,
+    "dtype": typing.Literal["float64", "float32"],
     "description": str,
 })
 INIT_TABLE = Table({"regime": str, "config": dict[str, Any], "description": str})
