@@ -93,6 +93,7 @@ def test_the_sentences_on_the_membership_table_are_its_numbers():
 
     assert f"score {span(means('offset_removed', ('held_out', 'noise')), '.3f')} on every data set" in FLAT
     assert f"scored natural candidates {span(means('train_centred', ('held_out',)), '.3f')}" in FLAT
+    assert f"scored AUC {span(means('train_centred', ('held_out',)), '.2f')} over random member sets" in FLAT
     first = MEMBERSHIP[0]["auc"]
     assert f"({first['offset_removed/held_out']['mean']:.3f} ± {first['offset_removed/held_out']['se']:.3f} on" in FLAT
     assert f"test fails at {first['train_centred/held_out']['mean']:.3f}" in FLAT
