@@ -65,6 +65,19 @@ def test_the_step_size_cap_and_the_rdp_orders_are_the_trainers_and_opacus():
     assert f"(orders {min(alphas):g} … {max(alphas):g})" in FLAT
 
 
+def test_the_stated_minimum_accuracy_is_the_suites_and_the_board_meets_it():
+    found = re.search(r"the suite's minimum ([0-9.]+)", load_suite("defenses-cpu").description)
+    assert found, "the defenses-cpu description no longer states its minimum test accuracy"
+    minimum = float(found.group(1))
+    assert f"an undefended test accuracy of at least {minimum:.2f} in every seed" in FLAT
+    board = board_script.BOARD
+    if not (board / "results.json").exists() or board_script.block_body(board) == board_script.PLACEHOLDER:
+        return   # the published board is another suite version's: its targets are not this recipe's
+    accs = [1.0 - t["test_error"] for t in board_script.read_results(board)["targets"]
+            if not t.get("defense") and t.get("test_error") is not None]
+    assert accs and min(accs) >= minimum, f"an undefended target of the board is below {minimum}: {sorted(accs)}"
+
+
 def test_the_generated_sentences_read_the_boards_rows():
     data = {
         "targets": [{"target": "t (seed 0)", "test_error": 0.25, "defense": None},
