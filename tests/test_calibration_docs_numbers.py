@@ -154,7 +154,8 @@ def cpu_mini() -> dict[str, Any]:
 
 def test_the_cell_count_quoted_for_cpu_mini_is_the_boards(cpu_mini):
     cells = cpu_mini["header"]["cells"]["planned"]
-    assert f"(about {round(0.05 * cells)} of cpu-mini's {cells} cells, per selection)" in FLAT
+    expected = f"(about {round(0.05 * cells)} of cpu-mini's {cells} cells, per selection)"
+    assert expected in FLAT, f"docs/calibration.md: the cpu-mini board now has {cells} cells: write '{expected}'"
 
 
 def test_the_membership_numbers_quoted_for_cpu_mini_are_the_boards(cpu_mini):
@@ -169,7 +170,9 @@ def test_the_membership_numbers_quoted_for_cpu_mini_are_the_boards(cpu_mini):
         return span([a["mean"] for a in auc], ".2f"), span([a["null"]["mean"] for a in auc], ".2f"), span(cal, ".1f")
 
     auc, null, cal = spans(attacks)
-    assert (f"from gaussian starts reach a mean membership AUC of {auc} against held-out nulls of {null} while "
-            f"recovering {cal} images under the calibrated headline") in FLAT
+    expected = (f"from gaussian starts reach a mean membership AUC of {auc} against held-out nulls of {null} while "
+                f"recovering {cal} images under the calibrated headline")
+    assert expected in FLAT, f"docs/calibration.md#published-boards: the board now says '{expected}'"
     auc, null, cal = spans(baseline)
-    assert f"reaches {auc} (nulls {null}) while recovering {cal}" in FLAT
+    expected = f"reaches {auc} (nulls {null}) while recovering {cal}"
+    assert expected in FLAT, f"docs/calibration.md#published-boards: the board now says '{expected}'"
