@@ -50,22 +50,30 @@ def _summary_value(rec: CellRecord, key: str) -> float | None:
 
 
 def _target_info(pub: Published, target: str) -> dict[str, Any]:
-    """Utility and defense records of a target, from the first cell record that ran on it."""
+    """Utility and defense records of a target: the accuracies are the mean over its distinct trained models (one per
+    seed where each seed retrains it, `seed_targets`); steps and defense records are those of the first cell record."""
+    first: dict[str, Any] | None = None
+    accuracies: dict[str, dict[str, list[float]]] = {}   # recipe key -> accuracy name -> value (one model each)
     for rec in pub.records.values():
         t = rec.target
         if t.name != target or not t.has_metrics:
             continue
         m = t.metrics
         before = TrainMetrics.from_dict(mapping(m.before_defense))
-        return {
-            "test_accuracy": None if m.test_error is None else 1.0 - float(m.test_error),
-            "train_accuracy": None if m.train_error is None else 1.0 - float(m.train_error),
-            "test_accuracy_before_release": None if before.test_error is None else 1.0 - float(before.test_error),
-            "steps_run": m.steps_run,
-            "defense_records": m.defense_records,
-        }
-    return {"test_accuracy": None, "train_accuracy": None, "test_accuracy_before_release": None, "steps_run": None,
-            "defense_records": {}}
+        errors = {"test_accuracy": m.test_error, "train_accuracy": m.train_error,
+                  "test_accuracy_before_release": before.test_error}
+        if first is None:
+            first = {"steps_run": m.steps_run, "defense_records": m.defense_records}
+        accuracies.setdefault(t.recipe_key or rec.cell_id, {k: [] if e is None else [1.0 - float(e)]
+                                                             for k, e in errors.items()})
+    if first is None:
+        return {"test_accuracy": None, "train_accuracy": None, "test_accuracy_before_release": None, "steps_run": None,
+                "defense_records": {}}
+    means = {}
+    for name in ("test_accuracy", "train_accuracy", "test_accuracy_before_release"):
+        values = [v for model in accuracies.values() for v in model[name]]
+        means[name] = sum(values) / len(values) if values else None
+    return {**means, **first}
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
