@@ -34,6 +34,7 @@ from reconbench.provenance import read_json
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
 from reconbench.records.target_quantities import target_value
 from reconbench.runs.result import score_selection
+from reconbench.runs.seconds import attack_seconds, summed_seconds
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 
@@ -281,7 +282,7 @@ class RecordCheck:
 
 
 def check_records(leaderboard: Path) -> RecordCheck:
-    """Every cell's seal (when it has one), its attack time against the sum of its runs' times, and its target's
+    """Every cell's seal (when it has one), its attack time against its runs' times (runs/seconds.py), and its target's
     training metrics against the published model card (``bench/seal.py`` says what each binding guarantees)."""
     out = RecordCheck()
     for path in sorted((leaderboard / "cells").glob("*.json")):
@@ -303,10 +304,13 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
         problems.append(f"cell {cell_id}: {why}")
     if rec.status != STATUS_OK:
         return problems
-    runs_seconds = float(sum(SearchRun.from_dict(r).seconds or 0.0 for r in rec.runs or []))
-    if rec.attack_seconds != runs_seconds:
-        problems.append(f"cell {cell_id}: attack_seconds {rec.attack_seconds!r} is not the sum of its runs' "
-                        f"seconds ({runs_seconds!r}); the cell was edited, restore it or run it again")
+    runs = [r for r in rec.runs or [] if SearchRun.from_dict(r)]   # each read strictly
+    # cells written before a batch was counted once summed every run's (overlapping) seconds: both are consistent
+    counted, summed = attack_seconds(runs), summed_seconds(runs)
+    if rec.attack_seconds not in (counted, summed):
+        problems.append(f"cell {cell_id}: attack_seconds {rec.attack_seconds!r} is neither its runs' seconds with each "
+                        f"batch counted once ({counted!r}) nor their plain sum ({summed!r}); the cell was edited, "
+                        f"restore it or run it again")
     card_path = member(leaderboard / "targets", str(rec.target.recipe_key), ".json", "recipe key",
                        source=leaderboard / "cells" / f"{cell_id}.json")
     if card_path.exists():
