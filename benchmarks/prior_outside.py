@@ -46,6 +46,7 @@ from reconbench.bench.cells import expand
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.data import Problem, ProblemSpec
 from reconbench.evaluation import evaluate
+from reconbench.evaluation.null import calibrated_flags, scores_of
 from reconbench.evaluation.protocol import resolve_protocol
 from reconbench.evaluation.rates import pass_rate
 from reconbench.targets.problems import build_problem
@@ -86,7 +87,8 @@ class Setup:
 
 
 def setups(suite: Suite) -> list[Setup]:
-    """The distinct set-ups of a suite's cells (one per problem recipe, m and B; seeds and attacks merged)."""
+    """The distinct set-ups of a suite's cells (one per problem recipe, m and B; seeds, attacks and the regression twin
+    of a binary problem merged)."""
     found: dict[tuple[Any, ...], Setup] = {}
     counts: dict[tuple[Any, ...], int] = {}
     for cell in expand(suite):
@@ -95,10 +97,11 @@ def setups(suite: Suite) -> list[Setup]:
         factor = plugins.attack(cell.attack.attack).candidate_factor
         m = cell.attack.candidates or suite.candidates or factor * k * prob.n_per_class
         b = resolve_protocol(dict(suite.protocol), cell.recipe.family).avg_threshold
-        spec = dataclasses.replace(prob, order_seed=0)
+        # a regression problem draws the same images and 0/1 labels as the binary one of its rule: one set-up
+        spec = dataclasses.replace(prob, order_seed=0, task="binary" if prob.task == "regression" else prob.task)
         key = (json.dumps(spec.to_dict(), sort_keys=True), m, b)
         counts[key] = counts.get(key, 0) + 1
-        found.setdefault(key, Setup(spec, m, cell.recipe.family, prob.task, k, 0))
+        found.setdefault(key, Setup(spec, m, cell.recipe.family, spec.task, k, 0))
     return [dataclasses.replace(s, cells=counts[k]) for k, s in found.items()]
 
 
@@ -133,16 +136,21 @@ def member_set(setup: Setup, protocol: dict[str, Any], r: int, draws: int, check
     proto = {**protocol, **LIGHT, "null_seed": int(protocol.get("null_seed", 0)) + r}
     rng = np.random.default_rng([FRESH_SEED, r, setup.m])
     passes: dict[str, list[int]] = {}
-    threshold = None
+    held_only: dict[str, list[int]] = {}   # the same draws against the held-out draws' part of the threshold alone
+    threshold = threshold_held = None
     for kind in KINDS:
-        passes[kind] = []
+        passes[kind], held_only[kind] = [], []
         for _ in range(draws):
             ev = evaluate(problem, candidates(problem, labels, kind, rng), family=setup.family,
                           labels=torch.as_tensor(labels), protocol=proto)
             threshold = float(ev["summary"]["calibrated_threshold"])
             passes[kind].append(int(ev["summary"]["reconstructed_calibrated"]))
+            threshold_held = max(float(x) for x in ev["protocol"]["calibration"]["draw_maxima"])
+            held_only[kind].append(int(calibrated_flags(scores_of(ev, "corr"), threshold_held).sum()))
     out: dict[str, Any] = {"order_seed": spec.order_seed, "threshold": threshold,
-                           "held_out_pool": int(len(problem.held_out_indices)), "passes": passes}
+                           "threshold_held_out_draws_only": threshold_held,
+                           "held_out_pool": int(len(problem.held_out_indices)), "passes": passes,
+                           "passes_held_out_draws_only": held_only}
     if check:   # the full metric set gives the same threshold
         full = {**protocol, "figures": False, "null_draws": 0, "null_seed": proto["null_seed"]}
         ev = evaluate(problem, candidates(problem, labels, "held_out", np.random.default_rng(0)), family=setup.family,
@@ -151,25 +159,48 @@ def member_set(setup: Setup, protocol: dict[str, Any], r: int, draws: int, check
     return out
 
 
-def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]], field: str = "passes") -> dict[str, Any]:
     """Per kind: draws that passed, the rate with its interval, and member sets with any pass."""
     out = {}
     for kind in KINDS:
-        counts = [p for row in rows for p in row["passes"][kind]]
+        counts = [p for row in rows for p in row[field][kind]]
         passed = sum(1 for p in counts if p > 0)
         out[kind] = {**pass_rate(passed, len(counts)),
-                     "member_sets_with_a_pass": sum(1 for row in rows if any(p > 0 for p in row["passes"][kind])),
+                     "member_sets_with_a_pass": sum(1 for row in rows if any(p > 0 for p in row[field][kind])),
                      "member_sets": len(rows), "most_images_passed_in_a_draw": max(counts, default=0)}
     return out
 
 
+def _rate(r: dict[str, Any]) -> str:
+    lo, hi = r["interval"]
+    return f"{100 * r['rate']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] ({r['passed']} of {r['draws']})"
+
+
+def docs_table(result: dict[str, Any]) -> str:
+    """The table docs/calibration.md shows (tests/test_prior_outside.py checks the page against the JSON)."""
+    lines = ["| board protocol | calibration (K held-out + J prior draws) | set-ups x member sets | random held-out "
+             "| class prototypes | blurred averages | prototypes, held-out draws alone | done (at most 5%) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, b in result["boards"].items():
+        cal, rates, alone = b["calibration"], b["rates"], b["rates_held_out_draws_only"]
+        done = "yes" if b["done"]["held_out"] and b["done"]["prototype"] else "no"
+        lines.append(f"| `{name}` | {cal['calibration_draws']} + {cal['prior_draws']} | {len(b['setups'])} x "
+                     f"{result['member_sets_per_setup']} | {_rate(rates['held_out'])} | {_rate(rates['prototype'])} "
+                     f"| {_rate(rates['blurred'])} | {_rate(alone['prototype'])} | {done} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--member-sets", type=int, default=12, help="fresh member sets per set-up (default 12)")
-    ap.add_argument("--draws", type=int, default=4, help="candidate sets of each kind per member set (default 4)")
+    ap.add_argument("--member-sets", type=int, default=4, help="fresh member sets per set-up (default 4)")
+    ap.add_argument("--draws", type=int, default=10, help="candidate sets of each kind per member set (default 10)")
     ap.add_argument("--suites", nargs="*", default=list(SUITES), help="the boards' suites (default: all four)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--table", action="store_true", help="print the docs' table from --out and run nothing")
     args = ap.parse_args(argv)
+    if args.table:
+        print(docs_table(json.loads(args.out.read_text())))
+        return 0
     t_all = time.perf_counter()
     boards = {}
     for name in args.suites:
@@ -194,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             "calibration": {"calibration_draws": int(protocol.get("calibration_draws", 19)),
                             "prior_draws": int(protocol.get("prior_draws", 0))},
             "rates": rates,
+            # the same draws against the threshold the held-out draws alone give (what prior_draws = 0 would give)
+            "rates_held_out_draws_only": summarise(rows_all, "passes_held_out_draws_only"),
             "done": {k: rates[k]["rate"] <= 0.05 for k in ("held_out", "prototype", "blurred")},
             "seconds": round(time.perf_counter() - t0, 1),
             "setups": per_setup,

@@ -65,7 +65,7 @@ def test_the_claims_page_states_each_attacks_own_candidate_count():
     page = (REPO / "docs" / "claims.md").read_text()
     stated = re.findall(r"; (\w+), [^;|]*? pooled, m = (\d*n)\b", page)
     assert {a for a, _ in stated} >= {"haim_binary_kkt", "projection_law"}
-    knowledge = Knowledge(task="binary", num_classes=2, out_dim=1, input_shape=(1, 8, 8), n_train=10)
+    knowledge = Knowledge(task="binary", num_classes=2, out_dim=1, input_shape=(1, 8, 8), n=10)
     for attack, m in stated:
         factor = default_m(knowledge, plugins.attack(attack).candidate_factor) // 10
         assert m == ("n" if factor == 1 else f"{factor}n"), attack
