@@ -21,7 +21,7 @@ from reconbench.claims.page import DEFAULT_RESULTS, prior_bound_text
 from reconbench.evaluation.protocol import resolve_protocol
 from reconbench.interfaces import Knowledge
 from reconbench.leaderboard.published_suite import published_suite
-from reconbench.leaderboard.verify import _record_problems
+from reconbench.leaderboard.verify import _attack_seconds_problem, _record_problems
 from reconbench.records import BoardResults, CellRecord
 from reconbench.records.target_quantities import TARGET_QUANTITIES
 from reconbench.runs.seconds import attack_seconds, summed_seconds
@@ -78,6 +78,13 @@ def test_a_batch_of_runs_counts_once_in_the_attack_time():
     assert attack_seconds(runs) == 7.5 and summed_seconds(runs) == 11.5
     assert attack_seconds(runs[2:]) == summed_seconds(runs[2:]) == 2.5
     assert attack_seconds([]) == 0.0
+    # a slim entry drops the batch record: its time is checked as the sum of some of its runs' seconds
+    slim = [{k: v for k, v in r.items() if k != "batch"} for r in runs]
+    assert _attack_seconds_problem(7.5, slim, slim=True) is None
+    assert _attack_seconds_problem(11.5, slim, slim=True) is None
+    assert _attack_seconds_problem(7.5, slim, slim=False) is not None
+    assert "sum of some" in (_attack_seconds_problem(3.0, slim, slim=True) or "")
+    assert _attack_seconds_problem(7.5, runs, slim=False) is None and _attack_seconds_problem(9.0, runs, slim=False)
 
 
 def test_a_bench_cell_records_its_batch_once_and_verify_accepts_both_records(tmp_path):
@@ -101,6 +108,8 @@ def test_a_bench_cell_records_its_batch_once_and_verify_accepts_both_records(tmp
 def test_margin_set_size_is_lower_is_better():
     assert TARGET_QUANTITIES["margin_set_size"].higher_is_better is False
     assert TARGET_QUANTITIES["theta_residual"].higher_is_better is False
+    columns = {c.name: c.higher_is_better for c in load_suite("training-length").leaderboard.columns}
+    assert columns["margin set size"] is False   # the board's next render marks it lower-is-better
 
 
 def test_a_board_is_checked_against_the_suite_version_it_was_rendered_from(tmp_path):
