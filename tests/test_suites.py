@@ -234,7 +234,7 @@ def test_find_suite_by_name_and_close_matches(monkeypatch, tmp_path):
 # -- the shipped suites --------------------------------------------------------------------------------------
 ATTACKS = {"haim_binary_kkt", "multiclass_kkt", "general_loss_wd", "runkel_bilevel"}
 INITS = {"gaussian", "uniform", "partition", "ground_truth"}
-BASELINES = {"weight_rows", "init_only"}
+BASELINES = {"weight_rows", "init_only", "data_prior"}
 
 
 @pytest.mark.parametrize("name", ["ci", "cpu-mini", "paper"])

@@ -53,6 +53,7 @@ from reconbench.provenance import git_commit, provenance, write_json
 from reconbench.records import CellRecord, Invocation
 from reconbench.runs.execute import run_attack
 from reconbench.runs.resolved import resolve_run
+from reconbench.runs.seconds import attack_seconds
 from reconbench.runs.spec import RunSpec
 from reconbench.safe_paths import check_name, member
 from reconbench.targets.cache import cache_dir, get_or_train
@@ -348,7 +349,7 @@ def run_cell(
         if result.get("calibration_bars") is not None:
             rec["calibration_bars"] = result["calibration_bars"]
         rec["result_dir"] = f"work/{cell.cell_id}"
-        rec["attack_seconds"] = float(sum(r.get("seconds", 0.0) for r in result["runs"]))
+        rec["attack_seconds"] = attack_seconds(result["runs"])   # a batch of runs counted once
         rec["status"] = STATUS_OK
         rec["error"] = None
     except (KeyboardInterrupt, SystemExit):

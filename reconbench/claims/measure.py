@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from reconbench import plugins
 from reconbench.attack.outcome import cell_outcome
 from reconbench.bench.cells import Cell, cell_id, expand
 from reconbench.bench.runner import STATUS_OK, load_cells
@@ -331,6 +332,13 @@ def plans(suites: dict[str, Suite]) -> dict[str, dict[str, Cell]]:
     return {name: {c.cell_id: c for c in expand(s)} for name, s in suites.items()}
 
 
+def default_m_text(attack: str) -> str:
+    """The candidate count an attack runs with when neither its entry nor the suite sets one, in words: the attack's
+    own factor times n (m = 2n for the papers' attacks, m = n for projection_law; reconbench/attack/candidates.py)."""
+    factor = plugins.attack(attack).candidate_factor
+    return "n" if factor == 1 else f"{factor}n"
+
+
 def setup_text(claim: Claim, suite: Suite, comp: Comparison, specs: list[tuple[str, str, str, str]]) -> str:
     """The set-up of a claim's first point, in words, with what varies and the seeds."""
     recipe = suite.targets[specs[0][1]].recipe
@@ -350,7 +358,7 @@ def setup_text(claim: Claim, suite: Suite, comp: Comparison, specs: list[tuple[s
         + (f"trained until the learned-part ratio is at most {train.stop_at_gate:g} (at most {train.steps:,} steps)"
            if train.stop_at_gate > 0 else f"{train.steps:,} training steps"),
         f"{attack.attack}, {steps} steps x {attack.search_runs} run{'s' if attack.search_runs != 1 else ''} pooled, "
-        f"m = {attack.candidates or suite.candidates or '2n'}, {suite.dtype}",
+        f"m = {attack.candidates or suite.candidates or default_m_text(attack.attack)}, {suite.dtype}",
         "start" + ("s" if len({s[3] for s in specs}) > 1 else "") + ": " + ", ".join(dict.fromkeys(s[3] for s in specs)),
         f"{len(comp.seeds)} seeds" + (" (each retrains the target)" if suite.seed_targets else " (same target)"),
     ]

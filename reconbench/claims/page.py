@@ -33,6 +33,7 @@ from reconbench.claims.measure import (
 )
 from reconbench.claims.records import Claim, ClaimsFile
 from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Decision, decide, fmt_p
+from reconbench.evaluation.protocol import Protocol
 
 DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b"),
                    "claims-c": Path("leaderboards/claims-c"),
@@ -158,6 +159,31 @@ def _summary_lines(results: list[ClaimResult]) -> list[str]:
     return lines
 
 
+def prior_bound_text(suites: list[str]) -> str:
+    """What each claims board's 5% bound is against, read from its suite's protocol: random held-out draws only
+    (``prior_draws`` = 0), or those and the data prior's draws (docs/calibration.md#the-data-prior)."""
+    held_only: list[str] = []
+    with_prior: list[str] = []
+    for name in suites:
+        protocol = load_suite(name).protocol
+        k = int(protocol.get("calibration_draws", Protocol().calibration_draws))
+        j = int(protocol.get("prior_draws", Protocol().prior_draws))
+        (with_prior if j and k else held_only).append(f"`{name}` (K = {k}" + (f", J = {j}" if j and k else "") + ")")
+    parts = ["**What the calibrated headline's bound is against** (the suites' `prior_draws`; "
+             "docs/calibration.md#the-data-prior)."]
+    if held_only:
+        parts.append(f"{', '.join(held_only)}: calibrated on held-out draws only (`prior_draws` = 0), so the bound "
+                     "holds against random held-out images, not against class prototypes or blurred averages of "
+                     "held-out images (candidates without member information, which can pass a held-out-only "
+                     "calibration more often than 1/(K+1)): a seed that passes there has beaten random held-out images, not "
+                     "necessarily the data prior.")
+    if with_prior:
+        parts.append(f"{', '.join(with_prior)}: calibrated on K held-out and J data-prior draws, so the bound holds "
+                     "against both: at most 1/(K+1) for random held-out images and 1/(J+1) for those class "
+                     "prototypes and blurred averages.")
+    return " ".join(parts)
+
+
 #: what a text of the papers' folder is, by the last part of its file name (the page names the kind, not the file)
 SOURCE_KINDS = {"slides": "the authors' slides", "appendix": "the appendix", "paper": "the paper"}
 
@@ -199,6 +225,8 @@ def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path
         "## Verdict rules",
         "",
         RULES,
+        "",
+        prior_bound_text(list(sources)),
         "",
         "## Claims",
         "",

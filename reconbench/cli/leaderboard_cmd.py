@@ -14,6 +14,7 @@ from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.figure_check import check_figures, figure_line
 from reconbench.leaderboard.manifest import MANIFEST_NAME, RELEASES_DIR, RELEASES_NAME, check_manifest
+from reconbench.leaderboard.published_suite import published_suite
 from reconbench.leaderboard.releases import check_releases, make_release, release_line
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.rerun import MAX_SEED, CheckCount, draw_sample, draw_seed, rerun_checked
@@ -227,8 +228,11 @@ def leaderboard_command(
                        f"version of {s.path.name}; slim with that suite file to render it again, or publish again")
         return
     if verify:
-        s = board_suite(s, out_dir)  # with the tables of the board's outside submissions appended
+        published = published_suite(s, out_dir)   # the version it was rendered from, when the file changed since
+        s = published.suite if published.commit else board_suite(s, out_dir)  # outside submissions' tables appended
         rescored = verify_leaderboard(s, out_dir, data_root)
+        if (note := published.note(out_dir)) is not None:
+            click.echo(note)
         ids = [c.strip() for c in (rerun or "").split(",") if c.strip()]
         if rerun_sample:
             sample = draw_sample(out_dir, rerun_sample, draw_seed() if rerun_seed is None else rerun_seed)

@@ -34,6 +34,7 @@ from reconbench.provenance import read_json
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
 from reconbench.records.target_quantities import target_value
 from reconbench.runs.result import score_selection
+from reconbench.runs.seconds import attack_seconds, summed_seconds
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 
@@ -280,8 +281,25 @@ class RecordCheck:
     unsealed: int = 0
 
 
+def _attack_seconds_problem(recorded: float | None, runs: list[Any], *, slim: bool) -> str | None:
+    """Whether a cell's attack time agrees with its runs' (runs/seconds.py): each batch counted once, or (cells
+    written before that) every run's seconds summed. A slim entry keeps no batch record, so there it is checked to be
+    the sum of some of its runs' seconds (the runs alone and one per batch), within float rounding."""
+    counted, summed = attack_seconds(runs), summed_seconds(runs)
+    if recorded in (counted, summed):
+        return None
+    if slim and recorded is not None and len(runs) <= 16:
+        seconds = [float(r.get("seconds") or 0.0) for r in runs]
+        for mask in range(1, 2 ** len(seconds)):
+            part = sum(x for i, x in enumerate(seconds) if mask >> i & 1)
+            if math.isclose(recorded, part, rel_tol=1e-12, abs_tol=1e-12):
+                return None
+    return (f"attack_seconds {recorded!r} is neither its runs' seconds with each batch counted once ({counted!r}) "
+            f"nor their plain sum ({summed!r})" + (" nor the sum of some of them" if slim else ""))
+
+
 def check_records(leaderboard: Path) -> RecordCheck:
-    """Every cell's seal (when it has one), its attack time against the sum of its runs' times, and its target's
+    """Every cell's seal (when it has one), its attack time against its runs' times (runs/seconds.py), and its target's
     training metrics against the published model card (``bench/seal.py`` says what each binding guarantees)."""
     out = RecordCheck()
     for path in sorted((leaderboard / "cells").glob("*.json")):
@@ -303,10 +321,9 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
         problems.append(f"cell {cell_id}: {why}")
     if rec.status != STATUS_OK:
         return problems
-    runs_seconds = float(sum(SearchRun.from_dict(r).seconds or 0.0 for r in rec.runs or []))
-    if rec.attack_seconds != runs_seconds:
-        problems.append(f"cell {cell_id}: attack_seconds {rec.attack_seconds!r} is not the sum of its runs' "
-                        f"seconds ({runs_seconds!r}); the cell was edited, restore it or run it again")
+    runs = [r for r in rec.runs or [] if SearchRun.from_dict(r)]   # each read strictly
+    if (why := _attack_seconds_problem(rec.attack_seconds, runs, slim=is_entry(raw))) is not None:
+        problems.append(f"cell {cell_id}: {why}; the cell was edited, restore it or run it again")
     card_path = member(leaderboard / "targets", str(rec.target.recipe_key), ".json", "recipe key",
                        source=leaderboard / "cells" / f"{cell_id}.json")
     if card_path.exists():

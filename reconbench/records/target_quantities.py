@@ -38,7 +38,8 @@ TARGET_QUANTITIES: dict[str, TargetQuantity] = {
     "theta_residual": TargetQuantity("θ residual (NNLS)", False, ".3g", (0.0, 1.0), lambda t: _regime(t, "theta")),
     "learned_residual": TargetQuantity("learned-part residual (NNLS)", False, ".3g", (0.0, 1.0),
                                        lambda t: _regime(t, "learned")),
-    "margin_set_size": TargetQuantity("margin set size", True, ".1f", (0.0, None), _margin_set_size),
+    # lower is better: fewer training images carry the multipliers of the theta fit (docs/regime.md)
+    "margin_set_size": TargetQuantity("margin set size", False, ".1f", (0.0, None), _margin_set_size),
     "margin_min": TargetQuantity("least training margin", True, ".3g", (None, None), lambda t: number(t.margin_min)),
     "margin_max": TargetQuantity("largest training margin", True, ".3g", (None, None), lambda t: number(t.margin_max)),
     "train_loss": TargetQuantity("training loss", False, ".2e", (0.0, None), lambda t: number(t.metrics.final_loss)),

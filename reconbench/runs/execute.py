@@ -26,6 +26,7 @@ from reconbench.provenance import config_hash, save_tensors_atomic, write_json
 from reconbench.runs.prepare import prepare
 from reconbench.runs.resolved import ResolvedRun, resolve_run
 from reconbench.runs.result import finish
+from reconbench.runs.seconds import attack_seconds
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cards import ModelCard
 
@@ -86,15 +87,8 @@ def finished_result(out: Path, card: ModelCard, spec: RunSpec) -> dict[str, Any]
 
 
 def resumed_seconds(resumed: list[dict[str, Any]]) -> float:
-    """Attack time spent on the read-back runs in earlier invocations: a run's own seconds, or for runs that advanced
-    together in one batch the batch's longest (its members' clocks overlap)."""
-    alone = sum(float(r.get("seconds") or 0.0) for r in resumed if "batch" not in r)
-    batches: dict[tuple[int, ...], float] = {}
-    for r in resumed:
-        if "batch" in r:
-            key = tuple(r["batch"].get("runs") or [r["run"]])
-            batches[key] = max(batches.get(key, 0.0), float(r.get("seconds") or 0.0))
-    return alone + sum(batches.values())
+    """Attack time spent on the read-back runs in earlier invocations (a batch counted once: runs/seconds.py)."""
+    return attack_seconds(resumed)
 
 
 def _start_round(card: ModelCard, run: ResolvedRun, problem: Problem, labels: torch.Tensor, target: AttackTarget,
