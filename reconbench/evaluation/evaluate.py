@@ -21,6 +21,7 @@ with the training images (an oracle): docs/method/evaluation-protocol.md#in-run-
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import math
 import time
@@ -82,6 +83,14 @@ def oracle_score(problem: Problem, candidates: torch.Tensor) -> float:
 
 
 def _versions() -> dict[str, str | None]:
+    """The scoring libraries' versions (a fresh dict each call: callers may extend it)."""
+    return dict(_installed_versions())
+
+
+@functools.cache
+def _installed_versions() -> dict[str, str | None]:
+    """Read once per process: each metadata lookup parses the package's METADATA file, and a suite scores
+    hundreds of candidate sets."""
     out: dict[str, str | None] = {"torch": torch.__version__}
     for dist in ("kornia", "scikit-image", "lpips", "torchvision", "reconbench"):
         try:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from reconbench.attack.kkt.batched_gram import BatchedGram, run_dot
+from reconbench.attack.kkt.batched_gram import BatchedGram, run_sum_of_squares
 from reconbench.attack.kkt.convergence import ConvergenceRule
 from reconbench.attack.kkt.loop import Coefficients, Penalty, StationarityConfig, box_prior
 from reconbench.attack.kkt.stationarity import full_chain, make_engine
@@ -161,17 +161,17 @@ def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tens
     ``below`` = min(x + box, 0) is minus relu(-box - x) exactly (negation commutes with rounding), and at most one
     of the two parts is non-zero in each entry, so grad + 2 above + 2 below is grad + (2 above - 2 below) exactly.
     ``buf`` (x's shape) holds each part in turn, so that nothing of x's size is allocated; the sums of squares are
-    per-run batched products.
+    taken per run (``run_sum_of_squares``, which squares the part in place).
     """
     buf = torch.empty_like(x) if buf is None else buf
     r = x.shape[0]
     sq = torch.empty(2, r, 1, 1, dtype=x.dtype, device=x.device)
     above = torch.sub(x, box, out=buf).clamp_min_(0)
     grad.add_(above, alpha=2.0)
-    run_dot(above, above, sq[0])
+    run_sum_of_squares(above, sq[0])   # squares buf in place: it is overwritten next
     below = torch.add(x, box, out=buf).clamp_max_(0)
     grad.add_(below, alpha=2.0)
-    run_dot(below, below, sq[1])
+    run_sum_of_squares(below, sq[1])
     return sq[0].reshape(r) + sq[1].reshape(r)
 
 

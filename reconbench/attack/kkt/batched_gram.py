@@ -59,6 +59,7 @@ class Workspace:
         self.deltas = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # D_k for k < L-1
         self.grams = [new(r, m, m) for _ in range(n)]                  # G_k
         self.outer = [new(r, m, m) for _ in range(n)]                  # P_k = D_k D_k^T
+        self.square = new(r, m, m)                                      # P_k * G_k, for <P_k, G_k>
         self.zbar = [new(r, m, dims[k + 1]) for k in range(n)]
         self.dbar = [new(r, m, dims[k + 1]) for k in range(n)]
         self.carried = [new(r, m, dims[k + 1]) for k in range(n - 1)]
@@ -67,10 +68,26 @@ class Workspace:
         self.box = new(r, m, dims[0])                                   # the box prior's parts (batched.py)
 
 
-def run_dot(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """<a[r], b[r]> for every run r as an (R, 1, 1) batched product into ``out``: no temporary of a's size."""
+def run_dot(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
+    """<a[r], b[r]> for every run r into ``out`` (R, 1, 1). On the CPU: the product into ``buf`` (a's shape; a
+    temporary without it) and a sum per run, because MKL runs the batched 1 x N by N x 1 product about ten times
+    slower than that (docs/performance.md); elsewhere as that batched product, with no temporary of a's size."""
     r = a.shape[0]
+    if a.device.type == "cpu":
+        prod = torch.mul(a, b) if buf is None else torch.mul(a, b, out=buf)
+        torch.sum(prod.reshape(r, -1), dim=1, out=out.view(r))
+        return out
     return torch.bmm(a.reshape(r, 1, -1), b.reshape(r, -1, 1), out=out)
+
+
+def run_sum_of_squares(a: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """<a[r], a[r]> for every run r into ``out`` (R, 1, 1); overwrites ``a`` with its squares on the CPU (the
+    callers do not read it again), so that no temporary of a's size is needed."""
+    r = a.shape[0]
+    if a.device.type == "cpu":
+        torch.sum(a.square_().reshape(r, -1), dim=1, out=out.view(r))
+        return out
+    return torch.bmm(a.reshape(r, 1, -1), a.reshape(r, -1, 1), out=out)
 
 
 class BatchedGram:
@@ -155,8 +172,8 @@ class BatchedGram:
             if self.biases[k] is not None:
                 ws.grams[k].add_(1.0)
             torch.bmm(d, d.transpose(1, 2), out=ws.outer[k])
-            run_dot(d, fw.pre[k], ws.dots[2 * k])
-            run_dot(ws.outer[k], ws.grams[k], ws.dots[2 * k + 1])
+            run_dot(d, fw.pre[k], ws.dots[2 * k], ws.zbar[k])   # zbar is written only below
+            run_dot(ws.outer[k], ws.grams[k], ws.dots[2 * k + 1], ws.square)
         parts = ws.dots.reshape(n, 2, r)
         total = self.theta_sq - 2.0 * parts[:, 0].sum(dim=0) + parts[:, 1].sum(dim=0)
         # multiplier side: Dbar_k = -2 Z_k + 2 G_k D_k + (Dbar_{k-1} * S_{k-1}) W_k^T, from the input layer up
