@@ -213,7 +213,9 @@ def draw_pairs(path: Path, groups: Sequence[PairGroup], *, title: Sequence[str] 
     layout = layout_pairs(groups, shape, per_row, len(title))
     w, h = layout.width, layout.height
     fig = plt.figure(figsize=(w / DPI, h / DPI), dpi=DPI)
-    fig.figimage(canvas(groups, layout), xo=0, yo=0, origin="upper", resize=False)
+    # each value rounded to the nearest of the 256 levels (matplotlib would truncate a float image)
+    levels = np.rint(canvas(groups, layout) * 255.0).astype(np.uint8)
+    fig.figimage(levels, xo=0, yo=0, origin="upper", resize=False)
 
     def text(x: float, y: float, s: str, **kw: object) -> None:
         fig.text(x / w, 1.0 - y / h, s, **kw)  # type: ignore[arg-type]
