@@ -24,6 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 CI = REPO / "leaderboards" / "ci"
 #: a cell of leaderboards/ci that its reconstructions figure shows and whose candidates the board stores
 SHOWN_AND_STORED = "digits-binary--haim_binary_kkt--gaussian--s0"
+pytestmark = pytest.mark.slow   # the redraw runs five cells of leaderboards/ci again (targets trained anew)
+
 PNG_TOL = 0.5 / 255 + 1e-6      # one 8-bit level, rounded
 PALETTE_TOL = 8 / 255           # a board re-encodes its figures with a 256-colour palette (slim.compact_figures)
 
@@ -137,7 +139,7 @@ def test_redrawn_board_passes_verify(redrawn: Path, capsys: pytest.CaptureFixtur
     layout = read_layout(redrawn / "figures" / "reconstructions.png")
     assert layout is not None
     shown = json.loads((redrawn / "results.json").read_text())["figures"]["reconstructions"]["cells"]
-    assert len(layout.groups) == len(shown) and all(c.split("--")[1] in g for c, g in zip(shown, layout.groups))
+    assert len(layout.groups) == len(shown) and all(c.split("--")[1] in g for c, g in zip(shown, layout.groups, strict=True))
 
 
 def test_redraw_without_the_candidates_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,11 +15,11 @@ import pytest
 from _helpers.cli import run_cli
 from _helpers.sitekit import BOARD, REPO, fixture_leaderboards, kept_candidates, missing_files, parse, row_count_problems
 
-from reconbench.leaderboard.results_file import read_results
 from reconbench.evaluation.pair_figure import read_layout
+from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.site import build_site
-from reconbench.leaderboard.site.images import PAIRS_FILE
 from reconbench.leaderboard.site.build import MARKER
+from reconbench.leaderboard.site.images import PAIRS_FILE
 from reconbench.leaderboard.slim import candidates_file, read_candidates
 
 #: the site rounds each value in [0, 1] to the nearest of 256 levels (half a step), and imread returns float32
