@@ -208,3 +208,31 @@ def test_run_board_and_site_draw_the_same_pairs_the_same_way(redrawn: Path, tmp_
             assert np.max(np.abs(tiles["run"][0] - tiles["site"][0])) <= 2 * PNG_TOL
         if "board" in tiles and "site" in tiles:
             assert np.max(np.abs(tiles["board"][0] - tiles["site"][0])) <= PALETTE_TOL + PNG_TOL
+
+
+def test_verify_compares_the_figures_pairs_with_the_cells_rows(redrawn: Path, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    from reconbench.bench.suite import load_suite
+    from reconbench.evaluation.pair_figure import LAYOUT_KEY
+    from reconbench.leaderboard.figure_check import check_figures
+
+    board = tmp_path / "ci"
+    shutil.copytree(redrawn, board)
+    suite = load_suite("ci")
+    assert check_figures(suite, board).problems == []
+    path = board / "figures" / "reconstructions.png"
+    layout = read_layout(path)
+    assert layout is not None
+    first, second = layout.pairs[0], layout.pairs[1]
+    swapped = replace(layout, pairs=[replace(first, index=second.index), replace(second, index=first.index),
+                                     *layout.pairs[2:]])
+    info = PngInfo()
+    info.add_text(LAYOUT_KEY, swapped.to_json())
+    with Image.open(path) as im:
+        im.save(path, pnginfo=info)
+    problems = check_figures(suite, board).problems
+    assert len(problems) == 1 and "pairs of" in problems[0] and "leaderboard redraw" in problems[0]

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from reconbench.evaluation.pair_figure import Pair
@@ -37,6 +38,27 @@ class CellPair:
     note: str = ""
 
 
+def _order_key(row: Any) -> float:
+    v = _num(row.raw(CALIBRATED_SCORE))
+    v = _num(row.raw(PAPERS_SCORE)) if v is None else v
+    return -math.inf if v is None else v
+
+
+def recorded_pairs(rec: CellRecord, max_images: int) -> list[tuple[int, list[str], bool, bool]]:
+    """What the figure of a cell's pairs shows, from its stored rows alone (no candidates, no data set): per pair, best
+    first, the training image's index, its label lines, whether it passes and whether a candidate matched it."""
+    from reconbench.evaluation.pair_figure import pair_label
+
+    rows = rec.per_image
+    order = sorted(range(len(rows)), key=lambda i: -_order_key(rows[i]))[:max(max_images, 0)]
+    out = []
+    for i in order:
+        r = rows[i]
+        shown = Pair(i, np.zeros((1, 1, 1)), None, _num(r.raw(PAPERS_SCORE)), _num(r.raw(DISTANCE)))
+        out.append((i, pair_label(shown), bool(r.raw(CALIBRATED_FLAG)), r.best_candidate is not None))
+    return out
+
+
 def cell_pairs(problem: Any, card: Any, candidates: torch.Tensor, rec: CellRecord, max_images: int) -> list[CellPair]:
     """The cell's pairs, best first, at most ``max_images`` (ValueError when its rows do not fit the problem)."""
     from reconbench.evaluation.context import build_context
@@ -50,12 +72,7 @@ def cell_pairs(problem: Any, card: Any, candidates: torch.Tensor, rec: CellRecor
                                 str(rec.target.trained_from.family))
     ev = build_context(problem, candidates, protocol, card=card)
 
-    def key(i: int) -> float:
-        v = _num(rows[i].raw(CALIBRATED_SCORE))
-        v = _num(rows[i].raw(PAPERS_SCORE)) if v is None else v
-        return -math.inf if v is None else v
-
-    order = sorted(range(problem.n), key=lambda i: -key(i))[:max(max_images, 0)]
+    order = sorted(range(problem.n), key=lambda i: -_order_key(rows[i]))[:max(max_images, 0)]
     recon, originals, best = ev.recon_display.numpy(), ev.originals.numpy(), ev.matching.best
     out = []
     for i in order:

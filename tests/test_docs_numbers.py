@@ -1,0 +1,148 @@
+"""The numbers README.md and the docs state (not docs/method/), each against what the code prints or the committed
+benchmark JSON it was measured into: generated blocks are compared with what their generator renders from the JSON,
+and the other numbers with the record they quote.
+
+Generated: README's quick-start sentences (``benchmarks/results/quick_start.json``, ``readme_table --facts``) and
+results table (a fresh run, tests/test_first_hour.py); docs/audit.md's timing table
+(``benchmarks/results/audit/audit_default_budget.json``). Tested here: README's null and draw counts against the
+protocol's defaults, docs/usage.md's default-run counts against ``benchmarks/results/default_runs/default_runs.json``,
+the site summary's file count and size against the files it wrote.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from reconbench.runs.readme_table import (
+    QUICK_BEGIN,
+    QUICK_END,
+    TIMING_BEGIN,
+    TIMING_END,
+    quick_start_text,
+    readme_section,
+    timing_text,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK_START = ROOT / "benchmarks" / "results" / "quick_start.json"
+AUDIT_TIMES = ROOT / "benchmarks" / "results" / "audit" / "audit_default_budget.json"
+DEFAULT_RUNS = ROOT / "benchmarks" / "results" / "default_runs" / "default_runs.json"
+
+
+def _flat(path: Path) -> str:
+    return " ".join(path.read_text().split())
+
+
+def _module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# -- README ----------------------------------------------------------------------------------------------------------
+def test_the_readmes_quick_start_sentences_are_rendered_from_the_measurement() -> None:
+    record = json.loads(QUICK_START.read_text())
+    text = (ROOT / "README.md").read_text()
+    assert readme_section(text, QUICK_BEGIN, QUICK_END) == quick_start_text(record)
+    assert readme_section(text, TIMING_BEGIN, TIMING_END) == timing_text(record)
+
+
+def test_the_measured_quick_start_is_what_run_does_by_default() -> None:
+    """The measurement's settings are the attack's defaults and the protocol's (a fresh run's: test_first_hour)."""
+    from reconbench import plugins
+    from reconbench.evaluation.protocol import Protocol
+
+    facts = json.loads(QUICK_START.read_text())["facts"]
+    attack = plugins.attack("multiclass_kkt")
+    recipe = attack.default_recipe or {}
+    assert facts["widths"] == recipe["model"]["widths"]
+    assert facts["n_per_class"] == recipe["problem"]["n_per_class"] and facts["dataset"] == recipe["problem"]["dataset"]
+    assert facts["search_runs"] == attack.default_search_runs
+    defaults = Protocol()
+    assert (facts["calibration_draws"], facts["null_draws"]) == (defaults.calibration_draws, defaults.null_draws)
+    assert facts["family_wise_fpr_bound"] == pytest.approx(1 / (defaults.calibration_draws + 1), rel=1e-14)
+
+
+def test_the_readmes_calibration_sentence_counts_the_protocols_draws() -> None:
+    from reconbench.evaluation.protocol import Protocol
+
+    text = _flat(ROOT / "README.md")
+    k = Protocol().calibration_draws
+    found = re.search(r"better than any random held-out image did in (\d+) calibration draws: a draw of random images "
+                      r"passes it with probability at most (\d+)% per evaluation", text)
+    assert found, "README.md no longer states the calibration draws"
+    assert (int(found[1]), float(found[2]) / 100) == (k, pytest.approx(1 / (k + 1), rel=1e-14))
+
+
+# -- docs/audit.md ---------------------------------------------------------------------------------------------------
+def test_the_audit_timing_table_is_rendered_from_the_benchmark() -> None:
+    bench = _module(ROOT / "benchmarks" / "audit_default_budget.py")
+    data = json.loads(AUDIT_TIMES.read_text())
+    text = (ROOT / "docs" / "audit.md").read_text()
+    assert readme_section(text, bench.BEGIN, bench.END) == bench.table(data)
+    assert [r["model"] for r in data["audits"]] == ["a", "b", "c"]
+    for r in data["audits"]:
+        assert r["under_limit"] == (r["wall_seconds"] < data["limit_seconds"])
+
+
+def test_the_audit_docs_state_the_default_budget_the_code_uses() -> None:
+    from reconbench.auditing.run import DEFAULT_BUDGET
+
+    found = re.search(r"The default, ([\d,]+), is sized", _flat(ROOT / "docs" / "audit.md"))
+    assert found and int(found[1].replace(",", "")) == DEFAULT_BUDGET
+
+
+# -- docs/usage.md ---------------------------------------------------------------------------------------------------
+def test_the_default_runs_paragraph_quotes_its_json() -> None:
+    runs = {r["command"]: r for r in json.loads(DEFAULT_RUNS.read_text())["runs"]}
+    text = _flat(ROOT / "docs" / "usage.md")
+
+    def run(cmd: str) -> dict:  # type: ignore[type-arg]
+        return runs[f"reconbench run --attack {cmd}"]
+
+    defaults = [run("haim_binary_kkt"), run("general_loss_wd")]
+    m = re.search(r"`general_loss_wd` on `digits` reach (\d+) of (\d+) \(null max (\d+), bar corr > ([\d.]+)\)", text)
+    assert m, "docs/usage.md no longer quotes the default runs"
+    for r in defaults:
+        assert (r["reconstructed_calibrated"], r["n_train"], r["null_max"]) == (int(m[1]), int(m[2]), int(m[3]))
+        assert round(r["calibrated_threshold_corr"], 3) == float(m[4])
+    haim = [r["regime_residual"]["theta"] for c, r in runs.items() if c.startswith("reconbench run --attack haim_binary_kkt")
+            and "mnist" not in c]
+    m = re.search(r"theta residual stays ([\d.]+)-([\d.]+)", text)
+    assert m and (round(min(haim), 2), round(max(haim), 2)) == (float(m[1]), float(m[2]))
+    m = re.search(r"regularised residual falls from ([\d.]+) \(3,000 steps\) to ([\d.]+) \(10,000\) and ([\d.]+) \(30,000\)",
+                  text)
+    assert m
+    wd = [run("general_loss_wd"), run("general_loss_wd --steps 10000"), run("general_loss_wd --steps 30000")]
+    assert [float(x) for x in m.groups()] == [round(r["regime_residual"]["regularised"], 2) for r in wd]
+    mnist = "haim_binary_kkt --dataset mnist_test --n-per-class 10 --widths 1000 --steps 3000"
+    m = re.search(r"reaches (\d+) of (\d+) \(null max (\d+), bar corr > ([\d.]+)\) in (\d+) s wall, and (\d+) of (\d+) "
+                  r"with its default (\d+) search runs \((\d+) s wall\)", text)
+    assert m
+    two, six = run(mnist + " --search-runs 2"), run(mnist)
+    assert (two["reconstructed_calibrated"], two["n_train"], two["null_max"]) == (int(m[1]), int(m[2]), int(m[3]))
+    assert round(two["calibrated_threshold_corr"], 3) == float(m[4]) and round(two["wall_seconds"]) == int(m[5])
+    assert (six["reconstructed_calibrated"], six["n_train"], six["search_runs"]) == (int(m[6]), int(m[7]), int(m[8]))
+    assert round(six["wall_seconds"]) == int(m[9])
+    m = re.search(r"`general_loss_wd` there reaches (\d+) of (\d+) with (\d+) search runs", text)
+    there = run("general_loss_wd --dataset mnist_test --n-per-class 10 --widths 1000 --steps 3000 --search-runs 2")
+    assert m and (there["reconstructed_calibrated"], there["n_train"], there["search_runs"]) == tuple(map(int, m.groups()))
+
+
+def test_the_site_summary_counts_the_files_it_wrote(tmp_path: Path) -> None:
+    from _helpers.sitekit import fixture_leaderboards
+
+    from reconbench.leaderboard.site import build_site
+
+    summary = build_site(fixture_leaderboards(tmp_path), tmp_path / "site", images=False)
+    files = [p for p in (tmp_path / "site").rglob("*") if p.is_file() and not p.name.startswith(".")]
+    assert summary.files == len(files) > summary.cell_pages
+    assert summary.bytes == sum(p.stat().st_size for p in files)
