@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path, required=True, help="write the measurement here")
+    ap.add_argument("--figure", type=Path, default=None,
+                    help="copy the run's reconstructions figure here (README's docs/img/default-run-reconstructions.png)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="quick-start-") as tmp:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "RECONBENCH_CACHE": str(Path(tmp) / "cache")}
@@ -36,6 +39,8 @@ def main() -> None:
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         (result,) = Path(tmp).glob("runs/multiclass_kkt-gaussian-*/result.json")
         facts = quick_start_facts(json.loads(result.read_text()))
+        if args.figure is not None:
+            shutil.copyfile(result.parent / "figures" / "reconstructions.png", args.figure)
     record = {"command": "OMP_NUM_THREADS=1 reconbench run --attack multiclass_kkt",
               "timing": {"wall_seconds": wall, "cpu_seconds": usage.ru_utime + usage.ru_stime,
                          "cpus": os.cpu_count(), "load_average": load},

@@ -80,6 +80,8 @@ def test_the_readmes_calibration_sentence_counts_the_protocols_draws() -> None:
                       r"passes it with probability at most (\d+)% per evaluation", text)
     assert found, "README.md no longer states the calibration draws"
     assert (int(found[1]), float(found[2]) / 100) == (k, pytest.approx(1 / (k + 1), rel=1e-14))
+    papers = re.search(r"The papers' count \(SSIM > ([\d.]+)\)", text)
+    assert papers and float(papers[1]) == Protocol().good_threshold
 
 
 # -- docs/audit.md ---------------------------------------------------------------------------------------------------
@@ -122,7 +124,7 @@ def test_the_default_runs_paragraph_quotes_its_json() -> None:
                   text)
     assert m
     wd = [run("general_loss_wd"), run("general_loss_wd --steps 10000"), run("general_loss_wd --steps 30000")]
-    assert [float(x) for x in m.groups()] == [round(r["regime_residual"]["regularised"], 2) for r in wd]
+    assert [float(x) for x in m.groups()] == [float(f"{r['regime_residual']['regularised']:.2g}") for r in wd]
     mnist = "haim_binary_kkt --dataset mnist_test --n-per-class 10 --widths 1000 --steps 3000"
     m = re.search(r"reaches (\d+) of (\d+) \(null max (\d+), bar corr > ([\d.]+)\) in (\d+) s wall, and (\d+) of (\d+) "
                   r"with its default (\d+) search runs \((\d+) s wall\)", text)
@@ -146,3 +148,20 @@ def test_the_site_summary_counts_the_files_it_wrote(tmp_path: Path) -> None:
     files = [p for p in (tmp_path / "site").rglob("*") if p.is_file() and not p.name.startswith(".")]
     assert summary.files == len(files) > summary.cell_pages
     assert summary.bytes == sum(p.stat().st_size for p in files)
+
+
+# -- docs/records.md -------------------------------------------------------------------------------------------------
+def test_the_records_load_table_is_its_json() -> None:
+    data = json.loads((ROOT / "benchmarks" / "results" / "records_load.json").read_text())
+    text = _flat(ROOT / "docs" / "records.md")
+    m = re.search(r"`results.json` of (\d+) kB, (\d+) cell entries", text)
+    assert m and (int(m[1]), int(m[2])) == (round(data["results_json_bytes"] / 1000), data["cells"])
+    strict = {}
+    for key, row in (("read_and_upgrade_seconds", "`read_results`"), ("results_json_decode_seconds",
+                                                                      "`BoardResults.from_dict`"),
+                     ("cells_seconds", "`CellRecord.from_dict`")):
+        found = re.search(re.escape(row) + r"[^|]*\| [\d.]+ s \| ([\d.]+) s \|", text)
+        assert found, row
+        strict[key] = float(found[1])
+    for key, shown in strict.items():
+        assert shown == float(f"{data[key]:.2g}") or shown == float(f"{data[key]:.3g}"), (key, shown, data[key])
