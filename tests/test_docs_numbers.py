@@ -165,3 +165,28 @@ def test_the_records_load_table_is_its_json() -> None:
         strict[key] = float(found[1])
     for key, shown in strict.items():
         assert shown == float(f"{data[key]:.2g}") or shown == float(f"{data[key]:.3g}"), (key, shown, data[key])
+
+
+# -- docs/leaderboard-entries.md -------------------------------------------------------------------------------------
+def test_the_board_entry_docs_state_the_code_and_the_ci_board() -> None:
+    from reconbench.bench.entries import ROW_DIGITS
+    from reconbench.leaderboard.rerun import detection_probability, unstored_cells
+    from reconbench.leaderboard.slim import SAMPLE_BYTES, SAMPLE_CELLS, XZ_PRESET, stored_candidate_ids
+
+    text = _flat(ROOT / "docs" / "leaderboard-entries.md")
+    assert f"Values are stored to {ROW_DIGITS} significant digits" in text
+    words = {1: "1", 2: "2", 3: "3"}
+    assert f"at most {words[SAMPLE_CELLS]} cells per board" in text
+    assert f"{SAMPLE_BYTES // 1024} KiB before compression" in text and f"preset {XZ_PRESET}" in text
+    board = ROOT / "leaderboards" / "ci"
+    n = len(unstored_cells(board))
+    m = re.search(r"On the ci board \(n = (\d+)\) K = (\d+) catches a single forged cell (\d+)% of the time, K = (\d+) "
+                  r"half of the time", text)
+    assert m and int(m[1]) == n
+    assert round(100 * detection_probability(int(m[2]), n)) == int(m[3])
+    assert detection_probability(int(m[4]), n) == pytest.approx(0.5, abs=1e-14)
+    m = re.search(r"`checked (\d+) cell\(s\): (\d+) re-scored from stored candidates, (\d+) re-run from their recipe "
+                  r"and seed, (\d+) through hashes and seals only`", text)
+    cells = len(list((board / "cells").glob("*.json")))
+    stored = len(stored_candidate_ids(board))
+    assert m and (int(m[1]), int(m[2])) == (cells, stored) and int(m[3]) + int(m[4]) == cells - stored
