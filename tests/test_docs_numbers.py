@@ -190,3 +190,47 @@ def test_the_board_entry_docs_state_the_code_and_the_ci_board() -> None:
     cells = len(list((board / "cells").glob("*.json")))
     stored = len(stored_candidate_ids(board))
     assert m and (int(m[1]), int(m[2])) == (cells, stored) and int(m[3]) + int(m[4]) == cells - stored
+
+
+# -- docs/search.md --------------------------------------------------------------------------------------------------
+def _close(shown: str, value: float) -> bool:
+    """``shown`` is ``value`` printed to the digits it shows (half a unit of its last digit)."""
+    digits = len(shown.split(".")[1]) if "." in shown else 0
+    return abs(float(shown) - value) <= 0.5 * 10.0 ** -digits + 1e-12
+
+
+def _stat_matches(cell: str, stat: dict) -> bool:  # type: ignore[type-arg]
+    m = re.fullmatch(r"([+-]?[\d.]+) \[([+-]?[\d.]+), ([+-]?[\d.]+)\]", cell.strip())
+    assert m, cell
+    return _close(m[1], stat["mean"]) and _close(m[2], stat["ci95"][0]) and _close(m[3], stat["ci95"][1])
+
+
+def test_the_search_strategy_table_and_costs_are_its_json() -> None:
+    data = json.loads((ROOT / "benchmarks" / "results" / "search" / "search_strategies.json").read_text())
+    targets = {"MNIST odd/even": "mnist-binary", "MNIST 10 classes": "mnist-multiclass"}
+    numbers = {"calibrated headline": "reconstructed_calibrated", "membership AUC": "membership_auc"}
+    rows = [line for line in (ROOT / "docs" / "search.md").read_text().splitlines()
+            if line.startswith("| MNIST")]
+    assert len(rows) == 8
+    for line in rows:
+        target, selection, number, random, optuna, diff = [c.strip() for c in line.strip("|").split("|")]
+        key = f"{selection}.{numbers[number.split(' (')[0]]}"
+        stats = data["targets"][targets[target]][key]
+        if "(of " in number:
+            assert int(number.split("(of ")[1].rstrip(")")) == data["targets"][targets[target]]["n_train"]
+        assert _stat_matches(random, stats["random"]) and _stat_matches(optuna, stats["optuna"]), line
+        assert _stat_matches(diff, stats["optuna_minus_random"]) or diff == "0 [0, 0]" and \
+            stats["optuna_minus_random"]["sd"] == 0, line
+    text = _flat(ROOT / "docs" / "search.md")
+    m = re.search(r"rank correlation ([\d.]+) \[([\d.]+), ([\d.]+)\] binary, ([\d.]+) \[([\d.]+), ([\d.]+)\] 10-class", text)
+    assert m
+    for target, (mean, lo, hi) in (("mnist-binary", m.groups()[:3]), ("mnist-multiclass", m.groups()[3:])):
+        assert _stat_matches(f"{mean} [{lo}, {hi}]", data["targets"][target]["loss_vs_oracle_spearman"])
+    m = re.search(r"the best final loss per cell is (\d+ \[\d+, \d+\]) under both strategies on the binary target, and "
+                  r"(\d+ \[\d+, \d+\]) \(random\) against (\d+ \[\d+, \d+\]) \(Optuna\)", text)
+    assert m
+    binary, multi = (data["targets"][t]["best_final_attack_loss"] for t in ("mnist-binary", "mnist-multiclass"))
+    assert _stat_matches(m[1], binary["random"]) and _stat_matches(m[1], binary["optuna"])
+    assert _stat_matches(m[2], multi["random"]) and _stat_matches(m[3], multi["optuna"])
+    m = re.search(r"Cost: (\d+) s of CPU", text)
+    assert m and int(m[1]) == round(data["cpu_seconds_total"])
