@@ -234,3 +234,20 @@ def test_the_search_strategy_table_and_costs_are_its_json() -> None:
     assert _stat_matches(m[2], multi["random"]) and _stat_matches(m[3], multi["optuna"])
     m = re.search(r"Cost: (\d+) s of CPU", text)
     assert m and int(m[1]) == round(data["cpu_seconds_total"])
+
+
+# -- docs/distributed.md ---------------------------------------------------------------------------------------------
+def test_the_ray_wall_times_are_its_json() -> None:
+    folder = ROOT / "benchmarks" / "results" / "ray"
+    text = _flat(ROOT / "docs" / "distributed.md")
+
+    def walls(name: str, executor: str) -> list[int]:
+        runs = json.loads((folder / name).read_text())["runs"]
+        return sorted(round(r["process_wall_seconds"]) for r in runs if r["executor"] == executor)
+
+    m = re.search(r"the `ci` suite took (\d+) and (\d+) s serially and (\d+) and (\d+) s on two Ray workers", text)
+    assert m and [int(m[1]), int(m[2])] == walls("ci.json", "serial") and [int(m[3]), int(m[4])] == walls("ci.json", "ray")
+    m = re.search(r"four `cpu-mini` MNIST cells took (\d+) s serially and (\d+) s on two workers", text)
+    mini = json.loads((folder / "cpu-mini-subset.json").read_text())
+    assert m and len(mini["only"]) == 4 and mini["cells_identical_across_runs"]
+    assert (int(m[1]), int(m[2])) == tuple(round(mini["median_process_wall_seconds"][e]) for e in ("serial", "ray"))
