@@ -251,3 +251,13 @@ def test_the_ray_wall_times_are_its_json() -> None:
     mini = json.loads((folder / "cpu-mini-subset.json").read_text())
     assert m and len(mini["only"]) == 4 and mini["cells_identical_across_runs"]
     assert (int(m[1]), int(m[2])) == tuple(round(mini["median_process_wall_seconds"][e]) for e in ("serial", "ray"))
+
+
+# -- docs/results.md -------------------------------------------------------------------------------------------------
+def test_the_results_page_table_is_the_published_boards() -> None:
+    from reconbench.leaderboard.results_page import BEGIN, END, board_results_table
+
+    text = (ROOT / "docs" / "results.md").read_text()
+    assert readme_section(text, BEGIN, END) == board_results_table(ROOT / "leaderboards")
+    outside = text.replace(readme_section(text, BEGIN, END), "")
+    assert "25ad81b" not in outside, "docs/results.md quotes numbers of boards that were re-published since"
