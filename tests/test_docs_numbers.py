@@ -261,3 +261,26 @@ def test_the_results_page_table_is_the_published_boards() -> None:
     assert readme_section(text, BEGIN, END) == board_results_table(ROOT / "leaderboards")
     outside = text.replace(readme_section(text, BEGIN, END), "")
     assert "25ad81b" not in outside, "docs/results.md quotes numbers of boards that were re-published since"
+
+
+# -- docs/usage.md: the protocol's settings ----------------------------------------------------------------------------
+def test_the_usage_protocol_paragraph_states_the_protocols_defaults() -> None:
+    from reconbench.evaluation import ssim
+    from reconbench.evaluation.protocol import FAMILY_AVG_THRESHOLD, Protocol, resolve_protocol
+    from reconbench.preflight import STEP_OVERHEAD_SECONDS
+
+    text = _flat(ROOT / "docs" / "usage.md")
+    m = re.search(r"\(B = ([\d.]+) for `mlp`/`mlp_bias`/`affine`, ([\d.]+) for `conv`\)", text)
+    assert m and {FAMILY_AVG_THRESHOLD[f] for f in ("mlp", "mlp_bias", "affine")} == {float(m[1])}
+    assert FAMILY_AVG_THRESHOLD["conv"] == float(m[2])
+    configs = resolve_protocol(None, "mlp").metric_configs
+    m = re.search(r"kornia SSIM \(window (\d+), sigma ([\d.]+), data range (\d+), reflect padding\)", text)
+    assert m and (int(m[1]), float(m[2]), float(m[3])) == (configs["ssim"].window_size, ssim.KORNIA_SIGMA,
+                                                            configs["ssim"].data_range)
+    assert f'"reconstructed" iff SSIM > {Protocol().good_threshold}' in text
+    k = Protocol().calibration_draws
+    assert f"matched by in {k} null draws" in text and f"with probability at most 1/{k + 1} per evaluation" in text
+    assert f"`reconstructed_corr` (corr > {configs['corr'].threshold})" in text
+    member = configs["membership_test"]
+    assert f"against {member.pool_per_member}n non-members, TPR at {member.fpr:.0%} FPR" in text
+    assert f"plus {STEP_OVERHEAD_SECONDS * 1e6:.0f} microseconds per step" in text
