@@ -96,10 +96,16 @@ def test_the_audit_timing_table_is_rendered_from_the_benchmark() -> None:
 
 
 def test_the_audit_docs_state_the_default_budget_the_code_uses() -> None:
-    from reconbench.auditing.run import DEFAULT_BUDGET
+    from reconbench.auditing.run import DEFAULT_BUDGET, DEFAULT_SEARCH_RUNS
 
-    found = re.search(r"The default, ([\d,]+), is sized", _flat(ROOT / "docs" / "audit.md"))
+    text = _flat(ROOT / "docs" / "audit.md")
+    found = re.search(r"The default, ([\d,]+), is sized", text)
     assert found and int(found[1].replace(",", "")) == DEFAULT_BUDGET
+    assert f"(`--search-runs`, default {DEFAULT_SEARCH_RUNS}," in text
+    assert f"the default budget ({DEFAULT_BUDGET:,} steps over {DEFAULT_SEARCH_RUNS} search runs per attack)" in text
+    m = re.search(r"Each class therefore needs 2 × max count \+ 10 × its own count images \((\d+) per class for (\d+) "
+                  r"training images per class\)", text)
+    assert m and int(m[1]) == 2 * int(m[2]) + 10 * int(m[2])
 
 
 # -- docs/usage.md ---------------------------------------------------------------------------------------------------
