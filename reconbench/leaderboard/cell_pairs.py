@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
+from reconbench.data import Problem
 from reconbench.evaluation.pair_figure import Pair
-from reconbench.records import CellRecord
+from reconbench.records import CellRecord, ImageRow
 
 #: the per-image keys of the calibrated headline and the papers' score, as the evaluation writes them
 CALIBRATED_SCORE, CALIBRATED_FLAG, PAPERS_SCORE, DISTANCE = "corr", "reconstructed_calibrated", "ssim", "best_distance"
@@ -38,7 +38,7 @@ class CellPair:
     note: str = ""
 
 
-def _order_key(row: Any) -> float:
+def _order_key(row: ImageRow) -> float:
     v = _num(row.raw(CALIBRATED_SCORE))
     v = _num(row.raw(PAPERS_SCORE)) if v is None else v
     return -math.inf if v is None else v
@@ -59,7 +59,8 @@ def recorded_pairs(rec: CellRecord, max_images: int) -> list[tuple[int, list[str
     return out
 
 
-def cell_pairs(problem: Any, card: Any, candidates: torch.Tensor, rec: CellRecord, max_images: int) -> list[CellPair]:
+def cell_pairs(problem: Problem, card: object, candidates: torch.Tensor, rec: CellRecord,
+               max_images: int) -> list[CellPair]:
     """The cell's pairs, best first, at most ``max_images`` (ValueError when its rows do not fit the problem)."""
     from reconbench.evaluation.context import build_context
     from reconbench.evaluation.protocol import resolve_protocol

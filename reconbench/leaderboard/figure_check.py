@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.figures import FigureData, reconstruction_picks, ssim_margin_points
 from reconbench.leaderboard.results_file import read_results
-from reconbench.leaderboard.tables import collect, resolve_columns
+from reconbench.leaderboard.tables import Published, collect, resolve_columns
 from reconbench.records import BoardResults, Figure
 
 
@@ -85,7 +84,7 @@ def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> Fi
     return out
 
 
-def _pair_problems(suite: Suite, pub: Any, board: Path, file: str, picks: list[str], where: str) -> list[str]:
+def _pair_problems(suite: Suite, pub: Published, board: Path, file: str, picks: list[str], where: str) -> list[str]:
     """The pairs the reconstructions figure records (its layout, ``pair_figure.read_layout``) against the cells'
     stored rows: per cell, the same training images in the same order with the same labels and frames. A figure
     drawn before the layout was recorded is not checked here (its bytes are, by the manifest)."""
