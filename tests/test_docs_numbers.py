@@ -290,3 +290,18 @@ def test_the_usage_protocol_paragraph_states_the_protocols_defaults() -> None:
     member = configs["membership_test"]
     assert f"against {member.pool_per_member}n non-members, TPR at {member.fpr:.0%} FPR" in text
     assert f"plus {STEP_OVERHEAD_SECONDS * 1e6:.0f} microseconds per step" in text
+
+
+# -- docs/architectures.md -------------------------------------------------------------------------------------------
+def test_the_architecture_table_states_the_timm_families_settings() -> None:
+    pytest.importorskip("timm")
+    from reconbench import plugins
+
+    text = _flat(ROOT / "docs" / "architectures.md")
+    resnet, vit = plugins.model("timm_resnet"), plugins.model("timm_vit")
+    res_kw, kw = getattr(resnet, "kwargs"), getattr(vit, "kwargs")   # the timm families' options  # noqa: B009
+    channels = "-".join(str(c) for c in res_kw["channels"])
+    blocks = set(res_kw["layers"])
+    assert blocks == {1} and f"one basic block per stage, channels {channels}" in text
+    assert (f"patch {kw['patch_size']}, {kw['depth']} blocks, {kw['embed_dim']}-dim tokens, {kw['num_heads']} heads"
+            in text)
