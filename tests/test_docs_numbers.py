@@ -84,6 +84,13 @@ def test_the_readmes_calibration_sentence_counts_the_protocols_draws() -> None:
     assert papers and float(papers[1]) == Protocol().good_threshold
 
 
+def test_the_progress_interval_the_docs_state_is_the_codes() -> None:
+    from reconbench.progress import PLAIN_EVERY_SECONDS
+
+    for page in ("README.md", "docs/usage.md"):
+        assert f"a plain line every {PLAIN_EVERY_SECONDS:.0f} s" in _flat(ROOT / page), page
+
+
 # -- docs/audit.md ---------------------------------------------------------------------------------------------------
 def test_the_audit_timing_table_is_rendered_from_the_benchmark() -> None:
     bench = _module(ROOT / "benchmarks" / "audit_default_budget.py")
