@@ -326,6 +326,24 @@ def test_the_browser_check_fails_on_a_damaged_report(browser, plain, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_report_embeds_the_runs_figure_of_pairs(exported):
+    """The report's reconstructions are the run's figure (the layout shared with the board and the site,
+    ``pair_figure.py``), embedded byte for byte, with the layout record it was drawn with."""
+    import base64
+    import re
+
+    from reconbench.evaluation.pair_figure import read_layout
+
+    html = (exported["audit"] / "report.html").read_text()
+    embedded = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
+    run_figure = exported["audit"] / "attacks" / "multiclass_kkt" / "figures" / "reconstructions.png"
+    assert base64.b64encode(run_figure.read_bytes()).decode() in embedded
+    layout = read_layout(run_figure)
+    assert layout is not None and layout.pairs
+    assert {row[3] for row in layout.arrangement() if row[3] is not None} == {(0, -1)}   # candidate above
+
+
+@pytest.mark.slow
 def test_export_writes_the_files_and_the_audit_command(exported, capsys, tmp_path):
     code, out, err = run_cli(["export", str(exported["root"] / "card"), "--out", str(tmp_path / "owner")], capsys)
     assert code == 0, err

@@ -114,7 +114,7 @@ def test_the_readmes_table_is_a_fresh_default_run(tmp_path, capsys, monkeypatch)
     cache is empty: the target is trained as a newcomer's first command trains it)."""
     import torch
 
-    from reconbench.runs.readme_table import readme_section, summary_table
+    from reconbench.runs.readme_table import quick_start_facts, readme_section, summary_table
 
     monkeypatch.chdir(tmp_path)
     threads = torch.get_num_threads()
@@ -127,6 +127,9 @@ def test_the_readmes_table_is_a_fresh_default_run(tmp_path, capsys, monkeypatch)
     (result,) = (tmp_path / "runs").glob("multiclass_kkt-gaussian-*/result.json")
     fresh = summary_table(json.loads(result.read_text()))
     assert readme_section((ROOT / "README.md").read_text()) == fresh
+    # what README's sentences on the quick start say it does (rendered from the committed measurement)
+    measured = json.loads((ROOT / "benchmarks" / "results" / "quick_start.json").read_text())
+    assert quick_start_facts(json.loads(result.read_text())) == measured["facts"]
     # the rows are the numbers the command printed
     for line in fresh.splitlines()[4:-1]:
         name = line.split(" | ")[0].strip("| ")

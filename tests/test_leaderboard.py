@@ -412,28 +412,6 @@ def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered)
     assert "**Sample reconstructions per attack:** not drawn" in readme
 
 
-def test_figure_matching_uses_the_evaluation_or_finds_exact_copies():
-    import torch
-
-    from reconbench.data import ProblemSpec
-    from reconbench.leaderboard.figures import matches
-    from reconbench.records import image_rows
-    from reconbench.targets.problems import build_problem
-
-    problem = build_problem(ProblemSpec(dataset="digits", task="binary", n_per_class=3))
-    x = problem.x_train(torch.float64)
-    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
-    candidates = torch.cat([x[perm] * 2.0 + 0.1, torch.randn(4, *x.shape[1:], dtype=torch.float64)])
-    found, score = matches(problem, candidates, image_rows([]))
-    assert score == "NCC" and len(found) == len(x)
-    inverse = {int(p): j for j, p in enumerate(perm)}  # training index -> its (scaled) copy among candidates
-    for ti, ci, corr in found:
-        assert ci == inverse[ti] and corr == pytest.approx(1.0, abs=1e-9)
-    rows = [{"best_candidate": len(x) - 1 - i, "ssim": 0.1 * i} for i in range(len(x))]
-    found, score = matches(problem, candidates, image_rows(rows))
-    assert score == "ssim" and found[0] == (len(x) - 1, 0, pytest.approx(0.1 * (len(x) - 1)))
-
-
 def test_convergence_gate_flags_targets_above_it(synthetic, tmp_path):
     suite, res = synthetic
     gated = suite.path.with_name("gated.toml")

@@ -15,9 +15,11 @@ import pytest
 from _helpers.cli import run_cli
 from _helpers.sitekit import BOARD, REPO, fixture_leaderboards, kept_candidates, missing_files, parse, row_count_problems
 
+from reconbench.evaluation.pair_figure import read_layout
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.site import build_site
 from reconbench.leaderboard.site.build import MARKER
+from reconbench.leaderboard.site.images import PAIRS_FILE
 from reconbench.leaderboard.slim import candidates_file, read_candidates
 
 #: the site rounds each value in [0, 1] to the nearest of 256 levels (half a step), and imread returns float32
@@ -94,24 +96,39 @@ def test_cell_images_are_its_training_images_and_averaged_matches(site: tuple[Pa
     assert stored is not None
     candidates = read_candidates(stored)["candidates"].numpy().astype(np.float64)
     folder = out / BOARD / "cells" / cid
+    layout = read_layout(folder / PAIRS_FILE)
+    assert layout is not None
+    image = _png(folder / PAIRS_FILE)
+    z = layout.zoom
+
+    def tile(box: tuple[int, int, int, int]) -> np.ndarray:  # one PNG pixel per image pixel (the top-left copy)
+        x0, y0, x1, y1 = box
+        return image[y0:y1:z, x0:x1:z]
+
+    placed = {p.index: p for p in layout.pairs}
+    rows = rec["evaluation"]["per_image"]
+    assert set(placed) <= {r["index"] for r in rows} and len(placed) == min(len(rows), 60)
     checked = 0
-    for row in rec["evaluation"]["per_image"]:
+    for row in rows:
         i = row["index"]
-        assert np.max(np.abs(_png(folder / f"train-{i}.png") - problem.train_images[i][0])) <= PNG_TOL
-        if row["best_candidate"] is None:
-            assert not (folder / f"recon-{i}.png").exists()
+        if i not in placed:
             continue
+        at = placed[i]
+        assert np.max(np.abs(tile(at.train) - problem.train_images[i][0])) <= PNG_TOL
+        if row["best_candidate"] is None:
+            assert at.candidate is None
+            continue
+        assert at.candidate is not None
         if "candidate_ids" not in row:   # a slim entry keeps the matched image, not which candidates it averaged
-            assert (folder / f"recon-{i}.png").exists()
             continue
         # the evaluation's reconstruction: the matched candidates averaged (centred space), the mean image added
         # back, scaled to [0, 1] over the image
         shown = candidates[row["candidate_ids"]].reshape(len(row["candidate_ids"]), *problem.mean.shape).mean(0)
         shown = shown + problem.mean
         shown = (shown - shown.min()) / (shown.max() - shown.min())
-        assert np.max(np.abs(_png(folder / f"recon-{i}.png") - shown[0])) <= PNG_TOL
+        assert np.max(np.abs(tile(at.candidate) - shown[0])) <= PNG_TOL
         checked += 1
-    assert checked > 0 or "candidate_ids" not in rec["evaluation"]["per_image"][0]
+    assert checked > 0 or "candidate_ids" not in rows[0]
 
 
 def test_site_without_images_says_so(tmp_path: Path) -> None:

@@ -124,12 +124,13 @@ def test_board_tables_sort_filter_and_cell_page(browser: Browser, site: tuple[Pa
     cell = read_cell(board / "cells" / f"{cid}.json")   # a slim entry as the full record
     assert cell is not None
     n = cell["target"]["n_train"]
-    assert browser.evaluate("document.querySelectorAll('#pairs figure.pair').length") == n
+    assert browser.evaluate("document.querySelectorAll('#pairs tr.pair').length") == n
     passed = sum(bool(r["reconstructed_calibrated"]) for r in cell["evaluation"]["per_image"])
-    assert browser.evaluate("document.querySelectorAll('#pairs figure.pair.passed').length") == passed
+    assert browser.evaluate("document.querySelectorAll('#pairs tr.pair.passed').length") == passed
     matched = sum(r["best_candidate"] is not None for r in cell["evaluation"]["per_image"])
-    assert browser.evaluate("document.querySelectorAll('#pairs img.recon').length") == matched
-    assert browser.evaluate("document.querySelectorAll('#pairs img.train').length") == n
+    assert browser.evaluate("document.querySelectorAll('#pairs .unmatched').length") == n - matched
+    assert browser.evaluate("document.querySelectorAll('img.pairs').length") == 1
+    assert browser.evaluate("document.querySelector('img.pairs').naturalWidth") > 0
 
     # a cell without stored candidates says so instead of showing images
     other = next(c for r in rows for c in r["cells"] if c not in kept_candidates())
@@ -160,7 +161,7 @@ def test_image_check_fails_when_a_cell_image_is_missing(browser: Browser, site: 
     out, _ = site
     copy = _damaged_copy(out, tmp_path)
     cid = kept_candidates()[0]
-    images = sorted((copy / BOARD / "cells" / cid).glob("recon-*.png"))
+    images = sorted((copy / BOARD / "cells" / cid).glob("*.png"))
     assert images
     images[0].unlink()
     browser.navigate(page_url(copy / BOARD / "cells" / f"{cid}.html"))

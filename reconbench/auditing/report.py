@@ -112,7 +112,8 @@ def render(rec: dict[str, Any], out: Path) -> str:
             parts.append(f"<figure><img alt='reconstructions of {e(a['attack'])} above the training images they "
                          f"matched' src='{_img(out / a['figure'])}'><figcaption>Upper rows: reconstructions; lower rows: "
                          "the training images they matched, best first; framed in green: pairs that pass the calibrated "
-                         "headline; #i: the training image's index in the training file.</figcaption></figure>")
+                         "headline; #i: the training image's index in the training file, SSIM: the papers' score of "
+                         "the pair, d: its matching distance.</figcaption></figure>")
     for r in rec["refused"]:
         parts.append(f"<p class='refused'>Not run: <b>{e(r['attack'])}</b>: {e(r['reason'])}</p>")
     parts.append("<h2>Is the model in the attacks' regime?</h2><table>")

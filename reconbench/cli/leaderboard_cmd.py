@@ -399,3 +399,31 @@ def add_command(file: str, board: str, data_root: str | None) -> None:
     click.echo(f"{board_dir}: merged submission {report.submission}: {len(report.cells)} cell(s), "
                f"{len(report.rescored)} re-scored to the submitted numbers; README.md and results.json rendered again "
                f"(`reconbench leaderboard {suite.name} --out {board_dir} --verify` checks the board)")
+
+
+@leaderboard_group.command("redraw")
+@click.argument("suite")
+@click.option("--out", type=click.Path(file_okay=False, exists=True), default=None,
+              help="The published board (default: leaderboards/<suite>).")
+@click.option("--rerun-missing", is_flag=True,
+              help="Run the figure's cells whose candidates the board does not store again from their recipes "
+              "(targets from the recipe cache, trained again when absent) and draw them only if every stored number "
+              "is reproduced.")
+@data_root_option
+def redraw_command(suite: str, out: str | None, rerun_missing: bool, data_root: str | None) -> None:
+    """Draw a published board's reconstructions figure again in the current layout of pairs, from its stored cells;
+    results.json's figure record, README.md and MANIFEST.json are rewritten so that `--verify` passes."""
+    from reconbench.leaderboard.redraw import redraw_board
+
+    s = load_suite(suite)
+    board = Path(out) if out else default_leaderboard_dir(s)
+    if not (board / "results.json").exists():
+        raise ReconbenchError(f"{board} holds no leaderboard (no results.json); pass the board's folder with --out")
+    s = board_suite(s, board)
+    check_writable(board, "--out")
+    with folder_lock(board, "leaderboard"):
+        done = redraw_board(s, board, rerun_missing=rerun_missing, data_root=data_root)
+    again = f", {len(done.rerun)} of them run again for their candidates" if done.rerun else ""
+    click.echo(f"{board}: reconstructions figure redrawn from {len(done.cells)} cell(s){again}; changed: "
+               f"{', '.join(done.changed) or 'nothing'} (check with `reconbench leaderboard {s.name} --out {board} "
+               "--verify`)")

@@ -38,7 +38,8 @@ def site_command(leaderboards: str, out: str, boards: tuple[str, ...], no_images
     index = out_dir / "index.html"
     click.echo(f"site: {index}  ({len(summary.boards)} board(s): {', '.join(summary.boards)}; {summary.cell_pages} cell "
                f"pages, {summary.cells_with_images} with reconstructions; claims page: "
-               f"{'yes' if summary.claims else 'no (claims-a and claims-b not both published)'})")
+               f"{'yes' if summary.claims else 'no (claims-a and claims-b not both published)'}; {summary.files} files, "
+               f"{summary.bytes / 1e6:.1f} MB)")
     if summary.cells_not_drawn:
         click.echo(f"warning: {summary.cells_not_drawn} cell(s) store candidates but have no reconstructions on the "
                    f"site: {summary.not_drawn_reason}; pass --data-root (or set $RECONBENCH_DATA) and run it again, or "

@@ -326,7 +326,8 @@ def _figures(ev: Evaluation, out_dir: Path, calibrated: tuple[str, np.ndarray, f
                                                           "the calibrated headline")
     written: dict[str, Any] = {}
     path = reconstructions_figure(folder / "reconstructions.png", ev.recon_display.numpy(), ev.originals.numpy(),
-                                  matched, p.figure_max_images, headline, papers)
+                                  matched, p.figure_max_images, headline, papers,
+                                  distances=np.asarray(ev.matching.best_dist, dtype=np.float64))
     written["reconstructions"] = str(path.relative_to(out_dir)) if path else {"skipped": "no training image matched"}
     if ev.margins is not None:
         boundary_figure(folder / "score_vs_boundary.png", ev.problem.task, ev.margins,

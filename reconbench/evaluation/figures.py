@@ -1,9 +1,10 @@
 """PNG figures of an evaluation (matplotlib, Agg backend).
 
-* ``reconstructions.png``: rows of reconstructions above their training images, sorted by the headline's score
-  (the calibrated headline's correlation when the null was drawn, else the papers' SSIM), best first, each pair
-  labelled with the training image's index and its scores, the pairs that pass the headline framed in green (the
-  papers' tables, docs/method/evaluation-protocol.md#figures);
+* ``reconstructions.png``: rows of reconstructions above their training images in the layout every figure of
+  pairs shares (``pair_figure.py``), sorted by the headline's score (the calibrated headline's correlation when the
+  null was drawn, else the papers' SSIM), best first, each pair labelled with the training image's index, its SSIM
+  and matching distance, the pairs that pass the headline framed in green (the papers' tables,
+  docs/method/evaluation-protocol.md#figures);
 * ``score_vs_boundary.png``: SSIM against the distance to the decision boundary with the threshold line, as in the
   papers' scatter plots: binary Phi(x) (from the card's margins y*Phi), multiclass the margin Phi_y - max_j Phi_j
   (coloured by class), regression |Phi - y|. Training images that no candidate chose are drawn as crosses at the
@@ -27,25 +28,6 @@ def _pyplot():  # type: ignore[no-untyped-def]
     return plt
 
 
-def _to_hwc(img: np.ndarray) -> np.ndarray:
-    return img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
-
-
-def montage(recon: np.ndarray, orig: np.ndarray, idx: np.ndarray, per_row: int, pad: int = 2) -> np.ndarray:
-    """One canvas (pad value 1, as the papers' tables): rows of reconstructions, each above its originals."""
-    c, h, w = recon.shape[1:]
-    rows = int(np.ceil(len(idx) / per_row))
-    cols = min(per_row, len(idx))
-    canvas = np.ones((c, 2 * rows * (h + pad) + pad, cols * (w + pad) + pad))
-    for k, i in enumerate(idx):
-        r, col = divmod(k, per_row)
-        x = pad + col * (w + pad)
-        y = pad + 2 * r * (h + pad)
-        canvas[:, y:y + h, x:x + w] = recon[i]
-        canvas[:, y + h + pad:y + 2 * h + pad, x:x + w] = orig[i]
-    return canvas
-
-
 @dataclass(frozen=True)
 class Headline:
     """A per-training-image score and the threshold a pair must pass to count, with what the count is called."""
@@ -63,51 +45,32 @@ def figure_order(headline: Headline, matched: np.ndarray, max_images: int) -> np
 
 
 def reconstructions_figure(path: Path, recon: np.ndarray, orig: np.ndarray, matched: np.ndarray, max_images: int,
-                           headline: Headline, secondary: Headline | None = None, per_row: int = 10) -> Path | None:
-    """Pairs (reconstruction above original) sorted by the headline's score, at most ``max_images``; None if nothing
-    matched. Each pair is labelled with the training image's index, its headline score and (if given and different)
-    the secondary score; pairs that pass the headline are green, with a frame.
-
-    Drawn as one image with the scores as text (a grid of axes is ten times slower for 60 pairs).
+                           headline: Headline, secondary: Headline | None = None, per_row: int = 10,
+                           distances: np.ndarray | None = None) -> Path | None:
+    """Pairs (reconstruction above its training image, :mod:`reconbench.evaluation.pair_figure`) sorted by the
+    headline's score, at most ``max_images``; None if nothing matched. Each pair is labelled with the training
+    image's index, the papers' SSIM (``secondary`` when given, else the headline) and its matching distance
+    (``distances``); pairs that pass the headline are framed green.
     """
+    from reconbench.evaluation.pair_figure import Pair, PairGroup, draw_pairs
+
     scores = headline.scores
     idx = figure_order(headline, matched, max_images)
     if len(idx) == 0:
         return None
     passed = int(np.sum(scores[matched & ~np.isnan(scores)] > headline.threshold))
-    plt = _pyplot()
-    pad = 2
-    c, h, w = recon.shape[1:]
-    canvas = montage(np.clip(recon, 0, 1), np.clip(orig, 0, 1), idx, per_row, pad)
-    rows = int(np.ceil(len(idx) / per_row))
-    cols = min(per_row, len(idx))
-    fig, ax = plt.subplots(figsize=(1.1 * cols + 0.4, 2.2 * rows + 0.9))
-    ax.imshow(_to_hwc(canvas), cmap="gray" if c == 1 else None, vmin=0, vmax=1, interpolation="nearest")
-    ax.axis("off")
-    show_secondary = secondary is not None and secondary.name != headline.name
-    for k, i in enumerate(idx):
-        r, col = divmod(k, per_row)
-        x0 = pad + col * (w + pad)
-        y = pad + 2 * r * (h + pad)
-        good = bool(scores[i] > headline.threshold)
-        label = f"#{i} {scores[i]:.2f}"
-        if show_secondary and secondary is not None and not np.isnan(secondary.scores[i]):
-            label += f" ({secondary.scores[i]:.2f})"
-        ax.text(x0 + w / 2, y - 0.6, label, ha="center", va="bottom", fontsize=5,
-                color="green" if good else "black")
-        if good:
-            ax.add_patch(plt.Rectangle((x0 - 0.5, y - 0.5), w, 2 * h + pad, fill=False, edgecolor="green",
-                                       linewidth=1.0))
-    title = (f"{passed} of {len(scores)} training images pass {headline.rule} "
-             f"({headline.name} > {headline.threshold:.3g}, green)\n"
-             f"upper: reconstruction, lower: the training image it matched; #i: training image index, "
-             f"then {headline.name}")
-    if show_secondary and secondary is not None:
-        title += f", then ({secondary.name}; {secondary.rule} counts > {secondary.threshold:g})"
-    ax.set_title(title, fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ssim = (secondary or headline).scores
+
+    def value(arr: np.ndarray | None, i: int) -> float | None:
+        return None if arr is None or np.isnan(arr[i]) else float(arr[i])
+
+    pairs = [Pair(int(i), orig[i], recon[i], value(ssim, i), value(distances, i),
+                  bool(scores[i] > headline.threshold)) for i in idx]
+    title = [f"{passed} of {len(scores)} training images pass {headline.rule} ({headline.name} > "
+             f"{headline.threshold:.3g}, framed green); shown best {headline.name} first.",
+             "Upper: reconstruction; lower: the training image it matched; #i: training image index, SSIM, "
+             "d: matching distance."]
+    draw_pairs(path, [PairGroup("", pairs)], title=title, per_row=per_row)
     return path
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.figures import FigureData, reconstruction_picks, ssim_margin_points
 from reconbench.leaderboard.results_file import read_results
-from reconbench.leaderboard.tables import collect, resolve_columns
+from reconbench.leaderboard.tables import Published, collect, resolve_columns
 from reconbench.records import BoardResults, Figure
 
 
@@ -68,6 +68,8 @@ def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> Fi
                                 f"cells and tables give {picks}; publish the board again")
         else:
             out.checked.append(f"reconstructions: {len(picks)} cell(s) shown")
+            if _drawn(stored):
+                out.problems += _pair_problems(suite, pub, board, str(stored.file), picks, where)
     if "ssim_vs_margin" in figures:
         stored = figures["ssim_vs_margin"]
         points = ssim_margin_points(pub, FigureData(board, data_root))
@@ -80,6 +82,34 @@ def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> Fi
             out.checked.append("ssim_vs_margin: " + (", ".join(f"{n} point(s) of {t}" for t, n in counts.items())
                                                      or "not drawn, no point"))
     return out
+
+
+def _pair_problems(suite: Suite, pub: Published, board: Path, file: str, picks: list[str], where: str) -> list[str]:
+    """The pairs the reconstructions figure records (its layout, ``pair_figure.read_layout``) against the cells'
+    stored rows: per cell, the same training images in the same order with the same labels and frames. A figure
+    drawn before the layout was recorded is not checked here (its bytes are, by the manifest)."""
+    from reconbench.evaluation.pair_figure import read_layout
+    from reconbench.leaderboard.cell_pairs import recorded_pairs
+
+    path = board / file
+    try:
+        layout = read_layout(path)
+    except (OSError, ValueError, KeyError) as exc:
+        return [f"{path}: its layout record cannot be read ({exc}); redraw it with `reconbench leaderboard redraw`"]
+    if layout is None:
+        return []
+    if len(layout.groups) != len(picks):
+        return [f"{where}: the reconstructions figure draws {len(layout.groups)} group(s) of pairs for {len(picks)} "
+                "cell(s); redraw it with `reconbench leaderboard redraw`"]
+    problems = []
+    records = {r.cell_id: r for r in pub.usable()}
+    k = suite.leaderboard.sample_images
+    for g, cid in enumerate(picks):
+        drawn = [(p.index, p.label, p.passed, p.candidate is not None) for p in layout.pairs if p.group == g]
+        if cid in records and drawn != recorded_pairs(records[cid], k):
+            problems.append(f"{where}: the reconstructions figure's pairs of {cid} are not the ones its rows give "
+                            "(index, SSIM, distance, frame); redraw it with `reconbench leaderboard redraw`")
+    return problems
 
 
 def figure_line(check: FigureCheck) -> str:

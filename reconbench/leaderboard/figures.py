@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.tables import Published, column_value
-from reconbench.records import CellRecord, Figure, ImageRow, TableRow, TrainMetrics
+from reconbench.records import CellRecord, Figure, TableRow, TrainMetrics
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
@@ -47,6 +47,7 @@ class FigureData:
         self.results, self.data_root = results, data_root
         self._problems: dict[str, Problem] = {}
         self._cards: dict[str, dict[str, Any]] = {}
+        self.candidate_dirs: list[Path] = []
 
     def card(self, rec: CellRecord) -> dict[str, Any]:
         key = str(rec.target.recipe_key)
@@ -68,40 +69,29 @@ class FigureData:
             self._problems[key] = card.problem(self.data_root)
         return self._problems[key]
 
+    def problem_card(self, rec: CellRecord) -> tuple[Problem, ModelCard]:
+        """The training problem and its model card (a board's compact card restored to the full one)."""
+        from reconbench.leaderboard.board_cards import load_board_card
+
+        return load_board_card(self.results, str(rec.target.recipe_key), self.data_root)  # type: ignore[no-any-return]
+
     def pooled(self, rec: CellRecord) -> dict[str, torch.Tensor]:
-        return load_file(str(self.results / rec.work_dir / "candidates.safetensors"))
+        """The cell's pooled candidates: from its run folder, else the ones a board stores, else from
+        ``candidate_dirs`` (cells run again)."""
+        from reconbench.leaderboard.slim import candidates_file, read_candidates
 
-
-def _display(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """Centred (C, H, W) -> an imshow image: add the mean back, min-max scale per image.
-
-    Method: docs/method/evaluation-protocol.md#display-scaling.
-    """
-    img = x + mean
-    lo, hi = float(img.min()), float(img.max())
-    img = (img - lo) / (hi - lo) if hi > lo else np.zeros_like(img)
-    return img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
-
-
-def matches(problem: Problem, candidates: torch.Tensor, rows: list[ImageRow]) -> tuple[list[tuple[int, int, float]], str]:
-    """(train index, candidate index, score) per training image, best first, and what the score is.
-
-    Uses the evaluation's per-image matches when it records them; otherwise the nearest candidate by
-    normalised cross-correlation (display only: no table number comes from this).
-    """
-    if any(isinstance(r.best_candidate, int) for r in rows) and len(rows) == problem.n:
-        out = [(i, int(r.best_candidate), _num(r.raw(SSIM_KEY))) for i, r in enumerate(rows)
-               if isinstance(r.best_candidate, int)]
-        ranked: list[tuple[int, int, float]] = [(i, c, -math.inf if v is None else v) for i, c, v in out]
-        return sorted(ranked, key=lambda t: -t[2]), SSIM_KEY
-    x = problem.x_train(torch.float64).flatten(1)
-    c = candidates.double().flatten(1)
-    xs = (x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + 1e-12)
-    cs = (c - c.mean(1, keepdim=True)) / (c.std(1, keepdim=True) + 1e-12)
-    corr = xs @ cs.T / (x.shape[1] - 1)
-    best = corr.max(dim=1)
-    nearest = [(i, int(best.indices[i]), float(best.values[i])) for i in range(len(x))]
-    return sorted(nearest, key=lambda t: -t[2]), "NCC"
+        plain = self.results / rec.work_dir / "candidates.safetensors" if rec.work_dir else None
+        if plain is not None and plain.is_file():
+            return load_file(str(plain))
+        stored = candidates_file(self.results, rec.cell_id)
+        if stored is not None:
+            return read_candidates(stored)
+        for folder in self.candidate_dirs:
+            again = folder / f"{rec.cell_id}.safetensors"
+            if again.is_file():
+                return load_file(str(again))
+        raise FileNotFoundError(f"the pooled candidates of cell {rec.cell_id} are not at hand (the board stores "
+                                "a sample): redraw with --rerun-missing to run it again")
 
 
 def _primary(rec: CellRecord, columns: list[dict[str, Any]]) -> float:
@@ -138,7 +128,10 @@ def draw_reconstructions(
     data: FigureData,
     path: Path,
 ) -> Figure:
-    import matplotlib.pyplot as plt
+    """Per attack, its picked cell's pairs (:mod:`reconbench.leaderboard.cell_pairs`, as the site's cell page shows
+    them), one group a row, in the layout every figure of pairs shares (:mod:`reconbench.evaluation.pair_figure`)."""
+    from reconbench.evaluation.pair_figure import PairGroup, draw_pairs
+    from reconbench.leaderboard.cell_pairs import cell_pairs
 
     title = TITLES["reconstructions"]
     picks = reconstruction_picks(suite, pub, tables, columns)
@@ -147,54 +140,22 @@ def draw_reconstructions(
     if not picks:
         return Figure.written(title=title, reason=f"no finished cell under {inits_text}")
     k = suite.leaderboard.sample_images
-    # one block per attack: a label line, the training images, the matched candidates (with their scores)
-    fig = plt.figure(figsize=(0.9 * k, 2.05 * len(picks)))
-    grid = fig.add_gridspec(
-        3 * len(picks),
-        k,
-        height_ratios=[0.25, 1, 1] * len(picks),
-        hspace=0.12,
-        wspace=0.06,
-        left=0.01,
-        right=0.99,
-        top=0.99,
-        bottom=0.03,
-    )
-    score_names = set()
-    for a, rec in enumerate(picks):
-        problem = data.problem(rec)
-        pooled = data.pooled(rec)
-        found, score_name = matches(problem, pooled["candidates"], rec.per_image)
-        score_names.add(score_name)
-        mean = problem.mean
-        header = fig.add_subplot(grid[3 * a, :])
-        header.axis("off")
+    groups = []
+    for rec in picks:
+        problem, card = data.problem_card(rec)
+        pairs = cell_pairs(problem, card, data.pooled(rec)["candidates"], rec, k)
         oracle = " †" if rec.init.is_oracle else ""
-        header.text(
-            0.0,
-            0.0,
-            f"{rec.attack.label} · init {rec.init.label}{oracle} · {rec.target.name} · seed {rec.seed}",
-            fontsize=8,
-            va="bottom",
-        )
-        for j, (ti, ci, score) in enumerate(found[:k]):
-            top = fig.add_subplot(grid[3 * a + 1, j])
-            bottom = fig.add_subplot(grid[3 * a + 2, j])
-            top.imshow(_display(problem.x_train(torch.float64)[ti].numpy(), mean), cmap="gray")
-            bottom.imshow(_display(pooled["candidates"][ci].numpy(), mean), cmap="gray")
-            for ax in (top, bottom):
-                ax.set_xticks([])
-                ax.set_yticks([])
-            bottom.set_xlabel(f"{score:.2f}", fontsize=6, labelpad=1)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        groups.append(PairGroup(f"{rec.attack.label} · init {rec.init.label}{oracle} · {rec.target.name} · seed "
+                                f"{rec.seed}", [p.pair for p in pairs]))
+    draw_pairs(path, groups, per_row=k)
     return Figure.written(
         title=title,
         file=f"figures/{path.name}",
         cells=[r.cell_id for r in picks],
         caption=f"For each attack, its best cell under {inits_text} (by the first column, pooled "
-        f"candidates): training images (upper row) and the matched candidate (lower row, with its "
-        f"{' / '.join(sorted(score_names))} score), best matches first.",
+        f"candidates): the reconstruction (upper) above the training image it matched (lower), best calibrated "
+        f"score first; #i: the training image's index, SSIM: the papers' score, d: the matching distance; framed "
+        f"green: passes the calibrated headline.",
     )
 
 

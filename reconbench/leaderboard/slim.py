@@ -165,6 +165,9 @@ def compact_figures(board: Path) -> int:
     """Re-encode a board's figures as palette PNGs (at most 256 colours; plots and image grids keep their look at a
     third of the bytes) where that is smaller; the bytes saved."""
     from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    from reconbench.evaluation.pair_figure import LAYOUT_KEY
 
     saved = 0
     for path in sorted((board / "figures").glob("*.png")):
@@ -172,8 +175,11 @@ def compact_figures(board: Path) -> int:
             if im.mode == "P":
                 continue
             small = im.convert("RGB").quantize(256)
+            info = PngInfo()
+            if LAYOUT_KEY in im.info:  # where each pair of a figure of pairs lies (pair_figure.read_layout)
+                info.add_text(LAYOUT_KEY, str(im.info[LAYOUT_KEY]))
         tmp = path.with_name(f".{path.name}.tmp")
-        small.save(tmp, format="PNG", optimize=True)
+        small.save(tmp, format="PNG", optimize=True, pnginfo=info)
         if tmp.stat().st_size < path.stat().st_size:
             saved += path.stat().st_size - tmp.stat().st_size
             tmp.replace(path)

@@ -1,6 +1,8 @@
 """The README's table of the default run, rendered from its result.json with the numbers and names that
 ``reconbench run`` prints (``python -m reconbench.runs.readme_table RESULT.json``; a test compares README.md with a
-fresh run)."""
+fresh run), and the README's two sentences on the quick start (what it trains and attacks; its null and how long it
+took), rendered from ``benchmarks/results/quick_start.json`` (``benchmarks/quick_start.py`` measures it;
+``python -m reconbench.runs.readme_table --facts JSON`` prints them)."""
 
 from __future__ import annotations
 
@@ -51,11 +53,62 @@ def summary_table(result: dict[str, Any]) -> str:
     return "\n".join([*lines, END])
 
 
-def readme_section(text: str) -> str:
-    """The table as README.md holds it (markers included)."""
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[start:end]
+def readme_section(text: str, begin: str = BEGIN, end: str = END) -> str:
+    """A generated block as README.md holds it (markers included)."""
+    start, stop = text.index(begin), text.index(end) + len(end)
+    return text[start:stop]
+
+
+QUICK_BEGIN = "<!-- quick-start: python -m reconbench.runs.readme_table --facts benchmarks/results/quick_start.json -->"
+QUICK_END = "<!-- /quick-start -->"
+TIMING_BEGIN = "<!-- quick-start-timing: python -m reconbench.runs.readme_table --facts benchmarks/results/quick_start.json -->"
+TIMING_END = "<!-- /quick-start-timing -->"
+
+
+def quick_start_facts(result: dict[str, Any]) -> dict[str, Any]:
+    """What the quick start did, from its result.json: the target, the search, the null."""
+    recipe = result["target"]["recipe"]
+    ev = result["evaluation"]
+    cal = ev["protocol"]["calibration"]
+    return {"dataset": recipe["problem"]["dataset"], "widths": list(recipe["model"]["widths"]),
+            "n_train": int(result["target"]["n_train"]), "n_per_class": int(recipe["problem"]["n_per_class"]),
+            "train_steps": int(recipe["train"]["steps"]), "search_runs": int(result["spec"]["search_runs"]),
+            "candidates": int(ev["candidates"]["total"]), "calibration_draws": int(cal["calibration_draws"]),
+            "null_draws": int(cal["null_draws"]), "family_wise_fpr_bound": float(cal["family_wise_fpr_bound"])}
+
+
+def quick_start_text(record: dict[str, Any]) -> str:
+    """The README's sentence on what the quick start trains and attacks (between its markers)."""
+    f = record["facts"]
+    per = "one" if f["n_per_class"] == 1 else str(f["n_per_class"])
+    widths = "-".join(str(w) for w in f["widths"])
+    return "\n".join([QUICK_BEGIN,
+                      f"The second command trains a small target (a width-{widths} MLP on {f['n_train']} images of "
+                      f"scikit-learn's embedded `{f['dataset']}`, {per} per class; no download), attacks it with "
+                      f"Buzaglo et al.'s multiclass KKT attack ({f['search_runs']} search runs, {f['candidates']} "
+                      "candidates), scores the candidates and prints a summary.",
+                      QUICK_END])
+
+
+def timing_text(record: dict[str, Any]) -> str:
+    """The README's sentences on the null and on how long the quick start took (between its markers)."""
+    f, t = record["facts"], record["timing"]
+    draws = f["calibration_draws"] + f["null_draws"]
+    return "\n".join([TIMING_BEGIN,
+                      f"Every number is printed next to its **held-out null**: the same protocol applied to "
+                      f"{f['candidates']} random `{f['dataset']}` images the model never saw, with the same labels "
+                      "([docs/calibration.md](docs/calibration.md)). The table is the command's output (rendered "
+                      "from its `result.json` by `python -m reconbench.runs.readme_table`; a test compares it with a "
+                      f"fresh run). On this repository's {t['cpus']}-core machine it took {t['cpu_seconds']:.1f} s of "
+                      f"CPU and {t['wall_seconds']:.1f} s wall (`OMP_NUM_THREADS=1`, from an empty cache, training "
+                      f"and the {draws} null draws included, load average {t['load_average']:.1f} from other jobs; "
+                      "`python benchmarks/quick_start.py` measures it):",
+                      TIMING_END])
 
 
 if __name__ == "__main__":
-    print(summary_table(json.loads(Path(sys.argv[1]).read_text())))
+    if sys.argv[1] == "--facts":
+        record = json.loads(Path(sys.argv[2]).read_text())
+        print(quick_start_text(record), timing_text(record), sep="\n\n")
+    else:
+        print(summary_table(json.loads(Path(sys.argv[1]).read_text())))

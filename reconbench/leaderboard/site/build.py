@@ -54,6 +54,9 @@ class SiteSummary:
     #: cells whose stored candidates could not be drawn here, and the first reason (e.g. the data set is missing)
     cells_not_drawn: int = 0
     not_drawn_reason: str = ""
+    #: the site's files and their bytes, as written
+    files: int = 0
+    bytes: int = 0
 
 
 def fmt(v: object, spec: str = ".3g") -> str:
@@ -217,5 +220,6 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
                 claims=claims, root="", stamp=stamp, has_claims=True))
         shutil.rmtree(final, ignore_errors=True)
         out.rename(final)  # the old site stays until the new one is complete
+        written = [p for p in final.rglob("*") if p.is_file() and p.name != MARKER]
         return SiteSummary(final, [b.name for b in loaded], pages, with_images, claims is not None, not_drawn,
-                           not_drawn_reason)
+                           not_drawn_reason, len(written), sum(p.stat().st_size for p in written))

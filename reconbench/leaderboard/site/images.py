@@ -1,60 +1,33 @@
-"""The reconstructions of a cell next to the training images they matched, as small PNGs for its page.
+"""The reconstructions of a cell next to the training images they matched, as one PNG for its page.
 
 Only cells whose pooled candidates the board stores (``candidates/<cell>.safetensors.xz``) have them. The training
-problem is rebuilt from the board's model card (it needs the data set), the candidates are matched and averaged by
-the evaluation's own matching (:func:`reconbench.evaluation.context.build_context` under the cell's recorded
-protocol) and shown as the evaluation's figures show them (mean added back, min-max scaled). The scores beside each
-pair are the cell's stored per-image numbers; a pair whose fresh match differs from the stored one is flagged.
+problem is rebuilt from the board's model card (it needs the data set); the pairs are the board figure's
+(:mod:`reconbench.leaderboard.cell_pairs`), drawn in the layout every figure of pairs shares
+(:mod:`reconbench.evaluation.pair_figure`), and listed beside it with their stored numbers.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from reconbench.bench.runner import STATUS_OK
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.cell_pairs import CellPair, cell_pairs
 from reconbench.leaderboard.slim import candidates_file, read_candidates
 from reconbench.records import CellRecord
 
-#: the per-image keys of the calibrated headline and the papers' score, as the evaluation writes them
-CALIBRATED_SCORE, CALIBRATED_FLAG, PAPERS_SCORE = "corr", "reconstructed_calibrated", "ssim"
-
-
-@dataclass(frozen=True)
-class Pair:
-    index: int
-    label: int | None
-    recon: str | None       # file name beside the cell page, None: no candidate chose this training image
-    train: str
-    corr: float | None
-    ssim: float | None
-    passed: bool
-    note: str = ""
+#: the file of a cell's pairs, beside its page (cells/<cell>/pairs.png)
+PAIRS_FILE = "pairs.png"
 
 
 @dataclass
 class CellImages:
-    pairs: list[Pair]
+    pairs: list[CellPair] = field(default_factory=list)
     reason: str = ""        # why there are none
     failed: bool = False    # stored candidates that could not be drawn here (e.g. the data set is missing)
-
-
-def _num(v: object) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
-def _save(path: Path, img: np.ndarray) -> None:
-    """A (C, H, W) image in [0, 1] as an 8-bit RGB PNG, each value rounded to the nearest of the 256 levels."""
-    from matplotlib.image import imsave
-
-    levels = np.rint(np.clip(img, 0.0, 1.0) * 255.0).astype(np.uint8)
-    rgb = np.repeat(levels, 3, axis=0) if levels.shape[0] == 1 else levels
-    imsave(path, np.ascontiguousarray(np.transpose(rgb, (1, 2, 0))))
+    figure: str | None = None   # the PNG of the pairs, beside the cell page
 
 
 class ProblemCache:
@@ -74,7 +47,7 @@ class ProblemCache:
 
 
 def cell_images(board: Path, rec: CellRecord, out: Path, problems: ProblemCache, max_images: int = 60) -> CellImages:
-    """Write the pairs of one cell under ``out`` (recon-<i>.png, train-<i>.png); best calibrated score first."""
+    """Draw the pairs of one cell into ``out``/pairs.png; best calibrated score first."""
     cid = rec.cell_id
     if rec.status != STATUS_OK:
         return CellImages([], f"the cell did not finish (status {rec.status}): it has no reconstructions")
@@ -89,36 +62,17 @@ def cell_images(board: Path, rec: CellRecord, out: Path, problems: ProblemCache,
 
 
 def _draw(stored: Path, rec: CellRecord, out: Path, problem_card: tuple[Any, Any], max_images: int) -> CellImages:
-    from reconbench.evaluation.context import build_context
-    from reconbench.evaluation.protocol import resolve_protocol
-    from reconbench.evaluation.rescore import pinned_protocol
+    from reconbench.evaluation.pair_figure import PairGroup, draw_pairs
 
     problem, card = problem_card
-    pooled = read_candidates(stored)
-    protocol = resolve_protocol(pinned_protocol(dict(rec.protocol or {}), dict(rec.evaluation or {}) or None),
-                                str(rec.target.trained_from.family))
-    ev = build_context(problem, pooled["candidates"], protocol, card=card)
-    rows = rec.per_image  # the pooled candidates' evaluation
-    if len(rows) != problem.n:
-        return CellImages([], f"the cell records {len(rows)} per-image rows for {problem.n} training images")
-    order = sorted(range(problem.n), key=lambda i: -(_num(rows[i].raw(CALIBRATED_SCORE)) or -math.inf))[:max_images]
+    try:
+        pairs = cell_pairs(problem, card, read_candidates(stored)["candidates"], rec, max_images)
+    except ValueError as exc:
+        return CellImages([], str(exc))
+    if not pairs:
+        return CellImages([], "the cell has no training image to show")
     out.mkdir(parents=True, exist_ok=True)
-    recon = ev.recon_display.numpy()
-    originals = ev.originals.numpy()
-    best = ev.matching.best
-    pairs = []
-    for i in order:
-        r = rows[i]
-        train = f"train-{i}.png"
-        _save(out / train, originals[i])
-        recon_name = None
-        note = ""
-        if bool(ev.matching.matched[i]):
-            recon_name = f"recon-{i}.png"
-            _save(out / recon_name, recon[i])
-            if r.best_candidate != int(best[i]):
-                note = (f"matched again to candidate {int(best[i])}, the cell records {r.best_candidate}: "
-                        "re-score the board")
-        pairs.append(Pair(i, r.label, recon_name, train, _num(r.raw(CALIBRATED_SCORE)),
-                          _num(r.raw(PAPERS_SCORE)), bool(r.raw(CALIBRATED_FLAG)), note))
-    return CellImages(pairs)
+    draw_pairs(out / PAIRS_FILE, [PairGroup("", [p.pair for p in pairs])],
+               title=["Upper: reconstruction (pooled candidates, matched and averaged); lower: the training image it "
+                      "matched; best calibrated score first; framed green: passes the calibrated headline."])
+    return CellImages(pairs, figure=PAIRS_FILE)

@@ -1,0 +1,110 @@
+"""A published board's reconstructions figure drawn again in the current layout, from its stored cells
+(``reconbench leaderboard redraw SUITE``).
+
+The figure shows, per attack, the pooled candidates of one picked cell (``figures.reconstruction_picks``); a board
+keeps the candidates of a sample of its cells only (``slim.py``). Picked cells whose candidates the board stores are
+drawn from them; the others are run again from their recorded recipes and seeds (``slim.rerun_cells``: targets from
+the recipe cache, trained again when absent) and drawn only when every stored number of those cells is reproduced.
+Then the figure record in results.json (its caption), README.md (rendered again from results.json and the cells),
+the palette re-encoding of the figure (``slim.compact_figures``) and MANIFEST.json are rewritten, so that
+``leaderboard --verify`` passes on the result. Nothing else of the board changes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reconbench.bench.runner import load_cells
+from reconbench.bench.suite import Suite
+from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.figures import FigureData, draw_reconstructions, reconstruction_picks
+from reconbench.leaderboard.manifest import MANIFEST_NAME, check_manifest, write_manifest
+from reconbench.leaderboard.readme import rerender_readme
+from reconbench.leaderboard.results_file import read_results, write_results
+from reconbench.leaderboard.slim import candidates_file, compact_figures, rerun_cells
+from reconbench.leaderboard.tables import collect, resolve_columns
+from reconbench.provenance import write_text_atomic
+from reconbench.records import BoardResults, CellRecord, Figure, TableRow
+
+FIGURE = "reconstructions"
+
+
+@dataclass
+class Redrawn:
+    cells: list[str] = field(default_factory=list)       # the cells the figure shows
+    rerun: list[str] = field(default_factory=list)       # of them, the ones run again for their candidates
+    changed: list[str] = field(default_factory=list)     # board files whose bytes changed
+
+
+def missing_candidates(suite: Suite, board: Path) -> tuple[list[str], list[str]]:
+    """The cells the reconstructions figure shows, and those of them whose candidates the board does not store."""
+    data = read_results(board)
+    results = BoardResults.from_dict(data)
+    pub = collect(suite, board)
+    picks = [r.cell_id for r in reconstruction_picks(suite, pub, _tables(results), resolve_columns(suite, pub.ok()))]
+    return picks, [c for c in picks if candidates_file(board, c) is None]
+
+
+def _tables(results: BoardResults) -> dict[str, list[TableRow]]:
+    return dict(results.tables or {})
+
+
+def redraw_board(suite: Suite, board: Path, *, rerun_missing: bool = False, data_root: str | None = None) -> Redrawn:
+    """Draw ``board``'s reconstructions figure again (see the module docstring)."""
+    data = read_results(board)
+    results = BoardResults.from_dict(data)
+    figures = results.figures or {}
+    if FIGURE not in figures or figures[FIGURE].file is None:
+        raise ReconbenchError(f"{board} has no drawn reconstructions figure to redraw; publish the board to draw it")
+    if results.header.suite_sha256 and results.header.suite_sha256 != suite.text_sha256:
+        raise ReconbenchError(f"{board} was rendered from another version of {suite.path.name}; redraw with the suite "
+                              "file it was rendered from")
+    if problems := check_manifest(board):
+        raise ReconbenchError(f"{board} differs from its {MANIFEST_NAME} ({problems[0]}); restore the board before "
+                              "redrawing it")
+    picks, missing = missing_candidates(suite, board)
+    if missing and not rerun_missing:
+        raise ReconbenchError(f"the board stores no candidates of {len(missing)} cell(s) the figure shows "
+                              f"({', '.join(missing)}); add --rerun-missing to run them again from their recipes")
+    before = {p: p.read_bytes() for p in _touched(board)}
+    pub = collect(suite, board)
+    columns = resolve_columns(suite, pub.ok())
+    fig_data = FigureData(board, data_root)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if missing:
+            mismatches = rerun_cells(suite, board, missing, data_root=data_root, work=work)
+            if mismatches:
+                raise ReconbenchError(f"running the figure's cells again does not reproduce the board "
+                                      f"({len(mismatches)} number(s); first: {mismatches[0]}); nothing was redrawn")
+            again = work / "again"
+            again.mkdir()
+            for results_dir in (p for p in work.iterdir() if p.is_dir() and p != again):
+                for cid, rec in load_cells(results_dir).items():
+                    src = results_dir / CellRecord.from_dict(rec).work_dir / "candidates.safetensors"
+                    if cid in missing and src.is_file():
+                        shutil.copyfile(src, again / f"{cid}.safetensors")
+            fig_data.candidate_dirs.append(again)
+        drawn = draw_reconstructions(suite, pub, _tables(results), columns, fig_data,
+                                     board / "figures" / "reconstructions.png")
+    _record(suite, board, drawn)
+    compact_figures(board)
+    write_manifest(board)
+    changed = [p.relative_to(board).as_posix() for p, b in before.items() if not p.is_file() or p.read_bytes() != b]
+    return Redrawn(picks, missing, changed)
+
+
+def _touched(board: Path) -> list[Path]:
+    return [board / "figures" / "reconstructions.png", board / "results.json", board / "README.md",
+            board / MANIFEST_NAME]
+
+
+def _record(suite: Suite, board: Path, drawn: Figure) -> None:
+    """The figure's record in results.json, and README.md rendered again from it."""
+    data = read_results(board)
+    data["figures"][FIGURE] = drawn.to_dict()
+    write_results(board, data)
+    write_text_atomic(board / "README.md", rerender_readme(suite, board, data))

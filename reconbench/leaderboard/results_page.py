@@ -1,0 +1,77 @@
+"""docs/results.md's table of what the published boards measured, rendered from their results.json (``python -m
+reconbench.leaderboard.results_page`` prints it; ``--write`` puts it into docs/results.md between its markers;
+tests/test_docs_numbers.py compares the page with a fresh rendering).
+
+Per board and attack, the row (target, init) with the largest mean calibrated headline over the pooled candidates
+among the non-oracle inits, with its 95% interval over seeds, the largest count its held-out null reached, and the
+membership AUC with its null mean, as the board's own README states them.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from reconbench.leaderboard.results_file import read_results
+
+BEGIN = "<!-- board-results: python -m reconbench.leaderboard.results_page --write docs/results.md -->"
+END = "<!-- /board-results -->"
+HEADLINE, AUC = "reconstructed (calibrated)", "membership AUC"
+
+
+def _num(v: object, spec: str) -> str:
+    return "n/a" if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) else format(v, spec)
+
+
+def _best_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per attack (in the board's order), its non-oracle row with the largest mean calibrated headline."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        stat = r["metrics"].get(HEADLINE)
+        if r["init_is_oracle"] or stat is None or not isinstance(stat.get("mean"), (int, float)):
+            continue
+        now = best.get(r["attack"])
+        if now is None or stat["mean"] > now["metrics"][HEADLINE]["mean"]:
+            best[r["attack"]] = r
+    return list(best.values())
+
+
+def board_results_table(leaderboards: Path) -> str:
+    """The table (between its markers) for every published board with grid rows."""
+    lines = [BEGIN, "| board | attack | best target, init | calibrated headline, mean [95% interval] | null max | "
+             "membership AUC (null mean) | seeds |", "|---|---|---|---|---|---|---|"]
+    for results in sorted(leaderboards.glob("*/results.json")):
+        board = results.parent.name
+        data = read_results(results.parent)
+        for r in _best_rows(list((data.get("tables") or {}).get("pool") or [])):
+            head = r["metrics"][HEADLINE]
+            null = head.get("null") or {}
+            auc = r["metrics"].get(AUC) or {}
+            auc_null = auc.get("null") or {}
+            lo, hi = head.get("ci95") or [None, None]
+            lines.append(f"| [{board}](../leaderboards/{board}/) | `{r['attack']}` | {r['target']}, {r['init']} | "
+                         f"{_num(head['mean'], '.3g')} [{_num(lo, '.3g')}, {_num(hi, '.3g')}] of "
+                         f"{_num(head.get('value_range', [None, None])[1], '.0f')} | {_num(null.get('max'), '.0f')} | "
+                         f"{_num(auc.get('mean'), '.2f')} ({_num(auc_null.get('mean'), '.2f')}) | {len(r['seeds'])} |")
+    return "\n".join([*lines, END])
+
+
+def write_into(page: Path, table: str) -> bool:
+    """Replace the block between the markers of ``page``; whether it changed."""
+    text = page.read_text()
+    start, stop = text.index(BEGIN), text.index(END) + len(END)
+    new = text[:start] + table + text[stop:]
+    if new != text:
+        page.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    root = Path(__file__).resolve().parents[2]
+    rendered = board_results_table(root / "leaderboards")
+    if len(sys.argv) > 2 and sys.argv[1] == "--write":
+        print(f"{sys.argv[2]}: {'rewritten' if write_into(Path(sys.argv[2]), rendered) else 'up to date'}")
+    else:
+        print(rendered)
