@@ -167,8 +167,10 @@ def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", 
     Raises when the probe measured no row a phase needs (it ran past its budget, say)."""
     prior = PRIORS["cuda"]
 
-    def ok(rows: Any) -> list[dict[str, Any]]:
-        return [r for r in rows or [] if isinstance(r, dict) and "error" not in r]
+    def ok(rows: object) -> list[dict[str, Any]]:
+        if not isinstance(rows, list):
+            return []
+        return [r for r in rows if isinstance(r, dict) and "error" not in r]
 
     def train_rows(dtype: str) -> list[dict[str, Any]]:
         rows = [r for r in ok(probe.get("trainer")) if r.get("dtype") == dtype and r.get("target_steps_per_second")]
@@ -221,7 +223,7 @@ def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", 
     return table
 
 
-def is_probe(data: Any) -> bool:
+def is_probe(data: object) -> bool:
     return isinstance(data, dict) and isinstance(data.get("trainer"), list) and isinstance(data.get("attack"), list)
 
 
