@@ -136,7 +136,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "early_stop_digits": early_stop_digits,
     "float32_readme_run": float32_readme_run,
 }
-BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(\n<!-- /table -->)", re.S)
+#: a block's body cannot run past its own closing marker (an empty block has no body and no newline before it)
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>(?:(?!<!-- /table -->).)*?)\n?(<!-- /table -->)",
+                   re.S)
 
 
 def blocks(text: str) -> dict[str, str]:
@@ -151,7 +153,7 @@ def rendered(text: str) -> str:
         if name not in TABLES:
             raise SystemExit(f"docs/performance.md names table {name!r}, which benchmarks/performance_tables.py "
                              f"does not define (known: {', '.join(TABLES)})")
-        return m.group(1) + TABLES[name]() + m.group(4)
+        return m.group(1) + TABLES[name]() + "\n" + m.group(4)
     return BLOCK.sub(one, text)
 
 
