@@ -252,9 +252,10 @@ def test_rerun_regenerates_a_ci_cell_and_agrees(tmp_path, capsys, monkeypatch):
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = sorted(p.parent for p in (REPO / "leaderboards").glob("*/results.json"))
 #: the budget for leaderboards/ (disk use counted in 4 KiB blocks, each file and folder at least one): 8 MiB for the
-#: first six boards, 16 MiB since the training-length, claims-c and threat-models boards joined them; and each
-#: board on its own at most 4 MiB
-BOARDS_BUDGET = 16 * 2**20
+#: first six boards, 16 MiB since the training-length, claims-c and threat-models boards joined them, 20 MiB since
+#: defenses-cpu and architectures run 5 seeds each retraining (their cells alone are 3 MiB); and each board on its
+#: own at most 4 MiB
+BOARDS_BUDGET = 20 * 2**20
 BOARD_BUDGET = 4 * 2**20
 BLOCK = 4096
 
