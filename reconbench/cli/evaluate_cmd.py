@@ -80,10 +80,9 @@ def check_provenance(folder: Path, result: RunResult) -> None:
     from reconbench.provenance import config_hash
 
     path = folder / "result.json"
-    evaluation = dict(result.evaluation)
-    stored = evaluation.get("protocol")
-    if isinstance(stored, dict):
-        fresh = resolve_protocol(pinned_protocol(protocol_options(result), evaluation),
+    stored = result.evaluation.protocol
+    if stored is not None:
+        fresh = resolve_protocol(pinned_protocol(protocol_options(result), stored),
                                  str(result.target.family)).to_dict()
         scalar = (str, int, float, bool, type(None))  # the options; nested records gain fields when evaluated
         for key in sorted(set(fresh) & set(stored) - {"libraries", "metrics"}):
@@ -115,7 +114,7 @@ def check_result(folder: Path, need_evaluation: bool) -> RunResult:
     if not isinstance(result.target.family, str):
         raise ReconbenchError(f"{path}: target.family is {result.target.family!r}, expected a string; the file "
                               "is damaged, re-run the attack")
-    if need_evaluation and not isinstance(result.evaluation.get("summary"), dict):
+    if need_evaluation and result.evaluation.summary is None:
         raise ReconbenchError(f"{path} holds no stored evaluation (with a summary) for --check to compare with; "
                               "drop --check to evaluate it, or re-run the attack")
     return result

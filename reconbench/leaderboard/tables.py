@@ -73,7 +73,7 @@ def column_value(rec: CellRecord, selection: str, col: ColumnSpec) -> tuple[floa
     if col.source == "wall_seconds":
         return number(rec.attack_seconds), "attack_seconds"
     if col.source == "calibrated":   # the count against the bar calibrated for this selection (evaluation/bars.py)
-        return (sel.calibrated_count, "calibrated") if "count" in mapping(sel.calibrated) else (None, None)
+        return (sel.calibrated_count, "calibrated") if sel.calibrated_count is not None else (None, None)
     if col.source == "target":   # a number of the cell's target, the same for every selection
         value = target_value(rec.target, col.keys[0])
         return (value, col.keys[0]) if value is not None else (None, None)
@@ -90,8 +90,8 @@ def direction(col: ColumnSpec, key: str | None, records: Iterable[CellRecord]) -
     if key and col.source == "summary":
         for rec in records:
             for name, info in rec.evaluated_metrics.items():
-                if isinstance(info, dict) and info.get("headline", name) == key and "higher_is_better" in info:
-                    return bool(info["higher_is_better"]), f"metric {name!r} (recorded in the cells)"
+                if (info.headline or name) == key and info.higher_is_better is not None:
+                    return info.higher_is_better, f"metric {name!r} (recorded in the cells)"
         for name in plugins.names("metrics"):
             metric = plugins.metric(name)
             if metric.headline_key == key:

@@ -220,8 +220,8 @@ def rescore_inputs(leaderboard: Path, rec: CellRecord, data_root: str | None
     stored = read_candidates(path)
     # a board may store them in the attack's precision (float32): every float32 is a float64 exactly
     pooled = {k: v.double() if v.is_floating_point() else v for k, v in stored.items()}
-    evaluation = dict(rec.evaluation) if rec.evaluation is not None else None
-    protocol = pinned_protocol(dict(rec.protocol or {}), evaluation)  # the metrics the cell computed
+    recorded = rec.evaluation.protocol if rec.evaluation is not None else None
+    protocol = pinned_protocol(dict(rec.protocol or {}), recorded)  # the metrics the cell computed
     return problem, pooled, protocol, str(rec.target.trained_from.family), card
 
 
@@ -237,7 +237,7 @@ def compare_selection(where: str, sel: Selection | dict[str, Any], evaluation: d
     problems: list[Mismatch] = []
     if sel.null is not None:
         null_now = _flat(null_record(evaluation))
-        for key, value in _flat(sel.null).items():
+        for key, value in _flat(sel.null.to_dict()).items():
             new = null_now[key] if key in null_now else "<missing>"
             if not close(value, new, rtol):
                 problems.append(Mismatch(f"{where} null.{key}", value, new, margin_note(evaluation, key, value, new,

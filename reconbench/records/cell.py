@@ -8,22 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconbench.records.board_entry import EntryInfo
+from reconbench.records.evaluation import Calibrated, HeldOutNull, Spread, StoredEvaluation, StoredMetric
 from reconbench.records.model_card import TrainMetrics
 from reconbench.records.record import FileFormat, Record, mapping, number, unchanged
 from reconbench.targets.recipe import TargetRecipe
 
 _EMPTY: Mapping[str, Any] = {}
-
-
-@dataclass(frozen=True)
-class Spread(Record):
-    """A summary number over the held-out null's draws: its mean, standard deviation, least and largest value."""
-
-    mean: float | None = None
-    std: float | None = None
-    min: float | None = None
-    max: float | None = None
-    draws: int | None = None
 
 
 @dataclass(frozen=True)
@@ -39,8 +29,8 @@ class Selection(Record):
     config: Mapping[str, Any] | None = None
     note: str | None = None
     summary: Mapping[str, Any] = field(default_factory=dict)
-    null: Mapping[str, Any] | None = None
-    calibrated: Mapping[str, Any] | None = None
+    null: HeldOutNull | None = None
+    calibrated: Calibrated | None = None
     same_as: Mapping[str, str] | None = None
 
     def value(self, key: str) -> float | None:
@@ -54,16 +44,20 @@ class Selection(Record):
 
     def null_spread(self, key: str) -> Spread | None:
         """The held-out null's spread of a summary key (mean, max, ...) over its draws (None: not recorded)."""
-        spread = mapping(mapping(self.null).get("spread"))
-        return Spread.from_dict(spread[key]) if isinstance(spread.get(key), Mapping) else None
+        return None if self.null is None else self.null.spread_of(key)
+
+    @property
+    def held_out(self) -> HeldOutNull:
+        """The held-out null (an empty one when not recorded)."""
+        return self.null if self.null is not None else HeldOutNull()
 
     @property
     def calibrated_count(self) -> float | None:
-        return number(mapping(self.calibrated).get("count"))
+        return None if self.calibrated is None else number(self.calibrated.count)
 
     @property
     def calibrated_bar(self) -> str | None:
-        return None if not self.calibrated else str(self.calibrated["bar"])
+        return None if self.calibrated is None else str(self.calibrated.bar)
 
 
 @dataclass(frozen=True)
@@ -207,7 +201,7 @@ class CellRecord(Record):
     runs: list[Any] | None = None
     outcome: Mapping[str, Any] | None = None
     selections: Mapping[str, Selection] | None = None
-    evaluation: Mapping[str, Any] | None = None
+    evaluation: StoredEvaluation | None = None
     calibration_bars: Any = None
     result_dir: str | None = None
     attack_seconds: float | None = None
@@ -227,13 +221,12 @@ class CellRecord(Record):
     @property
     def protocol_ref(self) -> str | None:
         """The name of the evaluation protocol a slim entry stores once per board (``protocols/<ref>.json``)."""
-        ref = mapping(self.evaluation).get("protocol_ref")
-        return None if ref is None else str(ref)
+        return None if self.evaluation is None else self.evaluation.protocol_ref
 
     @property
-    def evaluated_metrics(self) -> Mapping[str, Any]:
+    def evaluated_metrics(self) -> Mapping[str, StoredMetric]:
         """The metrics the pooled evaluation recorded (name -> headline, direction, parameters)."""
-        return mapping(mapping(self.evaluation).get("metrics"))
+        return (None if self.evaluation is None else self.evaluation.metrics) or _EMPTY
 
     @property
     def dtype(self) -> str | None:
@@ -250,7 +243,7 @@ class CellRecord(Record):
     @property
     def per_image(self) -> list[ImageRow]:
         """The pooled evaluation's per-image rows (objects in an expanded record; others are left out)."""
-        return image_rows(mapping(self.evaluation).get("per_image"))
+        return image_rows(None if self.evaluation is None else self.evaluation.per_image)
 
     @property
     def work_dir(self) -> str:

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconbench.records.record import FileFormat, Record, mapping, unchanged
+from reconbench.records.evaluation import StoredEvaluation
+from reconbench.records.record import FileFormat, Record, unchanged
 from reconbench.targets.recipe import TargetRecipe
 
 
@@ -29,6 +30,14 @@ class RunTarget(Record):
 
 
 @dataclass(frozen=True)
+class PickedRun(Record):
+    """The run a selection of a result (blind, oracle) picked, and its rule in words."""
+
+    run: int | None = None
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
 class RunResult(Record):
     """A run's ``result.json`` (``runs/result.py`` builds it and writes every field, in this order): the pooled and
     selected evaluations, the runs, provenance."""
@@ -45,12 +54,12 @@ class RunResult(Record):
     spec: Mapping[str, Any] = field(default_factory=dict)
     search: Mapping[str, Any] | None = None
     target: RunTarget = RunTarget()
-    selection: Mapping[str, Any] = field(default_factory=dict)
+    selection: Mapping[str, PickedRun] = field(default_factory=dict)
     runs: list[Mapping[str, Any]] = field(default_factory=list)
     failed_runs: list[int] = field(default_factory=list)
     outcome: Mapping[str, Any] | None = None
-    evaluation: Mapping[str, Any] = field(default_factory=dict)
-    evaluation_selected: Mapping[str, Any] = field(default_factory=dict)
+    evaluation: StoredEvaluation = StoredEvaluation()
+    evaluation_selected: Mapping[str, StoredEvaluation] = field(default_factory=dict)
     calibration_bars: Any = None
     figures: list[str] = field(default_factory=list)
     wall_seconds: float | None = None
@@ -58,8 +67,8 @@ class RunResult(Record):
 
     def selected_run(self, name: str) -> int | None:
         """The run a selection (blind, oracle) picked; None when none finished."""
-        run = mapping(self.selection.get(name)).get("run")
-        return run if isinstance(run, int) else None
+        picked = self.selection.get(name)
+        return None if picked is None else picked.run
 
 
 #: the door of a run's result.json

@@ -95,7 +95,7 @@ def _draw(stored: Path, rec: CellRecord, out: Path, problem_card: tuple[Any, Any
 
     problem, card = problem_card
     pooled = read_candidates(stored)
-    protocol = resolve_protocol(pinned_protocol(dict(rec.protocol or {}), dict(rec.evaluation or {}) or None),
+    protocol = resolve_protocol(pinned_protocol(dict(rec.protocol or {}), rec.evaluation.protocol if rec.evaluation else None),
                                 str(rec.target.trained_from.family))
     ev = build_context(problem, pooled["candidates"], protocol, card=card)
     rows = rec.per_image  # the pooled candidates' evaluation
