@@ -246,6 +246,12 @@ class CellRecord(Record):
         return image_rows(None if self.evaluation is None else self.evaluation.per_image)
 
     @property
+    def search_runs(self) -> list[SearchRun]:
+        """The search runs read as records (objects only: a slim entry's runs are read once it is expanded)."""
+        return [SearchRun.from_dict(r, f"cell {self.cell_id}, a search run") for r in self.runs or []
+                if isinstance(r, Mapping)]
+
+    @property
     def work_dir(self) -> str:
         """The cell's run folder, relative to its results folder."""
         return self.result_dir or f"work/{self.cell_id}"
