@@ -14,7 +14,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import resolve_protocol
 from reconbench.evaluation.rescore import read_candidates, read_result, rescore
 from reconbench.provenance import check_writable
-from reconbench.records import RUN_RESULT_FILE, RunResult, mapping
+from reconbench.records import RUN_RESULT_FILE, RunResult, StoredEvaluation, mapping
 
 
 @main_group.command("evaluate")
@@ -46,11 +46,11 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
     if out:
         check_writable(Path(out), "--out")
     record = rescore(result_dir, overrides, model_card=model_card, data_root=data_root, out_dir=out, quiet=quiet)
-    evaluation, diff = record["evaluation"], record["differences"]
-    click.echo(f"evaluation: {record['path']}  ({evaluation['seconds']:.1f}s)")
+    evaluation, diff = StoredEvaluation.from_dict(record["evaluation"], "the fresh evaluation"), record["differences"]
+    click.echo(f"evaluation: {record['path']}  ({evaluation.seconds or 0.0:.1f}s)")
     for line in headline_lines(evaluation)[:1]:  # the calibrated headline next to its held-out null
         click.echo(line)
-    for key, value in evaluation["summary"].items():
+    for key, value in evaluation.numbers.items():
         click.echo(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
     if record["stored_protocol"] and "evaluation" not in (result.key_order or ()):
         click.echo("result.json holds no stored evaluation, so there is nothing to compare with")

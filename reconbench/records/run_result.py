@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconbench.records.cell import SearchRun
 from reconbench.records.evaluation import StoredEvaluation
+from reconbench.records.model_card import TrainMetrics
 from reconbench.records.record import FileFormat, Record, unchanged
 from reconbench.targets.recipe import TargetRecipe
 
@@ -26,7 +28,7 @@ class RunTarget(Record):
     task: str | None = None
     n_train: int | None = None
     p_over_dn: Mapping[str, Any] | None = None
-    train_metrics: Mapping[str, Any] | None = None
+    train_metrics: TrainMetrics | None = None
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class RunResult(Record):
     search: Mapping[str, Any] | None = None
     target: RunTarget = RunTarget()
     selection: Mapping[str, PickedRun] = field(default_factory=dict)
-    runs: list[Mapping[str, Any]] = field(default_factory=list)
+    runs: list[SearchRun] = field(default_factory=list)
     failed_runs: list[int] = field(default_factory=list)
     outcome: Mapping[str, Any] | None = None
     evaluation: StoredEvaluation = StoredEvaluation()
