@@ -31,7 +31,7 @@ from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
 from reconbench.provenance import read_json
-from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
+from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, StoredEvaluation, number
 from reconbench.records.target_quantities import target_value
 from reconbench.runs.result import score_selection
 from reconbench.safe_paths import member
@@ -236,7 +236,7 @@ def compare_selection(where: str, sel: Selection | dict[str, Any], evaluation: d
     stored = dict(sel.summary)
     problems: list[Mismatch] = []
     if sel.null is not None:
-        null_now = _flat(null_record(evaluation))
+        null_now = _flat(null_record(StoredEvaluation.from_dict(evaluation, "the fresh evaluation")).to_dict())
         for key, value in _flat(sel.null.to_dict()).items():
             new = null_now[key] if key in null_now else "<missing>"
             if not close(value, new, rtol):
