@@ -289,7 +289,7 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: Mapping[s
                 or rec.cell_key != plan[cid].key(suite, rec.dtype)):
             point.missing.append(cid)
             continue
-        outcome = cell_outcome({"status": rec.status, "outcome": rec.outcome, "runs": rec.runs})
+        outcome = cell_outcome(rec)
         if outcome is not None and not outcome.ok:
             point.failed.append((cid, outcome.reason))
             continue

@@ -216,7 +216,7 @@ class Published:
 
 
 def cell_outcome_of(rec: CellRecord) -> CellOutcome:
-    outcome = cell_outcome({"status": rec.status, "outcome": rec.outcome, "runs": rec.runs})
+    outcome = cell_outcome(rec)
     assert outcome is not None, "cell_outcome is None only for cells that did not run"
     return outcome
 

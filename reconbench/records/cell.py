@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from reconbench.records.board_entry import EntryInfo
@@ -245,9 +246,9 @@ class CellRecord(Record):
         """The pooled evaluation's per-image rows (objects in an expanded record; others are left out)."""
         return image_rows(None if self.evaluation is None else self.evaluation.per_image)
 
-    @property
+    @cached_property
     def search_runs(self) -> list[SearchRun]:
-        """The search runs read as records (objects only: a slim entry's runs are read once it is expanded)."""
+        """The search runs read as records, once (objects only: a slim entry's runs are read once it is expanded)."""
         return [SearchRun.from_dict(r, f"cell {self.cell_id}, a search run") for r in self.runs or []
                 if isinstance(r, Mapping)]
 
