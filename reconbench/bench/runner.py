@@ -126,6 +126,12 @@ def load_cells(out: Path) -> dict[str, dict[str, Any]]:
     return cells
 
 
+def load_cell_records(out: Path) -> dict[str, CellRecord]:
+    """Every readable cell of a results folder read as its record (strictly: a cell that is not is a one-line error
+    naming it), by cell id."""
+    return {cid: CellRecord.from_dict(rec, f"{out / 'cells'} (cell {cid})") for cid, rec in load_cells(out).items()}
+
+
 def next_invocation_number(out: Path) -> int:
     folder = out / "invocations"
     return len(list(folder.glob("*.json"))) if folder.exists() else 0

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from reconbench.attack.outcome import cell_outcome
 from reconbench.bench.cells import Cell, cell_id, expand
-from reconbench.bench.runner import STATUS_OK, load_cells
+from reconbench.bench.runner import STATUS_OK, load_cell_records
 from reconbench.bench.suite import Comparison, Suite
 from reconbench.claims.records import Claim
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE
@@ -318,7 +318,7 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: Mapping[s
 
 def load_all(results: dict[str, Path]) -> dict[str, dict[str, CellRecord]]:
     """The cell records of each suite's folder (suite name -> cell id -> record)."""
-    return {name: records_of(load_cells(folder)) if folder.is_dir() else {} for name, folder in results.items()}
+    return {name: load_cell_records(folder) if folder.is_dir() else {} for name, folder in results.items()}
 
 
 def records_of(cells: Mapping[str, Mapping[str, Any]]) -> dict[str, CellRecord]:

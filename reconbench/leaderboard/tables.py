@@ -23,7 +23,7 @@ from reconbench.attack.outcome import CellOutcome, cell_outcome, failure_counts,
 from reconbench.attack.search import search_record
 from reconbench.bench import machine
 from reconbench.bench.cells import Cell, expand
-from reconbench.bench.runner import STATUS_OK, load_cells
+from reconbench.bench.runner import STATUS_OK, load_cell_records
 from reconbench.bench.suite import ColumnSpec, Suite, display_path
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import reported
@@ -231,7 +231,7 @@ def failures_of(failed: list[CellRecord], total: int) -> Failures | None:
 
 def collect(suite: Suite, results: Path) -> Published:
     plan = expand(suite)
-    found = {cid: CellRecord.from_dict(rec, f"{results / 'cells'} (cell {cid})") for cid, rec in load_cells(results).items()}
+    found = load_cell_records(results)
     records, not_run, stale = {}, [], []
     for cell in plan:
         if cell.cell_id not in found:
