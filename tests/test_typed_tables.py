@@ -12,11 +12,13 @@ import pytest
 from reconbench.bench.suite.schema import (
     ATTACK_TABLE,
     COLUMN_TABLE,
+    DEFENSE_TABLE,
     INIT_TABLE,
     LEADERBOARD_TABLE,
     SUITE_TABLE,
     AttackTable,
     ColumnTable,
+    DefenseTable,
     InitTable,
     LeaderboardTable,
     SuiteHead,
@@ -49,7 +51,7 @@ def test_recipe_options_given_as_keywords_or_as_the_record_make_the_same_recipe(
 
 @pytest.mark.parametrize(("table", "record"), [
     (SUITE_TABLE, SuiteHead), (ATTACK_TABLE, AttackTable), (INIT_TABLE, InitTable),
-    (LEADERBOARD_TABLE, LeaderboardTable), (COLUMN_TABLE, ColumnTable),
+    (LEADERBOARD_TABLE, LeaderboardTable), (COLUMN_TABLE, ColumnTable), (DEFENSE_TABLE, DefenseTable),
 ])
 def test_each_suite_table_record_names_exactly_the_keys_its_table_declares(table: Table, record: type) -> None:
     assert set(table.keys) == _fields(record)

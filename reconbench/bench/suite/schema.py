@@ -107,6 +107,18 @@ class SuiteHead:
 
 
 @dataclass(frozen=True)
+class DefenseTable:
+    """A ``[defenses.LABEL]`` table as :data:`DEFENSE_TABLE` typed it (``defense`` None: the table's label;
+    ``strength`` None: the one the defense declares)."""
+
+    defense: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    strength: str | None = None
+    values: list[Any] = field(default_factory=list)
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class LeaderboardTable:
     """The ``[leaderboard]`` table as :data:`LEADERBOARD_TABLE` typed it, each key it leaves out at its default
     (``columns`` None: the default columns)."""
