@@ -411,17 +411,15 @@ def target_rows(pub: Published, gate: float | None = None, learned_gate: float |
             rows[key].cells.append(rec.cell_id)
             continue
         recipe, m = t.trained_from, t.metrics
-        certificate = mapping(m.certificate)
         learned = gate_value(m.certificate_dict)
-        regime = mapping(certificate.get("regime"))
-        theta = mapping(regime.get("theta"))
+        regime = m.regime
         evidence: dict[str, Any] = {}
         if learned is not None:  # certificates recorded before the learned part existed lack it
             evidence["learned_ratio"] = learned
-        if "theta" in regime:  # certificates recorded before the regime test existed lack it (docs/regime.md)
-            evidence.update(theta_residual=theta.get("residual"), margin_set_size=len(theta.get("margin_set") or []))
-            if "regularised" in regime:
-                evidence["regularised_residual"] = mapping(regime["regularised"]).get("residual")
+        if regime.theta is not None:  # certificates recorded before the regime test existed lack it (docs/regime.md)
+            evidence.update(theta_residual=regime.theta.residual, margin_set_size=len(regime.theta.margin_set or []))
+            if regime.regularised is not None:
+                evidence["regularised_residual"] = regime.regularised.residual
         # a suite whose seeds retrain the target has one trained target per seed under one name
         label = t.name if len(keys_of[t.name]) == 1 else f"{t.name} (seed {rec.seed})"
         rows[key] = TargetRow.written(
@@ -442,7 +440,7 @@ def target_rows(pub: Published, gate: float | None = None, learned_gate: float |
             train_error=m.train_error,
             test_error=m.test_error,
             train_loss=m.train_loss,
-            stationarity_ratio=certificate["ratio"] if "ratio" in certificate else None,
+            stationarity_ratio=None if m.certificate is None else m.certificate.ratio,
             gate=gate,
             learned_gate=learned_gate,
             converged=in_regime(gates, rec),
