@@ -138,7 +138,7 @@ class MlflowTracker:
         found = client.get_experiment_by_name(self.experiment)
         experiment = found.experiment_id if found else client.create_experiment(self.experiment)
         run_tags = {"reconbench.attack": str(result.attack), "reconbench.outcome":
-                    str(mapping(result.outcome).get("status")), "reconbench.search":
+                    str(None if result.outcome is None else result.outcome.status), "reconbench.search":
                     str(mapping(result.search).get("strategy")), **{f"reconbench.{k}": str(v) for k, v in
                                                                      mapping(result.provenance).items()
                                                                      if isinstance(v, str)},

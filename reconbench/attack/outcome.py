@@ -97,8 +97,8 @@ def run_outcome(record: SearchRun | Mapping[str, Any]) -> Outcome:
     """The stored outcome of a run record, else the one derived from it."""
     run = _search_run(record)
     stored = run.outcome
-    if stored is not None and isinstance(stored.get("status"), str):
-        return Outcome(stored["status"], str(stored.get("reason", "")))
+    if stored is not None and stored.status is not None:
+        return Outcome(stored.status, "" if stored.reason is None else stored.reason)
     return derive_run_outcome(run)
 
 
@@ -136,8 +136,8 @@ def cell_outcome(record: CellRecord | Mapping[str, Any]) -> CellOutcome | None:
     if rec.status != OK:
         return None
     stored = rec.outcome
-    if stored is not None and isinstance(stored.get("status"), str):
-        return CellOutcome(stored["status"], str(stored.get("reason", "")), dict(stored.get("runs") or {}))
+    if stored is not None and stored.status is not None:
+        return CellOutcome(stored.status, "" if stored.reason is None else stored.reason, dict(stored.runs or {}))
     return outcome_of_runs(rec.search_runs)
 
 

@@ -36,7 +36,7 @@ from reconbench.data import Problem
 from reconbench.errors import IncompatibleError, ModelCardError, ReconbenchError
 from reconbench.nets import TargetNet
 from reconbench.provenance import portable_path, provenance, write_json
-from reconbench.records import RUN_RESULT_FILE, Spread
+from reconbench.records import RUN_RESULT_FILE, Spread, plain
 from reconbench.runs.execute import run_attack
 from reconbench.runs.prepare import prepare
 from reconbench.runs.spec import RunSpec
@@ -232,7 +232,7 @@ def _attack_record(spec: RunSpec, data: dict[str, Any], folder: Path, out: Path)
         "attack": spec.attack, "config": spec.attack_config, "search_runs": spec.search_runs, "seed": spec.seed,
         "result": str((folder / "result.json").relative_to(out)),
         "figure": str((folder / figure).relative_to(out)) if isinstance(figure, str) else None,
-        "outcome": result.outcome, "n_train": summary.get("n_train"),
+        "outcome": plain(result.outcome), "n_train": summary.get("n_train"),
         "calibrated_threshold": summary.get("calibrated_threshold"),
         "calibration": ev.calibration.get("calibration_draws"),
         "null_draws": null.draws, "null_available": bool(null.available),

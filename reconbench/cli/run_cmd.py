@@ -40,7 +40,7 @@ from reconbench.preflight import (
     step_seconds,
 )
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
-from reconbench.records import RUN_RESULT_FILE, Spread, StoredEvaluation, mapping
+from reconbench.records import RUN_RESULT_FILE, Spread, StoredEvaluation, StoredOutcome
 from reconbench.runs.below_null import below_null_line
 from reconbench.runs.execute import run_attack
 from reconbench.runs.resolved import CLI_NAMES, ResolvedRun, resolve_run
@@ -150,13 +150,13 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
         raise
     result = RUN_RESULT_FILE.decode(data, out_dir / "result.json")
     click.echo(f"result: {out_dir / 'result.json'}  ({result.wall_seconds:.1f}s, {len(result.runs)} run(s))")
-    outcome = mapping(result.outcome)
-    if outcome["status"] != "ok":   # the numbers below then score candidates the attack did not produce
-        click.echo(f"warning: the attack failed ({outcome['status']}): {outcome['reason']}; the numbers below are not "
+    outcome = result.outcome or StoredOutcome()
+    if outcome.status != "ok":   # the numbers below then score candidates the attack did not produce
+        click.echo(f"warning: the attack failed ({outcome.status}): {outcome.reason}; the numbers below are not "
                    "a reconstruction result", err=True)
     for line in headline_lines(result.evaluation):
         click.echo(line)
-    if outcome["status"] == "ok" and (why := below_null_line(result)):
+    if outcome.status == "ok" and (why := below_null_line(result)):
         click.echo(why)
     click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
     logger = tracker(track, track_uri, track_experiment or "reconbench",

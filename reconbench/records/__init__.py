@@ -49,6 +49,7 @@ from reconbench.records.cell import (
     SearchRun,
     Selection,
     Spread,
+    StoredOutcome,
     TargetInfo,
     image_rows,
 )
@@ -83,7 +84,7 @@ __all__ = [
     "BoardReleases", "BoardResults", "Calibrated", "Candidates", "CardData", "CardProblem",
     "CellRecord", "Column", "Command", "ComparisonTable", "ComparisonRow", "ComparisonValue", "Digest", "EntryInfo",
     "StoredEvaluation", "Failures", "Figure", "FileFormat", "HeldOutNull", "ImageRow", "InitInfo", "Invocation",
-    "StoredMetric", "MetricStat", "NullSummary", "PickedRun",
+    "StoredMetric", "StoredOutcome", "MetricStat", "NullSummary", "PickedRun",
     "PrivacyAttack", "PrivacyRow", "PrivacyTable", "ProblemIndices", "Record", "RunResult",
     "RunTarget", "SearchRun", "Selection", "Spread", "Submission", "SubmissionBoard", "SubmissionFile",
     "SubmissionProvenance", "TableRow", "TargetInfo", "TargetRecipe", "TargetRow", "TrainMetrics",

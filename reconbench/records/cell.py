@@ -117,6 +117,16 @@ class AttackInfo(Record):
 
 
 @dataclass(frozen=True)
+class StoredOutcome(Record):
+    """Whether an attack did its work (``attack/outcome.py``), as a run, a cell or a result stores it: the status,
+    the reason in one line, and for a cell or a result how many of its runs ended with each status."""
+
+    status: str | None = None
+    reason: str | None = None
+    runs: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True)
 class SearchRun(Record):
     """One search run of a cell (``runs/execute.py``): its sampled options, its start, final loss, steps, how it
     stopped and its outcome."""
@@ -136,7 +146,7 @@ class SearchRun(Record):
     trace: list[Any] | None = None
     oracle_score: float | None = None
     candidates_finite: bool | None = None
-    outcome: Mapping[str, Any] | None = None
+    outcome: StoredOutcome | None = None
     #: the batch the run advanced in (the KKT attacks' ``run_batch``)
     batch: Mapping[str, Any] | None = None
     #: a run that converged (``stopped`` = converged): the rule, the step and the changes measured there
@@ -200,7 +210,7 @@ class CellRecord(Record):
     spec: Mapping[str, Any] = field(default_factory=dict)
     invocation: int | None = None
     runs: list[Any] | None = None
-    outcome: Mapping[str, Any] | None = None
+    outcome: StoredOutcome | None = None
     selections: Mapping[str, Selection] | None = None
     evaluation: StoredEvaluation | None = None
     calibration_bars: Any = None

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconbench.records.cell import SearchRun
+from reconbench.records.cell import SearchRun, StoredOutcome
 from reconbench.records.evaluation import StoredEvaluation
 from reconbench.records.model_card import TrainMetrics
 from reconbench.records.record import FileFormat, Record, unchanged
@@ -59,7 +59,7 @@ class RunResult(Record):
     selection: Mapping[str, PickedRun] = field(default_factory=dict)
     runs: list[SearchRun] = field(default_factory=list)
     failed_runs: list[int] = field(default_factory=list)
-    outcome: Mapping[str, Any] | None = None
+    outcome: StoredOutcome | None = None
     evaluation: StoredEvaluation = StoredEvaluation()
     evaluation_selected: Mapping[str, StoredEvaluation] = field(default_factory=dict)
     calibration_bars: Any = None

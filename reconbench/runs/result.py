@@ -16,7 +16,15 @@ from reconbench.evaluation import evaluate, resolve_protocol
 from reconbench.evaluation.bars import calibration_bars
 from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.provenance import portable_path, provenance, save_tensors_atomic, write_json
-from reconbench.records import PickedRun, RunResult, RunTarget, SearchRun, StoredEvaluation, TrainMetrics
+from reconbench.records import (
+    PickedRun,
+    RunResult,
+    RunTarget,
+    SearchRun,
+    StoredEvaluation,
+    StoredOutcome,
+    TrainMetrics,
+)
 from reconbench.runs.pool import load_pooled, select_runs
 from reconbench.runs.spec import RunSpec
 from reconbench.runs.traces import plot_traces
@@ -87,7 +95,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         },
         runs=[SearchRun.from_dict({k: v for k, v in r.items() if k != "trace"}, f"search run {r['run']}") for r in runs],
         failed_runs=[r["run"] for r in runs if r["stopped"] == "failed"],
-        outcome=outcome_of_runs(runs).to_dict(),
+        outcome=StoredOutcome.from_dict(outcome_of_runs(runs).to_dict(), "the cell's outcome"),
         evaluation=StoredEvaluation.from_dict(evaluation, "the pooled evaluation"),
         evaluation_selected={k: StoredEvaluation.from_dict(v, f"the {k} evaluation") for k, v in selected.items()},
         calibration_bars=bars,
