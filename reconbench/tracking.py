@@ -28,7 +28,7 @@ from typing import Any
 import click
 
 from reconbench.errors import ReconbenchError
-from reconbench.records import RUN_RESULT_FILE, RunResult, mapping, plain
+from reconbench.records import RUN_RESULT_FILE, RunResult, Spread, mapping, plain
 
 INSTALL_HINT = "pip install 'reconbench[mlflow]'"
 TRACKERS = ("mlflow",)
@@ -75,14 +75,15 @@ def numbers(summary: Mapping[str, Any]) -> dict[str, float]:
 
 def result_metrics(result: RunResult) -> dict[str, float]:
     """Headline numbers of a result: every selection's summary and the held-out null's mean and max."""
-    out = {f"pool.{k}": v for k, v in numbers(mapping(result.evaluation.get("summary"))).items()}
+    out = {f"pool.{k}": v for k, v in numbers(result.evaluation.numbers).items()}
     for name in SELECTIONS:
-        selected = mapping(result.evaluation_selected.get(name))
-        if selected:
-            out.update({f"{name}.{k}": v for k, v in numbers(mapping(selected.get("summary"))).items()})
-    for key, spread in mapping(mapping(result.evaluation.get("null")).get("spread")).items():
-        for stat in ("mean", "max"):
-            value = mapping(spread).get(stat)
+        selected = result.evaluation_selected.get(name)
+        if selected is not None:
+            out.update({f"{name}.{k}": v for k, v in numbers(selected.numbers).items()})
+    for key, spread in (result.evaluation.held_out.spread or {}).items():
+        if not isinstance(spread, Spread):
+            continue
+        for stat, value in (("mean", spread.mean), ("max", spread.max)):
             if isinstance(value, (int, float)) and math.isfinite(value):
                 out[f"null.{key}.{stat}"] = float(value)
     return out
@@ -137,7 +138,7 @@ class MlflowTracker:
         found = client.get_experiment_by_name(self.experiment)
         experiment = found.experiment_id if found else client.create_experiment(self.experiment)
         run_tags = {"reconbench.attack": str(result.attack), "reconbench.outcome":
-                    str(mapping(result.outcome).get("status")), "reconbench.search":
+                    str(None if result.outcome is None else result.outcome.status), "reconbench.search":
                     str(mapping(result.search).get("strategy")), **{f"reconbench.{k}": str(v) for k, v in
                                                                      mapping(result.provenance).items()
                                                                      if isinstance(v, str)},

@@ -275,10 +275,10 @@ def test_a_claim_whose_attack_failed_is_not_judged_as_a_zero():
     assert stale, "claims-b has no runkel-mlp1 cells from the uniform start"
     for k, cid in enumerate(stale):
         rec = found["claims-b"][cid]
-        rec.pop("outcome", None)
-        budget = rec["runs"][0]["config"]["outer_steps"]
-        rec["runs"] = [{**run, "steps": (0, 1)[k % 2] * (budget // 3), "stopped": "time_budget", "outcome": None}
-                       for run in rec["runs"]]
+        budget = (rec.runs or [])[0]["config"]["outer_steps"]
+        found["claims-b"][cid] = rec.without("outcome").updated(runs=[
+            {**run, "steps": (0, 1)[k % 2] * (budget // 3), "stopped": "time_budget", "outcome": None}
+            for run in rec.runs or []])
     data = records.load(REPO / records.DEFAULT_FILE)
     res = next(r for r in C.measure_claims(data, folders, found=found) if r.claim.id == "runkel-table1-random")
     assert res.verdict == NOT_RUN and "did not complete its steps" in res.reason

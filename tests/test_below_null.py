@@ -17,6 +17,7 @@ from conftest import ToyAttack
 
 from reconbench import hookimpl, plugins
 from reconbench.interfaces import AttackOutput
+from reconbench.records import RunResult, SearchRun
 from reconbench.runs.below_null import below_null_line, loss_moved
 from reconbench.targets.regime import MAX_RESIDUAL, residual_for
 
@@ -74,14 +75,23 @@ def record(headline: int, null_max: float, **extra: Any) -> dict[str, Any]:
     return rec
 
 
+def line_of(rec: dict[str, Any]) -> str | None:
+    """The line of a result record given as its JSON (read as the record, strictly)."""
+    return below_null_line(RunResult.from_dict(rec))
+
+
+def runs_of(runs: list[dict[str, Any]]) -> list[SearchRun]:
+    return [SearchRun.from_dict(r) for r in runs]
+
+
 def test_no_line_when_the_headline_beats_the_null() -> None:
-    assert below_null_line(record(3, 2.0)) is None
-    assert below_null_line(record(1, 0.0)) is None
+    assert line_of(record(3, 2.0)) is None
+    assert line_of(record(1, 0.0)) is None
 
 
 def test_a_line_at_or_below_the_nulls_maximum() -> None:
     for headline, top in ((0, 0.0), (2, 2.0), (1, 3.0)):
-        line = below_null_line(record(headline, top))
+        line = line_of(record(headline, top))
         assert line is not None and f"({headline} of 20) does not beat" in line and f"max {top:.0f}" in line
         assert "\n" not in line and "--search-runs" in line and "--set steps=" in line and "--steps N" in line
 
@@ -93,34 +103,34 @@ def test_a_high_correlation_bar_is_named(bar: float) -> None:
     rec = record(0, 0.0)
     rec["evaluation"]["summary"]["calibrated_threshold"] = bar
     rec["evaluation"]["protocol"] = {"calibration": {"score": "corr"}}
-    line = below_null_line(rec)
+    line = line_of(rec)
     high = bar >= HIGH_CORR_BAR
     assert line is not None and ("bar is high" in line) == high and ("mnist_test" in line) == high
     rec["evaluation"]["protocol"] = {"calibration": {"score": "ssim"}}   # another score: another scale, not judged
-    assert "bar is high" not in (below_null_line(rec) or "")
+    assert "bar is high" not in (line_of(rec) or "")
 
 
 def test_no_line_without_a_calibrated_headline() -> None:
     rec = record(0, 0.0)
     rec["evaluation"]["summary"]["reconstructed_calibrated"] = None
-    assert below_null_line(rec) is None
+    assert line_of(rec) is None
 
 
 def test_a_flat_loss_is_an_attack_that_did_not_move() -> None:
     flat = [{"initial_loss": 2.5, "final_loss": 2.5, "steps": 10, "stopped": "completed"}]
-    assert loss_moved(flat) is False
-    assert loss_moved([{"initial_loss": 2.5, "final_loss": 1.0}]) is True
-    assert loss_moved([{"final_loss": 1.0}]) is None
-    line = below_null_line(record(0, 0.0, runs=flat))
+    assert loss_moved(runs_of(flat)) is False
+    assert loss_moved(runs_of([{"initial_loss": 2.5, "final_loss": 1.0}])) is True
+    assert loss_moved(runs_of([{"final_loss": 1.0}])) is None
+    line = line_of(record(0, 0.0, runs=flat))
     assert line is not None and "did not move" in line and "2.5 -> 2.5" in line
-    moving = below_null_line(record(0, 0.0))
+    moving = line_of(record(0, 0.0))
     assert moving is not None and "did not move" not in moving and "4 -> 1" in moving
 
 
 def test_a_failed_run_does_not_count_as_a_flat_one() -> None:
     runs = [{"initial_loss": 2.5, "final_loss": 2.5, "stopped": "failed"},
             {"initial_loss": 2.5, "final_loss": 0.5, "stopped": "completed"}]
-    line = below_null_line(record(0, 0.0, runs=runs))
+    line = line_of(record(0, 0.0, runs=runs))
     assert line is not None and "did not move" not in line
 
 
@@ -128,7 +138,7 @@ def test_a_failed_run_does_not_count_as_a_flat_one() -> None:
 def test_the_regime_residual_is_named_only_above_the_bound(residual: float) -> None:
     cert = {"regime": {"theta": {"residual": residual}}}
     rec = record(0, 0.0, attack="haim_binary_kkt", target={"train_metrics": {"certificate": cert}})
-    line = below_null_line(rec)
+    line = line_of(rec)
     assert line is not None
     assert ("outside the attack's regime" in line) == (residual > MAX_RESIDUAL)
     assert ("train the target longer (--steps N) or with weight decay" in line) == (residual > MAX_RESIDUAL)
@@ -138,14 +148,14 @@ def test_the_regime_residual_is_named_only_above_the_bound(residual: float) -> N
 def test_a_regularised_target_is_told_to_train_to_stationarity() -> None:
     """general_loss_wd reads the weight-decay residual; its target already has weight decay, so the fix is training."""
     cert = {"regime": {"regularised": {"residual": 1.7}, "theta": {"residual": 0.1}}}
-    line = below_null_line(record(0, 0.0, attack="general_loss_wd", target={"train_metrics": {"certificate": cert}}))
+    line = line_of(record(0, 0.0, attack="general_loss_wd", target={"train_metrics": {"certificate": cert}}))
     assert line is not None and "regularised residual is 1.7" in line
     assert "stationary point of its regularised loss" in line and "with weight decay" not in line
 
 
 def test_an_attack_without_a_stationarity_premise_is_not_gated() -> None:
     cert = {"regime": {"theta": {"residual": 0.99}}}
-    line = below_null_line(record(0, 0.0, attack="runkel_bilevel", target={"train_metrics": {"certificate": cert}}))
+    line = line_of(record(0, 0.0, attack="runkel_bilevel", target={"train_metrics": {"certificate": cert}}))
     assert line is not None and "regime" not in line
 
 
@@ -168,5 +178,5 @@ def test_run_prints_why_on_a_tiny_target(card: Path, tmp_path: Path, capsys: pyt
     assert residual is not None
     as_kkt = copy.deepcopy(result)
     as_kkt["attack"] = "haim_binary_kkt"
-    line = below_null_line(as_kkt)
+    line = line_of(as_kkt)
     assert line is not None and ("outside the attack's regime" in line) == (residual > MAX_RESIDUAL)

@@ -22,6 +22,7 @@ from reconbench.claims import records, stats
 from reconbench.claims import verdicts as V
 from reconbench.claims.measure import MEASURES, Point, SeedValue, comparison, point_specs
 from reconbench.errors import ReconbenchError
+from reconbench.records import CellRecord
 
 REPO = Path(__file__).resolve().parents[1]
 #: attack entries that take no steps: the start returned unchanged, the first-layer weight rows
@@ -419,9 +420,9 @@ def test_initial_loss_is_the_traces_step_zero():
     assert initial_loss([{"step": 0.0, "loss": 4.5}, {"step": 1.0, "loss": 2.0}]) == 4.5
     assert initial_loss([{"step": 3, "loss": 4.5}]) is None  # a trace that starts later has no start value
     assert initial_loss([]) is None
-    rec = {"runs": [{"initial_loss": 4.0, "final_loss": 1.0}, {"initial_loss": 2.0, "final_loss": 1.0}]}
+    rec = CellRecord(runs=[{"initial_loss": 4.0, "final_loss": 1.0}, {"initial_loss": 2.0, "final_loss": 1.0}])
     assert MEASURES["theta_gap_reduction"].value(rec) == pytest.approx((0.25 + 0.5) / 2)
-    assert MEASURES["theta_gap_reduction"].value({"runs": [{"final_loss": 1.0}]}) is None
+    assert MEASURES["theta_gap_reduction"].value(CellRecord(runs=[{"final_loss": 1.0}])) is None
 
 
 def test_claims_read_slim_board_entries(tmp_path):

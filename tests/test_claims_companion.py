@@ -21,8 +21,10 @@ from reconbench.claims.measure import (
     comparison,
     measure_point,
     point_specs,
+    records_of,
     unchanged_attack,
 )
+from reconbench.records import CellRecord
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = records.load(REPO / records.DEFAULT_FILE)
@@ -53,10 +55,10 @@ def record(suite: Suite, cell: Any, key: str, value: float, *, train_error: floa
                                 "null": {"available": True, "spread": spread}}}}
 
 
-def block_cells(suite: Suite, block: str, key: str, value_of: dict[str, float], **kw: Any) -> dict[str, dict]:
+def block_cells(suite: Suite, block: str, key: str, value_of: dict[str, float], **kw: Any) -> dict[str, CellRecord]:
     """A record for every planned cell of ``block``: attack entry -> the value it scores at every seed."""
-    return {c.cell_id: record(suite, c, key, value_of[c.attack.label], **kw)
-            for c in expand(suite) if f"comparison:{block}" in c.groups}
+    return records_of({c.cell_id: record(suite, c, key, value_of[c.attack.label], **kw)
+                       for c in expand(suite) if f"comparison:{block}" in c.groups})
 
 
 # -- the data file and the suite --------------------------------------------------------------------------------

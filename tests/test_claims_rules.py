@@ -15,7 +15,7 @@ from reconbench.bench.runner import CELL_FORMAT
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.claims import records
 from reconbench.claims import verdicts as V
-from reconbench.claims.measure import comparison, measure_point, point_specs
+from reconbench.claims.measure import comparison, measure_point, point_specs, records_of
 from reconbench.claims.page import _summary_lines, measure_claims
 from reconbench.targets.regime import MAX_RESIDUAL
 
@@ -67,7 +67,7 @@ def cells(suite: Suite, counts: dict[str, list[float]], residual_sq: float | Non
 def judge(suite: Suite, found: dict[str, dict[str, Any]], claim: records.Claim = CLAIM) -> V.Decision:
     comp = comparison(suite, claim.comparison)
     plan = {c.cell_id: c for c in expand(suite)}
-    points = [measure_point(claim, suite, comp, found, plan, *s) for s in point_specs(claim, comp)]
+    points = [measure_point(claim, suite, comp, records_of(found), plan, *s) for s in point_specs(claim, comp)]
     return V.decide(claim, points)
 
 
@@ -167,7 +167,7 @@ def test_measures_whose_unchanged_value_is_known_need_no_unchanged_cells(claim_i
                         key=claim.measure)[cell.cell_id]
             rec["runs"][0]["final_loss"] = value * rec["runs"][0]["initial_loss"]
             found[cell.cell_id] = rec
-    points = [measure_point(claim, suite, comp, found, plan, *s) for s in point_specs(claim, comp)]
+    points = [measure_point(claim, suite, comp, records_of(found), plan, *s) for s in point_specs(claim, comp)]
     d = V.decide(claim, points)
     assert d.verdict == verdict
     if verdict == V.NOT_JUDGED:

@@ -26,7 +26,7 @@ from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import Published, Stat, fmt_stat, target_rows, value_range
 from reconbench.leaderboard.verify import check_tables, rescore_cell, stored_cells
 from reconbench.provenance import write_json
-from reconbench.records import CellRecord, mapping
+from reconbench.records import CellRecord, StoredEvaluation
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -395,8 +395,8 @@ def test_heatmap_and_scatter_figures_from_cells(tmp_path, toy_attack_registered)
         l1, l2 = cell.init.config["l1"], cell.init.config["l2"]
         rec = fake_record(cell, suite, 10 * l1 * l2 + cell.seed, 0.0, False)
         rec = rec.updated(init=rec.init.updated(config=dict(cell.init.config)),
-                          evaluation={**mapping(rec.evaluation),
-                                      "per_image": [{"ssim": 0.1 * i + 0.01 * cell.seed} for i in range(n)]})
+                          evaluation=(rec.evaluation or StoredEvaluation()).updated(
+                              per_image=[{"ssim": 0.1 * i + 0.01 * cell.seed} for i in range(n)]))
         write_results(res, [rec])
         write_json(res / "targets" / f"{cell.recipe.key()}.json", {"metrics": {"margins": margins}})
     data = build_leaderboard(suite, res, tmp_path / "lb")

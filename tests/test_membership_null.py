@@ -117,11 +117,11 @@ def test_non_members_have_the_members_class_proportions():
 
 
 def test_stored_evaluations_without_the_method_rescore_with_the_recorded_computation():
-    old = {"protocol": {"metrics": {"ssim": {"config": {}}, "membership_test": {"config": {"pool_per_member": 10,
-                                                                                          "fpr": 0.01, "seed": 0}}}}}
+    old = {"metrics": {"ssim": {"config": {}}, "membership_test": {"config": {"pool_per_member": 10,
+                                                                          "fpr": 0.01, "seed": 0}}}}
     pinned = pinned_protocol({"figures": False}, old)
     assert pinned["membership_test.method"] == "train_centred" and pinned["metrics"] == ["ssim", "membership_test"]
-    new = {"protocol": {"metrics": {"membership_test": {"config": {"method": "offset_removed"}}}}}
+    new = {"metrics": {"membership_test": {"config": {"method": "offset_removed"}}}}
     assert "membership_test.method" not in pinned_protocol({}, new)
     # an explicit choice wins, and a metric the re-scoring leaves out gets no option
     assert pinned_protocol({"membership_test.method": "offset_removed"}, old)["membership_test.method"] == \
@@ -143,8 +143,7 @@ def test_copies_of_the_partition_start_score_chance_against_held_out_non_members
 
 
 def test_stored_evaluations_without_non_members_rescore_with_decoys_first():
-    recorded = {"protocol": {"metrics": {"membership_test": {"config": {"method": "offset_removed"}}}}}
+    recorded = {"metrics": {"membership_test": {"config": {"method": "offset_removed"}}}}
     assert pinned_protocol({}, recorded)["membership_test.non_members"] == "decoys_first"
-    new = {"protocol": {"metrics": {"membership_test": {"config": {"method": "offset_removed",
-                                                                   "non_members": "held_out"}}}}}
+    new = {"metrics": {"membership_test": {"config": {"method": "offset_removed", "non_members": "held_out"}}}}
     assert "membership_test.non_members" not in pinned_protocol({}, new)

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from reconbench.records import CellRecord, SearchRun
 
 OK, DIVERGED, NON_FINITE, STOPPED_EARLY = "ok", "diverged", "non_finite", "stopped_early"
 #: the failures, most serious first (ties between counts of a cell's runs go to the earlier one)
@@ -51,9 +54,14 @@ class Outcome:
         return asdict(self)
 
 
-def planned_steps(run: dict[str, Any]) -> int | None:
+def _search_run(run: SearchRun | Mapping[str, Any]) -> SearchRun:
+    """A run's record (one given as its JSON is read strictly)."""
+    return run if isinstance(run, SearchRun) else SearchRun.from_dict(run, "a search run's record")
+
+
+def planned_steps(run: SearchRun | Mapping[str, Any]) -> int | None:
     """The steps the run's config asked for (None: the attack declares no step budget)."""
-    config = run.get("config") or {}
+    config = _search_run(run).config or {}
     for name in STEP_BUDGET_FIELDS:
         value = config.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -66,15 +74,16 @@ def _first_line(text: object, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def derive_run_outcome(run: dict[str, Any]) -> Outcome:
+def derive_run_outcome(record: SearchRun | Mapping[str, Any]) -> Outcome:
     """The outcome of one search run from its record (see the module docstring)."""
-    stopped, steps = str(run.get("stopped", "completed")), int(run.get("steps") or 0)
-    message = _first_line(run.get("message"))
+    run = _search_run(record)
+    stopped, steps = "completed" if run.stopped is None else run.stopped, int(run.steps or 0)
+    message = _first_line(run.message)
     if stopped in _DIVERGED_STOPS:
         return Outcome(DIVERGED, f"diverged after {steps} step(s): {message}")
-    finite = run.get("candidates_finite")
+    finite = run.candidates_finite
     if finite is None:  # records without the flag: the pipeline scored non-finite candidates as +inf
-        score = run.get("oracle_score")
+        score = run.oracle_score
         finite = not (isinstance(score, (int, float)) and math.isinf(score))
     if not finite:
         return Outcome(NON_FINITE, f"returned non-finite candidates after {steps} step(s)")
@@ -84,11 +93,12 @@ def derive_run_outcome(run: dict[str, Any]) -> Outcome:
     return Outcome(OK, f"{steps} step(s) ({stopped})")
 
 
-def run_outcome(run: dict[str, Any]) -> Outcome:
+def run_outcome(record: SearchRun | Mapping[str, Any]) -> Outcome:
     """The stored outcome of a run record, else the one derived from it."""
-    stored = run.get("outcome")
-    if isinstance(stored, dict) and isinstance(stored.get("status"), str):
-        return Outcome(stored["status"], str(stored.get("reason", "")))
+    run = _search_run(record)
+    stored = run.outcome
+    if stored is not None and stored.status is not None:
+        return Outcome(stored.status, "" if stored.reason is None else stored.reason)
     return derive_run_outcome(run)
 
 
@@ -101,7 +111,7 @@ class CellOutcome(Outcome):
         return {"status": self.status, "reason": self.reason, "runs": dict(self.runs)}
 
 
-def outcome_of_runs(runs: list[dict[str, Any]]) -> CellOutcome:
+def outcome_of_runs(runs: Sequence[SearchRun | Mapping[str, Any]]) -> CellOutcome:
     """A cell's outcome from its run records: ok if any run is ok, else its most frequent failure."""
     outcomes = [run_outcome(r) for r in runs]
     counts = Counter(o.status for o in outcomes)
@@ -118,15 +128,17 @@ def outcome_of_runs(runs: list[dict[str, Any]]) -> CellOutcome:
     return CellOutcome(status, f"{status} in {counts[status]} of {total} run(s); first: {first.reason}", dict(counts))
 
 
-def cell_outcome(rec: dict[str, Any]) -> CellOutcome | None:
+def cell_outcome(record: CellRecord | Mapping[str, Any]) -> CellOutcome | None:
     """The attack outcome of a cell record whose cell ran (None for a cell that failed before its attack finished):
-    the stored one, else the one derived from its run records."""
-    if rec.get("status") != OK:
+    the stored one, else the one derived from its run records (a record given as its JSON is read strictly; a slim
+    entry's once expanded)."""
+    rec = record if isinstance(record, CellRecord) else CellRecord.from_dict(record, "a cell record")
+    if rec.status != OK:
         return None
-    stored = rec.get("outcome")
-    if isinstance(stored, dict) and isinstance(stored.get("status"), str):
-        return CellOutcome(stored["status"], str(stored.get("reason", "")), dict(stored.get("runs") or {}))
-    return outcome_of_runs(list(rec.get("runs") or []))
+    stored = rec.outcome
+    if stored is not None and stored.status is not None:
+        return CellOutcome(stored.status, "" if stored.reason is None else stored.reason, dict(stored.runs or {}))
+    return outcome_of_runs(rec.search_runs)
 
 
 def failure_counts(outcomes: list[CellOutcome]) -> dict[str, int]:

@@ -36,6 +36,7 @@ from reconbench.data import Problem
 from reconbench.errors import IncompatibleError, ModelCardError, ReconbenchError
 from reconbench.nets import TargetNet
 from reconbench.provenance import portable_path, provenance, write_json
+from reconbench.records import RUN_RESULT_FILE, Spread, plain
 from reconbench.runs.execute import run_attack
 from reconbench.runs.prepare import prepare
 from reconbench.runs.spec import RunSpec
@@ -217,26 +218,25 @@ def _applicable(card: AuditCard, names: list[str] | None, task: str, budget: int
     return chosen, refused
 
 
-def _attack_record(spec: RunSpec, result: dict[str, Any], folder: Path, out: Path) -> dict[str, Any]:
-    ev = result["evaluation"]
-    summary, null = ev.get("summary", {}), ev.get("null") or {}
-    spread = null.get("spread") or {}
-    figure = (ev.get("figures") or {}).get("reconstructions")
+def _attack_record(spec: RunSpec, data: dict[str, Any], folder: Path, out: Path) -> dict[str, Any]:
+    result = RUN_RESULT_FILE.decode(data, folder / "result.json")
+    ev = result.evaluation
+    summary, null = ev.numbers, ev.held_out
+    figure = (ev.figures or {}).get("reconstructions")
     numbers = {}
     for key in ("reconstructed_calibrated", "reconstructed", "membership_auc", "membership_tpr_at_fpr",
                 "membership_precision"):
-        s = spread.get(key, {})
-        numbers[key] = {"value": summary.get(key), "null_mean": s.get("mean"), "null_sd": s.get("std"),
-                        "null_max": s.get("max")}
+        s = null.spread_of(key) or Spread()
+        numbers[key] = {"value": summary.get(key), "null_mean": s.mean, "null_sd": s.std, "null_max": s.max}
     return {
         "attack": spec.attack, "config": spec.attack_config, "search_runs": spec.search_runs, "seed": spec.seed,
         "result": str((folder / "result.json").relative_to(out)),
         "figure": str((folder / figure).relative_to(out)) if isinstance(figure, str) else None,
-        "outcome": result["outcome"], "n_train": summary.get("n_train"),
+        "outcome": plain(result.outcome), "n_train": summary.get("n_train"),
         "calibrated_threshold": summary.get("calibrated_threshold"),
-        "calibration": ev.get("protocol", {}).get("calibration", {}).get("calibration_draws"),
-        "null_draws": null.get("draws"), "null_available": null.get("available", False),
-        "null_reason": null.get("reason"), "numbers": numbers, "wall_seconds": result["wall_seconds"],
+        "calibration": ev.calibration.get("calibration_draws"),
+        "null_draws": null.draws, "null_available": bool(null.available),
+        "null_reason": null.reason, "numbers": numbers, "wall_seconds": result.wall_seconds,
         "membership_non_members": NON_MEMBERS_PER_MEMBER,
     }
 

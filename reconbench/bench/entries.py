@@ -35,6 +35,8 @@ from reconbench.bench.seal import SEAL_FIELD, canonical, sealed
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE, PAPERS_HEADLINE
+from reconbench.records import CellRecord, mapping
+from reconbench.records.board_entry import POSITION, CompactRows
 
 #: schema of a slim entry (the ``entry.schema`` field); a record without ``entry`` is a full cell record
 ENTRY_SCHEMA = "reconbench-board-entry/1"
@@ -48,8 +50,6 @@ SELECTION_SUMMARY_KEPT = ("n_train", "n_candidates", "calibrated_threshold", "ex
 #: the statistics of a null spread an entry keeps (what the tables show: the mean over draws and the largest),
 #: as a list in this order
 SPREAD_FIELDS = ("mean", "max")
-#: an alias of a per-image column that is the row's position
-POSITION = "#"
 #: summary keys whose held-out null every entry keeps, whatever the board's columns
 ALWAYS_NULL_KEYS = (PAPERS_HEADLINE, CALIBRATED_HEADLINE)
 #: the parts of the protocol's calibration an entry keeps (the rest is words, per draw, or the cell's own threshold, which
@@ -338,21 +338,16 @@ def entry_text(entry: dict[str, Any]) -> str:
 
 
 # -- reading an entry -----------------------------------------------------------------------------------------
-def stored_rows(compact: dict[str, Any]) -> list[dict[str, Any]]:
-    """The per-image rows of an entry's compact form as objects, with the columns it stores (no decisions)."""
-    columns = compact.get("columns") or []
-    rows = [dict(zip(columns, values, strict=True)) for values in compact.get("rows") or []]
-    for k, other in (compact.get("same") or {}).items():
-        for i, r in enumerate(rows):
-            r[k] = i if other == POSITION else r.get(other)
-    return rows
+def _scores(rows: list[dict[str, Any]], column: str) -> np.ndarray:
+    """A score column of per-image rows (NaN where a row has no score)."""
+    return np.array([np.nan if r.get(column) is None else float(r[column]) for r in rows])
 
 
-def _rows_of(compact: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = stored_rows(compact)
-    for flag, d in (compact.get("decisions") or {}).items():
-        threshold = d.get("threshold")
-        scores = np.array([np.nan if r.get(d["score"]) is None else float(r[d["score"]]) for r in rows])
+def _rows_of(compact: CompactRows) -> list[dict[str, Any]]:
+    rows = compact.stored()
+    for flag, d in compact.decisions.items():
+        threshold = d.threshold
+        scores = _scores(rows, d.score)
         flags = (decisions.above(scores, float(threshold), flag) if threshold is not None
                  else np.zeros(len(rows), dtype=bool))
         for r, s, f in zip(rows, scores, flags, strict=True):
@@ -407,7 +402,7 @@ def expand(entry: dict[str, Any], card: Reader | None = None, protocol: Reader |
     if isinstance(ev, dict):
         pool = selections.get("pool") or {}
         rec["evaluation"] = {**ev, "summary": pool.get("summary"), "null": pool.get("null"),
-                             "per_image": _rows_of(ev.get("per_image") or {})}
+                             "per_image": _rows_of(CompactRows.from_dict(ev.get("per_image") or {}, "per_image"))}
     return rec
 
 
@@ -434,16 +429,20 @@ def check_entry(entry: dict[str, Any], *, n_terms: int = 1, protocol: Reader | N
     threshold (``decisions.py``, reductions of ``n_terms`` values) agrees within rounding; any other difference is
     a problem."""
     out = EntryCheck()
-    cid = entry.get("cell_id")
-    if not is_entry(entry) or entry.get("status") != "ok":
+    if not is_entry(entry):
         return out
-    ev = entry.get("evaluation") or {}
-    compact = ev.get("per_image") or {}
-    summary = ((entry.get("selections") or {}).get("pool") or {}).get("summary") or {}
-    rows = stored_rows(compact)
+    rec = CellRecord.from_dict(entry, "a board entry")
+    cid = rec.cell_id
+    if rec.status != "ok" or rec.evaluation is None:
+        return out
+    ev = rec.evaluation
+    compact = CompactRows.from_dict(ev.per_image or {}, f"cell {cid}: evaluation.per_image")
+    summary = rec.selection("pool").summary
+    rows = compact.stored()
     columns = list(rows[0]) if rows else []
-    shared = (protocol(str(ev["protocol_ref"])) or {}) if "protocol_ref" in ev and protocol else ev
-    top_k = int(((shared.get("protocol") or {}).get("top_k")) or 10)
+    stored_protocol = (mapping(mapping(protocol(ev.protocol_ref)).get("protocol")) if ev.protocol_ref and protocol
+                       else mapping(ev.protocol))
+    top_k = int(stored_protocol.get("top_k") or 10)
     rtol = max(decisions.score_tolerance(n_terms), ROW_RTOL)
 
     def differs(key: str, stored: Any, fresh: Any) -> bool:
@@ -463,9 +462,9 @@ def check_entry(entry: dict[str, Any], *, n_terms: int = 1, protocol: Reader | N
         compare("n_train", len(rows))
         if "matched" in columns:
             compare("matched_images", sum(bool(r["matched"]) for r in rows))
-    for flag, d in (compact.get("decisions") or {}).items():
-        scores = np.array([np.nan if r.get(d["score"]) is None else float(r[d["score"]]) for r in rows])
-        threshold = d.get("threshold")
+    for flag, d in compact.decisions.items():
+        scores = _scores(rows, d.score)
+        threshold = d.threshold
         if threshold is None:
             compare(flag, 0)
             continue
@@ -481,14 +480,14 @@ def check_entry(entry: dict[str, Any], *, n_terms: int = 1, protocol: Reader | N
                     out.explained.append(f"{cid} [pool] {flag}: stored {stored}, re-derived {count}, "
                                          f"{len(near)} borderline decision(s)")
                 else:
-                    out.problems.append(f"{cid}: summary {flag} is {stored!r}, its per-image {d['score']} scores "
+                    out.problems.append(f"{cid}: summary {flag} is {stored!r}, its per-image {d.score} scores "
                                         f"above {threshold!r} count {count}"
                                         + (f" ({len(near)} borderline)" if near else ""))
         if flag == CALIBRATED_HEADLINE:
             continue
         matched = scores[~np.isnan(scores)]
-        compare(f"top_k_mean_{d['score']}", _top_k(scores, top_k))
-        compare(f"mean_{d['score']}_matched", float(matched.mean()) if len(matched) else None)
+        compare(f"top_k_mean_{d.score}", _top_k(scores, top_k))
+        compare(f"mean_{d.score}_matched", float(matched.mean()) if len(matched) else None)
     return out
 
 

@@ -50,7 +50,16 @@ from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.evaluation.bars import selection_record
 from reconbench.progress import Progress
 from reconbench.provenance import git_commit, provenance, write_json
-from reconbench.records import CellRecord, Invocation
+from reconbench.records import (
+    RUN_RESULT_FILE,
+    Calibrated,
+    CellRecord,
+    HeldOutNull,
+    Invocation,
+    RunResult,
+    Selection,
+    StoredEvaluation,
+)
 from reconbench.runs.execute import run_attack
 from reconbench.runs.resolved import resolve_run
 from reconbench.runs.seconds import attack_seconds
@@ -118,6 +127,12 @@ def load_cells(out: Path) -> dict[str, dict[str, Any]]:
     return cells
 
 
+def load_cell_records(out: Path) -> dict[str, CellRecord]:
+    """Every readable cell of a results folder read as its record (strictly: a cell that is not is a one-line error
+    naming it), by cell id."""
+    return {cid: CellRecord.from_dict(rec, f"{out / 'cells'} (cell {cid})") for cid, rec in load_cells(out).items()}
+
+
 def next_invocation_number(out: Path) -> int:
     folder = out / "invocations"
     return len(list(folder.glob("*.json"))) if folder.exists() else 0
@@ -152,48 +167,46 @@ def write_target_card(out: Path, key: str, card: ModelCard) -> str:
 
 
 # -- scoring the selections ---------------------------------------------------------------------------
-def selections(result: dict[str, Any]) -> dict[str, Any]:
+def selections(result: RunResult) -> dict[str, Selection]:
     """Pool (all runs), blind (lowest attack loss) and oracle (best training-set score) selections with their
     held-out nulls, as ``pipeline.finish`` scored them (each selection is evaluated once, there)."""
-    runs = {r["run"]: r for r in result["runs"]}
-    losses = [r["final_loss"] for r in runs.values() if math.isfinite(r["final_loss"])]
-    pool_eval = result["evaluation"]
-    out: dict[str, Any] = {
-        "pool": {
-            "runs": sorted(runs),
-            "rule": f"all {len(runs)} search run(s) pooled, as the papers evaluated",
-            "oracle": False,
-            "attack_loss": min(losses) if losses else math.nan,
-            "summary": pool_eval.get("summary", {}),
-            "null": null_record(pool_eval),
-        }
+    runs = {r.run: r for r in result.runs}
+    losses = [loss for r in runs.values() if (loss := r.final_loss) is not None and math.isfinite(loss)]
+    pool_eval = result.evaluation
+    out: dict[str, Selection] = {
+        "pool": Selection.written(
+            runs=sorted(k for k in runs if k is not None),
+            rule=f"all {len(runs)} search run(s) pooled, as the papers evaluated",
+            oracle=False,
+            attack_loss=min(losses) if losses else math.nan,
+            summary=pool_eval.numbers,
+            null=null_record(pool_eval),
+        )
     }
-    bars = result.get("calibration_bars")
     for name in ("blind", "oracle"):
-        sel = result["selection"][name]
-        k = sel["run"]
-        entry: dict[str, Any] = {"run": k, "rule": sel["rule"], "oracle": name == "oracle"}
+        picked = result.selection[name]
+        k = picked.run
+        entry = Selection.written(run=k, rule=picked.rule, oracle=name == "oracle")
         if k is None:
-            entry.update(attack_loss=math.nan, summary={}, note="no run finished with a finite loss")
+            entry = entry.updated(attack_loss=math.nan, summary={}, note="no run finished with a finite loss")
         else:
-            scored = (result.get("evaluation_selected") or {}).get(name, pool_eval)
-            entry.update(attack_loss=runs[k]["final_loss"], config=runs[k]["config"],
-                         summary=scored.get("summary", {}), null=null_record(scored))
+            scored = result.evaluation_selected.get(name, pool_eval)
+            entry = entry.updated(attack_loss=runs[k].final_loss, config=runs[k].config, summary=scored.numbers,
+                                  null=null_record(scored))
         out[name] = entry
     for name, entry in out.items():   # the count against the bar calibrated for this selection (bars.py)
-        calibrated = selection_record(bars, name)
+        calibrated = selection_record(result.calibration_bars, name)
         if calibrated is not None:
-            entry["calibrated"] = calibrated
+            out[name] = entry.updated(calibrated=Calibrated.from_dict(calibrated))
     return out
 
 
-def null_record(evaluation: dict[str, Any]) -> dict[str, Any]:
+def null_record(evaluation: StoredEvaluation) -> HeldOutNull:
     """The held-out null of an evaluation as a cell stores it: per summary key mean, std, min, max over draws."""
-    null = evaluation.get("null") or {}
-    if not null.get("available"):
-        return {"available": False, "reason": null.get("reason", "no null recorded")}
-    return {"available": True, "draws": null["draws"], "threshold": null.get("threshold"),
-            "spread": null.get("spread", {})}
+    null = evaluation.held_out
+    if not null.available:
+        return HeldOutNull.written(available=False, reason=null.reason or "no null recorded")
+    return HeldOutNull.written(available=True, draws=null.draws, threshold=null.threshold, spread=null.spread or {})
 
 
 # -- targets ------------------------------------------------------------------------------------------
@@ -339,17 +352,18 @@ def run_cell(
         assert target.card is not None and target.problem is not None
         rec["target"].update(target.info)
         work = out / "work" / cell.cell_id
-        result = run_attack(target.card, resolved, work, data_root=data_root, quiet=quiet, problem=target.problem)
-        rec["init"].update(config=result["init_config"], is_oracle=result["init_is_oracle"])
-        rec["target"]["n_train"] = result["target"]["n_train"]
-        rec["runs"] = result["runs"]
-        rec["outcome"] = result["outcome"]
-        rec["selections"] = selections(result)
-        rec["evaluation"] = result["evaluation"]
-        if result.get("calibration_bars") is not None:
-            rec["calibration_bars"] = result["calibration_bars"]
+        data = run_attack(target.card, resolved, work, data_root=data_root, quiet=quiet, problem=target.problem)
+        result = RUN_RESULT_FILE.decode(data, work / "result.json")
+        rec["init"].update(config=data["init_config"], is_oracle=data["init_is_oracle"])
+        rec["target"]["n_train"] = result.target.n_train
+        rec["runs"] = data["runs"]
+        rec["outcome"] = data["outcome"]
+        rec["selections"] = {name: sel.to_dict() for name, sel in selections(result).items()}
+        rec["evaluation"] = data["evaluation"]
+        if result.calibration_bars is not None:
+            rec["calibration_bars"] = data["calibration_bars"]
         rec["result_dir"] = f"work/{cell.cell_id}"
-        rec["attack_seconds"] = attack_seconds(result["runs"])   # a batch of runs counted once
+        rec["attack_seconds"] = attack_seconds(data["runs"])   # a batch of runs counted once
         rec["status"] = STATUS_OK
         rec["error"] = None
     except (KeyboardInterrupt, SystemExit):

@@ -8,7 +8,7 @@ attack did its work (:mod:`reconbench.attack.outcome`); the rest are listed as m
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,10 +16,11 @@ from typing import Any, Literal
 from reconbench import plugins
 from reconbench.attack.outcome import cell_outcome
 from reconbench.bench.cells import Cell, cell_id, expand
-from reconbench.bench.runner import STATUS_OK, load_cells
+from reconbench.bench.runner import STATUS_OK, load_cell_records
 from reconbench.bench.suite import Comparison, Suite
 from reconbench.claims.records import Claim
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE
+from reconbench.records import CellRecord, Selection, Spread, mapping
 from reconbench.targets.regime import RegimeTest, regime_test_of, residual_for
 
 #: the selection every claim reads: all search runs of a cell pooled, as the papers evaluated
@@ -34,40 +35,36 @@ def _number(v: object) -> float | None:
     return float(v)
 
 
-def _selection(rec: dict[str, Any]) -> dict[str, Any]:
-    return (rec.get("selections") or {}).get(SELECTION) or {}
+def _selection(rec: CellRecord) -> Selection:
+    return rec.selection(SELECTION)
 
 
-def _summary(rec: dict[str, Any]) -> dict[str, Any]:
-    return _selection(rec).get("summary") or {}
+def _theta_gap(rec: CellRecord) -> float | None:
+    return _number(_selection(rec).attack_loss)
 
 
-def _theta_gap(rec: dict[str, Any]) -> float | None:
-    return _number(_selection(rec).get("attack_loss"))
-
-
-def _theta_gap_reduction(rec: dict[str, Any]) -> float | None:
+def _theta_gap_reduction(rec: CellRecord) -> float | None:
     """Final over initial attack loss of the cell's runs (their mean): for the bilevel attack,
     ||theta* - theta(x)||^2 at the end over the same at the start."""
     ratios = []
-    for run in rec.get("runs") or []:
-        first, last = _number(run.get("initial_loss")), _number(run.get("final_loss"))
+    for run in rec.search_runs:
+        first, last = _number(run.initial_loss), _number(run.final_loss)
         if first is None or last is None or first <= 0:
             return None
         ratios.append(last / first)
     return sum(ratios) / len(ratios) if ratios else None
 
 
-def _theta_gap_relative(rec: dict[str, Any]) -> float | None:
+def _theta_gap_relative(rec: CellRecord) -> float | None:
     gap = _theta_gap(rec)
-    norm = _number(((rec.get("target") or {}).get("train_metrics") or {}).get("param_norm_sq"))
+    norm = _number(rec.target.metrics.param_norm_sq)
     return gap / norm if gap is not None and norm else None
 
 
-def _calibrated_share(rec: dict[str, Any]) -> float | None:
+def _calibrated_share(rec: CellRecord) -> float | None:
     """The calibrated headline over n: the share of the training set reconstructed beyond the calibrated bar."""
-    count = _number(_summary(rec).get(CALIBRATED_HEADLINE))
-    n = _number((rec.get("target") or {}).get("n_train"))
+    count = _selection(rec).value(CALIBRATED_HEADLINE)
+    n = _number(rec.target.n_train)
     return count / n if count is not None and n else None
 
 
@@ -85,10 +82,10 @@ class MeasureSpec:
     label: str
     fmt: str
     null: Literal["calibrated", "draws", "none"]
-    read: Callable[[dict[str, Any]], float | None] | None = None
+    read: Callable[[CellRecord], float | None] | None = None
 
-    def value(self, rec: dict[str, Any]) -> float | None:
-        return self.read(rec) if self.read is not None else _number(_summary(rec).get(self.key))
+    def value(self, rec: CellRecord) -> float | None:
+        return self.read(rec) if self.read is not None else _selection(rec).value(self.key)
 
     def show(self, x: float | None) -> str:
         return "n/a" if x is None else format(x, self.fmt)
@@ -198,17 +195,16 @@ def point_specs(claim: Claim, comp: Comparison) -> list[tuple[str, str, str, str
     return specs
 
 
-def _null(rec: dict[str, Any], spec: MeasureSpec, above: bool) -> tuple[float | None, float | None, int, float | None]:
+def _null(rec: CellRecord, spec: MeasureSpec, above: bool) -> tuple[float | None, float | None, int, float | None]:
     """(null mean, most extreme null draw in the claim's direction, draws, per-seed false-positive bound)."""
-    null = _selection(rec).get("null") or {}
-    spread = (null.get("spread") or {}).get(spec.key) or {}
-    mean = _number(spread.get("mean"))
+    spread = _selection(rec).null_spread(spec.key) or Spread()
+    mean = _number(spread.mean)
     if spec.null == "calibrated":
-        k = (rec.get("protocol") or {}).get("calibration_draws", DEFAULT_CALIBRATION_DRAWS)
+        k = mapping(rec.protocol).get("calibration_draws", DEFAULT_CALIBRATION_DRAWS)
         return mean, 0.0, int(k), 1.0 / (int(k) + 1)
     if spec.null == "draws":
-        draws = int(spread.get("draws") or 0)
-        extreme = _number(spread.get("max" if above else "min"))
+        draws = int(spread.draws or 0)
+        extreme = _number(spread.max if above else spread.min)
         return mean, extreme, draws, (1.0 / (draws + 1) if draws else None)
     return None, None, 0, None
 
@@ -223,11 +219,10 @@ UNCHANGED_ATTACK = "init_only"
 UNCHANGED_BY_CONSTRUCTION = {"theta_gap_reduction": 1.0, "init_copy_share": 1.0}
 
 
-def _regime(rec: dict[str, Any], threat: RegimeTest | None) -> tuple[float | None, str]:
+def _regime(rec: CellRecord, threat: RegimeTest | None) -> tuple[float | None, str]:
     if threat is None:
         return None, ""
-    cert = ((rec.get("target") or {}).get("train_metrics") or {})
-    return residual_for(cert.get("certificate") if isinstance(cert, dict) else None, threat)
+    return residual_for(rec.target.metrics.certificate_dict, threat)
 
 
 def unchanged_attack(suite: Suite) -> str | None:
@@ -241,7 +236,7 @@ class Companion:
     start: its suite, its cell records and its planned cells."""
 
     suite: Suite
-    found: dict[str, dict[str, Any]]
+    found: Mapping[str, CellRecord]
     plan: dict[str, Cell]
 
 
@@ -268,7 +263,7 @@ def companion_unchanged(companions: Sequence[Companion], suite: Suite, plan: dic
     return None
 
 
-def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str, dict[str, Any]],
+def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: Mapping[str, CellRecord],
                   plan: dict[str, Cell], label: str, target: str, attack: str, init: str,
                   with_unchanged: bool = True, companions: Sequence[Companion] = ()) -> Point:
     """One point of a claim at every seed of its block, with its unchanged start: from the suite's own
@@ -291,8 +286,8 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str,
     for seed in comp.seeds:
         cid = cell_id(target, attack, init, seed)
         rec = found.get(cid)
-        if (rec is None or rec.get("status") != STATUS_OK or cid not in plan
-                or rec.get("cell_key") != plan[cid].key(suite, (rec.get("spec") or {}).get("dtype"))):
+        if (rec is None or rec.status != STATUS_OK or cid not in plan
+                or rec.cell_key != plan[cid].key(suite, rec.dtype)):
             point.missing.append(cid)
             continue
         outcome = cell_outcome(rec)
@@ -310,9 +305,8 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str,
         elif spec.null == "draws" and extreme is not None:
             beyond = value > extreme if above else value < extreme
         residual, how = _regime(rec, point.threat)
-        oracle = bool((rec.get("init") or {}).get("is_oracle")) if isinstance(rec.get("init"), dict) else False
-        metrics = (rec.get("target") or {}).get("train_metrics") or {}
-        train_error = _number(metrics.get("train_error")) if isinstance(metrics, dict) else None
+        oracle = bool(rec.init.is_oracle)
+        train_error = _number(rec.target.metrics.train_error)
         point.seeds.append(SeedValue(seed, cid, value, mean, extreme, draws, beyond, p0, residual, how, oracle,
                                      train_error))
     if with_unchanged and claim.measure in UNCHANGED_BY_CONSTRUCTION:
@@ -323,9 +317,14 @@ def measure_point(claim: Claim, suite: Suite, comp: Comparison, found: dict[str,
     return point
 
 
-def load_all(results: dict[str, Path]) -> dict[str, dict[str, dict[str, Any]]]:
+def load_all(results: dict[str, Path]) -> dict[str, dict[str, CellRecord]]:
     """The cell records of each suite's folder (suite name -> cell id -> record)."""
-    return {name: load_cells(folder) if folder.is_dir() else {} for name, folder in results.items()}
+    return {name: load_cell_records(folder) if folder.is_dir() else {} for name, folder in results.items()}
+
+
+def records_of(cells: Mapping[str, Mapping[str, Any]]) -> dict[str, CellRecord]:
+    """Cell records read from their JSON (strictly: a cell a claim cannot read is a one-line error naming it)."""
+    return {cid: CellRecord.from_dict(rec, f"cell {cid}") for cid, rec in cells.items()}
 
 
 def plans(suites: dict[str, Suite]) -> dict[str, dict[str, Cell]]:

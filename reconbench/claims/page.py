@@ -9,13 +9,11 @@ nothing is typed in by hand.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.claims import records
@@ -34,6 +32,7 @@ from reconbench.claims.measure import (
 from reconbench.claims.records import Claim, ClaimsFile
 from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Decision, decide, fmt_p
 from reconbench.evaluation.protocol import Protocol
+from reconbench.records import BOARD_RESULTS_FILE, BoardHeader, CellRecord
 
 DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b"),
                    "claims-c": Path("leaderboards/claims-c"),
@@ -65,7 +64,7 @@ class ClaimResult:
 
 
 def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, str] | None = None,
-                   found: dict[str, dict[str, dict[str, Any]]] | None = None) -> list[ClaimResult]:
+                   found: dict[str, dict[str, CellRecord]] | None = None) -> list[ClaimResult]:
     """Measure and judge every claim from the cells in ``results`` (suite name -> folder holding ``cells/``).
     ``route`` sends a claim's suite to another with the same comparison names (``claims-gpu``)."""
     route = route or {}
@@ -195,7 +194,7 @@ def source_label(source: str) -> str:
 
 
 def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path], root: Path,
-           found: dict[str, dict[str, dict[str, Any]]] | None = None) -> str:
+           found: dict[str, dict[str, CellRecord]] | None = None) -> str:
     cells = sum(len(v) for v in (found or {}).values())
     lines = [
         "# The papers' claims, measured",
@@ -257,23 +256,23 @@ def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path
     return "\n".join(lines).rstrip() + "\n"
 
 
-def cost_section(data: ClaimsFile, results: dict[str, Path], found: dict[str, dict[str, dict[str, Any]]]) -> str:
+def cost_section(data: ClaimsFile, results: dict[str, Path], found: dict[str, dict[str, CellRecord]]) -> str:
     """Each suite's measured wall time from the header of its published board where it matches the suite, else its
     estimate from the data file."""
     lines = ["## Cost of the suites", ""]
     for part in sorted(data.suites):
-        header: dict[str, Any] = {}
+        header = BoardHeader()
         board = results.get(part)
         if board is not None and (board / "results.json").exists():
-            header = json.loads((board / "results.json").read_text()).get("header") or {}
+            header = BOARD_RESULTS_FILE.read(board / "results.json").header
         estimate = str(data.suites[part].get("cost", "not estimated"))
-        recorded = header.get("suite_sha256")
+        recorded = header.suite_sha256
         current = load_suite(part).text_sha256 if part != GPU_SUITE else None
-        if header.get("wall_seconds") and (recorded is None or recorded == current):
-            cells = header.get("cells") or {}
-            lines.append(f"- `{part}`: measured **{header['wall_seconds'] / 60:.0f} min** wall for "
+        if header.wall_seconds and (recorded is None or recorded == current):
+            cells = header.cells
+            lines.append(f"- `{part}`: measured **{header.wall_seconds / 60:.0f} min** wall for "
                          f"{cells.get('ok', '?')} of {cells.get('planned', '?')} cells "
-                         f"({'; '.join(header.get('machines') or ['machine not recorded'])}). Estimate: {estimate}.")
+                         f"({'; '.join(header.machines or ['machine not recorded'])}). Estimate: {estimate}.")
         else:
             lines.append(f"- `{part}`: not measured as a whole for this version of the suite; estimate: {estimate}.")
     lines += ["", f"Every measured claim needs {MIN_SEEDS} seeds at each point; the estimates come from single cells "

@@ -8,6 +8,7 @@ a claims suite whose cells it reads. A record that is not measured here says why
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -133,34 +134,33 @@ def load(path: Path = DEFAULT_FILE) -> ClaimsFile:
         seen.add(raw["id"])
         if raw["paper"] not in papers:
             raise _fail(path, where, f"unknown paper {raw['paper']!r}", f"use one of {', '.join(papers)}")
-        if raw["kind"] not in get_args(Kind):
-            raise _fail(path, where, f"unknown kind {raw['kind']!r}", f"use one of {', '.join(get_args(Kind))}")
-        if raw.get("axis", "variants") not in get_args(Axis):
-            raise _fail(path, where, f"unknown axis {raw['axis']!r}", f"use one of {', '.join(get_args(Axis))}")
-        if raw.get("premise", "") not in get_args(Premise):
-            raise _fail(path, where, f"unknown premise {raw['premise']!r}",
+        # every field has its type: the claim as a record, each field it leaves out at its default
+        claim = Claim(paper=papers[raw["paper"]], **{k: v for k, v in raw.items() if k != "paper"})
+        if claim.kind not in get_args(Kind):
+            raise _fail(path, where, f"unknown kind {claim.kind!r}", f"use one of {', '.join(get_args(Kind))}")
+        if claim.axis not in get_args(Axis):
+            raise _fail(path, where, f"unknown axis {claim.axis!r}", f"use one of {', '.join(get_args(Axis))}")
+        if claim.premise not in get_args(Premise):
+            raise _fail(path, where, f"unknown premise {claim.premise!r}",
                         f"use one of {', '.join(repr(p) for p in get_args(Premise))}")
-        kind = raw["kind"]
+        kind = claim.kind
         if kind in MEASURED:
-            for k in ("measure", "suite", "comparison"):
-                if not raw.get(k):
+            for k, v in (("measure", claim.measure), ("suite", claim.suite), ("comparison", claim.comparison)):
+                if not v:
                     raise _fail(path, where, f"a {kind} claim needs {k!r}", "name the measure and the suite block")
-        elif not raw.get("reason"):
+        elif not claim.reason:
             raise _fail(path, where, "a not_run claim needs a 'reason'", "say why it is not measured here")
-        if kind in DIRECTED and raw.get("direction") not in get_args(Direction):
+        if kind in DIRECTED and claim.direction not in get_args(Direction):
             raise _fail(path, where, f"a {kind} claim needs direction = 'up' or 'down'", "say which way it goes")
-        if kind == "threshold" and "threshold" not in raw:
+        if kind == "threshold" and claim.threshold is None:
             raise _fail(path, where, "a threshold claim needs 'threshold'", "give the value the measure is compared to")
-        if not raw.get("judge", True) and not raw.get("reason"):
+        if not claim.judge and not claim.reason:
             raise _fail(path, where, "judge = false needs a 'reason'", "say why the claim is shown but not judged")
-        if raw.get("in_text", True) and not raw.get("quote"):
+        if claim.in_text and not claim.quote:
             raise _fail(path, where, "in_text claims need a 'quote'", "give a short verbatim fragment of the text")
-        fields = {k: v for k, v in raw.items() if k != "paper"}
-        fields["points"] = tuple(str(p) for p in raw.get("points", ()))
-        fields["source"] = raw.get("source") or papers[raw["paper"]].text
-        if "threshold" in fields:
-            fields["threshold"] = float(fields["threshold"])
-        claims.append(Claim(paper=papers[raw["paper"]], **fields))
+        claims.append(dataclasses.replace(
+            claim, points=tuple(str(p) for p in claim.points), source=claim.source or claim.paper.text,
+            threshold=None if claim.threshold is None else float(claim.threshold)))
     if not claims:
         raise _fail(path, "[[claims]]", "no claims", "add [[claims]] records")
     return ClaimsFile(path, papers, tuple(claims), dict(data.get("suites") or {}))

@@ -14,7 +14,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import resolve_protocol
 from reconbench.evaluation.rescore import read_candidates, read_result, rescore
 from reconbench.provenance import check_writable
-from reconbench.records import RUN_RESULT_FILE, RunResult, mapping
+from reconbench.records import RUN_RESULT_FILE, RunResult, StoredEvaluation, mapping
 
 
 @main_group.command("evaluate")
@@ -46,11 +46,11 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
     if out:
         check_writable(Path(out), "--out")
     record = rescore(result_dir, overrides, model_card=model_card, data_root=data_root, out_dir=out, quiet=quiet)
-    evaluation, diff = record["evaluation"], record["differences"]
-    click.echo(f"evaluation: {record['path']}  ({evaluation['seconds']:.1f}s)")
+    evaluation, diff = StoredEvaluation.from_dict(record["evaluation"], "the fresh evaluation"), record["differences"]
+    click.echo(f"evaluation: {record['path']}  ({evaluation.seconds or 0.0:.1f}s)")
     for line in headline_lines(evaluation)[:1]:  # the calibrated headline next to its held-out null
         click.echo(line)
-    for key, value in evaluation["summary"].items():
+    for key, value in evaluation.numbers.items():
         click.echo(f"  {key}: {value:.4g}" if isinstance(value, float) else f"  {key}: {value}")
     if record["stored_protocol"] and "evaluation" not in (result.key_order or ()):
         click.echo("result.json holds no stored evaluation, so there is nothing to compare with")
@@ -80,10 +80,9 @@ def check_provenance(folder: Path, result: RunResult) -> None:
     from reconbench.provenance import config_hash
 
     path = folder / "result.json"
-    evaluation = dict(result.evaluation)
-    stored = evaluation.get("protocol")
-    if isinstance(stored, dict):
-        fresh = resolve_protocol(pinned_protocol(protocol_options(result), evaluation),
+    stored = result.evaluation.protocol
+    if stored is not None:
+        fresh = resolve_protocol(pinned_protocol(protocol_options(result), stored),
                                  str(result.target.family)).to_dict()
         scalar = (str, int, float, bool, type(None))  # the options; nested records gain fields when evaluated
         for key in sorted(set(fresh) & set(stored) - {"libraries", "metrics"}):
@@ -115,7 +114,7 @@ def check_result(folder: Path, need_evaluation: bool) -> RunResult:
     if not isinstance(result.target.family, str):
         raise ReconbenchError(f"{path}: target.family is {result.target.family!r}, expected a string; the file "
                               "is damaged, re-run the attack")
-    if need_evaluation and not isinstance(result.evaluation.get("summary"), dict):
+    if need_evaluation and result.evaluation.summary is None:
         raise ReconbenchError(f"{path} holds no stored evaluation (with a summary) for --check to compare with; "
                               "drop --check to evaluate it, or re-run the attack")
     return result

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,49 @@ _OPTIONS = [
 ]
 
 
+@dataclass(frozen=True)
+class RecipeOptions:
+    """The recipe options of ``train`` and ``run`` as the command line gave them (None, or no assignment: not
+    given)."""
+
+    recipe_file: str | None = None
+    dataset: str | None = None
+    task: str | None = None
+    n_per_class: int | None = None
+    num_classes: int | None = None
+    binary_rule: str | None = None
+    order: str | None = None
+    order_seed: int | None = None
+    family: str | None = None
+    widths: str | None = None
+    model_set: tuple[str, ...] = ()
+    steps: int | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+    loss: str | None = None
+    schedule: str | None = None
+    train_dtype: str | None = None
+    loss_form: str | None = None
+    train_seed: int | None = None
+    defense: str | None = None
+    defense_set: tuple[str, ...] = ()
+
+    def problem(self) -> dict[str, Any]:
+        """The problem's options given (``[problem]`` keys)."""
+        given = {"dataset": self.dataset, "task": self.task, "n_per_class": self.n_per_class,
+                 "num_classes": self.num_classes, "binary_rule": self.binary_rule, "order": self.order,
+                 "order_seed": self.order_seed}
+        return {k: v for k, v in given.items() if v is not None}
+
+    def train(self) -> dict[str, tuple[object, str]]:
+        """The training options given (``[train]`` key -> value and the option that gave it)."""
+        given = {"steps": (self.steps, "--steps"), "lr": (self.lr, "--lr"),
+                 "weight_decay": (self.weight_decay, "--weight-decay"), "loss": (self.loss, "--loss"),
+                 "schedule": (self.schedule, "--schedule"), "dtype": (self.train_dtype, "--train-dtype"),
+                 "seed": (self.train_seed, "--train-seed"), "loss_form": (self.loss_form, "--loss-form")}
+        return {k: (v, label) for k, (v, label) in given.items() if v is not None}
+
+
 def recipe_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for opt in reversed(_OPTIONS):
         fn = opt(fn)
@@ -68,8 +112,11 @@ def _read_recipe_file(path: str) -> dict[str, Any]:
     return data
 
 
-def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None) -> TargetRecipe:
-    """Merge: built-in defaults < ``base`` (e.g. the attack's default recipe) < --recipe file < explicit options."""
+def recipe_from_options(options: RecipeOptions | Mapping[str, Any], base: dict[str, Any] | None = None
+                        ) -> TargetRecipe:
+    """Merge: built-in defaults < ``base`` (e.g. the attack's default recipe) < --recipe file < explicit options
+    (``options``: as the command line gave them, or its keyword arguments)."""
+    opts = options if isinstance(options, RecipeOptions) else RecipeOptions(**options)
     d: dict[str, Any] = {"problem": {}, "model": {}, "train": {}}
 
     def merge(src: dict[str, Any]) -> None:
@@ -80,32 +127,23 @@ def recipe_from_options(opts: dict[str, Any], base: dict[str, Any] | None = None
                 d[k] = v
 
     merge(base or {})
-    if opts.get("recipe_file"):
-        merge(_read_recipe_file(opts["recipe_file"]))
-    problem_keys = {"dataset": "dataset", "task": "task", "n_per_class": "n_per_class",
-                    "num_classes": "num_classes", "binary_rule": "binary_rule", "order": "order",
-                    "order_seed": "order_seed"}
-    train_keys = {"steps": "steps", "lr": "lr", "weight_decay": "weight_decay", "loss": "loss",
-                  "schedule": "schedule", "train_dtype": "dtype", "train_seed": "seed", "loss_form": "loss_form"}
-    for opt, key in problem_keys.items():
-        if opts.get(opt) is not None:
-            d["problem"][key] = opts[opt]
-    for opt, key in train_keys.items():
-        if opts.get(opt) is not None:
-            label = "--" + opt.replace("_", "-")
-            d["train"][key] = check_option(TrainSpec, key, opts[opt], label)
-    if opts.get("family"):
-        if opts["family"] != d.get("family"):
+    if opts.recipe_file:
+        merge(_read_recipe_file(opts.recipe_file))
+    d["problem"].update(opts.problem())
+    for key, (value, label) in opts.train().items():
+        d["train"][key] = check_option(TrainSpec, key, value, label)
+    if opts.family:
+        if opts.family != d.get("family"):
             d["model"] = {}  # the base's model options belong to another family
-        d["family"] = opts["family"]
-    widths = parse_int_list(opts.get("widths"), "--widths")
+        d["family"] = opts.family
+    widths = parse_int_list(opts.widths, "--widths")
     if widths is not None:
         d["model"]["widths"] = widths
-    d["model"].update(parse_assignments(tuple(opts.get("model_set") or ()), "--model-set"))
-    if opts.get("defense"):
-        d["defense"] = opts["defense"]
-    if opts.get("defense_set"):
-        given = parse_assignments(tuple(opts["defense_set"]), "--defense-set")
+    d["model"].update(parse_assignments(tuple(opts.model_set), "--model-set"))
+    if opts.defense:
+        d["defense"] = opts.defense
+    if opts.defense_set:
+        given = parse_assignments(tuple(opts.defense_set), "--defense-set")
         if d.get("defense"):
             build_config(plugins.defense(d["defense"]).config_cls, given, "--defense-set")
         d["defense_config"] = {**d.get("defense_config", {}), **given}

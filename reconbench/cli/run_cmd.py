@@ -40,6 +40,7 @@ from reconbench.preflight import (
     step_seconds,
 )
 from reconbench.provenance import check_writable, config_hash, folder_lock, write_json
+from reconbench.records import RUN_RESULT_FILE, Spread, StoredEvaluation, StoredOutcome
 from reconbench.runs.below_null import below_null_line
 from reconbench.runs.execute import run_attack
 from reconbench.runs.resolved import CLI_NAMES, ResolvedRun, resolve_run
@@ -142,19 +143,20 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
             if not model_card:
                 card = get_or_train(recipe, cache, data_root, quiet, device=device)  # trained where it is attacked
             with claimed_folder(out_dir, config, replace):
-                result = run_attack(card, resolved, out_dir, data_root=data_root, quiet=quiet)
+                data = run_attack(card, resolved, out_dir, data_root=data_root, quiet=quiet)
     except BaseException:
         if created:
             remove_if_unused(out_dir)
         raise
-    click.echo(f"result: {out_dir / 'result.json'}  ({result['wall_seconds']:.1f}s, {len(result['runs'])} run(s))")
-    outcome = result["outcome"]
-    if outcome["status"] != "ok":   # the numbers below then score candidates the attack did not produce
-        click.echo(f"warning: the attack failed ({outcome['status']}): {outcome['reason']}; the numbers below are not "
+    result = RUN_RESULT_FILE.decode(data, out_dir / "result.json")
+    click.echo(f"result: {out_dir / 'result.json'}  ({result.wall_seconds:.1f}s, {len(result.runs)} run(s))")
+    outcome = result.outcome or StoredOutcome()
+    if outcome.status != "ok":   # the numbers below then score candidates the attack did not produce
+        click.echo(f"warning: the attack failed ({outcome.status}): {outcome.reason}; the numbers below are not "
                    "a reconstruction result", err=True)
-    for line in headline_lines(result["evaluation"]):
+    for line in headline_lines(result.evaluation):
         click.echo(line)
-    if outcome["status"] == "ok" and (why := below_null_line(result)):
+    if outcome.status == "ok" and (why := below_null_line(result)):
         click.echo(why)
     click.echo("  (every number, per training image and per run: result.json; figures: figures/)")
     logger = tracker(track, track_uri, track_experiment or "reconbench",
@@ -176,21 +178,21 @@ def default_out_dir(recipe_key: str, spec: RunSpec, default_search_runs: int) ->
     return Path("runs") / f"{base}-{config_hash(config)[:8]}"
 
 
-def headline_lines(evaluation: dict[str, Any]) -> list[str]:
+def headline_lines(evaluation: StoredEvaluation) -> list[str]:
     """The calibrated headline next to the held-out null, then the other summary numbers with their null means."""
-    summary, null = evaluation.get("summary", {}), evaluation.get("null") or {}
-    nulls = null.get("spread") or {}
+    summary, null = evaluation.numbers, evaluation.held_out
     lines = []
-    cal = evaluation.get("protocol", {}).get("calibration", {})
+    cal = evaluation.calibration
     if summary.get("reconstructed_calibrated") is not None:
-        spread = nulls.get("reconstructed_calibrated", {})
+        spread = null.spread_of("reconstructed_calibrated") or Spread()
+        mean, top = (float("nan") if v is None else v for v in (spread.mean, spread.max))
         lines.append(f"  reconstructed (calibrated headline): {summary['reconstructed_calibrated']} of "
-                     f"{summary.get('n_train')}  | held-out null: mean {spread.get('mean', float('nan')):.2g}, "
-                     f"max {spread.get('max', float('nan')):.0f} over {null.get('draws', 0)} draws  "
+                     f"{summary.get('n_train')}  | held-out null: mean {mean:.2g}, "
+                     f"max {top:.0f} over {null.draws or 0} draws  "
                      f"({cal.get('score')} > {summary['calibrated_threshold']:.3f}, the best any of "
                      f"{cal.get('calibration_draws')} null draws reached)")
-    elif null.get("available") is False:
-        lines.append(f"  no calibrated headline: {null.get('reason')}")
+    elif null.available is False:
+        lines.append(f"  no calibrated headline: {null.reason}")
     # the evaluation and each metric declare their numbers: which to print and which direction means more leakage
     shown = reported.console_keys()
     better = {rep.key: ("higher" if rep.higher_is_better else "lower") for rep in shown if rep.values != "count_unbounded"}
@@ -205,20 +207,21 @@ def headline_lines(evaluation: dict[str, Any]) -> list[str]:
             if key == "lpips_mean" and value == "unavailable":
                 reason = summary.get("lpips_mean_unavailable_reason")
                 text += f" ({' '.join(str(reason).split())})" if reason else " (see result.json for the reason)"
-            if key in nulls and key not in ("n_train", "n_candidates"):
-                text += f"  | null {nulls[key]['mean']:.3g} (sd {nulls[key]['std']:.2g})"
+            spread_of_key = null.spread_of(key)
+            if spread_of_key is not None and key not in ("n_train", "n_candidates"):
+                text += f"  | null {spread_of_key.mean:.3g} (sd {spread_of_key.std:.2g})"
             click_key = "reconstructed (papers' protocol)" if key == "reconstructed" else key
             direction = f" [{better[key]} = more leakage]" if key in better else ""
             lines.append(f"  {click_key}{direction}: {text}")
     return lines
 
 
-def unavailable_reason(evaluation: dict[str, Any], key: str) -> str:
+def unavailable_reason(evaluation: StoredEvaluation, key: str) -> str:
     """Why a summary number is None: the reason the metric that reports it gave, else where to look."""
-    for name, metric in (evaluation.get("metrics") or {}).items():
-        if key in (metric.get("summary") or {}) and metric.get("reason"):
-            return f"unavailable: {' '.join(str(metric['reason']).split())}"
-        if key in (metric.get("summary") or {}):
+    for name, metric in (evaluation.metrics or {}).items():
+        if key in (metric.summary or {}) and metric.reason:
+            return f"unavailable: {' '.join(metric.reason.split())}"
+        if key in (metric.summary or {}):
             return f"not computed by metric {name!r}; see result.json's evaluation.metrics.{name}.details"
     return "not computed; see result.json's evaluation.summary"
 

@@ -21,7 +21,7 @@ from reconbench.cli.recipe_options import recipe_from_options, recipe_options
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, folder_lock
-from reconbench.records import TrainMetrics, mapping
+from reconbench.records import TrainMetrics
 from reconbench.targets.cache import cache_dir, get_or_train, train_target
 from reconbench.targets.cards import CARD_FILE
 from reconbench.targets.problems import build_problem
@@ -63,7 +63,7 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
         show_cost(estimate, quiet)
         card = get_or_train(recipe, cache, data_root, quiet, device=device)
     m = TrainMetrics.from_dict(card.data["metrics"], card.path)
-    cert = mapping(m.certificate)
+    cert = m.certificate
     margins = len(m.margins or [])
     click.echo(f"model card: {card.path}")
     click.echo(f"  train error {m.train_error:.4f}  train loss {m.train_loss:.3e}  "
@@ -74,17 +74,18 @@ def train_command(out: str | None, cache: str | None, device: str, data_root: st
                    f"{card.recipe.train.dtype} (their margins are past what it resolves), so longer training "
                    "does not move them; train with --train-dtype float64 or loss_form = \"stable\" in the recipe's "
                    "[train] table to keep converging")
-    if cert:
-        click.echo(f"  stationarity residual: {cert['residual_at_train']:.3e} at the training data vs "
-                   f"{cert['residual_at_random']:.3e} at random inputs (ratio {cert['ratio']:.3g}; "
+    if cert is not None:
+        click.echo(f"  stationarity residual: {cert.residual_at_train:.3e} at the training data vs "
+                   f"{cert.residual_at_random:.3e} at random inputs (ratio {cert.ratio:.3g}; "
                    "small means near a KKT point, which the KKT attacks need)")
-        regime = mapping(cert.get("regime"))
-        theta = mapping(regime.get("theta"))
-        if "residual" in theta:
-            bound = regime["max_residual"] if "max_residual" in regime else 0.5
-            on_margin = len((theta["margin_set"] if "margin_set" in theta else None) or [])
-            parts = [f"theta {theta['residual']:.3g} (margin set {on_margin} of {margins})"]
-            parts += [f"{k} {regime[k]['residual']:.3g}" for k in ("regularised", "learned") if k in regime]
+        regime = m.regime
+        theta = regime.theta
+        if theta is not None and theta.residual is not None:
+            bound = 0.5 if regime.max_residual is None else regime.max_residual
+            on_margin = len(theta.margin_set or [])
+            parts = [f"theta {theta.residual:.3g} (margin set {on_margin} of {margins})"]
+            parts += [f"{k} {fit.residual:.3g}" for k in ("regularised", "learned")
+                      if (fit := regime.fit(k)) is not None and fit.residual is not None]
             click.echo(f"  regime residuals ||v - J^T lambda|| / ||v||: {', '.join(parts)}; a KKT attack's premise "
                        f"holds at most {bound:g} (docs/regime.md#the-regime-test-of-each-threat-model)")
 

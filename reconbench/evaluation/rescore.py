@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.recorded import absent_options
 from reconbench.provenance import config_hash, portable_path, provenance, write_json
+from reconbench.records import RUN_RESULT_FILE, RunResult, mapping
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import ModelCard, load_card
 
@@ -69,10 +70,9 @@ def card_hashes(data: dict[str, Any]) -> dict[str, Any]:
     return {"recipe_key": data.get("recipe_key"), "content_sha256": data.get("content_sha256")}
 
 
-def check_card_matches(result_dir: Path, result: dict[str, Any], card: ModelCard) -> None:
+def check_card_matches(result_dir: Path, result: RunResult, card: ModelCard) -> None:
     """Refuse a card other than the one the result was produced with (by recipe key and, if recorded, content hash)."""
-    target = result.get("target") or {}
-    want = {"recipe_key": target.get("recipe_key"), "content_sha256": target.get("card_sha256")}
+    want = {"recipe_key": result.target.recipe_key, "content_sha256": result.target.card_sha256}
     have = card_hashes(card.data)
     if any(want[k] is not None and want[k] != have[k] for k in want):
         def show(h: dict[str, Any]) -> str:
@@ -82,18 +82,18 @@ def check_card_matches(result_dir: Path, result: dict[str, Any], card: ModelCard
                               f"({show(want)}); pass that card with --model, or drop --model")
 
 
-def locate_card(result_dir: Path, result: dict[str, Any], explicit: str | None) -> Any:
+def locate_card(result_dir: Path, result: RunResult, explicit: str | None) -> Any:
     if explicit:
         card = load_card(explicit)
         check_card_matches(result_dir, result, card)
         return card
-    recorded = result["target"].get("card")
+    recorded = result.target.card
     if not recorded:
         raise ReconbenchError(f"{result_dir / 'result.json'} records no model card; pass --model CARD_DIR")
     path = Path(recorded).expanduser()
     if not path.exists() and not path.is_absolute() and (result_dir / path).exists():
         path = result_dir / path
-    key = result["target"].get("recipe_key")
+    key = result.target.recipe_key
     if not path.exists() and key and (cache_dir() / "targets" / str(key)).exists():
         path = cache_dir() / "targets" / str(key)   # recorded elsewhere; the same recipe is in this machine's cache
     try:
@@ -103,12 +103,12 @@ def locate_card(result_dir: Path, result: dict[str, Any], explicit: str | None) 
                               "--model CARD_DIR") from exc
 
 
-def pinned_protocol(overrides: dict[str, Any], stored_evaluation: dict[str, Any] | None) -> dict[str, Any]:
-    """The protocol that re-scores a stored evaluation: its overrides, and, when they leave the metric list open
-    (every registered metric), the metrics the stored evaluation computed. A metric registered since is not a stored
-    number to reproduce; it is computed when the overrides name it. A metric option added since takes the value the
-    stored configuration stands for (``recorded.absent_options``)."""
-    recorded = (((stored_evaluation or {}).get("protocol") or {}).get("metrics")) or None
+def pinned_protocol(overrides: dict[str, Any], stored_protocol: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The protocol that re-scores a stored evaluation (``stored_protocol``: the protocol it records): its overrides,
+    and, when they leave the metric list open (every registered metric), the metrics the stored evaluation computed.
+    A metric registered since is not a stored number to reproduce; it is computed when the overrides name it. A
+    metric option added since takes the value the stored configuration stands for (``recorded.absent_options``)."""
+    recorded = mapping(stored_protocol).get("metrics") or None
     if not isinstance(recorded, dict):
         return dict(overrides)
     pinned = dict(overrides) if "metrics" in overrides else {**overrides, "metrics": list(recorded)}
@@ -249,27 +249,27 @@ def rescore(result_dir: str | Path, overrides: dict[str, Any] | None = None, *, 
     from reconbench.evaluation import evaluate
 
     folder = Path(result_dir)
-    result = read_result(folder)
+    result = RUN_RESULT_FILE.decode(read_result(folder), folder / "result.json")
     pooled = read_candidates(folder)
     card = locate_card(folder, result, model_card)
     try:
         problem = card.problem(data_root)
     except ReconbenchError as exc:
         raise ReconbenchError(f"cannot rebuild the problem of {folder} from the card {card.path}: {exc}") from exc
-    stored_overrides = dict(result["spec"].get("protocol") or {})
+    stored_overrides = dict(mapping(result.spec.get("protocol")))
     merged = {**stored_overrides, **(overrides or {})}
     target = Path(out_dir) if out_dir else folder / "evaluations" / config_hash(merged)
     same_protocol = merged == stored_overrides
-    protocol = pinned_protocol(merged, result.get("evaluation")) if same_protocol else merged
+    protocol = pinned_protocol(merged, result.evaluation.protocol) if same_protocol else merged
 
     def run() -> dict[str, Any]:
-        return evaluate(problem, pooled["candidates"], family=str(result["target"]["family"]), protocol=protocol,
+        return evaluate(problem, pooled["candidates"], family=str(result.target.family), protocol=protocol,
                         labels=pooled.get("labels"), run_ids=pooled.get("run_ids"), x0=pooled.get("x0"),
                         card=card, out_dir=target, quiet=quiet)
 
     n_terms = evaluation_terms(problem, int(pooled["candidates"].shape[0]))
     rtol = decisions.score_tolerance(n_terms)
-    stored = result.get("evaluation") or {}
+    stored = result.evaluation.to_dict()
     if same_protocol and stored:
         outcome = reproduce(run, lambda ev: compare_evaluation(stored, ev, rtol), n_terms)
         evaluation = outcome.fresh

@@ -69,7 +69,8 @@ def cell_pairs(problem: Problem, card: object, candidates: torch.Tensor, rec: Ce
     rows = rec.per_image  # the pooled candidates' evaluation
     if len(rows) != problem.n:
         raise ValueError(f"the cell records {len(rows)} per-image rows for {problem.n} training images")
-    protocol = resolve_protocol(pinned_protocol(dict(rec.protocol or {}), dict(rec.evaluation or {}) or None),
+    stored = rec.evaluation.protocol if rec.evaluation is not None else None   # the protocol the cell was scored with
+    protocol = resolve_protocol(pinned_protocol(dict(rec.protocol or {}), stored),
                                 str(rec.target.trained_from.family))
     ev = build_context(problem, candidates, protocol, card=card)
 

@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load, load_file, save
 
 from reconbench.bench.entries import entry_text, is_entry, make_entry, null_keys
-from reconbench.bench.runner import STATUS_OK, card_reader, load_cells, run_suite
+from reconbench.bench.runner import STATUS_OK, card_reader, load_cell_records, run_suite
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation.rescore import close
@@ -35,7 +35,7 @@ from reconbench.leaderboard.manifest import write_manifest
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results, write_results
 from reconbench.provenance import read_json, write_text_atomic
-from reconbench.records import BoardResults, CellRecord
+from reconbench.records import BoardResults, CellRecord, Selection, mapping
 from reconbench.safe_paths import member
 
 #: how many cells of a board keep their candidates (at most; fewer when the suite asks for fewer)
@@ -303,24 +303,24 @@ def _name_sample(suite: Suite, board: Path, kept: list[str]) -> bool:
 
 
 # -- re-running cells -------------------------------------------------------------------------------------------
-def _numbers(sel: dict[str, Any]) -> dict[str, Any]:
-    summary = sel.get("summary") or {}
-    out = {f"summary.{k}": v for k, v in summary.items() if v != "unavailable" and not k.endswith("_reason")}
-    if "attack_loss" in sel:
-        out["attack_loss"] = sel["attack_loss"]
+def _numbers(sel: Selection) -> dict[str, Any]:
+    """A selection's stored numbers: its summary's (but unavailable ones and reasons) and its attack loss."""
+    out = {f"summary.{k}": v for k, v in sel.summary.items() if v != "unavailable" and not k.endswith("_reason")}
+    if "attack_loss" in (sel.key_order or ()):   # stored (a record read from its file names its keys)
+        out["attack_loss"] = sel.attack_loss
     return out
 
 
-def compare_rerun(cell_id: str, stored: dict[str, Any], fresh: dict[str, Any], rtol: float = RERUN_RTOL) -> list[str]:
+def compare_rerun(cell_id: str, stored: CellRecord, fresh: CellRecord, rtol: float = RERUN_RTOL) -> list[str]:
     """The board's numbers of a cell (every selection's stored summary keys and attack loss) that a re-run of the
     cell does not give: counts exactly, other numbers within ``rtol`` relative."""
-    if fresh.get("status") != STATUS_OK:
-        return [f"{cell_id}: the re-run did not finish (status {fresh.get('status')}: "
-                f"{(fresh.get('error') or {}).get('message')})"]
+    if fresh.status != STATUS_OK:
+        return [f"{cell_id}: the re-run did not finish (status {fresh.status}: "
+                f"{mapping(fresh.error).get('message')})"]
     problems = []
-    for name, sel in (stored.get("selections") or {}).items():
-        now = _numbers((fresh.get("selections") or {}).get(name) or {})
-        for key, value in _numbers(sel or {}).items():
+    for name, sel in (stored.selections or {}).items():
+        now = _numbers(fresh.selection(name))
+        for key, value in _numbers(sel).items():
             if key not in now:
                 problems.append(f"{cell_id} [{name}] {key}: stored {value!r}, the re-run does not produce it")
             elif not close(value, now[key], rtol):
@@ -332,19 +332,20 @@ def rerun_cells(suite: Suite, board: Path, cell_ids: list[str], *, data_root: st
                 cache: str | None = None, work: Path | None = None) -> list[str]:
     """Re-run ``cell_ids`` of a board (targets from the recipe cache, trained again when absent; attacks from the
     recorded seeds) and compare; the problems (empty: every stored number agrees)."""
-    stored = load_cells(board)
+    stored = load_cell_records(board)
     missing = [c for c in cell_ids if c not in stored]
     if missing:
         raise ReconbenchError(f"{board} has no cell {missing[0]!r}; name cells of the board (its cells/ folder)")
-    dtypes = {stored[c].get("spec", {}).get("dtype") for c in cell_ids}
+    dtypes = {stored[c].dtype for c in cell_ids}
     problems: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         out = work or Path(tmp)
-        for dtype in sorted(d for d in dtypes if d) or [None]:
-            ids = [c for c in cell_ids if stored[c].get("spec", {}).get("dtype") == dtype]
+        chosen: list[str | None] = [*sorted(d for d in dtypes if d)] or [None]
+        for dtype in chosen:
+            ids = [c for c in cell_ids if stored[c].dtype == dtype]
             run_suite(suite, out / str(dtype), only=ids, dtype=dtype, cache=cache, data_root=data_root, quiet=True,
                       command="leaderboard --verify --rerun")
-            fresh = load_cells(out / str(dtype))
+            fresh = load_cell_records(out / str(dtype))
             for cid in ids:
                 if cid not in fresh:
                     problems.append(f"{cid}: the re-run wrote no record")

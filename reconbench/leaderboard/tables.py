@@ -23,7 +23,7 @@ from reconbench.attack.outcome import CellOutcome, cell_outcome, failure_counts,
 from reconbench.attack.search import search_record
 from reconbench.bench import machine
 from reconbench.bench.cells import Cell, expand
-from reconbench.bench.runner import STATUS_OK, load_cells
+from reconbench.bench.runner import STATUS_OK, load_cell_records
 from reconbench.bench.suite import ColumnSpec, Suite, display_path
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import reported
@@ -73,7 +73,7 @@ def column_value(rec: CellRecord, selection: str, col: ColumnSpec) -> tuple[floa
     if col.source == "wall_seconds":
         return number(rec.attack_seconds), "attack_seconds"
     if col.source == "calibrated":   # the count against the bar calibrated for this selection (evaluation/bars.py)
-        return (sel.calibrated_count, "calibrated") if "count" in mapping(sel.calibrated) else (None, None)
+        return (sel.calibrated_count, "calibrated") if sel.calibrated_count is not None else (None, None)
     if col.source == "target":   # a number of the cell's target, the same for every selection
         value = target_value(rec.target, col.keys[0])
         return (value, col.keys[0]) if value is not None else (None, None)
@@ -90,8 +90,8 @@ def direction(col: ColumnSpec, key: str | None, records: Iterable[CellRecord]) -
     if key and col.source == "summary":
         for rec in records:
             for name, info in rec.evaluated_metrics.items():
-                if isinstance(info, dict) and info.get("headline", name) == key and "higher_is_better" in info:
-                    return bool(info["higher_is_better"]), f"metric {name!r} (recorded in the cells)"
+                if (info.headline or name) == key and info.higher_is_better is not None:
+                    return info.higher_is_better, f"metric {name!r} (recorded in the cells)"
         for name in plugins.names("metrics"):
             metric = plugins.metric(name)
             if metric.headline_key == key:
@@ -216,7 +216,7 @@ class Published:
 
 
 def cell_outcome_of(rec: CellRecord) -> CellOutcome:
-    outcome = cell_outcome({"status": rec.status, "outcome": rec.outcome, "runs": rec.runs})
+    outcome = cell_outcome(rec)
     assert outcome is not None, "cell_outcome is None only for cells that did not run"
     return outcome
 
@@ -231,7 +231,7 @@ def failures_of(failed: list[CellRecord], total: int) -> Failures | None:
 
 def collect(suite: Suite, results: Path) -> Published:
     plan = expand(suite)
-    found = {cid: CellRecord.from_dict(rec, f"{results / 'cells'} (cell {cid})") for cid, rec in load_cells(results).items()}
+    found = load_cell_records(results)
     records, not_run, stale = {}, [], []
     for cell in plan:
         if cell.cell_id not in found:
@@ -411,17 +411,15 @@ def target_rows(pub: Published, gate: float | None = None, learned_gate: float |
             rows[key].cells.append(rec.cell_id)
             continue
         recipe, m = t.trained_from, t.metrics
-        certificate = mapping(m.certificate)
         learned = gate_value(m.certificate_dict)
-        regime = mapping(certificate.get("regime"))
-        theta = mapping(regime.get("theta"))
+        regime = m.regime
         evidence: dict[str, Any] = {}
         if learned is not None:  # certificates recorded before the learned part existed lack it
             evidence["learned_ratio"] = learned
-        if "theta" in regime:  # certificates recorded before the regime test existed lack it (docs/regime.md)
-            evidence.update(theta_residual=theta.get("residual"), margin_set_size=len(theta.get("margin_set") or []))
-            if "regularised" in regime:
-                evidence["regularised_residual"] = mapping(regime["regularised"]).get("residual")
+        if regime.theta is not None:  # certificates recorded before the regime test existed lack it (docs/regime.md)
+            evidence.update(theta_residual=regime.theta.residual, margin_set_size=len(regime.theta.margin_set or []))
+            if regime.regularised is not None:
+                evidence["regularised_residual"] = regime.regularised.residual
         # a suite whose seeds retrain the target has one trained target per seed under one name
         label = t.name if len(keys_of[t.name]) == 1 else f"{t.name} (seed {rec.seed})"
         rows[key] = TargetRow.written(
@@ -442,7 +440,7 @@ def target_rows(pub: Published, gate: float | None = None, learned_gate: float |
             train_error=m.train_error,
             test_error=m.test_error,
             train_loss=m.train_loss,
-            stationarity_ratio=certificate["ratio"] if "ratio" in certificate else None,
+            stationarity_ratio=None if m.certificate is None else m.certificate.ratio,
             gate=gate,
             learned_gate=learned_gate,
             converged=in_regime(gates, rec),

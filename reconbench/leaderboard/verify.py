@@ -31,7 +31,7 @@ from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
 from reconbench.provenance import read_json
-from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, number
+from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, StoredEvaluation, number
 from reconbench.records.target_quantities import target_value
 from reconbench.runs.result import score_selection
 from reconbench.runs.seconds import attack_seconds, summed_seconds
@@ -221,8 +221,8 @@ def rescore_inputs(leaderboard: Path, rec: CellRecord, data_root: str | None
     stored = read_candidates(path)
     # a board may store them in the attack's precision (float32): every float32 is a float64 exactly
     pooled = {k: v.double() if v.is_floating_point() else v for k, v in stored.items()}
-    evaluation = dict(rec.evaluation) if rec.evaluation is not None else None
-    protocol = pinned_protocol(dict(rec.protocol or {}), evaluation)  # the metrics the cell computed
+    recorded = rec.evaluation.protocol if rec.evaluation is not None else None
+    protocol = pinned_protocol(dict(rec.protocol or {}), recorded)  # the metrics the cell computed
     return problem, pooled, protocol, str(rec.target.trained_from.family), card
 
 
@@ -237,8 +237,8 @@ def compare_selection(where: str, sel: Selection | dict[str, Any], evaluation: d
     stored = dict(sel.summary)
     problems: list[Mismatch] = []
     if sel.null is not None:
-        null_now = _flat(null_record(evaluation))
-        for key, value in _flat(sel.null).items():
+        null_now = _flat(null_record(StoredEvaluation.from_dict(evaluation, "the fresh evaluation")).to_dict())
+        for key, value in _flat(sel.null.to_dict()).items():
             new = null_now[key] if key in null_now else "<missing>"
             if not close(value, new, rtol):
                 problems.append(Mismatch(f"{where} null.{key}", value, new, margin_note(evaluation, key, value, new,

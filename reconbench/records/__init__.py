@@ -3,6 +3,8 @@ and its door (a :class:`~reconbench.records.record.FileFormat`: the version stam
 the record reads the JSON strictly):
 
 * :mod:`~reconbench.records.run_result`: a run's ``result.json`` (``reconbench-result/1``);
+* :mod:`~reconbench.records.evaluation`: a run's evaluation block (in a result and a cell), its held-out null, a
+  selection's count against its calibrated bar;
 * :mod:`~reconbench.records.cell`: a cell record (``reconbench-bench-cell/1``), full or a board's slim entry;
 * :mod:`~reconbench.records.board_entry`: a slim entry's own metadata (``reconbench-board-entry/1``);
 * :mod:`~reconbench.records.board_results`: a board's ``results.json`` (``reconbench-leaderboard/1`` and ``/2``);
@@ -47,9 +49,11 @@ from reconbench.records.cell import (
     SearchRun,
     Selection,
     Spread,
+    StoredOutcome,
     TargetInfo,
     image_rows,
 )
+from reconbench.records.evaluation import Calibrated, Candidates, HeldOutNull, StoredEvaluation, StoredMetric
 from reconbench.records.invocation import INVOCATION_FILE, Invocation
 from reconbench.records.model_card import (
     CARD_FILE,
@@ -70,16 +74,17 @@ from reconbench.records.record import (
     plain,
     register_value_type,
 )
-from reconbench.records.run_result import RUN_RESULT_FILE, RunResult, RunTarget
+from reconbench.records.run_result import RUN_RESULT_FILE, PickedRun, RunResult, RunTarget
 from reconbench.records.submission import SUBMISSION_FILE, SubmissionBoard, SubmissionFile, SubmissionProvenance
 from reconbench.targets.recipe import TargetRecipe
 
 __all__ = [
     "BOARD_RESULTS_FILE", "CARD_FILE", "CELL_FILE", "INVOCATION_FILE", "RELEASES_FILE", "RUN_RESULT_FILE",
     "SCHEMA_VERSION", "SUBMISSION_FILE", "AttackInfo", "BoardCardNote", "BoardHeader", "BoardRelease",
-    "BoardReleases", "BoardResults", "CardData", "CardProblem",
+    "BoardReleases", "BoardResults", "Calibrated", "Candidates", "CardData", "CardProblem",
     "CellRecord", "Column", "Command", "ComparisonTable", "ComparisonRow", "ComparisonValue", "Digest", "EntryInfo",
-    "Failures", "Figure", "FileFormat", "ImageRow", "InitInfo", "Invocation", "MetricStat", "NullSummary",
+    "StoredEvaluation", "Failures", "Figure", "FileFormat", "HeldOutNull", "ImageRow", "InitInfo", "Invocation",
+    "StoredMetric", "StoredOutcome", "MetricStat", "NullSummary", "PickedRun",
     "PrivacyAttack", "PrivacyRow", "PrivacyTable", "ProblemIndices", "Record", "RunResult",
     "RunTarget", "SearchRun", "Selection", "Spread", "Submission", "SubmissionBoard", "SubmissionFile",
     "SubmissionProvenance", "TableRow", "TargetInfo", "TargetRecipe", "TargetRow", "TrainMetrics",

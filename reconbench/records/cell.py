@@ -5,25 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from reconbench.records.board_entry import EntryInfo
+from reconbench.records.evaluation import Calibrated, HeldOutNull, Spread, StoredEvaluation, StoredMetric
 from reconbench.records.model_card import TrainMetrics
 from reconbench.records.record import FileFormat, Record, mapping, number, unchanged
 from reconbench.targets.recipe import TargetRecipe
 
 _EMPTY: Mapping[str, Any] = {}
-
-
-@dataclass(frozen=True)
-class Spread(Record):
-    """A summary number over the held-out null's draws: its mean, standard deviation, least and largest value."""
-
-    mean: float | None = None
-    std: float | None = None
-    min: float | None = None
-    max: float | None = None
-    draws: int | None = None
 
 
 @dataclass(frozen=True)
@@ -39,8 +30,8 @@ class Selection(Record):
     config: Mapping[str, Any] | None = None
     note: str | None = None
     summary: Mapping[str, Any] = field(default_factory=dict)
-    null: Mapping[str, Any] | None = None
-    calibrated: Mapping[str, Any] | None = None
+    null: HeldOutNull | None = None
+    calibrated: Calibrated | None = None
     same_as: Mapping[str, str] | None = None
 
     def value(self, key: str) -> float | None:
@@ -54,16 +45,20 @@ class Selection(Record):
 
     def null_spread(self, key: str) -> Spread | None:
         """The held-out null's spread of a summary key (mean, max, ...) over its draws (None: not recorded)."""
-        spread = mapping(mapping(self.null).get("spread"))
-        return Spread.from_dict(spread[key]) if isinstance(spread.get(key), Mapping) else None
+        return None if self.null is None else self.null.spread_of(key)
+
+    @property
+    def held_out(self) -> HeldOutNull:
+        """The held-out null (an empty one when not recorded)."""
+        return self.null if self.null is not None else HeldOutNull()
 
     @property
     def calibrated_count(self) -> float | None:
-        return number(mapping(self.calibrated).get("count"))
+        return None if self.calibrated is None else number(self.calibrated.count)
 
     @property
     def calibrated_bar(self) -> str | None:
-        return None if not self.calibrated else str(self.calibrated["bar"])
+        return None if self.calibrated is None else str(self.calibrated.bar)
 
 
 @dataclass(frozen=True)
@@ -122,6 +117,16 @@ class AttackInfo(Record):
 
 
 @dataclass(frozen=True)
+class StoredOutcome(Record):
+    """Whether an attack did its work (``attack/outcome.py``), as a run, a cell or a result stores it: the status,
+    the reason in one line, and for a cell or a result how many of its runs ended with each status."""
+
+    status: str | None = None
+    reason: str | None = None
+    runs: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True)
 class SearchRun(Record):
     """One search run of a cell (``runs/execute.py``): its sampled options, its start, final loss, steps, how it
     stopped and its outcome."""
@@ -141,7 +146,7 @@ class SearchRun(Record):
     trace: list[Any] | None = None
     oracle_score: float | None = None
     candidates_finite: bool | None = None
-    outcome: Mapping[str, Any] | None = None
+    outcome: StoredOutcome | None = None
     #: the batch the run advanced in (the KKT attacks' ``run_batch``)
     batch: Mapping[str, Any] | None = None
     #: a run that converged (``stopped`` = converged): the rule, the step and the changes measured there
@@ -205,9 +210,9 @@ class CellRecord(Record):
     spec: Mapping[str, Any] = field(default_factory=dict)
     invocation: int | None = None
     runs: list[Any] | None = None
-    outcome: Mapping[str, Any] | None = None
+    outcome: StoredOutcome | None = None
     selections: Mapping[str, Selection] | None = None
-    evaluation: Mapping[str, Any] | None = None
+    evaluation: StoredEvaluation | None = None
     calibration_bars: Any = None
     result_dir: str | None = None
     attack_seconds: float | None = None
@@ -227,13 +232,12 @@ class CellRecord(Record):
     @property
     def protocol_ref(self) -> str | None:
         """The name of the evaluation protocol a slim entry stores once per board (``protocols/<ref>.json``)."""
-        ref = mapping(self.evaluation).get("protocol_ref")
-        return None if ref is None else str(ref)
+        return None if self.evaluation is None else self.evaluation.protocol_ref
 
     @property
-    def evaluated_metrics(self) -> Mapping[str, Any]:
+    def evaluated_metrics(self) -> Mapping[str, StoredMetric]:
         """The metrics the pooled evaluation recorded (name -> headline, direction, parameters)."""
-        return mapping(mapping(self.evaluation).get("metrics"))
+        return (None if self.evaluation is None else self.evaluation.metrics) or _EMPTY
 
     @property
     def dtype(self) -> str | None:
@@ -250,7 +254,13 @@ class CellRecord(Record):
     @property
     def per_image(self) -> list[ImageRow]:
         """The pooled evaluation's per-image rows (objects in an expanded record; others are left out)."""
-        return image_rows(mapping(self.evaluation).get("per_image"))
+        return image_rows(None if self.evaluation is None else self.evaluation.per_image)
+
+    @cached_property
+    def search_runs(self) -> list[SearchRun]:
+        """The search runs read as records, once (objects only: a slim entry's runs are read once it is expanded)."""
+        return [SearchRun.from_dict(r, f"cell {self.cell_id}, a search run") for r in self.runs or []
+                if isinstance(r, Mapping)]
 
     @property
     def work_dir(self) -> str:

@@ -28,6 +28,54 @@ register_value_type(ProblemSpec, read_problem_spec)
 
 
 @dataclass(frozen=True)
+class RegimeFit(Record):
+    """One regime test of a certificate (``regime.theta``, ``regime.regularised``, ``regime.learned``;
+    ``targets/regime.py``): its residual ‖v − Jᵀλ‖/‖v‖ with the best λ ≥ 0, and for θ its multipliers and margin set."""
+
+    residual: float | None = None
+    multipliers: list[float] | None = None
+    margin_set: list[int] | None = None
+    margin_set_margins: list[float] | None = None
+    margins: list[float] | None = None
+    weight_decay: float | None = None
+    init_decay: float | None = None
+
+
+@dataclass(frozen=True)
+class Regime(Record):
+    """The regime tests of a certificate, one per threat model, and the largest residual a premise allows."""
+
+    max_residual: float | None = None
+    n_terms: int | None = None
+    nonnegative_multipliers: bool | None = None
+    theta: RegimeFit | None = None
+    regularised: RegimeFit | None = None
+    learned: RegimeFit | None = None
+
+    def fit(self, test: str) -> RegimeFit | None:
+        """The fit of a regime test by name (theta, regularised, learned; None: not recorded)."""
+        return {"theta": self.theta, "regularised": self.regularised, "learned": self.learned}[test]
+
+
+@dataclass(frozen=True)
+class Certificate(Record):
+    """A target's stationarity certificate (``targets/certificate.py``): the residual at the training data and at
+    random inputs, their ratio, the same for the learned part θ − d·θ0, and the regime tests."""
+
+    residual_at_train: float | None = None
+    residual_at_random: float | None = None
+    ratio: float | None = None
+    n_terms: int | None = None
+    nonnegative_multipliers: bool | None = None
+    method: str | None = None
+    seconds: float | None = None
+    residual_by_layer: Mapping[str, Any] | None = None
+    norm_share_by_layer: Mapping[str, Any] | None = None
+    learned: Mapping[str, Any] | None = None
+    regime: Regime | None = None
+
+
+@dataclass(frozen=True)
 class TrainMetrics(Record):
     """A target's training evidence as its model card records it."""
 
@@ -46,7 +94,7 @@ class TrainMetrics(Record):
     param_norm_sq: float | None = None
     #: why the weights were reused instead of trained (a defense applied to an undefended recipe's weights)
     training_reused: str | None = None
-    certificate: Mapping[str, Any] | None = None
+    certificate: Certificate | None = None
     before_defense: Mapping[str, Any] | None = None
     defense: Mapping[str, Any] | None = None
     margins: list[float] | None = None
@@ -59,8 +107,7 @@ class TrainMetrics(Record):
     @property
     def stationarity_ratio(self) -> float | None:
         """The certificate's stationarity ratio (None: no certificate, or none recorded)."""
-        value = mapping(self.certificate).get("ratio")
-        return float(value) if isinstance(value, (int, float)) else None
+        return None if self.certificate is None or self.certificate.ratio is None else float(self.certificate.ratio)
 
     @property
     def defense_records(self) -> Mapping[str, Any]:
@@ -69,7 +116,13 @@ class TrainMetrics(Record):
 
     @property
     def certificate_dict(self) -> dict[str, Any] | None:
-        return self.certificate if isinstance(self.certificate, dict) else None
+        """The certificate as its JSON (for the readers of ``targets/``, which take it as read from a card)."""
+        return None if self.certificate is None else self.certificate.to_dict()
+
+    @property
+    def regime(self) -> Regime:
+        """The certificate's regime tests (empty: no certificate, or one recorded before the regime test)."""
+        return self.certificate.regime if self.certificate is not None and self.certificate.regime else Regime()
 
 
 @dataclass(frozen=True)

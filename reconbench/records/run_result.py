@@ -6,7 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconbench.records.record import FileFormat, Record, mapping, unchanged
+from reconbench.records.cell import SearchRun, StoredOutcome
+from reconbench.records.evaluation import StoredEvaluation
+from reconbench.records.model_card import TrainMetrics
+from reconbench.records.record import FileFormat, Record, unchanged
 from reconbench.targets.recipe import TargetRecipe
 
 
@@ -25,7 +28,15 @@ class RunTarget(Record):
     task: str | None = None
     n_train: int | None = None
     p_over_dn: Mapping[str, Any] | None = None
-    train_metrics: Mapping[str, Any] | None = None
+    train_metrics: TrainMetrics | None = None
+
+
+@dataclass(frozen=True)
+class PickedRun(Record):
+    """The run a selection of a result (blind, oracle) picked, and its rule in words."""
+
+    run: int | None = None
+    rule: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,12 +56,12 @@ class RunResult(Record):
     spec: Mapping[str, Any] = field(default_factory=dict)
     search: Mapping[str, Any] | None = None
     target: RunTarget = RunTarget()
-    selection: Mapping[str, Any] = field(default_factory=dict)
-    runs: list[Mapping[str, Any]] = field(default_factory=list)
+    selection: Mapping[str, PickedRun] = field(default_factory=dict)
+    runs: list[SearchRun] = field(default_factory=list)
     failed_runs: list[int] = field(default_factory=list)
-    outcome: Mapping[str, Any] | None = None
-    evaluation: Mapping[str, Any] = field(default_factory=dict)
-    evaluation_selected: Mapping[str, Any] = field(default_factory=dict)
+    outcome: StoredOutcome | None = None
+    evaluation: StoredEvaluation = StoredEvaluation()
+    evaluation_selected: Mapping[str, StoredEvaluation] = field(default_factory=dict)
     calibration_bars: Any = None
     figures: list[str] = field(default_factory=list)
     wall_seconds: float | None = None
@@ -58,8 +69,8 @@ class RunResult(Record):
 
     def selected_run(self, name: str) -> int | None:
         """The run a selection (blind, oracle) picked; None when none finished."""
-        run = mapping(self.selection.get(name)).get("run")
-        return run if isinstance(run, int) else None
+        picked = self.selection.get(name)
+        return None if picked is None else picked.run
 
 
 #: the door of a run's result.json

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from reconbench.records.cell import TargetInfo
-from reconbench.records.record import mapping, number
+from reconbench.records.record import number
 
 
 @dataclass(frozen=True)
@@ -23,14 +23,13 @@ class TargetQuantity:
 
 
 def _regime(t: TargetInfo, test: str) -> float | None:
-    regime = mapping(mapping(t.metrics.certificate).get("regime"))
-    return number(mapping(regime.get(test)).get("residual"))
+    fit = t.metrics.regime.fit(test)
+    return None if fit is None else number(fit.residual)
 
 
 def _margin_set_size(t: TargetInfo) -> float | None:
-    theta = mapping(mapping(mapping(t.metrics.certificate).get("regime")).get("theta"))
-    members = theta.get("margin_set")
-    return float(len(members)) if isinstance(members, list) else None
+    theta = t.metrics.regime.theta
+    return None if theta is None or theta.margin_set is None else float(len(theta.margin_set))
 
 
 #: the quantities a suite may name; the residuals are norm ratios ‖v − Jᵀλ‖/‖v‖ with the best λ ≥ 0, so in [0, 1]

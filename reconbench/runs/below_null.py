@@ -8,9 +8,9 @@ loss. The causes it names are what those numbers can show; it never claims the w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from reconbench.records import RunResult, SearchRun, Spread, TrainMetrics
 from reconbench.targets.regime import MAX_RESIDUAL, regime_test_of, residual_for
 
 #: a run whose attack loss fell by less than this share of its starting value did not move
@@ -26,12 +26,12 @@ def _number(value: object) -> float | None:
         and math.isfinite(value) else None
 
 
-def loss_moved(runs: Sequence[Mapping[str, Any]]) -> bool | None:
+def loss_moved(runs: Sequence[SearchRun]) -> bool | None:
     """Whether any search run's attack loss fell by at least :data:`STILL_SHARE` of where it started; None when no
     run recorded both ends."""
     seen = False
     for run in runs:
-        start, end = _number(run.get("initial_loss")), _number(run.get("final_loss"))
+        start, end = _number(run.initial_loss), _number(run.final_loss)
         if start is None or end is None:
             continue
         seen = True
@@ -40,8 +40,8 @@ def loss_moved(runs: Sequence[Mapping[str, Any]]) -> bool | None:
     return False if seen else None
 
 
-def _loss_span(runs: Sequence[Mapping[str, Any]]) -> str:
-    pairs = [(_number(r.get("initial_loss")), _number(r.get("final_loss")), int(r.get("steps") or 0)) for r in runs]
+def _loss_span(runs: Sequence[SearchRun]) -> str:
+    pairs = [(_number(r.initial_loss), _number(r.final_loss), int(r.steps or 0)) for r in runs]
     pairs = [p for p in pairs if p[0] is not None and p[1] is not None]
     if not pairs:
         return ""
@@ -49,24 +49,23 @@ def _loss_span(runs: Sequence[Mapping[str, Any]]) -> str:
     return f"{start:.3g} -> {end:.3g} in {steps} step(s)"
 
 
-def below_null_line(result: Mapping[str, Any]) -> str | None:
+def below_null_line(result: RunResult) -> str | None:
     """One line when the calibrated headline does not beat the maximum of its held-out null: that it does not, the
     likely causes, and what to change. None when it beats it, or when there is no calibrated headline."""
-    evaluation = result.get("evaluation") or {}
-    summary, null = evaluation.get("summary") or {}, evaluation.get("null") or {}
+    evaluation = result.evaluation
+    summary, null = evaluation.numbers, evaluation.held_out
     headline = summary.get("reconstructed_calibrated")
-    top = _number(((null.get("spread") or {}).get("reconstructed_calibrated") or {}).get("max"))
+    top = _number((null.spread_of("reconstructed_calibrated") or Spread()).max)
     if not isinstance(headline, int) or top is None or headline > top:
         return None
-    target = result.get("target") or {}
-    metrics = target.get("train_metrics") or {}
-    attack = str(result.get("attack", ""))
+    metrics = result.target.train_metrics or TrainMetrics()
+    attack = str(result.attack or "")
     causes: list[str] = []
     fixes: dict[str, str] = {}   # what to change, one per part: the target, the attack, the search
     threat = regime_test_of(attack)
     inside = ""
     if threat is not None:
-        residual, how = residual_for(metrics.get("certificate"), threat)
+        residual, how = residual_for(metrics.certificate_dict, threat)
         if residual is not None and residual > MAX_RESIDUAL:
             causes.append(f"the target is outside the attack's regime (its {how} residual is {residual:.2g}, above "
                           f"{MAX_RESIDUAL:g}; docs/regime.md)")
@@ -75,11 +74,11 @@ def below_null_line(result: Mapping[str, Any]) -> str | None:
                                "train the target longer (--steps N) or with weight decay (docs/regime.md)")
         elif residual is not None:
             inside = f"the target is inside the attack's regime ({how} residual {residual:.2g} <= {MAX_RESIDUAL:g}) and "
-    error = _number(metrics.get("train_error"))
+    error = _number(metrics.train_error)
     if error is not None and error > 0:
         causes.append(f"the target misclassifies {error:.0%} of its training set")
         fixes.setdefault("target", "train the target longer (--steps N)")
-    runs = [r for r in result.get("runs") or [] if r.get("stopped") != "failed"]
+    runs = [r for r in result.runs if r.stopped != "failed"]
     moved = loss_moved(runs)
     span = _loss_span(runs)
     if moved is False:
@@ -88,7 +87,7 @@ def below_null_line(result: Mapping[str, Any]) -> str | None:
     elif moved and not causes:
         causes.append(f"{inside}the attack's loss fell ({span}), but its candidates are no closer to the training "
                       "images than to held-out ones")
-    cal = (evaluation.get("protocol") or {}).get("calibration") or {}
+    cal = evaluation.calibration
     bar = _number(summary.get("calibrated_threshold"))
     if cal.get("score") == "corr" and bar is not None and bar >= HIGH_CORR_BAR:
         causes.append(f"the null's bar is high (corr > {bar:.3f}: held-out images of this data set already correlate "
@@ -100,5 +99,5 @@ def below_null_line(result: Mapping[str, Any]) -> str | None:
     fixes.setdefault("attack", "more attack steps (--set steps=N)")
     fixes.setdefault("target", "a longer-trained target (--steps N)")
     return (f"note: the calibrated headline ({headline} of {summary.get('n_train')}) does not beat its held-out null "
-            f"(max {top:.0f} over {null.get('draws', 0)} draws), so this run shows no reconstruction; likely why: "
+            f"(max {top:.0f} over {null.draws or 0} draws), so this run shows no reconstruction; likely why: "
             f"{'; '.join(causes)}. Try: {', '.join(fixes.values())}.")

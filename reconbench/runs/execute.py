@@ -18,11 +18,12 @@ from reconbench.attack.outcome import derive_run_outcome
 from reconbench.attack.search import check_proposals, start_session, tell
 from reconbench.config import config_to_dict
 from reconbench.data import Problem
-from reconbench.errors import DivergedError
+from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.evaluation import oracle_score
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget
 from reconbench.progress import Progress
 from reconbench.provenance import config_hash, save_tensors_atomic, write_json
+from reconbench.records import RUN_RESULT_FILE, RunResult
 from reconbench.runs.prepare import prepare
 from reconbench.runs.resolved import ResolvedRun, resolve_run
 from reconbench.runs.result import finish
@@ -64,24 +65,23 @@ def run_attack(card: ModelCard, spec: RunSpec | ResolvedRun, out_dir: str | Path
     wall = time.perf_counter() - t_all + resumed_seconds(resumed)
     if len(resumed) == len(runs) and (done := finished_result(out, card, spec)) is not None:
         # every run was read back: re-evaluated as before, with the attack's wall time recorded when it ran
-        recorded = done.get("wall_seconds")
-        if isinstance(recorded, (int, float)) and math.isfinite(recorded):
+        recorded = done.wall_seconds
+        if recorded is not None and math.isfinite(recorded):
             wall = float(recorded)
     return finish(card, spec, out, problem, runs, wall, oracle_init=run.init_is_oracle,
                   init_config=config_to_dict(run.init_config), quiet=quiet, protocol=run.protocol)
 
 
-def finished_result(out: Path, card: ModelCard, spec: RunSpec) -> dict[str, Any] | None:
-    """The result.json already in ``out`` when it is this configuration's (same spec, same target), else None: a
-    finished command run again keeps its recorded wall time instead of this invocation's near-zero one."""
+def finished_result(out: Path, card: ModelCard, spec: RunSpec) -> RunResult | None:
+    """The result.json already in ``out`` when it is this configuration's (same spec, same target), else None (also
+    when it is not a result this version reads): a finished command run again keeps its recorded wall time instead
+    of this invocation's near-zero one."""
     path = out / "result.json"
     try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
+        old = RUN_RESULT_FILE.decode(json.loads(path.read_text()), path)
+    except (OSError, ValueError, ReconbenchError):
         return None
-    if not isinstance(old, dict) or old.get("spec") != spec.to_dict():
-        return None
-    if (old.get("target") or {}).get("recipe_key") != card.data["recipe_key"]:
+    if old.spec != spec.to_dict() or old.target.recipe_key != card.data["recipe_key"]:
         return None
     return old
 

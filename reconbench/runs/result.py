@@ -16,7 +16,15 @@ from reconbench.evaluation import evaluate, resolve_protocol
 from reconbench.evaluation.bars import calibration_bars
 from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.provenance import portable_path, provenance, save_tensors_atomic, write_json
-from reconbench.records import RunResult, RunTarget
+from reconbench.records import (
+    PickedRun,
+    RunResult,
+    RunTarget,
+    SearchRun,
+    StoredEvaluation,
+    StoredOutcome,
+    TrainMetrics,
+)
 from reconbench.runs.pool import load_pooled, select_runs
 from reconbench.runs.spec import RunSpec
 from reconbench.runs.traces import plot_traces
@@ -77,18 +85,19 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         target=RunTarget(card=portable_path(card.path), **_recipe_fields(card), recipe_key=card.data["recipe_key"],
                          card_sha256=card.data.get("content_sha256"), family=family, task=card.task,
                          n_train=problem.n, p_over_dn=card.data.get("p_over_dn"),
-                         train_metrics={k: v for k, v in card.data["metrics"].items() if k != "margins"}),
+                         train_metrics=TrainMetrics.from_dict({k: v for k, v in card.data["metrics"].items()
+                                                               if k != "margins"}, "the card's training metrics")),
         selection={
-            "blind": {"run": blind,
-                      "rule": "lowest final attack loss among completed runs (reads no training images)"},
-            "oracle": {"run": oracle, "rule": "lowest extraction score (mean NCC distance of the 10 best "
-                                              "distinct training matches): reads training images"},
+            "blind": PickedRun(run=blind,
+                               rule="lowest final attack loss among completed runs (reads no training images)"),
+            "oracle": PickedRun(run=oracle, rule="lowest extraction score (mean NCC distance of the 10 best "
+                                                 "distinct training matches): reads training images"),
         },
-        runs=[{k: v for k, v in r.items() if k != "trace"} for r in runs],
+        runs=[SearchRun.from_dict({k: v for k, v in r.items() if k != "trace"}, f"search run {r['run']}") for r in runs],
         failed_runs=[r["run"] for r in runs if r["stopped"] == "failed"],
-        outcome=outcome_of_runs(runs).to_dict(),
-        evaluation=evaluation,
-        evaluation_selected=selected,
+        outcome=StoredOutcome.from_dict(outcome_of_runs(runs).to_dict(), "the cell's outcome"),
+        evaluation=StoredEvaluation.from_dict(evaluation, "the pooled evaluation"),
+        evaluation_selected={k: StoredEvaluation.from_dict(v, f"the {k} evaluation") for k, v in selected.items()},
         calibration_bars=bars,
         figures=[str(figure.relative_to(out))] if figure else [],
         wall_seconds=wall,

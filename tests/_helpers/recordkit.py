@@ -10,7 +10,17 @@ from typing import Any
 from reconbench.bench.cells import CELL_FORMAT, Cell
 from reconbench.bench.suite import Suite
 from reconbench.provenance import write_json
-from reconbench.records import AttackInfo, CellRecord, InitInfo, Invocation, Selection, TargetInfo
+from reconbench.records import (
+    AttackInfo,
+    CellRecord,
+    HeldOutNull,
+    InitInfo,
+    Invocation,
+    Selection,
+    Spread,
+    StoredEvaluation,
+    TargetInfo,
+)
 
 #: the provenance of a made-up cell (one commit, one version: a board renders it without a dirty-tree refusal)
 PROVENANCE = {"git_commit": "abc123", "reconbench_version": "9.9.9"}
@@ -21,7 +31,8 @@ def selection(summary: Mapping[str, Any], *, run: int | None = None, oracle: boo
               draws: int = 5) -> Selection:
     """A selection of a cell: its summary numbers, the held-out null's spread per summary key (mean, max) over
     ``draws`` draws, its attack loss and the run it picked (None: the pool)."""
-    null = {"available": True, "draws": draws, "spread": dict(null_spread or {})}
+    null = HeldOutNull.written(available=True, draws=draws,
+                               spread={k: Spread.from_dict(dict(v)) for k, v in (null_spread or {}).items()})
     return Selection.written(summary=dict(summary), null=null, attack_loss=attack_loss, run=run, oracle=oracle)
 
 
@@ -43,7 +54,7 @@ def cell_record(cell: Cell, suite: Suite, selections: Mapping[str, Selection], *
         attack=AttackInfo.written(label=cell.attack.label, name=cell.attack.attack),
         init=InitInfo.written(label=cell.init.label, regime=cell.init.regime, config={}, is_oracle=oracle_init),
         selections=dict(selections),
-        evaluation={"summary": dict(selections["pool"].summary), "per_image": []},
+        evaluation=StoredEvaluation.written(summary=dict(selections["pool"].summary), per_image=[]),
         attack_seconds=attack_seconds,
         wall_seconds=wall_seconds,
         invocation=0,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconbench.bench.suite.schema import COLUMN_TABLE, LEADERBOARD_TABLE, Checker
+from reconbench.bench.suite.schema import COLUMN_TABLE, LEADERBOARD_TABLE, Checker, ColumnTable, LeaderboardTable
 from reconbench.records.target_quantities import TARGET_QUANTITIES
 
 
@@ -53,26 +53,26 @@ class LeaderboardOptions:
     columns: tuple[ColumnSpec, ...] = field(default_factory=default_columns)
 
 
-def read_leaderboard_table(data: dict[str, Any], chk: Checker) -> dict[str, Any]:
-    return chk.section(data.get("leaderboard", {}), LEADERBOARD_TABLE, ("leaderboard",))
+def read_leaderboard_table(data: dict[str, Any], chk: Checker) -> LeaderboardTable:
+    return LeaderboardTable(**chk.section(data.get("leaderboard", {}), LEADERBOARD_TABLE, ("leaderboard",)))
 
 
-def leaderboard_options(lb: dict[str, Any], chk: Checker,
+def leaderboard_options(lb: LeaderboardTable, chk: Checker,
                         metric_configs: Mapping[str, object] | None = None) -> LeaderboardOptions:
-    store = lb.get("store_candidates", "all")
+    store = lb.store_candidates
     if isinstance(store, str) and store != "all":
         raise chk.fail(("leaderboard", "store_candidates"), f'expected "all" or a number of cells, got {store!r}')
     if isinstance(store, int) and store < 1:
         raise chk.fail(("leaderboard", "store_candidates"), f"is {store}: a board keeps the candidates of at least one "
                        'cell, or of all ("all"), so that its numbers can be re-scored; give a number of cells from 1')
-    columns = (read_columns(lb["columns"], chk, ("leaderboard", "columns"), metric_configs) if "columns" in lb
+    columns = (read_columns(lb.columns, chk, ("leaderboard", "columns"), metric_configs) if lb.columns is not None
                else default_columns(metric_configs))
     return LeaderboardOptions(
         store_candidates=None if store == "all" else int(store),
-        sample_cells=tuple(lb.get("sample_cells", ())),
-        figures=lb.get("figures", True),
-        sample_images=lb.get("sample_images", 8),
-        columns=(*columns, *target_columns(lb.get("target_columns", []), columns, chk)),
+        sample_cells=tuple(lb.sample_cells),
+        figures=lb.figures,
+        sample_images=lb.sample_images,
+        columns=(*columns, *target_columns(lb.target_columns, columns, chk)),
     )
 
 
@@ -133,15 +133,15 @@ def read_columns(raw: list[dict[str, Any]], chk: Checker, keys: tuple[Any, ...],
     seen: set[str] = set()
     for i, c in enumerate(raw):
         ck = (*keys, i)
-        chk.section(c, COLUMN_TABLE, ck)
-        source = c.get("source", "summary")
-        col_keys = tuple(c.get("keys", [])) + ((c["key"],) if "key" in c else ())
+        col = ColumnTable(**chk.section(c, COLUMN_TABLE, ck))
+        source = col.source
+        col_keys = (*col.keys, *(() if col.key is None else (col.key,)))
         if source == "summary" and not col_keys:
             raise chk.fail(ck, "a summary column needs `key` (or `keys`): the evaluation summary key it shows")
         if source == "target" and (len(col_keys) != 1 or col_keys[0] not in TARGET_QUANTITIES):
             raise chk.fail(ck, f"a target column needs one `key`, a number a cell records of its target; one of: "
                                f"{', '.join(TARGET_QUANTITIES)}")
-        name = c["name"] if "name" in c else declared_label(col_keys, metric_configs)
+        name = col.name if col.name is not None else declared_label(col_keys, metric_configs)
         if name is None:
             raise chk.fail((*ck, "name"), f"column of key {col_keys[0] if col_keys else source!r} needs a `name`: no "
                            "metric declares that key (a declared key's label, e.g. `corr > 0.9`, names it by default)")
@@ -150,10 +150,10 @@ def read_columns(raw: list[dict[str, Any]], chk: Checker, keys: tuple[Any, ...],
         if name in seen:
             raise chk.fail((*ck, "name"), f"column name {name!r} is given twice; give each column its own name")
         seen.add(name)
-        fmt = c.get("format", ".3g")
+        fmt = col.format
         if (why := format_problem(fmt)) is not None:
             raise chk.fail((*ck, "format"), f"format {fmt!r} {why}")
-        cols.append(ColumnSpec(name, col_keys, c["higher_is_better"], fmt, source, named=True))
+        cols.append(ColumnSpec(name, col_keys, col.higher_is_better, fmt, source, named=True))
     return tuple(cols)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import tomllib
 
-from reconbench.attack.search import DEFAULT_SEARCH, resolve_search
+from reconbench.attack.search import resolve_search
 from reconbench.bench.suite.columns import LeaderboardOptions, leaderboard_options, read_leaderboard_table
 from reconbench.bench.suite.comparisons import read_comparisons
 from reconbench.bench.suite.entries import AttackEntry, Comparison, GridBlock, InitEntry, TargetEntry
@@ -53,7 +53,10 @@ from reconbench.bench.suite.schema import (
     INIT_TABLE,
     SUITE_TABLE,
     TOP_KEYS,
+    AttackTable,
     Checker,
+    InitTable,
+    SuiteHead,
     check_plugin_config,
 )
 from reconbench.bench.suite.targets import read_targets
@@ -131,7 +134,7 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     warnings: list[str] = []
     chk.known(data, TOP_KEYS, ())
     head = read_head(data, chk)
-    seeds = tuple(head.get("seeds", [0]))
+    seeds = tuple(head.seeds)
     protocol = flatten(chk.table(data.get("protocol", {}), ("protocol",)))
     metric_configs = check_protocol(protocol, chk)
     lb = read_leaderboard_table(data, chk)
@@ -139,26 +142,26 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
     targets = read_targets(data, chk)
     attacks = read_attacks(data, chk, head, strict, warnings)
     inits = read_inits(data, chk, strict, warnings)
-    if "figure_inits" in lb:
-        eligible = chk.refs(lb["figure_inits"], inits, "init", ("leaderboard", "figure_inits"))
+    if lb.figure_inits is not None:
+        eligible = chk.refs(lb.figure_inits, inits, "init", ("leaderboard", "figure_inits"))
         leaderboard = dataclasses.replace(leaderboard, figure_inits=eligible)
     grid = read_grid(data, chk, targets, attacks, inits, seeds)
     comparisons = read_comparisons(data, chk, targets, attacks, inits, seeds)
     privacy = privacy_axes(data, chk, targets, attacks, inits, seeds, strict, warnings)
-    if head.get("seed_targets", False):
+    if head.seed_targets:
         check_target_seeds(targets, grid, comparisons, privacy, chk)
     if not grid and not comparisons and not privacy:
         raise chk.fail(("grid",), "the suite runs nothing: add [[grid]] blocks or [comparisons.NAME] tables")
     return Suite(
-        name=chk.name(head.get("name", path.stem), ("suite", "name")),
+        name=chk.name(path.stem if head.name is None else head.name, ("suite", "name")),
         path=path,
         text_sha256=hashlib.sha256(text.encode()).hexdigest(),
-        description=head.get("description", ""),
+        description=head.description,
         seeds=seeds,
-        device=head.get("device", "cpu"),
-        dtype=head.get("dtype", "float64"),
-        search_runs=head.get("search_runs", 1),
-        candidates=head.get("candidates"),
+        device=head.device,
+        dtype=head.dtype,
+        search_runs=head.search_runs,
+        candidates=head.candidates,
         protocol=protocol,
         targets=targets,
         attacks=attacks,
@@ -168,10 +171,10 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         leaderboard=leaderboard,
         warnings=tuple(warnings),
         privacy=privacy,
-        seed_targets=head.get("seed_targets", False),
-        seed_nulls=head.get("seed_nulls", False),
-        max_stationarity_ratio=head.get("max_stationarity_ratio"),
-        max_learned_ratio=head.get("max_learned_ratio"),
+        seed_targets=head.seed_targets,
+        seed_nulls=head.seed_nulls,
+        max_stationarity_ratio=head.max_stationarity_ratio,
+        max_learned_ratio=head.max_learned_ratio,
     )
 
 
@@ -187,28 +190,29 @@ def check_target_seeds(targets: dict[str, TargetEntry], grid: tuple[GridBlock, .
                            f"exceeds {MAX_SEED:,}; lower the target's seed")
 
 
-def read_head(data: dict[str, Any], chk: Checker) -> dict[str, Any]:
+def read_head(data: dict[str, Any], chk: Checker) -> SuiteHead:
     """The [suite] table, typed and range-checked."""
     head = chk.section(data.get("suite", {}), SUITE_TABLE, ("suite",))   # bounds: declared in SUITE_TABLE
     if "seeds" in head:
         chk.seeds(head["seeds"], ("suite", "seeds"))
-    return head
+    return SuiteHead(**head)
 
 
-def read_attacks(data: dict[str, Any], chk: Checker, head: dict[str, Any], strict: bool,
+def read_attacks(data: dict[str, Any], chk: Checker, head: SuiteHead, strict: bool,
                   warnings: list[str]) -> dict[str, AttackEntry]:
     attacks: dict[str, AttackEntry] = {}
     for label, table in chk.table(data.get("attacks", {}), ("attacks",)).items():
         keys = ("attacks", label)
         chk.name(label, keys)
-        t = chk.section(table, ATTACK_TABLE, keys)
-        runs = t.get("search_runs", head.get("search_runs", 1))   # both bounded by their tables
-        search_keys = keys if "search" in t or "search_config" in t else ("suite",)
-        search = t.get("search", head.get("search", DEFAULT_SEARCH))
-        search_config = dict(t.get("search_config", head.get("search_config", {})))
+        t = AttackTable(**chk.section(table, ATTACK_TABLE, keys))
+        runs = head.search_runs if t.search_runs is None else t.search_runs   # both bounded by their tables
+        search_keys = keys if t.search is not None or t.search_config is not None else ("suite",)
+        search = head.search if t.search is None else t.search
+        search_config = dict(head.search_config if t.search_config is None else t.search_config)
         _check_search(search, search_config, chk, search_keys)
-        entry = AttackEntry(label, t.get("attack", label), dict(t.get("config", {})), runs,
-                            t.get("candidates", head.get("candidates")), search, search_config, t.get("dtype"))
+        entry = AttackEntry(label, label if t.attack is None else t.attack, dict(t.config), runs,
+                            head.candidates if t.candidates is None else t.candidates, search, search_config,
+                            t.dtype)
         check_plugin_config("attacks", entry.attack, entry.config, chk, keys, strict, warnings)
         attacks[label] = entry
     if not attacks:
@@ -232,8 +236,8 @@ def read_inits(data: dict[str, Any], chk: Checker, strict: bool, warnings: list[
     for label, table in chk.table(data.get("inits", {"gaussian": {}}), ("inits",)).items():
         keys = ("inits", label)
         chk.name(label, keys)
-        t = chk.section(table, INIT_TABLE, keys)
-        entry = InitEntry(label, t.get("regime", label), dict(t.get("config", {})))
+        t = InitTable(**chk.section(table, INIT_TABLE, keys))
+        entry = InitEntry(label, label if t.regime is None else t.regime, dict(t.config))
         check_plugin_config("inits", entry.regime, entry.config, chk, keys, strict, warnings)
         inits[label] = entry
     return inits

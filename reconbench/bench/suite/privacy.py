@@ -7,7 +7,7 @@ from typing import Any
 
 from reconbench import plugins
 from reconbench.bench.suite.entries import AttackEntry, InitEntry, TargetEntry
-from reconbench.bench.suite.schema import DEFENSE_TABLE, PRIVACY_TABLE, Checker, check_plugin_config
+from reconbench.bench.suite.schema import DEFENSE_TABLE, PRIVACY_TABLE, Checker, DefenseTable, check_plugin_config
 from reconbench.bench.suite.targets import format_value, recipe_from_table
 from reconbench.config import build_config
 
@@ -47,15 +47,15 @@ def defense_entries(data: dict[str, Any], chk: Checker, strict: bool, warnings: 
     for label, table in chk.table(data.get("defenses", {}), ("defenses",)).items():
         keys = ("defenses", label)
         chk.name(label, keys)
-        t = chk.section(table, DEFENSE_TABLE, keys)
-        name = t.get("defense", label)
-        strength = t.get("strength")
+        t = DefenseTable(**chk.section(table, DEFENSE_TABLE, keys))
+        name = label if t.defense is None else t.defense
+        strength = t.strength
         if strength is None and name in plugins.names("defenses"):
             strength = getattr(plugins.defense(name), "strength", None)
-        values = tuple(t.get("values", []))
+        values = tuple(t.values)
         if values and strength is None:
             raise chk.fail(keys, "`values` needs `strength`, the option they set")
-        config = dict(t.get("config", {}))
+        config = dict(t.config)
         for v in values or (None,):
             trial = config if v is None else {**config, str(strength): v}
             check_plugin_config("defenses", name, trial, chk, keys, strict, warnings)

@@ -13,11 +13,12 @@ import dataclasses
 import difflib
 import re
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 from reconbench import plugins
+from reconbench.attack.search import DEFAULT_SEARCH
 from reconbench.bench.suite.files import SuiteError, display_path
 from reconbench.bench.toml_lines import KeyLines
 from reconbench.config import MAX_SEED, Limit, build_config, coerce
@@ -85,6 +86,88 @@ ATTACK_TABLE = Table({
     "description": str,
 })
 INIT_TABLE = Table({"regime": str, "config": dict[str, Any], "description": str})
+
+
+@dataclass(frozen=True)
+class SuiteHead:
+    """The ``[suite]`` table as :data:`SUITE_TABLE` typed it, each key it leaves out at its default."""
+
+    name: str | None = None
+    description: str = ""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    device: str = "cpu"
+    dtype: str = "float64"
+    search_runs: int = 1
+    search: str = DEFAULT_SEARCH
+    search_config: dict[str, Any] = field(default_factory=dict)
+    candidates: int | None = None
+    seed_targets: bool = False
+    seed_nulls: bool = False
+    max_stationarity_ratio: float | None = None
+    max_learned_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class DefenseTable:
+    """A ``[defenses.LABEL]`` table as :data:`DEFENSE_TABLE` typed it (``defense`` None: the table's label;
+    ``strength`` None: the one the defense declares)."""
+
+    defense: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    strength: str | None = None
+    values: list[Any] = field(default_factory=list)
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class LeaderboardTable:
+    """The ``[leaderboard]`` table as :data:`LEADERBOARD_TABLE` typed it, each key it leaves out at its default
+    (``columns`` None: the default columns)."""
+
+    store_candidates: str | int = "all"
+    sample_cells: list[str] = field(default_factory=list)
+    figures: bool = True
+    sample_images: int = 8
+    figure_inits: list[str] | None = None
+    columns: list[dict[str, Any]] | None = None
+    target_columns: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ColumnTable:
+    """One ``[[leaderboard.columns]]`` table as :data:`COLUMN_TABLE` typed it (``name`` None: the label its key
+    declares; ``key`` is one more key after ``keys``)."""
+
+    higher_is_better: bool
+    name: str | None = None
+    keys: list[str] = field(default_factory=list)
+    key: str | None = None
+    format: str = ".3g"
+    source: str = "summary"
+
+
+@dataclass(frozen=True)
+class AttackTable:
+    """An ``[attacks.NAME]`` table as :data:`ATTACK_TABLE` typed it; a key it leaves out is None (``attack``: the
+    table's name; the search and the counts: the suite's)."""
+
+    attack: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    search_runs: int | None = None
+    search: str | None = None
+    search_config: dict[str, Any] | None = None
+    candidates: int | None = None
+    dtype: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class InitTable:
+    """An ``[inits.NAME]`` table as :data:`INIT_TABLE` typed it (``regime`` left out: the table's name)."""
+
+    regime: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
 GRID_TABLE = Table({"targets": Any, "attacks": Any, "inits": Any, "seeds": list[int]},
                    required=("targets", "attacks"), called="a [[grid]] block")
 COMPARISON_TABLE = Table({
