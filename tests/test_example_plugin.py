@@ -1,25 +1,20 @@
-"""The worked example of CONTRIBUTING.md is a real plugin and passes the conformance suite."""
+"""The worked example of CONTRIBUTING.md is a real plugin: registered as its entry point would register it, it
+passes its own test (the conformance suite, the snippet CONTRIBUTING shows)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from _helpers.examples import EXAMPLES, example_registered, load_module
 
-from reconbench import conformance, plugins
+from reconbench import plugins
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "reconbench-naive-attack" / "src" / "reconbench_naive_attack.py"
+EXAMPLE = EXAMPLES / "reconbench-naive-attack"
 
 
-def test_example_plugin_registers_and_conforms():
-    spec = importlib.util.spec_from_file_location("reconbench_naive_attack", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    host = plugins.host()
-    name = host.register(module, name="example-naive")
-    try:
-        assert "naive_margin" in host.names("attacks")
-        conformance.check_attack(host.get("attacks", "naive_margin"))
-    finally:
-        host.unregister(name)
+def test_example_plugin_registers_and_passes_its_own_tests():
+    with example_registered("reconbench-naive-attack", "example-naive"):
+        assert "naive_margin" in plugins.host().names("attacks")
+        tests = load_module("example_naive_tests", EXAMPLE / "tests" / "test_conformance.py")
+        found = [name for name in dir(tests) if name.startswith("test_")]
+        assert found == ["test_naive_attack_conforms"]
+        for name in found:
+            getattr(tests, name)()

@@ -7,15 +7,15 @@ import json
 import statistics
 
 import pytest
+from _helpers.recordkit import cell_record, invocation, selection, target_info, train_metrics, write_results
 from scipy import stats
 
-from reconbench.bench.cells import CELL_FORMAT, expand
+from reconbench.bench.cells import expand
 from reconbench.bench.runner import margin_range
 from reconbench.bench.suite import load_suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.verify import check_tables
-from reconbench.provenance import write_json
 from reconbench.records import CellRecord
 from reconbench.records.target_quantities import TARGET_QUANTITIES, target_value
 
@@ -65,26 +65,16 @@ TARGETS = {"short": [(0.9, 1.0, [0, 1]), (0.8, 1.5, [0]), (0.95, 0.5, [0, 1, 2])
            "long": [(0.5, 4.0, [0]), (0.4, 5.0, [0, 1]), (0.6, 4.5, [0])]}
 
 
-def record(cell, suite) -> dict:
+def record(cell, suite) -> CellRecord:
     residual, least, margin_set = TARGETS[cell.target][cell.seed]
-    sel = {name: {"summary": {"reconstructed_calibrated": float(cell.seed), "good_count": 1.0},
-                  "null": {"available": True, "draws": 5,
-                           "spread": {"reconstructed_calibrated": {"mean": 0.0, "max": 0.0}}},
-                  "attack_loss": 0.5, "run": None if name == "pool" else 0, "oracle": name == "oracle"}
+    sel = {name: selection({"reconstructed_calibrated": float(cell.seed), "good_count": 1.0},
+                           null_spread={"reconstructed_calibrated": {"mean": 0.0, "max": 0.0}}, attack_loss=0.5,
+                           run=None if name == "pool" else 0, oracle=name == "oracle")
            for name in ("pool", "blind", "oracle")}
-    return {
-        "format": CELL_FORMAT, "cell_id": cell.cell_id, "cell_key": cell.key(suite), "groups": list(cell.groups),
-        "status": "ok", "error": None, "seed": cell.seed, "spec": {"dtype": "float64"},
-        "target": {"name": cell.target, "recipe_key": cell.recipe.key(), "n_train": 6,
-                   "margin_min": least, "margin_max": least + 1.0,
-                   "train_metrics": {"final_loss": 0.01, "certificate": {
-                       "ratio": 0.9, "regime": {"theta": {"residual": residual, "margin_set": margin_set}}}}},
-        "attack": {"label": cell.attack.label, "name": cell.attack.attack},
-        "init": {"label": cell.init.label, "regime": cell.init.regime, "config": {}, "is_oracle": False},
-        "selections": sel, "evaluation": {"summary": sel["pool"]["summary"], "per_image": []},
-        "attack_seconds": 1.0, "wall_seconds": 2.0, "invocation": 0,
-        "provenance": {"git_commit": "abc123", "reconbench_version": "9.9.9"},
-    }
+    metrics = train_metrics(final_loss=0.01, certificate={
+        "ratio": 0.9, "regime": {"theta": {"residual": residual, "margin_set": margin_set}}})
+    return cell_record(cell, suite, sel, target=target_info(cell, n_train=6, margins=(least, least + 1.0),
+                                                           metrics=metrics))
 
 
 @pytest.fixture
@@ -92,11 +82,8 @@ def board(tmp_path, toy_attack_registered):
     path = tmp_path / "lengths.toml"
     path.write_text(SUITE)
     suite = load_suite(path)
-    res = tmp_path / "res"
-    for cell in expand(suite):
-        write_json(res / "cells" / f"{cell.cell_id}.json", record(cell, suite))
-    write_json(res / "invocations" / "000.json", {"invocation": 0, "command": "reconbench bench lengths.toml",
-                                                  "status": "completed", "elapsed_seconds": 10.0})
+    res = write_results(tmp_path / "res", [record(cell, suite) for cell in expand(suite)],
+                        [invocation(0, "reconbench bench lengths.toml", 10.0, status="completed")])
     out = tmp_path / "lb"
     return suite, out, build_leaderboard(suite, res, out, command="reconbench leaderboard lengths", figures=False)
 

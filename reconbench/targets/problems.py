@@ -103,6 +103,12 @@ def _load_cached(ref: str, root: str | None) -> ImageData:
     return load_dataset(ref, root)
 
 
+def clear_caches() -> None:
+    """Forget the data sets loaded in this process (a root given as None is read from $RECONBENCH_DATA when the set
+    is first loaded, so a process that changes the variable clears this to load from the new folder)."""
+    _load_cached.cache_clear()
+
+
 def _validate(data: ImageData, ref: str) -> None:
     imgs = data.images
     if imgs.ndim != 4 or imgs.shape[1] not in (1, 3) or len(imgs) != len(data.labels):
