@@ -169,8 +169,8 @@ def shown(comment: str) -> list[str]:
 
 #: appended to the commands that train or attack, so that they run in seconds: the documented command's defaults
 #: train a target for most of an hour on this machine
-SHORTER = {"run": ["--n-per-class", "2", "--steps", "20", "--set", "steps=2", "-q"],
-           "train": ["--n-per-class", "2", "--steps", "20", "-q"]}
+SHORTER = {"run": ["--n-per-class", "2", "--widths", "16", "--steps", "20", "--set", "steps=2", "-q"],
+           "train": ["--n-per-class", "2", "--widths", "16", "--steps", "20", "-q"]}
 
 
 def run_shell_block(block: Block, capsys: Any, known: set[tuple[str, ...]]) -> list[list[str]]:

@@ -134,3 +134,18 @@ def test_command_line_recipes_shuffle_unless_told_file_order():
     assert recipe_from_options({"order": "file"}).problem.to_dict().keys() == ProblemSpec().to_dict().keys() - {
         "order", "order_seed"}
     assert recipe_from_options({"order_seed": 5}).problem.order_seed == 5
+
+
+def test_a_changed_data_folder_loads_the_data_set_again(tmp_path, monkeypatch):
+    """The loaded data sets are kept per process; a root read from $RECONBENCH_DATA is part of that key, so a process
+    (or a test) that points the variable at another folder gets that folder's images, not the ones loaded before."""
+    labels = np.arange(20) % 2
+    for name, value in (("one", 0.25), ("two", 0.75)):
+        (tmp_path / name).mkdir()
+        np.savez(tmp_path / name / "x.npz", images=np.full((20, 8, 8), value, dtype=np.float32), labels=labels)
+    spec = ProblemSpec(dataset="npz:x.npz", task="binary", n_per_class=2)
+    seen = []
+    for name in ("one", "two", "one"):
+        monkeypatch.setenv("RECONBENCH_DATA", str(tmp_path / name))
+        seen.append(float(build_problem(spec).train_images.max()))
+    assert seen == [0.25, 0.75, 0.25]
