@@ -26,6 +26,7 @@ from reconbench.attack.outcome import (
     failure_text,
     outcome_of_runs,
 )
+from reconbench.bench.cells import expand
 from reconbench.bench.runner import load_cells, run_suite
 from reconbench.bench.suite import load_suite
 from reconbench.claims import page as C
@@ -244,17 +245,30 @@ PRIVACY = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.slow
+def privacy_cells(suite: Any) -> list[Any]:
+    """The cells of the PRIVACY suite as the runner records them (tests/_helpers/recordkit.py): two search runs
+    each, all of which diverged on the defended target; the undefended target's runs completed."""
+    from _helpers.recordkit import cell_record, selection, target_info, train_metrics
+
+    out = []
+    for cell in expand(suite):
+        defended = "@" in cell.target
+        runs = [run("diverged" if defended else "completed", steps=3 if defended else 10) for _ in range(2)]
+        sel = {"pool": selection({"reconstructed_calibrated": 1.0 + cell.seed, "good_count": 2.0},
+                                 null_spread={"reconstructed_calibrated": {"mean": 0.1, "max": 0.5}})}
+        metrics = train_metrics(train_error=0.0, test_error=0.3 if defended else 0.2)
+        rec = cell_record(cell, suite, sel, target=target_info(cell, metrics=metrics))
+        out.append(rec.updated(runs=runs, outcome=outcome_of_runs(runs).to_dict()))
+    return out
+
+
 def test_a_privacy_row_whose_attack_failed_says_so_not_defended(tmp_path, scripted):
+    from _helpers.recordkit import write_results
+
     path = tmp_path / "p.toml"
     path.write_text(PRIVACY)
     suite = load_suite(path)
-    res = tmp_path / "res"
-    run_suite(suite, res, quiet=True)
-    for cell in (res / "cells").glob("bin@weight_noise=0.1--*.json"):  # as if every run on it had diverged
-        rec = json.loads(cell.read_text())
-        rec["outcome"] = outcome_of_runs([{**r, "outcome": None, "stopped": "diverged"} for r in rec["runs"]]).to_dict()
-        cell.write_text(json.dumps(rec))
+    res = write_results(tmp_path / "res", privacy_cells(suite))
     data = build_leaderboard(suite, res, tmp_path / "lb", figures=False)
     rows = {r["defense"]: r for r in data["privacy"]["p"]["rows"]}
     failed = rows["weight_noise"]["attacks"]["works / gaussian"]
