@@ -169,7 +169,8 @@ def shown(comment: str) -> list[str]:
 
 #: appended to the commands that train or attack, so that they run in seconds: the documented command's defaults
 #: train a target for most of an hour on this machine
-SHORTER = {"run": ["--n-per-class", "2", "--widths", "16", "--steps", "20", "--set", "steps=2", "-q"],
+SHORTER = {"run": ["--n-per-class", "2", "--widths", "16", "--steps", "20", "--set", "steps=2", "-q",
+                   *(a for kv in ("figures=false", "null_draws=1", "calibration_draws=2") for a in ("--protocol-set", kv))],
            "train": ["--n-per-class", "2", "--widths", "16", "--steps", "20", "-q"]}
 
 
