@@ -13,7 +13,6 @@ import torch
 from _helpers.suitekit import toy_targets
 
 from reconbench import hookimpl, plugins
-from reconbench.bench.runner import run_suite
 from reconbench.bench.suite import ColumnSpec, default_columns, load_suite
 from reconbench.evaluation import reported
 from reconbench.interfaces import Metric, MetricResult, NoOptions, Reported
@@ -92,6 +91,14 @@ def test_every_summary_number_of_a_real_evaluation_is_declared(tmp_path):
 
 def test_an_external_metric_reaches_the_board_and_the_console(tmp_path, toy_attack_registered,
                                                              bright_metric_registered):
+    from _helpers.recordkit import cell_record, selection, write_results
+
+    from reconbench.bench.cells import expand
+    from reconbench.cli.run_cmd import headline_lines
+    from reconbench.data import ProblemSpec
+    from reconbench.evaluation import evaluate
+    from reconbench.targets.problems import build_problem
+
     assert value_range("brighter_share") == (0.0, 1.0)
     assert [r.key for r in reported.console_keys()].index("brighter_share") > 0
     suite_file = tmp_path / "toy.toml"
@@ -100,17 +107,19 @@ def test_an_external_metric_reaches_the_board_and_the_console(tmp_path, toy_atta
                           'config = { scale = 0.05 }\n\n[[grid]]\ntargets = ["bin"]\nattacks = ["toy_identity"]\n')
     suite = load_suite(suite_file)
     assert "brighter share" in [c.name for c in suite.leaderboard.columns]
-    res, lb = tmp_path / "res", tmp_path / "lb"
-    run_suite(suite, res, quiet=True, command="reconbench bench toy")
+    # the evaluation computes it (the training images as candidates) and the console shows it ...
+    problem = build_problem(ProblemSpec(dataset="digits", task="binary", n_per_class=2))
+    evaluation = evaluate(problem, problem.x_train(torch.float64), family="mlp",
+                          labels=torch.as_tensor(problem.train_labels),
+                          protocol={"calibration_draws": 2, "null_draws": 1, "figures": False})
+    assert 0.0 <= evaluation["summary"]["brighter_share"] <= 1.0
+    assert any(line.strip().startswith("brighter_share [lower = more leakage]") for line in headline_lines(evaluation))
+    # ... and a board of cells that recorded it has its column (cells built from the records, no suite run)
+    cells = [cell_record(cell, suite, {"pool": selection(evaluation["summary"])}) for cell in expand(suite)]
+    res, lb = write_results(tmp_path / "res", cells), tmp_path / "lb"
     build_leaderboard(suite, res, lb, figures=False)
     readme = (lb / "README.md").read_text()
     header = next(line for line in readme.splitlines() if "papers' protocol" in line and line.startswith("|"))
     assert "brighter share" in header
     data = json.loads((lb / "results.json").read_text())
     assert any("brighter share" in json.dumps(v) for v in data.values())
-
-    from reconbench.bench.runner import load_cells
-    from reconbench.cli.run_cmd import headline_lines
-
-    evaluation = next(iter(load_cells(res).values()))["evaluation"]
-    assert any(line.strip().startswith("brighter_share [lower = more leakage]") for line in headline_lines(evaluation))
