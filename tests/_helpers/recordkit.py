@@ -1,6 +1,6 @@
 """Record builders: a run's result, a cell, a results folder, a model card and a rendered board's results, made from the
 typed records of ``reconbench/records/``, so that leaderboard, site and verify tests build what they read without
-running a suite (every record is checked by its strict decoder when read; tests/test_record_builders.py reads each
+running a suite (every record is checked by its strict decoder when read; tests/unit/records/test_record_builders.py reads each
 through its file format's door)."""
 
 from __future__ import annotations
