@@ -3,13 +3,13 @@
 (b) a network built and trained by a plain PyTorch script (no reconbench code in the training), with its own input
 standardisation; (c) a timm ResNet-18 with a small head. Each audit runs in this process, one after another, with
 no ``--budget`` and no ``--search-runs`` (the defaults); wall and CPU seconds (``time.process_time``) are recorded
-with the headline. The models are the ones tests/test_audit.py audits with a smaller budget.
+with the headline. The models are the ones tests/unit/auditing/test_audit.py audits with a smaller budget.
 
     OMP_NUM_THREADS=1 RECONBENCH_DATA=... python benchmarks/audit_default_budget.py --json \
         benchmarks/results/audit/audit_default_budget.json
 
 docs/audit.md's timing table is rendered from the JSON (``python benchmarks/audit_default_budget.py --table
-JSON``); tests/test_docs_numbers.py compares the two.
+JSON``); tests/published/test_docs_numbers.py compares the two.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ accuracy over the seeds' models, the data prior's calibrated count with its null
     python benchmarks/defenses_board.py --write-docs docs/defenses.md    # fill the block in the docs
 
 --board names another rendered board folder (e.g. runs/leaderboards/defenses-cpu). The block in docs/defenses.md
-sits between DOC_BEGIN and DOC_END; tests/test_defenses_docs.py compares it with this script's output, so the docs
+sits between DOC_BEGIN and DOC_END; tests/published/test_defenses_docs.py compares it with this script's output, so the docs
 change with the board: re-run the second command after publishing the board.
 """
 

@@ -4,7 +4,7 @@
     python benchmarks/performance_tables.py --check    # exit 1 when a block differs from its JSON
 
 A block is the text between ``<!-- table: NAME -->`` and ``<!-- /table -->``; NAME is a key of :data:`TABLES`.
-tests/test_performance_tables.py checks that every block is what its JSON renders to.
+tests/published/test_performance_tables.py checks that every block is what its JSON renders to.
 """
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ def _rate(r: dict[str, Any]) -> str:
 
 
 def docs_table(result: dict[str, Any]) -> str:
-    """The table docs/calibration.md shows (tests/test_prior_outside.py checks the page against the JSON)."""
+    """The table docs/calibration.md shows (tests/unit/benchmarks/test_prior_outside.py checks the page against the JSON)."""
     lines = ["| board protocol | calibration (K held-out + J prior draws) | set-ups, member sets | random held-out "
              "| class prototypes | blurred averages | prototypes, held-out draws alone | done (at most 5%) |",
              "|---|---|---|---|---|---|---|---|"]

@@ -2,7 +2,7 @@
 target cache (so training is included), with ``OMP_NUM_THREADS=1``; wall seconds, the CPU seconds of the process
 (``resource.getrusage(RUSAGE_CHILDREN)``) and the load average, with what the run did (from its result.json,
 ``reconbench.runs.readme_table.quick_start_facts``). README.md's two sentences on the quick start are rendered from
-the JSON (``python -m reconbench.runs.readme_table --facts JSON``) and compared with it by tests/test_docs_numbers.py.
+the JSON (``python -m reconbench.runs.readme_table --facts JSON``) and compared with it by tests/published/test_docs_numbers.py.
 
     RECONBENCH_DATA=... python benchmarks/quick_start.py --json benchmarks/results/quick_start.json
 """

@@ -8,7 +8,7 @@ reconbench.leaderboard from the cells; nothing is recomputed here).
     python benchmarks/training_length_board.py --write-docs docs/regime.md   # fill the table block in the docs
 
 --board names another rendered board folder (e.g. runs/leaderboards/training-length). The block in docs/regime.md
-sits between the markers in DOC_BEGIN / DOC_END; tests/test_training_length_docs.py compares it with this script's
+sits between the markers in DOC_BEGIN / DOC_END; tests/published/test_training_length_docs.py compares it with this script's
 table once the board is published.
 """
 

@@ -71,15 +71,28 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     torch.set_num_threads(2)
 
 
+def _clear_process_state() -> None:
+    """Forget what this process keeps between calls: the held-out null's thresholds and draws, the undefended weights
+    kept for release-only defenses, and the command line of the last ``reconbench.cli.main`` call (recorded as
+    provenance). The data sets stay loaded: their cache is keyed by the data folder a root resolves to (reloading
+    digits for every test would add about 30 ms to each)."""
+    from reconbench.cli import common
+    from reconbench.evaluation import null
+    from reconbench.targets import defended
+
+    null.clear_caches()
+    defended.clear_caches()
+    common.ARGV.clear()
+    common.DEBUG[0] = False
+
+
 @pytest.fixture(autouse=True)
 def _no_process_caches():
-    """Each test starts without the held-out null's process caches, so its time and result do not depend on which
-    tests ran before it."""
-    from reconbench.evaluation.null import clear_caches
-
-    clear_caches()
+    """Each test starts without the process caches, so its time and result do not depend on which tests ran before
+    it (in any order: CI runs the tests shuffled, pytest-randomly)."""
+    _clear_process_state()
     yield
-    clear_caches()
+    _clear_process_state()
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 the batched trainer and of the batched KKT attack at the papers' sizes (under 90 s on an H100).
 
     python benchmarks/gpu/probe.py probe.json                      # on the device machine (CUDA)
-    python benchmarks/gpu/probe.py probe.json --tiny --device cpu  # tiny sizes on the CPU (tests/test_gpu_probe.py)
+    python benchmarks/gpu/probe.py probe.json --tiny --device cpu  # tiny, on the CPU (tests/unit/benchmarks/test_gpu_probe.py)
 
 benchmarks/gpu/README.md says how to run it on the device machine.
 

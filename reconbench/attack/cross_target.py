@@ -10,7 +10,7 @@ batched product over the targets (``bmm``; the runs of one target are contiguous
 step is captured as a CUDA graph like a cell's own batch; elsewhere it runs eagerly.
 
 Run r's result equals the per-cell path's to rounding: the same terms are summed, and only the products by the weights
-may group their sums differently (tests/test_cross_target.py states the tolerance). Cells that cannot join a group
+may group their sums differently (tests/unit/attack/test_cross_target.py states the tolerance). Cells that cannot join a group
 (another engine, a rescaled target, a model without a linear chain) run through their attack's own ``run_batched``.
 """
 

@@ -1,6 +1,6 @@
 """docs/results.md's table of what the published boards measured, rendered from their results.json (``python -m
 reconbench.leaderboard.results_page`` prints it; ``--write`` puts it into docs/results.md between its markers;
-tests/test_docs_numbers.py compares the page with a fresh rendering).
+tests/published/test_docs_numbers.py compares the page with a fresh rendering).
 
 Per board and attack, the row (target, init) with the largest mean calibrated headline over the pooled candidates
 among the non-oracle inits, with its 95% interval over seeds, the largest count its held-out null reached, and the

@@ -5,7 +5,7 @@ differ: it enters :mod:`reconbench.targets.chain_gd`'s factorised first layer on
 X Xᵀ) step together at one constant learning rate: every product of :class:`~reconbench.targets.chain_gd.ChainGD`'s
 step becomes a ``bmm`` over the stack of T targets (on the CPU, slices of the stack one target at a time, for
 the cache: see ``_steps``), with the same operations in the same order, so target t's weights equal training it
-alone to rounding (tests/test_batched_training.py states the tolerance).
+alone to rounding (tests/unit/targets/test_batched_training.py states the tolerance).
 
 No host synchronisation per step: each step writes its loss into a device buffer and folds its finiteness into a
 device flag; the host reads them once every ``loss_every`` = k steps (the loss history holds the loss before every

@@ -18,7 +18,7 @@ in float32 drifts from X W_1^T far enough to change an inverse-loss schedule's c
 step 109 where the autograd loop did not); recomputed, P has the autograd loop's rounding.
 
 In exact arithmetic every step equals the autograd loop's; in floating point the weights agree with it to rounding
-(tests/test_training.py compares them with a plain autograd loop, in float64 and in float32). Hand-written because
+(tests/unit/targets/test_training.py compares them with a plain autograd loop, in float64 and in float32). Hand-written because
 no library offers a fused full-batch step for this model class.
 """
 

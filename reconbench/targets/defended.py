@@ -33,6 +33,11 @@ _TRAINED: OrderedDict[str, dict[str, Any]] = OrderedDict()
 _TRAINED_KEEP = 4
 
 
+def clear_caches() -> None:
+    """Forget the undefended weights kept in this process (the next release-only defense trains its recipe again)."""
+    _TRAINED.clear()
+
+
 class DefenseSession:
     def __init__(self, recipe: TargetRecipe, defense: object = None) -> None:
         """``defense``: the defense object itself (default: the registered one the recipe names)."""

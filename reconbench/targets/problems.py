@@ -99,7 +99,9 @@ def load_dataset(ref: str, data_root: str | Path | None = None) -> ImageData:
 
 
 @lru_cache(maxsize=4)
-def _load_cached(ref: str, root: str | None) -> ImageData:
+def _load_cached(ref: str, root: str | None, where: str) -> ImageData:
+    """``where``: the absolute data folder ``root`` resolves to now, part of the key only, so that a changed
+    $RECONBENCH_DATA or working folder loads the set again instead of returning the one loaded from the old folder."""
     return load_dataset(ref, root)
 
 
@@ -135,7 +137,8 @@ def build_problem(spec: ProblemSpec, data_root: str | Path | None = None,
     if spec.n_per_class < 1:
         raise ReconbenchError(f"n_per_class must be at least 1, got {spec.n_per_class}")
     if data is None:
-        data = _load_cached(spec.dataset, str(data_root) if data_root else None)
+        data = _load_cached(spec.dataset, str(data_root) if data_root else None,
+                            str(resolve_data_root(data_root).absolute()))
     _validate(data, spec.dataset)
     name, _ = split_dataset_ref(spec.dataset)
     n_c = spec.n_per_class

@@ -1,5 +1,5 @@
 """The closed-form batched Gram engine as of commit 599614b (transposed weight layout, a new array per operation):
-the reference the current engine must match to rounding (tests/test_kkt_batched.py)."""
+the reference the current engine must match to rounding (tests/unit/attack/test_kkt_batched.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,5 @@
 """An independent implementation of the papers' evaluation protocol, written apart from reconbench/evaluation,
-used only to cross-check it (tests/test_protocol_cross_check.py). The steps are those of
+used only to cross-check it (tests/unit/evaluation/test_protocol_cross_check.py). The steps are those of
 docs/method/evaluation-protocol.md: pooled candidates; bicubic down-sampling by 2 and per-pixel NCC distance;
 best-buddy assignment; per training image the mean of its candidates within B times its best distance; the mean
 image added back and min-max scaled; kornia's window-3 SSIM against the original; "reconstructed" iff SSIM > 0.4.

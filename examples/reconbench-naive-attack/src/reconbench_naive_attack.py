@@ -19,8 +19,8 @@ from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ThreatMode
 
 @dataclass
 class NaiveConfig:
-    steps: int = option(500, "gradient steps on the candidates")
-    lr: float = option(0.01, "learning rate of the candidates")
+    steps: int = option(500, "gradient steps on the candidates", ge=1)
+    lr: float = option(0.01, "learning rate of the candidates", gt=0)
 
 
 @dataclass(frozen=True)

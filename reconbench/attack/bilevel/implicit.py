@@ -9,7 +9,7 @@ One outer iteration at x (Runkel et al., steps 1-3):
 
 Sign (derived): differentiating grad_theta E(x, theta(x)) = 0 in x gives H dtheta/dx = -d^2E/(dtheta dx), so
 dl/dx = (dtheta/dx)^T grad_theta l = -(d^2E/(dtheta dx))^T H^{-1} grad_theta l. A descent step on x is therefore
-x <- x - eta * grad_x l = x + eta * grad_x <grad_theta E, p>. tests/test_bilevel.py checks it by finite differences.
+x <- x - eta * grad_x l = x + eta * grad_x <grad_theta E, p>. tests/unit/attack/test_bilevel.py checks it by finite differences.
 """
 
 from __future__ import annotations

@@ -1,0 +1,65 @@
+"""The GPU probe (benchmarks/gpu/probe.py) at tiny sizes on the CPU: it runs end to end and writes its JSON, and its
+FLOP count of a trainer step is what torch's own FLOP counter counts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from reconbench.targets.batched_training import BatchedChainGD
+
+PROBE = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "probe.py"
+
+
+def load_probe() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_probe", PROBE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_probe"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
+    probe = load_probe()
+    out = tmp_path / "probe.json"
+    probe.main([str(out), "--tiny", "--device", "cpu", "--train-windows", "1", "--budget", "1e9"])
+    data = json.loads(out.read_text())
+    assert data["tiny"] and not data["skipped"]
+    assert data["trainer_check"]["max_relative_difference_graph_True"] < 1e-12   # the CPU against itself
+    assert len(data["trainer"]) == 16 and len(data["attack"]) == 12
+    for row in data["trainer"]:
+        assert row["steps_per_second"] > 0 and row["tflops_per_second"] > 0
+        assert row["cuda_graph"] is False and row["peak_memory_gib"] is None   # no graph, no CUDA memory on a CPU
+        assert not any(row["diverged"])
+    for row in data["attack"]:
+        assert row["batch"]["engine"] == "gram" and row["batch"]["cuda_graph"] is False
+        assert row["batch"]["tf32"] is False   # TF32 is a CUDA opt-in: asked for, not applied on a CPU
+    assert {r["precision"] for r in data["attack"]} == {"float64", "float32", "tf32"}
+
+
+def test_the_trainer_step_flop_count_is_torchs():
+    """train_step_flops against torch.utils.flop_counter counting one batched step's products."""
+    probe = load_probe()
+    gen = torch.Generator().manual_seed(0)
+    widths, n, targets = [24, 16], 10, 3
+    family = probe.plugins.get("models", "mlp")
+    models = [family.build((1, 6, 6), 1, {"widths": widths}, generator=gen).double() for _ in range(targets)]
+    xs = [torch.randn(n, 1, 6, 6, generator=gen, dtype=torch.float64) for _ in range(targets)]
+    ys = [(torch.arange(n) % 2).double() for _ in range(targets)]
+    trainer = BatchedChainGD(models, xs, ys, "bce", lr=0.01)
+
+    def inplace_baddbmm(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+        """torch counts baddbmm but not its in-place form, the weight updates': 2 flops per multiply-add."""
+        batch, rows, inner = a_shape
+        return 2 * batch * rows * inner * b_shape[2]
+
+    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: inplace_baddbmm}) as counter:
+        trainer._step(False)
+    assert counter.get_total_flops() == targets * probe.train_step_flops(n, widths)
