@@ -120,6 +120,10 @@ def cache_key(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray |
             "held_out": [len(problem.held_out_indices), int(problem.held_out_indices.sum())],
             "protocol": resolved.overrides, "family": resolved.family, "m": m,
             "labels": None if counts is None else [c.tolist() for c in counts]}
+    if labels is not None and resolved.base.prior_draws:
+        # the held-out draws depend on the label counts only; a prior draw builds candidate j from images of label j
+        # in candidate order, so it depends on the order too: two cells with equal counts must not share an entry
+        blob["label_order"] = np.asarray(labels).tolist()
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -11,7 +11,7 @@ Boards without such pairs (every CPU board) show nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,12 +61,15 @@ def _identity(rec: CellRecord) -> tuple[Any, ...]:
 
 
 def _null_range(rec: CellRecord, key: str) -> float | None:
-    spread = mapping(mapping(rec.selection(SELECTION).null).get("spread")).get(key)
-    if isinstance(spread, Mapping) and spread.get("max") is not None and spread.get("min") is not None:
-        return float(spread["max"]) - float(spread["min"])
-    if isinstance(spread, Sequence) and not isinstance(spread, str) and len(spread) == 2:   # [least, largest]
-        return float(spread[1]) - float(spread[0])
-    return None
+    """The largest minus the least value of the selection's held-out null draws (None: not recorded)."""
+    null = rec.selection(SELECTION).null
+    raw = (null.spread or {}).get(key) if null is not None else None
+    if isinstance(raw, list):   # a slim entry's two stored numbers
+        return None if len(raw) != 2 or None in raw else float(raw[1]) - float(raw[0])   # type: ignore[arg-type]
+    spread = null.spread_of(key) if null is not None else None
+    if spread is None or spread.max is None or spread.min is None:
+        return None
+    return float(spread.max) - float(spread.min)
 
 
 def _value(rec: CellRecord, key: str) -> float | None:

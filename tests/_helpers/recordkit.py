@@ -46,8 +46,9 @@ def selection(summary: Mapping[str, Any], *, run: int | None = None, oracle: boo
 
 
 def train_metrics(**fields: Any) -> TrainMetrics:
-    """A target's training evidence with the fields given (e.g. ``final_loss``, ``test_error``, ``certificate``)."""
-    return TrainMetrics.written(**fields)
+    """A target's training evidence with the fields given (e.g. ``final_loss``, ``test_error``, ``certificate``),
+    its nested parts typed as a file's reader types them."""
+    return TrainMetrics.from_dict(TrainMetrics.written(**fields).to_dict(), "train metrics")
 
 
 def target_info(cell: Cell, *, n_train: int | None = None, margins: tuple[float, float] | None = None,
@@ -117,7 +118,8 @@ def run_result(attack: str, summary: Mapping[str, Any], *, init: str = "gaussian
         target["train_metrics"] = metrics.to_dict()
     return RunResult.written(kind=RunResult.SCHEMA, attack=attack, init=init, spec={"dtype": "float64"},
                              target=RunTarget.written(**target), runs=[dict(r) for r in runs or []],
-                             evaluation={"summary": dict(summary), "per_image": []}, wall_seconds=wall_seconds,
+                             evaluation=StoredEvaluation.written(summary=dict(summary), per_image=[]),
+                             wall_seconds=wall_seconds,
                              provenance=dict(provenance))
 
 

@@ -119,7 +119,7 @@ def test_the_suites_recipes_train_in_pieces(suite_file):
     assert "schedule 'inverse_loss'" in str(resumable_reason(expand(tiny)[0].recipe))
     # CI's slices (benchmarks/gpu/ci_pieces.sh): two targets the resumable trainer takes, in one stack
     from reconbench.targets.resumable import batch_group
-    pieces = load_suite(str(Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "tiny-pieces.toml"))
+    pieces = load_suite(str(Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "tiny-pieces.toml"))
     recipes = {c.recipe.key(): c.recipe for c in expand(pieces)}
     assert len(recipes) == 2 and {resumable_reason(r) for r in recipes.values()} == {None}
     assert len({batch_group(r) for r in recipes.values()}) == 1
@@ -271,7 +271,7 @@ def test_targets_trained_as_one_stack_in_pieces_equal_each_trained_alone(suite_f
     """The slice's stack of two targets of one shape (each saved to its own state, stopped midway, resumed as a
     stack) against each target trained alone in one piece by the same trainer: the same weights, within the
     batched trainer's rounding tolerance (tests/unit/targets/test_batched_training.py; on the CPU they are in fact equal)."""
-    from test_batched_training import rounding_tolerance
+    from unit.targets.test_batched_training import rounding_tolerance
 
     from reconbench.bench.cells import expand
     from reconbench.targets.resumable import train_piece, train_pieces

@@ -257,7 +257,7 @@ def lowrank_privacy_axis(block: Block, capsys: Any, tmp_path: Path, *_: Any) -> 
     with example_registered("reconbench-lowrank-defense", "lowrank"):
         suite = extended_suite(tmp_path, "defenses-cpu", block)
     axis = next(p for p in suite.privacy if p.name == "main")
-    assert {"cifar-binary@low_rank=0.5", "cifar-binary@low_rank=0.1"} <= {p.target for p in axis.points}
+    assert {"mnist-binary@low_rank=0.5", "mnist-binary@low_rank=0.1"} <= {p.target for p in axis.points}
 
 
 def submission_tables(block: Block, capsys: Any, tmp_path: Path, *_: Any) -> None:

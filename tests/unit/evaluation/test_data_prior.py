@@ -119,3 +119,27 @@ def _by_label(have: np.ndarray, want: np.ndarray) -> torch.Tensor:
         out.append(int(pos[seen.get(c, 0) % len(pos)]))
         seen[c] = seen.get(c, 0) + 1
     return torch.as_tensor(out)
+
+
+def test_the_prior_draws_of_reordered_labels_are_not_taken_from_the_cache(digits):
+    """Two evaluations in one process whose candidate labels have equal counts in another order: a prior draw builds
+    candidate j from images of label j, so the second must get its own draws (as a process that ran it alone does),
+    not the first one's cached maxima; the held-out draws depend on the counts only and may be shared."""
+    m = 40
+    labels = candidate_labels("multiclass", 10, m).numpy()
+    reordered = labels[np.random.default_rng(3).permutation(m)]
+    assert (np.bincount(labels) == np.bincount(reordered)).all() and (labels != reordered).any()
+    cand = digits.x_train()[:1].repeat(m, 1, 1, 1)
+    proto = {"figures": False, "metrics": ["ssim", "corr"], "calibration_draws": 2, "null_draws": 0, "prior_draws": 3}
+
+    def prior_maxima(lab: np.ndarray) -> list[float]:
+        ev = evaluate(digits, cand, family="mlp", labels=torch.as_tensor(lab), protocol=proto)
+        return ev["protocol"]["calibration"]["prior_draw_maxima"]
+
+    null_mod.clear_caches()
+    alone = prior_maxima(reordered)
+    null_mod.clear_caches()
+    first = prior_maxima(labels)
+    after = prior_maxima(reordered)
+    assert after == pytest.approx(alone, abs=1e-12)
+    assert first != pytest.approx(alone, abs=1e-12)   # the draws do depend on the order: the test can fail

@@ -18,6 +18,7 @@ from reconbench.evaluation import reported
 from reconbench.interfaces import Metric, MetricResult, NoOptions, Reported
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.tables import value_range
+from reconbench.records import StoredEvaluation
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,8 @@ def test_an_external_metric_reaches_the_board_and_the_console(tmp_path, toy_atta
                           labels=torch.as_tensor(problem.train_labels),
                           protocol={"calibration_draws": 2, "null_draws": 1, "figures": False})
     assert 0.0 <= evaluation["summary"]["brighter_share"] <= 1.0
-    assert any(line.strip().startswith("brighter_share [lower = more leakage]") for line in headline_lines(evaluation))
+    lines = headline_lines(StoredEvaluation.from_dict(evaluation, "evaluation"))
+    assert any(line.strip().startswith("brighter_share [lower = more leakage]") for line in lines)
     # ... and a board of cells that recorded it has its column (cells built from the records, no suite run)
     cells = [cell_record(cell, suite, {"pool": selection(evaluation["summary"])}) for cell in expand(suite)]
     res, lb = write_results(tmp_path / "res", cells), tmp_path / "lb"

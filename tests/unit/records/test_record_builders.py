@@ -102,7 +102,7 @@ def test_a_run_result_and_a_card_read_back_through_their_doors(tmp_path):
                         runs=[{"run": 0, "final_loss": 0.1, "stopped": "completed"}])
     back = written_and_read(RUN_RESULT_FILE, result, tmp_path / "result.json")
     assert back.kind == "reconbench-result/1" and back.target.recipe == RECIPE
-    assert back.target.recipe_key == RECIPE.key() and back.evaluation["summary"] == {"good_count": 3.0}
+    assert back.target.recipe_key == RECIPE.key() and back.evaluation.summary == {"good_count": 3.0}
     card = written_and_read(CARD_FILE, model_card(RECIPE, metrics), tmp_path / "card.json")
     assert card.recipe == RECIPE and card.metrics.test_error == 0.5 and card.recipe_key == RECIPE.key()
 
