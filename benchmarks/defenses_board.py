@@ -13,10 +13,10 @@ change with the board: re-run the second command after publishing the board.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any
 
+from reconbench.docs_block import replace_block
 from reconbench.leaderboard.privacy import render_privacy
 from reconbench.leaderboard.results_file import read_results
 from reconbench.records.board_results import BoardResults
@@ -86,11 +86,7 @@ def doc_block(board: Path) -> str:
 
 
 def write_docs(doc: Path, board: Path) -> None:
-    text = doc.read_text()
-    pattern = re.compile(re.escape(DOC_BEGIN) + r".*?" + re.escape(DOC_END), re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"{doc} has no block between {DOC_BEGIN!r} and {DOC_END!r}; add the two markers")
-    doc.write_text(pattern.sub(lambda _: doc_block(board), text))
+    replace_block(doc, DOC_BEGIN, DOC_END, doc_block(board))
 
 
 def main() -> None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconbench.docs_block import replace_block
 from reconbench.leaderboard.results_file import read_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,11 +122,7 @@ def doc_block(board: Path) -> str:
 
 
 def write_docs(doc: Path, board: Path) -> None:
-    text = doc.read_text()
-    pattern = re.compile(re.escape(DOC_BEGIN) + r".*?" + re.escape(DOC_END), re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"{doc} has no block between {DOC_BEGIN!r} and {DOC_END!r}; add the two markers")
-    doc.write_text(pattern.sub(lambda _: doc_block(board), text))
+    replace_block(doc, DOC_BEGIN, DOC_END, doc_block(board))
 
 
 def main() -> None:
