@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from _helpers.cli import run_cli
+from _helpers.slicekit import paper_works
 
 from reconbench.bench import slice_pack
 from reconbench.bench.cells import expand, select
@@ -136,25 +137,6 @@ def test_cost_table_file_is_checked(tmp_path):
         read_costs(path)
     with pytest.raises(ReconbenchError, match="does not exist"):
         read_costs(tmp_path / "none.json")
-
-
-def paper_works() -> tuple[Any, list[CellWork], dict[str, TargetSize]]:
-    """paper.toml's cells and their work, sized from the recipes (CIFAR-10 3x32x32, MNIST 1x28x28): no data read."""
-    suite = load_suite("paper")
-    shapes = {"npz:cifar10/cifar10_train_subset.npz": (3, 32, 32), "mnist_test": (1, 28, 28)}
-    sizes: dict[str, TargetSize] = {}
-    works = []
-    for cell in expand(suite):
-        p = cell.recipe.problem
-        classes = 2 if p.task != "multiclass" else int(p.num_classes or 10)
-        out_dim = classes if p.task == "multiclass" else 1
-        shape = shapes[p.dataset]
-        key = cell.recipe.key()
-        if key not in sizes:
-            sizes[key] = TargetSize(shape, classes * int(p.n_per_class or 0),
-                                    model_parameters(cell.recipe.family, shape, out_dim, cell.recipe.model))
-        works.append(cell_work(cell, sizes[key]))
-    return suite, works, sizes
 
 
 def test_paper_suite_loads_and_its_work_is_the_papers_arithmetic():

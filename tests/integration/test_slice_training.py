@@ -271,7 +271,7 @@ def test_targets_trained_as_one_stack_in_pieces_equal_each_trained_alone(suite_f
     """The slice's stack of two targets of one shape (each saved to its own state, stopped midway, resumed as a
     stack) against each target trained alone in one piece by the same trainer: the same weights, within the
     batched trainer's rounding tolerance (tests/unit/targets/test_batched_training.py; on the CPU they are in fact equal)."""
-    from unit.targets.test_batched_training import rounding_tolerance
+    from _helpers.slicekit import rounding_tolerance
 
     from reconbench.bench.cells import expand
     from reconbench.targets.resumable import train_piece, train_pieces

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.test_bench_slices import paper_works
+from _helpers.slicekit import paper_works
 
 from reconbench.bench.cells import expand, select
 from reconbench.bench.slice_costs import (

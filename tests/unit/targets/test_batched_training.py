@@ -9,6 +9,7 @@ from typing import Literal
 
 import pytest
 import torch
+from _helpers.slicekit import rounding_tolerance
 
 from reconbench import plugins
 from reconbench.data import ProblemSpec
@@ -20,13 +21,6 @@ from reconbench.targets.recipe import TargetRecipe, TrainSpec
 from reconbench.targets.training import train
 
 STEPS = 40
-
-
-def rounding_tolerance(dtype: torch.dtype, fan_in: int, steps: int) -> float:
-    """Relative tolerance from rounding alone: every step's products sum at most ``fan_in`` terms, each sum off by
-    at most fan_in * eps relative, and the errors of ``steps`` steps add up (GD over 40 small steps does not amplify
-    them by more than a small factor; a wrong term in any update moves the weights by about lr, far more)."""
-    return steps * fan_in * torch.finfo(dtype).eps
 
 
 def recipes_for(task: str, family: str, model: dict, dtype: Literal["float64", "float32"], **train_opts) -> list[TargetRecipe]:

@@ -1,0 +1,39 @@
+"""Helpers that tests of several rooms share for slices and batched training: the rounding tolerance of the batched
+trainer and the paper suite's planned work, sized without reading data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from reconbench.bench.cells import expand
+from reconbench.bench.slice_costs import CellWork, cell_work
+from reconbench.bench.suite import load_suite
+from reconbench.preflight import TargetSize, model_parameters
+
+
+def rounding_tolerance(dtype: torch.dtype, fan_in: int, steps: int) -> float:
+    """Relative tolerance from rounding alone: every step's products sum at most ``fan_in`` terms, each sum off by
+    at most fan_in * eps relative, and the errors of ``steps`` steps add up (GD over 40 small steps does not amplify
+    them by more than a small factor; a wrong term in any update moves the weights by about lr, far more)."""
+    return steps * fan_in * torch.finfo(dtype).eps
+
+
+def paper_works() -> tuple[Any, list[CellWork], dict[str, TargetSize]]:
+    """paper.toml's cells and their work, sized from the recipes (CIFAR-10 3x32x32, MNIST 1x28x28): no data read."""
+    suite = load_suite("paper")
+    shapes = {"npz:cifar10/cifar10_train_subset.npz": (3, 32, 32), "mnist_test": (1, 28, 28)}
+    sizes: dict[str, TargetSize] = {}
+    works = []
+    for cell in expand(suite):
+        p = cell.recipe.problem
+        classes = 2 if p.task != "multiclass" else int(p.num_classes or 10)
+        out_dim = classes if p.task == "multiclass" else 1
+        shape = shapes[p.dataset]
+        key = cell.recipe.key()
+        if key not in sizes:
+            sizes[key] = TargetSize(shape, classes * int(p.n_per_class or 0),
+                                    model_parameters(cell.recipe.family, shape, out_dim, cell.recipe.model))
+        works.append(cell_work(cell, sizes[key]))
+    return suite, works, sizes
