@@ -4,8 +4,9 @@ A GPU board's attacks run in float32 with TF32 products (reconbench/precision.py
 (``paper.toml``: the ``*-ab-*`` attacks) that runs the same target, init, seed, attack options and search runs in
 float64 too. Two such cells are paired here, and for the pooled selection's count (``reconstructed``) and its
 calibrated headline (``reconstructed_calibrated``) the board says whether they agree within the held-out null's
-spread: the difference is at most the larger of the two cells' null ranges (largest minus least over the null
-draws) for that number. A precision that moved a number by more than chance moves it is then visible on the board.
+spread: the difference is at most the larger of the two cells' null widths for that number (largest minus least over
+the null draws; a board's slim entry keeps only the mean and the largest, so there it is the largest minus the mean).
+A precision that moved a number by more than chance moves it is then visible on the board.
 Boards without such pairs (every CPU board) show nothing.
 """
 
@@ -29,7 +30,7 @@ SELECTION = "pool"
 class ABValue:
     reference: float | None   # the float64 cell's
     other: float | None
-    tolerance: float | None   # the larger null range of the two cells (None: no null recorded)
+    tolerance: float | None   # the larger null width of the two cells (None: no null recorded)
 
     @property
     def agree(self) -> bool | None:
@@ -61,10 +62,11 @@ def _identity(rec: CellRecord) -> tuple[Any, ...]:
 
 
 def _null_range(rec: CellRecord, key: str) -> float | None:
-    """The largest minus the least value of the selection's held-out null draws (None: not recorded)."""
+    """The width of the selection's held-out null draws: largest minus least, or largest minus mean where only those
+    two are stored (None: not recorded)."""
     null = rec.selection(SELECTION).null
     raw = (null.spread or {}).get(key) if null is not None else None
-    if isinstance(raw, list):   # a slim entry's two stored numbers
+    if isinstance(raw, list):   # a slim entry's [mean, largest] (bench/entries.SPREAD_FIELDS): no least is kept
         return None if len(raw) != 2 or None in raw else float(raw[1]) - float(raw[0])   # type: ignore[arg-type]
     spread = null.spread_of(key) if null is not None else None
     if spread is None or spread.max is None or spread.min is None:
