@@ -95,10 +95,10 @@ def _without_outcomes(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("board, cell, status", [
-    # every run of the DP-SGD cells diverged at step 0 or 1; the undefended target's ran
-    ("defenses-cpu", "cifar-binary@dp_sgd=1--haim_binary_kkt--gaussian--s0", DIVERGED),
-    ("defenses-cpu", "cifar-binary@dp_sgd=16--haim_binary_kkt--gaussian--s1", DIVERGED),
-    ("defenses-cpu", "cifar-binary--haim_binary_kkt--gaussian--s0", OK),
+    # every run of these DP-SGD cells diverged; the undefended target's ran
+    ("defenses-cpu", "mnist-binary@dp_sgd=1--haim_binary_kkt--gaussian--s0", DIVERGED),
+    ("defenses-cpu", "mnist-binary@dp_sgd=16--haim_binary_kkt--gaussian--s1", DIVERGED),
+    ("defenses-cpu", "mnist-binary--haim_binary_kkt--gaussian--s0", OK),
 ])
 def test_stored_cells_without_outcomes_get_one_from_their_runs(board, cell, status):
     assert cell_outcome(_without_outcomes(_published(board, cell))).status == status
