@@ -340,8 +340,8 @@ def test_records_too_large_for_one_file_are_split_and_merge_the_same(packed, tmp
     pack = tmp_path / "split"
     manifest = write_pack(pack, suite, device_out, cells=packed[1]["cells"], remaining=[], invocation=0,
                           device="cpu", dtype="float64")
-    archives = [f for f in manifest["files"] if f["name"].startswith("records-")]
-    assert len(archives) >= 2 and all(f["bytes"] <= 12 * 1024 for f in manifest["files"])
+    archives = [f for f in manifest.files if f.name.startswith("records-")]
+    assert len(archives) >= 2 and all(f.bytes <= 12 * 1024 for f in manifest.files)
     keys = {c.cell_id: c.key(suite) for c in expand(suite)}
     report = unpack(pack, suite, tmp_path / "res", keys)
     assert sorted(report.merged) == sorted(packed[1]["cells"])
