@@ -298,6 +298,10 @@ def test_a_pack_with_a_missing_or_extra_file_or_another_suite_is_refused(packed,
     edited.write_text(TINY.read_text().replace("steps = 100", "steps = 101"))
     with pytest.raises(PackError, match="check out the suite file of commit"):
         verify_pack(packed[0], load_suite(str(edited)))
+    edited_manifest = {**json.loads((pack / "manifest.json").read_text()), "cell": []}
+    (pack / "manifest.json").write_text(json.dumps(edited_manifest))
+    with pytest.raises(PackError, match=r"manifest.json \(a SliceManifest\): unknown key \$.cell; rename it to 'cells'"):
+        verify_pack(pack, suite)
     (pack / "manifest.json").write_text("{")
     with pytest.raises(PackError, match="manifest.json is not valid JSON"):
         verify_pack(pack, suite)
