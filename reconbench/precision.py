@@ -10,7 +10,7 @@ mantissa bits, while sums (the loss) stay in float32.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from reconbench.errors import ReconbenchError
@@ -24,11 +24,12 @@ MATMUL_PRECISIONS = ("float64", "float32", "tf32")
 @dataclass(frozen=True)
 class PrecisionPolicy:
     """Which arithmetic produced a result. A field is None where the record does not cover that part (a target's
-    card holds no attack; a run's provenance leaves training to the target's card)."""
+    card holds no attack; a run's provenance leaves training to the target's card). A field absent in a stored
+    record reads as its default here."""
 
-    training_dtype: str | None
-    attack_matmul: str | None
-    loss_accumulation_dtype: str
+    training_dtype: str | None = None
+    attack_matmul: str | None = None
+    loss_accumulation_dtype: str = field(kw_only=True)
     evaluation_dtype: str | None = None   # an attack run's: the scores' dtype (None: not recorded, as on cards)
 
     def __post_init__(self) -> None:
@@ -59,9 +60,7 @@ class PrecisionPolicy:
         if extra or "loss_accumulation_dtype" not in data:
             what = f"unknown field {sorted(extra)[0]!r}" if extra else "no loss_accumulation_dtype"
             raise ReconbenchError(f"precision record: {what}; its fields are {', '.join(sorted(known))}")
-        return cls(training_dtype=data.get("training_dtype"), attack_matmul=data.get("attack_matmul"),
-                   loss_accumulation_dtype=data["loss_accumulation_dtype"],
-                   evaluation_dtype=data.get("evaluation_dtype"))
+        return cls(**{str(k): v for k, v in data.items()})
 
 
 def training_precision(dtype: str) -> PrecisionPolicy:
@@ -82,5 +81,5 @@ def run_precision(spec: dict[str, Any], device: str, dtype: str) -> PrecisionPol
     is no attack run."""
     if not isinstance(spec, dict) or "attack_config" not in spec or dtype not in FLOAT_DTYPES:
         return None
-    config = spec.get("attack_config") or {}
+    config = spec["attack_config"] or {}
     return attack_precision(dtype, bool(config.get("tf32", False)) if isinstance(config, dict) else False, device)

@@ -39,6 +39,7 @@ from reconbench.attack.kkt.batched import (
     resolve_sync_every,
 )
 from reconbench.attack.kkt.batched_gram import BatchedGram
+from reconbench.attack.kkt.loop import StationarityConfig
 from reconbench.attack.kkt.stationarity import full_chain
 from reconbench.attack.kkt.surrogate import Forward
 from reconbench.config import config_to_dict
@@ -77,9 +78,11 @@ def cross_key(req: CrossRequest) -> str | None:
     chain = full_chain(req.target.model)
     if chain is None or not req.configs or not hasattr(req.attack, "batch_terms"):
         return None
-    cfgs = [config_to_dict(c) for c in req.configs]
-    if any(c.get("engine") == "autograd" or c.get("rescale", "none") != "none" for c in cfgs):
+    if not all(isinstance(c, StationarityConfig) for c in req.configs):
+        return None   # the batched engine reads the KKT attacks' options (engine, rescale, max_batch)
+    if any(c.engine == "autograd" or c.rescale != "none" for c in req.configs):
         return None
+    cfgs = [config_to_dict(c) for c in req.configs]
     fixed = {repr(sorted((k, v) for k, v in c.items() if k not in PER_RUN_FIELDS)) for c in cfgs}
     if len(fixed) != 1:
         return None   # the request's own runs already fall into several batches: the per-cell path groups them

@@ -47,14 +47,32 @@ from reconbench.bench.runner import (
     next_invocation_number,
     write_suite_file,
 )
-from reconbench.bench.seal import SEAL_FIELD, seal_problem
+from reconbench.bench.seal import seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.provenance import folder_lock, git_commit, read_json, write_json, write_text_atomic
+from reconbench.records.cell import CELL_FILE, CellRecord
+from reconbench.records.finished_ledger import (
+    FINISHED_LEDGER_FILE,
+    FinishedLedger,
+    LedgerCell,
+    LedgerState,
+)
+from reconbench.records.record import FileFormat, R
+from reconbench.records.slice_manifest import (
+    SLICE_MANIFEST_FILE,
+    DeferredCell,
+    LeftOutState,
+    PackCandidates,
+    PackedState,
+    PackFile,
+    SliceCosts,
+    SliceManifest,
+)
 from reconbench.targets.resumable import state_step
 
-PACK_FORMAT = "reconbench-slice-pack/1"
-LEDGER_FORMAT = "reconbench-finished-cells/1"
+PACK_FORMAT = SliceManifest.SCHEMA
+LEDGER_FORMAT = FinishedLedger.SCHEMA
 #: the ledger ``unpack`` writes into the results folder: the cells finished there, by id, with their keys; a slice
 #: on another machine reads it (``--finished``) instead of the records, which may not fit what travels
 LEDGER_FILE = "finished.json"
@@ -80,6 +98,16 @@ _MEMBER = re.compile(r"^(cells/[A-Za-z0-9._-]+\.json|targets/[A-Za-z0-9._-]+\.js
 
 class PackError(ReconbenchError):
     """A pack that cannot be written or merged; the message names the file and the fix."""
+
+
+def _decoded(door: FileFormat[R], data: object, source: str | Path) -> R:
+    """``data`` read by ``door`` strictly, its one-line error raised as a :class:`PackError`."""
+    try:
+        return door.decode(data, source)
+    except PackError:
+        raise
+    except ReconbenchError as exc:
+        raise PackError(str(exc)) from None
 
 
 def sha256_file(path: Path) -> str:
@@ -156,10 +184,10 @@ def _content_name(stem: str, suffix: str, data: bytes) -> str:
 
 
 def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], remaining: Sequence[str],
-               invocation: int, device: str, dtype: str, deferred: Sequence[dict[str, Any]] = (),
+               invocation: int, device: str, dtype: str, deferred: Sequence[DeferredCell] = (),
                deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
-               costs: dict[str, Any] | None = None, states: Sequence[Path] = (),
-               max_files: int = MAX_FILES) -> dict[str, Any]:
+               costs: SliceCosts | None = None, states: Sequence[Path] = (),
+               max_files: int = MAX_FILES) -> SliceManifest:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
 
@@ -172,12 +200,12 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     ``training-<sha>.part``, when larger than :data:`STATE_PART_BYTES`). ``max_files``: the pack's files, the
     manifest included (fewer than :data:`MAX_FILES` when something else comes back beside the pack: the probe's
     JSON)."""
-    records = {cid: json.loads(cell_path(out, cid).read_text()) for cid in cells}
+    records = {cid: CELL_FILE.read(cell_path(out, cid)) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
     for cid in cells:
         members.append((f"cells/{cid}.json", cell_path(out, cid).read_bytes()))
-        key = (records[cid].get("target") or {}).get("recipe_key")
+        key = records[cid].target.recipe_key
         card = out / "targets" / f"{key}.json"
         if key and key not in cards and card.exists():
             cards.add(key)
@@ -187,31 +215,32 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     files: dict[str, bytes] = {}
     for data in _archives(members) if members else []:
         files[_content_name("records", ".tar.xz", data)] = data
-    ok = [c for c in cells if records[c].get("status") == STATUS_OK]
+    ok = [c for c in cells if records[c].status == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
     candidates, sampled = _candidates_file(out, [c for c in sample if c in ok])
     if candidates is not None and len(files) + 2 <= max_files:
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
-    travelling: list[dict[str, Any]] = []
-    left_out: list[dict[str, Any]] = []
+    travelling: list[PackedState] = []
+    left_out: list[LeftOutState] = []
     for state in states:
         data = state.read_bytes()
         parts = [data[i:i + STATE_PART_BYTES] for i in range(0, len(data), STATE_PART_BYTES)] or [data]
         if len(files) + len(parts) + 1 > max_files:   # the cells matter more: they still go
-            left_out.append({"recipe_key": state.stem, "bytes": len(data),
-                             "reason": f"no file left of the {max_files} for its {len(parts)} part(s)"})
+            left_out.append(LeftOutState(recipe_key=state.stem, bytes=len(data),
+                                         reason=f"no file left of the {max_files} for its {len(parts)} part(s)"))
             continue
         step, dtype_name = state_step(state)
-        entry: dict[str, Any] = {"recipe_key": state.stem, "step": step, "dtype": dtype_name}
         if len(parts) == 1:
-            entry["name"] = _content_name("training", ".safetensors", data)
-            files[entry["name"]] = data
+            name = _content_name("training", ".safetensors", data)
+            files[name] = data
+            entry = PackedState.written(recipe_key=state.stem, step=step, dtype=dtype_name, name=name)
         else:   # split: each part named by its content, in order; the whole state's sha256 checks the join
-            entry["parts"] = [_content_name("training", ".part", part) for part in parts]
-            entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
-            files.update(zip(entry["parts"], parts, strict=True))
+            names = [_content_name("training", ".part", part) for part in parts]
+            files.update(zip(names, parts, strict=True))
+            entry = PackedState.written(recipe_key=state.stem, step=step, dtype=dtype_name, parts=names,
+                                        bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
         travelling.append(entry)
     if len(files) + 1 > max_files:
         raise PackError(f"the slice's records need {len(files)} archives, more than a pack may hold; its cells stay in "
@@ -223,31 +252,19 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
             tmp = pack / f".{name}.tmp"
             tmp.write_bytes(data)
             tmp.replace(pack / name)
-        listed.append({"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    manifest = {
-        "format": PACK_FORMAT,
-        "suite": suite.name,
-        "suite_sha256": suite.text_sha256,
-        "commit": slice_commit(),
-        "device": device,
-        "dtype": dtype,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "complete": complete,
-        "deadline_seconds": deadline,
-        "elapsed_seconds": elapsed,
-        "invocation": invocation,
-        "files": listed,
-        "cells": list(cells),
-        "candidates": {"cells": sampled, "dtype": str(TRAVEL_DTYPE).removeprefix("torch.")},
-        "cells_remaining": list(remaining),
-        "deferred": list(deferred),
-        "training": travelling,
-    }
+        listed.append(PackFile(name=name, bytes=len(data), sha256=hashlib.sha256(data).hexdigest()))
+    optional: dict[str, Any] = {}
     if left_out:   # their training starts again on the next machine: say so rather than lose the slice's cells
-        manifest["training_left_out"] = left_out
+        optional["training_left_out"] = left_out
     if costs is not None:   # each started cell's estimate, and the (units, seconds) measured per phase
-        manifest["costs"] = costs
-    write_json(pack / MANIFEST, manifest)
+        optional["costs"] = costs
+    manifest = SliceManifest.written(
+        format=PACK_FORMAT, suite=suite.name, suite_sha256=suite.text_sha256, commit=slice_commit(),
+        device=device, dtype=dtype, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), complete=complete,
+        deadline_seconds=deadline, elapsed_seconds=elapsed, invocation=invocation, files=listed, cells=list(cells),
+        candidates=PackCandidates(cells=sampled, dtype=str(TRAVEL_DTYPE).removeprefix("torch.")),
+        cells_remaining=list(remaining), deferred=list(deferred), training=travelling, **optional)
+    write_json(pack / MANIFEST, manifest.to_dict())
     for old in pack.iterdir():
         if old.name not in files and old.name != MANIFEST and _FILE_NAME.match(old.name):
             old.unlink()
@@ -257,41 +274,36 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
 # -- reading -------------------------------------------------------------------------------------------------
 @dataclass
 class UnpackReport:
+    manifest: SliceManifest
     merged: list[str] = field(default_factory=list)     # cells written
     already: list[str] = field(default_factory=list)    # identical records already in the results folder
     candidates: list[str] = field(default_factory=list)
     cards_kept: list[str] = field(default_factory=list)  # the folder's own card differed and was kept
     remaining: list[str] = field(default_factory=list)
-    manifest: dict[str, Any] = field(default_factory=dict)
     invocation: int | None = None
     states: list[str] = field(default_factory=list)   # recipe keys whose training state was taken
 
 
-def read_manifest(pack: Path) -> dict[str, Any]:
+def read_manifest(pack: Path) -> SliceManifest:
+    """A pack's manifest, read strictly (a file of another format, or hand-edited, is a one-line error)."""
     fix = "fetch the slice's whole pack folder again (its manifest.json names every file)"
-    manifest = read_json(pack / MANIFEST, missing=fix, damaged=fix, error=PackError)
-    if not isinstance(manifest, dict) or manifest.get("format") != PACK_FORMAT:
-        raise PackError(f"{pack / MANIFEST} is not a slice manifest (format {PACK_FORMAT!r}); pass the folder that "
-                        "`reconbench bench SUITE --pack DIR` wrote")
-    return manifest
+    data = read_json(pack / MANIFEST, missing=fix, damaged=fix, error=PackError)
+    return _decoded(SLICE_MANIFEST_FILE, data, pack / MANIFEST)
 
 
-def verify_pack(pack: Path, suite: Suite) -> dict[str, Any]:
+def verify_pack(pack: Path, suite: Suite) -> SliceManifest:
     """The manifest, once every file it names has its size and sha256, no other file is present (but the pack's own
     files an interrupted rewrite left), and the suite file is the one the slice ran; else a one-line error naming the
     file and the fix."""
     manifest = read_manifest(pack)
-    listed = manifest.get("files")
-    if not isinstance(listed, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in listed):
-        raise PackError(f"{pack / MANIFEST} has no valid 'files' list; fetch the pack again")
-    names = {f["name"] for f in listed}
-    for f in listed:
-        path = pack / f["name"]
-        if not _FILE_NAME.match(f["name"]):
-            raise PackError(f"{pack / MANIFEST} names {f['name']!r}, which is no file a pack holds; fetch the pack again")
+    names = {f.name for f in manifest.files}
+    for f in manifest.files:
+        path = pack / f.name
+        if not _FILE_NAME.match(f.name):
+            raise PackError(f"{pack / MANIFEST} names {f.name!r}, which is no file a pack holds; fetch the pack again")
         if not path.is_file():
             raise PackError(f"{path} is missing (its manifest lists it); fetch the slice's whole pack folder again")
-        if path.stat().st_size != f.get("bytes") or sha256_file(path) != f.get("sha256"):
+        if path.stat().st_size != f.bytes or sha256_file(path) != f.sha256:
             raise PackError(f"{path} does not match the sha256 its manifest records (damaged or edited after the "
                             "slice wrote it); fetch the pack again, or run the slice again. Nothing was merged")
     extra = sorted(p.name for p in pack.iterdir() if p.name not in names | {MANIFEST} and not p.name.startswith(".")
@@ -299,19 +311,19 @@ def verify_pack(pack: Path, suite: Suite) -> dict[str, Any]:
     if extra:
         raise PackError(f"{pack / extra[0]} is not named in the pack's manifest; a pack holds only the files its "
                         "manifest names: remove it, or fetch the pack again")
-    if manifest.get("suite_sha256") != suite.text_sha256:
-        raise PackError(f"the slice ran suite {manifest.get('suite')!r} from a file with sha256 "
-                        f"{str(manifest.get('suite_sha256'))[:12]}, but {suite.path} has {suite.text_sha256[:12]}; "
-                        f"check out the suite file of commit {manifest.get('commit')} and unpack again")
+    if manifest.suite_sha256 != suite.text_sha256:
+        raise PackError(f"the slice ran suite {manifest.suite!r} from a file with sha256 "
+                        f"{manifest.suite_sha256[:12]}, but {suite.path} has {suite.text_sha256[:12]}; "
+                        f"check out the suite file of commit {manifest.commit} and unpack again")
     return manifest
 
 
-def _members(pack: Path, manifest: dict[str, Any]) -> dict[str, bytes]:
+def _members(pack: Path, manifest: SliceManifest) -> dict[str, bytes]:
     members: dict[str, bytes] = {}
-    for f in manifest["files"]:
-        if not f["name"].endswith(".tar.xz"):
+    for f in manifest.files:
+        if not f.name.endswith(".tar.xz"):
             continue
-        path = pack / f["name"]
+        path = pack / f.name
         try:
             with tarfile.open(path, mode="r:xz") as tar:
                 for info in tar.getmembers():
@@ -325,8 +337,8 @@ def _members(pack: Path, manifest: dict[str, Any]) -> dict[str, bytes]:
     return members
 
 
-def _candidates(pack: Path, manifest: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
-    names = [f["name"] for f in manifest["files"] if f["name"].startswith("candidates-")]
+def _candidates(pack: Path, manifest: SliceManifest) -> dict[str, dict[str, torch.Tensor]]:
+    names = [f.name for f in manifest.files if f.name.startswith("candidates-")]
     if not names:
         return {}
     path = pack / names[0]
@@ -341,33 +353,33 @@ def _candidates(pack: Path, manifest: dict[str, Any]) -> dict[str, dict[str, tor
     return by_cell
 
 
-def _cell_records(members: dict[str, bytes], manifest: dict[str, Any], pack: Path) -> dict[str, tuple[bytes, dict[str, Any]]]:
+def _cell_records(members: dict[str, bytes], manifest: SliceManifest, pack: Path) -> dict[str, tuple[bytes, CellRecord]]:
     records = {}
     for name, data in members.items():
         if not name.startswith("cells/"):
             continue
         try:
-            rec = json.loads(data)
+            raw = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise PackError(f"{pack}: {name} is not valid JSON ({exc}); run the slice again") from None
-        problem = seal_problem(rec)
-        if problem is not None or rec.get(SEAL_FIELD) is None:
+        rec = _decoded(CELL_FILE, raw, f"{pack}: {name}")
+        if rec.record_sha256 is None or seal_problem(raw) is not None:
             raise PackError(f"{pack}: {name} is not sealed as the runner writes it; run the slice again")
-        if rec.get("suite_sha256") != manifest.get("suite_sha256"):
+        if rec.suite_sha256 != manifest.suite_sha256:
             raise PackError(f"{pack}: {name} was run with another suite file than its manifest names; run the slice again")
-        if name != f"cells/{rec.get('cell_id')}.json":
-            raise PackError(f"{pack}: {name} holds the record of cell {rec.get('cell_id')!r}; run the slice again")
-        records[str(rec["cell_id"])] = (data, rec)
-    if sorted(records) != sorted(manifest.get("cells") or []):
+        if name != f"cells/{rec.cell_id}.json":
+            raise PackError(f"{pack}: {name} holds the record of cell {rec.cell_id!r}; run the slice again")
+        records[rec.cell_id] = (data, rec)
+    if sorted(records) != sorted(manifest.cells):
         raise PackError(f"{pack}: the archived cells are not the cells its manifest lists; fetch the pack again")
     return records
 
 
-def _conflict(existing: dict[str, Any], rec: dict[str, Any]) -> bool:
+def _conflict(existing: CellRecord, rec: CellRecord) -> bool:
     """Whether a record already in the results folder forbids the slice's: a finished cell (same key, status ok)
     with other contents. A failed or stale record gives way; an identical one is merged already."""
-    return (existing.get(SEAL_FIELD) != rec.get(SEAL_FIELD) and existing.get("status") == STATUS_OK
-            and existing.get("cell_key") == rec.get("cell_key"))
+    return (existing.record_sha256 != rec.record_sha256 and existing.status == STATUS_OK
+            and existing.cell_key == rec.cell_key)
 
 
 def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> UnpackReport:
@@ -384,10 +396,11 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
             path = cell_path(out, cid)
             if path.exists():
                 try:
-                    existing = json.loads(path.read_text())
+                    raw = json.loads(path.read_text())
                 except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                    existing = {}
-                if existing.get(SEAL_FIELD) == rec.get(SEAL_FIELD):
+                    raw = {}   # an unreadable record gives way, as a failed one does
+                existing = _decoded(CELL_FILE, raw, path) if raw else CellRecord()
+                if existing.record_sha256 == rec.record_sha256:
                     report.already.append(cid)
                 elif _conflict(existing, rec):
                     raise PackError(f"cell {cid} is already in {out} with other numbers; remove {path} to take the "
@@ -420,12 +433,13 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
         if report.merged and "invocation.json" in members:
             number = next_invocation_number(out)
             inv = json.loads(members["invocation.json"])
-            inv["slice_pack"] = {k: manifest.get(k) for k in ("created", "commit", "device", "deadline_seconds",
-                                                              "elapsed_seconds", "invocation")}
-            inv["slice_pack"]["manifest_sha256"] = sha256_file(pack / MANIFEST)
+            inv["slice_pack"] = {"created": manifest.created, "commit": manifest.commit, "device": manifest.device,
+                                 "deadline_seconds": manifest.deadline_seconds,
+                                 "elapsed_seconds": manifest.elapsed_seconds, "invocation": manifest.invocation,
+                                 "manifest_sha256": sha256_file(pack / MANIFEST)}
             write_json(invocation_path(out, number), inv)
             report.invocation = number
-        listed = json.loads(write_ledger(out, suite, keys).read_text()).get("training") or {}
+        listed = _write_ledger(out, suite, keys).training
         for state in (out / STATES_FOLDER).glob("*.safetensors") if (out / STATES_FOLDER).exists() else []:
             if _STATE_NAME.match(state.name) and state.stem not in listed:
                 state.unlink()   # every cell of that target is finished: its training state is needed no more
@@ -433,13 +447,13 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
     return report
 
 
-def _unpack_states(pack: Path, manifest: dict[str, Any], out: Path) -> list[str]:
+def _unpack_states(pack: Path, manifest: SliceManifest, out: Path) -> list[str]:
     """The pack's training states into ``out/training/<recipe key>.safetensors`` (a state is taken unless the folder
     holds one of the same target at a later step); the recipe keys taken."""
     taken = []
     for entry, key, names in _state_entries(pack, manifest):
         dst = out / STATES_FOLDER / f"{key}.safetensors"
-        if dst.exists() and state_step(dst)[0] > int(entry.get("step") or 0):
+        if dst.exists() and state_step(dst)[0] > entry.step:
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.with_name(f".{dst.name}.tmp")
@@ -451,14 +465,14 @@ def _unpack_states(pack: Path, manifest: dict[str, Any], out: Path) -> list[str]
     return taken
 
 
-def _state_entries(pack: Path, manifest: dict[str, Any]) -> list[tuple[dict[str, Any], str, list[str]]]:
+def _state_entries(pack: Path, manifest: SliceManifest) -> list[tuple[PackedState, str, list[str]]]:
     """The manifest's training states, each with its recipe key and its file (or parts, in order), once a split
     state's parts join to its recorded size and sha256 (each part's own sha256 :func:`verify_pack` checked)."""
     out = []
-    for entry in manifest.get("training") or []:
-        key = str(entry.get("recipe_key"))
-        names = [str(n) for n in entry["parts"]] if isinstance(entry.get("parts"), list) else [str(entry.get("name"))]
-        listed = {f.get("name") for f in manifest.get("files") or []}
+    listed = {f.name for f in manifest.files}
+    for entry in manifest.training:
+        key = entry.recipe_key
+        names = entry.files
         if not _STATE_NAME.match(f"{key}.safetensors") or not names or not all(
                 _FILE_NAME.match(n) and n in listed for n in names):
             raise PackError(f"{pack / MANIFEST} names a training state {key!r} in {', '.join(names)!r}, which no pack "
@@ -469,7 +483,7 @@ def _state_entries(pack: Path, manifest: dict[str, Any]) -> list[tuple[dict[str,
                 data = (pack / name).read_bytes()
                 h.update(data)
                 size += len(data)
-            if size != entry.get("bytes") or h.hexdigest() != entry.get("sha256"):
+            if size != entry.bytes or h.hexdigest() != entry.sha256:
                 raise PackError(f"{pack}: the {len(names)} parts of training state {key} do not join to the size and "
                                 "sha256 its manifest records (a part missing, reordered or replaced); fetch the pack "
                                 "again. Nothing was merged")
@@ -477,7 +491,7 @@ def _state_entries(pack: Path, manifest: dict[str, Any]) -> list[tuple[dict[str,
     return out
 
 
-def ledger_states(out: Path, keys_in_training: set[str] | None = None) -> dict[str, dict[str, Any]]:
+def ledger_states(out: Path, keys_in_training: set[str] | None = None) -> dict[str, LedgerState]:
     """The training states ``out/training`` holds, as the ledger lists them (file relative to ``out``, sha256,
     step), of the targets ``keys_in_training`` (None: all)."""
     folder = out / STATES_FOLDER
@@ -485,8 +499,8 @@ def ledger_states(out: Path, keys_in_training: set[str] | None = None) -> dict[s
     for path in sorted(folder.glob("*.safetensors")) if folder.exists() else []:
         if _STATE_NAME.match(path.name) and (keys_in_training is None or path.stem in keys_in_training):
             step, dtype_name = state_step(path)
-            states[path.stem] = {"file": f"{STATES_FOLDER}/{path.name}", "sha256": sha256_file(path), "step": step,
-                                 "dtype": dtype_name}
+            states[path.stem] = LedgerState(file=f"{STATES_FOLDER}/{path.name}", sha256=sha256_file(path), step=step,
+                                            dtype=dtype_name)
     return states
 
 
@@ -496,15 +510,15 @@ def import_states(ledger: Path, cache_states: Path) -> list[str]:
     fix = "pass the finished.json that `reconbench bench SUITE --unpack` wrote into the results folder"
     data = read_json(ledger, missing=fix, damaged=fix, error=PackError)
     copied = []
-    for key, entry in ((data.get("training") or {}) if isinstance(data, dict) else {}).items():
-        src = ledger.parent / str(entry.get("file"))
+    for key, entry in _decoded(FINISHED_LEDGER_FILE, data, ledger).training.items():
+        src = ledger.parent / entry.file
         if not _STATE_NAME.match(f"{key}.safetensors") or src.parent.name != STATES_FOLDER:
             raise PackError(f"{ledger} names a training state {key!r} at {src}, which no unpack writes; {fix}")
-        if not src.is_file() or sha256_file(src) != entry.get("sha256"):
+        if not src.is_file() or sha256_file(src) != entry.sha256:
             raise PackError(f"{src} is missing or does not match the sha256 {ledger.name} records; carry the "
                             f"results folder's {STATES_FOLDER}/ folder with the ledger (benchmarks/gpu/README.md)")
         dst = cache_states / f"{key}.safetensors"
-        if dst.exists() and state_step(dst)[0] >= int(entry.get("step") or 0):
+        if dst.exists() and state_step(dst)[0] >= entry.step:
             continue
         cache_states.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
@@ -512,17 +526,23 @@ def import_states(ledger: Path, cache_states: Path) -> list[str]:
     return copied
 
 
+def _write_ledger(out: Path, suite: Suite, keys: Mapping[str, str]) -> FinishedLedger:
+    """Write ``out/finished.json`` (:func:`write_ledger`); the ledger written."""
+    done = load_cells(out)
+    cells = {c: LedgerCell(cell_key=key, status=done[c]["status"]) for c, key in keys.items()
+             if is_finished(done.get(c), key, False)}
+    in_training = {c.recipe.key() for c in expand(suite) if c.cell_id in keys and c.cell_id not in cells}
+    ledger = FinishedLedger(format=LEDGER_FORMAT, suite=suite.name, suite_sha256=suite.text_sha256, cells=cells,
+                            training=ledger_states(out, in_training))
+    write_json(out / LEDGER_FILE, ledger.to_dict())
+    return ledger
+
+
 def write_ledger(out: Path, suite: Suite, keys: Mapping[str, str]) -> Path:
     """``out/finished.json``: the suite's cells (``keys``: cell key by id) the results folder holds finished, with
     their keys and status."""
-    done = load_cells(out)
-    cells = {c: {"cell_key": key, "status": done[c].get("status")} for c, key in keys.items()
-             if is_finished(done.get(c), key, False)}
-    path = out / LEDGER_FILE
-    in_training = {c.recipe.key() for c in expand(suite) if c.cell_id in keys and c.cell_id not in cells}
-    write_json(path, {"format": LEDGER_FORMAT, "suite": suite.name, "suite_sha256": suite.text_sha256,
-                      "cells": cells, "training": ledger_states(out, in_training)})
-    return path
+    _write_ledger(out, suite, keys)
+    return out / LEDGER_FILE
 
 
 def read_ledger(path: Path, suite: Suite) -> dict[str, dict[str, Any]]:
@@ -530,12 +550,10 @@ def read_ledger(path: Path, suite: Suite) -> dict[str, dict[str, Any]]:
     longer matches the suite runs again, as after an edit of the suite)."""
     fix = "pass the finished.json that `reconbench bench SUITE --unpack` wrote into the results folder"
     data = read_json(path, missing=fix, damaged=fix, error=PackError)
-    if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT or not isinstance(data.get("cells"), dict):
-        raise PackError(f"{path} is not a ledger of finished cells (format {LEDGER_FORMAT!r}); {fix}")
-    if data.get("suite") != suite.name:
-        raise PackError(f"{path} lists cells of suite {data.get('suite')!r}, not {suite.name!r}; {fix}")
-    return {cid: {"cell_id": cid, "cell_key": v.get("cell_key"), "status": v.get("status")}
-            for cid, v in data["cells"].items() if isinstance(v, dict)}
+    ledger = _decoded(FINISHED_LEDGER_FILE, data, path)
+    if ledger.suite != suite.name:
+        raise PackError(f"{path} lists cells of suite {ledger.suite!r}, not {suite.name!r}; {fix}")
+    return {cid: {"cell_id": cid, "cell_key": v.cell_key, "status": v.status} for cid, v in ledger.cells.items()}
 
 
 def remaining_cells(out: Path, keys: Mapping[str, str],

@@ -28,6 +28,8 @@ from reconbench.bench.slice_pack import (
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize
+from reconbench.records.finished_ledger import FINISHED_LEDGER_FILE
+from reconbench.records.slice_manifest import DeferredCell, SliceCosts
 
 #: seconds of a slice's deadline kept for writing its pack
 PACK_RESERVE_SECONDS = 10.0
@@ -107,15 +109,12 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
 
 def ledger_progress(ledger: Path, cells: list[Cell]) -> dict[str, float]:
     """The fraction of its steps each target's training state that the ledger lists has done (by recipe key)."""
-    import json
-
     try:
-        training = json.loads(ledger.read_text()).get("training") or {}
-    except (OSError, ValueError, AttributeError):
+        training = FINISHED_LEDGER_FILE.read(ledger).training
+    except ReconbenchError:
         return {}   # read_ledger has checked the file already; a state it cannot read trains from the start
     steps = {c.recipe.key(): c.recipe.train.steps for c in cells}
-    return {k: min(1.0, int(v.get("step") or 0) / steps[k]) for k, v in training.items()
-            if k in steps and isinstance(v, dict)}
+    return {k: min(1.0, v.step / steps[k]) for k, v in training.items() if k in steps}
 
 
 class SlicePacker:
@@ -136,14 +135,15 @@ class SlicePacker:
         self.write(self.ran, complete=False)
 
     def write(self, ran: list[str], *, complete: bool) -> dict[str, Any]:
+        """Write the pack; the manifest's JSON, as written."""
         ex = self.ex
         deadline = ex.deadline + PACK_RESERVE_SECONDS if isinstance(ex, DeadlineExecutor) else None
-        deferred = ([{"cell_id": d.cell_id, "estimate_seconds": d.estimate, "seconds_left": d.left}
+        deferred = ([DeferredCell(cell_id=d.cell_id, estimate_seconds=d.estimate, seconds_left=d.left)
                      for d in ex.deferred] if isinstance(ex, DeadlineExecutor) else [])
         costs = None
         if isinstance(ex, DeadlineExecutor):   # what the next cost table can be made from
-            costs = {"estimates": dict(ex.started_cells),
-                     "measured": {p: [[u, sec] for u, sec in ms] for p, ms in ex.model.measured.items()}}
+            costs = SliceCosts(estimates=dict(ex.started_cells),
+                               measured={p: [[u, sec] for u, sec in ms] for p, ms in ex.model.measured.items()})
         remaining = remaining_cells(self.out, self.keys, self.elsewhere)
         states: list[Path] = []
         if isinstance(ex, DeadlineExecutor):   # the training states this slice began or continued, while needed
@@ -153,7 +153,7 @@ class SlicePacker:
         return write_pack(self.pack, self.suite, self.out, cells=list(ran), remaining=remaining, states=states,
                           invocation=next_invocation_number(self.out) - 1, device=self.device, dtype=self.dtype,
                           deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
-                          complete=complete, costs=costs, max_files=self.max_files)
+                          complete=complete, costs=costs, max_files=self.max_files).to_dict()
 
 
 def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,
@@ -174,15 +174,15 @@ def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None) -> None
     keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}
     rep = unpack(pack, suite, out, keys)
     m = rep.manifest
-    if m.get("complete") is False:
+    if not m.complete:
         click.echo(f"note: the slice of {pack} did not end (killed at its time limit?): its pack holds the "
-                   f"{len(m['cells'])} cell(s) it finished, which are merged")
-    click.echo(f"unpacked {pack} (suite {m['suite']}, {m['device']}, commit {m.get('commit') or 'unknown'}, "
-               f"{m['created']}): {len(rep.merged)} cell(s) merged into {out}, {len(rep.already)} already there, "
+                   f"{len(m.cells)} cell(s) it finished, which are merged")
+    click.echo(f"unpacked {pack} (suite {m.suite}, {m.device}, commit {m.commit or 'unknown'}, "
+               f"{m.created}): {len(rep.merged)} cell(s) merged into {out}, {len(rep.already)} already there, "
                f"candidates of {len(rep.candidates)} (float16 values)")
-    for entry in m.get("training") or []:
-        if entry.get("recipe_key") in rep.states:
-            click.echo(f"  training state of target {entry['recipe_key']} (step {entry['step']}) kept in "
+    for entry in m.training:
+        if entry.recipe_key in rep.states:
+            click.echo(f"  training state of target {entry.recipe_key} (step {entry.step}) kept in "
                        f"{out / STATES_FOLDER}: carry that folder with the ledger to continue it")
     for key in rep.cards_kept:
         click.echo(f"  note: model card {key} differs from the slice's; {out / 'targets' / (key + '.json')} was kept")

@@ -31,17 +31,19 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from reconbench.data import Problem
 from reconbench.errors import ReconbenchError
 from reconbench.nets import TargetNet
+from reconbench.records.training_checkpoint import CHECKPOINT_FORMAT as TRAINING_CHECKPOINT_FORMAT
+from reconbench.records.training_checkpoint import TRAINING_CHECKPOINT, TrainerSettings, TrainingCheckpoint
 from reconbench.targets.chain_gd import chain_layers
 from reconbench.targets.recipe import TargetRecipe
 
-CHECKPOINT_FORMAT = "reconbench-batched-training/1"
+CHECKPOINT_FORMAT = TRAINING_CHECKPOINT_FORMAT
 #: k when not given: host reads every this many steps
 DEFAULT_LOSS_EVERY = 100
 
@@ -316,15 +318,15 @@ class BatchedChainGD:
                     layer.bias.copy_(state[f"{j}.bias"])
 
     # -- checkpoints ------------------------------------------------------------------------------------------
-    def _meta(self, target: int | None = None) -> dict[str, Any]:
+    def _meta(self, target: int | None = None) -> TrainerSettings:
         """The settings a checkpoint must match: of the whole stack, or (``target``) of one target as a trainer of
         that target alone has them."""
         xs = self.xs if target is None else [self.xs[target]]
         digest = self._data_digest if target is None else _digest(xs, self.y[target:target + 1])
-        return {"format": CHECKPOINT_FORMAT, "targets": len(xs), "n": self.n, "loss": self.loss_name,
-                "lr": self.lr, "weight_decay": self.wd, "loss_every": self.loss_every, "dtype": str(self.dtype),
-                "widths": [int(a.shape[2]) for a in self.acts], "input_dims": [int(x.shape[1]) for x in xs],
-                "data_sha256": digest}
+        return TrainerSettings(format=CHECKPOINT_FORMAT, targets=len(xs), n=self.n, loss=self.loss_name, lr=self.lr,
+                               weight_decay=self.wd, loss_every=self.loss_every, dtype=str(self.dtype),
+                               widths=[int(a.shape[2]) for a in self.acts], input_dims=[int(x.shape[1]) for x in xs],
+                               data_sha256=digest)
 
     @torch.no_grad()
     def save(self, path: str | Path, *, with_base: bool = True, extra: dict[str, Any] | None = None,
@@ -350,7 +352,7 @@ class BatchedChainGD:
                 tensors[f"bias.{i}"] = b[sl]
         history = self.history if target is None else [{"step": h["step"], "loss": [h["loss"][target]]}
                                                        for h in self.history]
-        meta = {**self._meta(target), "step": self.step_count, "history": history,
+        meta = {**self._meta(target).to_dict(), "step": self.step_count, "history": history,
                 "diverged": self.diverged[sl], "base_sha256": _digest(bases, bases[0].new_zeros(0)),
                 "extra": extra or {}}
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -368,26 +370,21 @@ class BatchedChainGD:
         path = Path(path)
         try:
             tensors = load_file(str(path))
-            with open(path, "rb") as fh:   # safetensors' header: 8-byte length, then JSON with __metadata__
-                header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
-            meta = json.loads(header.get("__metadata__", {}).get("reconbench", "null"))
         except (OSError, SafetensorError, ValueError) as exc:
             raise ReconbenchError(f"{path}: not a readable training checkpoint ({exc}); restart training or "
                                   "restore the file") from None
-        if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
-            raise ReconbenchError(f"{path} is not a batched-training checkpoint ({CHECKPOINT_FORMAT}); pass the file "
-                                  "that BatchedChainGD.save wrote")
-        mine = self._meta(target)
-        for key, value in mine.items():
-            if meta.get(key) != value:
-                raise ReconbenchError(f"{path}: checkpoint {key} = {meta.get(key)!r}, this trainer's is {value!r}; "
+        meta = read_checkpoint(path)
+        stored = meta.to_dict()   # every setting is a required field: each key is there
+        for key, value in self._meta(target).to_dict().items():
+            if stored[key] != value:
+                raise ReconbenchError(f"{path}: checkpoint {key} = {stored[key]!r}, this trainer's is {value!r}; "
                                       "resume with the targets, data and settings it was saved with")
         sl = slice(None) if target is None else slice(target, target + 1)
         bases = self.base if target is None else [self.base[target]]
         self.scale = float(tensors["scale"][0])
         self.coef[sl].copy_(tensors["coef"])
         self.pre[sl].copy_(tensors["pre"])
-        if "base.0" not in tensors and meta.get("base_sha256") != _digest(bases, bases[0].new_zeros(0)):
+        if "base.0" not in tensors and meta.base_sha256 != _digest(bases, bases[0].new_zeros(0)):
             raise ReconbenchError(f"{path}: the checkpoint leaves out the initial first-layer weights, and this "
                                   "trainer's differ from those it was saved with; resume from the same recipes")
         for t, b in enumerate(bases):
@@ -398,19 +395,35 @@ class BatchedChainGD:
         for i, bias in enumerate(self.biases):
             if bias is not None:
                 bias[sl].copy_(tensors[f"bias.{i}"])
-        self.step_count = int(meta["step"])
+        self.step_count = meta.step
         if target is None:
-            self.history = list(meta["history"])
-            self.diverged = list(meta["diverged"])
-            self.extra = dict(meta.get("extra") or {})
+            self.history = [{"step": h.step, "loss": list(h.loss)} for h in meta.history]
+            self.diverged = list(meta.diverged)
+            self.extra = dict(meta.notes)
         else:
-            if [h["step"] for h in self.history] != [h["step"] for h in meta["history"]]:   # the first one loaded
-                self.history = [{"step": h["step"], "loss": [math.nan] * self.targets} for h in meta["history"]]
-            for mine_h, theirs in zip(self.history, meta["history"], strict=True):
-                mine_h["loss"][target] = theirs["loss"][0]
-            self.diverged[target] = meta["diverged"][0]
-            self.target_extra[target] = dict(meta.get("extra") or {})
+            if [h["step"] for h in self.history] != [h.step for h in meta.history]:   # the first one loaded
+                self.history = [{"step": h.step, "loss": [math.nan] * self.targets} for h in meta.history]
+            for mine_h, theirs in zip(self.history, meta.history, strict=True):
+                mine_h["loss"][target] = theirs.loss[0]
+            self.diverged[target] = meta.diverged[0]
+            self.target_extra[target] = dict(meta.notes)
         self.ok.copy_(torch.tensor([d is None for d in self.diverged], device=self.device))
+
+
+def read_checkpoint(path: Path) -> TrainingCheckpoint:
+    """The metadata of a checkpoint :meth:`BatchedChainGD.save` wrote, read strictly from its safetensors header; a
+    one-line error naming the file when it is not one."""
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            header = fh.metadata() or {}
+        if "reconbench" not in header:
+            raise ReconbenchError(f"{path} is not a batched-training checkpoint ({CHECKPOINT_FORMAT}); pass the file "
+                                  "that BatchedChainGD.save wrote")
+        meta = json.loads(header["reconbench"])
+    except (OSError, SafetensorError, ValueError) as exc:
+        raise ReconbenchError(f"{path}: not a readable training checkpoint ({exc}); restart training or "
+                              "restore the file") from None
+    return TRAINING_CHECKPOINT.decode(meta, path)
 
 
 def from_recipes(recipes: list[TargetRecipe], problems: list[Problem], device: str = "cpu", *,

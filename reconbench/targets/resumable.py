@@ -29,7 +29,8 @@ import torch
 
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.precision import training_precision
-from reconbench.targets.batched_training import BATCH_LOSSES, BatchedChainGD, from_recipes
+from reconbench.records.training_checkpoint import PieceNotes
+from reconbench.targets.batched_training import BATCH_LOSSES, BatchedChainGD, from_recipes, read_checkpoint
 from reconbench.targets.cards import ModelCard, save_card
 from reconbench.targets.losses import get_loss
 from reconbench.targets.problems import build_problem
@@ -133,8 +134,8 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
     for t, path in enumerate(paths):
         if path.exists():
             trainer.load(path, target=t)
-            spent_before[t] = float(trainer.target_extra[t].get("seconds", 0.0))
-            pieces_before[t] = int(trainer.target_extra[t].get("pieces", 0))
+            notes = PieceNotes.from_dict(trainer.target_extra[t], f"{path} (its notes)")
+            spent_before[t], pieces_before[t] = float(notes.seconds), notes.pieces
     steps = recipes[0].train.steps
     start_step = trainer.step_count
     window_seconds = 0.0
@@ -154,8 +155,8 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
     pieces_now = [p + (1 if trainer.step_count > start_step or p == 0 else 0) for p in pieces_before]
     # the finished state is kept too (and travels while the target's cells remain): a card does not leave its machine
     for t, path in enumerate(paths):
-        trainer.save(path, with_base=False, extra={"seconds": spent_before[t] + now, "pieces": pieces_now[t]},
-                     target=t)
+        trainer.save(path, with_base=False, target=t,
+                     extra=PieceNotes(seconds=spent_before[t] + now, pieces=pieces_now[t]).to_dict())
     finished = trainer.step_count >= steps
     if finished:
         trainer.write_into(models)
@@ -195,12 +196,8 @@ def state_sha256(path: Path) -> str:
 
 def state_step(path: Path) -> tuple[int, str]:
     """The step a saved state reached, and its dtype (from the file's metadata)."""
-    import json
-
-    with open(path, "rb") as fh:
-        header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
-    meta = json.loads(header.get("__metadata__", {}).get("reconbench", "{}"))
-    return int(meta.get("step", 0)), str(meta.get("dtype", ""))
+    meta = read_checkpoint(path)
+    return meta.step, meta.dtype
 
 
 def torch_dtype_name(dtype: torch.dtype) -> str:

@@ -298,6 +298,10 @@ def test_a_pack_with_a_missing_or_extra_file_or_another_suite_is_refused(packed,
     edited.write_text(TINY.read_text().replace("steps = 100", "steps = 101"))
     with pytest.raises(PackError, match="check out the suite file of commit"):
         verify_pack(packed[0], load_suite(str(edited)))
+    edited_manifest = {**json.loads((pack / "manifest.json").read_text()), "cell": []}
+    (pack / "manifest.json").write_text(json.dumps(edited_manifest))
+    with pytest.raises(PackError, match=r"manifest.json \(a SliceManifest\): unknown key \$.cell; rename it to 'cells'"):
+        verify_pack(pack, suite)
     (pack / "manifest.json").write_text("{")
     with pytest.raises(PackError, match="manifest.json is not valid JSON"):
         verify_pack(pack, suite)
@@ -340,8 +344,8 @@ def test_records_too_large_for_one_file_are_split_and_merge_the_same(packed, tmp
     pack = tmp_path / "split"
     manifest = write_pack(pack, suite, device_out, cells=packed[1]["cells"], remaining=[], invocation=0,
                           device="cpu", dtype="float64")
-    archives = [f for f in manifest["files"] if f["name"].startswith("records-")]
-    assert len(archives) >= 2 and all(f["bytes"] <= 12 * 1024 for f in manifest["files"])
+    archives = [f for f in manifest.files if f.name.startswith("records-")]
+    assert len(archives) >= 2 and all(f.bytes <= 12 * 1024 for f in manifest.files)
     keys = {c.cell_id: c.key(suite) for c in expand(suite)}
     report = unpack(pack, suite, tmp_path / "res", keys)
     assert sorted(report.merged) == sorted(packed[1]["cells"])

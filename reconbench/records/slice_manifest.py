@@ -1,0 +1,106 @@
+"""A slice's pack manifest (``manifest.json``, ``reconbench-slice-pack/1``, written by ``bench/slice_pack.py``): the
+files the pack holds, the cells it carries and those that remain, the training states that travel with it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from reconbench.records.record import FileFormat, Record, unchanged
+
+
+@dataclass(frozen=True)
+class PackFile(Record):
+    """One data file of a pack: its name (by its content), size and sha256."""
+
+    name: str
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class PackCandidates(Record):
+    """The cells whose pooled candidates travel in the pack's safetensors file, and the precision they travel in."""
+
+    cells: list[str] = field(default_factory=list)
+    dtype: str = "float16"
+
+
+@dataclass(frozen=True)
+class DeferredCell(Record):
+    """A cell the slice's deadline left for the next slice: its estimate and the seconds that were left."""
+
+    cell_id: str
+    estimate_seconds: float
+    seconds_left: float
+
+
+@dataclass(frozen=True)
+class PackedState(Record):
+    """A training state travelling in the pack: its target's recipe key, step and dtype, and its file (``name``) or,
+    when split, its parts in order with the whole state's size and sha256."""
+
+    recipe_key: str
+    step: int = 0
+    dtype: str = ""
+    name: str | None = None
+    parts: list[str] | None = None
+    bytes: int | None = None
+    sha256: str | None = None
+
+    @property
+    def files(self) -> list[str]:
+        """The pack files holding the state, in the order they join."""
+        return list(self.parts) if self.parts is not None else [str(self.name)]
+
+
+@dataclass(frozen=True)
+class LeftOutState(Record):
+    """A training state that found no file left in the pack (its training starts again on the next machine)."""
+
+    recipe_key: str
+    bytes: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class SliceCosts(Record):
+    """Each started cell's cost estimate, and the (units, seconds) measured per phase: what the next cost table can
+    be made from."""
+
+    estimates: Mapping[str, float] = field(default_factory=dict)
+    measured: Mapping[str, list[list[float]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SliceManifest(Record):
+    """A pack's ``manifest.json``: the suite (name, file sha256) and commit the slice ran, its device and dtype,
+    whether it ended, and every file it holds with its sha256 (fields absent in a file read as their defaults)."""
+
+    SCHEMA = "reconbench-slice-pack/1"
+
+    format: str
+    suite: str
+    suite_sha256: str
+    commit: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    created: str | None = None
+    complete: bool = True
+    deadline_seconds: float | None = None
+    elapsed_seconds: float | None = None
+    invocation: int | None = None
+    files: list[PackFile] = field(default_factory=list)
+    cells: list[str] = field(default_factory=list)
+    candidates: PackCandidates = PackCandidates()
+    cells_remaining: list[str] = field(default_factory=list)
+    deferred: list[DeferredCell] = field(default_factory=list)
+    training: list[PackedState] = field(default_factory=list)
+    training_left_out: list[LeftOutState] = field(default_factory=list)
+    costs: SliceCosts | None = None
+
+
+#: the door of a pack's manifest.json
+SLICE_MANIFEST_FILE: FileFormat[SliceManifest] = FileFormat(
+    SliceManifest, "format", {SliceManifest.SCHEMA: unchanged},
+    fix="pass the folder that `reconbench bench SUITE --pack DIR` wrote, with this version of reconbench")

@@ -1,0 +1,72 @@
+"""The metadata of a batched-training checkpoint (``reconbench-batched-training/1``, the ``reconbench`` entry of the
+safetensors header that ``targets/batched_training.py`` writes): the settings a checkpoint must match to be resumed,
+the step it reached, its loss history, which targets diverged, and the caller's notes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconbench.records.record import FileFormat, Record
+
+CHECKPOINT_FORMAT = "reconbench-batched-training/1"
+
+
+@dataclass(frozen=True)
+class HistoryPoint(Record):
+    """The loss of each target of the checkpoint before a step."""
+
+    step: int
+    loss: list[float]
+
+
+@dataclass(frozen=True)
+class TrainerSettings(Record):
+    """What a checkpoint must match to be resumed: the number of targets, n, loss, learning rate, weight decay, the
+    host's read interval, dtype, layer widths, input dimensions and the sha256 of the training data."""
+
+    format: str
+    targets: int
+    n: int
+    loss: str
+    lr: float
+    weight_decay: float
+    loss_every: int
+    dtype: str
+    widths: list[int]
+    input_dims: list[int]
+    data_sha256: str
+
+
+@dataclass(frozen=True)
+class TrainingCheckpoint(TrainerSettings):
+    """A checkpoint's metadata: its settings, step, history, divergence notes, the sha256 of the initial first-layer
+    weights and the caller's notes (checkpoints written before these two were kept read without them)."""
+
+    step: int = 0
+    history: list[HistoryPoint] = field(default_factory=list)
+    diverged: list[str | None] = field(default_factory=list)
+    base_sha256: str | None = None
+    #: the caller's own notes (free-form JSON; ``extra`` in the file, a name the base record keeps for itself)
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _read_form(data: dict[str, Any]) -> dict[str, Any]:
+    """The file's ``extra`` (the caller's notes) as the record's ``notes``."""
+    return {("notes" if k == "extra" else k): v for k, v in data.items()}
+
+
+#: the door of a checkpoint's metadata
+TRAINING_CHECKPOINT: FileFormat[TrainingCheckpoint] = FileFormat(
+    TrainingCheckpoint, "format", {CHECKPOINT_FORMAT: _read_form},
+    fix="pass a file that BatchedChainGD.save wrote, or restart the training")
+
+
+@dataclass(frozen=True)
+class PieceNotes(Record):
+    """The notes training in pieces (``targets/resumable.py``) keeps in each target's checkpoint: the seconds spent
+    training it so far, and in how many pieces."""
+
+    seconds: float = 0.0
+    pieces: int = 0
