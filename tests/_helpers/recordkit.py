@@ -67,10 +67,11 @@ def target_info(cell: Cell, *, n_train: int | None = None, margins: tuple[float,
 
 def cell_record(cell: Cell, suite: Suite, selections: Mapping[str, Selection], *, oracle_init: bool = False,
                 status: str = "ok", attack_seconds: float = 1.0, wall_seconds: float = 2.0,
-                provenance: Mapping[str, str] = PROVENANCE, target: TargetInfo | None = None) -> CellRecord:
+                provenance: Mapping[str, str] = PROVENANCE, target: TargetInfo | None = None,
+                dtype: str = "float64") -> CellRecord:
     """The record a finished cell of ``suite`` writes, with the given selections (``pool`` is the evaluation's
     summary); no run, no per-image rows, no model card; the target's name and recipe key unless ``target`` says
-    more (:func:`target_info`)."""
+    more (:func:`target_info`); ``dtype``: the attack's precision as its spec records it."""
     return CellRecord.written(
         format=CELL_FORMAT,
         cell_id=cell.cell_id,
@@ -79,7 +80,7 @@ def cell_record(cell: Cell, suite: Suite, selections: Mapping[str, Selection], *
         status=status,
         error=None,
         seed=cell.seed,
-        spec={"dtype": "float64"},
+        spec={"dtype": dtype},
         target=target if target is not None else target_info(cell),
         attack=AttackInfo.written(label=cell.attack.label, name=cell.attack.attack),
         init=InitInfo.written(label=cell.init.label, regime=cell.init.regime, config={}, is_oracle=oracle_init),
