@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from _helpers.recordkit import board_results, cell_record, selection, write_results
 
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.leaderboard.precision_ab import AGREE, ab_groups, ab_lines, ab_pairs
 from reconbench.records import AttackInfo, CellRecord
-from tests._helpers.recordkit import board_results, cell_record, selection, write_results
 
 KKT = {"haim_binary_kkt": "mnist-binary", "multiclass_kkt": "mnist-multiclass", "general_loss_wd": "mnist-regression-wd"}
 #: Student's t quantile at 97.5% for 2 degrees of freedom (3 seeds), in closed form: for nu = 2 the distribution
