@@ -11,8 +11,9 @@ A precision that moved a number by more than chance moves it is then visible on 
 
 The pairs of one target and attack (their seeds) are also summarised as one row per precision: the count and the
 calibrated headline over seeds (mean and 95% interval, :class:`reconbench.records.board_results.Stat`, clipped to the
-values the evaluation declares), their held-out null (mean of the cells' null means, largest draw), the seconds the
-cells took, and the verdict (every seed's pair agrees, or how many do not). Boards without such pairs show nothing.
+values the evaluation declares), their held-out null (mean of the cells' null means, largest draw), the CPU and wall
+seconds the cells took, and the verdict (every seed's pair agrees, or how many do not). Boards without such pairs show
+nothing.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class PrecisionSide:
     nulls: dict[str, NullMeanMax | None]   # per AB_METRICS key
     wall_seconds: float                    # the cells' recorded wall seconds, summed
     attack_seconds: float                  # the attacks' recorded seconds, summed
+    cpu_seconds: float | None              # the cells' recorded CPU seconds, summed (None: a cell did not record it)
 
 
 @dataclass(frozen=True)
@@ -191,9 +193,11 @@ def _side(recs: Sequence[CellRecord]) -> PrecisionSide:
         stats[key] = Stat([v for r in recs if (v := _value(r, key)) is not None], value_range(key, recs))
         stored = [x for r in recs if (x := _null_mean_max(r, key)) is not None]
         nulls[key] = NullMeanMax(statistics.fmean(m for m, _ in stored), max(t for _, t in stored)) if stored else None
+    cpu = [r.cpu_seconds for r in recs]
     return PrecisionSide(_precision(recs[0]), tuple(r.cell_id for r in recs), stats, nulls,
                          sum(float(r.wall_seconds or 0.0) for r in recs),
-                         sum(float(r.attack_seconds or 0.0) for r in recs))
+                         sum(float(r.attack_seconds or 0.0) for r in recs),
+                         None if any(c is None for c in cpu) else sum(float(c or 0.0) for c in cpu))
 
 
 def ab_groups(records: Mapping[str, CellRecord]) -> list[ABGroup]:
@@ -227,23 +231,29 @@ def _null_text(n: NullMeanMax | None) -> str:
     return "n/a" if n is None else f"{n.mean:.3g}, {n.max:g}"
 
 
-def _seconds(s: float) -> str:
-    return f"{s:.1f}"
+def _seconds(s: float | None) -> str:
+    return "n/a" if s is None else f"{s:.1f}"
+
+
+def _cpu_text(side: PrecisionSide, reference: PrecisionSide) -> str:
+    """The side's CPU seconds, and on the other side their ratio to float64's."""
+    if side is reference or side.cpu_seconds is None or not reference.cpu_seconds:
+        return _seconds(side.cpu_seconds)
+    return f"{_seconds(side.cpu_seconds)} ({side.cpu_seconds / reference.cpu_seconds:.2f}x)"
 
 
 def _group_lines(groups: list[ABGroup]) -> list[str]:
     lines = ["| target | attack | precision | cells | " + " | ".join(f"{label} [95% CI] (null mean, largest)"
                                                                   for _, label in AB_METRICS)
-             + " | seconds: cells / attack (ratio to float64) | verdict |",
-             "|---|---|---|---|" + "---|" * len(AB_METRICS) + "---|---|"]
+             + " | CPU s (ratio to float64) | wall s: cells / attack | verdict |",
+             "|---|---|---|---|" + "---|" * len(AB_METRICS) + "---|---|---|"]
     for g in groups:
         for side in (g.reference, g.other):
             cols = [f"{_stat_text(side.stats[k])} ({_null_text(side.nulls[k])})" for k, _ in AB_METRICS]
-            ratio = "" if side is g.reference or not g.reference.attack_seconds else \
-                f" ({side.attack_seconds / g.reference.attack_seconds:.2f}x)"
             verdict = "" if side is g.reference else g.verdict
             lines.append(f"| {g.target} | `{g.attack}` | {side.precision} | {len(side.cells)} | " + " | ".join(cols)
-                         + f" | {_seconds(side.wall_seconds)} / {_seconds(side.attack_seconds)}{ratio} | {verdict} |")
+                         + f" | {_cpu_text(side, g.reference)} | {_seconds(side.wall_seconds)} / "
+                         + f"{_seconds(side.attack_seconds)} | {verdict} |")
     return lines
 
 
@@ -259,9 +269,9 @@ def ab_lines(records: Mapping[str, CellRecord]) -> list[str]:
              "larger of their held-out nulls' ranges for it (largest minus least over the null draws; largest minus "
              "mean on a published board, whose entries keep only those two). Per target and attack, each precision's "
              "cells over seeds: the mean with its 95% interval, the held-out null (mean of the cells' null means, "
-             "largest draw), and the cells' recorded seconds summed (the runner's wall clock per cell, and the "
-             "attack's part; on a CPU board one torch thread per cell, so about its CPU seconds on an idle "
-             "machine). The verdict says whether every seed's pair agrees.", ""]
+             "largest draw), the CPU seconds of the processes that ran the cells (all threads; a cell that trained "
+             "its target counts the training too), and their wall seconds with the attack's part (which include "
+             "the machine's other load). The verdict says whether every seed's pair agrees.", ""]
     lines += _group_lines(groups)
     agreeing = sum(1 for g in groups if g.agree)
     lines += ["", f"{agreeing} of {len(groups)} target and attack group(s) {AGREE} in every seed.", "",

@@ -38,7 +38,8 @@ def _record(cell: Cell, suite: Suite, reconstructed: float, calibrated: float, *
               "reconstructed_calibrated": {"mean": 0.0, "min": 0.0, "max": cal_null_max}}
     pool = selection({"reconstructed": reconstructed, "reconstructed_calibrated": calibrated, "n_train": 10},
                      null_spread=spread)
-    return cell_record(cell, suite, {"pool": pool}, dtype=dtype, wall_seconds=seconds + 2.0, attack_seconds=seconds)
+    return cell_record(cell, suite, {"pool": pool}, dtype=dtype, wall_seconds=seconds + 2.0, attack_seconds=seconds,
+                       cpu_seconds=seconds + 1.0)
 
 
 def _kkt_cells(suite: Suite) -> list[Cell]:
@@ -132,7 +133,8 @@ def test_a_group_summarises_its_seeds_with_the_t_interval_the_null_and_the_secon
     null = g.other.nulls["reconstructed"]
     assert null is not None and (null.mean, null.max) == (3.0, 7.0)   # mean of 2, 3, 4; largest of 5, 6, 7
     assert (g.reference.attack_seconds, g.reference.wall_seconds) == (30.0, 36.0)
-    assert (g.other.attack_seconds, g.other.wall_seconds) == (18.0, 24.0)
+    assert (g.other.attack_seconds, g.other.wall_seconds, g.other.cpu_seconds) == (18.0, 24.0, 21.0)
+    assert g.reference.cpu_seconds == 33.0
     assert g.agree is True and g.verdict == f"{AGREE} (3 of 3 seeds)"
     # one seed's calibrated count drops where its null never reached one: the group disagrees and says in how many
     shifted = next(c for c in cells if c.attack.label == "haim_binary_kkt-f32" and c.seed == 2)
@@ -147,7 +149,7 @@ def test_a_group_without_a_null_has_no_verdict(suite):
                                       dtype=c.attack.dtype or "float64") for c in cells}
     (g,) = ab_groups(records)
     assert g.agree is None and g.verdict.startswith("n/a")
-    assert g.other.nulls["reconstructed"] is None
+    assert g.other.nulls["reconstructed"] is None and g.other.cpu_seconds is None   # not recorded: not made up
 
 
 # -- the section on a rendered board ----------------------------------------------------------------------------------
@@ -161,6 +163,6 @@ def test_the_board_renders_float32_next_to_float64_per_target_and_attack(suite, 
     for attack, target in KKT.items():
         rows = [line for line in section.splitlines() if line.startswith(f"| {target} | `{attack}` |")]
         assert [r.split(" | ")[2] for r in rows] == ["float64", "float32"], rows
-        assert AGREE in rows[1] and "(0.60x)" in rows[1] and "30.0" in rows[0]
+        assert AGREE in rows[1] and "| 21.0 (0.64x) |" in rows[1] and "| 33.0 | 36.0 / 30.0 |" in rows[0]
     assert "3 of 3 target and attack group(s)" in section and "9 of 9 pair(s) agree" in section
     assert "\n".join(ab_lines({r.cell_id: r for r in records})) in readme
