@@ -5,8 +5,10 @@ A GPU board's attacks run in float32 with TF32 products (reconbench/precision.py
 float64 too. A CPU board (``precision-cpu.toml``) runs each attack twice, once per attack entry ``dtype`` (float64 and
 float32). Two such cells are paired here, and for the pooled selection's count (``reconstructed``) and its
 calibrated headline (``reconstructed_calibrated``) the board says whether they agree within the held-out null's
-spread: the difference is at most the larger of the two cells' null widths for that number (largest minus least over
-the null draws; a board's slim entry keeps only the mean and the largest, so there it is the largest minus the mean).
+spread: the difference is at most the larger of the two cells' null excursions for that number (the largest null draw
+minus the draws' mean: how far chance alone lifts the number above its typical value). The excursion, not the range
+(largest minus least), because a published board's slim entries keep only the mean and the largest draw: a rule that
+read the least would give a draft board, the published one and ``--verify``'s re-rendering three different verdicts.
 A precision that moved a number by more than chance moves it is then visible on the board.
 
 The pairs of one target and attack (their seeds) are also summarised as one row per precision: the count and the
@@ -40,7 +42,7 @@ AGREE = "agree within the null's spread"
 class ABValue:
     reference: float | None   # the float64 cell's
     other: float | None
-    tolerance: float | None   # the larger null width of the two cells (None: no null recorded)
+    tolerance: float | None   # the larger null excursion of the two cells (None: no null recorded)
 
     @property
     def agree(self) -> bool | None:
@@ -142,18 +144,11 @@ def _null_mean_max(rec: CellRecord, key: str) -> tuple[float, float] | None:
     return None if mean is None or top is None else (mean, top)
 
 
-def _null_range(rec: CellRecord, key: str) -> float | None:
-    """The width of the selection's held-out null draws: largest minus least, or largest minus mean where only those
-    two are stored (None: not recorded)."""
-    null = rec.selection(SELECTION).null
-    raw = (null.spread or {}).get(key) if null is not None else None
-    if isinstance(raw, list):   # a slim entry's [mean, largest] (bench/entries.SPREAD_FIELDS): no least is kept
-        stored = _null_mean_max(rec, key)
-        return None if stored is None else stored[1] - stored[0]
-    spread = null.spread_of(key) if null is not None else None
-    if spread is None or spread.max is None or spread.min is None:
-        return None
-    return float(spread.max) - float(spread.min)
+def _null_excursion(rec: CellRecord, key: str) -> float | None:
+    """The selection's held-out null's largest draw minus its mean, the same from a full record, a slim entry and an
+    expanded one (None: not recorded)."""
+    stored = _null_mean_max(rec, key)
+    return None if stored is None else stored[1] - stored[0]
 
 
 def _value(rec: CellRecord, key: str) -> float | None:
@@ -163,8 +158,8 @@ def _value(rec: CellRecord, key: str) -> float | None:
 def _pair(ref: CellRecord, other: CellRecord) -> ABPair:
     values = {}
     for key, _ in AB_METRICS:
-        ranges = [x for x in (_null_range(ref, key), _null_range(other, key)) if x is not None]
-        values[key] = ABValue(_value(ref, key), _value(other, key), max(ranges) if ranges else None)
+        widths = [x for x in (_null_excursion(ref, key), _null_excursion(other, key)) if x is not None]
+        values[key] = ABValue(_value(ref, key), _value(other, key), max(widths) if widths else None)
     return ABPair(ref.cell_id, other.cell_id, _precision(other), values)
 
 
@@ -266,8 +261,8 @@ def ab_lines(records: Mapping[str, CellRecord]) -> list[str]:
     lines = ["## Precision A/B (float64 against another precision)", "",
              "The same target, init, seed, attack options and search runs in float64 and in another precision "
              "(reconbench/leaderboard/precision_ab.py). A number agrees when the two cells differ by at most the "
-             "larger of their held-out nulls' ranges for it (largest minus least over the null draws; largest minus "
-             "mean on a published board, whose entries keep only those two). Per target and attack, each precision's "
+             "larger of their held-out nulls' excursions for it (the largest null draw minus the draws' mean). "
+             "Per target and attack, each precision's "
              "cells over seeds: the mean with its 95% interval, the held-out null (mean of the cells' null means, "
              "largest draw), the CPU seconds of the processes that ran the cells (all threads; a cell that trained "
              "its target counts the training too), and their wall seconds with the attack's part (which include "
@@ -276,7 +271,7 @@ def ab_lines(records: Mapping[str, CellRecord]) -> list[str]:
     agreeing = sum(1 for g in groups if g.agree)
     lines += ["", f"{agreeing} of {len(groups)} target and attack group(s) {AGREE} in every seed.", "",
               "Per seed:", "",
-              "| float64 cell | other cell | precision | " + " | ".join(f"{label} (float64 / other, null range)"
+              "| float64 cell | other cell | precision | " + " | ".join(f"{label} (float64 / other, null excursion)"
                                                                   for _, label in AB_METRICS) + " | agree |",
               "|---|---|---|" + "---|" * len(AB_METRICS) + "---|"]
     for p in pairs:
