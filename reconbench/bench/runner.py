@@ -342,7 +342,7 @@ def run_cell(
     quiet: bool,
 ) -> dict[str, Any]:
     """Run one cell; return its record (status ok / failed / unavailable). Raises only on interrupt."""
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     rec = _base_record(cell, suite, spec, invocation)
     try:
         resolved = resolve_run(spec, cell.recipe.family)   # names, options and protocol: once, before training
@@ -370,7 +370,7 @@ def run_cell(
         raise
     except Exception as exc:
         record_error(rec, exc)
-    return stamp_record(rec, cell, spec, time.perf_counter() - t0)
+    return stamp_record(rec, cell, spec, time.perf_counter() - t0, cpu_seconds=time.process_time() - cpu0)
 
 
 def record_error(rec: dict[str, Any], exc: BaseException) -> None:
@@ -384,9 +384,13 @@ def record_error(rec: dict[str, Any], exc: BaseException) -> None:
     }
 
 
-def stamp_record(rec: dict[str, Any], cell: Cell, spec: RunSpec, wall_seconds: float) -> dict[str, Any]:
-    """Wall time, finish time, provenance and the machine that ran the cell."""
+def stamp_record(rec: dict[str, Any], cell: Cell, spec: RunSpec, wall_seconds: float, *,
+                 cpu_seconds: float | None = None) -> dict[str, Any]:
+    """Wall time (and the process's CPU time, where the cell ran in this process), finish time, provenance and the
+    machine that ran the cell."""
     rec["wall_seconds"] = wall_seconds
+    if cpu_seconds is not None:
+        rec["cpu_seconds"] = cpu_seconds
     rec["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     rec["provenance"] = provenance(rec["spec"], spec.device, spec.dtype, cell.seed)
     rec["machine"] = machine.describe(spec.device)

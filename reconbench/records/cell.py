@@ -218,6 +218,8 @@ class CellRecord(Record):
     attack_seconds: float | None = None
     error: Mapping[str, Any] | None = None
     wall_seconds: float | None = None
+    #: the CPU seconds of the process that ran the cell, all its threads (absent in records written before it was kept)
+    cpu_seconds: float | None = None
     finished: str | None = None
     provenance: Mapping[str, Any] | None = None
     machine: Mapping[str, Any] | None = None

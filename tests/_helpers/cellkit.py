@@ -8,6 +8,7 @@ from typing import Any
 # Fields that say when, where and how fast a cell ran, not what it computed: left out of the comparisons.
 TIMING_AND_HOST = {
     "wall_seconds",  # the cell's wall time
+    "cpu_seconds",  # the CPU time of the process that ran it
     "attack_seconds",  # the sum of its search runs' times
     "seconds",  # a search run's time (runs[*]) and the certificate's time (target.train_metrics.certificate)
     "load_or_train_seconds",  # target: time to train or load

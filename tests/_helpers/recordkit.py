@@ -67,10 +67,12 @@ def target_info(cell: Cell, *, n_train: int | None = None, margins: tuple[float,
 
 def cell_record(cell: Cell, suite: Suite, selections: Mapping[str, Selection], *, oracle_init: bool = False,
                 status: str = "ok", attack_seconds: float = 1.0, wall_seconds: float = 2.0,
-                provenance: Mapping[str, str] = PROVENANCE, target: TargetInfo | None = None) -> CellRecord:
+                provenance: Mapping[str, str] = PROVENANCE, target: TargetInfo | None = None,
+                dtype: str = "float64", cpu_seconds: float | None = None) -> CellRecord:
     """The record a finished cell of ``suite`` writes, with the given selections (``pool`` is the evaluation's
     summary); no run, no per-image rows, no model card; the target's name and recipe key unless ``target`` says
-    more (:func:`target_info`)."""
+    more (:func:`target_info`); ``dtype``: the attack's precision as its spec records it; ``cpu_seconds``: the
+    process's CPU seconds, recorded only when given."""
     return CellRecord.written(
         format=CELL_FORMAT,
         cell_id=cell.cell_id,
@@ -79,7 +81,7 @@ def cell_record(cell: Cell, suite: Suite, selections: Mapping[str, Selection], *
         status=status,
         error=None,
         seed=cell.seed,
-        spec={"dtype": "float64"},
+        spec={"dtype": dtype},
         target=target if target is not None else target_info(cell),
         attack=AttackInfo.written(label=cell.attack.label, name=cell.attack.attack),
         init=InitInfo.written(label=cell.init.label, regime=cell.init.regime, config={}, is_oracle=oracle_init),
@@ -87,6 +89,7 @@ def cell_record(cell: Cell, suite: Suite, selections: Mapping[str, Selection], *
         evaluation=StoredEvaluation.written(summary=dict(selections["pool"].summary), per_image=[]),
         attack_seconds=attack_seconds,
         wall_seconds=wall_seconds,
+        **({} if cpu_seconds is None else {"cpu_seconds": cpu_seconds}),
         invocation=0,
         provenance=dict(provenance),
     )

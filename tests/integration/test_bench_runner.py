@@ -127,6 +127,7 @@ def test_cells_record_runs_and_independently_scored_selections(tmp_path, toy_att
         batches[key] = max(batches.get(key, 0.0), r["seconds"])
     assert rec["attack_seconds"] == pytest.approx(sum(batches.values()))
     assert rec["wall_seconds"] >= rec["attack_seconds"]
+    assert rec["cpu_seconds"] > 0   # the CPU time of the process that ran the cell (it ran in this one)
     assert rec["provenance"]["reconbench_version"] and rec["machine"]["cores"] >= 1
     assert rec["target"]["train_metrics"]["train_error"] is not None
     assert (out / rec["target"]["card_file"]).exists()
