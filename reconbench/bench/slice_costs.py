@@ -470,3 +470,16 @@ def run_step_seconds(table: CostTable, work: CellWork) -> float:
 def target_training_seconds(table: CostTable, work: CellWork) -> float:
     """Seconds of ``work``'s target's whole training in pieces at ``table``'s rate, its set-up aside."""
     return table.train.rate * work.train
+
+
+def break_even_budget(works: list[CellWork], table: CostTable, slices: int, start: float, stop: float,
+                      progress: Mapping[str, float] | None = None) -> float | None:
+    """The least whole number of seconds in ``[start, stop]`` a slice needs for ``works`` to fit in ``slices``
+    slices at ``table``'s speed; None when none of them does. A scan, not a bisection: the first-fit walk can
+    take more slices at a longer budget than at a shorter one (a cell that now fits earlier displaces training)."""
+    budget = math.ceil(start)
+    while budget <= stop:
+        if fits_in(works, table, budget, slices, progress):
+            return float(budget)
+        budget += 1
+    return None

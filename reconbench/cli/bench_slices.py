@@ -19,6 +19,7 @@ from reconbench.bench.slice_costs import (
     CellWork,
     CostModel,
     SlicePlan,
+    break_even_budget,
     break_even_speed,
     cell_work,
     plan_slices,
@@ -114,12 +115,12 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
                                                         "fit no slice"))
     click.echo(f"{sum(len(x) for x in plan.slices)} cell(s) in {len(plan.slices)} slice(s), {len(plan.unfit)} that "
                "fit none")
-    for line in break_even_lines(works, model.prior, deadline - reserve, len(plan.slices), progress, names):
+    for line in break_even_lines(works, model.prior, deadline - reserve, reserve, len(plan.slices), progress, names):
         click.echo(line)
     return plan
 
 
-def break_even_lines(works: list[CellWork], table: CostTable, budget: float, planned: int,
+def break_even_lines(works: list[CellWork], table: CostTable, budget: float, reserve: float, planned: int,
                      progress: dict[str, float] | None, names: dict[str, str]) -> list[str]:
     """What speed of the device the plan's count hangs on: the least speed (times the table's) at which the cells
     fit in one slice fewer than planned, and down to which they still fit in as many; each in the table's own
@@ -138,7 +139,8 @@ def break_even_lines(works: list[CellWork], table: CostTable, budget: float, pla
                        f"({names[step.target_key]}, {step.runs} runs batched: "
                        f"{run_step_seconds(table, step) * step.runs / speed * 1e3:.2f} ms)")
         if table.peak_fraction is not None:
-            out.append(f"{table.peak_fraction * speed:.1%} of peak")
+            fraction = table.peak_fraction * speed
+            out.append(f"{fraction:.1%} of peak" + (" (past the peak: out of reach)" if fraction > 1 else ""))
         return ", ".join(out)
 
     lines = []
@@ -150,8 +152,12 @@ def break_even_lines(works: list[CellWork], table: CostTable, budget: float, pla
             lines.append(f"break-even: no speed fits these cells in {n} slice(s) of {budget:g}s (fixed seconds alone "
                          "pass it)")
             continue
-        lines.append(f"break-even for {n} slice(s): a device {speed:.3f}x the table's speed per unit "
-                     f"(the table: 1x): {terms(speed)}")
+        lines.append(f"break-even for all {len(works)} cell(s) in {n} slice(s): a device {speed:.3f}x the table's "
+                     f"speed per unit (the table: 1x): {terms(speed)}")
+        if speed > 1:
+            longer = break_even_budget(works, table, n, budget, 2 * budget, progress)
+            lines.append(f"  or, at the table's speed, slices of {longer:g}s: --deadline {longer + reserve:g}"
+                         if longer is not None else f"  (at the table's speed, no slice up to {2 * budget:g}s does)")
     if step is not None and step.steps:
         run = run_step_seconds(table, step) * step.steps
         need = run / RUN_SECONDS_TARGET   # the least speed at which one run takes the target's seconds

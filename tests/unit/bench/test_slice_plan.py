@@ -325,7 +325,7 @@ def test_plan_command_prints_the_break_even_of_one_slice_fewer_by_the_closed_for
     assert "2 cell(s) in 2 slice(s)" in text
     speed = (20.0 + 2 * SAFETY_FACTOR * 8.0) / (25.0 - 2 * SAFETY_SECONDS)
     assert f"{speed:.3f}" == "1.905"
-    assert f"break-even for 1 slice(s): a device {speed:.3f}x the table's speed" in text
+    assert f"break-even for all 2 cell(s) in 1 slice(s): a device {speed:.3f}x the table's speed" in text
     assert f"{0.4 * speed:.1%} of peak" in text
     per_run = 8.0 / run[0]   # seconds of one search run of run[1] steps
     assert f"30s asks for at most {30.0 / run[1] * 1e3:.3f} ms per step" in text
