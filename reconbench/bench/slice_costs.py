@@ -21,7 +21,12 @@ The seconds of a phase with ``u`` units: before the slice has measured it, the p
 device's cost table (:data:`PRIORS`, or a file given with ``--costs``: the probe's numbers); once the slice has
 measured it, the largest measured ``seconds x max(1, u / u_measured)`` (a smaller cell is assumed to cost what the
 measured one did, a larger one proportionally more: conservative whether the fixed part or the rate dominates).
-The estimate is ``margin x (train + attack + evaluate) + extra`` seconds.
+A cell's estimate is ``margin x (train + attack + evaluate) + extra`` seconds. Training in pieces is planned apart
+and without the margin (:func:`training_seconds`: it is resumable, so an overrun delays it but loses nothing).
+
+Cost tables and the probe's JSON are read through their typed records (``reconbench.records.cost_table``);
+:func:`break_even_speed` and :func:`break_even_budget` say how much faster a device, or how much longer a slice,
+would take a plan to fewer slices.
 """
 
 from __future__ import annotations
