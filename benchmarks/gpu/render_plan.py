@@ -85,8 +85,8 @@ def account(name: str) -> str:
     model = CostModel(prior=table)
     plan = plan_slices(works, model, deadline - PACK_RESERVE_SECONDS)
     by_id = {w.cell_id: w for w in works}
-    head = ["slice", "training", "its set-ups", "attacks", "evaluations", "cells' fixed s", "cells' margin",
-            "kept for the pack", "idle", "total"]
+    head = ["slice", "training", "its set-ups", "cards rebuilt", "attacks", "evaluations", "cells' fixed s",
+            "cells' margin", "kept for the pack", "idle", "total"]
     rows: list[list[Any]] = []
     for i, ids in enumerate(plan.slices):
         setups = table.train.fixed * len(plan.training[i])
@@ -96,7 +96,9 @@ def account(name: str) -> str:
         fixed = sum(table.phase("attack", by_id[c].precision).fixed + table.evaluate.fixed for c in ids)
         margin = sum(model.estimate(by_id[c], False) for c in ids) - attack - evaluate - fixed
         idle = deadline - PACK_RESERVE_SECONDS - plan.seconds[i]
-        rows.append([i + 1, trained, setups, attack, evaluate, fixed, margin, PACK_RESERVE_SECONDS, idle, deadline])
+        cards = table.train.fixed * plan.cards[i]
+        rows.append([i + 1, trained, setups, cards, attack, evaluate, fixed, margin, PACK_RESERVE_SECONDS, idle,
+                     deadline])
     rows.append(["all", *(sum(float(r[k]) for r in rows) for k in range(1, len(head)))])
     text = tabulate(rows, headers=head, tablefmt="github", floatfmt=".0f")
     begin, end = markers(name + "-account")

@@ -349,6 +349,8 @@ class SlicePlan:
     training: list[dict[str, float]] = field(default_factory=list)
     #: per target trained in pieces: the slice (0-based) in which its training ends
     trained_in: dict[str, int] = field(default_factory=dict)
+    #: per slice, how many cards of targets trained in an earlier slice it rebuilds from their final states first
+    cards: list[int] = field(default_factory=list)
 
     def finished_in(self, cell_ids: Iterable[str]) -> int | None:
         """The slice (0-based) by whose end every cell of ``cell_ids`` has run (None: one of them never runs)."""
@@ -382,7 +384,9 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS` past the training's
     set-up) to the first group of targets, in the cells' order, whose training in pieces is unfinished; when that
     training ends inside the slice, the walk starts again (its cells can now run) and the next group trains;
-    otherwise the slice is full. Training is counted as expected, without the cells' safety factor
+    otherwise the slice is full. Before all that, a slice rebuilds the card of every target trained in an earlier
+    slice whose cells remain (the table's fixed training seconds each, as a training piece's set-up). Training is
+    counted as expected, without the cells' safety factor
     (:func:`training_seconds`), and a group pays its set-up (the table's fixed training seconds) in every slice
     it trains in: a bare machine builds the stack and captures its graph again. A finished training state travels,
     so a target trained in one slice is ready in every later one. A cell that does not fit even an empty slice, its
@@ -405,6 +409,10 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     ready: set[str] = set()
     while todo:
         slot = Slot(model, budget)
+        # first, as the executor does, the card of every target whose training ended in an earlier slice and whose
+        # cells remain is rebuilt from its final state: a training piece's set-up each
+        cards = len({w.target_key for w in todo if w.pieces and w.target_key in ready})
+        slot.spent += setup * cards
         taken: list[str] = []
         trained: dict[str, float] = {}
         while True:
@@ -431,6 +439,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         plan.slices.append(taken)
         plan.seconds.append(slot.spent)
         plan.training.append(trained)
+        plan.cards.append(cards)
         todo = [w for w in todo if w.cell_id not in set(taken)]
     return plan
 

@@ -80,24 +80,26 @@ UNIT_TABLE = {"train": {"fixed": 10.0, "rate": 1.0}, "attack": {"fixed": 0.0, "r
 def test_four_targets_fit_three_slices_only_when_resumable_training_carries_no_safety_factor():
     """Slices of 346 s; cells a, c, d estimate at 1.25 x 120 + 2 = 152 s, b at 1.25 x 40 + 2 = 52 s; training is
     what it takes (no factor: an overrun is not lost, the state goes on), its set-up of 10 s paid in every slice a
-    group trains in.
+    group trains in, and again for each card a slice rebuilds from a final state of an earlier slice.
 
     slice 1: g1 trains 10 + 200 = 210; a (362) does not fit, b does (262); g2 gets 346 - 262 - 2 - 10 = 72 of its
              100 after its set-up (344);
-    slice 2: a 152; g2 its set-up and last 28 (190): c is ready, its cell 152 (342); g3 would get 346 - 342 - 2 - 10
-             < 1 s: the slice ends;
-    slice 3: g3 trains 10 + 100 = 110, its cell 152 (262).
-    Priced as before (the cells' factor on training too, the set-up once: g1 1.25 x 210 = 262.5, g2 and g3 137.5),
-    the same cells need 1.25 x 430 + 3 x 152 + 52 = 1,045.5 s, more than three slices' 3 x 344: four."""
+    slice 2: a's card 10, a's cell 152 (162); g2 its set-up and last 28 (200): c is ready, its cell (352) does not
+             fit; g3 trains 10 + 100 (310), d's cell (462) does not fit either;
+    slice 3: c's and d's cards 20, their cells 2 x 152 (324).
+    Priced as before (the cells' factor on training too, the set-up once, cards free: g1 1.25 x 210 = 262.5, g2
+    and g3 137.5), the same cells need 1.25 x 430 + 3 x 152 + 52 = 1,045.5 s, more than three slices' 3 x 344:
+    four."""
     works = four_targets((120.0, 40.0, 120.0, 120.0))
     model = CostModel.for_device("cuda", UNIT_TABLE)
     assert [model.estimate(w, False) for w in works] == [152.0, 52.0, 152.0, 152.0]
     plan = plan_slices(works, model, 346.0)
-    assert plan.slices == [["B"], ["A", "C"], ["D"]] and plan.unfit == {}
-    assert plan.seconds == pytest.approx([210 + 52 + 82, 152 + 38 + 152, 110 + 152])
-    assert plan.training == [pytest.approx({"g1": 210.0, "g2": 82.0}), pytest.approx({"g2": 38.0}),
-                             pytest.approx({"g3": 110.0})]
-    assert plan.trained_in == {"a": 0, "b": 0, "c": 1, "d": 2} and plan.finished_in("ABCD") == 2
+    assert plan.slices == [["B"], ["A"], ["C", "D"]] and plan.unfit == {}
+    assert plan.seconds == pytest.approx([210 + 52 + 82, 10 + 152 + 38 + 110, 20 + 2 * 152])
+    assert plan.training == [pytest.approx({"g1": 210.0, "g2": 82.0}), pytest.approx({"g2": 38.0, "g3": 110.0}),
+                             {}]
+    assert plan.cards == [0, 1, 2]
+    assert plan.trained_in == {"a": 0, "b": 0, "c": 1, "d": 1} and plan.finished_in("ABCD") == 2
     old_work = SAFETY_FACTOR * (210 + 110 + 110) + 3 * 152 + 52
     assert old_work == 1045.5 and math.ceil(old_work / (346 - SAFETY_SECONDS)) == 4
 
