@@ -44,6 +44,7 @@ from cell_time_account import step_flops  # noqa: E402
 
 from reconbench import plugins  # noqa: E402
 from reconbench.attack.candidates import candidate_labels  # noqa: E402
+from reconbench.records.cost_table import PROBE_SCHEMA  # noqa: E402
 from reconbench.targets.batched_training import BatchedChainGD  # noqa: E402
 
 SIZES: dict[str, dict[str, Any]] = {
@@ -179,7 +180,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("--device cuda: torch sees no GPU here; pass --device cpu (with --tiny)")
     size = SIZES["tiny" if args.tiny else "paper"]
     t0 = time.perf_counter()
-    result: dict[str, Any] = {"benchmark": "GPU probe: batched trainer and batched KKT attack", "tiny": args.tiny,
+    result: dict[str, Any] = {"format": PROBE_SCHEMA,
+                              "benchmark": "GPU probe: batched trainer and batched KKT attack", "tiny": args.tiny,
                               "conditions": conditions(str(device)), "sizes": size, "trainer": [], "attack": [],
                               "skipped": []}
     if device.type == "cuda":

@@ -21,12 +21,16 @@ The seconds of a phase with ``u`` units: before the slice has measured it, the p
 device's cost table (:data:`PRIORS`, or a file given with ``--costs``: the probe's numbers); once the slice has
 measured it, the largest measured ``seconds x max(1, u / u_measured)`` (a smaller cell is assumed to cost what the
 measured one did, a larger one proportionally more: conservative whether the fixed part or the rate dominates).
-The estimate is ``margin x (train + attack + evaluate) + extra`` seconds.
+A cell's estimate is ``margin x (train + attack + evaluate) + extra`` seconds. Training in pieces is planned apart
+and without the margin (:func:`training_seconds`: it is resumable, so an overrun delays it but loses nothing).
+
+Cost tables and the probe's JSON are read through their typed records (``reconbench.records.cost_table``);
+:func:`break_even_speed` and :func:`break_even_budget` say how much faster a device, or how much longer a slice,
+would take a plan to fewer slices.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +43,18 @@ from reconbench.config import build_config
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.precision import MATMUL_PRECISIONS, attack_precision
 from reconbench.preflight import TargetSize
+from reconbench.provenance import read_json
+from reconbench.records.cost_table import (
+    PROBE_FILE,
+    CostTable,
+    PhaseCost,
+    Probe,
+    ProbeAttackRow,
+    ProbeTrainerRow,
+    is_probe,
+    read_cost_table,
+)
+from reconbench.records.record import mapping, number
 from reconbench.targets.recipe import TargetRecipe
 from reconbench.targets.resumable import batch_group, resumable_reason
 
@@ -57,11 +73,11 @@ MIN_TRAINING_SECONDS = 1.0
 #: second of attack, a tenth of evaluation; large cells at about 1 GFLOP/s).
 #: cuda: an H100 before the probe's numbers (benchmarks/gpu/README.md): the one paper-size attack run timed here took
 #: 4.4 ms per step at m = 1000 and P = 4.07e6 (about 1.1e-12 s per unit); training assumed no faster per unit.
-PRIORS: dict[str, dict[str, dict[str, float]]] = {
-    "cpu": {"train": {"fixed": 3.0, "rate": 1e-8}, "attack": {"fixed": 1.0, "rate": 2e-8},
-            "evaluate": {"fixed": 3.0, "rate": 1e-7}},
-    "cuda": {"train": {"fixed": 15.0, "rate": 2e-12}, "attack": {"fixed": 5.0, "rate": 2e-12},
-             "evaluate": {"fixed": 15.0, "rate": 1e-9}},
+PRIORS: dict[str, CostTable] = {
+    "cpu": CostTable(train=PhaseCost(fixed=3.0, rate=1e-8), attack=PhaseCost(fixed=1.0, rate=2e-8),
+                     evaluate=PhaseCost(fixed=3.0, rate=1e-7)),
+    "cuda": CostTable(train=PhaseCost(fixed=15.0, rate=2e-12), attack=PhaseCost(fixed=5.0, rate=2e-12),
+                      evaluate=PhaseCost(fixed=15.0, rate=1e-9)),
 }
 
 
@@ -80,6 +96,13 @@ class CellWork:
     pieces: bool = False
     group: str = ""
     precision: str = ""   # the attack's matrix products (reconbench.precision): float64, float32 or tf32
+    runs: int = 0         # search runs of the cell's attack
+    steps: int = 0        # steps of one search run
+
+    @property
+    def run_step(self) -> float:
+        """The attack units of one step of one search run (candidates x ``P``); 0 for an attack without steps."""
+        return self.attack / (self.runs * self.steps) if self.runs and self.steps else 0.0
 
     def units(self, phase: str, trains: bool) -> float:
         if phase == "train":
@@ -134,6 +157,8 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
         pieces=in_pieces,
         group=batch_group(cell.recipe) if in_pieces else "",
         precision=_matmul(cell, dtype, device) if device else "",
+        runs=int(cell.attack.search_runs),
+        steps=steps,
     )
 
 
@@ -153,10 +178,15 @@ def device_kind(device: str) -> str:
 PROBE_ATTACK_PRECISION = {"float64": "float64", "float32": "tf32"}
 
 
-def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", attack_precision: str = "tf32",
-                     source: str = "") -> dict[str, Any]:
-    """A cost table from the GPU probe's JSON (``benchmarks/gpu/probe.py``): the rate of each phase in seconds per
-    unit of this module's work.
+#: the measured precisions a precision the probe did not reach is priced as, in order
+SLOWER_PRECISIONS: dict[str, tuple[str, ...]] = {"tf32": ("float32", "float64"), "float32": ("float64",)}
+
+
+def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "float64",
+                     attack_precision: str = "tf32", source: str = "") -> CostTable:
+    """A cost table from the GPU probe's JSON (``benchmarks/gpu/probe.py``, read through
+    :data:`~reconbench.records.cost_table.PROBE_FILE`): the rate of each phase in seconds per unit of this module's
+    work.
 
     - train: the batched trainer's rows of ``train_dtype`` with the CUDA graph (every row where none was captured),
       the slowest per target-step (a stack of one target, the paper suite's usual group); its units per
@@ -166,128 +196,106 @@ def costs_from_probe(probe: Mapping[str, Any], *, train_dtype: str = "float64", 
     - fixed seconds, and the whole evaluate phase (the probe does not time it): the built-in ``cuda`` table's.
     Raises when the probe measured no row a phase needs (it ran past its budget, say)."""
     prior = PRIORS["cuda"]
+    where = f"probe {source}" if source else "the probe"
+    rec = probe if isinstance(probe, Probe) else PROBE_FILE.decode(dict(probe), source or None)
 
-    def ok(rows: object) -> list[dict[str, Any]]:
-        if not isinstance(rows, list):
-            return []
-        return [r for r in rows if isinstance(r, dict) and "error" not in r]
-
-    def train_rows(dtype: str) -> list[dict[str, Any]]:
-        rows = [r for r in ok(probe.get("trainer")) if r.get("dtype") == dtype and r.get("target_steps_per_second")]
-        return [r for r in rows if r.get("cuda_graph")] or rows
+    def train_rows(dtype: str) -> list[ProbeTrainerRow]:
+        rows = [r for r in rec.trainer if r.measured and r.dtype == dtype]
+        return [r for r in rows if r.cuda_graph] or rows
 
     # a precision the probe did not reach (its budget ran out) is priced as a slower one it measured: float32
     # training as float64, TF32 products as float32 or float64 (pessimistic: a cell may wait, none overruns)
     train = train_rows(train_dtype) or (train_rows("float64") if train_dtype == "float32" else [])
 
-    def attack_rows(precision: str) -> list[dict[str, Any]]:
-        rows = [r for r in ok(probe.get("attack")) if r.get("precision") == precision
-                and r.get("seconds_per_step") and r["seconds_per_step"] > 0]
-        graph = [r for r in rows if (r.get("batch") or {}).get("cuda_graph")]
-        rows = graph or rows
-        most = max((int(r["runs"]) for r in rows), default=0)
-        return [r for r in rows if int(r["runs"]) == most]
+    def attack_rows(precision: str) -> list[ProbeAttackRow]:
+        rows = [r for r in rec.attack if r.measured and r.precision == precision]
+        rows = [r for r in rows if r.graph] or rows
+        most = max((int(r.runs or 0) for r in rows), default=0)
+        return [r for r in rows if r.runs == most]
 
-    slower = {"tf32": ("float32", "float64"), "float32": ("float64",)}.get(attack_precision, ())
+    slower = SLOWER_PRECISIONS[attack_precision] if attack_precision in SLOWER_PRECISIONS else ()
     attack = attack_rows(attack_precision) or next((rows for p in slower if (rows := attack_rows(p))), [])
-    where = f"probe {source}" if source else "the probe"
     if not train or not attack:
         phase = "trainer" if not train else "attack"
         want = f"dtype {train_dtype}" if not train else f"precision {attack_precision}"
         raise ReconbenchError(f"{where} has no {phase} row of {want}; run benchmarks/gpu/probe.py with a larger "
                               "--budget, or write the cost table by hand")
 
-    def train_rate(r: dict[str, Any]) -> float:
-        units = float(r["flops_per_step"]) / int(r["targets"]) / 6.0
-        return 1.0 / float(r["target_steps_per_second"]) / units
+    def train_rate(r: ProbeTrainerRow) -> float:
+        units = float(r.flops_per_step or 0.0) / int(r.targets or 1) / 6.0
+        return 1.0 / float(r.target_steps_per_second or 0.0) / units
 
-    def attack_rate(r: dict[str, Any]) -> float:
-        layers = [int(x) for x in r["layers"]]
-        weights = sum(a * b for a, b in zip(layers[:-1], layers[1:], strict=True))
-        return float(r["seconds_per_step"]) / (int(r["runs"]) * int(r["m"]) * weights)
+    def attack_rate(r: ProbeAttackRow) -> float:
+        layers = [int(x) for x in r.layers or []]
+        weights = sum(a * b for a, b in zip(layers[:-1], layers[1:], strict=False))
+        return float(r.seconds_per_step or 0.0) / (int(r.runs or 1) * int(r.m or 1) * weights)
 
     t = max(train, key=train_rate)
     a = max(attack, key=attack_rate)
-    table: dict[str, Any] = {
-        "train": {"fixed": prior["train"]["fixed"], "rate": train_rate(t)},
-        "attack": {"fixed": prior["attack"]["fixed"], "rate": attack_rate(a)},
-        "evaluate": dict(prior["evaluate"])}
-    for precision in MATMUL_PRECISIONS:   # each precision the probe measured, for cells that ask for it
-        rows = attack_rows(precision)
-        if rows:
-            table[f"attack@{precision}"] = {"fixed": prior["attack"]["fixed"], "rate": max(map(attack_rate, rows))}
-    table["from_probe"] = {"source": source, "device": (probe.get("conditions") or {}).get("device"),
-                           "train": {k: t.get(k) for k in ("targets", "dataset", "dtype", "cuda_graph",
-                                                          "target_steps_per_second")},
-                           "attack": {k: a.get(k) for k in ("runs", "m", "precision", "seconds_per_step")}}
-    return table
+    # each precision the probe measured, for cells that ask for it
+    at = {p: PhaseCost(fixed=prior.attack.fixed, rate=max(map(attack_rate, rows)))
+          for p in MATMUL_PRECISIONS if (rows := attack_rows(p))}
+    about = {"from_probe": {"source": source, "device": rec.device,
+                            "train": {"targets": t.targets, "dataset": t.dataset, "dtype": t.dtype,
+                                      "cuda_graph": t.cuda_graph, "target_steps_per_second": t.target_steps_per_second},
+                            "attack": {"runs": a.runs, "m": a.m, "precision": a.precision,
+                                       "seconds_per_step": a.seconds_per_step}}}
+    return CostTable(train=PhaseCost(fixed=prior.train.fixed, rate=train_rate(t)),
+                     attack=PhaseCost(fixed=prior.attack.fixed, rate=attack_rate(a)),
+                     evaluate=prior.evaluate, attack_at=at, about=about)
 
 
-def is_probe(data: object) -> bool:
-    return isinstance(data, dict) and isinstance(data.get("trainer"), list) and isinstance(data.get("attack"), list)
-
-
-def read_costs(path: Path, *, train_dtype: str = "float64", attack_dtype: str = "float64") -> dict[str, dict[str, float]]:
-    """A cost table file: ``{"train": {"fixed": s, "rate": s_per_unit}, "attack": ..., "evaluate": ...}`` (a
-    file may also hold other keys, e.g. where the numbers were measured); every phase is required. The GPU probe's
-    JSON is read as the table :func:`costs_from_probe` makes of it, for targets trained in ``train_dtype`` and
-    attacks in ``attack_dtype``."""
-    fix = 'write {"train": {"fixed": SECONDS, "rate": SECONDS_PER_UNIT}, "attack": ..., "evaluate": ...}'
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ReconbenchError(f"cost table {path} does not exist; pass a JSON file or leave --costs out") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReconbenchError(f"cost table {path} is not valid JSON ({exc}); {fix}") from None
+def read_costs(path: Path, *, train_dtype: str = "float64", attack_dtype: str = "float64") -> CostTable:
+    """A cost table file (:data:`~reconbench.records.cost_table.COST_TABLE_FILE`: ``{"train": {"fixed": s, "rate":
+    s_per_unit}, "attack": ..., "evaluate": ...}``, every phase required). The GPU probe's JSON is read as the table
+    :func:`costs_from_probe` makes of it, for targets trained in ``train_dtype`` and attacks in ``attack_dtype``."""
+    data = read_json(Path(path), missing="pass a JSON file or leave --costs out", damaged="restore it, or write "
+                     'it again: {"train": {"fixed": SECONDS, "rate": SECONDS_PER_UNIT}, "attack": ..., "evaluate": ...}')
     if is_probe(data):
-        data = costs_from_probe(data, train_dtype=train_dtype,
+        return costs_from_probe(PROBE_FILE.decode(data, path), train_dtype=train_dtype,
                                 attack_precision=PROBE_ATTACK_PRECISION.get(attack_dtype, attack_dtype),
                                 source=str(path))
-    table: dict[str, dict[str, float]] = {}
-    for phase in PHASES:
-        entry = data.get(phase) if isinstance(data, dict) else None
-        ok = isinstance(entry, dict) and all(isinstance(entry.get(k), (int, float)) and not isinstance(entry.get(k), bool)
-                                             and math.isfinite(entry[k]) and entry[k] >= 0 for k in ("fixed", "rate"))
-        if not ok:
-            raise ReconbenchError(f"cost table {path}: phase {phase!r} needs finite non-negative 'fixed' and 'rate'; {fix}")
-        table[phase] = {"fixed": float(entry["fixed"]), "rate": float(entry["rate"])}  # type: ignore[index]
-    for key, entry in data.items():   # attack rates by precision (costs_from_probe writes them)
-        if key.startswith("attack@") and isinstance(entry, dict):
-            table[key] = {"fixed": float(entry.get("fixed", table["attack"]["fixed"])),
-                          "rate": float(entry.get("rate", table["attack"]["rate"]))}
-    return table
+    return read_cost_table(data, path)
 
 
 def attack_key(phase: str, precision: str) -> str:
-    """The cost table's key of a phase: ``attack@<precision>`` for an attack whose precision is known, else the
-    phase's own name."""
+    """The key a phase's measurements are kept under: ``attack@<precision>`` for an attack whose precision is
+    known (measured apart from the others), else the phase's own name."""
     return f"attack@{precision}" if phase == "attack" and precision else phase
+
+
+def _seconds_at(record: Mapping[str, Any], *path: str) -> float:
+    """A record's number at ``path`` (0 where absent or not a number)."""
+    value: object = record
+    for key in path:
+        value = mapping(value)[key] if key in mapping(value) else None
+    return number(value) or 0.0
 
 
 @dataclass
 class CostModel:
     """Seconds per phase: the prior table until the slice measures the phase, then the measurements."""
 
-    prior: Mapping[str, Mapping[str, float]]
+    prior: CostTable
     factor: float = SAFETY_FACTOR
     extra: float = SAFETY_SECONDS
     measured: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # phase -> (units, seconds)
 
     @classmethod
-    def for_device(cls, device: str, table: Mapping[str, Mapping[str, float]] | None = None) -> CostModel:
-        return cls(prior=table if table is not None else PRIORS[device_kind(device)])
+    def for_device(cls, device: str, table: CostTable | Mapping[str, Any] | None = None) -> CostModel:
+        """The model of ``device``'s built-in table, or of ``table`` (a record, or a cost table's JSON object)."""
+        return cls(prior=PRIORS[device_kind(device)] if table is None else CostTable.of(table))
 
     def phase_seconds(self, phase: str, units: float, precision: str = "") -> float:
         """Seconds of ``units`` of ``phase``; an attack's in its matrix-product ``precision`` where the table has
-        a rate for it (``attack@float64``: a float64 A/B cell costs far more than a TF32 one of the same units) and
+        a rate for it (``attack_at``: a float64 A/B cell costs far more than a TF32 one of the same units) and
         measured apart from the others."""
         if units <= 0:
             return 0.0
         key = attack_key(phase, precision)
-        prior = self.prior.get(key) or self.prior[phase]
         seen = [(u, s) for u, s in self.measured.get(key, []) if u > 0]
         if not seen:
-            return prior["fixed"] + units * prior["rate"]
+            return self.prior.phase(phase, precision).seconds(units)
         return max(s * max(1.0, units / u) for u, s in seen)
 
     def estimate(self, work: CellWork, trains: bool) -> float:
@@ -298,12 +306,11 @@ class CostModel:
     def observe(self, work: CellWork, trains: bool, record: Mapping[str, Any]) -> None:
         """Learn from a finished cell's record: its training (the target's ``load_or_train_seconds`` when this cell
         trained it), its attack (``attack_seconds``), and the rest of its wall time (evaluation and the rest)."""
-        if record.get("status") != "ok":
+        if "status" not in record or record["status"] != "ok":
             return
-        target = record.get("target") or {}
-        wall = float(record.get("wall_seconds") or 0.0)
-        train = float(target.get("load_or_train_seconds") or 0.0) if trains else 0.0
-        attack = float(record.get("attack_seconds") or 0.0)
+        wall = _seconds_at(record, "wall_seconds")
+        train = _seconds_at(record, "target", "load_or_train_seconds") if trains else 0.0
+        attack = _seconds_at(record, "attack_seconds")
         for phase, seconds in (("train", train), ("attack", attack), ("evaluate", max(wall - train - attack, 0.0))):
             units = work.units(phase, trains)
             if units > 0:
@@ -342,25 +349,29 @@ class SlicePlan:
     training: list[dict[str, float]] = field(default_factory=list)
     #: per target trained in pieces: the slice (0-based) in which its training ends
     trained_in: dict[str, int] = field(default_factory=dict)
+    #: per slice, how many cards of targets trained in an earlier slice it rebuilds from their final states first
+    cards: list[int] = field(default_factory=list)
 
     def finished_in(self, cell_ids: Iterable[str]) -> int | None:
         """The slice (0-based) by whose end every cell of ``cell_ids`` has run (None: one of them never runs)."""
         where = {c: i for i, ids in enumerate(self.slices) for c in ids}
-        slices = [where.get(c) for c in cell_ids]
-        return None if not slices or any(s is None for s in slices) else max(s for s in slices if s is not None)
+        ids = list(cell_ids)
+        return max(where[c] for c in ids) if ids and all(c in where for c in ids) else None
 
 
 def training_seconds(model: CostModel, works: Iterable[CellWork],
                      progress: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Seconds each group of targets trained in pieces needs, the margin included: one computation per group, its
-    fixed cost once and its targets' units added (a stack of T targets does T targets' arithmetic); ``progress``:
-    the fraction of each target's steps already done."""
-    done = progress or {}
+    """Seconds each group of targets trained in pieces needs in one go: one computation per group, its fixed cost
+    once and its targets' units added (a stack of T targets does T targets' arithmetic); ``progress``: the fraction
+    of each target's steps already done. No safety factor: training is resumable (time it overruns is not lost,
+    its state goes on in the next slice), so the plan counts what it is expected to take; only a cell, which is
+    lost when it cannot finish, is priced with the margin."""
+    done = dict(progress or {})
     units: dict[str, dict[str, float]] = {}
     for w in works:
         if w.pieces:
-            units.setdefault(w.group, {})[w.target_key] = w.train * max(0.0, 1.0 - done.get(w.target_key, 0.0))
-    return {g: model.factor * model.phase_seconds("train", sum(per.values())) for g, per in units.items()}
+            units.setdefault(w.group, {})[w.target_key] = w.train * max(0.0, 1.0 - done.setdefault(w.target_key, 0.0))
+    return {g: model.phase_seconds("train", sum(per.values())) for g, per in units.items()}
 
 
 def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
@@ -370,14 +381,18 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
 
     Each slice first walks the remaining cells in order and starts every one whose estimate still fits and whose
     target needs no training in pieces (a target trained whole is counted in its first cell, as before); then it
-    gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS`) to the first group
-    of targets, in the cells' order, whose training in pieces is unfinished; when that training ends inside the
-    slice, the walk starts again (its cells can now run) and the next group trains; otherwise the slice is full. A
-    finished training state travels, so a target trained in one slice is ready in every later one. A cell that does
-    not fit even an empty slice, its training aside, is ``unfit``. ``progress``: the fraction of its steps a
-    target's training state has done already (by recipe key; its training in pieces costs that much less). Nothing
-    runs: the plan comes from the cost model
-    alone."""
+    gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS` past the training's
+    set-up) to the first group of targets, in the cells' order, whose training in pieces is unfinished; when that
+    training ends inside the slice, the walk starts again (its cells can now run) and the next group trains;
+    otherwise the slice is full. Before all that, a slice rebuilds the card of every target trained in an earlier
+    slice whose cells remain (the table's fixed training seconds each, as a training piece's set-up). Training is
+    counted as expected, without the cells' safety factor
+    (:func:`training_seconds`), and a group pays its set-up (the table's fixed training seconds) in every slice
+    it trains in: a bare machine builds the stack and captures its graph again. A finished training state travels,
+    so a target trained in one slice is ready in every later one. A cell that does not fit even an empty slice, its
+    training aside, is ``unfit``. ``progress``: the fraction of its steps a target's training state has done
+    already (by recipe key; its training in pieces costs that much less). Nothing runs: the plan comes from the
+    cost model alone."""
     todo = list(works)
     plan = SlicePlan([], [], {})
     for w in todo:
@@ -385,7 +400,8 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         if not alone.fits(w):
             plan.unfit[w.cell_id] = alone.estimate(w)
     todo = [w for w in todo if w.cell_id not in plan.unfit]
-    left = training_seconds(model, todo, progress)
+    setup = model.prior.train.fixed   # the set-up of a training piece
+    left = {g: sec - setup for g, sec in training_seconds(model, todo, progress).items()}
     members: dict[str, set[str]] = {}
     for w in todo:
         if w.pieces:
@@ -393,6 +409,10 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     ready: set[str] = set()
     while todo:
         slot = Slot(model, budget)
+        # first, as the executor does, the card of every target whose training ended in an earlier slice and whose
+        # cells remain is rebuilt from its final state: a training piece's set-up each
+        cards = len({w.target_key for w in todo if w.pieces and w.target_key in ready})
+        slot.spent += setup * cards
         taken: list[str] = []
         trained: dict[str, float] = {}
         while True:
@@ -401,13 +421,13 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
                     slot.take(w)
                     taken.append(w.cell_id)
             group = next((w.group for w in todo if w.pieces and w.target_key not in ready), None)
-            allowed = budget - slot.spent - model.extra
+            allowed = budget - slot.spent - model.extra - setup
             if group is None or allowed < MIN_TRAINING_SECONDS:
                 break
             seconds = min(left[group], allowed)
-            slot.spent += seconds
+            slot.spent += setup + seconds
             left[group] -= seconds
-            trained[group] = trained.get(group, 0.0) + seconds
+            trained[group] = trained.setdefault(group, 0.0) + setup + seconds
             if left[group] > 0:
                 break
             ready |= members[group]
@@ -419,5 +439,61 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         plan.slices.append(taken)
         plan.seconds.append(slot.spent)
         plan.training.append(trained)
+        plan.cards.append(cards)
         todo = [w for w in todo if w.cell_id not in set(taken)]
     return plan
+
+
+def fits_in(works: list[CellWork], table: CostTable, budget: float, slices: int,
+            progress: Mapping[str, float] | None = None) -> bool:
+    """Whether the plan of ``works`` on ``table`` takes at most ``slices`` slices, every cell in one."""
+    plan = plan_slices(works, CostModel(prior=table), budget, progress)
+    return not plan.unfit and len(plan.slices) <= slices
+
+
+#: the range of speeds a break-even search looks in (times the table's speed)
+BREAK_EVEN_RANGE = (1e-3, 1e3)
+
+
+def break_even_speed(works: list[CellWork], table: CostTable, budget: float, slices: int,
+                     progress: Mapping[str, float] | None = None, *, rel: float = 1e-6) -> float | None:
+    """The least speed ``s`` (a device ``s`` times as fast per unit as ``table``, its fixed seconds unchanged:
+    :meth:`CostTable.scaled`) at which ``works`` fit in ``slices`` slices of ``budget`` seconds; None when not
+    even :data:`BREAK_EVEN_RANGE`'s fastest does (fixed seconds alone pass the budget). Bisection in log scale to
+    ``rel``: a plan's slice count does not grow as every rate falls, so the fitting speeds form one interval."""
+    lo, hi = BREAK_EVEN_RANGE
+    if not fits_in(works, table.scaled(hi), budget, slices, progress):
+        return None
+    if fits_in(works, table.scaled(lo), budget, slices, progress):
+        return lo
+    while hi / lo > 1.0 + rel:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if fits_in(works, table.scaled(mid), budget, slices, progress) else (mid, hi)
+    return hi
+
+
+#: seconds one paper-size search run may take on the device, batched with others (the GPU issue's target)
+RUN_SECONDS_TARGET = 30.0
+
+
+def run_step_seconds(table: CostTable, work: CellWork) -> float:
+    """Seconds of one step of one of ``work``'s search runs at ``table``'s attack rate (batched: no fixed part)."""
+    return table.phase("attack", work.precision).rate * work.run_step
+
+
+def target_training_seconds(table: CostTable, work: CellWork) -> float:
+    """Seconds of ``work``'s target's whole training in pieces at ``table``'s rate, its set-up aside."""
+    return table.train.rate * work.train
+
+
+def break_even_budget(works: list[CellWork], table: CostTable, slices: int, start: float, stop: float,
+                      progress: Mapping[str, float] | None = None) -> float | None:
+    """The least whole number of seconds in ``[start, stop]`` a slice needs for ``works`` to fit in ``slices``
+    slices at ``table``'s speed; None when none of them does. A scan, not a bisection: the first-fit walk can
+    take more slices at a longer budget than at a shorter one (a cell that now fits earlier displaces training)."""
+    budget = math.ceil(start)
+    while budget <= stop:
+        if fits_in(works, table, budget, slices, progress):
+            return float(budget)
+        budget += 1
+    return None

@@ -11,6 +11,8 @@ the record reads the JSON strictly):
 * :mod:`~reconbench.records.model_card`: a model card (``reconbench-card/1``), full or a board's compact card;
 * :mod:`~reconbench.records.submission`: a packed submission (``reconbench-submission/1``);
 * :mod:`~reconbench.records.invocation`: an invocation of ``reconbench bench`` (``invocations/NNN.json``);
+* :mod:`~reconbench.records.cost_table`: a slice plan's cost table (``reconbench-cost-table/1``) and the GPU probe's
+  JSON (``reconbench-gpu-probe/1``), each with the upgrade of its first, unstamped form;
 * :mod:`~reconbench.records.board_releases`: a board's numbered releases (``RELEASES.json``,
   ``reconbench-board-releases/1``).
 
@@ -53,6 +55,15 @@ from reconbench.records.cell import (
     TargetInfo,
     image_rows,
 )
+from reconbench.records.cost_table import (
+    COST_TABLE_FILE,
+    PROBE_FILE,
+    CostTable,
+    PhaseCost,
+    Probe,
+    ProbeAttackRow,
+    ProbeTrainerRow,
+)
 from reconbench.records.evaluation import Calibrated, Candidates, HeldOutNull, StoredEvaluation, StoredMetric
 from reconbench.records.invocation import INVOCATION_FILE, Invocation
 from reconbench.records.model_card import (
@@ -79,10 +90,12 @@ from reconbench.records.submission import SUBMISSION_FILE, SubmissionBoard, Subm
 from reconbench.targets.recipe import TargetRecipe
 
 __all__ = [
-    "BOARD_RESULTS_FILE", "CARD_FILE", "CELL_FILE", "INVOCATION_FILE", "RELEASES_FILE", "RUN_RESULT_FILE",
+    "BOARD_RESULTS_FILE", "CARD_FILE", "CELL_FILE", "COST_TABLE_FILE", "INVOCATION_FILE", "PROBE_FILE",
+    "RELEASES_FILE", "RUN_RESULT_FILE",
     "SCHEMA_VERSION", "SUBMISSION_FILE", "AttackInfo", "BoardCardNote", "BoardHeader", "BoardRelease",
     "BoardReleases", "BoardResults", "Calibrated", "Candidates", "CardData", "CardProblem",
-    "CellRecord", "Column", "Command", "ComparisonTable", "ComparisonRow", "ComparisonValue", "Digest", "EntryInfo",
+    "CellRecord", "Column", "CostTable", "PhaseCost", "Probe", "ProbeAttackRow", "ProbeTrainerRow",
+    "Command", "ComparisonTable", "ComparisonRow", "ComparisonValue", "Digest", "EntryInfo",
     "StoredEvaluation", "Failures", "Figure", "FileFormat", "HeldOutNull", "ImageRow", "InitInfo", "Invocation",
     "StoredMetric", "StoredOutcome", "MetricStat", "NullSummary", "PickedRun",
     "PrivacyAttack", "PrivacyRow", "PrivacyTable", "ProblemIndices", "Record", "RunResult",

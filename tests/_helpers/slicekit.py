@@ -37,3 +37,15 @@ def paper_works() -> tuple[Any, list[CellWork], dict[str, TargetSize]]:
                                     model_parameters(cell.recipe.family, shape, out_dim, cell.recipe.model))
         works.append(cell_work(cell, sizes[key]))
     return suite, works, sizes
+
+
+def digits_works(suite_path: Any) -> list[CellWork]:
+    """A ``digits`` suite's cells as a slice with ``--pack`` sees them (8 x 8 inputs), sized without reading data."""
+    suite = load_suite(str(suite_path))
+    works = []
+    for cell in expand(suite):
+        p = cell.recipe.problem
+        size = TargetSize((1, 8, 8), 2 * int(p.n_per_class or 0),
+                          model_parameters(cell.recipe.family, (1, 8, 8), 1, cell.recipe.model))
+        works.append(cell_work(cell, size, pieces=True, dtype=suite.dtype))
+    return works

@@ -131,11 +131,15 @@ def test_cost_model_uses_the_prior_until_measured_then_scales_the_measurement():
 def test_cost_table_file_is_checked(tmp_path):
     path = tmp_path / "costs.json"
     path.write_text(json.dumps({**cheap_table(), "device": "NVIDIA H100"}))
-    assert read_costs(path)["attack"] == {"fixed": 1.0, "rate": 0.0}
-    path.write_text(json.dumps({"train": {"fixed": 1, "rate": -1}}))
-    with pytest.raises(ReconbenchError, match="phase 'train' needs finite non-negative"):
+    table = read_costs(path)
+    assert (table.attack.fixed, table.attack.rate) == (1.0, 0.0) and table.about == {"device": "NVIDIA H100"}
+    path.write_text(json.dumps({**cheap_table(), "train": {"fixed": 1, "rate": -1}}))
+    with pytest.raises(ReconbenchError, match=r"\$\.train: a phase cost needs finite non-negative"):
         read_costs(path)
-    with pytest.raises(ReconbenchError, match="does not exist"):
+    path.write_text(json.dumps({"train": {"fixed": 1, "rate": 0}}))
+    with pytest.raises(ReconbenchError, match=r"no 'attack', 'evaluate' phase; every phase is required"):
+        read_costs(path)
+    with pytest.raises(ReconbenchError, match="is missing"):
         read_costs(tmp_path / "none.json")
 
 

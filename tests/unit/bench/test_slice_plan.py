@@ -19,13 +19,16 @@ from reconbench.bench.slice_costs import (
     SAFETY_SECONDS,
     CellWork,
     CostModel,
+    break_even_speed,
     cell_work,
     costs_from_probe,
+    fits_in,
     plan_slices,
     read_costs,
     training_seconds,
 )
 from reconbench.errors import ReconbenchError
+from reconbench.records.cost_table import PROBE_SCHEMA, CostTable
 
 #: the paper board's four KKT targets, one cell of 16 search runs each (in the suite's order)
 KKT_CELLS = ["cifar-binary--haim_binary_kkt--gaussian--s0", "mnist-binary--haim_binary_kkt--gaussian--s0",
@@ -61,37 +64,73 @@ def test_the_kkt_targets_train_in_pieces_and_two_of_them_share_a_stack():
     assert cifar.units("train", True) == 0.0 and cifar.attack == 16 * 50_000 * 1000 * p
 
 
-def test_four_kkt_targets_with_16_runs_each_take_three_slices_by_hand():
-    """Fixed costs only, so every number is checked by hand. Budget 470 s; a group's training 1.25 x 200 = 250 s
-    (three groups: CIFAR + MNIST binary in one stack, multiclass, regression); a cell 1.25 x (100 + 4) + 2 = 132 s.
+def four_targets(attack: tuple[float, float, float, float]) -> list[CellWork]:
+    """The paper board's KKT selection in miniature: targets a and b train as one stack (group g1, like CIFAR-10 and
+    MNIST binary), c and d alone (g2, g3), each 100 units of training; one cell each with the given attack units."""
+    groups = {"a": "g1", "b": "g1", "c": "g2", "d": "g3"}
+    return [CellWork(t.upper(), t, train=100.0, attack=units, evaluate=0.0, pieces=True, group=groups[t])
+            for t, units in zip("abcd", attack, strict=True)]
 
-    slice 1: train the binary stack 250 s (ends: its cells are ready), the CIFAR cell 132 (382), the MNIST cell
-             does not fit (514), the multiclass target trains 470 - 382 - 2 = 86 s of its 250;
-    slice 2: the MNIST cell 132, multiclass training its last 164 (296), its cell 132 (428), regression trains
-             470 - 428 - 2 = 40 s;
-    slice 3: regression trains its last 210, its cell 132 (342).
-    Three slices, and no fewer can do: 3 x 250 + 4 x 132 = 1278 s of work is more than two slices' 2 x 468."""
-    works = paper_piece_works(KKT_CELLS)
-    model = CostModel.for_device("cuda", fixed_table(200.0, 100.0, 4.0))
-    plan = plan_slices(works, model, 470.0)
-    cell = SAFETY_FACTOR * 104.0 + SAFETY_SECONDS
-    assert cell == 132.0
-    assert plan.slices == [[KKT_CELLS[0]], [KKT_CELLS[1], KKT_CELLS[2]], [KKT_CELLS[3]]] and plan.unfit == {}
-    assert plan.seconds == pytest.approx([250 + 132 + 86, 132 + 164 + 132 + 40, 210 + 132])
-    groups = {w.cell_id: w.group for w in works}
-    binary, multi, regr = groups[KKT_CELLS[0]], groups[KKT_CELLS[2]], groups[KKT_CELLS[3]]
-    assert plan.training == [pytest.approx({binary: 250.0, multi: 86.0}), pytest.approx({multi: 164.0, regr: 40.0}),
-                             pytest.approx({regr: 210.0})]
-    keys = {w.cell_id: w.target_key for w in works}
-    assert [plan.trained_in[keys[c]] for c in KKT_CELLS] == [0, 0, 1, 2]
-    assert plan.finished_in(KKT_CELLS) == 2
-    lower = math.ceil((3 * 250 + 4 * cell) / (470 - SAFETY_SECONDS))
-    assert len(plan.slices) == lower == 3
+
+#: one second per unit of training and of attack, a training piece's set-up of 10 s, nothing else
+UNIT_TABLE = {"train": {"fixed": 10.0, "rate": 1.0}, "attack": {"fixed": 0.0, "rate": 1.0},
+              "evaluate": {"fixed": 0.0, "rate": 0.0}}
+
+
+def test_four_targets_fit_three_slices_only_when_resumable_training_carries_no_safety_factor():
+    """Slices of 346 s; cells a, c, d estimate at 1.25 x 120 + 2 = 152 s, b at 1.25 x 40 + 2 = 52 s; training is
+    what it takes (no factor: an overrun is not lost, the state goes on), its set-up of 10 s paid in every slice a
+    group trains in, and again for each card a slice rebuilds from a final state of an earlier slice.
+
+    slice 1: g1 trains 10 + 200 = 210; a (362) does not fit, b does (262); g2 gets 346 - 262 - 2 - 10 = 72 of its
+             100 after its set-up (344);
+    slice 2: a's card 10, a's cell 152 (162); g2 its set-up and last 28 (200): c is ready, its cell (352) does not
+             fit; g3 trains 10 + 100 (310), d's cell (462) does not fit either;
+    slice 3: c's and d's cards 20, their cells 2 x 152 (324).
+    Priced as before (the cells' factor on training too, the set-up once, cards free: g1 1.25 x 210 = 262.5, g2
+    and g3 137.5), the same cells need 1.25 x 430 + 3 x 152 + 52 = 1,045.5 s, more than three slices' 3 x 344:
+    four."""
+    works = four_targets((120.0, 40.0, 120.0, 120.0))
+    model = CostModel.for_device("cuda", UNIT_TABLE)
+    assert [model.estimate(w, False) for w in works] == [152.0, 52.0, 152.0, 152.0]
+    plan = plan_slices(works, model, 346.0)
+    assert plan.slices == [["B"], ["A"], ["C", "D"]] and plan.unfit == {}
+    assert plan.seconds == pytest.approx([210 + 52 + 82, 10 + 152 + 38 + 110, 20 + 2 * 152])
+    assert plan.training == [pytest.approx({"g1": 210.0, "g2": 82.0}), pytest.approx({"g2": 38.0, "g3": 110.0}),
+                             {}]
+    assert plan.cards == [0, 1, 2]
+    assert plan.trained_in == {"a": 0, "b": 0, "c": 1, "d": 1} and plan.finished_in("ABCD") == 2
+    old_work = SAFETY_FACTOR * (210 + 110 + 110) + 3 * 152 + 52
+    assert old_work == 1045.5 and math.ceil(old_work / (346 - SAFETY_SECONDS)) == 4
+
+
+def test_break_even_speed_of_one_target_and_its_cell_is_the_closed_form():
+    """One target (T units of training, one stack) and its cell (A attack units, E evaluation units), every fixed
+    second 0: at speed s a slice of B seconds holds T/s of training and then the cell's 1.25 (A + E)/s + 2 when
+    T/s + 1.25 (A + E)/s + 2 <= B, so the least speed for one slice is (T + 1.25 (A + E)) / (B - 2)."""
+    t_units, a_units, e_units, budget = 300.0, 160.0, 40.0, 202.0
+    work = CellWork("X", "x", train=t_units, attack=a_units, evaluate=e_units, pieces=True, group="g")
+    table = CostTable.of({"train": {"fixed": 0.0, "rate": 1.0}, "attack": {"fixed": 0.0, "rate": 1.0},
+                          "evaluate": {"fixed": 0.0, "rate": 1.0}, "peak_fraction": 0.4})
+    closed = (t_units + SAFETY_FACTOR * (a_units + e_units)) / (budget - SAFETY_SECONDS)
+    assert closed == pytest.approx(2.75)
+    speed = break_even_speed([work], table, budget, 1)
+    assert speed == pytest.approx(closed, rel=1e-5)
+    assert speed is not None and not fits_in([work], table.scaled(speed * (1 - 1e-4)), budget, 1)
+    assert table.scaled(speed).peak_fraction == pytest.approx(0.4 * closed, rel=1e-5)
+    # two slices: the training fills the first slice's B - 2 s and goes on in the second, where the cell follows
+    # it: T/s - (B - 2) + 1.25 (A + E)/s + 2 <= B, i.e. s >= (T + 1.25 (A + E)) / (2 (B - 2)), as long as the cell
+    # alone fits a slice (s >= 1.25 (A + E) / (B - 2), here the smaller bound)
+    two = break_even_speed([work], table, budget, 2)
+    assert two == pytest.approx(closed / 2, rel=1e-5) and closed / 2 > SAFETY_FACTOR * 200.0 / 200.0
+    # fixed seconds alone past the budget: no speed fits
+    slow = CostTable.of({**UNIT_TABLE, "evaluate": {"fixed": 500.0, "rate": 0.0}})
+    assert break_even_speed([work], slow, budget, 3) is None
 
 
 def test_the_plan_before_training_in_pieces_trained_each_target_in_one_slice():
-    """The same cells counted the old way (a target's whole training inside its first cell's slice): a 250 s
-    training plus a 132 s cell is 1.25 x 304 + 2 = 382 s, so one target per slice, four slices: the pieces save one."""
+    """The paper's four KKT cells counted the old way (a target's whole training inside its first cell's slice): a
+    200 s training plus a 104 s cell is 1.25 x 304 + 2 = 382 s, so one target per slice, four slices."""
     suite, _, sizes = paper_works()
     cells = [c for c in expand(suite) if c.cell_id in KKT_CELLS]
     whole = [cell_work(c, sizes[c.recipe.key()]) for c in cells]
@@ -100,9 +139,9 @@ def test_the_plan_before_training_in_pieces_trained_each_target_in_one_slice():
 
 
 def test_training_longer_than_a_slice_spreads_over_slices_and_progress_shortens_it():
-    """One target whose training needs 1.25 x 1000 = 1250 s, one cell of 1.25 x 50 + 2 = 64.5 s, slices of 400 s:
-    training fills 398, 398, 398 (1194), then 56 s and the cell in the fourth. Half the steps done already (a
-    travelling state): 625 s left, 398 then 227 and the cell in the second."""
+    """One target whose training needs 1000 s (resumable: no safety factor), one cell of 1.25 x 50 + 2 = 64.5 s,
+    slices of 400 s: training fills 398, 398, then 204 s and the cell in the third. Half the steps done already (a
+    travelling state): 500 s left, 398 then 102 and the cell in the second."""
     suite, _, sizes = paper_works()
     (cell,) = [c for c in expand(suite) if c.cell_id == KKT_CELLS[2]]
     work = cell_work(cell, sizes[cell.recipe.key()], pieces=True)
@@ -110,12 +149,12 @@ def test_training_longer_than_a_slice_spreads_over_slices_and_progress_shortens_
     table = {"train": {"fixed": 0.0, "rate": rate}, "attack": {"fixed": 50.0, "rate": 0.0},
              "evaluate": {"fixed": 0.0, "rate": 0.0}}
     plan = plan_slices([work], CostModel.for_device("cuda", table), 400.0)
-    assert [len(s) for s in plan.slices] == [0, 0, 0, 1]
-    assert [sum(t.values()) for t in plan.training] == pytest.approx([398.0, 398.0, 398.0, 56.0])
-    assert plan.seconds[-1] == pytest.approx(56.0 + 64.5)
+    assert [len(s) for s in plan.slices] == [0, 0, 1]
+    assert [sum(t.values()) for t in plan.training] == pytest.approx([398.0, 398.0, 204.0])
+    assert plan.seconds[-1] == pytest.approx(204.0 + 64.5)
     half = plan_slices([work], CostModel.for_device("cuda", table), 400.0, progress={work.target_key: 0.5})
     assert [len(s) for s in half.slices] == [0, 1]
-    assert [sum(t.values()) for t in half.training] == pytest.approx([398.0, 227.0])
+    assert [sum(t.values()) for t in half.training] == pytest.approx([398.0, 102.0])
 
 
 def test_every_paper_cell_is_planned_once_and_no_slice_passes_its_budget() -> None:
@@ -135,15 +174,18 @@ def test_every_paper_cell_is_planned_once_and_no_slice_passes_its_budget() -> No
         w = by_id[cid]
         if w.pieces:
             assert plan.trained_in[w.target_key] <= i
-    # each group's training over all slices is what it needs (the plan completes every cell that fits)
+    # each group's training over all slices is what it needs, plus its set-up again in every further slice it
+    # trains in (the plan completes every cell that fits)
     need = training_seconds(model, [w for w in works if w.cell_id not in plan.unfit])
     totals: dict[str, float] = {}
+    pieces: dict[str, int] = {}
     for t in plan.training:
         for g, sec in t.items():
-            totals[g] = totals.get(g, 0.0) + sec
+            totals[g] = totals.setdefault(g, 0.0) + sec
+            pieces[g] = pieces.setdefault(g, 0) + 1
     assert need and totals.keys() == need.keys()
     for g, sec in need.items():
-        assert totals[g] == pytest.approx(sec, rel=1e-9)
+        assert totals[g] == pytest.approx(sec + table["train"]["fixed"] * (pieces[g] - 1), rel=1e-9)
 
 
 def test_the_cuda_prior_plans_no_paper_kkt_cell_its_attack_alone_is_too_long():
@@ -152,7 +194,7 @@ def test_the_cuda_prior_plans_no_paper_kkt_cell_its_attack_alone_is_too_long():
     works = paper_piece_works(KKT_CELLS)
     plan = plan_slices(works, CostModel.for_device("cuda"), 470.0)
     assert plan.slices == [] and sorted(plan.unfit) == sorted(KKT_CELLS)
-    rate = PRIORS["cuda"]["attack"]["rate"]
+    rate = PRIORS["cuda"].attack.rate
     assert min(plan.unfit.values()) > SAFETY_FACTOR * rate * min(w.attack for w in works)
 
 
@@ -181,22 +223,29 @@ def test_a_cost_table_from_the_probe_by_hand(tmp_path):
     unit (the 4-target stack's 1/200 s over 1e9 per target is faster, the eager row is left out: slices capture).
     attack: 16 runs of TF32 with the graph, 0.01 s per step over 16 x 1000 x 4,073,000 units."""
     table = costs_from_probe(probe_rows())
-    assert table["train"]["rate"] == pytest.approx(1e-11)
-    assert table["attack"]["rate"] == pytest.approx(0.01 / (16 * 1000 * (3072 * 1000 + 1000 * 1000 + 1000)))
-    assert table["evaluate"] == PRIORS["cuda"]["evaluate"]
-    assert costs_from_probe(probe_rows(), attack_precision="float64")["attack"]["rate"] == pytest.approx(
+    assert table.train.rate == pytest.approx(1e-11)
+    assert table.attack.rate == pytest.approx(0.01 / (16 * 1000 * (3072 * 1000 + 1000 * 1000 + 1000)))
+    assert table.evaluate == PRIORS["cuda"].evaluate
+    assert costs_from_probe(probe_rows(), attack_precision="float64").attack.rate == pytest.approx(
         0.1 / (16 * 1000 * 4_073_000))
-    assert costs_from_probe(probe_rows(), train_dtype="float32")["train"]["rate"] == pytest.approx(1e-12)
+    assert costs_from_probe(probe_rows(), train_dtype="float32").train.rate == pytest.approx(1e-12)
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(probe_rows()))
     # --costs takes the probe's file as it is: float32 attacks read its TF32 rows
-    assert read_costs(path, attack_dtype="float32")["attack"] == pytest.approx(table["attack"])
-    assert read_costs(path, attack_dtype="float64")["attack"]["rate"] == pytest.approx(0.1 / (16 * 1000 * 4_073_000))
+    assert read_costs(path, attack_dtype="float32").attack.rate == pytest.approx(table.attack.rate)
+    assert read_costs(path, attack_dtype="float64").attack.rate == pytest.approx(0.1 / (16 * 1000 * 4_073_000))
+    # the probe's JSON stamped by today's probe reads the same; a stamp from elsewhere is refused in one line
+    path.write_text(json.dumps({"format": PROBE_SCHEMA, **probe_rows()}))
+    assert read_costs(path, attack_dtype="float32").attack.rate == pytest.approx(table.attack.rate)
+    path.write_text(json.dumps({**probe_rows(), "trainer": [{**probe_rows()["trainer"][0], "flops_per_stp": 1}]}))
+    with pytest.raises(ReconbenchError, match=r"unknown key \$\.trainer\[0\]\.flops_per_stp; rename it to "
+                                              r"'flops_per_step'"):
+        read_costs(path)
     # a precision the probe's budget did not reach is priced as a slower one it measured (pessimistic)
     no_f32 = {**probe_rows(), "trainer": [r for r in probe_rows()["trainer"] if r["dtype"] == "float64"]}
-    assert costs_from_probe(no_f32, train_dtype="float32")["train"]["rate"] == pytest.approx(1e-11)
+    assert costs_from_probe(no_f32, train_dtype="float32").train.rate == pytest.approx(1e-11)
     no_tf32 = {**probe_rows(), "attack": [r for r in probe_rows()["attack"] if r.get("precision") != "tf32"]}
-    assert costs_from_probe(no_tf32)["attack"]["rate"] == pytest.approx(0.1 / (16 * 1000 * 4_073_000))
+    assert costs_from_probe(no_tf32).attack.rate == pytest.approx(0.1 / (16 * 1000 * 4_073_000))
     empty = {**probe_rows(), "attack": [probe_rows()["attack"][-1]]}
     with pytest.raises(ReconbenchError, match="no attack row of precision tf32"):
         costs_from_probe(empty)
@@ -233,19 +282,53 @@ def test_select_of_the_kkt_cells_matches_the_readme_patterns():
         ("cifar-binary", "gaussian", 0, 4), ("mnist-binary", "gaussian", 0, 4)}
 
 
+TINY_PIECES = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "tiny-pieces.toml"
+
+
 def test_plan_command_counts_the_stack_once_and_says_when_each_target_is_done(tmp_path, capsys, no_work):
     """`--plan` on CI's two-slice suite (two digits targets of one shape, trained in pieces as one stack), by hand:
-    the stack's training is 1.25 x 10 = 12.5 s, a cell 1.25 x (3 + 1) + 2 = 7 s, slices of 35 - 10 = 25 s.
-    Slice 1 trains the stack (12.5), runs digits-a's cell (19.5); digits-b's (26.5) waits for slice 2."""
+    the stack's training is its set-up of 14 s (no units priced), a cell 1.25 x (3 + 1) + 2 = 7 s, slices of
+    35 - 10 = 25 s. Slice 1 trains the stack (14), runs digits-a's cell (21); digits-b's (28) waits for slice 2. No
+    speed puts both in one slice: the fixed seconds alone pass it."""
     from _helpers.cli import run_cli
 
-    suite = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "tiny-pieces.toml"
     costs = tmp_path / "costs.json"
-    costs.write_text(json.dumps(fixed_table(10.0, 3.0, 1.0)))
-    code, text, err = run_cli(["bench", str(suite), "--plan", "--deadline", "35", "--costs", str(costs), "--out",
+    costs.write_text(json.dumps(fixed_table(14.0, 3.0, 1.0)))
+    code, text, err = run_cli(["bench", str(TINY_PIECES), "--plan", "--deadline", "35", "--costs", str(costs), "--out",
                                str(tmp_path / "res")], capsys)
     assert code == 0, err
-    assert "digits-a + digits-b 12s" in text
+    assert "digits-a + digits-b 14s" in text
     assert "target digits-a: trained in pieces by slice 1, its 1 cell(s) done by slice 1" in text
     assert "target digits-b: trained in pieces by slice 1, its 1 cell(s) done by slice 2" in text
     assert "2 cell(s) in 2 slice(s), 0 that fit none" in text
+    assert "break-even: no speed fits these cells in 1 slice(s) of 25s" in text
+
+
+def test_plan_command_prints_the_break_even_of_one_slice_fewer_by_the_closed_form(tmp_path, capsys, no_work):
+    """Rates chosen so that at the table's speed the stack trains in 20 s and each cell's attack takes 8 s, every
+    fixed second 0; slices of 25 s. The plan: slice 1 trains (20), a cell (1.25 x 8 + 2 = 12) does not fit after it;
+    slice 2 runs both (24). One slice holds everything when 20/s + 2 (1.25 x 8/s + 2) <= 25, i.e. s >= 40 / 21;
+    the table stands for 40% of peak, so 76.2% of it. One search run of 100 steps (of the cell's 2) takes 4 s at
+    the table's speed: 30 s leaves 7.5x as much, so a device 4 / 30 of the table's speed suffices."""
+    from _helpers.cli import run_cli
+    from _helpers.slicekit import digits_works
+
+    works = digits_works(TINY_PIECES)
+    train = sum(w.train for w in works)
+    (attack,) = {w.attack for w in works}
+    (run,) = {(w.runs, w.steps) for w in works}
+    table = {"train": {"fixed": 0.0, "rate": 20.0 / train}, "attack": {"fixed": 0.0, "rate": 8.0 / attack},
+             "evaluate": {"fixed": 0.0, "rate": 0.0}, "peak_fraction": 0.4}
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps(table))
+    code, text, err = run_cli(["bench", str(TINY_PIECES), "--plan", "--deadline", "35", "--costs", str(costs), "--out",
+                               str(tmp_path / "res")], capsys)
+    assert code == 0, err
+    assert "2 cell(s) in 2 slice(s)" in text
+    speed = (20.0 + 2 * SAFETY_FACTOR * 8.0) / (25.0 - 2 * SAFETY_SECONDS)
+    assert f"{speed:.3f}" == "1.905"
+    assert f"break-even for all 2 cell(s) in 1 slice(s): a device {speed:.3f}x the table's speed" in text
+    assert f"{0.4 * speed:.1%} of peak" in text
+    per_run = 8.0 / run[0]   # seconds of one search run of run[1] steps
+    assert f"30s asks for at most {30.0 / run[1] * 1e3:.3f} ms per step" in text
+    assert f"a device {per_run / 30.0:.3f}x the table's ({0.4 * per_run / 30.0:.1%} of peak)" in text

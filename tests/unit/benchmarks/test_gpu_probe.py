@@ -12,6 +12,7 @@ from types import ModuleType
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from reconbench.records.cost_table import PROBE_FILE, PROBE_SCHEMA
 from reconbench.targets.batched_training import BatchedChainGD
 
 PROBE = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "probe.py"
@@ -42,6 +43,10 @@ def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
         assert row["batch"]["engine"] == "gram" and row["batch"]["cuda_graph"] is False
         assert row["batch"]["tf32"] is False   # TF32 is a CUDA opt-in: asked for, not applied on a CPU
     assert {r["precision"] for r in data["attack"]} == {"float64", "float32", "tf32"}
+    # the JSON reads strictly through its door (every field the probe writes is one the record names), stamped
+    record = PROBE_FILE.read(out)
+    assert data["format"] == PROBE_SCHEMA and all(r.measured for r in record.trainer) and len(record.trainer) == 16
+    assert all(r.error is None and r.runs and r.m and r.layers for r in record.attack)   # steps may time at 0 here
 
 
 def test_the_trainer_step_flop_count_is_torchs():

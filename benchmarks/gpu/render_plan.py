@@ -1,0 +1,141 @@
+"""Render the slice plans that benchmarks/gpu/README.md and docs/slices.md show until a probe is committed, from the
+arithmetic H100 cost table (``arithmetic_h100.json``, written by ``python -m reconbench.bench.slice_arithmetic``):
+the paper board's four KKT targets with 16 runs each in slices of 480 s, and a first occasion's slice of CIFAR-10
+binary alone. Each is ``reconbench bench paper --device cuda --plan`` as it prints; the suite's targets are sized
+from their recipes (no data read).
+
+    python benchmarks/gpu/render_plan.py            # rewrite the blocks in place
+    python benchmarks/gpu/render_plan.py --check    # exit 1 when a block differs from a fresh render
+
+tests/unit/benchmarks/test_gpu_plan_doc.py runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from reconbench.bench.cells import Cell, expand, select  # noqa: E402
+from reconbench.bench.slice_arithmetic import arithmetic_costs  # noqa: E402
+from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices  # noqa: E402
+from reconbench.bench.suite import load_suite  # noqa: E402
+from reconbench.cli.bench_slices import PACK_RESERVE_SECONDS, print_plan  # noqa: E402
+from reconbench.docs_block import replace_block  # noqa: E402
+from reconbench.preflight import TargetSize, model_parameters  # noqa: E402
+from reconbench.records.cost_table import COST_TABLE_FILE  # noqa: E402
+
+TABLE = Path("benchmarks/gpu/arithmetic_h100.json")
+#: the four KKT targets' first cells (one 16-run cell each), as the README plans them
+KKT_PATTERNS = ["cifar-binary--haim_binary_kkt--gaussian--*", "mnist-binary--haim_binary_kkt--gaussian--*",
+                "cifar-multiclass--multiclass_kkt--gaussian--*", "cifar-regression-wd--general_loss_wd--gaussian--*"]
+#: a first occasion's selection: CIFAR-10 binary's cells, its A/B pair included
+FIRST_PATTERNS = ["cifar-binary--haim_binary_kkt*--gaussian--*"]
+PLANS = {"kkt": (480.0, KKT_PATTERNS), "first": (390.0, FIRST_PATTERNS)}
+#: the input shapes of the paper suite's data sets
+SHAPES = {"npz:cifar10/cifar10_train_subset.npz": (3, 32, 32), "mnist_test": (1, 28, 28)}
+DOCS = [Path("benchmarks/gpu/README.md"), Path("docs/slices.md")]
+
+
+def sizes_of(cells: list[Cell]) -> dict[str, TargetSize]:
+    sizes: dict[str, TargetSize] = {}
+    for cell in cells:
+        p = cell.recipe.problem
+        classes = int(p.num_classes or 10) if p.task == "multiclass" else 2
+        shape = SHAPES[p.dataset]
+        sizes[cell.recipe.key()] = TargetSize(shape, classes * int(p.n_per_class or 0), model_parameters(
+            cell.recipe.family, shape, classes if p.task == "multiclass" else 1, cell.recipe.model))
+    return sizes
+
+
+def command(deadline: float, patterns: list[str]) -> str:
+    only = " ".join(f"--only '{p}'" for p in patterns)
+    return f"reconbench bench paper --device cuda --plan --deadline {deadline:g} --costs {TABLE} {only}"
+
+
+def render(name: str) -> str:
+    """The block of plan ``name``: its command and what it prints, between the markers."""
+    deadline, patterns = PLANS[name]
+    suite = load_suite("paper")
+    cells = select(expand(suite), patterns)
+    table = COST_TABLE_FILE.read(ROOT / TABLE)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        print_plan(suite, cells, sizes_of(cells), deadline, PACK_RESERVE_SECONDS, "cuda", table)
+    begin, end = markers(name)
+    return f"{begin}\n```\n$ {command(deadline, patterns)}\n{out.getvalue()}```\n{end}"
+
+
+def account(name: str) -> str:
+    """Every second of plan ``name``'s slices, by what it is spent on: a markdown table between the markers."""
+    deadline, patterns = PLANS[name]
+    suite = load_suite("paper")
+    cells = select(expand(suite), patterns)
+    sizes = sizes_of(cells)
+    table = COST_TABLE_FILE.read(ROOT / TABLE)
+    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=suite.dtype, device="cuda") for c in cells]
+    model = CostModel(prior=table)
+    plan = plan_slices(works, model, deadline - PACK_RESERVE_SECONDS)
+    by_id = {w.cell_id: w for w in works}
+    head = ["slice", "training", "its set-ups", "cards rebuilt", "attacks", "evaluations", "cells' fixed s",
+            "cells' margin", "kept for the pack", "idle", "total"]
+    rows: list[list[Any]] = []
+    for i, ids in enumerate(plan.slices):
+        setups = table.train.fixed * len(plan.training[i])
+        trained = sum(plan.training[i].values()) - setups
+        attack = sum(table.phase("attack", by_id[c].precision).rate * by_id[c].attack for c in ids)
+        evaluate = sum(table.evaluate.rate * by_id[c].evaluate for c in ids)
+        fixed = sum(table.phase("attack", by_id[c].precision).fixed + table.evaluate.fixed for c in ids)
+        margin = sum(model.estimate(by_id[c], False) for c in ids) - attack - evaluate - fixed
+        idle = deadline - PACK_RESERVE_SECONDS - plan.seconds[i]
+        cards = table.train.fixed * plan.cards[i]
+        rows.append([i + 1, trained, setups, cards, attack, evaluate, fixed, margin, PACK_RESERVE_SECONDS, idle,
+                     deadline])
+    rows.append(["all", *(sum(float(r[k]) for r in rows) for k in range(1, len(head)))])
+    text = tabulate(rows, headers=head, tablefmt="github", floatfmt=".0f")
+    begin, end = markers(name + "-account")
+    return f"{begin}\n{text}\n{end}"
+
+
+def markers(name: str) -> tuple[str, str]:
+    return (f"<!-- plan {name}: generated by benchmarks/gpu/render_plan.py -->", f"<!-- end of plan {name} -->")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="compare, write nothing")
+    args = parser.parse_args(argv)
+    stale = []
+    table = arithmetic_costs().to_dict()
+    if COST_TABLE_FILE.read(ROOT / TABLE).to_dict() != table:
+        stale.append(str(TABLE))
+    for doc in DOCS:
+        text = (ROOT / doc).read_text()
+        for name in [*PLANS, *(f"{n}-account" for n in PLANS)]:
+            begin, _ = markers(name)
+            if begin not in text:
+                continue
+            block = account(name.removesuffix("-account")) if name.endswith("-account") else render(name)
+            if args.check:
+                if block not in text:
+                    stale.append(f"{doc} (plan {name})")
+            else:
+                replace_block(ROOT / doc, *markers(name), block)
+                text = (ROOT / doc).read_text()
+    if args.check and stale:
+        print(f"stale: {', '.join(stale)}; run python benchmarks/gpu/render_plan.py "
+              "(and python -m reconbench.bench.slice_arithmetic benchmarks/gpu/arithmetic_h100.json)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

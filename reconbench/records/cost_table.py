@@ -1,0 +1,225 @@
+"""What a slice's plan prices cells with: a cost table (``--costs FILE``, ``reconbench-cost-table/1``) and the GPU
+probe's JSON (``benchmarks/gpu/probe.py``, ``reconbench-gpu-probe/1``), each read strictly through its door.
+
+A cost table gives each phase of a cell (``reconbench.bench.slice_costs``) its seconds as ``fixed + units x rate``.
+Its first form carried no version stamp and held the attack's rate per matrix-product precision as top-level keys
+``attack@tf32`` and the like, beside any other keys a writer chose (where it was measured, say); the upgrade step
+moves the former into :attr:`CostTable.attack_at` and the latter into :attr:`CostTable.about`.
+
+The probe's JSON first carried no stamp either; its rows are read as they are (a row that failed holds ``params``
+and ``error`` only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from reconbench.errors import ReconbenchError
+from reconbench.records.record import FileFormat, Record, unchanged
+
+COST_TABLE_SCHEMA = "reconbench-cost-table/1"
+PROBE_SCHEMA = "reconbench-gpu-probe/1"
+#: the phases every cost table prices
+COST_PHASES = ("train", "attack", "evaluate")
+
+
+@dataclass(frozen=True)
+class PhaseCost(Record):
+    """Seconds of a phase of ``u`` units: ``fixed + u x rate`` (both finite and non-negative)."""
+
+    fixed: float
+    rate: float
+
+    def __post_init__(self) -> None:
+        for name in ("fixed", "rate"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ReconbenchError(f"a phase cost needs finite non-negative 'fixed' and 'rate' (got {name} = {v!r}); "
+                                      'write {"fixed": SECONDS, "rate": SECONDS_PER_UNIT}')
+
+    def seconds(self, units: float) -> float:
+        return self.fixed + units * self.rate
+
+
+@dataclass(frozen=True)
+class CostTable(Record):
+    """A device's prices per phase, and per matrix-product precision for the attack (``attack_at``: a float64 A/B
+    cell costs far more than a TF32 one of the same units). ``peak_fraction``: the fraction of the device's peak the
+    rates stand for, where the table was made from arithmetic (none for a measured one); ``about``: where the
+    numbers come from (free form)."""
+
+    SCHEMA: ClassVar[str | None] = COST_TABLE_SCHEMA
+
+    train: PhaseCost
+    attack: PhaseCost
+    evaluate: PhaseCost
+    format: str = COST_TABLE_SCHEMA
+    attack_at: Mapping[str, PhaseCost] = field(default_factory=dict)
+    peak_fraction: float | None = None
+    about: Mapping[str, Any] = field(default_factory=dict)
+
+    def phase(self, phase: str, precision: str = "") -> PhaseCost:
+        """The price of ``phase``; an attack's in its ``precision`` where the table has one."""
+        if phase == "attack" and precision in self.attack_at:
+            return self.attack_at[precision]
+        if phase not in COST_PHASES:
+            raise ReconbenchError(f"no phase {phase!r} in a cost table; one of {', '.join(COST_PHASES)}")
+        cost: PhaseCost = getattr(self, phase)
+        return cost
+
+    def scaled(self, speed: float) -> CostTable:
+        """The table of a device ``speed`` times as fast per unit (fixed seconds unchanged): what a break-even
+        search varies."""
+        def faster(c: PhaseCost) -> PhaseCost:
+            return PhaseCost(fixed=c.fixed, rate=c.rate / speed)
+
+        return CostTable(train=faster(self.train), attack=faster(self.attack), evaluate=faster(self.evaluate),
+                         attack_at={k: faster(v) for k, v in self.attack_at.items()},
+                         peak_fraction=None if self.peak_fraction is None else self.peak_fraction * speed,
+                         about=self.about)
+
+    @classmethod
+    def of(cls, table: CostTable | Mapping[str, Any], source: str = "") -> CostTable:
+        """A table given as a record or as the JSON object of a cost table file (either form)."""
+        return table if isinstance(table, CostTable) else read_cost_table(dict(table), source)
+
+
+def _legacy_cost_table(data: dict[str, Any]) -> dict[str, Any]:
+    """The unstamped form: ``attack@<precision>`` keys into ``attack_at``, keys no field names into ``about``."""
+    known = {"train", "attack", "evaluate", "attack_at", "peak_fraction", "about"}
+    out: dict[str, Any] = {"format": COST_TABLE_SCHEMA}
+    attack_at: dict[str, Any] = {}
+    about: dict[str, Any] = {}
+    for key, value in data.items():
+        if key.startswith("attack@"):
+            attack_at[key.removeprefix("attack@")] = value
+        elif key in known:
+            out[key] = value
+        else:
+            about[key] = value
+    for precision, entry in attack_at.items():   # an entry may leave out what it shares with the attack's
+        if isinstance(entry, dict) and isinstance(data.get("attack"), dict):
+            attack_at[precision] = {**data["attack"], **entry}
+    if attack_at:
+        out["attack_at"] = attack_at
+    if about:
+        out["about"] = about
+    return out
+
+
+#: the door of a cost table file
+COST_TABLE_FILE: FileFormat[CostTable] = FileFormat(
+    CostTable, "format", {COST_TABLE_SCHEMA: unchanged, None: _legacy_cost_table},
+    fix='write {"format": "reconbench-cost-table/1", "train": {"fixed": SECONDS, "rate": SECONDS_PER_UNIT}, '
+        '"attack": ..., "evaluate": ...}')
+
+
+def read_cost_table(data: object, source: object = "") -> CostTable:
+    """A cost table file's JSON through its door; a phase left out is named in one line."""
+    if isinstance(data, dict):
+        missing = [p for p in COST_PHASES if p not in data]
+        if missing:
+            raise ReconbenchError(f"{source or 'a cost table'}: no {', '.join(repr(p) for p in missing)} phase; every "
+                                  f"phase is required: {COST_TABLE_FILE.fix}")
+    return COST_TABLE_FILE.decode(data, str(source) or None)
+
+
+@dataclass(frozen=True)
+class ProbeTrainerRow(Record):
+    """One case of the batched trainer (``benchmarks/gpu/probe.py``); a failed case holds ``params`` and ``error``."""
+
+    targets: int | None = None
+    dataset: str | None = None
+    input_dim: int | None = None
+    n: int | None = None
+    widths: list[int] | None = None
+    dtype: str | None = None
+    cuda_graph_asked: bool | None = None
+    cuda_graph: bool | None = None
+    notes: list[Any] | None = None
+    steps_timed: int | None = None
+    seconds: float | None = None
+    steps_per_second: float | None = None
+    target_steps_per_second: float | None = None
+    flops_per_step: float | None = None
+    tflops_per_second: float | None = None
+    peak_memory_gib: float | None = None
+    diverged: list[bool] | None = None
+    params: list[Any] | None = None
+    error: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.error is None and bool(self.target_steps_per_second) and bool(self.flops_per_step) \
+            and bool(self.targets)
+
+
+@dataclass(frozen=True)
+class ProbeAttackRow(Record):
+    """One case of the batched attack; a failed case holds ``params`` and ``error``."""
+
+    runs: int | None = None
+    m: int | None = None
+    layers: list[int] | None = None
+    precision: str | None = None
+    cuda_graph_asked: bool | None = None
+    batch: Mapping[str, Any] | None = None
+    loop_seconds: Mapping[str, float] | None = None
+    seconds_per_step: float | None = None
+    run_steps_per_second: float | None = None
+    flops_per_step: float | None = None
+    tflops_per_second: float | None = None
+    peak_memory_gib: float | None = None
+    params: list[Any] | None = None
+    error: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.error is None and (self.seconds_per_step or 0.0) > 0 and bool(self.runs) and bool(self.m) \
+            and bool(self.layers)
+
+    @property
+    def graph(self) -> bool:
+        return bool(self.batch is not None and self.batch.get("cuda_graph"))
+
+
+@dataclass(frozen=True)
+class Probe(Record):
+    """The GPU probe's JSON: what the batched trainer and attack achieved on one device."""
+
+    SCHEMA: ClassVar[str | None] = PROBE_SCHEMA
+
+    format: str = PROBE_SCHEMA
+    benchmark: str | None = None
+    tiny: bool | None = None
+    conditions: Mapping[str, Any] = field(default_factory=dict)
+    sizes: Mapping[str, Any] | None = None
+    trainer_check: Mapping[str, Any] | None = None
+    trainer: list[ProbeTrainerRow] = field(default_factory=list)
+    attack: list[ProbeAttackRow] = field(default_factory=list)
+    skipped: list[Any] = field(default_factory=list)
+    wall_seconds: float | None = None
+
+    @property
+    def device(self) -> str | None:
+        d = self.conditions.get("device")
+        return None if d is None else str(d)
+
+
+def _stamp_probe(data: dict[str, Any]) -> dict[str, Any]:
+    """The probe's first, unstamped form: the same fields, stamped."""
+    return {"format": PROBE_SCHEMA, **data}
+
+
+#: the door of the probe's JSON
+PROBE_FILE: FileFormat[Probe] = FileFormat(Probe, "format", {PROBE_SCHEMA: unchanged, None: _stamp_probe},
+                                           fix="run benchmarks/gpu/probe.py of this checkout again")
+
+
+def is_probe(data: object) -> bool:
+    """Whether a JSON object is the probe's (its trainer and attack rows) rather than a cost table."""
+    return isinstance(data, dict) and (data.get("format") == PROBE_SCHEMA or (
+        "format" not in data and isinstance(data.get("trainer"), list) and isinstance(data.get("attack"), list)))
