@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training in pieces across two slices on the CPU, end to end (CI): slice 1's short deadline stops the training of
 # tiny-pieces.toml's two targets (one stack) and packs their states; the merge keeps them beside the ledger; slice 2,
-# on a fresh cache with the ledger (as a bare machine gets it), continues them and runs every cell.
+# on a fresh cache with the ledger (as a bare machine gets it), continues them and runs every cell (on a loaded
+# machine a third or fourth slice may be needed).
 #
 #   benchmarks/gpu/ci_pieces.sh WORKDIR
 set -euo pipefail
@@ -15,9 +16,19 @@ if ! grep -q "training state of target" "$work/unpack1.txt"; then
   echo "error: slice 1 packed no training state (its deadline did not stop the training): nothing travelled" >&2
   exit 1
 fi
-RECONBENCH_CACHE="$work/cache2" OUT="$work/slice2" benchmarks/gpu/slice.sh "$suite" cpu 120 "$merged/finished.json"
-reconbench bench "$suite" --unpack "$work/slice2/pack" --out "$merged" | tee "$work/unpack2.txt"
-grep -q "every cell of suite gpu-tiny-pieces" "$work/unpack2.txt"
+# slice 2 finishes on an idle machine; on a loaded one its deadline may stop the training again, and further slices
+# (each on a fresh cache, from the merged ledger) continue it: at most four in all
+for k in 2 3 4; do
+  RECONBENCH_CACHE="$work/cache$k" OUT="$work/slice$k" benchmarks/gpu/slice.sh "$suite" cpu 120 "$merged/finished.json"
+  reconbench bench "$suite" --unpack "$work/slice$k/pack" --out "$merged" | tee "$work/unpack$k.txt"
+  if grep -q "every cell of suite gpu-tiny-pieces" "$work/unpack$k.txt"; then
+    break
+  fi
+  if [ "$k" = 4 ]; then
+    echo "error: four slices did not finish the suite's two cells" >&2
+    exit 1
+  fi
+done
 python3 - "$merged" <<'PY'
 import json
 import sys
