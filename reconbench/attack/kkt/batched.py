@@ -329,6 +329,16 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         state.lam.copy_(torch.where(_expand(state.alive, state.lam), state.lam - lr_lam * state.buf_lam, state.lam))
         write_eval()
 
+    def step_alive_runs(runs: list[int]) -> None:
+        """The masked update in place, when the host knows which runs are alive (the CPU, after a run stopped): no
+        array of x's size is allocated, and a stopped run's candidates are not touched."""
+        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)
+        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
+        for r in runs:
+            state.x[r].addcmul_(neg_lr_x[r], state.buf_x[r])
+            state.lam[r].addcmul_(neg_lr_lam[r], state.buf_lam[r])
+        write_eval()
+
     def step_all_alive() -> None:   # the same update in place, when the host knows that every run is alive
         torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)
         torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
@@ -347,6 +357,7 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     notes = [""] * r_runs
     early: list[dict[str, Any] | None] = [None] * r_runs
     last_check = 0
+    alive_runs = list(range(r_runs))   # the runs the host knows alive (after each check)
     rule = ConvergenceRule.of(cfg0)
     if rule is not None:   # loss and candidates summed over the current window, and their means over the last one
         window_sum, x_sum = torch.zeros_like(state.loss), torch.zeros_like(state.x)
@@ -422,12 +433,16 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         record(0)
     if sync_every == 1 or steps == 0:
         check(0)   # the start itself: a non-finite loss at step 0 keeps x0 (as the sequential loop does)
-        all_alive = bool(state.alive.cpu().all())
+        alive_now = state.alive.cpu()
+        all_alive = bool(alive_now.all())
+        alive_runs = alive_now.nonzero().flatten().tolist()
     for t in range(1, steps + 1):
-        if all_alive and not info.cuda_graph:
+        if info.cuda_graph:
+            replay()
+        elif all_alive:
             step_all_alive()
         else:
-            replay()
+            step_alive_runs(alive_runs)
         if t % every == 0 and t < steps:
             record(t)
         window_end = rule is not None and t % rule.window == 0
@@ -443,6 +458,7 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
             if not bool(alive_now.any()):
                 break
             all_alive = bool(alive_now.all())
+            alive_runs = alive_now.nonzero().flatten().tolist()
     info.seconds = time.perf_counter() - t0
     # the final loss of every run at its returned point (the last step, or its snapshot)
     if stale[0]:
