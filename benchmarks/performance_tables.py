@@ -65,7 +65,7 @@ def default_run_vs_base() -> str:
 
 
 def step_ab_fast() -> str:
-    data = _load("kkt/bench_step_ab_fast_r3.json")
+    data = _load("kkt/bench_step_ab_fast_r4.json")
     lines = [_row(["m", "dtype", "599614b CPU ms/step", "now", "products alone ms (GFLOP/s)", "now / products",
                    "599614b / now", "599614b / products (the bound)", "largest relative difference of the final "
                    "candidates"]), _row(["---"] * 9)]

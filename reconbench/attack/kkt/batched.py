@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from reconbench.attack.kkt.batched_gram import BatchedGram, run_sum_of_squares
+from reconbench.attack.kkt.batched_gram import BatchedGram, run_sum_of_squares, sum_of_squares
 from reconbench.attack.kkt.convergence import ConvergenceRule
 from reconbench.attack.kkt.loop import Coefficients, Penalty, StationarityConfig, box_prior
 from reconbench.attack.kkt.stationarity import full_chain, make_engine
@@ -36,8 +36,9 @@ from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
 #: are batched separately
 PER_RUN_FIELDS = frozenset({"lr", "lambda_lr", "momentum", "alpha", "box", "inverse_m", "init_scale",
                             "lambda_min", "lambda_penalty_weight"})
-#: K when ``sync_every`` is 0 (auto): every step on the CPU, where a check costs nothing, every 100 on CUDA
-AUTO_SYNC = {"cpu": 1, "cuda": 100}
+#: K when ``sync_every`` is 0 (auto): every step on the CPU, where a check costs nothing, every 100 on an
+#: accelerator, where a check waits for the device
+CPU_SYNC, DEVICE_SYNC = 1, 100
 TERM_NAMES = ("stationarity", "prior", "lambda_penalty")
 
 
@@ -105,13 +106,23 @@ def memory_budget(device: torch.device) -> tuple[int, str]:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(0.7 * free), f"70% of the {free / 2**30:.1f} GiB free on {device}"
+    avail = available_memory()
+    if avail is None:
+        avail = 8 * 2**30
+        return int(0.4 * avail), "40% of 8 GiB (/proc/meminfo gives no MemAvailable line here)"
+    return int(0.4 * avail), f"40% of the {avail / 2**30:.1f} GiB of available memory"
+
+
+def available_memory() -> int | None:
+    """Bytes of the MemAvailable line of /proc/meminfo, or None where there is no such file or line."""
     try:
         with open("/proc/meminfo") as fh:
-            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in fh}
-        avail = info.get("MemAvailable", 8 * 2**30)
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
     except OSError:
-        avail = 8 * 2**30
-    return int(0.4 * avail), f"40% of the {avail / 2**30:.1f} GiB of available memory"
+        return None
+    return None
 
 
 def plan_chunks(runs: list[int], per_run: int, device: torch.device, max_batch: int) -> tuple[list[list[int]], str]:
@@ -128,7 +139,9 @@ def plan_chunks(runs: list[int], per_run: int, device: torch.device, max_batch: 
 
 
 def resolve_sync_every(cfg: StationarityConfig, device: torch.device) -> int:
-    return cfg.sync_every if cfg.sync_every > 0 else AUTO_SYNC.get(device.type, 100)
+    if cfg.sync_every > 0:
+        return cfg.sync_every
+    return CPU_SYNC if device.type == "cpu" else DEVICE_SYNC
 
 
 @contextlib.contextmanager
@@ -155,34 +168,35 @@ def _per_run(configs: list[StationarityConfig], name: str, like: torch.Tensor, d
 
 
 def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tensor,
-                            buf: torch.Tensor | None = None) -> torch.Tensor:
+                            buf: torch.Tensor | None = None, neg_box: torch.Tensor | None = None) -> torch.Tensor:
     """The box prior sum(relu(x - box)^2 + relu(-box - x)^2) per run; adds its gradient to ``grad`` in place.
 
-    ``below`` = min(x + box, 0) is minus relu(-box - x) exactly (negation commutes with rounding), and at most one
-    of the two parts is non-zero in each entry, so grad + 2 above + 2 below is grad + (2 above - 2 below) exactly.
-    ``buf`` (x's shape) holds each part in turn, so that nothing of x's size is allocated; the sums of squares are
-    taken per run (``run_sum_of_squares``, which squares the part in place).
+    Both parts come from one excess e = x - clamp(x, -box, box): where x > box it is x - box (the same rounding as
+    relu(x - box)), where x < -box it is x + box = -relu(-box - x) exactly, elsewhere 0; at most one part is non-zero
+    in each entry, so grad + 2 e is what grad + 2 above - 2 below was, bit for bit, and sum(e^2) is the prior (its
+    two sums in one). ``buf`` (x's shape) holds e, so that nothing of x's size is allocated; ``neg_box`` is -box
+    (exact), passed by a caller that evaluates the prior at every step.
     """
     buf = torch.empty_like(x) if buf is None else buf
+    neg_box = -box if neg_box is None else neg_box
     r = x.shape[0]
-    sq = torch.empty(2, r, 1, 1, dtype=x.dtype, device=x.device)
-    above = torch.sub(x, box, out=buf).clamp_min_(0)
-    grad.add_(above, alpha=2.0)
-    run_sum_of_squares(above, sq[0])   # squares buf in place: it is overwritten next
-    below = torch.add(x, box, out=buf).clamp_max_(0)
-    grad.add_(below, alpha=2.0)
-    run_sum_of_squares(below, sq[1])
-    return sq[0].reshape(r) + sq[1].reshape(r)
+    sq = torch.empty(r, 1, 1, dtype=x.dtype, device=x.device)
+    excess = torch.sub(x, torch.clamp(x, min=neg_box, max=box, out=buf), out=buf)
+    grad.add_(excess, alpha=2.0)
+    run_sum_of_squares(excess, sq)   # squares buf in place
+    return sq.reshape(r)
 
 
 def gram_evaluator(gram: BatchedGram, terms: BatchTerms, alpha: torch.Tensor, box: torch.Tensor,
                    scale: torch.Tensor) -> Evaluate:
     """(loss (R,), terms (R, 3), dL/dx, dL/dlam) at (x, lam) by the closed-form engine: plain tensor code."""
+    neg_box = -box
+
     def evaluate(x: torch.Tensor, lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         fw = gram.forward(x, alpha)
         out = fw.outputs
         stat, gx, cbar = gram.value_and_grad(fw, scale * terms.coefficients(out, lam), alpha)
-        prior = _box_value_and_add_grad(x, box, gx, gram.workspace(x.shape[0], x.shape[1]).box)
+        prior = _box_value_and_add_grad(x, box, gx, gram.workspace(x.shape[0], x.shape[1]).box, neg_box)
         pen = terms.penalty(lam)
         glam = terms.lambda_vjp(out, scale * cbar) + terms.penalty_grad(lam)
         loss = stat + prior + pen
@@ -267,10 +281,12 @@ def run_stationarity_batch(target: AttackTarget, x0: torch.Tensor, labels: torch
                              device=device).reshape(-1, 1, 1)
         if use_gram:
             assert chain is not None and terms is not None
-            evaluate = gram_evaluator(BatchedGram(chain, cfg0.forward, target.dtype, device), terms, alpha, box, scale)
+            gram = BatchedGram(chain, cfg0.forward, target.dtype, device)
+            evaluate = gram_evaluator(gram, terms, alpha, box, scale)
         else:
             evaluate = autograd_evaluator(target, configs, shape, per_run_terms)
-        theta_sq = float(sum((p.detach().double() ** 2).sum() for p in target.model.parameters()))
+        # ||theta||^2 of all parameters for the trace (the engine's, over the same layers, when it has one)
+        theta_sq = gram.theta_sq if use_gram else sum(sum_of_squares(p) for p in target.model.parameters())
         state = _State(like.flatten(2).clone(), lam0.detach().to(like).clone())
         graph = use_gram and device.type == "cuda" and cfg0.cuda_graph
         outputs = _advance(state, evaluate, configs, sync_every, info, graph, theta_sq, progress)
@@ -295,7 +311,10 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     neg_lr_x, neg_lr_lam = -lr_x, -lr_lam
     t0 = time.perf_counter()
 
+    stale = [False]   # whether a check put a run back to its snapshot after the last evaluation
+
     def write_eval() -> None:
+        stale[0] = False
         loss, terms, gx, gl = evaluate(state.x, state.lam)
         state.loss.copy_(loss)
         state.terms.copy_(terms)
@@ -308,6 +327,16 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
         state.x.copy_(torch.where(_expand(state.alive, state.x), state.x - lr_x * state.buf_x, state.x))
         state.lam.copy_(torch.where(_expand(state.alive, state.lam), state.lam - lr_lam * state.buf_lam, state.lam))
+        write_eval()
+
+    def step_alive_runs(runs: list[int]) -> None:
+        """The masked update in place, when the host knows which runs are alive (the CPU, after a run stopped): no
+        array of x's size is allocated, and a stopped run's candidates are not touched."""
+        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)
+        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
+        for r in runs:
+            state.x[r].addcmul_(neg_lr_x[r], state.buf_x[r])
+            state.lam[r].addcmul_(neg_lr_lam[r], state.buf_lam[r])
         write_eval()
 
     def step_all_alive() -> None:   # the same update in place, when the host knows that every run is alive
@@ -328,6 +357,7 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     notes = [""] * r_runs
     early: list[dict[str, Any] | None] = [None] * r_runs
     last_check = 0
+    alive_runs = list(range(r_runs))   # the runs the host knows alive (after each check)
     rule = ConvergenceRule.of(cfg0)
     if rule is not None:   # loss and candidates summed over the current window, and their means over the last one
         window_sum, x_sum = torch.zeros_like(state.loss), torch.zeros_like(state.x)
@@ -357,10 +387,21 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         window_sum.zero_()
         x_sum.zero_()
 
-    def check(t: int) -> None:
+    def check(t: int) -> bool:
+        """The check after step t; returns whether a run may have stopped (False: every run was alive and finite,
+        the common case, decided by one reduction)."""
         nonlocal last_check
+        if all_alive and bool(state.ok.all()):
+            snap_x.copy_(state.x)
+            snap_lam.copy_(state.lam)
+            snap_step[:] = [t] * r_runs
+            last_check = t
+            if progress is not None:
+                progress(t, steps, {"loss": float(state.loss.min())})
+            return False
         bad = (state.alive & ~state.ok).cpu()
         if bool(bad.any()):
+            stale[0] = True
             dev_bad = bad.to(state.x.device)
             state.x.copy_(torch.where(_expand(dev_bad, state.x), snap_x, state.x))
             state.lam.copy_(torch.where(_expand(dev_bad, state.lam), snap_lam, state.lam))
@@ -386,17 +427,22 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         last_check = t
         if progress is not None and alive.any():
             progress(t, steps, {"loss": float(state.loss[state.alive].min())})
+        return True
 
     if steps > 0:
         record(0)
     if sync_every == 1 or steps == 0:
         check(0)   # the start itself: a non-finite loss at step 0 keeps x0 (as the sequential loop does)
-        all_alive = bool(state.alive.cpu().all())
+        alive_now = state.alive.cpu()
+        all_alive = bool(alive_now.all())
+        alive_runs = alive_now.nonzero().flatten().tolist()
     for t in range(1, steps + 1):
-        if all_alive and not info.cuda_graph:
+        if info.cuda_graph:
+            replay()
+        elif all_alive:
             step_all_alive()
         else:
-            replay()
+            step_alive_runs(alive_runs)
         if t % every == 0 and t < steps:
             record(t)
         window_end = rule is not None and t % rule.window == 0
@@ -404,16 +450,21 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
             window_sum.add_(state.loss)
             x_sum.add_(state.x)
         if t % sync_every == 0 or t == steps or window_end:
-            check(t)
+            if not check(t) and not window_end:
+                continue   # every run alive and finite: nothing changed on the host
             if window_end:   # after the check: a run that diverged in this window is already frozen
                 test_convergence(t)
             alive_now = state.alive.cpu()
             if not bool(alive_now.any()):
                 break
             all_alive = bool(alive_now.all())
+            alive_runs = alive_now.nonzero().flatten().tolist()
     info.seconds = time.perf_counter() - t0
     # the final loss of every run at its returned point (the last step, or its snapshot)
-    final_loss, final_terms, _, _ = evaluate(state.x, state.lam)
+    if stale[0]:
+        final_loss, final_terms, _, _ = evaluate(state.x, state.lam)
+    else:   # the last evaluation was at the returned point of every run (a deterministic evaluation would repeat it)
+        final_loss, final_terms = state.loss, state.terms
     rows = trace_buf.cpu().tolist()
     final_rows = torch.cat([final_loss[:, None], final_terms], dim=1).cpu().tolist()
     x_out, lam_out = state.x.detach(), state.lam.detach()

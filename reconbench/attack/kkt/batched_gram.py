@@ -90,6 +90,23 @@ def run_sum_of_squares(a: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return torch.bmm(a.reshape(r, 1, -1), a.reshape(r, -1, 1), out=out)
 
 
+#: elements per block of ``sum_of_squares``
+SQUARES_BLOCK = 1 << 16
+
+
+def sum_of_squares(t: torch.Tensor) -> float:
+    """||t||^2 accumulated in float64, in blocks of :data:`SQUARES_BLOCK` elements (each converted to float64,
+    squared and summed; 512 KiB temporaries that the allocator reuses) rather than as float64 copies of the whole
+    tensor, whose fresh pages cost more than the arithmetic. Each block is a pairwise sum (BLAS's dot product
+    accumulates with an error about 100 times larger at a million terms, too much for a value from which the
+    stationarity term subtracts)."""
+    flat = t.detach().reshape(-1)
+    total = 0.0
+    for block in flat.split(SQUARES_BLOCK):
+        total += float(block.to(torch.float64).square().sum())
+    return total
+
+
 class BatchedGram:
     """L_stat and its gradients for a linear chain of layers, over R runs of m candidates each.
 
@@ -107,7 +124,7 @@ class BatchedGram:
         self.weights_t = [w.T.contiguous() for w in self.weights]   # (in, out): x W^T as x @ Wt
         self.biases = [None if layer.bias is None else layer.bias.detach().to(dtype=dtype, device=device)
                        for layer in layers]
-        self.theta_sq = sum(float((w.double() ** 2).sum()) + (0.0 if b is None else float((b.double() ** 2).sum()))
+        self.theta_sq = sum(sum_of_squares(w) + (0.0 if b is None else sum_of_squares(b))
                             for w, b in zip(self.weights, self.biases, strict=True))
         self.smooth = forward == "softplus"
         self.dims = [self.weights[0].shape[1], *(w.shape[0] for w in self.weights)]
@@ -177,14 +194,16 @@ class BatchedGram:
         parts = ws.dots.reshape(n, 2, r)
         total = self.theta_sq - 2.0 * parts[:, 0].sum(dim=0) + parts[:, 1].sum(dim=0)
         # multiplier side: Dbar_k = -2 Z_k + 2 G_k D_k + (Dbar_{k-1} * S_{k-1}) W_k^T, from the input layer up
-        for k in range(n):
-            torch.mul(deltas[k], -2.0, out=ws.zbar[k])
+        # (Zbar_k starts as -2 D_k; for a hidden layer the -2 D_k is added to the slope path in the same pass:
+        # -2 D is exact, so slope + (-2 D) rounds as (-2 D) + slope did)
+        torch.mul(deltas[n - 1], -2.0, out=ws.zbar[n - 1])
         dbar = torch.baddbmm(fw.pre[0], ws.grams[0], deltas[0], beta=-2.0, alpha=2.0, out=ws.dbar[0])
         for k in range(1, n):
             s, sg = fw.slopes[k - 1], ws.slope_grads[k - 1]
             torch.mul(dbar, s, out=ws.carried[k - 1])
             torch.addcmul(s, s, s, value=-1.0, out=sg).mul_(alpha)          # alpha S (1 - S)
-            ws.zbar[k - 1].add_(dbar.mul_(ws.back[k]).mul_(sg))             # the slope path; dbar is not needed after
+            slope_path = dbar.mul_(ws.back[k]).mul_(sg)                     # dbar is not needed after
+            torch.add(slope_path, deltas[k - 1], alpha=-2.0, out=ws.zbar[k - 1])
             dbar = torch.baddbmm(fw.pre[k], ws.grams[k], deltas[k], beta=-2.0, alpha=2.0, out=ws.dbar[k])
             self.add_times_wt(k, ws.carried[k - 1], dbar)
         # candidate side: Hbar_k = 2 P_k H_k + Zbar_k W_k, from the outputs down to x
