@@ -122,9 +122,11 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
 
 def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *,
           labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
-          card: object = None, out_dir: str | Path | None = None) -> dict[str, Any]:
-    """The protocol's numbers for one set of candidates (no null, no calibration)."""
-    out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
+          card: object = None, out_dir: str | Path | None = None, with_protocol: bool = True) -> dict[str, Any]:
+    """The protocol's numbers for one set of candidates (no null, no calibration). ``with_protocol=False`` leaves
+    out the ``protocol`` block (every parameter in words): a null draw's scores are read and its record dropped."""
+    out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card,
+                     with_protocol=with_protocol)
     if out_dir is not None and resolved.base.figures:
         out["figures"] = _figures(ev, Path(out_dir), None)
     return out
@@ -132,7 +134,7 @@ def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol
 
 def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *,
            labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
-           card: object = None) -> tuple[dict[str, Any], Evaluation]:
+           card: object = None, with_protocol: bool = True) -> tuple[dict[str, Any], Evaluation]:
     ev = build_context(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     metric_out: dict[str, Any] = {}
     for name in resolved.metric_names:
@@ -158,7 +160,7 @@ def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtoco
                             "available": res.get("available", True), "reason": res.get("reason"),
                             "summary": res["summary"], "details": res.get("details", {})}
     out: dict[str, Any] = {
-        "protocol": {**resolved.to_dict(), "libraries": _versions()},
+        **({"protocol": {**resolved.to_dict(), "libraries": _versions()}} if with_protocol else {}),
         "summary": _summary(ev),
         "per_image": _per_image(ev),
         "candidates": {"total": int(ev.candidates.shape[0]), "valid": int(ev.valid.sum()),
@@ -206,7 +208,8 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
     full = restricted(resolved, None)
 
     def score_light(cand: torch.Tensor) -> dict[str, Any]:
-        return score(problem, cand, light, labels=None if labels is None else torch.as_tensor(labels))
+        return score(problem, cand, light, labels=None if labels is None else torch.as_tensor(labels),
+                     with_protocol=False)
 
     threshold = None
     if p.calibration_draws:
@@ -228,7 +231,8 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
         for k in range(p.null_draws):
             cand = null.draw(problem, labels, m, p.null_seed, null.REPORT_STREAM, k)
             with decisions.scope(f"null draw {k}"):
-                ev = score(problem, cand, full, labels=None if labels is None else torch.as_tensor(labels), card=card)
+                ev = score(problem, cand, full, labels=None if labels is None else torch.as_tensor(labels), card=card,
+                           with_protocol=False)
                 numbers = null.numeric_summary(ev["summary"])
                 if threshold is not None:
                     numbers["reconstructed_calibrated"] = float(null.calibrated_flags(null.scores_of(ev, column),
