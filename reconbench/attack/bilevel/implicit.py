@@ -41,18 +41,6 @@ class InnerResult:
     seconds: float
 
 
-class _EagerLBFGS(torch.optim.LBFGS):
-    """torch's L-BFGS with its base class's ``add_param_group`` called undecorated.
-
-    torch wraps ``Optimizer.add_param_group`` (and ``zero_grad``) in a guard that imports ``torch._dynamo`` on first
-    use (about 1 s of CPU per process) only to keep ``torch.compile`` from tracing it; the inner solve is never
-    compiled, and the undecorated function is the same code, so the iterates are unchanged.
-    """
-
-    add_param_group = getattr(torch.optim.Optimizer.add_param_group, "__wrapped__",
-                              torch.optim.Optimizer.add_param_group)
-
-
 def solve_lower(problem: LowerProblem, x: torch.Tensor, theta_start: torch.Tensor, *,
                 method: Literal["lbfgs", "gd"] = "lbfgs", max_iter: int = 500, tol: float = 1e-10,
                 lr: float = 1.0, history: int = 20, newton_steps: int = 0, damping: float = 0.0,
@@ -70,13 +58,12 @@ def solve_lower(problem: LowerProblem, x: torch.Tensor, theta_start: torch.Tenso
     theta = theta_start.detach().clone().requires_grad_(True)
     iterations = 0
     if method == "lbfgs":
-        opt = _EagerLBFGS([theta], lr=lr, max_iter=max_iter, max_eval=max(2 * max_iter, 1),
+        opt = torch.optim.LBFGS([theta], lr=lr, max_iter=max_iter, max_eval=max(2 * max_iter, 1),
                                 tolerance_grad=tol, tolerance_change=0.0, history_size=history,
                                 line_search_fn="strong_wolfe")
 
         def closure() -> torch.Tensor:
-            if theta.grad is not None:  # Optimizer.zero_grad(set_to_none=False) on a leaf, without its dynamo guard
-                theta.grad.zero_()
+            opt.zero_grad(set_to_none=False)
             e = problem.energy(theta, x)
             e.backward()
             return e
