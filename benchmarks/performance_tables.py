@@ -46,7 +46,9 @@ def default_run_vs_base() -> str:
         if key == "ci_suite":
             head = sorted({c["reconstructed_calibrated_sum_pooled"] for c in case["counts"]["head"]})
             base = sorted({c["reconstructed_calibrated_sum_pooled"] for c in case["counts"]["base"]})
-            count = f"{'/'.join(map(str, head))} / {'/'.join(map(str, base))} (calibrated, summed over 65 cells)"
+            cells = case["counts"]["head"][0].get("common_cells", 65)
+            count = (f"{'/'.join(map(str, head))} / {'/'.join(map(str, base))} (calibrated, summed over the {cells} "
+                     "cells both ran)")
         else:
             head = sorted({c["reconstructed_calibrated"] for c in case["counts"]["head"]})
             base = sorted({c["reconstructed_calibrated"] for c in case["counts"]["base"]})

@@ -126,11 +126,25 @@ def disk_full_error(folder: Path, need: int | None = None) -> DiskFullError:
                          "folder, then run the same command again (nothing half-written was kept)")
 
 
+#: flush every atomic write to the disk, new files included (``RECONBENCH_FSYNC=1``; see :func:`write_bytes_atomic`)
+_FSYNC_ALWAYS = os.environ.get("RECONBENCH_FSYNC", "0").strip() not in ("", "0")
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write through a temporary file unique to this writer in the same folder, flushed to the disk (fsync), then
-    renamed over ``path``: readers see the old or the new file, never a half-written one, two writers never share a
-    temporary file, and a full disk leaves the old file (or none) and a one-line error naming the folder."""
+    """Write through a temporary file unique to this writer in the same folder, then renamed over ``path``: readers
+    see the old or the new file, never a half-written one, two writers never share a temporary file, and a full disk
+    leaves the old file (or none) and a one-line error naming the folder.
+
+    Durability: the atomic rename is what keeps a killed or crashed process from leaving a half-written file. The
+    data is flushed to the disk (fsync of the file, then of its folder) only where a power loss could otherwise
+    destroy something that existed: when the rename replaces an existing file (without the flush, a file system
+    may commit the rename before the data and leave an empty file where a good one was), or everywhere with
+    ``RECONBENCH_FSYNC=1``. A new file is not flushed: a power loss before the system writes it back loses at most
+    that new file (a resumed run treats an unreadable record as not done and writes it again), and a suite writes
+    hundreds of records, each flush costing a disk round trip.
+    """
     path = Path(path)
+    durable = _FSYNC_ALWAYS or path.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -141,15 +155,17 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError) and exc.errno in DISK_FULL:
             raise disk_full_error(path.parent, len(data)) from None
         raise
-    _sync_folder(path.parent)
+    if durable:
+        _sync_folder(path.parent)
 
 
 def _sync_folder(folder: Path) -> None:

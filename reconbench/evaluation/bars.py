@@ -43,7 +43,7 @@ def light_scorer(problem: Problem, resolved: ResolvedProtocol,
     keep = {column, resolved.base.primary_metric} if column in resolved.metric_names else None
     light = restricted(resolved, keep)
     lab = None if labels is None else torch.as_tensor(labels)
-    return lambda cand: score(problem, cand, light, labels=lab)
+    return lambda cand: score(problem, cand, light, labels=lab, with_protocol=False)
 
 
 def _count(scores: np.ndarray, threshold: float) -> int:

@@ -16,8 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.optimize import nnls
-from scipy.sparse.linalg import LinearOperator, lsmr
 from torch.autograd.functional import jacobian
 from torch.func import functional_call, jvp, vjp
 
@@ -101,7 +99,11 @@ def fit_stationarity_many(model: TargetNet, x: torch.Tensor, labels: torch.Tenso
     numel = sum(params[n].numel() for n in names)
     fits: dict[str, StationarityFit] = {}
 
+    # scipy's solvers are imported where used: scipy.optimize and scipy.sparse.linalg take about a second to import,
+    # and every command that can train a target imports this module
     if r * numel <= DENSE_LIMIT:
+        from scipy.optimize import nnls
+
         jac = dense_jacobian(terms, params, names)
         blocks = {n: jac[n].reshape(r, -1).double() for n in names}
         gram_by = {n: (blocks[n] @ blocks[n].T).numpy() for n in names}
@@ -120,6 +122,8 @@ def fit_stationarity_many(model: TargetNet, x: torch.Tensor, labels: torch.Tenso
             res_by = {n: sq_by[n] - 2 * float(b_by[n] @ lam) + float(lam @ gram_by[n] @ lam) for n in names}
             fits[key] = _fit(res_by, sq_by, r, nonneg, "dense-nnls" if nonneg else "dense-lstsq", t0)
         return fits
+
+    from scipy.sparse.linalg import LinearOperator, lsmr
 
     dtype = next(iter(params.values())).dtype
     pullback = vjp(terms, params)[1]

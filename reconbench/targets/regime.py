@@ -26,7 +26,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from scipy.optimize import nnls
 from torch.func import functional_call, jvp, vjp
 
 from reconbench.nets import TargetNet
@@ -56,6 +55,8 @@ def _fit(gram: np.ndarray, b: np.ndarray, nonneg: bool) -> np.ndarray:
     if not nonneg:
         return np.asarray(np.linalg.lstsq(gram + reg, b, rcond=None)[0])
     chol = np.linalg.cholesky(gram + reg)
+    from scipy.optimize import nnls  # imported where used: scipy.optimize takes about a second to import
+
     lam, _ = nnls(chol.T, np.linalg.solve(chol, b), maxiter=50 * r)
     return np.asarray(lam)
 

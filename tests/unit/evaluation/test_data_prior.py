@@ -143,3 +143,23 @@ def test_the_prior_draws_of_reordered_labels_are_not_taken_from_the_cache(digits
     after = prior_maxima(reordered)
     assert after == pytest.approx(alone, abs=1e-12)
     assert first != pytest.approx(alone, abs=1e-12)   # the draws do depend on the order: the test can fail
+
+
+def test_candidates_blurred_together_equal_each_blurred_alone():
+    """Many candidates, several channels: the stack filtered per blur equals each candidate's own filter calls."""
+    gen = np.random.default_rng(1)
+    pool = torch.as_tensor(gen.normal(size=(90, 3, 9, 7)))
+    pool_labels = np.repeat(np.arange(3), 30)
+    labels = gen.integers(0, 3, size=40)
+    got = prior_candidates(pool, pool_labels, labels, np.random.default_rng(7))
+    rng = np.random.default_rng(7)
+    sigmas = set()
+    for j, c in enumerate(labels):
+        members = np.flatnonzero(pool_labels == c)
+        s = min(int(rng.choice(AVERAGE_SIZES)), len(members))
+        mean = pool.numpy()[rng.choice(members, s, replace=False)].mean(0)
+        sigma = float(rng.choice(BLUR_SIGMAS))
+        sigmas.add(sigma)
+        want = mean if sigma == 0 else np.stack([gaussian_filter(ch, sigma, mode="reflect") for ch in mean])
+        assert np.array_equal(got[j].numpy(), want), (j, sigma)
+    assert sigmas == set(BLUR_SIGMAS)
