@@ -12,7 +12,8 @@ the record reads the JSON strictly):
 * :mod:`~reconbench.records.submission`: a packed submission (``reconbench-submission/1``);
 * :mod:`~reconbench.records.invocation`: an invocation of ``reconbench bench`` (``invocations/NNN.json``);
 * :mod:`~reconbench.records.board_releases`: a board's numbered releases (``RELEASES.json``,
-  ``reconbench-board-releases/1``).
+  ``reconbench-board-releases/1``);
+* :mod:`~reconbench.records.audit`: an audit's ``audit.json`` (``reconbench-audit/1``), imported from its module.
 
 :mod:`~reconbench.records.record` holds the base record, the strict codec (cattrs) and the door. Every name is
 re-exported here.
