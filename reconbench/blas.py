@@ -203,11 +203,15 @@ class Report:
         return max(self.gflops[dtype].values())
 
     def summary(self) -> dict[str, Any]:
-        """The record every run carries."""
+        """The record every run carries (the keys :data:`SUMMARY_KEYS`)."""
         return {"blas": self.blas, "mkl_version": self.mkl_version, "branch": self.branch,
                 "fast_path": self.fast_path, "isa": self.isa,
                 "gflops_1thread": {d: round(self.best(d), 1) for d in self.gflops},
                 "peak_gflops": {d: (round(p, 1) if p else None) for d, p in self.peak.items()}}
+
+
+#: the keys of a BLAS summary (:meth:`Report.summary`); a cached summary that lacks one is measured again
+SUMMARY_KEYS = ("blas", "mkl_version", "branch", "fast_path", "isa", "gflops_1thread", "peak_gflops")
 
 
 def fast_path_note() -> str | None:
@@ -277,7 +281,7 @@ def summary() -> dict[str, Any]:
             rec = json.loads(path.read_text())
     except (OSError, ValueError):
         rec = None
-    if not isinstance(rec, dict):
+    if not isinstance(rec, dict) or not set(SUMMARY_KEYS) <= set(rec):  # none cached, or written by an older version
         rec = examine(seconds=0.05).summary()
         with contextlib.suppress(OSError):   # a cache that cannot be written costs a measurement per process
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -291,9 +295,10 @@ def summary() -> dict[str, Any]:
 
 
 def provenance_line(rec: dict[str, Any]) -> str:
-    """One line: ``BLAS mkl (AVX512_E1, fast path), 1 thread float64 123 / float32 245 GFLOP/s``."""
-    branch = str(rec.get("branch") or "?").split(" ")[0]
-    fast = ", fast path" if rec.get("fast_path") else ""
-    g = rec.get("gflops_1thread") or {}
+    """One line: ``BLAS mkl (AVX512_E1, fast path), 1 thread float64 123 / float32 245 GFLOP/s``, of a BLAS summary
+    (:func:`summary`, which holds every key of :data:`SUMMARY_KEYS`)."""
+    branch = str(rec["branch"] or "?").split(" ")[0]
+    fast = ", fast path" if rec["fast_path"] else ""
+    g = rec["gflops_1thread"] or {}
     speeds = " / ".join(f"{d} {g[d]:.0f}" for d in DTYPES if d in g)
-    return f"BLAS {rec.get('blas')} ({branch}{fast}), 1 thread {speeds} GFLOP/s"
+    return f"BLAS {rec['blas']} ({branch}{fast}), 1 thread {speeds} GFLOP/s"

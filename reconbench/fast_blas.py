@@ -110,10 +110,8 @@ def preload_env(shim: Path, environ: dict[str, str] | None = None) -> dict[str, 
 
 def active() -> bool:
     """This process was started with the shim preloaded (by the CLI, or by hand with ``LD_PRELOAD``)."""
-    marker = os.environ.get(ACTIVE_ENV)
-    if marker and marker in os.environ.get("LD_PRELOAD", ""):
-        return True
-    return "mkl-intel-cpu-shim" in os.environ.get("LD_PRELOAD", "")
+    marker, preload = os.environ.get(ACTIVE_ENV), os.environ.get("LD_PRELOAD", "")
+    return bool(marker and marker in preload) or "mkl-intel-cpu-shim" in preload
 
 
 def note(text: str) -> None:

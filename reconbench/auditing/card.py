@@ -38,7 +38,7 @@ class AuditCard(ModelCard):
         p = self.built
         return Knowledge(task=p.task, num_classes=p.num_classes, out_dim=p.out_dim, input_shape=p.image_shape,
                          class_counts=p.class_counts, loss=self.data["metrics"]["loss_name"],
-                         weight_decay=self.data["metrics"].get("weight_decay"), mean_image=self.mean_image())
+                         weight_decay=None, mean_image=self.mean_image())  # the owner's weight decay is not known
 
     def mean_image(self) -> torch.Tensor:
         assert self.built is not None

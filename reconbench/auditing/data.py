@@ -44,7 +44,9 @@ class Preprocess:
         return {"scale": self.scale, "mean": self.mean, "std": list(self.std)}
 
 
-PREPROCESS_KEYS = ("scale", "mean", "std")
+#: each ``--preprocess`` key and the value it stands for when not given (inputs in [0, 1], no mean, no scaling)
+PREPROCESS_DEFAULTS: dict[str, Any] = {"scale": 1.0, "mean": "none", "std": 1.0}
+PREPROCESS_KEYS = tuple(PREPROCESS_DEFAULTS)
 
 
 def parse_preprocess(values: dict[str, Any]) -> Preprocess:
@@ -53,17 +55,18 @@ def parse_preprocess(values: dict[str, Any]) -> Preprocess:
     if unknown:
         raise ReconbenchError(f"--preprocess has no key {unknown[0]!r}; its keys are {', '.join(PREPROCESS_KEYS)} "
                               "(e.g. --preprocess scale=1 --preprocess mean=train --preprocess std=0.3081)")
-    scale = float(values.get("scale", 1.0))
+    given = {**PREPROCESS_DEFAULTS, **values}
+    scale = float(given["scale"])
     if not np.isfinite(scale) or scale <= 0:
-        raise ReconbenchError(f"--preprocess scale={values.get('scale')!r} must be a positive number (1: inputs in "
+        raise ReconbenchError(f"--preprocess scale={given['scale']!r} must be a positive number (1: inputs in "
                               "[0, 1]; 255: raw 0-255 pixel values)")
-    std_raw = values.get("std", 1.0)
+    std_raw = given["std"]
     std = tuple(float(s) for s in str(std_raw).split(",")) if isinstance(std_raw, str) else \
         tuple(float(s) for s in (std_raw if isinstance(std_raw, (list, tuple)) else [std_raw]))
     if not std or any(not np.isfinite(s) or s <= 0 for s in std):
         raise ReconbenchError(f"--preprocess std={std_raw!r} must be one positive number or one per channel "
                               "(e.g. std=0.247,0.243,0.261)")
-    mean = values.get("mean", "none")
+    mean = given["mean"]
     mean = ",".join(str(v) for v in mean) if isinstance(mean, (list, tuple)) else str(mean)
     return Preprocess(scale=scale, mean=mean, std=std)
 

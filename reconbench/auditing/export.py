@@ -60,8 +60,8 @@ def export_card(card: ModelCard, out: str | Path, data_root: str | Path | None =
     family = card.data["family"]
     defaults = plugins.model(family).default_spec()
     spec = {k: v for k, v in card.data["model_spec"].items() if defaults.get(k, object()) != v}
-    cert = card.data["metrics"].get("certificate") or {}
-    decay = (cert.get("learned") or {}).get("init_decay", 1.0)
+    cert = card.record.metrics.certificate
+    decay = cert.learned.init_decay if cert is not None and cert.learned is not None else 1.0
     args = ["reconbench", "audit", str(paths["weights"]), "--family", family]
     for k, v in spec.items():
         args += ["--model-set", f"{k}={toml_value(v)}"]

@@ -37,6 +37,7 @@ from reconbench.errors import IncompatibleError, ModelCardError, ReconbenchError
 from reconbench.nets import TargetNet
 from reconbench.provenance import portable_path, provenance, write_json
 from reconbench.records import RUN_RESULT_FILE, Spread, plain
+from reconbench.records.audit import AUDIT_FILE
 from reconbench.runs.execute import run_attack
 from reconbench.runs.prepare import prepare
 from reconbench.runs.spec import RunSpec
@@ -116,8 +117,9 @@ def audit(weights: str | Path, *, family: str, train: str | Path, held_out: str 
         "seconds": time.perf_counter() - t0,
         "provenance": provenance(record, device, "float64", seed),
     }
+    audited = AUDIT_FILE.decode(rec, out_dir / "audit.json")  # the report reads the record the JSON file holds
     write_json(out_dir / "audit.json", rec)
-    write_report(out_dir, rec)
+    write_report(out_dir, audited)
     return rec
 
 

@@ -189,7 +189,7 @@ def weights_problem(board: Path, key: str, packed: SubmissionFile) -> str | None
     theirs = CardData.from_dict(dict(packed.cards[key])).weights
     ours = CardData.from_dict(read_json(board / "targets" / f"{key}.json", missing="restore the board",
                                         damaged="restore the board")).weights
-    got, want = (None if w is None else w["sha256"] for w in (theirs, ours))
+    got, want = (None if w is None else w.sha256 for w in (theirs, ours))
     if got != want:
         return (f"its target {key} has weights sha256 {str(got)[:16]}, the board's {str(want)[:16]}: train it from "
                 "the recipe with the board's reconbench, torch and processor kind (README's Machine line), or "

@@ -106,8 +106,8 @@ def _weights_problems(board: Path, work: Path, cell_ids: list[str]) -> list[str]
             continue   # a missing card is named by the stored numbers' check
         want = CardData.from_dict(theirs).weights
         got = CardData.from_dict(ours).weights
-        want_sha = None if want is None else want["sha256"]
-        got_sha = None if got is None else got["sha256"]
+        want_sha = None if want is None else want.sha256
+        got_sha = None if got is None else got.sha256
         if want_sha != got_sha:
             problems.append(f"{cid}: its target trained again from recipe {key} has weights sha256 "
                             f"{str(got_sha)[:16]}, the board's model card {str(want_sha)[:16]} (another processor "

@@ -14,7 +14,8 @@ the record reads the JSON strictly):
 * :mod:`~reconbench.records.cost_table`: a slice plan's cost table (``reconbench-cost-table/1``) and the GPU probe's
   JSON (``reconbench-gpu-probe/1``), each with the upgrade of its first, unstamped form;
 * :mod:`~reconbench.records.board_releases`: a board's numbered releases (``RELEASES.json``,
-  ``reconbench-board-releases/1``).
+  ``reconbench-board-releases/1``);
+* :mod:`~reconbench.records.audit`: an audit's ``audit.json`` (``reconbench-audit/1``), imported from its module.
 
 :mod:`~reconbench.records.record` holds the base record, the strict codec (cattrs) and the door. Every name is
 re-exported here.

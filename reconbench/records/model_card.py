@@ -58,6 +58,21 @@ class Regime(Record):
 
 
 @dataclass(frozen=True)
+class LearnedPart(Record):
+    """The certificate of the learned part θ − d·θ0 (``learned`` of a certificate): its residuals at the training
+    data and at random inputs, their ratio, per layer, and the decay d that weight decay left of θ0."""
+
+    residual_at_train: float | None = None
+    residual_at_random: float | None = None
+    ratio: float | None = None
+    residual_by_layer: Mapping[str, Any] | None = None
+    norm_share_by_layer: Mapping[str, Any] | None = None
+    #: the factor d of θ0 in the learned part (1: no weight decay, or none recorded)
+    init_decay: float = 1.0
+    share_of_theta: float | None = None
+
+
+@dataclass(frozen=True)
 class Certificate(Record):
     """A target's stationarity certificate (``targets/certificate.py``): the residual at the training data and at
     random inputs, their ratio, the same for the learned part θ − d·θ0, and the regime tests."""
@@ -71,7 +86,7 @@ class Certificate(Record):
     seconds: float | None = None
     residual_by_layer: Mapping[str, Any] | None = None
     norm_share_by_layer: Mapping[str, Any] | None = None
-    learned: Mapping[str, Any] | None = None
+    learned: LearnedPart | None = None
     regime: Regime | None = None
 
 
@@ -156,6 +171,26 @@ class CardProblem(Record):
 
 
 @dataclass(frozen=True)
+class StoredFile(Record):
+    """A file beside a card (``weights``, ``mean_image``): its name, its sha256 and, for the weights, each tensor's
+    shape."""
+
+    file: str | None = None
+    sha256: str | None = None
+    tensors: Mapping[str, list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class POverDn(Record):
+    """The axis of the projection law: p trained parameters over the input dimension d times the n training points."""
+
+    p: int
+    d: int
+    n: int
+    ratio: float
+
+
+@dataclass(frozen=True)
 class BoardCardNote(Record):
     """The ``board_card`` field of a model card as a board keeps it: its schema, and the digest of the training
     curve it leaves out."""
@@ -186,15 +221,15 @@ class CardData(Record):
     input_shape: list[int] | None = None
     class_counts: list[int] | None = None
     problem: CardProblem = CardProblem()
-    weights: Mapping[str, Any] | None = None
-    mean_image: Mapping[str, Any] | None = None
+    weights: StoredFile | None = None
+    mean_image: StoredFile | None = None
     metrics: TrainMetrics = TrainMetrics()
     history: list[Any] | None = None
     content_sha256: str | None = None
     #: the hash of the metrics evaluation reads (test error, margins, certificate), on cards that record it
     metrics_sha256: str | None = None
     #: trained parameters p, input dimension d, n and p / (d n), on cards that record it
-    p_over_dn: Mapping[str, Any] | None = None
+    p_over_dn: POverDn | None = None
     board_card: BoardCardNote | None = None
 
     @property

@@ -7,7 +7,7 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from reconbench.interfaces import Knowledge
 from reconbench.nets import TargetNet
 from reconbench.preflight import card_size
 from reconbench.provenance import save_tensors_atomic, write_json
+from reconbench.records.model_card import CARD_FILE as CARD_RECORD_FILE
+from reconbench.records.model_card import CardData
 from reconbench.targets.data_files import file_digest
 from reconbench.targets.problems import build_problem
 from reconbench.targets.recipe import DTYPES, TargetRecipe, recorded_recipe
@@ -37,6 +39,15 @@ LEGACY_PREFIXES = ("module.", "_module.", "_orig_mod.")
 class ModelCard:
     path: Path
     data: dict[str, Any]
+    #: ``data`` read strictly as its record (:func:`check_card_data` gives it; else read on first use)
+    checked: CardData | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def record(self) -> CardData:
+        """The card's JSON as its typed record, read once."""
+        if self.checked is None:
+            self.checked = read_card_record(self.data, self.path)
+        return self.checked
 
     @property
     def recipe(self) -> TargetRecipe:
@@ -55,7 +66,7 @@ class ModelCard:
         return Knowledge(
             task=self.task, num_classes=int(self.data["num_classes"]), out_dim=int(self.data["out_dim"]),
             input_shape=tuple(self.data["input_shape"]),  # type: ignore[arg-type]
-            class_counts=list(self.data["class_counts"]), loss=self.data["metrics"].get("loss_name"),
+            class_counts=list(self.data["class_counts"]), loss=self.record.metrics.loss_name,
             weight_decay=float(self.data["recipe"]["train"]["weight_decay"]), mean_image=self.mean_image(),
         )
 
@@ -95,7 +106,7 @@ class ModelCard:
         if problem.train_indices.tolist() != self.data["problem"]["indices"]["train"]:
             raise ModelCardError(f"{where} selects other images than the card records; the data files differ from "
                                  "those the target was trained on (point --data-root at the original files)")
-        recorded = self.data["problem"].get("train_sha256")
+        recorded = self.record.problem.train_sha256
         if recorded is not None and recorded != training_pixels_sha256(problem):
             raise ModelCardError(f"{where} has other pixel values or labels than the target was trained on (hash "
                                  "of the selected images differs); the data files were changed or replaced, "
@@ -121,8 +132,9 @@ def training_pixels_sha256(problem: Problem) -> str:
     return h.hexdigest()
 
 
-def content_sha256(data: dict[str, Any]) -> str:
-    """sha256 of every card field that determines scores (recipe, problem, shapes, classes, file hashes)."""
+def content_sha256(data: Mapping[str, Any]) -> str:
+    """sha256 of every card field that determines scores (recipe, problem, shapes, classes, file hashes), over the
+    JSON as written (a field the card lacks hashes as null)."""
     fields = {k: data.get(k) for k in HASHED_FIELDS}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=_json_default).encode()).hexdigest()
 
@@ -131,11 +143,11 @@ def content_sha256(data: dict[str, Any]) -> str:
 METRICS_HASH_FIELD = "metrics_sha256"
 
 
-def metrics_sha256(data: dict[str, Any]) -> str:
+def metrics_sha256(data: Mapping[str, Any]) -> str:
     """sha256 of the card's ``metrics`` (train and test error, the per-image margins, the convergence certificate:
     what evaluations and the regime gate read), beside ``content_sha256``, which does not cover them: that hash is
     recorded in every result and board, so it keeps its definition."""
-    text = json.dumps(data.get("metrics"), sort_keys=True, default=_json_default, allow_nan=True)
+    text = json.dumps(data["metrics"], sort_keys=True, default=_json_default, allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -230,15 +242,14 @@ def p_over_dn(model: TargetNet, problem: Problem) -> dict[str, float | int]:
     return {"p": p, "d": d, "n": n, "ratio": p / (d * n)}
 
 
-def card_p_over_dn(data: Mapping[str, Any]) -> dict[str, float | int] | None:
+def card_p_over_dn(data: Mapping[str, Any] | CardData) -> dict[str, float | int] | None:
     """A card's ``p_over_dn``; for a card written before it was recorded, the same numbers from the card's trained
     parameter count, input shape and class counts (None when the card lacks one of them)."""
-    recorded = data.get("p_over_dn")
-    if isinstance(recorded, Mapping):
-        return dict(recorded)
-    p = (data.get("metrics") or {}).get("param_count")
-    shape, counts = data.get("input_shape"), data.get("class_counts")
-    if not isinstance(p, int) or not shape or not counts:
+    card = data if isinstance(data, CardData) else read_card_record(data, "a model card")
+    if card.p_over_dn is not None:
+        return dict(card.p_over_dn.to_dict())
+    p, shape, counts = card.metrics.param_count, card.input_shape, card.class_counts
+    if p is None or not shape or not counts:
         return None
     d, n = math.prod(int(s) for s in shape), sum(int(c) for c in counts)
     return {"p": p, "d": d, "n": n, "ratio": p / (d * n)}
@@ -265,47 +276,59 @@ def load_card(path: str | Path) -> ModelCard:
         data = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelCardError(f"{p} is not valid JSON ({exc}); restore the card written by `reconbench train`") from exc
-    check_card_data(data, p)
-    return ModelCard(p.parent, data)
+    return ModelCard(p.parent, data, check_card_data(data, p))
 
 
-def check_card_data(data: object, where: Path | str) -> None:
-    """Schema of a card: the fields the harness reads, with their types; and the content hash when recorded."""
+def read_card_record(data: object, where: Path | str) -> CardData:
+    """A card's JSON read strictly as its record: a key it does not name or a value of the wrong type is a one-line
+    :class:`ModelCardError` naming the file, the field and the fix."""
+    try:
+        return CARD_RECORD_FILE.decode(data, where)
+    except ModelCardError:
+        raise
+    except ReconbenchError as exc:
+        raise ModelCardError(str(exc)) from None
+
+
+def check_card_data(data: object, where: Path | str) -> CardData:
+    """Schema of a card: the fields the harness reads, with their types; and the content hash when recorded. The
+    card's record, read strictly."""
     if not isinstance(data, dict):
         raise ModelCardError(f"{where}: a model card is a JSON object, got a {type(data).__name__}; restore the card "
                              "written by `reconbench train`")
-    if data.get("format") != CARD_FORMAT:
-        raise ModelCardError(f"{where} is not a reconbench model card (format {data.get('format')!r}, expected "
-                             f"{CARD_FORMAT})")
-    for key, kind in CARD_SCHEMA:
-        value: Any = data
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
+    stamp = CARD_RECORD_FILE.stamp(data)
+    if stamp != CARD_FORMAT:
+        raise ModelCardError(f"{where} is not a reconbench model card (format {stamp!r}, expected {CARD_FORMAT})")
+    missing = [k for k in REQUIRED_FIELDS if k not in data]
+    if missing:
+        raise ModelCardError(f"{where}: field {missing[0]} is missing; the card is damaged or was edited. Re-train, "
+                             "or restore the original card")
+    card = read_card_record(data, where)
+    for key, value, kind in _schema(card):
         if not _fits(value, kind):
             raise ModelCardError(f"{where}: field {key} is {_short(value)}, expected {kind}; the card is damaged or "
                                  "was edited. Re-train, or restore the original card")
-    if not (len(data["input_shape"]) == 3 and all(s >= 1 for s in data["input_shape"])):
-        raise ModelCardError(f"{where}: input_shape {data['input_shape']} is not (C, H, W); restore the original card")
-    recorded = data.get("content_sha256")
-    if recorded is not None and recorded != content_sha256(data):
+    shape = card.input_shape or []
+    if not (len(shape) == 3 and all(s >= 1 for s in shape)):
+        raise ModelCardError(f"{where}: input_shape {shape} is not (C, H, W); restore the original card")
+    if card.content_sha256 is not None and card.content_sha256 != content_sha256(data):
         raise ModelCardError(f"{where}: the card's fields do not match its content_sha256 (a field that determines "
                              "scores was edited); re-train, or restore the original card")
-    recorded = data.get(METRICS_HASH_FIELD)
-    if recorded is not None and recorded != metrics_sha256(data):
+    if card.metrics_sha256 is not None and card.metrics_sha256 != metrics_sha256(data):
         raise ModelCardError(f"{where}: the card's metrics (test error, margins, certificate) do not match its "
                              f"{METRICS_HASH_FIELD} (they were edited); re-train, or restore the original card")
-    try:
-        key = recorded_recipe(data["recipe"]).key()
-    except ReconbenchError as exc:
-        raise ModelCardError(f"{where}: its recipe is invalid ({exc})") from exc
-    if key != data["recipe_key"]:
-        raise ModelCardError(f"{where}: recipe_key {data['recipe_key']!r} does not match its recipe (hash {key}); "
+    recipe_hash = card.recipe.key() if card.recipe is not None else None
+    if recipe_hash != card.recipe_key:
+        raise ModelCardError(f"{where}: recipe_key {card.recipe_key!r} does not match its recipe (hash {recipe_hash}); "
                              "the card was edited. Re-train, or restore the original card")
+    return card
 
 
 def _fits(value: object, kind: str) -> bool:
     if kind == "an object":
-        return isinstance(value, dict)
+        return isinstance(value, Mapping)
+    if kind == "a recipe":
+        return isinstance(value, TargetRecipe)
     if kind == "a string":
         return isinstance(value, str)
     if kind == "a positive integer":
@@ -317,15 +340,24 @@ def _fits(value: object, kind: str) -> bool:
     return True
 
 
-#: (dotted field, expected kind) of every card field the harness reads
-CARD_SCHEMA = (
-    ("recipe", "an object"), ("recipe_key", "a string"), ("family", "a string"), ("model_spec", "an object"),
-    ("task", "a string"), ("num_classes", "a positive integer"), ("out_dim", "a positive integer"),
-    ("input_shape", "a list of integers"), ("class_counts", "a list of integers"), ("problem", "an object"),
-    ("problem.indices", "an object"), ("problem.indices.train", "a list of integers"),
-    ("problem.train_labels", "a list of integers"), ("weights", "an object"), ("weights.sha256", "a 64-digit sha256"),
-    ("mean_image", "an object"), ("mean_image.sha256", "a 64-digit sha256"), ("metrics", "an object"),
-)
+#: the card fields the harness reads: a card lacking one is refused (their types are the record's)
+REQUIRED_FIELDS = ("recipe", "recipe_key", "family", "model_spec", "task", "num_classes", "out_dim", "input_shape",
+                   "class_counts", "problem", "weights", "mean_image", "metrics")
+
+
+def _schema(card: CardData) -> tuple[tuple[str, object, str], ...]:
+    """(dotted field, its value, expected kind) of every card field the harness reads, beyond its JSON type."""
+    return (
+        ("recipe", card.recipe, "a recipe"), ("recipe_key", card.recipe_key, "a string"), ("family", card.family, "a string"),
+        ("model_spec", card.model_spec, "an object"), ("task", card.task, "a string"),
+        ("num_classes", card.num_classes, "a positive integer"), ("out_dim", card.out_dim, "a positive integer"),
+        ("input_shape", card.input_shape, "a list of integers"),
+        ("class_counts", card.class_counts, "a list of integers"),
+        ("problem.indices.train", card.problem.indices.train, "a list of integers"),
+        ("problem.train_labels", card.problem.train_labels, "a list of integers"),
+        ("weights.sha256", None if card.weights is None else card.weights.sha256, "a 64-digit sha256"),
+        ("mean_image.sha256", None if card.mean_image is None else card.mean_image.sha256, "a 64-digit sha256"),
+    )
 #: card fields covered by content_sha256
 HASHED_FIELDS = ("recipe", "recipe_key", "family", "model_spec", "homogeneity_degree", "task", "num_classes",
                  "out_dim", "input_shape", "class_counts", "problem", "weights", "mean_image")

@@ -27,9 +27,26 @@ if TYPE_CHECKING:
     from reconbench.targets.recipe import TargetRecipe
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainedLoop:
+    """The outcome of an undefended recipe's training loop: its weights, last step, loss, curve and wall time, and
+    what coupled weight decay left of the initial weights (None: not known, as of a card read from the cache)."""
+
+    state: dict[str, torch.Tensor]
+    step: int
+    loss: float
+    history: list[dict[str, Any]]
+    wall: float
+    init_decay: float | None = None
+
+    def copy(self) -> TrainedLoop:
+        """A copy whose weights and curve the caller may change."""
+        return dataclasses.replace(self, state=copy.deepcopy(self.state), history=list(self.history))
+
+
 #: trained weights of undefended recipes in this process, so that a release-only defense of the same recipe does
 #: not train again (a suite's privacy axis trains its base target once); at most this many are kept
-_TRAINED: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_TRAINED: OrderedDict[str, TrainedLoop] = OrderedDict()
 _TRAINED_KEEP = 4
 
 
@@ -86,18 +103,19 @@ class DefenseSession:
     def release_only(self) -> bool:
         return self.defense is None or not acts_during_training(self.defense)
 
-    def recall(self, recipe: TargetRecipe, device: str) -> dict[str, Any] | None:
+    def recall(self, recipe: TargetRecipe, device: str) -> TrainedLoop | None:
         """The training loop's outcome for the undefended recipe, when it ran in this process and this defense
         acts only before release (the loop would be the same)."""
         if not self.release_only():
             return None
         hit = _TRAINED.get(_undefended_key(recipe, device))
-        return None if hit is None else {**hit, "state": copy.deepcopy(hit["state"]), "history": list(hit["history"])}
+        return None if hit is None else hit.copy()
 
-    def remember(self, recipe: TargetRecipe, device: str, model: TargetNet, **loop: Any) -> None:
+    def remember(self, recipe: TargetRecipe, device: str, model: TargetNet, *, step: int, loss: float,
+                 history: list[dict[str, Any]], wall: float, init_decay: float) -> None:
         if self.release_only():
             key = _undefended_key(recipe, device)
-            _TRAINED[key] = {"state": copy.deepcopy(model.state_dict()), **loop}
+            _TRAINED[key] = TrainedLoop(copy.deepcopy(model.state_dict()), step, loss, history, wall, init_decay)
             _TRAINED.move_to_end(key)
             while len(_TRAINED) > _TRAINED_KEEP:
                 _TRAINED.popitem(last=False)
@@ -128,9 +146,10 @@ def _undefended_key(recipe: TargetRecipe, device: str) -> str:
 
 def remember_card(recipe: TargetRecipe, card: Any, device: str) -> None:
     """Make a trained undefended card (e.g. from the target cache) available to :meth:`DefenseSession.recall`."""
-    m = card.data["metrics"]
-    _TRAINED[_undefended_key(recipe, device)] = {
-        "state": copy.deepcopy(card.load_model().state_dict()), "step": int(m["steps_run"]) - 1,
-        "loss": m["final_loss"], "history": list(card.data.get("history", [])), "wall": m["train_seconds"]}
+    rec = card.record
+    m = rec.metrics
+    _TRAINED[_undefended_key(recipe, device)] = TrainedLoop(
+        copy.deepcopy(card.load_model().state_dict()), int(m.steps_run) - 1, m.final_loss, list(rec.history or []),
+        m.train_seconds)
     while len(_TRAINED) > _TRAINED_KEEP:
         _TRAINED.popitem(last=False)

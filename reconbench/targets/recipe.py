@@ -131,32 +131,43 @@ class TargetRecipe:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TargetRecipe:
+    def from_dict(cls, d: dict[str, Any], *, recorded: bool = False) -> TargetRecipe:
+        """The recipe of a table (a suite's, or a recorded one: ``recorded``, whose problem recorded without
+        ``order`` was built in file order); a key it leaves out stands for its :data:`RECIPE_DEFAULTS` value."""
         from reconbench.config import build_config
 
-        known = {"problem", "family", "model", "train", "defense", "defense_config"}
         if not isinstance(d, dict):
-            raise ReconbenchError(f"a recipe is a table of {', '.join(sorted(known))}, got a {type(d).__name__}")
-        extra = set(d) - known
+            raise ReconbenchError(f"a recipe is a table of {', '.join(sorted(RECIPE_DEFAULTS))}, got a "
+                                  f"{type(d).__name__}")
+        extra = set(d) - set(RECIPE_DEFAULTS)
         if extra:
-            raise ReconbenchError(f"recipe: unknown key {sorted(extra)[0]!r}; known keys: {', '.join(sorted(known))}")
+            raise ReconbenchError(f"recipe: unknown key {sorted(extra)[0]!r}; known keys: "
+                                  f"{', '.join(sorted(RECIPE_DEFAULTS))}")
+        full = {**RECIPE_DEFAULTS, **d}
         for k in ("problem", "model", "train", "defense_config"):
-            if d.get(k) is not None and not isinstance(d[k], dict):
-                raise ReconbenchError(f"recipe: {k} must be a table of options, got {type(d[k]).__name__} {d[k]!r}")
+            if full[k] is not None and not isinstance(full[k], dict):
+                raise ReconbenchError(f"recipe: {k} must be a table of options, got {type(full[k]).__name__} "
+                                      f"{full[k]!r}")
         for k in ("family", "defense"):
-            if d.get(k) is not None and not isinstance(d[k], str):
-                raise ReconbenchError(f"recipe: {k} must be a name (a string), got {type(d[k]).__name__} {d[k]!r}")
-        return cls(problem=build_config(ProblemSpec, d.get("problem"), "recipe.problem"),
-                   family=str(d.get("family", "mlp")), model=dict(d.get("model") or {}),
-                   train=build_config(TrainSpec, {**LEGACY_TRAIN_VALUES, **(d.get("train") or {})},
+            if full[k] is not None and not isinstance(full[k], str):
+                raise ReconbenchError(f"recipe: {k} must be a name (a string), got {type(full[k]).__name__} "
+                                      f"{full[k]!r}")
+        problem = recorded_spec_dict(full["problem"]) if recorded and full["problem"] is not None else full["problem"]
+        return cls(problem=build_config(ProblemSpec, problem, "recipe.problem"),
+                   family=str(full["family"]), model=dict(full["model"] or {}),
+                   train=build_config(TrainSpec, {**LEGACY_TRAIN_VALUES, **(full["train"] or {})},
                                       "recipe.train"),
-                   defense=d.get("defense"), defense_config=dict(d.get("defense_config") or {}))
+                   defense=full["defense"], defense_config=dict(full["defense_config"] or {}))
+
+
+#: the value a recipe table's key stands for when the table leaves it out (one place for every reader)
+RECIPE_DEFAULTS: dict[str, Any] = {"problem": None, "family": "mlp", "model": None, "train": None, "defense": None,
+                                   "defense_config": None}
 
 
 def recorded_recipe(d: Any) -> TargetRecipe:
     """The recipe a card, cell or result records (its problem recorded without ``order`` was built in file order)."""
-    problem = d.get("problem") if isinstance(d, dict) else None
-    return TargetRecipe.from_dict({**d, "problem": recorded_spec_dict(problem)} if isinstance(problem, dict) else d)
+    return TargetRecipe.from_dict(d, recorded=True)
 
 
 def check_model_option(family: str, key: str, value: object, default: object) -> None:

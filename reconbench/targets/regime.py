@@ -29,6 +29,7 @@ import torch
 from torch.func import functional_call, jvp, vjp
 
 from reconbench.nets import TargetNet
+from reconbench.records.model_card import Certificate
 from reconbench.targets.certificate import stationarity_terms
 from reconbench.targets.losses import stable_loss
 
@@ -250,28 +251,30 @@ def _loss_targets(labels: torch.Tensor, task: str) -> torch.Tensor:
     return 2.0 * labels.double() - 1.0
 
 
-def residual_for(cert: Mapping[str, Any] | None, threat: RegimeTest) -> tuple[float | None, str]:
-    """The residual a certificate records for ``threat`` and where it comes from.
+def residual_for(cert: Certificate | Mapping[str, Any] | None, threat: RegimeTest) -> tuple[float | None, str]:
+    """The residual a certificate records for ``threat`` and where it comes from (a certificate's JSON is read as
+    its record first).
 
     Cards written before the regime block existed carry the certificate's squared residual of theta and of the
     learned part (NNLS fits at the training images); their square root is the same residual. For ``regularised``
     such a card gives the NNLS residual of theta, a lower bound (the fitted multipliers are the best, the loss
     gradient's are one choice), so a target it puts outside the regime is outside.
     """
-    if not isinstance(cert, Mapping):
+    if isinstance(cert, Mapping):
+        cert = Certificate.from_dict(cert)
+    if not isinstance(cert, Certificate):
         return None, "no certificate"
-    block = cert.get("regime")
-    if isinstance(block, Mapping):
-        part = block.get(threat) if threat != "regularised" or "regularised" in block else block.get("theta")
-        value = part.get("residual") if isinstance(part, Mapping) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            how = "theta fit (trained without weight decay)" if threat == "regularised" \
-                and "regularised" not in block else threat
+    block = cert.regime
+    if block is not None:
+        theta_for_regularised = threat == "regularised" and block.regularised is None
+        part = block.theta if theta_for_regularised else block.fit(threat)
+        value = None if part is None else part.residual
+        if value is not None:
+            how = "theta fit (trained without weight decay)" if theta_for_regularised else threat
             return float(value), how
-    key = "learned" if threat == "learned" else None
-    source = cert.get(key) if key else cert
-    sq = source.get("residual_at_train") if isinstance(source, Mapping) else None
-    if isinstance(sq, (int, float)) and not isinstance(sq, bool) and math.isfinite(sq):
+    source = cert.learned if threat == "learned" else cert
+    sq = None if source is None else source.residual_at_train
+    if sq is not None and math.isfinite(sq):
         name = "learned" if threat == "learned" else "theta"
         bound = " (a lower bound of the regularised residual)" if threat == "regularised" else ""
         return math.sqrt(max(float(sq), 0.0)), f"{name} fit from the certificate{bound}"

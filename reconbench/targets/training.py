@@ -132,7 +132,7 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     model.train()
     reused = session.recall(recipe, device)  # the same loop already ran here for a release-only defense's recipe
     if reused is not None:
-        model.load_state_dict(reused["state"])
+        model.load_state_dict(reused.state)
     history: list[dict[str, Any]] = []
     chain = (ChainGD(layers, x, y, train_loss, spec.weight_decay, factorise_first=dtype == torch.float64)
              if layers is not None and reused is None else None)
@@ -247,8 +247,8 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
     wall = time.perf_counter() - t0
     decay_left: float | None = init_decay
     if reused is not None:
-        step, loss_value, history, wall = reused["step"], reused["loss"], reused["history"], reused["wall"]
-        decay_left = reused.get("init_decay", 1.0 if spec.weight_decay == 0 else None)
+        step, loss_value, history, wall = reused.step, reused.loss, reused.history, reused.wall
+        decay_left = reused.init_decay if reused.init_decay is not None else 1.0 if spec.weight_decay == 0 else None
     else:
         session.remember(recipe, device, model, step=step, loss=loss_value, history=history, wall=wall,
                          init_decay=init_decay)
