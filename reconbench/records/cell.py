@@ -127,6 +127,17 @@ class StoredOutcome(Record):
 
 
 @dataclass(frozen=True)
+class RunBatch(Record):
+    """The batch a search run advanced in (the KKT attacks' ``run_batch``): the runs in it and its size; the other
+    keys an attack records of its batch (``cross_target``, ``cuda_graph``, ...) are kept in ``extra``."""
+
+    OPEN = True
+
+    runs: list[int] | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True)
 class SearchRun(Record):
     """One search run of a cell (``runs/execute.py``): its sampled options, its start, final loss, steps, how it
     stopped and its outcome."""
@@ -148,9 +159,16 @@ class SearchRun(Record):
     candidates_finite: bool | None = None
     outcome: StoredOutcome | None = None
     #: the batch the run advanced in (the KKT attacks' ``run_batch``)
-    batch: Mapping[str, Any] | None = None
+    batch: RunBatch | None = None
     #: a run that converged (``stopped`` = converged): the rule, the step and the changes measured there
     early_stop: Mapping[str, Any] | None = None
+
+    @property
+    def batch_key(self) -> tuple[int | None, ...] | None:
+        """The runs of the batch this run advanced in (itself alone when the batch names none); None: it ran alone."""
+        if self.batch is None:
+            return None
+        return tuple(self.batch.runs or [self.run])
 
     def summary(self) -> dict[str, Any]:
         """The run's settings and outcome (every field, None where absent)."""
