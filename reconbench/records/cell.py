@@ -9,9 +9,11 @@ from functools import cached_property
 from typing import Any
 
 from reconbench.records.board_entry import EntryInfo
+from reconbench.records.cell_provenance import CellProvenance
 from reconbench.records.evaluation import Calibrated, HeldOutNull, Spread, StoredEvaluation, StoredMetric
 from reconbench.records.model_card import TrainMetrics
-from reconbench.records.record import FileFormat, Record, mapping, number, unchanged
+from reconbench.records.parameter_ratio import ParameterRatio
+from reconbench.records.record import FileFormat, Record, number, unchanged
 from reconbench.targets.recipe import TargetRecipe
 
 _EMPTY: Mapping[str, Any] = {}
@@ -78,7 +80,7 @@ class TargetInfo(Record):
     #: the content sha256 of the model card the cell attacked (where the cell records it)
     card_sha256: str | None = None
     #: p trained parameters, d input dimension, n training points and the ratio p / (d n) (targets/cards.py)
-    p_over_dn: Mapping[str, Any] | None = None
+    p_over_dn: ParameterRatio | None = None
     #: the least and the largest training margin of the card's ``margins`` (binary: y·f(x); multiclass: the own
     #: logit minus the largest other), on cells recorded since the card's margins are summarised here
     margin_min: float | None = None
@@ -261,13 +263,18 @@ class CellRecord(Record):
     def dtype(self) -> str | None:
         return self.spec.get("dtype")
 
+    @cached_property
+    def ran(self) -> CellProvenance:
+        """The provenance read by name (an empty one when the cell records none)."""
+        return CellProvenance.from_dict(self.provenance or _EMPTY, f"cell {self.cell_id}, its provenance")
+
     @property
     def git_commit(self) -> str:
-        return str(mapping(self.provenance).get("git_commit"))
+        return str(self.ran.git_commit)
 
     @property
     def reconbench_version(self) -> str:
-        return str(mapping(self.provenance).get("reconbench_version"))
+        return str(self.ran.reconbench_version)
 
     @property
     def per_image(self) -> list[ImageRow]:

@@ -9,6 +9,7 @@ from typing import Any
 from reconbench.records.cell import SearchRun, StoredOutcome
 from reconbench.records.evaluation import StoredEvaluation
 from reconbench.records.model_card import TrainMetrics
+from reconbench.records.parameter_ratio import ParameterRatio
 from reconbench.records.record import FileFormat, Record, unchanged
 from reconbench.targets.recipe import TargetRecipe
 
@@ -27,7 +28,7 @@ class RunTarget(Record):
     family: str | None = None
     task: str | None = None
     n_train: int | None = None
-    p_over_dn: Mapping[str, Any] | None = None
+    p_over_dn: ParameterRatio | None = None
     train_metrics: TrainMetrics | None = None
 
 
