@@ -14,6 +14,7 @@ from reconbench.records.evaluation import Calibrated, HeldOutNull, Spread, Store
 from reconbench.records.model_card import TrainMetrics
 from reconbench.records.parameter_ratio import ParameterRatio
 from reconbench.records.record import FileFormat, Record, number, unchanged
+from reconbench.records.recorded_spec import RecordedSpec
 from reconbench.targets.recipe import TargetRecipe
 
 _EMPTY: Mapping[str, Any] = {}
@@ -259,9 +260,14 @@ class CellRecord(Record):
         """The metrics the pooled evaluation recorded (name -> headline, direction, parameters)."""
         return (None if self.evaluation is None else self.evaluation.metrics) or _EMPTY
 
+    @cached_property
+    def recorded_spec(self) -> RecordedSpec:
+        """The spec read by name."""
+        return RecordedSpec.from_dict(self.spec, f"cell {self.cell_id}, its spec")
+
     @property
     def dtype(self) -> str | None:
-        return self.spec.get("dtype")
+        return self.recorded_spec.dtype
 
     @cached_property
     def ran(self) -> CellProvenance:
