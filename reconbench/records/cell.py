@@ -269,9 +269,10 @@ class CellRecord(Record):
     def dtype(self) -> str | None:
         return self.recorded_spec.dtype
 
-    @cached_property
+    @property
     def ran(self) -> CellProvenance:
-        """The provenance read by name (an empty one when the cell records none)."""
+        """The provenance read by name (an empty one when the cell records none); read on each use, as the
+        provenance mapping is."""
         return CellProvenance.from_dict(self.provenance or _EMPTY, f"cell {self.cell_id}, its provenance")
 
     @property
