@@ -55,7 +55,7 @@ def law_problem(ratio: float, seed: int, d: int = 10, n: int = 5) -> LawProblem:
     x = x / x.norm(dim=1, keepdim=True) * math.sqrt(d)
     g = torch.randn(d, generator=gen, dtype=torch.float64) / math.sqrt(d)
     y = x @ g + 0.5 * torch.randn(n, generator=gen, dtype=torch.float64)
-    family = plugins.get("models", "random_features")  # untyped: the random-features net's own attributes
+    family = plugins.model("random_features")
     model = family.build((1, 1, d), 1, {"width": p}, generator=gen).double().eval()
     initial = family.build((1, 1, d), 1, {"width": p}).double().eval()
     with torch.no_grad():
@@ -63,7 +63,9 @@ def law_problem(ratio: float, seed: int, d: int = 10, n: int = 5) -> LawProblem:
         phi = torch.relu(x @ model.features.T)                  # (n, p)
         w = torch.linalg.lstsq(phi, y[:, None], driver="gelsd").solution if p >= n else \
             torch.linalg.pinv(phi) @ y[:, None]                 # the minimum-norm interpolator (least squares if p < n)
-        model.head.weight.copy_(w.T)
+        head = model.head
+        assert isinstance(head, torch.nn.Linear), "the random-features net's head is a linear layer"
+        head.weight.copy_(w.T)
     knowledge = Knowledge(task="regression", num_classes=1, out_dim=1, input_shape=(1, 1, d), n=n)
     target = AttackTarget(model=model, family="random_features", homogeneity_degree=1, knowledge=knowledge,
                           initial_model=initial)
@@ -261,7 +263,7 @@ def one_dimensional_problem(seed: int, n: int = 10, m: int = 200, steps: int = 3
     gen = torch.Generator().manual_seed(100 + seed)
     x = torch.linspace(-1, 1, n, dtype=torch.float64) + 0.02 * torch.randn(n, generator=gen, dtype=torch.float64)
     y = torch.tensor([1.0 if (i // 2) % 2 == 0 else -1.0 for i in range(n)], dtype=torch.float64)
-    net = plugins.get("models", "mlp").build((1, 1, 1), 1, {"widths": [m], "init_scale": None}).double()
+    net = plugins.model("mlp").build((1, 1, 1), 1, {"widths": [m], "init_scale": None}).double()
     with torch.no_grad():
         for p in net.parameters():
             p.copy_(0.1 * torch.randn(p.shape, generator=gen, dtype=torch.float64))

@@ -28,7 +28,7 @@ from typing import Any
 import click
 
 from reconbench.errors import ReconbenchError
-from reconbench.records import RUN_RESULT_FILE, RunResult, Spread, mapping, plain
+from reconbench.records import RUN_RESULT_FILE, RunResult, SearchRun, Spread, mapping, plain
 
 INSTALL_HINT = "pip install 'reconbench[mlflow]'"
 TRACKERS = ("mlflow",)
@@ -76,9 +76,8 @@ def numbers(summary: Mapping[str, Any]) -> dict[str, float]:
 def result_metrics(result: RunResult) -> dict[str, float]:
     """Headline numbers of a result: every selection's summary and the held-out null's mean and max."""
     out = {f"pool.{k}": v for k, v in numbers(result.evaluation.numbers).items()}
-    for name in SELECTIONS:
-        selected = result.evaluation_selected.get(name)
-        if selected is not None:
+    for name, selected in result.evaluation_selected.items():
+        if name in SELECTIONS:
             out.update({f"{name}.{k}": v for k, v in numbers(selected.numbers).items()})
     for key, spread in (result.evaluation.held_out.spread or {}).items():
         if not isinstance(spread, Spread):
@@ -101,11 +100,11 @@ def traces(out: Path) -> list[tuple[str, float, int]]:
     """(key, value, step) of every search run's trace, read from the run records (result.json leaves them out)."""
     rows = []
     for path in sorted((out / "runs").glob("run-*.json")):
-        record = json.loads(path.read_text())
-        for point in record.get("trace") or []:
-            step = int(point.get("step", 0))
+        run = SearchRun.from_dict(json.loads(path.read_text()), path)
+        for point in run.trace or []:
+            step = int(point.get("step", 0))   # a trace row is the attack's own dict (interfaces.AttackOutput.trace)
             for key, value in numbers({k: v for k, v in point.items() if k != "step"}).items():
-                rows.append((f"run_{int(record['run']):03d}.{key}", value, step))
+                rows.append((f"run_{int(run.run or 0):03d}.{key}", value, step))
     return rows
 
 
@@ -139,14 +138,14 @@ class MlflowTracker:
         experiment = found.experiment_id if found else client.create_experiment(self.experiment)
         run_tags = {"reconbench.attack": str(result.attack), "reconbench.outcome":
                     str(None if result.outcome is None else result.outcome.status), "reconbench.search":
-                    str(mapping(result.search).get("strategy")), **{f"reconbench.{k}": str(v) for k, v in
+                    str(result.recorded_search.strategy), **{f"reconbench.{k}": str(v) for k, v in
                                                                      mapping(result.provenance).items()
                                                                      if isinstance(v, str)},
                     **tags}
         run = client.create_run(experiment, run_name=name, tags=run_tags)
         run_id = run.info.run_id
         params = [Param(k, v) for k, v in {**result_params(result), **flatten(extra_params), "seed":
-                                            str(result.spec.get("seed"))}.items()]
+                                            str(result.recorded_spec.seed)}.items()]
         for i in range(0, len(params), MAX_PARAMS):
             client.log_batch(run_id, params=params[i:i + MAX_PARAMS])
         now = int(time.time() * 1000)

@@ -19,14 +19,20 @@ from reconbench.bench.cells import Cell, cell_id, expand
 from reconbench.bench.runner import STATUS_OK, load_cell_records
 from reconbench.bench.suite import Comparison, Suite
 from reconbench.claims.records import Claim
+from reconbench.config import build_config
+from reconbench.evaluation.protocol import Protocol
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE
-from reconbench.records import CellRecord, Selection, Spread, mapping
+from reconbench.records import CellRecord, Selection, Spread
 from reconbench.targets.regime import RegimeTest, regime_test_of, residual_for
 
 #: the selection every claim reads: all search runs of a cell pooled, as the papers evaluated
 SELECTION = "pool"
-#: calibration draws assumed where a cell's protocol does not record them (the protocol's default)
-DEFAULT_CALIBRATION_DRAWS = 19
+
+
+def protocol_options(overrides: Mapping[str, Any] | None) -> Protocol:
+    """The evaluation protocol's own options as a suite (or a cell of it) sets them, the others at their defaults
+    (metric options, ``METRIC.OPTION``, are not among them)."""
+    return build_config(Protocol, {k: v for k, v in (overrides or {}).items() if "." not in k}, "protocol")
 
 
 def _number(v: object) -> float | None:
@@ -200,8 +206,8 @@ def _null(rec: CellRecord, spec: MeasureSpec, above: bool) -> tuple[float | None
     spread = _selection(rec).null_spread(spec.key) or Spread()
     mean = _number(spread.mean)
     if spec.null == "calibrated":
-        k = mapping(rec.protocol).get("calibration_draws", DEFAULT_CALIBRATION_DRAWS)
-        return mean, 0.0, int(k), 1.0 / (int(k) + 1)
+        k = protocol_options(rec.protocol).calibration_draws
+        return mean, 0.0, k, 1.0 / (k + 1)
     if spec.null == "draws":
         draws = int(spread.draws or 0)
         extreme = _number(spread.max if above else spread.min)

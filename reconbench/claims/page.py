@@ -27,11 +27,11 @@ from reconbench.claims.measure import (
     measure_point,
     plans,
     point_specs,
+    protocol_options,
     setup_text,
 )
 from reconbench.claims.records import Claim, ClaimsFile
 from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Decision, decide, fmt_p
-from reconbench.evaluation.protocol import Protocol
 from reconbench.records import BOARD_RESULTS_FILE, BoardHeader, CellRecord
 
 DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b"),
@@ -67,8 +67,9 @@ def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, 
                    found: dict[str, dict[str, CellRecord]] | None = None) -> list[ClaimResult]:
     """Measure and judge every claim from the cells in ``results`` (suite name -> folder holding ``cells/``).
     ``route`` sends a claim's suite to another with the same comparison names (``claims-gpu``)."""
-    route = route or {}
-    names = sorted({route.get(c.suite, c.suite) for c in data.claims if c.measured} | set(results))
+    # each claim's suite, sent on where ``route`` says
+    suite_of = {c.suite: c.suite for c in data.claims} | (route or {})
+    names = sorted({suite_of[c.suite] for c in data.claims if c.measured} | set(results))
     suites: dict[str, Suite] = {name: load_suite(name) for name in names}
     found = load_all(results) if found is None else found
     planned = plans(suites)
@@ -77,7 +78,7 @@ def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, 
         if not claim.measured:
             out.append(ClaimResult(claim, "-", [], decide(claim, [])))
             continue
-        name = route.get(claim.suite, claim.suite)
+        name = suite_of[claim.suite]
         suite = suites[name]
         if not any(c.name == claim.comparison for c in suite.comparisons):
             out.append(ClaimResult(claim, "-", [], Decision(NOT_RUN, f"the {name} suite has no block "
@@ -90,9 +91,9 @@ def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, 
             out.append(ClaimResult(claim, setup, [], Decision(NOT_RUN, f"runs only in the {name} suite, whose "
                                                                       "results are not among those read here")))
             continue
-        companions = [Companion(suites[other], found.get(other, {}), planned[other])
+        companions = [Companion(suites[other], found[other], planned[other])   # found: every suite of results
                       for other in sorted(results) if other != name]
-        points = [measure_point(claim, suite, comp, found.get(name, {}), planned[name], *s, companions=companions)
+        points = [measure_point(claim, suite, comp, found[name], planned[name], *s, companions=companions)
                   for s in specs]
         out.append(ClaimResult(claim, setup, points, decide(claim, points)))
     return out
@@ -164,9 +165,8 @@ def prior_bound_text(suites: list[str]) -> str:
     held_only: list[str] = []
     with_prior: list[str] = []
     for name in suites:
-        protocol = load_suite(name).protocol
-        k = int(protocol.get("calibration_draws", Protocol().calibration_draws))
-        j = int(protocol.get("prior_draws", Protocol().prior_draws))
+        options = protocol_options(load_suite(name).protocol)
+        k, j = options.calibration_draws, options.prior_draws
         (with_prior if j and k else held_only).append(f"`{name}` (K = {k}" + (f", J = {j}" if j and k else "") + ")")
     parts = ["**What the calibrated headline's bound is against** (the suites' `prior_draws`; "
              "docs/calibration.md#the-data-prior)."]
@@ -265,13 +265,13 @@ def cost_section(data: ClaimsFile, results: dict[str, Path], found: dict[str, di
         board = results.get(part)
         if board is not None and (board / "results.json").exists():
             header = BOARD_RESULTS_FILE.read(board / "results.json").header
-        estimate = str(data.suites[part].get("cost", "not estimated"))
+        estimate = data.suites[part].cost
         recorded = header.suite_sha256
         current = load_suite(part).text_sha256 if part != GPU_SUITE else None
         if header.wall_seconds and (recorded is None or recorded == current):
             cells = header.cells
             lines.append(f"- `{part}`: measured **{header.wall_seconds / 60:.0f} min** wall for "
-                         f"{cells.get('ok', '?')} of {cells.get('planned', '?')} cells "
+                         f"{cells['ok']} of {cells['planned']} cells "
                          f"({'; '.join(header.machines or ['machine not recorded'])}). Estimate: {estimate}.")
         else:
             lines.append(f"- `{part}`: not measured as a whole for this version of the suite; estimate: {estimate}.")

@@ -9,13 +9,15 @@ a claims suite whose cells it reads. A record that is not measured here says why
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import tomllib
 
 from reconbench.errors import ReconbenchError
+from reconbench.records.claims_data import ClaimsData, SuiteCostNote
 
 Kind = Literal["above_null", "at_null", "trend", "comparison", "some_above", "no_change", "threshold",
                "not_run"]
@@ -86,7 +88,7 @@ class ClaimsFile:
     path: Path
     papers: dict[str, Paper]
     claims: tuple[Claim, ...]
-    suites: dict[str, dict[str, Any]] = field(default_factory=dict)
+    suites: Mapping[str, SuiteCostNote] = field(default_factory=dict)
 
 
 _FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -111,14 +113,16 @@ def load(path: Path = DEFAULT_FILE) -> ClaimsFile:
             from None
     except tomllib.TOMLDecodeError as exc:
         raise ReconbenchError(f"{path}: not valid TOML ({exc}); fix the syntax at the place named") from exc
+    tables = ClaimsData.from_dict(data, path)
     papers = {}
-    for key, p in (data.get("papers") or {}).items():
-        missing = [k for k in ("title", "short", "text") if not isinstance(p.get(k), str)]
+    for key, p in tables.papers.items():
+        missing = [k for k, v in (("title", p.title), ("short", p.short), ("text", p.text)) if not v]
         if missing:
             raise _fail(path, f"[papers.{key}]", f"missing {', '.join(missing)}", "give each as a string")
-        papers[key] = Paper(key, p["title"], p["short"], p["text"])
+        papers[key] = Paper(key, p.title, p.short, p.text)
     claims, seen = [], set()
-    for i, raw in enumerate(data.get("claims") or []):
+    for i, raw in enumerate(tables.claims):
+        # a claim's table is checked here field by field (its messages name the claim); until then it is free-form
         where = f"claim {i + 1} ({raw.get('id', '?')})"
         for k, v in raw.items():
             if k not in _FIELDS:
@@ -163,4 +167,4 @@ def load(path: Path = DEFAULT_FILE) -> ClaimsFile:
             threshold=None if claim.threshold is None else float(claim.threshold)))
     if not claims:
         raise _fail(path, "[[claims]]", "no claims", "add [[claims]] records")
-    return ClaimsFile(path, papers, tuple(claims), dict(data.get("suites") or {}))
+    return ClaimsFile(path, papers, tuple(claims), tables.suites)

@@ -66,7 +66,7 @@ def audit_command(weights: str, family: str, model_set: tuple[str, ...], train: 
         search_runs=search_runs, seed=seed, device=device, out=out, quiet=quiet,
         command=command_line())
     head = rec["headline"]
-    if head.get("available"):
+    if head["available"]:   # the audit's headline says whether it is available, always
         click.echo(f"reconstructed (calibrated headline): {head['reconstructed']} of {head['n_train']} "
                    f"({head['attack']})  | held-out null: mean {head['null_mean']:.2g}, max {head['null_max']:.0f}")
         click.echo(f"membership AUC: {head['membership_auc']:.2f}  | null {head['membership_auc_null_mean']:.2f}")

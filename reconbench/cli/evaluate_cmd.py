@@ -14,7 +14,8 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import resolve_protocol
 from reconbench.evaluation.rescore import read_candidates, read_result, rescore
 from reconbench.provenance import check_writable
-from reconbench.records import RUN_RESULT_FILE, RunResult, StoredEvaluation, mapping
+from reconbench.records import RUN_RESULT_FILE, RunResult, StoredEvaluation
+from reconbench.records.recorded_spec import RecordedSpec
 
 
 @main_group.command("evaluate")
@@ -69,7 +70,7 @@ def evaluate_command(result_dir: str, protocol_set: tuple[str, ...], model_card:
 
 def protocol_options(result: RunResult) -> dict[str, Any]:
     """The protocol options a run was made with (its spec's ``protocol``; none recorded: the defaults)."""
-    return dict(mapping(result.spec.get("protocol")))
+    return result.recorded_spec.protocol_options
 
 
 def check_provenance(folder: Path, result: RunResult) -> None:
@@ -93,8 +94,8 @@ def check_provenance(folder: Path, result: RunResult) -> None:
     record = folder / RUN_CONFIG_FILE
     if record.is_file() and isinstance(result.target.recipe_key, str):
         try:
-            recorded = json.loads(record.read_text()).get("config_hash")
-        except (OSError, ValueError, AttributeError):
+            recorded = json.loads(record.read_text())["config_hash"]
+        except (OSError, ValueError, KeyError, TypeError):   # not a run-config.json this version reads
             recorded = None
         if recorded is not None and recorded != config_hash(run_config(result.target.recipe_key, dict(result.spec))):
             raise ReconbenchError(f"{path}: its spec (seed, attack options, ...) is not the configuration recorded in "
@@ -107,10 +108,7 @@ def check_result(folder: Path, need_evaluation: bool) -> RunResult:
     path = folder / "result.json"
     result = RUN_RESULT_FILE.decode(read_result(folder), path)
     read_candidates(folder)  # present and readable
-    protocol = result.spec.get("protocol")
-    if not isinstance(protocol or {}, dict):
-        raise ReconbenchError(f"{path}: spec.protocol is {type(protocol).__name__}, expected an object of protocol "
-                              "options; the file is damaged, re-run the attack")
+    RecordedSpec.from_dict(result.spec, f"{path}, its spec")   # spec.protocol an object of options, ...
     if not isinstance(result.target.family, str):
         raise ReconbenchError(f"{path}: target.family is {result.target.family!r}, expected a string; the file "
                               "is damaged, re-run the attack")

@@ -275,7 +275,7 @@ def leaderboard_command(
             publish=publish,
             note=_read_note(note),
         )
-    for line in data.get("dropped_submissions") or []:
+    for line in data["dropped_submissions"]:
         click.echo(f"warning: {line}", err=True)
     cells = data["header"]["cells"]
     click.echo(

@@ -180,17 +180,17 @@ def default_out_dir(recipe_key: str, spec: RunSpec, default_search_runs: int) ->
 
 def headline_lines(evaluation: StoredEvaluation) -> list[str]:
     """The calibrated headline next to the held-out null, then the other summary numbers with their null means."""
-    summary, null = evaluation.numbers, evaluation.held_out
+    summary, null, head = evaluation.numbers, evaluation.held_out, evaluation.headline
     lines = []
-    cal = evaluation.calibration
-    if summary.get("reconstructed_calibrated") is not None:
+    cal = evaluation.recorded_protocol.calibrated
+    if head.reconstructed_calibrated is not None:
         spread = null.spread_of("reconstructed_calibrated") or Spread()
         mean, top = (float("nan") if v is None else v for v in (spread.mean, spread.max))
-        lines.append(f"  reconstructed (calibrated headline): {summary['reconstructed_calibrated']} of "
-                     f"{summary.get('n_train')}  | held-out null: mean {mean:.2g}, "
+        lines.append(f"  reconstructed (calibrated headline): {head.reconstructed_calibrated} of "
+                     f"{head.n_train}  | held-out null: mean {mean:.2g}, "
                      f"max {top:.0f} over {null.draws or 0} draws  "
-                     f"({cal.get('score')} > {summary['calibrated_threshold']:.3f}, the best any of "
-                     f"{cal.get('calibration_draws')} null draws reached)")
+                     f"({cal.score} > {summary['calibrated_threshold']:.3f}, the best any of "
+                     f"{cal.calibration_draws} null draws reached)")
     elif null.available is False:
         lines.append(f"  no calibrated headline: {null.reason}")
     # the evaluation and each metric declare their numbers: which to print and which direction means more leakage
@@ -205,7 +205,7 @@ def headline_lines(evaluation: StoredEvaluation) -> list[str]:
             if value is None:
                 text += f" ({unavailable_reason(evaluation, key)})"
             if key == "lpips_mean" and value == "unavailable":
-                reason = summary.get("lpips_mean_unavailable_reason")
+                reason = head.lpips_mean_unavailable_reason
                 text += f" ({' '.join(str(reason).split())})" if reason else " (see result.json for the reason)"
             spread_of_key = null.spread_of(key)
             if spread_of_key is not None and key not in ("n_train", "n_candidates"):
@@ -341,7 +341,8 @@ def _folder_config(out: Path) -> tuple[str, dict[str, Any]] | None:
         try:
             data = json.loads(path.read_text())
             if name == RUN_CONFIG_FILE:
-                return str(data["config_hash"]), dict(data["config"])
+                config = data["config"]
+                return str(data["config_hash"]), {"card": config["card"], "spec": dict(config["spec"])}
             config = run_config(data["target"]["recipe_key"], data["spec"])
             return config_hash(config), config
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -356,10 +357,11 @@ def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
     if not old:
         return "search runs of an unrecorded configuration"
     diffs = []
-    if old.get("card") != new.get("card"):
-        diffs.append(f"target {old.get('card')} vs {new.get('card')}")
-    o, n = old.get("spec") or {}, new.get("spec") or {}
+    if old["card"] != new["card"]:   # both built by run_config: a card and a spec
+        diffs.append(f"target {old['card']} vs {new['card']}")
+    o, n = old["spec"], new["spec"]
     for k in sorted(set(o) | set(n)):
-        if o.get(k) != n.get(k):
-            diffs.append(f"{k} {o.get(k)!r} vs {n.get(k)!r}")
+        a, b = o.get(k), n.get(k)   # specs written by different versions: a key one of them lacks reads as None
+        if a != b:
+            diffs.append(f"{k} {a!r} vs {b!r}")
     return "; ".join(diffs[:3]) or "a different configuration"

@@ -101,8 +101,8 @@ def check_not_another_card(out: Path, key: str) -> None:
     if not card.exists():
         return
     try:
-        old = json.loads(card.read_text()).get("recipe_key")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        old = json.loads(card.read_text())["recipe_key"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):   # not a card this version reads
         old = None
     if old != key:
         what = f"the model card of another recipe (key {old})" if isinstance(old, str) else "a card.json it cannot read"

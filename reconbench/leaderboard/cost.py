@@ -22,6 +22,7 @@ from pathlib import Path
 
 from reconbench.errors import ReconbenchError
 from reconbench.records import CellRecord, mapping
+from reconbench.records.cell_provenance import PrecisionPolicy
 
 #: the README's and the text exports' header of the cost column
 COST_HEADER = "cost: device, precision, device-s"
@@ -65,19 +66,18 @@ def cell_precision(rec: CellRecord) -> str:
     """The attack's matrix-product precision the cell recorded, else its dtype. A cell that ran on a GPU also names
     its target's training precision and its scores' (``tf32, training float64, scores float64``): there the three
     differ by policy (reconbench/precision.py); a CPU cell's text is the attack's alone, as boards have shown it."""
-    prov = mapping(rec.provenance)
-    policy = mapping(prov["precision"]) if "precision" in prov else {}
-    if policy and "attack_matmul" in policy and policy["attack_matmul"]:
-        attack = str(policy["attack_matmul"])
+    policy = rec.ran.precision
+    if policy is not None and policy.attack_matmul:
+        attack = str(policy.attack_matmul)
     else:
         attack = str(rec.dtype) if rec.dtype else "?"
-    if not str(prov.get("device", "")).startswith("cuda"):
+    if not str(rec.ran.device or "").startswith("cuda"):
         return attack
     metrics = rec.target.train_metrics
-    training = mapping(metrics.precision) if metrics is not None and not isinstance(metrics, str) \
-        and metrics.precision is not None else {}
-    trained = f", training {training['training_dtype']}" if training.get("training_dtype") else ""
-    scores = str(policy.get("evaluation_dtype") or "float64") if policy else "float64"
+    training = PrecisionPolicy.from_dict(metrics.precision, f"cell {rec.cell_id}, its target's training precision") \
+        if metrics is not None and not isinstance(metrics, str) and metrics.precision is not None else PrecisionPolicy()
+    trained = f", training {training.training_dtype}" if training.training_dtype else ""
+    scores = str(policy.evaluation_dtype or "float64") if policy is not None else "float64"
     return f"{attack}{trained}, scores {scores}"
 
 

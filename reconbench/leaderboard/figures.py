@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from reconbench.bench.suite import Suite
 from reconbench.leaderboard.tables import Published, column_value
 from reconbench.records import CellRecord, Figure, TableRow, TrainMetrics
+from reconbench.records.parameter_ratio import ParameterRatio
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.problems import Problem
@@ -268,15 +269,15 @@ def share_points(pub: Published, col: dict[str, Any]) -> dict[Panel, dict[str, d
     single p / (d n) (a target that is not swept) are left out."""
     points: dict[Panel, dict[str, dict[float, list[float]]]] = {}
     for rec in pub.usable():
-        ratio = rec.target.p_over_dn or {}
-        if rec.init.is_oracle or not isinstance(ratio.get("ratio"), (int, float)) or not rec.target.n_train:
+        ratio = rec.target.p_over_dn or ParameterRatio()
+        if rec.init.is_oracle or not isinstance(ratio.ratio, (int, float)) or not rec.target.n_train:
             continue
         value, _ = column_value(rec, "pool", col["spec"])
         if value is None:
             continue
         family = rec.target.trained_from.family or "?"
-        panel = points.setdefault((family, int(ratio["d"]), int(ratio["n"])), {})
-        panel.setdefault(rec.attack.label, {}).setdefault(float(ratio["ratio"]), []).append(value / rec.target.n_train)
+        panel = points.setdefault((family, int(ratio.d or 0), int(ratio.n or 0)), {})
+        panel.setdefault(rec.attack.label, {}).setdefault(float(ratio.ratio), []).append(value / rec.target.n_train)
     return {key: by for key, by in points.items() if len({r for a in by.values() for r in a}) > 1}
 
 
@@ -335,7 +336,7 @@ def draw_all(
         "ssim_vs_margin": lambda: draw_ssim_vs_margin(suite, pub, data, figs / "ssim_vs_margin.png"),
         "mixture_heatmap": lambda: draw_mixture_heatmap(suite, pub, columns, figs / "mixture_heatmap.png"),
     }
-    if columns and len({r.target.p_over_dn.get("ratio") for r in pub.usable() if r.target.p_over_dn}) > 1:
+    if columns and len({r.target.p_over_dn.ratio for r in pub.usable() if r.target.p_over_dn is not None}) > 1:
         # only boards that vary p / (d n): the boards published before it keep their figures
         jobs["share_vs_p_over_dn"] = lambda: draw_share_vs_p_over_dn(pub, columns, figs / "share_vs_p_over_dn.png")
     for name, job in jobs.items():

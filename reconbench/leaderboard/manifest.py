@@ -17,9 +17,10 @@ from typing import Any
 
 from reconbench.errors import ReconbenchError
 from reconbench.provenance import LOCK_FILE, write_text_atomic
+from reconbench.records.board_manifest import BOARD_MANIFEST_FILE, BoardManifest
 
 MANIFEST_NAME = "MANIFEST.json"
-MANIFEST_FORMAT = "reconbench-board-manifest/1"
+MANIFEST_FORMAT = BoardManifest.SCHEMA
 #: a board's release list and the archived manifests and READMEs of its earlier releases (``releases.py``): they
 #: name manifests by their sha256, so no manifest lists them
 RELEASES_NAME, RELEASES_DIR = "RELEASES.json", "releases"
@@ -77,11 +78,10 @@ def read_manifest(board: Path) -> dict[str, Listed]:
         raise ReconbenchError(f"{path} is missing: the board's files cannot be checked; {fix}")
     try:
         raw: Any = json.loads(path.read_text())
-        if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT or not isinstance(raw.get("files"), dict):
-            raise ValueError(f"not a {MANIFEST_FORMAT} manifest")
-        return {str(rel): Listed(str(f["sha256"]), int(f["bytes"])) for rel, f in raw["files"].items()}
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ReconbenchError(f"{path} is damaged ({type(exc).__name__}: {exc}); {fix}") from None
+    manifest = BOARD_MANIFEST_FILE.decode(raw, path)   # its format and every entry's fields, strictly
+    return {rel: Listed(f.sha256, f.bytes) for rel, f in manifest.files.items()}
 
 
 def check_manifest(board: Path) -> list[str]:

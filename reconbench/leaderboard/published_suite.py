@@ -61,7 +61,7 @@ def published_suite(suite: Suite, board: Path) -> PublishedSuite:
         return PublishedSuite(suite)
     header = BoardResults.from_dict(board_results(board)).header
     recorded = header.suite_sha256
-    commit = str(header.rendered_with.get("git_commit") or "")
+    commit = header.rendered_with.git_commit or ""
     if not recorded or recorded == suite.text_sha256 or not commit or not header.suite_file:
         return PublishedSuite(suite)
     text = _git_text(suite.path.parent, commit, header.suite_file)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
 from reconbench.leaderboard.results_file import read_results
+from reconbench.records import BoardResults, NullSummary, TableRow
 
 BEGIN = "<!-- board-results: python -m reconbench.leaderboard.results_page --write docs/results.md -->"
 END = "<!-- /board-results -->"
@@ -25,17 +25,14 @@ def _num(v: object, spec: str) -> str:
     return "n/a" if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) else format(v, spec)
 
 
-def _best_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per attack (in the board's order), its non-oracle row with the largest mean calibrated headline."""
-    best: dict[str, dict[str, Any]] = {}
+def _best_rows(rows: list[TableRow]) -> list[TableRow]:
+    """Per attack (in the board's order), its non-oracle row with the largest mean calibrated headline (the first
+    of equal ones)."""
+    by_attack: dict[str, list[TableRow]] = {}
     for r in rows:
-        stat = r["metrics"].get(HEADLINE)
-        if r["init_is_oracle"] or stat is None or not isinstance(stat.get("mean"), (int, float)):
-            continue
-        now = best.get(r["attack"])
-        if now is None or stat["mean"] > now["metrics"][HEADLINE]["mean"]:
-            best[r["attack"]] = r
-    return list(best.values())
+        if not r.init_is_oracle and isinstance(r.metric(HEADLINE).mean, (int, float)):
+            by_attack.setdefault(r.attack, []).append(r)
+    return [max(group, key=lambda r: float(r.metric(HEADLINE).mean or 0.0)) for group in by_attack.values()]
 
 
 def board_results_table(leaderboards: Path) -> str:
@@ -44,17 +41,15 @@ def board_results_table(leaderboards: Path) -> str:
              "membership AUC (null mean) | seeds |", "|---|---|---|---|---|---|---|"]
     for results in sorted(leaderboards.glob("*/results.json")):
         board = results.parent.name
-        data = read_results(results.parent)
-        for r in _best_rows(list((data.get("tables") or {}).get("pool") or [])):
-            head = r["metrics"][HEADLINE]
-            null = head.get("null") or {}
-            auc = r["metrics"].get(AUC) or {}
-            auc_null = auc.get("null") or {}
-            lo, hi = head.get("ci95") or [None, None]
-            lines.append(f"| [{board}](../leaderboards/{board}/) | `{r['attack']}` | {r['target']}, {r['init']} | "
-                         f"{_num(head['mean'], '.3g')} [{_num(lo, '.3g')}, {_num(hi, '.3g')}] of "
-                         f"{_num(head.get('value_range', [None, None])[1], '.0f')} | {_num(null.get('max'), '.0f')} | "
-                         f"{_num(auc.get('mean'), '.2f')} ({_num(auc_null.get('mean'), '.2f')}) | {len(r['seeds'])} |")
+        data = BoardResults.from_dict(read_results(results.parent), results)
+        for r in _best_rows(data.table("pool")):
+            head, auc = r.metric(HEADLINE), r.metric(AUC)
+            null, auc_null = head.null or NullSummary(), auc.null or NullSummary()
+            lo, hi = (None, None) if head.ci95 is None else head.ci95
+            lines.append(f"| [{board}](../leaderboards/{board}/) | `{r.attack}` | {r.target}, {r.init} | "
+                         f"{_num(head.mean, '.3g')} [{_num(lo, '.3g')}, {_num(hi, '.3g')}] of "
+                         f"{_num((head.value_range or [None, None])[1], '.0f')} | {_num(null.max, '.0f')} | "
+                         f"{_num(auc.mean, '.2f')} ({_num(auc_null.mean, '.2f')}) | {len(r.seeds)} |")
     return "\n".join([*lines, END])
 
 

@@ -316,7 +316,7 @@ def compare_rerun(cell_id: str, stored: CellRecord, fresh: CellRecord, rtol: flo
     cell does not give: counts exactly, other numbers within ``rtol`` relative."""
     if fresh.status != STATUS_OK:
         return [f"{cell_id}: the re-run did not finish (status {fresh.status}: "
-                f"{mapping(fresh.error).get('message')})"]
+                f"{mapping(fresh.error)['message']})"]   # a cell that did not finish records its error
     problems = []
     for name, sel in (stored.selections or {}).items():
         now = _numbers(fresh.selection(name))

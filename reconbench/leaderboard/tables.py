@@ -46,6 +46,7 @@ from reconbench.records import (
     number,
 )
 from reconbench.records.board_results import Stat
+from reconbench.records.rendered_with import RenderedWith
 from reconbench.records.target_quantities import TARGET_QUANTITIES, target_value
 from reconbench.targets.certificate import gate_value
 from reconbench.targets.regime import MAX_RESIDUAL
@@ -312,7 +313,7 @@ def main_rows(suite: Suite, pub: Published, columns: list[dict[str, Any]], selec
         search = {} if cells[0].attack.default_search() else {   # random search with its defaults is not named
             "search": search_label(cells[0].attack.search, cells[0].attack.search_config)}
         bars = sorted({bar for r in recs if (bar := r.selection(selection).calibrated_bar) is not None})
-        ratios = [rec.target.p_over_dn.get("ratio") for rec in recs if rec.target.p_over_dn]
+        ratios = [rec.target.p_over_dn.ratio for rec in recs if rec.target.p_over_dn is not None]
         rows.append(TableRow.written(
             target=target,
             attack=attack,
@@ -604,7 +605,7 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> Bo
         reconbench_versions=sorted({r.reconbench_version for r in pub.records.values()}),
         git_commits=commits,
         rendered_by=command,
-        rendered_with={"reconbench_version": __version__, "git_commit": git_commit()},
+        rendered_with=RenderedWith(reconbench_version=__version__, git_commit=git_commit()),
         rendered=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         attack_failed=[{"cell_id": r.cell_id, **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
         cells={

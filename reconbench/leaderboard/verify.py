@@ -34,7 +34,7 @@ from reconbench.provenance import read_json
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, StoredEvaluation, number
 from reconbench.records.target_quantities import target_value
 from reconbench.runs.result import score_selection
-from reconbench.runs.seconds import attack_seconds, summed_seconds
+from reconbench.runs.seconds import attack_seconds, search_run, summed_seconds
 from reconbench.safe_paths import member
 from reconbench.targets.cards import ModelCard
 
@@ -289,7 +289,7 @@ def _attack_seconds_problem(recorded: float | None, runs: list[Any], *, slim: bo
     if recorded in (counted, summed):
         return None
     if slim and recorded is not None and len(runs) <= 16:
-        seconds = [float(r.get("seconds") or 0.0) for r in runs]
+        seconds = [float(run.seconds or 0.0) for run in map(search_run, runs)]
         for mask in range(1, 2 ** len(seconds)):
             part = sum(x for i, x in enumerate(seconds) if mask >> i & 1)
             if math.isclose(recorded, part, rel_tol=1e-12, abs_tol=1e-12):

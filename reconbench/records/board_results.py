@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from reconbench.records.record import FileFormat, Record, unchanged
+from reconbench.records.rendered_with import RenderedWith
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -283,7 +284,7 @@ class BoardHeader(Record):
     reconbench_versions: list[str] = field(default_factory=list)
     git_commits: list[str] = field(default_factory=list)
     rendered_by: str = ""
-    rendered_with: Mapping[str, Any] = field(default_factory=dict)
+    rendered_with: RenderedWith = RenderedWith()
     rendered: str = ""
     attack_failed: list[Mapping[str, Any]] | None = None
     cells: Mapping[str, int] = field(default_factory=dict)
@@ -293,8 +294,7 @@ class BoardHeader(Record):
     @property
     def rendered_commit(self) -> str | None:
         """The git commit the board was rendered at (None when not recorded)."""
-        commit = self.rendered_with.get("git_commit")
-        return None if commit is None else str(commit)
+        return self.rendered_with.git_commit
 
 
 @dataclass(frozen=True)

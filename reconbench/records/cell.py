@@ -9,9 +9,12 @@ from functools import cached_property
 from typing import Any
 
 from reconbench.records.board_entry import EntryInfo
+from reconbench.records.cell_provenance import CellProvenance
 from reconbench.records.evaluation import Calibrated, HeldOutNull, Spread, StoredEvaluation, StoredMetric
 from reconbench.records.model_card import TrainMetrics
-from reconbench.records.record import FileFormat, Record, mapping, number, unchanged
+from reconbench.records.parameter_ratio import ParameterRatio
+from reconbench.records.record import FileFormat, Record, number, unchanged
+from reconbench.records.recorded_spec import RecordedSpec
 from reconbench.targets.recipe import TargetRecipe
 
 _EMPTY: Mapping[str, Any] = {}
@@ -78,7 +81,7 @@ class TargetInfo(Record):
     #: the content sha256 of the model card the cell attacked (where the cell records it)
     card_sha256: str | None = None
     #: p trained parameters, d input dimension, n training points and the ratio p / (d n) (targets/cards.py)
-    p_over_dn: Mapping[str, Any] | None = None
+    p_over_dn: ParameterRatio | None = None
     #: the least and the largest training margin of the card's ``margins`` (binary: y·f(x); multiclass: the own
     #: logit minus the largest other), on cells recorded since the card's margins are summarised here
     margin_min: float | None = None
@@ -127,6 +130,17 @@ class StoredOutcome(Record):
 
 
 @dataclass(frozen=True)
+class RunBatch(Record):
+    """The batch a search run advanced in (the KKT attacks' ``run_batch``): the runs in it and its size; the other
+    keys an attack records of its batch (``cross_target``, ``cuda_graph``, ...) are kept in ``extra``."""
+
+    OPEN = True
+
+    runs: list[int] | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True)
 class SearchRun(Record):
     """One search run of a cell (``runs/execute.py``): its sampled options, its start, final loss, steps, how it
     stopped and its outcome."""
@@ -148,9 +162,16 @@ class SearchRun(Record):
     candidates_finite: bool | None = None
     outcome: StoredOutcome | None = None
     #: the batch the run advanced in (the KKT attacks' ``run_batch``)
-    batch: Mapping[str, Any] | None = None
+    batch: RunBatch | None = None
     #: a run that converged (``stopped`` = converged): the rule, the step and the changes measured there
     early_stop: Mapping[str, Any] | None = None
+
+    @property
+    def batch_key(self) -> tuple[int | None, ...] | None:
+        """The runs of the batch this run advanced in (itself alone when the batch names none); None: it ran alone."""
+        if self.batch is None:
+            return None
+        return tuple(self.batch.runs or [self.run])
 
     def summary(self) -> dict[str, Any]:
         """The run's settings and outcome (every field, None where absent)."""
@@ -241,17 +262,28 @@ class CellRecord(Record):
         """The metrics the pooled evaluation recorded (name -> headline, direction, parameters)."""
         return (None if self.evaluation is None else self.evaluation.metrics) or _EMPTY
 
+    @cached_property
+    def recorded_spec(self) -> RecordedSpec:
+        """The spec read by name."""
+        return RecordedSpec.from_dict(self.spec, f"cell {self.cell_id}, its spec")
+
     @property
     def dtype(self) -> str | None:
-        return self.spec.get("dtype")
+        return self.recorded_spec.dtype
+
+    @property
+    def ran(self) -> CellProvenance:
+        """The provenance read by name (an empty one when the cell records none); read on each use, as the
+        provenance mapping is."""
+        return CellProvenance.from_dict(self.provenance or _EMPTY, f"cell {self.cell_id}, its provenance")
 
     @property
     def git_commit(self) -> str:
-        return str(mapping(self.provenance).get("git_commit"))
+        return str(self.ran.git_commit)
 
     @property
     def reconbench_version(self) -> str:
-        return str(mapping(self.provenance).get("reconbench_version"))
+        return str(self.ran.reconbench_version)
 
     @property
     def per_image(self) -> list[ImageRow]:

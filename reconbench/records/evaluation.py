@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-from reconbench.records.record import Record, mapping, number
+from reconbench.records.headline_numbers import HeadlineNumbers
+from reconbench.records.record import Record, number
+from reconbench.records.recorded_protocol import RecordedProtocol
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -114,10 +117,20 @@ class StoredEvaluation(Record):
         """A summary number (None: absent, not a number, or NaN)."""
         return number(self.numbers.get(key))
 
+    @cached_property
+    def headline(self) -> HeadlineNumbers:
+        """The summary's numbers read by name (the training-set size, the calibrated headline and its bar)."""
+        return HeadlineNumbers.from_dict(self.numbers, "an evaluation's summary")
+
+    @cached_property
+    def recorded_protocol(self) -> RecordedProtocol:
+        """The protocol as recorded (an empty one when the evaluation stores only its name: a slim entry)."""
+        return RecordedProtocol.from_dict(self.protocol or _EMPTY, "an evaluation's protocol")
+
     @property
     def calibration(self) -> Mapping[str, Any]:
-        """The protocol's calibration (empty when absent)."""
-        return mapping(mapping(self.protocol).get("calibration"))
+        """The protocol's calibration as recorded (empty when absent)."""
+        return self.recorded_protocol.calibrated.to_dict()
 
     @property
     def held_out(self) -> HeldOutNull:

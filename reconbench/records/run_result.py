@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from reconbench.records.cell import SearchRun, StoredOutcome
 from reconbench.records.evaluation import StoredEvaluation
 from reconbench.records.model_card import TrainMetrics
+from reconbench.records.parameter_ratio import ParameterRatio
 from reconbench.records.record import FileFormat, Record, unchanged
+from reconbench.records.recorded_spec import RecordedSpec
+from reconbench.records.search_record import SearchRecord
 from reconbench.targets.recipe import TargetRecipe
 
 
@@ -27,7 +31,7 @@ class RunTarget(Record):
     family: str | None = None
     task: str | None = None
     n_train: int | None = None
-    p_over_dn: Mapping[str, Any] | None = None
+    p_over_dn: ParameterRatio | None = None
     train_metrics: TrainMetrics | None = None
 
 
@@ -66,6 +70,16 @@ class RunResult(Record):
     figures: list[str] = field(default_factory=list)
     wall_seconds: float | None = None
     provenance: Mapping[str, Any] | None = None
+
+    @cached_property
+    def recorded_spec(self) -> RecordedSpec:
+        """The spec read by name."""
+        return RecordedSpec.from_dict(self.spec, "result.json, its spec")
+
+    @cached_property
+    def recorded_search(self) -> SearchRecord:
+        """The search read by name (an empty one when the result records none)."""
+        return SearchRecord.from_dict(self.search or {}, "result.json, its search")
 
     def selected_run(self, name: str) -> int | None:
         """The run a selection (blind, oracle) picked; None when none finished."""

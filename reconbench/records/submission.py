@@ -52,4 +52,5 @@ class SubmissionFile(Record):
 
 
 #: the door of a packed submission
-SUBMISSION_FILE: FileFormat[SubmissionFile] = FileFormat(SubmissionFile, "format", {SubmissionFile.SCHEMA: unchanged})
+SUBMISSION_FILE: FileFormat[SubmissionFile] = FileFormat(SubmissionFile, "format", {SubmissionFile.SCHEMA: unchanged},
+                                                         fix="pack your results with `reconbench leaderboard submit`")

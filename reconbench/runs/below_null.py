@@ -53,8 +53,8 @@ def below_null_line(result: RunResult) -> str | None:
     """One line when the calibrated headline does not beat the maximum of its held-out null: that it does not, the
     likely causes, and what to change. None when it beats it, or when there is no calibrated headline."""
     evaluation = result.evaluation
-    summary, null = evaluation.numbers, evaluation.held_out
-    headline = summary.get("reconstructed_calibrated")
+    null = evaluation.held_out
+    headline = evaluation.headline.reconstructed_calibrated
     top = _number((null.spread_of("reconstructed_calibrated") or Spread()).max)
     if not isinstance(headline, int) or top is None or headline > top:
         return None
@@ -87,9 +87,9 @@ def below_null_line(result: RunResult) -> str | None:
     elif moved and not causes:
         causes.append(f"{inside}the attack's loss fell ({span}), but its candidates are no closer to the training "
                       "images than to held-out ones")
-    cal = evaluation.calibration
-    bar = _number(summary.get("calibrated_threshold"))
-    if cal.get("score") == "corr" and bar is not None and bar >= HIGH_CORR_BAR:
+    cal = evaluation.recorded_protocol.calibrated
+    bar = _number(evaluation.headline.calibrated_threshold)
+    if cal.score == "corr" and bar is not None and bar >= HIGH_CORR_BAR:
         causes.append(f"the null's bar is high (corr > {bar:.3f}: held-out images of this data set already correlate "
                       "that well), which leaves little room on small, alike images")
         fixes["data"] = "a data set of larger images (e.g. --dataset mnist_test)"
@@ -98,6 +98,6 @@ def below_null_line(result: RunResult) -> str | None:
     fixes.setdefault("search", "more --search-runs")
     fixes.setdefault("attack", "more attack steps (--set steps=N)")
     fixes.setdefault("target", "a longer-trained target (--steps N)")
-    return (f"note: the calibrated headline ({headline} of {summary.get('n_train')}) does not beat its held-out null "
+    return (f"note: the calibrated headline ({headline} of {evaluation.headline.n_train}) does not beat its held-out null "
             f"(max {top:.0f} over {null.draws or 0} draws), so this run shows no reconstruction; likely why: "
             f"{'; '.join(causes)}. Try: {', '.join(fixes.values())}.")

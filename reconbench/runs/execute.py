@@ -23,7 +23,7 @@ from reconbench.evaluation import oracle_score
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget
 from reconbench.progress import Progress
 from reconbench.provenance import config_hash, save_tensors_atomic, write_json
-from reconbench.records import RUN_RESULT_FILE, RunResult
+from reconbench.records import RUN_RESULT_FILE, RunResult, SearchRun
 from reconbench.runs.prepare import prepare
 from reconbench.runs.resolved import ResolvedRun, resolve_run
 from reconbench.runs.result import finish
@@ -86,6 +86,15 @@ def finished_result(out: Path, card: ModelCard, spec: RunSpec) -> RunResult | No
     return old
 
 
+def _finished_run(data: object, path: Path) -> SearchRun | None:
+    """The record of a run finished by an earlier invocation; None when the file is not one this version reads (the
+    run is done again)."""
+    try:
+        return SearchRun.from_dict(data, path)
+    except ReconbenchError:
+        return None
+
+
 def resumed_seconds(resumed: list[dict[str, Any]]) -> float:
     """Attack time spent on the read-back runs in earlier invocations (a batch counted once: runs/seconds.py)."""
     return attack_seconds(resumed)
@@ -106,8 +115,9 @@ def _start_round(card: ModelCard, run: ResolvedRun, problem: Problem, labels: to
         run_key = config_hash({"card": card.data["recipe_key"], "spec": spec.to_dict(), "run": k, "cfg": cfg_dict})
         if record_path.exists():
             old = json.loads(record_path.read_text())
-            if old.get("run_key") == run_key and (
-                    old.get("stopped") == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
+            done = _finished_run(old, record_path)
+            if done is not None and done.run_key == run_key and (
+                    done.stopped == "failed" or (runs_dir / f"run-{k:03d}.safetensors").exists()):
                 runs.append(old)
                 resumed.append(old)
                 outer.update(len(runs))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from reconbench.evaluation import reported
+from reconbench.records.recorded_protocol import RecordedProtocol
 
 #: the numbers of the table, as `reconbench run` names them, after the calibrated headline
 ROWS = ("reconstructed", "reconstructed_corr", "membership_precision", "membership_auc", "membership_tpr_at_fpr")
@@ -36,7 +37,7 @@ def summary_table(result: dict[str, Any]) -> str:
     ev = result["evaluation"]
     summary, null = ev["summary"], ev["null"]
     spread, cal = null["spread"], ev["protocol"]["calibration"]
-    configs = {name: m.get("config") or {} for name, m in (ev["protocol"].get("metrics") or {}).items()}
+    configs = RecordedProtocol.from_dict(ev["protocol"], "the run's recorded protocol").metric_configs()
     labels = {rep.key: reported.label_of(rep, configs) for rep in reported.console_keys()}
     head = spread["reconstructed_calibrated"]
     lines = [BEGIN,

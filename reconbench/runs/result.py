@@ -25,6 +25,7 @@ from reconbench.records import (
     StoredOutcome,
     TrainMetrics,
 )
+from reconbench.records.parameter_ratio import ParameterRatio
 from reconbench.runs.pool import load_pooled, select_runs
 from reconbench.runs.spec import RunSpec
 from reconbench.runs.traces import plot_traces
@@ -84,7 +85,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         search=search_record(spec.search, spec.search_config),
         target=RunTarget(card=portable_path(card.path), **_recipe_fields(card), recipe_key=card.data["recipe_key"],
                          card_sha256=card.data.get("content_sha256"), family=family, task=card.task,
-                         n_train=problem.n, p_over_dn=card.data.get("p_over_dn"),
+                         n_train=problem.n, p_over_dn=_parameter_ratio(card),
                          train_metrics=TrainMetrics.from_dict({k: v for k, v in card.data["metrics"].items()
                                                                if k != "margins"}, "the card's training metrics")),
         selection={
@@ -112,6 +113,12 @@ def _threat_record(attack: str) -> dict[str, Any]:
     """What the attack read besides the final weights (its declared threat model), with its short name."""
     threat = plugins.attack(attack).threat
     return {"label": threat.label, **threat.to_dict()}
+
+
+def _parameter_ratio(card: ModelCard) -> ParameterRatio | None:
+    """p / (d n) as the card records it (None: a card written before it was recorded)."""
+    recorded = card.data.get("p_over_dn")   # the card's JSON is read as a dict (targets/cards.py)
+    return None if recorded is None else ParameterRatio.from_dict(recorded, f"{card.path}, its p_over_dn")
 
 
 def _recipe_fields(card: ModelCard) -> dict[str, Any]:

@@ -123,7 +123,7 @@ def test_a_board_is_checked_against_the_suite_version_it_was_rendered_from(tmp_p
     else:
         if shutil.which("git") is None or not (REPO / ".git").exists():
             pytest.skip("the suite's earlier version is read from git history, which this checkout lacks")
-        assert got.commit == header.rendered_with["git_commit"]
+        assert got.commit == header.rendered_with.git_commit
         assert got.suite.text_sha256 == header.suite_sha256 and got.suite.path == suite.path
         assert got.stale + got.not_run > 0 and "publish the board again" in (got.note(board) or "")
     # a header naming a commit the history does not hold: the current suite, as before
