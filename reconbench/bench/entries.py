@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,10 @@ from reconbench.evaluation import decisions
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE, PAPERS_HEADLINE
 from reconbench.records import CellRecord, mapping
 from reconbench.records.board_entry import POSITION, CompactRows
+from reconbench.records.board_protocol import BoardProtocol
+from reconbench.records.cell import SearchRun, Selection, TargetInfo
+from reconbench.records.evaluation import HeldOutNull, Spread
+from reconbench.records.model_card import CARD_FILE
 
 #: schema of a slim entry (the ``entry.schema`` field); a record without ``entry`` is a full cell record
 ENTRY_SCHEMA = "reconbench-board-entry/1"
@@ -177,14 +181,6 @@ def _slim_null(null: Any, keep: set[str]) -> Any:
         out["spread"] = {k: [v.get(s) for s in SPREAD_FIELDS] if isinstance(v, dict) and v.get("draws") == null.get(
             "draws") and {*SPREAD_FIELDS, "draws"} <= set(v) else v for k, v in spread.items() if k in keep}
     return out
-
-
-def _full_null(null: Any) -> Any:
-    if not isinstance(null, dict) or not isinstance(null.get("spread"), dict):
-        return null
-    spread = {k: dict(zip(SPREAD_FIELDS, v, strict=True)) | {"draws": null.get("draws")} if isinstance(v, list) else v
-              for k, v in null["spread"].items()}
-    return {**null, "spread": spread}
 
 
 def _slim_selection(sel: dict[str, Any], keep: set[str], pooled: bool) -> dict[str, Any]:
@@ -359,51 +355,91 @@ def _rows_of(compact: CompactRows) -> list[dict[str, Any]]:
 Reader = Callable[[str], dict[str, Any] | None]
 
 
+def _full_spread(null: HeldOutNull) -> HeldOutNull:
+    """A held-out null whose spreads stored as ``[mean, max]`` lists are objects again (with the null's draws)."""
+    if null.spread is None:
+        return null
+    spread = {k: Spread.written(**dict(zip(SPREAD_FIELDS, v, strict=True)), draws=null.draws)
+              if isinstance(v, list) else v for k, v in null.spread.items()}
+    return null.updated(spread=spread)
+
+
+def _full_selections(selections: Mapping[str, Selection], runs: list[SearchRun]) -> dict[str, Selection]:
+    """Each selection with the fields it shares with an earlier one (``same_as``) restored, its run's configuration
+    put back and its null's spreads as objects."""
+    configs = {r.run: r.config for r in runs if "config" in (r.key_order or ())}
+    out: dict[str, Selection] = {}
+    for name, sel in selections.items():
+        shared = {key: _shared_field(out[other], key) for key, other in (sel.same_as or {}).items()
+                  if other in out and key in (out[other].key_order or ())}
+        sel = sel.without("same_as").updated(**shared)
+        if sel.run in configs:
+            sel = sel.updated(config=configs[sel.run])
+        if sel.null is not None:
+            sel = sel.updated(null=_full_spread(sel.null))
+        out[name] = sel
+    return out
+
+
+def _shared_field(sel: Selection, key: str) -> object:
+    """A selection's field that a later selection may store as ``same_as`` (one of SHARED_SELECTION_FIELDS)."""
+    if key == "summary":
+        return sel.summary
+    if key == "null":
+        return sel.null
+    if key == "attack_loss":
+        return sel.attack_loss
+    raise ReconbenchError(f"a slim entry's same_as names {key!r}, which selections do not share; "
+                          f"it shares {', '.join(SHARED_SELECTION_FIELDS)} only")
+
+
+def _card_target(target: TargetInfo, card: Reader | None) -> TargetInfo:
+    """The target with its training metrics and recipe read from its model card where the entry stores
+    ``"card"`` (left as ``"card"`` when the card is absent)."""
+    if "card" not in (target.train_metrics, target.recipe) or not card:
+        return target
+    data = card(str(target.recipe_key))
+    if data is None:
+        return target
+    stored = CARD_FILE.decode(data, f"the model card {target.recipe_key}")
+    if target.train_metrics == "card" and "metrics" in (stored.key_order or ()):
+        target = target.updated(train_metrics=stored.metrics.without("margins"))
+    if target.recipe == "card" and stored.recipe is not None:
+        target = target.updated(recipe=stored.recipe)
+    return target
+
+
 def expand(entry: dict[str, Any], card: Reader | None = None, protocol: Reader | None = None) -> dict[str, Any]:
     """A slim entry in the shape of a full record (full records are returned unchanged): per-image rows as objects
     with their decisions and margins re-derived, shared selection fields and each selection's run configuration
     restored, the target's training metrics read from its model card (``card(recipe_key)``; absent card: left as
-    the string ``"card"``). The seal stays in ``entry.record_sha256`` (it seals the stored entry, not this form)."""
+    the string ``"card"``). The seal stays in ``entry.record_sha256`` (it seals the stored entry, not this form).
+    The entry is read strictly as a :class:`CellRecord` first (a hand-edited entry is a one-line error)."""
     if not is_entry(entry):
         return entry
-    rec = {k: v for k, v in entry.items() if k != SEAL_FIELD}
-    rec[ENTRY_FIELD] = {**entry[ENTRY_FIELD], SEAL_FIELD: entry.get(SEAL_FIELD)}
-    if isinstance(rec.get("runs"), list):
-        rec["runs"] = _full_runs(rec["runs"])
-    runs = {r.get("run"): r for r in rec.get("runs") or [] if isinstance(r, dict)}
-    selections: dict[str, Any] = {}
-    for name, sel in (rec.get("selections") or {}).items():
-        if isinstance(sel, dict):
-            sel = dict(sel)
-            for key, other in (sel.pop("same_as", None) or {}).items():
-                if isinstance(selections.get(other), dict) and key in selections[other]:
-                    sel[key] = selections[other][key]
-            if "run" in sel and sel.get("run") in runs and "config" in runs[sel["run"]]:
-                sel["config"] = runs[sel["run"]]["config"]
-            if "null" in sel:
-                sel["null"] = _full_null(sel["null"])
-        selections[name] = sel
-    if "selections" in rec:
-        rec["selections"] = selections
-    target = rec.get("target")
-    if isinstance(target, dict) and "card" in (target.get("train_metrics"), target.get("recipe")) and card:
-        data = card(str(target.get("recipe_key"))) or {}
-        metrics = card_metrics(data)
-        target = dict(target)
-        if target.get("train_metrics") == "card" and metrics is not None:
-            target["train_metrics"] = metrics
-        if target.get("recipe") == "card" and isinstance(data.get("recipe"), dict):
-            target["recipe"] = data["recipe"]
-        rec["target"] = target
-    ev = rec.get("evaluation")
-    if isinstance(ev, dict) and "protocol_ref" in ev and protocol is not None:
-        shared = protocol(str(ev["protocol_ref"])) or {}
-        ev = {**{k: v for k, v in ev.items() if k != "protocol_ref"}, **shared}
-    if isinstance(ev, dict):
-        pool = selections.get("pool") or {}
-        rec["evaluation"] = {**ev, "summary": pool.get("summary"), "null": pool.get("null"),
-                             "per_image": _rows_of(CompactRows.from_dict(ev.get("per_image") or {}, "per_image"))}
-    return rec
+    rec = CellRecord.from_dict(entry, "a board entry")
+    assert rec.entry is not None  # is_entry: the entry field is an object
+    rec = rec.without(SEAL_FIELD).updated(entry=rec.entry.updated(record_sha256=rec.record_sha256))
+    if rec.runs is not None:
+        rec = rec.updated(runs=_full_runs(rec.runs))
+    selections = _full_selections(rec.selections or {}, rec.search_runs)
+    if rec.selections is not None:
+        rec = rec.updated(selections=selections)
+    rec = rec.updated(target=_card_target(rec.target, card))
+    ev = rec.evaluation
+    if ev is not None and ev.protocol_ref is not None and protocol is not None:
+        data = protocol(ev.protocol_ref)
+        if data is not None:
+            shared = BoardProtocol.from_dict(data, f"the board protocol {ev.protocol_ref}")
+            parts = {"protocol": shared.protocol, "metrics": shared.metrics}   # in the file's order
+            ev = ev.without("protocol_ref").updated(**{k: parts[k] for k in shared.key_order or parts})
+        else:
+            ev = ev.without("protocol_ref")
+    if ev is not None:
+        pool = rec.selection("pool")
+        rows = _rows_of(CompactRows.from_dict(ev.per_image or {}, "per_image"))
+        rec = rec.updated(evaluation=ev.updated(summary=pool.summary, null=pool.null, per_image=rows))
+    return rec.to_dict()
 
 
 # -- checking an entry ----------------------------------------------------------------------------------------
