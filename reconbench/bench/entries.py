@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,12 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE, PAPERS_HEADLINE
 from reconbench.records import CellRecord, mapping
-from reconbench.records.board_entry import POSITION, CompactRows
+from reconbench.records.board_entry import POSITION, CompactRows, EntryInfo
+from reconbench.records.board_protocol import BoardProtocol, ProtocolDescription, ProtocolMetric, SlimRun
+from reconbench.records.cell import SearchRun, Selection, TargetInfo
+from reconbench.records.evaluation import Candidates, HeldOutNull, Spread, StoredEvaluation, StoredMetric
+from reconbench.records.model_card import CARD_FILE, CardData, TrainMetrics
+from reconbench.targets.recipe import TargetRecipe
 
 #: schema of a slim entry (the ``entry.schema`` field); a record without ``entry`` is a full cell record
 ENTRY_SCHEMA = "reconbench-board-entry/1"
@@ -79,12 +84,19 @@ def record_sha256(rec: dict[str, Any]) -> str:
 
 
 # -- making an entry ------------------------------------------------------------------------------------------
-def _decision_threshold(rows: list[dict[str, Any]], flag: str, score: str) -> float | None:
+Columns = dict[str, list[Any]]
+
+
+def _is_score(v: object) -> bool:
+    """A stored score or margin (a number; a boolean counts, as it did in the records that hold one)."""
+    return isinstance(v, (int, float))
+
+
+def _decision_threshold(table: Columns, flag: str, score: str) -> float | None:
     """The threshold ``t`` for which every row's stored margin is ``score - t`` and decision ``score > t``, or None
     (no row has a score, or the stored margins do not come from one threshold)."""
-    margin = f"{flag}_margin"
-    pairs = [(float(r[score]), float(r[margin]), bool(r[flag])) for r in rows
-             if isinstance(r.get(score), (int, float)) and isinstance(r.get(margin), (int, float))]
+    pairs = [(float(s), float(m), bool(f)) for s, m, f in zip(table[score], table[f"{flag}_margin"], table[flag],
+                                                                strict=True) if _is_score(s) and _is_score(m)]
     if not pairs:
         return None
     tries = sorted({s - m for s, m, _ in pairs} | {round(s - m, 12) for s, m, _ in pairs})
@@ -94,56 +106,58 @@ def _decision_threshold(rows: list[dict[str, Any]], flag: str, score: str) -> fl
     return None
 
 
-def _protocol_threshold(flag: str, ev: dict[str, Any], summary: dict[str, Any]) -> float | None:
+def _protocol_threshold(flag: str, protocol: ProtocolDescription, pool: Selection) -> float | None:
     """The threshold the protocol records for a decision (records written before per-image margins)."""
-    protocol = ev.get("protocol") or {}
+    value: object
     if flag == CALIBRATED_HEADLINE:
-        value = summary.get("calibrated_threshold")
+        value = pool.raw("calibrated_threshold")
     elif flag == "reconstructed_corr":
-        value = (((protocol.get("metrics") or {}).get("corr") or {}).get("config") or {}).get("threshold")
+        value = (protocol.metrics or {}).get("corr", ProtocolMetric()).config.get("threshold")   # legacy: optional
     else:
-        value = protocol.get("good_threshold")
+        value = protocol.good_threshold
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _score_of(flag: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> str | None:
+def _score_of(flag: str, table: Columns, summary: Mapping[str, Any]) -> str | None:
     """The per-image score column a decision column thresholds (``reconstructed_corr`` -> ``corr`` ...)."""
     if flag == CALIBRATED_HEADLINE:
-        return "corr" if "corr" in rows[0] else None
+        return "corr" if "corr" in table else None
     suffix = flag[len("reconstructed"):]
     for column in (suffix.lstrip("_"), "ssim" if not suffix else "", f"{suffix.lstrip('_')}_ssim"):
-        if column and column in rows[0] and f"top_k_mean_{column}" in summary:
+        if column and column in table and f"top_k_mean_{column}" in summary:
             return column
     return None
 
 
-def compact_rows(rows: list[dict[str, Any]], summary: dict[str, Any], ev: dict[str, Any] | None = None
-                 ) -> dict[str, Any]:
+def compact_rows(rows: list[Mapping[str, Any]], pool: Selection,
+                 protocol: ProtocolDescription | None = None) -> dict[str, Any]:
     """Per-image rows as columns of values; thresholded decisions named once, their flags and margins dropped
-    where one threshold reproduces them exactly (else kept as columns)."""
+    where one threshold reproduces them exactly (else kept as columns). ``pool``: the selection whose summary the
+    rows add up to; ``protocol``: the evaluation's (its thresholds, for rows recorded without margins)."""
     if not rows:
         return {"columns": [], "rows": [], "decisions": {}}
+    # the first row's columns, one list each (a row without a column holds None there: rows are free-form)
+    table: Columns = {k: [r.get(k) for r in rows] for k in rows[0]}
     derived: dict[str, dict[str, Any]] = {}
-    ev = ev or {}
-    for flag in [k for k in rows[0] if k.startswith("reconstructed") and not k.endswith("_margin")]:
-        score = _score_of(flag, rows, summary)
+    for flag in [k for k in table if k.startswith("reconstructed") and not k.endswith("_margin")]:
+        score = _score_of(flag, table, pool.summary)
         if score is None:
             continue
-        if f"{flag}_margin" in rows[0]:
-            threshold = _decision_threshold(rows, flag, score)
+        if f"{flag}_margin" in table:
+            threshold = _decision_threshold(table, flag, score)
         else:  # no margins recorded: the protocol's threshold, if it reproduces every stored decision
-            threshold = _protocol_threshold(flag, ev or {}, summary)
-            if threshold is not None and any((isinstance(r.get(score), (int, float)) and r[score] > threshold)
-                                             != bool(r.get(flag)) for r in rows):
+            threshold = _protocol_threshold(flag, protocol or ProtocolDescription(), pool)
+            if threshold is not None and any((_is_score(s) and s > threshold) != bool(f)
+                                             for s, f in zip(table[score], table[flag], strict=True)):
                 threshold = None
-        if threshold is None and not any(isinstance(r.get(score), (int, float)) for r in rows):
-            if any(r.get(flag) for r in rows):
+        if threshold is None and not any(_is_score(s) for s in table[score]):
+            if any(table[flag]):
                 continue
             threshold = float("nan")  # no image has a score: no decision is true, no margin exists
         if threshold is not None:
             derived[flag] = {"score": score, "threshold": None if math.isnan(threshold) else threshold}
     skip = set(DROPPED_COLUMNS) | set(derived) | {f"{f}_margin" for f in derived}
-    values = {k: [_rounded(r.get(k)) for r in rows] for k in rows[0] if k not in skip}
+    values = {k: [_rounded(v) for v in column] for k, column in table.items() if k not in skip}
     same: dict[str, str] = {}
     for k, column in values.items():
         if column == list(range(len(rows))):
@@ -168,51 +182,51 @@ def _rounded(v: Any) -> Any:
     return v
 
 
-def _slim_null(null: Any, keep: set[str]) -> Any:
-    if not isinstance(null, dict):
-        return null
-    out = {k: v for k, v in null.items() if k in ("available", "draws", "threshold", "reason")}
-    spread = null.get("spread")
-    if isinstance(spread, dict):
-        out["spread"] = {k: [v.get(s) for s in SPREAD_FIELDS] if isinstance(v, dict) and v.get("draws") == null.get(
-            "draws") and {*SPREAD_FIELDS, "draws"} <= set(v) else v for k, v in spread.items() if k in keep}
-    return out
+def _slim_null(null: HeldOutNull, keep: set[str]) -> HeldOutNull:
+    """A held-out null with its availability, draws, threshold and reason, and the spreads of the ``keep`` keys (as
+    ``[mean, max]`` where the spread has both, over the null's own draws)."""
+    out = null.without("kind", "summary", "spread", "per_draw")
+    if null.spread is None:
+        return out
+    spread = {k: [v.mean, v.max] if isinstance(v, Spread) and v.draws == null.draws
+              and {*SPREAD_FIELDS, "draws"} <= set(v.key_order or ()) else v
+              for k, v in null.spread.items() if k in keep}
+    return out.updated(spread=spread)
 
 
-def _full_null(null: Any) -> Any:
-    if not isinstance(null, dict) or not isinstance(null.get("spread"), dict):
-        return null
-    spread = {k: dict(zip(SPREAD_FIELDS, v, strict=True)) | {"draws": null.get("draws")} if isinstance(v, list) else v
-              for k, v in null["spread"].items()}
-    return {**null, "spread": spread}
-
-
-def _slim_selection(sel: dict[str, Any], keep: set[str], pooled: bool) -> dict[str, Any]:
-    out = {k: v for k, v in sel.items() if k != "config"}
-    if not pooled and isinstance(sel.get("summary"), dict):
+def _slim_selection(sel: Selection, keep: set[str], pooled: bool) -> Selection:
+    out = sel.without("config")
+    if not pooled and sel.summary:
         shown = keep | set(SELECTION_SUMMARY_KEPT)
-        out["summary"] = {k: v for k, v in sel["summary"].items() if k in shown}
-    if "null" in sel:
-        out["null"] = _slim_null(sel["null"], keep)
+        out = out.updated(summary={k: v for k, v in sel.summary.items() if k in shown})
+    if sel.null is not None:
+        out = out.updated(null=_slim_null(sel.null, keep))
     return out
 
 
-def _slim_evaluation(ev: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    protocol = ev.get("protocol") or {}
-    metrics_protocol = protocol.get("metrics") or {}
-    calibration = protocol.get("calibration") or {}
-    return {
-        "protocol": {
-            **{k: protocol[k] for k in PROTOCOL_KEPT if k in protocol},
+def _slim_metric(metric: StoredMetric) -> StoredMetric:
+    """A metric's direction and headline (and ``available: false`` when it was not available)."""
+    written = set(metric.key_order or ())
+    kept = {k: v for k, v in (("higher_is_better", metric.higher_is_better), ("headline", metric.headline))
+            if k in written}
+    out = StoredMetric.written(**kept)
+    return out.updated(available=False) if metric.available is False else out
+
+
+def _slim_evaluation(ev: StoredEvaluation, pool: Selection) -> StoredEvaluation:
+    raw = mapping(ev.protocol)   # the protocol's description: the fields an entry keeps are named in PROTOCOL_KEPT
+    protocol = ProtocolDescription.from_dict(raw, "a cell's evaluation.protocol")
+    calibration = protocol.calibration or {}
+    return StoredEvaluation.written(
+        protocol={
+            **{k: raw[k] for k in PROTOCOL_KEPT if k in raw},
             "calibration": {k: calibration[k] for k in CALIBRATION_KEPT if k in calibration},
-            "metrics": {name: {"config": (info or {}).get("config", {})} for name, info in metrics_protocol.items()},
+            "metrics": {name: {"config": info.config} for name, info in (protocol.metrics or {}).items()},
         },
-        "metrics": {name: {k: info[k] for k in ("higher_is_better", "headline") if k in info}
-                    | ({} if info.get("available", True) else {"available": False})
-                    for name, info in (ev.get("metrics") or {}).items() if isinstance(info, dict)},
-        "candidates": {k: v for k, v in (ev.get("candidates") or {}).items()},
-        "per_image": compact_rows([r for r in ev.get("per_image") or [] if isinstance(r, dict)], summary, ev),
-    }
+        metrics={name: _slim_metric(info) for name, info in (ev.metrics or {}).items()},
+        candidates=Candidates.written() if ev.candidates is None else ev.candidates,
+        per_image=compact_rows([r for r in ev.rows if isinstance(r, Mapping)], pool, protocol),
+    )
 
 
 def null_keys(columns_keys: Iterable[str]) -> set[str]:
@@ -224,58 +238,66 @@ def _slim_runs(runs: list[Any]) -> list[Any]:
     """Search runs without their engine details; a run's configuration as its differences from the first run's
     (``config_from``: 0), and its init overrides left out when they are its init configuration."""
     out: list[Any] = []
-    first = runs[0].get("config") if runs and isinstance(runs[0], dict) else None
+    first = SearchRun.from_dict(runs[0], "search run 0").config if runs and isinstance(runs[0], dict) else None
     for k, r in enumerate(runs):
         if not isinstance(r, dict):
             out.append(r)
             continue
+        run = SearchRun.from_dict(r, f"search run {k}")
         slim = {key: v for key, v in r.items() if key not in DROPPED_RUN_FIELDS}
-        if slim.get("init_overrides") == slim.get("init_config") and "init_overrides" in slim:
+        if "init_overrides" in slim and run.init_overrides == run.init_config:
             slim["init_overrides"] = "init_config"
-        config = r.get("config")
-        if k and isinstance(config, dict) and isinstance(first, dict) and set(config) == set(first):
-            slim["config"] = {key: v for key, v in config.items() if first[key] != v}
+        if k and run.config is not None and first is not None and set(run.config) == set(first):
+            slim["config"] = {key: v for key, v in run.config.items() if first[key] != v}
             slim["config_from"] = 0
         out.append(slim)
     return out
 
 
 def _full_runs(runs: list[Any]) -> list[Any]:
+    """Search runs as a full record stores them (:func:`_slim_runs` undone)."""
     out: list[Any] = []
-    for r in runs:
+    for k, r in enumerate(runs):
         if isinstance(r, dict):
+            run = SlimRun.from_dict(r, f"a slim entry's search run {k}")
             r = dict(r)
-            if "config_from" in r and isinstance(out[int(r["config_from"])], dict):
-                r["config"] = {**out[int(r.pop("config_from"))]["config"], **r["config"]}
-            if r.get("init_overrides") == "init_config":
-                r["init_overrides"] = r.get("init_config")
+            if run.config_from is not None and isinstance(out[run.config_from], dict):
+                del r["config_from"]
+                r["config"] = {**out[run.config_from]["config"], **(run.config or {})}
+            if run.init_overrides == "init_config":
+                r["init_overrides"] = run.init_config
         out.append(r)
     return out
 
 
-def card_metrics(card: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A model card's training metrics as a cell record repeats them (without the per-image margins)."""
-    metrics = (card or {}).get("metrics")
-    return {k: v for k, v in metrics.items() if k != "margins"} if isinstance(metrics, dict) else None
+def _card_data(card: Mapping[str, Any]) -> CardData:
+    return CardData.from_dict(card, "a model card")
 
 
-def _slim_selections(selections: dict[str, Any], keep: set[str]) -> dict[str, Any]:
+def card_metrics(card: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A model card's training metrics as a cell record repeats them (without the per-image margins); None for no
+    card, or a card without metrics."""
+    if card is None:
+        return None
+    stored = _card_data(card)
+    return stored.metrics.without("margins").to_dict() if "metrics" in (stored.key_order or ()) else None
+
+
+def _slim_selections(selections: Mapping[str, Selection], keep: set[str]) -> dict[str, Selection]:
     """Each selection slimmed; a field equal to an earlier selection's is stored as ``same_as`` that selection."""
-    out: dict[str, Any] = {}
+    out: dict[str, Selection] = {}
     for name, sel in selections.items():
-        if not isinstance(sel, dict):
-            out[name] = sel
-            continue
         slim = _slim_selection(sel, keep, pooled=name == "pool")
         same: dict[str, str] = {}
         for key in SHARED_SELECTION_FIELDS:
-            earlier = next((n for n, o in out.items() if isinstance(o, dict) and key in o and key in slim
-                            and o[key] == slim[key]), None)
+            written = set(slim.key_order or ())
+            earlier = next((n for n, o in out.items() if key in (o.key_order or ()) and key in written
+                            and _shared_field(o, key) == _shared_field(slim, key)), None)
             if earlier is not None:
                 same[key] = earlier
-                del slim[key]
+                slim = slim.without(key)
         if same:
-            slim["same_as"] = same
+            slim = slim.updated(same_as=same)
         out[name] = slim
     return out
 
@@ -285,51 +307,55 @@ def protocol_ref(shared: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(shared, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
+def _slim_target(target: TargetInfo, card: Mapping[str, Any] | None) -> TargetInfo:
+    """The target with its training metrics and recipe stored as ``"card"`` where they are the model card's."""
+    if card is None:
+        return target
+    metrics = card_metrics(card)
+    if metrics is not None and isinstance(target.train_metrics, TrainMetrics) and target.train_metrics.to_dict() == metrics:
+        target = target.updated(train_metrics="card")
+    stored = _card_data(card)
+    if isinstance(target.recipe, TargetRecipe) and stored.recipe is not None \
+            and target.recipe.to_dict() == stored.recipe.to_dict():
+        target = target.updated(recipe="card")
+    return target
+
+
 def make_entry(rec: dict[str, Any], keep_null: set[str], card: dict[str, Any] | None = None,
                protocols: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The slim entry of a full cell record (an entry already slim is returned unchanged). ``card``: the target's
     model card as the board stores it; the target's recipe and training metrics are then read from it (``expand``)
     instead of repeated, when they are the same. ``protocols``: when given, the evaluation's protocol and metric
-    directions go there under their hash (the board writes them to ``protocols/``) and the entry names them."""
+    directions go there under their hash (the board writes them to ``protocols/``) and the entry names them. The
+    record is read strictly as a :class:`CellRecord` first (a hand-edited one is a one-line error)."""
     if is_entry(rec):
         return rec
     full_sha = record_sha256(rec)
-    out: dict[str, Any] = {}
-    for key, value in rec.items():
-        if key == SEAL_FIELD:
-            continue
-        if key == "selections" and isinstance(value, dict):
-            out[key] = _slim_selections(value, keep_null)
-        elif key == "evaluation" and isinstance(value, dict):
-            summary = ((rec.get("selections") or {}).get("pool") or {}).get("summary") or value.get("summary") or {}
-            ev = _slim_evaluation(value, summary)
-            if protocols is not None:  # stored once per board (``protocols/<ref>.json``), named by its hash
-                shared = {"protocol": ev.pop("protocol"), "metrics": ev.pop("metrics")}
-                ref = protocol_ref(shared)
-                protocols[ref] = shared
-                ev = {"protocol_ref": ref, **ev}
-            out[key] = ev
-        elif key == "calibration_bars":
-            continue  # each selection's ``calibrated`` keeps its count, threshold and bar
-        elif key == "runs" and isinstance(value, list):
-            out[key] = _slim_runs(value)
-        elif key == "machine" and isinstance(value, dict):
-            out[key] = {k: value[k] for k in ("cpu_model", "cores", "memory_gib", "gpu", "torch_threads")
-                        if k in value}
-        elif key == "target" and isinstance(value, dict):
-            target = dict(value)
-            metrics = card_metrics(card)
-            if metrics is not None and target.get("train_metrics") == metrics:
-                target["train_metrics"] = "card"
-            if card is not None and "recipe" in target and target["recipe"] == card.get("recipe"):
-                target["recipe"] = "card"
-            out[key] = target
-        else:
-            out[key] = value
-    out[ENTRY_FIELD] = {"schema": ENTRY_SCHEMA, "full_record_sha256": full_sha, "row_digits": ROW_DIGITS}
-    if rec.get(SEAL_FIELD) is not None and rec[SEAL_FIELD] != full_sha:  # a seal that did not hold
-        out[ENTRY_FIELD]["full_record_seal"] = rec[SEAL_FIELD]
-    return sealed(out)
+    cell = CellRecord.from_dict(rec, "a cell record")
+    out = cell.without(SEAL_FIELD, "calibration_bars")   # each selection's ``calibrated`` keeps its count and bar
+    if cell.selections is not None:
+        out = out.updated(selections=_slim_selections(cell.selections, keep_null))
+    if cell.evaluation is not None:
+        pool = cell.selection("pool")
+        ev = _slim_evaluation(cell.evaluation, pool if pool.summary else Selection(summary=cell.evaluation.numbers))
+        if protocols is not None:  # stored once per board (``protocols/<ref>.json``), named by its hash
+            shared = BoardProtocol.written(protocol=ev.protocol, metrics=ev.metrics).to_dict()
+            ref = protocol_ref(shared)
+            protocols[ref] = shared
+            ev = StoredEvaluation.written(protocol_ref=ref, candidates=ev.candidates, per_image=ev.per_image)
+        out = out.updated(evaluation=ev)
+    if cell.runs is not None:
+        out = out.updated(runs=_slim_runs(cell.runs))
+    if cell.machine is not None:
+        out = out.updated(machine={k: cell.machine[k] for k in ("cpu_model", "cores", "memory_gib", "gpu",
+                                                                 "torch_threads") if k in cell.machine})
+    target = _slim_target(cell.target, card)
+    if target is not cell.target:
+        out = out.updated(target=target)
+    entry = EntryInfo.written(schema=ENTRY_SCHEMA, full_record_sha256=full_sha, row_digits=ROW_DIGITS)
+    if cell.record_sha256 is not None and cell.record_sha256 != full_sha:  # a seal that did not hold
+        entry = entry.updated(full_record_seal=cell.record_sha256)
+    return sealed(out.updated(entry=entry).to_dict())
 
 
 def entry_text(entry: dict[str, Any]) -> str:
@@ -339,8 +365,12 @@ def entry_text(entry: dict[str, Any]) -> str:
 
 # -- reading an entry -----------------------------------------------------------------------------------------
 def _scores(rows: list[dict[str, Any]], column: str) -> np.ndarray:
-    """A score column of per-image rows (NaN where a row has no score)."""
-    return np.array([np.nan if r.get(column) is None else float(r[column]) for r in rows])
+    """A score column of an entry's stored per-image rows (NaN where a row holds no score); the rows store every
+    column, so a decision on a column they lack is a one-line error."""
+    if rows and column not in rows[0]:
+        raise ReconbenchError(f"a slim entry's per-image decision thresholds the column {column!r}, which its rows "
+                              f"do not store (they store {', '.join(rows[0])}); restore the entry, or write it again")
+    return np.array([np.nan if r[column] is None else float(r[column]) for r in rows])
 
 
 def _rows_of(compact: CompactRows) -> list[dict[str, Any]]:
@@ -359,51 +389,91 @@ def _rows_of(compact: CompactRows) -> list[dict[str, Any]]:
 Reader = Callable[[str], dict[str, Any] | None]
 
 
+def _full_spread(null: HeldOutNull) -> HeldOutNull:
+    """A held-out null whose spreads stored as ``[mean, max]`` lists are objects again (with the null's draws)."""
+    if null.spread is None:
+        return null
+    spread = {k: Spread.written(**dict(zip(SPREAD_FIELDS, v, strict=True)), draws=null.draws)
+              if isinstance(v, list) else v for k, v in null.spread.items()}
+    return null.updated(spread=spread)
+
+
+def _full_selections(selections: Mapping[str, Selection], runs: list[SearchRun]) -> dict[str, Selection]:
+    """Each selection with the fields it shares with an earlier one (``same_as``) restored, its run's configuration
+    put back and its null's spreads as objects."""
+    configs = {r.run: r.config for r in runs if "config" in (r.key_order or ())}
+    out: dict[str, Selection] = {}
+    for name, sel in selections.items():
+        shared = {key: _shared_field(out[other], key) for key, other in (sel.same_as or {}).items()
+                  if other in out and key in (out[other].key_order or ())}
+        sel = sel.without("same_as").updated(**shared)
+        if sel.run in configs:
+            sel = sel.updated(config=configs[sel.run])
+        if sel.null is not None:
+            sel = sel.updated(null=_full_spread(sel.null))
+        out[name] = sel
+    return out
+
+
+def _shared_field(sel: Selection, key: str) -> object:
+    """A selection's field that a later selection may store as ``same_as`` (one of SHARED_SELECTION_FIELDS)."""
+    if key == "summary":
+        return sel.summary
+    if key == "null":
+        return sel.null
+    if key == "attack_loss":
+        return sel.attack_loss
+    raise ReconbenchError(f"a slim entry's same_as names {key!r}, which selections do not share; "
+                          f"it shares {', '.join(SHARED_SELECTION_FIELDS)} only")
+
+
+def _card_target(target: TargetInfo, card: Reader | None) -> TargetInfo:
+    """The target with its training metrics and recipe read from its model card where the entry stores
+    ``"card"`` (left as ``"card"`` when the card is absent)."""
+    if "card" not in (target.train_metrics, target.recipe) or not card:
+        return target
+    data = card(str(target.recipe_key))
+    if data is None:
+        return target
+    stored = CARD_FILE.decode(data, f"the model card {target.recipe_key}")
+    if target.train_metrics == "card" and "metrics" in (stored.key_order or ()):
+        target = target.updated(train_metrics=stored.metrics.without("margins"))
+    if target.recipe == "card" and stored.recipe is not None:
+        target = target.updated(recipe=stored.recipe)
+    return target
+
+
 def expand(entry: dict[str, Any], card: Reader | None = None, protocol: Reader | None = None) -> dict[str, Any]:
     """A slim entry in the shape of a full record (full records are returned unchanged): per-image rows as objects
     with their decisions and margins re-derived, shared selection fields and each selection's run configuration
     restored, the target's training metrics read from its model card (``card(recipe_key)``; absent card: left as
-    the string ``"card"``). The seal stays in ``entry.record_sha256`` (it seals the stored entry, not this form)."""
+    the string ``"card"``). The seal stays in ``entry.record_sha256`` (it seals the stored entry, not this form).
+    The entry is read strictly as a :class:`CellRecord` first (a hand-edited entry is a one-line error)."""
     if not is_entry(entry):
         return entry
-    rec = {k: v for k, v in entry.items() if k != SEAL_FIELD}
-    rec[ENTRY_FIELD] = {**entry[ENTRY_FIELD], SEAL_FIELD: entry.get(SEAL_FIELD)}
-    if isinstance(rec.get("runs"), list):
-        rec["runs"] = _full_runs(rec["runs"])
-    runs = {r.get("run"): r for r in rec.get("runs") or [] if isinstance(r, dict)}
-    selections: dict[str, Any] = {}
-    for name, sel in (rec.get("selections") or {}).items():
-        if isinstance(sel, dict):
-            sel = dict(sel)
-            for key, other in (sel.pop("same_as", None) or {}).items():
-                if isinstance(selections.get(other), dict) and key in selections[other]:
-                    sel[key] = selections[other][key]
-            if "run" in sel and sel.get("run") in runs and "config" in runs[sel["run"]]:
-                sel["config"] = runs[sel["run"]]["config"]
-            if "null" in sel:
-                sel["null"] = _full_null(sel["null"])
-        selections[name] = sel
-    if "selections" in rec:
-        rec["selections"] = selections
-    target = rec.get("target")
-    if isinstance(target, dict) and "card" in (target.get("train_metrics"), target.get("recipe")) and card:
-        data = card(str(target.get("recipe_key"))) or {}
-        metrics = card_metrics(data)
-        target = dict(target)
-        if target.get("train_metrics") == "card" and metrics is not None:
-            target["train_metrics"] = metrics
-        if target.get("recipe") == "card" and isinstance(data.get("recipe"), dict):
-            target["recipe"] = data["recipe"]
-        rec["target"] = target
-    ev = rec.get("evaluation")
-    if isinstance(ev, dict) and "protocol_ref" in ev and protocol is not None:
-        shared = protocol(str(ev["protocol_ref"])) or {}
-        ev = {**{k: v for k, v in ev.items() if k != "protocol_ref"}, **shared}
-    if isinstance(ev, dict):
-        pool = selections.get("pool") or {}
-        rec["evaluation"] = {**ev, "summary": pool.get("summary"), "null": pool.get("null"),
-                             "per_image": _rows_of(CompactRows.from_dict(ev.get("per_image") or {}, "per_image"))}
-    return rec
+    rec = CellRecord.from_dict(entry, "a board entry")
+    assert rec.entry is not None  # is_entry: the entry field is an object
+    rec = rec.without(SEAL_FIELD).updated(entry=rec.entry.updated(record_sha256=rec.record_sha256))
+    if rec.runs is not None:
+        rec = rec.updated(runs=_full_runs(rec.runs))
+    selections = _full_selections(rec.selections or {}, rec.search_runs)
+    if rec.selections is not None:
+        rec = rec.updated(selections=selections)
+    rec = rec.updated(target=_card_target(rec.target, card))
+    ev = rec.evaluation
+    if ev is not None and ev.protocol_ref is not None and protocol is not None:
+        data = protocol(ev.protocol_ref)
+        if data is not None:
+            shared = BoardProtocol.from_dict(data, f"the board protocol {ev.protocol_ref}")
+            parts = {"protocol": shared.protocol, "metrics": shared.metrics}   # in the file's order
+            ev = ev.without("protocol_ref").updated(**{k: parts[k] for k in shared.key_order or parts})
+        else:
+            ev = ev.without("protocol_ref")
+    if ev is not None:
+        pool = rec.selection("pool")
+        rows = _rows_of(CompactRows.from_dict(ev.per_image or {}, "per_image"))
+        rec = rec.updated(evaluation=ev.updated(summary=pool.summary, null=pool.null, per_image=rows))
+    return rec.to_dict()
 
 
 # -- checking an entry ----------------------------------------------------------------------------------------
@@ -440,9 +510,11 @@ def check_entry(entry: dict[str, Any], *, n_terms: int = 1, protocol: Reader | N
     summary = rec.selection("pool").summary
     rows = compact.stored()
     columns = list(rows[0]) if rows else []
-    stored_protocol = (mapping(mapping(protocol(ev.protocol_ref)).get("protocol")) if ev.protocol_ref and protocol
-                       else mapping(ev.protocol))
-    top_k = int(stored_protocol.get("top_k") or 10)
+    stored_protocol = mapping(ev.protocol)
+    if ev.protocol_ref and protocol:
+        board_protocol = BoardProtocol.from_dict(mapping(protocol(ev.protocol_ref)), f"protocol {ev.protocol_ref}")
+        stored_protocol = mapping(board_protocol.protocol)
+    top_k = int(ProtocolDescription.from_dict(stored_protocol, f"cell {cid}: the protocol").top_k or 10)
     rtol = max(decisions.score_tolerance(n_terms), ROW_RTOL)
 
     def differs(key: str, stored: Any, fresh: Any) -> bool:
@@ -470,8 +542,8 @@ def check_entry(entry: dict[str, Any], *, n_terms: int = 1, protocol: Reader | N
             continue
         with decisions.guided(n_terms, min_score_tol=ROW_RTOL) as guide:
             count = int(decisions.above(scores, float(threshold), flag).sum())
-        stored = summary.get(flag)
         if flag in summary:
+            stored = summary[flag]
             out.checked += 1
             near = list(guide.seen.values())
             out.borderline += [f"{cid} [pool] {b.describe()}" for b in near]

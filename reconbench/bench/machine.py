@@ -12,12 +12,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from reconbench import blas
 from reconbench.blas import cpu_model, torch_blas
+from reconbench.records.machine import MachineInfo
 
 
 def memory_gib() -> float | None:
@@ -74,10 +76,12 @@ def describe(device: str = "cpu") -> dict[str, Any]:
     }
 
 
-def one_line(m: dict[str, Any]) -> str:
-    mem = f", {m['memory_gib']:.0f} GiB RAM" if m.get("memory_gib") else ""
-    gpu = f", GPU {m['gpu']}" if m.get("gpu") else ""
-    line = f"{m['cores']} cores ({m['cpu_model']}){mem}{gpu}, torch threads {m.get('torch_threads')}"
-    if isinstance(m.get("blas"), dict):   # records from before the BLAS measurement render as they did
-        line += f"; {blas.provenance_line(m['blas'])}"
+def one_line(m: Mapping[str, Any]) -> str:
+    """A machine record (:func:`describe`) in one line: cores, CPU, memory, GPU, torch threads, BLAS."""
+    rec = MachineInfo.from_dict(m, "a machine record")
+    mem = f", {rec.memory_gib:.0f} GiB RAM" if rec.memory_gib else ""
+    gpu = f", GPU {rec.gpu}" if rec.gpu else ""
+    line = f"{rec.cores} cores ({rec.cpu_model}){mem}{gpu}, torch threads {rec.torch_threads}"
+    if rec.blas is not None:   # records from before the BLAS measurement render as they did
+        line += f"; {blas.provenance_line(dict(rec.blas))}"
     return line

@@ -27,7 +27,7 @@ import shutil
 import sys
 import time
 import traceback
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -59,7 +59,9 @@ from reconbench.records import (
     RunResult,
     Selection,
     StoredEvaluation,
+    TrainMetrics,
 )
+from reconbench.records.cell_status import CellStatus
 from reconbench.runs.execute import run_attack
 from reconbench.runs.resolved import resolve_run
 from reconbench.runs.seconds import attack_seconds
@@ -122,7 +124,7 @@ def load_cells(out: Path) -> dict[str, dict[str, Any]]:
     cells = {}
     for p in sorted((out / "cells").glob("*.json")):
         rec = read_cell(p)
-        if rec is not None and rec.get("format") == CELL_FORMAT:
+        if rec is not None and CellStatus.from_dict(rec, p).format == CELL_FORMAT:
             cells[check_name(str(rec["cell_id"]), "cell id", source=p, suffix=".json")] = rec
     return cells
 
@@ -241,15 +243,16 @@ def obtain_target(cell: Cell, out: Path, cache: str | None, data_root: str | Non
     try:
         t.card = get_or_train(cell.recipe, cache, data_root, quiet=quiet, log=not quiet, device=device)
         t.problem = t.card.problem(data_root)
+        metrics = TrainMetrics.from_dict(t.card.data["metrics"], f"the model card of target {key}: metrics")
         t.info = {
             "recipe_key": key,
             "card_file": write_target_card(out, key, t.card),
             "reused": reused,
             "load_or_train_seconds": time.perf_counter() - t0,
-            "train_seconds": t.card.data["metrics"].get("train_seconds"),
-            "train_metrics": {k: v for k, v in t.card.data["metrics"].items() if k != "margins"},
+            "train_seconds": metrics.train_seconds,
+            "train_metrics": metrics.without("margins").to_dict(),
             "p_over_dn": card_p_over_dn(t.card.data),
-            **margin_range(t.card.data["metrics"].get("margins")),
+            **margin_range(metrics.margins),
         }
     except Exception as exc:  # recorded in every cell of this target
         t.error = exc
@@ -446,14 +449,25 @@ class BenchReport:
     elapsed: float = 0.0
 
 
-def is_finished(rec: dict[str, Any] | None, key: str, retry_failed: bool) -> bool:
-    if rec is None or rec.get("cell_key") != key:
+def is_finished(rec: Mapping[str, Any] | None, key: str, retry_failed: bool) -> bool:
+    """Whether a cell's record (None: it has none) is finished under the cell's current key: ok, or failed when
+    ``retry_failed`` is not set."""
+    if rec is None:
         return False
-    if rec.get("status") == STATUS_OK:
+    cell = CellStatus.from_dict(rec, "a cell record")
+    if cell.cell_key != key:
+        return False
+    if cell.status == STATUS_OK:
         return True
-    if rec.get("status") == STATUS_UNAVAILABLE:
+    if cell.status == STATUS_UNAVAILABLE:
         return False  # the plugin may be installed by now; failing again costs nothing
     return not retry_failed
+
+
+def still_to_run(cells: Iterable[Cell], done: Mapping[str, Mapping[str, Any]], key: Callable[[Cell], str],
+                 retry_failed: bool) -> list[Cell]:
+    """The cells with no finished record in ``done`` (by cell id) under their current ``key(cell)``."""
+    return [c for c in cells if c.cell_id not in done or not is_finished(done[c.cell_id], key(c), retry_failed)]
 
 
 def _say(msg: str, quiet: bool) -> None:
@@ -492,11 +506,11 @@ def plan_cells(
     todo = []
     for cell in cells:
         key = cell.key(ctx.suite, ctx.dtype)
-        rec = existing.get(cell.cell_id)
-        if is_finished(rec, key, retry_failed):
+        recorded = cell.cell_id in existing
+        if recorded and is_finished(existing[cell.cell_id], key, retry_failed):
             report.skipped.append(cell.cell_id)
         else:
-            if rec is not None and rec.get("cell_key") != key:
+            if recorded and CellStatus.from_dict(existing[cell.cell_id], "a cell record").cell_key != key:
                 report.stale.append(cell.cell_id)
             todo.append(CellJob(cell, cell.run_spec(ctx.suite, ctx.device, ctx.dtype)))
     return todo

@@ -24,6 +24,7 @@ from reconbench.bench.runner import (
     load_cells,
     run_suite,
     select_cells,
+    still_to_run,
 )
 from reconbench.bench.slice_costs import CostModel, read_costs
 from reconbench.bench.slice_executor import DeadlineExecutor
@@ -237,12 +238,10 @@ def bench_command(
         done = {**elsewhere, **load_cells(Path(out_dir))}
         rows = []
         for c in select(expand(s), only):
-            rec = done.get(c.cell_id)
-            state = (
-                "-"
-                if rec is None
-                else (rec["status"] if is_finished(rec, c.key(s, dtype), False) else "stale")
-            )
+            state = "-"
+            if c.cell_id in done:
+                rec = done[c.cell_id]
+                state = rec["status"] if is_finished(rec, c.key(s, dtype), False) else "stale"
             rows.append(
                 (c.cell_id, c.attack.attack, c.init.regime, c.attack.search_runs, ", ".join(c.groups), state)
             )
@@ -270,7 +269,7 @@ def bench_command(
     if plan_only:
         assert deadline is not None
         done = {**elsewhere, **load_cells(out_dir)}
-        todo = [c for c in select_cells(s, only) if not is_finished(done.get(c.cell_id), c.key(s, dtype), retry_failed)]
+        todo = still_to_run(select_cells(s, only), done, lambda c: c.key(s, dtype), retry_failed)
         print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, device or s.device,
                    read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None,
                    ledger_progress(Path(finished), todo) if finished is not None else None, dtype)
@@ -347,7 +346,7 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
     (cells still to run only; refused above the ceiling without ``yes``). The size of each target still needed, by
     recipe key, and the estimated seconds."""
     done = {**(elsewhere or {}), **(load_cells(out) if resume else {})}
-    todo = [c for c in cells if not is_finished(done.get(c.cell_id), c.key(suite, dtype), retry_failed)]
+    todo = still_to_run(cells, done, lambda c: c.key(suite, dtype), retry_failed)
     sizes: dict[str, TargetSize] = {}
     trained: set[str] = set()
     train_time = attack_time = 0.0

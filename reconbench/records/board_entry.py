@@ -25,6 +25,8 @@ class EntryInfo(Record):
     schema: str | None = None
     full_record_sha256: str | None = None
     row_digits: int | None = None
+    #: the seal the full record carried when it did not hold (``make_entry`` keeps it, for ``--verify`` to name)
+    full_record_seal: str | None = None
     record_sha256: str | None = None
 
 

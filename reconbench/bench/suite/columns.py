@@ -7,7 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconbench.bench.suite.schema import COLUMN_TABLE, LEADERBOARD_TABLE, Checker, ColumnTable, LeaderboardTable
+from reconbench.bench.suite.schema import (
+    COLUMN_TABLE,
+    LEADERBOARD_TABLE,
+    Checker,
+    ColumnTable,
+    LeaderboardTable,
+    SuiteTables,
+)
 from reconbench.records.target_quantities import TARGET_QUANTITIES
 
 
@@ -53,8 +60,8 @@ class LeaderboardOptions:
     columns: tuple[ColumnSpec, ...] = field(default_factory=default_columns)
 
 
-def read_leaderboard_table(data: dict[str, Any], chk: Checker) -> LeaderboardTable:
-    return LeaderboardTable(**chk.section(data.get("leaderboard", {}), LEADERBOARD_TABLE, ("leaderboard",)))
+def read_leaderboard_table(tables: SuiteTables, chk: Checker) -> LeaderboardTable:
+    return LeaderboardTable(**chk.section(tables.leaderboard, LEADERBOARD_TABLE, ("leaderboard",)))
 
 
 def leaderboard_options(lb: LeaderboardTable, chk: Checker,

@@ -5,32 +5,32 @@ from __future__ import annotations
 from typing import Any
 
 from reconbench.bench.suite.entries import AttackEntry, Comparison, InitEntry, TargetEntry, Variant
-from reconbench.bench.suite.schema import COMPARISON_TABLE, TARGET_KEYS, Checker
+from reconbench.bench.suite.schema import COMPARISON_TABLE, TARGET_KEYS, Checker, ComparisonTable, SuiteTables
 from reconbench.bench.suite.targets import format_value, recipe_from_table
 
 
-def read_comparisons(data: dict[str, Any], chk: Checker, targets: dict[str, TargetEntry],
+def read_comparisons(tables: SuiteTables, chk: Checker, targets: dict[str, TargetEntry],
                       attacks: dict[str, AttackEntry], inits: dict[str, InitEntry],
                       seeds: tuple[int, ...]) -> tuple[Comparison, ...]:
     """The [comparisons.NAME] tables; variant targets not defined in the suite are added to ``targets``."""
     comparisons: list[Comparison] = []
-    for cname, table in chk.table(data.get("comparisons", {}), ("comparisons",)).items():
+    for cname, table in chk.table(tables.comparisons, ("comparisons",)).items():
         keys: tuple[Any, ...] = ("comparisons", cname)
         chk.name(cname, keys)
-        chk.section(table, COMPARISON_TABLE, keys)
-        base = table["target"]
+        t = ComparisonTable(**chk.section(table, COMPARISON_TABLE, keys))
+        base = t.target
         if base not in targets:
             raise chk.fail((*keys, "target"), f"no target {base!r} in this suite; defined: {', '.join(targets)}")
         comparisons.append(
             Comparison(
                 name=cname,
-                title=table.get("title", f"{cname}: vs {table['axis']}"),
-                axis=table["axis"],
+                title=f"{cname}: vs {t.axis}" if t.title is None else t.title,
+                axis=t.axis,
                 base=base,
                 variants=variants(table, keys, chk, targets),
-                attacks=chk.refs(table["attacks"], attacks, "attack", (*keys, "attacks")),
-                inits=chk.refs(table.get("inits", "*"), inits, "init", (*keys, "inits")),
-                seeds=chk.seeds(table["seeds"], (*keys, "seeds")) if "seeds" in table else seeds,
+                attacks=chk.refs(t.attacks, attacks, "attack", (*keys, "attacks")),
+                inits=chk.refs(t.inits, inits, "init", (*keys, "inits")),
+                seeds=seeds if t.seeds is None else chk.seeds(t.seeds, (*keys, "seeds")),
             )
         )
     return tuple(comparisons)

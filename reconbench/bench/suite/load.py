@@ -52,11 +52,12 @@ from reconbench.bench.suite.schema import (
     GRID_TABLE,
     INIT_TABLE,
     SUITE_TABLE,
-    TOP_KEYS,
     AttackTable,
     Checker,
+    GridTable,
     InitTable,
     SuiteHead,
+    SuiteTables,
     check_plugin_config,
 )
 from reconbench.bench.suite.targets import read_targets
@@ -132,22 +133,22 @@ def load_suite(name_or_path: str | Path, *, strict: bool = False) -> Suite:
         raise SuiteError(f"{path}: not valid TOML: {exc}") from None
     chk = Checker(path, text)
     warnings: list[str] = []
-    chk.known(data, TOP_KEYS, ())
-    head = read_head(data, chk)
+    tables = SuiteTables.read(data, chk)
+    head = read_head(tables, chk)
     seeds = tuple(head.seeds)
-    protocol = flatten(chk.table(data.get("protocol", {}), ("protocol",)))
+    protocol = flatten(chk.table(tables.protocol, ("protocol",)))
     metric_configs = check_protocol(protocol, chk)
-    lb = read_leaderboard_table(data, chk)
+    lb = read_leaderboard_table(tables, chk)
     leaderboard = leaderboard_options(lb, chk, metric_configs)
-    targets = read_targets(data, chk)
-    attacks = read_attacks(data, chk, head, strict, warnings)
-    inits = read_inits(data, chk, strict, warnings)
+    targets = read_targets(tables, chk)
+    attacks = read_attacks(tables, chk, head, strict, warnings)
+    inits = read_inits(tables, chk, strict, warnings)
     if lb.figure_inits is not None:
         eligible = chk.refs(lb.figure_inits, inits, "init", ("leaderboard", "figure_inits"))
         leaderboard = dataclasses.replace(leaderboard, figure_inits=eligible)
-    grid = read_grid(data, chk, targets, attacks, inits, seeds)
-    comparisons = read_comparisons(data, chk, targets, attacks, inits, seeds)
-    privacy = privacy_axes(data, chk, targets, attacks, inits, seeds, strict, warnings)
+    grid = read_grid(tables, chk, targets, attacks, inits, seeds)
+    comparisons = read_comparisons(tables, chk, targets, attacks, inits, seeds)
+    privacy = privacy_axes(tables, chk, targets, attacks, inits, seeds, strict, warnings)
     if head.seed_targets:
         check_target_seeds(targets, grid, comparisons, privacy, chk)
     if not grid and not comparisons and not privacy:
@@ -190,18 +191,18 @@ def check_target_seeds(targets: dict[str, TargetEntry], grid: tuple[GridBlock, .
                            f"exceeds {MAX_SEED:,}; lower the target's seed")
 
 
-def read_head(data: dict[str, Any], chk: Checker) -> SuiteHead:
+def read_head(tables: SuiteTables, chk: Checker) -> SuiteHead:
     """The [suite] table, typed and range-checked."""
-    head = chk.section(data.get("suite", {}), SUITE_TABLE, ("suite",))   # bounds: declared in SUITE_TABLE
+    head = chk.section(tables.suite, SUITE_TABLE, ("suite",))   # bounds: declared in SUITE_TABLE
     if "seeds" in head:
         chk.seeds(head["seeds"], ("suite", "seeds"))
     return SuiteHead(**head)
 
 
-def read_attacks(data: dict[str, Any], chk: Checker, head: SuiteHead, strict: bool,
+def read_attacks(tables: SuiteTables, chk: Checker, head: SuiteHead, strict: bool,
                   warnings: list[str]) -> dict[str, AttackEntry]:
     attacks: dict[str, AttackEntry] = {}
-    for label, table in chk.table(data.get("attacks", {}), ("attacks",)).items():
+    for label, table in chk.table(tables.attacks, ("attacks",)).items():
         keys = ("attacks", label)
         chk.name(label, keys)
         t = AttackTable(**chk.section(table, ATTACK_TABLE, keys))
@@ -231,9 +232,9 @@ def _check_search(name: str, config: dict[str, Any], chk: Checker, keys: tuple[A
         raise chk.fail((*keys, "search_config"), str(exc)) from None
 
 
-def read_inits(data: dict[str, Any], chk: Checker, strict: bool, warnings: list[str]) -> dict[str, InitEntry]:
+def read_inits(tables: SuiteTables, chk: Checker, strict: bool, warnings: list[str]) -> dict[str, InitEntry]:
     inits: dict[str, InitEntry] = {}
-    for label, table in chk.table(data.get("inits", {"gaussian": {}}), ("inits",)).items():
+    for label, table in chk.table(tables.inits, ("inits",)).items():
         keys = ("inits", label)
         chk.name(label, keys)
         t = InitTable(**chk.section(table, INIT_TABLE, keys))
@@ -243,22 +244,22 @@ def read_inits(data: dict[str, Any], chk: Checker, strict: bool, warnings: list[
     return inits
 
 
-def read_grid(data: dict[str, Any], chk: Checker, targets: dict[str, TargetEntry],
+def read_grid(tables: SuiteTables, chk: Checker, targets: dict[str, TargetEntry],
                attacks: dict[str, AttackEntry], inits: dict[str, InitEntry],
                seeds: tuple[int, ...]) -> tuple[GridBlock, ...]:
     grid: list[GridBlock] = []
-    raw_grid = data.get("grid", [])
+    raw_grid = tables.grid
     if not isinstance(raw_grid, list):
         raise chk.fail(("grid",), "write the grid as [[grid]] blocks (an array of tables)")
     for i, block in enumerate(raw_grid):
         keys: tuple[Any, ...] = ("grid", i)
-        chk.section(block, GRID_TABLE, keys)
+        t = GridTable(**chk.section(block, GRID_TABLE, keys))
         grid.append(
             GridBlock(
-                targets=chk.refs(block["targets"], targets, "target", (*keys, "targets")),
-                attacks=chk.refs(block["attacks"], attacks, "attack", (*keys, "attacks")),
-                inits=chk.refs(block.get("inits", "*"), inits, "init", (*keys, "inits")),
-                seeds=chk.seeds(block["seeds"], (*keys, "seeds")) if "seeds" in block else seeds,
+                targets=chk.refs(t.targets, targets, "target", (*keys, "targets")),
+                attacks=chk.refs(t.attacks, attacks, "attack", (*keys, "attacks")),
+                inits=chk.refs(t.inits, inits, "init", (*keys, "inits")),
+                seeds=seeds if t.seeds is None else chk.seeds(t.seeds, (*keys, "seeds")),
             )
         )
     return tuple(grid)

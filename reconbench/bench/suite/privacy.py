@@ -7,7 +7,15 @@ from typing import Any
 
 from reconbench import plugins
 from reconbench.bench.suite.entries import AttackEntry, InitEntry, TargetEntry
-from reconbench.bench.suite.schema import DEFENSE_TABLE, PRIVACY_TABLE, Checker, DefenseTable, check_plugin_config
+from reconbench.bench.suite.schema import (
+    DEFENSE_TABLE,
+    PRIVACY_TABLE,
+    Checker,
+    DefenseTable,
+    PrivacyTable,
+    SuiteTables,
+    check_plugin_config,
+)
 from reconbench.bench.suite.targets import format_value, recipe_from_table
 from reconbench.config import build_config
 
@@ -42,9 +50,9 @@ class PrivacyAxis:
     null_init: str | None = None
 
 
-def defense_entries(data: dict[str, Any], chk: Checker, strict: bool, warnings: list[str]) -> dict[str, DefenseEntry]:
+def defense_entries(tables: SuiteTables, chk: Checker, strict: bool, warnings: list[str]) -> dict[str, DefenseEntry]:
     out: dict[str, DefenseEntry] = {}
-    for label, table in chk.table(data.get("defenses", {}), ("defenses",)).items():
+    for label, table in chk.table(tables.defenses, ("defenses",)).items():
         keys = ("defenses", label)
         chk.name(label, keys)
         t = DefenseTable(**chk.section(table, DEFENSE_TABLE, keys))
@@ -63,21 +71,21 @@ def defense_entries(data: dict[str, Any], chk: Checker, strict: bool, warnings: 
     return out
 
 
-def privacy_axes(data: dict[str, Any], chk: Checker, targets: dict[str, TargetEntry], attacks: dict[str, AttackEntry],
+def privacy_axes(tables: SuiteTables, chk: Checker, targets: dict[str, TargetEntry], attacks: dict[str, AttackEntry],
                  inits: dict[str, InitEntry], seeds: tuple[int, ...], strict: bool,
                  warnings: list[str]) -> tuple[PrivacyAxis, ...]:
     """The ``[defenses.*]`` and ``[privacy.*]`` tables; derived targets are added to ``targets``."""
-    defenses = defense_entries(data, chk, strict, warnings)
+    defenses = defense_entries(tables, chk, strict, warnings)
     axes = []
-    for name, table in chk.table(data.get("privacy", {}), ("privacy",)).items():
+    for name, table in chk.table(tables.privacy, ("privacy",)).items():
         keys = ("privacy", name)
         chk.name(name, keys)
-        chk.section(table, PRIVACY_TABLE, keys)
+        t = PrivacyTable(**chk.section(table, PRIVACY_TABLE, keys))
         if not defenses:
             raise chk.fail(keys, "a privacy axis needs defenses: add [defenses.LABEL] tables")
-        chosen = chk.refs(table.get("defenses", "*"), defenses, "defense", (*keys, "defenses"))
+        chosen = chk.refs(t.defenses, defenses, "defense", (*keys, "defenses"))
         points = []
-        for base in chk.refs(table["targets"], targets, "target", (*keys, "targets")):
+        for base in chk.refs(t.targets, targets, "target", (*keys, "targets")):
             if targets[base].recipe.defense is not None:
                 raise chk.fail((*keys, "targets"), f"target {base!r} already has a defense; name an undefended target")
             points.append(PrivacyPoint(base, None, None, base))
@@ -92,15 +100,15 @@ def privacy_axes(data: dict[str, Any], chk: Checker, targets: dict[str, TargetEn
                     points.append(PrivacyPoint(base, label, configured_strength(d) if v is None else v, tname))
         axes.append(PrivacyAxis(
             name=name,
-            title=table.get("title", f"{name}: privacy against utility"),
+            title=f"{name}: privacy against utility" if t.title is None else t.title,
             defenses=tuple(defenses[c] for c in chosen),
             points=tuple(points),
-            attacks=chk.refs(table["attacks"], attacks, "attack", (*keys, "attacks")),
-            inits=chk.refs(table.get("inits", "*"), inits, "init", (*keys, "inits")),
-            seeds=chk.seeds(table["seeds"], (*keys, "seeds")) if "seeds" in table else seeds,
-            null_attack=chk.refs([table["null_attack"]], attacks, "attack", (*keys, "null_attack"))[0]
-            if "null_attack" in table else None,
-            null_init=chk.refs([table["null_init"]], inits, "init", (*keys, "null_init"))[0] if "null_init" in table else None,
+            attacks=chk.refs(t.attacks, attacks, "attack", (*keys, "attacks")),
+            inits=chk.refs(t.inits, inits, "init", (*keys, "inits")),
+            seeds=seeds if t.seeds is None else chk.seeds(t.seeds, (*keys, "seeds")),
+            null_attack=None if t.null_attack is None
+            else chk.refs([t.null_attack], attacks, "attack", (*keys, "null_attack"))[0],
+            null_init=None if t.null_init is None else chk.refs([t.null_init], inits, "init", (*keys, "null_init"))[0],
         ))
         if (axes[-1].null_attack is None) != (axes[-1].null_init is None):
             raise chk.fail(keys, "give both `null_attack` and `null_init` (the null: e.g. 0 attack steps from held-out images)")

@@ -108,6 +108,69 @@ class SuiteHead:
 
 
 @dataclass(frozen=True)
+class SuiteTables:
+    """The top-level tables of a suite file (:data:`TOP_KEYS`), each held to its schema where it is read; a table the
+    file leaves out is empty (``inits``: the gaussian init alone)."""
+
+    suite: object = field(default_factory=dict)
+    protocol: object = field(default_factory=dict)
+    leaderboard: object = field(default_factory=dict)
+    targets: object = field(default_factory=dict)
+    attacks: object = field(default_factory=dict)
+    inits: object = field(default_factory=lambda: {"gaussian": {}})
+    grid: object = field(default_factory=list)
+    comparisons: object = field(default_factory=dict)
+    defenses: object = field(default_factory=dict)
+    privacy: object = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, data: dict[str, Any], chk: Checker) -> SuiteTables:
+        """The file's top-level tables (an unknown one is a one-line error naming it and the known ones)."""
+        chk.known(data, TOP_KEYS, ())
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class GridTable:
+    """A ``[[grid]]`` block as :data:`GRID_TABLE` typed it (``inits``: every init; ``seeds`` None: the suite's)."""
+
+    targets: object
+    attacks: object
+    inits: object = "*"
+    seeds: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class ComparisonTable:
+    """A ``[comparisons.NAME]`` table as :data:`COMPARISON_TABLE` typed it (``title`` None: named after its axis;
+    exactly one of ``values`` and ``variants``)."""
+
+    target: str
+    axis: str
+    attacks: object
+    title: str | None = None
+    values: list[Any] | None = None
+    variants: list[dict[str, Any]] | None = None
+    inits: object = "*"
+    seeds: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class PrivacyTable:
+    """A ``[privacy.NAME]`` table as :data:`PRIVACY_TABLE` typed it (``title`` None: named after the axis;
+    ``defenses`` and ``inits``: every one)."""
+
+    targets: object
+    attacks: object
+    title: str | None = None
+    defenses: object = "*"
+    inits: object = "*"
+    seeds: list[int] | None = None
+    null_attack: str | None = None
+    null_init: str | None = None
+
+
+@dataclass(frozen=True)
 class DefenseTable:
     """A ``[defenses.LABEL]`` table as :data:`DEFENSE_TABLE` typed it (``defense`` None: the table's label;
     ``strength`` None: the one the defense declares)."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from reconbench import plugins
 from reconbench.bench.suite.entries import TargetEntry
-from reconbench.bench.suite.schema import TARGET_KEYS, Checker
+from reconbench.bench.suite.schema import TARGET_KEYS, Checker, SuiteTables
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.targets.problems import RECORDED_WITHOUT_ORDER
 from reconbench.targets.recipe import TargetRecipe
@@ -16,6 +16,7 @@ from reconbench.targets.recipe import TargetRecipe
 def recipe_from_table(table: dict[str, Any], chk: Checker, keys: tuple[Any, ...]) -> TargetRecipe:
     chk.known(table, TARGET_KEYS, keys)
     d: dict[str, Any] = {"problem": {}, "model": {}, "train": {}, "family": "mlp"}
+    widths_in_model = False   # `model = { widths = ... }`: widths belong in their own key
     for k, v in table.items():
         section, name, ann = TARGET_KEYS[k]
         v = chk.typed(v, ann, (*keys, k))
@@ -27,6 +28,7 @@ def recipe_from_table(table: dict[str, Any], chk: Checker, keys: tuple[Any, ...]
             d[name] = v
         elif name == "*":
             d["model"].update(v)
+            widths_in_model = "widths" in v
         else:
             d[section][name] = v
     if "order" not in d["problem"]:  # suite files written before `order` existed describe file-order targets
@@ -38,7 +40,7 @@ def recipe_from_table(table: dict[str, Any], chk: Checker, keys: tuple[Any, ...]
         plugins.model(d["family"])
     except UnknownNameError as exc:
         raise chk.fail((*keys, "family"), str(exc)) from None
-    if "widths" in d["model"] and "widths" in table.get("model", {}):
+    if widths_in_model:
         raise chk.fail((*keys, "model", "widths"), "widths is given twice (as `widths` and in `model`); keep one")
     if "dataset" in table:
         check_dataset_path(table["dataset"], chk, (*keys, "dataset"))
@@ -61,9 +63,9 @@ def check_dataset_path(ref: str, chk: Checker, keys: tuple[Any, ...]) -> None:
                              "into the data folder")
 
 
-def read_targets(data: dict[str, Any], chk: Checker) -> dict[str, TargetEntry]:
+def read_targets(tables: SuiteTables, chk: Checker) -> dict[str, TargetEntry]:
     targets: dict[str, TargetEntry] = {}
-    for name, table in chk.table(data.get("targets", {}), ("targets",)).items():
+    for name, table in chk.table(tables.targets, ("targets",)).items():
         keys = ("targets", name)
         chk.name(name, keys)
         table = chk.table(table, keys)
