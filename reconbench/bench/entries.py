@@ -37,10 +37,11 @@ from reconbench.evaluation import decisions
 from reconbench.evaluation.reported import CALIBRATED_HEADLINE, PAPERS_HEADLINE
 from reconbench.records import CellRecord, mapping
 from reconbench.records.board_entry import POSITION, CompactRows, EntryInfo
-from reconbench.records.board_protocol import BoardProtocol, ProtocolDescription, ProtocolMetric, SlimRun
+from reconbench.records.board_protocol import BoardProtocol, SlimRun
 from reconbench.records.cell import SearchRun, Selection, TargetInfo
 from reconbench.records.evaluation import Candidates, HeldOutNull, Spread, StoredEvaluation, StoredMetric
 from reconbench.records.model_card import CARD_FILE, CardData, TrainMetrics
+from reconbench.records.recorded_protocol import ProtocolMetric, RecordedProtocol
 from reconbench.targets.recipe import TargetRecipe
 
 #: schema of a slim entry (the ``entry.schema`` field); a record without ``entry`` is a full cell record
@@ -106,13 +107,13 @@ def _decision_threshold(table: Columns, flag: str, score: str) -> float | None:
     return None
 
 
-def _protocol_threshold(flag: str, protocol: ProtocolDescription, pool: Selection) -> float | None:
+def _protocol_threshold(flag: str, protocol: RecordedProtocol, pool: Selection) -> float | None:
     """The threshold the protocol records for a decision (records written before per-image margins)."""
     value: object
     if flag == CALIBRATED_HEADLINE:
         value = pool.raw("calibrated_threshold")
     elif flag == "reconstructed_corr":
-        value = (protocol.metrics or {}).get("corr", ProtocolMetric()).config.get("threshold")   # legacy: optional
+        value = ((protocol.metrics or {}).get("corr", ProtocolMetric()).config or {}).get("threshold")   # legacy: optional
     else:
         value = protocol.good_threshold
     return float(value) if isinstance(value, (int, float)) else None
@@ -130,7 +131,7 @@ def _score_of(flag: str, table: Columns, summary: Mapping[str, Any]) -> str | No
 
 
 def compact_rows(rows: list[Mapping[str, Any]], pool: Selection,
-                 protocol: ProtocolDescription | None = None) -> dict[str, Any]:
+                 protocol: RecordedProtocol | None = None) -> dict[str, Any]:
     """Per-image rows as columns of values; thresholded decisions named once, their flags and margins dropped
     where one threshold reproduces them exactly (else kept as columns). ``pool``: the selection whose summary the
     rows add up to; ``protocol``: the evaluation's (its thresholds, for rows recorded without margins)."""
@@ -146,7 +147,7 @@ def compact_rows(rows: list[Mapping[str, Any]], pool: Selection,
         if f"{flag}_margin" in table:
             threshold = _decision_threshold(table, flag, score)
         else:  # no margins recorded: the protocol's threshold, if it reproduces every stored decision
-            threshold = _protocol_threshold(flag, protocol or ProtocolDescription(), pool)
+            threshold = _protocol_threshold(flag, protocol or RecordedProtocol(), pool)
             if threshold is not None and any((_is_score(s) and s > threshold) != bool(f)
                                              for s, f in zip(table[score], table[flag], strict=True)):
                 threshold = None
@@ -215,13 +216,13 @@ def _slim_metric(metric: StoredMetric) -> StoredMetric:
 
 def _slim_evaluation(ev: StoredEvaluation, pool: Selection) -> StoredEvaluation:
     raw = mapping(ev.protocol)   # the protocol's description: the fields an entry keeps are named in PROTOCOL_KEPT
-    protocol = ProtocolDescription.from_dict(raw, "a cell's evaluation.protocol")
-    calibration = protocol.calibration or {}
+    protocol = RecordedProtocol.from_dict(raw, "a cell's evaluation.protocol")
+    calibration = protocol.calibrated.to_dict()
     return StoredEvaluation.written(
         protocol={
             **{k: raw[k] for k in PROTOCOL_KEPT if k in raw},
             "calibration": {k: calibration[k] for k in CALIBRATION_KEPT if k in calibration},
-            "metrics": {name: {"config": info.config} for name, info in (protocol.metrics or {}).items()},
+            "metrics": {name: {"config": info.config or {}} for name, info in (protocol.metrics or {}).items()},
         },
         metrics={name: _slim_metric(info) for name, info in (ev.metrics or {}).items()},
         candidates=Candidates.written() if ev.candidates is None else ev.candidates,
@@ -514,7 +515,7 @@ def check_entry(entry: dict[str, Any], *, n_terms: int = 1, protocol: Reader | N
     if ev.protocol_ref and protocol:
         board_protocol = BoardProtocol.from_dict(mapping(protocol(ev.protocol_ref)), f"protocol {ev.protocol_ref}")
         stored_protocol = mapping(board_protocol.protocol)
-    top_k = int(ProtocolDescription.from_dict(stored_protocol, f"cell {cid}: the protocol").top_k or 10)
+    top_k = int(RecordedProtocol.from_dict(stored_protocol, f"cell {cid}: the protocol").top_k or 10)
     rtol = max(decisions.score_tolerance(n_terms), ROW_RTOL)
 
     def differs(key: str, stored: Any, fresh: Any) -> bool:

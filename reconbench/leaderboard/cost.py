@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reconbench.errors import ReconbenchError
+from reconbench.precision import PrecisionPolicy
 from reconbench.records import CellRecord, mapping
-from reconbench.records.cell_provenance import PrecisionPolicy
 
 #: the README's and the text exports' header of the cost column
 COST_HEADER = "cost: device, precision, device-s"
@@ -66,7 +66,7 @@ def cell_precision(rec: CellRecord) -> str:
     """The attack's matrix-product precision the cell recorded, else its dtype. A cell that ran on a GPU also names
     its target's training precision and its scores' (``tf32, training float64, scores float64``): there the three
     differ by policy (reconbench/precision.py); a CPU cell's text is the attack's alone, as boards have shown it."""
-    policy = rec.ran.precision
+    policy = rec.ran.policy
     if policy is not None and policy.attack_matmul:
         attack = str(policy.attack_matmul)
     else:
@@ -74,9 +74,9 @@ def cell_precision(rec: CellRecord) -> str:
     if not str(rec.ran.device or "").startswith("cuda"):
         return attack
     metrics = rec.target.train_metrics
-    training = PrecisionPolicy.from_dict(metrics.precision, f"cell {rec.cell_id}, its target's training precision") \
-        if metrics is not None and not isinstance(metrics, str) and metrics.precision is not None else PrecisionPolicy()
-    trained = f", training {training.training_dtype}" if training.training_dtype else ""
+    training = PrecisionPolicy.from_dict(dict(metrics.precision)) \
+        if metrics is not None and not isinstance(metrics, str) and metrics.precision is not None else None
+    trained = f", training {training.training_dtype}" if training is not None and training.training_dtype else ""
     scores = str(policy.evaluation_dtype or "float64") if policy is not None else "float64"
     return f"{attack}{trained}, scores {scores}"
 

@@ -1,12 +1,12 @@
 """What a slim board entry (``bench/entries.py``) reads besides the cell record: the evaluation protocol a board
-stores once (``protocols/<ref>.json``, named by its hash in each entry's ``evaluation.protocol_ref``), the protocol
-description a cell's evaluation records (the fields an entry keeps or thresholds with), and a search run in the
-entry's slim form."""
+stores once (``protocols/<ref>.json``, named by its hash in each entry's ``evaluation.protocol_ref``) and a search
+run in the entry's slim form (the protocol a cell's evaluation records is
+:class:`~reconbench.records.recorded_protocol.RecordedProtocol`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from reconbench.records.evaluation import StoredMetric
@@ -21,29 +21,6 @@ class BoardProtocol(Record):
 
     protocol: Mapping[str, Any] | None = None
     metrics: Mapping[str, StoredMetric] | None = None
-
-
-@dataclass(frozen=True)
-class ProtocolMetric(Record):
-    """One metric of an evaluation protocol's description: its configuration (other keys kept as they are)."""
-
-    OPEN = True
-
-    config: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ProtocolDescription(Record):
-    """The description of an evaluation protocol a cell's evaluation records (``evaluation.protocol``): the fields
-    a board's entries read (the images' top k, the good-reconstruction threshold, the calibration, each metric's
-    configuration); the other fields are kept as they are (an open record)."""
-
-    OPEN = True
-
-    top_k: int | None = None
-    good_threshold: float | None = None
-    calibration: Mapping[str, Any] | None = None
-    metrics: Mapping[str, ProtocolMetric] | None = None
 
 
 @dataclass(frozen=True)

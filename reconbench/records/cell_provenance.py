@@ -4,22 +4,12 @@ Open records: the other keys (host, library versions, ...) are kept as written (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from reconbench.precision import PrecisionPolicy
 from reconbench.records.record import Record
-
-
-@dataclass(frozen=True)
-class PrecisionPolicy(Record):
-    """The dtypes a run used: the attack's matrix products, the loss accumulation, the scores, the training (a
-    target's card records the training part)."""
-
-    OPEN = True
-
-    attack_matmul: str | None = None
-    loss_accumulation_dtype: str | None = None
-    evaluation_dtype: str | None = None
-    training_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -31,4 +21,10 @@ class CellProvenance(Record):
     git_commit: str | None = None
     reconbench_version: str | None = None
     device: str | None = None
-    precision: PrecisionPolicy | None = None
+    precision: Mapping[str, Any] | None = None
+
+    @property
+    def policy(self) -> PrecisionPolicy | None:
+        """The precision policy it recorded (``reconbench.precision`` decodes and checks it), None where it records
+        none (cells written before the policy was recorded)."""
+        return None if self.precision is None else PrecisionPolicy.from_dict(dict(self.precision))

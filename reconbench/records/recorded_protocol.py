@@ -32,10 +32,13 @@ class ProtocolMetric(Record):
 
 @dataclass(frozen=True)
 class RecordedProtocol(Record):
-    """The recorded protocol: its calibration and its metrics (name -> options)."""
+    """The recorded protocol (``evaluation.protocol`` of a run or cell): the images' top k, the good-reconstruction
+    threshold, its calibration and its metrics (name -> options); the other fields are kept as they are."""
 
     OPEN = True
 
+    top_k: int | None = None
+    good_threshold: float | None = None
     calibration: ProtocolCalibration | None = None
     metrics: Mapping[str, ProtocolMetric] | None = None
 

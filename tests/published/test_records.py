@@ -182,14 +182,22 @@ KNOWN_NAMESAKES = {"PrivacyTable": "leaderboard/site/board.py: the site's view o
 
 def test_no_record_class_shares_its_name_with_another_class_of_the_package():
     import ast
+    import importlib
+    import pkgutil
 
     import reconbench.records as records
+    from reconbench.records.record import Record
 
     defined: dict[str, list[str]] = {}
     for path in sorted((ROOT / "reconbench").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
                 defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
-    twins = {name: where for name in records.__all__ if isinstance(getattr(records, name), type)
-             and len(where := defined.get(name, [])) > 1}
+    # every record class of every module of reconbench/records, re-exported by the package or not
+    names = {name for name in records.__all__ if isinstance(getattr(records, name), type)}
+    for info in pkgutil.iter_modules(records.__path__):
+        module = importlib.import_module(f"reconbench.records.{info.name}")
+        names |= {name for name, obj in vars(module).items() if isinstance(obj, type) and issubclass(obj, Record)
+                  and obj.__module__ == module.__name__}
+    twins = {name: where for name in names if len(where := defined.get(name, [])) > 1}
     assert set(twins) == set(KNOWN_NAMESAKES), twins

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from reconbench.bench.suite.entries import AttackEntry, Comparison, InitEntry, TargetEntry, Variant
-from reconbench.bench.suite.schema import COMPARISON_TABLE, TARGET_KEYS, Checker, ComparisonTable, SuiteTables
+from reconbench.bench.suite.schema import COMPARISON_TABLE, TARGET_KEYS, Checker, SuiteComparisonTable, SuiteTables
 from reconbench.bench.suite.targets import format_value, recipe_from_table
 
 
@@ -17,7 +17,7 @@ def read_comparisons(tables: SuiteTables, chk: Checker, targets: dict[str, Targe
     for cname, table in chk.table(tables.comparisons, ("comparisons",)).items():
         keys: tuple[Any, ...] = ("comparisons", cname)
         chk.name(cname, keys)
-        t = ComparisonTable(**chk.section(table, COMPARISON_TABLE, keys))
+        t = SuiteComparisonTable(**chk.section(table, COMPARISON_TABLE, keys))
         base = t.target
         if base not in targets:
             raise chk.fail((*keys, "target"), f"no target {base!r} in this suite; defined: {', '.join(targets)}")

@@ -12,7 +12,7 @@ from reconbench.bench.suite.schema import (
     PRIVACY_TABLE,
     Checker,
     DefenseTable,
-    PrivacyTable,
+    SuitePrivacyTable,
     SuiteTables,
     check_plugin_config,
 )
@@ -80,7 +80,7 @@ def privacy_axes(tables: SuiteTables, chk: Checker, targets: dict[str, TargetEnt
     for name, table in chk.table(tables.privacy, ("privacy",)).items():
         keys = ("privacy", name)
         chk.name(name, keys)
-        t = PrivacyTable(**chk.section(table, PRIVACY_TABLE, keys))
+        t = SuitePrivacyTable(**chk.section(table, PRIVACY_TABLE, keys))
         if not defenses:
             raise chk.fail(keys, "a privacy axis needs defenses: add [defenses.LABEL] tables")
         chosen = chk.refs(t.defenses, defenses, "defense", (*keys, "defenses"))

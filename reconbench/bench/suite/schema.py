@@ -141,7 +141,7 @@ class GridTable:
 
 
 @dataclass(frozen=True)
-class ComparisonTable:
+class SuiteComparisonTable:
     """A ``[comparisons.NAME]`` table as :data:`COMPARISON_TABLE` typed it (``title`` None: named after its axis;
     exactly one of ``values`` and ``variants``)."""
 
@@ -156,7 +156,7 @@ class ComparisonTable:
 
 
 @dataclass(frozen=True)
-class PrivacyTable:
+class SuitePrivacyTable:
     """A ``[privacy.NAME]`` table as :data:`PRIVACY_TABLE` typed it (``title`` None: named after the axis;
     ``defenses`` and ``inits``: every one)."""
 

@@ -15,9 +15,10 @@ from reconbench.bench import machine
 from reconbench.bench.entries import expand, is_entry
 from reconbench.bench.runner import is_finished, protocol_reader
 from reconbench.errors import ReconbenchError
-from reconbench.records.board_protocol import BoardProtocol, ProtocolDescription, SlimRun
+from reconbench.records.board_protocol import BoardProtocol, SlimRun
 from reconbench.records.cell_status import CellStatus
 from reconbench.records.machine import MachineInfo
+from reconbench.records.recorded_protocol import RecordedProtocol
 
 ROOT = Path(__file__).resolve().parents[3]
 PROTOCOLS = sorted(ROOT.glob("leaderboards/*/protocols/*.json"))
@@ -41,7 +42,7 @@ def test_every_published_board_protocol_decodes_strictly_and_writes_back_unchang
         data = _load(path)
         rec = BoardProtocol.from_dict(data, path)
         assert rec.to_dict() == data and list(rec.to_dict()) == list(data)
-        described = ProtocolDescription.from_dict(rec.protocol or {}, path)
+        described = RecordedProtocol.from_dict(rec.protocol or {}, path)
         assert described.to_dict() == data["protocol"]
 
 
@@ -53,7 +54,7 @@ def test_a_board_protocol_with_an_unknown_key_or_a_wrong_type_is_refused_in_one_
     bad = copy.deepcopy(data)
     bad["protocol"]["top_k"] = "ten"
     with pytest.raises(ReconbenchError) as exc:
-        ProtocolDescription.from_dict(bad["protocol"], "protocols/x.json")
+        RecordedProtocol.from_dict(bad["protocol"], "protocols/x.json")
     _one_line_naming(exc, "protocols/x.json", "top_k")
 
 

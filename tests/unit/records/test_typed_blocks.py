@@ -50,9 +50,10 @@ def test_open_blocks_keep_the_keys_they_do_not_name_and_write_them_back():
 def test_a_cells_provenance_and_spec_read_by_name():
     cell = CellRecord.from_dict({"cell_id": "c", "spec": {"dtype": "float32", "seed": 3, "future_option": 1},
                                  "provenance": {"git_commit": "abc", "device": "cuda:0", "host": "h",
-                                                "precision": {"attack_matmul": "tf32"}}})
+                                                "precision": {"attack_matmul": "tf32",
+                                                              "loss_accumulation_dtype": "float32"}}})
     assert cell.dtype == "float32" and cell.recorded_spec.seed == 3
-    assert cell.ran.device == "cuda:0" and cell.ran.precision is not None and cell.ran.precision.attack_matmul == "tf32"
+    assert cell.ran.device == "cuda:0" and cell.ran.policy is not None and cell.ran.policy.attack_matmul == "tf32"
     assert cell.git_commit == "abc"
     bad = CellRecord.from_dict({"cell_id": "c", "provenance": {"device": 0}})
     _refused(lambda: bad.ran, r"cell c, its provenance.*\$\.device is an integer")
