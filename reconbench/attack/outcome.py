@@ -54,14 +54,14 @@ class Outcome:
         return asdict(self)
 
 
-def _search_run(run: SearchRun | Mapping[str, Any]) -> SearchRun:
+def search_run(run: SearchRun | Mapping[str, Any]) -> SearchRun:
     """A run's record (one given as its JSON is read strictly)."""
     return run if isinstance(run, SearchRun) else SearchRun.from_dict(run, "a search run's record")
 
 
 def planned_steps(run: SearchRun | Mapping[str, Any]) -> int | None:
     """The steps the run's config asked for (None: the attack declares no step budget)."""
-    config = _search_run(run).config or {}
+    config = search_run(run).config or {}
     for name in STEP_BUDGET_FIELDS:
         value = config.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -76,7 +76,7 @@ def _first_line(text: object, limit: int = 240) -> str:
 
 def derive_run_outcome(record: SearchRun | Mapping[str, Any]) -> Outcome:
     """The outcome of one search run from its record (see the module docstring)."""
-    run = _search_run(record)
+    run = search_run(record)
     stopped, steps = "completed" if run.stopped is None else run.stopped, int(run.steps or 0)
     message = _first_line(run.message)
     if stopped in _DIVERGED_STOPS:
@@ -95,7 +95,7 @@ def derive_run_outcome(record: SearchRun | Mapping[str, Any]) -> Outcome:
 
 def run_outcome(record: SearchRun | Mapping[str, Any]) -> Outcome:
     """The stored outcome of a run record, else the one derived from it."""
-    run = _search_run(record)
+    run = search_run(record)
     stored = run.outcome
     if stored is not None and stored.status is not None:
         return Outcome(stored.status, "" if stored.reason is None else stored.reason)

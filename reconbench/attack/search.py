@@ -8,12 +8,15 @@ oracle extraction score, which reads the training images.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from reconbench import plugins
+from reconbench.attack.outcome import search_run
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import ReconbenchError
 from reconbench.interfaces import Attack, SearchSession, SearchStrategy, Trial
+from reconbench.records import SearchRun
 
 #: the strategy that runs when none is named (its records leave the search out of every hash: see RunSpec.to_dict);
 #: suites keep it, so that their cells draw what they always drew
@@ -55,12 +58,13 @@ def start_session(strategy: SearchStrategy[Any], config: object, attack: Attack[
     return strategy.start(space, runs, seed, config)
 
 
-def objective(record: dict[str, Any], oracle: bool) -> float | None:
+def objective(record: SearchRun | Mapping[str, Any], oracle: bool) -> float | None:
     """What the strategy is told about a finished run: the final attack loss (blind) or the oracle score; None for
     a failed run or a non-finite number."""
-    if record.get("stopped") not in USABLE_STOPS:
+    run = search_run(record)
+    if run.stopped not in USABLE_STOPS:
         return None
-    value = record.get("oracle_score" if oracle else "final_loss")
+    value = run.oracle_score if oracle else run.final_loss
     return float(value) if value is not None and math.isfinite(value) else None
 
 

@@ -60,7 +60,7 @@ def calibration_bars(problem: Problem, pooled: dict[str, torch.Tensor], *, famil
     """
     resolved = as_resolved(protocol, family)
     p = resolved.base
-    pool_threshold = evaluation.get("summary", {}).get("calibrated_threshold")
+    pool_threshold = evaluation["summary"]["calibrated_threshold"]
     if not p.calibration_draws or pool_threshold is None:
         return None
     column = null.calibrated_column(resolved)

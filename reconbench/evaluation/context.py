@@ -20,6 +20,8 @@ from reconbench.evaluation.distances import features
 from reconbench.evaluation.matching import Matching, match
 from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.evaluation.ssim import display
+from reconbench.records.model_card import TrainMetrics
+from reconbench.targets.cards import ModelCard
 
 
 class CandidateError(IncompatibleError):
@@ -131,19 +133,19 @@ class Evaluation:
 
     def reconstructed(self) -> np.ndarray:
         """(n,) bool: training images whose primary score is above the protocol's threshold."""
-        col = self.primary().get("per_image", {}).get("reconstructed")
-        if col is None:
+        columns = self.primary()["per_image"]
+        if "reconstructed" not in columns or columns["reconstructed"] is None:
             raise IncompatibleError(f"the primary metric {self.protocol.base.primary_metric!r} gives no per-image "
                                     "`reconstructed` column")
-        return np.asarray([bool(v) for v in col], dtype=bool)
+        return np.asarray([bool(v) for v in columns["reconstructed"]], dtype=bool)
 
     def primary_scores(self) -> np.ndarray:
         """(n,) primary score per training image, NaN where unmatched (internal use; never written)."""
         name = self.protocol.base.primary_metric
-        col = self.primary().get("per_image", {}).get(name)
-        if col is None:
+        columns = self.primary()["per_image"]
+        if name not in columns or columns[name] is None:
             raise IncompatibleError(f"the primary metric {name!r} gives no per-image {name!r} column")
-        return np.asarray([np.nan if v is None else float(v) for v in col], dtype=np.float64)
+        return np.asarray([np.nan if v is None else float(v) for v in columns[name]], dtype=np.float64)
 
 
 def build_context(problem: Problem, candidates: object, protocol: ResolvedProtocol, *, labels: object = None,
@@ -169,8 +171,8 @@ def build_context(problem: Problem, candidates: object, protocol: ResolvedProtoc
     recon = matching.average(cands)
     shown = display(recon, mean, p.constant_tol)
     margins = None
-    if card is not None:
-        raw = getattr(card, "data", {}).get("metrics", {}).get("margins")
+    if isinstance(card, ModelCard):
+        raw = TrainMetrics.from_dict(card.data["metrics"], card.path / "card.json").margins
         if raw is not None and len(raw) == problem.n:
             margins = np.asarray(raw, dtype=np.float64)
     return Evaluation(problem=problem, protocol=protocol, candidates=cands, valid=valid, invalid=invalid, labels=lab,

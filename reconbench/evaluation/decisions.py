@@ -177,7 +177,7 @@ def guided(n_terms: int, flip: frozenset[tuple[str, str, int]] | None = None,
 @contextlib.contextmanager
 def scope(name: str) -> Iterator[None]:
     """Name the decisions taken inside (e.g. one null draw), so that the same image index of two draws differs."""
-    guide = _GUIDE.get()
+    guide = current()
     if guide is None:
         yield
         return
@@ -194,7 +194,7 @@ def above(scores: np.ndarray, threshold: float, site: str) -> np.ndarray:
     flipped when named."""
     filled = np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=-np.inf)
     flags = ~np.isnan(scores) & (filled > threshold)
-    guide = _GUIDE.get()
+    guide = current()
     if guide is None or not np.isfinite(threshold):
         return flags
     tol = guide.score_tol * max(1.0, abs(float(threshold)))
@@ -210,7 +210,7 @@ def argmin(dist: torch.Tensor, dim: int, site: str, scale: Callable[[], torch.Te
     distances (``gap_tolerance`` times ``scale()``, a tensor like ``dist`` of ``|a|^2 + |b|^2`` per entry) is noted,
     and when named the runner-up is chosen instead."""
     choice = dist.argmin(dim=dim)
-    guide = _GUIDE.get()
+    guide = current()
     if guide is None or dist.numel() == 0 or dist.shape[dim] < 2:
         return choice
     rows = dist if dim == 1 else dist.T

@@ -28,6 +28,7 @@ import importlib.metadata
 import math
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
     lab = as_vector(labels, int(out["candidates"]["total"]), "labels")
     add_null(out, problem, resolved, lab, card)
     if out_dir is not None and resolved.base.figures:  # after the null: the figure shows the calibrated headline
-        threshold, column = out["summary"].get("calibrated_threshold"), null.calibrated_column(resolved)
+        threshold, column = out["summary"]["calibrated_threshold"], null.calibrated_column(resolved)
         calibrated = None if threshold is None else (column, null.scores_of(out, column), float(threshold))
         out["figures"] = _figures(ev, Path(out_dir), calibrated)
     out["seconds"] = time.perf_counter() - t0
@@ -172,6 +173,12 @@ def _memo_put(key: tuple[Any, ...] | None, result: dict[str, Any]) -> None:
     del _MEMO[:-4]
 
 
+def with_result_defaults(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A metric's result with every key of :class:`reconbench.interfaces.MetricResult` (each optional there) set:
+    available unless it says otherwise, no reason, empty summary, columns and details."""
+    return {"available": True, "reason": None, "summary": {}, "per_image": {}, "details": {}, **result}
+
+
 def score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *,
           labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
           card: object = None, out_dir: str | Path | None = None, with_protocol: bool = True) -> dict[str, Any]:
@@ -193,15 +200,13 @@ def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtoco
         metric = plugins.metric(name)
         res: dict[str, Any]
         try:
-            res = dict(metric.compute(ev, resolved.metric_configs[name]))
+            res = with_result_defaults(metric.compute(ev, resolved.metric_configs[name]))
         except ReconbenchError:
             raise
         except Exception as exc:  # a third-party metric's bug must not lose the other numbers
             reason = f"metric {name!r} failed: {type(exc).__name__}: {exc}"
             warnings.warn(f"reconbench: {reason}; its numbers are reported unavailable", stacklevel=2)
-            res = {"available": False, "reason": reason, "summary": {}, "per_image": {}}
-        res.setdefault("summary", {})
-        res.setdefault("per_image", {})
+            res = with_result_defaults({"available": False, "reason": reason})
         for col, values in res["per_image"].items():
             if len(values) != problem.n:
                 raise ReconbenchError(f"metric {name!r} returned {len(values)} values of {col!r} for "
@@ -209,8 +214,8 @@ def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtoco
         ev.results[name] = res
         metric_out[name] = {"higher_is_better": bool(metric.higher_is_better),
                             "headline": metric.headline_key,
-                            "available": res.get("available", True), "reason": res.get("reason"),
-                            "summary": res["summary"], "details": res.get("details", {})}
+                            "available": res["available"], "reason": res["reason"],
+                            "summary": res["summary"], "details": res["details"]}
     out: dict[str, Any] = {
         **({"protocol": {**resolved.to_dict(), "libraries": _versions()}} if with_protocol else {}),
         "summary": _summary(ev),
@@ -294,7 +299,7 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
 
     # the reported draws depend on the evaluation's problem, protocol, m, labels, threshold and card only (the
     # blind and oracle runs of a cell share them): scored once per process
-    card_key = None if card is None else (str(getattr(card, "path", "")), str(card.data.get("recipe_key")))
+    card_key = None if card is None else (str(getattr(card, "path", "")), str(card.data["recipe_key"]))
     key = f"{null.cache_key(problem, resolved, labels, m)}-{threshold!r}-{card_key}-{resolved.metric_names}"
     draws = null.reported_draws(key, reported)
     spread = null.aggregate(draws) if draws else {}

@@ -110,7 +110,7 @@ def prior_draw(problem: Problem, labels: np.ndarray | None, m: int, seed: int, k
 
 def scores_of(evaluation: dict[str, Any], column: str) -> np.ndarray:
     """(n,) per-image score column of an evaluation dict, NaN where unmatched."""
-    return np.asarray([np.nan if row.get(column) is None else float(row[column]) for row in evaluation["per_image"]],
+    return np.asarray([np.nan if row[column] is None else float(row[column]) for row in evaluation["per_image"]],
                       dtype=np.float64)
 
 

@@ -97,8 +97,10 @@ class PairLayout:
     @classmethod
     def from_json(cls, text: str) -> PairLayout:
         d = json.loads(text)
-        if d.get("format") != LAYOUT_FORMAT:
-            raise ValueError(f"not a pair layout ({d.get('format')!r}, expected {LAYOUT_FORMAT!r})")
+        if not isinstance(d, dict) or "format" not in d:
+            raise ValueError(f"not a pair layout (it names no format, expected {LAYOUT_FORMAT!r})")
+        if d["format"] != LAYOUT_FORMAT:
+            raise ValueError(f"not a pair layout ({d['format']!r}, expected {LAYOUT_FORMAT!r})")
         pairs = [PlacedPair(p["group"], p["index"], None if p["candidate"] is None else tuple(p["candidate"]),
                             tuple(p["train"]), list(p["label"]), p["passed"]) for p in d["pairs"]]
         return cls(d["width"], d["height"], d["zoom"], d["per_row"], list(d["groups"]), pairs)

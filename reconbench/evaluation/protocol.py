@@ -173,7 +173,7 @@ class ResolvedProtocol:
         primary = self.metric(p.primary_metric)
         default_cfg = build_config(primary.config_cls, {}, primary.name)
         return (same and self.metric_configs[p.primary_metric] == default_cfg
-                and self.avg_threshold == FAMILY_AVG_THRESHOLD.get(self.family, DEFAULT_AVG_THRESHOLD))
+                and self.avg_threshold == family_avg_threshold(self.family)[0])
 
 
 def _known_keys(metric_names: list[str]) -> list[str]:
@@ -213,7 +213,7 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
     if base.calibration_draws and base.calibrated_score in all_metrics and base.calibrated_score not in names:
         names.append(base.calibrated_score)  # the calibrated headline needs its score
     names = _order([base.primary_metric] + [n for n in names if n != base.primary_metric])
-    per_metric: dict[str, dict[str, Any]] = {}
+    per_metric: dict[str, dict[str, Any]] = {name: {} for name in names}
     for key, value in dotted.items():
         mname, _, opt = key.partition(".")
         if mname not in names:
@@ -221,22 +221,27 @@ def resolve_protocol(values: dict[str, Any] | None, family: str) -> ResolvedProt
                 raise ReconbenchError(f"protocol: option {key!r} is for metric {mname!r}, which is not computed "
                                       f"(metrics: {', '.join(names)})")
             plugins.metric(mname)
-        per_metric.setdefault(mname, {})[opt] = value
+        per_metric[mname][opt] = value
     configs = {}
     for name in names:
         metric = plugins.metric(name)
-        configs[name] = build_config(metric.config_cls, per_metric.get(name), f"protocol: metric {name}")
+        configs[name] = build_config(metric.config_cls, per_metric[name], f"protocol: metric {name}")
         metric.check_config(configs[name])
     if base.avg_threshold is not None:
         b, source = float(base.avg_threshold), "set by the protocol"
-    elif family in FAMILY_AVG_THRESHOLD:
-        b = FAMILY_AVG_THRESHOLD[family]
-        source = f"default for family {family!r} ({'convolutional' if b == 1.5 else 'MLP-like'}: {b})"
     else:
-        b = DEFAULT_AVG_THRESHOLD
-        source = f"default {b} (family {family!r} has no recorded default; treated as MLP-like)"
+        b, source = family_avg_threshold(family)
     return ResolvedProtocol(base=base, family=family, avg_threshold=b, avg_threshold_source=source,
                             metric_names=names, metric_configs=configs, overrides=values)
+
+
+def family_avg_threshold(family: str) -> tuple[float, str]:
+    """The averaging threshold B a family takes when the protocol sets none, and where it comes from in words."""
+    if family in FAMILY_AVG_THRESHOLD:
+        b = FAMILY_AVG_THRESHOLD[family]
+        return b, f"default for family {family!r} ({'convolutional' if b == 1.5 else 'MLP-like'}: {b})"
+    return DEFAULT_AVG_THRESHOLD, (f"default {DEFAULT_AVG_THRESHOLD} (family {family!r} has no recorded default; "
+                                   "treated as MLP-like)")
 
 
 def as_resolved(protocol: dict[str, Any] | ResolvedProtocol | None, family: str) -> ResolvedProtocol:

@@ -25,7 +25,8 @@ from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions
 from reconbench.evaluation.recorded import absent_options
 from reconbench.provenance import config_hash, portable_path, provenance, write_json
-from reconbench.records import RUN_RESULT_FILE, RunResult, mapping
+from reconbench.records import CARD_FILE, RUN_RESULT_FILE, RunResult, StoredEvaluation, mapping, plain
+from reconbench.records.recorded_protocol import RecordedProtocol
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import ModelCard, load_card
 
@@ -41,8 +42,8 @@ def read_result(result_dir: Path) -> dict[str, Any]:
         result = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ReconbenchError(f"{path} is not valid JSON ({exc}); re-run the attack to rewrite it") from exc
-    if not isinstance(result, dict) or result.get("kind") != "reconbench-result/1":
-        kind = result.get("kind") if isinstance(result, dict) else None
+    kind = RUN_RESULT_FILE.stamp(result) if isinstance(result, dict) else None
+    if kind != RunResult.SCHEMA:
         raise ReconbenchError(f"{path} is not a reconbench result (kind {kind!r}, expected 'reconbench-result/1')")
     for key in ("target", "spec"):
         if key not in result:
@@ -64,16 +65,40 @@ def read_candidates(result_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def card_hashes(data: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PooledCandidates:
+    """The tensors of a run's ``candidates.safetensors`` (``runs/pool.py``): the pooled candidates, and their labels,
+    run ids and starts (None in a file written without them)."""
+
+    candidates: torch.Tensor
+    labels: torch.Tensor | None = None
+    run_ids: torch.Tensor | None = None
+    x0: torch.Tensor | None = None
+
+
+def read_pooled(result_dir: Path) -> PooledCandidates:
+    """:func:`read_candidates` as its record; a tensor it does not name is a one-line error."""
+    tensors = read_candidates(result_dir)
+    known = {f.name for f in dataclasses.fields(PooledCandidates)}
+    unknown = sorted(set(tensors) - known)
+    if unknown:
+        raise ReconbenchError(f"{result_dir / 'candidates.safetensors'} holds tensors a run does not write "
+                              f"({', '.join(unknown)}; expected {', '.join(sorted(known))}); re-run the attack to "
+                              "rewrite it")
+    return PooledCandidates(**tensors)
+
+
+def card_hashes(card: ModelCard) -> dict[str, Any]:
     """What identifies a card: its recipe key (the hash of what it was trained on, and how) and, when the card
     records it, the sha256 of its scored content (recipe, problem, shapes, the weights file's hash)."""
-    return {"recipe_key": data.get("recipe_key"), "content_sha256": data.get("content_sha256")}
+    data = CARD_FILE.decode(card.data, card.path / "card.json")
+    return {"recipe_key": data.recipe_key, "content_sha256": data.content_sha256}
 
 
 def check_card_matches(result_dir: Path, result: RunResult, card: ModelCard) -> None:
     """Refuse a card other than the one the result was produced with (by recipe key and, if recorded, content hash)."""
     want = {"recipe_key": result.target.recipe_key, "content_sha256": result.target.card_sha256}
-    have = card_hashes(card.data)
+    have = card_hashes(card)
     if any(want[k] is not None and want[k] != have[k] for k in want):
         def show(h: dict[str, Any]) -> str:
             sha = f", content sha256 {str(h['content_sha256'])[:16]}" if h["content_sha256"] else ""
@@ -108,11 +133,11 @@ def pinned_protocol(overrides: dict[str, Any], stored_protocol: Mapping[str, Any
     and, when they leave the metric list open (every registered metric), the metrics the stored evaluation computed.
     A metric registered since is not a stored number to reproduce; it is computed when the overrides name it. A
     metric option added since takes the value the stored configuration stands for (``recorded.absent_options``)."""
-    recorded = mapping(stored_protocol).get("metrics") or None
-    if not isinstance(recorded, dict):
+    recorded = RecordedProtocol.from_dict(mapping(stored_protocol), "the stored evaluation's protocol").metrics
+    if not recorded:
         return dict(overrides)
     pinned = dict(overrides) if "metrics" in overrides else {**overrides, "metrics": list(recorded)}
-    return {**pinned, **absent_options(recorded, pinned)}
+    return {**pinned, **absent_options(recorded, pinned, pinned["metrics"])}
 
 
 @dataclass(frozen=True)
@@ -172,7 +197,8 @@ def margin_note(fresh: dict[str, Any], key: str, stored: object, new: object, rt
     """Why a difference is not rounding: for a count, the decision of the fresh evaluation nearest its threshold;
     for a number, the difference against the tolerance."""
     column = f"{key}_margin"
-    margins = [abs(float(r[column])) for r in fresh.get("per_image") or [] if r.get(column) is not None]
+    rows = fresh["per_image"]   # a decision's margin column is in every row or none (``evaluate._per_image``)
+    margins = [abs(float(r[column])) for r in rows if r[column] is not None] if rows and column in rows[0] else []
     if margins:
         return (f"its decisions lie at least {min(margins):.3g} from their threshold, rounding tolerance "
                 f"{rtol:.2g}: not a rounding difference")
@@ -208,7 +234,8 @@ def reproduce(run: Callable[[], dict[str, Any]], compare: Callable[[dict[str, An
     return Reproduction(list(remaining.values()), seen, explained, fresh)
 
 
-def compare_evaluation(stored: dict[str, Any], new: dict[str, Any], rtol: float) -> list[Mismatch]:
+def compare_evaluation(stored: StoredEvaluation | Mapping[str, Any], new: dict[str, Any],
+                       rtol: float) -> list[Mismatch]:
     """Where a fresh evaluation differs from the stored one beyond rounding (numbers to ``rtol``, the rest exactly).
     A per-image column or null field that the stored evaluation lacks (added since) is not a stored number."""
     out: list[Mismatch] = []
@@ -218,8 +245,10 @@ def compare_evaluation(stored: dict[str, Any], new: dict[str, Any], rtol: float)
             for k in sorted(set(a) | set(b), key=str):
                 if k not in a and not where.startswith("summary"):
                     continue  # recorded since (e.g. a decision's margin column)
-                if k not in a or k not in b:
-                    out.append(Mismatch(f"{where}.{k}", a.get(k, "<missing>"), b.get(k, "<missing>")))
+                if k not in a:
+                    out.append(Mismatch(f"{where}.{k}", "<missing>", b[k]))
+                elif k not in b:
+                    out.append(Mismatch(f"{where}.{k}", a[k], "<missing>"))
                 else:
                     walk(a[k], b[k], f"{where}.{k}", str(k))
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
@@ -228,12 +257,17 @@ def compare_evaluation(stored: dict[str, Any], new: dict[str, Any], rtol: float)
         elif not close(a, b, rtol):
             out.append(Mismatch(where, a, b, margin_note(new, key, a, b, rtol) if where.startswith("summary") else ""))
 
+    record = stored if isinstance(stored, StoredEvaluation) else StoredEvaluation.from_dict(stored,
+                                                                                             "the stored evaluation")
+    stored_parts = {"summary": record.summary, "per_image": record.per_image, "candidates": record.candidates,
+                    "null": record.null}
     for part in COMPARED:
-        walk(stored.get(part), new.get(part), part, part)
+        walk(plain(stored_parts[part]), new[part], part, part)
     return out
 
 
-def differences(stored: dict[str, Any], new: dict[str, Any], limit: int = 5, rtol: float = 0.0) -> list[str]:
+def differences(stored: StoredEvaluation | Mapping[str, Any], new: dict[str, Any], limit: int = 5,
+                rtol: float = 0.0) -> list[str]:
     """Where a fresh evaluation differs from the stored one (``rtol`` 0: exact comparison)."""
     return [m.describe() for m in compare_evaluation(stored, new, rtol)[:limit]]
 
@@ -250,34 +284,33 @@ def rescore(result_dir: str | Path, overrides: dict[str, Any] | None = None, *, 
 
     folder = Path(result_dir)
     result = RUN_RESULT_FILE.decode(read_result(folder), folder / "result.json")
-    pooled = read_candidates(folder)
+    pooled = read_pooled(folder)
     card = locate_card(folder, result, model_card)
     try:
         problem = card.problem(data_root)
     except ReconbenchError as exc:
         raise ReconbenchError(f"cannot rebuild the problem of {folder} from the card {card.path}: {exc}") from exc
-    stored_overrides = dict(mapping(result.spec.get("protocol")))
+    stored_overrides = dict(mapping(result.spec["protocol"]))   # RunSpec.to_dict writes it, {} by default
     merged = {**stored_overrides, **(overrides or {})}
     target = Path(out_dir) if out_dir else folder / "evaluations" / config_hash(merged)
     same_protocol = merged == stored_overrides
     protocol = pinned_protocol(merged, result.evaluation.protocol) if same_protocol else merged
 
     def run() -> dict[str, Any]:
-        return evaluate(problem, pooled["candidates"], family=str(result.target.family), protocol=protocol,
-                        labels=pooled.get("labels"), run_ids=pooled.get("run_ids"), x0=pooled.get("x0"),
+        return evaluate(problem, pooled.candidates, family=str(result.target.family), protocol=protocol,
+                        labels=pooled.labels, run_ids=pooled.run_ids, x0=pooled.x0,
                         card=card, out_dir=target, quiet=quiet)
 
-    n_terms = evaluation_terms(problem, int(pooled["candidates"].shape[0]))
+    n_terms = evaluation_terms(problem, int(pooled.candidates.shape[0]))
     rtol = decisions.score_tolerance(n_terms)
-    stored = result.evaluation.to_dict()
-    if same_protocol and stored:
-        outcome = reproduce(run, lambda ev: compare_evaluation(stored, ev, rtol), n_terms)
+    if same_protocol and result.evaluation.to_dict():
+        outcome = reproduce(run, lambda ev: compare_evaluation(result.evaluation, ev, rtol), n_terms)
         evaluation = outcome.fresh
     else:
         outcome, evaluation = None, run()
     diff = [m.describe() for m in outcome.mismatches] if outcome else []
     record = {"kind": "reconbench-evaluation/1", "result_dir": portable_path(folder), "card": portable_path(card.path),
-              "card_hashes": card_hashes(card.data), "protocol_overrides": merged, "stored_protocol": same_protocol,
+              "card_hashes": card_hashes(card), "protocol_overrides": merged, "stored_protocol": same_protocol,
               "reproduces_stored": (not diff) if same_protocol else None, "differences": diff,
               "tolerance": {"relative": rtol, "reductions_of": n_terms,
                             "derivation": "reconbench.evaluation.decisions (float64 rounding of the scores)"},

@@ -69,7 +69,7 @@ def solve_lower(problem: LowerProblem, x: torch.Tensor, theta_start: torch.Tenso
             return e
 
         opt.step(closure)
-        iterations = int(opt.state[theta].get("n_iter", 0))
+        iterations = int(opt.state[theta]["n_iter"])   # LBFGS.step sets it on its first call
     elif method == "gd":
         for _ in range(max_iter):
             g = problem.grad_theta(theta.detach(), x)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from reconbench.attack.kkt.batched_gram import SQUARES_BLOCK, BatchedGram, sum_o
 LOSS_REL = {torch.float64: 1e-13, torch.float32: 1e-5}
 
 
-def _engines(family: str, forward: str, dtype: torch.dtype) -> tuple[BatchedGram, BatchedGram]:
+def _engines(family: str, forward: Literal["relu", "softplus"], dtype: torch.dtype) -> tuple[BatchedGram, BatchedGram]:
     gen = torch.Generator().manual_seed(7)
     spec = {"mlp": {"widths": [48, 64], "init_scale": None}, "mlp_bias": {"widths": [48, 64]}}[family]
     net = plugins.get("models", family).build((1, 4, 8), 3, spec, generator=gen).to(dtype)
