@@ -82,7 +82,7 @@ def test_every_published_board_holds_exactly_the_files_its_manifest_lists(name):
 
 def test_every_published_board_has_a_manifest():
     assert BOARDS == sorted(["architectures", "ci", "claims-a", "claims-b", "claims-c", "cpu-mini", "defenses-cpu",
-                             "threat-models", "training-length"])
+                             "precision-cpu", "threat-models", "training-length"])
 
 
 def test_a_link_in_a_board_is_refused(tmp_path):
