@@ -136,7 +136,8 @@ def test_every_exported_row_carries_its_cells_cost(repo_board):
 def test_row_cost_joins_devices_and_precisions_and_sums_seconds():
     def cell(device: str, dtype: str, seconds: float, gpu: str | None = None, matmul: str | None = None
              ) -> CellRecord:
-        prov = {"device": device, **({"precision": {"attack_matmul": matmul}} if matmul else {})}
+        policy = {"attack_matmul": matmul, "loss_accumulation_dtype": dtype}   # as reconbench.precision writes it
+        prov = {"device": device, **({"precision": policy} if matmul else {})}
         return CellRecord.from_dict({"cell_id": "c", "spec": {"dtype": dtype}, "wall_seconds": seconds,
                                      "provenance": prov, "machine": {"cpu_model": "AMD EPYC", "gpu": gpu}})
 
