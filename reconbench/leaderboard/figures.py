@@ -105,7 +105,8 @@ def _primary(rec: CellRecord, columns: list[dict[str, Any]]) -> float:
 def reconstruction_picks(suite: Suite, pub: Published, tables: dict[str, list[TableRow]],
                          columns: list[dict[str, Any]]) -> list[CellRecord]:
     """The cells the reconstructions figure shows: per attack, the best cell (by the first column) of its first
-    pooled row under an eligible init."""
+    pooled row under an eligible init; an attack whose row has no usable cell (every cell failed, or the board
+    keeps none of them) is left out: it has no picture."""
     picks = []
     for label in suite.attacks:
         rows = [r for r in tables["pool"] if r.attack == label]
@@ -117,6 +118,8 @@ def reconstruction_picks(suite: Suite, pub: Published, tables: dict[str, list[Ta
         if not fair:
             continue
         recs = pub.usable(fair[0].cells)
+        if not recs:
+            continue
         picks.append(max(recs, key=lambda r: _primary(r, columns)))
     return picks
 
