@@ -154,7 +154,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     if outcome.status != "ok":   # the numbers below then score candidates the attack did not produce
         click.echo(f"warning: the attack failed ({outcome.status}): {outcome.reason}; the numbers below are not "
                    "a reconstruction result", err=True)
-    for line in headline_lines(result.evaluation):
+    for line in headline_lines(result.evaluation, quiet=quiet):
         click.echo(line)
     if outcome.status == "ok" and (why := below_null_line(result)):
         click.echo(why)
@@ -178,8 +178,9 @@ def default_out_dir(recipe_key: str, spec: RunSpec, default_search_runs: int) ->
     return Path("runs") / f"{base}-{config_hash(config)[:8]}"
 
 
-def headline_lines(evaluation: StoredEvaluation) -> list[str]:
-    """The calibrated headline next to the held-out null, then the other summary numbers with their null means."""
+def headline_lines(evaluation: StoredEvaluation, *, quiet: bool = False) -> list[str]:
+    """The calibrated headline next to the held-out null, then the other summary numbers with their null means;
+    ``quiet`` (``-q``): a number that is unavailable takes one short line pointing to result.json, not its reason."""
     summary, null, head = evaluation.numbers, evaluation.held_out, evaluation.headline
     lines = []
     cal = evaluation.recorded_protocol.calibrated
@@ -201,6 +202,9 @@ def headline_lines(evaluation: StoredEvaluation) -> list[str]:
     for key in (rep.key for rep in shown):
         if key in summary:
             value = summary[key]
+            if quiet and (value is None or value == "unavailable"):
+                lines.append(f"  {key}: unavailable (see result.json)")
+                continue
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
             if value is None:
                 text += f" ({unavailable_reason(evaluation, key)})"
