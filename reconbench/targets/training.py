@@ -87,6 +87,16 @@ def stalled_samples(model: TargetNet, problem: Problem, loss_fn: LossFn, dtype: 
     return int((zero[0] & ~zero[1]).sum())
 
 
+def unwrapped_copy(model: TargetNet, recipe: TargetRecipe, problem: Problem, dtype: torch.dtype,
+                   device: torch.device | str) -> TargetNet:
+    """A copy of ``model``'s weights in a newly built network of the recipe, for computing on it in the middle of a
+    training run in which a defense wraps ``model`` (DP-SGD's per-sample gradient hooks sit on the network's own
+    layers and fire on any forward pass with gradients, the certificate's included; a deep copy would carry them)."""
+    fresh = build_model(recipe, problem).to(dtype=dtype, device=device)
+    fresh.load_state_dict(model.state_dict())
+    return fresh.train(model.training)
+
+
 def certify(model: TargetNet, recipe: TargetRecipe, problem: Problem, init_decay: float | None,
             weight_decay: float | None = None, with_regime: bool = True) -> dict[str, Any]:
     """The certificate of ``model`` (converted to float64 in place) at the training data, with the learned part
@@ -234,7 +244,9 @@ def train(recipe: TargetRecipe, problem: Problem, quiet: bool = False, with_cert
             if certified and step + 1 < spec.steps:
                 if chain is not None:
                     chain.sync()
-                check = certify(copy.deepcopy(model), recipe, problem, init_decay, decay, with_regime=False)
+                # a network a training-time defense wrapped is copied without the wrapper's hooks
+                snapshot = copy.deepcopy(model) if net is model else unwrapped_copy(model, recipe, problem, dtype, device)
+                check = certify(snapshot, recipe, problem, init_decay, decay, with_regime=False)
                 history.append({"step": float(step + 1), "loss": loss_value, "gate_value": gate_value(check),
                                 "certificate": check})
                 gate_now = gate_value(check)

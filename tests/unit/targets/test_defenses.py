@@ -20,7 +20,7 @@ from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import TrainingRun
 from reconbench.targets.problems import build_problem
 from reconbench.targets.recipe import TargetRecipe, TrainSpec
-from reconbench.targets.training import train
+from reconbench.targets.training import certify, train
 
 BINARY = ProblemSpec(dataset="digits", task="binary", n_per_class=3, n_test_per_class=5)
 MULTI = ProblemSpec(dataset="digits", task="multiclass", num_classes=3, n_per_class=3, n_test_per_class=5)
@@ -236,6 +236,30 @@ def test_dp_sgd_refuses_batch_norm():
     r = TargetRecipe(problem=BINARY, family="timm_resnet", train=TrainSpec(steps=2), defense="dp_sgd")
     with pytest.raises(IncompatibleError, match="BatchNorm2d"):
         train(r, problem, quiet=True, with_certificate=False)
+
+
+def test_dp_sgd_certifies_during_training_on_the_weights_of_that_step(binary_problem):
+    """certify_every under DP-SGD: the certificate recorded at step 4 of a 6-step run is the one of the released
+    weights of the same recipe trained for 4 steps (unwrapped by Opacus' own to_standard_module), and computing it
+    leaves the training run unchanged."""
+    cfg = {"noise_multiplier": 1.0, "max_grad_norm": 1.0}
+    certified = train(recipe("dp_sgd", cfg, steps=6, certify_every=2), binary_problem, quiet=True,
+                      with_certificate=False)
+    checks = {int(h["step"]): h["certificate"] for h in certified.history if "certificate" in h}
+    assert sorted(checks) == [2, 4]
+    assert certified.metrics["stopped_by"] == "steps" and certified.metrics["defense"]["records"]["steps"] == 6
+
+    plain = train(recipe("dp_sgd", cfg, steps=6), binary_problem, quiet=True, with_certificate=False)
+    for p, q in zip(certified.model.parameters(), plain.model.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+    four = recipe("dp_sgd", cfg, steps=4)
+    released = train(four, binary_problem, quiet=True, with_certificate=False).model
+    assert not released._forward_hooks and all(not m._forward_hooks for m in released.modules())
+    direct = certify(copy.deepcopy(released), four, binary_problem, init_decay=1.0, with_regime=False)
+    for key in ("residual_at_train", "residual_at_random", "ratio"):
+        assert checks[4][key] == pytest.approx(direct[key], rel=1e-12)
+    assert checks[4]["learned"]["ratio"] == pytest.approx(direct["learned"]["ratio"], rel=1e-12)
 
 
 def test_dp_sgd_without_noise_has_no_finite_epsilon(binary_problem):
