@@ -180,7 +180,8 @@ def default_out_dir(recipe_key: str, spec: RunSpec, default_search_runs: int) ->
 
 def headline_lines(evaluation: StoredEvaluation, *, quiet: bool = False) -> list[str]:
     """The calibrated headline next to the held-out null, then the other summary numbers with their null means;
-    ``quiet`` (``-q``): a number that is unavailable takes one short line pointing to result.json, not its reason."""
+    ``quiet`` (``-q``): LPIPS without its backbone (the same reason on every run) takes one short line pointing to
+    result.json; a number this run could not compute keeps its reason, which says what to change."""
     summary, null, head = evaluation.numbers, evaluation.held_out, evaluation.headline
     lines = []
     cal = evaluation.recorded_protocol.calibrated
@@ -202,7 +203,7 @@ def headline_lines(evaluation: StoredEvaluation, *, quiet: bool = False) -> list
     for key in (rep.key for rep in shown):
         if key in summary:
             value = summary[key]
-            if quiet and (value is None or value == "unavailable"):
+            if quiet and key == "lpips_mean" and value == "unavailable":   # the same missing backbone on every run
                 lines.append(f"  {key}: unavailable (see result.json)")
                 continue
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
