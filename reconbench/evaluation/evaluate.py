@@ -20,10 +20,8 @@ with the training images (an oracle): docs/method/evaluation-protocol.md#in-run-
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
-import hashlib
 import importlib.metadata
 import math
 import time
@@ -112,14 +110,6 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
     held-out null and the calibrated headline (``null.py``). ``protocol``: options, or a protocol already resolved."""
     t0 = time.perf_counter()
     resolved = as_resolved(protocol, family)
-    # a cell scores the same run twice when its blind and oracle selections agree: the second call is served from
-    # the last evaluations (same problem, card and protocol, equal tensors; never with figures or under re-scoring)
-    key = _memo_key(problem, candidates, resolved, labels, run_ids, x0, card) \
-        if out_dir is None and decisions.current() is None else None
-    hit = _memo_get(key)
-    if hit is not None:
-        hit["seconds"] = time.perf_counter() - t0
-        return hit
     out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     lab = as_vector(labels, int(out["candidates"]["total"]), "labels")
     add_null(out, problem, resolved, lab, card)
@@ -128,49 +118,7 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
         calibrated = None if threshold is None else (column, null.scores_of(out, column), float(threshold))
         out["figures"] = _figures(ev, Path(out_dir), calibrated)
     out["seconds"] = time.perf_counter() - t0
-    result: dict[str, Any] = jsonable(out)
-    _memo_put(key, result)
-    return result
-
-
-#: the last few evaluations: (problem, card, protocol, digest of the tensors) -> a copy of the result
-_MEMO: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-
-
-def _memo_key(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtocol, *tensors: Any) -> tuple[Any, ...]:
-    card = tensors[-1]
-    digest = hashlib.sha256()
-    for t in (candidates, *tensors[:-1]):
-        if t is None:
-            digest.update(b"none")
-            continue
-        a = np.ascontiguousarray(t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t))
-        digest.update(f"{a.dtype}{a.shape}".encode())
-        digest.update(a.tobytes())
-    metrics = tuple(getattr(m.compute, "__func__", m.compute) for m in map(plugins.metric, resolved.metric_names))
-    return (problem, card, copy.deepcopy(resolved), digest.hexdigest(), metrics)
-
-
-def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """The same problem and card objects, an equal protocol, equal tensors and the same metric code."""
-    return (a[0] is b[0] and a[1] is b[1] and a[2] == b[2] and a[3] == b[3] and len(a[4]) == len(b[4])
-            and all(x is y for x, y in zip(a[4], b[4], strict=True)))
-
-
-def _memo_get(key: tuple[Any, ...] | None) -> dict[str, Any] | None:
-    if key is None:
-        return None
-    for k, v in _MEMO:
-        if _same(k, key):
-            return copy.deepcopy(v)
-    return None
-
-
-def _memo_put(key: tuple[Any, ...] | None, result: dict[str, Any]) -> None:
-    if key is None:
-        return
-    _MEMO.append((key, copy.deepcopy(result)))
-    del _MEMO[:-4]
+    return jsonable(out)
 
 
 def with_result_defaults(result: Mapping[str, Any]) -> dict[str, Any]:

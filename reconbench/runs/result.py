@@ -3,6 +3,8 @@ result.json and candidates.safetensors."""
 
 from __future__ import annotations
 
+import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +66,17 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
                                  quiet=quiet)
     blind, oracle = select_runs(runs)
     selected: dict[str, Any] = {}
+    scored: dict[int, dict[str, Any]] = {}   # a run both rules pick is scored once; each selection keeps its own copy
     if len(usable) > 1:  # the selected run alone, as well as the pool the papers evaluate
         for label, run in (("blind", blind), ("oracle", oracle)):
-            if run is not None:
-                selected[label] = score_selection(problem, pooled, run, family=family, protocol=resolved,
-                                                  card=card)
+            if run is None:
+                continue
+            t0 = time.perf_counter()
+            if run in scored:
+                selected[label] = {**copy.deepcopy(scored[run]), "seconds": time.perf_counter() - t0}
+            else:
+                selected[label] = scored[run] = score_selection(problem, pooled, run, family=family,
+                                                                protocol=resolved, card=card)
     bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=resolved,
                             evaluation=evaluation, blind=blind, oracle=oracle)
     draw = resolved.base.figures   # figures = false: no PNG at all
