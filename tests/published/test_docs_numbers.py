@@ -312,3 +312,21 @@ def test_the_architecture_table_states_the_timm_families_settings() -> None:
     assert blocks == {1} and f"one basic block per stage, channels {channels}" in text
     assert (f"patch {kw['patch_size']}, {kw['depth']} blocks, {kw['embed_dim']}-dim tokens, {kw['num_heads']} heads"
             in text)
+
+
+# -- docs/performance.md: float32 beside float64 -----------------------------------------------------------------------
+def test_the_float32_table_is_the_precision_cpu_boards() -> None:
+    """Each row of docs/performance.md's float32 table against the published board's Precision A/B rows: both
+    precisions' CPU seconds, float32's ratio and how many seeds' pairs agree."""
+    board: dict[tuple[str, str, str], list[str]] = {}
+    for line in (ROOT / "leaderboards" / "precision-cpu" / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[2] in ("float64", "float32"):
+            board[(cells[0], cells[1].strip("`"), cells[2])] = cells
+    text = (ROOT / "docs" / "performance.md").read_text()
+    rows = re.findall(r"^\| ([\w-]+), `(\w+)` \| ([\d.]+) / ([\d.]+) \(([\d.]+)x\) \| (\d) \|$", text, re.M)
+    assert len(rows) == 3, rows
+    for target, attack, f32, f64, ratio, agree in rows:
+        b32, b64 = board[(target, attack, "float32")], board[(target, attack, "float64")]
+        assert b32[6] == f"{f32} ({ratio}x)" and b64[6] == f64, (target, attack)
+        assert f"({agree} of 3 seeds)" in b32[8], (target, attack)
