@@ -39,6 +39,16 @@ CASES: dict[str, tuple[list[str], bool, str]] = {
         ["run", "--attack", "multiclass_kkt", "-q"], False,
         "reconbench run --attack multiclass_kkt -q --out <fresh folder> (the target cached)"),
     "ci_suite": (["bench", "ci"], False, "reconbench bench ci --out <fresh folder> (the targets cached)"),
+    "ci_suite_base_cells": (["bench", "ci"], False,
+                            "reconbench bench ci --out <fresh folder> (the targets cached); the head runs only the "
+                            "cells the base's ci suite has (--only one pattern per attack of the base), so both "
+                            "sides do the same work"),
+}
+#: what the head adds to a case's command line (the base runs the command as it is)
+HEAD_ONLY: dict[str, list[str]] = {
+    "ci_suite_base_cells": [arg for attack in ("general_loss_wd", "haim_binary_kkt", "init_only", "multiclass_kkt",
+                                               "runkel_bilevel", "weight_rows")
+                            for arg in ("--only", f"*--{attack}--*")],
 }
 
 
@@ -137,7 +147,8 @@ def main() -> None:
                         (folder / "cache" / "blas").mkdir(parents=True)
                         for shim in shims:
                             shutil.copy(shim, folder / "cache" / "blas")
-                rows[side].append(_one(exe, cli, run_env, folder))
+                args_of_side = cli + HEAD_ONLY.get(name, []) if side == "head" else cli
+                rows[side].append(_one(exe, args_of_side, run_env, folder))
                 folders[side].append(folder)
                 print(f"{name} {side} {i}: {rows[side][-1]['cpu']:.1f} s CPU, {rows[side][-1]['wall']:.1f} s wall",
                       flush=True)
@@ -149,7 +160,7 @@ def main() -> None:
                            for k in ("user", "sys", "cpu", "wall", "peak")}
         entry["head_over_base"] = {k: _spread([h[k] / b[k] for h, b in zip(rows["head"], rows["base"], strict=True)], 4)
                                    for k in ("user", "cpu", "wall")}
-        if name == "ci_suite":
+        if name.startswith("ci_suite"):
             cells = {side: [_ci_cells(f) for f in folders[side]] for side in ("head", "base")}
             both = sorted(set.intersection(*(set(c) for side in cells.values() for c in side)))
             entry["counts"] = {side: [{"cells": len(c), "common_cells": len(both),
