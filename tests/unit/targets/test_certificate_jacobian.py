@@ -64,6 +64,25 @@ def test_chain_jacobian_equals_the_autodiff_blocks(family, task, widths):
             assert torch.equal(ours[n], reference[n])
 
 
+@pytest.mark.parametrize("task", ["binary", "multiclass"])
+def test_chain_jacobian_of_an_affine_model(task):
+    """One layer, no ReLU: the blocks are the coefficients times the inputs, as autodiff gives them."""
+    from reconbench.targets.certificate import chain_jacobian
+
+    out_dim = 4 if task == "multiclass" else 1
+    net = plugins.get("models", "affine").build((1, 8, 8), out_dim, {},
+                                                generator=torch.Generator().manual_seed(2)).double()
+    x = torch.randn(7, 1, 8, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    labels = torch.arange(7) % (4 if task == "multiclass" else 2)
+    params = {n: p.detach() for n, p in net.named_parameters()}
+    names = list(params)
+    ours = chain_jacobian(net, x, labels, task, names)
+    reference = dense_jacobian(stationarity_terms(net, x, labels, task), params, names)
+    assert ours is not None
+    for n in names:
+        assert torch.equal(ours[n], reference[n])
+
+
 def test_chain_jacobian_declines_models_that_are_not_relu_chains():
     from reconbench.targets.certificate import chain_jacobian
 
