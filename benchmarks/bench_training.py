@@ -3,8 +3,10 @@
     RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/bench_training.py \\
         --baseline ../reconbench-6567deb --out benchmarks/results/training/bench_training.json
 
-The target is cpu-mini's ``mnist-binary`` recipe (MNIST odd/even, 5 per class, 784-1000-1000-1, BCE, lr 0.05 with the
-inverse-loss schedule) at ``--steps`` full-batch steps in each dtype. Each timed run is a fresh process with one torch
+The target (``--target``) is cpu-mini's ``mnist-binary`` recipe (MNIST odd/even, 5 per class, 784-1000-1000-1, BCE,
+lr 0.05 with the inverse-loss schedule; the default) or the README run's default target (``readme``: the digits, one
+per class, 64-1000-10, cross-entropy, the same schedule; 5,000 steps in the README run) at ``--steps`` full-batch
+steps in each dtype. Each timed run is a fresh process with one torch
 thread; runs of this checkout (``new``) and of the ``--baseline`` checkout (``old``, a git worktree of an earlier
 commit, put first on PYTHONPATH) alternate, and medians are reported. Each run also hashes its trained weights, so the
 JSON says whether both checkouts train bitwise the same weights.
@@ -37,6 +39,21 @@ RECIPE: dict[str, Any] = {
     "train": {"loss": "bce", "lr": 0.05, "schedule": "inverse_loss", "weight_decay": 0.0},
 }
 
+#: the README run's default target (``reconbench run --attack multiclass_kkt``), as its model card records it
+README_RECIPE: dict[str, Any] = {
+    "problem": {"dataset": "digits", "task": "multiclass", "n_per_class": 1, "seed": 1, "n_test_per_class": 100,
+                "order": "shuffled", "order_seed": 0},
+    "family": "mlp", "model": {"widths": [1000]},
+    "train": {"loss": None, "lr": 0.05, "weight_decay": 0.0, "schedule": "inverse_loss", "schedule_threshold": 0.1,
+              "schedule_cap": 10000.0, "eval_every": 1000, "seed": 0},
+}
+
+#: --target -> (recipe, training images n, input size, hidden widths, outputs)
+TARGETS: dict[str, tuple[dict[str, Any], int, int, tuple[int, ...], int]] = {
+    "cpu-mini": (RECIPE, 10, 784, (1000, 1000), 1),
+    "readme": (README_RECIPE, 10, 64, (1000,), 10),
+}
+
 #: one timed training run; prints a JSON line (it imports whichever reconbench is first on the path)
 CHILD = r"""
 import hashlib, json, sys, time
@@ -49,7 +66,8 @@ from reconbench.targets.training import train
 spec = json.loads(sys.argv[1])
 try:  # a checkout that knows walk orders: the file order, the only one the earlier checkout has (same images)
     from reconbench.targets.problems import RECORDED_WITHOUT_ORDER
-    spec["problem"] = {**spec["problem"], **RECORDED_WITHOUT_ORDER}
+    if "order" not in spec["problem"]:
+        spec["problem"] = {**spec["problem"], **RECORDED_WITHOUT_ORDER}
 except ImportError:
     pass
 recipe = TargetRecipe.from_dict(spec)
@@ -129,6 +147,7 @@ def ratios(old: list[float], new: list[float]) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", type=Path, required=True, help="checkout of the commit to compare against")
+    ap.add_argument("--target", choices=sorted(TARGETS), default="cpu-mini")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per checkout and dtype (alternating)")
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
@@ -141,8 +160,8 @@ def main() -> None:
     if args.peak_only:
         remeasure_peak(args.out, args.repeats)
         return
-    n = 2 * RECIPE["problem"]["n_per_class"]
-    shapes = layer_shapes()
+    base_recipe, n, n_in, widths, n_out = TARGETS[args.target]
+    shapes = layer_shapes(n_in, widths, n_out)
     flops = flops_per_step(n, shapes)
     report: dict[str, Any] = {
         "command": "python benchmarks/bench_training.py " + " ".join(sys.argv[1:]).replace(str(args.baseline),
@@ -153,10 +172,11 @@ def main() -> None:
                     "cpu_count": os.cpu_count(), "load_average_start": list(os.getloadavg()),
                     "torch": torch.__version__, "threads": 1,
                     "note": "shared machine: other processes ran meanwhile; compare the alternating runs"},
-        "target": {**RECIPE, "n": n, "layer_shapes": shapes, "flops_per_step": flops}, "dtypes": {}}
+        "target": {**base_recipe, "name": args.target, "n": n, "layer_shapes": shapes, "flops_per_step": flops},
+        "dtypes": {}}
     for dt_name in args.dtypes:
         dtype = getattr(torch, dt_name)
-        recipe = {**RECIPE, "train": {**RECIPE["train"], "dtype": dt_name, "steps": args.steps}}
+        recipe = {**base_recipe, "train": {**base_recipe["train"], "dtype": dt_name, "steps": args.steps}}
         runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
         for _ in range(args.repeats):
             for label, checkout in (("old", args.baseline), ("new", None)):

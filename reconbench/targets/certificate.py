@@ -20,6 +20,7 @@ from torch.autograd.functional import jacobian
 from torch.func import functional_call, jvp, vjp
 
 from reconbench.nets import TargetNet
+from reconbench.targets.chain_gd import chain_layers
 
 
 def stationarity_terms(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, task: str
@@ -55,6 +56,62 @@ def dense_jacobian(terms: Callable[[dict[str, torch.Tensor]], torch.Tensor], par
     return dict(zip(names, blocks, strict=True))
 
 
+def term_coefficients(labels: torch.Tensor, task: str, n: int, k: int, dtype: torch.dtype
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(C, idx): term t of :func:`stationarity_terms` is C[t] . Phi(x[idx[t]]) (multiclass: e_y - e_j for each wrong
+    class j in increasing order, sample by sample; binary: y in {-1, +1}; regression: 1)."""
+    if task == "binary":
+        return (2.0 * labels.to(dtype) - 1.0)[:, None], torch.arange(n)
+    if task == "regression":
+        return torch.ones(n, 1, dtype=dtype), torch.arange(n)
+    lab = labels.long()
+    wrong = torch.arange(k).expand(n, k)[torch.arange(k)[None, :] != lab[:, None]]  # (n (k - 1),), sample-major
+    idx = torch.arange(n).repeat_interleave(k - 1)
+    rows = torch.arange(len(idx))
+    coeffs = torch.zeros(len(idx), k, dtype=dtype)
+    coeffs[rows, lab[idx]] = 1.0
+    coeffs[rows, wrong] = -1.0
+    return coeffs, idx
+
+
+def chain_jacobian(model: TargetNet, x: torch.Tensor, labels: torch.Tensor, task: str, names: list[str]
+                   ) -> dict[str, torch.Tensor] | None:
+    """The blocks of :func:`dense_jacobian` in closed form for a ReLU chain of linear layers holding every parameter
+    (None for any other model).
+
+    Term t's gradient is the outer product D_k[t] H_k[t]^T for W_k and D_k[t] for b_k, with H_k the input of layer
+    k at the term's sample and D_k its back-propagated coefficient (D_last = C of :func:`term_coefficients`,
+    D_{k-1} = (D_k W_k) masked where the ReLU output is 0, by the same kernel as autograd's ReLU backward). Each
+    entry is one product, as in autograd's batched backward pass (whose other summands are exact zeros): the blocks
+    equal the autodiff ones to the last bit for one and two hidden layers, and to float64 rounding deeper (where the
+    products D_k W_k are summed in another order). Written out because it skips r backward passes through the
+    network and the import of torch's symbolic-shape machinery (sympy), which an autograd call with given output
+    gradients makes: together most of a newly trained small target's certificate time.
+    """
+    chain = chain_layers(model)
+    if chain is None:
+        return None
+    ident = {id(p): n for n, p in model.named_parameters()}
+    with torch.no_grad():
+        inputs, out = [x.flatten(1)], x
+        for i, layer in enumerate(chain):
+            out = layer(inputs[-1])
+            if i < len(chain) - 1:
+                inputs.append(torch.relu(out))
+        coeffs, idx = term_coefficients(labels, task, len(x), out.shape[1], out.dtype)
+        deltas = [coeffs]
+        for i in range(len(chain) - 1, 0, -1):
+            deltas.insert(0, torch.ops.aten.threshold_backward(deltas[0] @ chain[i].weight, inputs[i][idx], 0.0))
+        blocks: dict[str, torch.Tensor] = {}
+        for layer, d, h in zip(chain, deltas, inputs, strict=True):
+            blocks[ident[id(layer.weight)]] = d[:, :, None] * h[idx][:, None, :]
+            if layer.bias is not None:
+                blocks[ident[id(layer.bias)]] = d
+    if sorted(blocks) != sorted(names):
+        return None
+    return {n: blocks[n] for n in names}
+
+
 @dataclass
 class StationarityFit:
     relative_residual: float
@@ -84,7 +141,8 @@ def fit_stationarity_many(model: TargetNet, x: torch.Tensor, labels: torch.Tenso
     """Fit theta (key ``theta``) and each vector in ``others`` (name -> parameter dict, e.g. theta - theta0) as
     J^T lambda, one Jacobian J for all, at the model's weights and inputs ``x``.
 
-    Dense path (small models): the Jacobian J (terms x parameters) via torch.func.jacrev, then the normal equations
+    Dense path (small models): the Jacobian J (terms x parameters) in closed form for a ReLU chain
+    (:func:`chain_jacobian`), else by one batched reverse pass (:func:`dense_jacobian`), then the normal equations
     G = J J^T, b = J v, solved as non-negative least squares through G's Cholesky factor (scipy's nnls).
     Large models: LSMR on J^T lambda = v with Jacobian-vector products, without the sign constraint.
     """
@@ -104,7 +162,7 @@ def fit_stationarity_many(model: TargetNet, x: torch.Tensor, labels: torch.Tenso
     if r * numel <= DENSE_LIMIT:
         from scipy.optimize import nnls
 
-        jac = dense_jacobian(terms, params, names)
+        jac = chain_jacobian(model, x, labels, task, names) or dense_jacobian(terms, params, names)
         blocks = {n: jac[n].reshape(r, -1).double() for n in names}
         gram_by = {n: (blocks[n] @ blocks[n].T).numpy() for n in names}
         G = sum(gram_by.values())

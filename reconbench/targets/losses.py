@@ -57,6 +57,12 @@ def _mse_grad(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (2.0 / y.numel() * (out.reshape(-1) - y)).reshape(out.shape)
 
 
+def _ce_grad_onehot(out: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+    """:func:`_ce_grad` with the labels' one-hot rows given: equal to it bit for bit (subtracting 0.0 leaves every
+    other entry as it is), without its per-call index tensors and indexed update."""
+    return torch.softmax(out, dim=1).sub_(onehot).div_(out.shape[0])
+
+
 #: closed-form dL/dout for the losses whose derivative is one line (the trainer's linear-chain loop uses them to skip
 #: an autograd graph per step: hand-written because torch.func would still trace the loss every step)
 OUTPUT_GRADIENTS: dict[LossFn, LossFn] = {_bce: _bce_grad, _ce: _ce_grad, _mse: _mse_grad}
@@ -114,6 +120,21 @@ def _ce_stable_grad(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 #: loss name -> its form that does not underflow (the losses not named here do not underflow: regression)
 STABLE_FORMS: dict[str, LossFn] = {"bce": _bce_stable, "ce": _ce_stable}
 OUTPUT_GRADIENTS.update({_bce_stable: _bce_stable_grad, _ce_stable: _ce_stable_grad})
+
+
+
+def fixed_target_gradient(loss_fn: LossFn, targets: torch.Tensor, out_dim: int, dtype: torch.dtype
+                          ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """out -> dL/dout for a training run whose ``targets`` stay fixed (the value of ``OUTPUT_GRADIENTS[loss_fn]``
+    at them, bit for bit); None for a loss without a closed-form gradient."""
+    grad = OUTPUT_GRADIENTS.get(loss_fn)
+    if grad is None:
+        return None
+    if grad is _ce_grad:
+        onehot = F.one_hot(targets.long(), out_dim).to(dtype)
+        return lambda out: _ce_grad_onehot(out, onehot)
+    return lambda out: grad(out, targets)
+
 
 #: recipe option ``loss_form``: "legacy" (torch's forms, which underflow; every recipe written before the option
 #: existed, so their targets retrain bit-identically) or "stable" (the forms above; the default of new recipes)
