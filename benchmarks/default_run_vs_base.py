@@ -6,7 +6,8 @@ as whole processes, the two trees alternating, and written as the JSON behind do
 
 Each run is one process started fresh (``reconbench run --attack multiclass_kkt -q`` or ``reconbench bench ci``) with
 a fresh ``--out`` folder; the not-cached case also gives each run a fresh ``RECONBENCH_CACHE`` (for this tree holding
-the already built fast-BLAS shim, as after a first use). The runs alternate (head, base, head, base, ...) so that a
+the already built fast-BLAS shim and its measured matmul speed, as after a first use). The runs alternate (head,
+base, head, base, ...) so that a
 machine shared with other jobs disturbs both sides alike; user and system seconds are the operating system's
 account of the finished child (``os.wait4``), which the load disturbs least; medians are reported, and the ratio is
 taken pair by pair. The head runs with ``RECONBENCH_FAST_BLAS=1``; the base as it is. Counts come from each run's
@@ -34,7 +35,7 @@ CASES: dict[str, tuple[list[str], bool, str]] = {
     "readme_run_target_not_cached": (
         ["run", "--attack", "multiclass_kkt", "-q"], True,
         "reconbench run --attack multiclass_kkt -q --out <fresh folder>, RECONBENCH_CACHE=<fresh folder> (the target "
-        "is trained; the head's fresh cache holds the shim only)"),
+        "is trained; the head's fresh cache holds only the fast path's shim and BLAS measurement)"),
     "readme_run_target_cached": (
         ["run", "--attack", "multiclass_kkt", "-q"], False,
         "reconbench run --attack multiclass_kkt -q --out <fresh folder> (the target cached)"),
@@ -114,7 +115,8 @@ def main() -> None:
     head_env = {**common, "RECONBENCH_FAST_BLAS": "1"}
     base_env = {k: v for k, v in common.items() if k != "RECONBENCH_FAST_BLAS"}
     cache = Path(os.environ.get("RECONBENCH_CACHE", Path.home() / ".cache" / "reconbench"))
-    shims = sorted((cache / "blas").glob("*.so"))
+    # what a first use leaves in the cache's blas folder: the built shim and the measured matmul speeds
+    shims = sorted((cache / "blas").glob("*.so")) + sorted((cache / "blas").glob("gflops-*.json"))
     base_commit = _git("rev-parse", "--short", "HEAD", cwd=base_root)
     report: dict[str, Any] = json.loads(args.json.read_text()) if args.json.exists() else {}
     report.update({
@@ -126,8 +128,8 @@ def main() -> None:
                    "head/base ratio taken pair by pair (min / median / max of the pairs)."),
         "base": f"{base_commit} (its own venv, stock MKL: it has no fast path)",
         "head_commit": _git("rev-parse", "HEAD", cwd=ROOT),
-        "head_env": "RECONBENCH_FAST_BLAS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 (the shim already built, as after a "
-                    "first use)",
+        "head_env": "RECONBENCH_FAST_BLAS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 (the shim already built and the BLAS "
+                    "measured, as after a first use)",
         "machine": "2 cores of an AMD EPYC (AVX-512), shared with other users' jobs",
     })
     report.setdefault("cases", {})
