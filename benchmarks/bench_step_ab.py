@@ -84,16 +84,16 @@ def child(m: int, dtype_name: str, runs: int, steps: int, out: str) -> None:
 
 
 
-def product_floor(m: int, dtype_name: str, runs: int, repeats: int, out: str, form: str = "factored") -> None:
+def product_floor(m: int, dtype_name: str, runs: int, repeats: int, out: str, form: str = "gram") -> None:
     """The step's unavoidable arithmetic alone, on one thread: its six products by a large weight matrix and the
     Gram products, timed by the process's CPU clock (median of ``repeats``); writes seconds per step.
 
     One step for 784-1000-1000-1 needs, per run, the forward products x W_0^T and H_1 W_1^T, the deltas' D_1 W_1,
     and their three adjoints (Zbar_1 W_1, (Dbar_0 * S_0) W_1^T, Zbar_0 W_0); each needs the one before, so none can
-    be merged or dropped (docs/performance.md). The Gram products are H_k H_k^T, D_k D_k^T, G_k D_k and P_k H_k of
-    the two layers of width 1000; the output layer (one output) needs only J = H_2^T C, H_2 J and C J^T, the
-    factored form the engine uses there (``--floor-form gram``: its Gram products instead, the floor of the steps
-    that formed them). No step of any engine can be faster than these products at this BLAS's speed.
+    be merged or dropped (docs/performance.md). The Gram products are H_k H_k^T, D_k D_k^T, G_k D_k and P_k H_k,
+    the engine's default form (``form="gram"``); with ``form="factored"`` the output layer (one output) takes only
+    J = H_2^T C, H_2 J and C J^T instead, the engine's opt-in ``layer_form="auto"``. No step of either form can be
+    faster than its products at this BLAS's speed.
     """
     import torch
 
@@ -159,7 +159,7 @@ def measure(path: str, m: int, dtype: str, runs: int, steps: int, scratch: Path,
     return torch.load(out)
 
 
-def measure_floor(m: int, dtype: str, runs: int, scratch: Path, form: str = "factored") -> float:
+def measure_floor(m: int, dtype: str, runs: int, scratch: Path, form: str = "gram") -> float:
     """Seconds per step of the step's products alone (``product_floor``), in a fresh one-thread process."""
     import torch
 
@@ -184,7 +184,7 @@ def relative_difference(a: Any, b: Any) -> float:
     return float((a - b).abs().max()) / scale
 
 
-def floor_gflop(m: int, runs: int, form: str = "factored") -> float:
+def floor_gflop(m: int, runs: int, form: str = "gram") -> float:
     """Floating-point operations (in units of 1e9) of one ``product_floor`` call: the six weight products and the
     Gram products it times (``form``: as in :func:`product_floor`)."""
     d_in, h = 784, 1000
@@ -228,7 +228,7 @@ def main() -> None:
     f.add_argument("--dtype", required=True)
     f.add_argument("--runs", type=int, required=True)
     f.add_argument("--out", required=True)
-    f.add_argument("--floor-form", default="factored", choices=["factored", "gram"])
+    f.add_argument("--floor-form", default="gram", choices=["gram", "factored"])
     ap.add_argument("--base", type=Path, help="root of the checkout to compare against (a git worktree)")
     ap.add_argument("--head", type=Path, default=ROOT, help="root of the checkout measured (default: this one)")
     ap.add_argument("--runs", type=int, default=2, help="search runs advanced together (cpu-mini: 2)")
@@ -237,9 +237,9 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", default=[f"{m}:{d}" for m, d in SHAPES],
                     help="m:dtype pairs to measure (default: m = 40 and 200, float64 and float32)")
     ap.add_argument("--json", type=Path, help="report file (rewritten after each shape)")
-    ap.add_argument("--floor-form", default="factored", choices=["factored", "gram"],
-                    help="the output layer's products in the floor: factored (J = H^T C, as the engine computes "
-                         "them since the factored form) or gram (its Gram matrices, as earlier steps did)")
+    ap.add_argument("--floor-form", default="gram", choices=["gram", "factored"],
+                    help="the output layer's products in the floor: gram (its Gram matrices, the engine's default) "
+                         "or factored (J = H^T C, H J, C J^T: the engine's opt-in layer_form='auto')")
     args = ap.parse_args()
     if args.mode == "child":
         child(args.m, args.dtype, args.runs, args.steps, args.out)
