@@ -25,7 +25,7 @@ def _bench():
 def test_the_floors_flop_count_is_the_count_of_the_products_it_times(tmp_path, form):
     bench = _bench()
     m, runs = 3, 2
-    threads = torch.get_num_threads()   # product_floor sets one thread: put back what the session had
+    threads = torch.get_num_threads()   # product_floor sets one thread: put back what the test process had
     try:
         with FlopCounterMode(display=False) as counter:
             bench.product_floor(m, "float32", runs, 1, str(tmp_path / "floor.pt"), form)
