@@ -84,14 +84,16 @@ def child(m: int, dtype_name: str, runs: int, steps: int, out: str) -> None:
 
 
 
-def product_floor(m: int, dtype_name: str, runs: int, repeats: int, out: str) -> None:
+def product_floor(m: int, dtype_name: str, runs: int, repeats: int, out: str, form: str = "gram") -> None:
     """The step's unavoidable arithmetic alone, on one thread: its six products by a large weight matrix and the
     Gram products, timed by the process's CPU clock (median of ``repeats``); writes seconds per step.
 
     One step for 784-1000-1000-1 needs, per run, the forward products x W_0^T and H_1 W_1^T, the deltas' D_1 W_1,
     and their three adjoints (Zbar_1 W_1, (Dbar_0 * S_0) W_1^T, Zbar_0 W_0); each needs the one before, so none can
-    be merged or dropped (docs/performance.md). The Gram products are H_k H_k^T, D_k D_k^T, G_k D_k and P_k H_k.
-    No step of any engine can be faster than these products at this BLAS's speed.
+    be merged or dropped (docs/performance.md). The Gram products are H_k H_k^T, D_k D_k^T, G_k D_k and P_k H_k,
+    the engine's default form (``form="gram"``); with ``form="factored"`` the output layer (one output) takes only
+    J = H_2^T C, H_2 J and C J^T instead, the engine's opt-in ``layer_form="auto"``. No step of either form can be
+    faster than its products at this BLAS's speed.
     """
     import torch
 
@@ -103,6 +105,8 @@ def product_floor(m: int, dtype_name: str, runs: int, repeats: int, out: str) ->
     w0t, w1t = w0.T.contiguous(), w1.T.contiguous()
     x = torch.randn(runs, m, d_in, generator=g, dtype=dtype)
     a = torch.randn(runs, m, h, generator=g, dtype=dtype)
+    c = torch.randn(runs, m, 1, generator=g, dtype=dtype)
+    grams = (x, a, a) if form == "gram" else (x, a)
 
     def once() -> None:
         flat = a.flatten(0, 1)
@@ -112,9 +116,13 @@ def product_floor(m: int, dtype_name: str, runs: int, repeats: int, out: str) ->
         torch.mm(flat, w1)                        # Zbar_1 W_1
         torch.mm(flat, w1t)                       # (Dbar_0 * S_0) W_1^T
         torch.mm(flat, w0)                        # Zbar_0 W_0
-        for k in (x, a, a):                       # G_k = H_k H_k^T
+        for k in grams:                           # G_k = H_k H_k^T
             gk = torch.bmm(k, k.transpose(1, 2))
             torch.bmm(gk, k)                      # P_k H_k (and G_k D_k, same shapes)
+        if form != "gram":                        # the output layer: J = H_2^T C, H_2 J, C J^T
+            j = torch.bmm(a.transpose(1, 2), c)
+            torch.bmm(a, j)
+            torch.bmm(c, j.transpose(1, 2))
         for _ in range(2):                        # D_k D_k^T for the two hidden widths
             pk = torch.bmm(a, a.transpose(1, 2))
             torch.bmm(pk, a)
@@ -151,14 +159,14 @@ def measure(path: str, m: int, dtype: str, runs: int, steps: int, scratch: Path,
     return torch.load(out)
 
 
-def measure_floor(m: int, dtype: str, runs: int, scratch: Path) -> float:
+def measure_floor(m: int, dtype: str, runs: int, scratch: Path, form: str = "gram") -> float:
     """Seconds per step of the step's products alone (``product_floor``), in a fresh one-thread process."""
     import torch
 
     out = scratch / "floor.pt"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "floor", "--m", str(m), "--dtype", dtype, "--runs",
-           str(runs), "--out", str(out)]
+           str(runs), "--out", str(out), "--floor-form", form]
     subprocess.run(cmd, check=True, env=env, cwd=scratch)
     return float(torch.load(out)["floor_seconds_per_step"])
 
@@ -176,12 +184,15 @@ def relative_difference(a: Any, b: Any) -> float:
     return float((a - b).abs().max()) / scale
 
 
-def floor_gflop(m: int, runs: int) -> float:
+def floor_gflop(m: int, runs: int, form: str = "gram") -> float:
     """Floating-point operations (in units of 1e9) of one ``product_floor`` call: the six weight products and the
-    Gram products it times."""
+    Gram products it times (``form``: as in :func:`product_floor`)."""
     d_in, h = 784, 1000
     weights = 2 * runs * m * (2 * d_in * h + 4 * h * h)
-    grams = 4 * runs * m * m * (d_in + 2 * h) + 2 * 4 * runs * m * m * h
+    if form == "gram":
+        grams = 4 * runs * m * m * (d_in + 2 * h) + 2 * 4 * runs * m * m * h
+    else:
+        grams = 4 * runs * m * m * (d_in + h) + 2 * 4 * runs * m * m * h + 3 * 2 * runs * m * h
     return (weights + grams) / 1e9
 
 
@@ -217,6 +228,7 @@ def main() -> None:
     f.add_argument("--dtype", required=True)
     f.add_argument("--runs", type=int, required=True)
     f.add_argument("--out", required=True)
+    f.add_argument("--floor-form", default="gram", choices=["gram", "factored"])
     ap.add_argument("--base", type=Path, help="root of the checkout to compare against (a git worktree)")
     ap.add_argument("--head", type=Path, default=ROOT, help="root of the checkout measured (default: this one)")
     ap.add_argument("--runs", type=int, default=2, help="search runs advanced together (cpu-mini: 2)")
@@ -225,12 +237,15 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", default=[f"{m}:{d}" for m, d in SHAPES],
                     help="m:dtype pairs to measure (default: m = 40 and 200, float64 and float32)")
     ap.add_argument("--json", type=Path, help="report file (rewritten after each shape)")
+    ap.add_argument("--floor-form", default="gram", choices=["gram", "factored"],
+                    help="the output layer's products in the floor: gram (its Gram matrices, the engine's default) "
+                         "or factored (J = H^T C, H J, C J^T: the engine's opt-in layer_form='auto')")
     args = ap.parse_args()
     if args.mode == "child":
         child(args.m, args.dtype, args.runs, args.steps, args.out)
         return
     if args.mode == "floor":
-        product_floor(args.m, args.dtype, args.runs, 7, args.out)
+        product_floor(args.m, args.dtype, args.runs, 7, args.out, args.floor_form)
         return
     if args.base is None:
         ap.error("--base: the root of the checkout to compare against is required (e.g. a worktree of 6567deb)")
@@ -244,7 +259,7 @@ def main() -> None:
             last: dict[str, Any] = {}
             floors: list[float] = []
             for rep in range(args.repeats):
-                floors.append(measure_floor(m, dtype, args.runs, scratch))   # between the sides, in every repeat
+                floors.append(measure_floor(m, dtype, args.runs, scratch, args.floor_form))   # between the sides
                 order = ("base", "head") if rep % 2 == 0 else ("head", "base")
                 for side in order:
                     res = measure(paths[side], m, dtype, args.runs, args.steps, scratch, side)
@@ -260,7 +275,7 @@ def main() -> None:
                    "median_head": statistics.median(per_side["head"]), "median_ratio": statistics.median(ratios),
                    "steps_per_cpu_second": per_side_cpu, "median_cpu_ratio": statistics.median(cpu_ratios),
                    "floor_seconds_per_step": floor,
-                   "floor_gflops": floor_gflop(m, args.runs) / floor,
+                   "floor_form": args.floor_form, "floor_gflops": floor_gflop(m, args.runs, args.floor_form) / floor,
                    "head_cpu_seconds_per_step": head_cpu,
                    "base_cpu_seconds_per_step": 1.0 / statistics.median(per_side_cpu["base"]),
                    "head_over_floor": head_cpu / floor,

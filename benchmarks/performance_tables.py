@@ -68,7 +68,15 @@ def default_run_vs_base() -> str:
 
 
 def step_ab_fast() -> str:
-    data = _load("kkt/bench_step_ab_fast_r4.json")
+    return _step_ab("kkt/bench_step_ab_fast_r5.json")
+
+
+def step_ab_stock() -> str:
+    return _step_ab("kkt/bench_step_ab_stock_r5.json")
+
+
+def _step_ab(rel: str) -> str:
+    data = _load(rel)
     lines = [_row(["m", "dtype", "599614b CPU ms/step", "now", "products alone ms (GFLOP/s)", "now / products",
                    "599614b / now", "599614b / products (the bound)", "largest relative difference of the final "
                    "candidates"]), _row(["---"] * 9)]
@@ -135,6 +143,7 @@ def float32_readme_run() -> str:
 TABLES: dict[str, Callable[[], str]] = {
     "default_run_vs_599614b": default_run_vs_base,
     "step_ab_fast": step_ab_fast,
+    "step_ab_stock": step_ab_stock,
     "step_parts_fast": step_parts_fast,
     "early_stop_digits": early_stop_digits,
     "float32_readme_run": float32_readme_run,

@@ -153,12 +153,19 @@ class _FloorPenalty:
     def __init__(self, configs: Sequence[ClassifierKKTConfig], like: torch.Tensor, dims: int) -> None:
         self.floor = _column(configs, "lambda_min", like, dims)
         self.weight = _column(configs, "lambda_penalty_weight", like, dims)
+        self.neg_twice_weight = -2.0 * self.weight   # exact; the product penalty_grad forms first
 
     def penalty(self, lam: torch.Tensor) -> torch.Tensor:
         return (self.weight * (self.floor - lam).clamp_min(0) ** 2).flatten(1).sum(dim=1)
 
     def penalty_grad(self, lam: torch.Tensor) -> torch.Tensor:
         return -2.0 * self.weight * (self.floor - lam).clamp_min(0)
+
+    def penalty_and_grad(self, lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`penalty` and :meth:`penalty_grad` from one shortfall max(0, floor - lambda): the same numbers,
+        bit for bit, in five tensor operations instead of nine."""
+        short = (self.floor - lam).clamp_min_(0)
+        return (self.weight * short.square()).flatten(1).sum(dim=1), self.neg_twice_weight * short
 
 
 class BinaryTerms(_FloorPenalty):
@@ -183,10 +190,20 @@ class MulticlassTerms(_FloorPenalty):
         super().__init__(configs, like, 1)
         self.y = labels.long().to(like.device)[None, :, None]
         self.own = F.one_hot(labels.long(), num_classes).to(like)[None]
+        #: the outputs of the last direction (held, so that no other tensor can take their place), their version
+        #: counter then, and the direction
+        self._last: tuple[torch.Tensor, int, torch.Tensor] | None = None
 
     def _direction(self, out: torch.Tensor) -> torch.Tensor:
+        """e_y - e_j* for the outputs ``out``; the one of the last call when ``out`` is the same tensor, unchanged
+        since (its version counter), as when an evaluation asks for the coefficients and then for their adjoint."""
+        last = self._last
+        if last is not None and last[0] is out and last[1] == out._version:
+            return last[2]
         wrong = out.scatter(2, self.y.expand(len(out), -1, -1), float("-inf")).argmax(dim=2, keepdim=True)
-        return self.own - torch.zeros_like(out).scatter_(2, wrong, 1.0)   # no one_hot: it syncs on CUDA
+        direction = self.own - torch.zeros_like(out).scatter_(2, wrong, 1.0)   # no one_hot: it syncs on CUDA
+        self._last = (out, out._version, direction)
+        return direction
 
     def coefficients(self, out: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
         return lam[..., None] * self._direction(out)
@@ -225,6 +242,9 @@ class PairTerms:
         on_sum = -2.0 * self.weight * (self.floor - lam.sum(dim=2)).clamp_min(0)
         return on_sum[..., None] - 2.0 * w * (-lam).clamp_min(0)
 
+    def penalty_and_grad(self, lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.penalty(lam), self.penalty_grad(lam)
+
 
 class SignedTerms:
     """C_i = lambda_i, no penalty (regression)."""
@@ -240,6 +260,9 @@ class SignedTerms:
 
     def penalty_grad(self, lam: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(lam)
+
+    def penalty_and_grad(self, lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.penalty(lam), self.penalty_grad(lam)
 
 
 def _note_rescale(out: AttackOutput, config: StationarityConfig, factor: float) -> AttackOutput:

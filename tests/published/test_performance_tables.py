@@ -25,8 +25,8 @@ def test_every_table_block_names_a_known_table():
     assert set(found) <= set(tables.TABLES)
 
 
-@pytest.mark.parametrize("name", ["default_run_vs_599614b", "step_ab_fast", "step_parts_fast", "early_stop_digits",
-                                  "float32_readme_run"])
+@pytest.mark.parametrize("name", ["default_run_vs_599614b", "step_ab_fast", "step_ab_stock", "step_parts_fast",
+                                  "early_stop_digits", "float32_readme_run"])
 def test_the_table_is_its_json(name):
     tables = _tables()
     found = tables.blocks((ROOT / "docs" / "performance.md").read_text())

@@ -31,17 +31,20 @@ def tiny_net(family: str, out_dim: int, seed: int = 0) -> Any:
 
 @pytest.mark.parametrize("family", ["mlp", "mlp_bias", "affine"])
 @pytest.mark.parametrize("forward", ["relu", "softplus"])
-def test_closed_form_gradient_equals_autograd_of_the_sequential_engine(family, forward):
+@pytest.mark.parametrize("layer_form", ["gram", "auto"])
+def test_closed_form_gradient_equals_autograd_of_the_sequential_engine(family, forward, layer_form):
     """Value, dL/dx and dL/dC of the hand-written batched engine vs autograd through the sequential Gram engine,
-    run by run, with a different alpha per run."""
+    run by run, with a different alpha per run; both forms of the layers' terms ("auto" factors the narrow layers
+    here: 4 candidates, widths 5-4-2, and the affine model's one layer)."""
     net = tiny_net(family, 2)
     gen = torch.Generator().manual_seed(1)
     alphas = [3.0, 10.0, 0.7]
     x = torch.randn(3, 4, 6, generator=gen, dtype=torch.float64) * 0.8
     c = torch.randn(3, 4, 2, generator=gen, dtype=torch.float64)
-    batched = BatchedGram(net.linear_chain(), forward, torch.float64, torch.device("cpu"))
+    batched = BatchedGram(net.linear_chain(), forward, torch.float64, torch.device("cpu"), layer_form)
     alpha = torch.tensor(alphas, dtype=torch.float64).reshape(-1, 1, 1)
     value, gx, gc = batched.value_and_grad(batched.forward(x, alpha), c, alpha)
+    assert any(batched.workspace(3, 4).factored) == (layer_form == "auto")
     for r, a in enumerate(alphas):
         xr, cr = x[r].clone().requires_grad_(True), c[r].clone().requires_grad_(True)
         loss = gram_engine(net.linear_chain(), a, forward)(xr)[1](cr)

@@ -12,20 +12,21 @@ from _helpers.step_before_fusion import StepBeforeFusion, box_before_fusion
 
 from reconbench import plugins
 from reconbench.attack.kkt.batched import _box_value_and_add_grad
-from reconbench.attack.kkt.batched_gram import SQUARES_BLOCK, BatchedGram, sum_of_squares
+from reconbench.attack.kkt.batched_gram import SQUARES_BLOCK, BatchedGram, LayerForm, factored_is_cheaper, sum_of_squares
 
 #: float64: the losses differ only in the order of ||theta||^2's and the box prior's sums, a few units of rounding
 #: of the largest term; float32: the same sums, at float32's rounding (6e-8) times the handful of terms that cancel
 LOSS_REL = {torch.float64: 1e-13, torch.float32: 1e-5}
 
 
-def _engines(family: str, forward: Literal["relu", "softplus"], dtype: torch.dtype) -> tuple[BatchedGram, BatchedGram]:
+def _engines(family: str, forward: Literal["relu", "softplus"], dtype: torch.dtype,
+             layer_form: LayerForm = "gram") -> tuple[BatchedGram, BatchedGram]:
     gen = torch.Generator().manual_seed(7)
     spec = {"mlp": {"widths": [48, 64], "init_scale": None}, "mlp_bias": {"widths": [48, 64]}}[family]
     net = plugins.get("models", family).build((1, 4, 8), 3, spec, generator=gen).to(dtype)
     chain = net.linear_chain()
-    return (BatchedGram(chain, forward, dtype, torch.device("cpu")),
-            StepBeforeFusion(chain, forward, dtype, torch.device("cpu")))
+    return (BatchedGram(chain, forward, dtype, torch.device("cpu"), layer_form),
+            StepBeforeFusion(chain, forward, dtype, torch.device("cpu"), "gram"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -33,7 +34,8 @@ def _engines(family: str, forward: Literal["relu", "softplus"], dtype: torch.dty
 @pytest.mark.parametrize("forward", ["relu", "softplus"])
 def test_the_fused_step_gives_the_gradients_of_the_step_before_it_bit_for_bit(dtype, family, forward):
     """The fused passes add -2 D_k, which is exact, in another position of a two-term sum, so the gradients are
-    identical (tolerance: exact equality); the loss differs by the rounding of ||theta||^2's summation order."""
+    identical (tolerance: exact equality); the loss differs by the rounding of ||theta||^2's summation order. (Both
+    with the Gram matrices in every layer: the factored output layer is the next test's.)"""
     new, old = _engines(family, forward, dtype)
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(3, 10, 32, generator=gen, dtype=torch.float64).to(dtype)
@@ -45,6 +47,46 @@ def test_the_fused_step_gives_the_gradients_of_the_step_before_it_bit_for_bit(dt
         got = new.value_and_grad(new.forward(xs, alpha), c, alpha)
         assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
         assert torch.allclose(got[0], want[0], rtol=LOSS_REL[dtype], atol=0)
+
+
+#: the factored output layer against the float64 Gram form: the same products of at most 64 terms summed in another
+#: order, carried through the backward chain (3 layers). float64 observed: gradients <= 9e-16 of their largest
+#: magnitude, the loss <= 1.2e-14 of ||theta||^2; bound 1e-13 (a few hundred units of rounding). float32 (its own
+#: rounding against float64 included) observed <= 6e-7 and 4e-6; bound 1e-4, the same count of float32 units
+FACTORED_REL = {torch.float64: 1e-13, torch.float32: 1e-4}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("family", ["mlp", "mlp_bias"])
+@pytest.mark.parametrize("forward", ["relu", "softplus"])
+def test_the_factored_output_layer_gives_the_gram_forms_value_and_gradients_to_rounding(dtype, family, forward):
+    """<P, G> = ||H^T D||^2, G D = H (H^T D) and P H = D (H^T D)^T (with a bias, G's ones add 1^T D): the engine
+    that picks the factored form for its narrow output layer (3 outputs, m = 10) against the all-Gram engine, on
+    the same inputs, in both precisions; the float64 engine is also the float32 one's reference."""
+    auto, _ = _engines(family, forward, dtype, "auto")
+    gram, _ = _engines(family, forward, torch.float64, "gram")
+    gen = torch.Generator().manual_seed(3)
+    x64 = torch.randn(3, 10, 32, generator=gen, dtype=torch.float64)
+    c64 = torch.randn(3, 10, 3, generator=gen, dtype=torch.float64)
+    a64 = torch.tensor([3.0, 10.0, 0.7], dtype=torch.float64).reshape(-1, 1, 1)
+    for step in range(2):   # a second step reuses the workspace
+        x = (x64 * (1 + step)).to(dtype)
+        want = [t.clone() for t in gram.value_and_grad(gram.forward(x.double(), a64), c64.to(dtype).double(), a64)]
+        got = auto.value_and_grad(auto.forward(x, a64.to(dtype)), c64.to(dtype), a64.to(dtype))
+        assert auto.workspace(3, 10).factored == [False, False, True]
+        rel = FACTORED_REL[dtype]
+        # the loss: relative to ||theta||^2, the scale of the sum it is computed as
+        assert float((got[0].double() - want[0]).abs().max()) <= rel * auto.theta_sq
+        for g, w in zip(got[1:], want[1:], strict=True):
+            assert float((g.double() - w).abs().max()) <= rel * float(w.abs().max())
+
+
+def test_the_factored_form_is_chosen_where_it_needs_fewer_operations():
+    """The counts 6 m in out (factored) and 4 m^2 (in + out) (Gram) against the crossovers they imply: an output
+    layer of 1 is factored for every m >= 2, a 1000 x 1000 layer up to m = 750 keeps the Gram form."""
+    assert not factored_is_cheaper(1, 1000, 1) and all(factored_is_cheaper(m, 1000, 1) for m in (2, 40, 200, 1000))
+    assert not factored_is_cheaper(750, 1000, 1000) and factored_is_cheaper(751, 1000, 1000)
+    assert not factored_is_cheaper(40, 784, 1000) and not factored_is_cheaper(200, 1000, 1000)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
