@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -34,7 +35,23 @@ OUTPUT_DIRS = ("leaderboards",)
 
 
 def git_commit(path: Path | None = None) -> str | None:
-    """The commit of the source tree reconbench runs from, if it is a git checkout (else None)."""
+    """The commit of the source tree reconbench runs from, if it is a git checkout (else None), with ``-dirty``
+    when its code differs from that commit.
+
+    Read once per process and folder: the code a process runs is what it imported at its start, so the first
+    reading is the honest record of every result it writes (a suite writes hundreds, each of which would otherwise
+    cost two git processes). A new process reads again; :func:`read_git_commit` reads now.
+    """
+    return _git_commit_once((path or Path(__file__).resolve().parent).resolve())
+
+
+@functools.cache
+def _git_commit_once(where: Path) -> str | None:
+    return read_git_commit(where)
+
+
+def read_git_commit(path: Path | None = None) -> str | None:
+    """:func:`git_commit` read from git now (two git processes), not the process's first reading."""
     where = path or Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
