@@ -23,6 +23,7 @@ import torch
 
 from reconbench import __version__
 from reconbench.errors import ReconbenchError
+from reconbench.indented_json import dumps_indented
 from reconbench.precision import run_precision
 
 
@@ -108,8 +109,9 @@ def portable_path(path: str | os.PathLike[str]) -> str:
 
 
 def write_json(path: Path, data: object) -> None:
-    """Write JSON atomically (a crash never leaves a half-written result)."""
-    text = json.dumps(data, indent=1, default=json_default, allow_nan=True)
+    """Write JSON atomically (a crash never leaves a half-written result): the text of ``json.dumps(data, indent=1,
+    default=json_default, allow_nan=True)``, written by :func:`~reconbench.indented_json.dumps_indented`."""
+    text = dumps_indented(data, 1, json_default)
     write_text_atomic(path, text)
 
 
