@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import torch
 
 from reconbench import __version__
 from reconbench.errors import ReconbenchError
+from reconbench.indented_json import dumps_indented
 from reconbench.precision import run_precision
 
 
@@ -34,7 +36,23 @@ OUTPUT_DIRS = ("leaderboards",)
 
 
 def git_commit(path: Path | None = None) -> str | None:
-    """The commit of the source tree reconbench runs from, if it is a git checkout (else None)."""
+    """The commit of the source tree reconbench runs from, if it is a git checkout (else None), with ``-dirty``
+    when its code differs from that commit.
+
+    Read once per process and folder: the code a process runs is what it imported at its start, so the first
+    reading is the honest record of every result it writes (a suite writes hundreds, each of which would otherwise
+    cost two git processes). A new process reads again; :func:`read_git_commit` reads now.
+    """
+    return _git_commit_once((path or Path(__file__).resolve().parent).resolve())
+
+
+@functools.cache
+def _git_commit_once(where: Path) -> str | None:
+    return read_git_commit(where)
+
+
+def read_git_commit(path: Path | None = None) -> str | None:
+    """:func:`git_commit` read from git now (two git processes), not the process's first reading."""
     where = path or Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
@@ -91,8 +109,9 @@ def portable_path(path: str | os.PathLike[str]) -> str:
 
 
 def write_json(path: Path, data: object) -> None:
-    """Write JSON atomically (a crash never leaves a half-written result)."""
-    text = json.dumps(data, indent=1, default=json_default, allow_nan=True)
+    """Write JSON atomically (a crash never leaves a half-written result): the text of ``json.dumps(data, indent=1,
+    default=json_default, allow_nan=True)``, written by :func:`~reconbench.indented_json.dumps_indented`."""
+    text = dumps_indented(data, 1, json_default)
     write_text_atomic(path, text)
 
 

@@ -516,13 +516,18 @@ def plan_cells(
     return todo
 
 
+#: seconds between two rewrites of the invocation record while cells end (:meth:`InvocationLog.progress`)
+PROGRESS_EVERY = 5.0
+
+
 class InvocationLog:
-    """This call's record (:class:`~reconbench.records.Invocation`, ``invocations/NNN.json``), rewritten after every
-    cell."""
+    """This call's record (:class:`~reconbench.records.Invocation`, ``invocations/NNN.json``): written at the start,
+    rewritten as cells end (at most every :data:`PROGRESS_EVERY` seconds) and at the end with the call's status."""
 
     def __init__(self, ctx: RunContext, report: BenchReport, *, only: tuple[str, ...] | list[str] | None, command: str | None,
                  executor: Executor) -> None:
         self.ctx, self.report, self.started = ctx, report, time.perf_counter()
+        self.saved_at = -math.inf   # when the record was last written
         self.record = Invocation.written(   # cells_lost is written once a cell was lost
             invocation=ctx.invocation,
             command=command or "",
@@ -543,7 +548,16 @@ class InvocationLog:
             cells_skipped=0,
         )
 
+    def progress(self) -> None:
+        """The record after a cell ended, rewritten when the last write is :data:`PROGRESS_EVERY` seconds old. Each
+        rewrite replaces the file and so is flushed to the disk (about 10 ms, most of a short cell's bookkeeping);
+        the trade: a process killed outright leaves a record up to that many seconds behind its cells' own files,
+        which are what a resumed run reads (the record is an account of the call, not the results)."""
+        if time.perf_counter() - self.saved_at >= PROGRESS_EVERY:
+            self.save()
+
     def save(self, status: str | None = None) -> None:
+        self.saved_at = time.perf_counter()
         self.record = replace(self.record, elapsed_seconds=time.perf_counter() - self.started,
                               status=status or self.record.status, cells_run=list(self.report.ran),
                               cells_skipped=len(self.report.skipped),
@@ -597,7 +611,7 @@ def execute(
                     if event.record["status"] != STATUS_OK:
                         report.failed.append(cid)
                 _say(_outcome_line(event, cid in announced, position), ctx.quiet)
-                invocation.save()
+                invocation.progress()
                 bar.update(len(report.ran) + len(report.lost))
                 if strict and isinstance(event, Finished) and event.record["status"] != STATUS_OK:
                     rec = event.record

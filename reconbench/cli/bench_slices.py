@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from tabulate import tabulate
 
 from reconbench.bench.cells import Cell, expand
 from reconbench.bench.executors import Executor
@@ -103,6 +102,8 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
     click.echo(f"suite {suite.name} on {device}, slices of {deadline:g}s ({reserve:g}s kept for the pack), "
                f"{'cost table from --costs' if table is not None else 'built-in cost table'}:")
     if rows:
+        from tabulate import tabulate  # only the plan uses it (with wcwidth, about 35 ms of every bench start)
+
         click.echo(tabulate(rows, headers=["slice", "cells", "estimated s", "training in pieces", "first cells"],
                             tablefmt="github"))
     for cid, est in plan.unfit.items():

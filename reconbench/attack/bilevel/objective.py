@@ -4,6 +4,13 @@ Parameters are handled as one flat vector theta (the order of ``model.named_para
 solver, the conjugate-gradient adjoint and the upper loss ||theta* - theta||^2 are plain vector algebra. The network
 is evaluated with :func:`torch.func.functional_call` on the unflattened views, and every derivative comes from
 :mod:`torch.func` (no hand-derived second derivatives).
+
+torch.func's first derivative in a process imports torch._dynamo (about 2 s of CPU: functorch's ``_autograd_grad``
+enters ``torch._dynamo.compiled_autograd._disable()``). Plain ``torch.autograd.grad`` would avoid it, but it is not
+the same arithmetic: functorch's backward of ``binary_cross_entropy_with_logits`` (the binary loss) rounds
+differently from autograd's (by one or two units in the last place), and the inner solves and line searches of the
+outer loop can turn such a difference into a different attack. So the derivatives stay with torch.func; a replacement
+must reproduce its results bit for bit.
 """
 
 from __future__ import annotations
