@@ -85,6 +85,16 @@ class PaperSsim(Metric[SsimConfig]):
         summary, per_image = threshold_summary(scores, p.good_threshold, p.top_k, "ssim")
         return {"summary": summary, "per_image": per_image}
 
+    def column_scores_many(self, evs: list[Evaluation], cfg: SsimConfig) -> list[np.ndarray]:
+        """The ``ssim`` column of each context (NaN where unmatched), the contexts' images scored in one SSIM pass
+        (reconbench/evaluation/batched.py); equal to :meth:`compute`'s column."""
+        if not evs:
+            return []
+        raw = ssim_paper(torch.cat([ev.recon_display for ev in evs]), torch.cat([ev.originals for ev in evs]),
+                         cfg.window_size, cfg.data_range, cfg.eps).numpy()
+        return [_nan_unmatched(part, ev.matching.matched) for part, ev in zip(np.split(raw, len(evs)), evs,
+                                                                               strict=True)]
+
 
 # -- SSIM, the standard variant --------------------------------------------------------------------------------
 @dataclass
@@ -217,6 +227,16 @@ class Correlation(Metric[CorrelationConfig]):
         scores = _nan_unmatched(raw, ev.matching.matched)
         summary, per_image = threshold_summary(scores, cfg.threshold, ev.protocol.base.top_k, "corr", suffix="_corr")
         return {"summary": summary, "per_image": per_image}
+
+    def column_scores_many(self, evs: list[Evaluation], cfg: CorrelationConfig) -> list[np.ndarray]:
+        """The ``corr`` column of each context (NaN where unmatched), in one pass over the contexts' images
+        (reconbench/evaluation/batched.py); equal to :meth:`compute`'s column."""
+        if not evs:
+            return []
+        x_train = evs[0].problem.x_train(torch.float64)
+        raw = pearson(torch.cat([ev.recon_centred for ev in evs]), x_train.repeat(len(evs), 1, 1, 1)).numpy()
+        return [_nan_unmatched(part, ev.matching.matched) for part, ev in zip(np.split(raw, len(evs)), evs,
+                                                                               strict=True)]
 
 
 # -- LPIPS -------------------------------------------------------------------------------------------------------

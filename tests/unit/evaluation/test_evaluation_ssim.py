@@ -10,7 +10,7 @@ from scipy.ndimage import correlate, uniform_filter
 
 from reconbench.errors import IncompatibleError
 from reconbench.evaluation import evaluate
-from reconbench.evaluation.ssim import display, minmax, ssim_paper, ssim_standard
+from reconbench.evaluation.ssim import display, kornia_ssim_map, minmax, ssim_paper, ssim_standard
 
 C1, C2 = 0.01**2, 0.03**2
 
@@ -135,3 +135,19 @@ def test_bad_windows_are_clear_errors():
         ssim_paper(a, a, window_size=4)
     with pytest.raises(IncompatibleError, match="win_size"):
         ssim_standard(a.numpy(), a.numpy())
+
+
+@pytest.mark.parametrize("shape,win", [((20, 1, 8, 8), 3), ((7, 1, 28, 28), 5), ((4, 3, 12, 10), 7), ((1, 1, 5, 9), 3)])
+def test_paper_variant_map_equals_kornia_bit_for_bit(shape, win):
+    """The moments filtered in one stacked call with a window built once: kornia.metrics.ssim's map, exactly."""
+    from kornia.metrics import ssim
+
+    gen = torch.Generator().manual_seed(win)
+    a = torch.rand(shape, generator=gen, dtype=torch.float64)
+    b = torch.rand(shape, generator=gen, dtype=torch.float64)
+    b[0] = a[0]   # an identical pair
+    for max_val, eps in ((1.0, 1e-12), (0.5, 0.0)):
+        expected = ssim(a, b, win, max_val=max_val, eps=eps, padding="same")
+        assert torch.equal(kornia_ssim_map(a, b, win, max_val, eps), expected)
+    per_image = ssim(a.reshape(-1, 1, *shape[-2:]), b.reshape(-1, 1, *shape[-2:]), win, padding="same")
+    assert torch.equal(ssim_paper(a, b, win), per_image.reshape(shape).mean(dim=(1, 2, 3)))

@@ -1,0 +1,138 @@
+"""Many candidate sets scored in one pass give each set the column it gets scored alone (evaluation/batched.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from _helpers.evalkit import make_problem, smooth_images
+
+from reconbench.attack.candidates import candidate_labels
+from reconbench.data import ProblemSpec
+from reconbench.evaluation import batched, decisions, resolve_protocol
+from reconbench.evaluation import null as null_mod
+from reconbench.evaluation.bars import light_protocol, light_scorer
+from reconbench.evaluation.evaluate import score
+from reconbench.targets.problems import build_problem
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return build_problem(ProblemSpec(dataset="digits", task="multiclass", n_per_class=2))   # n = 20
+
+
+def _sets(problem, labels: np.ndarray, m: int) -> list[torch.Tensor]:
+    """Held-out and prior draws, near-copies of the training images with duplicates (several candidates averaged
+    per image), and sets holding non-finite, constant and -0.0-valued candidates."""
+    sets = [null_mod.draw(problem, labels, m, 0, null_mod.CALIBRATION_STREAM, k) for k in range(3)]
+    sets += [null_mod.prior_draw(problem, labels, m, 0, k) for k in range(2)]
+    gen = torch.Generator().manual_seed(1)
+    truth = problem.x_train(torch.float64)[torch.arange(m) % problem.n]
+    for sd in (0.02, 0.3):
+        sets.append(truth + sd * torch.randn(truth.shape, generator=gen, dtype=torch.float64))
+    odd = sets[0].clone()
+    odd[0] = float("nan")
+    odd[1, 0, 0, 0] = float("inf")
+    odd[2] = 0.25
+    odd[3] = -0.0
+    odd[4, 0] = -0.0
+    sets.append(odd)
+    return sets
+
+
+def _alone(problem, protocol, labels, cand, column):
+    out = score(problem, cand, protocol, labels=None if labels is None else torch.as_tensor(labels),
+                with_protocol=False)
+    return null_mod.scores_of(out, column)
+
+
+@pytest.mark.parametrize("column", ["corr", "ssim"])
+@pytest.mark.parametrize("options", [{}, {"vote": "min"}, {"best_buddy": False}, {"distance": "l2"}])
+def test_each_set_gets_its_own_column_bit_for_bit(digits, column, options):
+    resolved = resolve_protocol({"figures": False, "calibrated_score": column, **options}, "mlp")
+    light = light_protocol(resolved)
+    labels = candidate_labels("multiclass", 10, 40).numpy()
+    sets = _sets(digits, labels, 40)
+    scorer = batched.column_scorer(digits, light, labels, column)
+    assert scorer is not None
+    got = scorer(sets)
+    assert len(got) == len(sets)
+    for cand, col in zip(sets, got, strict=True):
+        np.testing.assert_array_equal(col, _alone(digits, light, labels, cand, column))
+    assert all(np.isfinite(col).any() for col in got)
+    if options.get("best_buddy", True):   # some training images stay unmatched (NaN) in some set
+        assert any(np.isnan(col).any() for col in got)
+
+
+@pytest.mark.parametrize("column", ["corr", "ssim"])
+def test_colour_images_without_labels(column):
+    train = smooth_images(6, (3, 12, 10), seed=3)
+    problem = make_problem(train)
+    resolved = resolve_protocol({"figures": False, "calibrated_score": column}, "mlp")
+    light = light_protocol(resolved)
+    gen = torch.Generator().manual_seed(2)
+    base = problem.x_train(torch.float64)
+    sets = [base[torch.randint(0, 6, (9,), generator=gen)] + 0.1 * torch.randn(9, 3, 12, 10, generator=gen,
+                                                                                 dtype=torch.float64)
+            for _ in range(4)]
+    scorer = batched.column_scorer(problem, light, None, column)
+    assert scorer is not None
+    for cand, col in zip(sets, scorer(sets), strict=True):
+        np.testing.assert_array_equal(col, _alone(problem, light, None, cand, column))
+
+
+def test_small_batches_give_the_same_columns(digits, monkeypatch):
+    resolved = resolve_protocol({"figures": False}, "mlp")
+    labels = candidate_labels("multiclass", 10, 30).numpy()
+    sets = _sets(digits, labels, 30)
+    scorer = batched.column_scorer(digits, light_protocol(resolved), labels, "corr")
+    assert scorer is not None
+    whole = scorer(sets)
+    monkeypatch.setattr(batched, "BATCH_VALUES", sets[0].numel() * 2 + 1)   # two or three sets a batch
+    for a, b in zip(whole, scorer(sets), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_calibration_equals_draw_by_draw_scoring(digits):
+    """The calibrated threshold and every draw's maximum, with the batched columns and without them."""
+    resolved = resolve_protocol({"figures": False, "calibration_draws": 6, "prior_draws": 4}, "mlp")
+    labels = candidate_labels("multiclass", 10, 40).numpy()
+    light = light_protocol(resolved)
+    scorer = light_scorer(digits, resolved, labels)
+    null_mod.clear_caches()
+    alone = null_mod.calibrate(digits, resolved, labels, 40, scorer)
+    null_mod.clear_caches()
+    many = null_mod.calibrate(digits, resolved, labels, 40, scorer,
+                              columns=batched.column_scorer(digits, light, labels, "corr"))
+    null_mod.clear_caches()
+    assert many == alone
+    assert len(many["draw_maxima"]) == 6 and len(many["prior_draw_maxima"]) == 4
+
+    def rank(cand: torch.Tensor) -> float:
+        return float(cand[:, 0, 0, 0].sum())
+
+    selected = [null_mod.calibrate_selected(digits, resolved, labels, 40, 3, scorer, rank, "test", columns=cols)
+                for cols in (None, batched.column_scorer(digits, light, labels, "corr"))
+                if null_mod.clear_caches() is None]
+    null_mod.clear_caches()
+    assert selected[0] == selected[1]
+
+
+def test_guided_scoring_stays_draw_by_draw(digits):
+    """Under a decision guide every draw is scored on its own, in its scope: no batched scorer is offered, and one
+    made before the guide refuses to run inside it."""
+    resolved = resolve_protocol({"figures": False}, "mlp")
+    labels = candidate_labels("multiclass", 10, 20).numpy()
+    light = light_protocol(resolved)
+    made = batched.column_scorer(digits, light, labels, "corr")
+    assert made is not None
+    with decisions.guided(64):
+        assert batched.column_scorer(digits, light, labels, "corr") is None
+        with pytest.raises(RuntimeError, match="decision guide"):
+            made([null_mod.draw(digits, labels, 20, 0, 0, 0)])
+
+
+def test_a_column_without_a_batched_metric_is_scored_draw_by_draw(digits):
+    resolved = resolve_protocol({"figures": False, "calibrated_score": "ssim_standard"}, "mlp")
+    assert batched.column_scorer(digits, light_protocol(resolved), None, "ssim_standard") is None
+    assert batched.column_scorer(digits, light_protocol(resolved), None, "not_a_metric") is None
