@@ -23,14 +23,16 @@ from reconbench.evaluation.matching import match
 from reconbench.evaluation.membership import (
     auc,
     collapse,
+    correlations,
     init_copy,
     nearest_distance,
     nearest_member,
-    pearson_matrix,
     population_mean,
     tpr_at_fpr,
+    unit_rows,
 )
 from reconbench.evaluation.null import MEMBERSHIP_STREAM
+from reconbench.evaluation.problem_memo import memo
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
 from reconbench.interfaces import Metric, MetricResult, NoOptions, Reported
@@ -309,7 +311,7 @@ class MembershipMetric(Metric[NoOptions]):
         if decoys.shape[0] == 0:
             return _unavailable("the problem has no decoy pool (n_decoy_per_class = 0)", "membership_precision")
         p = ev.protocol.base
-        decoy_feat = ev.features(decoys)
+        decoy_feat = memo(ev.problem, ("decoy_features", p.distance, p.ncc_eps), lambda: ev.features(decoys))
         claims = ev.reconstructed() & ev.matching.matched
         query = ev.features(ev.recon_centred[torch.as_tensor(claims)])
         res = nearest_member(query, ev.train_features, decoy_feat, p.per_dimension)
@@ -375,27 +377,23 @@ class MembershipTest(Metric[MembershipTestConfig]):
 
     def compute(self, ev: Evaluation, cfg: MembershipTestConfig) -> MetricResult:
         keys = ("membership_auc", "membership_tpr_at_fpr")
-        problem = ev.problem
-        pool = _non_member_pool(problem, cfg) if cfg.method == "offset_removed" else _legacy_pool(problem, cfg)
-        remove = _mean_offset(problem) if cfg.method == "offset_removed" else None
-        for reason in (pool, remove):
-            if isinstance(reason, str):
-                return {"available": False, "reason": reason, "summary": {k: None for k in keys}, "per_image": {}}
-        assert not isinstance(pool, str) and not isinstance(remove, str)
-        decoys, positions = pool
-        extra = len(positions)
-        held = problem.centred(problem.held_out_images(positions)) if extra else decoys[:0]
+        side = memo(ev.problem, ("membership_test", cfg.pool_per_member, cfg.seed, cfg.method, cfg.non_members),
+                    lambda: _non_member_side(ev.problem, cfg))
+        if isinstance(side, str):
+            return {"available": False, "reason": side, "summary": {k: None for k in keys}, "per_image": {}}
+        remove, extra, n_decoys = side.remove, side.held_out, side.decoys
         cand = ev.candidates[torch.as_tensor(ev.valid_ids, dtype=torch.long)]
         if cand.shape[0] == 0:
             return {"summary": {"membership_auc": 0.5, "membership_tpr_at_fpr": 0.0}, "per_image": {},
                     "details": {"note": "no valid candidate: every image scores alike"}}
+        unit_cand = unit_rows(cand, remove)
 
-        def best(images: torch.Tensor) -> torch.Tensor:
-            return pearson_matrix(images, cand, remove=remove)
+        def best(unit_images: torch.Tensor) -> torch.Tensor:
+            return correlations(unit_images, unit_cand)
 
-        pos = best(problem.x_train(torch.float64)).max(1).values.numpy()
-        neg_decoy = best(decoys).max(1).values.numpy() if decoys.shape[0] else np.zeros(0)
-        neg_held_r = best(held) if extra else torch.zeros(0, cand.shape[0], dtype=torch.float64)
+        pos = best(side.train).max(1).values.numpy()
+        neg_decoy = best(side.decoy_rows).max(1).values.numpy() if n_decoys else np.zeros(0)
+        neg_held_r = best(side.held_rows) if extra else torch.zeros(0, cand.shape[0], dtype=torch.float64)
         # Held-out images are handed to no attack and no init regime: a candidate identical to one can only be a
         # held-out null draw's own image, which is then no test of membership; such non-members are left out.
         drawn = (neg_held_r >= 1.0 - 1e-12).any(1).numpy() if extra else np.zeros(0, dtype=bool)
@@ -405,10 +403,39 @@ class MembershipTest(Metric[MembershipTestConfig]):
         space = ("per channel, the direction (training mean - population mean) removed" if remove is not None
                  else "per channel, in the model's input space (centred on the training mean)")
         return {"summary": summary, "per_image": {"membership_score": column_values(pos)},
-                "details": {"non_members": int(len(neg)), "decoys": int(decoys.shape[0]),
+                "details": {"non_members": int(len(neg)), "decoys": int(n_decoys),
                             "held_out": int(extra), "left_out_as_drawn": int(drawn.sum()), "fpr": cfg.fpr,
                             "threshold": threshold, "method": cfg.method,
                             "score": f"highest correlation with any valid candidate ({space})"}}
+
+
+@dataclass(frozen=True)
+class _NonMemberSide:
+    """The candidate-independent side of the membership test: the members' and non-members' unit rows
+    (``membership.unit_rows``), computed once per problem and configuration (``problem_memo``)."""
+
+    remove: torch.Tensor | None   # the direction taken out (offset_removed), or None
+    train: torch.Tensor           # unit rows of the training images
+    decoy_rows: torch.Tensor      # of the decoys in the pool
+    held_rows: torch.Tensor       # of the held-out images in the pool
+    decoys: int
+    held_out: int
+
+
+def _non_member_side(problem: Problem, cfg: MembershipTestConfig) -> _NonMemberSide | str:
+    """The pool and direction of ``cfg.method`` as unit rows, or why the test cannot be run."""
+    pool = _non_member_pool(problem, cfg) if cfg.method == "offset_removed" else _legacy_pool(problem, cfg)
+    remove = _mean_offset(problem) if cfg.method == "offset_removed" else None
+    for reason in (pool, remove):
+        if isinstance(reason, str):
+            return reason
+    assert not isinstance(pool, str) and not isinstance(remove, str)
+    decoys, positions = pool
+    extra = len(positions)
+    held = problem.centred(problem.held_out_images(positions)) if extra else decoys[:0]
+    return _NonMemberSide(remove=remove, train=unit_rows(problem.x_train(torch.float64), remove),
+                          decoy_rows=unit_rows(decoys, remove), held_rows=unit_rows(held, remove),
+                          decoys=int(decoys.shape[0]), held_out=extra)
 
 
 def _legacy_pool(problem: Problem, cfg: MembershipTestConfig) -> tuple[torch.Tensor, np.ndarray] | str:

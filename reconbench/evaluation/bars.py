@@ -28,8 +28,7 @@ import torch
 from reconbench.data import Problem
 from reconbench.evaluation import null
 from reconbench.evaluation.batched import column_scorer
-from reconbench.evaluation.distances import features
-from reconbench.evaluation.evaluate import EXTRACTION_EPS, extraction_score, score
+from reconbench.evaluation.evaluate import extraction_score, score
 from reconbench.evaluation.protocol import ResolvedProtocol, as_resolved
 
 #: the format of the record (a change of rule or draws gets a new version)
@@ -101,10 +100,8 @@ def calibration_bars(problem: Problem, pooled: dict[str, torch.Tensor], *, famil
                         "threshold": float(single["threshold"]),
                         "bar": f"one run, m = {m_run} (blind selection reads no training image)"}
     if oracle is not None and oracle in per_run_scores:
-        train = features(problem.x_train(torch.float64), "ncc", EXTRACTION_EPS)   # computed once for every rank
-
         def rank(cand: torch.Tensor) -> float:
-            return extraction_score(problem, cand, train_features=train)
+            return extraction_score(problem, cand)
 
         # one usable run: nothing was selected, and the bar is the single-run one
         sel = (null.calibrate_selected(problem, resolved, labels, m_run, len(runs), scorer, rank,

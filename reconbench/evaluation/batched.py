@@ -24,7 +24,7 @@ import torch
 from reconbench import plugins
 from reconbench.data import Problem
 from reconbench.evaluation import decisions
-from reconbench.evaluation.context import Evaluation, as_images, as_vector, validity
+from reconbench.evaluation.context import Evaluation, as_images, as_vector, train_features, validity
 from reconbench.evaluation.distances import features
 from reconbench.evaluation.matching import match
 from reconbench.evaluation.protocol import ResolvedProtocol
@@ -49,7 +49,7 @@ class Shared:
     def of(problem: Problem, protocol: ResolvedProtocol) -> Shared:
         p = protocol.base
         return Shared(mean=problem.mean_tensor(torch.float64),
-                      train_features=features(problem.x_train(torch.float64), p.distance, p.ncc_eps),
+                      train_features=train_features(problem, p.distance, p.ncc_eps),
                       originals=torch.as_tensor(problem.train_images, dtype=torch.float64))
 
 

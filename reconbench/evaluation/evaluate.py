@@ -38,7 +38,14 @@ from reconbench.data import Problem
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions, null
 from reconbench.evaluation.batched import column_scorer
-from reconbench.evaluation.context import CandidateError, Evaluation, as_vector, build_context, validity
+from reconbench.evaluation.context import (
+    CandidateError,
+    Evaluation,
+    as_vector,
+    build_context,
+    train_features,
+    validity,
+)
 from reconbench.evaluation.distances import features, paired, pairwise
 from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, as_resolved, resolve_protocol
 from reconbench.evaluation.scores import column_values, jsonable
@@ -52,21 +59,20 @@ EXTRACTION_EPS = 1e-10
 
 
 def extraction_score(problem: Problem, candidates: torch.Tensor, k: int = 10, eps: float = EXTRACTION_EPS,
-                     constant_tol: float = 1e-10, train_features: torch.Tensor | None = None) -> float:
+                     constant_tol: float = 1e-10) -> float:
     """The reference's in-run "extraction score" (docs/method/evaluation-protocol.md#in-run-extraction-score), lower is better.
 
     NCC (per-image, per-channel standardisation with the unbiased std, plus ``eps``) squared L2 distance in the
     centred space, not divided by the dimension; every candidate goes to its nearest training image, each training
     image keeps its best candidate, and the score is the mean distance of the k best such pairs. Non-finite and
-    constant candidates are ignored; with none left the score is +inf. ``train_features``: the training images' NCC
-    features with this ``eps`` when already computed (ranking many candidate sets of one problem).
+    constant candidates are ignored; with none left the score is +inf.
     """
     c = candidates.detach().to("cpu", torch.float64)
     valid, _ = validity(c, problem.mean_tensor(torch.float64), constant_tol)
     ids = np.flatnonzero(valid)
     if len(ids) == 0:
         return math.inf
-    train = features(problem.x_train(torch.float64), "ncc", eps) if train_features is None else train_features
+    train = train_features(problem, "ncc", eps)
     return extraction_score_from_features(train, features(c[torch.as_tensor(ids)], "ncc", eps), k)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from reconbench.data import Problem
-from reconbench.evaluation import decisions
+from reconbench.evaluation import decisions, problem_memo
 from reconbench.evaluation.batched import BATCH_VALUES
 from reconbench.evaluation.prior import AVERAGE_SIZES, prior_candidates
 from reconbench.evaluation.protocol import ResolvedProtocol
@@ -49,10 +49,12 @@ _REPORTED_BORDERLINE: dict[str, list[decisions.Borderline] | None] = {}
 
 
 def clear_caches() -> None:
-    """Forget the thresholds and reported draws kept for this process (each is computed again on its next use)."""
+    """Forget the thresholds, reported draws and per-problem values (``problem_memo``) kept for this process (each
+    is computed again on its next use)."""
     _THRESHOLDS.clear()
     _REPORTED.clear()
     _REPORTED_BORDERLINE.clear()
+    problem_memo.clear()
 
 
 def pool_size(problem: Problem) -> int:

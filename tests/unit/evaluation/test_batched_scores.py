@@ -136,3 +136,28 @@ def test_a_column_without_a_batched_metric_is_scored_draw_by_draw(digits):
     resolved = resolve_protocol({"figures": False, "calibrated_score": "ssim_standard"}, "mlp")
     assert batched.column_scorer(digits, light_protocol(resolved), None, "ssim_standard") is None
     assert batched.column_scorer(digits, light_protocol(resolved), None, "not_a_metric") is None
+
+
+def test_problem_values_are_kept_per_problem_object_and_cleared(digits):
+    """The memo hands out one computation per problem object and key, forgets a dead problem, and clear_caches
+    empties it."""
+    import copy
+    import gc
+
+    from reconbench.evaluation import problem_memo
+
+    calls = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert problem_memo.memo(digits, "k", compute) == problem_memo.memo(digits, "k", compute) == 1
+    other = copy.copy(digits)
+    assert problem_memo.memo(other, "k", compute) == 2   # another object: computed for it
+    del other
+    gc.collect()
+    assert all(ref() is not None for ref, _ in problem_memo._MEMO.values())
+    null_mod.clear_caches()
+    assert problem_memo.memo(digits, "k", compute) == 3
+    null_mod.clear_caches()
