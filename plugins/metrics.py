@@ -19,7 +19,7 @@ from reconbench.data import Problem
 from reconbench.errors import IncompatibleError
 from reconbench.evaluation.context import Evaluation, finite_rows
 from reconbench.evaluation.lpips_metric import ALEXNET_FILE, LpipsScorer, LpipsUnavailable
-from reconbench.evaluation.matching import match
+from reconbench.evaluation.matching import Matching, match
 from reconbench.evaluation.membership import (
     auc,
     collapse,
@@ -87,6 +87,15 @@ class PaperSsim(Metric[SsimConfig]):
         summary, per_image = threshold_summary(scores, p.good_threshold, p.top_k, "ssim")
         return {"summary": summary, "per_image": per_image}
 
+    def compute_many(self, evs: list[Evaluation], cfg: SsimConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context, their images in one SSIM pass (equal numbers)."""
+        out: list[MetricResult] = []
+        for ev, scores in zip(evs, self.column_scores_many(evs, cfg), strict=True):
+            p = ev.protocol.base
+            summary, per_image = threshold_summary(scores, p.good_threshold, p.top_k, "ssim")
+            out.append({"summary": summary, "per_image": per_image})
+        return out
+
     def column_scores_many(self, evs: list[Evaluation], cfg: SsimConfig) -> list[np.ndarray]:
         """The ``ssim`` column of each context (NaN where unmatched), the contexts' images scored in one SSIM pass
         (reconbench/evaluation/batched.py); equal to :meth:`compute`'s column."""
@@ -142,6 +151,27 @@ class StandardSsim(Metric[StandardSsimConfig]):
                                                suffix="_ssim_standard")
         return {"summary": summary, "per_image": per_image}
 
+    def compute_many(self, evs: list[Evaluation], cfg: StandardSsimConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context, the matched pairs of all contexts in one scikit-image pass (each pair
+        scored on its own: equal numbers)."""
+        masks = [ev.matching.matched for ev in evs]
+        raws = [np.full(ev.n, np.nan) for ev in evs]
+        if any(mask.any() for mask in masks):
+            pairs = list(zip(evs, masks, strict=True))
+            values = ssim_standard(np.concatenate([ev.recon_display[mask].numpy() for ev, mask in pairs]),
+                                   np.concatenate([ev.originals[mask].numpy() for ev, mask in pairs]),
+                                   cfg.data_range, cfg.win_size, cfg.gaussian_weights)
+            parts = np.split(values, np.cumsum([int(mask.sum()) for mask in masks])[:-1])
+            for raw, mask, part in zip(raws, masks, parts, strict=True):
+                raw[mask] = part
+        out: list[MetricResult] = []
+        for ev, raw in zip(evs, raws, strict=True):
+            p = ev.protocol.base
+            summary, per_image = threshold_summary(raw, p.good_threshold, p.top_k, "ssim_standard",
+                                                   suffix="_ssim_standard")
+            out.append({"summary": summary, "per_image": per_image})
+        return out
+
 
 # -- the notebooks' variant -------------------------------------------------------------------------------------
 @dataclass
@@ -169,6 +199,20 @@ class NotebookSsim(Metric[NotebookConfig]):
         PaperSsim().check_config(SsimConfig(window_size=cfg.window_size))
 
     def compute(self, ev: Evaluation, cfg: NotebookConfig) -> MetricResult:
+        m, recon = self._pairs(ev)
+        return self._result(ev, m, ssim_paper(recon, ev.originals, cfg.window_size).numpy())
+
+    def compute_many(self, evs: list[Evaluation], cfg: NotebookConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context, the pairs of all contexts in one SSIM pass (equal numbers)."""
+        pairs = [self._pairs(ev) for ev in evs]
+        raw = ssim_paper(torch.cat([recon for _, recon in pairs]), torch.cat([ev.originals for ev in evs]),
+                         cfg.window_size).numpy()
+        return [self._result(ev, m, part) for ev, (m, _), part in zip(evs, pairs, np.split(raw, len(evs)),
+                                                                        strict=True)]
+
+    @staticmethod
+    def _pairs(ev: Evaluation) -> tuple[Matching, torch.Tensor]:
+        """The notebooks' matching and, per training image, its nearest candidate as displayed (zeros: unmatched)."""
         p = ev.protocol.base
         m = match(ev.train_features, ev.candidate_features, ev.valid_ids, ev.candidates.shape[0],
                   best_buddy=False, vote="min", avg_threshold=1.0, per_dimension=p.per_dimension,
@@ -177,7 +221,11 @@ class NotebookSsim(Metric[NotebookConfig]):
         if m.matched.any():
             recon[torch.as_tensor(m.matched)] = display(ev.candidates[torch.as_tensor(m.best[m.matched])],
                                                         ev.problem.mean_tensor(), p.constant_tol)
-        raw = ssim_paper(recon, ev.originals, cfg.window_size).numpy()
+        return m, recon
+
+    @staticmethod
+    def _result(ev: Evaluation, m: Matching, raw: np.ndarray) -> MetricResult:
+        p = ev.protocol.base
         scores = _nan_unmatched(raw, m.matched)
         summary, per_image = threshold_summary(scores, p.good_threshold, p.top_k, "notebook_ssim",
                                                suffix="_notebook")
@@ -229,6 +277,15 @@ class Correlation(Metric[CorrelationConfig]):
         scores = _nan_unmatched(raw, ev.matching.matched)
         summary, per_image = threshold_summary(scores, cfg.threshold, ev.protocol.base.top_k, "corr", suffix="_corr")
         return {"summary": summary, "per_image": per_image}
+
+    def compute_many(self, evs: list[Evaluation], cfg: CorrelationConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context, in one pass over their images (equal numbers)."""
+        out: list[MetricResult] = []
+        for ev, scores in zip(evs, self.column_scores_many(evs, cfg), strict=True):
+            summary, per_image = threshold_summary(scores, cfg.threshold, ev.protocol.base.top_k, "corr",
+                                                   suffix="_corr")
+            out.append({"summary": summary, "per_image": per_image})
+        return out
 
     def column_scores_many(self, evs: list[Evaluation], cfg: CorrelationConfig) -> list[np.ndarray]:
         """The ``corr`` column of each context (NaN where unmatched), in one pass over the contexts' images

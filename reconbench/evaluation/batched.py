@@ -24,7 +24,7 @@ import torch
 from reconbench import plugins
 from reconbench.data import Problem
 from reconbench.evaluation import decisions
-from reconbench.evaluation.context import Evaluation, as_images, as_vector, train_features, validity
+from reconbench.evaluation.context import Evaluation, as_images, as_vector, card_margins, train_features, validity
 from reconbench.evaluation.distances import features
 from reconbench.evaluation.matching import match
 from reconbench.evaluation.protocol import ResolvedProtocol
@@ -54,9 +54,9 @@ class Shared:
 
 
 def contexts(problem: Problem, sets: Sequence[torch.Tensor], protocol: ResolvedProtocol,
-             labels: np.ndarray | None, shared: Shared | None = None) -> list[Evaluation]:
-    """The evaluation context of each candidate set (as ``build_context`` builds it without run ids, starting
-    candidates or card), with validity, features and display scaling computed over the stacked sets."""
+             labels: np.ndarray | None, shared: Shared | None = None, card: object = None) -> list[Evaluation]:
+    """The evaluation context of each candidate set (as ``build_context`` builds it without run ids or starting
+    candidates), with validity, features and display scaling computed over the stacked sets."""
     p = protocol.base
     shared = shared or Shared.of(problem, protocol)
     cands = [as_images(c, problem) for c in sets]
@@ -81,6 +81,7 @@ def contexts(problem: Problem, sets: Sequence[torch.Tensor], protocol: ResolvedP
     recon = torch.cat(recons)
     shown = display(recon, shared.mean, p.constant_tol)
     n = problem.n
+    margins = card_margins(card, problem)
     out = []
     for k, c in enumerate(cands):
         v = valid[offsets[k]:offsets[k + 1]]
@@ -88,7 +89,8 @@ def contexts(problem: Problem, sets: Sequence[torch.Tensor], protocol: ResolvedP
         out.append(Evaluation(
             problem=problem, protocol=protocol, candidates=c, valid=v,
             invalid={reason: [int(i) - int(offsets[k]) for i in ids[(ids >= offsets[k]) & (ids < offsets[k + 1])]]
-                     for reason, ids in bad.items()}, labels=lab, run_ids=None, x0=None, card=None, margins=None,
+                     for reason, ids in bad.items()}, labels=lab, run_ids=None, x0=None, card=card,
+            margins=margins,
             train_features=shared.train_features, valid_ids=np.flatnonzero(v),
             candidate_features=feat[feat_offsets[k]:feat_offsets[k + 1]], matching=matchings[k],
             recon_centred=recons[k], recon_display=shown[k * n:(k + 1) * n], originals=shared.originals))

@@ -155,6 +155,15 @@ def train_features(problem: Problem, distance: str, eps: float) -> torch.Tensor:
                 lambda: features(problem.x_train(torch.float64), distance, eps))
 
 
+def card_margins(card: object, problem: Problem) -> np.ndarray | None:
+    """(n,) per-training-image margins the model card records, or None."""
+    if isinstance(card, ModelCard):
+        raw = TrainMetrics.from_dict(card.data["metrics"], card.path / "card.json").margins
+        if raw is not None and len(raw) == problem.n:
+            return np.asarray(raw, dtype=np.float64)
+    return None
+
+
 def build_context(problem: Problem, candidates: object, protocol: ResolvedProtocol, *, labels: object = None,
                   run_ids: object = None, x0: object = None, card: object = None) -> Evaluation:
     cands = as_images(candidates, problem)
@@ -177,11 +186,7 @@ def build_context(problem: Problem, candidates: object, protocol: ResolvedProtoc
                      avg_threshold=protocol.avg_threshold, per_dimension=p.per_dimension)
     recon = matching.average(cands)
     shown = display(recon, mean, p.constant_tol)
-    margins = None
-    if isinstance(card, ModelCard):
-        raw = TrainMetrics.from_dict(card.data["metrics"], card.path / "card.json").margins
-        if raw is not None and len(raw) == problem.n:
-            margins = np.asarray(raw, dtype=np.float64)
+    margins = card_margins(card, problem)
     return Evaluation(problem=problem, protocol=protocol, candidates=cands, valid=valid, invalid=invalid, labels=lab,
                       run_ids=runs, x0=start, card=card, margins=margins, train_features=train_feat,
                       valid_ids=valid_ids, candidate_features=cand_feat, matching=matching, recon_centred=recon,

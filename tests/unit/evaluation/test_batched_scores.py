@@ -161,3 +161,42 @@ def test_problem_values_are_kept_per_problem_object_and_cleared(digits):
     null_mod.clear_caches()
     assert problem_memo.memo(digits, "k", compute) == 3
     null_mod.clear_caches()
+
+
+@pytest.mark.parametrize("options", [{}, {"vote": "min", "ssim_standard.win_size": 5}, {"best_buddy": False}])
+def test_score_many_equals_scoring_each_set_alone(digits, options):
+    """Every metric's numbers (the batched SSIM family and correlation, the others context by context), the
+    summary, the per-image rows and the candidate counts: each set's record equals its own scoring's."""
+    from reconbench.evaluation.evaluate import restricted, score_many
+    from reconbench.evaluation.scores import jsonable
+
+    resolved = restricted(resolve_protocol({"figures": False, **options}, "mlp"), None)
+    labels = candidate_labels("multiclass", 10, 40).numpy()
+    sets = _sets(digits, labels, 40)
+    many = score_many(digits, sets, resolved, labels=labels)
+    assert len(many) == len(sets)
+    for cand, got in zip(sets, many, strict=True):
+        alone = score(digits, cand, resolved, labels=torch.as_tensor(labels), with_protocol=False)
+        assert jsonable(got) == jsonable(alone)
+    assert any(out["candidates"]["nonfinite"] and out["candidates"]["constant"] for out in many)
+    with decisions.guided(64), pytest.raises(RuntimeError, match="decision guide"):
+        score_many(digits, sets[:2], resolved, labels=labels)
+
+
+def test_a_failing_batched_metric_falls_back_to_each_context(digits, monkeypatch):
+    """compute_many raising: every context is scored by compute, as alone."""
+    from reconbench_plugins.metrics import PaperSsim
+
+    from reconbench.evaluation.evaluate import restricted, score_many
+    from reconbench.evaluation.scores import jsonable
+
+    def broken(self, evs, cfg):
+        raise ValueError("broken batch")
+
+    monkeypatch.setattr(PaperSsim, "compute_many", broken)
+    resolved = restricted(resolve_protocol({"figures": False, "metrics": ["ssim", "corr"]}, "mlp"), None)
+    labels = candidate_labels("multiclass", 10, 20).numpy()
+    sets = _sets(digits, labels, 20)[:3]
+    for cand, got in zip(sets, score_many(digits, sets, resolved, labels=labels), strict=True):
+        assert jsonable(got) == jsonable(score(digits, cand, resolved, labels=torch.as_tensor(labels),
+                                               with_protocol=False))
