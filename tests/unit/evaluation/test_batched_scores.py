@@ -35,7 +35,7 @@ def _sets(problem, labels: np.ndarray, m: int) -> list[torch.Tensor]:
     odd[1, 0, 0, 0] = float("inf")
     odd[2] = 0.25
     odd[3] = -0.0
-    odd[4, 0] = -0.0
+    odd[4, 0, :3] = -0.0   # part of an image: still a valid candidate
     sets.append(odd)
     return sets
 
