@@ -295,13 +295,15 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
         return numbers
 
     def reported() -> list[dict[str, float]]:
-        cands = [null.draw(problem, labels, m, p.null_seed, null.REPORT_STREAM, k) for k in range(p.null_draws)]
-        if decisions.current() is None:   # no decision is noted or flipped: the draws scored in one pass
-            return [numbers_of(ev) for ev in score_many(problem, cands, full, labels=labels, card=card)]
+        makers = [functools.partial(null.draw, problem, labels, m, p.null_seed, null.REPORT_STREAM, k)
+                  for k in range(p.null_draws)]
+        if decisions.current() is None:   # no decision is noted or flipped: the draws scored a batch at a time
+            return [numbers_of(ev) for batch in null.in_batches(makers)
+                    for ev in score_many(problem, batch, full, labels=labels, card=card)]
         draws = []
-        for k, cand in enumerate(cands):
+        for k, make in enumerate(makers):
             with decisions.scope(f"null draw {k}"):
-                draws.append(numbers_of(score(problem, cand, full, labels=None if labels is None
+                draws.append(numbers_of(score(problem, make(), full, labels=None if labels is None
                                               else torch.as_tensor(labels), card=card, with_protocol=False)))
         return draws
 

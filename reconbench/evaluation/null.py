@@ -22,7 +22,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -135,22 +135,25 @@ def _maximum(s: np.ndarray) -> float:
     return float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf
 
 
-def _maxima_in_batches(makers: Iterable[Callable[[], torch.Tensor]],
-                       columns: Callable[[Sequence[torch.Tensor]], list[np.ndarray]]) -> list[float]:
-    """The highest column score of each made candidate set, scored by ``columns`` in batches of about
-    ``BATCH_VALUES`` candidate values (the sets are made as needed, so memory stays bounded)."""
-    out: list[float] = []
+def in_batches(makers: Iterable[Callable[[], torch.Tensor]]) -> Iterator[list[torch.Tensor]]:
+    """The made candidate sets in consecutive batches of about ``BATCH_VALUES`` candidate values (at least one set
+    a batch); each set is made when its batch is, so memory stays bounded whatever the count and size of the sets."""
     batch: list[torch.Tensor] = []
     size = 0
     for make in makers:
         batch.append(make())
         size += batch[-1].numel()
         if size >= BATCH_VALUES:
-            out += [_maximum(s) for s in columns(batch)]
+            yield batch
             batch, size = [], 0
     if batch:
-        out += [_maximum(s) for s in columns(batch)]
-    return out
+        yield batch
+
+
+def _maxima_in_batches(makers: Iterable[Callable[[], torch.Tensor]],
+                       columns: Callable[[Sequence[torch.Tensor]], list[np.ndarray]]) -> list[float]:
+    """The highest column score of each made candidate set, scored by ``columns`` batch by batch."""
+    return [_maximum(s) for batch in in_batches(makers) for s in columns(batch)]
 
 
 def calibrate(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray | None, m: int,

@@ -200,3 +200,29 @@ def test_a_failing_batched_metric_falls_back_to_each_context(digits, monkeypatch
     for cand, got in zip(sets, score_many(digits, sets, resolved, labels=labels), strict=True):
         assert jsonable(got) == jsonable(score(digits, cand, resolved, labels=torch.as_tensor(labels),
                                                with_protocol=False))
+
+
+def test_evaluate_is_the_same_in_small_batches_and_under_a_decision_guide(digits, monkeypatch):
+    """The whole record (calibration, reported null draws, every number) scored in one batch, a set per batch
+    (null.BATCH_VALUES below one set) and draw by draw under a decision guide."""
+    from reconbench.evaluation import evaluate
+    from reconbench.evaluation.scores import jsonable
+
+    labels = torch.as_tensor(candidate_labels("multiclass", 10, 30))
+    cand = _sets(digits, labels.numpy(), 30)[5]
+    protocol = {"figures": False, "calibration_draws": 5, "prior_draws": 3, "null_draws": 4}
+
+    def numbers() -> dict:
+        null_mod.clear_caches()
+        out = jsonable(evaluate(digits, cand, family="mlp", labels=labels, protocol=protocol))
+        out.pop("seconds")
+        return out
+
+    whole = numbers()
+    monkeypatch.setattr(null_mod, "BATCH_VALUES", 1)
+    assert numbers() == whole
+    monkeypatch.undo()
+    with decisions.guided(64):
+        guided = numbers()
+    assert guided == whole
+    assert whole["null"]["draws"] == 4 and len(whole["protocol"]["calibration"]["prior_draw_maxima"]) == 3
