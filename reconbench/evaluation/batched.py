@@ -24,7 +24,15 @@ import torch
 from reconbench import plugins
 from reconbench.data import Problem
 from reconbench.evaluation import decisions
-from reconbench.evaluation.context import Evaluation, as_images, as_vector, card_margins, train_features, validity
+from reconbench.evaluation.context import (
+    CandidateError,
+    Evaluation,
+    as_images,
+    as_vector,
+    card_margins,
+    train_features,
+    validity,
+)
 from reconbench.evaluation.distances import features
 from reconbench.evaluation.matching import match
 from reconbench.evaluation.protocol import ResolvedProtocol
@@ -54,12 +62,28 @@ class Shared:
 
 
 def contexts(problem: Problem, sets: Sequence[torch.Tensor], protocol: ResolvedProtocol,
-             labels: np.ndarray | None, shared: Shared | None = None, card: object = None) -> list[Evaluation]:
-    """The evaluation context of each candidate set (as ``build_context`` builds it without run ids or starting
-    candidates), with validity, features and display scaling computed over the stacked sets."""
+             labels: object = None, shared: Shared | None = None, card: object = None,
+             per_set: Sequence[dict[str, object]] | None = None) -> list[Evaluation]:
+    """The evaluation context of each candidate set, as ``build_context`` builds it, with validity, features and
+    display scaling computed over the stacked sets. ``labels``: the candidate labels of every set; ``per_set``: for
+    each set its own ``labels``, ``run_ids`` and ``x0`` (starting candidates) instead, checked as ``build_context``
+    checks them."""
     p = protocol.base
     shared = shared or Shared.of(problem, protocol)
-    cands = [as_images(c, problem) for c in sets]
+    cands, labs, runs, starts = [], [], [], []
+    for k, c in enumerate(sets):   # each set checked in build_context's order
+        cand = as_images(c, problem)
+        count = cand.shape[0]
+        extra = per_set[k] if per_set is not None else {"labels": labels}
+        cands.append(cand)
+        labs.append(as_vector(extra.get("labels"), count, "labels"))
+        runs.append(as_vector(extra.get("run_ids"), count, "run_ids"))
+        x0 = extra.get("x0")
+        start = as_images(x0, problem, "x0 (starting candidates)") if x0 is not None else None
+        if start is not None and start.shape[0] != count:
+            raise CandidateError(f"x0 has {start.shape[0]} starting candidates for {count} candidates; give one "
+                                 "per candidate")
+        starts.append(start)
     sizes = [c.shape[0] for c in cands]
     stack = torch.cat(cands)
     valid, invalid = validity(stack, shared.mean, p.constant_tol)
@@ -85,11 +109,10 @@ def contexts(problem: Problem, sets: Sequence[torch.Tensor], protocol: ResolvedP
     out = []
     for k, c in enumerate(cands):
         v = valid[offsets[k]:offsets[k + 1]]
-        lab = as_vector(labels, sizes[k], "labels")
         out.append(Evaluation(
             problem=problem, protocol=protocol, candidates=c, valid=v,
             invalid={reason: [int(i) - int(offsets[k]) for i in ids[(ids >= offsets[k]) & (ids < offsets[k + 1])]]
-                     for reason, ids in bad.items()}, labels=lab, run_ids=None, x0=None, card=card,
+                     for reason, ids in bad.items()}, labels=labs[k], run_ids=runs[k], x0=starts[k], card=card,
             margins=margins,
             train_features=shared.train_features, valid_ids=np.flatnonzero(v),
             candidate_features=feat[feat_offsets[k]:feat_offsets[k + 1]], matching=matchings[k],

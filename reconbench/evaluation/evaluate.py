@@ -133,6 +133,41 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
     return jsonable(out)
 
 
+def evaluate_many(problem: Problem, sets: list[dict[str, Any]], *, family: str,
+                  protocol: dict[str, Any] | ResolvedProtocol | None = None, card: object = None,
+                  out_dirs: list[str | Path | None] | None = None) -> list[dict[str, Any]]:
+    """:func:`evaluate` of several candidate sets of one problem (each a dict of ``candidates`` and optionally
+    ``labels``, ``run_ids``, ``x0``; ``out_dirs``: each set's figure folder or None), scored in one pass as
+    :func:`score_many` scores them; each record equals the set's own :func:`evaluate` but for its ``seconds`` (the
+    shared pass divided among the sets, plus the set's own null and figures). Under a decision guide the sets are
+    evaluated one by one."""
+    dirs = out_dirs if out_dirs is not None else [None] * len(sets)
+    if decisions.current() is not None or len(sets) < 2:
+        return [evaluate(problem, s["candidates"], family=family, protocol=protocol, labels=s.get("labels"),
+                         run_ids=s.get("run_ids"), x0=s.get("x0"), card=card, out_dir=d)
+                for s, d in zip(sets, dirs, strict=True)]
+    from reconbench.evaluation.batched import contexts
+
+    t0 = time.perf_counter()
+    resolved = as_resolved(protocol, family)
+    evs = contexts(problem, [s["candidates"] for s in sets], resolved, card=card,
+                   per_set=[{k: s.get(k) for k in ("labels", "run_ids", "x0")} for s in sets])
+    metric_outs = _compute_metrics(evs, resolved)
+    shared_seconds = (time.perf_counter() - t0) / len(sets)
+    results = []
+    for ev, metric_out, d in zip(evs, metric_outs, dirs, strict=True):
+        t1 = time.perf_counter()
+        out = _assemble(ev, resolved, metric_out, True)
+        add_null(out, problem, resolved, ev.labels, card)
+        if d is not None and resolved.base.figures:
+            threshold, column = out["summary"]["calibrated_threshold"], null.calibrated_column(resolved)
+            calibrated = None if threshold is None else (column, null.scores_of(out, column), float(threshold))
+            out["figures"] = _figures(ev, Path(d), calibrated)
+        out["seconds"] = shared_seconds + time.perf_counter() - t1
+        results.append(jsonable(out))
+    return results
+
+
 def with_result_defaults(result: Mapping[str, Any]) -> dict[str, Any]:
     """A metric's result with every key of :class:`reconbench.interfaces.MetricResult` (each optional there) set:
     available unless it says otherwise, no reason, empty summary, columns and details."""

@@ -12,6 +12,7 @@ from reconbench.data import ProblemSpec
 from reconbench.evaluation import batched, decisions, resolve_protocol
 from reconbench.evaluation import null as null_mod
 from reconbench.evaluation.bars import light_protocol, light_scorer
+from reconbench.evaluation.context import CandidateError
 from reconbench.evaluation.evaluate import score
 from reconbench.targets.problems import build_problem
 
@@ -226,3 +227,27 @@ def test_evaluate_is_the_same_in_small_batches_and_under_a_decision_guide(digits
         guided = numbers()
     assert guided == whole
     assert whole["null"]["draws"] == 4 and len(whole["protocol"]["calibration"]["prior_draw_maxima"]) == 3
+
+
+def test_evaluate_many_equals_each_sets_own_evaluation(digits):
+    """Pool and selected runs with their labels, run ids and starting candidates: each record is the set's own
+    evaluate record (all but its seconds); a bad set fails with evaluate's message."""
+    from reconbench.evaluation import evaluate
+    from reconbench.evaluation.evaluate import evaluate_many
+
+    labels = torch.as_tensor(candidate_labels("multiclass", 10, 20))
+    sets_ = _sets(digits, labels.numpy(), 20)
+    pool = {"candidates": torch.cat([sets_[5], sets_[6]]), "labels": torch.cat([labels, labels]),
+            "run_ids": torch.arange(2).repeat_interleave(20), "x0": torch.cat([sets_[0], sets_[1]])}
+    picks = [{k: v[pool["run_ids"] == r] for k, v in pool.items()} for r in (0, 1)]
+    protocol = {"figures": False, "calibration_draws": 4, "prior_draws": 2, "null_draws": 3}
+    many = evaluate_many(digits, [pool, *picks], family="mlp", protocol=protocol)
+    for chosen, got in zip([pool, *picks], many, strict=True):
+        null_mod.clear_caches()
+        alone = evaluate(digits, chosen["candidates"], family="mlp", protocol=protocol, labels=chosen["labels"],
+                         run_ids=chosen["run_ids"], x0=chosen["x0"])
+        assert {k: v for k, v in got.items() if k != "seconds"} == {k: v for k, v in alone.items() if k != "seconds"}
+    assert many[0]["metrics"]["init_copy"]["available"]
+    bad = {**picks[0], "x0": picks[0]["x0"][:5]}
+    with pytest.raises(CandidateError, match="x0 has 5 starting candidates for 20"):
+        evaluate_many(digits, [pool, bad], family="mlp", protocol=protocol)
