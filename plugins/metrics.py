@@ -331,6 +331,15 @@ class Lpips(Metric[LpipsConfig]):
             return _unavailable(str(exc), "lpips_mean")
         return score_lpips(ev, scorer)
 
+    def compute_many(self, evs: list[Evaluation], cfg: LpipsConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context with one scorer (its network is fixed: the same numbers), or the same
+        reason for each where it is unavailable."""
+        try:
+            scorer = LpipsScorer(backbone_weights=cfg.backbone_weights, min_size=cfg.min_size)
+        except LpipsUnavailable as exc:
+            return [_unavailable(str(exc), "lpips_mean") for _ in evs]
+        return [score_lpips(ev, scorer) for ev in evs]
+
 
 def score_lpips(ev: Evaluation, scorer: LpipsScorer) -> MetricResult:
     """LPIPS of every matched pair; the output says whether the backbone was random (tests only)."""
