@@ -19,18 +19,20 @@ from reconbench.data import Problem
 from reconbench.errors import IncompatibleError
 from reconbench.evaluation.context import Evaluation, finite_rows
 from reconbench.evaluation.lpips_metric import ALEXNET_FILE, LpipsScorer, LpipsUnavailable
-from reconbench.evaluation.matching import match
+from reconbench.evaluation.matching import Matching, match
 from reconbench.evaluation.membership import (
     auc,
     collapse,
+    correlations,
     init_copy,
     nearest_distance,
     nearest_member,
-    pearson_matrix,
     population_mean,
     tpr_at_fpr,
+    unit_rows,
 )
 from reconbench.evaluation.null import MEMBERSHIP_STREAM
+from reconbench.evaluation.problem_memo import memo
 from reconbench.evaluation.scores import column_values, threshold_summary
 from reconbench.evaluation.ssim import KORNIA_SIGMA, display, skimage_defaults, ssim_paper, ssim_standard
 from reconbench.interfaces import Metric, MetricResult, NoOptions, Reported
@@ -85,6 +87,25 @@ class PaperSsim(Metric[SsimConfig]):
         summary, per_image = threshold_summary(scores, p.good_threshold, p.top_k, "ssim")
         return {"summary": summary, "per_image": per_image}
 
+    def compute_many(self, evs: list[Evaluation], cfg: SsimConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context, their images in one SSIM pass (equal numbers)."""
+        out: list[MetricResult] = []
+        for ev, scores in zip(evs, self.column_scores_many(evs, cfg), strict=True):
+            p = ev.protocol.base
+            summary, per_image = threshold_summary(scores, p.good_threshold, p.top_k, "ssim")
+            out.append({"summary": summary, "per_image": per_image})
+        return out
+
+    def column_scores_many(self, evs: list[Evaluation], cfg: SsimConfig) -> list[np.ndarray]:
+        """The ``ssim`` column of each context (NaN where unmatched), the contexts' images scored in one SSIM pass
+        (reconbench/evaluation/batched.py); equal to :meth:`compute`'s column."""
+        if not evs:
+            return []
+        raw = ssim_paper(torch.cat([ev.recon_display for ev in evs]), torch.cat([ev.originals for ev in evs]),
+                         cfg.window_size, cfg.data_range, cfg.eps).numpy()
+        return [_nan_unmatched(part, ev.matching.matched) for part, ev in zip(np.split(raw, len(evs)), evs,
+                                                                               strict=True)]
+
 
 # -- SSIM, the standard variant --------------------------------------------------------------------------------
 @dataclass
@@ -130,6 +151,27 @@ class StandardSsim(Metric[StandardSsimConfig]):
                                                suffix="_ssim_standard")
         return {"summary": summary, "per_image": per_image}
 
+    def compute_many(self, evs: list[Evaluation], cfg: StandardSsimConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context, the matched pairs of all contexts in one scikit-image pass (each pair
+        scored on its own: equal numbers)."""
+        masks = [ev.matching.matched for ev in evs]
+        raws = [np.full(ev.n, np.nan) for ev in evs]
+        if any(mask.any() for mask in masks):
+            pairs = list(zip(evs, masks, strict=True))
+            values = ssim_standard(np.concatenate([ev.recon_display[mask].numpy() for ev, mask in pairs]),
+                                   np.concatenate([ev.originals[mask].numpy() for ev, mask in pairs]),
+                                   cfg.data_range, cfg.win_size, cfg.gaussian_weights)
+            parts = np.split(values, np.cumsum([int(mask.sum()) for mask in masks])[:-1])
+            for raw, mask, part in zip(raws, masks, parts, strict=True):
+                raw[mask] = part
+        out: list[MetricResult] = []
+        for ev, raw in zip(evs, raws, strict=True):
+            p = ev.protocol.base
+            summary, per_image = threshold_summary(raw, p.good_threshold, p.top_k, "ssim_standard",
+                                                   suffix="_ssim_standard")
+            out.append({"summary": summary, "per_image": per_image})
+        return out
+
 
 # -- the notebooks' variant -------------------------------------------------------------------------------------
 @dataclass
@@ -157,6 +199,20 @@ class NotebookSsim(Metric[NotebookConfig]):
         PaperSsim().check_config(SsimConfig(window_size=cfg.window_size))
 
     def compute(self, ev: Evaluation, cfg: NotebookConfig) -> MetricResult:
+        m, recon = self._pairs(ev)
+        return self._result(ev, m, ssim_paper(recon, ev.originals, cfg.window_size).numpy())
+
+    def compute_many(self, evs: list[Evaluation], cfg: NotebookConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context, the pairs of all contexts in one SSIM pass (equal numbers)."""
+        pairs = [self._pairs(ev) for ev in evs]
+        raw = ssim_paper(torch.cat([recon for _, recon in pairs]), torch.cat([ev.originals for ev in evs]),
+                         cfg.window_size).numpy()
+        return [self._result(ev, m, part) for ev, (m, _), part in zip(evs, pairs, np.split(raw, len(evs)),
+                                                                        strict=True)]
+
+    @staticmethod
+    def _pairs(ev: Evaluation) -> tuple[Matching, torch.Tensor]:
+        """The notebooks' matching and, per training image, its nearest candidate as displayed (zeros: unmatched)."""
         p = ev.protocol.base
         m = match(ev.train_features, ev.candidate_features, ev.valid_ids, ev.candidates.shape[0],
                   best_buddy=False, vote="min", avg_threshold=1.0, per_dimension=p.per_dimension,
@@ -165,7 +221,11 @@ class NotebookSsim(Metric[NotebookConfig]):
         if m.matched.any():
             recon[torch.as_tensor(m.matched)] = display(ev.candidates[torch.as_tensor(m.best[m.matched])],
                                                         ev.problem.mean_tensor(), p.constant_tol)
-        raw = ssim_paper(recon, ev.originals, cfg.window_size).numpy()
+        return m, recon
+
+    @staticmethod
+    def _result(ev: Evaluation, m: Matching, raw: np.ndarray) -> MetricResult:
+        p = ev.protocol.base
         scores = _nan_unmatched(raw, m.matched)
         summary, per_image = threshold_summary(scores, p.good_threshold, p.top_k, "notebook_ssim",
                                                suffix="_notebook")
@@ -218,6 +278,25 @@ class Correlation(Metric[CorrelationConfig]):
         summary, per_image = threshold_summary(scores, cfg.threshold, ev.protocol.base.top_k, "corr", suffix="_corr")
         return {"summary": summary, "per_image": per_image}
 
+    def compute_many(self, evs: list[Evaluation], cfg: CorrelationConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context, in one pass over their images (equal numbers)."""
+        out: list[MetricResult] = []
+        for ev, scores in zip(evs, self.column_scores_many(evs, cfg), strict=True):
+            summary, per_image = threshold_summary(scores, cfg.threshold, ev.protocol.base.top_k, "corr",
+                                                   suffix="_corr")
+            out.append({"summary": summary, "per_image": per_image})
+        return out
+
+    def column_scores_many(self, evs: list[Evaluation], cfg: CorrelationConfig) -> list[np.ndarray]:
+        """The ``corr`` column of each context (NaN where unmatched), in one pass over the contexts' images
+        (reconbench/evaluation/batched.py); equal to :meth:`compute`'s column."""
+        if not evs:
+            return []
+        x_train = evs[0].problem.x_train(torch.float64)
+        raw = pearson(torch.cat([ev.recon_centred for ev in evs]), x_train.repeat(len(evs), 1, 1, 1)).numpy()
+        return [_nan_unmatched(part, ev.matching.matched) for part, ev in zip(np.split(raw, len(evs)), evs,
+                                                                               strict=True)]
+
 
 # -- LPIPS -------------------------------------------------------------------------------------------------------
 @dataclass
@@ -251,6 +330,15 @@ class Lpips(Metric[LpipsConfig]):
         except LpipsUnavailable as exc:
             return _unavailable(str(exc), "lpips_mean")
         return score_lpips(ev, scorer)
+
+    def compute_many(self, evs: list[Evaluation], cfg: LpipsConfig) -> list[MetricResult]:
+        """:meth:`compute` of every context with one scorer (its network is fixed: the same numbers), or the same
+        reason for each where it is unavailable."""
+        try:
+            scorer = LpipsScorer(backbone_weights=cfg.backbone_weights, min_size=cfg.min_size)
+        except LpipsUnavailable as exc:
+            return [_unavailable(str(exc), "lpips_mean") for _ in evs]
+        return [score_lpips(ev, scorer) for ev in evs]
 
 
 def score_lpips(ev: Evaluation, scorer: LpipsScorer) -> MetricResult:
@@ -289,7 +377,7 @@ class MembershipMetric(Metric[NoOptions]):
         if decoys.shape[0] == 0:
             return _unavailable("the problem has no decoy pool (n_decoy_per_class = 0)", "membership_precision")
         p = ev.protocol.base
-        decoy_feat = ev.features(decoys)
+        decoy_feat = memo(ev.problem, ("decoy_features", p.distance, p.ncc_eps), lambda: ev.features(decoys))
         claims = ev.reconstructed() & ev.matching.matched
         query = ev.features(ev.recon_centred[torch.as_tensor(claims)])
         res = nearest_member(query, ev.train_features, decoy_feat, p.per_dimension)
@@ -355,27 +443,23 @@ class MembershipTest(Metric[MembershipTestConfig]):
 
     def compute(self, ev: Evaluation, cfg: MembershipTestConfig) -> MetricResult:
         keys = ("membership_auc", "membership_tpr_at_fpr")
-        problem = ev.problem
-        pool = _non_member_pool(problem, cfg) if cfg.method == "offset_removed" else _legacy_pool(problem, cfg)
-        remove = _mean_offset(problem) if cfg.method == "offset_removed" else None
-        for reason in (pool, remove):
-            if isinstance(reason, str):
-                return {"available": False, "reason": reason, "summary": {k: None for k in keys}, "per_image": {}}
-        assert not isinstance(pool, str) and not isinstance(remove, str)
-        decoys, positions = pool
-        extra = len(positions)
-        held = problem.centred(problem.held_out_images(positions)) if extra else decoys[:0]
+        side = memo(ev.problem, ("membership_test", cfg.pool_per_member, cfg.seed, cfg.method, cfg.non_members),
+                    lambda: _non_member_side(ev.problem, cfg))
+        if isinstance(side, str):
+            return {"available": False, "reason": side, "summary": {k: None for k in keys}, "per_image": {}}
+        remove, extra, n_decoys = side.remove, side.held_out, side.decoys
         cand = ev.candidates[torch.as_tensor(ev.valid_ids, dtype=torch.long)]
         if cand.shape[0] == 0:
             return {"summary": {"membership_auc": 0.5, "membership_tpr_at_fpr": 0.0}, "per_image": {},
                     "details": {"note": "no valid candidate: every image scores alike"}}
+        unit_cand = unit_rows(cand, remove)
 
-        def best(images: torch.Tensor) -> torch.Tensor:
-            return pearson_matrix(images, cand, remove=remove)
+        def best(unit_images: torch.Tensor) -> torch.Tensor:
+            return correlations(unit_images, unit_cand)
 
-        pos = best(problem.x_train(torch.float64)).max(1).values.numpy()
-        neg_decoy = best(decoys).max(1).values.numpy() if decoys.shape[0] else np.zeros(0)
-        neg_held_r = best(held) if extra else torch.zeros(0, cand.shape[0], dtype=torch.float64)
+        pos = best(side.train).max(1).values.numpy()
+        neg_decoy = best(side.decoy_rows).max(1).values.numpy() if n_decoys else np.zeros(0)
+        neg_held_r = best(side.held_rows) if extra else torch.zeros(0, cand.shape[0], dtype=torch.float64)
         # Held-out images are handed to no attack and no init regime: a candidate identical to one can only be a
         # held-out null draw's own image, which is then no test of membership; such non-members are left out.
         drawn = (neg_held_r >= 1.0 - 1e-12).any(1).numpy() if extra else np.zeros(0, dtype=bool)
@@ -385,10 +469,39 @@ class MembershipTest(Metric[MembershipTestConfig]):
         space = ("per channel, the direction (training mean - population mean) removed" if remove is not None
                  else "per channel, in the model's input space (centred on the training mean)")
         return {"summary": summary, "per_image": {"membership_score": column_values(pos)},
-                "details": {"non_members": int(len(neg)), "decoys": int(decoys.shape[0]),
+                "details": {"non_members": int(len(neg)), "decoys": int(n_decoys),
                             "held_out": int(extra), "left_out_as_drawn": int(drawn.sum()), "fpr": cfg.fpr,
                             "threshold": threshold, "method": cfg.method,
                             "score": f"highest correlation with any valid candidate ({space})"}}
+
+
+@dataclass(frozen=True)
+class _NonMemberSide:
+    """The candidate-independent side of the membership test: the members' and non-members' unit rows
+    (``membership.unit_rows``), computed once per problem and configuration (``problem_memo``)."""
+
+    remove: torch.Tensor | None   # the direction taken out (offset_removed), or None
+    train: torch.Tensor           # unit rows of the training images
+    decoy_rows: torch.Tensor      # of the decoys in the pool
+    held_rows: torch.Tensor       # of the held-out images in the pool
+    decoys: int
+    held_out: int
+
+
+def _non_member_side(problem: Problem, cfg: MembershipTestConfig) -> _NonMemberSide | str:
+    """The pool and direction of ``cfg.method`` as unit rows, or why the test cannot be run."""
+    pool = _non_member_pool(problem, cfg) if cfg.method == "offset_removed" else _legacy_pool(problem, cfg)
+    remove = _mean_offset(problem) if cfg.method == "offset_removed" else None
+    for reason in (pool, remove):
+        if isinstance(reason, str):
+            return reason
+    assert not isinstance(pool, str) and not isinstance(remove, str)
+    decoys, positions = pool
+    extra = len(positions)
+    held = problem.centred(problem.held_out_images(positions)) if extra else decoys[:0]
+    return _NonMemberSide(remove=remove, train=unit_rows(problem.x_train(torch.float64), remove),
+                          decoy_rows=unit_rows(decoys, remove), held_rows=unit_rows(held, remove),
+                          decoys=int(decoys.shape[0]), held_out=extra)
 
 
 def _legacy_pool(problem: Problem, cfg: MembershipTestConfig) -> tuple[torch.Tensor, np.ndarray] | str:

@@ -27,6 +27,7 @@ import torch
 
 from reconbench.data import Problem
 from reconbench.evaluation import null
+from reconbench.evaluation.batched import column_scorer
 from reconbench.evaluation.evaluate import extraction_score, score
 from reconbench.evaluation.protocol import ResolvedProtocol, as_resolved
 
@@ -34,14 +35,19 @@ from reconbench.evaluation.protocol import ResolvedProtocol, as_resolved
 BARS_FORMAT = "reconbench-calibration-bars/1"
 
 
-def light_scorer(problem: Problem, resolved: ResolvedProtocol,
-                 labels: np.ndarray | None) -> Callable[[torch.Tensor], dict[str, Any]]:
+def light_protocol(resolved: ResolvedProtocol) -> ResolvedProtocol:
     """The protocol restricted to the calibrated score's metric (and the primary one), without figures."""
     from reconbench.evaluation.evaluate import restricted
 
     column = null.calibrated_column(resolved)
     keep = {column, resolved.base.primary_metric} if column in resolved.metric_names else None
-    light = restricted(resolved, keep)
+    return restricted(resolved, keep)
+
+
+def light_scorer(problem: Problem, resolved: ResolvedProtocol,
+                 labels: np.ndarray | None) -> Callable[[torch.Tensor], dict[str, Any]]:
+    """Score candidates under :func:`light_protocol` (no ``protocol`` block)."""
+    light = light_protocol(resolved)
     lab = None if labels is None else torch.as_tensor(labels)
     return lambda cand: score(problem, cand, light, labels=lab, with_protocol=False)
 
@@ -75,8 +81,12 @@ def calibration_bars(problem: Problem, pooled: dict[str, torch.Tensor], *, famil
         return None   # runs of different sizes or labels have no common single-run bar
     m_run = sizes.pop()
     scorer = light_scorer(problem, resolved, labels)
-    single = null.calibrate(problem, resolved, labels, m_run, scorer)
-    per_run_scores = {r: null.scores_of(scorer(pooled["candidates"][mask]), column) for r, mask in masks.items()}
+    columns = column_scorer(problem, light_protocol(resolved), labels, column)
+    single = null.calibrate(problem, resolved, labels, m_run, scorer, columns=columns)
+    if columns is not None:
+        per_run_scores = dict(zip(runs, columns([pooled["candidates"][masks[r]] for r in runs]), strict=True))
+    else:
+        per_run_scores = {r: null.scores_of(scorer(pooled["candidates"][mask]), column) for r, mask in masks.items()}
     out: dict[str, Any] = {
         "format": BARS_FORMAT, "score": column, "calibration_draws": p.calibration_draws,
         "pool": {"runs": runs, "m": int(len(run_ids)), "count": int(evaluation["summary"]["reconstructed_calibrated"]),
@@ -95,7 +105,7 @@ def calibration_bars(problem: Problem, pooled: dict[str, torch.Tensor], *, famil
 
         # one usable run: nothing was selected, and the bar is the single-run one
         sel = (null.calibrate_selected(problem, resolved, labels, m_run, len(runs), scorer, rank,
-                                         "lowest extraction score") if len(runs) > 1
+                                         "lowest extraction score", columns=columns) if len(runs) > 1
                else {"threshold": single["threshold"], "draw_maxima": single["draw_maxima"]})
         out["oracle"] = {"run": oracle, "count": _count(per_run_scores[oracle], float(sel["threshold"])),
                          "threshold": float(sel["threshold"]), "draw_maxima": sel["draw_maxima"],
@@ -111,4 +121,4 @@ def selection_record(bars: dict[str, Any] | None, name: str) -> dict[str, Any] |
     return {"count": entry["count"], "threshold": entry["threshold"], "bar": entry["bar"], "format": bars["format"]}
 
 
-__all__ = ["BARS_FORMAT", "calibration_bars", "light_scorer", "selection_record"]
+__all__ = ["BARS_FORMAT", "calibration_bars", "light_protocol", "light_scorer", "selection_record"]

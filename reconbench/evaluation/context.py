@@ -18,6 +18,7 @@ from reconbench.data import Problem
 from reconbench.errors import IncompatibleError
 from reconbench.evaluation.distances import features
 from reconbench.evaluation.matching import Matching, match
+from reconbench.evaluation.problem_memo import memo
 from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.evaluation.ssim import display
 from reconbench.records.model_card import TrainMetrics
@@ -148,6 +149,21 @@ class Evaluation:
         return np.asarray([np.nan if v is None else float(v) for v in columns[name]], dtype=np.float64)
 
 
+def train_features(problem: Problem, distance: str, eps: float) -> torch.Tensor:
+    """The training images' matching features, computed once per problem (``problem_memo``; never written)."""
+    return memo(problem, ("train_features", distance, eps),
+                lambda: features(problem.x_train(torch.float64), distance, eps))
+
+
+def card_margins(card: object, problem: Problem) -> np.ndarray | None:
+    """(n,) per-training-image margins the model card records, or None."""
+    if isinstance(card, ModelCard):
+        raw = TrainMetrics.from_dict(card.data["metrics"], card.path / "card.json").margins
+        if raw is not None and len(raw) == problem.n:
+            return np.asarray(raw, dtype=np.float64)
+    return None
+
+
 def build_context(problem: Problem, candidates: object, protocol: ResolvedProtocol, *, labels: object = None,
                   run_ids: object = None, x0: object = None, card: object = None) -> Evaluation:
     cands = as_images(candidates, problem)
@@ -162,7 +178,7 @@ def build_context(problem: Problem, candidates: object, protocol: ResolvedProtoc
     mean = problem.mean_tensor(torch.float64)
     valid, invalid = validity(cands, mean, p.constant_tol)
     valid_ids = np.flatnonzero(valid)
-    train_feat = features(problem.x_train(torch.float64), p.distance, p.ncc_eps)
+    train_feat = train_features(problem, p.distance, p.ncc_eps)
     cand_feat = torch.cat([features(cands[torch.as_tensor(valid_ids[s:s + 2048])], p.distance, p.ncc_eps)
                            for s in range(0, len(valid_ids), 2048)]) if len(valid_ids) else \
         features(cands[:0], p.distance, p.ncc_eps)
@@ -170,11 +186,7 @@ def build_context(problem: Problem, candidates: object, protocol: ResolvedProtoc
                      avg_threshold=protocol.avg_threshold, per_dimension=p.per_dimension)
     recon = matching.average(cands)
     shown = display(recon, mean, p.constant_tol)
-    margins = None
-    if isinstance(card, ModelCard):
-        raw = TrainMetrics.from_dict(card.data["metrics"], card.path / "card.json").margins
-        if raw is not None and len(raw) == problem.n:
-            margins = np.asarray(raw, dtype=np.float64)
+    margins = card_margins(card, problem)
     return Evaluation(problem=problem, protocol=protocol, candidates=cands, valid=valid, invalid=invalid, labels=lab,
                       run_ids=runs, x0=start, card=card, margins=margins, train_features=train_feat,
                       valid_ids=valid_ids, candidate_features=cand_feat, matching=matching, recon_centred=recon,

@@ -37,7 +37,15 @@ from reconbench import plugins
 from reconbench.data import Problem
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import decisions, null
-from reconbench.evaluation.context import CandidateError, Evaluation, as_vector, build_context, validity
+from reconbench.evaluation.batched import column_scorer
+from reconbench.evaluation.context import (
+    CandidateError,
+    Evaluation,
+    as_vector,
+    build_context,
+    train_features,
+    validity,
+)
 from reconbench.evaluation.distances import features, paired, pairwise
 from reconbench.evaluation.protocol import Protocol, ResolvedProtocol, as_resolved, resolve_protocol
 from reconbench.evaluation.scores import column_values, jsonable
@@ -46,7 +54,11 @@ __all__ = ["CandidateError", "Evaluation", "Protocol", "ResolvedProtocol", "eval
            "extraction_score_from_features", "oracle_score", "resolve_protocol"]
 
 
-def extraction_score(problem: Problem, candidates: torch.Tensor, k: int = 10, eps: float = 1e-10,
+#: the NCC epsilon of the extraction score
+EXTRACTION_EPS = 1e-10
+
+
+def extraction_score(problem: Problem, candidates: torch.Tensor, k: int = 10, eps: float = EXTRACTION_EPS,
                      constant_tol: float = 1e-10) -> float:
     """The reference's in-run "extraction score" (docs/method/evaluation-protocol.md#in-run-extraction-score), lower is better.
 
@@ -60,7 +72,7 @@ def extraction_score(problem: Problem, candidates: torch.Tensor, k: int = 10, ep
     ids = np.flatnonzero(valid)
     if len(ids) == 0:
         return math.inf
-    train = features(problem.x_train(torch.float64), "ncc", eps)
+    train = train_features(problem, "ncc", eps)
     return extraction_score_from_features(train, features(c[torch.as_tensor(ids)], "ncc", eps), k)
 
 
@@ -121,6 +133,41 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
     return jsonable(out)
 
 
+def evaluate_many(problem: Problem, sets: list[dict[str, Any]], *, family: str,
+                  protocol: dict[str, Any] | ResolvedProtocol | None = None, card: object = None,
+                  out_dirs: list[str | Path | None] | None = None) -> list[dict[str, Any]]:
+    """:func:`evaluate` of several candidate sets of one problem (each a dict of ``candidates`` and optionally
+    ``labels``, ``run_ids``, ``x0``; ``out_dirs``: each set's figure folder or None), scored in one pass as
+    :func:`score_many` scores them; each record equals the set's own :func:`evaluate` but for its ``seconds`` (the
+    shared pass divided among the sets, plus the set's own null and figures). Under a decision guide the sets are
+    evaluated one by one."""
+    dirs = out_dirs if out_dirs is not None else [None] * len(sets)
+    if decisions.current() is not None or len(sets) < 2:
+        return [evaluate(problem, s["candidates"], family=family, protocol=protocol, labels=s.get("labels"),
+                         run_ids=s.get("run_ids"), x0=s.get("x0"), card=card, out_dir=d)
+                for s, d in zip(sets, dirs, strict=True)]
+    from reconbench.evaluation.batched import contexts
+
+    t0 = time.perf_counter()
+    resolved = as_resolved(protocol, family)
+    evs = contexts(problem, [s["candidates"] for s in sets], resolved, card=card,
+                   per_set=[{k: s.get(k) for k in ("labels", "run_ids", "x0")} for s in sets])
+    metric_outs = _compute_metrics(evs, resolved)
+    shared_seconds = (time.perf_counter() - t0) / len(sets)
+    results = []
+    for ev, metric_out, d in zip(evs, metric_outs, dirs, strict=True):
+        t1 = time.perf_counter()
+        out = _assemble(ev, resolved, metric_out, True)
+        add_null(out, problem, resolved, ev.labels, card)
+        if d is not None and resolved.base.figures:
+            threshold, column = out["summary"]["calibrated_threshold"], null.calibrated_column(resolved)
+            calibrated = None if threshold is None else (column, null.scores_of(out, column), float(threshold))
+            out["figures"] = _figures(ev, Path(d), calibrated)
+        out["seconds"] = shared_seconds + time.perf_counter() - t1
+        results.append(jsonable(out))
+    return results
+
+
 def with_result_defaults(result: Mapping[str, Any]) -> dict[str, Any]:
     """A metric's result with every key of :class:`reconbench.interfaces.MetricResult` (each optional there) set:
     available unless it says otherwise, no reason, empty summary, columns and details."""
@@ -143,28 +190,72 @@ def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtoco
            labels: torch.Tensor | None = None, run_ids: torch.Tensor | None = None, x0: torch.Tensor | None = None,
            card: object = None, with_protocol: bool = True) -> tuple[dict[str, Any], Evaluation]:
     ev = build_context(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
-    metric_out: dict[str, Any] = {}
+    metric_out = _compute_metrics([ev], resolved)[0]
+    return _assemble(ev, resolved, metric_out, with_protocol), ev
+
+
+def score_many(problem: Problem, sets: list[torch.Tensor], resolved: ResolvedProtocol, *,
+               labels: np.ndarray | None = None, card: object = None) -> list[dict[str, Any]]:
+    """``score(problem, cand, resolved, labels=labels, card=card, with_protocol=False)`` of every candidate set, the
+    sets' contexts built over their stack and each metric that offers ``compute_many`` run once over all contexts
+    (the others context by context); each set's numbers equal its own scoring's
+    (tests/unit/evaluation/test_batched_scores.py). Outside a decision guide only: under one, score set by set in
+    each set's scope."""
+    from reconbench.evaluation.batched import contexts
+
+    if decisions.current() is not None:
+        raise RuntimeError("score_many was called under a decision guide; score set by set")
+    evs = contexts(problem, sets, resolved, labels, card=card)
+    outs = _compute_metrics(evs, resolved)
+    return [_assemble(ev, resolved, metric_out, False) for ev, metric_out in zip(evs, outs, strict=True)]
+
+
+def _compute_one(metric: Any, name: str, ev: Evaluation, cfg: Any) -> dict[str, Any]:
+    try:
+        return with_result_defaults(metric.compute(ev, cfg))
+    except ReconbenchError:
+        raise
+    except Exception as exc:  # a third-party metric's bug must not lose the other numbers
+        reason = f"metric {name!r} failed: {type(exc).__name__}: {exc}"
+        warnings.warn(f"reconbench: {reason}; its numbers are reported unavailable", stacklevel=3)
+        return with_result_defaults({"available": False, "reason": reason})
+
+
+def _compute_metrics(evs: list[Evaluation], resolved: ResolvedProtocol) -> list[dict[str, Any]]:
+    """Every metric of the protocol on every context (``compute_many`` where a metric offers it and there are
+    several contexts; should it raise, context by context, so that each gets what ``compute`` gives it); per
+    context the ``metrics`` block of its record."""
+    metric_outs: list[dict[str, Any]] = [{} for _ in evs]
     for name in resolved.metric_names:
         metric = plugins.metric(name)
-        res: dict[str, Any]
-        try:
-            res = with_result_defaults(metric.compute(ev, resolved.metric_configs[name]))
-        except ReconbenchError:
-            raise
-        except Exception as exc:  # a third-party metric's bug must not lose the other numbers
-            reason = f"metric {name!r} failed: {type(exc).__name__}: {exc}"
-            warnings.warn(f"reconbench: {reason}; its numbers are reported unavailable", stacklevel=2)
-            res = with_result_defaults({"available": False, "reason": reason})
-        for col, values in res["per_image"].items():
-            if len(values) != problem.n:
-                raise ReconbenchError(f"metric {name!r} returned {len(values)} values of {col!r} for "
-                                      f"{problem.n} training images")
-        ev.results[name] = res
-        metric_out[name] = {"higher_is_better": bool(metric.higher_is_better),
-                            "headline": metric.headline_key,
-                            "available": res["available"], "reason": res["reason"],
-                            "summary": res["summary"], "details": res["details"]}
-    out: dict[str, Any] = {
+        cfg = resolved.metric_configs[name]
+        many = getattr(metric, "compute_many", None)
+        results: list[dict[str, Any]] | None = None
+        if many is not None and len(evs) > 1:
+            try:
+                results = [with_result_defaults(r) for r in many(evs, cfg)]
+            except ReconbenchError:
+                raise
+            except Exception:   # scored context by context below, with compute's own handling
+                results = None
+        if results is None:
+            results = [_compute_one(metric, name, ev, cfg) for ev in evs]
+        for ev, res, metric_out in zip(evs, results, metric_outs, strict=True):
+            for col, values in res["per_image"].items():
+                if len(values) != ev.problem.n:
+                    raise ReconbenchError(f"metric {name!r} returned {len(values)} values of {col!r} for "
+                                          f"{ev.problem.n} training images")
+            ev.results[name] = res
+            metric_out[name] = {"higher_is_better": bool(metric.higher_is_better),
+                                "headline": metric.headline_key,
+                                "available": res["available"], "reason": res["reason"],
+                                "summary": res["summary"], "details": res["details"]}
+    return metric_outs
+
+
+def _assemble(ev: Evaluation, resolved: ResolvedProtocol, metric_out: dict[str, Any],
+              with_protocol: bool) -> dict[str, Any]:
+    return {
         **({"protocol": {**resolved.to_dict(), "libraries": _versions()}} if with_protocol else {}),
         "summary": _summary(ev),
         "per_image": _per_image(ev),
@@ -175,7 +266,6 @@ def _score(problem: Problem, candidates: torch.Tensor, resolved: ResolvedProtoco
         "metrics": metric_out,
         "figures": {},
     }
-    return out, ev
 
 
 def restricted(resolved: ResolvedProtocol, keep: set[str] | None) -> ResolvedProtocol:
@@ -218,7 +308,8 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
 
     threshold = None
     if p.calibration_draws:
-        cal = null.calibrate(problem, resolved, labels, m, score_light)
+        cal = null.calibrate(problem, resolved, labels, m, score_light,
+                             columns=column_scorer(problem, light, labels, column))
         threshold = float(cal["threshold"])
         calibration.update({k: cal[k] for k in ("threshold", "null_max", "draw_maxima", "pool_size",
                                                  "prior_draw_maxima") if k in cal})
@@ -231,18 +322,24 @@ def add_null(out: dict[str, Any], problem: Problem, resolved: ResolvedProtocol, 
     else:
         out["summary"].update(reconstructed_calibrated=None, calibrated_threshold=None)
 
+    def numbers_of(ev: dict[str, Any]) -> dict[str, float]:
+        numbers = null.numeric_summary(ev["summary"])
+        if threshold is not None:
+            numbers["reconstructed_calibrated"] = float(null.calibrated_flags(null.scores_of(ev, column),
+                                                                               threshold).sum())
+        return numbers
+
     def reported() -> list[dict[str, float]]:
+        makers = [functools.partial(null.draw, problem, labels, m, p.null_seed, null.REPORT_STREAM, k)
+                  for k in range(p.null_draws)]
+        if decisions.current() is None:   # no decision is noted or flipped: the draws scored a batch at a time
+            return [numbers_of(ev) for batch in null.in_batches(makers)
+                    for ev in score_many(problem, batch, full, labels=labels, card=card)]
         draws = []
-        for k in range(p.null_draws):
-            cand = null.draw(problem, labels, m, p.null_seed, null.REPORT_STREAM, k)
+        for k, make in enumerate(makers):
             with decisions.scope(f"null draw {k}"):
-                ev = score(problem, cand, full, labels=None if labels is None else torch.as_tensor(labels), card=card,
-                           with_protocol=False)
-                numbers = null.numeric_summary(ev["summary"])
-                if threshold is not None:
-                    numbers["reconstructed_calibrated"] = float(null.calibrated_flags(null.scores_of(ev, column),
-                                                                                       threshold).sum())
-            draws.append(numbers)
+                draws.append(numbers_of(score(problem, make(), full, labels=None if labels is None
+                                              else torch.as_tensor(labels), card=card, with_protocol=False)))
         return draws
 
     # the reported draws depend on the evaluation's problem, protocol, m, labels, threshold and card only (the

@@ -48,8 +48,14 @@ class Matching:
     def average(self, candidates: torch.Tensor) -> torch.Tensor:
         """Per training image the mean of its member candidates (centred space); zeros where unmatched."""
         out = torch.zeros((self.n, *candidates.shape[1:]), dtype=torch.float64)
+        single = [i for i, ids in enumerate(self.members) if len(ids) == 1]
+        if single:
+            # the mean of one row is 0.0 + row (a sum starts at +0.0, so -0.0 turns +0.0), divided by 1: taken for
+            # all such images at once
+            rows = torch.as_tensor(np.asarray([self.members[i][0] for i in single], dtype=np.int64))
+            out[torch.as_tensor(single)] = candidates[rows].to(torch.float64) + 0.0
         for i, ids in enumerate(self.members):
-            if len(ids):
+            if len(ids) > 1:
                 out[i] = candidates[torch.as_tensor(ids)].to(torch.float64).mean(0)
         return out
 
@@ -89,15 +95,25 @@ def match(train_feat: torch.Tensor, cand_feat: torch.Tensor, cand_ids: np.ndarra
         a_sorted = a[order]
         starts = np.searchsorted(a_sorted, np.arange(n), side="left")
         ends = np.searchsorted(a_sorted, np.arange(n), side="right")
-        for i in range(n):
-            if starts[i] == ends[i]:
-                continue
-            group = order[starts[i]:ends[i]]                         # local rows, best first
-            d_best = d[group[0]]
-            keep = group[:1] if vote == "min" else np.concatenate([group[:1], group[1:][d[group[1:]] <
-                                                                                       avg_threshold * d_best]])
-            best[i], best_dist[i] = cand_ids[group[0]], d_best
-            members[i] = cand_ids[keep]
+        # every image's group at once (its local rows order[start:end], best first): the best of each group, and
+        # the rows kept by the vote (the best, and with "mean" every other row below avg_threshold times the best)
+        chosen = np.flatnonzero(starts < ends)
+        first = order[starts[chosen]]
+        d_best = d[first]
+        best[chosen], best_dist[chosen] = cand_ids[first], d_best
+        if vote == "min":
+            kept = first
+            counts = np.ones(len(chosen), dtype=np.int64)
+        else:
+            group_best = np.repeat(d_best, ends[chosen] - starts[chosen])     # per sorted row, its group's best
+            lead = np.zeros(len(order), dtype=bool)
+            lead[starts[chosen]] = True
+            keep = lead | (d[order] < avg_threshold * group_best)
+            kept = order[keep]
+            counts = (np.add.reduceat(keep.astype(np.int64), starts[chosen]) if len(chosen)
+                      else np.zeros(0, dtype=np.int64))
+        for image, ids in zip(chosen.tolist(), np.split(cand_ids[kept], np.cumsum(counts)[:-1]), strict=True):
+            members[image] = ids
     else:
         col = decisions.argmin(dist, 1, "nearest candidate of image", scale)  # (n,) nearest candidate of each image
         d_best_exact = paired(train_feat, cand_feat[col], per_dimension).numpy()

@@ -84,15 +84,22 @@ def pearson_matrix(a: torch.Tensor, b: torch.Tensor, chunk: int = 1024,
     ``remove`` (C, H, W): before the correlation, every image's component along this direction is taken out, per
     channel (both the images and the direction with their per-channel mean subtracted first; :func:`without`).
     """
-    def unit(x: torch.Tensor) -> torch.Tensor:
-        f = x.flatten(2).to(torch.float64)
-        f = f - f.mean(-1, keepdim=True)
-        if remove is not None:
-            f = without(f, remove)
-        norm = f.norm(dim=-1, keepdim=True)
-        return f / torch.where(norm > 0, norm, torch.ones_like(norm))
+    return correlations(unit_rows(a, remove), unit_rows(b, remove), chunk)
 
-    ua, ub = unit(a), unit(b)
+
+def unit_rows(x: torch.Tensor, remove: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, C, H*W) the images' per-channel mean-free pixels (``remove``'s direction taken out), scaled to unit norm
+    per channel (a constant channel stays zero): one side of :func:`pearson_matrix`."""
+    f = x.flatten(2).to(torch.float64)
+    f = f - f.mean(-1, keepdim=True)
+    if remove is not None:
+        f = without(f, remove)
+    norm = f.norm(dim=-1, keepdim=True)
+    return f / torch.where(norm > 0, norm, torch.ones_like(norm))
+
+
+def correlations(ua: torch.Tensor, ub: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """(len(ua), len(ub)) correlations of :func:`unit_rows` outputs, averaged over channels."""
     channels = ua.shape[1]
     out = torch.empty(ua.shape[0], ub.shape[0], dtype=torch.float64)
     for s in range(0, ua.shape[0], chunk):

@@ -18,17 +18,19 @@ computed once per process for each of these and reused.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from reconbench.data import Problem
-from reconbench.evaluation import decisions
+from reconbench.evaluation import decisions, problem_memo
+from reconbench.evaluation.batched import BATCH_VALUES
 from reconbench.evaluation.prior import AVERAGE_SIZES, prior_candidates
 from reconbench.evaluation.protocol import ResolvedProtocol
 
@@ -47,10 +49,12 @@ _REPORTED_BORDERLINE: dict[str, list[decisions.Borderline] | None] = {}
 
 
 def clear_caches() -> None:
-    """Forget the thresholds and reported draws kept for this process (each is computed again on its next use)."""
+    """Forget the thresholds, reported draws and per-problem values (``problem_memo``) kept for this process (each
+    is computed again on its next use)."""
     _THRESHOLDS.clear()
     _REPORTED.clear()
     _REPORTED_BORDERLINE.clear()
+    problem_memo.clear()
 
 
 def pool_size(problem: Problem) -> int:
@@ -127,9 +131,37 @@ def cache_key(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray |
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _maximum(s: np.ndarray) -> float:
+    return float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf
+
+
+def in_batches(makers: Iterable[Callable[[], torch.Tensor]]) -> Iterator[list[torch.Tensor]]:
+    """The made candidate sets in consecutive batches of about ``BATCH_VALUES`` candidate values (at least one set
+    a batch); each set is made when its batch is, so memory stays bounded whatever the count and size of the sets."""
+    batch: list[torch.Tensor] = []
+    size = 0
+    for make in makers:
+        batch.append(make())
+        size += batch[-1].numel()
+        if size >= BATCH_VALUES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _maxima_in_batches(makers: Iterable[Callable[[], torch.Tensor]],
+                       columns: Callable[[Sequence[torch.Tensor]], list[np.ndarray]]) -> list[float]:
+    """The highest column score of each made candidate set, scored by ``columns`` batch by batch."""
+    return [_maximum(s) for batch in in_batches(makers) for s in columns(batch)]
+
+
 def calibrate(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray | None, m: int,
-              score: Callable[[torch.Tensor], dict[str, Any]]) -> dict[str, Any]:
-    """The calibrated threshold for m candidates with these labels; ``score`` evaluates null candidates."""
+              score: Callable[[torch.Tensor], dict[str, Any]],
+              columns: Callable[[Sequence[torch.Tensor]], list[np.ndarray]] | None = None) -> dict[str, Any]:
+    """The calibrated threshold for m candidates with these labels; ``score`` evaluates null candidates, and
+    ``columns`` (optional) gives the calibrated column of many draws at once, with the numbers ``score`` gives
+    (``batched.column_scorer``): used outside a decision guide."""
     p = resolved.base
     key = cache_key(problem, resolved, labels, m)
     guide = decisions.current()  # re-scoring that notes or flips borderline decisions takes the draws' decisions too
@@ -141,18 +173,24 @@ def calibrate(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray |
         return cached
     before = set(guide.seen) if guide is not None else set()
     column = calibrated_column(resolved)
-    maxima = []
-    for k in range(p.calibration_draws):
-        cand = draw(problem, labels, m, p.null_seed, CALIBRATION_STREAM, k)
-        with decisions.scope(f"calibration draw {k}"):
-            s = scores_of(score(cand), column)
-        maxima.append(float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf)
-    prior_maxima = []
-    for k in range(p.prior_draws if p.calibration_draws else 0):
-        cand = prior_draw(problem, labels, m, p.null_seed, k)
-        with decisions.scope(f"calibration prior draw {k}"):
-            s = scores_of(score(cand), column)
-        prior_maxima.append(float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf)
+    n_prior = p.prior_draws if p.calibration_draws else 0
+    if columns is not None and guide is None:
+        makers = [functools.partial(draw, problem, labels, m, p.null_seed, CALIBRATION_STREAM, k)
+                  for k in range(p.calibration_draws)]
+        makers += [functools.partial(prior_draw, problem, labels, m, p.null_seed, k) for k in range(n_prior)]
+        scored = _maxima_in_batches(makers, columns)
+        maxima, prior_maxima = scored[:p.calibration_draws], scored[p.calibration_draws:]
+    else:
+        maxima = []
+        for k in range(p.calibration_draws):
+            cand = draw(problem, labels, m, p.null_seed, CALIBRATION_STREAM, k)
+            with decisions.scope(f"calibration draw {k}"):
+                maxima.append(_maximum(scores_of(score(cand), column)))
+        prior_maxima = []
+        for k in range(n_prior):
+            cand = prior_draw(problem, labels, m, p.null_seed, k)
+            with decisions.scope(f"calibration prior draw {k}"):
+                prior_maxima.append(_maximum(scores_of(score(cand), column)))
     null_max = max(maxima + prior_maxima) if maxima else -math.inf
     finite = math.isfinite(null_max)
     out = {"threshold": null_max, "null_max": null_max if finite else None,
@@ -170,26 +208,32 @@ def calibrate(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray |
 
 def calibrate_selected(problem: Problem, resolved: ResolvedProtocol, labels: np.ndarray | None, m: int, runs: int,
                        score: Callable[[torch.Tensor], dict[str, Any]],
-                       rank: Callable[[torch.Tensor], float], rule: str) -> dict[str, Any]:
+                       rank: Callable[[torch.Tensor], float], rule: str,
+                       columns: Callable[[Sequence[torch.Tensor]], list[np.ndarray]] | None = None) -> dict[str, Any]:
     """The threshold for a run picked among ``runs`` runs of m candidates by ``rank`` (lowest wins), calibrated by
     applying the same pick to null runs: calibration draw k is ``runs`` null runs (stream
     :data:`SELECTION_STREAM`, draws k * runs .. k * runs + runs - 1); the run of lowest rank is scored, and the
     threshold is the highest score any picked run reached on any training image. A fresh set of null runs, picked
     the same way, passes it with probability at most 1 / (K + 1). ``rule`` names the ranking (it is part of the
-    cache key and of the record)."""
+    cache key and of the record); ``columns`` as for :func:`calibrate`."""
     p = resolved.base
     key = cache_key(problem, resolved, labels, m) + f"-selected-{runs}-{rule}"
     if key in _THRESHOLDS:
         return _THRESHOLDS[key]
     column = calibrated_column(resolved)
-    maxima, picked = [], []
-    for k in range(p.calibration_draws):
+    picked: list[int] = []
+
+    def pick(k: int) -> torch.Tensor:
         draws = [draw(problem, labels, m, p.null_seed, SELECTION_STREAM, k * runs + r) for r in range(runs)]
         ranks = [rank(cand) for cand in draws]
-        best = int(np.argmin(ranks))
-        s = scores_of(score(draws[best]), column)
-        maxima.append(float(np.nanmax(s)) if np.isfinite(s).any() else -math.inf)
-        picked.append(best)
+        picked.append(int(np.argmin(ranks)))
+        return draws[picked[-1]]
+
+    makers = [functools.partial(pick, k) for k in range(p.calibration_draws)]
+    if columns is not None and decisions.current() is None:
+        maxima = _maxima_in_batches(makers, columns)
+    else:
+        maxima = [_maximum(scores_of(score(make()), column)) for make in makers]
     null_max = max(maxima) if maxima else -math.inf
     out = {"threshold": null_max, "draw_maxima": [x if math.isfinite(x) else None for x in maxima],
            "picked": picked, "runs": runs, "rule": rule,

@@ -26,6 +26,7 @@ from scipy.ndimage import gaussian_filter
 AVERAGE_SIZES = (1, 2, 4, 8, 16, 32)
 #: the blur of one candidate, in pixels (0: none)
 BLUR_SIGMAS = (0.0, 0.5, 1.0, 2.0)
+_SIZES, _SIGMAS = np.asarray(AVERAGE_SIZES), np.asarray(BLUR_SIGMAS)
 
 
 def prior_candidates(pool: torch.Tensor, pool_labels: np.ndarray, labels: np.ndarray,
@@ -37,13 +38,21 @@ def prior_candidates(pool: torch.Tensor, pool_labels: np.ndarray, labels: np.nda
     out = np.empty((len(labels), *arr.shape[1:]), dtype=np.float64)
     by_label = {int(c): np.flatnonzero(pool_labels == c) for c in np.unique(labels)}
     sigmas = np.empty(len(labels))
+    picks: dict[int, list[tuple[int, np.ndarray]]] = {}   # average size -> (candidate, its pool rows)
     for j, c in enumerate(labels.tolist()):
         members = by_label[int(c)]
         if len(members) == 0:
             raise ValueError(f"the pool has no image of label {c}")
-        s = min(int(rng.choice(AVERAGE_SIZES)), len(members))
-        out[j] = arr[rng.choice(members, s, replace=False)].mean(axis=0)
-        sigmas[j] = float(rng.choice(BLUR_SIGMAS))
+        # rng.choice(seq) draws seq[rng.integers(len(seq))]: the same numbers from the same stream, without
+        # converting the tuple on every call (tests/unit/evaluation/test_data_prior.py holds the two equal)
+        s = min(int(_SIZES[rng.integers(len(_SIZES))]), len(members))
+        picks.setdefault(s, []).append((j, rng.choice(members, s, replace=False)))
+        sigmas[j] = float(_SIGMAS[rng.integers(len(_SIGMAS))])
+    # the means of all candidates that average s images in one call: each is the sum of its s images in their
+    # drawn order divided by s, as arr[rows].mean(axis=0) computes it alone
+    for chosen in picks.values():
+        rows = np.stack([r for _, r in chosen])
+        out[[j for j, _ in chosen]] = arr[rows].mean(axis=1)
     # one filter call per blur over the candidates that drew it: the filter runs along each spatial line on its own,
     # so the stack's values equal the per-candidate calls' (tests/unit/evaluation/test_data_prior.py)
     for sigma in BLUR_SIGMAS:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -43,8 +44,6 @@ def display(recon_centred: torch.Tensor, mean: torch.Tensor, tol: float = 0.0) -
 def ssim_paper(recon: torch.Tensor, orig: torch.Tensor, window_size: int = 3, data_range: float = 1.0,
                eps: float = 1e-12, batch: int = 1024) -> torch.Tensor:
     """Mean kornia SSIM per pair of images (N, C, H, W) -> (N,), in float64."""
-    from kornia.metrics import ssim
-
     if recon.shape != orig.shape:
         raise IncompatibleError(f"SSIM needs images of the same shape, got {tuple(recon.shape)} and {tuple(orig.shape)}")
     h, w = recon.shape[-2:]
@@ -59,9 +58,47 @@ def ssim_paper(recon: torch.Tensor, orig: torch.Tensor, window_size: int = 3, da
         # plain instead of a grouped convolution, about twice as fast in float64)
         a = recon[s:s + batch].to(torch.float64).reshape(-1, 1, h, w)
         b = orig[s:s + batch].to(torch.float64).reshape(-1, 1, h, w)
-        smap = ssim(a, b, window_size, max_val=float(data_range), eps=eps, padding="same")
+        smap = kornia_ssim_map(a, b, window_size, float(data_range), eps)
         out.append(smap.reshape(-1, c, h, w).mean(dim=(1, 2, 3)))
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+
+
+@functools.cache
+def _gaussian_window(window_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """kornia's 1-d SSIM window (sigma 1.5), built once per size and dtype: kornia.metrics.ssim rebuilds it on every
+    call, which on small images costs about as much as the filtering. A (1, window_size) tensor, never written."""
+    from kornia.filters import get_gaussian_kernel1d
+
+    return get_gaussian_kernel1d(window_size, KORNIA_SIGMA, dtype=dtype)
+
+
+def kornia_ssim_map(img1: torch.Tensor, img2: torch.Tensor, window_size: int, max_val: float,
+                    eps: float) -> torch.Tensor:
+    """``kornia.metrics.ssim(img1, img2, window_size, max_val, eps, padding="same")`` for float64 images (B, C, H, W),
+    equal to it bit for bit (tests/unit/evaluation/test_evaluation_ssim.py).
+
+    kornia's float64 path filters five local moments, each by ``kornia.filters.filter2d_separable`` with a Gaussian
+    window it builds afresh; here the window is built once (:func:`_gaussian_window`) and the five moments are
+    filtered in one ``filter2d_separable`` call on their stack: the filter treats every image of a batch on its own,
+    so the stacked call gives each moment the values of its own call, with a fifth of the calls. The moments are then
+    combined by kornia's formula, operation for operation."""
+    from kornia.filters import filter2d_separable
+
+    kernel = _gaussian_window(window_size, torch.float64)
+    n = img1.shape[0]
+    moments = filter2d_separable(torch.cat([img1, img2, img1 ** 2, img2 ** 2, img1 * img2]), kernel, kernel)
+    mu1, mu2, mu_img1_sq, mu_img2_sq, mu_img1_img2 = moments.split(n)
+    c1 = (0.01 * max_val) ** 2
+    c2 = (0.03 * max_val) ** 2
+    mu1_sq = mu1 ** 2
+    mu2_sq = mu2 ** 2
+    mu1_mu2 = mu1 * mu2
+    sigma1_sq = mu_img1_sq - mu1_sq
+    sigma2_sq = mu_img2_sq - mu2_sq
+    sigma12 = mu_img1_img2 - mu1_mu2
+    num = (2.0 * mu1_mu2 + c1) * (2.0 * sigma12 + c2)
+    den = (mu1_sq + mu2_sq + c1) * (sigma1_sq + sigma2_sq + c2)
+    return num / (den + eps)
 
 
 def skimage_defaults() -> dict[str, Any]:
@@ -84,8 +121,48 @@ def ssim_standard(recon: torch.Tensor | np.ndarray, orig: torch.Tensor | np.ndar
     if min(h, w) < ws:
         raise IncompatibleError(f"scikit-image SSIM needs images of at least {ws}x{ws} pixels (win_size), got "
                                 f"{h}x{w}; set ssim_standard.win_size to an odd value <= {min(h, w)}")
+    if not gaussian_weights:
+        return _uniform_ssim_stack(a, b, data_range, ws)
     out = np.empty(len(a))
     for i in range(len(a)):
         out[i] = structural_similarity(a[i], b[i], data_range=data_range, channel_axis=0, win_size=win_size,
                                        gaussian_weights=gaussian_weights)
+    return out
+
+
+def _uniform_ssim_stack(a: np.ndarray, b: np.ndarray, data_range: float, win_size: int) -> np.ndarray:
+    """``structural_similarity(a[i], b[i], data_range=..., channel_axis=0, win_size=...)`` (uniform window, sample
+    covariance, K1 0.01, K2 0.03) for every i, equal to it bit for bit (tests/unit/evaluation/test_evaluation_ssim.py).
+
+    Written out because scikit-image scores one 2-d channel per call, and on small images the calls cost far more
+    than the arithmetic: here its five ``uniform_filter`` passes run once over all channels of all images (a window
+    of 1 along the stacking axis, which scipy leaves unfiltered, so every channel gets its own call's values), then
+    scikit-image's formula, operation for operation, and its per-channel cropped mean and mean over channels."""
+    from scipy.ndimage import uniform_filter
+
+    n, c, h, w = a.shape
+    x = a.reshape(n * c, h, w)
+    y = b.reshape(n * c, h, w)
+    size = (1, win_size, win_size)
+    npix = win_size ** 2              # scikit-image's NP for a 2-d channel
+    cov_norm = npix / (npix - 1)      # sample covariance
+    ux = uniform_filter(x, size=size)
+    uy = uniform_filter(y, size=size)
+    uxx = uniform_filter(x * x, size=size)
+    uyy = uniform_filter(y * y, size=size)
+    uxy = uniform_filter(x * y, size=size)
+    vx = cov_norm * (uxx - ux * ux)
+    vy = cov_norm * (uyy - uy * uy)
+    vxy = cov_norm * (uxy - ux * uy)
+    c1 = (0.01 * data_range) ** 2
+    c2 = (0.03 * data_range) ** 2
+    a1, a2, b1, b2 = (2 * ux * uy + c1, 2 * vxy + c2, ux ** 2 + uy ** 2 + c1, vx + vy + c2)
+    smap = (a1 * a2) / (b1 * b2)
+    pad = (win_size - 1) // 2
+    per_channel = np.empty(n * c, dtype=np.float64)
+    for i in range(n * c):   # each channel's cropped map averaged as scikit-image averages it
+        per_channel[i] = smap[i, pad:h - pad, pad:w - pad].mean(dtype=np.float64)
+    out = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        out[i] = per_channel[i * c:(i + 1) * c].mean()
     return out

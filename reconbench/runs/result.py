@@ -16,6 +16,7 @@ from reconbench.attack.search import search_record
 from reconbench.data import Problem
 from reconbench.evaluation import evaluate, resolve_protocol
 from reconbench.evaluation.bars import calibration_bars
+from reconbench.evaluation.evaluate import evaluate_many
 from reconbench.evaluation.protocol import ResolvedProtocol
 from reconbench.provenance import portable_path, provenance, save_tensors_atomic, write_json
 from reconbench.records import (
@@ -47,9 +48,15 @@ def score_selection(
 ) -> dict[str, Any]:
     """The standard evaluation of one search run's candidates (``run=None``: the whole pool): how a run scores its
     selections here, and how ``leaderboard --verify`` scores a published cell's stored candidates again."""
+    chosen = selection_set(pooled, run)
+    return evaluate(problem, chosen["candidates"], family=family, protocol=protocol, labels=chosen["labels"],
+                    run_ids=chosen["run_ids"], x0=chosen["x0"], card=card, out_dir=out_dir, quiet=quiet)
+
+
+def selection_set(pooled: dict[str, torch.Tensor], run: int | None) -> dict[str, torch.Tensor]:
+    """The candidates, labels, run ids and starting candidates of one search run (``run=None``: the whole pool)."""
     mask = torch.ones(len(pooled["run_ids"]), dtype=torch.bool) if run is None else pooled["run_ids"] == run
-    return evaluate(problem, pooled["candidates"][mask], family=family, protocol=protocol, labels=pooled["labels"][mask],
-                    run_ids=pooled["run_ids"][mask], x0=pooled["x0"][mask], card=card, out_dir=out_dir, quiet=quiet)
+    return {key: pooled[key][mask] for key in ("candidates", "labels", "run_ids", "x0")}
 
 
 def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: list[dict[str, Any]],
@@ -62,21 +69,23 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
     pooled = load_pooled(out, usable)
     save_tensors_atomic(pooled, out / "candidates.safetensors")
     family = card.data["family"]
-    evaluation = score_selection(problem, pooled, None, family=family, protocol=resolved, card=card, out_dir=out,
-                                 quiet=quiet)
     blind, oracle = select_runs(runs)
+    # the selected runs alone as well as the pool the papers evaluate (with more than one usable run), all scored in
+    # one pass (evaluate_many: each record equals its own evaluation); a run both rules pick is scored once
+    picks = list(dict.fromkeys(r for r in (blind, oracle) if r is not None)) if len(usable) > 1 else []
+    evaluations = evaluate_many(problem, [selection_set(pooled, r) for r in [None, *picks]], family=family,
+                                protocol=resolved, card=card, out_dirs=[out] + [None] * len(picks))
+    evaluation = evaluations[0]
+    scored = dict(zip(picks, evaluations[1:], strict=True))
     selected: dict[str, Any] = {}
-    scored: dict[int, dict[str, Any]] = {}   # a run both rules pick is scored once; each selection keeps its own copy
-    if len(usable) > 1:  # the selected run alone, as well as the pool the papers evaluate
-        for label, run in (("blind", blind), ("oracle", oracle)):
-            if run is None:
-                continue
-            t0 = time.perf_counter()
-            if run in scored:
-                selected[label] = {**copy.deepcopy(scored[run]), "seconds": time.perf_counter() - t0}
-            else:
-                selected[label] = scored[run] = score_selection(problem, pooled, run, family=family,
-                                                                protocol=resolved, card=card)
+    for label, run in (("blind", blind), ("oracle", oracle)):
+        if run not in scored:
+            continue
+        t0 = time.perf_counter()
+        if any(selected[other] is scored[run] for other in selected):   # each selection keeps its own copy
+            selected[label] = {**copy.deepcopy(scored[run]), "seconds": time.perf_counter() - t0}
+        else:
+            selected[label] = scored[run]
     bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=resolved,
                             evaluation=evaluation, blind=blind, oracle=oracle)
     draw = resolved.base.figures   # figures = false: no PNG at all

@@ -163,3 +163,24 @@ def test_candidates_blurred_together_equal_each_blurred_alone():
         want = mean if sigma == 0 else np.stack([gaussian_filter(ch, sigma, mode="reflect") for ch in mean])
         assert np.array_equal(got[j].numpy(), want), (j, sigma)
     assert sigmas == set(BLUR_SIGMAS)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_candidates_equal_the_one_at_a_time_construction_bit_for_bit(seed):
+    """The construction as first written (rng.choice on the tuples, one mean and one filter call per candidate):
+    the same random stream and the same values, exactly."""
+    gen = np.random.default_rng(seed)
+    pool = torch.as_tensor(gen.normal(size=(90, 2, 7, 6)))
+    pool_labels = np.repeat(np.arange(3), 30)
+    pool_labels[:4] = 2   # classes of different sizes, one smaller than the largest average
+    labels = gen.integers(0, 3, size=25)
+    got = prior_candidates(pool, pool_labels, labels, np.random.default_rng(seed + 10)).numpy()
+    rng = np.random.default_rng(seed + 10)
+    arr = pool.numpy()
+    for j, c in enumerate(labels):
+        members = np.flatnonzero(pool_labels == c)
+        s = min(int(rng.choice(AVERAGE_SIZES)), len(members))
+        mean = arr[rng.choice(members, s, replace=False)].mean(axis=0)
+        sigma = float(rng.choice(BLUR_SIGMAS))
+        want = mean if sigma == 0 else gaussian_filter(mean[None], sigma=(0.0, 0.0, sigma, sigma), mode="reflect")[0]
+        np.testing.assert_array_equal(got[j], want)

@@ -125,3 +125,49 @@ def test_l2_and_ncc_options_change_the_recorded_protocol(problem):
         assert out["summary"]["reconstructed"] == 6
     out = evaluate(problem, x, family="mlp", protocol={**ONLY_SSIM, "distance": "l2", "best_buddy": False})
     assert out["protocol"]["best_buddy"] is False and out["protocol"]["name"] == "custom"
+
+
+def _loop_best_buddy(near: np.ndarray, d: np.ndarray, cand_ids: np.ndarray, n: int, vote: str, threshold: float):
+    """The best-buddy groups image by image (the construction as first written)."""
+    best, best_dist = np.full(n, -1), np.full(n, np.nan)
+    members = [np.zeros(0, dtype=np.int64) for _ in range(n)]
+    order = np.lexsort((np.arange(len(near)), d, near))
+    for i in range(n):
+        group = order[near[order] == i]
+        if len(group) == 0:
+            continue
+        keep = group[:1] if vote == "min" else np.concatenate([group[:1], group[1:][d[group[1:]] < threshold
+                                                                                   * d[group[0]]]])
+        best[i], best_dist[i], members[i] = cand_ids[group[0]], d[group[0]], cand_ids[keep]
+    return best, best_dist, members
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("vote", ["mean", "min"])
+def test_best_buddy_groups_equal_the_image_by_image_construction(seed, vote):
+    """Duplicated candidates (equal distances), images no candidate chose, and invalid candidates left out."""
+    from reconbench.evaluation.matching import match
+
+    rng = np.random.default_rng(seed)
+    n, m = 7, 30
+    train = torch.as_tensor(rng.normal(size=(n, 12)))
+    cand = train[torch.as_tensor(rng.integers(0, 4, size=m))] + torch.as_tensor(rng.normal(scale=0.3, size=(m, 12)))
+    cand[5] = cand[6]   # an exact tie
+    ids = np.sort(rng.choice(m + 5, m, replace=False))   # pooled ids with gaps (invalid candidates)
+    got = match(train, cand, ids, m + 5, best_buddy=True, vote=vote, avg_threshold=1.3, per_dimension=False)
+    near, d = got.nearest[ids], got.nearest_dist[ids]
+    best, best_dist, members = _loop_best_buddy(near, d, ids, n, vote, 1.3)
+    np.testing.assert_array_equal(got.best, best)
+    np.testing.assert_array_equal(got.best_dist, best_dist)
+    assert len(got.members) == n
+    for a, b in zip(got.members, members, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == np.int64
+    assert (got.best < 0).any() and (vote == "min" or max(len(x) for x in got.members) > 1)
+    # the averages: one member is the row itself (0.0 + row), several their mean
+    full = torch.as_tensor(rng.normal(size=(m + 5, 12)))
+    full[ids[0], :3] = -0.0
+    avg = got.average(full)
+    for i, mem in enumerate(members):
+        want = full[torch.as_tensor(mem)].mean(0) if len(mem) else torch.zeros(12, dtype=torch.float64)
+        assert torch.equal(avg[i], want)

@@ -10,7 +10,7 @@ from scipy.ndimage import correlate, uniform_filter
 
 from reconbench.errors import IncompatibleError
 from reconbench.evaluation import evaluate
-from reconbench.evaluation.ssim import display, minmax, ssim_paper, ssim_standard
+from reconbench.evaluation.ssim import display, kornia_ssim_map, minmax, ssim_paper, ssim_standard
 
 C1, C2 = 0.01**2, 0.03**2
 
@@ -135,3 +135,38 @@ def test_bad_windows_are_clear_errors():
         ssim_paper(a, a, window_size=4)
     with pytest.raises(IncompatibleError, match="win_size"):
         ssim_standard(a.numpy(), a.numpy())
+
+
+@pytest.mark.parametrize("shape,win", [((20, 1, 8, 8), 3), ((7, 1, 28, 28), 5), ((4, 3, 12, 10), 7), ((1, 1, 5, 9), 3)])
+def test_paper_variant_map_equals_kornia_bit_for_bit(shape, win):
+    """The moments filtered in one stacked call with a window built once: kornia.metrics.ssim's map, exactly."""
+    from kornia.metrics import ssim
+
+    gen = torch.Generator().manual_seed(win)
+    a = torch.rand(shape, generator=gen, dtype=torch.float64)
+    b = torch.rand(shape, generator=gen, dtype=torch.float64)
+    b[0] = a[0]   # an identical pair
+    for max_val, eps in ((1.0, 1e-12), (0.5, 0.0)):
+        expected = ssim(a, b, win, max_val=max_val, eps=eps, padding="same")
+        assert torch.equal(kornia_ssim_map(a, b, win, max_val, eps), expected)
+    per_image = ssim(a.reshape(-1, 1, *shape[-2:]), b.reshape(-1, 1, *shape[-2:]), win, padding="same")
+    assert torch.equal(ssim_paper(a, b, win), per_image.reshape(shape).mean(dim=(1, 2, 3)))
+
+
+@pytest.mark.parametrize("shape,win", [((20, 1, 8, 8), None), ((5, 3, 12, 10), 5), ((7, 1, 28, 28), 3),
+                                       ((3, 3, 9, 7), 7)])
+def test_standard_variant_equals_scikit_image_bit_for_bit(shape, win):
+    """The channels' filters run over the whole stack: scikit-image's value per image pair, exactly."""
+    from skimage.metrics import structural_similarity
+
+    rng = np.random.default_rng(len(shape) + (win or 0))
+    a, b = rng.random(shape), rng.random(shape)
+    b[0] = a[0]
+    for data_range in (1.0, 0.5):
+        expected = [structural_similarity(a[i], b[i], data_range=data_range, channel_axis=0, win_size=win)
+                    for i in range(shape[0])]
+        np.testing.assert_array_equal(ssim_standard(a, b, data_range, win), expected)
+    weighted = [structural_similarity(a[i], b[i], data_range=1.0, channel_axis=0, gaussian_weights=True)
+                for i in range(shape[0])] if min(shape[-2:]) >= 11 else None
+    if weighted is not None:
+        np.testing.assert_array_equal(ssim_standard(a, b, gaussian_weights=True), weighted)

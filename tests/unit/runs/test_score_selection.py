@@ -1,9 +1,9 @@
-"""One function scores a run's selections: the run itself (``runs/result.py``) and ``leaderboard --verify`` call
-the same ``score_selection``, so a stored selection is re-scored exactly as it was scored."""
+"""A run's selections are cut from its pool by one function (``runs/result.selection_set``), which
+``score_selection`` (what ``leaderboard --verify`` calls) uses as well; the run scores its pool and selections in one
+pass (``evaluate_many``), and ``score_selection`` re-scores each of them to exactly the stored numbers."""
 
 from __future__ import annotations
 
-import pytest
 from safetensors.torch import load_file
 
 from reconbench.runs import RunSpec, run_attack
@@ -19,28 +19,29 @@ def test_a_run_scores_its_pool_and_selected_runs_with_score_selection(tmp_path, 
         "train": {"steps": 60, "lr": 0.05, "weight_decay": 1e-3, "eval_every": 1000}})
     card = get_or_train(recipe, cache=str(tmp_path / "cache"), quiet=True)
     calls: list[int | None] = []
-    real = result_mod.score_selection
+    real = result_mod.selection_set
 
-    def spy(problem, pooled, run, **kw):
+    def spy(pooled, run):
         calls.append(run)
-        return real(problem, pooled, run, **kw)
+        return real(pooled, run)
 
-    monkeypatch.setattr(result_mod, "score_selection", spy)
+    monkeypatch.setattr(result_mod, "selection_set", spy)
     spec = RunSpec(attack="haim_binary_kkt", attack_config={"steps": 10}, search_runs=2, seed=1)
     res = run_attack(card, spec, tmp_path / "res", quiet=True)
     blind, oracle = res["selection"]["blind"]["run"], res["selection"]["oracle"]["run"]
     assert calls[0] is None and sorted(calls[1:]) == sorted({blind, oracle})   # a run both rules pick: scored once
 
-    # what verify does with the stored candidates: the same function, the same numbers
+    # what verify does with the stored candidates: score_selection, one set at a time; the same numbers, exactly
     pooled = load_file(str(tmp_path / "res" / "candidates.safetensors"))
     problem = card.problem(None)
-    for name, run in (("blind", blind), ("oracle", oracle)):
-        again = real(problem, pooled, run, family=card.data["family"], protocol=spec.protocol, card=card)
-        stored = res["evaluation_selected"][name]["summary"]
-        assert again["summary"].keys() == stored.keys()
-        for key, value in stored.items():
-            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-            assert again["summary"][key] == (pytest.approx(value, rel=1e-12, nan_ok=True) if numeric else value), key
+    stored_all = {"pool": (None, res["evaluation"]), **{name: (run, res["evaluation_selected"][name])
+                                                       for name, run in (("blind", blind), ("oracle", oracle))}}
+    for name, (run, stored) in stored_all.items():
+        again = result_mod.score_selection(problem, pooled, run, family=card.data["family"], protocol=spec.protocol,
+                                           card=card)
+        assert again["summary"] == stored["summary"], name
+        assert again["null"]["per_draw"] == stored["null"]["per_draw"], name
+        assert [r["corr"] for r in again["per_image"]] == [r["corr"] for r in stored["per_image"]], name
 
 
 def test_a_run_both_rules_pick_is_scored_once_and_each_selection_keeps_its_numbers(tmp_path, monkeypatch):
@@ -50,13 +51,13 @@ def test_a_run_both_rules_pick_is_scored_once_and_each_selection_keeps_its_numbe
         "train": {"steps": 60, "lr": 0.05, "weight_decay": 1e-3, "eval_every": 1000}})
     card = get_or_train(recipe, cache=str(tmp_path / "cache"), quiet=True)
     calls: list[int | None] = []
-    real = result_mod.score_selection
+    real = result_mod.selection_set
 
-    def spy(problem, pooled, run, **kw):
+    def spy(pooled, run):
         calls.append(run)
-        return real(problem, pooled, run, **kw)
+        return real(pooled, run)
 
-    monkeypatch.setattr(result_mod, "score_selection", spy)
+    monkeypatch.setattr(result_mod, "selection_set", spy)
     monkeypatch.setattr(result_mod, "select_runs", lambda runs: (1, 1))   # blind and oracle agree on run 1
     spec = RunSpec(attack="haim_binary_kkt", attack_config={"steps": 10}, search_runs=2, seed=1)
     res = run_attack(card, spec, tmp_path / "res", quiet=True)
@@ -66,7 +67,6 @@ def test_a_run_both_rules_pick_is_scored_once_and_each_selection_keeps_its_numbe
 
     # the oracle's numbers are the run's own: scored afresh from the stored candidates, they are the same
     pooled = load_file(str(tmp_path / "res" / "candidates.safetensors"))
-    again = real(card.problem(None), pooled, 1, family=card.data["family"], protocol=spec.protocol, card=card)
-    for key, value in oracle["summary"].items():
-        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-        assert again["summary"][key] == (pytest.approx(value, rel=1e-12, nan_ok=True) if numeric else value), key
+    again = result_mod.score_selection(card.problem(None), pooled, 1, family=card.data["family"],
+                                       protocol=spec.protocol, card=card)
+    assert again["summary"] == oracle["summary"]
