@@ -58,7 +58,7 @@ class _Writer:
             self._leaf[level] = enc
         return enc
 
-    def value(self, o: Any, level: int) -> None:
+    def value(self, o: object, level: int) -> None:
         append = self.parts.append
         if isinstance(o, str):
             append(_encode_str(o))
@@ -152,7 +152,7 @@ def _key_text(k: object) -> str:
     raise TypeError(f"keys must be str, int, float, bool or None, not {k.__class__.__name__}")
 
 
-def dumps_indented(obj: Any, indent: int, default: Callable[[Any], Any] | None = None) -> str:
+def dumps_indented(obj: object, indent: int, default: Callable[[Any], Any] | None = None) -> str:
     """``json.dumps(obj, indent=indent, default=default, allow_nan=True)``, the same text (module docstring)."""
     writer = _Writer(indent, default)
     writer.value(obj, 0)
