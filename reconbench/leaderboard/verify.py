@@ -30,6 +30,7 @@ from reconbench.leaderboard.deterministic import first_difference, short_repr, w
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
+from reconbench.leaderboard.tables import SELECTIONS, collect, main_rows, resolve_columns
 from reconbench.provenance import read_json
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, StoredEvaluation, number
 from reconbench.records.target_quantities import target_value
@@ -393,6 +394,42 @@ def _check_tables(data: BoardResults, cells: dict[str, CellRecord]) -> list[str]
                         f"{sel} row {row.attack}/{row.init}/{row.target} {name}: "
                         f"results.json says {m.values}, the cells give {values}"
                     )
+    return problems
+
+
+def check_rows(suite: Suite, leaderboard: Path) -> list[str]:
+    """Each table of results.json against the rows the suite's plan and the board's cells give (``tables.main_rows``,
+    the function the board was rendered with): the same rows, each naming exactly the cells it averages, and each
+    summary column's held-out null (mean of the cells' null means, largest draw, cells) re-derived from them.
+    :func:`check_tables` re-aggregates the cells a row names, so a row that left out a finished seed, or a null
+    edited beside its number, would agree with itself there."""
+    data = BoardResults.from_dict(read_results(leaderboard), leaderboard / "results.json")
+    pub = collect(suite, leaderboard)
+    columns = resolve_columns(suite, pub.ok())
+    problems = []
+    for sel in SELECTIONS:
+        want = {(r.target, r.attack, r.init): r for r in main_rows(suite, pub, columns, sel)}
+        have = {(r.target, r.attack, r.init): r for r in data.table(sel)}
+        for key in [k for k in want if k not in have]:
+            problems.append(f"{sel} table: no row {'/'.join(key)}, which the suite's plan and the cells give "
+                            f"({len(want[key].cells)} cell(s)); publish the board again")
+        for key in [k for k in have if k not in want]:
+            problems.append(f"{sel} table: row {'/'.join(key)} is not one the suite's plan and the cells give; "
+                            "publish the board again")
+        for key in [k for k in have if k in want]:
+            row, fresh = have[key], want[key]
+            where = f"{sel} row {'/'.join(key)}"
+            if list(row.cells) != list(fresh.cells):
+                problems.append(f"{where}: results.json averages cells {list(row.cells)}, the cells give "
+                                f"{list(fresh.cells)}; publish the board again")
+                continue
+            for name, m in (row.metrics or {}).items():
+                null = (fresh.metrics or {}).get(name)
+                stored = None if m.null is None else m.null.to_dict()
+                derived = None if null is None or null.null is None else null.null.to_dict()
+                if not _close(stored, derived, 1e-12, 0.0):
+                    problems.append(f"{where} {name}: results.json gives the held-out null {stored}, its cells "
+                                    f"give {derived}; publish the board again")
     return problems
 
 

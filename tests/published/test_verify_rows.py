@@ -1,0 +1,73 @@
+"""`--verify`'s row check (``verify.check_rows``) on a published board: every table row names exactly the cells
+the suite's plan and the board's cells give, and its held-out nulls are those cells'. Each edit below keeps
+results.json consistent with itself, so the re-aggregation of the cells a row names (``check_tables``) passes it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconbench.bench.suite import load_suite
+from reconbench.leaderboard.verify import check_rows, check_tables
+
+ROOT = Path(__file__).resolve().parents[2]
+BOARD = "precision-cpu"
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> Path:
+    out = tmp_path / BOARD
+    shutil.copytree(ROOT / "leaderboards" / BOARD, out)
+    return out
+
+
+def _edit(board: Path, change: Any) -> None:
+    path = board / "results.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _rows_with_every_value(data: dict[str, Any]) -> dict[str, Any]:
+    """The first pool row with two or more cells whose every column has a value per cell."""
+    return next(r for r in data["tables"]["pool"]
+                if len(r["cells"]) > 1 and all(len(m["values"]) == len(r["cells"]) for m in r["metrics"].values()))
+
+
+def test_the_published_board_passes():
+    assert check_rows(load_suite(BOARD), ROOT / "leaderboards" / BOARD) == []
+
+
+def test_a_row_that_leaves_out_a_finished_seed_is_refused(board):
+    def drop_last(data: dict[str, Any]) -> None:
+        row = _rows_with_every_value(data)
+        row["cells"], row["seeds"] = row["cells"][:-1], row["seeds"][:-1]
+        for m in row["metrics"].values():   # the values, and so the mean, of the cells it still names
+            m["values"] = m["values"][:-1]
+
+    _edit(board, drop_last)
+    assert check_tables(board) == []   # consistent with itself
+    problems = check_rows(load_suite(BOARD), board)
+    assert problems and "averages cells" in problems[0] and "the cells give" in problems[0], problems
+
+
+def test_a_held_out_null_edited_beside_its_number_is_refused(board):
+    def raise_null(data: dict[str, Any]) -> None:
+        row = data["tables"]["blind"][0]
+        m = next(m for m in row["metrics"].values() if m.get("null"))
+        m["null"]["max"] = m["null"]["max"] + 1
+
+    _edit(board, raise_null)
+    assert check_tables(board) == []
+    problems = check_rows(load_suite(BOARD), board)
+    assert len(problems) == 1 and "blind row" in problems[0] and "held-out null" in problems[0], problems
+
+
+def test_a_row_removed_is_refused(board):
+    _edit(board, lambda data: data["tables"]["oracle"].pop())
+    problems = check_rows(load_suite(BOARD), board)
+    assert len(problems) == 1 and problems[0].startswith("oracle table: no row "), problems
