@@ -30,7 +30,14 @@ from reconbench.leaderboard.deterministic import first_difference, short_repr, w
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
-from reconbench.leaderboard.tables import SELECTIONS, collect, main_rows, resolve_columns
+from reconbench.leaderboard.tables import (
+    SELECTIONS,
+    collect,
+    comparison_rows,
+    main_rows,
+    resolve_columns,
+    target_rows,
+)
 from reconbench.provenance import read_json
 from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, StoredEvaluation, number
 from reconbench.records.target_quantities import target_value
@@ -402,7 +409,8 @@ def check_rows(suite: Suite, leaderboard: Path) -> list[str]:
     the function the board was rendered with): the same rows, each naming exactly the cells it averages, and each
     summary column's held-out null (mean of the cells' null means, largest draw, cells) re-derived from them.
     :func:`check_tables` re-aggregates the cells a row names, so a row that left out a finished seed, or a null
-    edited beside its number, would agree with itself there."""
+    edited beside its number, would agree with itself there. Then the comparison tables and the targets table,
+    which the README shows from results.json, against the same functions over the cells."""
     data = BoardResults.from_dict(read_results(leaderboard), leaderboard / "results.json")
     pub = collect(suite, leaderboard)
     columns = resolve_columns(suite, pub.ok())
@@ -430,6 +438,16 @@ def check_rows(suite: Suite, leaderboard: Path) -> list[str]:
                 if not _close(stored, derived, 1e-12, 0.0):
                     problems.append(f"{where} {name}: results.json gives the held-out null {stored}, its cells "
                                     f"give {derived}; publish the board again")
+    targets = target_rows(pub, suite.max_stationarity_ratio, suite.max_learned_ratio)
+    rebuilt = {"comparisons": {k: t.to_dict() for k, t in comparison_rows(suite, pub, columns).items()},
+               "targets": {str(i): t.to_dict() for i, t in enumerate(targets)}}
+    published = {"comparisons": {k: t.to_dict() for k, t in (data.comparisons or {}).items()},
+                 "targets": {str(i): t.to_dict() for i, t in enumerate(data.targets or [])}}
+    for part, again in rebuilt.items():
+        if (diff := first_difference(published[part], again, lambda a, b: _close(a, b, 1e-12, 0.0))) is not None:
+            at, stored, derived = diff
+            problems.append(f"results.json {part}.{at} is {short_repr(stored)}, the cells give "
+                            f"{short_repr(derived)}; publish the board again")
     return problems
 
 

@@ -71,3 +71,28 @@ def test_a_row_removed_is_refused(board):
     _edit(board, lambda data: data["tables"]["oracle"].pop())
     problems = check_rows(load_suite(BOARD), board)
     assert len(problems) == 1 and problems[0].startswith("oracle table: no row "), problems
+
+
+def test_a_targets_row_edited_is_refused(board):
+    def better_target(data: dict[str, Any]) -> None:
+        data["targets"][0]["test_error"] = data["targets"][0]["test_error"] / 2
+
+    _edit(board, better_target)
+    problems = check_rows(load_suite(BOARD), board)
+    assert len(problems) == 1 and problems[0].startswith("results.json targets.0.test_error is "), problems
+
+
+def test_a_comparison_value_edited_is_refused(tmp_path):
+    board = tmp_path / "cpu-mini"
+    shutil.copytree(ROOT / "leaderboards" / "cpu-mini", board)
+    assert check_rows(load_suite("cpu-mini"), board) == []
+
+    def shift(data: dict[str, Any]) -> None:
+        comp = next(iter(data["comparisons"].values()))
+        point = comp["rows"][0]["values"][0]
+        metric = next(m for m in point.values() if isinstance(m, dict) and m.get("values"))
+        metric["values"] = [v + 1 for v in metric["values"]]
+
+    _edit(board, shift)
+    problems = check_rows(load_suite("cpu-mini"), board)
+    assert len(problems) == 1 and problems[0].startswith("results.json comparisons."), problems
