@@ -439,16 +439,26 @@ def check_rows(suite: Suite, leaderboard: Path) -> list[str]:
                     problems.append(f"{where} {name}: results.json gives the held-out null {stored}, its cells "
                                     f"give {derived}; publish the board again")
     targets = target_rows(pub, suite.max_stationarity_ratio, suite.max_learned_ratio)
-    rebuilt = {"comparisons": {k: t.to_dict() for k, t in comparison_rows(suite, pub, columns).items()},
-               "targets": {str(i): t.to_dict() for i, t in enumerate(targets)}}
-    published = {"comparisons": {k: t.to_dict() for k, t in (data.comparisons or {}).items()},
-                 "targets": {str(i): t.to_dict() for i, t in enumerate(data.targets or [])}}
+    rebuilt = _indexed({"comparisons": {k: t.to_dict() for k, t in comparison_rows(suite, pub, columns).items()},
+                        "targets": [t.to_dict() for t in targets]})
+    published = _indexed({"comparisons": {k: t.to_dict() for k, t in (data.comparisons or {}).items()},
+                          "targets": [t.to_dict() for t in data.targets or []]})
     for part, again in rebuilt.items():
-        if (diff := first_difference(published[part], again, lambda a, b: _close(a, b, 1e-12, 0.0))) is not None:
+        if (diff := first_difference(published.get(part), again, lambda a, b: _close(a, b, 1e-12, 0.0))) is not None:
             at, stored, derived = diff
             problems.append(f"results.json {part}.{at} is {short_repr(stored)}, the cells give "
                             f"{short_repr(derived)}; publish the board again")
     return problems
+
+
+def _indexed(value: Any) -> Any:
+    """JSON with each list of objects as an object keyed by position, so that a difference is named down to its
+    field (``rows.0.values.1.papers' protocol.values``); lists of plain values are kept whole."""
+    if isinstance(value, dict):
+        return {k: _indexed(v) for k, v in value.items()}
+    if isinstance(value, list) and any(isinstance(v, dict) for v in value):
+        return {str(i): _indexed(v) for i, v in enumerate(value)}
+    return value
 
 
 def check_entries(leaderboard: Path) -> EntryCheck:
