@@ -32,6 +32,8 @@ from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
 from reconbench.leaderboard.tables import (
     SELECTIONS,
+    Published,
+    cell_outcome_of,
     collect,
     comparison_rows,
     main_rows,
@@ -39,7 +41,16 @@ from reconbench.leaderboard.tables import (
     target_rows,
 )
 from reconbench.provenance import read_json
-from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, StoredEvaluation, number
+from reconbench.records import (
+    BoardResults,
+    CardData,
+    CellRecord,
+    SearchRun,
+    Selection,
+    StoredEvaluation,
+    number,
+    plain,
+)
 from reconbench.records.target_quantities import target_value
 from reconbench.runs.result import score_selection
 from reconbench.runs.seconds import attack_seconds, search_run, summed_seconds
@@ -404,13 +415,14 @@ def _check_tables(data: BoardResults, cells: dict[str, CellRecord]) -> list[str]
     return problems
 
 
-def check_rows(suite: Suite, leaderboard: Path) -> list[str]:
+def check_aggregates(suite: Suite, leaderboard: Path) -> list[str]:
     """Each table of results.json against the rows the suite's plan and the board's cells give (``tables.main_rows``,
     the function the board was rendered with): the same rows, each naming exactly the cells it averages, and each
     summary column's held-out null (mean of the cells' null means, largest draw, cells) re-derived from them.
     :func:`check_tables` re-aggregates the cells a row names, so a row that left out a finished seed, or a null
     edited beside its number, would agree with itself there. Then the comparison tables and the targets table,
-    which the README shows from results.json, against the same functions over the cells."""
+    which the README shows from results.json, against the same functions over the cells; and the header's numbers
+    the cells give (:func:`_header_problems`)."""
     data = BoardResults.from_dict(read_results(leaderboard), leaderboard / "results.json")
     pub = collect(suite, leaderboard)
     columns = resolve_columns(suite, pub.ok())
@@ -448,6 +460,39 @@ def check_rows(suite: Suite, leaderboard: Path) -> list[str]:
             at, stored, derived = diff
             problems.append(f"results.json {part}.{at} is {short_repr(stored)}, the cells give "
                             f"{short_repr(derived)}; publish the board again")
+    return problems + _header_problems(data, pub)
+
+
+def _header_problems(data: BoardResults, pub: Published) -> list[str]:
+    """The header's numbers that the board's cells give (``tables.header_info``): the counts of cells, the cells
+    whose attack failed, the cells' summed seconds, their versions and commits; and the lists of failed, not-run
+    and stale cells. (The commands, machines and wall time come from the run's invocation records, which a board
+    does not keep: they are bound by the manifest only.)"""
+    records = list(pub.records.values())
+    header = data.header
+    failed = [r for r in records if r.status != STATUS_OK]
+    fresh: dict[str, Any] = {
+        "header.cells": {"planned": len(pub.plan), "ok": len(pub.ok()), "failed": len(failed),
+                         "not_run": len(pub.not_run), "stale": len(pub.stale)},
+        "header.attack_failed": [{"cell_id": r.cell_id, **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
+        "header.cell_seconds": float(sum(r.wall_seconds or 0.0 for r in records)),
+        "header.reconbench_versions": sorted({r.reconbench_version for r in records}),
+        "header.git_commits": sorted({r.git_commit for r in records}),
+        "failures": [{"cell_id": r.cell_id, "status": r.status, "error": r.error} for r in failed],
+        "not_run": list(pub.not_run),
+        "stale": list(pub.stale),
+    }
+    stored: dict[str, Any] = {
+        "header.cells": header.cells, "header.attack_failed": header.attack_failed,
+        "header.cell_seconds": header.cell_seconds, "header.reconbench_versions": header.reconbench_versions,
+        "header.git_commits": header.git_commits, "failures": data.failures, "not_run": data.not_run,
+        "stale": data.stale,
+    }
+    problems = []
+    for key, value in fresh.items():
+        if not _close(plain(stored[key]), plain(value), 1e-12, 0.0):
+            problems.append(f"results.json {key} is {short_repr(plain(stored[key]))}, the cells give "
+                            f"{short_repr(plain(value))}; publish the board again")
     return problems
 
 
