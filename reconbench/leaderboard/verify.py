@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reconbench.bench.cells import CELL_FORMAT
-from reconbench.bench.entries import EntryCheck, check_entry, expand, is_entry
+from reconbench.bench.entries import EntryCheck, check_entry, expand, is_entry, protocol_ref
 from reconbench.bench.runner import STATUS_OK, card_reader, null_record, protocol_reader
 from reconbench.bench.seal import seal_problem
 from reconbench.bench.suite import Suite
@@ -508,8 +508,13 @@ def _indexed(value: Any) -> Any:
 
 def check_entries(leaderboard: Path) -> EntryCheck:
     """Every slim entry's pooled counts and score means re-derived from its stored per-image scores and thresholds
-    (``entries.check_entry``); full records are left to re-scoring."""
+    (``entries.check_entry``); full records are left to re-scoring. First, each stored protocol against the hash it
+    is named by (``protocols/<ref>.json``: the entries name it, and their seals cover the name, not the file)."""
     out = EntryCheck()
+    for path in sorted((leaderboard / "protocols").glob("*.json")):
+        if protocol_ref(read_board_json(path, f"protocol {path.stem}")) != path.stem:
+            out.problems.append(f"{path}: its contents do not hash to the name the entries use ({path.stem}); the "
+                                "protocol was edited, restore it or publish the board again")
     protocols = protocol_reader(leaderboard)
     for path in sorted((leaderboard / "cells").glob("*.json")):
         raw = read_board_json(path, f"cell {path.stem}")
