@@ -319,11 +319,11 @@ def bench_command(
     if isinstance(cells_executor, DeadlineExecutor):
         say_deferred(cells_executor, report, deadline)
     if pack is not None:
-        click.echo(f"pack: {len(manifest['cells'])} cell(s) in {len(manifest['files']) + 1} file(s) in {pack}; "
-                   f"{len(manifest['cells_remaining'])} cell(s) of the suite remain; merge it where the results "
+        click.echo(f"pack: {len(manifest.cells)} cell(s) in {len(manifest.files) + 1} file(s) in {pack}; "
+                   f"{len(manifest.cells_remaining)} cell(s) of the suite remain; merge it where the results "
                    f"are kept: reconbench bench {suite} --unpack DIR --out RESULTS")
-        for left in manifest.get("training_left_out") or []:
-            click.echo(f"  training state of target {left['recipe_key']} not packed ({left['reason']}): the next "
+        for left in manifest.training_left_out:
+            click.echo(f"  training state of target {left.recipe_key} not packed ({left.reason}): the next "
                        "slice trains it again from the start; run shorter slices with fewer cells")
     if report.failed or report.lost:
         raise SystemExit(1)  # the summary above names each cell and its record

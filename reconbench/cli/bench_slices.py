@@ -40,7 +40,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize
 from reconbench.records.cost_table import CostTable
 from reconbench.records.finished_ledger import FINISHED_LEDGER_FILE
-from reconbench.records.slice_manifest import DeferredCell, SliceCosts
+from reconbench.records.slice_manifest import DeferredCell, SliceCosts, SliceManifest
 
 #: seconds of a slice's deadline kept for writing its pack
 PACK_RESERVE_SECONDS = 10.0
@@ -201,8 +201,8 @@ class SlicePacker:
         self.ran.append(rec["cell_id"])
         self.write(self.ran, complete=False)
 
-    def write(self, ran: list[str], *, complete: bool) -> dict[str, Any]:
-        """Write the pack; the manifest's JSON, as written."""
+    def write(self, ran: list[str], *, complete: bool) -> SliceManifest:
+        """Write the pack; its manifest, as written."""
         ex = self.ex
         deadline = ex.deadline + PACK_RESERVE_SECONDS if isinstance(ex, DeadlineExecutor) else None
         deferred = ([DeferredCell(cell_id=d.cell_id, estimate_seconds=d.estimate, seconds_left=d.left)
@@ -220,7 +220,7 @@ class SlicePacker:
         return write_pack(self.pack, self.suite, self.out, cells=list(ran), remaining=remaining, states=states,
                           invocation=next_invocation_number(self.out) - 1, device=self.device, dtype=self.dtype,
                           deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
-                          complete=complete, costs=costs, max_files=self.max_files).to_dict()
+                          complete=complete, costs=costs, max_files=self.max_files)
 
 
 def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,

@@ -22,6 +22,7 @@ from reconbench.leaderboard.slim import RERUN_RTOL, slim_board
 from reconbench.leaderboard.submit import board_results, board_suite, pack, submission_text
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
 from reconbench.leaderboard.verify import (
+    check_aggregates,
     check_cell,
     check_entries,
     check_readme,
@@ -320,7 +321,7 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
     entries = check_entries(out_dir)
     figures = check_figures(s, out_dir, data_root)
     problems = (check_stored(out_dir) + records.problems + entries.problems + check_tables(out_dir)
-                + check_readme(s, out_dir) + figures.problems)
+                + check_aggregates(s, out_dir) + check_readme(s, out_dir) + figures.problems)
     ids = stored_cells(out_dir)
     borderline: list[str] = []
     explained: list[str] = []

@@ -31,6 +31,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.manifest import MANIFEST_NAME, RELEASES_DIR, RELEASES_NAME, check_manifest
 from reconbench.provenance import LOCK_FILE, write_text_atomic
 from reconbench.records import RELEASES_FILE, BoardRelease, BoardReleases, plain
+from reconbench.records.board_manifest import BOARD_MANIFEST_FILE
 
 #: what exports and the site show for a board whose files are not those of any release
 UNRELEASED = "unreleased"
@@ -170,11 +171,33 @@ def check_releases(board: Path) -> list[str]:
         archived = board / RELEASES_DIR / r.id / MANIFEST_NAME
         if archived.exists() and hashlib.sha256(archived.read_bytes()).hexdigest() != r.manifest_sha256:
             problems.append(f"{archived} is not the manifest of release {r.id} (sha256 differs); restore it")
+            continue
+        problems += _release_files_problems(board, r, archived)
     ids = {r.id for r in releases}
     if (board / RELEASES_DIR).is_dir():
         for p in sorted((board / RELEASES_DIR).iterdir()):
             if p.name not in ids:
                 problems.append(f"{p} is not a release of the board; remove it")
+    return problems
+
+
+def _release_files_problems(board: Path, release: BoardRelease, archived: Path) -> list[str]:
+    """A release against the manifest it names, where the board holds it (its own, or archived under
+    ``releases/<id>/``): the count of files it records, and an archived README.md against the manifest's sha256."""
+    manifest = archived if archived.exists() else board / MANIFEST_NAME
+    if not manifest.is_file() or hashlib.sha256(manifest.read_bytes()).hexdigest() != release.manifest_sha256:
+        return []   # an older release kept only in the repository's history: its commit holds its files
+    listed = BOARD_MANIFEST_FILE.read(manifest).files
+    problems = []
+    if release.files is not None and release.files != len(listed):
+        problems.append(f"{board / RELEASES_NAME}: release {release.id} records {release.files} file(s), its manifest "
+                        f"lists {len(listed)}; restore the file")
+    readme = archived.parent / "README.md"
+    if archived.exists() and readme.exists():
+        entry = listed.get("README.md")
+        if entry is None or hashlib.sha256(readme.read_bytes()).hexdigest() != entry.sha256:
+            problems.append(f"{readme} is not the README.md of release {release.id} (its sha256 is not the one the "
+                            "release's manifest lists); restore it")
     return problems
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reconbench.bench.cells import CELL_FORMAT
-from reconbench.bench.entries import EntryCheck, check_entry, expand, is_entry
+from reconbench.bench.entries import EntryCheck, check_entry, expand, is_entry, protocol_ref
 from reconbench.bench.runner import STATUS_OK, card_reader, null_record, protocol_reader
 from reconbench.bench.seal import seal_problem
 from reconbench.bench.suite import Suite
@@ -30,8 +30,27 @@ from reconbench.leaderboard.deterministic import first_difference, short_repr, w
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
+from reconbench.leaderboard.tables import (
+    SELECTIONS,
+    Published,
+    cell_outcome_of,
+    collect,
+    comparison_rows,
+    main_rows,
+    resolve_columns,
+    target_rows,
+)
 from reconbench.provenance import read_json
-from reconbench.records import BoardResults, CardData, CellRecord, SearchRun, Selection, StoredEvaluation, number
+from reconbench.records import (
+    BoardResults,
+    CardData,
+    CellRecord,
+    SearchRun,
+    Selection,
+    StoredEvaluation,
+    number,
+    plain,
+)
 from reconbench.records.target_quantities import target_value
 from reconbench.runs.result import score_selection
 from reconbench.runs.seconds import attack_seconds, search_run, summed_seconds
@@ -396,10 +415,109 @@ def _check_tables(data: BoardResults, cells: dict[str, CellRecord]) -> list[str]
     return problems
 
 
+def check_aggregates(suite: Suite, leaderboard: Path) -> list[str]:
+    """Each table of results.json against the rows the suite's plan and the board's cells give (``tables.main_rows``,
+    the function the board was rendered with): the same rows, each naming exactly the cells it averages, and each
+    summary column's held-out null (mean of the cells' null means, largest draw, cells) re-derived from them.
+    :func:`check_tables` re-aggregates the cells a row names, so a row that left out a finished seed, or a null
+    edited beside its number, would agree with itself there. Then the comparison tables and the targets table,
+    which the README shows from results.json, against the same functions over the cells; and the header's numbers
+    the cells give (:func:`_header_problems`)."""
+    data = BoardResults.from_dict(read_results(leaderboard), leaderboard / "results.json")
+    pub = collect(suite, leaderboard)
+    columns = resolve_columns(suite, pub.ok())
+    problems = []
+    for sel in SELECTIONS:
+        want = {(r.target, r.attack, r.init): r for r in main_rows(suite, pub, columns, sel)}
+        have = {(r.target, r.attack, r.init): r for r in data.table(sel)}
+        for key in [k for k in want if k not in have]:
+            problems.append(f"{sel} table: no row {'/'.join(key)}, which the suite's plan and the cells give "
+                            f"({len(want[key].cells)} cell(s)); publish the board again")
+        for key in [k for k in have if k not in want]:
+            problems.append(f"{sel} table: row {'/'.join(key)} is not one the suite's plan and the cells give; "
+                            "publish the board again")
+        for key in [k for k in have if k in want]:
+            row, fresh = have[key], want[key]
+            where = f"{sel} row {'/'.join(key)}"
+            if list(row.cells) != list(fresh.cells):
+                problems.append(f"{where}: results.json averages cells {list(row.cells)}, the cells give "
+                                f"{list(fresh.cells)}; publish the board again")
+                continue
+            for name, m in (row.metrics or {}).items():
+                null = (fresh.metrics or {}).get(name)
+                stored = None if m.null is None else m.null.to_dict()
+                derived = None if null is None or null.null is None else null.null.to_dict()
+                if not _close(stored, derived, 1e-12, 0.0):
+                    problems.append(f"{where} {name}: results.json gives the held-out null {stored}, its cells "
+                                    f"give {derived}; publish the board again")
+    targets = target_rows(pub, suite.max_stationarity_ratio, suite.max_learned_ratio)
+    rebuilt = _indexed({"comparisons": {k: t.to_dict() for k, t in comparison_rows(suite, pub, columns).items()},
+                        "targets": [t.to_dict() for t in targets]})
+    published = _indexed({"comparisons": {k: t.to_dict() for k, t in (data.comparisons or {}).items()},
+                          "targets": [t.to_dict() for t in data.targets or []]})
+    for part, again in rebuilt.items():
+        if (diff := first_difference(published.get(part), again, lambda a, b: _close(a, b, 1e-12, 0.0))) is not None:
+            at, stored, derived = diff
+            problems.append(f"results.json {part}.{at} is {short_repr(stored)}, the cells give "
+                            f"{short_repr(derived)}; publish the board again")
+    return problems + _header_problems(data, pub)
+
+
+def _header_problems(data: BoardResults, pub: Published) -> list[str]:
+    """The header's numbers that the board's cells give (``tables.header_info``): the counts of cells, the cells
+    whose attack failed, the cells' summed seconds, their versions and commits; and the lists of failed, not-run
+    and stale cells. (The commands, machines and wall time come from the run's invocation records, which a board
+    does not keep: they are bound by the manifest only.) A board that took in outside submissions keeps its own
+    run's header beside cells that ran elsewhere: not checked here."""
+    if data.header.submissions:
+        return []
+    records = list(pub.records.values())
+    header = data.header
+    failed = [r for r in records if r.status != STATUS_OK]
+    fresh: dict[str, Any] = {
+        "header.cells": {"planned": len(pub.plan), "ok": len(pub.ok()), "failed": len(failed),
+                         "not_run": len(pub.not_run), "stale": len(pub.stale)},
+        "header.attack_failed": [{"cell_id": r.cell_id, **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
+        "header.cell_seconds": float(sum(r.wall_seconds or 0.0 for r in records)),
+        "header.reconbench_versions": sorted({r.reconbench_version for r in records}),
+        "header.git_commits": sorted({r.git_commit for r in records}),
+        "failures": [{"cell_id": r.cell_id, "status": r.status, "error": r.error} for r in failed],
+        "not_run": list(pub.not_run),
+        "stale": list(pub.stale),
+    }
+    stored: dict[str, Any] = {
+        "header.cells": header.cells, "header.attack_failed": header.attack_failed,
+        "header.cell_seconds": header.cell_seconds, "header.reconbench_versions": header.reconbench_versions,
+        "header.git_commits": header.git_commits, "failures": data.failures, "not_run": data.not_run,
+        "stale": data.stale,
+    }
+    problems = []
+    for key, value in fresh.items():
+        if not _close(plain(stored[key]), plain(value), 1e-12, 0.0):
+            problems.append(f"results.json {key} is {short_repr(plain(stored[key]))}, the cells give "
+                            f"{short_repr(plain(value))}; publish the board again")
+    return problems
+
+
+def _indexed(value: Any) -> Any:
+    """JSON with each list of objects as an object keyed by position, so that a difference is named down to its
+    field (``rows.0.values.1.papers' protocol.values``); lists of plain values are kept whole."""
+    if isinstance(value, dict):
+        return {k: _indexed(v) for k, v in value.items()}
+    if isinstance(value, list) and any(isinstance(v, dict) for v in value):
+        return {str(i): _indexed(v) for i, v in enumerate(value)}
+    return value
+
+
 def check_entries(leaderboard: Path) -> EntryCheck:
     """Every slim entry's pooled counts and score means re-derived from its stored per-image scores and thresholds
-    (``entries.check_entry``); full records are left to re-scoring."""
+    (``entries.check_entry``); full records are left to re-scoring. First, each stored protocol against the hash it
+    is named by (``protocols/<ref>.json``: the entries name it, and their seals cover the name, not the file)."""
     out = EntryCheck()
+    for path in sorted((leaderboard / "protocols").glob("*.json")):
+        if protocol_ref(read_board_json(path, f"protocol {path.stem}")) != path.stem:
+            out.problems.append(f"{path}: its contents do not hash to the name the entries use ({path.stem}); the "
+                                "protocol was edited, restore it or publish the board again")
     protocols = protocol_reader(leaderboard)
     for path in sorted((leaderboard / "cells").glob("*.json")):
         raw = read_board_json(path, f"cell {path.stem}")

@@ -154,4 +154,8 @@ class AuditRecord(Record):
 
 
 #: the door of an audit's JSON record
-AUDIT_FILE: FileFormat[AuditRecord] = FileFormat(AuditRecord, "kind", {AuditRecord.SCHEMA: unchanged})
+AUDIT_FILE: FileFormat[AuditRecord] = FileFormat(
+    AuditRecord, "kind", {AuditRecord.SCHEMA: unchanged},
+    fix="run `reconbench audit` again with this version of reconbench",
+    remedy="the file was edited by hand or written by another version: restore it, or run the `reconbench audit` "
+           "command it records again")

@@ -10,6 +10,7 @@ from typing import Any
 from reconbench.config import build_config
 from reconbench.data import ProblemSpec
 from reconbench.errors import ReconbenchError
+from reconbench.records.parameter_ratio import ParameterRatio
 from reconbench.records.record import FileFormat, Record, mapping, register_value_type, unchanged
 from reconbench.targets.problems import recorded_spec_dict
 from reconbench.targets.recipe import TargetRecipe, recorded_recipe
@@ -246,3 +247,32 @@ class CardData(Record):
 
 #: the door of a model card: ``reconbench-card/1`` (a board card has the same stamp and a ``board_card`` note)
 CARD_FILE: FileFormat[CardData] = FileFormat(CardData, "format", {CardData.SCHEMA: unchanged})
+
+
+@dataclass(frozen=True)
+class CardRunFields(Record):
+    """The fields of a model card a run reads (``runs/prepare.py``, ``runs/result.py``): of a card reconbench
+    trained, or of the card ``reconbench audit`` builds in memory (``auditing/card.py``: no format stamp, its
+    ``recipe`` what the audit recorded, not a training recipe). Open: the card's other fields are the card's own
+    door's to check (:data:`CARD_FILE`, read when the card is loaded); the fields named here are read strictly."""
+
+    OPEN = True
+
+    family: str
+    recipe_key: str
+    content_sha256: str | None = None
+    homogeneity_degree: int | None = None
+    metrics: TrainMetrics = TrainMetrics()
+    p_over_dn: ParameterRatio | None = None
+    #: the training recipe as the card holds it; of an audit card (``recipe_key`` ``audit-...``), the audit's record
+    recipe: Mapping[str, Any] | None = None
+
+    @property
+    def is_audit(self) -> bool:
+        """Whether the card is one ``reconbench audit`` built for a model it did not train."""
+        return self.recipe_key.startswith("audit-")
+
+    @property
+    def run_metrics(self) -> TrainMetrics:
+        """The training metrics a run records of its target: all but the per-point margins."""
+        return self.metrics.without("margins")

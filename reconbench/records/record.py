@@ -91,9 +91,10 @@ class Record:
     OPEN: ClassVar[bool] = False
 
     @classmethod
-    def from_dict(cls: type[R], d: object, source: str | Path | None = None) -> R:
-        """The record of a JSON object, read strictly; ``source`` (the file) names it in a one-line error."""
-        return decode(cls, d, source)
+    def from_dict(cls: type[R], d: object, source: str | Path | None = None, *, remedy: str | None = None) -> R:
+        """The record of a JSON object, read strictly; ``source`` (the file) names it in a one-line error, which
+        ends with ``remedy`` (what to do about the file) when given."""
+        return decode(cls, d, source, remedy=remedy)
 
     @classmethod
     def written(cls: type[R], **values: Any) -> R:
@@ -389,12 +390,37 @@ def _describe(path: str, cls: object, exc: BaseException) -> str:
         return f"unknown key {path}.{keys[0]}; {fix}"
     if isinstance(exc, WrongType):
         return f"{path} {exc}; correct the value"
+    if _is_missing(path, exc):
+        return f"field {path} is missing; add it"
     return f"{path}: {exc}"
 
 
-def decode(cls: type[R], d: object, source: str | Path | None = None) -> R:
+def _is_missing(path: str, exc: BaseException) -> bool:
+    """Whether a leaf error is cattrs' for a required key absent (a ``KeyError`` of the field's own name)."""
+    return isinstance(exc, KeyError) and bool(exc.args) and path.endswith(f".{exc.args[0]}")
+
+
+def _rename_first(problems: list[tuple[str, Any, BaseException]]) -> list[tuple[str, Any, BaseException]]:
+    """The problems with a misspelt key first: an unknown key whose nearest name is a required field that is missing
+    is one problem (its fix is the rename), not two."""
+    missing = {path for path, _, exc in problems if _is_missing(path, exc)}
+    for i, (path, _, exc) in enumerate(problems):
+        if isinstance(exc, ForbiddenExtraKeysError) and len(exc.extra_fields) == 1:
+            known = sorted({f.name for f in fields(exc.cl)} - Record._OWN)
+            close = difflib.get_close_matches(next(iter(exc.extra_fields)), known, n=1)
+            if close and f"{path}.{close[0]}" in missing:
+                rest = [p for j, p in enumerate(problems) if j != i and p[0] != f"{path}.{close[0]}"]
+                return [problems[i], *rest]
+    return problems
+
+
+#: what a one-line refusal tells a user to do about the file, unless its format says otherwise
+REMEDY = "the file was edited by hand or written by another version: restore it, or render it again"
+
+
+def decode(cls: type[R], d: object, source: str | Path | None = None, *, remedy: str | None = None) -> R:
     """``d`` read strictly as a ``cls``, or a one-line :class:`ReconbenchError` naming the file, the field and the
-    fix (the first problem, and how many more there are)."""
+    fix (the first problem, and how many more there are), ending with ``remedy`` (default :data:`REMEDY`)."""
     try:
         return CONVERTER.structure(d, cls)
     except Exception:  # noqa: BLE001 - any failure of the fast pass is read again below, for its message
@@ -402,14 +428,13 @@ def decode(cls: type[R], d: object, source: str | Path | None = None) -> R:
     try:
         return DETAILED.structure(d, cls)
     except (ClassValidationError, IterableValidationError, WrongType, ForbiddenExtraKeysError) as exc:
-        problems = _problems(exc, "$", cls)
+        problems = _rename_first(_problems(exc, "$", cls))
         first = _describe(*problems[0])
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         name = source if source is not None else f"a {cls.__name__}"
         kind = "" if source is None else f" (a {cls.__name__})"
         line = f"{name}{kind}: {first}{more}".replace("\n", "\\n")
-        raise ReconbenchError(f"{line}; the file was edited by hand or written by another version: restore it, "
-                              "or render it again") from None
+        raise ReconbenchError(f"{line}; {remedy or REMEDY}") from None
 
 
 # -- the door: version stamps and their upgrades ------------------------------------------------------------
@@ -431,6 +456,8 @@ class FileFormat(Generic[R]):
     upgrades: Mapping[str | None, Upgrade]
     #: what a user does about a file of a stamp not in ``upgrades``
     fix: str = "upgrade reconbench, or write the file again with this version"
+    #: what a user does about a file of a known stamp that does not read (None: :data:`REMEDY`)
+    remedy: str | None = None
 
     def stamp(self, data: Mapping[str, Any]) -> str | None:
         v = data.get(self.stamp_key) if self.stamp_key is not None else None
@@ -452,7 +479,7 @@ class FileFormat(Generic[R]):
 
     def decode(self, data: object, source: str | Path | None = None) -> R:
         """The record of a file's JSON: upgraded by its version stamp, then read strictly."""
-        return self.record.from_dict(self.upgrade(data, source), source)
+        return self.record.from_dict(self.upgrade(data, source), source, remedy=self.remedy)
 
     def read(self, path: Path) -> R:
         """The record of a file, or a one-line error naming it (missing, not JSON, or not of this format)."""

@@ -13,6 +13,7 @@ from reconbench.attack.search import start_search
 from reconbench.config import build_config
 from reconbench.errors import IncompatibleError, ReconbenchError
 from reconbench.interfaces import Attack, AttackTarget, InitRegime
+from reconbench.records.model_card import CardRunFields
 from reconbench.runs.resolved import init_config_for
 from reconbench.runs.spec import RunSpec
 from reconbench.targets.cards import ModelCard
@@ -32,12 +33,13 @@ def prepare(card: ModelCard, spec: RunSpec, attack: Attack[Any] | None = None) -
             f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this target is "
             f"{knowledge.task}. Attacks for {knowledge.task} targets: "
             f"{', '.join(n for n in plugins.names('attacks') if knowledge.task in plugins.attack(n).tasks)}")
-    family = plugins.model(card.data["family"])
+    card_fields = CardRunFields.from_dict(card.data, card.path)   # what a run reads of its card, typed
+    family = plugins.model(card_fields.family)
     dtype, device = DTYPES[spec.dtype], torch.device(spec.device)
     restricted = restrict_knowledge(knowledge, attack)  # also refuses a threat model that cannot be served
     initial = card.initial_model(dtype).to(device) if attack.threat.initial_weights else None
     target = AttackTarget(model=card.load_model(dtype).to(device), family=family.name,
-                          homogeneity_degree=card.data.get("homogeneity_degree"),
+                          homogeneity_degree=card_fields.homogeneity_degree,
                           knowledge=restricted, dtype=dtype, device=device, initial_model=initial)
     attack.check(target)
     m = spec.candidates or default_m(knowledge, attack.candidate_factor)

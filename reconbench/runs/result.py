@@ -26,9 +26,8 @@ from reconbench.records import (
     SearchRun,
     StoredEvaluation,
     StoredOutcome,
-    TrainMetrics,
 )
-from reconbench.records.parameter_ratio import ParameterRatio
+from reconbench.records.model_card import CardRunFields
 from reconbench.runs.pool import load_pooled, select_runs
 from reconbench.runs.spec import RunSpec
 from reconbench.runs.traces import plot_traces
@@ -64,11 +63,12 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
            protocol: ResolvedProtocol | None = None) -> dict[str, Any]:
     """Pool the runs, evaluate, select blind and oracle runs, and write result.json + candidates (``protocol``: the
     spec's protocol as the run resolved it, else resolved here)."""
-    resolved = protocol or resolve_protocol(spec.protocol, card.data["family"])
+    card_fields = CardRunFields.from_dict(card.data, card.path)   # what a run reads of its card, typed
+    resolved = protocol or resolve_protocol(spec.protocol, card_fields.family)
     usable = [r for r in runs if r["stopped"] != "failed"]
     pooled = load_pooled(out, usable)
     save_tensors_atomic(pooled, out / "candidates.safetensors")
-    family = card.data["family"]
+    family = card_fields.family
     blind, oracle = select_runs(runs)
     # the selected runs alone as well as the pool the papers evaluate (with more than one usable run), all scored in
     # one pass (evaluate_many: each record equals its own evaluation); a run both rules pick is scored once
@@ -86,7 +86,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
             selected[label] = {**copy.deepcopy(scored[run]), "seconds": time.perf_counter() - t0}
         else:
             selected[label] = scored[run]
-    bars = calibration_bars(problem, pooled, family=card.data["family"], protocol=resolved,
+    bars = calibration_bars(problem, pooled, family=card_fields.family, protocol=resolved,
                             evaluation=evaluation, blind=blind, oracle=oracle)
     draw = resolved.base.figures   # figures = false: no PNG at all
     figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run") if draw \
@@ -100,11 +100,10 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
         init_is_oracle=oracle_init,
         spec=spec.to_dict(),
         search=search_record(spec.search, spec.search_config),
-        target=RunTarget(card=portable_path(card.path), **_recipe_fields(card), recipe_key=card.data["recipe_key"],
-                         card_sha256=card.data.get("content_sha256"), family=family, task=card.task,
-                         n_train=problem.n, p_over_dn=_parameter_ratio(card),
-                         train_metrics=TrainMetrics.from_dict({k: v for k, v in card.data["metrics"].items()
-                                                               if k != "margins"}, "the card's training metrics")),
+        target=RunTarget(card=portable_path(card.path), **_recipe_fields(card, card_fields),
+                         recipe_key=card_fields.recipe_key, card_sha256=card_fields.content_sha256, family=family,
+                         task=card.task, n_train=problem.n, p_over_dn=card_fields.p_over_dn,
+                         train_metrics=card_fields.run_metrics),
         selection={
             "blind": PickedRun(run=blind,
                                rule="lowest final attack loss among completed runs (reads no training images)"),
@@ -132,15 +131,9 @@ def _threat_record(attack: str) -> dict[str, Any]:
     return {"label": threat.label, **threat.to_dict()}
 
 
-def _parameter_ratio(card: ModelCard) -> ParameterRatio | None:
-    """p / (d n) as the card records it (None: a card written before it was recorded)."""
-    recorded = card.data.get("p_over_dn")   # the card's JSON is read as a dict (targets/cards.py)
-    return None if recorded is None else ParameterRatio.from_dict(recorded, f"{card.path}, its p_over_dn")
-
-
-def _recipe_fields(card: ModelCard) -> dict[str, Any]:
+def _recipe_fields(card: ModelCard, card_fields: CardRunFields) -> dict[str, Any]:
     """The card's training recipe, or for a model brought by `reconbench audit` (recipe key ``audit-...``) what the
     audit recorded of it."""
-    if str(card.data["recipe_key"]).startswith("audit-"):
-        return {"audit": dict(card.data["recipe"])}
+    if card_fields.is_audit:
+        return {"audit": dict(card_fields.recipe or {})}
     return {"recipe": card.recipe}

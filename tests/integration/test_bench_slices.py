@@ -35,6 +35,7 @@ from reconbench.bench.suite import load_suite
 from reconbench.cli.bench_slices import SlicePacker
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize, model_parameters
+from reconbench.records.slice_manifest import SliceManifest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "benchmarks" / "gpu" / "tiny.toml"
@@ -80,7 +81,7 @@ def tiny_sizes(suite: Any) -> dict[str, TargetSize]:
     return sizes
 
 
-def first_slice(tmp_path: Path, cells: int) -> tuple[Path, dict[str, Any], DeadlineExecutor]:
+def first_slice(tmp_path: Path, cells: int) -> tuple[Path, SliceManifest, DeadlineExecutor]:
     """A slice on its own machine (results folder and target cache of its own) that runs ``cells`` cells: the clock
     jumps past the deadline once they ran. The pack is rewritten after each cell, as the command does; a copy of it
     after cell k is kept in ``snapshot-k``. Returns the pack folder, its final manifest and the executor."""
@@ -205,10 +206,11 @@ def test_pack_fresh_machine_unpack_resume_equals_one_uninterrupted_run(tmp_path,
     run_suite(suite, whole, cache=str(tmp_path / "cache0"), quiet=True)
     # slice 1 on a bare machine: one cell, then the deadline
     pack1, manifest1, ex = first_slice(tmp_path, cells=1)
-    assert len(manifest1["cells"]) == 1 and len(manifest1["cells_remaining"]) == 2
-    assert [d.cell_id for d in ex.deferred] == manifest1["cells_remaining"]
-    assert len(manifest1["files"]) + 1 <= slice_pack.MAX_FILES
-    assert all(f["bytes"] <= slice_pack.MAX_FILE_BYTES for f in manifest1["files"])
+    assert manifest1.to_dict() == json.loads((pack1 / "manifest.json").read_text())   # the record, as written
+    assert len(manifest1.cells) == 1 and len(manifest1.cells_remaining) == 2
+    assert [d.cell_id for d in ex.deferred] == manifest1.cells_remaining
+    assert len(manifest1.files) + 1 <= slice_pack.MAX_FILES
+    assert all(f.bytes <= slice_pack.MAX_FILE_BYTES for f in manifest1.files)
     # merged here
     local = tmp_path / "local"
     code, text, err = run_cli(["bench", str(TINY), "--unpack", str(pack1), "--out", str(local)], capsys)
@@ -216,7 +218,7 @@ def test_pack_fresh_machine_unpack_resume_equals_one_uninterrupted_run(tmp_path,
     assert "1 cell(s) merged" in text and "2 cell(s) remain" in text
     ledger = json.loads((local / "finished.json").read_text())
     assert ledger["cells"] == {c: {"cell_key": load_cells(local)[c]["cell_key"], "status": "ok"}
-                               for c in manifest1["cells"]}
+                               for c in manifest1.cells}
     # slice 2 on another bare machine (its own results folder and target cache) given only the ledger: runs the rest
     code, text, err = run_cli(["bench", str(TINY), "--device", "cpu", "--deadline", "600", "--pack",
                                str(tmp_path / "pack2"), "--out", str(tmp_path / "device2"), "--cache",
@@ -224,7 +226,7 @@ def test_pack_fresh_machine_unpack_resume_equals_one_uninterrupted_run(tmp_path,
     assert code == 0, err
     assert "2 cell(s) ran" in text and "1 already finished" in text and "0 cell(s) of the suite remain" in text
     manifest2 = json.loads((tmp_path / "pack2" / "manifest.json").read_text())
-    assert sorted(manifest2["cells"]) == sorted(manifest1["cells_remaining"])
+    assert sorted(manifest2["cells"]) == sorted(manifest1.cells_remaining)
     code, text, err = run_cli(["bench", str(TINY), "--unpack", str(tmp_path / "pack2"), "--out", str(local)], capsys)
     assert code == 0, err
     assert "every cell of suite gpu-tiny" in text
@@ -239,7 +241,7 @@ def test_pack_fresh_machine_unpack_resume_equals_one_uninterrupted_run(tmp_path,
     # the candidates that travelled are the sampled cell's, float16 values of the device's float64 ones
     from safetensors.torch import load_file
 
-    sampled = manifest1["candidates"]["cells"] + manifest2["candidates"]["cells"]
+    sampled = manifest1.candidates.cells + manifest2["candidates"]["cells"]
     assert len(sampled) == 1
     here = load_file(str(local / "work" / sampled[0] / "candidates.safetensors"))
     there = load_file(str(whole / "work" / sampled[0] / "candidates.safetensors"))
@@ -316,10 +318,10 @@ def test_a_conflicting_cell_is_refused_and_an_identical_one_is_merged_already(pa
     keys = {c.cell_id: c.key(suite) for c in expand(suite)}
     out = tmp_path / "res"
     first = unpack(packed[0], suite, out, keys)
-    assert sorted(first.merged) == sorted(packed[1]["cells"]) and len(first.remaining) == 1
+    assert sorted(first.merged) == sorted(packed[1].cells) and len(first.remaining) == 1
     again = unpack(packed[0], suite, out, keys)
-    assert again.merged == [] and sorted(again.already) == sorted(packed[1]["cells"])
-    cid = packed[1]["cells"][0]
+    assert again.merged == [] and sorted(again.already) == sorted(packed[1].cells)
+    cid = packed[1].cells[0]
     path = out / "cells" / f"{cid}.json"
     rec = json.loads(path.read_text())
     rec["selections"]["pool"]["attack_loss"] = 123.0
@@ -344,15 +346,15 @@ def test_records_too_large_for_one_file_are_split_and_merge_the_same(packed, tmp
     suite = load_suite(str(TINY))
     device_out = packed[0].parent / "device1"
     monkeypatch.setattr(slice_pack, "MAX_FILE_BYTES", 12 * 1024)
-    assert len(packed[1]["files"]) == 2   # with the limit of 16 MiB: one archive, one candidates file
+    assert len(packed[1].files) == 2   # with the limit of 16 MiB: one archive, one candidates file
     pack = tmp_path / "split"
-    manifest = write_pack(pack, suite, device_out, cells=packed[1]["cells"], remaining=[], invocation=0,
+    manifest = write_pack(pack, suite, device_out, cells=packed[1].cells, remaining=[], invocation=0,
                           device="cpu", dtype="float64")
     archives = [f for f in manifest.files if f.name.startswith("records-")]
     assert len(archives) >= 2 and all(f.bytes <= 12 * 1024 for f in manifest.files)
     keys = {c.cell_id: c.key(suite) for c in expand(suite)}
     report = unpack(pack, suite, tmp_path / "res", keys)
-    assert sorted(report.merged) == sorted(packed[1]["cells"])
+    assert sorted(report.merged) == sorted(packed[1].cells)
 
 
 def test_copy_data_copies_what_the_suite_reads_and_nothing_else(tmp_path):
@@ -391,19 +393,20 @@ def test_the_pack_rewritten_after_each_cell_is_whole_at_every_step(packed, tmp_p
     keys = {c.cell_id: c.key(suite) for c in expand(suite)}
     first = packed[0].parent / "snapshot-1"
     m1 = json.loads((first / "manifest.json").read_text())
-    assert m1["complete"] is False and m1["cells"] == packed[1]["cells"][:1] and packed[1]["complete"] is True
-    assert set(packed[1]["costs"]["estimates"]) == set(packed[1]["cells"])   # each started cell's estimate
+    final = packed[1]
+    assert final.costs is not None
+    assert m1["complete"] is False and m1["cells"] == final.cells[:1] and final.complete is True
+    assert set(final.costs.estimates) == set(final.cells)   # each started cell's estimate
     # the attack's measurements, keyed by its matrix-product precision (float64 on the CPU)
-    assert len(packed[1]["costs"]["measured"]["attack@float64"]) == len(packed[1]["cells"])
+    assert len(final.costs.measured["attack@float64"]) == len(final.cells)
     interrupted = Path(shutil.copytree(first, tmp_path / "interrupted"))
-    for f in packed[1]["files"]:   # the next version's data files, written before its manifest
-        shutil.copyfile(packed[0] / f["name"], interrupted / f["name"])
+    for f in final.files:   # the next version's data files, written before its manifest
+        shutil.copyfile(packed[0] / f.name, interrupted / f.name)
     report = unpack(interrupted, suite, tmp_path / "res", keys)
     assert report.merged == m1["cells"]
     report = unpack(packed[0], suite, tmp_path / "res", keys)
-    assert report.already == m1["cells"] and report.merged == packed[1]["cells"][1:]
-    assert sorted(p.name for p in packed[0].iterdir()) == sorted(["manifest.json", *(f["name"] for f in
-                                                                                    packed[1]["files"])])
+    assert report.already == m1["cells"] and report.merged == final.cells[1:]
+    assert sorted(p.name for p in packed[0].iterdir()) == sorted(["manifest.json", *(f.name for f in final.files)])
 
 
 def test_plan_prints_the_slices_and_runs_nothing(tmp_path, capsys, no_work):

@@ -140,10 +140,10 @@ def test_training_stopped_by_a_deadline_travels_and_ends_as_one_uninterrupted_ru
     piece, other = ex.pieces
     assert 0 < piece.step < STEPS and not piece.finished and other.step == piece.step and not other.finished
     assert piece.stacked == other.stacked == 2 and piece.recipe_key != other.recipe_key
-    assert sorted(t["recipe_key"] for t in manifest["training"]) == sorted([piece.recipe_key, other.recipe_key])
-    for entry in manifest["training"]:
-        assert entry["step"] == piece.step and entry["dtype"] == "torch.float64"
-        assert (pack1 / entry["name"]).stat().st_size < MAX_FILE_BYTES
+    assert sorted(t.recipe_key for t in manifest.training) == sorted([piece.recipe_key, other.recipe_key])
+    for entry in manifest.training:
+        assert entry.step == piece.step and entry.dtype == "torch.float64"
+        assert (pack1 / str(entry.name)).stat().st_size < MAX_FILE_BYTES
     assert all("trained to step" in d.note for d in ex.deferred)
     verify_pack(pack1, suite)   # each state's sha256 is the manifest's
 
@@ -198,7 +198,7 @@ def test_a_tampered_training_state_is_refused(suite_file, tmp_path, capsys):
     packer = SlicePacker(pack, suite, tmp_path / "device", ex, "cpu", None, 0.0, {})
     report = run_suite(suite, tmp_path / "device", cache=str(tmp_path / "cache1"), quiet=True, executor=ex)
     manifest = packer.write(report.ran, complete=True)
-    state = pack / manifest["training"][0]["name"]
+    state = pack / str(manifest.training[0].name)
     data = bytearray(state.read_bytes())
     data[-1] ^= 1
     state.write_bytes(bytes(data))
@@ -340,12 +340,13 @@ def test_a_state_larger_than_a_part_travels_split_and_joins_to_the_same_bytes(su
     pack = tmp_path / "pack"
     manifest = SlicePacker(pack, suite, tmp_path / "device", ex, "cpu", None, 0.0, {}).write(report.ran,
                                                                                              complete=True)
-    assert len(manifest["files"]) + 1 <= slice_pack.MAX_FILES
-    sizes_of = {f["name"]: f["bytes"] for f in manifest["files"]}
-    for entry in manifest["training"]:
-        assert "name" not in entry and len(entry["parts"]) == 3
-        assert all(sizes_of[n] <= part for n in entry["parts"])
-        assert entry["bytes"] == len(originals[entry["recipe_key"]])
+    assert manifest.to_dict() == json.loads((pack / "manifest.json").read_text())   # the record, as written
+    assert len(manifest.files) + 1 <= slice_pack.MAX_FILES
+    sizes_of = {f.name: f.bytes for f in manifest.files}
+    for entry in manifest.training:
+        assert "name" not in entry.to_dict() and entry.parts is not None and len(entry.parts) == 3
+        assert all(sizes_of[n] <= part for n in entry.parts)
+        assert entry.bytes == len(originals[entry.recipe_key])
     keys = {c.cell_id: c.key(suite, None) for c in expand(suite)}
     results = tmp_path / "results"
     rep = unpack(pack, suite, results, keys)
@@ -354,16 +355,16 @@ def test_a_state_larger_than_a_part_travels_split_and_joins_to_the_same_bytes(su
         assert (results / "training" / f"{key}.safetensors").read_bytes() == data
 
     # parts listed out of order (each part's own sha256 still matches): the join is refused, nothing is merged
-    entry = manifest["training"][0]
+    entry = manifest.training[0]
     bad = json.loads((pack / "manifest.json").read_text())
-    bad["training"][0]["parts"] = list(reversed(entry["parts"]))
+    bad["training"][0]["parts"] = list(reversed(entry.files))
     (pack / "manifest.json").write_text(json.dumps(bad))
     with pytest.raises(PackError, match="do not join"):
         unpack(pack, suite, tmp_path / "other", keys)
     assert not (tmp_path / "other" / "training").exists()
     # a part missing: refused by the manifest's file list
-    (pack / "manifest.json").write_text(json.dumps(manifest))
-    (pack / entry["parts"][1]).unlink()
+    (pack / "manifest.json").write_text(json.dumps(manifest.to_dict()))
+    (pack / entry.files[1]).unlink()
     with pytest.raises(PackError, match="is missing"):
         verify_pack(pack, suite)
 

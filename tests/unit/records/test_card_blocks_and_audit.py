@@ -134,9 +134,11 @@ def test_an_audit_record_reads_back_unchanged_and_its_report_renders_from_it(tmp
 @pytest.mark.parametrize(("edit", "words"), [
     (lambda d: d["headline"].update(colour=1), ["unknown key $.headline.colour", "remove it"]),
     (lambda d: d["attacks"][0].update(serch_runs=d["attacks"][0].pop("search_runs")),
-     ["$.attacks[0].search_runs", "(and 1 more)"]),   # a required field missing, and the misspelt key
+     ["unknown key $.attacks[0].serch_runs; rename it to 'search_runs';"]),   # the rename fixes the missing field
     (lambda d: d["model"].update(param_count="530"), ["$.model.param_count is the text '530', expected an integer"]),
-], ids=["unknown", "misspelt", "type"])
+    (lambda d: d.pop("seconds"), ["field $.seconds is missing; add it;", "run the `reconbench audit` command"]),
+    (lambda d: d["headline"].pop("available"), ["field $.headline.available is missing; add it;"]),
+], ids=["unknown", "misspelt", "type", "missing", "missing-nested"])
 def test_a_hand_edited_audit_record_is_refused_with_one_line(tmp_path, edit, words):
     data = _audit()
     edit(data)
@@ -146,5 +148,22 @@ def test_a_hand_edited_audit_record_is_refused_with_one_line(tmp_path, edit, wor
         AUDIT_FILE.read(path)
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"{path} (a AuditRecord): ")
+    assert "KeyError" not in message and "': '" not in message   # the codec's own wording stays out
     for w in words:
         assert w in message, message
+
+
+def test_a_misspelt_required_field_counts_once_beside_other_problems():
+    """The rename fixes both the unknown key and the field it leaves missing: one problem, counted once beside a
+    wrong type elsewhere; a field missing with no key near its name is told to be added."""
+    data = _audit()
+    data["attacks"][0]["serch_runs"] = data["attacks"][0].pop("search_runs")
+    data["model"]["param_count"] = "530"
+    with pytest.raises(ReconbenchError) as info:
+        AUDIT_FILE.decode(data, "audit.json")
+    assert "unknown key $.attacks[0].serch_runs; rename it to 'search_runs' (and 1 more);" in str(info.value)
+    data = _audit()
+    data["regime"]["gtae"] = data["regime"].pop("seconds")   # no field's name is near it: two problems
+    with pytest.raises(ReconbenchError) as info:
+        AUDIT_FILE.decode(data, "audit.json")
+    assert "field $.regime.seconds is missing; add it (and 1 more);" in str(info.value), str(info.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -149,7 +150,11 @@ def test_utility_before_and_after_a_release_defense_is_in_the_card(binary_proble
 
 
 # -- DP-SGD --------------------------------------------------------------------------------------------
-pytest.importorskip("opacus")
+@pytest.fixture
+def opacus():
+    """Opacus, for the tests that train with DP-SGD or read its accountant: they skip without it (it is the optional
+    ``dp`` extra); every other test of this file runs."""
+    return pytest.importorskip("opacus")
 
 
 def rdp_epsilon_full_batch(sigma, steps, delta, orders):
@@ -171,6 +176,7 @@ def exact_gaussian_epsilon(mu, delta):
     return brentq(lambda e: delta_of(e) - delta, 0.0, 1000.0)
 
 
+@pytest.mark.usefixtures("opacus")
 @pytest.mark.parametrize("sigma", [2.0, 8.0])
 def test_dp_sgd_reports_the_epsilon_of_its_gaussian_mechanism(binary_problem, sigma):
     from opacus.accountants import RDPAccountant
@@ -188,6 +194,7 @@ def test_dp_sgd_reports_the_epsilon_of_its_gaussian_mechanism(binary_problem, si
     assert exact <= rec["epsilon"] <= 1.6 * exact + 0.5
 
 
+@pytest.mark.usefixtures("opacus")
 def test_dp_sgd_clips_per_sample_and_adds_noise_of_the_stated_scale():
     """One step against a hand computation: per-sample gradients clipped to C, averaged over n, plus N(0, (sigma C /
     n)^2) noise; with sigma = 0 the step is exactly the clipped mean."""
@@ -230,6 +237,7 @@ def test_dp_sgd_clips_per_sample_and_adds_noise_of_the_stated_scale():
     assert abs(float(noise.mean())) < 0.01 * 3.0 * C / n
 
 
+@pytest.mark.usefixtures("opacus")
 def test_dp_sgd_refuses_batch_norm():
     pytest.importorskip("timm")
     problem = build_problem(BINARY)
@@ -238,6 +246,7 @@ def test_dp_sgd_refuses_batch_norm():
         train(r, problem, quiet=True, with_certificate=False)
 
 
+@pytest.mark.usefixtures("opacus")
 def test_dp_sgd_certifies_during_training_on_the_weights_of_that_step(binary_problem):
     """certify_every under DP-SGD: the certificate recorded at step 4 of a 6-step run is the one of the released
     weights of the same recipe trained for 4 steps (unwrapped by Opacus' own to_standard_module), and computing it
@@ -262,10 +271,20 @@ def test_dp_sgd_certifies_during_training_on_the_weights_of_that_step(binary_pro
     assert checks[4]["learned"]["ratio"] == pytest.approx(direct["learned"]["ratio"], rel=1e-12)
 
 
+@pytest.mark.usefixtures("opacus")
 def test_dp_sgd_without_noise_has_no_finite_epsilon(binary_problem):
     res = train(recipe("dp_sgd", {"noise_multiplier": 0.0}, steps=3), binary_problem, quiet=True, with_certificate=False)
     assert res.metrics["defense"]["records"]["epsilon"] is None
     assert np.isfinite(res.metrics["test_error"])
+
+
+def test_dp_sgd_without_opacus_is_refused_with_the_install_line(binary_problem, monkeypatch):
+    """Without Opacus (hidden here whether or not it is installed) DP-SGD training stops before its first step with
+    one line naming the package and how to install it."""
+    monkeypatch.setitem(sys.modules, "opacus", None)   # `import opacus` raises ImportError
+    with pytest.raises(ReconbenchError, match=r"the dp_sgd defense needs the opacus package; install it with") as info:
+        train(recipe("dp_sgd", {"noise_multiplier": 1.0}, steps=3), binary_problem, quiet=True, with_certificate=False)
+    assert "\n" not in str(info.value)
 
 
 def test_a_release_only_defense_reuses_the_undefended_training_of_this_process(binary_problem):
