@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _helpers.chain_step_before_threshold import StepBeforeThreshold
 
 from reconbench import plugins
 from reconbench.targets.chain_gd import ChainGD, chain_layers
 from reconbench.targets.losses import OUTPUT_GRADIENTS, fixed_target_gradient, get_loss
-from _helpers.chain_step_before_threshold import StepBeforeThreshold
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
