@@ -68,11 +68,11 @@ def default_run_vs_base() -> str:
 
 
 def step_ab_fast() -> str:
-    return _step_ab("kkt/bench_step_ab_fast_r5.json")
+    return _step_ab("kkt/bench_step_ab_fast_r6.json")
 
 
 def step_ab_stock() -> str:
-    return _step_ab("kkt/bench_step_ab_stock_r5.json")
+    return _step_ab("kkt/bench_step_ab_stock_r6.json")
 
 
 def _step_ab(rel: str) -> str:
