@@ -215,6 +215,11 @@ def write_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
+    # RECONBENCH_FAST_BLAS=1 acts here as in the reconbench command: this process restarts with the shim preloaded,
+    # and the measuring children inherit it (without this a plain script ran the stock path whatever the variable)
+    from reconbench.fast_blas import reexec_with_shim
+
+    reexec_with_shim()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="mode")
     c = sub.add_parser("child")
