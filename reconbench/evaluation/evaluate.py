@@ -124,13 +124,20 @@ def evaluate(problem: Problem, candidates: torch.Tensor, *, family: str,
     resolved = as_resolved(protocol, family)
     out, ev = _score(problem, candidates, resolved, labels=labels, run_ids=run_ids, x0=x0, card=card)
     lab = as_vector(labels, int(out["candidates"]["total"]), "labels")
-    add_null(out, problem, resolved, lab, card)
-    if out_dir is not None and resolved.base.figures:  # after the null: the figure shows the calibrated headline
+    _add_null_and_figures(out, ev, problem, resolved, lab, card, out_dir)
+    out["seconds"] = time.perf_counter() - t0
+    return jsonable(out)
+
+
+def _add_null_and_figures(out: dict[str, Any], ev: Evaluation, problem: Problem, resolved: ResolvedProtocol,
+                          labels: np.ndarray | None, card: object, out_dir: str | Path | None) -> None:
+    """The held-out null and the calibrated headline into ``out``, then its figures into ``out_dir`` (after the
+    null: the figure shows the calibrated headline)."""
+    add_null(out, problem, resolved, labels, card)
+    if out_dir is not None and resolved.base.figures:
         threshold, column = out["summary"]["calibrated_threshold"], null.calibrated_column(resolved)
         calibrated = None if threshold is None else (column, null.scores_of(out, column), float(threshold))
         out["figures"] = _figures(ev, Path(out_dir), calibrated)
-    out["seconds"] = time.perf_counter() - t0
-    return jsonable(out)
 
 
 def evaluate_many(problem: Problem, sets: list[dict[str, Any]], *, family: str,
@@ -158,11 +165,7 @@ def evaluate_many(problem: Problem, sets: list[dict[str, Any]], *, family: str,
     for ev, metric_out, d in zip(evs, metric_outs, dirs, strict=True):
         t1 = time.perf_counter()
         out = _assemble(ev, resolved, metric_out, True)
-        add_null(out, problem, resolved, ev.labels, card)
-        if d is not None and resolved.base.figures:
-            threshold, column = out["summary"]["calibrated_threshold"], null.calibrated_column(resolved)
-            calibrated = None if threshold is None else (column, null.scores_of(out, column), float(threshold))
-            out["figures"] = _figures(ev, Path(d), calibrated)
+        _add_null_and_figures(out, ev, problem, resolved, ev.labels, card, d)
         out["seconds"] = shared_seconds + time.perf_counter() - t1
         results.append(jsonable(out))
     return results

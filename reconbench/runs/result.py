@@ -64,11 +64,11 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
     """Pool the runs, evaluate, select blind and oracle runs, and write result.json + candidates (``protocol``: the
     spec's protocol as the run resolved it, else resolved here)."""
     card_fields = CardRunFields.from_dict(card.data, card.path)   # what a run reads of its card, typed
-    resolved = protocol or resolve_protocol(spec.protocol, card_fields.family)
+    family = card_fields.family
+    resolved = protocol or resolve_protocol(spec.protocol, family)
     usable = [r for r in runs if r["stopped"] != "failed"]
     pooled = load_pooled(out, usable)
     save_tensors_atomic(pooled, out / "candidates.safetensors")
-    family = card_fields.family
     blind, oracle = select_runs(runs)
     # the selected runs alone as well as the pool the papers evaluate (with more than one usable run), all scored in
     # one pass (evaluate_many: each record equals its own evaluation); a run both rules pick is scored once
@@ -86,7 +86,7 @@ def finish(card: ModelCard, spec: RunSpec, out: Path, problem: Problem, runs: li
             selected[label] = {**copy.deepcopy(scored[run]), "seconds": time.perf_counter() - t0}
         else:
             selected[label] = scored[run]
-    bars = calibration_bars(problem, pooled, family=card_fields.family, protocol=resolved,
+    bars = calibration_bars(problem, pooled, family=family, protocol=resolved,
                             evaluation=evaluation, blind=blind, oracle=oracle)
     draw = resolved.base.figures   # figures = false: no PNG at all
     figure = plot_traces(runs, out / "figures" / "attack_loss.png", f"{spec.attack}: attack loss per run") if draw \
