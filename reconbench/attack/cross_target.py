@@ -42,6 +42,7 @@ from reconbench.attack.kkt.batched_gram import BatchedGram
 from reconbench.attack.kkt.loop import StationarityConfig
 from reconbench.attack.kkt.stationarity import full_chain
 from reconbench.attack.kkt.surrogate import Forward
+from reconbench.attack.watch import labelled
 from reconbench.config import config_to_dict
 from reconbench.errors import ReconbenchError
 from reconbench.interfaces import AttackOutput, AttackTarget, ProgressFn
@@ -213,8 +214,9 @@ def _alone(req: CrossRequest, result: CrossResult, progress: ProgressFn | None) 
     def on_done(i: int, out: object, batch: dict[str, Any] | None) -> None:
         batches[i] = batch
 
-    result.outputs = req.attack.run_batched(req.target, req.x0s, req.labels, req.configs, generators=req.generators,
-                                            progress=progress, on_done=on_done)
+    with labelled([req.name]):   # a slice's watcher: the computations below are this cell's
+        result.outputs = req.attack.run_batched(req.target, req.x0s, req.labels, req.configs,
+                                                generators=req.generators, progress=progress, on_done=on_done)
     result.batches = [b if b is not None else {} for b in batches]
 
 
@@ -256,9 +258,10 @@ def _together(requests: Sequence[CrossRequest], members: list[int], results: lis
         x0 = torch.stack([requests[members[j]].x0s[i] for j, i in picked]).to(like)
         lam0 = torch.stack([lam0s[(j, i)] for j, i in picked]).to(like)
         terms = attack.batch_terms(labels.to(target.device), cfgs, k, like)
-        outs, info = run_cross_batch([chains[t] for t in used], [used.index(target_of[j]) for j, _ in picked], x0,
-                                     labels.to(target.device), lam0, cfgs, terms, target.dtype, target.device,
-                                     progress=progress)
+        with labelled([requests[members[j]].name or str(members[j]) for j in cells]):   # a slice's watcher
+            outs, info = run_cross_batch([chains[t] for t in used], [used.index(target_of[j]) for j, _ in picked],
+                                         x0, labels.to(target.device), lam0, cfgs, terms, target.dtype, target.device,
+                                         progress=progress)
         info.chunk, info.chunks, info.chunk_reason = c, len(chunks), reason
         record = info.to_dict()
         cross = {"runs": len(picked), "targets": len(used),

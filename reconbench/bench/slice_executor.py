@@ -1,7 +1,11 @@
 """The executor of a slice: cells one after the other in this process, each started only when its estimated cost
 (``reconbench.bench.slice_costs``) fits before the deadline; the others are left for the next slice. With a folder of
 training states, targets the resumable trainer takes train in pieces with the time the cells leave, several of one
-shape as one stack (:meth:`DeadlineExecutor.run`; ``plan_slices`` plans the same walk)."""
+shape as one stack (:meth:`DeadlineExecutor.run`; ``plan_slices`` plans the same walk).
+
+While a cell's attack runs, :class:`~reconbench.bench.slice_watch.SliceWatch` prints its progress and stops it at the
+deadline (less the pack's reserve): a stopped cell is not recorded (it stays to do) and the executor starts nothing
+more; every cell that ran, finished or stopped, leaves its measured rows (``measured``) for the pack."""
 
 from __future__ import annotations
 
@@ -11,11 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconbench.bench.cross_cells import run_together
+from reconbench.attack.cross_target import CrossBroker, brokering
+from reconbench.attack.watch import AttackStopped, watching
+from reconbench.bench.cross_cells import collect
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
 from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
 from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work
+from reconbench.bench.slice_watch import SliceWatch, phase_row
 from reconbench.preflight import TargetSize
+from reconbench.records.slice_manifest import Measured, StoppedCell
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import CARD_FILE
 from reconbench.targets.recipe import TargetRecipe
@@ -54,6 +62,14 @@ class DeadlineExecutor:
     #: pool the attack computations of the cells that fit across targets (reconbench.bench.cross_cells)
     cross_target: bool = False
     pieces: list[Piece] = field(default_factory=list)   # what the resumable trainer did in this slice
+    #: what the slice measured of every cell that ran (finished or stopped) and of the cards it rebuilt
+    measured: list[Measured] = field(default_factory=list)
+    #: the cells whose attack the deadline stopped (not recorded: they stay to do)
+    stopped: list[StoppedCell] = field(default_factory=list)
+    watch: SliceWatch = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.watch = SliceWatch(self.clock, self.start, self.deadline)
 
     def check(self, ctx: RunContext) -> None:
         SerialExecutor().check(ctx)
@@ -127,11 +143,16 @@ class DeadlineExecutor:
                     and self._state_step(j.cell.recipe) >= j.cell.recipe.train.steps]
             by_key = {j.cell.recipe.key(): j.cell.recipe for j in done}
             for recipe in by_key.values():
+                cell = next(j.cell.cell_id for j in done if j.cell.recipe.key() == recipe.key())
+                t0 = self.clock()
                 result = self._train_group([recipe], max(self._training_seconds(slot), 0.0), ctx)
                 if isinstance(result, str):
                     stopped[recipe.key()] = result
                 elif result[0].finished:
                     slot.trained.add(recipe.key())
+                    self.measured.append(phase_row(cell, "card", self.clock() - t0, ctx.device, self._weights(recipe)))
+                    self.watch.phase([cell], f"card of target {recipe.key()} rebuilt from its final training state "
+                                             f"in {self.clock() - t0:.1f}s")
         while True:
             for job in list(waiting):
                 work = works[job.cell.cell_id]
@@ -150,11 +171,21 @@ class DeadlineExecutor:
                 self.started_cells[job.cell.cell_id] = slot.estimate(work)
                 waiting.remove(job)
                 yield Started(job.cell)
-                rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
-                               data_root=ctx.data_root, quiet=ctx.quiet)
+                t0 = self.clock()
+                self.watch.phase([job.cell.cell_id], "started" + (" (its target is trained first)" if trains else ""))
+                try:
+                    with watching(self.watch), self.watch.label([job.cell.cell_id]):
+                        rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
+                                       data_root=ctx.data_root, quiet=ctx.quiet)
+                except AttackStopped as stop:
+                    self._stop([job], {job.cell.cell_id: t0}, stop, ctx, slot, works)
+                    break
                 self.model.observe(work, trains, rec)
                 slot.trained.add(work.target_key)
+                self._done(job, t0, rec, ctx)
                 yield Finished(job.cell, rec)
+            if self.stopped:
+                break   # the deadline stopped an attack: nothing more starts
             first = next((j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in
                           slot.trained and j.cell.recipe.key() not in stopped), None)
             seconds = self._training_seconds(slot)
@@ -179,4 +210,79 @@ class DeadlineExecutor:
                 note = f"its target's training did not start ({self._state_step(job.cell.recipe)} steps done)"
             self._defer(slot, work, job, note)
         if together:
-            yield from run_together(together, ctx, targets)
+            yield from self._run_together(together, ctx, targets, slot, works)
+
+    # -- the cells' attacks, watched -------------------------------------------------------------------------------
+    def _weights(self, recipe: TargetRecipe) -> int:
+        size = self.sizes.get(recipe.key())
+        return int(size.parameters) if size is not None and size.parameters is not None else 0
+
+    def _done(self, job: CellJob, t0: float, rec: Mapping[str, Any], ctx: RunContext) -> None:
+        """The rows of a finished cell: its set-up (start to the attack's first step), each attack computation it
+        took part in, its evaluation (from its start to the record)."""
+        cid, now = job.cell.cell_id, self.clock()
+        weights = self._weights(job.cell.recipe)
+        comps = self.watch.of_cell(cid)
+        rows = self.watch.attack_rows(cid, weights)
+        evaluated = self.watch.evaluations.get(cid)
+        if comps and comps[0].begun >= t0:   # its own computation (a cross-target batch's set-up is counted apart)
+            self.measured.append(phase_row(cid, "setup", comps[0].begun - t0, ctx.device, weights))
+        if not rows:   # an attack the loops do not tell (no KKT loop): its seconds as the record has them
+            rows = [Measured(cell=cid, phase="attack", precision=ctx.dtype, runs=int(job.cell.attack.search_runs),
+                             m=0, weights=weights, steps=0, seconds=float(rec.get("attack_seconds") or 0.0),
+                             device=ctx.device)]
+        self.measured.extend(rows)
+        if evaluated is not None:
+            self.measured.append(phase_row(cid, "evaluation", now - evaluated, ctx.device, weights))
+        self.watch.phase([cid], f"done ({rec.get('status')}) in {now - t0:.1f}s")
+
+    def _stop(self, jobs: Sequence[CellJob], starts: Mapping[str, float], stop: AttackStopped, ctx: RunContext,
+              slot: Slot, works: Mapping[str, CellWork]) -> None:
+        """The cells whose attack the deadline stopped: deferred (not recorded), with their measured rows."""
+        for job in jobs:
+            cid = job.cell.cell_id
+            weights = self._weights(job.cell.recipe)
+            comps = self.watch.of_cell(cid)
+            t0 = starts.get(cid)
+            if t0 is not None and comps and comps[0].begun >= t0:
+                self.measured.append(phase_row(cid, "setup", comps[0].begun - t0, ctx.device, weights))
+            self.measured.extend(self.watch.attack_rows(cid, weights))
+            last = comps[-1] if comps else None
+            step, steps = (last.step, last.steps) if last is not None else (stop.step, stop.steps)
+            seconds = sum(c.seconds for c in comps)
+            self.stopped.append(StoppedCell(cell_id=cid, step=step, steps=steps, seconds=seconds))
+            self._defer(slot, works[cid], job, f"the deadline stopped its attack at batched step {step:,} of "
+                                               f"{steps:,} ({seconds:.1f}s of attack)")
+
+    def _run_together(self, jobs: Sequence[CellJob], ctx: RunContext, targets: TargetPool, slot: Slot,
+                      works: Mapping[str, CellWork]) -> Generator[Outcome, None, None]:
+        """``reconbench.bench.cross_cells.run_together``'s three passes, watched: a stop in the joint computation
+        defers every cell of it (none is recorded)."""
+        broker = CrossBroker()
+        starts: dict[str, float] = {}
+        for job in jobs:   # pass 1, cell by cell: each one's set-up is timed on its own
+            starts[job.cell.cell_id] = self.clock()
+            collect([job], ctx, targets, broker)
+            self.measured.append(phase_row(job.cell.cell_id, "setup", self.clock() - starts[job.cell.cell_id],
+                                           ctx.device, self._weights(job.cell.recipe)))
+        try:
+            with watching(self.watch):
+                broker.run()
+        except AttackStopped as stop:
+            self._stop(jobs, {}, stop, ctx, slot, works)
+            return
+        with brokering(broker):
+            for job in jobs:   # pass 3: each cell answered from the joint computation, evaluated and recorded
+                cid = job.cell.cell_id
+                broker.current = cid
+                yield Started(job.cell)
+                t0 = self.clock()
+                try:   # a batch that joined none (a later round of a search) runs its attack here, watched
+                    with watching(self.watch), self.watch.label([cid]):
+                        rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
+                                       data_root=ctx.data_root, quiet=ctx.quiet)
+                except AttackStopped as stop:
+                    self._stop([job], {cid: t0}, stop, ctx, slot, works)
+                    continue
+                self._done(job, t0, rec, ctx)
+                yield Finished(job.cell, rec)

@@ -63,11 +63,13 @@ from reconbench.records.slice_manifest import (
     SLICE_MANIFEST_FILE,
     DeferredCell,
     LeftOutState,
+    Measured,
     PackCandidates,
     PackedState,
     PackFile,
     SliceCosts,
     SliceManifest,
+    StoppedCell,
 )
 from reconbench.targets.resumable import state_step
 
@@ -187,7 +189,8 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
                invocation: int, device: str, dtype: str, deferred: Sequence[DeferredCell] = (),
                deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
                costs: SliceCosts | None = None, states: Sequence[Path] = (),
-               max_files: int = MAX_FILES) -> SliceManifest:
+               max_files: int = MAX_FILES, measured: Sequence[Measured] = (),
+               stopped: Sequence[StoppedCell] = ()) -> SliceManifest:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
 
@@ -199,7 +202,8 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     whose training this slice began or continued, each its own file ``training-<sha>.safetensors`` (or its parts,
     ``training-<sha>.part``, when larger than :data:`STATE_PART_BYTES`). ``max_files``: the pack's files, the
     manifest included (fewer than :data:`MAX_FILES` when something else comes back beside the pack: the probe's
-    JSON)."""
+    JSON). ``measured``: what the slice measured of every cell that ran, finished or not; ``stopped``: the cells
+    whose attack the deadline stopped (they are not in ``cells``: they stay to do)."""
     records = {cid: CELL_FILE.read(cell_path(out, cid)) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
@@ -258,6 +262,10 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         optional["training_left_out"] = left_out
     if costs is not None:   # each started cell's estimate, and the (units, seconds) measured per phase
         optional["costs"] = costs
+    if measured:   # every phase of every cell that ran here, finished or stopped
+        optional["measured"] = list(measured)
+    if stopped:
+        optional["stopped"] = list(stopped)
     manifest = SliceManifest.written(
         format=PACK_FORMAT, suite=suite.name, suite_sha256=suite.text_sha256, commit=slice_commit(),
         device=device, dtype=dtype, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), complete=complete,
@@ -282,6 +290,7 @@ class UnpackReport:
     remaining: list[str] = field(default_factory=list)
     invocation: int | None = None
     states: list[str] = field(default_factory=list)   # recipe keys whose training state was taken
+    measured: int = 0   # the measured rows added to the ledger
 
 
 def read_manifest(pack: Path) -> SliceManifest:
@@ -390,6 +399,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
     records = _cell_records(members, manifest, pack)
     candidates = _candidates(pack, manifest)
     _state_entries(pack, manifest)   # a split state that does not join is refused before anything is written
+    kept_rows = ledger_measured(out)   # the rows merged before: a ledger that does not read is refused here
     report = UnpackReport(manifest=manifest)
     with folder_lock(out, "results"):
         for cid, (_, rec) in records.items():
@@ -439,7 +449,9 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
                                  "manifest_sha256": sha256_file(pack / MANIFEST)}
             write_json(invocation_path(out, number), inv)
             report.invocation = number
-        listed = _write_ledger(out, suite, keys).training
+        rows = kept_rows + [row for row in manifest.measured if row not in kept_rows]   # a pack merged twice: once
+        report.measured = len(rows) - len(kept_rows)
+        listed = _write_ledger(out, suite, keys, rows).training
         for state in (out / STATES_FOLDER).glob("*.safetensors") if (out / STATES_FOLDER).exists() else []:
             if _STATE_NAME.match(state.name) and state.stem not in listed:
                 state.unlink()   # every cell of that target is finished: its training state is needed no more
@@ -526,14 +538,29 @@ def import_states(ledger: Path, cache_states: Path) -> list[str]:
     return copied
 
 
-def _write_ledger(out: Path, suite: Suite, keys: Mapping[str, str]) -> FinishedLedger:
-    """Write ``out/finished.json`` (:func:`write_ledger`); the ledger written."""
+def ledger_measured(out: Path) -> list[Measured]:
+    """The measured rows of ``out``'s ledger (none without one); a ledger that does not read is a one-line error."""
+    path = out / LEDGER_FILE
+    if not path.exists():
+        return []
+    fix = (f"restore {path} (it keeps every slice's measured rows), or move it away to start a new ledger; "
+           "nothing was merged")
+    data = read_json(path, missing=fix, damaged=fix, error=PackError)
+    return list(_decoded(FINISHED_LEDGER_FILE, data, path).measured)
+
+
+def _write_ledger(out: Path, suite: Suite, keys: Mapping[str, str],
+                  measured: Sequence[Measured] | None = None) -> FinishedLedger:
+    """Write ``out/finished.json`` (:func:`write_ledger`) with ``measured`` (None: the rows it holds); the ledger
+    written."""
+    rows = ledger_measured(out) if measured is None else list(measured)
     done = load_cells(out)
     cells = {c: LedgerCell(cell_key=key, status=done[c]["status"]) for c, key in keys.items()
              if is_finished(done.get(c), key, False)}
     in_training = {c.recipe.key() for c in expand(suite) if c.cell_id in keys and c.cell_id not in cells}
+    extra: dict[str, Any] = {"measured": rows} if rows else {}
     ledger = FinishedLedger(format=LEDGER_FORMAT, suite=suite.name, suite_sha256=suite.text_sha256, cells=cells,
-                            training=ledger_states(out, in_training))
+                            training=ledger_states(out, in_training), **extra)
     write_json(out / LEDGER_FILE, ledger.to_dict())
     return ledger
 

@@ -328,7 +328,7 @@ def bench_command(
     if report.failed or report.lost:
         raise SystemExit(1)  # the summary above names each cell and its record
     if (isinstance(cells_executor, DeadlineExecutor) and not report.ran and cells_executor.deferred
-            and not cells_executor.pieces):
+            and not cells_executor.pieces and not cells_executor.stopped):
         raise SystemExit(1)  # nothing fitted the deadline and no training advanced: say_deferred said so
 
 

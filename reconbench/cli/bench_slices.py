@@ -56,7 +56,7 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
     if not ex.deferred:
         return
     cheapest = min(ex.deferred, key=lambda d: d.estimate)
-    if not report.ran and not ex.pieces:
+    if not report.ran and not ex.pieces and not ex.stopped:
         click.echo(f"deadline {deadline:g}s: nothing ran; no cell fits (the cheapest of {len(ex.deferred)} is "
                    f"estimated at {cheapest.estimate:.1f}s with the safety margin, {cheapest.left:.1f}s were left); "
                    "pass a longer --deadline")
@@ -220,7 +220,9 @@ class SlicePacker:
         return write_pack(self.pack, self.suite, self.out, cells=list(ran), remaining=remaining, states=states,
                           invocation=next_invocation_number(self.out) - 1, device=self.device, dtype=self.dtype,
                           deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
-                          complete=complete, costs=costs, max_files=self.max_files)
+                          complete=complete, costs=costs, max_files=self.max_files,
+                          measured=ex.measured if isinstance(ex, DeadlineExecutor) else (),
+                          stopped=ex.stopped if isinstance(ex, DeadlineExecutor) else ())
 
 
 def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,
@@ -253,6 +255,11 @@ def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None) -> None
                        f"{out / STATES_FOLDER}: carry that folder with the ledger to continue it")
     for key in rep.cards_kept:
         click.echo(f"  note: model card {key} differs from the slice's; {out / 'targets' / (key + '.json')} was kept")
+    for stopped in m.stopped:
+        click.echo(f"  stopped by the slice's deadline: {stopped.cell_id} at batched step {stopped.step:,} of "
+                   f"{stopped.steps:,} ({stopped.seconds:.1f}s of attack); it runs again in a later slice")
+    if rep.measured:
+        click.echo(f"  {rep.measured} measured row(s) added to the ledger (what the next plan's costs read)")
     click.echo(f"ledger of the finished cells (a slice's --finished): {out / LEDGER_FILE}")
     if rep.remaining:
         click.echo(f"{len(rep.remaining)} cell(s) remain: run the next slice (benchmarks/gpu/README.md) or "

@@ -1,12 +1,18 @@
-"""A slice's pack manifest (``manifest.json``, ``reconbench-slice-pack/1``, written by ``bench/slice_pack.py``): the
-files the pack holds, the cells it carries and those that remain, the training states that travel with it."""
+"""A slice's pack manifest (``manifest.json``, ``reconbench-slice-pack/2``, written by ``bench/slice_pack.py``): the
+files the pack holds, the cells it carries and those that remain, the training states that travel with it, and what
+the slice measured (``measured``: one row per phase of every cell that ran, finished or stopped at the deadline).
+Version 1 (no ``measured``, no ``stopped``) reads as version 2 with neither."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from reconbench.records.record import FileFormat, Record, unchanged
+
+#: the phases a measured row may name: the attack's batched steps, and the seconds before and after them
+MEASURED_PHASES = ("attack", "card", "setup", "evaluation")
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,42 @@ class SliceCosts(Record):
 
 
 @dataclass(frozen=True)
+class Measured(Record):
+    """What a slice measured of one phase of one cell. ``attack``: ``steps`` batched steps of ``runs`` runs of ``m``
+    candidates on a target of ``weights`` parameters, in ``precision`` (``tf32``, ``float32``, ``float64``), took
+    ``seconds`` of wall time on ``device`` (a cross-target batch: ``runs`` are the batch's, and each of its cells has
+    the row). ``card`` (a target's card rebuilt from its final training state, its certificate included), ``setup``
+    (from the cell's start to its attack's first step: target, preparation, starts, graph capture) and
+    ``evaluation`` (from the attack's end to the cell's record): their ``seconds``, with ``steps`` 0."""
+
+    cell: str
+    phase: str
+    precision: str
+    runs: int
+    m: int
+    weights: int
+    steps: int
+    seconds: float
+    device: str
+
+
+@dataclass(frozen=True)
+class StoppedCell(Record):
+    """A cell whose attack the slice's deadline stopped: it is not merged (it runs again in a later slice); the step
+    its batched computation reached, of how many."""
+
+    cell_id: str
+    step: int
+    steps: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class SliceManifest(Record):
     """A pack's ``manifest.json``: the suite (name, file sha256) and commit the slice ran, its device and dtype,
     whether it ended, and every file it holds with its sha256 (fields absent in a file read as their defaults)."""
 
-    SCHEMA = "reconbench-slice-pack/1"
+    SCHEMA = "reconbench-slice-pack/2"
 
     format: str
     suite: str
@@ -98,9 +135,16 @@ class SliceManifest(Record):
     training: list[PackedState] = field(default_factory=list)
     training_left_out: list[LeftOutState] = field(default_factory=list)
     costs: SliceCosts | None = None
+    measured: list[Measured] = field(default_factory=list)
+    stopped: list[StoppedCell] = field(default_factory=list)
+
+
+def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 manifest: the same fields, without ``measured`` and ``stopped``."""
+    return {**data, "format": SliceManifest.SCHEMA}
 
 
 #: the door of a pack's manifest.json
 SLICE_MANIFEST_FILE: FileFormat[SliceManifest] = FileFormat(
-    SliceManifest, "format", {SliceManifest.SCHEMA: unchanged},
+    SliceManifest, "format", {SliceManifest.SCHEMA: unchanged, "reconbench-slice-pack/1": _from_v1},
     fix="pass the folder that `reconbench bench SUITE --pack DIR` wrote, with this version of reconbench")

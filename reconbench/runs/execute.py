@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from reconbench.attack import watch
 from reconbench.attack.cross_target import serve_batch
 from reconbench.attack.outcome import derive_run_outcome
 from reconbench.attack.search import check_proposals, start_session, tell
@@ -68,6 +69,9 @@ def run_attack(card: ModelCard, spec: RunSpec | ResolvedRun, out_dir: str | Path
         recorded = done.wall_seconds
         if recorded is not None and math.isfinite(recorded):
             wall = float(recorded)
+    watcher = watch.current()   # a slice's: the evaluation starts (a phase of its progress lines and rows)
+    if watcher is not None:
+        watcher.evaluating()
     return finish(card, spec, out, problem, runs, wall, oracle_init=run.init_is_oracle,
                   init_config=config_to_dict(run.init_config), quiet=quiet, protocol=run.protocol)
 

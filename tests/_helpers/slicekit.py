@@ -49,3 +49,30 @@ def digits_works(suite_path: Any) -> list[CellWork]:
                           model_parameters(cell.recipe.family, (1, 8, 8), 1, cell.recipe.model))
         works.append(cell_work(cell, size, pieces=True, dtype=suite.dtype))
     return works
+
+
+#: fields of a cell record that say when, where and how fast it ran (not what it computed)
+RUN_FIELDS = ("seconds", "finished", "created", "record_sha256", "machine", "message", "invocation", "reused",
+              "git_commit")
+
+
+def deterministic(value: Any) -> Any:
+    """A record without its timings, dates, machine and seal: what one uninterrupted run must reproduce."""
+    import math
+
+    if isinstance(value, dict):
+        return {k: deterministic(v) for k, v in value.items() if not any(f in k for f in RUN_FIELDS)}
+    if isinstance(value, list):
+        return [deterministic(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return value
+
+
+def digits_sizes(suite: Any) -> dict[str, TargetSize]:
+    """The sizes of a `digits` suite's targets (8x8 images, 10 per target as the tiny suites train)."""
+    sizes = {}
+    for cell in expand(suite):
+        p = model_parameters(cell.recipe.family, (1, 8, 8), 1, cell.recipe.model)
+        sizes[cell.recipe.key()] = TargetSize((1, 8, 8), 10, p)
+    return sizes

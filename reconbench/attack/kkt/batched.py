@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
+from reconbench.attack import watch
 from reconbench.attack.kkt.batched_gram import BatchedGram, run_sum_of_squares, sum_of_squares
 from reconbench.attack.kkt.convergence import ConvergenceRule
 from reconbench.attack.kkt.loop import Coefficients, Penalty, StationarityConfig, box_prior
@@ -413,6 +414,8 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
         """The check after step t; returns whether a run may have stopped (False: every run was alive and finite,
         the common case, decided by one reduction)."""
         nonlocal last_check
+        if watcher is not None:   # a slice's progress line, or its stop at the deadline (AttackStopped)
+            watcher.at(t)
         if all_alive and bool(state.ok.all()):
             snap_x.copy_(state.x)
             snap_lam.copy_(state.lam)
@@ -453,6 +456,9 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
 
     if steps > 0:
         record(0)
+    watcher = watch.current()
+    if watcher is not None:
+        watcher.begin(r_runs, state.x.shape[1], steps, state.x.dtype, bool(info.tf32), state.x.device)
     if sync_every == 1 or steps == 0:
         check(0)   # the start itself: a non-finite loss at step 0 keeps x0 (as the sequential loop does)
         alive_now = state.alive.cpu()
@@ -482,6 +488,8 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
             all_alive = bool(alive_now.all())
             alive_runs = alive_now.nonzero().flatten().tolist()
     info.seconds = time.perf_counter() - t0
+    if watcher is not None:
+        watcher.end(max(snap_step))
     # the final loss of every run at its returned point (the last step, or its snapshot)
     if stale[0]:
         final_loss, final_terms, _, _ = evaluate(state.x, state.lam)

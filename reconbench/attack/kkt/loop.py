@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 
+from reconbench.attack import watch
 from reconbench.attack.kkt.convergence import ConvergenceRule
 from reconbench.attack.kkt.stationarity import make_engine
 from reconbench.config import option
@@ -123,7 +124,12 @@ def run_stationarity_attack(target: AttackTarget, x0: torch.Tensor, labels: torc
     rule = ConvergenceRule.of(cfg)
     early_stop: dict[str, Any] | None = None
     window_sum, window_means, x_sum, x_means = 0.0, [math.nan], torch.zeros_like(x.detach()), [x.detach()]
+    watcher = watch.current()   # a slice's progress lines and its stop at the deadline (every 10 steps)
+    if watcher is not None:
+        watcher.begin(1, m, cfg.steps, x.dtype, bool(torch.backends.cuda.matmul.allow_tf32), x.device)
     for step in range(cfg.steps):
+        if watcher is not None and step % 10 == 0:
+            watcher.at(step)
         loss, terms = attack_loss(x, lam)
         value = loss.detach().item()
         if not math.isfinite(value):
@@ -157,6 +163,8 @@ def run_stationarity_attack(target: AttackTarget, x0: torch.Tensor, labels: torc
         if progress is not None and (step % 10 == 0 or step == cfg.steps - 1):
             progress(step + 1, cfg.steps, {"loss": value})
 
+    if watcher is not None:
+        watcher.end(done)
     x_out, lam_out = (x.detach(), lam.detach()) if stopped in ("completed", "converged") else last_good
     final_loss, final_terms = attack_loss(x_out, lam_out)
     final = float(final_loss.detach())

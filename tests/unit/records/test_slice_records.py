@@ -21,12 +21,15 @@ from reconbench.records.training_checkpoint import TRAINING_CHECKPOINT, PieceNot
 from reconbench.targets.batched_training import read_checkpoint
 
 SHA = "ab" * 32
+#: a measured row as a slice writes it (its schema is what the planner reads)
+ROW = {"cell": "a", "phase": "attack", "precision": "tf32", "runs": 16, "m": 1000, "weights": 4_073_001,
+       "steps": 50_000, "seconds": 555.5, "device": "cuda"}
 
 
 def manifest_json() -> dict[str, Any]:
     """A manifest as ``write_pack`` writes it, with a split state, a state left out and the costs."""
     return {
-        "format": "reconbench-slice-pack/1", "suite": "tiny", "suite_sha256": SHA, "commit": None, "device": "cpu",
+        "format": "reconbench-slice-pack/2", "suite": "tiny", "suite_sha256": SHA, "commit": None, "device": "cpu",
         "dtype": "float64", "created": "2026-01-01T00:00:00Z", "complete": False, "deadline_seconds": 60.0,
         "elapsed_seconds": 12.5, "invocation": 0,
         "files": [{"name": "records-0123456789ab.tar.xz", "bytes": 1000, "sha256": SHA}],
@@ -39,14 +42,29 @@ def manifest_json() -> dict[str, Any]:
                       "name": "training-aaaaaaaaaaaa.safetensors"}],
         "training_left_out": [{"recipe_key": "1111111111111111", "bytes": 99, "reason": "no file left"}],
         "costs": {"estimates": {"a": 3.5}, "measured": {"train": [[1, 0.5], [2.0, 1.25]]}},
+        "measured": [ROW, {**ROW, "cell": "b", "steps": 41, "seconds": 0.75}],
+        "stopped": [{"cell_id": "b", "step": 41, "steps": 100, "seconds": 0.75}],
     }
 
 
 def ledger_json() -> dict[str, Any]:
-    return {"format": "reconbench-finished-cells/1", "suite": "tiny", "suite_sha256": SHA,
+    return {"format": "reconbench-finished-cells/2", "suite": "tiny", "suite_sha256": SHA,
             "cells": {"a": {"cell_key": "k", "status": "ok"}},
             "training": {"0123456789abcdef": {"file": "training/0123456789abcdef.safetensors", "sha256": SHA,
-                                              "step": 100, "dtype": "torch.float64"}}}
+                                              "step": 100, "dtype": "torch.float64"}},
+            "measured": [ROW]}
+
+
+@pytest.mark.parametrize(("door", "make", "old", "added"), [
+    (SLICE_MANIFEST_FILE, manifest_json, "reconbench-slice-pack/1", ("measured", "stopped")),
+    (FINISHED_LEDGER_FILE, ledger_json, "reconbench-finished-cells/1", ("measured",))])
+def test_a_version_1_file_reads_as_version_2_without_the_measured_rows(door, make, old, added):
+    """Version 2 added the measured rows (and a pack's stopped cells): a version-1 file reads with none, and writes
+    back stamped version 2; a version-1 reader refuses a version-2 file by its stamp."""
+    data = {k: v for k, v in make().items() if k not in added} | {"format": old}
+    record = door.decode(copy.deepcopy(data), "x.json")
+    assert all(getattr(record, k) == [] for k in added)
+    assert record.to_dict() == data | {"format": make()["format"]}
 
 
 @pytest.mark.parametrize(("door", "make"), [(SLICE_MANIFEST_FILE, manifest_json),
