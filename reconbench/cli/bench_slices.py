@@ -63,9 +63,11 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
         return
     click.echo(f"deadline {deadline:g}s: {len(ex.deferred)} cell(s) left for the next run (their estimates did "
                "not fit the time left, or their targets are still training):")
+    stopped = {s.cell_id for s in ex.stopped}
     for d in ex.deferred:
         why = f"; {d.note}" if d.note else ""
-        click.echo(f"  not started: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left{why})")
+        what = "stopped" if d.cell_id in stopped else "not started"
+        click.echo(f"  {what}: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left{why})")
     for p in ex.pieces:
         if p.finished:
             continue
