@@ -5,17 +5,23 @@ shape as one stack (:meth:`DeadlineExecutor.run`; ``plan_slices`` plans the same
 
 While a cell's attack runs, :class:`~reconbench.bench.slice_watch.SliceWatch` prints its progress and stops it at the
 deadline (less the pack's reserve): a stopped cell is not recorded (it stays to do) and the executor starts nothing
-more; every cell that ran, finished or stopped, leaves its measured rows (``measured``) for the pack."""
+more; every cell that ran, finished or stopped, leaves its measured rows (``measured``) for the pack.
+
+A cell of random search whose estimate passes the whole slice (or has more runs than ``runs_per_slice``) runs its
+search runs in groups over several slices (:meth:`DeadlineExecutor._runs_to_do`): each group as many runs as fit the
+time left, written but not evaluated (``reconbench.runs.execute.only_runs``); the runs travel in the pack
+(``groups``), and the cell is evaluated where they all are merged (docs/slices.md, "Cells longer than a slice")."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from reconbench.attack.cross_target import CrossBroker, brokering
+from reconbench.attack.search import DEFAULT_SEARCH
 from reconbench.attack.watch import AttackStopped, watching
 from reconbench.bench.cross_cells import collect
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
@@ -23,7 +29,8 @@ from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
 from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work
 from reconbench.bench.slice_watch import SliceWatch, phase_row
 from reconbench.preflight import TargetSize
-from reconbench.records.slice_manifest import Measured, StoppedCell
+from reconbench.records.slice_manifest import Measured, RunGroup, StoppedCell
+from reconbench.runs.execute import RunGroupDone, only_runs
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import CARD_FILE
 from reconbench.targets.recipe import TargetRecipe
@@ -66,6 +73,12 @@ class DeadlineExecutor:
     measured: list[Measured] = field(default_factory=list)
     #: the cells whose attack the deadline stopped (not recorded: they stay to do)
     stopped: list[StoppedCell] = field(default_factory=list)
+    #: search runs of cells held elsewhere (a ledger's ``partial``, keys checked), by cell id: not run again
+    runs_done: Mapping[str, set[int]] = field(default_factory=dict)
+    #: the most search runs of one cell a slice runs (None: as many as fit; a cell longer than a whole slice is split)
+    runs_per_slice: int | None = None
+    #: the groups of runs this slice ran (their cells not evaluated: they travel in the pack)
+    groups: list[RunGroup] = field(default_factory=list)
     watch: SliceWatch = field(init=False)
 
     def __post_init__(self) -> None:
@@ -158,6 +171,17 @@ class DeadlineExecutor:
                 work = works[job.cell.cell_id]
                 if work.pieces and work.target_key not in slot.trained:
                     continue
+                runs = self._runs_to_do(job, work, slot)
+                if runs is not None:   # a group of the cell's runs, here and now (whatever cross_target says)
+                    if not runs:
+                        continue   # no group fits the time left
+                    waiting.remove(job)
+                    outcome = self._run_group(job, runs, ctx, targets, slot, works)
+                    if outcome is not None:
+                        yield outcome
+                    if self.stopped:
+                        break
+                    continue
                 if self.cross_target:   # chosen now, run together below: the estimates taken so far count as spent
                     if slot.fits(work, self.elapsed() + slot.spent):
                         self.started_cells[job.cell.cell_id] = slot.estimate(work)
@@ -208,9 +232,80 @@ class DeadlineExecutor:
             note = stopped.get(work.target_key, "")
             if not note and work.pieces and work.target_key not in slot.trained:
                 note = f"its target's training did not start ({self._state_step(job.cell.recipe)} steps done)"
+            held = self.runs_done.get(job.cell.cell_id, set())
+            if not note and held:
+                total = int(job.cell.attack.search_runs)
+                note = (f"{len(held)} of its {total} search runs are merged already" +
+                        ("; evaluate it there: reconbench bench SUITE --resume --out RESULTS" if len(held) >= total
+                         else ""))
             self._defer(slot, work, job, note)
         if together:
             yield from self._run_together(together, ctx, targets, slot, works)
+
+    # -- cells whose runs are split across slices --------------------------------------------------------------------
+    def _runs_to_do(self, job: CellJob, work: CellWork, slot: Slot) -> list[int] | None:
+        """The runs of ``job``'s cell to run here as a group (empty: none fits the time left), or None: the cell
+        runs whole, as usual (one run, a search that proposes its runs in rounds, or all its runs fit a slice and
+        none is held elsewhere)."""
+        cell = job.cell
+        total = int(cell.attack.search_runs)
+        done = self.runs_done.get(cell.cell_id, set())
+        if total <= 1 or cell.attack.search != DEFAULT_SEARCH:
+            return None
+        left = [k for k in range(total) if k not in done]
+        cap = min(len(left), self.runs_per_slice or total)
+        if not done and cap == total and self.model.estimate(work, False) <= self.deadline:
+            return None
+        # with the cell's own chunks (its max_batch), a group is whole chunks: each run then advances beside the runs
+        # it has in an unsplit run, and its arithmetic is the same (docs/slices.md, "Cells longer than a slice")
+        chunk = int(cell.attack.config.get("max_batch", 0) or 0)
+        for k in range(cap, 0, -1):   # the most runs whose share of the attack fits the time left
+            if chunk and k % chunk and k != len(left):
+                continue
+            if slot.fits(replace(work, attack=work.attack * k / total, runs=k), self.elapsed()):
+                return left[:k]
+        return []
+
+    def _run_group(self, job: CellJob, runs: list[int], ctx: RunContext, targets: TargetPool, slot: Slot,
+                   works: Mapping[str, CellWork]) -> Outcome | None:
+        """Run ``runs`` of the cell, written and not evaluated; the cell stays to do (its record is written only
+        where all its runs are merged). A cell that fails before its attack is recorded as failed (returned)."""
+        cid, total = job.cell.cell_id, int(job.cell.attack.search_runs)
+        work = works[cid]
+        t0 = self.clock()
+        self.watch.phase([cid], f"started: search runs {_span(runs)} of {total} as a group")
+        try:
+            with watching(self.watch), self.watch.label([cid]), only_runs(runs):
+                rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
+                               data_root=ctx.data_root, quiet=ctx.quiet)
+        except AttackStopped as stop:
+            self._stop([job], {cid: t0}, stop, ctx, slot, works)
+            return None
+        except RunGroupDone as group:
+            slot.trained.add(work.target_key)
+            self.groups.append(RunGroup(cell_id=cid, cell_key=job.cell.key(ctx.suite, ctx.dtype), search_runs=total,
+                                        runs=group.ran))
+            self._rows(job, t0, ctx)
+            held = sorted(set(group.ran) | set(self.runs_done.get(cid, set())))
+            left = total - len(held)
+            self._defer(slot, work, job, f"search runs {_span(group.ran)} of {total} ran as a group; "
+                                         + (f"{left} left for later slices" if left else
+                                            "all are run: the cell is evaluated where they are merged"))
+            self.watch.phase([cid], f"group of runs {_span(group.ran)} done in {self.clock() - t0:.1f}s; its runs go "
+                                    "in the pack")
+            return None
+        slot.trained.add(work.target_key)
+        self._done(job, t0, rec, ctx)
+        return Finished(job.cell, rec)
+
+    def _rows(self, job: CellJob, t0: float, ctx: RunContext) -> None:
+        """The set-up and attack rows of a cell that ran up to its evaluation."""
+        cid = job.cell.cell_id
+        weights = self._weights(job.cell.recipe)
+        comps = self.watch.of_cell(cid)
+        if comps and comps[0].begun >= t0:
+            self.measured.append(phase_row(cid, "setup", comps[0].begun - t0, ctx.device, weights))
+        self.measured.extend(self.watch.attack_rows(cid, weights))
 
     # -- the cells' attacks, watched -------------------------------------------------------------------------------
     def _weights(self, recipe: TargetRecipe) -> int:
@@ -286,3 +381,12 @@ class DeadlineExecutor:
                     continue
                 self._done(job, t0, rec, ctx)
                 yield Finished(job.cell, rec)
+
+
+def _span(runs: Sequence[int]) -> str:
+    """Run numbers as a short text: ``0-7``, ``3``, ``0, 2, 5``."""
+    if not runs:
+        return "none"
+    if list(runs) == list(range(runs[0], runs[-1] + 1)):
+        return f"{runs[0]}-{runs[-1]}" if len(runs) > 1 else str(runs[0])
+    return ", ".join(str(k) for k in runs)

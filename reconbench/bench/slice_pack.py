@@ -50,23 +50,33 @@ from reconbench.bench.runner import (
 from reconbench.bench.seal import seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
-from reconbench.provenance import folder_lock, git_commit, read_json, write_json, write_text_atomic
+from reconbench.provenance import (
+    folder_lock,
+    git_commit,
+    read_json,
+    save_tensors_atomic,
+    write_json,
+    write_text_atomic,
+)
 from reconbench.records.cell import CELL_FILE, CellRecord
 from reconbench.records.finished_ledger import (
     FINISHED_LEDGER_FILE,
     FinishedLedger,
     LedgerCell,
+    LedgerRuns,
     LedgerState,
 )
 from reconbench.records.record import FileFormat, R
 from reconbench.records.slice_manifest import (
     SLICE_MANIFEST_FILE,
     DeferredCell,
+    LeftOutGroup,
     LeftOutState,
     Measured,
     PackCandidates,
     PackedState,
     PackFile,
+    RunGroup,
     SliceCosts,
     SliceManifest,
     StoppedCell,
@@ -86,7 +96,7 @@ TRAVEL_DTYPE = torch.float16
 #: the environment variable naming the commit a slice ran, where the working tree has no git metadata (a device
 #: machine gets a copy of the files only)
 COMMIT_ENV = "RECONBENCH_SLICE_COMMIT"
-_FILE_NAME = re.compile(r"^(records-[0-9a-f]{12}\.tar\.xz|(candidates|training)-[0-9a-f]{12}\.safetensors"
+_FILE_NAME = re.compile(r"^(records-[0-9a-f]{12}\.tar\.xz|(candidates|training|runs)-[0-9a-f]{12}\.safetensors"
                         r"|training-[0-9a-f]{12}\.part)$")
 #: a training state larger than this travels split into parts of at most this many bytes (the manifest lists each
 #: part with its sha256, ``unpack`` joins them and checks the whole state's sha256)
@@ -95,7 +105,10 @@ STATE_PART_BYTES = MAX_FILE_BYTES
 #: names them; a slice's ``--finished`` continues from them)
 STATES_FOLDER = "training"
 _STATE_NAME = re.compile(r"^[0-9a-f]{16}\.safetensors$")
-_MEMBER = re.compile(r"^(cells/[A-Za-z0-9._-]+\.json|targets/[A-Za-z0-9._-]+\.json|invocation\.json)$")
+_MEMBER = re.compile(r"^(cells/[A-Za-z0-9._-]+\.json|targets/[A-Za-z0-9._-]+\.json|invocation\.json"
+                     r"|runs/[A-Za-z0-9._-]+/run-[0-9]{3}\.json)$")
+#: the tensors of a search run's file (``reconbench.runs.execute``); each travels, floats as float32 where exact
+RUN_TENSORS = ("candidates", "labels", "x0", "multipliers")
 
 
 class PackError(ReconbenchError):
@@ -190,7 +203,7 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
                deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
                costs: SliceCosts | None = None, states: Sequence[Path] = (),
                max_files: int = MAX_FILES, measured: Sequence[Measured] = (),
-               stopped: Sequence[StoppedCell] = ()) -> SliceManifest:
+               stopped: Sequence[StoppedCell] = (), groups: Sequence[RunGroup] = ()) -> SliceManifest:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
 
@@ -203,7 +216,8 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     ``training-<sha>.part``, when larger than :data:`STATE_PART_BYTES`). ``max_files``: the pack's files, the
     manifest included (fewer than :data:`MAX_FILES` when something else comes back beside the pack: the probe's
     JSON). ``measured``: what the slice measured of every cell that ran, finished or not; ``stopped``: the cells
-    whose attack the deadline stopped (they are not in ``cells``: they stay to do)."""
+    whose attack the deadline stopped (they are not in ``cells``: they stay to do). ``groups``: search runs of cells
+    split across slices (:func:`_run_files`), after the records and before the candidates and the states."""
     records = {cid: CELL_FILE.read(cell_path(out, cid)) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
@@ -216,9 +230,17 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
             members.append((f"targets/{key}.json", card.read_bytes()))
     if invocation_path(out, invocation).exists():
         members.append(("invocation.json", invocation_path(out, invocation).read_bytes()))
+    archives = len(_archives(members)) if members else 0
+    run_files, packed_groups, groups_left_out = _run_files(out, groups, max_files - 1 - max(archives, 1))
+    for group in packed_groups:
+        for k in group.runs:
+            members.append((f"runs/{group.cell_id}/run-{k:03d}.json", _run_path(out, group.cell_id, k, ".json")
+                            .read_bytes()))
     files: dict[str, bytes] = {}
     for data in _archives(members) if members else []:
         files[_content_name("records", ".tar.xz", data)] = data
+    for data in run_files:
+        files[_content_name("runs", ".safetensors", data)] = data
     ok = [c for c in cells if records[c].status == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
     candidates, sampled = _candidates_file(out, [c for c in sample if c in ok])
@@ -266,6 +288,10 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         optional["measured"] = list(measured)
     if stopped:
         optional["stopped"] = list(stopped)
+    if packed_groups:
+        optional["groups"] = packed_groups
+    if groups_left_out:   # a later slice runs them again: say so rather than lose the slice's cells
+        optional["groups_left_out"] = groups_left_out
     manifest = SliceManifest.written(
         format=PACK_FORMAT, suite=suite.name, suite_sha256=suite.text_sha256, commit=slice_commit(),
         device=device, dtype=dtype, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), complete=complete,
@@ -277,6 +303,65 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         if old.name not in files and old.name != MANIFEST and _FILE_NAME.match(old.name):
             old.unlink()
     return manifest
+
+
+def _run_path(out: Path, cell_id: str, k: int, suffix: str) -> Path:
+    return out / "work" / cell_id / "runs" / f"run-{k:03d}{suffix}"
+
+
+def travel_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A run's tensor as it travels: float64 values that float32 holds exactly (an attack in float32 or TF32) as
+    float32, half the bytes and the same numbers; others unchanged."""
+    if t.dtype == torch.float64:
+        f = t.to(torch.float32)
+        if torch.equal(f.to(torch.float64), t):
+            return f.contiguous()
+    return t.contiguous()
+
+
+def _run_files(out: Path, groups: Sequence[RunGroup], free: int) -> tuple[list[bytes], list[RunGroup],
+                                                                          list[LeftOutGroup]]:
+    """The groups' run tensors in as few ``runs-<sha>.safetensors`` files of at most :data:`MAX_FILE_BYTES` as
+    greedy filling gives, keyed ``<cell id>/NNN/<tensor>``, within ``free`` files; a group whose tensors do not all
+    fit (or a tensor larger than a file) is left out whole. The files, the groups packed, those left out."""
+    from safetensors.torch import load_file
+
+    files: list[dict[str, torch.Tensor]] = []
+    sizes: list[int] = []
+    packed: list[RunGroup] = []
+    left_out: list[LeftOutGroup] = []
+    header = 64 * 1024   # room for a file's JSON header (a few hundred bytes per tensor)
+    for group in groups:
+        tensors: list[tuple[str, torch.Tensor]] = []
+        for k in group.runs:
+            loaded = load_file(str(_run_path(out, group.cell_id, k, ".safetensors")))
+            tensors += [(f"{group.cell_id}/{k:03d}/{name}", travel_tensor(loaded[name])) for name in RUN_TENSORS
+                        if name in loaded]
+        total = sum(t.numel() * t.element_size() for _, t in tensors)
+        trial_files, trial_sizes = [dict(f) for f in files], list(sizes)
+        fits = True
+        for key, t in tensors:
+            size = t.numel() * t.element_size()
+            slot = next((i for i, used in enumerate(trial_sizes) if used + size + header <= MAX_FILE_BYTES), None)
+            if slot is None:
+                if len(trial_files) >= free or size + header > MAX_FILE_BYTES:
+                    fits = False
+                    break
+                trial_files.append({})
+                trial_sizes.append(0)
+                slot = len(trial_files) - 1
+            trial_files[slot][key] = t
+            trial_sizes[slot] += size
+        if fits:
+            files, sizes = trial_files, trial_sizes
+            packed.append(group)
+        else:
+            left_out.append(LeftOutGroup(cell_id=group.cell_id, runs=list(group.runs), bytes=total,
+                                         reason=f"its {total:,} bytes of tensors find no room in the {free} file(s) "
+                                                "left"))
+    data = [save(f, metadata={"values": "float32 where that holds the run's float64 values exactly"})
+            for f in files]
+    return data, packed, left_out
 
 
 # -- reading -------------------------------------------------------------------------------------------------
@@ -291,6 +376,8 @@ class UnpackReport:
     invocation: int | None = None
     states: list[str] = field(default_factory=list)   # recipe keys whose training state was taken
     measured: int = 0   # the measured rows added to the ledger
+    runs: list[str] = field(default_factory=list)   # search runs written (``<cell id>/NNN``)
+    partial: dict[str, tuple[int, int]] = field(default_factory=dict)   # cell id -> (runs held, runs in all)
 
 
 def read_manifest(pack: Path) -> SliceManifest:
@@ -399,7 +486,9 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
     records = _cell_records(members, manifest, pack)
     candidates = _candidates(pack, manifest)
     _state_entries(pack, manifest)   # a split state that does not join is refused before anything is written
-    kept_rows = ledger_measured(out)   # the rows merged before: a ledger that does not read is refused here
+    before = _ledger(out)   # the rows and runs merged before: a ledger that does not read is refused here
+    kept_rows = list(before.measured) if before is not None else []
+    runs = _group_runs(pack, manifest, members, out, keys)   # checked, and no run merged before is contradicted
     report = UnpackReport(manifest=manifest)
     with folder_lock(out, "results"):
         for cid, (_, rec) in records.items():
@@ -440,6 +529,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
             write_text_atomic(cell_path(out, cid), data.decode())
             report.merged.append(cid)
         report.states = _unpack_states(pack, manifest, out)
+        report.runs = _write_runs(out, runs)
         if report.merged and "invocation.json" in members:
             number = next_invocation_number(out)
             inv = json.loads(members["invocation.json"])
@@ -451,7 +541,9 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
             report.invocation = number
         rows = kept_rows + [row for row in manifest.measured if row not in kept_rows]   # a pack merged twice: once
         report.measured = len(rows) - len(kept_rows)
-        listed = _write_ledger(out, suite, keys, rows).training
+        partial = _merged_partial(before, manifest.groups, out, keys)
+        report.partial = {cid: (len(entry.runs), entry.search_runs) for cid, entry in partial.items()}
+        listed = _write_ledger(out, suite, keys, rows, partial).training
         for state in (out / STATES_FOLDER).glob("*.safetensors") if (out / STATES_FOLDER).exists() else []:
             if _STATE_NAME.match(state.name) and state.stem not in listed:
                 state.unlink()   # every cell of that target is finished: its training state is needed no more
@@ -538,27 +630,126 @@ def import_states(ledger: Path, cache_states: Path) -> list[str]:
     return copied
 
 
-def ledger_measured(out: Path) -> list[Measured]:
-    """The measured rows of ``out``'s ledger (none without one); a ledger that does not read is a one-line error."""
+def _ledger(out: Path) -> FinishedLedger | None:
+    """``out``'s ledger (None without one); a ledger that does not read is a one-line error."""
     path = out / LEDGER_FILE
     if not path.exists():
-        return []
-    fix = (f"restore {path} (it keeps every slice's measured rows), or move it away to start a new ledger; "
-           "nothing was merged")
+        return None
+    fix = (f"restore {path} (it keeps every slice's measured rows and split cells' runs), or move it away to start "
+           "a new ledger; nothing was merged")
     data = read_json(path, missing=fix, damaged=fix, error=PackError)
-    return list(_decoded(FINISHED_LEDGER_FILE, data, path).measured)
+    return _decoded(FINISHED_LEDGER_FILE, data, path)
 
 
-def _write_ledger(out: Path, suite: Suite, keys: Mapping[str, str],
-                  measured: Sequence[Measured] | None = None) -> FinishedLedger:
-    """Write ``out/finished.json`` (:func:`write_ledger`) with ``measured`` (None: the rows it holds); the ledger
-    written."""
-    rows = ledger_measured(out) if measured is None else list(measured)
+def ledger_measured(out: Path) -> list[Measured]:
+    """The measured rows of ``out``'s ledger (none without one)."""
+    ledger = _ledger(out)
+    return list(ledger.measured) if ledger is not None else []
+
+
+# -- runs of cells split across slices ------------------------------------------------------------------------
+@dataclass
+class _Run:
+    cell_id: str
+    k: int
+    record: bytes
+    tensors: dict[str, torch.Tensor]
+
+
+def _group_runs(pack: Path, manifest: SliceManifest, members: Mapping[str, bytes], out: Path,
+                keys: Mapping[str, str]) -> list[_Run]:
+    """The runs the pack's groups carry, checked against the manifest, the suite and the runs ``out`` holds (a run
+    held with other contents is refused: remove it to take the pack's); runs of a cell ``out`` holds finished are
+    left out (its evaluation is done)."""
+    archived = sorted(n for n in members if n.startswith("runs/"))
+    listed = sorted(f"runs/{g.cell_id}/run-{k:03d}.json" for g in manifest.groups for k in g.runs)
+    if archived != listed:
+        raise PackError(f"{pack}: the archived search runs are not the runs its manifest's groups list; fetch the pack "
+                        "again")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in manifest.files:
+        if f.name.startswith("runs-"):
+            try:
+                tensors.update(load((pack / f.name).read_bytes()))
+            except (SafetensorError, ValueError, OSError) as exc:
+                raise PackError(f"{pack / f.name} is not a readable safetensors file ({exc}); fetch the pack "
+                                "again") from None
+    done = load_cells(out)
+    out_runs = []
+    for group in manifest.groups:
+        if group.cell_id not in keys:
+            raise PackError(f"{pack / MANIFEST} carries runs of {group.cell_id!r}, which is no cell of suite "
+                            f"{manifest.suite!r}; fetch the pack again")
+        if group.cell_key != keys[group.cell_id]:
+            raise PackError(f"{pack}: the runs of {group.cell_id} ran under another cell key than the suite's now (the "
+                            "suite was edited): they cannot be merged; run the cell again")
+        if is_finished(done.get(group.cell_id), keys[group.cell_id], False):
+            continue
+        for k in group.runs:
+            run = {name: tensors[key].to(torch.float64) if tensors[key].is_floating_point() else tensors[key]
+                   for name in RUN_TENSORS if (key := f"{group.cell_id}/{k:03d}/{name}") in tensors}
+            if "candidates" not in run or "labels" not in run:
+                raise PackError(f"{pack}: run {k} of {group.cell_id} has no candidates in the pack's runs files; fetch "
+                                "the pack again")
+            record = members[f"runs/{group.cell_id}/run-{k:03d}.json"]
+            held = _run_path(out, group.cell_id, k, ".json")
+            if held.exists() and held.read_bytes() != record:
+                raise PackError(f"run {k} of cell {group.cell_id} is already in {held.parent} with other contents; "
+                                f"remove {held.name} and {held.stem}.safetensors to take the pack's. Nothing was "
+                                "merged")
+            out_runs.append(_Run(group.cell_id, k, record, run))
+    return out_runs
+
+
+def _write_runs(out: Path, runs: Sequence[_Run]) -> list[str]:
+    """The runs into ``work/<cell id>/runs/`` as the attack wrote them (floats back in float64: the same values)."""
+    written = []
+    for run in runs:
+        path = _run_path(out, run.cell_id, run.k, ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_tensors_atomic(run.tensors, path.with_suffix(".safetensors"))
+        write_text_atomic(path, run.record.decode())
+        written.append(f"{run.cell_id}/{run.k:03d}")
+    return written
+
+
+def _merged_partial(before: FinishedLedger | None, groups: Sequence[RunGroup], out: Path,
+                    keys: Mapping[str, str]) -> dict[str, LedgerRuns]:
+    """The ledger's runs of split cells: those it listed and the pack's groups, for cells not finished in ``out``
+    whose key is still the suite's."""
+    done = load_cells(out)
+    merged: dict[str, LedgerRuns] = dict(before.partial) if before is not None else {}
+    for group in groups:
+        old = merged.get(group.cell_id)
+        runs = set(group.runs) | (set(old.runs) if old is not None and old.cell_key == group.cell_key else set())
+        merged[group.cell_id] = LedgerRuns(cell_key=group.cell_key, search_runs=group.search_runs, runs=sorted(runs))
+    return {cid: entry for cid, entry in merged.items()
+            if keys.get(cid) == entry.cell_key and not is_finished(done.get(cid), entry.cell_key, False)}
+
+
+def read_ledger_runs(path: Path, suite: Suite, keys: Mapping[str, str]) -> dict[str, set[int]]:
+    """The search runs a ledger lists of cells split across slices (cells whose key still matches), by cell id."""
+    fix = "pass the finished.json that `reconbench bench SUITE --unpack` wrote into the results folder"
+    data = read_json(path, missing=fix, damaged=fix, error=PackError)
+    ledger = _decoded(FINISHED_LEDGER_FILE, data, path)
+    return {cid: set(entry.runs) for cid, entry in ledger.partial.items() if keys.get(cid) == entry.cell_key}
+
+
+def _write_ledger(out: Path, suite: Suite, keys: Mapping[str, str], measured: Sequence[Measured] | None = None,
+                  partial: Mapping[str, LedgerRuns] | None = None) -> FinishedLedger:
+    """Write ``out/finished.json`` (:func:`write_ledger`) with ``measured`` and ``partial`` (None: those it holds);
+    the ledger written."""
+    before = _ledger(out) if measured is None or partial is None else None
+    rows = list(before.measured if before is not None else []) if measured is None else list(measured)
+    if partial is None:
+        partial = _merged_partial(before, (), out, keys)
     done = load_cells(out)
     cells = {c: LedgerCell(cell_key=key, status=done[c]["status"]) for c, key in keys.items()
              if is_finished(done.get(c), key, False)}
     in_training = {c.recipe.key() for c in expand(suite) if c.cell_id in keys and c.cell_id not in cells}
     extra: dict[str, Any] = {"measured": rows} if rows else {}
+    if partial:
+        extra["partial"] = dict(partial)
     ledger = FinishedLedger(format=LEDGER_FORMAT, suite=suite.name, suite_sha256=suite.text_sha256, cells=cells,
                             training=ledger_states(out, in_training), **extra)
     write_json(out / LEDGER_FILE, ledger.to_dict())

@@ -27,7 +27,14 @@ from reconbench.bench.runner import (
 )
 from reconbench.bench.slice_costs import CostModel, read_costs
 from reconbench.bench.slice_executor import DeadlineExecutor
-from reconbench.bench.slice_pack import STATES_FOLDER, import_states, read_ledger
+from reconbench.bench.slice_pack import (
+    LEDGER_FILE,
+    STATES_FOLDER,
+    import_states,
+    read_ledger,
+    read_ledger_runs,
+    write_ledger,
+)
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
 from reconbench.cli.bench_slices import (
     PACK_RESERVE_SECONDS,
@@ -173,6 +180,15 @@ from reconbench.tracking import MlflowTracker, tracker
     "(KKT attacks; the same results as each cell alone, to rounding). Default: on for a slice on a GPU (--device cuda "
     "with --deadline), off otherwise.",
 )
+@click.option(
+    "--runs-per-slice",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="K",
+    help="With --deadline: run at most K search runs of one cell in this slice; a cell of random search with more "
+    "runs runs them in groups over several slices (without it, only a cell longer than a whole slice is split). The "
+    "runs travel in the pack; once all are merged, `--resume` where they are evaluates the cell (docs/slices.md).",
+)
 @track_options
 @data_root_option
 @quiet_option
@@ -199,6 +215,7 @@ def bench_command(
     finished: str | None,
     costs: str | None,
     cross_target: bool | None,
+    runs_per_slice: int | None,
     quiet: bool,
     track: str | None,
     track_uri: str | None,
@@ -229,6 +246,8 @@ def bench_command(
         return
     if pack is not None:
         resume = True   # a slice continues the results folder it was given
+    if runs_per_slice is not None and deadline is None:
+        raise click.UsageError("--runs-per-slice sets how a slice splits its cells: pass --deadline SECONDS too")
     if costs is not None and deadline is None:
         raise click.UsageError("--costs sets the estimates of --deadline; pass --deadline SECONDS too")
     elsewhere = read_ledger(Path(finished), s) if finished is not None else {}
@@ -289,8 +308,11 @@ def bench_command(
         states = cache_dir(cache) / STATES_FOLDER if pack is not None else None
         if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them
             import_states(Path(finished), states)
+        runs_done = read_ledger_runs(Path(finished), s, {c.cell_id: c.key(s, dtype) for c in expand(s)}) \
+            if finished is not None else {}
         cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(run_device, table), sizes,
-                                          start=started, states=states, cross_target=cross_target)
+                                          start=started, states=states, cross_target=cross_target,
+                                          runs_done=runs_done, runs_per_slice=runs_per_slice)
     elif cross_target:
         cells_executor = CrossTargetExecutor()
     packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,
@@ -303,6 +325,8 @@ def bench_command(
                            executor=cells_executor, on_cell=on_cell, finished_elsewhere=elsewhere)
         if packer is not None:
             manifest = packer.write(report.ran, complete=True)
+        elif (out_dir / LEDGER_FILE).exists():   # a results folder slices merge into: its ledger follows its cells
+            write_ledger(out_dir, s, {c.cell_id: c.key(s, dtype) for c in expand(s)})
     ok = len(report.ran) - len(report.failed)
     click.echo(
         f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "
@@ -328,7 +352,7 @@ def bench_command(
     if report.failed or report.lost:
         raise SystemExit(1)  # the summary above names each cell and its record
     if (isinstance(cells_executor, DeadlineExecutor) and not report.ran and cells_executor.deferred
-            and not cells_executor.pieces and not cells_executor.stopped):
+            and not cells_executor.pieces and not cells_executor.stopped and not cells_executor.groups):
         raise SystemExit(1)  # nothing fitted the deadline and no training advanced: say_deferred said so
 
 

@@ -56,7 +56,7 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
     if not ex.deferred:
         return
     cheapest = min(ex.deferred, key=lambda d: d.estimate)
-    if not report.ran and not ex.pieces and not ex.stopped:
+    if not report.ran and not ex.pieces and not ex.stopped and not ex.groups:
         click.echo(f"deadline {deadline:g}s: nothing ran; no cell fits (the cheapest of {len(ex.deferred)} is "
                    f"estimated at {cheapest.estimate:.1f}s with the safety margin, {cheapest.left:.1f}s were left); "
                    "pass a longer --deadline")
@@ -224,7 +224,8 @@ class SlicePacker:
                           deferred=deferred, deadline=deadline, elapsed=time.monotonic() - self.started,
                           complete=complete, costs=costs, max_files=self.max_files,
                           measured=ex.measured if isinstance(ex, DeadlineExecutor) else (),
-                          stopped=ex.stopped if isinstance(ex, DeadlineExecutor) else ())
+                          stopped=ex.stopped if isinstance(ex, DeadlineExecutor) else (),
+                          groups=ex.groups if isinstance(ex, DeadlineExecutor) else ())
 
 
 def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,
@@ -262,6 +263,17 @@ def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None) -> None
                    f"{stopped.steps:,} ({stopped.seconds:.1f}s of attack); it runs again in a later slice")
     if rep.measured:
         click.echo(f"  {rep.measured} measured row(s) added to the ledger (what the next plan's costs read)")
+    for group in m.groups:
+        held, total = rep.partial.get(group.cell_id, (0, group.search_runs))
+        if group.cell_id not in rep.partial:
+            continue   # its cell is finished here already
+        click.echo(f"  search runs of {group.cell_id}: {len(group.runs)} merged, {held} of {total} held in "
+                   f"{out / 'work' / group.cell_id / 'runs'}" + (
+                       f"; all are here: evaluate the cell with `reconbench bench {suite.name} --resume --out {out} "
+                       f"--only {group.cell_id}` (reads the runs back, runs no attack step)" if held >= total else
+                       "; the next slices run the others"))
+    for left in m.groups_left_out:
+        click.echo(f"  runs {left.runs} of {left.cell_id} did not travel ({left.reason}): a later slice runs them again")
     click.echo(f"ledger of the finished cells (a slice's --finished): {out / LEDGER_FILE}")
     if rep.remaining:
         click.echo(f"{len(rep.remaining)} cell(s) remain: run the next slice (benchmarks/gpu/README.md) or "

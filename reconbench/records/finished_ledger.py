@@ -1,8 +1,9 @@
 """A results folder's ledger of finished cells (``finished.json``, ``reconbench-finished-cells/2``, written by
 ``bench --unpack``): the cells finished there with their keys, the training states of targets still in training,
-which a slice on another machine reads instead of the records, and the rows every merged slice measured
-(``measured``: what the next plan's costs are made from). Version 1 (no ``measured``) reads as version 2 without
-rows; a version-1 reader refuses version 2 by its stamp, in one line."""
+which a slice on another machine reads instead of the records, the rows every merged slice measured
+(``measured``: what the next plan's costs are made from), and the search runs held of cells whose runs slices ran
+in groups (``partial``). Version 1 reads as version 2 without either; a version-1 reader refuses version 2 by its
+stamp, in one line."""
 
 from __future__ import annotations
 
@@ -33,6 +34,16 @@ class LedgerState(Record):
 
 
 @dataclass(frozen=True)
+class LedgerRuns(Record):
+    """The search runs of a cell not yet evaluated that the results folder holds (``work/<cell id>/runs/``), merged
+    from slices that ran them in groups: the cell's key when they ran, its runs in all, and those held."""
+
+    cell_key: str
+    search_runs: int
+    runs: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class FinishedLedger(Record):
     """A results folder's ``finished.json``: the suite (name, file sha256), its finished cells by id, and the
     training states by recipe key."""
@@ -45,10 +56,11 @@ class FinishedLedger(Record):
     cells: Mapping[str, LedgerCell] = field(default_factory=dict)
     training: Mapping[str, LedgerState] = field(default_factory=dict)
     measured: list[Measured] = field(default_factory=list)
+    partial: Mapping[str, LedgerRuns] = field(default_factory=dict)
 
 
 def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 ledger: the same fields, no measured rows."""
+    """A version-1 ledger: the same fields, no measured rows and no runs of cells split across slices."""
     return {**data, "format": FinishedLedger.SCHEMA}
 
 

@@ -110,6 +110,29 @@ class StoppedCell(Record):
 
 
 @dataclass(frozen=True)
+class RunGroup(Record):
+    """Search runs of a cell that a slice ran as a group, without evaluating the cell (its evaluation pools every
+    run): their records travel in the records archive (``runs/<cell id>/run-NNN.json``) and their tensors in
+    ``runs-<sha>.safetensors`` files (keyed ``<cell id>/NNN/<tensor>``, float32 where that holds the values exactly,
+    else float64); ``search_runs``: the cell's runs in all, ``runs``: those of this group."""
+
+    cell_id: str
+    cell_key: str
+    search_runs: int
+    runs: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LeftOutGroup(Record):
+    """A group of runs whose tensors found no file left in the pack: a later slice runs them again."""
+
+    cell_id: str
+    runs: list[int]
+    bytes: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class SliceManifest(Record):
     """A pack's ``manifest.json``: the suite (name, file sha256) and commit the slice ran, its device and dtype,
     whether it ended, and every file it holds with its sha256 (fields absent in a file read as their defaults)."""
@@ -137,10 +160,12 @@ class SliceManifest(Record):
     costs: SliceCosts | None = None
     measured: list[Measured] = field(default_factory=list)
     stopped: list[StoppedCell] = field(default_factory=list)
+    groups: list[RunGroup] = field(default_factory=list)
+    groups_left_out: list[LeftOutGroup] = field(default_factory=list)
 
 
 def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 manifest: the same fields, without ``measured`` and ``stopped``."""
+    """A version-1 manifest: the same fields, without ``measured``, ``stopped`` and the groups of runs."""
     return {**data, "format": SliceManifest.SCHEMA}
 
 

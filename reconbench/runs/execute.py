@@ -3,10 +3,13 @@ round, each written the moment it finishes, then the evaluated result (:func:`re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import time
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,33 @@ from reconbench.runs.spec import RunSpec
 from reconbench.targets.cards import ModelCard
 
 
+class RunGroupDone(BaseException):
+    """The runs of a group (:func:`only_runs`) are done and written (``runs/run-NNN.json`` and ``.safetensors``);
+    the cell is not evaluated here, since its evaluation pools every run. ``ran``: the runs done now; ``present``:
+    every run the folder holds for this cell (read back or done now). A :class:`BaseException`, as an interrupt is:
+    the code between the attack and the slice's executor lets it through, so the cell is neither recorded nor
+    failed."""
+
+    def __init__(self, ran: list[int], present: list[int]) -> None:
+        super().__init__(f"runs {ran} done")
+        self.ran, self.present = ran, present
+
+
+_RUN_GROUP: ContextVar[frozenset[int] | None] = ContextVar("reconbench_run_group", default=None)
+
+
+@contextlib.contextmanager
+def only_runs(runs: Iterable[int]) -> Iterator[None]:
+    """In the block, :func:`run_attack` runs only the search runs numbered ``runs`` of a search that proposes all
+    its runs at once (random search; the others are left as they are, read back when on disk), writes each, and
+    raises :class:`RunGroupDone` instead of evaluating: how a slice runs a cell's runs in groups."""
+    token = _RUN_GROUP.set(frozenset(runs))
+    try:
+        yield
+    finally:
+        _RUN_GROUP.reset(token)
+
+
 def run_attack(card: ModelCard, spec: RunSpec | ResolvedRun, out_dir: str | Path, *, data_root: str | None = None,
                quiet: bool = False, problem: Problem | None = None) -> dict[str, Any]:
     """Run ``spec`` against ``card``: resolved here unless the edge that starts the run (``reconbench run``, a bench
@@ -48,14 +78,22 @@ def run_attack(card: ModelCard, spec: RunSpec | ResolvedRun, out_dir: str | Path
     resumed: list[dict[str, Any]] = []   # runs finished by an earlier invocation, read back
     t_all = time.perf_counter()
     total = max(spec.search_runs, 1)
+    group = _RUN_GROUP.get()   # a slice running some of the runs only (reconbench.bench.slice_executor)
     with Progress(total, f"{attack.name} runs", quiet=quiet or total == 1) as outer:
         while len(runs) < total:   # one batch per round of the strategy (random search: one round)
             asked = [{}] if session is None else session.ask()
             check_proposals(asked, total - len(runs), spec.search)
             first = len(runs)
+            if group is not None and len(asked) < total:
+                raise ReconbenchError(f"the search of {attack.name} proposes its {total} runs in rounds, each from "
+                                      "the results of the last: its runs cannot be split across slices")
             pending = _start_round(card, run, problem, labels, target, asked, runs, runs_dir, outer, resumed)
+            if group is not None:
+                pending = [p for p in pending if p.k in group]
             if pending:
                 _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
+            if group is not None:   # no evaluation: it waits for every run (RunGroupDone's docstring)
+                raise RunGroupDone(sorted(p.k for p in pending), sorted(r["run"] for r in runs))
             if session is not None:
                 batch = sorted(runs[first:], key=lambda r: r["run"])
                 tell(session, spec.search, asked, batch)

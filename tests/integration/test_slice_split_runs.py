@@ -1,0 +1,121 @@
+"""A cell's search runs split across slices: each slice runs a group of them (written, not evaluated), the runs travel
+in its pack, ``--unpack`` keeps them with the ledger, the next slice (a fresh machine given only the ledger) runs the
+others, and once all are merged ``--resume`` evaluates the cell where they are. The cell equals one unsplit run's
+field by field, exactly (tolerance zero), outside timings, dates, machine, seal and each run's ``batch`` record
+(which slice's computation it advanced in). Exactly because each group is whole chunks of the cell's own batching
+(its ``max_batch``): every run advances beside the same runs as in the unsplit run, through the same products, and
+the evaluation reads the same float64 values. (Without that, a run alone and the same run in a batch of three get
+different rounding from the BLAS here, 6e-17 in the candidates, which 100 chaotic steps amplify to different
+numbers: docs/slices.md.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _helpers.cli import run_cli
+from _helpers.slicekit import deterministic
+from safetensors.torch import load_file
+
+from reconbench.bench.runner import load_cells, run_suite
+from reconbench.bench.suite import load_suite
+from reconbench.records.finished_ledger import FINISHED_LEDGER_FILE
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = 3
+
+
+def split_suite(tmp_path: Path, max_batch: int) -> Path:
+    """benchmarks/gpu/tiny.toml with one init and three search runs (one cell), advanced ``max_batch`` at a time."""
+    text = (ROOT / "benchmarks" / "gpu" / "tiny.toml").read_text()
+    text = text.replace('name = "gpu-tiny"', 'name = "split-runs"').replace("search_runs = 2", f"search_runs = {RUNS}")
+    text = text.replace('inits = ["gaussian", "uniform", "partition"]', 'inits = ["gaussian"]')
+    text = text.replace("config = { steps = 100 }", f"config = {{ steps = 100, max_batch = {max_batch} }}")
+    path = tmp_path / "split-runs.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def suite_file(tmp_path: Path) -> Path:
+    return split_suite(tmp_path, 2)
+
+
+def without_batches(rec: dict[str, Any]) -> dict[str, Any]:
+    """A cell record without its runs' ``batch`` records (which runs advanced together)."""
+    rec = json.loads(json.dumps(rec))
+    for run in rec.get("runs", []):
+        run.pop("batch", None)
+    return rec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("per_slice", "extra"), [(2, []), (1, ["--cross-target"])])
+def test_runs_split_over_slices_merge_into_the_cell_of_one_unsplit_run(tmp_path, capsys, per_slice, extra):
+    suite_file = split_suite(tmp_path, per_slice)   # the groups are whole chunks of the cell's own batching
+    suite = load_suite(str(suite_file))
+    whole = tmp_path / "whole"
+    run_suite(suite, whole, cache=str(tmp_path / "cache0"), quiet=True)
+    (cid,) = load_cells(whole)
+    local = tmp_path / "local"
+    groups = [list(range(RUNS))[i:i + per_slice] for i in range(0, RUNS, per_slice)]
+    for i, group in enumerate(groups, start=1):
+        # a bare machine each time (its own results folder and cache), given only the ledger
+        ledger = ["--finished", str(local / "finished.json")] if i > 1 else []
+        code, text, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "600", "--pack",
+                                   str(tmp_path / f"pack{i}"), "--out", str(tmp_path / f"device{i}"), "--cache",
+                                   str(tmp_path / f"cache{i}"), "--runs-per-slice", str(per_slice), "-q",
+                                   *ledger, *extra], capsys)
+        assert code == 0, text + err
+        assert f"slice: {cid}: started: search runs" in err and "as a group" in err
+        manifest = json.loads((tmp_path / f"pack{i}" / "manifest.json").read_text())
+        assert manifest["cells"] == [] and manifest["cells_remaining"] == [cid]
+        assert [(g["cell_id"], g["runs"], g["search_runs"]) for g in manifest["groups"]] == [(cid, group, RUNS)]
+        assert any(f["name"].startswith("runs-") for f in manifest["files"])
+        assert {r["phase"] for r in manifest["measured"]} == {"setup", "attack"}   # no evaluation on the device
+        code, text, err = run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / f"pack{i}"), "--out",
+                                   str(local)], capsys)
+        assert code == 0, err
+        held = sum(len(g) for g in groups[:i])
+        assert f"{held} of {RUNS} held" in text
+        partial = FINISHED_LEDGER_FILE.read(local / "finished.json").partial
+        assert list(partial) == [cid] and partial[cid].runs == list(range(held))
+    assert "all are here: evaluate the cell" in text
+    # merging a pack again changes nothing; a run held with other contents is refused, nothing merged
+    assert run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / "pack1"), "--out", str(local)], capsys)[0] == 0
+    # every run is here: the cell is evaluated where they are, no attack step runs
+    code, text, err = run_cli(["bench", str(suite_file), "--resume", "--out", str(local), "--cache",
+                               str(tmp_path / "cache9"), "-q"], capsys)
+    assert code == 0, text + err
+    ledger = FINISHED_LEDGER_FILE.read(local / "finished.json")
+    assert list(ledger.cells) == [cid] and not ledger.partial
+    a, b = load_cells(whole)[cid], load_cells(local)[cid]
+    assert deterministic(without_batches(b)) == deterministic(without_batches(a))
+    assert [r["batch"]["runs"] for r in b["runs"]] == [g for g in groups for _ in g]
+    pooled_a = load_file(str(whole / "work" / cid / "candidates.safetensors"))
+    pooled_b = load_file(str(local / "work" / cid / "candidates.safetensors"))
+    assert pooled_a.keys() == pooled_b.keys() and all((pooled_a[k] == pooled_b[k]).all() for k in pooled_a)
+
+
+def test_a_run_held_with_other_contents_is_refused_and_nothing_is_merged(suite_file, tmp_path, capsys):
+    code, text, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "600", "--pack",
+                               str(tmp_path / "pack"), "--out", str(tmp_path / "device"), "--cache",
+                               str(tmp_path / "cache"), "--runs-per-slice", "2", "-q"], capsys)
+    assert code == 0, text + err
+    local = tmp_path / "local"
+    (cid,) = json.loads((tmp_path / "pack" / "manifest.json").read_text())["cells_remaining"]
+    held = local / "work" / cid / "runs" / "run-001.json"
+    held.parent.mkdir(parents=True)
+    held.write_text("{}")
+    code, text, err = run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / "pack"), "--out", str(local)],
+                              capsys)
+    assert code != 0 and "run 1 of cell" in err + text and "Nothing was merged" in err + text
+    assert not (local / "work" / cid / "runs" / "run-000.json").exists() and not (local / "finished.json").exists()
+
+
+def test_runs_per_slice_needs_a_deadline(suite_file, tmp_path, capsys):
+    code, text, err = run_cli(["bench", str(suite_file), "--runs-per-slice", "2", "--out", str(tmp_path / "o")],
+                              capsys)
+    assert code == 2 and "--runs-per-slice sets how a slice splits its cells: pass --deadline" in err
