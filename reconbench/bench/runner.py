@@ -243,20 +243,25 @@ def obtain_target(cell: Cell, out: Path, cache: str | None, data_root: str | Non
     try:
         t.card = get_or_train(cell.recipe, cache, data_root, quiet=quiet, log=not quiet, device=device)
         t.problem = t.card.problem(data_root)
-        metrics = TrainMetrics.from_dict(t.card.data["metrics"], f"the model card of target {key}: metrics")
-        t.info = {
-            "recipe_key": key,
-            "card_file": write_target_card(out, key, t.card),
-            "reused": reused,
-            "load_or_train_seconds": time.perf_counter() - t0,
-            "train_seconds": metrics.train_seconds,
-            "train_metrics": metrics.without("margins").to_dict(),
-            "p_over_dn": card_p_over_dn(t.card.data),
-            **margin_range(metrics.margins),
-        }
+        t.info = target_info(key, t.card, write_target_card(out, key, t.card), reused, time.perf_counter() - t0)
     except Exception as exc:  # recorded in every cell of this target
         t.error = exc
     return t
+
+
+def target_info(key: str, card: ModelCard, card_file: str, reused: bool, seconds: float) -> dict[str, Any]:
+    """What a cell records of its target (``card_file``: the card's path in the results folder)."""
+    metrics = TrainMetrics.from_dict(card.data["metrics"], f"the model card of target {key}: metrics")
+    return {
+        "recipe_key": key,
+        "card_file": card_file,
+        "reused": reused,
+        "load_or_train_seconds": seconds,
+        "train_seconds": metrics.train_seconds,
+        "train_metrics": metrics.without("margins").to_dict(),
+        "p_over_dn": card_p_over_dn(card.data),
+        **margin_range(metrics.margins),
+    }
 
 
 def load_obtained_target(cell: Cell, obtained: Target, cache: str | None, data_root: str | None) -> Target:

@@ -232,7 +232,13 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         members.append(("invocation.json", invocation_path(out, invocation).read_bytes()))
     archives = len(_archives(members)) if members else 0
     run_files, packed_groups, groups_left_out = _run_files(out, groups, max_files - 1 - max(archives, 1))
+    recipe_keys = {c.cell_id: c.recipe.key() for c in expand(suite)}
     for group in packed_groups:
+        key = recipe_keys.get(group.cell_id, "")
+        card = out / "targets" / f"{key}.json"
+        if key and key not in cards and card.exists():   # the merge evaluates the cell from its card
+            cards.add(key)
+            members.append((f"targets/{key}.json", card.read_bytes()))
         for k in group.runs:
             members.append((f"runs/{group.cell_id}/run-{k:03d}.json", _run_path(out, group.cell_id, k, ".json")
                             .read_bytes()))
@@ -378,6 +384,8 @@ class UnpackReport:
     measured: int = 0   # the measured rows added to the ledger
     runs: list[str] = field(default_factory=list)   # search runs written (``<cell id>/NNN``)
     partial: dict[str, tuple[int, int]] = field(default_factory=dict)   # cell id -> (runs held, runs in all)
+    evaluated: list[str] = field(default_factory=list)   # cells evaluated here from their gathered runs
+    not_evaluated: dict[str, str] = field(default_factory=dict)   # cell id -> why its gathered runs were not
 
 
 def read_manifest(pack: Path) -> SliceManifest:
@@ -478,9 +486,10 @@ def _conflict(existing: CellRecord, rec: CellRecord) -> bool:
             and existing.cell_key == rec.cell_key)
 
 
-def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> UnpackReport:
+def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_root: str | None = None) -> UnpackReport:
     """Merge a verified pack into the results folder ``out``; ``keys``: the suite's cell keys by cell id (to say
-    which remain). Nothing is written when any check fails."""
+    which remain). Nothing is written when any check fails. A cell whose search runs slices ran in groups is
+    evaluated here once all are merged (``reconbench.bench.slice_gather``; ``data_root``: its training data)."""
     manifest = verify_pack(pack, suite)
     members = _members(pack, manifest)
     records = _cell_records(members, manifest, pack)
@@ -530,7 +539,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
             report.merged.append(cid)
         report.states = _unpack_states(pack, manifest, out)
         report.runs = _write_runs(out, runs)
-        if report.merged and "invocation.json" in members:
+        if (report.merged or report.runs) and "invocation.json" in members:
             number = next_invocation_number(out)
             inv = json.loads(members["invocation.json"])
             inv["slice_pack"] = {"created": manifest.created, "commit": manifest.commit, "device": manifest.device,
@@ -542,6 +551,15 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str]) -> Unpa
         rows = kept_rows + [row for row in manifest.measured if row not in kept_rows]   # a pack merged twice: once
         report.measured = len(rows) - len(kept_rows)
         partial = _merged_partial(before, manifest.groups, out, keys)
+        complete = [cid for cid, entry in partial.items() if len(entry.runs) >= entry.search_runs]
+        if complete:   # every run of these cells is here: evaluated as an unsplit run would be
+            from reconbench.bench.slice_gather import evaluate_gathered
+
+            number = report.invocation if report.invocation is not None else max(next_invocation_number(out) - 1, 0)
+            report.evaluated, report.not_evaluated = evaluate_gathered(
+                suite, out, complete, device=manifest.device or suite.device, dtype=manifest.dtype or suite.dtype,
+                invocation=number, data_root=data_root)
+            partial = _merged_partial(before, manifest.groups, out, keys)
         report.partial = {cid: (len(entry.runs), entry.search_runs) for cid, entry in partial.items()}
         listed = _write_ledger(out, suite, keys, rows, partial).training
         for state in (out / STATES_FOLDER).glob("*.safetensors") if (out / STATES_FOLDER).exists() else []:

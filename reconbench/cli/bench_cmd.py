@@ -242,7 +242,7 @@ def bench_command(
         if deadline is not None or pack is not None or list_only or only or finished:
             raise click.UsageError("--unpack merges a pack and runs nothing: leave out --deadline, --pack, --list, "
                                    "--only and --finished")
-        unpack_slice(s, Path(unpack), Path(out) if out is not None else default_results_dir(s), dtype)
+        unpack_slice(s, Path(unpack), Path(out) if out is not None else default_results_dir(s), dtype, data_root)
         return
     if pack is not None:
         resume = True   # a slice continues the results folder it was given

@@ -242,9 +242,9 @@ def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,
     return each
 
 
-def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None) -> None:
+def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None, data_root: str | None = None) -> None:
     keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}
-    rep = unpack(pack, suite, out, keys)
+    rep = unpack(pack, suite, out, keys, data_root)
     m = rep.manifest
     if not m.complete:
         click.echo(f"note: the slice of {pack} did not end (killed at its time limit?): its pack holds the "
@@ -264,14 +264,18 @@ def unpack_slice(suite: Suite, pack: Path, out: Path, dtype: str | None) -> None
     if rep.measured:
         click.echo(f"  {rep.measured} measured row(s) added to the ledger (what the next plan's costs read)")
     for group in m.groups:
-        held, total = rep.partial.get(group.cell_id, (0, group.search_runs))
+        if group.cell_id in rep.evaluated:
+            click.echo(f"  search runs of {group.cell_id}: {len(group.runs)} merged, all {group.search_runs} are "
+                       "here: the cell was evaluated from them and merged")
+            continue
         if group.cell_id not in rep.partial:
             continue   # its cell is finished here already
+        held, total = rep.partial[group.cell_id]
+        why = rep.not_evaluated.get(group.cell_id)
         click.echo(f"  search runs of {group.cell_id}: {len(group.runs)} merged, {held} of {total} held in "
                    f"{out / 'work' / group.cell_id / 'runs'}" + (
-                       f"; all are here: evaluate the cell with `reconbench bench {suite.name} --resume --out {out} "
-                       f"--only {group.cell_id}` (reads the runs back, runs no attack step)" if held >= total else
-                       "; the next slices run the others"))
+                       f"; all are here, but the cell could not be evaluated ({why}): fix that and unpack again"
+                       if why else "; the next slices run the others"))
     for left in m.groups_left_out:
         click.echo(f"  runs {left.runs} of {left.cell_id} did not travel ({left.reason}): a later slice runs them again")
     click.echo(f"ledger of the finished cells (a slice's --finished): {out / LEDGER_FILE}")

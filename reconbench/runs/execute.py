@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from reconbench import plugins
 from reconbench.attack import watch
 from reconbench.attack.cross_target import serve_batch
 from reconbench.attack.outcome import derive_run_outcome
@@ -49,6 +50,19 @@ class RunGroupDone(BaseException):
 
 
 _RUN_GROUP: ContextVar[frozenset[int] | None] = ContextVar("reconbench_run_group", default=None)
+_GATHERED: ContextVar[bool] = ContextVar("reconbench_gathered_runs", default=False)
+
+
+@contextlib.contextmanager
+def gathered_runs() -> Iterator[None]:
+    """In the block, :func:`run_attack` reads every search run back from its folder (slices ran them in groups and
+    the merge gathered them) and evaluates the cell, without loading the target's weights: a run not there is a
+    one-line error instead of an attack."""
+    token = _GATHERED.set(True)
+    try:
+        yield
+    finally:
+        _GATHERED.reset(token)
 
 
 @contextlib.contextmanager
@@ -70,7 +84,10 @@ def run_attack(card: ModelCard, spec: RunSpec | ResolvedRun, out_dir: str | Path
     out = Path(out_dir)
     run = spec if isinstance(spec, ResolvedRun) else resolve_run(spec, card.data["family"])
     spec = run.spec
-    attack, target, labels = prepare(card, spec, run.attack)
+    if _GATHERED.get():   # every run is on disk already: no target weights needed (gathered_runs)
+        attack, target, labels = run.attack or plugins.attack(spec.attack), None, None
+    else:
+        attack, target, labels = prepare(card, spec, run.attack)
     problem = problem or card.problem(data_root)
     session = start_session(run.search, run.search_config, attack, spec.attack_config, spec.search_runs, spec.seed)
     runs_dir = out / "runs"
@@ -91,6 +108,7 @@ def run_attack(card: ModelCard, spec: RunSpec | ResolvedRun, out_dir: str | Path
             if group is not None:
                 pending = [p for p in pending if p.k in group]
             if pending:
+                assert target is not None and labels is not None   # _start_round refused pending runs without them
                 _run_pending(attack, target, labels, pending, runs_dir, problem, runs, outer, quiet)
             if group is not None:   # no evaluation: it waits for every run (RunGroupDone's docstring)
                 raise RunGroupDone(sorted(p.k for p in pending), sorted(r["run"] for r in runs))
@@ -142,7 +160,8 @@ def resumed_seconds(resumed: list[dict[str, Any]]) -> float:
     return attack_seconds(resumed)
 
 
-def _start_round(card: ModelCard, run: ResolvedRun, problem: Problem, labels: torch.Tensor, target: AttackTarget,
+def _start_round(card: ModelCard, run: ResolvedRun, problem: Problem, labels: torch.Tensor | None,
+                 target: AttackTarget | None,
                  asked: list[dict[str, Any]], runs: list[dict[str, Any]], runs_dir: Path, outer: Progress,
                  resumed: list[dict[str, Any]]) -> list[_Pending]:
     """The runs of one round (numbered on from ``len(runs)``): those finished earlier with the same key are read back
@@ -165,6 +184,9 @@ def _start_round(card: ModelCard, run: ResolvedRun, problem: Problem, labels: to
                 outer.update(len(runs))
                 continue
         gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
+        if target is None or labels is None:
+            raise ReconbenchError(f"search run {k} is not in {runs_dir} (or not with this cell's run key), and the "
+                                  "runs are only gathered here, not run: merge the pack that holds it")
         x0 = run.init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
         pending.append(_Pending(k, cfg, gen, x0, {"run": k, "run_key": run_key, "config": cfg_dict,
                                                   "init_config": config_to_dict(run_init_cfg),
