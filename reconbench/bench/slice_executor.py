@@ -14,6 +14,7 @@ time left, written but not evaluated (``reconbench.runs.execute.only_runs``); th
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,10 +24,12 @@ from typing import Any
 from reconbench.attack.cross_target import CrossBroker, brokering
 from reconbench.attack.search import DEFAULT_SEARCH
 from reconbench.attack.watch import AttackStopped, watching
+from reconbench.bench.cells import Cell
 from reconbench.bench.cross_cells import collect
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
 from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
 from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work
+from reconbench.bench.slice_pack import runs_that_fit
 from reconbench.bench.slice_watch import SliceWatch, phase_row
 from reconbench.preflight import TargetSize
 from reconbench.records.slice_manifest import Measured, RunGroup, StoppedCell
@@ -79,6 +82,8 @@ class DeadlineExecutor:
     runs_per_slice: int | None = None
     #: the groups of runs this slice ran (their cells not evaluated: they travel in the pack)
     groups: list[RunGroup] = field(default_factory=list)
+    #: pack files the groups' run tensors may take (None: no pack, no limit); a group is as many runs as they hold
+    run_files: int | None = None
     watch: SliceWatch = field(init=False)
 
     def __post_init__(self) -> None:
@@ -253,7 +258,7 @@ class DeadlineExecutor:
         if total <= 1 or cell.attack.search != DEFAULT_SEARCH:
             return None
         left = [k for k in range(total) if k not in done]
-        cap = min(len(left), self.runs_per_slice or total)
+        cap = min(len(left), self.runs_per_slice or total, self._runs_the_pack_holds(cell, work))
         if not done and cap == total and self.model.estimate(work, False) <= self.deadline:
             return None
         # with the cell's own chunks (its max_batch), a group is whole chunks: each run then advances beside the runs
@@ -265,6 +270,19 @@ class DeadlineExecutor:
             if slot.fits(replace(work, attack=work.attack * k / total, runs=k), self.elapsed()):
                 return left[:k]
         return []
+
+    def _runs_the_pack_holds(self, cell: Cell, work: CellWork) -> int:
+        """The runs of ``cell`` whose tensors (candidates and starts at the attack's precision, which they travel in;
+        labels and multipliers) fit the pack files left to groups, less the runs this slice's groups took."""
+        if self.run_files is None:
+            return int(cell.attack.search_runs)
+        size = self.sizes[cell.recipe.key()]
+        m = int(cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train)
+        itemsize = 4 if work.precision in ("float32", "tf32") else 8
+        pixels = m * math.prod(size.input_shape) * itemsize
+        tensors = [pixels, pixels, m * 8, m * 8]
+        taken = sum(len(g.runs) for g in self.groups)
+        return max(runs_that_fit(tensors, self.run_files) - taken, 0)
 
     def _run_group(self, job: CellJob, runs: list[int], ctx: RunContext, targets: TargetPool, slot: Slot,
                    works: Mapping[str, CellWork]) -> Outcome | None:

@@ -217,7 +217,7 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     manifest included (fewer than :data:`MAX_FILES` when something else comes back beside the pack: the probe's
     JSON). ``measured``: what the slice measured of every cell that ran, finished or not; ``stopped``: the cells
     whose attack the deadline stopped (they are not in ``cells``: they stay to do). ``groups``: search runs of cells
-    split across slices (:func:`_run_files`), after the records and before the candidates and the states."""
+    split across slices (:func:`_run_files`), in the files the records, candidates and states leave."""
     records = {cid: CELL_FILE.read(cell_path(out, cid)) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
@@ -230,27 +230,12 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
             members.append((f"targets/{key}.json", card.read_bytes()))
     if invocation_path(out, invocation).exists():
         members.append(("invocation.json", invocation_path(out, invocation).read_bytes()))
-    archives = len(_archives(members)) if members else 0
-    run_files, packed_groups, groups_left_out = _run_files(out, groups, max_files - 1 - max(archives, 1))
-    recipe_keys = {c.cell_id: c.recipe.key() for c in expand(suite)}
-    for group in packed_groups:
-        key = recipe_keys.get(group.cell_id, "")
-        card = out / "targets" / f"{key}.json"
-        if key and key not in cards and card.exists():   # the merge evaluates the cell from its card
-            cards.add(key)
-            members.append((f"targets/{key}.json", card.read_bytes()))
-        for k in group.runs:
-            members.append((f"runs/{group.cell_id}/run-{k:03d}.json", _run_path(out, group.cell_id, k, ".json")
-                            .read_bytes()))
+    archives = max(len(_archives(members)) if members else 0, 1)   # the groups' run records join one of them
     files: dict[str, bytes] = {}
-    for data in _archives(members) if members else []:
-        files[_content_name("records", ".tar.xz", data)] = data
-    for data in run_files:
-        files[_content_name("runs", ".safetensors", data)] = data
     ok = [c for c in cells if records[c].status == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
     candidates, sampled = _candidates_file(out, [c for c in sample if c in ok])
-    if candidates is not None and len(files) + 2 <= max_files:
+    if candidates is not None and archives + 2 <= max_files:
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
@@ -259,7 +244,7 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     for state in states:
         data = state.read_bytes()
         parts = [data[i:i + STATE_PART_BYTES] for i in range(0, len(data), STATE_PART_BYTES)] or [data]
-        if len(files) + len(parts) + 1 > max_files:   # the cells matter more: they still go
+        if archives + len(files) + len(parts) + 1 > max_files:   # the cells matter more: they still go
             left_out.append(LeftOutState(recipe_key=state.stem, bytes=len(data),
                                          reason=f"no file left of the {max_files} for its {len(parts)} part(s)"))
             continue
@@ -274,6 +259,22 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
             entry = PackedState.written(recipe_key=state.stem, step=step, dtype=dtype_name, parts=names,
                                         bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
         travelling.append(entry)
+    # the groups' runs take the files left: a run that finds none runs again in a later slice
+    run_files, packed_groups, groups_left_out = _run_files(out, groups, max_files - 1 - archives - len(files))
+    for data in run_files:
+        files[_content_name("runs", ".safetensors", data)] = data
+    recipe_keys = {c.cell_id: c.recipe.key() for c in expand(suite)}
+    for group in packed_groups:
+        key = recipe_keys.get(group.cell_id, "")
+        card = out / "targets" / f"{key}.json"
+        if key and key not in cards and card.exists():   # the merge evaluates the cell from its card
+            cards.add(key)
+            members.append((f"targets/{key}.json", card.read_bytes()))
+        for k in group.runs:
+            members.append((f"runs/{group.cell_id}/run-{k:03d}.json", _run_path(out, group.cell_id, k, ".json")
+                            .read_bytes()))
+    for data in _archives(members) if members else []:
+        files[_content_name("records", ".tar.xz", data)] = data
     if len(files) + 1 > max_files:
         raise PackError(f"the slice's records need {len(files)} archives, more than a pack may hold; its cells stay in "
                         f"{out}: run shorter slices (a smaller --deadline)")
@@ -325,11 +326,33 @@ def travel_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous()
 
 
+def runs_that_fit(tensor_bytes: Sequence[int], files: int) -> int:
+    """How many runs whose tensors have ``tensor_bytes`` (at their travel precision) fit in ``files`` pack files,
+    filled as :func:`_run_files` fills them."""
+    header = 64 * 1024
+    if any(size + header > MAX_FILE_BYTES for size in tensor_bytes) or files <= 0:
+        return 0
+    used: list[int] = []
+    runs = 0
+    while True:
+        trial = list(used)
+        for size in tensor_bytes:
+            slot = next((i for i, u in enumerate(trial) if u + size + header <= MAX_FILE_BYTES), None)
+            if slot is None:
+                if len(trial) >= files:
+                    return runs
+                trial.append(0)
+                slot = len(trial) - 1
+            trial[slot] += size
+        used, runs = trial, runs + 1
+
+
 def _run_files(out: Path, groups: Sequence[RunGroup], free: int) -> tuple[list[bytes], list[RunGroup],
                                                                           list[LeftOutGroup]]:
-    """The groups' run tensors in as few ``runs-<sha>.safetensors`` files of at most :data:`MAX_FILE_BYTES` as
-    greedy filling gives, keyed ``<cell id>/NNN/<tensor>``, within ``free`` files; a group whose tensors do not all
-    fit (or a tensor larger than a file) is left out whole. The files, the groups packed, those left out."""
+    """The groups' run tensors in at most ``free`` ``runs-<sha>.safetensors`` files of at most :data:`MAX_FILE_BYTES`,
+    filled greedily run after run, keyed ``<cell id>/NNN/<tensor>``; a run whose tensors do not all fit (or a tensor
+    larger than a file) is left out, with the runs after it. The files, the groups as packed (the runs that fit), and
+    the runs left out by group."""
     from safetensors.torch import load_file
 
     files: list[dict[str, torch.Tensor]] = []
@@ -337,34 +360,42 @@ def _run_files(out: Path, groups: Sequence[RunGroup], free: int) -> tuple[list[b
     packed: list[RunGroup] = []
     left_out: list[LeftOutGroup] = []
     header = 64 * 1024   # room for a file's JSON header (a few hundred bytes per tensor)
+    full = False
     for group in groups:
-        tensors: list[tuple[str, torch.Tensor]] = []
+        kept: list[int] = []
+        dropped: list[int] = []
+        dropped_bytes = 0
         for k in group.runs:
             loaded = load_file(str(_run_path(out, group.cell_id, k, ".safetensors")))
-            tensors += [(f"{group.cell_id}/{k:03d}/{name}", travel_tensor(loaded[name])) for name in RUN_TENSORS
-                        if name in loaded]
-        total = sum(t.numel() * t.element_size() for _, t in tensors)
-        trial_files, trial_sizes = [dict(f) for f in files], list(sizes)
-        fits = True
-        for key, t in tensors:
-            size = t.numel() * t.element_size()
-            slot = next((i for i, used in enumerate(trial_sizes) if used + size + header <= MAX_FILE_BYTES), None)
-            if slot is None:
-                if len(trial_files) >= free or size + header > MAX_FILE_BYTES:
-                    fits = False
-                    break
-                trial_files.append({})
-                trial_sizes.append(0)
-                slot = len(trial_files) - 1
-            trial_files[slot][key] = t
-            trial_sizes[slot] += size
-        if fits:
-            files, sizes = trial_files, trial_sizes
-            packed.append(group)
-        else:
-            left_out.append(LeftOutGroup(cell_id=group.cell_id, runs=list(group.runs), bytes=total,
-                                         reason=f"its {total:,} bytes of tensors find no room in the {free} file(s) "
-                                                "left"))
+            tensors = [(f"{group.cell_id}/{k:03d}/{name}", travel_tensor(loaded[name])) for name in RUN_TENSORS
+                       if name in loaded]
+            trial_files, trial_sizes = [dict(f) for f in files], list(sizes)
+            fits = not full
+            for key, t in tensors if fits else []:
+                size = t.numel() * t.element_size()
+                slot = next((i for i, used in enumerate(trial_sizes) if used + size + header <= MAX_FILE_BYTES), None)
+                if slot is None:
+                    if len(trial_files) >= free or size + header > MAX_FILE_BYTES:
+                        fits = False
+                        break
+                    trial_files.append({})
+                    trial_sizes.append(0)
+                    slot = len(trial_files) - 1
+                trial_files[slot][key] = t
+                trial_sizes[slot] += size
+            if fits:
+                files, sizes = trial_files, trial_sizes
+                kept.append(k)
+            else:
+                full = True   # the runs after it are left out too: a group's runs stay a run of numbers
+                dropped.append(k)
+                dropped_bytes += sum(t.numel() * t.element_size() for _, t in tensors)
+        if kept:
+            packed.append(RunGroup(cell_id=group.cell_id, cell_key=group.cell_key, search_runs=group.search_runs,
+                                   runs=kept))
+        if dropped:
+            left_out.append(LeftOutGroup(cell_id=group.cell_id, runs=dropped, bytes=dropped_bytes,
+                                         reason=f"no room in the {free} pack file(s) left to runs"))
     data = [save(f, metadata={"values": "float32 where that holds the run's float64 values exactly"})
             for f in files]
     return data, packed, left_out

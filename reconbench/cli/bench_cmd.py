@@ -312,7 +312,8 @@ def bench_command(
             if finished is not None else {}
         cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(run_device, table), sizes,
                                           start=started, states=states, cross_target=cross_target,
-                                          runs_done=runs_done, runs_per_slice=runs_per_slice)
+                                          runs_done=runs_done, runs_per_slice=runs_per_slice,
+                                          run_files=pack_files - 2 if pack is not None else None)
     elif cross_target:
         cells_executor = CrossTargetExecutor()
     packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,

@@ -118,3 +118,27 @@ def test_runs_per_slice_needs_a_deadline(suite_file, tmp_path, capsys):
     code, text, err = run_cli(["bench", str(suite_file), "--runs-per-slice", "2", "--out", str(tmp_path / "o")],
                               capsys)
     assert code == 2 and "--runs-per-slice sets how a slice splits its cells: pass --deadline" in err
+
+
+def test_runs_that_find_no_file_are_left_out_and_the_estimate_agrees(suite_file, tmp_path, capsys, monkeypatch):
+    """Each run's tensors in a file of their own, one file left to runs: the first run of the group travels, the
+    second is named as left out (a later slice runs it), and ``runs_that_fit`` says 1 as the executor asks it."""
+    from reconbench.bench import slice_pack
+    from reconbench.records.slice_manifest import RunGroup
+
+    code, text, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "600", "--pack",
+                               str(tmp_path / "pack"), "--out", str(tmp_path / "device"), "--cache",
+                               str(tmp_path / "cache"), "--runs-per-slice", "2", "-q"], capsys)
+    assert code == 0, text + err
+    (group,) = json.loads((tmp_path / "pack" / "manifest.json").read_text())["groups"]
+    cid = group["cell_id"]
+    run = load_file(str(tmp_path / "device" / "work" / cid / "runs" / "run-000.safetensors"))
+    sizes = [slice_pack.travel_tensor(t).numel() * slice_pack.travel_tensor(t).element_size() for t in run.values()]
+    monkeypatch.setattr(slice_pack, "MAX_FILE_BYTES", sum(sizes) + 64 * 1024)   # one run a file, header room
+    assert slice_pack.runs_that_fit(sizes, 1) == 1 and slice_pack.runs_that_fit(sizes, 2) == 2
+    manifest = slice_pack.write_pack(tmp_path / "small", load_suite(str(suite_file)), tmp_path / "device", cells=[],
+                                     remaining=[cid], invocation=0, device="cpu", dtype="float64", max_files=3,
+                                     groups=[RunGroup.from_dict(group, "group")])
+    assert [(g.cell_id, g.runs) for g in manifest.groups] == [(cid, [0])]
+    assert [(g.cell_id, g.runs) for g in manifest.groups_left_out] == [(cid, [1])]
+    assert len(manifest.files) + 1 == 3
