@@ -187,7 +187,7 @@ from reconbench.tracking import MlflowTracker, tracker
     metavar="K",
     help="With --deadline: run at most K search runs of one cell in this slice; a cell of random search with more "
     "runs runs them in groups over several slices (without it, only a cell longer than a whole slice is split). The "
-    "runs travel in the pack; once all are merged, `--resume` where they are evaluates the cell (docs/slices.md).",
+    "runs travel in the pack; the --unpack that brings the last of them evaluates the cell (docs/slices.md).",
 )
 @track_options
 @data_root_option
