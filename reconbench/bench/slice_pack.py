@@ -366,7 +366,8 @@ def _run_files(out: Path, groups: Sequence[RunGroup], free: int) -> tuple[list[b
         dropped: list[int] = []
         dropped_bytes = 0
         for k in group.runs:
-            loaded = load_file(str(_run_path(out, group.cell_id, k, ".safetensors")))
+            path = _run_path(out, group.cell_id, k, ".safetensors")   # a failed run has its record alone
+            loaded = load_file(str(path)) if path.exists() else {}
             tensors = [(f"{group.cell_id}/{k:03d}/{name}", travel_tensor(loaded[name])) for name in RUN_TENSORS
                        if name in loaded]
             trial_files, trial_sizes = [dict(f) for f in files], list(sizes)
@@ -737,10 +738,10 @@ def _group_runs(pack: Path, manifest: SliceManifest, members: Mapping[str, bytes
         for k in group.runs:
             run = {name: tensors[key].to(torch.float64) if tensors[key].is_floating_point() else tensors[key]
                    for name in RUN_TENSORS if (key := f"{group.cell_id}/{k:03d}/{name}") in tensors}
-            if "candidates" not in run or "labels" not in run:
+            record = members[f"runs/{group.cell_id}/run-{k:03d}.json"]
+            if ("candidates" not in run or "labels" not in run) and not _failed_run(record):
                 raise PackError(f"{pack}: run {k} of {group.cell_id} has no candidates in the pack's runs files; fetch "
                                 "the pack again")
-            record = members[f"runs/{group.cell_id}/run-{k:03d}.json"]
             held = _run_path(out, group.cell_id, k, ".json")
             if held.exists() and held.read_bytes() != record:
                 raise PackError(f"run {k} of cell {group.cell_id} is already in {held.parent} with other contents; "
@@ -750,13 +751,23 @@ def _group_runs(pack: Path, manifest: SliceManifest, members: Mapping[str, bytes
     return out_runs
 
 
+def _failed_run(record: bytes) -> bool:
+    """Whether a run's record says it failed (the attack then writes no tensors)."""
+    try:
+        data = json.loads(record)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and data.get("stopped") == "failed"
+
+
 def _write_runs(out: Path, runs: Sequence[_Run]) -> list[str]:
     """The runs into ``work/<cell id>/runs/`` as the attack wrote them (floats back in float64: the same values)."""
     written = []
     for run in runs:
         path = _run_path(out, run.cell_id, run.k, ".json")
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_tensors_atomic(run.tensors, path.with_suffix(".safetensors"))
+        if run.tensors:   # a failed run has its record alone, as the attack wrote it
+            save_tensors_atomic(run.tensors, path.with_suffix(".safetensors"))
         write_text_atomic(path, run.record.decode())
         written.append(f"{run.cell_id}/{run.k:03d}")
     return written

@@ -142,3 +142,28 @@ def test_runs_that_find_no_file_are_left_out_and_the_estimate_agrees(suite_file,
     assert [(g.cell_id, g.runs) for g in manifest.groups] == [(cid, [0])]
     assert [(g.cell_id, g.runs) for g in manifest.groups_left_out] == [(cid, [1])]
     assert len(manifest.files) + 1 == 3
+
+
+def test_a_failed_run_travels_as_its_record_alone(suite_file, tmp_path, capsys):
+    """A run that failed (the attack writes its record and no tensors) travels and merges as such."""
+    from reconbench.bench import slice_pack
+    from reconbench.records.slice_manifest import RunGroup
+
+    code, text, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "600", "--pack",
+                               str(tmp_path / "pack"), "--out", str(tmp_path / "device"), "--cache",
+                               str(tmp_path / "cache"), "--runs-per-slice", "2", "-q"], capsys)
+    assert code == 0, text + err
+    (group,) = json.loads((tmp_path / "pack" / "manifest.json").read_text())["groups"]
+    runs = tmp_path / "device" / "work" / group["cell_id"] / "runs"
+    record = json.loads((runs / "run-001.json").read_text()) | {"stopped": "failed", "message": "diverged"}
+    (runs / "run-001.json").write_text(json.dumps(record))
+    (runs / "run-001.safetensors").unlink()
+    suite = load_suite(str(suite_file))
+    slice_pack.write_pack(tmp_path / "again", suite, tmp_path / "device", cells=[], remaining=[group["cell_id"]],
+                          invocation=0, device="cpu", dtype="float64", groups=[RunGroup.from_dict(group, "group")])
+    code, text, err = run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / "again"), "--out",
+                               str(tmp_path / "local")], capsys)
+    assert code == 0, text + err
+    here = tmp_path / "local" / "work" / group["cell_id"] / "runs"
+    assert json.loads((here / "run-001.json").read_text())["stopped"] == "failed"
+    assert not (here / "run-001.safetensors").exists() and (here / "run-000.safetensors").exists()
