@@ -221,10 +221,15 @@ class DeadlineExecutor:
             if first is None or seconds < MIN_TRAINING_SECONDS:
                 break
             recipes = self._group_of(first, waiting, works, slot.trained, stopped)
+            t0 = self.clock()
             result = self._train_group(recipes, seconds, ctx)
             if isinstance(result, str):
                 stopped.update({r.key(): result for r in recipes})
+                self.watch.say(f"training of {len(recipes)} target(s) failed: {result}")
                 continue
+            self.watch.say(f"{len(result)} target(s) trained as one stack in {self.clock() - t0:.1f}s: " + ", ".join(
+                f"{p.recipe_key} to step {p.step:,} of {p.steps:,}" + (" (card written)" if p.finished else "")
+                for p in result) + f" (at {self.elapsed():.1f}s of {self.deadline:.0f}s)")
             for piece in result:
                 if piece.finished:
                     slot.trained.add(piece.recipe_key)
