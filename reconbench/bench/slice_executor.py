@@ -272,7 +272,9 @@ class DeadlineExecutor:
         for k in range(cap, 0, -1):   # the most runs whose share of the attack fits the time left
             if chunk and k % chunk and k != len(left):
                 continue
-            if slot.fits(replace(work, attack=work.attack * k / total, runs=k), self.elapsed()):
+            # in a cross-target slice the cells chosen to run together later hold their estimates already
+            held = slot.spent if self.cross_target else 0.0
+            if slot.fits(replace(work, attack=work.attack * k / total, runs=k), self.elapsed() + held):
                 return left[:k]
         return []
 
