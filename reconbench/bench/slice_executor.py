@@ -246,10 +246,13 @@ class DeadlineExecutor:
             if not note and held:
                 total = int(job.cell.attack.search_runs)
                 note = (f"{len(held)} of its {total} search runs are merged already" +
-                        ("; evaluate it there: reconbench bench SUITE --resume --out RESULTS" if len(held) >= total
-                         else ""))
+                        ("; the merge evaluates it where they are (unpack the last pack there again)"
+                         if len(held) >= total else ""))
             self._defer(slot, work, job, note)
-        if together:
+        if together and self.stopped:   # past the deadline: their attacks would stop at once
+            for job in together:
+                self._defer(slot, works[job.cell.cell_id], job, "the deadline stopped an attack before it started")
+        elif together:
             yield from self._run_together(together, ctx, targets, slot, works)
 
     # -- cells whose runs are split across slices --------------------------------------------------------------------
