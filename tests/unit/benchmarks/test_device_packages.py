@@ -38,7 +38,7 @@ def carried_pins() -> dict[str, Version]:
     text = (GPU / "fetch_wheels.sh").read_text()
     match = re.search(r"^wheels=\(\n(.*?)^\)", text, re.S | re.M)
     assert match, "fetch_wheels.sh holds no wheels=( ... ) list"
-    pins = {}
+    pins: dict[str, Version] = {}
     for line in match.group(1).splitlines():
         spec = line.split("#")[0].strip()
         if spec:
