@@ -29,13 +29,12 @@ from reconbench.bench.slice_costs import CostModel, read_costs
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import STATES_FOLDER, import_states, read_ledger
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
+from reconbench.cli.bench_plan import ledger_measured, ledger_progress, plan_table, print_plan
 from reconbench.cli.bench_slices import (
     PACK_RESERVE_SECONDS,
     SlicePacker,
     chain_on_cell,
     check_pack_folder,
-    ledger_progress,
-    print_plan,
     say_deferred,
     unpack_slice,
 )
@@ -276,12 +275,15 @@ def bench_command(
         raise click.UsageError("--deadline runs the cells here, one after the other: leave out --executor ray")
     sizes, estimate = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume or plan_only,
                                   retry_failed, elsewhere, yes=yes or plan_only, deadline=deadline)
+    measured = ledger_measured(Path(finished)) if finished is not None else []
     if plan_only:
         assert deadline is not None
         done = {**elsewhere, **load_cells(out_dir)}
         todo = still_to_run(select_cells(s, only), done, lambda c: c.key(s, dtype), retry_failed)
-        print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, device or s.device,
-                   read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None,
+        plan_device = device or s.device
+        print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, plan_device,
+                   plan_table(plan_device, read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None
+                              else None, measured),
                    ledger_progress(Path(finished), todo) if finished is not None else None, dtype)
         return
     check_writable(out_dir, "--out")
@@ -295,8 +297,17 @@ def bench_command(
     if cross_target and isinstance(cells_executor, RayExecutor):
         raise click.UsageError("--cross-target runs the cells here, together: leave out --executor ray")
     if deadline is not None:
-        table = read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None
+        table = plan_table(run_device, read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None
+                           else None, measured)
         reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
+        if pack is not None or not quiet:   # what the slice sets out to do, in its log before the first cell
+            done = {**elsewhere, **(load_cells(out_dir) if resume else {})}
+            todo = still_to_run(select_cells(s, only), done, lambda c: c.key(s, dtype), retry_failed)
+            click.echo(f"the plan this slice starts from (estimates; the slice re-plans after every cell), deadline "
+                       f"{deadline:g}s:")
+            print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS if pack is not None else 0.0, run_device, table,
+                       ledger_progress(Path(finished), todo) if finished is not None else None, dtype,
+                       break_even=False)
         states = cache_dir(cache) / STATES_FOLDER if pack is not None else None
         if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them
             import_states(Path(finished), states)
