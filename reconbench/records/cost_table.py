@@ -232,6 +232,8 @@ class Probe(Record):
     attack: list[ProbeAttackRow] = field(default_factory=list)
     skipped: list[Any] = field(default_factory=list)
     wall_seconds: float | None = None
+    profile: Mapping[str, Any] | None = None       # the kernel profile of the largest TF32 attack case
+    certificate: Mapping[str, Any] | None = None   # the stationarity certificate's seconds (--certificate)
 
     @property
     def device(self) -> str | None:
