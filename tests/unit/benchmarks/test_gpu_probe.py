@@ -31,7 +31,7 @@ def load_probe() -> ModuleType:
 def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
     probe = load_probe()
     out = tmp_path / "probe.json"
-    probe.main([str(out), "--tiny", "--device", "cpu", "--train-windows", "1", "--budget", "1e9", "--certificate"])
+    probe.main([str(out), "--tiny", "--device", "cpu", "--train-windows", "1", "--budget", "1e9"])
     data = json.loads(out.read_text())
     assert data["tiny"] and not data["skipped"]
     assert data["trainer_check"]["max_relative_difference_graph_True"] < 1e-12   # the CPU against itself
