@@ -230,10 +230,15 @@ def kernel_profile(size: dict[str, Any], device: torch.device) -> dict[str, Any]
     with profile(activities=activities) as prof:
         attack_loop_seconds(size, runs, "float32", extra, steps, str(device))
     wall = time.perf_counter() - t0
-    events = [e for e in prof.key_averages() if (e.device_type == torch.autograd.DeviceType.CUDA) == cuda]
+    averages = list(prof.key_averages())
+    events = [e for e in averages if (e.device_type == torch.autograd.DeviceType.CUDA) == cuda]
+    what = "CUDA kernels" if cuda else "CPU operators"
 
     def self_us(e: Any) -> float:
         return float(getattr(e, "self_device_time_total", 0.0) if cuda else e.self_cpu_time_total)
+
+    if cuda and not any(self_us(e) > 0 for e in events):   # no kernel rows: the device time of each operator
+        events, what = [e for e in averages if self_us(e) > 0], "CUDA time by operator"
 
     if not cuda:   # CPU operators: the leaves of the call tree carry the time (self), profiler scaffolding aside
         events = [e for e in events if not e.key.startswith(("ProfilerStep", "[memory]")) and self_us(e) > 0]
@@ -242,7 +247,7 @@ def kernel_profile(size: dict[str, Any], device: torch.device) -> dict[str, Any]
     for e in events:
         shares[kernel_kind(e.key)] += self_us(e) / total if total else 0.0
     top = sorted(events, key=self_us, reverse=True)[:TOP_KERNELS]
-    return {"what": "CUDA kernels" if cuda else "CPU operators", "runs": runs, "precision": "tf32", "m": size["m"],
+    return {"what": what, "runs": runs, "precision": "tf32", "m": size["m"],
             "cuda_graph": False, "steps": steps, "wall_seconds": wall, "total_ms": total / 1e3,
             "kinds": shares,
             "top": [{"name": e.key, "kind": kernel_kind(e.key), "calls": int(e.count), "total_ms": self_us(e) / 1e3,
@@ -324,6 +329,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row = certificate_seconds(size)
         except torch.cuda.OutOfMemoryError as exc:   # keep what was measured; say which case did not fit
             row = {"params": list(params), "error": f"out of memory: {str(exc).splitlines()[0]}"}
+        except Exception as exc:   # the profile and the certificate are extras: their failure loses nothing else
+            if kind in ("trainer", "attack"):
+                raise
+            row = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
         if kind in ("trainer", "attack"):
             result[kind].append(row)
             rate = row.get("tflops_per_second")
