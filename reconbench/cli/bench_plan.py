@@ -55,8 +55,8 @@ def rates_lines(table: CostTable) -> list[str]:
     for precision, by_runs in table.attack_runs.items():
         counts = sorted(int(k) for k in by_runs)
         said = ", ".join(f"{n}" + (" (measured on a slice)" if (precision, n) in measured else "") for n in counts)
-        lines.append(f"  {precision} attack priced by runs batched: {said}; fewer runs than {counts[0]} pay its whole "
-                     "batched step")
+        below = f"; fewer runs than {counts[0]} pay its whole batched step" if counts[0] > 1 else ""
+        lines.append(f"  {precision} attack priced by runs batched: {said}{below}")
     if measured:
         cells = sorted({c for cs in measured.values() for c in cs})
         lines.append(f"  rates measured on slices (--finished): {len(measured)} of precision and run count, from "
