@@ -103,7 +103,7 @@ def account(name: str) -> str:
     model = CostModel(prior=table)
     plan = plan_slices(works, model, deadline - PACK_RESERVE_SECONDS, progress_of(cells))
     by_id = {w.cell_id: w for w in works}
-    head = ["slice", "training", "its set-ups", "cards rebuilt", "attacks", "evaluations", "cells' fixed s",
+    head = ["slice", "training", "its set-ups", "cards", "attacks", "evaluations", "cells' fixed s",
             "cells' margin", "kept for the pack", "idle", "total"]
     rows: list[list[Any]] = []
 
@@ -112,13 +112,14 @@ def account(name: str) -> str:
 
     for i, ids in enumerate(plan.slices):
         setups = table.train.fixed * len(plan.training[i])
-        trained = sum(plan.training[i].values()) - setups
+        made = sum(plan.training_cards[i].values())
+        trained = sum(plan.training[i].values()) - setups - made
         attack = sum(price(c).rate * by_id[c].attack for c in ids)
         evaluate = sum(table.evaluate.rate * by_id[c].evaluate for c in ids)
         fixed = sum(price(c).fixed + table.evaluate.fixed for c in ids)
         margin = sum(model.estimate(by_id[c], False) for c in ids) - attack - evaluate - fixed
         idle = deadline - PACK_RESERVE_SECONDS - plan.seconds[i]
-        cards = table.train.fixed * plan.cards[i]
+        cards = plan.card_seconds[i] + made
         rows.append([i + 1, trained, setups, cards, attack, evaluate, fixed, margin, PACK_RESERVE_SECONDS, idle,
                      deadline])
     rows.append(["all", *(sum(float(r[k]) for r in rows) for k in range(1, len(head)))])

@@ -73,12 +73,15 @@ MIN_TRAINING_SECONDS = 1.0
 #: cpu: one torch thread of the 2-core machine (a tiny `digits` cell: about 1 s of training and imports, a tenth of a
 #: second of attack, a tenth of evaluation; large cells at about 1 GFLOP/s).
 #: cuda: an H100 before the probe's numbers (benchmarks/gpu/README.md): the one paper-size attack run timed here took
-#: 4.4 ms per step at m = 1000 and P = 4.07e6 (about 1.1e-12 s per unit); training assumed no faster per unit.
+#: 4.4 ms per step at m = 1000 and P = 4.07e6 (about 1.1e-12 s per unit); training assumed no faster per unit. Its
+#: card (release metrics and the stationarity certificate, on the machine's CPU) from the one paper-size card built
+#: from a GPU's state, CIFAR-10 binary at n = 500: 65 s on the 2-core CPU machine (63 s of it the certificate), about
+#: 3.2e-8 s per unit of n x P (the device's CPU not timed yet).
 PRIORS: dict[str, CostTable] = {
     "cpu": CostTable(train=PhaseCost(fixed=3.0, rate=1e-8), attack=PhaseCost(fixed=1.0, rate=2e-8),
                      evaluate=PhaseCost(fixed=3.0, rate=1e-7)),
     "cuda": CostTable(train=PhaseCost(fixed=15.0, rate=2e-12), attack=PhaseCost(fixed=5.0, rate=2e-12),
-                      evaluate=PhaseCost(fixed=15.0, rate=1e-9)),
+                      evaluate=PhaseCost(fixed=15.0, rate=1e-9), card=PhaseCost(fixed=2.0, rate=3.2e-8)),
 }
 
 
@@ -99,6 +102,7 @@ class CellWork:
     precision: str = ""   # the attack's matrix products (reconbench.precision): float64, float32 or tf32
     runs: int = 0         # search runs of the cell's attack
     steps: int = 0        # steps of one search run
+    card: float = 0.0     # the target's card (its release metrics and stationarity certificate): n x P
 
     @property
     def run_step(self) -> float:
@@ -160,6 +164,7 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
         precision=_matmul(cell, dtype, device) if device else "",
         runs=int(cell.attack.search_runs),
         steps=steps,
+        card=float(size.n_train) * params,
     )
 
 
@@ -196,7 +201,8 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
       batched, the slowest per unit; units per step: runs x m x the probe network's weights; and, in
       ``attack_runs``, each precision's rate at every run count measured (the slowest row of each count), which
       prices a cell by its own run count (:meth:`~reconbench.records.cost_table.CostTable.phase`);
-    - fixed seconds, and the whole evaluate phase (the probe does not time it): the built-in ``cuda`` table's.
+    - fixed seconds, the whole evaluate phase and a target's card (the probe does not time them): the built-in
+      ``cuda`` table's.
     Raises when the probe measured no row a phase needs (it ran past its budget, say)."""
     prior = PRIORS["cuda"]
     where = f"probe {source}" if source else "the probe"
@@ -259,7 +265,7 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
                                        "seconds_per_step": a.seconds_per_step}}}
     return CostTable(train=PhaseCost(fixed=prior.train.fixed, rate=train_rate(t)),
                      attack=PhaseCost(fixed=prior.attack.fixed, rate=attack_rate(a)),
-                     evaluate=prior.evaluate, attack_at=at, about=about, attack_runs=runs_at)
+                     evaluate=prior.evaluate, attack_at=at, about=about, attack_runs=runs_at, card=prior.card)
 
 
 def measured_kind(device: str) -> str:
@@ -402,6 +408,11 @@ class SlicePlan:
     trained_in: dict[str, int] = field(default_factory=dict)
     #: per slice, how many cards of targets trained in an earlier slice it rebuilds from their final states first
     cards: list[int] = field(default_factory=list)
+    #: per slice, the seconds of those rebuilt cards
+    card_seconds: list[float] = field(default_factory=list)
+    #: per slice, the seconds of the cards of each group whose training ends in it (group -> seconds; included in
+    #: ``training``)
+    training_cards: list[dict[str, float]] = field(default_factory=list)
 
     def finished_in(self, cell_ids: Iterable[str]) -> int | None:
         """The slice (0-based) by whose end every cell of ``cell_ids`` has run (None: one of them never runs)."""
@@ -446,10 +457,13 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     cost model alone."""
     todo = list(works)
     plan = SlicePlan([], [], {})
+    card_of = {w.target_key: card_seconds(model.prior, w) for w in todo if w.pieces}
     for w in todo:
         alone = Slot(model, budget)
+        if model.prior.card is not None and w.pieces:   # a bare machine makes the card before the cell
+            alone.spent = card_of[w.target_key]
         if not alone.fits(w):
-            plan.unfit[w.cell_id] = alone.estimate(w)
+            plan.unfit[w.cell_id] = alone.spent + alone.estimate(w)
     todo = [w for w in todo if w.cell_id not in plan.unfit]
     setup = model.prior.train.fixed   # the set-up of a training piece
     left = {g: sec - setup for g, sec in training_seconds(model, todo, progress).items()}
@@ -462,8 +476,11 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         slot = Slot(model, budget)
         # first, as the executor does, the card of every target whose training ended in an earlier slice and whose
         # cells remain is rebuilt from its final state: a training piece's set-up each
-        cards = len({w.target_key for w in todo if w.pieces and w.target_key in ready})
-        slot.spent += setup * cards
+        rebuilt = {w.target_key for w in todo if w.pieces and w.target_key in ready}
+        cards = len(rebuilt)
+        rebuild = sum(card_of[k] if model.prior.card is not None else setup for k in rebuilt)
+        slot.spent += rebuild
+        made: dict[str, float] = {}
         taken: list[str] = []
         trained: dict[str, float] = {}
         while True:
@@ -475,12 +492,19 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
             allowed = budget - slot.spent - model.extra - setup
             if group is None or allowed < MIN_TRAINING_SECONDS:
                 break
-            seconds = min(left[group], allowed)
-            slot.spent += setup + seconds
-            left[group] -= seconds
-            trained[group] = trained.setdefault(group, 0.0) + setup + seconds
-            if left[group] > 0:
+            # the cards of the group's targets are made when its training ends, in the same slice: training ends
+            # here only if they fit after it (a table without a card price makes them for free, as before)
+            card = sum(card_of[k] for k in members[group]) if model.prior.card is not None else 0.0
+            ends = left[group] + card <= allowed
+            seconds = left[group] if ends else allowed if left[group] > allowed else allowed - card
+            if seconds < MIN_TRAINING_SECONDS and not ends:
                 break
+            slot.spent += setup + seconds + (card if ends else 0.0)
+            left[group] -= seconds
+            trained[group] = trained.setdefault(group, 0.0) + setup + seconds + (card if ends else 0.0)
+            if not ends:
+                break
+            made[group] = card
             ready |= members[group]
             for key in members[group]:
                 plan.trained_in[key] = len(plan.slices)
@@ -491,6 +515,8 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         plan.seconds.append(slot.spent)
         plan.training.append(trained)
         plan.cards.append(cards)
+        plan.card_seconds.append(rebuild)
+        plan.training_cards.append(made)
         todo = [w for w in todo if w.cell_id not in set(taken)]
     return plan
 
@@ -525,6 +551,12 @@ def break_even_speed(works: list[CellWork], table: CostTable, budget: float, sli
 
 #: seconds one paper-size search run may take on the device, batched with others (the GPU issue's target)
 RUN_SECONDS_TARGET = 30.0
+
+
+def card_seconds(table: CostTable, work: CellWork) -> float:
+    """Seconds of ``work``'s target's card (made when its training ends, or rebuilt from its final state in a later
+    slice) at ``table``'s card price; its training's fixed seconds where the table has none."""
+    return table.card.seconds(work.card) if table.card is not None else table.train.fixed
 
 
 def run_step_seconds(table: CostTable, work: CellWork) -> float:

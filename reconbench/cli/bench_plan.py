@@ -84,9 +84,11 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
             groups[w.group].append(names[w.target_key])
 
     def training(i: int) -> str:
-        parts = [f"{' + '.join(groups[g])} {sec:.0f}s" for g, sec in plan.training[i].items()]
+        made = plan.training_cards[i]
+        parts = [f"{' + '.join(groups[g])} {sec:.0f}s" + (f" (cards {made[g]:.0f}s)" if made.get(g) else "")
+                 for g, sec in plan.training[i].items()]
         if plan.cards[i]:
-            parts.insert(0, f"{plan.cards[i]} card(s) rebuilt {plan.cards[i] * model.prior.train.fixed:.0f}s")
+            parts.insert(0, f"{plan.cards[i]} card(s) rebuilt {plan.card_seconds[i]:.0f}s")
         return "; ".join(parts)
 
     rows = [(i + 1, len(ids), f"{sec:.0f}", training(i) or "-", ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""))

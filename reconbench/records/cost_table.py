@@ -63,6 +63,9 @@ class CostTable(Record):
     peak_fraction: float | None = None
     about: Mapping[str, Any] = field(default_factory=dict)
     attack_runs: Mapping[str, Mapping[str, PhaseCost]] = field(default_factory=dict)
+    #: a target's card (release metrics and stationarity certificate, on the machine's CPU) per unit of n x P; None:
+    #: the training's fixed seconds per rebuilt card, nothing for a card made at the end of training
+    card: PhaseCost | None = None
 
     def __post_init__(self) -> None:
         for precision, by_runs in self.attack_runs.items():
@@ -95,7 +98,8 @@ class CostTable(Record):
                          attack_at={k: faster(v) for k, v in self.attack_at.items()},
                          peak_fraction=None if self.peak_fraction is None else self.peak_fraction * speed,
                          about=self.about,
-                         attack_runs={p: {r: faster(c) for r, c in by.items()} for p, by in self.attack_runs.items()})
+                         attack_runs={p: {r: faster(c) for r, c in by.items()} for p, by in self.attack_runs.items()},
+                         card=self.card)   # on the machine's CPU: a faster device does not change it
 
     @classmethod
     def of(cls, table: CostTable | Mapping[str, Any], source: str = "") -> CostTable:
@@ -119,7 +123,7 @@ def runs_price(by_runs: Mapping[str, PhaseCost], runs: int) -> PhaseCost:
 
 def _legacy_cost_table(data: dict[str, Any]) -> dict[str, Any]:
     """The unstamped form: ``attack@<precision>`` keys into ``attack_at``, keys no field names into ``about``."""
-    known = {"train", "attack", "evaluate", "attack_at", "peak_fraction", "about", "attack_runs"}
+    known = {"train", "attack", "evaluate", "attack_at", "peak_fraction", "about", "attack_runs", "card"}
     out: dict[str, Any] = {"format": COST_TABLE_SCHEMA}
     attack_at: dict[str, Any] = {}
     about: dict[str, Any] = {}

@@ -85,10 +85,14 @@ def test_at_the_probes_step_no_16_run_cifar_cell_fits_a_480_s_slice():
     assert run_step_seconds(table, work) * work.runs == pytest.approx(probe_step(8), rel=1e-3)
 
 
-def test_the_next_slice_trains_mnist_and_runs_its_ab_cell_and_the_account_adds_up():
+def test_the_next_slice_trains_mnist_and_its_cells_follow_and_the_account_adds_up():
+    """The README's next occasion: slice 1 trains MNIST binary and makes its card (its cells do not fit after it at
+    these prices), its 16-run and 4-run TF32 cells follow a slice each, its float64 A/B cell fits none."""
     render = load_render()
     text = render.render("next")
-    assert "|       1 |       1 |" in text and "mnist-binary--haim_binary_kkt-ab-tf32--gaussian--s0" in text
+    assert "|       1 |       0 |" in text and "mnist-binary 236s (cards 31s)" in text
+    assert "|       2 |       1 |" in text and "|       3 |       1 |" in text
+    assert "fits no slice: mnist-binary--haim_binary_kkt-ab-float64--gaussian--s0" in text
     rows = [line for line in render.account("next").splitlines() if line.startswith("| all")]
     (total,) = rows
     cols = [float(x) for x in total.strip("|").split("|")[1:]]
