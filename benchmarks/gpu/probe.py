@@ -8,10 +8,11 @@ benchmarks/gpu/README.md says how to run it on the device machine.
 
 * Trainer (``reconbench/targets/batched_training.py``): 1 and 4 targets of n = 500, D-1000-1000-1 with D = 784
   (MNIST) and 3072 (CIFAR-10), BCE at a constant lr on random inputs, float32 and (after the attack and its
-  profile, which a slice's plan needs first) float64, with and without the CUDA graph. A warm-up window (which captures the graph) comes first; then ``--train-windows`` windows of k steps
-  are timed. FLOPs per step and target: 6 n sum_{l>=2} in_l out_l (forward, input gradient and weight update of
-  every layer past the first) + 2 n^2 w_1 (the first layer's pre-activations through the n x n Gram matrix); the
-  input dimension does not enter.
+  profile, which a slice's plan needs first) float64, with and without the CUDA graph. A warm-up window (which
+  captures the graph) comes first; then ``--train-windows`` windows of k steps are timed. FLOPs per step and
+  target: 6 n sum_{l>=2} in_l out_l (forward, input gradient and weight update of every layer past the first)
+  + 2 n^2 w_1 (the first layer's pre-activations through the n x n Gram matrix); the input dimension does not
+  enter.
 * Attack (``attack.run_batched`` of ``haim_binary_kkt``, as bench_batched.py calls it): 4, 8 and 16 runs of
   m = 1000 candidates against a random 3072-1000-1000-1 network, float64, float32 and TF32 (float32 with
   ``tf32 = true``), with the CUDA graph (the first occasion measured the eager loop within 5% of it at every size,
