@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from reconbench.records.measured_rate import MeasuredRate
 from reconbench.records.record import FileFormat, Record, unchanged
 
 
@@ -30,8 +31,8 @@ class LedgerState(Record):
 
 @dataclass(frozen=True)
 class FinishedLedger(Record):
-    """A results folder's ``finished.json``: the suite (name, file sha256), its finished cells by id, and the
-    training states by recipe key."""
+    """A results folder's ``finished.json``: the suite (name, file sha256), its finished cells by id, the
+    training states by recipe key, and the rates the slices measured (:mod:`~reconbench.records.measured_rate`)."""
 
     SCHEMA = "reconbench-finished-cells/1"
 
@@ -40,6 +41,7 @@ class FinishedLedger(Record):
     suite_sha256: str | None = None
     cells: Mapping[str, LedgerCell] = field(default_factory=dict)
     training: Mapping[str, LedgerState] = field(default_factory=dict)
+    measured: list[MeasuredRate] = field(default_factory=list)   # rates the slices measured, oldest first
 
 
 #: the door of a results folder's finished.json
