@@ -246,15 +246,26 @@ def format_seconds(s: float) -> str:
 
 
 def check_cost(parts: list[tuple[str, float]], *, yes: bool, fix: str,
-               ceiling: float = COST_CEILING_SECONDS) -> float:
-    """Refuse work estimated above ``ceiling`` unless ``yes``; the estimate (seconds, a lower bound)."""
+               ceiling: float = COST_CEILING_SECONDS, deadline: float | None = None) -> float:
+    """Refuse work estimated above ``ceiling`` unless ``yes`` or a ``deadline`` (seconds) bounds the command (it
+    runs what fits and leaves the rest: :func:`ceiling_note` says so); the estimate (seconds, a lower bound)."""
     total = sum(s for _, s in parts)
-    if total > ceiling and not yes:
+    if total > ceiling and not yes and deadline is None:
         detail = ", ".join(f"{what} {format_seconds(s)}" for what, s in parts if s > 0)
         raise CostLimitError(f"this would take at least {format_seconds(total)} on this machine ({detail}), more "
                              f"than the {format_seconds(ceiling)} a command may take unasked; {fix}, or pass --yes "
                              "to run it anyway")
     return total
+
+
+def ceiling_note(total: float, deadline: float | None, ceiling: float = COST_CEILING_SECONDS) -> str | None:
+    """The line that says the ceiling was not applied because ``deadline`` bounds the command (None when the
+    estimate is under the ceiling or no deadline is given)."""
+    if deadline is None or total <= ceiling:
+        return None
+    return (f"note: the cells still to run would take at least {format_seconds(total)} on this machine, more than "
+            f"the {format_seconds(ceiling)} a command may take unasked; --deadline {deadline:g} bounds this command "
+            "(it runs what fits and leaves the rest), so that ceiling is not applied")
 
 
 def cost_line(total: float) -> str:

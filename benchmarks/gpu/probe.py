@@ -7,16 +7,28 @@ the batched trainer and of the batched KKT attack at the papers' sizes (under 90
 benchmarks/gpu/README.md says how to run it on the device machine.
 
 * Trainer (``reconbench/targets/batched_training.py``): 1 and 4 targets of n = 500, D-1000-1000-1 with D = 784
-  (MNIST) and 3072 (CIFAR-10), BCE at a constant lr on random inputs, float64 and float32, with and without the
-  CUDA graph. A warm-up window (which captures the graph) comes first; then ``--train-windows`` windows of k steps
-  are timed. FLOPs per step and target: 6 n sum_{l>=2} in_l out_l (forward, input gradient and weight update of
-  every layer past the first) + 2 n^2 w_1 (the first layer's pre-activations through the n x n Gram matrix); the
-  input dimension does not enter.
-* Attack (``attack.run_batched`` of ``haim_binary_kkt``, as bench_batched.py calls it): 8 and 16 runs of m = 1000
-  candidates against a random 3072-1000-1000-1 network, float64, float32 and TF32 (float32 with ``tf32 = true``),
-  with and without the CUDA graph. Each case runs twice, with S1 and S2 steps; (loop time at S2 - at S1) / (S2 - S1)
-  is the steady step, free of set-up and graph capture. FLOPs per step: cell_time_account.step_flops (the batched
-  engine's products, docs/performance.md).
+  (MNIST) and 3072 (CIFAR-10), BCE at a constant lr on random inputs, float32 and (after the attack and its
+  profile, which a slice's plan needs first) float64, with and without the CUDA graph. A warm-up window (which
+  captures the graph) comes first; then ``--train-windows`` windows of k steps are timed. FLOPs per step and
+  target: 6 n sum_{l>=2} in_l out_l (forward, input gradient and weight update of every layer past the first)
+  + 2 n^2 w_1 (the first layer's pre-activations through the n x n Gram matrix); the input dimension does not
+  enter.
+* Attack (``attack.run_batched`` of ``haim_binary_kkt``, as bench_batched.py calls it): 4, 8 and 16 runs of
+  m = 1000 candidates against a random 3072-1000-1000-1 network, float64, float32 and TF32 (float32 with
+  ``tf32 = true``), with the CUDA graph (the first occasion measured the eager loop within 5% of it at every size,
+  so it is no longer timed). Each case runs twice, with S1 and S2 steps; (loop time at S2 - at S1) / (S2 - S1) is
+  the steady step, free of set-up and graph capture. FLOPs per step: cell_time_account.step_flops (the batched
+  engine's products, docs/performance.md). The slice planner prices a cell at the rate of the largest run count
+  measured at most its own (reconbench.bench.slice_costs).
+* Kernel profile (``profile``): one torch.profiler pass over 20 steps of the largest TF32 attack case, eager
+  (kernels inside a replayed graph are not attributed), its set-up included (the starts' copy to the device, the
+  first products): the top kernels by self time on the device (name, calls, total ms, share) and the shares of
+  matrix products (GEMM), elementwise, reduction and copy kernels (by kernel name: ``kernel_kind``). On a CPU it
+  runs only with ``--tiny`` and records CPU operators instead (the field's shape, for the tests).
+* Certificate (``certificate``; ``--no-certificate`` skips it): the wall time of the stationarity certificate
+  (``reconbench.targets.certificate``, with the learned part against an initial network, as a card rebuild
+  computes it) of a random 3072-w-w-1 network at n on this machine's CPU, float64; run last, within the budget
+  (about 9 s at n = 500 on one core of the loaded CPU machine).
 
 Before any timing, ``trainer_check`` trains three small float64 targets on the device, with and without the graph,
 and records their largest relative weight difference from the CPU's run (about 1e-15 expected).
@@ -30,6 +42,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -49,9 +62,11 @@ from reconbench.targets.batched_training import BatchedChainGD  # noqa: E402
 
 SIZES: dict[str, dict[str, Any]] = {
     "paper": {"n": 500, "widths": [1000, 1000], "inputs": {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)},
-              "targets": [1, 4], "window": 50, "m": 1000, "runs": [8, 16], "attack_steps": [10, 30]},
+              "targets": [1, 4], "window": 50, "m": 1000, "runs": [4, 8, 16], "attack_steps": [10, 30],
+              "profile_steps": 20},
     "tiny": {"n": 12, "widths": [16, 16], "inputs": {"mnist": (1, 4, 4), "cifar10": (3, 4, 4)},
-             "targets": [1, 4], "window": 3, "m": 6, "runs": [2, 4], "attack_steps": [2, 4]},
+             "targets": [1, 4], "window": 3, "m": 6, "runs": [1, 2, 4], "attack_steps": [2, 4],
+             "profile_steps": 2},
 }
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -167,6 +182,98 @@ def attack_case(size: dict[str, Any], runs: int, precision: str, graph: bool, de
             "peak_memory_gib": peak_gib(device)}
 
 
+#: CUDA kernel name fragments by kind, tried in this order (lower case); anything else is "other"
+KERNEL_KINDS: list[tuple[str, tuple[str, ...]]] = [
+    ("gemm", ("gemm", "cutlass", "cublas", "xmma", "matmul")),
+    ("copy", ("copy", "memcpy", "memset", "cat", "fill", "index", "gather", "scatter")),
+    ("reduction", ("reduce", "softmax", "norm", "cumsum", "scan")),
+    ("elementwise", ("elementwise", "vectorized", "unrolled", "pointwise", "triton")),
+]
+#: CPU operators (``aten::NAME``, a trailing ``_`` dropped) by kind; any other operator is elementwise
+ATEN_KINDS: dict[str, frozenset[str]] = {
+    "gemm": frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "dot", "mv", "linear", "matmul", "einsum"}),
+    "copy": frozenset({"copy", "_to_copy", "to", "clone", "contiguous", "cat", "stack", "fill", "zero", "index",
+                       "index_select", "gather", "scatter", "index_put"}),
+    "reduction": frozenset({"sum", "mean", "norm", "linalg_vector_norm", "amax", "amin", "max", "min", "softmax",
+                            "_softmax", "log_softmax", "logsumexp", "cumsum", "prod", "all", "any"}),
+    # views and allocations: no arithmetic
+    "other": frozenset({"empty", "empty_strided", "empty_like", "view", "select", "slice", "as_strided", "reshape",
+                        "expand", "t", "transpose", "unsqueeze", "squeeze", "permute", "detach", "alias", "resize",
+                        "unbind", "split", "narrow", "_reshape_alias", "lift_fresh", "result_type"}),
+}
+KINDS = ("gemm", "elementwise", "reduction", "copy", "other")
+#: kernels kept in the profile's top list
+TOP_KERNELS = 20
+
+
+def kernel_kind(name: str) -> str:
+    """gemm, elementwise, reduction, copy or other, by the name of a CUDA kernel or of a CPU operator."""
+    if name.startswith("aten::"):
+        op = name.removeprefix("aten::")
+        op = op[:-1] if op.endswith("_") and not op.startswith("_") else op
+        return next((kind for kind, ops in ATEN_KINDS.items() if op in ops), "elementwise")
+    low = name.lower()
+    return next((kind for kind, parts in KERNEL_KINDS if any(p in low for p in parts)), "other")
+
+
+def kernel_profile(size: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    """One torch.profiler pass over ``profile_steps`` steps of the largest TF32 attack case, eager: the top kernels
+    by self time on the device (CPU operators on a CPU) and the share of each kind of kernel."""
+    from torch.profiler import ProfilerActivity, profile
+
+    runs, steps = max(size["runs"]), size["profile_steps"]
+    extra: dict[str, Any] = {"cuda_graph": False, "tf32": True}
+    cuda = device.type == "cuda"
+    if cuda:   # warm-up: cuBLAS handles, the allocator's pool, outside the profile
+        attack_loop_seconds(size, runs, "float32", extra, 2, str(device))
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        attack_loop_seconds(size, runs, "float32", extra, steps, str(device))
+    wall = time.perf_counter() - t0
+    averages = list(prof.key_averages())
+    events = [e for e in averages if (e.device_type == torch.autograd.DeviceType.CUDA) == cuda]
+    what = "CUDA kernels" if cuda else "CPU operators"
+
+    def self_us(e: Any) -> float:
+        return float(getattr(e, "self_device_time_total", 0.0) if cuda else e.self_cpu_time_total)
+
+    if cuda and not any(self_us(e) > 0 for e in events):   # no kernel rows: the device time of each operator
+        events, what = [e for e in averages if self_us(e) > 0], "CUDA time by operator"
+
+    if not cuda:   # CPU operators: the leaves of the call tree carry the time (self), profiler scaffolding aside
+        events = [e for e in events if not e.key.startswith(("ProfilerStep", "[memory]")) and self_us(e) > 0]
+    total = sum(self_us(e) for e in events)
+    shares = dict.fromkeys(KINDS, 0.0)
+    for e in events:
+        shares[kernel_kind(e.key)] += self_us(e) / total if total else 0.0
+    top = sorted(events, key=self_us, reverse=True)[:TOP_KERNELS]
+    return {"what": what, "runs": runs, "precision": "tf32", "m": size["m"],
+            "cuda_graph": False, "steps": steps, "wall_seconds": wall, "total_ms": total / 1e3,
+            "kinds": shares,
+            "top": [{"name": e.key, "kind": kernel_kind(e.key), "calls": int(e.count), "total_ms": self_us(e) / 1e3,
+                     "share": self_us(e) / total if total else 0.0} for e in top]}
+
+
+def certificate_seconds(size: dict[str, Any]) -> dict[str, Any]:
+    """Wall time of the stationarity certificate of a random ``D``-w-w-1 network at n on this machine's CPU (float64,
+    with the learned part against another random network as its initial weights, as a card's certificate is
+    computed)."""
+    from reconbench.targets.certificate import certificate
+
+    n, shape = size["n"], size["inputs"]["cifar10"]
+    gen = torch.Generator().manual_seed(2)
+    family = plugins.get("models", "mlp")
+    net = family.build(shape, 1, {"widths": size["widths"]}, generator=gen).double()
+    init = family.build(shape, 1, {"widths": size["widths"]}, generator=gen).double()
+    x = torch.randn(n, *shape, generator=gen, dtype=torch.float64) / math.prod(shape) ** 0.5
+    labels = (torch.arange(n) % 2).double()
+    t0 = time.perf_counter()
+    cert = certificate(net, x, labels, "binary", init=init)
+    return {"n": n, "layers": [math.prod(shape), *size["widths"], 1], "seconds": time.perf_counter() - t0,
+            "fit_seconds": cert.get("seconds"), "torch_threads": torch.get_num_threads()}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="where to write the JSON")
@@ -174,6 +281,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (to try the probe on a CPU)")
     parser.add_argument("--train-windows", type=int, default=4, help="timed windows of k steps per trainer case")
     parser.add_argument("--budget", type=float, default=80.0, help="seconds after which remaining cases are skipped")
+    parser.add_argument("--no-certificate", dest="certificate", action="store_false",
+                        help="skip timing the stationarity certificate at the trainer's n on this machine's CPU (it "
+                        "runs last, within the budget)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -191,12 +301,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                      "multiprocessors": props.multi_processor_count})
     result["trainer_check"] = trainer_check(device)
     print(f"trainer check: {result['trainer_check']}", flush=True)
-    cases: list[tuple[str, Any]] = [
-        ("trainer", (targets, dataset, dtype, graph))
-        for dtype in ("float32", "float64") for targets in size["targets"] for dataset in size["inputs"]
-        for graph in (True, False)]
-    cases += [("attack", (runs, precision, graph)) for precision in ("tf32", "float32", "float64")
-              for runs in size["runs"] for graph in (True, False)]
+    # in order of what a slice's plan needs first, should the budget run out: the paper suite's float32 training,
+    # the attack, its profile, then float64 training and the certificate
+    def trainer_cases(dtype: str) -> list[tuple[str, Any]]:
+        return [("trainer", (targets, dataset, dtype, graph)) for targets in size["targets"]
+                for dataset in size["inputs"] for graph in (True, False)]
+
+    cases = trainer_cases("float32")
+    cases += [("attack", (runs, precision, True)) for precision in ("tf32", "float32", "float64")
+              for runs in size["runs"]]
+    if device.type == "cuda" or args.tiny:
+        cases.append(("profile", ()))
+    else:
+        result["profile"] = {"skipped": "on a CPU the kernel profile runs only with --tiny"}
+    cases += trainer_cases("float64")
+    if args.certificate:
+        cases.append(("certificate", ()))
     for kind, params in cases:
         if time.perf_counter() - t0 > args.budget:
             result["skipped"].append({"kind": kind, "params": list(params), "why": f"past --budget {args.budget}s"})
@@ -205,15 +325,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if kind == "trainer":
                 targets, dataset, dtype, graph = params
                 row = trainer_case(size, targets, dataset, dtype, graph, args.train_windows, device)
-            else:
+            elif kind == "attack":
                 runs, precision, graph = params
                 row = attack_case(size, runs, precision, graph, device)
+            elif kind == "profile":
+                row = kernel_profile(size, device)
+            else:
+                row = certificate_seconds(size)
         except torch.cuda.OutOfMemoryError as exc:   # keep what was measured; say which case did not fit
             row = {"params": list(params), "error": f"out of memory: {str(exc).splitlines()[0]}"}
-        result[kind].append(row)
-        rate = row.get("tflops_per_second")
-        print(f"{kind} {params}: " + (f"{rate:.3f} TFLOP/s" if rate is not None else str(row.get("error", "n/a"))),
-              flush=True)
+        except Exception as exc:   # the profile and the certificate are extras: their failure loses nothing else
+            if kind in ("trainer", "attack"):
+                raise
+            row = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        if kind in ("trainer", "attack"):
+            result[kind].append(row)
+            rate = row.get("tflops_per_second")
+            print(f"{kind} {params}: " + (f"{rate:.3f} TFLOP/s" if rate is not None else str(row.get("error", "n/a"))),
+                  flush=True)
+        else:
+            result[kind] = row
+            summary = (", ".join(f"{k} {v:.0%}" for k, v in row["kinds"].items()) if kind == "profile" and "kinds" in row
+                       else f"{row.get('seconds', 0.0):.1f}s" if "seconds" in row else str(row.get("error")))
+            print(f"{kind}: {summary}", flush=True)
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({**result, "wall_seconds": time.perf_counter() - t0}, indent=1) + "\n")

@@ -1,8 +1,10 @@
-"""Render the slice plans that benchmarks/gpu/README.md and docs/slices.md show until a probe is committed, from the
-arithmetic H100 cost table (``arithmetic_h100.json``, written by ``python -m reconbench.bench.slice_arithmetic``):
-the paper board's four KKT targets with 16 runs each in slices of 480 s, and a first occasion's slice of CIFAR-10
-binary alone. Each is ``reconbench bench paper --device cuda --plan`` as it prints; the suite's targets are sized
-from their recipes (no data read).
+"""Render the slice plans that benchmarks/gpu/README.md and docs/slices.md show, from the first GPU probe of an H100
+(``benchmarks/results/gpu/probe_h100.json``, read as ``--costs`` reads it) and the state the first occasion left
+(the CIFAR-10 binary target trained to its 10^6 steps, as ``runs/bench/paper/finished.json`` lists it): the paper
+board's four KKT targets with 16 runs each in slices of 480 s, and the next occasion's slice. Each is
+``reconbench bench paper --device cuda --plan`` as it prints; the suite's targets are sized from their recipes (no
+data read). It also checks that the arithmetic H100 table (``arithmetic_h100.json``, written by
+``python -m reconbench.bench.slice_arithmetic``) is the arithmetic's.
 
     python benchmarks/gpu/render_plan.py            # rewrite the blocks in place
     python benchmarks/gpu/render_plan.py --check    # exit 1 when a block differs from a fresh render
@@ -26,23 +28,39 @@ sys.path.insert(0, str(ROOT))
 
 from reconbench.bench.cells import Cell, expand, select  # noqa: E402
 from reconbench.bench.slice_arithmetic import arithmetic_costs  # noqa: E402
-from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices  # noqa: E402
-from reconbench.bench.suite import load_suite  # noqa: E402
-from reconbench.cli.bench_slices import PACK_RESERVE_SECONDS, print_plan  # noqa: E402
+from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices, read_costs  # noqa: E402
+from reconbench.bench.suite import Suite, load_suite  # noqa: E402
+from reconbench.cli.bench_cmd import costs_dtypes  # noqa: E402
+from reconbench.cli.bench_plan import print_plan  # noqa: E402
+from reconbench.cli.bench_slices import PACK_RESERVE_SECONDS  # noqa: E402
 from reconbench.docs_block import replace_block  # noqa: E402
 from reconbench.preflight import TargetSize, model_parameters  # noqa: E402
-from reconbench.records.cost_table import COST_TABLE_FILE  # noqa: E402
+from reconbench.records.cost_table import COST_TABLE_FILE, CostTable  # noqa: E402
 
-TABLE = Path("benchmarks/gpu/arithmetic_h100.json")
+ARITHMETIC = Path("benchmarks/gpu/arithmetic_h100.json")
+TABLE = Path("benchmarks/results/gpu/probe_h100.json")
+LEDGER = Path("runs/bench/paper/finished.json")
+#: the fraction of its steps each target's training state had done after the first occasion (by target name)
+TRAINED = {"cifar-binary": 1.0}
 #: the four KKT targets' first cells (one 16-run cell each), as the README plans them
 KKT_PATTERNS = ["cifar-binary--haim_binary_kkt--gaussian--*", "mnist-binary--haim_binary_kkt--gaussian--*",
                 "cifar-multiclass--multiclass_kkt--gaussian--*", "cifar-regression-wd--general_loss_wd--gaussian--*"]
-#: a first occasion's selection: CIFAR-10 binary's cells, its A/B pair included
-FIRST_PATTERNS = ["cifar-binary--haim_binary_kkt*--gaussian--*"]
-PLANS = {"kkt": (480.0, KKT_PATTERNS), "first": (390.0, FIRST_PATTERNS)}
+#: the next occasion's selection: MNIST binary's cells, its A/B pair included
+NEXT_PATTERNS = ["mnist-binary--haim_binary_kkt*--gaussian--*"]
+PLANS = {"kkt": (480.0, KKT_PATTERNS), "next": (480.0, NEXT_PATTERNS)}
 #: the input shapes of the paper suite's data sets
 SHAPES = {"npz:cifar10/cifar10_train_subset.npz": (3, 32, 32), "mnist_test": (1, 28, 28)}
 DOCS = [Path("benchmarks/gpu/README.md"), Path("docs/slices.md")]
+
+
+def probe_table(suite: Suite) -> CostTable:
+    """The probe's JSON as ``--costs`` reads it for ``suite``."""
+    return read_costs(ROOT / TABLE, **costs_dtypes(suite, None))
+
+
+def progress_of(cells: list[Cell]) -> dict[str, float]:
+    """:data:`TRAINED` by recipe key, as ``--finished`` reads the ledger."""
+    return {c.recipe.key(): TRAINED[c.target] for c in cells if c.target in TRAINED}
 
 
 def sizes_of(cells: list[Cell]) -> dict[str, TargetSize]:
@@ -58,7 +76,7 @@ def sizes_of(cells: list[Cell]) -> dict[str, TargetSize]:
 
 def command(deadline: float, patterns: list[str]) -> str:
     only = " ".join(f"--only '{p}'" for p in patterns)
-    return f"reconbench bench paper --device cuda --plan --deadline {deadline:g} --costs {TABLE} {only}"
+    return f"reconbench bench paper --device cuda --plan --deadline {deadline:g} --costs {TABLE} --finished {LEDGER} {only}"
 
 
 def render(name: str) -> str:
@@ -66,10 +84,10 @@ def render(name: str) -> str:
     deadline, patterns = PLANS[name]
     suite = load_suite("paper")
     cells = select(expand(suite), patterns)
-    table = COST_TABLE_FILE.read(ROOT / TABLE)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        print_plan(suite, cells, sizes_of(cells), deadline, PACK_RESERVE_SECONDS, "cuda", table)
+        print_plan(suite, cells, sizes_of(cells), deadline, PACK_RESERVE_SECONDS, "cuda", probe_table(suite),
+                   progress_of(cells))
     begin, end = markers(name)
     return f"{begin}\n```\n$ {command(deadline, patterns)}\n{out.getvalue()}```\n{end}"
 
@@ -80,23 +98,28 @@ def account(name: str) -> str:
     suite = load_suite("paper")
     cells = select(expand(suite), patterns)
     sizes = sizes_of(cells)
-    table = COST_TABLE_FILE.read(ROOT / TABLE)
+    table = probe_table(suite)
     works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=suite.dtype, device="cuda") for c in cells]
     model = CostModel(prior=table)
-    plan = plan_slices(works, model, deadline - PACK_RESERVE_SECONDS)
+    plan = plan_slices(works, model, deadline - PACK_RESERVE_SECONDS, progress_of(cells))
     by_id = {w.cell_id: w for w in works}
-    head = ["slice", "training", "its set-ups", "cards rebuilt", "attacks", "evaluations", "cells' fixed s",
+    head = ["slice", "training", "its set-ups", "cards", "attacks", "evaluations", "cells' fixed s",
             "cells' margin", "kept for the pack", "idle", "total"]
     rows: list[list[Any]] = []
+
+    def price(c: str) -> Any:
+        return table.phase("attack", by_id[c].precision, by_id[c].runs)
+
     for i, ids in enumerate(plan.slices):
         setups = table.train.fixed * len(plan.training[i])
-        trained = sum(plan.training[i].values()) - setups
-        attack = sum(table.phase("attack", by_id[c].precision).rate * by_id[c].attack for c in ids)
+        made = sum(plan.training_cards[i].values())
+        trained = sum(plan.training[i].values()) - setups - made
+        attack = sum(price(c).rate * by_id[c].attack for c in ids)
         evaluate = sum(table.evaluate.rate * by_id[c].evaluate for c in ids)
-        fixed = sum(table.phase("attack", by_id[c].precision).fixed + table.evaluate.fixed for c in ids)
+        fixed = sum(price(c).fixed + table.evaluate.fixed for c in ids)
         margin = sum(model.estimate(by_id[c], False) for c in ids) - attack - evaluate - fixed
         idle = deadline - PACK_RESERVE_SECONDS - plan.seconds[i]
-        cards = table.train.fixed * plan.cards[i]
+        cards = plan.card_seconds[i] + made
         rows.append([i + 1, trained, setups, cards, attack, evaluate, fixed, margin, PACK_RESERVE_SECONDS, idle,
                      deadline])
     rows.append(["all", *(sum(float(r[k]) for r in rows) for k in range(1, len(head)))])
@@ -115,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stale = []
     table = arithmetic_costs().to_dict()
-    if COST_TABLE_FILE.read(ROOT / TABLE).to_dict() != table:
-        stale.append(str(TABLE))
+    if COST_TABLE_FILE.read(ROOT / ARITHMETIC).to_dict() != table:
+        stale.append(str(ARITHMETIC))
     for doc in DOCS:
         text = (ROOT / doc).read_text()
         for name in [*PLANS, *(f"{n}-account" for n in PLANS)]:

@@ -16,11 +16,13 @@
 # then plan the slice from its numbers (--costs $OUT/probe.json) with the deadline less the probe's time: the first
 # occasion on a new kind of GPU, in one command (benchmarks/gpu/README.md). PROBE_ARGS: further probe options.
 #
-# It installs the package without its dependencies (built-in plugins are found through install metadata), installs
-# kornia from the wheels in .whl/ when this Python lacks it (benchmarks/gpu/fetch_wheels.sh fetches them), reads the
-# data from .data/ when that folder exists (benchmarks/gpu/copy_data.py fills it), runs the cells that fit before the
-# deadline, and writes the slice's pack to $OUT/pack (a temporary folder when OUT is unset). Merge the pack where the
-# results are kept: reconbench bench SUITE --unpack PACK --out RESULTS. See benchmarks/gpu/README.md.
+# It installs the carried wheels in .whl/ (RECONBENCH_WHEELS: another folder) when this Python lacks any of them or
+# holds one older (benchmarks/gpu/fetch_wheels.sh fetches them: the runtime dependencies the device image lacks),
+# checks that reconbench's records (cattrs) and kornia import before anything runs, installs the package without its
+# dependencies (built-in plugins are found through install metadata), reads the data from .data/ when that folder
+# exists (benchmarks/gpu/copy_data.py fills it), runs the cells that fit before the deadline, and writes the slice's
+# pack to $OUT/pack (a temporary folder when OUT is unset). Merge the pack where the results are kept:
+# reconbench bench SUITE --unpack PACK --out RESULTS. See benchmarks/gpu/README.md.
 set -euo pipefail
 if [ $# -lt 1 ]; then
   echo "usage: $0 SUITE [DEVICE] [DEADLINE_SECONDS] [FINISHED_JSON] [BENCH OPTIONS...]" >&2
@@ -30,6 +32,35 @@ suite="$1"; device="${2:-cuda}"; deadline="${3:-480}"; ledger="${4:-}"
 shift $(( $# < 4 ? $# : 4 ))
 cd "$(dirname "$0")/../.."
 py="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1   # a command killed at its time limit keeps every line it printed
+site="${TMPDIR:-/tmp}/reconbench-slice-site"
+mkdir -p "$site"
+
+# the carried wheels (runtime dependencies the device image lacks), installed when any of them is missing or older
+wheels="${RECONBENCH_WHEELS:-.whl}"
+if ls "$wheels"/*.whl >/dev/null 2>&1; then
+  needed="$("$py" benchmarks/gpu/carried_wheels.py "$wheels")"
+  if [ -n "$needed" ]; then
+    echo "installing the carried wheels of $wheels (needed here: $(echo "$needed" | paste -sd ';' -))"
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site/wheels" \
+      "$wheels"/*.whl
+    export PYTHONPATH="$site/wheels${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+fi
+# what the slice imports, before anything runs (the probe included): a missing dependency is one line, not a traceback
+"$py" - "$wheels" <<'PY' || exit 2
+import importlib
+import sys
+
+for module in ("reconbench.records", "kornia"):   # cattrs (the records' strict reading), the papers' SSIM
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:   # a module missing, or one too old to hold what is imported from it
+        why = (f"no module {exc.name.split('.')[0]!r}, a runtime dependency this machine lacks"
+               if isinstance(exc, ModuleNotFoundError) and exc.name else f"{exc} (a dependency too old here?)")
+        sys.exit(f"error: {module} cannot be imported here: {why}; run benchmarks/gpu/fetch_wheels.sh on a machine "
+                 f"with a registry (it fills {sys.argv[1]}/) and carry {sys.argv[1]}")
+PY
 
 # the package, installed from this tree (its entry points register the built-in plugins)
 installed_here() {
@@ -47,8 +78,6 @@ ok = Path(reconbench_plugins.__file__).resolve().is_relative_to(here) and len(en
 sys.exit(0 if ok else 1)
 PY
 }
-site="${TMPDIR:-/tmp}/reconbench-slice-site"
-mkdir -p "$site"
 if ! installed_here; then
   # no build isolation: the machine reaches no registry, so the build uses the setuptools already installed
   if ! "$py" -m pip install -q --no-deps --no-build-isolation -e .; then
@@ -76,16 +105,6 @@ PY
     export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
     installed_here || { echo "error: the package could not be registered here" >&2; exit 2; }
   fi
-fi
-
-# kornia (the papers' SSIM), from carried wheels when missing
-if ! "$py" -c "import kornia" 2>/dev/null; then
-  if ! ls .whl/*.whl >/dev/null 2>&1; then
-    echo "error: kornia is not installed here and .whl/ holds no wheel; run benchmarks/gpu/fetch_wheels.sh on a machine with a registry and carry .whl" >&2
-    exit 2
-  fi
-  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site/wheels" .whl/*.whl
-  export PYTHONPATH="$site/wheels${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 # the data: a carried copy in .data/ wins over RECONBENCH_DATA (../shared does not travel)

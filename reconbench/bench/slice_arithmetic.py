@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from reconbench.bench.slice_costs import PRIORS
-from reconbench.records.cost_table import CostTable, PhaseCost
+from reconbench.records.cost_table import COST_TABLE_SCHEMA, CostTable, PhaseCost
 
 #: dense peak FLOP/s of an H100 SXM5 by matrix-product precision
 H100_PEAK_FLOPS: dict[str, float] = {"tf32": 494.7e12, "float32": 66.9e12, "float64": 66.9e12}
@@ -42,10 +42,10 @@ def arithmetic_costs(fraction: float = ASSUMED_PEAK_FRACTION, attack_precision: 
         return PhaseCost(fixed=prior.attack.fixed,
                          rate=FLOPS_PER_UNIT["attack"] / (fraction * H100_PEAK_FLOPS[precision]))
 
-    return CostTable(
+    return CostTable.written(   # the fields it prices, no more (no run counts: arithmetic does not see them)
         train=PhaseCost(fixed=prior.train.fixed,
                         rate=FLOPS_PER_UNIT["train"] / (fraction * H100_PEAK_FLOPS["float32"])),
-        attack=attack(attack_precision), evaluate=prior.evaluate,
+        attack=attack(attack_precision), evaluate=prior.evaluate, format=COST_TABLE_SCHEMA,
         attack_at={p: attack(p) for p in H100_PEAK_FLOPS}, peak_fraction=fraction,
         about={"device": "NVIDIA H100 SXM5, by arithmetic (not measured)",
                "peak_tflops": {p: f / 1e12 for p, f in H100_PEAK_FLOPS.items()},

@@ -54,6 +54,7 @@ from reconbench.records.cost_table import (
     is_probe,
     read_cost_table,
 )
+from reconbench.records.measured_rate import MeasuredRate
 from reconbench.records.record import mapping, number
 from reconbench.targets.recipe import TargetRecipe
 from reconbench.targets.resumable import batch_group, resumable_reason
@@ -72,12 +73,15 @@ MIN_TRAINING_SECONDS = 1.0
 #: cpu: one torch thread of the 2-core machine (a tiny `digits` cell: about 1 s of training and imports, a tenth of a
 #: second of attack, a tenth of evaluation; large cells at about 1 GFLOP/s).
 #: cuda: an H100 before the probe's numbers (benchmarks/gpu/README.md): the one paper-size attack run timed here took
-#: 4.4 ms per step at m = 1000 and P = 4.07e6 (about 1.1e-12 s per unit); training assumed no faster per unit.
+#: 4.4 ms per step at m = 1000 and P = 4.07e6 (about 1.1e-12 s per unit); training assumed no faster per unit. Its
+#: card (release metrics and the stationarity certificate, on the machine's CPU) from the one paper-size card built
+#: from a GPU's state, CIFAR-10 binary at n = 500: 65 s on the 2-core CPU machine (63 s of it the certificate), about
+#: 3.2e-8 s per unit of n x P (the device's CPU not timed yet).
 PRIORS: dict[str, CostTable] = {
     "cpu": CostTable(train=PhaseCost(fixed=3.0, rate=1e-8), attack=PhaseCost(fixed=1.0, rate=2e-8),
                      evaluate=PhaseCost(fixed=3.0, rate=1e-7)),
     "cuda": CostTable(train=PhaseCost(fixed=15.0, rate=2e-12), attack=PhaseCost(fixed=5.0, rate=2e-12),
-                      evaluate=PhaseCost(fixed=15.0, rate=1e-9)),
+                      evaluate=PhaseCost(fixed=15.0, rate=1e-9), card=PhaseCost(fixed=2.0, rate=3.2e-8)),
 }
 
 
@@ -98,6 +102,7 @@ class CellWork:
     precision: str = ""   # the attack's matrix products (reconbench.precision): float64, float32 or tf32
     runs: int = 0         # search runs of the cell's attack
     steps: int = 0        # steps of one search run
+    card: float = 0.0     # the target's card (its release metrics and stationarity certificate): n x P
 
     @property
     def run_step(self) -> float:
@@ -159,6 +164,7 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
         precision=_matmul(cell, dtype, device) if device else "",
         runs=int(cell.attack.search_runs),
         steps=steps,
+        card=float(size.n_train) * params,
     )
 
 
@@ -192,8 +198,11 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
       the slowest per target-step (a stack of one target, the paper suite's usual group); its units per
       target-step are the probe's FLOPs per step / targets / 6 (the resumable trainer's ``n P``);
     - attack: the attack rows of ``attack_precision`` with the CUDA graph where one was captured, the most runs
-      batched, the slowest per unit; units per step: runs x m x the probe network's weights;
-    - fixed seconds, and the whole evaluate phase (the probe does not time it): the built-in ``cuda`` table's.
+      batched, the slowest per unit; units per step: runs x m x the probe network's weights; and, in
+      ``attack_runs``, each precision's rate at every run count measured (the slowest row of each count), which
+      prices a cell by its own run count (:meth:`~reconbench.records.cost_table.CostTable.phase`);
+    - fixed seconds, the whole evaluate phase and a target's card (the probe does not time them): the built-in
+      ``cuda`` table's.
     Raises when the probe measured no row a phase needs (it ran past its budget, say)."""
     prior = PRIORS["cuda"]
     where = f"probe {source}" if source else "the probe"
@@ -207,9 +216,12 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
     # training as float64, TF32 products as float32 or float64 (pessimistic: a cell may wait, none overruns)
     train = train_rows(train_dtype) or (train_rows("float64") if train_dtype == "float32" else [])
 
-    def attack_rows(precision: str) -> list[ProbeAttackRow]:
+    def all_attack_rows(precision: str) -> list[ProbeAttackRow]:
         rows = [r for r in rec.attack if r.measured and r.precision == precision]
-        rows = [r for r in rows if r.graph] or rows
+        return [r for r in rows if r.graph] or rows
+
+    def attack_rows(precision: str) -> list[ProbeAttackRow]:
+        rows = all_attack_rows(precision)
         most = max((int(r.runs or 0) for r in rows), default=0)
         return [r for r in rows if r.runs == most]
 
@@ -235,6 +247,17 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
     # each precision the probe measured, for cells that ask for it
     at = {p: PhaseCost(fixed=prior.attack.fixed, rate=max(map(attack_rate, rows)))
           for p in MATMUL_PRECISIONS if (rows := attack_rows(p))}
+
+    def by_runs(precision: str) -> dict[str, PhaseCost]:
+        rates: dict[str, float] = {}
+        for r in all_attack_rows(precision):
+            rates[str(r.runs)] = max(rates.get(str(r.runs), 0.0), attack_rate(r))
+        return {k: PhaseCost(fixed=prior.attack.fixed, rate=v) for k, v in sorted(rates.items(), key=lambda x: int(x[0]))}
+
+    runs_at = {p: prices for p in MATMUL_PRECISIONS if (prices := by_runs(p))}
+    fallback = next((p for p in slower if p in runs_at), None)
+    if attack_precision not in runs_at and fallback is not None:   # as the slower precision its flat rate came from
+        runs_at[attack_precision] = runs_at[fallback]
     about = {"from_probe": {"source": source, "device": rec.device,
                             "train": {"targets": t.targets, "dataset": t.dataset, "dtype": t.dtype,
                                       "cuda_graph": t.cuda_graph, "target_steps_per_second": t.target_steps_per_second},
@@ -242,7 +265,40 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
                                        "seconds_per_step": a.seconds_per_step}}}
     return CostTable(train=PhaseCost(fixed=prior.train.fixed, rate=train_rate(t)),
                      attack=PhaseCost(fixed=prior.attack.fixed, rate=attack_rate(a)),
-                     evaluate=prior.evaluate, attack_at=at, about=about)
+                     evaluate=prior.evaluate, attack_at=at, about=about, attack_runs=runs_at, card=prior.card)
+
+
+def measured_kind(device: str) -> str:
+    """The device kind a measured row's ``device`` stands for: ``cpu`` for the CPU, ``cuda`` for anything else (a
+    GPU's name or ``cuda:0``)."""
+    return "cpu" if device.split(":")[0].strip().lower() == "cpu" else "cuda"
+
+
+def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -> CostTable:
+    """``table`` with the attack rates the slices measured on ``device``'s kind (a ledger's ``measured`` rows) in
+    ``attack_runs``: a measured rate replaces the table's at the same precision and run count (the slowest where
+    several cells were measured there), and a run count the table lacks is added, so that a cell is priced by the
+    largest run count at most its own, measured first (:meth:`CostTable.phase`). Rows of another phase, of another
+    kind of device or with nothing timed are left out. ``about["measured"]`` lists the rates taken from
+    measurement."""
+    rates: dict[tuple[str, int], tuple[float, list[str]]] = {}
+    for r in rows:
+        rate = r.rate
+        if r.phase != "attack" or rate is None or measured_kind(r.device) != device_kind(device) or r.runs <= 0:
+            continue
+        old, cells = rates.get((r.precision, r.runs), (0.0, []))
+        rates[(r.precision, r.runs)] = (max(old, rate), [*cells, r.cell])
+    if not rates:
+        return table
+    by_runs = {p: dict(v) for p, v in table.attack_runs.items()}
+    for (precision, runs), (rate, _) in rates.items():
+        base = by_runs.setdefault(precision, {})
+        fixed = table.phase("attack", precision).fixed
+        base[str(runs)] = PhaseCost(fixed=fixed, rate=rate)
+    measured = [{"precision": p, "runs": n, "rate": rate, "cells": cells}
+                for (p, n), (rate, cells) in sorted(rates.items())]
+    return table.updated(attack_runs={p: dict(sorted(v.items(), key=lambda x: int(x[0]))) for p, v in by_runs.items()},
+                         about={**table.about, "measured": measured})
 
 
 def read_costs(path: Path, *, train_dtype: str = "float64", attack_dtype: str = "float64") -> CostTable:
@@ -286,22 +342,23 @@ class CostModel:
         """The model of ``device``'s built-in table, or of ``table`` (a record, or a cost table's JSON object)."""
         return cls(prior=PRIORS[device_kind(device)] if table is None else CostTable.of(table))
 
-    def phase_seconds(self, phase: str, units: float, precision: str = "") -> float:
+    def phase_seconds(self, phase: str, units: float, precision: str = "", runs: int = 0) -> float:
         """Seconds of ``units`` of ``phase``; an attack's in its matrix-product ``precision`` where the table has
         a rate for it (``attack_at``: a float64 A/B cell costs far more than a TF32 one of the same units) and
-        measured apart from the others."""
+        with its ``runs`` batched where the table prices run counts (``attack_runs``), measured apart from the
+        others."""
         if units <= 0:
             return 0.0
         key = attack_key(phase, precision)
         seen = [(u, s) for u, s in self.measured.get(key, []) if u > 0]
         if not seen:
-            return self.prior.phase(phase, precision).seconds(units)
+            return self.prior.phase(phase, precision, runs).seconds(units)
         return max(s * max(1.0, units / u) for u, s in seen)
 
     def estimate(self, work: CellWork, trains: bool) -> float:
         """Seconds ``work`` is expected to take, the margin included (``trains``: its target is trained first)."""
-        return self.factor * sum(self.phase_seconds(p, work.units(p, trains), work.precision) for p in PHASES) \
-            + self.extra
+        return self.factor * sum(self.phase_seconds(p, work.units(p, trains), work.precision, work.runs)
+                                 for p in PHASES) + self.extra
 
     def observe(self, work: CellWork, trains: bool, record: Mapping[str, Any]) -> None:
         """Learn from a finished cell's record: its training (the target's ``load_or_train_seconds`` when this cell
@@ -351,6 +408,11 @@ class SlicePlan:
     trained_in: dict[str, int] = field(default_factory=dict)
     #: per slice, how many cards of targets trained in an earlier slice it rebuilds from their final states first
     cards: list[int] = field(default_factory=list)
+    #: per slice, the seconds of those rebuilt cards
+    card_seconds: list[float] = field(default_factory=list)
+    #: per slice, the seconds of the cards of each group whose training ends in it (group -> seconds; included in
+    #: ``training``)
+    training_cards: list[dict[str, float]] = field(default_factory=list)
 
     def finished_in(self, cell_ids: Iterable[str]) -> int | None:
         """The slice (0-based) by whose end every cell of ``cell_ids`` has run (None: one of them never runs)."""
@@ -395,10 +457,13 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     cost model alone."""
     todo = list(works)
     plan = SlicePlan([], [], {})
+    card_of = {w.target_key: card_seconds(model.prior, w) for w in todo if w.pieces}
     for w in todo:
         alone = Slot(model, budget)
+        if model.prior.card is not None and w.pieces:   # a bare machine makes the card before the cell
+            alone.spent = card_of[w.target_key]
         if not alone.fits(w):
-            plan.unfit[w.cell_id] = alone.estimate(w)
+            plan.unfit[w.cell_id] = alone.spent + alone.estimate(w)
     todo = [w for w in todo if w.cell_id not in plan.unfit]
     setup = model.prior.train.fixed   # the set-up of a training piece
     left = {g: sec - setup for g, sec in training_seconds(model, todo, progress).items()}
@@ -411,8 +476,11 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         slot = Slot(model, budget)
         # first, as the executor does, the card of every target whose training ended in an earlier slice and whose
         # cells remain is rebuilt from its final state: a training piece's set-up each
-        cards = len({w.target_key for w in todo if w.pieces and w.target_key in ready})
-        slot.spent += setup * cards
+        rebuilt = {w.target_key for w in todo if w.pieces and w.target_key in ready}
+        cards = len(rebuilt)
+        rebuild = sum(card_of[k] if model.prior.card is not None else setup for k in rebuilt)
+        slot.spent += rebuild
+        made: dict[str, float] = {}
         taken: list[str] = []
         trained: dict[str, float] = {}
         while True:
@@ -424,12 +492,19 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
             allowed = budget - slot.spent - model.extra - setup
             if group is None or allowed < MIN_TRAINING_SECONDS:
                 break
-            seconds = min(left[group], allowed)
-            slot.spent += setup + seconds
-            left[group] -= seconds
-            trained[group] = trained.setdefault(group, 0.0) + setup + seconds
-            if left[group] > 0:
+            # the cards of the group's targets are made when its training ends, in the same slice: training ends
+            # here only if they fit after it (a table without a card price makes them for free, as before)
+            card = sum(card_of[k] for k in members[group]) if model.prior.card is not None else 0.0
+            ends = left[group] + card <= allowed
+            seconds = left[group] if ends else allowed if left[group] > allowed else allowed - card
+            if seconds < MIN_TRAINING_SECONDS and not ends:
                 break
+            slot.spent += setup + seconds + (card if ends else 0.0)
+            left[group] -= seconds
+            trained[group] = trained.setdefault(group, 0.0) + setup + seconds + (card if ends else 0.0)
+            if not ends:
+                break
+            made[group] = card
             ready |= members[group]
             for key in members[group]:
                 plan.trained_in[key] = len(plan.slices)
@@ -440,6 +515,8 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         plan.seconds.append(slot.spent)
         plan.training.append(trained)
         plan.cards.append(cards)
+        plan.card_seconds.append(rebuild)
+        plan.training_cards.append(made)
         todo = [w for w in todo if w.cell_id not in set(taken)]
     return plan
 
@@ -476,9 +553,16 @@ def break_even_speed(works: list[CellWork], table: CostTable, budget: float, sli
 RUN_SECONDS_TARGET = 30.0
 
 
+def card_seconds(table: CostTable, work: CellWork) -> float:
+    """Seconds of ``work``'s target's card (made when its training ends, or rebuilt from its final state in a later
+    slice) at ``table``'s card price; its training's fixed seconds where the table has none."""
+    return table.card.seconds(work.card) if table.card is not None else table.train.fixed
+
+
 def run_step_seconds(table: CostTable, work: CellWork) -> float:
-    """Seconds of one step of one of ``work``'s search runs at ``table``'s attack rate (batched: no fixed part)."""
-    return table.phase("attack", work.precision).rate * work.run_step
+    """Seconds of one step of one of ``work``'s search runs at ``table``'s attack rate for its precision and run
+    count (batched: no fixed part)."""
+    return table.phase("attack", work.precision, work.runs).rate * work.run_step
 
 
 def target_training_seconds(table: CostTable, work: CellWork) -> float:

@@ -32,7 +32,8 @@ from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostMod
 from reconbench.bench.slice_pack import runs_that_fit
 from reconbench.bench.slice_watch import SliceWatch, phase_row
 from reconbench.preflight import TargetSize
-from reconbench.records.slice_manifest import Measured, RunGroup, StoppedCell
+from reconbench.records.measured_rate import MeasuredRate
+from reconbench.records.slice_manifest import RunGroup, StoppedCell
 from reconbench.runs.execute import RunGroupDone, only_runs
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import CARD_FILE
@@ -73,7 +74,7 @@ class DeadlineExecutor:
     cross_target: bool = False
     pieces: list[Piece] = field(default_factory=list)   # what the resumable trainer did in this slice
     #: what the slice measured of every cell that ran (finished or stopped) and of the cards it rebuilt
-    measured: list[Measured] = field(default_factory=list)
+    measured: list[MeasuredRate] = field(default_factory=list)
     #: the cells whose attack the deadline stopped (not recorded: they stay to do)
     stopped: list[StoppedCell] = field(default_factory=list)
     #: search runs of cells held elsewhere (a ledger's ``partial``, keys checked), by cell id: not run again
@@ -84,10 +85,12 @@ class DeadlineExecutor:
     groups: list[RunGroup] = field(default_factory=list)
     #: pack files the groups' run tensors may take (None: no pack, no limit); a group is as many runs as they hold
     run_files: int | None = None
+    #: the wall clock of the measured rows (``clock`` is the deadline's view of time, which a test may script)
+    timer: Callable[[], float] = time.perf_counter
     watch: SliceWatch = field(init=False)
 
     def __post_init__(self) -> None:
-        self.watch = SliceWatch(self.clock, self.start, self.deadline)
+        self.watch = SliceWatch(self.clock, self.start, self.deadline, timer=self.timer)
 
     def check(self, ctx: RunContext) -> None:
         SerialExecutor().check(ctx)
@@ -162,15 +165,15 @@ class DeadlineExecutor:
             by_key = {j.cell.recipe.key(): j.cell.recipe for j in done}
             for recipe in by_key.values():
                 cell = next(j.cell.cell_id for j in done if j.cell.recipe.key() == recipe.key())
-                t0 = self.clock()
+                t0 = self.timer()
                 result = self._train_group([recipe], max(self._training_seconds(slot), 0.0), ctx)
                 if isinstance(result, str):
                     stopped[recipe.key()] = result
                 elif result[0].finished:
                     slot.trained.add(recipe.key())
-                    self.measured.append(phase_row(cell, "card", self.clock() - t0, ctx.device, self._weights(recipe)))
+                    self.measured.append(phase_row(cell, "card", self.timer() - t0, ctx.device, self._weights(recipe)))
                     self.watch.phase([cell], f"card of target {recipe.key()} rebuilt from its final training state "
-                                             f"in {self.clock() - t0:.1f}s")
+                                             f"in {self.timer() - t0:.1f}s")
         while True:
             for job in list(waiting):
                 work = works[job.cell.cell_id]
@@ -200,7 +203,7 @@ class DeadlineExecutor:
                 self.started_cells[job.cell.cell_id] = slot.estimate(work)
                 waiting.remove(job)
                 yield Started(job.cell)
-                t0 = self.clock()
+                t0 = self.timer()
                 self.watch.phase([job.cell.cell_id], "started" + (" (its target is trained first)" if trains else ""))
                 try:
                     with watching(self.watch), self.watch.label([job.cell.cell_id]):
@@ -221,13 +224,13 @@ class DeadlineExecutor:
             if first is None or seconds < MIN_TRAINING_SECONDS:
                 break
             recipes = self._group_of(first, waiting, works, slot.trained, stopped)
-            t0 = self.clock()
+            t0 = self.timer()
             result = self._train_group(recipes, seconds, ctx)
             if isinstance(result, str):
                 stopped.update({r.key(): result for r in recipes})
                 self.watch.say(f"training of {len(recipes)} target(s) failed: {result}")
                 continue
-            self.watch.say(f"{len(result)} target(s) trained as one stack in {self.clock() - t0:.1f}s: " + ", ".join(
+            self.watch.say(f"{len(result)} target(s) trained as one stack in {self.timer() - t0:.1f}s: " + ", ".join(
                 f"{p.recipe_key} to step {p.step:,} of {p.steps:,}" + (" (card written)" if p.finished else "")
                 for p in result) + f" (at {self.elapsed():.1f}s of {self.deadline:.0f}s)")
             for piece in result:
@@ -300,7 +303,7 @@ class DeadlineExecutor:
         where all its runs are merged). A cell that fails before its attack is recorded as failed (returned)."""
         cid, total = job.cell.cell_id, int(job.cell.attack.search_runs)
         work = works[cid]
-        t0 = self.clock()
+        t0 = self.timer()
         self.watch.phase([cid], f"started: search runs {_span(runs)} of {total} as a group")
         try:
             with watching(self.watch), self.watch.label([cid]), only_runs(runs):
@@ -319,7 +322,7 @@ class DeadlineExecutor:
             self._defer(slot, work, job, f"search runs {_span(group.ran)} of {total} ran as a group; "
                                          + (f"{left} left for later slices" if left else
                                             "all are run: the cell is evaluated where they are merged"))
-            self.watch.phase([cid], f"group of runs {_span(group.ran)} done in {self.clock() - t0:.1f}s; its runs go "
+            self.watch.phase([cid], f"group of runs {_span(group.ran)} done in {self.timer() - t0:.1f}s; its runs go "
                                     "in the pack")
             return None
         slot.trained.add(work.target_key)
@@ -343,7 +346,7 @@ class DeadlineExecutor:
     def _done(self, job: CellJob, t0: float, rec: Mapping[str, Any], ctx: RunContext) -> None:
         """The rows of a finished cell: its set-up (start to the attack's first step), each attack computation it
         took part in, its evaluation (from its start to the record)."""
-        cid, now = job.cell.cell_id, self.clock()
+        cid, now = job.cell.cell_id, self.timer()
         weights = self._weights(job.cell.recipe)
         comps = self.watch.of_cell(cid)
         rows = self.watch.attack_rows(cid, weights)
@@ -351,7 +354,7 @@ class DeadlineExecutor:
         if comps and comps[0].begun >= t0:   # its own computation (a cross-target batch's set-up is counted apart)
             self.measured.append(phase_row(cid, "setup", comps[0].begun - t0, ctx.device, weights))
         if not rows:   # an attack the loops do not tell (no KKT loop): its seconds as the record has them
-            rows = [Measured(cell=cid, phase="attack", precision=ctx.dtype, runs=int(job.cell.attack.search_runs),
+            rows = [MeasuredRate(cell=cid, phase="attack", precision=ctx.dtype, runs=int(job.cell.attack.search_runs),
                              m=0, weights=weights, steps=0, seconds=float(rec.get("attack_seconds") or 0.0),
                              device=ctx.device)]
         self.measured.extend(rows)
@@ -384,9 +387,9 @@ class DeadlineExecutor:
         broker = CrossBroker()
         starts: dict[str, float] = {}
         for job in jobs:   # pass 1, cell by cell: each one's set-up is timed on its own
-            starts[job.cell.cell_id] = self.clock()
+            starts[job.cell.cell_id] = self.timer()
             collect([job], ctx, targets, broker)
-            self.measured.append(phase_row(job.cell.cell_id, "setup", self.clock() - starts[job.cell.cell_id],
+            self.measured.append(phase_row(job.cell.cell_id, "setup", self.timer() - starts[job.cell.cell_id],
                                            ctx.device, self._weights(job.cell.recipe)))
         try:
             with watching(self.watch):
@@ -399,7 +402,7 @@ class DeadlineExecutor:
                 cid = job.cell.cell_id
                 broker.current = cid
                 yield Started(job.cell)
-                t0 = self.clock()
+                t0 = self.timer()
                 try:   # a batch that joined none (a later round of a search) runs its attack here, watched
                     with watching(self.watch), self.watch.label([cid]):
                         rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,

@@ -66,13 +66,13 @@ from reconbench.records.finished_ledger import (
     LedgerRuns,
     LedgerState,
 )
+from reconbench.records.measured_rate import MeasuredRate
 from reconbench.records.record import FileFormat, R
 from reconbench.records.slice_manifest import (
     SLICE_MANIFEST_FILE,
     DeferredCell,
     LeftOutGroup,
     LeftOutState,
-    Measured,
     PackCandidates,
     PackedState,
     PackFile,
@@ -202,7 +202,7 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
                invocation: int, device: str, dtype: str, deferred: Sequence[DeferredCell] = (),
                deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
                costs: SliceCosts | None = None, states: Sequence[Path] = (),
-               max_files: int = MAX_FILES, measured: Sequence[Measured] = (),
+               max_files: int = MAX_FILES, measured: Sequence[MeasuredRate] = (),
                stopped: Sequence[StoppedCell] = (), groups: Sequence[RunGroup] = ()) -> SliceManifest:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
@@ -691,7 +691,7 @@ def _ledger(out: Path) -> FinishedLedger | None:
     return _decoded(FINISHED_LEDGER_FILE, data, path)
 
 
-def ledger_measured(out: Path) -> list[Measured]:
+def ledger_measured(out: Path) -> list[MeasuredRate]:
     """The measured rows of ``out``'s ledger (none without one)."""
     ledger = _ledger(out)
     return list(ledger.measured) if ledger is not None else []
@@ -795,7 +795,7 @@ def read_ledger_runs(path: Path, suite: Suite, keys: Mapping[str, str]) -> dict[
     return {cid: set(entry.runs) for cid, entry in ledger.partial.items() if keys.get(cid) == entry.cell_key}
 
 
-def _write_ledger(out: Path, suite: Suite, keys: Mapping[str, str], measured: Sequence[Measured] | None = None,
+def _write_ledger(out: Path, suite: Suite, keys: Mapping[str, str], measured: Sequence[MeasuredRate] | None = None,
                   partial: Mapping[str, LedgerRuns] | None = None) -> FinishedLedger:
     """Write ``out/finished.json`` (:func:`write_ledger`) with ``measured`` and ``partial`` (None: those it holds);
     the ledger written."""

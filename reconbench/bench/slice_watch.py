@@ -1,6 +1,6 @@
 """What a slice sees of its cells while they run: a progress line on stderr at most every
 :data:`PROGRESS_EVERY` seconds of an attack and at each phase change of a cell, the hard stop at the deadline, and
-the rows of what was measured (:class:`reconbench.records.slice_manifest.Measured`).
+the rows of what was measured (:class:`reconbench.records.slice_manifest.MeasuredRate`).
 
 The attack loops tell the watcher (``reconbench.attack.watch``) when a batched computation starts, at each of their
 checks and when it ends; past the stop time a check raises :class:`~reconbench.attack.watch.AttackStopped`, which
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -19,7 +20,7 @@ from typing import TextIO
 import torch
 
 from reconbench.attack.watch import AttackStopped
-from reconbench.records.slice_manifest import Measured
+from reconbench.records.measured_rate import MeasuredRate
 
 #: seconds between two progress lines of a running attack
 PROGRESS_EVERY = 30.0
@@ -41,9 +42,9 @@ class Computation:
     steps: int
     precision: str
     device: str
-    begun: float            # the clock when its steps began
+    begun: float            # the timer when its steps began
     step: int = 0           # steps done at the last check
-    at: float = 0.0         # the clock at that check
+    at: float = 0.0         # the timer at that check
     ended: bool = False
     stopped: bool = False
 
@@ -65,6 +66,8 @@ class SliceWatch:
     start: float
     stop_at: float
     stream: TextIO | None = None   # None: sys.stderr at the time of writing
+    #: the wall clock the computations are timed by (their rows' seconds, the seconds per batched step)
+    timer: Callable[[], float] = time.perf_counter
     every: float = PROGRESS_EVERY
     computations: list[Computation] = field(default_factory=list)
     evaluations: dict[str, float] = field(default_factory=dict)   # cell id -> the clock when its evaluation began
@@ -93,11 +96,11 @@ class SliceWatch:
             self._labels.pop()
 
     def begin(self, runs: int, m: int, steps: int, dtype: torch.dtype, tf32: bool, device: torch.device) -> None:
-        now = self.clock()
+        now = self.timer()
         cells = self._labels[-1] if self._labels else ["(no cell)"]
         comp = Computation(cells, runs, m, steps, precision_name(dtype, tf32), device.type, begun=now, at=now)
         self.computations.append(comp)
-        self._last_line = now
+        self._last_line = self.clock()
         self.phase(cells, f"attack started ({runs} run(s) of {m} candidates, {steps:,} steps, {comp.precision})")
 
     def at(self, step: int) -> None:
@@ -105,11 +108,11 @@ class SliceWatch:
             return
         comp = self.computations[-1]
         now = self.clock()
-        comp.step, comp.at = step, now
+        comp.step, comp.at = step, self.timer()
         past = now - self.start >= self.stop_at
         if past or now - self._last_line >= self.every:
             self._last_line = now
-            self.say(self.progress_line(comp))
+            self.say(self.progress_line(comp, now - self.start))
         if past and step < comp.steps:
             comp.stopped = True
             self.say(f"{_names(comp.cells)}: the deadline stops the attack at batched step {step:,} of "
@@ -120,21 +123,21 @@ class SliceWatch:
         if not self.computations:
             return
         comp = self.computations[-1]
-        comp.step, comp.at, comp.ended = step, self.clock(), True
+        comp.step, comp.at, comp.ended = step, self.timer(), True
 
     def evaluating(self) -> None:
         """The cells of the current label start their evaluation (``reconbench.runs.execute``)."""
         cells = self._labels[-1] if self._labels else []
-        now = self.clock()
+        now = self.timer()
         for cell in cells:
             self.evaluations[cell] = now
         if cells:
             self.phase(cells, "evaluation started")
 
-    def progress_line(self, comp: Computation) -> str:
-        """Cell id(s), batched step k of K, runs, seconds per batched step, expected end against the stop time."""
+    def progress_line(self, comp: Computation, elapsed: float) -> str:
+        """Cell id(s), batched step k of K, runs, seconds per batched step, expected end against the stop time
+        (``elapsed``: the seconds since the command started)."""
         per = comp.per_step()
-        elapsed = comp.at - self.start
         if per is None:
             rate, end = "no step timed yet", ""
         else:
@@ -149,15 +152,15 @@ class SliceWatch:
     def of_cell(self, cell: str) -> list[Computation]:
         return [c for c in self.computations if cell in c.cells]
 
-    def attack_rows(self, cell: str, weights: int) -> list[Measured]:
+    def attack_rows(self, cell: str, weights: int) -> list[MeasuredRate]:
         """One ``attack`` row per computation ``cell`` took part in (its steps done and their wall time)."""
-        return [Measured(cell=cell, phase="attack", precision=c.precision, runs=c.runs, m=c.m, weights=weights,
+        return [MeasuredRate(cell=cell, phase="attack", precision=c.precision, runs=c.runs, m=c.m, weights=weights,
                          steps=c.step, seconds=c.seconds, device=c.device) for c in self.of_cell(cell)]
 
 
-def phase_row(cell: str, phase: str, seconds: float, device: str, weights: int) -> Measured:
+def phase_row(cell: str, phase: str, seconds: float, device: str, weights: int) -> MeasuredRate:
     """A row of the seconds of a phase around the attack (``card``, ``setup``, ``evaluation``)."""
-    return Measured(cell=cell, phase=phase, precision="", runs=0, m=0, weights=weights, steps=0,
+    return MeasuredRate(cell=cell, phase=phase, precision="", runs=0, m=0, weights=weights, steps=0,
                     seconds=max(seconds, 0.0), device=device)
 
 

@@ -36,13 +36,12 @@ from reconbench.bench.slice_pack import (
     write_ledger,
 )
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
+from reconbench.cli.bench_plan import ledger_measured, ledger_progress, plan_table, print_plan
 from reconbench.cli.bench_slices import (
     PACK_RESERVE_SECONDS,
     SlicePacker,
     chain_on_cell,
     check_pack_folder,
-    ledger_progress,
-    print_plan,
     say_deferred,
     unpack_slice,
 )
@@ -58,7 +57,16 @@ from reconbench.cli.common import (
 )
 from reconbench.cli.run_cmd import check_task
 from reconbench.errors import ReconbenchError
-from reconbench.preflight import TargetSize, attack_seconds, attack_steps, check_attack, check_cost, check_target, step_seconds
+from reconbench.preflight import (
+    TargetSize,
+    attack_seconds,
+    attack_steps,
+    ceiling_note,
+    check_attack,
+    check_cost,
+    check_target,
+    step_seconds,
+)
 from reconbench.provenance import check_writable, folder_lock
 from reconbench.records import CellRecord
 from reconbench.targets.cache import cache_dir
@@ -285,26 +293,40 @@ def bench_command(
     if deadline is not None and isinstance(cells_executor, RayExecutor):
         raise click.UsageError("--deadline runs the cells here, one after the other: leave out --executor ray")
     sizes, estimate = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume or plan_only,
-                                  retry_failed, elsewhere, yes=yes or plan_only)
+                                  retry_failed, elsewhere, yes=yes or plan_only, deadline=deadline)
+    measured = ledger_measured(Path(finished)) if finished is not None else []
     if plan_only:
         assert deadline is not None
         done = {**elsewhere, **load_cells(out_dir)}
         todo = still_to_run(select_cells(s, only), done, lambda c: c.key(s, dtype), retry_failed)
-        print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, device or s.device,
-                   read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None,
+        plan_device = device or s.device
+        print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, plan_device,
+                   plan_table(plan_device, read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None
+                              else None, measured),
                    ledger_progress(Path(finished), todo) if finished is not None else None, dtype)
         return
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
     show_cost(estimate, quiet)
+    if (note := ceiling_note(estimate, deadline)) is not None and not yes and not quiet:
+        click.echo(note, err=True)
     run_device = device or s.device
     if cross_target is None:
         cross_target = deadline is not None and run_device.startswith("cuda")
     if cross_target and isinstance(cells_executor, RayExecutor):
         raise click.UsageError("--cross-target runs the cells here, together: leave out --executor ray")
     if deadline is not None:
-        table = read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None else None
+        table = plan_table(run_device, read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None
+                           else None, measured)
         reserve = PACK_RESERVE_SECONDS if pack is not None else 0.0
+        if pack is not None or not quiet:   # what the slice sets out to do, in its log before the first cell
+            done = {**elsewhere, **(load_cells(out_dir) if resume else {})}
+            todo = still_to_run(select_cells(s, only), done, lambda c: c.key(s, dtype), retry_failed)
+            click.echo(f"the plan this slice starts from (estimates; the slice re-plans after every cell), deadline "
+                       f"{deadline:g}s:")
+            print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS if pack is not None else 0.0, run_device, table,
+                       ledger_progress(Path(finished), todo) if finished is not None else None, dtype,
+                       break_even=False)
         states = cache_dir(cache) / STATES_FOLDER if pack is not None else None
         if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them
             import_states(Path(finished), states)
@@ -366,11 +388,11 @@ def costs_dtypes(suite: Suite, dtype: str | None) -> dict[str, str]:
 
 def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, data_root: str | None, resume: bool,
                 retry_failed: bool, elsewhere: dict[str, dict[str, Any]] | None = None, *,
-                yes: bool = False) -> tuple[dict[str, TargetSize], float]:
+                yes: bool = False, deadline: float | None = None) -> tuple[dict[str, TargetSize], float]:
     """Before the first cell runs, what the command line checks before `reconbench run`: each target's data set,
     problem and architecture, the memory of its training and of each cell's attack, and the time all of it takes
-    (cells still to run only; refused above the ceiling without ``yes``). The size of each target still needed, by
-    recipe key, and the estimated seconds."""
+    (cells still to run only; refused above the ceiling without ``yes``, unless a ``deadline`` bounds the command).
+    The size of each target still needed, by recipe key, and the estimated seconds."""
     done = {**(elsewhere or {}), **(load_cells(out) if resume else {})}
     todo = still_to_run(cells, done, lambda c: c.key(suite, dtype), retry_failed)
     sizes: dict[str, TargetSize] = {}
@@ -401,7 +423,7 @@ def check_cells(suite: Suite, cells: list[Cell], out: Path, dtype: str | None, d
             raise SuiteError(f"{where}: cell {cell.cell_id}: {exc}") from None
     try:
         estimate = check_cost([("training its targets (unless cached)", train_time),
-                               (f"{len(todo)} cell(s) of attacks", attack_time)], yes=yes,
+                               (f"{len(todo)} cell(s) of attacks", attack_time)], yes=yes, deadline=deadline,
                               fix="lower steps or search_runs in the suite, or run part of it with --only")
     except ReconbenchError as exc:
         raise SuiteError(f"{where}: {exc}") from None

@@ -47,9 +47,11 @@ class PhaseCost(Record):
 @dataclass(frozen=True)
 class CostTable(Record):
     """A device's prices per phase, and per matrix-product precision for the attack (``attack_at``: a float64 A/B
-    cell costs far more than a TF32 one of the same units). ``peak_fraction``: the fraction of the device's peak the
-    rates stand for, where the table was made from arithmetic (none for a measured one); ``about``: where the
-    numbers come from (free form)."""
+    cell costs far more than a TF32 one of the same units), and per precision and number of search runs batched
+    where they were measured (``attack_runs``: precision -> runs, as a decimal string -> price; a GPU does more per
+    unit with more runs, so a 4-run cell does not get the 16-run rate: :meth:`phase`). ``peak_fraction``: the
+    fraction of the device's peak the rates stand for, where the table was made from arithmetic (none for a
+    measured one); ``about``: where the numbers come from (free form)."""
 
     SCHEMA: ClassVar[str | None] = COST_TABLE_SCHEMA
 
@@ -60,9 +62,25 @@ class CostTable(Record):
     attack_at: Mapping[str, PhaseCost] = field(default_factory=dict)
     peak_fraction: float | None = None
     about: Mapping[str, Any] = field(default_factory=dict)
+    attack_runs: Mapping[str, Mapping[str, PhaseCost]] = field(default_factory=dict)
+    #: a target's card (release metrics and stationarity certificate, on the machine's CPU) per unit of n x P; None:
+    #: the training's fixed seconds per rebuilt card, nothing for a card made at the end of training
+    card: PhaseCost | None = None
 
-    def phase(self, phase: str, precision: str = "") -> PhaseCost:
-        """The price of ``phase``; an attack's in its ``precision`` where the table has one."""
+    def __post_init__(self) -> None:
+        for precision, by_runs in self.attack_runs.items():
+            bad = [k for k in by_runs if not (k.isdigit() and int(k) > 0)]
+            if bad:
+                raise ReconbenchError(f"attack_runs.{precision}: {bad[0]!r} is not a number of search runs; key each "
+                                      'price by its run count as a decimal string, e.g. "16"')
+
+    def phase(self, phase: str, precision: str = "", runs: int = 0) -> PhaseCost:
+        """The price of ``phase``; an attack's in its ``precision`` where the table has one, and with ``runs``
+        search runs batched where ``attack_runs`` has that precision: the price of the largest measured run count
+        at most ``runs``; below the smallest, that count's seconds per batched step spread over ``runs`` (a step
+        never gets cheaper with fewer runs: the rate per unit grows as smallest / runs)."""
+        if phase == "attack" and runs > 0 and self.attack_runs.get(precision):
+            return runs_price(self.attack_runs[precision], runs)
         if phase == "attack" and precision in self.attack_at:
             return self.attack_at[precision]
         if phase not in COST_PHASES:
@@ -79,7 +97,9 @@ class CostTable(Record):
         return CostTable(train=faster(self.train), attack=faster(self.attack), evaluate=faster(self.evaluate),
                          attack_at={k: faster(v) for k, v in self.attack_at.items()},
                          peak_fraction=None if self.peak_fraction is None else self.peak_fraction * speed,
-                         about=self.about)
+                         about=self.about,
+                         attack_runs={p: {r: faster(c) for r, c in by.items()} for p, by in self.attack_runs.items()},
+                         card=self.card)   # on the machine's CPU: a faster device does not change it
 
     @classmethod
     def of(cls, table: CostTable | Mapping[str, Any], source: str = "") -> CostTable:
@@ -87,9 +107,23 @@ class CostTable(Record):
         return table if isinstance(table, CostTable) else read_cost_table(dict(table), source)
 
 
+def runs_price(by_runs: Mapping[str, PhaseCost], runs: int) -> PhaseCost:
+    """The price of an attack of ``runs`` batched search runs from prices measured at some run counts (decimal
+    string keys): the largest count at most ``runs``; below the smallest, its rate x smallest / ``runs``."""
+    counts = {int(k): v for k, v in by_runs.items()}
+    if not counts:
+        raise ReconbenchError("no attack price by run count; give at least one, e.g. {\"16\": {\"fixed\": 5, "
+                              "\"rate\": 1e-12}}")
+    below = [c for c in counts if c <= runs]
+    if below:
+        return counts[max(below)]
+    least = min(counts)
+    return PhaseCost(fixed=counts[least].fixed, rate=counts[least].rate * least / max(runs, 1))
+
+
 def _legacy_cost_table(data: dict[str, Any]) -> dict[str, Any]:
     """The unstamped form: ``attack@<precision>`` keys into ``attack_at``, keys no field names into ``about``."""
-    known = {"train", "attack", "evaluate", "attack_at", "peak_fraction", "about"}
+    known = {"train", "attack", "evaluate", "attack_at", "peak_fraction", "about", "attack_runs", "card"}
     out: dict[str, Any] = {"format": COST_TABLE_SCHEMA}
     attack_at: dict[str, Any] = {}
     about: dict[str, Any] = {}
@@ -202,6 +236,8 @@ class Probe(Record):
     attack: list[ProbeAttackRow] = field(default_factory=list)
     skipped: list[Any] = field(default_factory=list)
     wall_seconds: float | None = None
+    profile: Mapping[str, Any] | None = None       # the kernel profile of the largest TF32 attack case
+    certificate: Mapping[str, Any] | None = None   # the stationarity certificate's seconds (--certificate)
 
     @property
     def device(self) -> str | None:

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconbench.records.measured_rate import MeasuredRate
 from reconbench.records.record import FileFormat, Record, unchanged
-from reconbench.records.slice_manifest import Measured
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ class LedgerRuns(Record):
 
 @dataclass(frozen=True)
 class FinishedLedger(Record):
-    """A results folder's ``finished.json``: the suite (name, file sha256), its finished cells by id, and the
-    training states by recipe key."""
+    """A results folder's ``finished.json``: the suite (name, file sha256), its finished cells by id, the
+    training states by recipe key, and the rates the slices measured (:mod:`~reconbench.records.measured_rate`)."""
 
     SCHEMA = "reconbench-finished-cells/2"
 
@@ -55,12 +55,13 @@ class FinishedLedger(Record):
     suite_sha256: str | None = None
     cells: Mapping[str, LedgerCell] = field(default_factory=dict)
     training: Mapping[str, LedgerState] = field(default_factory=dict)
-    measured: list[Measured] = field(default_factory=list)
+    measured: list[MeasuredRate] = field(default_factory=list)   # rates the slices measured, oldest first
     partial: Mapping[str, LedgerRuns] = field(default_factory=dict)
 
 
 def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """A version-1 ledger: the same fields, no measured rows and no runs of cells split across slices."""
+    """A version-1 ledger: the same fields (its ``measured`` rows too, where it has them), no runs of cells split
+    across slices."""
     return {**data, "format": FinishedLedger.SCHEMA}
 
 

@@ -9,9 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconbench.records.measured_rate import MeasuredRate
 from reconbench.records.record import FileFormat, Record, unchanged
 
-#: the phases a measured row may name: the attack's batched steps, and the seconds before and after them
+#: the phases a measured row (:class:`~reconbench.records.measured_rate.MeasuredRate`) names: the attack's batched
+#: steps (``steps`` and their ``seconds``), and the seconds before and after them (``steps`` 0): ``card`` (a target's
+#: card rebuilt from its final training state, its certificate included), ``setup`` (from the cell's start to its
+#: attack's first step) and ``evaluation`` (from the attack's end to the record). A cross-target batch's ``runs`` are
+#: the batch's, and each of its cells has the row.
 MEASURED_PHASES = ("attack", "card", "setup", "evaluation")
 
 
@@ -79,26 +84,6 @@ class SliceCosts(Record):
 
 
 @dataclass(frozen=True)
-class Measured(Record):
-    """What a slice measured of one phase of one cell. ``attack``: ``steps`` batched steps of ``runs`` runs of ``m``
-    candidates on a target of ``weights`` parameters, in ``precision`` (``tf32``, ``float32``, ``float64``), took
-    ``seconds`` of wall time on ``device`` (a cross-target batch: ``runs`` are the batch's, and each of its cells has
-    the row). ``card`` (a target's card rebuilt from its final training state, its certificate included), ``setup``
-    (from the cell's start to its attack's first step: target, preparation, starts, graph capture) and
-    ``evaluation`` (from the attack's end to the cell's record): their ``seconds``, with ``steps`` 0."""
-
-    cell: str
-    phase: str
-    precision: str
-    runs: int
-    m: int
-    weights: int
-    steps: int
-    seconds: float
-    device: str
-
-
-@dataclass(frozen=True)
 class StoppedCell(Record):
     """A cell whose attack the slice's deadline stopped: it is not merged (it runs again in a later slice); the step
     its batched computation reached, of how many."""
@@ -158,7 +143,7 @@ class SliceManifest(Record):
     training: list[PackedState] = field(default_factory=list)
     training_left_out: list[LeftOutState] = field(default_factory=list)
     costs: SliceCosts | None = None
-    measured: list[Measured] = field(default_factory=list)
+    measured: list[MeasuredRate] = field(default_factory=list)
     stopped: list[StoppedCell] = field(default_factory=list)
     groups: list[RunGroup] = field(default_factory=list)
     groups_left_out: list[LeftOutGroup] = field(default_factory=list)

@@ -23,7 +23,7 @@ class Clock:
 
 def watch(stop_at: float = 1000.0) -> tuple[SliceWatch, Clock, io.StringIO]:
     clock, stream = Clock(), io.StringIO()
-    return SliceWatch(clock, start=0.0, stop_at=stop_at, stream=stream), clock, stream
+    return SliceWatch(clock, start=0.0, stop_at=stop_at, stream=stream, timer=clock), clock, stream
 
 
 def test_progress_lines_come_at_most_every_30_seconds_and_say_where_the_attack_will_end():

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -34,7 +35,20 @@ def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
     data = json.loads(out.read_text())
     assert data["tiny"] and not data["skipped"]
     assert data["trainer_check"]["max_relative_difference_graph_True"] < 1e-12   # the CPU against itself
-    assert len(data["trainer"]) == 16 and len(data["attack"]) == 12
+    # every run count the planner prices by, with the graph only (the eager loop is no longer timed)
+    assert len(data["trainer"]) == 16 and len(data["attack"]) == 9
+    assert sorted({r["runs"] for r in data["attack"]}) == [1, 2, 4]
+    assert all(r["cuda_graph_asked"] for r in data["attack"])
+    # the kernel profile (CPU operators with --tiny): the top operators by self time, and the shares of each kind
+    prof = data["profile"]
+    assert prof["what"] == "CPU operators" and prof["runs"] == 4 and prof["steps"] == 2
+    assert set(prof["kinds"]) == {"gemm", "elementwise", "reduction", "copy", "other"}
+    assert sum(prof["kinds"].values()) == pytest.approx(1.0) and prof["kinds"]["gemm"] > 0
+    top = prof["top"]
+    assert 0 < len(top) <= 20 and [t["total_ms"] for t in top] == sorted((t["total_ms"] for t in top), reverse=True)
+    assert sum(t["share"] for t in top) <= 1.0 + 1e-12 and all(t["calls"] >= 1 for t in top)
+    assert {"aten::mm", "aten::bmm"} & {t["name"] for t in top}
+    assert data["certificate"]["n"] == 12 and data["certificate"]["seconds"] > 0
     for row in data["trainer"]:
         assert row["steps_per_second"] > 0 and row["tflops_per_second"] > 0
         assert row["cuda_graph"] is False and row["peak_memory_gib"] is None   # no graph, no CUDA memory on a CPU
@@ -47,6 +61,34 @@ def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
     record = PROBE_FILE.read(out)
     assert data["format"] == PROBE_SCHEMA and all(r.measured for r in record.trainer) and len(record.trainer) == 16
     assert all(r.error is None and r.runs and r.m and r.layers for r in record.attack)   # steps may time at 0 here
+    assert record.profile is not None and record.profile["kinds"] == prof["kinds"]
+
+
+def test_without_tiny_a_cpu_probe_skips_the_profile_with_a_note(tmp_path, monkeypatch):
+    probe = load_probe()
+    monkeypatch.setitem(probe.SIZES, "paper", probe.SIZES["tiny"])   # paper's options at tiny sizes
+    out = tmp_path / "probe.json"
+    probe.main([str(out), "--device", "cpu", "--train-windows", "1", "--budget", "0"])
+    data = json.loads(out.read_text())
+    assert data["profile"] == {"skipped": "on a CPU the kernel profile runs only with --tiny"}
+    assert "certificate" not in data
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_nt_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x5_nn_align4>(Params)", "gemm"),
+    ("ampere_sgemm_128x64_nn", "gemm"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3> >",
+     "elementwise"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)",
+     "copy"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>",
+     "reduction"),
+    ("Memcpy HtoD (Pageable -> Device)", "copy"),
+    ("aten::baddbmm_", "gemm"), ("aten::normal_", "elementwise"), ("aten::sum", "reduction"), ("aten::view", "other"),
+    ("aten::copy_", "copy"), ("aten::_to_copy", "copy"), ("some_custom_kernel", "other")])
+def test_kernel_kinds_by_name(name, kind):
+    assert load_probe().kernel_kind(name) == kind
 
 
 def test_the_trainer_step_flop_count_is_torchs():
