@@ -30,15 +30,17 @@ from reconbench.attack.kkt.batched import (
     PER_RUN_FIELDS,
     BatchInfo,
     State,
+    StepOptions,
     advance,
     bytes_per_run,
+    current_step_options,
     gram_evaluator,
     matmul_precision,
     per_run_column,
     plan_chunks,
     resolve_sync_every,
 )
-from reconbench.attack.kkt.batched_gram import BatchedGram
+from reconbench.attack.kkt.batched_gram import BatchedGram, DotForm, LayerForm
 from reconbench.attack.kkt.loop import StationarityConfig
 from reconbench.attack.kkt.stationarity import full_chain
 from reconbench.attack.kkt.surrogate import Forward
@@ -104,7 +106,8 @@ class CrossGram(BatchedGram):
     gets its own copy of its target's weights (a ``bmm`` over the R runs)."""
 
     def __init__(self, chains: Sequence[Sequence[nn.Linear]], run_target: Sequence[int], forward: Forward,
-                 dtype: torch.dtype, device: torch.device) -> None:
+                 dtype: torch.dtype, device: torch.device, layer_form: LayerForm = "gram",
+                 dots: DotForm = "auto") -> None:
         if not chains or not run_target:
             raise ReconbenchError("a cross-target batch needs at least one target and one run")
         shape = _chain_shape(chains[0])
@@ -112,7 +115,7 @@ class CrossGram(BatchedGram):
             if _chain_shape(chain) != shape:
                 raise ReconbenchError(f"cross-target batch: target {t}'s layers {_chain_shape(chain)} differ from "
                                       f"target 0's {shape}; batch only targets of one shape")
-        super().__init__(list(chains[0]), forward, dtype, device)
+        super().__init__(list(chains[0]), forward, dtype, device, layer_form, dots)
         per_target = [BatchedGram(list(c), forward, dtype, device) for c in chains]
         order = list(run_target)
         t_count = len(chains)
@@ -167,8 +170,11 @@ def run_cross_batch(chains: Sequence[Sequence[nn.Linear]], run_target: Sequence[
         m = x0.shape[1]
         scale = torch.tensor([1.0 / m if c.inverse_m else 1.0 for c in configs], dtype=dtype,
                              device=device).reshape(-1, 1, 1)
-        gram = CrossGram(chains, run_target, cfg0.forward, dtype, device)
+        options = current_step_options()
+        gram = CrossGram(chains, run_target, cfg0.forward, dtype, device, options.layer_form, options.dots)
         evaluate = gram_evaluator(gram, terms, alpha, box, scale)
+        if options != StepOptions():
+            info.notes.append(f"step options: {options.label()}")
         state = State(like.flatten(2).clone(), lam0.detach().to(like).clone())
         graph = device.type == "cuda" and bool(cfg0.cuda_graph)   # eager steps elsewhere (and when capture fails)
         outputs = advance(state, evaluate, configs, sync_every, info, graph, gram.theta_sqs, progress)

@@ -20,12 +20,13 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
-from reconbench.attack.kkt.batched_gram import BatchedGram, run_sum_of_squares, sum_of_squares
+from reconbench.attack.kkt.batched_gram import BatchedGram, DotForm, LayerForm, run_sum_of_squares, sum_of_squares
 from reconbench.attack.kkt.convergence import ConvergenceRule
 from reconbench.attack.kkt.loop import Coefficients, Penalty, StationarityConfig, box_prior
 from reconbench.attack.kkt.stationarity import full_chain, make_engine
@@ -86,6 +87,42 @@ class BatchInfo:
                 "cuda_graph": self.cuda_graph, "tf32": self.tf32, "chunk": self.chunk, "chunks": self.chunks,
                 "chunk_reason": self.chunk_reason, "notes": self.notes, "seconds": self.seconds,
                 "divergence_loses_at_most_steps": self.sync_every}
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """Choices of the closed-form engine that change the rounding of its sums, so none is a default: the default
+    (every field at its default) is the step that made the published numbers. Set for a block of code by
+    :func:`step_options` (what benchmarks/gpu/step_ab.py times against the default on a GPU)."""
+
+    #: "auto": per-run dot products as the device's default form; "reduce": product then sum on every device
+    #: (:data:`reconbench.attack.kkt.batched_gram.DotForm`)
+    dots: DotForm = "auto"
+    #: "gram": the Gram matrices in every layer; "auto": a narrow layer through H^T D (:data:`LayerForm`)
+    layer_form: LayerForm = "gram"
+
+    def label(self) -> str:
+        changed = [f"{k}={v}" for k, v in (("dots", self.dots), ("layer_form", self.layer_form))
+                   if v != getattr(StepOptions, k)]
+        return ", ".join(changed) or "default"
+
+
+_STEP_OPTIONS: ContextVar[StepOptions | None] = ContextVar("reconbench_kkt_step_options", default=None)
+
+
+@contextlib.contextmanager
+def step_options(options: StepOptions) -> Iterator[StepOptions]:
+    """The closed-form engine's :class:`StepOptions` for the batches that start inside the block (a batch records
+    the options it ran with in its notes when they are not the default)."""
+    token = _STEP_OPTIONS.set(options)
+    try:
+        yield options
+    finally:
+        _STEP_OPTIONS.reset(token)
+
+
+def current_step_options() -> StepOptions:
+    return _STEP_OPTIONS.get() or StepOptions()
 
 
 # -- grouping and chunking ----------------------------------------------------------------------------------
@@ -173,7 +210,7 @@ def _per_run(configs: list[StationarityConfig], name: str, like: torch.Tensor, d
 
 def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tensor,
                             buf: torch.Tensor | None = None, neg_box: torch.Tensor | None = None,
-                            common: float | None = None) -> torch.Tensor:
+                            common: float | None = None, dots: DotForm = "auto") -> torch.Tensor:
     """The box prior sum(relu(x - box)^2 + relu(-box - x)^2) per run; adds its gradient to ``grad`` in place.
 
     Both parts come from one excess e = x - clamp(x, -box, box): where x > box it is x - box (the same rounding as
@@ -181,7 +218,7 @@ def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tens
     in each entry, so grad + 2 e is what grad + 2 above - 2 below was, bit for bit, and sum(e^2) is the prior (its
     two sums in one). ``buf`` (x's shape) holds e, so that nothing of x's size is allocated; ``neg_box`` is -box
     (exact), passed by a caller that evaluates the prior at every step, and ``common`` the box of every run when the
-    runs share one (:func:`clamp_to_box`).
+    runs share one (:func:`clamp_to_box`); ``dots`` the form of the per-run sum (:class:`StepOptions`).
     """
     buf = torch.empty_like(x) if buf is None else buf
     neg_box = -box if neg_box is None else neg_box
@@ -189,7 +226,7 @@ def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tens
     sq = torch.empty(r, 1, 1, dtype=x.dtype, device=x.device)
     excess = torch.sub(x, clamp_to_box(x, box, neg_box, buf, common), out=buf)
     grad.add_(excess, alpha=2.0)
-    run_sum_of_squares(excess, sq)   # squares buf in place
+    run_sum_of_squares(excess, sq, dots)   # squares buf in place (where it sums)
     return sq.reshape(r)
 
 
@@ -215,7 +252,8 @@ def gram_evaluator(gram: BatchedGram, terms: BatchTerms, alpha: torch.Tensor, bo
         fw = gram.forward(x, alpha)
         out = fw.outputs
         stat, gx, cbar = gram.value_and_grad(fw, scale * terms.coefficients(out, lam), alpha)
-        prior = _box_value_and_add_grad(x, box, gx, gram.workspace(x.shape[0], x.shape[1]).box, neg_box, common)
+        prior = _box_value_and_add_grad(x, box, gx, gram.workspace(x.shape[0], x.shape[1]).box, neg_box, common,
+                                        gram.dots)
         pen, pen_grad = terms.penalty_and_grad(lam)
         glam = terms.lambda_vjp(out, scale * cbar) + pen_grad
         loss = stat + prior + pen
@@ -300,8 +338,11 @@ def run_stationarity_batch(target: AttackTarget, x0: torch.Tensor, labels: torch
                              device=device).reshape(-1, 1, 1)
         if use_gram:
             assert chain is not None and terms is not None
-            gram = BatchedGram(chain, cfg0.forward, target.dtype, device)
+            options = current_step_options()
+            gram = BatchedGram(chain, cfg0.forward, target.dtype, device, options.layer_form, options.dots)
             evaluate = gram_evaluator(gram, terms, alpha, box, scale)
+            if options != StepOptions():
+                info.notes.append(f"step options: {options.label()}")
         else:
             evaluate = autograd_evaluator(target, configs, shape, per_run_terms)
         # ||theta||^2 of all parameters for the trace (the engine's, over the same layers, when it has one)
