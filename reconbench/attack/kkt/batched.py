@@ -219,12 +219,19 @@ def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tens
     two sums in one). ``buf`` (x's shape) holds e, so that nothing of x's size is allocated; ``neg_box`` is -box
     (exact), passed by a caller that evaluates the prior at every step, and ``common`` the box of every run when the
     runs share one (:func:`clamp_to_box`); ``dots`` the form of the per-run sum (:class:`StepOptions`).
+
+    With a shared box, e is ``softshrink(x, box)`` (x - box above, x + box below, 0 inside, nan for nan: the same
+    numbers, bit for bit, in one pass instead of the clamp's and the difference's two).
     """
     buf = torch.empty_like(x) if buf is None else buf
-    neg_box = -box if neg_box is None else neg_box
     r = x.shape[0]
     sq = torch.empty(r, 1, 1, dtype=x.dtype, device=x.device)
-    excess = torch.sub(x, clamp_to_box(x, box, neg_box, buf, common), out=buf)
+    if common is not None and common >= 0:
+        # aten's softshrink.out overload (torch.nn.functional.softshrink has no out=; the stub omits the overload)
+        excess = torch._C._nn.softshrink(x, common, out=buf)   # type: ignore[call-arg]
+    else:
+        neg_box = -box if neg_box is None else neg_box
+        excess = torch.sub(x, clamp_to_box(x, box, neg_box, buf, common), out=buf)
     grad.add_(excess, alpha=2.0)
     run_sum_of_squares(excess, sq, dots)   # squares buf in place (where it sums)
     return sq.reshape(r)
@@ -356,6 +363,72 @@ def run_stationarity_batch(target: AttackTarget, x0: torch.Tensor, labels: torch
     return outputs, info
 
 
+class Steps:
+    """The step of the batched loop in its three forms (torch.optim.SGD's momentum update, dampening 0, then the loss
+    at the new point); the loop picks one per step. ``graph``: the step is replayed as a CUDA graph, so the
+    evaluation's results go to fixed arrays and the update is masked by the device's ``alive`` flags."""
+
+    def __init__(self, state: _State, evaluate: Evaluate, configs: list[StationarityConfig], graph: bool) -> None:
+        self.state, self.evaluate, self.graph = state, evaluate, graph
+        self.lr_x = _per_run(configs, "lr", state.x, 2)
+        self.lr_lam = _per_run(configs, "lambda_lr", state.lam, state.lam.dim() - 1)
+        self.mom_x = _per_run(configs, "momentum", state.x, 2)
+        self.mom_lam = _per_run(configs, "momentum", state.lam, state.lam.dim() - 1)
+        self.neg_lr_x, self.neg_lr_lam = -self.lr_x, -self.lr_lam
+        self.stale = False   # whether a check put a run back to its snapshot after the last evaluation
+        self._adopted = False
+
+    def write_eval(self) -> None:
+        st = self.state
+        self.stale = False
+        loss, terms, gx, gl = self.evaluate(st.x, st.lam)
+        if self.graph:   # a CUDA graph replays fixed arrays: the results are copied into the state's
+            st.loss.copy_(loss)
+            st.terms.copy_(terms)
+            if not self._adopted:   # the first evaluation's gradient array becomes the state's: the closed-form
+                st.grad_x, self._adopted = gx, True   # engine writes every later one into the same (no copy)
+            elif gx.data_ptr() != st.grad_x.data_ptr():
+                st.grad_x.copy_(gx)
+            st.grad_lam.copy_(gl)
+        else:   # the state holds the evaluation's own arrays (read by the next update, before they are rewritten)
+            st.loss, st.terms, st.grad_x, st.grad_lam = loss, terms, gx, gl
+        st.ok.logical_and_(torch.isfinite(loss))
+
+    def _momentum(self) -> None:
+        st = self.state
+        torch.addcmul(st.grad_x, st.buf_x, self.mom_x, out=st.buf_x)       # buf mom + grad, one pass
+        torch.addcmul(st.grad_lam, st.buf_lam, self.mom_lam, out=st.buf_lam)
+
+    def masked(self) -> None:
+        """The update where the device's ``alive`` flag is on (the step a CUDA graph replays): x - lr buf computed
+        as lr buf then x minus it, in the gradient's array (read above, rewritten by the evaluation below), then
+        selected into x in place: no array of x's size allocated, no copy back."""
+        st = self.state
+        self._momentum()
+        for x, buf, lr, scratch in ((st.x, st.buf_x, self.lr_x, st.grad_x),
+                                    (st.lam, st.buf_lam, self.lr_lam, st.grad_lam)):
+            moved = torch.sub(x, torch.mul(lr, buf, out=scratch), out=scratch)
+            torch.where(_expand(st.alive, x), moved, x, out=x)
+        self.write_eval()
+
+    def alive_runs(self, runs: list[int]) -> None:
+        """The masked update in place, when the host knows which runs are alive (the CPU, after a run stopped): no
+        array of x's size is allocated, and a stopped run's candidates are not touched."""
+        st = self.state
+        self._momentum()
+        for r in runs:
+            st.x[r].addcmul_(self.neg_lr_x[r], st.buf_x[r])
+            st.lam[r].addcmul_(self.neg_lr_lam[r], st.buf_lam[r])
+        self.write_eval()
+
+    def all_alive(self) -> None:   # the same update in place, when the host knows that every run is alive
+        st = self.state
+        self._momentum()
+        st.x.addcmul_(self.neg_lr_x, st.buf_x)          # x - lr buf, one pass (-lr is exact)
+        st.lam.addcmul_(self.neg_lr_lam, st.buf_lam)
+        self.write_eval()
+
+
 def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig], sync_every: int,
              info: BatchInfo, try_graph: bool, theta_sq: float | list[float],
              progress: ProgressFn | None) -> list[AttackOutput]:
@@ -364,50 +437,10 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     cfg0, r_runs = configs[0], len(state.x)
     sq = theta_sq if isinstance(theta_sq, list) else [theta_sq] * r_runs
     steps, every = cfg0.steps, cfg0.eval_every
-    lr_x = _per_run(configs, "lr", state.x, 2)
-    lr_lam = _per_run(configs, "lambda_lr", state.lam, state.lam.dim() - 1)
-    mom_x = _per_run(configs, "momentum", state.x, 2)
-    mom_lam = _per_run(configs, "momentum", state.lam, state.lam.dim() - 1)
-    neg_lr_x, neg_lr_lam = -lr_x, -lr_lam
+    stepper = Steps(state, evaluate, configs, try_graph)
+    write_eval, step = stepper.write_eval, stepper.masked
+    step_alive_runs, step_all_alive = stepper.alive_runs, stepper.all_alive
     t0 = time.perf_counter()
-
-    stale = [False]   # whether a check put a run back to its snapshot after the last evaluation
-
-    def write_eval() -> None:
-        stale[0] = False
-        loss, terms, gx, gl = evaluate(state.x, state.lam)
-        if try_graph:   # a CUDA graph replays fixed arrays: the results are copied into the state's
-            state.loss.copy_(loss)
-            state.terms.copy_(terms)
-            state.grad_x.copy_(gx)
-            state.grad_lam.copy_(gl)
-        else:   # the state holds the evaluation's own arrays (read by the next update, before they are rewritten)
-            state.loss, state.terms, state.grad_x, state.grad_lam = loss, terms, gx, gl
-        state.ok.logical_and_(torch.isfinite(loss))
-
-    def step() -> None:   # torch.optim.SGD's momentum update (dampening 0), then the loss at the new point
-        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)       # buf mom + grad, one pass
-        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
-        state.x.copy_(torch.where(_expand(state.alive, state.x), state.x - lr_x * state.buf_x, state.x))
-        state.lam.copy_(torch.where(_expand(state.alive, state.lam), state.lam - lr_lam * state.buf_lam, state.lam))
-        write_eval()
-
-    def step_alive_runs(runs: list[int]) -> None:
-        """The masked update in place, when the host knows which runs are alive (the CPU, after a run stopped): no
-        array of x's size is allocated, and a stopped run's candidates are not touched."""
-        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)
-        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
-        for r in runs:
-            state.x[r].addcmul_(neg_lr_x[r], state.buf_x[r])
-            state.lam[r].addcmul_(neg_lr_lam[r], state.buf_lam[r])
-        write_eval()
-
-    def step_all_alive() -> None:   # the same update in place, when the host knows that every run is alive
-        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)
-        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
-        state.x.addcmul_(neg_lr_x, state.buf_x)          # x - lr buf, one pass (-lr is exact)
-        state.lam.addcmul_(neg_lr_lam, state.buf_lam)
-        write_eval()
 
     write_eval()
     replay = _capture(step, state, info) if try_graph else step
@@ -464,7 +497,7 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
             return False
         bad = (state.alive & ~state.ok).cpu()
         if bool(bad.any()):
-            stale[0] = True
+            stepper.stale = True
             dev_bad = bad.to(state.x.device)
             state.x.copy_(torch.where(_expand(dev_bad, state.x), snap_x, state.x))
             state.lam.copy_(torch.where(_expand(dev_bad, state.lam), snap_lam, state.lam))
@@ -524,7 +557,7 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
             alive_runs = alive_now.nonzero().flatten().tolist()
     info.seconds = time.perf_counter() - t0
     # the final loss of every run at its returned point (the last step, or its snapshot)
-    if stale[0]:
+    if stepper.stale:
         final_loss, final_terms, _, _ = evaluate(state.x, state.lam)
     else:   # the last evaluation was at the returned point of every run (a deterministic evaluation would repeat it)
         final_loss, final_terms = state.loss, state.terms
