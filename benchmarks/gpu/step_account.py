@@ -144,13 +144,14 @@ def model_seconds(row: dict[str, Any], flops_rate: float) -> float:
     return max(row["flops"] / flops_rate, row["bytes"] / H100["bytes_per_s"], H100["kernel_floor_s"])
 
 
-def profile_ops(runs: int, m: int, steps: int, dots: str) -> tuple[Counter[Any], dict[str, Any]]:
+def profile_ops(runs: int, m: int, steps: int, dots: str,
+                layer_form: str = "gram") -> tuple[Counter[Any], dict[str, Any]]:
     """The top-level operations of ``attack.run_batched`` with ``steps`` steps (and the profiler's peak memory)."""
     target = make_target([1000, 1000], torch.float32, "cpu", m)
     attack, configs = make_runs(runs, m, steps, target, {"sync_every": 100, "tf32": True, "cuda_graph": True})
     labels = candidate_labels("binary", 2, m)
     x0s, gens = starts(configs, m, target)
-    with step_options(StepOptions(dots=dots)):   # type: ignore[arg-type]
+    with step_options(StepOptions(dots=dots, layer_form=layer_form)):   # type: ignore[arg-type]
         t0 = time.perf_counter()
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
             attack.run_batched(target, x0s, labels, configs, generators=gens)
@@ -159,10 +160,11 @@ def profile_ops(runs: int, m: int, steps: int, dots: str) -> tuple[Counter[Any],
     return ops, {"steps": steps, "seconds_profiled": seconds}
 
 
-def one_step(runs: int, m: int, s1: int, s2: int, dots: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def one_step(runs: int, m: int, s1: int, s2: int, dots: str,
+             layer_form: str = "gram") -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One step's operations (generalised shapes, count per step), in order of first appearance."""
-    a, info1 = profile_ops(runs, m, s1, dots)
-    b, info2 = profile_ops(runs, m, s2, dots)
+    a, info1 = profile_ops(runs, m, s1, dots, layer_form)
+    b, info2 = profile_ops(runs, m, s2, dots, layer_form)
     diff = b.copy()
     diff.subtract(a)
     rows = []
@@ -213,11 +215,37 @@ def probe_fit(path: Path, accounts: dict[str, Any]) -> dict[str, Any]:
             fits["lines"].append({"precision": precision, "cuda_graph": graph, "seconds_at_8": t8,
                                   "seconds_at_16": t16, "per_run_seconds": (t16 - t8) / 8,
                                   "fixed_seconds": 2 * t8 - t16})
+    # the per-run dot products as batched 1 x N by N x 1 products: their bytes per run and step, and the rate at which
+    # one run's share would have to be read for them to be the part that does not grow with the runs
+    rows1 = [r for r in accounts[next(iter(accounts))]["rows"]
+             if r["op"] == "aten::bmm" and r["shapes"][0][1:2] == [1] and r["shapes"][1][2:] == [1]]
+    elements = sum(r["per_step"] * (_numel(_concrete(r["shapes"][0], 1, 1)) + _numel(_concrete(r["shapes"][1], 1, 1)))
+                   for r in rows1)
+    fits["dot_products"] = {"kernels_per_step": sum(r["per_step"] for r in rows1),
+                            "elements_read_per_run": elements,
+                            "implied_gb_per_s_per_run": {
+                                line["precision"] + ("_graph" if line["cuda_graph"] else ""):
+                                    elements * (8 if line["precision"] == "float64" else 4) / line["fixed_seconds"] / 1e9
+                                for line in fits["lines"] if line["fixed_seconds"] > 0}}
     if "8" in accounts and "16" in accounts:
         for key, label in (("h100_tf32_seconds", "tf32"), ("h100_float32_seconds", "float32")):
             m8, m16 = accounts["8"]["total"][key], accounts["16"]["total"][key]
             fits[f"model_{label}"] = {"per_run_seconds": (m16 - m8) / 8, "fixed_seconds": 2 * m8 - m16}
     return fits
+
+
+def _commit() -> str | None:
+    """The commit of this tree (None without git), and whether the tree differs from it."""
+    import subprocess
+
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).parent).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return sha + ("+changes" if dirty else "")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -230,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, nargs=2, default=[1, 3], metavar=("S1", "S2"))
     parser.add_argument("--dots", choices=["bmm", "reduce", "auto"], default="bmm",
                         help="the per-run dot products' form (bmm: a GPU's default; auto: this device's default)")
+    parser.add_argument("--layer-form", choices=["gram", "auto"], default="gram",
+                        help="the layers' terms (auto: the output layer through H^T D; StepOptions)")
     parser.add_argument("--model-runs", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--probe", default=str(Path(__file__).resolve().parent.parent / "results" / "gpu" /
                                                "probe_h100.json"),
@@ -238,14 +268,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.steps[1] <= args.steps[0]:
         parser.error("--steps S1 S2 needs S2 > S1")
     t0 = time.perf_counter()
-    rows, info = one_step(args.runs, args.m, args.steps[0], args.steps[1], args.dots)
+    rows, info = one_step(args.runs, args.m, args.steps[0], args.steps[1], args.dots, args.layer_form)
     result: dict[str, Any] = {
         "benchmark": "one batched KKT attack step (probe.py's tf32 path) operation by operation, modelled on an H100",
         "conditions": conditions("cpu"), "m": args.m, "layers": [3072, 1000, 1000, 1], "dtype": "float32",
-        "dots": args.dots, "profiled_runs": args.runs, "steps": args.steps, "profile": info, "model": H100,
+        "commit": _commit(), "dots": args.dots, "layer_form": args.layer_form, "profiled_runs": args.runs,
+        "steps": args.steps, "profile": info, "model": H100,
         "operations": rows}
     if args.check_runs:
-        other, _ = one_step(args.check_runs, args.m, args.steps[0], args.steps[1], args.dots)
+        other, _ = one_step(args.check_runs, args.m, args.steps[0], args.steps[1], args.dots, args.layer_form)
         key = [(r["op"], json.dumps(r["shapes"]), r["per_step"]) for r in rows]
         other_key = [(r["op"], json.dumps(r["shapes"]), r["per_step"]) for r in other]
         result["check_runs"] = {"runs": args.check_runs, "same_operations": sorted(key) == sorted(other_key)}
