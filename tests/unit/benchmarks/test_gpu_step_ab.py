@@ -36,7 +36,7 @@ def test_the_step_ab_runs_tiny_on_the_cpu(tmp_path):
     assert data["tiny"] and not data["skipped"] and data["reference"] == "before"
     variants = [v[0] for v in script.VARIANTS]
     runs = script.SIZES["tiny"]["runs"]
-    assert len(data["rows"]) == len(runs) * (2 * len(variants) + 1)
+    assert len(data["rows"]) == len(runs) * (2 * len(variants) + 2)   # and two eager rows per batch size
     for r in runs:
         for precision in ("tf32", "float32"):
             got = [row["variant"] for row in data["rows"]
@@ -64,3 +64,21 @@ def test_the_step_ab_stops_with_one_line_where_reconbench_cannot_be_imported(tmp
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot import reconbench here")
     assert "reconbench-slice-site" in lines[0] and not (tmp_path / "ab.json").exists()
+
+
+def test_the_step_ab_imports_reconbench_through_the_folders_slice_sh_leaves(tmp_path):
+    """No site-packages (-S), PYTHONPATH unset: the script finds torch (and the package's metadata) in the site's
+    ``wheels`` folder and the plugins where slice.sh registers them by hand, and runs."""
+    import torch
+
+    site = tmp_path / "reconbench-slice-site"
+    site.mkdir()
+    (site / "wheels").symlink_to(Path(torch.__file__).resolve().parent.parent, target_is_directory=True)
+    (site / "reconbench_plugins").symlink_to(SCRIPT.parents[2] / "plugins", target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(TMPDIR=str(tmp_path), OMP_NUM_THREADS="1")
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([sys.executable, "-S", str(SCRIPT), str(out), "--tiny", "--steps", "1", "--check-steps", "1"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(out.read_text())["rows"]
