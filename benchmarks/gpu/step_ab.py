@@ -269,9 +269,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 continue
             try:
                 row, checked = run_case(problem, precision, variant, g, device, args.check_steps, args.steps)
-            except torch.cuda.OutOfMemoryError as exc:   # keep what was measured; say which case did not fit
-                result["rows"].append({"variant": variant[0], "runs": runs, "precision": precision,
-                                       "error": f"out of memory: {str(exc).splitlines()[0]}"})
+            except Exception as exc:   # out of memory, or a variant that fails: keep what was measured, go on
+                result["rows"].append({"variant": variant[0], "runs": runs, "precision": precision, "graph_asked": g,
+                                       "error": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"})
+                print(f"R={runs} {precision} {variant[0]}: {result['rows'][-1]['error']}", flush=True)
                 write()
                 continue
             if variant[0] == reference and g == graph:
