@@ -91,12 +91,12 @@ class BatchInfo:
 
 @dataclass(frozen=True)
 class StepOptions:
-    """Choices of the closed-form engine that change the rounding of its sums, so none is a default: the default
-    (every field at its default) is the step that made the published numbers. Set for a block of code by
+    """Choices of the closed-form engine that change the order of its sums on some device, so none is a default:
+    the default (every field at its default) is the step that made the published numbers. Set for a block of code by
     :func:`step_options` (what benchmarks/gpu/step_ab.py times against the default on a GPU)."""
 
-    #: "auto": per-run dot products as the device's default form; "reduce": product then sum on every device
-    #: (:data:`reconbench.attack.kkt.batched_gram.DotForm`)
+    #: "auto": per-run dot products as the device's default form; "reduce": product then sum on every device;
+    #: "bmm": batched products on every device (:data:`reconbench.attack.kkt.batched_gram.DotForm`)
     dots: DotForm = "auto"
     #: "gram": the Gram matrices in every layer; "auto": a narrow layer through H^T D (:data:`LayerForm`)
     layer_form: LayerForm = "gram"
