@@ -252,7 +252,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="where to write the JSON")
     parser.add_argument("--m", type=int, default=1000, help="candidates per run (the papers: 1000)")
-    parser.add_argument("--runs", type=int, default=4, help="R profiled")
+    parser.add_argument("--runs", type=int, default=4, help="R profiled (a number that no other dimension of the "
+                                                            "step equals, nor R m: 1, 3 and 2 x layers are taken)")
     parser.add_argument("--check-runs", type=int, default=0, help="a second R whose operations must be the same "
                                                                   "list (0: no check)")
     parser.add_argument("--steps", type=int, nargs=2, default=[1, 3], metavar=("S1", "S2"))
