@@ -23,8 +23,10 @@ For R = 16, 8 and 4 runs, TF32 and float32: the step captured as a CUDA graph as
 update; eagerly on the CPU), ``--check-steps`` steps whose candidates, losses and gradients are compared with
 ``before``'s at the same precision and with a float64 ``before`` (largest difference relative to the largest
 magnitude), 2 steps of warm-up, then ``--steps`` replays timed with CUDA events. ``default`` and ``dots=reduce``
-are also timed eagerly with TF32 (the in-place update the loop runs without a graph). Cases run in that order
-until ``--budget`` seconds have passed; the rest are listed as skipped, and the JSON is rewritten after every case.
+are also timed eagerly with TF32 (the in-place update the loop runs without a graph), and at the largest batch size
+``--profile-steps`` more of their eager steps run under torch.profiler: the kernels that take the time, per step (the
+test of the account's suspicion, docs/performance.md). Cases run in that order until ``--budget`` seconds have
+passed; the rest are listed as skipped, and the JSON is rewritten after every case.
 """
 
 from __future__ import annotations
@@ -161,10 +163,34 @@ def _timer(device: torch.device) -> tuple[Callable[[], None], Callable[[], float
     return start, lambda: time.perf_counter() - t0[0]
 
 
+def kernel_profile(step: Callable[[], None], steps: int, device: torch.device, top: int = 30) -> dict[str, Any]:
+    """``steps`` steps under torch.profiler: the kernels (on a GPU; the aten operations on a CPU) that took the most
+    time, per step, largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+    rows = []
+    for evt in prof.key_averages():
+        if device.type == "cuda":
+            us = float(getattr(evt, "self_device_time_total", 0.0) or getattr(evt, "self_cuda_time_total", 0.0))
+        else:
+            us = float(evt.self_cpu_time_total) if evt.key.startswith("aten::") else 0.0
+        if us > 0:
+            rows.append({"name": evt.key[:160], "calls_per_step": evt.count / steps, "us_per_step": us / steps})
+    rows.sort(key=lambda r: -r["us_per_step"])
+    return {"steps": steps, "clock": "device" if device.type == "cuda" else "cpu",
+            "total_us_per_step": sum(r["us_per_step"] for r in rows), "top": rows[:top]}
+
+
 def run_case(problem: Problem, precision: str, variant: tuple[str, StepOptions, bool], graph: bool,
-             device: torch.device, check_steps: int, timed_steps: int) -> tuple[dict[str, Any], list[torch.Tensor]]:
-    """One variant at one batch size and precision: its row, and its candidates, losses and gradients after the check
-    steps."""
+             device: torch.device, check_steps: int, timed_steps: int,
+             profile_steps: int = 0) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    """One variant at one batch size and precision: its row (with a kernel profile of ``profile_steps`` steps when
+    asked), and its candidates, losses and gradients after the check steps."""
     name, options, before = variant
     dtype = PRECISIONS[precision]
     if device.type == "cuda":
@@ -201,6 +227,7 @@ def run_case(problem: Problem, precision: str, variant: tuple[str, StepOptions, 
         for _ in range(timed_steps):
             step()
         seconds = stop() / max(timed_steps, 1)
+        profiled = kernel_profile(step, profile_steps, device) if profile_steps > 0 else None
         finite = bool(torch.isfinite(state.loss).all())
     flops = step_flops([like[0, 0].numel(), *problem.widths, 1], problem.m, problem.runs)["total"]
     row = {"variant": name, "options": options.label(), "runs": problem.runs, "m": problem.m, "precision": precision,
@@ -209,6 +236,8 @@ def run_case(problem: Problem, precision: str, variant: tuple[str, StepOptions, 
            "tflops_per_second": flops / seconds / 1e12 if seconds > 0 else None, "flops_per_step": flops,
            "all_finite": finite,
            "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
+    if profiled is not None:
+        row["kernel_profile"] = profiled
     return row, checked
 
 
@@ -228,6 +257,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--device", default=None, help="default: cuda, or cpu with --tiny")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per case (default 20)")
     parser.add_argument("--check-steps", type=int, default=5, help="steps before the comparison (default 5)")
+    parser.add_argument("--profile-steps", type=int, default=3,
+                        help="eager steps profiled (kernel times) at the largest batch size (0: none; default 3)")
     args = parser.parse_args(argv)
     device = torch.device(args.device or ("cpu" if args.tiny else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -275,7 +306,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                           "why": f"past --budget {args.budget}s"})
                 continue
             try:
-                row, checked = run_case(problem, precision, variant, g, device, args.check_steps, args.steps)
+                # the eager steps of the first batch size under the profiler: which kernels take the time
+                profile = args.profile_steps if (not g and graph and runs == size["runs"][0]) else 0
+                row, checked = run_case(problem, precision, variant, g, device, args.check_steps, args.steps, profile)
             except Exception as exc:   # out of memory, or a variant that fails: keep what was measured, go on
                 result["rows"].append({"variant": variant[0], "runs": runs, "precision": precision, "graph_asked": g,
                                        "error": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"})

@@ -42,6 +42,13 @@ def test_the_step_ab_runs_tiny_on_the_cpu(tmp_path):
             got = [row["variant"] for row in data["rows"]
                    if row["runs"] == r and row["precision"] == precision and row["graph_asked"]]
             assert got == variants
+    profiled = [row for row in data["rows"] if "kernel_profile" in row]   # the two eager rows of the largest R
+    assert [(r["runs"], r["variant"], r["graph_asked"]) for r in profiled] == [(runs[0], "default", False),
+                                                                               (runs[0], "dots=reduce", False)]
+    for row in profiled:
+        top = row["kernel_profile"]["top"]
+        assert top and all(t["us_per_step"] > 0 for t in top)
+        assert any(t["name"] in ("aten::bmm", "aten::baddbmm", "aten::mm") for t in top)
     for row in data["rows"]:
         assert row["seconds_per_step"] > 0 and row["all_finite"] and row["cuda_graph"] is False
         assert row["tf32"] is False   # TF32 is a CUDA opt-in
