@@ -48,11 +48,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def _import_reconbench() -> None:
     """Import torch and reconbench (with its plugins); on failure, add slice.sh's site folders and this tree to
     sys.path and try again; exit with one line naming what is missing when that fails too."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))   # the sibling benchmark scripts
+
     def attempt() -> str | None:
-        try:
-            importlib.import_module("torch")
-            importlib.import_module("reconbench")
-            importlib.import_module("reconbench.attack.kkt.batched")
+        try:   # every module the script imports (reconbench's own dependencies, cattrs among them, come with them)
+            for name in ("torch", "reconbench", "reconbench.attack.kkt.batched", "reconbench.attack.candidates",
+                         "bench_batched", "cell_time_account"):
+                importlib.import_module(name)
             from reconbench import plugins
             plugins.get("attacks", "haim_binary_kkt")
         except Exception as exc:   # ImportError, or a plugin not registered: both say the same, not importable
@@ -66,7 +69,8 @@ def _import_reconbench() -> None:
     for path in (ROOT, site, site / "wheels"):
         if path.is_dir() and str(path) not in sys.path:
             sys.path.insert(0, str(path))
-    for name in [n for n in sys.modules if n == "reconbench" or n.startswith(("reconbench.", "reconbench_plugins"))]:
+    for name in [n for n in sys.modules if n in ("reconbench", "bench_batched", "cell_time_account")
+                 or n.startswith(("reconbench.", "reconbench_plugins"))]:
         del sys.modules[name]   # a half-imported package from the first try
     importlib.invalidate_caches()
     again = attempt()
@@ -79,7 +83,6 @@ _import_reconbench()
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "benchmarks"))   # the sibling benchmark scripts
 sys.path.insert(0, str(ROOT / "tests"))        # the step as it was (tests/_helpers/step_before_lean.py)
 
 from bench_batched import conditions, make_runs, make_target, starts  # noqa: E402
