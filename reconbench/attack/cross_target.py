@@ -30,15 +30,17 @@ from reconbench.attack.kkt.batched import (
     PER_RUN_FIELDS,
     BatchInfo,
     State,
+    StepOptions,
     advance,
     bytes_per_run,
+    current_step_options,
     gram_evaluator,
     matmul_precision,
     per_run_column,
     plan_chunks,
     resolve_sync_every,
 )
-from reconbench.attack.kkt.batched_gram import BatchedGram
+from reconbench.attack.kkt.batched_gram import BatchedGram, DotForm, LayerForm
 from reconbench.attack.kkt.loop import StationarityConfig
 from reconbench.attack.kkt.stationarity import full_chain
 from reconbench.attack.kkt.surrogate import Forward
@@ -101,11 +103,14 @@ class CrossGram(BatchedGram):
     """:class:`BatchedGram` whose run r reads the layers of target ``run_target[r]``.
 
     When the runs come in equal contiguous blocks per target (every cell with the same number of runs), each product
-    by a weight is one ``bmm`` over the T targets, the rows of a target's runs forming one matrix; otherwise each run
-    gets its own copy of its target's weights (a ``bmm`` over the R runs)."""
+    by a weight is one ``bmm`` over the T targets, the rows of a target's runs forming one matrix. Otherwise the runs
+    fall into segments of consecutive runs on one target, and each product is one ``bmm`` per segment over its runs,
+    with the target's weights as a stride-0 view repeated for each run (no copy of the weights per run: the same
+    products, bit for bit, as with a copy per run, in the memory of one copy per target)."""
 
     def __init__(self, chains: Sequence[Sequence[nn.Linear]], run_target: Sequence[int], forward: Forward,
-                 dtype: torch.dtype, device: torch.device) -> None:
+                 dtype: torch.dtype, device: torch.device, layer_form: LayerForm = "gram",
+                 dots: DotForm = "auto") -> None:
         if not chains or not run_target:
             raise ReconbenchError("a cross-target batch needs at least one target and one run")
         shape = _chain_shape(chains[0])
@@ -113,20 +118,27 @@ class CrossGram(BatchedGram):
             if _chain_shape(chain) != shape:
                 raise ReconbenchError(f"cross-target batch: target {t}'s layers {_chain_shape(chain)} differ from "
                                       f"target 0's {shape}; batch only targets of one shape")
-        super().__init__(list(chains[0]), forward, dtype, device)
+        super().__init__(list(chains[0]), forward, dtype, device, layer_form, dots)
         per_target = [BatchedGram(list(c), forward, dtype, device) for c in chains]
         order = list(run_target)
         t_count = len(chains)
         block = len(order) // t_count if len(order) % t_count == 0 else 0
         blocked = block > 0 and order == [t for t in range(t_count) for _ in range(block)]
-        index = list(range(t_count)) if blocked else order
         self.group = block if blocked else 1   # runs per row block of the batched products
+        #: (first run, end run, target) of each stretch of consecutive runs on one target (unequal blocks only)
+        self.segments: list[tuple[int, int, int]] = []
+        if not blocked:
+            first = 0
+            for r in range(1, len(order) + 1):
+                if r == len(order) or order[r] != order[first]:
+                    self.segments.append((first, r, order[first]))
+                    first = r
 
         def stack(tensors: list[torch.Tensor]) -> torch.Tensor:
-            return torch.stack([tensors[i] for i in index]).contiguous()
+            return torch.stack(tensors).contiguous()   # (T, ...): one copy per target
 
-        self.weights = [stack([g.weights[k] for g in per_target]) for k in range(len(shape))]       # (B, out, in)
-        self.weights_t = [stack([g.weights_t[k] for g in per_target]) for k in range(len(shape))]   # (B, in, out)
+        self.weights = [stack([g.weights[k] for g in per_target]) for k in range(len(shape))]       # (T, out, in)
+        self.weights_t = [stack([g.weights_t[k] for g in per_target]) for k in range(len(shape))]   # (T, in, out)
         self.biases = [None if per_target[0].biases[k] is None else
                        stack([g.biases[k] for g in per_target])[:, None, :]   # type: ignore[misc]
                        for k in range(len(shape))]
@@ -137,18 +149,38 @@ class CrossGram(BatchedGram):
         """(R, m, d) as (B, group m, d): the rows each batched product multiplies by one weight matrix."""
         return a.view(-1, self.group * a.shape[1], a.shape[2])
 
+    @staticmethod
+    def _each(w: torch.Tensor, t: int, n: int) -> torch.Tensor:
+        """Target t's matrix of ``w`` (T, ...) once for each of n runs, as a view."""
+        return w[t].expand(n, *w.shape[1:])
+
     def times_wt(self, k: int, a: torch.Tensor, out: torch.Tensor) -> None:
         b = self.biases[k]
-        if b is None:
+        if self.segments:
+            for first, end, t in self.segments:
+                w = self._each(self.weights_t[k], t, end - first)
+                if b is None:
+                    torch.bmm(a[first:end], w, out=out[first:end])
+                else:
+                    torch.baddbmm(self._each(b, t, end - first), a[first:end], w, out=out[first:end])
+        elif b is None:
             torch.bmm(self._rows(a), self.weights_t[k], out=self._rows(out))
         else:
             torch.baddbmm(b, self._rows(a), self.weights_t[k], out=self._rows(out))
 
     def times_w(self, k: int, a: torch.Tensor, out: torch.Tensor) -> None:
-        torch.bmm(self._rows(a), self.weights[k], out=self._rows(out))
+        if self.segments:
+            for first, end, t in self.segments:
+                torch.bmm(a[first:end], self._each(self.weights[k], t, end - first), out=out[first:end])
+        else:
+            torch.bmm(self._rows(a), self.weights[k], out=self._rows(out))
 
     def add_times_wt(self, k: int, a: torch.Tensor, out: torch.Tensor) -> None:
-        self._rows(out).baddbmm_(self._rows(a), self.weights_t[k])
+        if self.segments:
+            for first, end, t in self.segments:
+                out[first:end].baddbmm_(a[first:end], self._each(self.weights_t[k], t, end - first))
+        else:
+            self._rows(out).baddbmm_(self._rows(a), self.weights_t[k])
 
 
 def run_cross_batch(chains: Sequence[Sequence[nn.Linear]], run_target: Sequence[int], x0: torch.Tensor,
@@ -168,8 +200,11 @@ def run_cross_batch(chains: Sequence[Sequence[nn.Linear]], run_target: Sequence[
         m = x0.shape[1]
         scale = torch.tensor([1.0 / m if c.inverse_m else 1.0 for c in configs], dtype=dtype,
                              device=device).reshape(-1, 1, 1)
-        gram = CrossGram(chains, run_target, cfg0.forward, dtype, device)
+        options = current_step_options()
+        gram = CrossGram(chains, run_target, cfg0.forward, dtype, device, options.layer_form, options.dots)
         evaluate = gram_evaluator(gram, terms, alpha, box, scale)
+        if options != StepOptions():
+            info.notes.append(f"step options: {options.label()}")
         state = State(like.flatten(2).clone(), lam0.detach().to(like).clone())
         graph = device.type == "cuda" and bool(cfg0.cuda_graph)   # eager steps elsewhere (and when capture fails)
         outputs = advance(state, evaluate, configs, sync_every, info, graph, gram.theta_sqs, progress)

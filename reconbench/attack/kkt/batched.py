@@ -20,13 +20,14 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
 from reconbench.attack import watch
-from reconbench.attack.kkt.batched_gram import BatchedGram, run_sum_of_squares, sum_of_squares
+from reconbench.attack.kkt.batched_gram import BatchedGram, DotForm, LayerForm, run_sum_of_squares, sum_of_squares
 from reconbench.attack.kkt.convergence import ConvergenceRule
 from reconbench.attack.kkt.loop import Coefficients, Penalty, StationarityConfig, box_prior
 from reconbench.attack.kkt.stationarity import full_chain, make_engine
@@ -87,6 +88,42 @@ class BatchInfo:
                 "cuda_graph": self.cuda_graph, "tf32": self.tf32, "chunk": self.chunk, "chunks": self.chunks,
                 "chunk_reason": self.chunk_reason, "notes": self.notes, "seconds": self.seconds,
                 "divergence_loses_at_most_steps": self.sync_every}
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """Choices of the closed-form engine that change the order of its sums on some device, so none is a default:
+    the default (every field at its default) is the step that made the published numbers. Set for a block of code by
+    :func:`step_options` (what benchmarks/gpu/step_ab.py times against the default on a GPU)."""
+
+    #: "auto": per-run dot products as the device's default form; "reduce": product then sum on every device;
+    #: "bmm": batched products on every device (:data:`reconbench.attack.kkt.batched_gram.DotForm`)
+    dots: DotForm = "auto"
+    #: "gram": the Gram matrices in every layer; "auto": a narrow layer through H^T D (:data:`LayerForm`)
+    layer_form: LayerForm = "gram"
+
+    def label(self) -> str:
+        changed = [f"{k}={v}" for k, v in (("dots", self.dots), ("layer_form", self.layer_form))
+                   if v != getattr(StepOptions, k)]
+        return ", ".join(changed) or "default"
+
+
+_STEP_OPTIONS: ContextVar[StepOptions | None] = ContextVar("reconbench_kkt_step_options", default=None)
+
+
+@contextlib.contextmanager
+def step_options(options: StepOptions) -> Iterator[StepOptions]:
+    """The closed-form engine's :class:`StepOptions` for the batches that start inside the block (a batch records
+    the options it ran with in its notes when they are not the default)."""
+    token = _STEP_OPTIONS.set(options)
+    try:
+        yield options
+    finally:
+        _STEP_OPTIONS.reset(token)
+
+
+def current_step_options() -> StepOptions:
+    return _STEP_OPTIONS.get() or StepOptions()
 
 
 # -- grouping and chunking ----------------------------------------------------------------------------------
@@ -174,7 +211,7 @@ def _per_run(configs: list[StationarityConfig], name: str, like: torch.Tensor, d
 
 def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tensor,
                             buf: torch.Tensor | None = None, neg_box: torch.Tensor | None = None,
-                            common: float | None = None) -> torch.Tensor:
+                            common: float | None = None, dots: DotForm = "auto") -> torch.Tensor:
     """The box prior sum(relu(x - box)^2 + relu(-box - x)^2) per run; adds its gradient to ``grad`` in place.
 
     Both parts come from one excess e = x - clamp(x, -box, box): where x > box it is x - box (the same rounding as
@@ -182,15 +219,22 @@ def _box_value_and_add_grad(x: torch.Tensor, box: torch.Tensor, grad: torch.Tens
     in each entry, so grad + 2 e is what grad + 2 above - 2 below was, bit for bit, and sum(e^2) is the prior (its
     two sums in one). ``buf`` (x's shape) holds e, so that nothing of x's size is allocated; ``neg_box`` is -box
     (exact), passed by a caller that evaluates the prior at every step, and ``common`` the box of every run when the
-    runs share one (:func:`clamp_to_box`).
+    runs share one (:func:`clamp_to_box`); ``dots`` the form of the per-run sum (:class:`StepOptions`).
+
+    With a shared box, e is ``softshrink(x, box)`` (x - box above, x + box below, 0 inside, nan for nan: the same
+    numbers, bit for bit, in one pass instead of the clamp's and the difference's two).
     """
     buf = torch.empty_like(x) if buf is None else buf
-    neg_box = -box if neg_box is None else neg_box
     r = x.shape[0]
     sq = torch.empty(r, 1, 1, dtype=x.dtype, device=x.device)
-    excess = torch.sub(x, clamp_to_box(x, box, neg_box, buf, common), out=buf)
+    if common is not None and common >= 0:
+        # aten's softshrink.out overload (torch.nn.functional.softshrink has no out=; the stub omits the overload)
+        excess = torch._C._nn.softshrink(x, common, out=buf)   # type: ignore[call-arg]
+    else:
+        neg_box = -box if neg_box is None else neg_box
+        excess = torch.sub(x, clamp_to_box(x, box, neg_box, buf, common), out=buf)
     grad.add_(excess, alpha=2.0)
-    run_sum_of_squares(excess, sq)   # squares buf in place
+    run_sum_of_squares(excess, sq, dots)   # squares buf in place (where it sums)
     return sq.reshape(r)
 
 
@@ -216,7 +260,8 @@ def gram_evaluator(gram: BatchedGram, terms: BatchTerms, alpha: torch.Tensor, bo
         fw = gram.forward(x, alpha)
         out = fw.outputs
         stat, gx, cbar = gram.value_and_grad(fw, scale * terms.coefficients(out, lam), alpha)
-        prior = _box_value_and_add_grad(x, box, gx, gram.workspace(x.shape[0], x.shape[1]).box, neg_box, common)
+        prior = _box_value_and_add_grad(x, box, gx, gram.workspace(x.shape[0], x.shape[1]).box, neg_box, common,
+                                        gram.dots)
         pen, pen_grad = terms.penalty_and_grad(lam)
         glam = terms.lambda_vjp(out, scale * cbar) + pen_grad
         loss = stat + prior + pen
@@ -301,8 +346,11 @@ def run_stationarity_batch(target: AttackTarget, x0: torch.Tensor, labels: torch
                              device=device).reshape(-1, 1, 1)
         if use_gram:
             assert chain is not None and terms is not None
-            gram = BatchedGram(chain, cfg0.forward, target.dtype, device)
+            options = current_step_options()
+            gram = BatchedGram(chain, cfg0.forward, target.dtype, device, options.layer_form, options.dots)
             evaluate = gram_evaluator(gram, terms, alpha, box, scale)
+            if options != StepOptions():
+                info.notes.append(f"step options: {options.label()}")
         else:
             evaluate = autograd_evaluator(target, configs, shape, per_run_terms)
         # ||theta||^2 of all parameters for the trace (the engine's, over the same layers, when it has one)
@@ -316,6 +364,72 @@ def run_stationarity_batch(target: AttackTarget, x0: torch.Tensor, labels: torch
     return outputs, info
 
 
+class Steps:
+    """The step of the batched loop in its three forms (torch.optim.SGD's momentum update, dampening 0, then the loss
+    at the new point); the loop picks one per step. ``graph``: the step is replayed as a CUDA graph, so the
+    evaluation's results go to fixed arrays and the update is masked by the device's ``alive`` flags."""
+
+    def __init__(self, state: _State, evaluate: Evaluate, configs: list[StationarityConfig], graph: bool) -> None:
+        self.state, self.evaluate, self.graph = state, evaluate, graph
+        self.lr_x = _per_run(configs, "lr", state.x, 2)
+        self.lr_lam = _per_run(configs, "lambda_lr", state.lam, state.lam.dim() - 1)
+        self.mom_x = _per_run(configs, "momentum", state.x, 2)
+        self.mom_lam = _per_run(configs, "momentum", state.lam, state.lam.dim() - 1)
+        self.neg_lr_x, self.neg_lr_lam = -self.lr_x, -self.lr_lam
+        self.stale = False   # whether a check put a run back to its snapshot after the last evaluation
+        self._adopted = False
+
+    def write_eval(self) -> None:
+        st = self.state
+        self.stale = False
+        loss, terms, gx, gl = self.evaluate(st.x, st.lam)
+        if self.graph:   # a CUDA graph replays fixed arrays: the results are copied into the state's
+            st.loss.copy_(loss)
+            st.terms.copy_(terms)
+            if not self._adopted:   # the first evaluation's gradient array becomes the state's: the closed-form
+                st.grad_x, self._adopted = gx, True   # engine writes every later one into the same (no copy)
+            elif gx.data_ptr() != st.grad_x.data_ptr():
+                st.grad_x.copy_(gx)
+            st.grad_lam.copy_(gl)
+        else:   # the state holds the evaluation's own arrays (read by the next update, before they are rewritten)
+            st.loss, st.terms, st.grad_x, st.grad_lam = loss, terms, gx, gl
+        st.ok.logical_and_(torch.isfinite(loss))
+
+    def _momentum(self) -> None:
+        st = self.state
+        torch.addcmul(st.grad_x, st.buf_x, self.mom_x, out=st.buf_x)       # buf mom + grad, one pass
+        torch.addcmul(st.grad_lam, st.buf_lam, self.mom_lam, out=st.buf_lam)
+
+    def masked(self) -> None:
+        """The update where the device's ``alive`` flag is on (the step a CUDA graph replays): x - lr buf computed
+        as lr buf then x minus it, in the gradient's array (read above, rewritten by the evaluation below), then
+        selected into x in place: no array of x's size allocated, no copy back."""
+        st = self.state
+        self._momentum()
+        for x, buf, lr, scratch in ((st.x, st.buf_x, self.lr_x, st.grad_x),
+                                    (st.lam, st.buf_lam, self.lr_lam, st.grad_lam)):
+            moved = torch.sub(x, torch.mul(lr, buf, out=scratch), out=scratch)
+            torch.where(_expand(st.alive, x), moved, x, out=x)
+        self.write_eval()
+
+    def alive_runs(self, runs: list[int]) -> None:
+        """The masked update in place, when the host knows which runs are alive (the CPU, after a run stopped): no
+        array of x's size is allocated, and a stopped run's candidates are not touched."""
+        st = self.state
+        self._momentum()
+        for r in runs:
+            st.x[r].addcmul_(self.neg_lr_x[r], st.buf_x[r])
+            st.lam[r].addcmul_(self.neg_lr_lam[r], st.buf_lam[r])
+        self.write_eval()
+
+    def all_alive(self) -> None:   # the same update in place, when the host knows that every run is alive
+        st = self.state
+        self._momentum()
+        st.x.addcmul_(self.neg_lr_x, st.buf_x)          # x - lr buf, one pass (-lr is exact)
+        st.lam.addcmul_(self.neg_lr_lam, st.buf_lam)
+        self.write_eval()
+
+
 def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig], sync_every: int,
              info: BatchInfo, try_graph: bool, theta_sq: float | list[float],
              progress: ProgressFn | None) -> list[AttackOutput]:
@@ -324,50 +438,10 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     cfg0, r_runs = configs[0], len(state.x)
     sq = theta_sq if isinstance(theta_sq, list) else [theta_sq] * r_runs
     steps, every = cfg0.steps, cfg0.eval_every
-    lr_x = _per_run(configs, "lr", state.x, 2)
-    lr_lam = _per_run(configs, "lambda_lr", state.lam, state.lam.dim() - 1)
-    mom_x = _per_run(configs, "momentum", state.x, 2)
-    mom_lam = _per_run(configs, "momentum", state.lam, state.lam.dim() - 1)
-    neg_lr_x, neg_lr_lam = -lr_x, -lr_lam
+    stepper = Steps(state, evaluate, configs, try_graph)
+    write_eval, step = stepper.write_eval, stepper.masked
+    step_alive_runs, step_all_alive = stepper.alive_runs, stepper.all_alive
     t0 = time.perf_counter()
-
-    stale = [False]   # whether a check put a run back to its snapshot after the last evaluation
-
-    def write_eval() -> None:
-        stale[0] = False
-        loss, terms, gx, gl = evaluate(state.x, state.lam)
-        if try_graph:   # a CUDA graph replays fixed arrays: the results are copied into the state's
-            state.loss.copy_(loss)
-            state.terms.copy_(terms)
-            state.grad_x.copy_(gx)
-            state.grad_lam.copy_(gl)
-        else:   # the state holds the evaluation's own arrays (read by the next update, before they are rewritten)
-            state.loss, state.terms, state.grad_x, state.grad_lam = loss, terms, gx, gl
-        state.ok.logical_and_(torch.isfinite(loss))
-
-    def step() -> None:   # torch.optim.SGD's momentum update (dampening 0), then the loss at the new point
-        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)       # buf mom + grad, one pass
-        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
-        state.x.copy_(torch.where(_expand(state.alive, state.x), state.x - lr_x * state.buf_x, state.x))
-        state.lam.copy_(torch.where(_expand(state.alive, state.lam), state.lam - lr_lam * state.buf_lam, state.lam))
-        write_eval()
-
-    def step_alive_runs(runs: list[int]) -> None:
-        """The masked update in place, when the host knows which runs are alive (the CPU, after a run stopped): no
-        array of x's size is allocated, and a stopped run's candidates are not touched."""
-        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)
-        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
-        for r in runs:
-            state.x[r].addcmul_(neg_lr_x[r], state.buf_x[r])
-            state.lam[r].addcmul_(neg_lr_lam[r], state.buf_lam[r])
-        write_eval()
-
-    def step_all_alive() -> None:   # the same update in place, when the host knows that every run is alive
-        torch.addcmul(state.grad_x, state.buf_x, mom_x, out=state.buf_x)
-        torch.addcmul(state.grad_lam, state.buf_lam, mom_lam, out=state.buf_lam)
-        state.x.addcmul_(neg_lr_x, state.buf_x)          # x - lr buf, one pass (-lr is exact)
-        state.lam.addcmul_(neg_lr_lam, state.buf_lam)
-        write_eval()
 
     write_eval()
     replay = _capture(step, state, info) if try_graph else step
@@ -426,7 +500,7 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
             return False
         bad = (state.alive & ~state.ok).cpu()
         if bool(bad.any()):
-            stale[0] = True
+            stepper.stale = True
             dev_bad = bad.to(state.x.device)
             state.x.copy_(torch.where(_expand(dev_bad, state.x), snap_x, state.x))
             state.lam.copy_(torch.where(_expand(dev_bad, state.lam), snap_lam, state.lam))
@@ -491,7 +565,7 @@ def _advance(state: _State, evaluate: Evaluate, configs: list[StationarityConfig
     if watcher is not None:
         watcher.end(max(snap_step))
     # the final loss of every run at its returned point (the last step, or its snapshot)
-    if stale[0]:
+    if stepper.stale:
         final_loss, final_terms, _, _ = evaluate(state.x, state.lam)
     else:   # the last evaluation was at the returned point of every run (a deterministic evaluation would repeat it)
         final_loss, final_terms = state.loss, state.terms

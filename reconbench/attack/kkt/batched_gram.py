@@ -81,23 +81,37 @@ class Workspace:
         self.box = new(r, m, dims[0])                                   # the box prior's parts (batched.py)
 
 
-def run_dot(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
+#: how the per-run sums <a[r], b[r]> (the stationarity term's <D_k, Z_k> and <P_k, G_k>, the box prior's sum of
+#: squares) are taken: "auto" (the default, the published numbers) as a product then a sum per run on the CPU and as
+#: a batched 1 x N by N x 1 product elsewhere; "reduce" as the product then the sum on every device (on a GPU another
+#: summation order than the batched product, and no TF32 rounding of its operands: an A/B option, off by default);
+#: "bmm" as the batched product on every device (what a GPU runs by default: to list a GPU's operations on a CPU)
+DotForm = Literal["auto", "reduce", "bmm"]
+
+
+def _reduces(a: torch.Tensor, dots: DotForm) -> bool:
+    return dots == "reduce" or (dots == "auto" and a.device.type == "cpu")
+
+
+def run_dot(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, buf: torch.Tensor | None = None,
+            dots: DotForm = "auto") -> torch.Tensor:
     """<a[r], b[r]> for every run r into ``out`` (R, 1, 1). On the CPU: the product into ``buf`` (a's shape; a
     temporary without it) and a sum per run, because MKL runs the batched 1 x N by N x 1 product about ten times
-    slower than that (docs/performance.md); elsewhere as that batched product, with no temporary of a's size."""
+    slower than that (docs/performance.md); elsewhere as that batched product, with no temporary of a's size
+    (``dots="reduce"``: the CPU's way on every device)."""
     r = a.shape[0]
-    if a.device.type == "cpu":
+    if _reduces(a, dots):
         prod = torch.mul(a, b) if buf is None else torch.mul(a, b, out=buf)
         torch.sum(prod.reshape(r, -1), dim=1, out=out.view(r))
         return out
     return torch.bmm(a.reshape(r, 1, -1), b.reshape(r, -1, 1), out=out)
 
 
-def run_sum_of_squares(a: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """<a[r], a[r]> for every run r into ``out`` (R, 1, 1); overwrites ``a`` with its squares on the CPU (the
-    callers do not read it again), so that no temporary of a's size is needed."""
+def run_sum_of_squares(a: torch.Tensor, out: torch.Tensor, dots: DotForm = "auto") -> torch.Tensor:
+    """<a[r], a[r]> for every run r into ``out`` (R, 1, 1); overwrites ``a`` with its squares where it sums them
+    (the CPU, or ``dots="reduce"``; the callers do not read it again), so that no temporary of a's size is needed."""
     r = a.shape[0]
-    if a.device.type == "cpu":
+    if _reduces(a, dots):
         torch.sum(a.square_().reshape(r, -1), dim=1, out=out.view(r))
         return out
     return torch.bmm(a.reshape(r, 1, -1), a.reshape(r, -1, 1), out=out)
@@ -152,8 +166,9 @@ class BatchedGram:
     """
 
     def __init__(self, layers: list[nn.Linear], forward: Forward, dtype: torch.dtype, device: torch.device,
-                 layer_form: LayerForm = "gram") -> None:
+                 layer_form: LayerForm = "gram", dots: DotForm = "auto") -> None:
         self.layer_form = layer_form
+        self.dots: DotForm = dots
         self.weights = [layer.weight.detach().to(dtype=dtype, device=device).contiguous() for layer in layers]
         self.weights_t = [w.T.contiguous() for w in self.weights]   # (in, out): x W^T as x @ Wt
         self.biases = [None if layer.bias is None else layer.bias.detach().to(dtype=dtype, device=device)
@@ -221,10 +236,10 @@ class BatchedGram:
             torch.mul(ws.back[k], fw.slopes[k - 1], out=deltas[k - 1])
         for k in range(n):
             h, d = fw.inputs[k], deltas[k]
-            run_dot(d, fw.pre[k], ws.dots[2 * k], ws.zbar[k])   # zbar is written only below
+            run_dot(d, fw.pre[k], ws.dots[2 * k], ws.zbar[k], self.dots)   # zbar is written only below
             if ws.factored[k]:   # <P_k, G_k> = ||H_k^T D_k||^2 (+ ||1^T D_k||^2 with a bias: G_k's ones)
                 torch.bmm(h.transpose(1, 2), d, out=ws.cross[k])
-                run_dot(ws.cross[k], ws.cross[k], ws.dots[2 * k + 1], ws.cross_sq[k])
+                run_dot(ws.cross[k], ws.cross[k], ws.dots[2 * k + 1], ws.cross_sq[k], self.dots)
                 if self.biases[k] is not None:
                     torch.sum(d, dim=1, keepdim=True, out=ws.col_sums[k])
                     ws.dots[2 * k + 1].add_(ws.col_sums[k].square().sum(dim=(1, 2), keepdim=True))
@@ -233,7 +248,7 @@ class BatchedGram:
             if self.biases[k] is not None:
                 ws.grams[k].add_(1.0)
             torch.bmm(d, d.transpose(1, 2), out=ws.outer[k])
-            run_dot(ws.outer[k], ws.grams[k], ws.dots[2 * k + 1], ws.square)
+            run_dot(ws.outer[k], ws.grams[k], ws.dots[2 * k + 1], ws.square, self.dots)
         parts = ws.dots.reshape(n, 2, r)
         total = self.theta_sq - 2.0 * parts[:, 0].sum(dim=0) + parts[:, 1].sum(dim=0)
         # multiplier side: Dbar_k = -2 Z_k + 2 G_k D_k + (Dbar_{k-1} * S_{k-1}) W_k^T, from the input layer up

@@ -81,8 +81,8 @@ def assert_same_runs(expected: list[Any], got: list[Any], tol: float) -> None:
 @pytest.mark.parametrize("name", sorted(TASK))
 @pytest.mark.parametrize("runs", [(3, 3, 3), (2, 3, 1)])
 def test_cross_target_batch_equals_each_cell_alone(name, runs):
-    """Three cells on three targets of one shape (equal runs per cell: one bmm over the targets; unequal: one copy of
-    the weights per run), against each cell's own batched search."""
+    """Three cells on three targets of one shape (equal runs per cell: one bmm over the targets; unequal: one bmm per
+    cell's runs over a view of its target's weights), against each cell's own batched search."""
     reqs = [cell_request(name, wd, r, seed) for wd, r, seed in zip((0.0, 1e-3, 3e-3), runs, (1, 2, 3), strict=True)]
     keys = {cross_key(r) for r in reqs}
     assert len(keys) == 1 and None not in keys, "the three cells must form one group"
