@@ -14,15 +14,16 @@ diverges, the runs' other options sampled as bench_batched.py samples them):
 
 * ``before``: the step before the avoidable work was removed (tests/_helpers/step_before_lean.py: the box prior by
   clamp and subtraction, the CUDA-graph step through temporaries and copies);
-* ``default``: today's step (bit for bit the same numbers as ``before`` on the CPU);
-* ``dots=reduce``, ``layer_form=auto`` and both (:class:`reconbench.attack.kkt.batched.StepOptions`, off by default:
-  they sum in other orders): the per-run dot products as a product and a sum instead of batched 1 x N by N x 1
-  products, and the output layer's terms through H^T D.
+* ``default``: today's step (bit for bit the same numbers as ``before`` on the CPU; on a GPU its per-run dot
+  products are a product and a sum, where ``before`` ran them as batched 1 x N by N x 1 products);
+* ``dots=bmm``, ``layer_form=auto`` and both (:class:`reconbench.attack.kkt.batched.StepOptions`, off by default:
+  they sum in other orders): the per-run dot products as batched 1 x N by N x 1 products (a GPU's default before its
+  first probe), and the output layer's terms through H^T D.
 
 For R = 16, 8 and 4 runs, TF32 and float32: the step captured as a CUDA graph as the engine captures it (the masked
 update; eagerly on the CPU), ``--check-steps`` steps whose candidates, losses and gradients are compared with
 ``before``'s at the same precision and with a float64 ``before`` (largest difference relative to the largest
-magnitude), 2 steps of warm-up, then ``--steps`` replays timed with CUDA events. ``default`` and ``dots=reduce``
+magnitude), 2 steps of warm-up, then ``--steps`` replays timed with CUDA events. ``default`` and ``dots=bmm``
 are also timed eagerly with TF32 (the in-place update the loop runs without a graph), and at the largest batch size
 ``--profile-steps`` more of their eager steps run under torch.profiler: the kernels that take the time, per step (the
 test of the account's suspicion, docs/performance.md). Cases run in that order until ``--budget`` seconds have
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -107,9 +109,9 @@ SIZES: dict[str, dict[str, Any]] = {
 VARIANTS: list[tuple[str, StepOptions, bool]] = [
     ("before", StepOptions(), True),
     ("default", StepOptions(), False),
-    ("dots=reduce", StepOptions(dots="reduce"), False),
+    ("dots=bmm", StepOptions(dots="bmm"), False),
     ("layer_form=auto", StepOptions(layer_form="auto"), False),
-    ("dots=reduce, layer_form=auto", StepOptions(dots="reduce", layer_form="auto"), False),
+    ("dots=bmm, layer_form=auto", StepOptions(dots="bmm", layer_form="auto"), False),
 ]
 PRECISIONS = {"tf32": torch.float32, "float32": torch.float32, "float64": torch.float64}
 
@@ -195,6 +197,9 @@ def run_case(problem: Problem, precision: str, variant: tuple[str, StepOptions, 
     """One variant at one batch size and precision: its row (with a kernel profile of ``profile_steps`` steps when
     asked), and its candidates, losses and gradients after the check steps."""
     name, options, before = variant
+    if before and device.type != "cpu":
+        # the step as it was on a GPU: its per-run dots were batched 1 x N by N x 1 products
+        options = dataclasses.replace(options, dots="bmm")
     dtype = PRECISIONS[precision]
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -288,7 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     graph = device.type == "cuda" or args.tiny   # the masked step a graph replays (eagerly on the CPU)
     for runs in size["runs"]:
         cases = [(p, v, graph) for p in ("tf32", "float32") for v in variants]
-        # today's step and the reduced dots without the graph (the loop's in-place update): what the graph saves
+        # today's step and the batched-product dots without the graph (the loop's in-place update): what the graph saves
         cases += [("tf32", VARIANTS[1], False), ("tf32", VARIANTS[2], False)]
         if time.perf_counter() - t0 > args.budget:
             result["skipped"] += [{"runs": runs, "precision": p, "variant": v[0], "graph": g} for p, v, g in cases]

@@ -96,8 +96,8 @@ class StepOptions:
     the default (every field at its default) is the step that made the published numbers. Set for a block of code by
     :func:`step_options` (what benchmarks/gpu/step_ab.py times against the default on a GPU)."""
 
-    #: "auto": per-run dot products as the device's default form; "reduce": product then sum on every device;
-    #: "bmm": batched products on every device (:data:`reconbench.attack.kkt.batched_gram.DotForm`)
+    #: "auto" and "reduce": per-run dot products as a product then a sum; "bmm": as batched products
+    #: (:data:`reconbench.attack.kkt.batched_gram.DotForm`)
     dots: DotForm = "auto"
     #: "gram": the Gram matrices in every layer; "auto": a narrow layer through H^T D (:data:`LayerForm`)
     layer_form: LayerForm = "gram"

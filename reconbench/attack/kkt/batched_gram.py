@@ -82,23 +82,23 @@ class Workspace:
 
 
 #: how the per-run sums <a[r], b[r]> (the stationarity term's <D_k, Z_k> and <P_k, G_k>, the box prior's sum of
-#: squares) are taken: "auto" (the default, the published numbers) as a product then a sum per run on the CPU and as
-#: a batched 1 x N by N x 1 product elsewhere; "reduce" as the product then the sum on every device (on a GPU another
-#: summation order than the batched product, and no TF32 rounding of its operands: an A/B option, off by default);
-#: "bmm" as the batched product on every device (what a GPU runs by default: to list a GPU's operations on a CPU)
+#: squares) are taken: "auto" (the default) and "reduce" as a product then a sum per run on every device; "bmm" as
+#: a batched 1 x N by N x 1 product (an A/B option: a GPU ran it by default until its first probe showed an
+#: R-independent 5.4 ms per step that only these products can explain, docs/performance.md; benchmarks/gpu/step_ab.py
+#: times both). On the CPU "auto" is the form every published number came from.
 DotForm = Literal["auto", "reduce", "bmm"]
 
 
 def _reduces(a: torch.Tensor, dots: DotForm) -> bool:
-    return dots == "reduce" or (dots == "auto" and a.device.type == "cpu")
+    return dots != "bmm"
 
 
 def run_dot(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, buf: torch.Tensor | None = None,
             dots: DotForm = "auto") -> torch.Tensor:
-    """<a[r], b[r]> for every run r into ``out`` (R, 1, 1). On the CPU: the product into ``buf`` (a's shape; a
-    temporary without it) and a sum per run, because MKL runs the batched 1 x N by N x 1 product about ten times
-    slower than that (docs/performance.md); elsewhere as that batched product, with no temporary of a's size
-    (``dots="reduce"``: the CPU's way on every device)."""
+    """<a[r], b[r]> for every run r into ``out`` (R, 1, 1): the product into ``buf`` (a's shape; a temporary
+    without it) and a sum per run, because MKL runs the batched 1 x N by N x 1 product about ten times slower than
+    that and a GPU runs it on few multiprocessors (docs/performance.md); ``dots="bmm"``: as that batched product,
+    with no temporary of a's size."""
     r = a.shape[0]
     if _reduces(a, dots):
         prod = torch.mul(a, b) if buf is None else torch.mul(a, b, out=buf)

@@ -44,7 +44,7 @@ def test_the_step_ab_runs_tiny_on_the_cpu(tmp_path):
             assert got == variants
     profiled = [row for row in data["rows"] if "kernel_profile" in row]   # the two eager rows of the largest R
     assert [(r["runs"], r["variant"], r["graph_asked"]) for r in profiled] == [(runs[0], "default", False),
-                                                                               (runs[0], "dots=reduce", False)]
+                                                                               (runs[0], "dots=bmm", False)]
     for row in profiled:
         top = row["kernel_profile"]["top"]
         assert top and all(t["us_per_step"] > 0 for t in top)
@@ -54,7 +54,7 @@ def test_the_step_ab_runs_tiny_on_the_cpu(tmp_path):
         assert row["tf32"] is False   # TF32 is a CUDA opt-in
         diff = row["max_relative_difference"]
         assert set(diff) == {f"{w}_vs_{a}" for w in ("candidates", "loss", "gradient") for a in ("before", "float64")}
-        if row["graph_asked"] and row["variant"] in ("before", "default", "dots=reduce"):
+        if row["graph_asked"] and row["variant"] in ("before", "default"):
             # bit for bit on the CPU: the same arithmetic in the same order
             assert all(diff[f"{w}_vs_before"] == 0.0 for w in ("candidates", "loss", "gradient"))
         # float32 against float64 after three steps: float32 rounding, far from a wrong step's difference
