@@ -10,21 +10,9 @@ from typing import Any
 
 import click
 
-from reconbench.bench.cells import Cell, expand
+from reconbench.bench.cells import expand
 from reconbench.bench.executors import Executor
 from reconbench.bench.runner import BenchReport, next_invocation_number
-from reconbench.bench.slice_costs import (
-    RUN_SECONDS_TARGET,
-    CellWork,
-    CostModel,
-    SlicePlan,
-    break_even_budget,
-    break_even_speed,
-    cell_work,
-    plan_slices,
-    run_step_seconds,
-    target_training_seconds,
-)
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import (
     LEDGER_FILE,
@@ -37,9 +25,6 @@ from reconbench.bench.slice_pack import (
 )
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
-from reconbench.preflight import TargetSize
-from reconbench.records.cost_table import CostTable
-from reconbench.records.finished_ledger import FINISHED_LEDGER_FILE
 from reconbench.records.slice_manifest import DeferredCell, SliceCosts, SliceManifest
 
 #: seconds of a slice's deadline kept for writing its pack
@@ -76,114 +61,6 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
         how = f", in {parts} parts of at most {STATE_PART_BYTES:,} bytes" if parts > 1 else ""
         click.echo(f"  target {p.recipe_key}: trained to step {p.step} of {p.steps}; its state goes in the pack"
                    f"{how} and the next slice continues it")
-
-
-def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], deadline: float, reserve: float,
-               device: str, table: CostTable | None,
-               progress: dict[str, float] | None = None, dtype: str | None = None) -> SlicePlan:
-    """The slices ``cells`` (those still to run; ``sizes``: their targets') need, as ``--plan`` prints them: a
-    slice runs with ``--pack``, so targets the resumable trainer takes train in pieces across slices (``progress``:
-    the fraction of its steps each such target's travelling state has done already)."""
-    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=dtype or suite.dtype, device=device) for c in cells]
-    model = CostModel.for_device(device, table)
-    plan = plan_slices(works, model, deadline - reserve, progress=progress)
-    names = {c.recipe.key(): c.target for c in cells}
-    groups: dict[str, list[str]] = {}
-    for w in works:
-        if w.pieces and names[w.target_key] not in groups.setdefault(w.group, []):
-            groups[w.group].append(names[w.target_key])
-
-    def training(i: int) -> str:
-        parts = [f"{' + '.join(groups[g])} {sec:.0f}s" for g, sec in plan.training[i].items()]
-        if plan.cards[i]:
-            parts.insert(0, f"{plan.cards[i]} card(s) rebuilt {plan.cards[i] * model.prior.train.fixed:.0f}s")
-        return "; ".join(parts)
-
-    rows = [(i + 1, len(ids), f"{sec:.0f}", training(i) or "-", ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""))
-            for i, (ids, sec) in enumerate(zip(plan.slices, plan.seconds, strict=True))]
-    click.echo(f"suite {suite.name} on {device}, slices of {deadline:g}s ({reserve:g}s kept for the pack), "
-               f"{'cost table from --costs' if table is not None else 'built-in cost table'}:")
-    if rows:
-        from tabulate import tabulate  # only the plan uses it (with wcwidth, about 35 ms of every bench start)
-
-        click.echo(tabulate(rows, headers=["slice", "cells", "estimated s", "training in pieces", "first cells"],
-                            tablefmt="github"))
-    for cid, est in plan.unfit.items():
-        click.echo(f"  fits no slice: {cid} (estimated {est:.0f}s on a bare machine)")
-    by_target: dict[str, list[str]] = {}
-    for c in cells:
-        by_target.setdefault(c.target, []).append(c.cell_id)
-    for target, ids in by_target.items():
-        key = next(c.recipe.key() for c in cells if c.target == target)
-        end = plan.finished_in(ids)
-        trained = plan.trained_in.get(key)
-        when = f"trained in pieces by slice {trained + 1}, " if trained is not None else ""
-        click.echo(f"  target {target}: {when}" + (f"its {len(ids)} cell(s) done by slice {end + 1}" if end is not None
-                                                   else f"{sum(1 for i in ids if i in plan.unfit)} of its cell(s) "
-                                                        "fit no slice"))
-    click.echo(f"{sum(len(x) for x in plan.slices)} cell(s) in {len(plan.slices)} slice(s), {len(plan.unfit)} that "
-               "fit none")
-    for line in break_even_lines(works, model.prior, deadline - reserve, reserve, len(plan.slices), progress, names):
-        click.echo(line)
-    return plan
-
-
-def break_even_lines(works: list[CellWork], table: CostTable, budget: float, reserve: float, planned: int,
-                     progress: dict[str, float] | None, names: dict[str, str]) -> list[str]:
-    """What speed of the device the plan's count hangs on: the least speed (times the table's) at which the cells
-    fit in one slice fewer than planned, and down to which they still fit in as many; each in the table's own
-    terms (a target's training, a search run's step) and as a fraction of peak where the table states its own;
-    then the time of one search run against :data:`RUN_SECONDS_TARGET`."""
-    first = next((w for w in works if w.pieces), None)
-    step = next((w for w in works if w.run_step > 0), None)
-
-    def terms(speed: float) -> str:
-        out = []
-        if first is not None:
-            out.append(f"training {target_training_seconds(table, first) / speed:.0f}s per target "
-                       f"({names[first.target_key]})")
-        if step is not None:
-            out.append(f"{run_step_seconds(table, step) / speed * 1e3:.3f} ms per step of one search run "
-                       f"({names[step.target_key]}, {step.runs} runs batched: "
-                       f"{run_step_seconds(table, step) * step.runs / speed * 1e3:.2f} ms)")
-        if table.peak_fraction is not None:
-            fraction = table.peak_fraction * speed
-            out.append(f"{fraction:.1%} of peak" + (" (past the peak: out of reach)" if fraction > 1 else ""))
-        return ", ".join(out)
-
-    lines = []
-    for n in sorted({planned - 1, planned} - {0}):
-        if n < 1 or not works:
-            continue
-        speed = break_even_speed(works, table, budget, n, progress)
-        if speed is None:
-            lines.append(f"break-even: no speed fits these cells in {n} slice(s) of {budget:g}s (fixed seconds alone "
-                         "pass it)")
-            continue
-        lines.append(f"break-even for all {len(works)} cell(s) in {n} slice(s): a device {speed:.3f}x the table's "
-                     f"speed per unit (the table: 1x): {terms(speed)}")
-        if speed > 1:
-            longer = break_even_budget(works, table, n, budget, 2 * budget, progress)
-            lines.append(f"  or, at the table's speed, slices of {longer:g}s: --deadline {longer + reserve:g}"
-                         if longer is not None else f"  (at the table's speed, no slice up to {2 * budget:g}s does)")
-    if step is not None and step.steps:
-        run = run_step_seconds(table, step) * step.steps
-        need = run / RUN_SECONDS_TARGET   # the least speed at which one run takes the target's seconds
-        lines.append(f"one search run of {names[step.target_key]} ({step.steps:,} steps): {run:.1f}s at the "
-                     f"table's speed; {RUN_SECONDS_TARGET:g}s asks for at most "
-                     f"{RUN_SECONDS_TARGET / step.steps * 1e3:.3f} ms per step, a device {need:.3f}x the table's"
-                     + (f" ({table.peak_fraction * need:.1%} of peak)" if table.peak_fraction is not None else ""))
-    return lines
-
-
-def ledger_progress(ledger: Path, cells: list[Cell]) -> dict[str, float]:
-    """The fraction of its steps each target's training state that the ledger lists has done (by recipe key)."""
-    try:
-        training = FINISHED_LEDGER_FILE.read(ledger).training
-    except ReconbenchError:
-        return {}   # read_ledger has checked the file already; a state it cannot read trains from the start
-    steps = {c.recipe.key(): c.recipe.train.steps for c in cells}
-    return {k: min(1.0, v.step / steps[k]) for k, v in training.items() if k in steps}
 
 
 class SlicePacker:
