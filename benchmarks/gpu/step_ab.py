@@ -208,7 +208,9 @@ def run_case(problem: Problem, precision: str, variant: tuple[str, StepOptions, 
     like = problem.x0.to(dtype=dtype, device=device)
     configs = problem.configs
     with matmul_precision(precision == "tf32", device) as tf32, _step_as_it_was(before):
-        gram = BatchedGram(model.linear_chain(), configs[0].forward, dtype, device, options.layer_form, options.dots)
+        chain = model.linear_chain()
+        assert chain is not None, "the A/B's network is a chain of linear layers"
+        gram = BatchedGram(chain, configs[0].forward, dtype, device, options.layer_form, options.dots)
         alpha = batched.per_run_column(configs, "alpha", like, 2)
         box = batched.per_run_column(configs, "box", like, 2)
         scale = torch.tensor([1.0 / problem.m if c.inverse_m else 1.0 for c in configs], dtype=dtype,
