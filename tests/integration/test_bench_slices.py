@@ -8,14 +8,13 @@ recipes alone (no data, nothing trained) and recompute each slice's cost from th
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _helpers.cli import run_cli
-from _helpers.slicekit import paper_works
+from _helpers.slicekit import deterministic, paper_works
 
 from reconbench.bench import slice_pack
 from reconbench.bench.cells import expand, select
@@ -39,22 +38,6 @@ from reconbench.records.slice_manifest import SliceManifest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "benchmarks" / "gpu" / "tiny.toml"
-#: fields of a cell record that say when, where and how fast it ran (not what it computed)
-RUN_FIELDS = ("seconds", "finished", "created", "record_sha256", "machine", "message", "invocation", "reused",
-              "git_commit")
-
-
-def deterministic(value: Any) -> Any:
-    """A record without its timings, dates, machine and seal: what one uninterrupted run must reproduce."""
-    if isinstance(value, dict):
-        return {k: deterministic(v) for k, v in value.items() if not any(f in k for f in RUN_FIELDS)}
-    if isinstance(value, list):
-        return [deterministic(v) for v in value]
-    if isinstance(value, float) and math.isnan(value):
-        return "nan"
-    return value
-
-
 def cheap_table(seconds: float = 1.0) -> dict[str, dict[str, float]]:
     return {p: {"fixed": seconds, "rate": 0.0} for p in ("train", "attack", "evaluate")}
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 from _helpers.cli import run_cli
+from _helpers.slicekit import deterministic
 from safetensors.torch import load_file
-from test_bench_slices import deterministic
 
 from reconbench.bench.runner import load_cells, run_suite
 from reconbench.bench.slice_costs import CostModel

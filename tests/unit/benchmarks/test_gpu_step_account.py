@@ -4,31 +4,20 @@ the list is the same at another batch size, and the pricing of single operations
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from _helpers.examples import load_module
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
 
 
-def load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_one_steps_products_are_the_closed_form_flops_and_the_list_scales_with_the_runs(tmp_path):
-    account = load("gpu_step_account", BENCH / "gpu" / "step_account.py")
-    flops = load("cell_time_account_for_test", BENCH / "cell_time_account.py").step_flops
+    account = load_module("gpu_step_account", BENCH / "gpu" / "step_account.py")
+    flops = load_module("cell_time_account_for_test", BENCH / "cell_time_account.py").step_flops
     out = tmp_path / "account.json"
     m = 8
     # R differs from every other dimension of the step (1, 3 layers, 6, m, 1000, 3072), so that it reads as R
@@ -51,7 +40,7 @@ def test_one_steps_products_are_the_closed_form_flops_and_the_list_scales_with_t
 
 
 def test_operations_are_priced_by_their_closed_forms():
-    account = load("gpu_step_account", BENCH / "gpu" / "step_account.py")
+    account = load_module("gpu_step_account", BENCH / "gpu" / "step_account.py")
     mm = account.price("aten::mm", [[40, 30], [30, 20], [40, 20]])
     assert mm["kind"] == "product" and mm["flops"] == 2 * 40 * 30 * 20
     assert mm["bytes"] == 4 * (40 * 30 + 30 * 20 + 40 * 20)
