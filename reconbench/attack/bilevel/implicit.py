@@ -14,16 +14,39 @@ x <- x - eta * grad_x l = x + eta * grad_x <grad_theta E, p>. tests/unit/attack/
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from reconbench.attack.bilevel.objective import LowerProblem
 from reconbench.errors import DivergedError
+
+
+class _LBFGS(torch.optim.LBFGS):
+    """torch's L-BFGS, with its parameter group added without ``Optimizer.add_param_group``'s torch._dynamo guard.
+
+    The guard only matters under torch.compile, but its first call imports torch._dynamo (about 1 s of CPU); the
+    undecorated method it wraps does the same work, so the iterates are the same bit for bit
+    (tests/unit/attack/test_bilevel_derivatives.py runs both).
+    """
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        inspect.unwrap(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+
+def _zero_grad(theta: torch.Tensor) -> None:
+    """``Optimizer.zero_grad(set_to_none=False)`` for one leaf tensor, without that method's torch._dynamo guard."""
+    if theta.grad is not None:
+        if theta.grad.grad_fn is not None:
+            theta.grad.detach_()
+        else:
+            theta.grad.requires_grad_(False)
+        theta.grad.zero_()
 
 
 def upper_loss(theta: torch.Tensor, theta_star: torch.Tensor) -> float:
@@ -58,12 +81,12 @@ def solve_lower(problem: LowerProblem, x: torch.Tensor, theta_start: torch.Tenso
     theta = theta_start.detach().clone().requires_grad_(True)
     iterations = 0
     if method == "lbfgs":
-        opt = torch.optim.LBFGS([theta], lr=lr, max_iter=max_iter, max_eval=max(2 * max_iter, 1),
+        opt = _LBFGS([theta], lr=lr, max_iter=max_iter, max_eval=max(2 * max_iter, 1),
                                 tolerance_grad=tol, tolerance_change=0.0, history_size=history,
                                 line_search_fn="strong_wolfe")
 
         def closure() -> torch.Tensor:
-            opt.zero_grad(set_to_none=False)
+            _zero_grad(theta)
             e = problem.energy(theta, x)
             e.backward()
             return e

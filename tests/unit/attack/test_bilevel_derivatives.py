@@ -1,0 +1,124 @@
+"""The bilevel objective's derivatives by plain autograd against torch.func's, bit for bit, for every training loss;
+the inner L-BFGS without torch._dynamo's guards against torch's own; and a bilevel solve that imports no
+torch._dynamo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.func import grad, vjp
+
+from reconbench import plugins
+from reconbench.attack.bilevel import LowerProblem, softplus_surrogate, solve_lower
+from reconbench.attack.bilevel.objective import bce_with_logits_as_decomposed
+from reconbench.targets.losses import LOSSES
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")   # tiny problems: one torch thread
+
+TASK = {"bce": "binary", "ce": "multiclass", "mse": "regression", "l25": "regression", "huber": "regression"}
+
+
+def problem(loss: str, family: str, dtype: torch.dtype, seed: int) -> tuple[LowerProblem, torch.Tensor]:
+    """A small model on 6 random 1x3x3 images, weight decay 0.05, the loss's own kind of targets."""
+    gen = torch.Generator().manual_seed(seed)
+    classes = 3 if loss == "ce" else 1
+    spec = {"widths": [7]} if family == "mlp_bias" else {}
+    net = plugins.get("models", family).build((1, 3, 3), classes, spec, generator=gen).to(dtype)
+    x = 2.0 * torch.randn(6, 1, 3, 3, generator=gen, dtype=dtype)
+    if loss == "ce":
+        y = torch.randint(0, 3, (6,), generator=gen)
+    elif loss == "bce":
+        y = (torch.rand(6, generator=gen) > 0.5).to(dtype)
+    else:
+        y = 2.0 * torch.randn(6, generator=gen, dtype=dtype)
+    act = softplus_surrogate(3.0) if family == "mlp_bias" else None
+    return LowerProblem(net, LOSSES[loss][0], y, weight_decay=0.05, activation=act), x
+
+
+def torch_func_derivatives(lower: LowerProblem, theta: torch.Tensor, x: torch.Tensor, v: torch.Tensor,
+                           p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """grad_theta E, H v and grad_x <grad_theta E, p>, as the objective took them before: torch.func on the fused loss."""
+    def g(th: torch.Tensor, xx: torch.Tensor) -> torch.Tensor:
+        return grad(lower.energy, argnums=0)(th, xx)
+    hv = vjp(lambda th: g(th, x), theta)[1](v)[0]
+    mixed = vjp(lambda xx: g(theta, xx), x)[1](p)[0]
+    return g(theta, x), hv, mixed
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("family", ["affine", "mlp_bias"])
+@pytest.mark.parametrize("loss", sorted(LOSSES))
+def test_autograd_derivatives_equal_torch_func_bit_for_bit(loss, family, dtype):
+    for seed in range(3):
+        lower, x = problem(loss, family, dtype, seed)
+        gen = torch.Generator().manual_seed(100 + seed)
+        theta = torch.randn(lower.layout.numel, generator=gen, dtype=dtype)
+        v = torch.randn(lower.layout.numel, generator=gen, dtype=dtype)
+        p = torch.randn(lower.layout.numel, generator=gen, dtype=dtype)
+        want_g, want_hv, want_mixed = torch_func_derivatives(lower, theta, x, v, p)
+        hess = lower.hessian_operator(theta, x)
+        assert torch.equal(lower.grad_theta(theta, x), want_g)
+        assert torch.equal(hess(v), want_hv)
+        assert torch.equal(hess(v), want_hv)          # the linearisation is reusable
+        assert torch.equal(lower.mixed_product(theta, x, p), want_mixed)
+
+
+def test_decomposed_bce_is_the_fused_loss_to_rounding():
+    gen = torch.Generator().manual_seed(0)
+    z = 30.0 * torch.randn(1000, generator=gen, dtype=torch.float64)
+    y = (torch.rand(1000, generator=gen) > 0.5).double()
+    fused = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
+    torch.testing.assert_close(bce_with_logits_as_decomposed(z, y), fused, rtol=1e-14, atol=0.0)
+
+
+def test_grad_theta_composes_with_torch_func():
+    lower, x = problem("bce", "mlp_bias", torch.float64, 0)
+    theta = torch.randn(lower.layout.numel, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    jac = torch.func.jacrev(lower.grad_theta, argnums=0)(theta, x)      # the Hessian, dense
+    v = torch.randn(lower.layout.numel, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    torch.testing.assert_close(jac @ v, lower.hessian_operator(theta, x)(v), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("family", ["affine", "mlp_bias"])
+def test_inner_lbfgs_takes_torch_lbfgs_iterates(family):
+    lower, x = problem("bce", family, torch.float64, 4)
+    start = torch.randn(lower.layout.numel, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    ours = solve_lower(lower, x, start, max_iter=60, tol=1e-12)
+    theta = start.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=60, max_eval=120, tolerance_grad=1e-12, tolerance_change=0.0,
+                            history_size=20, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad(set_to_none=False)
+        e = lower.energy(theta, x)
+        e.backward()
+        return e
+
+    opt.step(closure)
+    assert ours.iterations == int(opt.state[theta]["n_iter"])
+    assert torch.equal(ours.theta, theta.detach())
+
+
+def test_bilevel_solve_imports_no_torch_dynamo():
+    """The point of the autograd path: a process that runs the attack's inner solve, adjoint and hypergradient never
+    imports torch._dynamo (about 1 s of CPU)."""
+    script = """
+import sys, torch
+from reconbench import plugins
+from reconbench.attack.bilevel import LowerProblem, hypergradient, softplus_surrogate, solve_lower
+from reconbench.targets.losses import LOSSES
+gen = torch.Generator().manual_seed(0)
+net = plugins.get("models", "mlp_bias").build((1, 3, 3), 1, {"widths": [7]}, generator=gen).double()
+x = torch.randn(6, 1, 3, 3, generator=gen, dtype=torch.float64)
+y = (torch.rand(6, generator=gen) > 0.5).double()
+lower = LowerProblem(net, LOSSES["bce"][0], y, weight_decay=0.05, activation=softplus_surrogate(3.0))
+start = torch.randn(lower.layout.numel, generator=gen, dtype=torch.float64)
+sol = solve_lower(lower, x, start, max_iter=20, newton_steps=2)
+hypergradient(lower, x, sol.theta, torch.zeros_like(sol.theta))
+print("torch._dynamo" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
