@@ -44,6 +44,22 @@ def bce_with_logits_as_decomposed(out: torch.Tensor, y: torch.Tensor) -> torch.T
     return ((1 - y) * z + max_val + ((-max_val).exp() + (-z - max_val).exp()).log()).mean()
 
 
+def _chain_parameter_names(model: TargetNet) -> list[tuple[str, str | None]] | None:
+    """(weight name, bias name or None) of each layer of the model's linear chain (TargetNet.linear_chain), or None
+    when the model declares none (its forward then runs through functional_call)."""
+    layers = model.linear_chain()
+    if layers is None:
+        return None
+    prefix = {id(module): name for name, module in model.named_modules()}
+    names: list[tuple[str, str | None]] = []
+    for layer in layers:
+        if not isinstance(layer, torch.nn.Linear) or id(layer) not in prefix:
+            return None
+        at = prefix[id(layer)] + "." if prefix[id(layer)] else ""
+        names.append((at + "weight", None if layer.bias is None else at + "bias"))
+    return names
+
+
 def _in_functorch_transform() -> bool:
     """Whether a torch.func transform (grad, vjp, jacrev, vmap) is active around the caller."""
     return torch._C._functorch.peek_interpreter_stack() is not None
@@ -117,21 +133,36 @@ class LowerProblem:
     weight_decay: float = 0.0
     activation: Activation | None = None
     layout: ParamLayout = field(init=False)
+    chain: list[tuple[str, str | None]] | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.layout = ParamLayout.of(self.model)
+        self.chain = _chain_parameter_names(self.model)
+
+    def forward(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Phi(x; theta). A model that declares its linear chain runs it here layer by layer, the same
+        ``F.linear`` and activation calls as its own forward pass on the same parameter views, so the same numbers
+        and graph; ``functional_call``'s parameter swapping cost about as much as the small network's forward."""
+        params = self.layout.unflatten(theta)
+        if self.chain is None:
+            if self.activation is None:
+                return functional_call(self.model, params, (x,))
+            with self.model.use_activation(self.activation):
+                return functional_call(self.model, params, (x,))
+        act = self.model.activation if self.activation is None else self.activation
+        h = x.flatten(1)
+        for i, (weight, bias) in enumerate(self.chain):
+            if i:
+                h = act(h)
+            h = F.linear(h, params[weight], None if bias is None else params[bias])
+        return h
 
     def energy(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """E(x, y; theta)."""
         return self._energy(theta, x, self.loss_fn)
 
     def _energy(self, theta: torch.Tensor, x: torch.Tensor, loss_fn: LossFn) -> torch.Tensor:
-        if self.activation is None:
-            out = functional_call(self.model, self.layout.unflatten(theta), (x,))
-        else:
-            with self.model.use_activation(self.activation):
-                out = functional_call(self.model, self.layout.unflatten(theta), (x,))
-        e = loss_fn(out, self.targets)
+        e = loss_fn(self.forward(theta, x), self.targets)
         if self.weight_decay:
             e = e + 0.5 * self.weight_decay * theta.dot(theta)
         return e
@@ -166,11 +197,14 @@ class LowerProblem:
         Reverse-over-reverse (the vjp of the gradient; H is symmetric, so v^T H = (H v)^T): it works for every
         training loss, whereas forward-over-reverse fails on losses without forward-mode rules (huber). The graph of
         the gradient is kept for the products (a few times the network's activations), as torch.func's vjp keeps it.
+        Each product differentiates the scalar g . v, whose backward hands v * 1 = v (exact) to the gradient's
+        graph: the same numbers as passing v as the output gradient, which would import
+        torch.fx.experimental.symbolic_shapes (0.3 s of CPU with sympy) for autograd's shape check.
         """
         g, th, _ = self._grad_graph(theta, x, through_x=False)
 
         def product(v: torch.Tensor) -> torch.Tensor:
-            (hv,) = torch.autograd.grad(g, th, v, retain_graph=True, allow_unused=True)
+            (hv,) = torch.autograd.grad(g.dot(v), th, retain_graph=True, allow_unused=True)
             return torch.zeros_like(th) if hv is None else hv.detach()
 
         return product
@@ -178,5 +212,5 @@ class LowerProblem:
     def mixed_product(self, theta: torch.Tensor, x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         """grad_x < grad_theta E(x, y; theta), p > with theta and p held fixed (= (d^2 E / d theta dx)^T p)."""
         g, _, xx = self._grad_graph(theta, x, through_x=True)
-        (mixed,) = torch.autograd.grad(g, xx, p, allow_unused=True)
+        (mixed,) = torch.autograd.grad(g.dot(p), xx, allow_unused=True)
         return torch.zeros_like(xx) if mixed is None else mixed.detach()
