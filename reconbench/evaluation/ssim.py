@@ -110,8 +110,6 @@ def skimage_defaults() -> dict[str, Any]:
 def ssim_standard(recon: torch.Tensor | np.ndarray, orig: torch.Tensor | np.ndarray, data_range: float = 1.0,
                   win_size: int | None = None, gaussian_weights: bool = False) -> np.ndarray:
     """scikit-image SSIM per pair of images (N, C, H, W) -> (N,), channels as ``channel_axis=0``."""
-    from skimage.metrics import structural_similarity
-
     a = np.asarray(recon, dtype=np.float64)
     b = np.asarray(orig, dtype=np.float64)
     if a.shape != b.shape:
@@ -123,6 +121,8 @@ def ssim_standard(recon: torch.Tensor | np.ndarray, orig: torch.Tensor | np.ndar
                                 f"{h}x{w}; set ssim_standard.win_size to an odd value <= {min(h, w)}")
     if not gaussian_weights:
         return _uniform_ssim_stack(a, b, data_range, ws)
+    from skimage.metrics import structural_similarity  # here: the uniform window above needs neither it nor scipy
+
     out = np.empty(len(a))
     for i in range(len(a)):
         out[i] = structural_similarity(a[i], b[i], data_range=data_range, channel_axis=0, win_size=win_size,
@@ -137,20 +137,18 @@ def _uniform_ssim_stack(a: np.ndarray, b: np.ndarray, data_range: float, win_siz
     Written out because scikit-image scores one 2-d channel per call, and on small images the calls cost far more
     than the arithmetic: here its five ``uniform_filter`` passes run once over all channels of all images (a window
     of 1 along the stacking axis, which scipy leaves unfiltered, so every channel gets its own call's values), then
-    scikit-image's formula, operation for operation, and its per-channel cropped mean and mean over channels."""
-    from scipy.ndimage import uniform_filter
-
+    scikit-image's formula, operation for operation, and its per-channel cropped mean and mean over channels. The
+    passes are :func:`uniform_filter_2d` (scipy's ``uniform_filter``, bit for bit, without importing scipy.ndimage)."""
     n, c, h, w = a.shape
     x = a.reshape(n * c, h, w)
     y = b.reshape(n * c, h, w)
-    size = (1, win_size, win_size)
     npix = win_size ** 2              # scikit-image's NP for a 2-d channel
     cov_norm = npix / (npix - 1)      # sample covariance
-    ux = uniform_filter(x, size=size)
-    uy = uniform_filter(y, size=size)
-    uxx = uniform_filter(x * x, size=size)
-    uyy = uniform_filter(y * y, size=size)
-    uxy = uniform_filter(x * y, size=size)
+    ux = uniform_filter_2d(x, win_size)
+    uy = uniform_filter_2d(y, win_size)
+    uxx = uniform_filter_2d(x * x, win_size)
+    uyy = uniform_filter_2d(y * y, win_size)
+    uxy = uniform_filter_2d(x * y, win_size)
     vx = cov_norm * (uxx - ux * ux)
     vy = cov_norm * (uyy - uy * uy)
     vxy = cov_norm * (uxy - ux * uy)
@@ -166,3 +164,35 @@ def _uniform_ssim_stack(a: np.ndarray, b: np.ndarray, data_range: float, win_siz
     for i in range(n):
         out[i] = per_channel[i * c:(i + 1) * c].mean()
     return out
+
+
+def uniform_filter_1d(x: np.ndarray, size: int, axis: int) -> np.ndarray:
+    """``scipy.ndimage.uniform_filter1d(x, size, axis)`` (mode 'reflect', origin 0) in float64, equal to it bit for bit
+    (tests/unit/evaluation/test_uniform_filter.py).
+
+    Written out because importing scipy.ndimage costs about 0.35 s of CPU, more than a run's standard-SSIM scoring.
+    scipy's recurrence: the window's sum added up from 0 in order, then kept undivided as it slides (plus the entering
+    value minus the leaving one, that difference taken first), each output that running sum divided by ``size``;
+    np.cumsum adds in the same order. The line is extended by half-sample reflection (d c b a | a b c d | d c b a).
+    """
+    z = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
+    n = z.shape[-1]
+    left = size // 2
+    right = size - left - 1
+    if n < max(left, right, 1):
+        from scipy.ndimage import uniform_filter1d  # a line shorter than half the window reflects more than once
+
+        return np.asarray(uniform_filter1d(np.asarray(x, dtype=np.float64), size, axis=axis, mode="reflect"))
+    ext = np.concatenate([z[..., :left][..., ::-1], z, z[..., n - right:][..., ::-1]], axis=-1)
+    first = np.zeros(z.shape[:-1])
+    for k in range(size):
+        first = first + ext[..., k]
+    steps = ext[..., size:size + n - 1] - ext[..., :n - 1]
+    out = np.cumsum(np.concatenate([first[..., None], steps], axis=-1), axis=-1) / size
+    return np.ascontiguousarray(np.moveaxis(out, -1, axis))
+
+
+def uniform_filter_2d(x: np.ndarray, size: int) -> np.ndarray:
+    """``scipy.ndimage.uniform_filter(x, size=(1, size, size))`` for a stack (N, H, W): the two image axes in scipy's
+    order, each by :func:`uniform_filter_1d`."""
+    return uniform_filter_1d(uniform_filter_1d(x, size, 1), size, 2)
