@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from reconbench.errors import IncompatibleError
+from reconbench.evaluation.image_filters import uniform_filter_2d
 
 #: kornia's Gaussian window has this sigma whatever its size
 KORNIA_SIGMA = 1.5
@@ -138,7 +139,8 @@ def _uniform_ssim_stack(a: np.ndarray, b: np.ndarray, data_range: float, win_siz
     than the arithmetic: here its five ``uniform_filter`` passes run once over all channels of all images (a window
     of 1 along the stacking axis, which scipy leaves unfiltered, so every channel gets its own call's values), then
     scikit-image's formula, operation for operation, and its per-channel cropped mean and mean over channels. The
-    passes are :func:`uniform_filter_2d` (scipy's ``uniform_filter``, bit for bit, without importing scipy.ndimage)."""
+    passes are :func:`~reconbench.evaluation.image_filters.uniform_filter_2d` (scipy's ``uniform_filter``, bit for bit,
+    without importing scipy.ndimage)."""
     n, c, h, w = a.shape
     x = a.reshape(n * c, h, w)
     y = b.reshape(n * c, h, w)
@@ -165,34 +167,3 @@ def _uniform_ssim_stack(a: np.ndarray, b: np.ndarray, data_range: float, win_siz
         out[i] = per_channel[i * c:(i + 1) * c].mean()
     return out
 
-
-def uniform_filter_1d(x: np.ndarray, size: int, axis: int) -> np.ndarray:
-    """``scipy.ndimage.uniform_filter1d(x, size, axis)`` (mode 'reflect', origin 0) in float64, equal to it bit for bit
-    (tests/unit/evaluation/test_uniform_filter.py).
-
-    Written out because importing scipy.ndimage costs about 0.35 s of CPU, more than a run's standard-SSIM scoring.
-    scipy's recurrence: the window's sum added up from 0 in order, then kept undivided as it slides (plus the entering
-    value minus the leaving one, that difference taken first), each output that running sum divided by ``size``;
-    np.cumsum adds in the same order. The line is extended by half-sample reflection (d c b a | a b c d | d c b a).
-    """
-    z = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
-    n = z.shape[-1]
-    left = size // 2
-    right = size - left - 1
-    if n < max(left, right, 1):
-        from scipy.ndimage import uniform_filter1d  # a line shorter than half the window reflects more than once
-
-        return np.asarray(uniform_filter1d(np.asarray(x, dtype=np.float64), size, axis=axis, mode="reflect"))
-    ext = np.concatenate([z[..., :left][..., ::-1], z, z[..., n - right:][..., ::-1]], axis=-1)
-    first = np.zeros(z.shape[:-1])
-    for k in range(size):
-        first = first + ext[..., k]
-    steps = ext[..., size:size + n - 1] - ext[..., :n - 1]
-    out = np.cumsum(np.concatenate([first[..., None], steps], axis=-1), axis=-1) / size
-    return np.ascontiguousarray(np.moveaxis(out, -1, axis))
-
-
-def uniform_filter_2d(x: np.ndarray, size: int) -> np.ndarray:
-    """``scipy.ndimage.uniform_filter(x, size=(1, size, size))`` for a stack (N, H, W): the two image axes in scipy's
-    order, each by :func:`uniform_filter_1d`."""
-    return uniform_filter_1d(uniform_filter_1d(x, size, 1), size, 2)
