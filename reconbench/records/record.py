@@ -63,10 +63,22 @@ def mapping(v: object) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else _EMPTY
 
 
+#: JSON scalars, which :func:`plain` returns as they are (by exact type: a subclass takes the general path)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(v: Any) -> Any:
     """A record (or a value type of :func:`register_value_type`), or JSON values holding them, as plain JSON
-    values."""
-    if isinstance(v, Record) or type(v) in VALUE_TYPES:
+    values. Scalars inside a dict or list are taken as they are without a call per value (a record's per-image rows
+    hold hundreds of thousands of them)."""
+    t = type(v)
+    if t in _SCALARS:
+        return v
+    if t is dict:
+        return {k: x if type(x) in _SCALARS else plain(x) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [x if type(x) in _SCALARS else plain(x) for x in v]
+    if isinstance(v, Record) or t in VALUE_TYPES:
         return v.to_dict()
     if isinstance(v, Mapping):
         return {k: plain(x) for k, x in v.items()}
