@@ -9,15 +9,24 @@ mode (d c b a | a b c d | d c b a), repeated where the filter reaches further th
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+
+
+@functools.cache
+def _reflect_positions(n: int, left: int, right: int) -> np.ndarray:
+    """Where each value of a line of ``n`` extended by ``left`` and ``right`` comes from ('reflect', period 2n); kept
+    per shape (a suite filters thousands of lines of a few shapes), never written."""
+    at = np.arange(-left, n + right) % (2 * n)
+    at = np.where(at >= n, 2 * n - 1 - at, at)
+    at.setflags(write=False)
+    return at
 
 
 def _reflect_extend(z: np.ndarray, left: int, right: int) -> np.ndarray:
     """The last axis of ``z`` extended by ``left`` and ``right`` values in scipy's 'reflect' mode (period 2n)."""
-    n = z.shape[-1]
-    at = np.arange(-left, n + right) % (2 * n)
-    at = np.where(at >= n, 2 * n - 1 - at, at)
-    return z[..., at]
+    return z[..., _reflect_positions(z.shape[-1], left, right)]
 
 
 def uniform_filter_1d(x: np.ndarray, size: int, axis: int) -> np.ndarray:
@@ -48,21 +57,25 @@ def uniform_filter_2d(x: np.ndarray, size: int) -> np.ndarray:
 
 
 
+@functools.cache
 def gaussian_weights(sigma: float, truncate: float = 4.0) -> np.ndarray:
     """scipy's Gaussian taps for ``gaussian_filter1d(..., sigma, truncate=truncate)`` (order 0), by its formula:
-    radius int(truncate sigma + 1/2), exp(-x^2 / (2 sigma^2)) over -radius..radius, divided by its numpy sum."""
+    radius int(truncate sigma + 1/2), exp(-x^2 / (2 sigma^2)) over -radius..radius, divided by its numpy sum. Kept
+    per sigma, never written."""
     radius = int(truncate * float(sigma) + 0.5)
     sigma2 = sigma * sigma
     x = np.arange(-radius, radius + 1)
     phi = np.exp(-0.5 / sigma2 * x ** 2)
-    return np.asarray(phi / phi.sum())[::-1]
+    taps = np.asarray(phi / phi.sum())[::-1].copy()
+    taps.setflags(write=False)
+    return taps
 
 
 def gaussian_filter_1d(x: np.ndarray, sigma: float, axis: int) -> np.ndarray:
     """``scipy.ndimage.gaussian_filter1d(x, sigma, axis)`` (order 0, mode 'reflect', truncate 4) in float64, bit for
     bit: scipy's correlation with a symmetric kernel, each output the centre tap times the centre value, then for
     offsets from the farthest in, the two values at +-offset added first and times their tap."""
-    w = gaussian_weights(sigma)
+    w = gaussian_weights(float(sigma))
     r = len(w) // 2
     z = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
     n = z.shape[-1]
