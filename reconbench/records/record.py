@@ -289,8 +289,16 @@ def _make_converter(detailed: bool) -> cattrs.Converter:
         if "int" not in by_kind and "float" in by_kind:
             by_kind["int"] = by_kind["float"]
         hooks: dict[str, Callable[[Any, Any], Any]] = {}  # filled on first use (a member's hook may not exist yet)
+        # the JSON scalars a member reads as they are (the strict float, int and str hooks return such a value
+        # unchanged): taken without the lookups below, most of the values a record's per-image rows hold
+        direct = {k for k, member in (("float", float), ("int", int), ("str", str)) if by_kind.get(k) is member}
+        if by_kind.get("int") is float:
+            direct.add("int")
+        direct_types = frozenset({"float": float, "int": int, "str": str}[k] for k in direct)
 
         def structure(v: object, _: object) -> Any:
+            if type(v) in direct_types:
+                return v
             kind = _kind_of_value(v)
             if kind == "null" and "null" in by_kind:
                 return None

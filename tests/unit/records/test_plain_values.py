@@ -1,5 +1,6 @@
 """plain() with its scalar fast path against the plain recursion it replaced, on nested JSON values holding records,
-tuples, mapping subclasses and scalar subclasses: equal values, equal types, equal key order."""
+tuples, mapping subclasses and scalar subclasses: equal values, equal types, equal key order; and a union field's
+reading of scalars with its fast path."""
 
 from __future__ import annotations
 
@@ -65,3 +66,18 @@ def test_plain_equals_the_reference_recursion():
     for _ in range(300):
         v = value(0)
         assert same(plain(v), reference(v))
+
+
+def test_union_fields_read_scalars_as_before():
+    """A field typed float | None (the per-image rows' kind) takes a float or an int as it is and None as None, and
+    still refuses a bool, a string and a list: the union's fast path changes no reading."""
+    import pytest
+
+    from reconbench.errors import ReconbenchError
+
+    for value in (0.25, 3, None, -0.0, math.inf):
+        got = Spread.from_dict({"mean": value, "std": 0.1, "min": 0.2, "max": 0.9, "draws": 5}, "test").mean
+        assert got is value or (got == value and type(got) is type(value))
+    for bad in (True, "0.5", [0.5]):
+        with pytest.raises(ReconbenchError):
+            Spread.from_dict({"mean": bad, "std": 0.1, "min": 0.2, "max": 0.9, "draws": 5}, "test")
