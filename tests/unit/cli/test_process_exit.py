@@ -57,3 +57,10 @@ def test_a_whole_process_prints_everything_and_exits_with_its_status():
     refused = subprocess.run([sys.executable, "-m", "reconbench", "run", "--no-such-option"], capture_output=True,
                              text=True)
     assert refused.returncode == 2 and refused.stderr.startswith("error: No such option")
+
+
+def test_a_whole_process_runs_its_exit_handlers():
+    probe = ("import atexit, sys; from reconbench import cli; atexit.register(print, 'handler ran'); "
+             "sys.argv = ['reconbench', 'list', 'attacks']; cli.main()")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.rstrip().endswith("handler ran")
