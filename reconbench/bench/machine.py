@@ -9,9 +9,11 @@ bits between two machines can be traced to its kernels. It is a record only: re-
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import platform
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,16 +43,31 @@ KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL
               "OPENBLAS_VERBOSE", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RECONBENCH_FAST_BLAS")
 
 
+#: the last :func:`numpy_blas` listing and the process state it was read in (see there)
+_LISTED: dict[tuple[int, int], list[dict[str, Any]] | None] = {}
+
+
 def numpy_blas() -> list[dict[str, Any]] | None:
     """The BLAS libraries loaded in this process (numpy's, torch's OpenMP) as threadpoolctl reports them, with the
-    core type each selected; None without threadpoolctl (it comes with scikit-learn)."""
-    if importlib.util.find_spec("threadpoolctl") is None:
-        return None
-    import numpy  # noqa: F401  (loads its BLAS, so that threadpoolctl sees it)
-    from threadpoolctl import threadpool_info
+    core type each selected; None without threadpoolctl (it comes with scikit-learn).
 
-    keys = ("user_api", "internal_api", "version", "architecture", "threading_layer", "num_threads")
-    return [{k: info.get(k) for k in keys} for info in threadpool_info()]
+    Read again only when the process has imported a module or changed torch's thread count since the last reading
+    (a library is loaded by an import): threadpoolctl's query of every loaded library took about 2 ms, once per
+    cell record."""
+    state = (len(sys.modules), torch.get_num_threads())
+    if state in _LISTED:
+        return copy.deepcopy(_LISTED[state])
+    if importlib.util.find_spec("threadpoolctl") is None:
+        listed = None
+    else:
+        import numpy  # noqa: F401  (loads its BLAS, so that threadpoolctl sees it)
+        from threadpoolctl import threadpool_info
+
+        keys = ("user_api", "internal_api", "version", "architecture", "threading_layer", "num_threads")
+        listed = [{k: info.get(k) for k in keys} for info in threadpool_info()]
+    _LISTED.clear()
+    _LISTED[(len(sys.modules), torch.get_num_threads())] = listed
+    return copy.deepcopy(listed)
 
 
 def numerics() -> dict[str, Any]:

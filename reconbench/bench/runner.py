@@ -145,17 +145,16 @@ def write_suite_file(out: Path, suite: Suite) -> None:
     shutil.copyfile(suite.path, out / "suite.toml")
 
 
-def write_cell(out: Path, rec: CellRecord | dict[str, Any]) -> Path:
+def write_cell(out: Path, rec: CellRecord | dict[str, Any]) -> CellRecord:
     """The cell's file, written from its record (a dict is read as a :class:`~reconbench.records.CellRecord` first,
     strictly: a key or a type the record does not know is refused before anything is written) and sealed; a dict
-    gets its seal too."""
+    gets its seal too. Returns the record as read (so that its progress line need not read the dict again)."""
     record = rec if isinstance(rec, CellRecord) else CellRecord.from_dict(rec, "the cell record to write")
     data = sealed(record.to_dict())
-    path = cell_path(out, record.cell_id)
-    write_json(path, data)
+    write_json(cell_path(out, record.cell_id), data)
     if isinstance(rec, dict):
         rec[SEAL_FIELD] = data[SEAL_FIELD]
-    return path
+    return record
 
 
 def write_invocation(out: Path, number: int, data: dict[str, Any]) -> None:
@@ -570,15 +569,16 @@ class InvocationLog:
         write_invocation(self.ctx.out, self.ctx.invocation, self.record.to_dict())
 
 
-def _outcome_line(event: Finished | Lost, announced: bool, position: str) -> str:
-    """The progress line of an ended cell: indented under its start line when one was printed, else its own."""
+def _outcome_line(event: Finished | Lost, announced: bool, position: str, record: CellRecord | None = None) -> str:
+    """The progress line of an ended cell: indented under its start line when one was printed, else its own
+    (``record``: the cell's record as :func:`write_cell` read it, else its dict is read)."""
     head = "    " if announced else f"{position} {event.cell.cell_id}: "
     if isinstance(event, Lost):
         return f"{head}lost ({event.reason}); --resume runs it again"
     rec = event.record
     if rec["status"] != STATUS_OK:
         return f"{head}{rec['status']}: {rec['error']['type']}: {rec['error']['message']}"
-    outcome = cell_outcome(rec)
+    outcome = cell_outcome(rec if record is None else record)
     failed = "" if outcome is None or outcome.ok else f"; the attack failed: {outcome.reason}"
     return f"{head}ok in {rec['wall_seconds']:.1f}s{failed}"
 
@@ -606,16 +606,17 @@ def execute(
                     announced.add(cid)
                     _say(f"{position} {cid}", ctx.quiet)
                     continue
+                written = None
                 if isinstance(event, Lost):
                     report.lost.append(cid)
                 else:
-                    write_cell(ctx.out, event.record)
+                    written = write_cell(ctx.out, event.record)
                     if on_cell is not None:
                         on_cell(event.record)
                     report.ran.append(cid)
                     if event.record["status"] != STATUS_OK:
                         report.failed.append(cid)
-                _say(_outcome_line(event, cid in announced, position), ctx.quiet)
+                _say(_outcome_line(event, cid in announced, position, written), ctx.quiet)
                 invocation.progress()
                 bar.update(len(report.ran) + len(report.lost))
                 if strict and isinstance(event, Finished) and event.record["status"] != STATUS_OK:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.ndimage import gaussian_filter
+
+from reconbench.evaluation.image_filters import gaussian_filter_2d
 
 #: how many images one candidate averages (1: a single image, as the held-out draws)
 AVERAGE_SIZES = (1, 2, 4, 8, 16, 32)
@@ -57,6 +58,6 @@ def prior_candidates(pool: torch.Tensor, pool_labels: np.ndarray, labels: np.nda
     # so the stack's values equal the per-candidate calls' (tests/unit/evaluation/test_data_prior.py)
     for sigma in BLUR_SIGMAS:
         rows = np.flatnonzero(sigmas == sigma)
-        if sigma > 0 and len(rows):
-            out[rows] = gaussian_filter(out[rows], sigma=(0.0, 0.0, sigma, sigma), mode="reflect")
+        if sigma > 0 and len(rows):   # scipy.ndimage.gaussian_filter's numbers, without its import (image_filters)
+            out[rows] = gaussian_filter_2d(out[rows], sigma)
     return torch.as_tensor(out, dtype=pool.dtype)

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from reconbench.errors import IncompatibleError
+from reconbench.evaluation.image_filters import uniform_filter_2d
 
 #: kornia's Gaussian window has this sigma whatever its size
 KORNIA_SIGMA = 1.5
@@ -65,11 +67,39 @@ def ssim_paper(recon: torch.Tensor, orig: torch.Tensor, window_size: int = 3, da
 
 @functools.cache
 def _gaussian_window(window_size: int, dtype: torch.dtype) -> torch.Tensor:
-    """kornia's 1-d SSIM window (sigma 1.5), built once per size and dtype: kornia.metrics.ssim rebuilds it on every
-    call, which on small images costs about as much as the filtering. A (1, window_size) tensor, never written."""
-    from kornia.filters import get_gaussian_kernel1d
+    """kornia's 1-d SSIM window (``kornia.filters.get_gaussian_kernel1d(window_size, 1.5)``, sigma 1.5), by kornia's
+    operations, built once per size and dtype: kornia.metrics.ssim rebuilds it on every call, which on small images
+    costs about as much as the filtering. A (1, window_size) tensor, never written."""
+    sigma = torch.tensor([[KORNIA_SIGMA]], dtype=dtype)
+    mean = torch.tensor([[float(window_size // 2)]], dtype=dtype)
+    x = (torch.arange(window_size, dtype=dtype) - mean).expand(1, -1)
+    if window_size % 2 == 0:
+        x = x + 0.5
+    dist = x.pow(2.0)
+    dist = dist - dist.min(-1, keepdim=True)[0]
+    gauss = torch.exp(-dist / (2 * sigma.pow(2.0)))
+    return gauss / gauss.sum(-1, keepdim=True)
 
-    return get_gaussian_kernel1d(window_size, KORNIA_SIGMA, dtype=dtype)
+
+def _reflect_correlate(img: torch.Tensor, taps: torch.Tensor, axis: int) -> torch.Tensor:
+    """``kornia.filters.filter2d`` of (B, 1, H, W) images with a 1-d kernel along W (axis -1) or H (axis -2), 'same'
+    reflect padding: kornia's own two calls, ``F.pad`` then ``F.conv2d``."""
+    k = taps.shape[-1]
+    front = (k - 1) // 2
+    pad = [front, k - 1 - front, 0, 0] if axis == -1 else [0, 0, front, k - 1 - front]
+    kernel = taps.reshape(1, 1, 1, k) if axis == -1 else taps.reshape(1, 1, k, 1)
+    return F.conv2d(F.pad(img, pad, mode="reflect"), kernel, groups=1, padding=0, stride=1)
+
+
+def filter2d_separable(img: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """``kornia.filters.filter2d_separable(img, kernel, kernel)`` (reflect borders, 'same' padding) for (B, C, H, W)
+    images: along W, then along H, as kornia does, every channel on its own (as one-channel images: the same numbers
+    as kornia's grouped convolution), equal to it bit for bit (tests/unit/evaluation/test_evaluation_ssim.py).
+    Written with torch's own pad and convolution, which kornia calls, because importing kornia costs about 0.15 s of
+    CPU, a tenth of a suite's evaluation."""
+    b, c, h, w = img.shape
+    flat = img.reshape(b * c, 1, h, w)
+    return _reflect_correlate(_reflect_correlate(flat, kernel, -1), kernel, -2).reshape(b, c, h, w)
 
 
 def kornia_ssim_map(img1: torch.Tensor, img2: torch.Tensor, window_size: int, max_val: float,
@@ -79,14 +109,12 @@ def kornia_ssim_map(img1: torch.Tensor, img2: torch.Tensor, window_size: int, ma
 
     kornia's float64 path filters five local moments, each by ``kornia.filters.filter2d_separable`` with a Gaussian
     window it builds afresh; here the window is built once (:func:`_gaussian_window`) and the five moments are
-    filtered in one ``filter2d_separable`` call on their stack: the filter treats every image of a batch on its own,
-    so the stacked call gives each moment the values of its own call, with a fifth of the calls. The moments are then
-    combined by kornia's formula, operation for operation."""
-    from kornia.filters import filter2d_separable
-
+    filtered in one :func:`filter2d_separable` call on their stack: the filter treats every image of a batch on its
+    own, so the stacked call gives each moment the values of its own call, with a fifth of the calls. The moments are
+    then combined by kornia's formula, operation for operation."""
     kernel = _gaussian_window(window_size, torch.float64)
     n = img1.shape[0]
-    moments = filter2d_separable(torch.cat([img1, img2, img1 ** 2, img2 ** 2, img1 * img2]), kernel, kernel)
+    moments = filter2d_separable(torch.cat([img1, img2, img1 ** 2, img2 ** 2, img1 * img2]), kernel)
     mu1, mu2, mu_img1_sq, mu_img2_sq, mu_img1_img2 = moments.split(n)
     c1 = (0.01 * max_val) ** 2
     c2 = (0.03 * max_val) ** 2
@@ -110,8 +138,6 @@ def skimage_defaults() -> dict[str, Any]:
 def ssim_standard(recon: torch.Tensor | np.ndarray, orig: torch.Tensor | np.ndarray, data_range: float = 1.0,
                   win_size: int | None = None, gaussian_weights: bool = False) -> np.ndarray:
     """scikit-image SSIM per pair of images (N, C, H, W) -> (N,), channels as ``channel_axis=0``."""
-    from skimage.metrics import structural_similarity
-
     a = np.asarray(recon, dtype=np.float64)
     b = np.asarray(orig, dtype=np.float64)
     if a.shape != b.shape:
@@ -123,6 +149,8 @@ def ssim_standard(recon: torch.Tensor | np.ndarray, orig: torch.Tensor | np.ndar
                                 f"{h}x{w}; set ssim_standard.win_size to an odd value <= {min(h, w)}")
     if not gaussian_weights:
         return _uniform_ssim_stack(a, b, data_range, ws)
+    from skimage.metrics import structural_similarity  # here: the uniform window above needs neither it nor scipy
+
     out = np.empty(len(a))
     for i in range(len(a)):
         out[i] = structural_similarity(a[i], b[i], data_range=data_range, channel_axis=0, win_size=win_size,
@@ -137,20 +165,19 @@ def _uniform_ssim_stack(a: np.ndarray, b: np.ndarray, data_range: float, win_siz
     Written out because scikit-image scores one 2-d channel per call, and on small images the calls cost far more
     than the arithmetic: here its five ``uniform_filter`` passes run once over all channels of all images (a window
     of 1 along the stacking axis, which scipy leaves unfiltered, so every channel gets its own call's values), then
-    scikit-image's formula, operation for operation, and its per-channel cropped mean and mean over channels."""
-    from scipy.ndimage import uniform_filter
-
+    scikit-image's formula, operation for operation, and its per-channel cropped mean and mean over channels. The
+    passes are :func:`~reconbench.evaluation.image_filters.uniform_filter_2d` (scipy's ``uniform_filter``, bit for bit,
+    without importing scipy.ndimage)."""
     n, c, h, w = a.shape
     x = a.reshape(n * c, h, w)
     y = b.reshape(n * c, h, w)
-    size = (1, win_size, win_size)
     npix = win_size ** 2              # scikit-image's NP for a 2-d channel
     cov_norm = npix / (npix - 1)      # sample covariance
-    ux = uniform_filter(x, size=size)
-    uy = uniform_filter(y, size=size)
-    uxx = uniform_filter(x * x, size=size)
-    uyy = uniform_filter(y * y, size=size)
-    uxy = uniform_filter(x * y, size=size)
+    ux = uniform_filter_2d(x, win_size)
+    uy = uniform_filter_2d(y, win_size)
+    uxx = uniform_filter_2d(x * x, win_size)
+    uyy = uniform_filter_2d(y * y, win_size)
+    uxy = uniform_filter_2d(x * y, win_size)
     vx = cov_norm * (uxx - ux * ux)
     vy = cov_norm * (uyy - uy * uy)
     vxy = cov_norm * (uxy - ux * uy)
@@ -166,3 +193,4 @@ def _uniform_ssim_stack(a: np.ndarray, b: np.ndarray, data_range: float, win_siz
     for i in range(n):
         out[i] = per_channel[i * c:(i + 1) * c].mean()
     return out
+

@@ -63,10 +63,22 @@ def mapping(v: object) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else _EMPTY
 
 
+#: JSON scalars, which :func:`plain` returns as they are (by exact type: a subclass takes the general path)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(v: Any) -> Any:
     """A record (or a value type of :func:`register_value_type`), or JSON values holding them, as plain JSON
-    values."""
-    if isinstance(v, Record) or type(v) in VALUE_TYPES:
+    values. Scalars inside a dict or list are taken as they are without a call per value (a record's per-image rows
+    hold hundreds of thousands of them)."""
+    t = type(v)
+    if t in _SCALARS:
+        return v
+    if t is dict:
+        return {k: x if type(x) in _SCALARS else plain(x) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [x if type(x) in _SCALARS else plain(x) for x in v]
+    if isinstance(v, Record) or t in VALUE_TYPES:
         return v.to_dict()
     if isinstance(v, Mapping):
         return {k: plain(x) for k, x in v.items()}
@@ -277,8 +289,16 @@ def _make_converter(detailed: bool) -> cattrs.Converter:
         if "int" not in by_kind and "float" in by_kind:
             by_kind["int"] = by_kind["float"]
         hooks: dict[str, Callable[[Any, Any], Any]] = {}  # filled on first use (a member's hook may not exist yet)
+        # the JSON scalars a member reads as they are (the strict float, int and str hooks return such a value
+        # unchanged): taken without the lookups below, most of the values a record's per-image rows hold
+        direct = {k for k, member in (("float", float), ("int", int), ("str", str)) if by_kind.get(k) is member}
+        if by_kind.get("int") is float:
+            direct.add("int")
+        direct_types = frozenset({"float": float, "int": int, "str": str}[k] for k in direct)
 
         def structure(v: object, _: object) -> Any:
+            if type(v) in direct_types:
+                return v
             kind = _kind_of_value(v)
             if kind == "null" and "null" in by_kind:
                 return None

@@ -22,8 +22,19 @@ from typing import Literal
 
 import torch
 
+from reconbench.attack.bilevel.lbfgs import InnerLBFGS
 from reconbench.attack.bilevel.objective import LowerProblem
 from reconbench.errors import DivergedError
+
+
+def _zero_grad(theta: torch.Tensor) -> None:
+    """``Optimizer.zero_grad(set_to_none=False)`` for one leaf tensor, without that method's torch._dynamo guard."""
+    if theta.grad is not None:
+        if theta.grad.grad_fn is not None:
+            theta.grad.detach_()
+        else:
+            theta.grad.requires_grad_(False)
+        theta.grad.zero_()
 
 
 def upper_loss(theta: torch.Tensor, theta_star: torch.Tensor) -> float:
@@ -47,7 +58,8 @@ def solve_lower(problem: LowerProblem, x: torch.Tensor, theta_start: torch.Tenso
                 cg_rtol: float = 1e-10, cg_max_iter: int = 200) -> InnerResult:
     """theta ~ argmin_theta E(x, y; theta), started at ``theta_start`` (x is held fixed).
 
-    ``lbfgs``: torch.optim.LBFGS with a strong-Wolfe line search (``lr`` is its initial step, 1 is standard);
+    ``lbfgs``: torch.optim.LBFGS with a strong-Wolfe line search (``lr`` is its initial step, 1 is standard), run as
+    :class:`~reconbench.attack.bilevel.lbfgs.InnerLBFGS` (the same iterates);
     ``gd``: plain full-batch gradient descent with step ``lr`` (the trainer's method). Both stop after
     ``max_iter`` iterations or once max |grad_theta E| <= ``tol``. Then up to ``newton_steps`` Newton-CG steps
     (:func:`newton_polish`) run while the gradient is still above ``tol``: torch's L-BFGS line search stops
@@ -58,12 +70,12 @@ def solve_lower(problem: LowerProblem, x: torch.Tensor, theta_start: torch.Tenso
     theta = theta_start.detach().clone().requires_grad_(True)
     iterations = 0
     if method == "lbfgs":
-        opt = torch.optim.LBFGS([theta], lr=lr, max_iter=max_iter, max_eval=max(2 * max_iter, 1),
+        opt = InnerLBFGS([theta], lr=lr, max_iter=max_iter, max_eval=max(2 * max_iter, 1),
                                 tolerance_grad=tol, tolerance_change=0.0, history_size=history,
                                 line_search_fn="strong_wolfe")
 
         def closure() -> torch.Tensor:
-            opt.zero_grad(set_to_none=False)
+            _zero_grad(theta)
             e = problem.energy(theta, x)
             e.backward()
             return e

@@ -170,3 +170,31 @@ def test_standard_variant_equals_scikit_image_bit_for_bit(shape, win):
                 for i in range(shape[0])] if min(shape[-2:]) >= 11 else None
     if weighted is not None:
         np.testing.assert_array_equal(ssim_standard(a, b, gaussian_weights=True), weighted)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_window_and_separable_filter_are_kornias_bit_for_bit(dtype):
+    """The window built by kornia's operations and the filter by kornia's pad and convolution: kornia's numbers."""
+    from kornia.filters import filter2d_separable as kornia_filter
+    from kornia.filters import get_gaussian_kernel1d
+
+    from reconbench.evaluation.ssim import KORNIA_SIGMA, _gaussian_window, filter2d_separable
+
+    gen = torch.Generator().manual_seed(3)
+    for size in (1, 3, 5, 7, 9, 11):
+        window = _gaussian_window(size, dtype)
+        assert torch.equal(window, get_gaussian_kernel1d(size, KORNIA_SIGMA, dtype=dtype))
+        for shape in ((6, 1, 8, 8), (2, 3, 28, 17), (3, 2, size // 2 + 1, size // 2 + 2)):
+            x = torch.randn(shape, generator=gen, dtype=dtype)
+            assert torch.equal(filter2d_separable(x, window), kornia_filter(x, window, window)), (size, shape)
+
+
+def test_paper_ssim_imports_no_kornia():
+    import subprocess
+    import sys
+
+    probe = ("import sys, torch; from reconbench.evaluation.ssim import ssim_paper; "
+             "a = torch.rand(4, 1, 8, 8, dtype=torch.float64); ssim_paper(a, a.flip(-1)); "
+             "print('kornia' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
