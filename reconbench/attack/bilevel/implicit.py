@@ -14,29 +14,17 @@ x <- x - eta * grad_x l = x + eta * grad_x <grad_theta E, p>. tests/unit/attack/
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
+from reconbench.attack.bilevel.lbfgs import InnerLBFGS
 from reconbench.attack.bilevel.objective import LowerProblem
 from reconbench.errors import DivergedError
-
-
-class _LBFGS(torch.optim.LBFGS):
-    """torch's L-BFGS, with its parameter group added without ``Optimizer.add_param_group``'s torch._dynamo guard.
-
-    The guard only matters under torch.compile, but its first call imports torch._dynamo (about 1 s of CPU); the
-    undecorated method it wraps does the same work, so the iterates are the same bit for bit
-    (tests/unit/attack/test_bilevel_derivatives.py runs both).
-    """
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        inspect.unwrap(torch.optim.Optimizer.add_param_group)(self, param_group)
 
 
 def _zero_grad(theta: torch.Tensor) -> None:
@@ -70,7 +58,8 @@ def solve_lower(problem: LowerProblem, x: torch.Tensor, theta_start: torch.Tenso
                 cg_rtol: float = 1e-10, cg_max_iter: int = 200) -> InnerResult:
     """theta ~ argmin_theta E(x, y; theta), started at ``theta_start`` (x is held fixed).
 
-    ``lbfgs``: torch.optim.LBFGS with a strong-Wolfe line search (``lr`` is its initial step, 1 is standard);
+    ``lbfgs``: torch.optim.LBFGS with a strong-Wolfe line search (``lr`` is its initial step, 1 is standard), run as
+    :class:`~reconbench.attack.bilevel.lbfgs.InnerLBFGS` (the same iterates);
     ``gd``: plain full-batch gradient descent with step ``lr`` (the trainer's method). Both stop after
     ``max_iter`` iterations or once max |grad_theta E| <= ``tol``. Then up to ``newton_steps`` Newton-CG steps
     (:func:`newton_polish`) run while the gradient is still above ``tol``: torch's L-BFGS line search stops
@@ -81,7 +70,7 @@ def solve_lower(problem: LowerProblem, x: torch.Tensor, theta_start: torch.Tenso
     theta = theta_start.detach().clone().requires_grad_(True)
     iterations = 0
     if method == "lbfgs":
-        opt = _LBFGS([theta], lr=lr, max_iter=max_iter, max_eval=max(2 * max_iter, 1),
+        opt = InnerLBFGS([theta], lr=lr, max_iter=max_iter, max_eval=max(2 * max_iter, 1),
                                 tolerance_grad=tol, tolerance_change=0.0, history_size=history,
                                 line_search_fn="strong_wolfe")
 

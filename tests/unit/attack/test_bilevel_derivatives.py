@@ -13,6 +13,7 @@ from torch.func import functional_call, grad, vjp
 
 from reconbench import plugins
 from reconbench.attack.bilevel import LowerProblem, softplus_surrogate, solve_lower
+from reconbench.attack.bilevel.lbfgs import InnerLBFGS
 from reconbench.attack.bilevel.objective import bce_with_logits_as_decomposed
 from reconbench.targets.losses import LOSSES
 
@@ -92,15 +93,12 @@ def test_grad_theta_composes_with_torch_func():
     torch.testing.assert_close(jac @ v, lower.hessian_operator(theta, x)(v), rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("family", ["affine", "mlp_bias"])
-def test_inner_lbfgs_takes_torch_lbfgs_iterates(family):
-    """solve_lower's L-BFGS on the layer-by-layer energy against torch's on the reference energy."""
-    lower, x = problem("bce", family, torch.float64, 4)
-    start = torch.randn(lower.layout.numel, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-    ours = solve_lower(lower, x, start, max_iter=60, tol=1e-12)
+def torch_lbfgs(lower: LowerProblem, x: torch.Tensor, start: torch.Tensor, max_iter: int, tol: float,
+                history: int) -> tuple[torch.Tensor, dict]:
+    """torch.optim.LBFGS, as solve_lower configured it before, on the reference energy: (theta, its state)."""
     theta = start.clone().requires_grad_(True)
-    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=60, max_eval=120, tolerance_grad=1e-12, tolerance_change=0.0,
-                            history_size=20, line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS([theta], lr=1.0, max_iter=max_iter, max_eval=max(2 * max_iter, 1), tolerance_grad=tol,
+                            tolerance_change=0.0, history_size=history, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
         opt.zero_grad(set_to_none=False)
@@ -109,8 +107,29 @@ def test_inner_lbfgs_takes_torch_lbfgs_iterates(family):
         return e
 
     opt.step(closure)
-    assert ours.iterations == int(opt.state[theta]["n_iter"])
-    assert torch.equal(ours.theta, theta.detach())
+    return theta.detach(), opt.state[theta]
+
+
+@pytest.mark.parametrize(("family", "loss", "max_iter", "tol", "history"),
+                         [("affine", "bce", 60, 1e-12, 20), ("mlp_bias", "bce", 60, 1e-12, 20),
+                          ("mlp_bias", "bce", 200, 1e-13, 3), ("mlp_bias", "mse", 40, 1e-9, 5),
+                          ("mlp_bias", "ce", 7, 1e-12, 20), ("affine", "huber", 100, 1e-10, 2)])
+def test_inner_lbfgs_takes_torch_lbfgs_iterates(family, loss, max_iter, tol, history):
+    """solve_lower's L-BFGS (layer-by-layer energy, float recursion scalars) against torch's on the reference energy:
+    the same iterations, evaluations and final parameters, bit for bit; short histories exercise the shifting."""
+    for seed in range(4):
+        lower, x = problem(loss, family, torch.float64, 10 + seed)
+        start = torch.randn(lower.layout.numel, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        ours = solve_lower(lower, x, start, max_iter=max_iter, tol=tol, history=history)
+        want, state = torch_lbfgs(lower, x, start, max_iter, tol, history)
+        assert ours.iterations == int(state["n_iter"])
+        assert torch.equal(ours.theta, want), (seed, float((ours.theta - want).abs().max()))
+
+
+def test_inner_lbfgs_refuses_what_it_does_not_implement():
+    theta = torch.zeros(3, requires_grad=True)
+    with pytest.raises(ValueError, match="strong-Wolfe"):
+        InnerLBFGS([theta], line_search_fn=None).step(lambda: theta.sum())
 
 
 def test_bilevel_solve_imports_no_torch_dynamo():
