@@ -5,10 +5,12 @@ random problems and compares every iterate):
 
 * the parameter group is added without ``Optimizer.add_param_group``'s torch._dynamo guard, which matters only under
   torch.compile and whose first call imports torch._dynamo (about 1 s of CPU);
-* :meth:`InnerLBFGS.step` keeps the two-loop recursion's scalars (alpha_i, beta_i, rho_i) as Python floats where
-  torch keeps 0-dim tensors. Each is a product or difference of two float64 numbers, rounded once either way, and
-  ``add_`` reads its ``alpha`` as a float64 number in both; torch's version spends three extra tensor operations per
-  history entry and iteration, a third of the recursion's time on the bilevel attack's small parameter vectors.
+* :meth:`InnerLBFGS.step` keeps the two-loop recursion's scalars (alpha_i, beta_i, rho_i) as host scalars of the
+  parameters' precision where torch keeps 0-dim tensors: Python floats for float64, numpy float32 scalars for
+  float32 (each operation on them is rounded once to that precision, as torch's 0-dim operations are; Python floats
+  on float32 problems would round in float64 and drift apart), and ``add_`` reads its ``alpha`` as that number in
+  both; torch's version spends three extra tensor operations per history entry and iteration, a third of the
+  recursion's time on the bilevel attack's small parameter vectors. Other precisions are refused.
 
 The step is written for the one way :func:`~reconbench.attack.bilevel.implicit.solve_lower` uses it (one parameter
 tensor, the strong-Wolfe line search, minimising); anything else is refused. Hand-written for the speed above: the
@@ -22,8 +24,12 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch.optim.lbfgs import _strong_wolfe
+
+#: the host scalar type of the recursion's scalars, by the parameters' dtype
+SCALARS: dict[torch.dtype, Callable[[float], Any]] = {torch.float64: float, torch.float32: np.float32}
 
 
 class InnerLBFGS(torch.optim.LBFGS):
@@ -39,6 +45,10 @@ class InnerLBFGS(torch.optim.LBFGS):
                 or group.get("maximize", False):
             raise ValueError("InnerLBFGS takes one tensor, the strong-Wolfe line search and minimises; use "
                              "torch.optim.LBFGS for anything else")
+        scalar = SCALARS.get(self._params[0].dtype)
+        if scalar is None:
+            raise ValueError(f"InnerLBFGS takes float64 or float32 parameters, not {self._params[0].dtype}; use "
+                             "torch.optim.LBFGS")
         closure = torch.enable_grad()(closure)
         lr = group["lr"]
         max_iter, max_eval = group["max_iter"], group["max_eval"]
@@ -80,20 +90,20 @@ class InnerLBFGS(torch.optim.LBFGS):
                         ro.pop(0)
                     old_dirs.append(y)
                     old_stps.append(s)
-                    ro.append(float(1.0 / ys))    # torch's 1.0 / ys, read once as the float it holds
+                    ro.append(scalar(1.0) / scalar(ys.item()))    # torch's 1.0 / ys, in its precision
                     H_diag = ys / y.dot(y)
                 num_old = len(old_dirs)
                 if "al" not in state:
-                    state["al"] = [0.0] * history_size
+                    state["al"] = [scalar(0.0)] * history_size
                 al = state["al"]
                 q = flat_grad.neg()
                 for i in range(num_old - 1, -1, -1):
-                    al[i] = float(old_stps[i].dot(q)) * ro[i]
-                    q.add_(old_dirs[i], alpha=-al[i])
+                    al[i] = scalar(old_stps[i].dot(q).item()) * ro[i]
+                    q.add_(old_dirs[i], alpha=float(-al[i]))
                 d = r = torch.mul(q, H_diag)
                 for i in range(num_old):
-                    be_i = float(old_dirs[i].dot(r)) * ro[i]
-                    r.add_(old_stps[i], alpha=al[i] - be_i)
+                    be_i = scalar(old_dirs[i].dot(r).item()) * ro[i]
+                    r.add_(old_stps[i], alpha=float(al[i] - be_i))
             if prev_flat_grad is None:
                 prev_flat_grad = flat_grad.clone(memory_format=torch.contiguous_format)
             else:

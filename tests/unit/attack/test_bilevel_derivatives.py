@@ -114,12 +114,14 @@ def torch_lbfgs(lower: LowerProblem, x: torch.Tensor, start: torch.Tensor, max_i
                          [("affine", "bce", 60, 1e-12, 20), ("mlp_bias", "bce", 60, 1e-12, 20),
                           ("mlp_bias", "bce", 200, 1e-13, 3), ("mlp_bias", "mse", 40, 1e-9, 5),
                           ("mlp_bias", "ce", 7, 1e-12, 20), ("affine", "huber", 100, 1e-10, 2)])
-def test_inner_lbfgs_takes_torch_lbfgs_iterates(family, loss, max_iter, tol, history):
-    """solve_lower's L-BFGS (layer-by-layer energy, float recursion scalars) against torch's on the reference energy:
-    the same iterations, evaluations and final parameters, bit for bit; short histories exercise the shifting."""
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_inner_lbfgs_takes_torch_lbfgs_iterates(family, loss, max_iter, tol, history, dtype):
+    """solve_lower's L-BFGS (layer-by-layer energy, host recursion scalars) against torch's on the reference energy:
+    the same iterations, evaluations and final parameters, bit for bit, in float64 and in float32 (where scalars
+    rounded in float64 drift apart); short histories exercise the shifting."""
     for seed in range(4):
-        lower, x = problem(loss, family, torch.float64, 10 + seed)
-        start = torch.randn(lower.layout.numel, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        lower, x = problem(loss, family, dtype, 10 + seed)
+        start = torch.randn(lower.layout.numel, generator=torch.Generator().manual_seed(seed), dtype=dtype)
         ours = solve_lower(lower, x, start, max_iter=max_iter, tol=tol, history=history)
         want, state = torch_lbfgs(lower, x, start, max_iter, tol, history)
         assert ours.iterations == int(state["n_iter"])
