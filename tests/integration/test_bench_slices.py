@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from _helpers.cli import run_cli
-from _helpers.slicekit import deterministic, paper_works
+from _helpers.slicekit import deterministic, digits_sizes, paper_works
 
 from reconbench.bench import slice_pack
 from reconbench.bench.cells import expand, select
@@ -33,7 +33,6 @@ from reconbench.bench.slice_pack import PackError, unpack, verify_pack, write_pa
 from reconbench.bench.suite import load_suite
 from reconbench.cli.bench_slices import SlicePacker
 from reconbench.errors import ReconbenchError
-from reconbench.preflight import TargetSize, model_parameters
 from reconbench.records.slice_manifest import SliceManifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,13 +54,8 @@ class StepClock:
         self.now = self.after
 
 
-def tiny_sizes(suite: Any) -> dict[str, TargetSize]:
-    """digits: 8x8 images; the tiny suite's MLP 64-32-32-1 on 10 images."""
-    sizes = {}
-    for cell in expand(suite):
-        p = model_parameters(cell.recipe.family, (1, 8, 8), 1, cell.recipe.model)
-        sizes[cell.recipe.key()] = TargetSize((1, 8, 8), 10, p)
-    return sizes
+#: digits: 8x8 images; the tiny suite's MLP 64-32-32-1 on 10 images
+tiny_sizes = digits_sizes
 
 
 def first_slice(tmp_path: Path, cells: int) -> tuple[Path, SliceManifest, DeadlineExecutor]:

@@ -5,7 +5,6 @@ an import is missing. No network: the wheels' requirements are read from this en
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -16,6 +15,7 @@ from types import ModuleType
 
 import pytest
 import tomllib
+from _helpers.examples import load_module
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -102,11 +102,7 @@ def test_the_carried_packages_own_requirements_travel_too():
 
 
 def load_carried_wheels() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("carried_wheels", GPU / "carried_wheels.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module('carried_wheels', GPU / "carried_wheels.py")
 
 
 def test_the_wheels_a_python_needs_are_those_it_lacks_or_holds_older(tmp_path):

@@ -5,13 +5,12 @@ FLOP counts, not the module)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _helpers.examples import load_module
 from _helpers.slicekit import paper_works
 
 from reconbench.bench.cells import expand
@@ -23,12 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def load_render() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_render_plan", ROOT / "benchmarks" / "gpu" / "render_plan.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_render_plan"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module('gpu_render_plan', ROOT / "benchmarks" / "gpu" / "render_plan.py")
 
 
 def test_the_docs_plans_match_a_fresh_render(capsys):

@@ -3,14 +3,13 @@ FLOP count of a trainer step is what torch's own FLOP counter counts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from _helpers.examples import load_module
 from torch.utils.flop_counter import FlopCounterMode
 
 from reconbench.records.cost_table import PROBE_FILE, PROBE_SCHEMA
@@ -20,12 +19,7 @@ PROBE = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "probe.py"
 
 
 def load_probe() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_probe", PROBE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_probe"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module('gpu_probe', PROBE)
 
 
 def test_the_probe_runs_tiny_on_the_cpu(tmp_path):

@@ -4,7 +4,6 @@ the CPU's own form), and it stops with one line where reconbench cannot be impor
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _helpers.examples import load_module
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -20,12 +20,7 @@ SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "step_ab.p
 
 
 def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_step_ab", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_step_ab"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_module('gpu_step_ab', SCRIPT)
 
 
 def test_the_step_ab_runs_tiny_on_the_cpu(tmp_path):
