@@ -25,6 +25,7 @@ from reconbench.leaderboard.rerun import (
     rerun_checked,
     suite_for_verify,
 )
+from reconbench.leaderboard.rerun_paths import mixed_paths_line
 from reconbench.leaderboard.slim import RERUN_RTOL, slim_board
 from reconbench.leaderboard.submit import board_results, board_suite, pack, submission_text
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
@@ -291,6 +292,8 @@ def leaderboard_command(
         )
     for line in data["dropped_submissions"]:
         click.echo(f"warning: {line}", err=True)
+    if (mixed := mixed_paths_line(res_dir)) is not None:
+        click.echo(f"warning: {mixed}", err=True)
     cells = data["header"]["cells"]
     click.echo(
         f"leaderboard: {out_dir / 'README.md'}  ({cells['ok']} ok, {cells['failed']} failed, "

@@ -181,3 +181,55 @@ def train_on_path(device: str, data_root: str | None, threads: int) -> Trainer:
         return Trained(str(got["path"]), got.get("weights_sha256"), staged, note)
 
     return train
+
+
+@dataclass(frozen=True)
+class MixedCell:
+    """A cell whose attack ran on another BLAS path than its target's training."""
+
+    cell_id: str
+    recipe_key: str
+    trained: str
+    attacked: str
+
+
+def mixed_cells(cells: Mapping[str, Mapping[str, Any]], card_path: Callable[[str], str | None]) -> list[MixedCell]:
+    """The cells (JSON of cell records or entries, by id) whose provenance records another BLAS path than the model
+    card of their target (``card_path``: a recipe key's recorded training path, None where unknown)."""
+    out = []
+    for cid, rec in sorted(cells.items()):
+        target = rec.get("target")
+        key = target.get("recipe_key") if isinstance(target, Mapping) else None
+        provenance = rec.get("provenance")
+        attacked = cell_attack_path(provenance if isinstance(provenance, Mapping) else None)
+        trained = card_path(str(key)) if key is not None else None
+        if attacked is not None and trained is not None and attacked != trained:
+            out.append(MixedCell(cid, str(key), trained, attacked))
+    return out
+
+
+def mixed_paths_line(folder: Path) -> str | None:
+    """One line where cells of a results folder or board were attacked on another BLAS path than their targets were
+    trained on (their cards record it: cards written before it have no path and are not counted); None where none."""
+    from reconbench.bench.runner import card_reader, load_cells
+    from reconbench.records.model_card import CardData
+
+    read = card_reader(folder)
+
+    def card_path(key: str) -> str | None:
+        data = read(key)
+        try:
+            return None if data is None else CardData.from_dict(data).training_path
+        except Exception:  # a damaged card is reported by the readers that need it
+            return None
+
+    mixed = mixed_cells(load_cells(folder), card_path)
+    if not mixed:
+        return None
+    keys = sorted({m.recipe_key for m in mixed})
+    first = mixed[0]
+    return (f"{len(mixed)} cell(s) of {folder} were attacked on another BLAS path than their target was trained on "
+            f"(first: {first.cell_id}, attacked on the {first.attacked} path, target {first.recipe_key} trained on "
+            f"the {first.trained} path; {len(keys)} target(s)): a re-run reproduces them only by training and "
+            "attacking on different paths; to avoid the mix, run the suite with a target cache trained on the "
+            f"attack's path (or with {fast_blas.FAST_BLAS_ENV} set as the targets were trained)")
