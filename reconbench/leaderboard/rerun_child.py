@@ -14,21 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from reconbench import fast_blas
-
-
-def train_here(recipe: Mapping[str, Any], cache: Path, data_root: str | None, device: str) -> dict[str, Any]:
-    """Train ``recipe`` (a card's JSON of it) into ``cache`` in this process; the weights' sha256 and the path."""
-    from reconbench.targets.cache import get_or_train
-    from reconbench.targets.recipe import recorded_recipe
-
-    card = get_or_train(recorded_recipe(dict(recipe)), cache, data_root, quiet=True, log=False, device=device)
-    return {"path": fast_blas.current_path(), "weights_sha256": card.record.weights.sha256
-            if card.record.weights is not None else None, "recipe_key": card.record.recipe_key}
+from reconbench.leaderboard.rerun_paths import train_here
 
 
 def attack_here(suite_path: str, suite_sha256: str, board: Path, cells: list[str], cache: Path, work: Path,

@@ -158,14 +158,22 @@ def run_child(job: str, args: Sequence[str], path: str, result: Path) -> tuple[d
     return json.loads(result.read_text()), note
 
 
+def train_here(recipe: Mapping[str, Any], cache: Path, data_root: str | None, device: str) -> dict[str, Any]:
+    """Train ``recipe`` (a card's JSON of it) into ``cache`` in this process; the weights' sha256 and the path."""
+    from reconbench.targets.cache import get_or_train
+    from reconbench.targets.recipe import recorded_recipe
+
+    card = get_or_train(recorded_recipe(dict(recipe)), cache, data_root, quiet=True, log=False, device=device)
+    return {"path": fast_blas.current_path(), "weights_sha256": card.record.weights.sha256
+            if card.record.weights is not None else None, "recipe_key": card.record.recipe_key}
+
+
 def train_on_path(device: str, data_root: str | None, threads: int) -> Trainer:
     """A trainer: in this process where the path is this process's, else in a child process on that path."""
 
     def train(recipe: Mapping[str, Any], path: str, staged: Path) -> Trained:
         staged.mkdir(parents=True, exist_ok=True)
         if path == fast_blas.current_path():
-            from reconbench.leaderboard.rerun_child import train_here
-
             try:
                 out = train_here(recipe, staged, data_root, device)
             except Exception as exc:  # a failed training is reported for its target, the other targets go on

@@ -16,8 +16,7 @@ from reconbench.data import ProblemSpec
 from reconbench.leaderboard import render as render_mod
 from reconbench.leaderboard.render import build_leaderboard
 from reconbench.leaderboard.rerun import rerun_checked
-from reconbench.leaderboard.rerun_child import train_here
-from reconbench.leaderboard.rerun_paths import Trained, other_path, train_on_path
+from reconbench.leaderboard.rerun_paths import Trained, other_path, train_here, train_on_path
 from reconbench.targets.cards import load_card
 from reconbench.targets.recipe import TargetRecipe, TrainSpec
 
