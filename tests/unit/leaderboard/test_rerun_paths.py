@@ -176,3 +176,29 @@ def test_cells_attacked_on_another_path_than_their_training_are_named():
     mixed = mixed_cells(cells, paths.get)
     assert [(m.cell_id, m.recipe_key, m.trained, m.attacked) for m in mixed] == [
         ("c1", "k1", "stock", "fast"), ("c5", "k3", "fast", "stock")]
+
+
+def _folder(tmp_path: Path, card_fast: bool | None) -> Path:
+    """A results folder of one cell attacked on the fast path, its target's card recording ``card_fast``."""
+    import json
+
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "targets").mkdir()
+    cell = {"format": "reconbench-bench-cell/1", "cell_id": "t--a--i--s0", "status": "ok",
+            "target": {"recipe_key": "k1"}, "provenance": {"blas": {"fast_path": True}}}
+    (tmp_path / "cells" / "t--a--i--s0.json").write_text(json.dumps(cell))
+    card = {"recipe_key": "k1"} if card_fast is None else {"recipe_key": "k1",
+                                                            "training_machine": {"fast_path": card_fast}}
+    (tmp_path / "targets" / "k1.json").write_text(json.dumps(card))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("card_fast", "warned"), [(False, True), (True, False), (None, False)])
+def test_a_results_folder_that_mixes_paths_gets_one_line(tmp_path, card_fast, warned):
+    from reconbench.leaderboard.rerun_paths import mixed_paths_line
+
+    line = mixed_paths_line(_folder(tmp_path, card_fast))
+    assert (line is not None) == warned
+    if line is not None:
+        assert "\n" not in line and line.startswith("1 cell(s) of ")
+        assert "t--a--i--s0, attacked on the fast path, target k1 trained on the stock path" in line
