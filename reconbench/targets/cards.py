@@ -193,7 +193,12 @@ def _check_state(model: torch.nn.Module, state: dict[str, torch.Tensor], where: 
                              "card's architecture; the card and its weights belong to different models")
 
 
-def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, result: TrainResult) -> ModelCard:
+def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, result: TrainResult,
+              weights_from: ModelCard | None = None) -> ModelCard:
+    """Write the weights, mean image and card of a trained target to ``out_dir``. The card records the machine of
+    this process's training, or, given ``weights_from`` (the card whose weights the training started from and kept:
+    a release-only defense's undefended target, maybe trained by another process), that card's (none where it
+    records none)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in result.model.state_dict().items()}
@@ -230,7 +235,9 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     data["p_over_dn"] = p_over_dn(result.model, problem)
     data["content_sha256"] = content_sha256(data)
     data[METRICS_HASH_FIELD] = metrics_sha256(data)
-    data[TRAINING_MACHINE_FIELD] = training_machine()
+    machine = training_machine() if weights_from is None else weights_from.data.get(TRAINING_MACHINE_FIELD)
+    if machine is not None:
+        data[TRAINING_MACHINE_FIELD] = machine
     write_json(out / CARD_FILE, data)
     return ModelCard(out, data)
 

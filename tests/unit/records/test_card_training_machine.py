@@ -89,3 +89,28 @@ def test_every_published_card_reads_with_the_field():
     for path in cards:
         record = CardData.from_dict(json.loads(path.read_text()), path)
         assert record.training_path in (None, "stock", "fast"), path
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_release_only_defense_records_the_machine_of_the_weights_it_starts_from(tmp_path, recorded):
+    """A defended target whose weights are its undefended target's (a defense acting only before release) records
+    the undefended card's training machine, which may be another process's: here one edited to the other path."""
+    import dataclasses
+
+    from reconbench.targets import defended
+    from reconbench.targets.cache import get_or_train
+
+    defended._TRAINED.clear()
+    base = get_or_train(RECIPE, tmp_path, quiet=True)
+    data = json.loads((base.path / "card.json").read_text())
+    other = {**data["training_machine"], "fast_path": not fast_blas.active(), "processor": "another processor"}
+    if recorded:
+        data["training_machine"] = other
+    else:
+        del data["training_machine"]
+    (base.path / "card.json").write_text(json.dumps(data))
+    defended._TRAINED.clear()
+    card = get_or_train(dataclasses.replace(RECIPE, defense="int8_quantise", defense_config={"bits": 4}), tmp_path,
+                        quiet=True)
+    assert "training_reused" in card.data["metrics"]
+    assert card.data.get("training_machine") == (other if recorded else None)
