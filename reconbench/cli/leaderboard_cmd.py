@@ -255,10 +255,8 @@ def leaderboard_command(
             ids += [c for c in sample.cells if c not in ids]
         if ids:
             click.echo(f"re-running {len(ids)} cell(s), targets trained again in a temporary cache: {', '.join(ids)}")
-            rerun_report = rerun_checked(s, out_dir, ids, data_root=data_root)
-            for line in rerun_report.lines:
-                click.echo(f"re-run: {line}")
-            problems = rerun_report.problems
+            problems = rerun_checked(s, out_dir, ids, data_root=data_root,
+                                     say=lambda line: click.echo(f"re-run: {line}")).problems
             for p in problems:
                 click.echo(f"MISMATCH (re-run) {p}")
             if problems:

@@ -6,6 +6,8 @@ checks them independently: the cell's target is trained again from its recorded 
 cache** (so a cache that already holds a target cannot stand in for it), the attack runs with the recorded seed, and
 what is deterministic is compared (``slim.compare_rerun``: every stored count exactly, other numbers within
 ``RERUN_RTOL``; the re-trained weights' sha256 against the board's model card). Wall-clock seconds are never compared.
+Each target is trained, and each attack runs, on the BLAS path (stock MKL or its fast path) the card and the cell
+record, in a child process where that is not this process's path (``rerun_paths.py``).
 
 The sample is drawn without replacement from the cells that have no stored candidates, by ``random.Random(seed)``;
 the seed is drawn from the operating system's entropy when not given and is always printed, so that a forger cannot
@@ -19,7 +21,7 @@ from __future__ import annotations
 import random
 import secrets
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from math import comb
 from pathlib import Path
@@ -40,7 +42,6 @@ from reconbench.leaderboard.rerun_paths import (
 )
 from reconbench.leaderboard.slim import rerun_cells, stored_candidate_ids
 from reconbench.leaderboard.submit import board_suite
-from reconbench.leaderboard.verify import read_board_json
 from reconbench.records import CardData, CellRecord
 
 #: the largest seed ``--rerun-seed`` takes (and the range a drawn seed comes from)
@@ -103,15 +104,22 @@ class RerunReport:
 
     problems: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    #: called with each line as it is made (the command prints them while the re-run goes on)
+    say: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def tell(self, line: str) -> None:
+        self.lines.append(line)
+        if self.say is not None:
+            self.say(line)
 
 
 def rerun_checked(suite: Suite, board: Path, cell_ids: list[str], *, data_root: str | None = None,
-                  trainer: Trainer | None = None) -> RerunReport:
+                  trainer: Trainer | None = None, say: Callable[[str], None] | None = None) -> RerunReport:
     """Re-run ``cell_ids`` with their targets trained again in a temporary cache, each on the BLAS path its board
     card records (where it records none: the cell's attack path, then the other path if the weights differ from
     the card's; ``rerun_paths.plan_paths``), and each attack on the path its cell records (in a child process where
     that is not this process's). The board's stored numbers are compared with the re-run's, and each re-trained
-    target's weights sha256 with the board's model card."""
+    target's weights sha256 with the board's model card. ``say`` is told each line of what was done as it is."""
     stored = load_cell_records(board)
     missing = [c for c in cell_ids if c not in stored]
     if missing:
@@ -119,7 +127,7 @@ def rerun_checked(suite: Suite, board: Path, cell_ids: list[str], *, data_root: 
     current = fast_blas.current_path()
     plans = {cid: plan_paths(_card_path(board, stored[cid]), cell_attack_path(stored[cid].provenance), current)
              for cid in cell_ids}
-    report = RerunReport()
+    report = RerunReport(say=say)
     with tempfile.TemporaryDirectory(prefix="reconbench-rerun-") as tmp:
         cache = Path(tmp) / "cache"
         train = trainer or train_on_path(suite.device, data_root, torch_threads())
@@ -127,17 +135,18 @@ def rerun_checked(suite: Suite, board: Path, cell_ids: list[str], *, data_root: 
             weights = card.weights
             done = retrain_target(key, card.recipe.to_dict() if card.recipe is not None else {}, plan,
                                   None if weights is None else weights.sha256, train, Path(tmp) / "train" / key, cache)
-            report.lines.append(done.line)
+            report.tell(done.line)
             if done.problem is not None:
                 report.problems.append(done.problem)
         for path in sorted({p.attack for p in plans.values()}):
             ids = [c for c in cell_ids if plans[c].attack == path]
             work = Path(tmp) / "work" / path
             if path == current:
-                report.problems += rerun_cells(suite, board, ids, data_root=data_root, cache=str(cache), work=work)
+                report.problems += rerun_cells(suite, board, ids, data_root=data_root, cache=str(cache), work=work,
+                                               stored=stored)
                 continue
             problems, line = _attack_in_child(suite, board, ids, path, cache, work, data_root)
-            report.lines.append(line)
+            report.tell(line)
             report.problems += problems
     return report
 
@@ -185,11 +194,6 @@ def _attack_in_child(suite: Suite, board: Path, ids: list[str], path: str, cache
     if note:
         line = f"{len(ids)} cell(s) recorded on the {path} path attacked on the {ran} path: {note}"
     return [str(p) for p in got["problems"]], line
-
-
-def published_cell(board: Path, cell_id: str) -> CellRecord:
-    """A board's cell as stored (its target's recipe key is all this module reads of it)."""
-    return CellRecord.from_dict(read_board_json(board / "cells" / f"{cell_id}.json", f"cell {cell_id}"))
 
 
 @dataclass(frozen=True)
