@@ -128,7 +128,8 @@ def leaderboard_group() -> None:
     metavar="N",
     help="With --verify: also re-run K cells drawn at random from the cells that keep no candidates (seeded: "
     "--rerun-seed; the sample and its seed are printed), each target trained again from its recipe in a temporary "
-    "cache, and compare what is deterministic (counts exactly, other numbers within relative 1e-6, the weights' "
+    "cache (each target and attack on the BLAS path its card and cell record, as --rerun), and compare "
+    "what is deterministic (counts exactly, other numbers within relative 1e-6, the weights' "
     "sha256; never seconds). Of n such cells, one forged cell is in the sample with probability K/n.",
 )
 @click.option(
