@@ -116,12 +116,13 @@ def retrain_target(key: str, recipe: Mapping[str, Any], plan: PathPlan, card_sha
         line = f"target {key} reproduced on the {match.path} path{tried}{unsaid}{notes}"
         return TargetOutcome(line, None, match)
     shas = ", ".join(f"{t.path} path {_short(t.sha256)}" for t in done)
-    line = (f"target {key} not reproduced: weights sha256 {shas}, the board's model card {_short(card_sha256)}"
+    theirs = card_sha256[:16] if card_sha256 else "none recorded"
+    line = (f"target {key} not reproduced: weights sha256 {shas}, the board's model card {theirs}"
             f"{unsaid}{notes}")
     if chosen is not None:
         line += f"; the cells run on the target trained on the {chosen.path} path"
     problem = (f"target {key}: trained again from its recipe, its weights sha256 ({shas}) is not the board's model "
-               f"card's {_short(card_sha256)} (another processor or library rounds training differently; compare "
+               f"card's {theirs} (another processor or library rounds training differently; compare "
                "the cells' machine and provenance)")
     return TargetOutcome(line, problem, chosen)
 
