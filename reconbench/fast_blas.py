@@ -30,6 +30,9 @@ ACTIVE_ENV = "RECONBENCH_FAST_BLAS_ACTIVE"
 #: the whole shim: MKL's processor check answers "an Intel processor"
 SHIM_SOURCE = "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
 SHIM_SYMBOL = "mkl_serv_intel_cpu_true"
+#: the two BLAS paths a result can be produced on, as cards and re-runs name them
+STOCK, FAST = "stock", "fast"
+PATHS = (STOCK, FAST)
 
 
 def requested(environ: dict[str, str] | None = None) -> bool:
@@ -146,3 +149,47 @@ def reexec_with_shim() -> None:
         os.execve(sys.executable, [sys.executable, *argv[1:]], preload_env(shim))
     except OSError as exc:
         note(f"restarting with the shim failed ({exc}); running with the stock BLAS path")
+
+
+def path_name(fast: object) -> str | None:
+    """The path a recorded ``fast_path`` flag names: ``fast`` (True), ``stock`` (False), None (not recorded)."""
+    return None if not isinstance(fast, bool) else FAST if fast else STOCK
+
+
+def current_path() -> str:
+    """The BLAS path of this process: ``fast`` where the shim is preloaded, else ``stock``."""
+    return FAST if active() else STOCK
+
+
+def without_shim(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of the environment that starts a process on the stock path: the shim out of ``LD_PRELOAD``, the marker
+    and the opt-in variable removed (so a CLI child does not re-execute itself with the shim)."""
+    env = dict(os.environ if environ is None else environ)
+    marker = env.pop(ACTIVE_ENV, None)
+    kept = [p for p in env.get("LD_PRELOAD", "").split(":")
+            if p and p != marker and "mkl-intel-cpu-shim" not in p]
+    if kept:
+        env["LD_PRELOAD"] = ":".join(kept)
+    else:
+        env.pop("LD_PRELOAD", None)
+    env.pop(FAST_BLAS_ENV, None)
+    return env
+
+
+def child_env(path: str, environ: dict[str, str] | None = None) -> tuple[dict[str, str], str | None]:
+    """The environment of a child process on BLAS ``path`` (``stock`` or ``fast``), and where the fast path cannot
+    be enabled on this machine, why (the child then runs on the stock path)."""
+    if path not in PATHS:
+        raise ValueError(f"BLAS path {path!r} is not one of {', '.join(PATHS)}")
+    stock = without_shim(environ)
+    if path == STOCK:
+        return stock, None
+    reason = unsupported_reason()
+    if reason is not None:
+        return stock, reason
+    try:
+        shim = build_shim()
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", None) or str(exc)
+        return stock, f"compiling the shim failed ({' '.join(str(detail).split())[:200]})"
+    return preload_env(shim, stock), None

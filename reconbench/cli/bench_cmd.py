@@ -57,6 +57,7 @@ from reconbench.cli.common import (
 )
 from reconbench.cli.run_cmd import check_task
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.rerun_paths import mixed_paths_line
 from reconbench.preflight import (
     TargetSize,
     attack_seconds,
@@ -355,6 +356,8 @@ def bench_command(
         f"suite {s.name}: {ok} cell(s) ran, {len(report.failed)} failed, {len(report.skipped)} already "
         f"finished ({report.elapsed:.1f}s); results in {report.out}"
     )
+    if (mixed := mixed_paths_line(report.out)) is not None:
+        click.echo(f"warning: {mixed}", err=True)
     for cid in report.failed:
         click.echo(f"  failed: {cid}  (see {report.out / 'cells' / (cid + '.json')})")
     for cid in report.lost:

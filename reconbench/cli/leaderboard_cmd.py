@@ -17,7 +17,15 @@ from reconbench.leaderboard.manifest import MANIFEST_NAME, RELEASES_DIR, RELEASE
 from reconbench.leaderboard.published_suite import published_suite
 from reconbench.leaderboard.releases import check_releases, make_release, release_line
 from reconbench.leaderboard.render import build_leaderboard
-from reconbench.leaderboard.rerun import MAX_SEED, CheckCount, draw_sample, draw_seed, rerun_checked
+from reconbench.leaderboard.rerun import (
+    MAX_SEED,
+    CheckCount,
+    draw_sample,
+    draw_seed,
+    rerun_checked,
+    suite_for_verify,
+)
+from reconbench.leaderboard.rerun_paths import mixed_paths_line
 from reconbench.leaderboard.slim import RERUN_RTOL, slim_board
 from reconbench.leaderboard.submit import board_results, board_suite, pack, submission_text
 from reconbench.leaderboard.tables import SELECTIONS, default_leaderboard_dir
@@ -107,8 +115,11 @@ def leaderboard_group() -> None:
     "--rerun",
     default=None,
     metavar="CELL[,CELL...]",
-    help="With --verify: also re-run these cells (targets from the recipe cache, trained again when absent; attacks "
-    "from their recorded seeds) and check that the board's numbers agree.",
+    help="With --verify: also re-run these cells and check that the board's numbers agree: each target trained again "
+    "from its recipe in a temporary cache on the BLAS path (stock, or MKL's fast path of RECONBENCH_FAST_BLAS=1) its "
+    "model card records (a card that records none: the cell's attack path, then the other path when the weights' "
+    "sha256 differs from the card's; the path that reproduced it is printed), each attack from its recorded seed "
+    "on the path the cell's provenance records (in a child process where that is not this command's).",
 )
 @click.option(
     "--rerun-sample",
@@ -117,7 +128,8 @@ def leaderboard_group() -> None:
     metavar="N",
     help="With --verify: also re-run K cells drawn at random from the cells that keep no candidates (seeded: "
     "--rerun-seed; the sample and its seed are printed), each target trained again from its recipe in a temporary "
-    "cache, and compare what is deterministic (counts exactly, other numbers within relative 1e-6, the weights' "
+    "cache (each target and attack on the BLAS path its card and cell record, as --rerun), and compare "
+    "what is deterministic (counts exactly, other numbers within relative 1e-6, the weights' "
     "sha256; never seconds). Of n such cells, one forged cell is in the sample with probability K/n.",
 )
 @click.option(
@@ -230,7 +242,7 @@ def leaderboard_command(
         return
     if verify:
         published = published_suite(s, out_dir)   # the version it was rendered from, when the file changed since
-        s = published.suite if published.commit else board_suite(s, out_dir)  # outside submissions' tables appended
+        s = suite_for_verify(s, out_dir)   # that version, or with outside submissions' tables appended
         rescored = verify_leaderboard(s, out_dir, data_root)
         if (note := published.note(out_dir)) is not None:
             click.echo(note)
@@ -244,7 +256,8 @@ def leaderboard_command(
             ids += [c for c in sample.cells if c not in ids]
         if ids:
             click.echo(f"re-running {len(ids)} cell(s), targets trained again in a temporary cache: {', '.join(ids)}")
-            problems = rerun_checked(s, out_dir, ids, data_root=data_root)
+            problems = rerun_checked(s, out_dir, ids, data_root=data_root,
+                                     say=lambda line: click.echo(f"re-run: {line}")).problems
             for p in problems:
                 click.echo(f"MISMATCH (re-run) {p}")
             if problems:
@@ -278,6 +291,8 @@ def leaderboard_command(
         )
     for line in data["dropped_submissions"]:
         click.echo(f"warning: {line}", err=True)
+    if (mixed := mixed_paths_line(res_dir)) is not None:
+        click.echo(f"warning: {mixed}", err=True)
     cells = data["header"]["cells"]
     click.echo(
         f"leaderboard: {out_dir / 'README.md'}  ({cells['ok']} ok, {cells['failed']} failed, "

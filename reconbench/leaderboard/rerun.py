@@ -6,6 +6,8 @@ checks them independently: the cell's target is trained again from its recorded 
 cache** (so a cache that already holds a target cannot stand in for it), the attack runs with the recorded seed, and
 what is deterministic is compared (``slim.compare_rerun``: every stored count exactly, other numbers within
 ``RERUN_RTOL``; the re-trained weights' sha256 against the board's model card). Wall-clock seconds are never compared.
+Each target is trained, and each attack runs, on the BLAS path (stock MKL or its fast path) the card and the cell
+record, in a child process where that is not this process's path (``rerun_paths.py``).
 
 The sample is drawn without replacement from the cells that have no stored candidates, by ``random.Random(seed)``;
 the seed is drawn from the operating system's entropy when not given and is always printed, so that a forger cannot
@@ -19,15 +21,27 @@ from __future__ import annotations
 import random
 import secrets
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from math import comb
 from pathlib import Path
 
-from reconbench.bench.runner import card_reader
+from reconbench import fast_blas
+from reconbench.bench.runner import card_reader, load_cell_records
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.published_suite import published_suite
+from reconbench.leaderboard.rerun_paths import (
+    PathPlan,
+    Trainer,
+    cell_attack_path,
+    plan_paths,
+    retrain_target,
+    run_child,
+    train_on_path,
+)
 from reconbench.leaderboard.slim import rerun_cells, stored_candidate_ids
-from reconbench.leaderboard.verify import read_board_json
+from reconbench.leaderboard.submit import board_suite
 from reconbench.records import CardData, CellRecord
 
 #: the largest seed ``--rerun-seed`` takes (and the range a drawn seed comes from)
@@ -76,48 +90,110 @@ def draw_sample(board: Path, k: int, seed: int) -> RerunSample:
                        population=len(pool))
 
 
-def rerun_checked(suite: Suite, board: Path, cell_ids: list[str], *, data_root: str | None = None) -> list[str]:
-    """Re-run ``cell_ids`` with their targets trained again in a temporary cache; the problems (empty: every
-    deterministic number agrees): the board's stored numbers against the re-run's, and each re-trained target's
-    weights sha256 against the board's model card."""
+def suite_for_verify(suite: Suite, board: Path) -> Suite:
+    """The suite ``--verify`` checks ``board`` against: the version it was rendered from where the suite file changed
+    since (read from git), else ``suite`` with the board's outside submissions' additions appended."""
+    published = published_suite(suite, board)
+    return published.suite if published.commit else board_suite(suite, board)
+
+
+@dataclass
+class RerunReport:
+    """What a re-run found (``problems``, empty: every deterministic number agrees) and did (``lines``: one per
+    target, where it was trained, and one per group of cells attacked in a child process)."""
+
+    problems: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    #: called with each line as it is made (the command prints them while the re-run goes on)
+    say: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def tell(self, line: str) -> None:
+        self.lines.append(line)
+        if self.say is not None:
+            self.say(line)
+
+
+def rerun_checked(suite: Suite, board: Path, cell_ids: list[str], *, data_root: str | None = None,
+                  trainer: Trainer | None = None, say: Callable[[str], None] | None = None) -> RerunReport:
+    """Re-run ``cell_ids`` with their targets trained again in a temporary cache, each on the BLAS path its board
+    card records (where it records none: the cell's attack path, then the other path if the weights differ from
+    the card's; ``rerun_paths.plan_paths``), and each attack on the path its cell records (in a child process where
+    that is not this process's). The board's stored numbers are compared with the re-run's, and each re-trained
+    target's weights sha256 with the board's model card. ``say`` is told each line of what was done as it is."""
+    stored = load_cell_records(board)
+    missing = [c for c in cell_ids if c not in stored]
+    if missing:
+        raise ReconbenchError(f"{board} has no cell {missing[0]!r}; name cells of the board (its cells/ folder)")
+    current = fast_blas.current_path()
+    plans = {cid: plan_paths(_card_path(board, stored[cid]), cell_attack_path(stored[cid].provenance), current)
+             for cid in cell_ids}
+    report = RerunReport(say=say)
     with tempfile.TemporaryDirectory(prefix="reconbench-rerun-") as tmp:
-        work = Path(tmp) / "work"
-        problems = rerun_cells(suite, board, cell_ids, data_root=data_root, cache=str(Path(tmp) / "cache"),
-                               work=work)
-        problems += _weights_problems(board, work, cell_ids)
-    return problems
+        cache = Path(tmp) / "cache"
+        train = trainer or train_on_path(suite.device, data_root, torch_threads())
+        for key, (card, plan) in _targets(board, stored, cell_ids, plans).items():
+            weights = card.weights
+            done = retrain_target(key, card.recipe.to_dict() if card.recipe is not None else {}, plan,
+                                  None if weights is None else weights.sha256, train, Path(tmp) / "train" / key, cache)
+            report.tell(done.line)
+            if done.problem is not None:
+                report.problems.append(done.problem)
+        for path in sorted({p.attack for p in plans.values()}):
+            ids = [c for c in cell_ids if plans[c].attack == path]
+            work = Path(tmp) / "work" / path
+            if path == current:
+                report.problems += rerun_cells(suite, board, ids, data_root=data_root, cache=str(cache), work=work,
+                                               stored=stored)
+                continue
+            problems, line = _attack_in_child(suite, board, ids, path, cache, work, data_root)
+            report.tell(line)
+            report.problems += problems
+    return report
 
 
-def _weights_problems(board: Path, work: Path, cell_ids: list[str]) -> list[str]:
-    """Each re-run cell whose target, trained again, has other weights than the board's model card records."""
-    published = card_reader(board)
-    fresh_cards = [card_reader(folder) for folder in sorted(work.iterdir()) if folder.is_dir()]
-    problems: list[str] = []
-    seen: set[str] = set()
+def torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def _card_path(board: Path, cell: CellRecord) -> str | None:
+    data = card_reader(board)(str(cell.target.recipe_key))
+    return None if data is None else CardData.from_dict(data).training_path
+
+
+def _targets(board: Path, stored: Mapping[str, CellRecord], cell_ids: list[str], plans: Mapping[str, PathPlan]
+             ) -> dict[str, tuple[CardData, PathPlan]]:
+    """Each target of the cells that the board has a model card with a recipe of, and the plan of its first cell
+    (a target without one is trained by the re-run itself, and the stored numbers' check names what is missing)."""
+    read = card_reader(board)
+    out: dict[str, tuple[CardData, PathPlan]] = {}
     for cid in cell_ids:
-        raw = published_cell(board, cid)
-        key = str(raw.target.recipe_key)
-        if key in seen:
+        key = str(stored[cid].target.recipe_key)
+        if key in out or (data := read(key)) is None:
             continue
-        seen.add(key)
-        theirs = published(key)
-        ours = next((c for read in fresh_cards if (c := read(key)) is not None), None)
-        if theirs is None or ours is None:
-            continue   # a missing card is named by the stored numbers' check
-        want = CardData.from_dict(theirs).weights
-        got = CardData.from_dict(ours).weights
-        want_sha = None if want is None else want.sha256
-        got_sha = None if got is None else got.sha256
-        if want_sha != got_sha:
-            problems.append(f"{cid}: its target trained again from recipe {key} has weights sha256 "
-                            f"{str(got_sha)[:16]}, the board's model card {str(want_sha)[:16]} (another processor "
-                            "or library rounds training differently; compare the cell's machine and provenance)")
-    return problems
+        card = CardData.from_dict(data)
+        if card.recipe is not None:
+            out[key] = (card, plans[cid])
+    return out
 
 
-def published_cell(board: Path, cell_id: str) -> CellRecord:
-    """A board's cell as stored (its target's recipe key is all this module reads of it)."""
-    return CellRecord.from_dict(read_board_json(board / "cells" / f"{cell_id}.json", f"cell {cell_id}"))
+def _attack_in_child(suite: Suite, board: Path, ids: list[str], path: str, cache: Path, work: Path,
+                     data_root: str | None) -> tuple[list[str], str]:
+    """Re-run ``ids`` in a child process on BLAS ``path`` against the targets of ``cache``: the problems, one line."""
+    work.mkdir(parents=True, exist_ok=True)
+    args = ["--suite", str(suite.path), "--suite-sha256", suite.text_sha256, "--board", str(board.resolve()),
+            "--cells", ",".join(ids), "--cache", str(cache), "--work", str(work), "--threads", str(torch_threads()),
+            *(["--data-root", data_root] if data_root else [])]
+    got, note = run_child("attack", args, path, work.parent / f"attacked-{path}.json")
+    if got is None:
+        return [f"{', '.join(ids)}: the re-run on the {path} path did not finish: {note}"], \
+            f"{len(ids)} cell(s) attacked on the {path} path in a child process: failed ({note})"
+    ran = str(got["path"])
+    line = f"{len(ids)} cell(s) attacked on the {ran} path their provenance records, in a child process"
+    if note:
+        line = f"{len(ids)} cell(s) recorded on the {path} path attacked on the {ran} path: {note}"
+    return [str(p) for p in got["problems"]], line
 
 
 @dataclass(frozen=True)

@@ -329,10 +329,12 @@ def compare_rerun(cell_id: str, stored: CellRecord, fresh: CellRecord, rtol: flo
 
 
 def rerun_cells(suite: Suite, board: Path, cell_ids: list[str], *, data_root: str | None = None,
-                cache: str | None = None, work: Path | None = None) -> list[str]:
+                cache: str | None = None, work: Path | None = None,
+                stored: Mapping[str, CellRecord] | None = None) -> list[str]:
     """Re-run ``cell_ids`` of a board (targets from the recipe cache, trained again when absent; attacks from the
-    recorded seeds) and compare; the problems (empty: every stored number agrees)."""
-    stored = load_cell_records(board)
+    recorded seeds, in this process) and compare; the problems (empty: every stored number agrees). ``stored``: the
+    board's cells when already read."""
+    stored = load_cell_records(board) if stored is None else stored
     missing = [c for c in cell_ids if c not in stored]
     if missing:
         raise ReconbenchError(f"{board} has no cell {missing[0]!r}; name cells of the board (its cells/ folder)")

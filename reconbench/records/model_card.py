@@ -201,6 +201,28 @@ class BoardCardNote(Record):
 
 
 @dataclass(frozen=True)
+class TrainingMachine(Record):
+    """The machine side of a target's training (``training_machine`` of a card; cards written before it have none
+    and read as "unknown"): torch's BLAS, MKL's version and kernel branch, whether MKL's fast path was on
+    (``RECONBENCH_FAST_BLAS``, ``reconbench/fast_blas.py``), torch's version and the processor. Not covered by
+    ``content_sha256``: the same recipe trained on another machine keeps its key and its content hash, and only
+    its weights' sha256 tells the two apart."""
+
+    blas: str | None = None
+    mkl_version: str | None = None
+    branch: str | None = None
+    fast_path: bool | None = None
+    torch_version: str | None = None
+    processor: str | None = None
+    cpu_capability: str | None = None
+
+    @property
+    def blas_path(self) -> str | None:
+        """``fast`` or ``stock`` (None: not recorded)."""
+        return None if self.fast_path is None else "fast" if self.fast_path else "stock"
+
+
+@dataclass(frozen=True)
 class CardData(Record):
     """A model card's JSON (``targets/<recipe key>.json``), as ``reconbench train`` writes it or in the compact
     form a board keeps (``board_card`` set: no ``history``, the test indices as a :class:`Digest`): the parts a
@@ -232,6 +254,13 @@ class CardData(Record):
     #: trained parameters p, input dimension d, n and p / (d n), on cards that record it
     p_over_dn: POverDn | None = None
     board_card: BoardCardNote | None = None
+    #: the BLAS path, torch version and processor the weights were trained with, on cards that record it
+    training_machine: TrainingMachine | None = None
+
+    @property
+    def training_path(self) -> str | None:
+        """The BLAS path the card's weights were trained on (``stock``, ``fast``; None: the card does not say)."""
+        return None if self.training_machine is None else self.training_machine.blas_path
 
     @property
     def is_board_card(self) -> bool:

@@ -26,10 +26,12 @@ def cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def train_target(recipe: TargetRecipe, out_dir: str | os.PathLike[str], data_root: str | None = None,
-                 quiet: bool = False, device: str = "cpu") -> ModelCard:
+                 quiet: bool = False, device: str = "cpu", weights_from: ModelCard | None = None) -> ModelCard:
+    """Train ``recipe`` and write its card to ``out_dir`` (``weights_from``: the undefended card whose weights a
+    release-only defense starts from, whose training machine the card records)."""
     problem = build_problem(recipe.problem, data_root)
     result = train(recipe, problem, quiet=quiet, device=device)
-    return save_card(Path(out_dir), recipe, problem, result)
+    return save_card(Path(out_dir), recipe, problem, result, weights_from=weights_from)
 
 
 def get_or_train(recipe: TargetRecipe, cache: str | os.PathLike[str] | None = None, data_root: str | None = None,
@@ -48,17 +50,19 @@ def get_or_train(recipe: TargetRecipe, cache: str | os.PathLike[str] | None = No
             if not quiet:
                 print(f"cached target {folder} is unusable ({exc}); retraining")
             shutil.rmtree(folder, ignore_errors=True)
+    weights_from = None
     if recipe.defense is not None and DefenseSession(recipe).release_only():
         # a defense that acts only before release: train (or reuse) the undefended target, then apply it
         undefended = dataclasses.replace(recipe, defense=None, defense_config={})
-        remember_card(recipe, get_or_train(undefended, cache, data_root, quiet, log, device), device)
+        weights_from = get_or_train(undefended, cache, data_root, quiet, log, device)
+        remember_card(recipe, weights_from, device)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))  # one per writer
     if log and not quiet:
         print(f"training target {recipe.key()} ({recipe.family} on {recipe.problem.dataset}, "
               f"{recipe.problem.task}, {recipe.problem.n_per_class} per class)")
     try:
-        train_target(recipe, tmp, data_root, quiet, device)
+        train_target(recipe, tmp, data_root, quiet, device, weights_from)
         if (folder / CARD_FILE).exists():  # another process trained the same recipe meanwhile: keep its card
             shutil.rmtree(tmp, ignore_errors=True)
         else:

@@ -193,7 +193,12 @@ def _check_state(model: torch.nn.Module, state: dict[str, torch.Tensor], where: 
                              "card's architecture; the card and its weights belong to different models")
 
 
-def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, result: TrainResult) -> ModelCard:
+def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, result: TrainResult,
+              weights_from: ModelCard | None = None) -> ModelCard:
+    """Write the weights, mean image and card of a trained target to ``out_dir``. The card records the machine of
+    this process's training, or, given ``weights_from`` (the card whose weights the training started from and kept:
+    a release-only defense's undefended target, maybe trained by another process), that card's (none where it
+    records none)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in result.model.state_dict().items()}
@@ -230,8 +235,28 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     data["p_over_dn"] = p_over_dn(result.model, problem)
     data["content_sha256"] = content_sha256(data)
     data[METRICS_HASH_FIELD] = metrics_sha256(data)
+    machine = training_machine() if weights_from is None else weights_from.data.get(TRAINING_MACHINE_FIELD)
+    if machine is not None:
+        data[TRAINING_MACHINE_FIELD] = machine
     write_json(out / CARD_FILE, data)
     return ModelCard(out, data)
+
+
+#: the card field recording the BLAS path, torch version and processor of the training (not in content_sha256)
+TRAINING_MACHINE_FIELD = "training_machine"
+
+
+def training_machine() -> dict[str, Any]:
+    """The machine side of a training in this process, as a card records it (``TrainingMachine``): torch's BLAS,
+    MKL's version and kernel branch and whether MKL's fast path is on (as ``reconbench doctor`` and every run's
+    provenance name them, ``reconbench/blas.py``), torch's version and the processor."""
+    from reconbench import blas, fast_blas
+
+    lib = blas.torch_blas()
+    version = lib["mkl_version"].split("-")[0].strip() if lib["mkl_version"] else None
+    return {"blas": lib["blas"], "mkl_version": version, "branch": blas.mkl_branch(),
+            "fast_path": fast_blas.active(), "torch_version": torch.__version__, "processor": blas.cpu_model(),
+            "cpu_capability": lib["cpu_capability"]}
 
 
 def p_over_dn(model: TargetNet, problem: Problem) -> dict[str, float | int]:
