@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import load_file
+
 from reconbench.attack.cross_target import CrossBroker, brokering
 from reconbench.attack.search import DEFAULT_SEARCH
 from reconbench.attack.watch import AttackStopped, watching
@@ -29,15 +31,15 @@ from reconbench.bench.cross_cells import collect
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
 from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
 from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work
-from reconbench.bench.slice_pack import runs_that_fit
+from reconbench.bench.slice_pack import run_tensor_bytes, runs_that_fit
 from reconbench.bench.slice_watch import SliceWatch, phase_row
 from reconbench.preflight import TargetSize
 from reconbench.records.measured_rate import MeasuredRate
 from reconbench.records.slice_manifest import RunGroup, StoppedCell
-from reconbench.runs.execute import RunGroupDone, only_runs
+from reconbench.runs.execute import REDRAWN_INITS, RunGroupDone, only_runs, start_sha256
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import CARD_FILE
-from reconbench.targets.recipe import TargetRecipe
+from reconbench.targets.recipe import DTYPES, TargetRecipe
 from reconbench.targets.resumable import Piece, state_path, state_step, train_pieces
 
 
@@ -85,6 +87,8 @@ class DeadlineExecutor:
     groups: list[RunGroup] = field(default_factory=list)
     #: pack files the groups' run tensors may take (None: no pack, no limit); a group is as many runs as they hold
     run_files: int | None = None
+    #: carry every run's start in the pack, also where the merge could draw it again (``REDRAWN_INITS``)
+    carry_starts: bool = False
     #: the wall clock of the measured rows (``clock`` is the deadline's view of time, which a test may script)
     timer: Callable[[], float] = time.perf_counter
     watch: SliceWatch = field(init=False)
@@ -284,18 +288,35 @@ class DeadlineExecutor:
                 return left[:k]
         return []
 
+    def _redraws_starts(self, cell: Cell) -> bool:
+        """Whether ``cell``'s runs travel without their starts (the merge draws them again)."""
+        return not self.carry_starts and cell.init.regime in REDRAWN_INITS
+
     def _runs_the_pack_holds(self, cell: Cell, work: CellWork) -> int:
-        """The runs of ``cell`` whose tensors (candidates and starts at the attack's precision, which they travel in;
-        labels and multipliers) fit the pack files left to groups, less the runs this slice's groups took."""
+        """The runs of ``cell`` whose tensors (candidates at the attack's precision, which they travel in; the start
+        too where the merge cannot draw it again; labels and multipliers) fit the pack files left to groups, less the
+        runs this slice's groups took."""
         if self.run_files is None:
             return int(cell.attack.search_runs)
         size = self.sizes[cell.recipe.key()]
         m = int(cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train)
         itemsize = 4 if work.precision in ("float32", "tf32") else 8
-        pixels = m * math.prod(size.input_shape) * itemsize
-        tensors = [pixels, pixels, m * 8, m * 8]
+        tensors = run_tensor_bytes(m, math.prod(size.input_shape), itemsize, starts=not self._redraws_starts(cell))
         taken = sum(len(g.runs) for g in self.groups)
         return max(runs_that_fit(tensors, self.run_files) - taken, 0)
+
+    def _start_hashes(self, job: CellJob, ctx: RunContext, runs: Sequence[int]) -> dict[str, Any]:
+        """The ``starts`` (and ``start_dtype``) of a group whose starts stay here: each written run's start hashed at
+        the attack's precision (``start_sha256``); nothing where the starts travel."""
+        if not self._redraws_starts(job.cell):
+            return {}
+        dtype = DTYPES[job.spec.dtype]
+        starts = {}
+        for k in runs:
+            path = ctx.out / "work" / job.cell.cell_id / "runs" / f"run-{k:03d}.safetensors"
+            if path.exists():   # a failed run wrote no tensors
+                starts[f"{k:03d}"] = start_sha256(load_file(str(path))["x0"], dtype)
+        return {"starts": starts, "start_dtype": job.spec.dtype} if starts else {}
 
     def _run_group(self, job: CellJob, runs: list[int], ctx: RunContext, targets: TargetPool, slot: Slot,
                    works: Mapping[str, CellWork]) -> Outcome | None:
@@ -315,7 +336,7 @@ class DeadlineExecutor:
         except RunGroupDone as group:
             slot.trained.add(work.target_key)
             self.groups.append(RunGroup(cell_id=cid, cell_key=job.cell.key(ctx.suite, ctx.dtype), search_runs=total,
-                                        runs=group.ran))
+                                        runs=group.ran, **self._start_hashes(job, ctx, group.ran)))
             self._rows(job, t0, ctx)
             held = sorted(set(group.ran) | set(self.runs_done.get(cid, set())))
             left = total - len(held)

@@ -197,6 +197,15 @@ from reconbench.tracking import MlflowTracker, tracker
     "runs runs them in groups over several slices (without it, only a cell longer than a whole slice is split). The "
     "runs travel in the pack; the --unpack that brings the last of them evaluates the cell (docs/slices.md).",
 )
+@click.option(
+    "--carry-starts",
+    is_flag=True,
+    default=False,
+    help="With --pack: every search run of a group carries its start in the pack. Without it, a run whose init "
+    "draws from its generator alone (gaussian, uniform) travels without its start and its sha256 instead: the "
+    "--unpack draws it again and checks it (docs/slices.md, \"Starts drawn again\"). For a merge on a machine "
+    "whose torch draws other numbers.",
+)
 @track_options
 @data_root_option
 @quiet_option
@@ -224,6 +233,7 @@ def bench_command(
     costs: str | None,
     cross_target: bool | None,
     runs_per_slice: int | None,
+    carry_starts: bool,
     quiet: bool,
     track: str | None,
     track_uri: str | None,
@@ -258,6 +268,8 @@ def bench_command(
         raise click.UsageError("--runs-per-slice sets how a slice splits its cells: pass --deadline SECONDS too")
     if costs is not None and deadline is None:
         raise click.UsageError("--costs sets the estimates of --deadline; pass --deadline SECONDS too")
+    if carry_starts and pack is None:
+        raise click.UsageError("--carry-starts sets what a slice's pack carries: pass --pack DIR too")
     elsewhere = read_ledger(Path(finished), s) if finished is not None else {}
     if list_only:
         out_dir = default_results_dir(s) if out is None else out
@@ -335,7 +347,8 @@ def bench_command(
         cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(run_device, table), sizes,
                                           start=started, states=states, cross_target=cross_target,
                                           runs_done=runs_done, runs_per_slice=runs_per_slice,
-                                          run_files=pack_files - 2 if pack is not None else None)
+                                          run_files=pack_files - 2 if pack is not None else None,
+                                          carry_starts=carry_starts)
     elif cross_target:
         cells_executor = CrossTargetExecutor()
     packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,
