@@ -14,6 +14,7 @@ time left, written but not evaluated (``reconbench.runs.execute.only_runs``); th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -162,6 +163,7 @@ class DeadlineExecutor:
                                              dtype=ctx.dtype, device=ctx.device) for job in jobs}
         stopped: dict[str, str] = {}   # target key -> why its cells wait for the next slice
         together: list[CellJob] = []
+        group_runs: dict[str, list[int]] = {}   # cells of ``together`` that run a group of their runs: which
         waiting = list(jobs)
         if in_pieces:   # targets whose training ended in an earlier slice: their cards, from the final states
             done = [j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in slot.trained
@@ -184,10 +186,18 @@ class DeadlineExecutor:
                 if work.pieces and work.target_key not in slot.trained:
                     continue
                 runs = self._runs_to_do(job, work, slot)
-                if runs is not None:   # a group of the cell's runs, here and now (whatever cross_target says)
+                if runs is not None:   # a group of the cell's runs
                     if not runs:
                         continue   # no group fits the time left
                     waiting.remove(job)
+                    if self.cross_target:   # it joins the cells chosen to run together below, its estimate spent
+                        share = replace(work, attack=work.attack * len(runs) / int(job.cell.attack.search_runs),
+                                        runs=len(runs))
+                        self.started_cells[job.cell.cell_id] = slot.estimate(share)
+                        slot.take(share)
+                        together.append(job)
+                        group_runs[job.cell.cell_id] = runs
+                        continue
                     outcome = self._run_group(job, runs, ctx, targets, slot, works)
                     if outcome is not None:
                         yield outcome
@@ -260,7 +270,7 @@ class DeadlineExecutor:
             for job in together:
                 self._defer(slot, works[job.cell.cell_id], job, "the deadline stopped an attack before it started")
         elif together:
-            yield from self._run_together(together, ctx, targets, slot, works)
+            yield from self._run_together(together, ctx, targets, slot, works, group_runs)
 
     # -- cells whose runs are split across slices --------------------------------------------------------------------
     def _runs_to_do(self, job: CellJob, work: CellWork, slot: Slot) -> list[int] | None:
@@ -334,21 +344,32 @@ class DeadlineExecutor:
             self._stop([job], {cid: t0}, stop, ctx, slot, works)
             return None
         except RunGroupDone as group:
-            slot.trained.add(work.target_key)
-            self.groups.append(RunGroup(cell_id=cid, cell_key=job.cell.key(ctx.suite, ctx.dtype), search_runs=total,
-                                        runs=group.ran, **self._start_hashes(job, ctx, group.ran)))
-            self._rows(job, t0, ctx)
-            held = sorted(set(group.ran) | set(self.runs_done.get(cid, set())))
-            left = total - len(held)
-            self._defer(slot, work, job, f"search runs {_span(group.ran)} of {total} ran as a group; "
-                                         + (f"{left} left for later slices" if left else
-                                            "all are run: the cell is evaluated where they are merged"))
-            self.watch.phase([cid], f"group of runs {_span(group.ran)} done in {self.timer() - t0:.1f}s; its runs go "
-                                    "in the pack")
+            self._group_done(job, group, t0, ctx, slot, works)
             return None
         slot.trained.add(work.target_key)
         self._done(job, t0, rec, ctx)
         return Finished(job.cell, rec)
+
+    def _group_done(self, job: CellJob, group: RunGroupDone, t0: float, ctx: RunContext, slot: Slot,
+                    works: Mapping[str, CellWork], setup: bool = True) -> None:
+        """A group's runs are written: the group for the pack, its rows (``setup``: with its set-up row; a joint
+        computation's cells have theirs already), and the cell deferred (not evaluated)."""
+        cid, total = job.cell.cell_id, int(job.cell.attack.search_runs)
+        work = works[cid]
+        slot.trained.add(work.target_key)
+        self.groups.append(RunGroup(cell_id=cid, cell_key=job.cell.key(ctx.suite, ctx.dtype), search_runs=total,
+                                    runs=group.ran, **self._start_hashes(job, ctx, group.ran)))
+        if setup:
+            self._rows(job, t0, ctx)
+        else:
+            self.measured.extend(self.watch.attack_rows(cid, self._weights(job.cell.recipe)))
+        held = sorted(set(group.ran) | set(self.runs_done.get(cid, set())))
+        left = total - len(held)
+        self._defer(slot, work, job, f"search runs {_span(group.ran)} of {total} ran as a group; "
+                                     + (f"{left} left for later slices" if left else
+                                        "all are run: the cell is evaluated where they are merged"))
+        self.watch.phase([cid], f"group of runs {_span(group.ran)} done in {self.timer() - t0:.1f}s; its runs go "
+                                "in the pack")
 
     def _rows(self, job: CellJob, t0: float, ctx: RunContext) -> None:
         """The set-up and attack rows of a cell that ran up to its evaluation."""
@@ -402,14 +423,21 @@ class DeadlineExecutor:
                                                f"{steps:,} ({seconds:.1f}s of attack)")
 
     def _run_together(self, jobs: Sequence[CellJob], ctx: RunContext, targets: TargetPool, slot: Slot,
-                      works: Mapping[str, CellWork]) -> Generator[Outcome, None, None]:
+                      works: Mapping[str, CellWork],
+                      group_runs: Mapping[str, list[int]] | None = None) -> Generator[Outcome, None, None]:
         """``reconbench.bench.cross_cells.run_together``'s three passes, watched: a stop in the joint computation
-        defers every cell of it (none is recorded)."""
+        defers every cell of it (none is recorded). ``group_runs``: the cells that run a group of their runs (by
+        cell id), which join the joint computation with those runs only and are written, not evaluated."""
+        groups = group_runs or {}
         broker = CrossBroker()
         starts: dict[str, float] = {}
         for job in jobs:   # pass 1, cell by cell: each one's set-up is timed on its own
             starts[job.cell.cell_id] = self.timer()
-            collect([job], ctx, targets, broker)
+            if job.cell.cell_id in groups:
+                self.watch.phase([job.cell.cell_id], f"started: search runs {_span(groups[job.cell.cell_id])} of "
+                                                     f"{int(job.cell.attack.search_runs)} as a group, with the "
+                                                     "cells that run together")
+            collect([job], ctx, targets, broker, groups.get(job.cell.cell_id))
             self.measured.append(phase_row(job.cell.cell_id, "setup", self.timer() - starts[job.cell.cell_id],
                                            ctx.device, self._weights(job.cell.recipe)))
         try:
@@ -425,11 +453,15 @@ class DeadlineExecutor:
                 yield Started(job.cell)
                 t0 = self.timer()
                 try:   # a batch that joined none (a later round of a search) runs its attack here, watched
-                    with watching(self.watch), self.watch.label([cid]):
+                    with watching(self.watch), self.watch.label([cid]), \
+                            only_runs(groups[cid]) if cid in groups else contextlib.nullcontext():
                         rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
                                        data_root=ctx.data_root, quiet=ctx.quiet)
                 except AttackStopped as stop:
                     self._stop([job], {cid: t0}, stop, ctx, slot, works)
+                    continue
+                except RunGroupDone as group:   # its runs are written: they travel, the cell is not evaluated
+                    self._group_done(job, group, starts[cid], ctx, slot, works, setup=False)
                     continue
                 self._done(job, t0, rec, ctx)
                 yield Finished(job.cell, rec)
