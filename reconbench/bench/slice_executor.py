@@ -93,6 +93,8 @@ class DeadlineExecutor:
     #: the wall clock of the measured rows (``clock`` is the deadline's view of time, which a test may script)
     timer: Callable[[], float] = time.perf_counter
     watch: SliceWatch = field(init=False)
+    #: the groups chosen to run in this slice's cross-target computation, not run yet (their runs take pack room)
+    _pooled: dict[str, list[int]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.watch = SliceWatch(self.clock, self.start, self.deadline, timer=self.timer)
@@ -163,7 +165,8 @@ class DeadlineExecutor:
                                              dtype=ctx.dtype, device=ctx.device) for job in jobs}
         stopped: dict[str, str] = {}   # target key -> why its cells wait for the next slice
         together: list[CellJob] = []
-        group_runs: dict[str, list[int]] = {}   # cells of ``together`` that run a group of their runs: which
+        group_runs = self._pooled   # cells of ``together`` that run a group of their runs: which
+        group_runs.clear()
         waiting = list(jobs)
         if in_pieces:   # targets whose training ended in an earlier slice: their cards, from the final states
             done = [j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in slot.trained
@@ -312,7 +315,7 @@ class DeadlineExecutor:
         m = int(cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train)
         itemsize = 4 if work.precision in ("float32", "tf32") else 8
         tensors = run_tensor_bytes(m, math.prod(size.input_shape), itemsize, starts=not self._redraws_starts(cell))
-        taken = sum(len(g.runs) for g in self.groups)
+        taken = sum(len(g.runs) for g in self.groups) + sum(len(r) for r in self._pooled.values())
         return max(runs_that_fit(tensors, self.run_files) - taken, 0)
 
     def _start_hashes(self, job: CellJob, ctx: RunContext, runs: Sequence[int]) -> dict[str, Any]:

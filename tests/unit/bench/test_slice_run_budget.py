@@ -52,3 +52,12 @@ def test_an_init_the_merge_cannot_draw_again_carries_its_starts():
     cell, work, sizes = paper_cell("cifar-binary--haim_binary_kkt--partition--s0")
     executor = DeadlineExecutor(470.0, CostModel.for_device("cuda"), sizes, run_files=6)
     assert executor._runs_the_pack_holds(cell, work) == 3
+
+
+def test_groups_chosen_to_run_together_take_their_room_before_they_run():
+    """In a cross-target slice the groups run together at the end: those chosen already hold their pack room, so a
+    second cell of the target gets what the first leaves (6 files: 4 and 2 runs)."""
+    cell, work, sizes = paper_cell("cifar-binary--haim_binary_kkt--gaussian--s0")
+    executor = DeadlineExecutor(470.0, CostModel.for_device("cuda"), sizes, run_files=6, cross_target=True)
+    executor._pooled["cifar-binary--haim_binary_kkt--uniform--s0"] = [0, 1, 2, 3]
+    assert executor._runs_the_pack_holds(cell, work) == 2
