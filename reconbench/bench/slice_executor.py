@@ -95,6 +95,8 @@ class DeadlineExecutor:
     watch: SliceWatch = field(init=False)
     #: the groups chosen to run in this slice's cross-target computation, not run yet (their runs take pack room)
     _pooled: dict[str, list[int]] = field(init=False, default_factory=dict)
+    #: the seconds this slice took to rebuild each target's card (by recipe key): every bare slice pays them again
+    _card_seconds: dict[str, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.watch = SliceWatch(self.clock, self.start, self.deadline, timer=self.timer)
@@ -180,6 +182,7 @@ class DeadlineExecutor:
                     stopped[recipe.key()] = result
                 elif result[0].finished:
                     slot.trained.add(recipe.key())
+                    self._card_seconds[recipe.key()] = self.timer() - t0
                     self.measured.append(phase_row(cell, "card", self.timer() - t0, ctx.device, self._weights(recipe)))
                     self.watch.phase([cell], f"card of target {recipe.key()} rebuilt from its final training state "
                                              f"in {self.timer() - t0:.1f}s")
@@ -277,18 +280,19 @@ class DeadlineExecutor:
 
     # -- cells whose runs are split across slices --------------------------------------------------------------------
     def _runs_to_do(self, job: CellJob, work: CellWork, slot: Slot) -> list[int] | None:
-        """The runs of ``job``'s cell to run here as a group (empty: none fits the time left), or None: the cell
-        runs whole, as usual (one run, a search that proposes its runs in rounds, or all its runs fit a slice and
-        none is held elsewhere)."""
+        """The runs of ``job``'s cell to run here as a group (empty: none fits the time or the pack left), or None:
+        the cell runs whole, as usual (one run, a search that proposes its runs in rounds, or all its runs fit a
+        slice, within ``runs_per_slice``, and none is held elsewhere)."""
         cell = job.cell
         total = int(cell.attack.search_runs)
         done = self.runs_done.get(cell.cell_id, set())
         if total <= 1 or cell.attack.search != DEFAULT_SEARCH:
             return None
         left = [k for k in range(total) if k not in done]
+        bare = self.deadline - self._card_seconds.get(work.target_key, 0.0)   # a slice rebuilds the card first
+        if not done and total <= (self.runs_per_slice or total) and self.model.estimate(work, False) <= bare:
+            return None   # whole, evaluated here: its runs do not travel, so the pack does not bound it
         cap = min(len(left), self.runs_per_slice or total, self._runs_the_pack_holds(cell, work))
-        if not done and cap == total and self.model.estimate(work, False) <= self.deadline:
-            return None
         # with the cell's own chunks (its max_batch), a group is whole chunks: each run then advances beside the runs
         # it has in an unsplit run, and its arithmetic is the same (docs/slices.md, "Cells longer than a slice")
         chunk = int(cell.attack.config.get("max_batch", 0) or 0)
