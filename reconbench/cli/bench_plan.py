@@ -152,9 +152,8 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
     for line in group_lines(plan, rules):
         click.echo(line)
     for cid, est in plan.unfit.items():
-        click.echo(f"  fits no slice: {cid} (estimated {est:.0f}s on a bare machine"
-                   + (", and not one of its runs as a group)" if any(w.split for w in works if w.cell_id == cid)
-                      else ")"))
+        click.echo(f"  fits no slice: {cid} (estimated {est:.0f}s on a bare machine)"
+                   + ("; nor does one group of its runs" if any(w.split for w in works if w.cell_id == cid) else ""))
     by_target: dict[str, list[str]] = {}
     for c in cells:
         by_target.setdefault(c.target, []).append(c.cell_id)

@@ -242,4 +242,4 @@ def test_starts_travel_where_the_merge_does_not_draw_them_again(tmp_path, capsys
 def test_carry_starts_needs_a_pack(suite_file, tmp_path, capsys):
     code, text, err = run_cli(["bench", str(suite_file), "--carry-starts", "--deadline", "60", "--out",
                                str(tmp_path / "o")], capsys)
-    assert code == 2 and "--carry-starts sets what a slice's pack carries: pass --pack DIR too" in err
+    assert code == 2 and "--carry-starts sets what a slice's pack carries: pass --pack DIR (or --plan) too" in err
