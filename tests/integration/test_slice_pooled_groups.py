@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNS, GROUP = 4, 2
 
 
-def pooled_suite(tmp_path: Path, max_batch: int | None) -> Path:
-    """benchmarks/gpu/tiny.toml with two inits on its one target (two cells) and four search runs each."""
+def pooled_suite(tmp_path: Path, max_batch: int | None, runs: int = RUNS) -> Path:
+    """benchmarks/gpu/tiny.toml with two inits on its one target (two cells) and ``runs`` search runs each."""
     text = (ROOT / "benchmarks" / "gpu" / "tiny.toml").read_text()
     text = text.replace('name = "gpu-tiny"', 'name = "pooled-groups"').replace("search_runs = 2",
-                                                                              f"search_runs = {RUNS}")
+                                                                              f"search_runs = {runs}")
     text = text.replace('inits = ["gaussian", "uniform", "partition"]', 'inits = ["gaussian", "uniform"]')
     batch = f", max_batch = {max_batch}" if max_batch else ""
     text = text.replace("config = { steps = 100 }", f"config = {{ steps = 100{batch} }}")
@@ -44,12 +44,12 @@ def without_batches(rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def slices(suite_file: Path, tmp_path: Path, capsys: Any) -> tuple[Path, list[dict[str, Any]]]:
+def slices(suite_file: Path, tmp_path: Path, capsys: Any, runs: int = RUNS) -> tuple[Path, list[dict[str, Any]]]:
     """The suite in slices of two runs per cell, cross-target, each on a bare machine given the ledger, each pack
     merged; the results folder and the manifests."""
     local = tmp_path / "local"
     manifests = []
-    for i in range(1, RUNS // GROUP + 1):
+    for i in range(1, -(-runs // GROUP) + 1):
         ledger = ["--finished", str(local / "finished.json")] if i > 1 else []
         code, text, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "600", "--pack",
                                    str(tmp_path / f"pack{i}"), "--out", str(tmp_path / f"device{i}"), "--cache",
@@ -65,23 +65,27 @@ def slices(suite_file: Path, tmp_path: Path, capsys: Any) -> tuple[Path, list[di
 
 
 @pytest.mark.slow
-def test_groups_of_cells_of_one_target_pooled_equal_the_unsplit_cells_exactly(tmp_path, capsys):
-    suite_file = pooled_suite(tmp_path, GROUP)
+@pytest.mark.parametrize("runs", [RUNS, 3])
+def test_groups_of_cells_of_one_target_pooled_equal_the_unsplit_cells_exactly(tmp_path, capsys, runs):
+    """Also with three runs a cell: the last group of each is one run, which advances alone as in its cell's own
+    batch (each cell's runs chunked on their own), not beside the other cell's last run."""
+    suite_file = pooled_suite(tmp_path, GROUP, runs)
     whole = tmp_path / "whole"
     run_suite(load_suite(str(suite_file)), whole, cache=str(tmp_path / "cache0"), quiet=True)
     cells = sorted(load_cells(whole))
     assert len(cells) == 2
-    local, manifests = slices(suite_file, tmp_path, capsys)
+    local, manifests = slices(suite_file, tmp_path, capsys, runs)
     for i, manifest in enumerate(manifests):
         assert sorted((g["cell_id"], tuple(g["runs"])) for g in manifest["groups"]) == [
-            (c, tuple(range(i * GROUP, (i + 1) * GROUP))) for c in cells]
+            (c, tuple(range(i * GROUP, min((i + 1) * GROUP, runs)))) for c in cells]
     merged = load_cells(local)
     assert sorted(merged) == cells
     for cid in cells:
         a, b = load_cells(whole)[cid], merged[cid]
         assert deterministic(without_batches(b)) == deterministic(without_batches(a))
-        # every run advanced in the slice's joint computation of both cells, in its own chunk of max_batch runs
-        assert all(r["batch"]["cross_target"]["runs"] == GROUP for r in b["runs"])
+        # every run advanced in the slice's joint computation of both cells, in its own cell's chunk
+        assert [r["batch"]["cross_target"]["runs"] for r in b["runs"]] == [
+            min(GROUP, runs - k // GROUP * GROUP) for k in range(runs)]
         pooled_a = load_file(str(whole / "work" / cid / "candidates.safetensors"))
         pooled_b = load_file(str(local / "work" / cid / "candidates.safetensors"))
         assert pooled_a.keys() == pooled_b.keys() and all((pooled_a[k] == pooled_b[k]).all() for k in pooled_a)
