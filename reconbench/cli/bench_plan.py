@@ -74,6 +74,10 @@ def _span(runs: tuple[int, ...]) -> str:
         ", ".join(str(k) for k in runs)
 
 
+def _bytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
 def group_lines(plan: SlicePlan, rules: GroupRules) -> list[str]:
     """Which runs of which cell each slice runs in groups, with the pack bytes their tensors take."""
     lines = []
@@ -82,8 +86,8 @@ def group_lines(plan: SlicePlan, rules: GroupRules) -> list[str]:
             continue
         room = "" if rules.run_files is None else f" of the {rules.run_files} pack file(s) left to runs"
         total = sum(g.bytes for g in groups)
-        lines.append(f"  slice {i + 1} runs in groups ({total / 1e6:.1f} MB{room}): " + "; ".join(
-            f"{g.cell_id} runs {_span(g.runs)} of {g.search_runs} ({g.bytes / 1e6:.1f} MB)" for g in groups))
+        lines.append(f"  slice {i + 1} runs in groups ({_bytes(total)}{room}): " + "; ".join(
+            f"{g.cell_id} runs {_span(g.runs)} of {g.search_runs} ({_bytes(g.bytes)})" for g in groups))
     return lines
 
 

@@ -243,3 +243,26 @@ def test_carry_starts_needs_a_pack(suite_file, tmp_path, capsys):
     code, text, err = run_cli(["bench", str(suite_file), "--carry-starts", "--deadline", "60", "--out",
                                str(tmp_path / "o")], capsys)
     assert code == 2 and "--carry-starts sets what a slice's pack carries: pass --pack DIR (or --plan) too" in err
+
+
+def test_the_plan_shows_the_groups_the_slice_then_runs(suite_file, tmp_path, capsys):
+    """``--plan`` with ``--runs-per-slice 2`` lays the three-run cell out as runs 0-1, then run 2, with their pack
+    bytes; the slice run with the same options runs the plan's first group."""
+    code, text, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--plan", "--deadline", "600",
+                               "--runs-per-slice", "2", "--out", str(tmp_path / "o")], capsys)
+    assert code == 0, text + err
+    lines = [line for line in text.splitlines() if "runs in groups" in line]
+    assert len(lines) == 2 and "runs 0-1 of 3" in lines[0] and "runs 2 of 3" in lines[1]
+    # 8 x 8 candidates (m = 20) in float64: candidates 20 x 64 x 8 bytes, labels and multipliers 20 x 8 each; the
+    # gaussian starts stay (drawn again at the merge)
+    assert f"({2 * (20 * 64 * 8 + 2 * 20 * 8) / 1e3:.1f} kB" in lines[0]
+    assert f"({(20 * 64 * 8 + 2 * 20 * 8) / 1e3:.1f} kB" in lines[1]
+    assert "1 cell(s) in 2 slice(s) (1 of them in groups of their search runs" in text
+    manifest = slice_of(suite_file, tmp_path, capsys, 1)
+    assert [g["runs"] for g in manifest["groups"]] == [[0, 1]]
+
+
+def test_speed_needs_a_plan(suite_file, tmp_path, capsys):
+    code, text, err = run_cli(["bench", str(suite_file), "--speed", "2", "--deadline", "60", "--out",
+                               str(tmp_path / "o")], capsys)
+    assert code == 2 and "--speed prices a what-if plan: pass --plan too" in err
