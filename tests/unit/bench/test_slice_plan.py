@@ -170,9 +170,9 @@ def test_every_paper_cell_is_planned_once_and_no_slice_passes_its_budget() -> No
     planned = [c for s in plan.slices for c in s]
     # a cell longer than a slice runs its search runs in groups: every run once, the cell in no slice whole
     runs: dict[str, list[int]] = {}
-    for groups in plan.groups:
-        for g in groups:
-            runs.setdefault(g.cell_id, []).extend(g.runs)
+    for planned_groups in plan.groups:
+        for pg in planned_groups:
+            runs.setdefault(pg.cell_id, []).extend(pg.runs)
     by_id = {w.cell_id: w for w in works}
     assert all(sorted(r) == list(range(by_id[c].runs)) for c, r in runs.items()) and not set(runs) & set(planned)
     assert sorted(planned + list(runs) + list(plan.unfit)) == sorted(w.cell_id for w in works)
