@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from reconbench.bench.cells import Cell, expand, select  # noqa: E402
 from reconbench.bench.slice_arithmetic import arithmetic_costs  # noqa: E402
-from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices, read_costs  # noqa: E402
+from reconbench.bench.slice_costs import CostModel, GroupRules, cell_work, plan_slices, read_costs  # noqa: E402
+from reconbench.bench.slice_pack import MAX_FILES  # noqa: E402
 from reconbench.bench.suite import Suite, load_suite  # noqa: E402
 from reconbench.cli.bench_cmd import costs_dtypes  # noqa: E402
 from reconbench.cli.bench_plan import print_plan  # noqa: E402
@@ -47,7 +48,15 @@ KKT_PATTERNS = ["cifar-binary--haim_binary_kkt--gaussian--*", "mnist-binary--hai
                 "cifar-multiclass--multiclass_kkt--gaussian--*", "cifar-regression-wd--general_loss_wd--gaussian--*"]
 #: the next occasion's selection: MNIST binary's cells, its A/B pair included
 NEXT_PATTERNS = ["mnist-binary--haim_binary_kkt*--gaussian--*"]
-PLANS = {"kkt": (480.0, KKT_PATTERNS), "next": (480.0, NEXT_PATTERNS)}
+#: the CIFAR-10 binary target's KKT cells (its 16-run cell and its A/B pair), as the next occasion's call takes them
+CIFAR_BINARY_PATTERNS = ["cifar-binary--haim_binary_kkt*--gaussian--*"]
+#: each plan: its deadline, its cells, and the options it adds (a pack of fewer files, every start carried)
+PLANS: dict[str, tuple[float, list[str], list[str]]] = {
+    "kkt": (480.0, KKT_PATTERNS, []), "next": (480.0, NEXT_PATTERNS, []),
+    "groups": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6"]),
+    "groups-carried-x2": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--carry-starts", "--speed", "2"]),
+    "groups-x2": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--speed", "2"]),
+}
 #: the input shapes of the paper suite's data sets
 SHAPES = {"npz:cifar10/cifar10_train_subset.npz": (3, 32, 32), "mnist_test": (1, 28, 28)}
 DOCS = [Path("benchmarks/gpu/README.md"), Path("docs/slices.md")]
@@ -74,34 +83,46 @@ def sizes_of(cells: list[Cell]) -> dict[str, TargetSize]:
     return sizes
 
 
-def command(deadline: float, patterns: list[str]) -> str:
+def command(deadline: float, patterns: list[str], options: list[str]) -> str:
     only = " ".join(f"--only '{p}'" for p in patterns)
-    return f"reconbench bench paper --device cuda --plan --deadline {deadline:g} --costs {TABLE} --finished {LEDGER} {only}"
+    return (f"reconbench bench paper --device cuda --plan --deadline {deadline:g} --costs {TABLE} --finished {LEDGER} "
+            f"{only}" + "".join(f" {o}" for o in options))
+
+
+def rules_of(options: list[str]) -> tuple[GroupRules, bool, float]:
+    """The group rules, ``--carry-starts`` and ``--speed`` of a plan's options, as ``reconbench bench`` reads
+    them."""
+    files = int(options[options.index("--pack-files") + 1]) if "--pack-files" in options else MAX_FILES
+    speed = float(options[options.index("--speed") + 1]) if "--speed" in options else 1.0
+    return GroupRules(run_files=files - 2), "--carry-starts" in options, speed
 
 
 def render(name: str) -> str:
     """The block of plan ``name``: its command and what it prints, between the markers."""
-    deadline, patterns = PLANS[name]
+    deadline, patterns, options = PLANS[name]
     suite = load_suite("paper")
     cells = select(expand(suite), patterns)
+    rules, carry, speed = rules_of(options)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         print_plan(suite, cells, sizes_of(cells), deadline, PACK_RESERVE_SECONDS, "cuda", probe_table(suite),
-                   progress_of(cells))
+                   progress_of(cells), rules=rules, carry_starts=carry, speed=speed)
     begin, end = markers(name)
-    return f"{begin}\n```\n$ {command(deadline, patterns)}\n{out.getvalue()}```\n{end}"
+    return f"{begin}\n```\n$ {command(deadline, patterns, options)}\n{out.getvalue()}```\n{end}"
 
 
 def account(name: str) -> str:
     """Every second of plan ``name``'s slices, by what it is spent on: a markdown table between the markers."""
-    deadline, patterns = PLANS[name]
+    deadline, patterns, options = PLANS[name]
     suite = load_suite("paper")
     cells = select(expand(suite), patterns)
     sizes = sizes_of(cells)
-    table = probe_table(suite)
-    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=suite.dtype, device="cuda") for c in cells]
+    rules, carry, speed = rules_of(options)
+    table = probe_table(suite).scaled(speed) if speed != 1.0 else probe_table(suite)
+    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=suite.dtype, device="cuda", carry_starts=carry)
+             for c in cells]
     model = CostModel(prior=table)
-    plan = plan_slices(works, model, deadline - PACK_RESERVE_SECONDS, progress_of(cells))
+    plan = plan_slices(works, model, deadline - PACK_RESERVE_SECONDS, progress_of(cells), rules)
     by_id = {w.cell_id: w for w in works}
     head = ["slice", "training", "its set-ups", "cards", "attacks", "evaluations", "cells' fixed s",
             "cells' margin", "kept for the pack", "idle", "total"]

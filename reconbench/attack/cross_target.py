@@ -201,13 +201,18 @@ def run_cross_batch(chains: Sequence[Sequence[nn.Linear]], run_target: Sequence[
         scale = torch.tensor([1.0 / m if c.inverse_m else 1.0 for c in configs], dtype=dtype,
                              device=device).reshape(-1, 1, 1)
         options = current_step_options()
-        gram = CrossGram(chains, run_target, cfg0.forward, dtype, device, options.layer_form, options.dots)
+        # every run on one target (the cells of one target, or groups of their runs): that target's own products,
+        # as its cell's batch computes them, so that each run's arithmetic is the per-cell path's
+        gram = BatchedGram(list(chains[0]), cfg0.forward, dtype, device, options.layer_form, options.dots) \
+            if len(chains) == 1 else CrossGram(chains, run_target, cfg0.forward, dtype, device, options.layer_form,
+                                               options.dots)
         evaluate = gram_evaluator(gram, terms, alpha, box, scale)
         if options != StepOptions():
             info.notes.append(f"step options: {options.label()}")
         state = State(like.flatten(2).clone(), lam0.detach().to(like).clone())
         graph = device.type == "cuda" and bool(cfg0.cuda_graph)   # eager steps elsewhere (and when capture fails)
-        outputs = advance(state, evaluate, configs, sync_every, info, graph, gram.theta_sqs, progress)
+        theta: float | list[float] = gram.theta_sqs if isinstance(gram, CrossGram) else gram.theta_sq
+        outputs = advance(state, evaluate, configs, sync_every, info, graph, theta, progress)
     for out in outputs:
         out.candidates = out.candidates.reshape(tuple(x0.shape[1:]))
         out.labels = labels
@@ -280,8 +285,19 @@ def _together(requests: Sequence[CrossRequest], members: list[int], results: lis
     dims = [first.x0s[0][0].numel(), *(layer.out_features for layer in chains[0])]
     weights_bytes = sum(p.numel() for layer in chains[0] for p in layer.parameters()) * \
         torch.empty((), dtype=target.dtype).element_size()
-    chunks, reason = plan_chunks(list(range(len(runs))), bytes_per_run(target, m, dims) + weights_bytes,
-                                 target.device, int(first.configs[0].max_batch))
+    per_run, max_batch = bytes_per_run(target, m, dims) + weights_bytes, int(first.configs[0].max_batch)
+    if max_batch > 0:   # each request's runs in its own chunks of max_batch, as its cell's batch chunks them: a run
+        # then advances beside the runs it has in its cell's own computation (docs/slices.md, the chunk rule)
+        chunks: list[list[int]] = []
+        reasons: list[str] = []
+        for j in range(len(members)):
+            mine, why = plan_chunks([q for q, (jj, _) in enumerate(runs) if jj == j], per_run, target.device,
+                                    max_batch)
+            chunks.extend(mine)
+            reasons.extend([why] if why else [])
+        reason = "; ".join(dict.fromkeys(reasons))
+    else:
+        chunks, reason = plan_chunks(list(range(len(runs))), per_run, target.device, max_batch)
     outputs: dict[tuple[int, int], AttackOutput] = {}
     batches: dict[tuple[int, int], dict[str, Any]] = {}
     for c, chunk in enumerate(chunks):

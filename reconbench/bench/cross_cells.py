@@ -16,17 +16,20 @@ attack itself in pass 3.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import contextlib
+from collections.abc import Generator, Iterable, Sequence
 
 from reconbench.attack.cross_target import Collected, CrossBroker, brokering
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
 from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
-from reconbench.runs.execute import run_attack
+from reconbench.runs.execute import RunGroupDone, only_runs, run_attack
 
 
-def collect(jobs: Sequence[CellJob], ctx: RunContext, targets: TargetPool, broker: CrossBroker) -> None:
+def collect(jobs: Sequence[CellJob], ctx: RunContext, targets: TargetPool, broker: CrossBroker,
+            runs: Iterable[int] | None = None) -> None:
     """Pass 1: each job's target, and the batch its cell asks for (a job that fails here fails again, recorded, in
-    pass 3)."""
+    pass 3). ``runs``: only these search runs of the jobs' cells (a slice's group of runs,
+    ``reconbench.runs.execute.only_runs``): the batch holds those alone."""
     with brokering(broker):
         for job in jobs:
             target = targets.get(job.cell)
@@ -34,9 +37,10 @@ def collect(jobs: Sequence[CellJob], ctx: RunContext, targets: TargetPool, broke
                 continue
             broker.current = job.cell.cell_id
             try:
-                run_attack(target.card, job.spec, ctx.out / "work" / job.cell.cell_id, data_root=ctx.data_root,
-                           quiet=True, problem=target.problem)
-            except Collected:
+                with only_runs(runs) if runs is not None else contextlib.nullcontext():
+                    run_attack(target.card, job.spec, ctx.out / "work" / job.cell.cell_id, data_root=ctx.data_root,
+                               quiet=True, problem=target.problem)
+            except (Collected, RunGroupDone):   # asked for its batch; or a group whose runs are all written already
                 pass
             except Exception:  # recorded when the cell runs for real (pass 3)  # noqa: S110
                 pass

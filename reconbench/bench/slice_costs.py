@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from reconbench import plugins
+from reconbench.attack.search import DEFAULT_SEARCH
 from reconbench.bench.cells import Cell
+from reconbench.bench.slice_pack import run_tensor_bytes, runs_that_fit
 from reconbench.config import build_config
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.precision import MATMUL_PRECISIONS, attack_precision
@@ -56,6 +58,7 @@ from reconbench.records.cost_table import (
 )
 from reconbench.records.measured_rate import MeasuredRate
 from reconbench.records.record import mapping, number
+from reconbench.runs.execute import REDRAWN_INITS
 from reconbench.targets.recipe import TargetRecipe
 from reconbench.targets.resumable import batch_group, resumable_reason
 
@@ -103,6 +106,12 @@ class CellWork:
     runs: int = 0         # search runs of the cell's attack
     steps: int = 0        # steps of one search run
     card: float = 0.0     # the target's card (its release metrics and stationarity certificate): n x P
+    #: its search runs may run in groups over slices (random search, more than one run: they are proposed at once)
+    split: bool = False
+    chunk: int = 0        # the attack's own ``max_batch`` (0: none): a group is whole chunks of it
+    #: the bytes of one run's tensors as they travel in a pack (candidates, the start where it travels, labels,
+    #: multipliers: ``reconbench.bench.slice_pack.run_tensor_bytes``)
+    run_bytes: tuple[int, ...] = ()
 
     @property
     def run_step(self) -> float:
@@ -142,11 +151,12 @@ def piece_parameters(recipe: TargetRecipe, size: TargetSize, params: float) -> f
 
 
 def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str | None = None,
-              device: str = "") -> CellWork:
+              device: str = "", carry_starts: bool = False) -> CellWork:
     """The work of ``cell`` on a target of ``size`` (:func:`reconbench.preflight.check_target`). ``pieces``: the
     slice trains targets in pieces where the resumable trainer takes their recipe (a slice with ``--pack``).
     ``dtype`` (the suite's or the command's) and ``device``: the attack's precision, which a cost table may price
-    apart (none given: the table's one attack rate)."""
+    apart (none given: the table's one attack rate). ``carry_starts``: every run's start travels in a pack (else
+    only where the merge cannot draw it again)."""
     pixels = math.prod(size.input_shape)
     params = size.parameters if size.parameters is not None else pixels * UNSIZED_PARAMETERS_PER_PIXEL
     m = cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train
@@ -165,6 +175,10 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
         runs=int(cell.attack.search_runs),
         steps=steps,
         card=float(size.n_train) * params,
+        split=int(cell.attack.search_runs) > 1 and cell.attack.search == DEFAULT_SEARCH,
+        chunk=int(cell.attack.config.get("max_batch", 0) or 0),
+        run_bytes=tuple(run_tensor_bytes(int(m), pixels, 8 if (cell.attack.dtype or dtype) == "float64" else 4,
+                                         starts=carry_starts or cell.init.regime not in REDRAWN_INITS)),
     )
 
 
@@ -397,6 +411,39 @@ class Slot:
         self.trained.add(work.target_key)
 
 
+@dataclass(frozen=True)
+class GroupRules:
+    """How a slice splits a cell's search runs into groups (docs/slices.md, "Cells longer than a slice"), as
+    :class:`~reconbench.bench.slice_executor.DeadlineExecutor` does: ``run_files``, the pack files left to runs
+    (None: no pack, no limit); ``runs_per_slice``, ``--runs-per-slice`` (None: as many as fit); ``runs_done``, the
+    runs of each cell merged already (a ledger's ``partial``)."""
+
+    run_files: int | None = None
+    runs_per_slice: int | None = None
+    runs_done: Mapping[str, frozenset[int]] = field(default_factory=dict)
+
+    def pack_runs(self, work: CellWork) -> int:
+        """Runs of ``work``'s cell a pack holds (its whole run count without a pack)."""
+        return work.runs if self.run_files is None else runs_that_fit(work.run_bytes, self.run_files)
+
+
+@dataclass(frozen=True)
+class PlannedGroup:
+    """Search runs of a cell that one slice runs as a group (written, not evaluated); ``bytes``: what their tensors
+    take in the pack."""
+
+    cell_id: str
+    runs: tuple[int, ...]
+    search_runs: int
+    bytes: int
+
+
+def group_share(work: CellWork, k: int) -> CellWork:
+    """``work`` as a group of ``k`` of its runs: its attack's share, priced at ``k`` runs batched (as the executor
+    prices a group)."""
+    return replace(work, attack=work.attack * k / work.runs, runs=k)
+
+
 @dataclass
 class SlicePlan:
     slices: list[list[str]]               # cell ids, in the order they run
@@ -413,10 +460,15 @@ class SlicePlan:
     #: per slice, the seconds of the cards of each group whose training ends in it (group -> seconds; included in
     #: ``training``)
     training_cards: list[dict[str, float]] = field(default_factory=list)
+    #: per slice, the groups of search runs it runs (cells longer than a slice, or capped by the pack or
+    #: ``--runs-per-slice``); a cell whose runs all ran in groups is evaluated where its last group is merged
+    groups: list[list[PlannedGroup]] = field(default_factory=list)
 
     def finished_in(self, cell_ids: Iterable[str]) -> int | None:
-        """The slice (0-based) by whose end every cell of ``cell_ids`` has run (None: one of them never runs)."""
+        """The slice (0-based) by whose end every cell of ``cell_ids`` has run, whole or in groups (None: one of
+        them never runs)."""
         where = {c: i for i, ids in enumerate(self.slices) for c in ids}
+        where.update({g.cell_id: i for i, groups in enumerate(self.groups) for g in groups})
         ids = list(cell_ids)
         return max(where[c] for c in ids) if ids and all(c in where for c in ids) else None
 
@@ -437,7 +489,7 @@ def training_seconds(model: CostModel, works: Iterable[CellWork],
 
 
 def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
-                progress: Mapping[str, float] | None = None) -> SlicePlan:
+                progress: Mapping[str, float] | None = None, rules: GroupRules | None = None) -> SlicePlan:
     """The slices of ``budget`` seconds that run ``works`` on bare machines (no target cached), as the slicer takes
     them: a cell must finish inside its slice, training in pieces need not.
 
@@ -454,15 +506,26 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     so a target trained in one slice is ready in every later one. A cell that does not fit even an empty slice, its
     training aside, is ``unfit``. ``progress``: the fraction of its steps a target's training state has done
     already (by recipe key; its training in pieces costs that much less). Nothing runs: the plan comes from the
-    cost model alone."""
+    cost model alone.
+
+    A cell of random search runs its search runs in groups (``rules``, :func:`_group_of`) where the executor would
+    split it: its estimate passes the slice, it has more runs than ``runs_per_slice``, or some of its runs ran
+    already; each group takes as many of the runs left as fit the time left and the pack files
+    left to runs (whole chunks of the cell's ``max_batch``), and the cell is done where its last group ran. Such a
+    cell fits no slice only when not even its smallest group fits a bare one (or the pack holds none of its
+    runs)."""
+    rules = rules or GroupRules()
     todo = list(works)
     plan = SlicePlan([], [], {})
+    done_runs = {cid: set(runs) for cid, runs in rules.runs_done.items()}
     card_of = {w.target_key: card_seconds(model.prior, w) for w in todo if w.pieces}
     for w in todo:
         alone = Slot(model, budget)
         if model.prior.card is not None and w.pieces:   # a bare machine makes the card before the cell
             alone.spent = card_of[w.target_key]
-        if not alone.fits(w):
+        runs_left = w.runs - len(done_runs.get(w.cell_id, ()))
+        if not alone.fits(w) and not (w.split and rules.pack_runs(w) >= 1 and alone.fits(
+                group_share(w, min(w.chunk or 1, runs_left)))):
             plan.unfit[w.cell_id] = alone.spent + alone.estimate(w)
     todo = [w for w in todo if w.cell_id not in plan.unfit]
     setup = model.prior.train.fixed   # the set-up of a training piece
@@ -483,9 +546,25 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         made: dict[str, float] = {}
         taken: list[str] = []
         trained: dict[str, float] = {}
+        groups: list[PlannedGroup] = []
         while True:
             for w in todo:
-                if w.cell_id not in taken and (not w.pieces or w.target_key in ready) and slot.fits(w):
+                if w.cell_id in taken or (w.pieces and w.target_key not in ready) or (
+                        w.split and len(done_runs.get(w.cell_id, ())) >= w.runs):
+                    continue
+                if w.split:
+                    room = None if rules.run_files is None else max(
+                        rules.pack_runs(w) - sum(len(g.runs) for g in groups), 0)
+                    # a bare slice rebuilds the target's card before the cell: what a whole cell must fit in
+                    bare = budget - (card_of[w.target_key] if model.prior.card is not None and w.pieces else 0.0)
+                    planned = _group_of(w, slot, model, bare, rules, done_runs.get(w.cell_id, set()), room)
+                    if planned is not None:   # the cell runs in groups: this one, or none here
+                        if planned.runs:
+                            slot.take(group_share(w, len(planned.runs)))
+                            groups.append(planned)
+                            done_runs.setdefault(w.cell_id, set()).update(planned.runs)
+                        continue
+                if slot.fits(w):
                     slot.take(w)
                     taken.append(w.cell_id)
             group = next((w.group for w in todo if w.pieces and w.target_key not in ready), None)
@@ -508,7 +587,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
             ready |= members[group]
             for key in members[group]:
                 plan.trained_in[key] = len(plan.slices)
-        if not taken and not trained:   # nothing can progress (cannot happen once unfit cells are set aside)
+        if not taken and not trained and not groups:   # nothing can progress (not once unfit cells are set aside)
             plan.unfit.update({w.cell_id: Slot(model, budget).estimate(w) for w in todo})
             break
         plan.slices.append(taken)
@@ -517,14 +596,35 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         plan.cards.append(cards)
         plan.card_seconds.append(rebuild)
         plan.training_cards.append(made)
-        todo = [w for w in todo if w.cell_id not in set(taken)]
+        plan.groups.append(groups)
+        todo = [w for w in todo if w.cell_id not in set(taken)
+                and not (w.split and len(done_runs.get(w.cell_id, ())) >= w.runs)]
     return plan
 
 
+def _group_of(work: CellWork, slot: Slot, model: CostModel, budget: float, rules: GroupRules, done: set[int],
+              room: int | None) -> PlannedGroup | None:
+    """The group of ``work``'s runs a slice runs now (no runs: none fits the time or the pack left), or None: the
+    cell runs whole (all its runs fit ``budget``, a bare slice less its card's rebuild, within ``runs_per_slice``,
+    and none ran before); as ``DeadlineExecutor._runs_to_do`` decides."""
+    left = [k for k in range(work.runs) if k not in done]
+    if not done and work.runs <= (rules.runs_per_slice or work.runs) and model.estimate(work, False) <= budget:
+        return None   # whole, evaluated on the device: its runs do not travel
+    cap = min(len(left), rules.runs_per_slice or work.runs, work.runs if room is None else room)
+    for k in range(cap, 0, -1):
+        if work.chunk and k % work.chunk and k != len(left):
+            continue
+        if slot.fits(group_share(work, k)):
+            return PlannedGroup(cell_id=work.cell_id, runs=tuple(left[:k]), search_runs=work.runs,
+                                bytes=k * sum(work.run_bytes))
+    return PlannedGroup(cell_id=work.cell_id, runs=(), search_runs=work.runs, bytes=0)
+
+
 def fits_in(works: list[CellWork], table: CostTable, budget: float, slices: int,
-            progress: Mapping[str, float] | None = None) -> bool:
-    """Whether the plan of ``works`` on ``table`` takes at most ``slices`` slices, every cell in one."""
-    plan = plan_slices(works, CostModel(prior=table), budget, progress)
+            progress: Mapping[str, float] | None = None, rules: GroupRules | None = None) -> bool:
+    """Whether the plan of ``works`` on ``table`` takes at most ``slices`` slices, every cell in them (whole or in
+    groups of its runs)."""
+    plan = plan_slices(works, CostModel(prior=table), budget, progress, rules)
     return not plan.unfit and len(plan.slices) <= slices
 
 
@@ -533,19 +633,20 @@ BREAK_EVEN_RANGE = (1e-3, 1e3)
 
 
 def break_even_speed(works: list[CellWork], table: CostTable, budget: float, slices: int,
-                     progress: Mapping[str, float] | None = None, *, rel: float = 1e-6) -> float | None:
+                     progress: Mapping[str, float] | None = None, *, rel: float = 1e-6,
+                     rules: GroupRules | None = None) -> float | None:
     """The least speed ``s`` (a device ``s`` times as fast per unit as ``table``, its fixed seconds unchanged:
     :meth:`CostTable.scaled`) at which ``works`` fit in ``slices`` slices of ``budget`` seconds; None when not
     even :data:`BREAK_EVEN_RANGE`'s fastest does (fixed seconds alone pass the budget). Bisection in log scale to
     ``rel``: a plan's slice count does not grow as every rate falls, so the fitting speeds form one interval."""
     lo, hi = BREAK_EVEN_RANGE
-    if not fits_in(works, table.scaled(hi), budget, slices, progress):
+    if not fits_in(works, table.scaled(hi), budget, slices, progress, rules):
         return None
-    if fits_in(works, table.scaled(lo), budget, slices, progress):
+    if fits_in(works, table.scaled(lo), budget, slices, progress, rules):
         return lo
     while hi / lo > 1.0 + rel:
         mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if fits_in(works, table.scaled(mid), budget, slices, progress) else (mid, hi)
+        lo, hi = (lo, mid) if fits_in(works, table.scaled(mid), budget, slices, progress, rules) else (mid, hi)
     return hi
 
 
@@ -571,13 +672,13 @@ def target_training_seconds(table: CostTable, work: CellWork) -> float:
 
 
 def break_even_budget(works: list[CellWork], table: CostTable, slices: int, start: float, stop: float,
-                      progress: Mapping[str, float] | None = None) -> float | None:
+                      progress: Mapping[str, float] | None = None, rules: GroupRules | None = None) -> float | None:
     """The least whole number of seconds in ``[start, stop]`` a slice needs for ``works`` to fit in ``slices``
     slices at ``table``'s speed; None when none of them does. A scan, not a bisection: the first-fit walk can
     take more slices at a longer budget than at a shorter one (a cell that now fits earlier displaces training)."""
     budget = math.ceil(start)
     while budget <= stop:
-        if fits_in(works, table, budget, slices, progress):
+        if fits_in(works, table, budget, slices, progress, rules):
             return float(budget)
         budget += 1
     return None

@@ -14,12 +14,15 @@ time left, written but not evaluated (``reconbench.runs.execute.only_runs``); th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from safetensors.torch import load_file
 
 from reconbench.attack.cross_target import CrossBroker, brokering
 from reconbench.attack.search import DEFAULT_SEARCH
@@ -29,15 +32,15 @@ from reconbench.bench.cross_cells import collect
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
 from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
 from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work
-from reconbench.bench.slice_pack import runs_that_fit
+from reconbench.bench.slice_pack import run_tensor_bytes, runs_that_fit
 from reconbench.bench.slice_watch import SliceWatch, phase_row
 from reconbench.preflight import TargetSize
 from reconbench.records.measured_rate import MeasuredRate
 from reconbench.records.slice_manifest import RunGroup, StoppedCell
-from reconbench.runs.execute import RunGroupDone, only_runs
+from reconbench.runs.execute import REDRAWN_INITS, RunGroupDone, only_runs, start_sha256
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import CARD_FILE
-from reconbench.targets.recipe import TargetRecipe
+from reconbench.targets.recipe import DTYPES, TargetRecipe
 from reconbench.targets.resumable import Piece, state_path, state_step, train_pieces
 
 
@@ -85,9 +88,15 @@ class DeadlineExecutor:
     groups: list[RunGroup] = field(default_factory=list)
     #: pack files the groups' run tensors may take (None: no pack, no limit); a group is as many runs as they hold
     run_files: int | None = None
+    #: carry every run's start in the pack, also where the merge could draw it again (``REDRAWN_INITS``)
+    carry_starts: bool = False
     #: the wall clock of the measured rows (``clock`` is the deadline's view of time, which a test may script)
     timer: Callable[[], float] = time.perf_counter
     watch: SliceWatch = field(init=False)
+    #: the groups chosen to run in this slice's cross-target computation, not run yet (their runs take pack room)
+    _pooled: dict[str, list[int]] = field(init=False, default_factory=dict)
+    #: the seconds this slice took to rebuild each target's card (by recipe key): every bare slice pays them again
+    _card_seconds: dict[str, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.watch = SliceWatch(self.clock, self.start, self.deadline, timer=self.timer)
@@ -158,6 +167,8 @@ class DeadlineExecutor:
                                              dtype=ctx.dtype, device=ctx.device) for job in jobs}
         stopped: dict[str, str] = {}   # target key -> why its cells wait for the next slice
         together: list[CellJob] = []
+        group_runs = self._pooled   # cells of ``together`` that run a group of their runs: which
+        group_runs.clear()
         waiting = list(jobs)
         if in_pieces:   # targets whose training ended in an earlier slice: their cards, from the final states
             done = [j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in slot.trained
@@ -171,6 +182,7 @@ class DeadlineExecutor:
                     stopped[recipe.key()] = result
                 elif result[0].finished:
                     slot.trained.add(recipe.key())
+                    self._card_seconds[recipe.key()] = self.timer() - t0
                     self.measured.append(phase_row(cell, "card", self.timer() - t0, ctx.device, self._weights(recipe)))
                     self.watch.phase([cell], f"card of target {recipe.key()} rebuilt from its final training state "
                                              f"in {self.timer() - t0:.1f}s")
@@ -180,10 +192,18 @@ class DeadlineExecutor:
                 if work.pieces and work.target_key not in slot.trained:
                     continue
                 runs = self._runs_to_do(job, work, slot)
-                if runs is not None:   # a group of the cell's runs, here and now (whatever cross_target says)
+                if runs is not None:   # a group of the cell's runs
                     if not runs:
                         continue   # no group fits the time left
                     waiting.remove(job)
+                    if self.cross_target:   # it joins the cells chosen to run together below, its estimate spent
+                        share = replace(work, attack=work.attack * len(runs) / int(job.cell.attack.search_runs),
+                                        runs=len(runs))
+                        self.started_cells[job.cell.cell_id] = slot.estimate(share)
+                        slot.take(share)
+                        together.append(job)
+                        group_runs[job.cell.cell_id] = runs
+                        continue
                     outcome = self._run_group(job, runs, ctx, targets, slot, works)
                     if outcome is not None:
                         yield outcome
@@ -256,22 +276,23 @@ class DeadlineExecutor:
             for job in together:
                 self._defer(slot, works[job.cell.cell_id], job, "the deadline stopped an attack before it started")
         elif together:
-            yield from self._run_together(together, ctx, targets, slot, works)
+            yield from self._run_together(together, ctx, targets, slot, works, group_runs)
 
     # -- cells whose runs are split across slices --------------------------------------------------------------------
     def _runs_to_do(self, job: CellJob, work: CellWork, slot: Slot) -> list[int] | None:
-        """The runs of ``job``'s cell to run here as a group (empty: none fits the time left), or None: the cell
-        runs whole, as usual (one run, a search that proposes its runs in rounds, or all its runs fit a slice and
-        none is held elsewhere)."""
+        """The runs of ``job``'s cell to run here as a group (empty: none fits the time or the pack left), or None:
+        the cell runs whole, as usual (one run, a search that proposes its runs in rounds, or all its runs fit a
+        slice, within ``runs_per_slice``, and none is held elsewhere)."""
         cell = job.cell
         total = int(cell.attack.search_runs)
         done = self.runs_done.get(cell.cell_id, set())
         if total <= 1 or cell.attack.search != DEFAULT_SEARCH:
             return None
         left = [k for k in range(total) if k not in done]
+        bare = self.deadline - self._card_seconds.get(work.target_key, 0.0)   # a slice rebuilds the card first
+        if not done and total <= (self.runs_per_slice or total) and self.model.estimate(work, False) <= bare:
+            return None   # whole, evaluated here: its runs do not travel, so the pack does not bound it
         cap = min(len(left), self.runs_per_slice or total, self._runs_the_pack_holds(cell, work))
-        if not done and cap == total and self.model.estimate(work, False) <= self.deadline:
-            return None
         # with the cell's own chunks (its max_batch), a group is whole chunks: each run then advances beside the runs
         # it has in an unsplit run, and its arithmetic is the same (docs/slices.md, "Cells longer than a slice")
         chunk = int(cell.attack.config.get("max_batch", 0) or 0)
@@ -284,18 +305,35 @@ class DeadlineExecutor:
                 return left[:k]
         return []
 
+    def _redraws_starts(self, cell: Cell) -> bool:
+        """Whether ``cell``'s runs travel without their starts (the merge draws them again)."""
+        return not self.carry_starts and cell.init.regime in REDRAWN_INITS
+
     def _runs_the_pack_holds(self, cell: Cell, work: CellWork) -> int:
-        """The runs of ``cell`` whose tensors (candidates and starts at the attack's precision, which they travel in;
-        labels and multipliers) fit the pack files left to groups, less the runs this slice's groups took."""
+        """The runs of ``cell`` whose tensors (candidates at the attack's precision, which they travel in; the start
+        too where the merge cannot draw it again; labels and multipliers) fit the pack files left to groups, less the
+        runs this slice's groups took."""
         if self.run_files is None:
             return int(cell.attack.search_runs)
         size = self.sizes[cell.recipe.key()]
         m = int(cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train)
         itemsize = 4 if work.precision in ("float32", "tf32") else 8
-        pixels = m * math.prod(size.input_shape) * itemsize
-        tensors = [pixels, pixels, m * 8, m * 8]
-        taken = sum(len(g.runs) for g in self.groups)
+        tensors = run_tensor_bytes(m, math.prod(size.input_shape), itemsize, starts=not self._redraws_starts(cell))
+        taken = sum(len(g.runs) for g in self.groups) + sum(len(r) for r in self._pooled.values())
         return max(runs_that_fit(tensors, self.run_files) - taken, 0)
+
+    def _start_hashes(self, job: CellJob, ctx: RunContext, runs: Sequence[int]) -> dict[str, Any]:
+        """The ``starts`` (and ``start_dtype``) of a group whose starts stay here: each written run's start hashed at
+        the attack's precision (``start_sha256``); nothing where the starts travel."""
+        if not self._redraws_starts(job.cell):
+            return {}
+        dtype = DTYPES[job.spec.dtype]
+        starts = {}
+        for k in runs:
+            path = ctx.out / "work" / job.cell.cell_id / "runs" / f"run-{k:03d}.safetensors"
+            if path.exists():   # a failed run wrote no tensors
+                starts[f"{k:03d}"] = start_sha256(load_file(str(path))["x0"], dtype)
+        return {"starts": starts, "start_dtype": job.spec.dtype} if starts else {}
 
     def _run_group(self, job: CellJob, runs: list[int], ctx: RunContext, targets: TargetPool, slot: Slot,
                    works: Mapping[str, CellWork]) -> Outcome | None:
@@ -313,21 +351,32 @@ class DeadlineExecutor:
             self._stop([job], {cid: t0}, stop, ctx, slot, works)
             return None
         except RunGroupDone as group:
-            slot.trained.add(work.target_key)
-            self.groups.append(RunGroup(cell_id=cid, cell_key=job.cell.key(ctx.suite, ctx.dtype), search_runs=total,
-                                        runs=group.ran))
-            self._rows(job, t0, ctx)
-            held = sorted(set(group.ran) | set(self.runs_done.get(cid, set())))
-            left = total - len(held)
-            self._defer(slot, work, job, f"search runs {_span(group.ran)} of {total} ran as a group; "
-                                         + (f"{left} left for later slices" if left else
-                                            "all are run: the cell is evaluated where they are merged"))
-            self.watch.phase([cid], f"group of runs {_span(group.ran)} done in {self.timer() - t0:.1f}s; its runs go "
-                                    "in the pack")
+            self._group_done(job, group, t0, ctx, slot, works)
             return None
         slot.trained.add(work.target_key)
         self._done(job, t0, rec, ctx)
         return Finished(job.cell, rec)
+
+    def _group_done(self, job: CellJob, group: RunGroupDone, t0: float, ctx: RunContext, slot: Slot,
+                    works: Mapping[str, CellWork], setup: bool = True) -> None:
+        """A group's runs are written: the group for the pack, its rows (``setup``: with its set-up row; a joint
+        computation's cells have theirs already), and the cell deferred (not evaluated)."""
+        cid, total = job.cell.cell_id, int(job.cell.attack.search_runs)
+        work = works[cid]
+        slot.trained.add(work.target_key)
+        self.groups.append(RunGroup(cell_id=cid, cell_key=job.cell.key(ctx.suite, ctx.dtype), search_runs=total,
+                                    runs=group.ran, **self._start_hashes(job, ctx, group.ran)))
+        if setup:
+            self._rows(job, t0, ctx)
+        else:
+            self.measured.extend(self.watch.attack_rows(cid, self._weights(job.cell.recipe)))
+        held = sorted(set(group.ran) | set(self.runs_done.get(cid, set())))
+        left = total - len(held)
+        self._defer(slot, work, job, f"search runs {_span(group.ran)} of {total} ran as a group; "
+                                     + (f"{left} left for later slices" if left else
+                                        "all are run: the cell is evaluated where they are merged"))
+        self.watch.phase([cid], f"group of runs {_span(group.ran)} done in {self.timer() - t0:.1f}s; its runs go "
+                                "in the pack")
 
     def _rows(self, job: CellJob, t0: float, ctx: RunContext) -> None:
         """The set-up and attack rows of a cell that ran up to its evaluation."""
@@ -381,14 +430,21 @@ class DeadlineExecutor:
                                                f"{steps:,} ({seconds:.1f}s of attack)")
 
     def _run_together(self, jobs: Sequence[CellJob], ctx: RunContext, targets: TargetPool, slot: Slot,
-                      works: Mapping[str, CellWork]) -> Generator[Outcome, None, None]:
+                      works: Mapping[str, CellWork],
+                      group_runs: Mapping[str, list[int]] | None = None) -> Generator[Outcome, None, None]:
         """``reconbench.bench.cross_cells.run_together``'s three passes, watched: a stop in the joint computation
-        defers every cell of it (none is recorded)."""
+        defers every cell of it (none is recorded). ``group_runs``: the cells that run a group of their runs (by
+        cell id), which join the joint computation with those runs only and are written, not evaluated."""
+        groups = group_runs or {}
         broker = CrossBroker()
         starts: dict[str, float] = {}
         for job in jobs:   # pass 1, cell by cell: each one's set-up is timed on its own
             starts[job.cell.cell_id] = self.timer()
-            collect([job], ctx, targets, broker)
+            if job.cell.cell_id in groups:
+                self.watch.phase([job.cell.cell_id], f"started: search runs {_span(groups[job.cell.cell_id])} of "
+                                                     f"{int(job.cell.attack.search_runs)} as a group, with the "
+                                                     "cells that run together")
+            collect([job], ctx, targets, broker, groups.get(job.cell.cell_id))
             self.measured.append(phase_row(job.cell.cell_id, "setup", self.timer() - starts[job.cell.cell_id],
                                            ctx.device, self._weights(job.cell.recipe)))
         try:
@@ -404,11 +460,15 @@ class DeadlineExecutor:
                 yield Started(job.cell)
                 t0 = self.timer()
                 try:   # a batch that joined none (a later round of a search) runs its attack here, watched
-                    with watching(self.watch), self.watch.label([cid]):
+                    with watching(self.watch), self.watch.label([cid]), \
+                            only_runs(groups[cid]) if cid in groups else contextlib.nullcontext():
                         rec = run_cell(job.cell, ctx.suite, job.spec, ctx.out, targets, invocation=ctx.invocation,
                                        data_root=ctx.data_root, quiet=ctx.quiet)
                 except AttackStopped as stop:
                     self._stop([job], {cid: t0}, stop, ctx, slot, works)
+                    continue
+                except RunGroupDone as group:   # its runs are written: they travel, the cell is not evaluated
+                    self._group_done(job, group, starts[cid], ctx, slot, works, setup=False)
                     continue
                 self._done(job, t0, rec, ctx)
                 yield Finished(job.cell, rec)

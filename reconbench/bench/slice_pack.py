@@ -299,6 +299,8 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
         optional["groups"] = packed_groups
     if groups_left_out:   # a later slice runs them again: say so rather than lose the slice's cells
         optional["groups_left_out"] = groups_left_out
+    if any(g.starts for g in packed_groups):   # the merge draws those starts again: with which torch they were drawn
+        optional["torch"] = torch.__version__
     manifest = SliceManifest.written(
         format=PACK_FORMAT, suite=suite.name, suite_sha256=suite.text_sha256, commit=slice_commit(),
         device=device, dtype=dtype, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), complete=complete,
@@ -324,6 +326,13 @@ def travel_tensor(t: torch.Tensor) -> torch.Tensor:
         if torch.equal(f.to(torch.float64), t):
             return f.contiguous()
     return t.contiguous()
+
+
+def run_tensor_bytes(m: int, pixels: int, itemsize: int, *, starts: bool) -> list[int]:
+    """The bytes of one run's tensors as they travel: ``m`` candidates of ``pixels`` values at ``itemsize`` bytes,
+    their start the same where it travels (``starts``), labels and multipliers (int64 and float64, ``m`` each)."""
+    images = m * pixels * itemsize
+    return [images, *([images] if starts else []), m * 8, m * 8]
 
 
 def runs_that_fit(tensor_bytes: Sequence[int], files: int) -> int:
@@ -369,7 +378,7 @@ def _run_files(out: Path, groups: Sequence[RunGroup], free: int) -> tuple[list[b
             path = _run_path(out, group.cell_id, k, ".safetensors")   # a failed run has its record alone
             loaded = load_file(str(path)) if path.exists() else {}
             tensors = [(f"{group.cell_id}/{k:03d}/{name}", travel_tensor(loaded[name])) for name in RUN_TENSORS
-                       if name in loaded]
+                       if name in loaded and not (name == "x0" and f"{k:03d}" in group.starts)]
             trial_files, trial_sizes = [dict(f) for f in files], list(sizes)
             fits = not full
             for key, t in tensors if fits else []:
@@ -392,8 +401,9 @@ def _run_files(out: Path, groups: Sequence[RunGroup], free: int) -> tuple[list[b
                 dropped.append(k)
                 dropped_bytes += sum(t.numel() * t.element_size() for _, t in tensors)
         if kept:
+            starts = {f"{k:03d}": group.starts[f"{k:03d}"] for k in kept if f"{k:03d}" in group.starts}
             packed.append(RunGroup(cell_id=group.cell_id, cell_key=group.cell_key, search_runs=group.search_runs,
-                                   runs=kept))
+                                   runs=kept, starts=starts, start_dtype=group.start_dtype if starts else None))
         if dropped:
             left_out.append(LeftOutGroup(cell_id=group.cell_id, runs=dropped, bytes=dropped_bytes,
                                          reason=f"no room in the {free} pack file(s) left to runs"))
@@ -529,7 +539,8 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
     _state_entries(pack, manifest)   # a split state that does not join is refused before anything is written
     before = _ledger(out)   # the rows and runs merged before: a ledger that does not read is refused here
     kept_rows = list(before.measured) if before is not None else []
-    runs = _group_runs(pack, manifest, members, out, keys)   # checked, and no run merged before is contradicted
+    # checked, no run merged before contradicted, and the starts that did not travel drawn again
+    runs = _group_runs(pack, manifest, members, out, keys, suite, data_root)
     report = UnpackReport(manifest=manifest)
     with folder_lock(out, "results"):
         for cid, (_, rec) in records.items():
@@ -707,10 +718,18 @@ class _Run:
 
 
 def _group_runs(pack: Path, manifest: SliceManifest, members: Mapping[str, bytes], out: Path,
-                keys: Mapping[str, str]) -> list[_Run]:
+                keys: Mapping[str, str], suite: Suite, data_root: str | None) -> list[_Run]:
     """The runs the pack's groups carry, checked against the manifest, the suite and the runs ``out`` holds (a run
     held with other contents is refused: remove it to take the pack's); runs of a cell ``out`` holds finished are
-    left out (its evaluation is done)."""
+    left out (its evaluation is done). A run that travelled without its start (its group's ``starts``) gets it drawn
+    again here and checked against the recorded sha256 (``reconbench.bench.slice_gather.RedrawnStarts``)."""
+    from reconbench.bench.slice_gather import RedrawnStarts, StartMismatch
+
+    cards = {path.stem: path.read_bytes() for path in (out / "targets").glob("*.json")} if (
+        out / "targets").exists() else {}
+    cards.update({name.removeprefix("targets/").removesuffix(".json"): data for name, data in members.items()
+                  if name.startswith("targets/")})
+    redraw = RedrawnStarts(suite, manifest, cards, data_root, pack)
     archived = sorted(n for n in members if n.startswith("runs/"))
     listed = sorted(f"runs/{g.cell_id}/run-{k:03d}.json" for g in manifest.groups for k in g.runs)
     if archived != listed:
@@ -742,6 +761,14 @@ def _group_runs(pack: Path, manifest: SliceManifest, members: Mapping[str, bytes
             if ("candidates" not in run or "labels" not in run) and not _failed_run(record):
                 raise PackError(f"{pack}: run {k} of {group.cell_id} has no candidates in the pack's runs files; fetch "
                                 "the pack again")
+            if f"{k:03d}" in group.starts and "candidates" in run:
+                if "x0" in run:
+                    raise PackError(f"{pack}: run {k} of {group.cell_id} carries its start although its group records "
+                                    "the start's sha256 instead; fetch the pack again")
+                try:
+                    run["x0"] = redraw.start(group, k, record)
+                except StartMismatch as exc:
+                    raise PackError(str(exc)) from None
             held = _run_path(out, group.cell_id, k, ".json")
             if held.exists() and held.read_bytes() != record:
                 raise PackError(f"run {k} of cell {group.cell_id} is already in {held.parent} with other contents; "

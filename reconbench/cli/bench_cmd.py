@@ -25,7 +25,7 @@ from reconbench.bench.runner import (
     select_cells,
     still_to_run,
 )
-from reconbench.bench.slice_costs import CostModel, read_costs
+from reconbench.bench.slice_costs import CostModel, GroupRules, read_costs
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import (
     LEDGER_FILE,
@@ -99,7 +99,9 @@ from reconbench.tracking import MlflowTracker, tracker
     "plan_only",
     is_flag=True,
     help="With --deadline: only print the slices of that many seconds that the cells still to run need on bare "
-    "machines, estimated from the cost table (--costs, else the device's built-in one); runs nothing.",
+    "machines, estimated from the cost table (--costs, else the device's built-in one), and which search runs of a "
+    "cell longer than a slice each one runs as a group, with the pack bytes they take (--pack-files, "
+    "--runs-per-slice, --carry-starts as a slice takes them); runs nothing.",
 )
 @click.option(
     "--device", default=None, help="Torch device for the attacks (default: the suite's, usually cpu)."
@@ -198,6 +200,24 @@ from reconbench.tracking import MlflowTracker, tracker
     "runs runs them in groups over several slices (without it, only a cell longer than a whole slice is split). The "
     "runs travel in the pack; the --unpack that brings the last of them evaluates the cell (docs/slices.md).",
 )
+@click.option(
+    "--speed",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=1.0,
+    show_default=True,
+    metavar="FACTOR",
+    help="With --plan: price every phase FACTOR times as fast per unit as the cost table (its fixed seconds and the "
+    "cards' CPU seconds unchanged): what a faster step would make of the plan.",
+)
+@click.option(
+    "--carry-starts",
+    is_flag=True,
+    default=False,
+    help="With --pack: every search run of a group carries its start in the pack. Without it, a run whose init "
+    "draws from its generator alone (gaussian, uniform) travels without its start and its sha256 instead: the "
+    "--unpack draws it again and checks it (docs/slices.md, \"Starts drawn again\"). For a merge on a machine "
+    "whose torch draws other numbers.",
+)
 @track_options
 @data_root_option
 @quiet_option
@@ -225,6 +245,8 @@ def bench_command(
     costs: str | None,
     cross_target: bool | None,
     runs_per_slice: int | None,
+    speed: float,
+    carry_starts: bool,
     quiet: bool,
     track: str | None,
     track_uri: str | None,
@@ -259,6 +281,10 @@ def bench_command(
         raise click.UsageError("--runs-per-slice sets how a slice splits its cells: pass --deadline SECONDS too")
     if costs is not None and deadline is None:
         raise click.UsageError("--costs sets the estimates of --deadline; pass --deadline SECONDS too")
+    if speed != 1.0 and not plan_only:
+        raise click.UsageError("--speed prices a what-if plan: pass --plan too")
+    if carry_starts and pack is None and not plan_only:
+        raise click.UsageError("--carry-starts sets what a slice's pack carries: pass --pack DIR (or --plan) too")
     elsewhere = read_ledger(Path(finished), s) if finished is not None else {}
     if list_only:
         out_dir = default_results_dir(s) if out is None else out
@@ -296,6 +322,11 @@ def bench_command(
     sizes, estimate = check_cells(s, select_cells(s, only), out_dir, dtype, data_root, resume or plan_only,
                                   retry_failed, elsewhere, yes=yes or plan_only, deadline=deadline)
     measured = ledger_measured(Path(finished)) if finished is not None else []
+    runs_done = read_ledger_runs(Path(finished), s, {c.cell_id: c.key(s, dtype) for c in expand(s)}) \
+        if finished is not None else {}
+    # how a slice with --pack splits cells into groups of runs: the pack files its records and manifest leave
+    rules = GroupRules(run_files=pack_files - 2, runs_per_slice=runs_per_slice,
+                       runs_done={c: frozenset(r) for c, r in runs_done.items()})
     if plan_only:
         assert deadline is not None
         done = {**elsewhere, **load_cells(out_dir)}
@@ -304,7 +335,8 @@ def bench_command(
         print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, plan_device,
                    plan_table(plan_device, read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None
                               else None, measured),
-                   ledger_progress(Path(finished), todo) if finished is not None else None, dtype)
+                   ledger_progress(Path(finished), todo) if finished is not None else None, dtype, rules=rules,
+                   carry_starts=carry_starts, speed=speed)
         return
     check_writable(out_dir, "--out")
     check_writable(cache_dir(cache), "--cache")
@@ -327,16 +359,17 @@ def bench_command(
                        f"{deadline:g}s:")
             print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS if pack is not None else 0.0, run_device, table,
                        ledger_progress(Path(finished), todo) if finished is not None else None, dtype,
-                       break_even=False)
+                       break_even=False, rules=rules if pack is not None else GroupRules(runs_per_slice=runs_per_slice,
+                                                                                         runs_done=rules.runs_done),
+                       carry_starts=carry_starts)
         states = cache_dir(cache) / STATES_FOLDER if pack is not None else None
         if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them
             import_states(Path(finished), states)
-        runs_done = read_ledger_runs(Path(finished), s, {c.cell_id: c.key(s, dtype) for c in expand(s)}) \
-            if finished is not None else {}
         cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(run_device, table), sizes,
                                           start=started, states=states, cross_target=cross_target,
                                           runs_done=runs_done, runs_per_slice=runs_per_slice,
-                                          run_files=pack_files - 2 if pack is not None else None)
+                                          run_files=pack_files - 2 if pack is not None else None,
+                                          carry_starts=carry_starts)
     elif cross_target:
         cells_executor = CrossTargetExecutor()
     packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,

@@ -11,10 +11,13 @@ import click
 
 from reconbench.bench.cells import Cell
 from reconbench.bench.slice_costs import (
+    BREAK_EVEN_RANGE,
     PRIORS,
     RUN_SECONDS_TARGET,
     CellWork,
     CostModel,
+    GroupRules,
+    PlannedGroup,
     SlicePlan,
     break_even_budget,
     break_even_speed,
@@ -25,6 +28,7 @@ from reconbench.bench.slice_costs import (
     target_training_seconds,
     with_measured,
 )
+from reconbench.bench.slice_pack import MAX_FILE_BYTES
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import TargetSize
@@ -65,18 +69,49 @@ def rates_lines(table: CostTable) -> list[str]:
     return lines
 
 
+def _span(runs: tuple[int, ...]) -> str:
+    return f"{runs[0]}-{runs[-1]}" if len(runs) > 1 and list(runs) == list(range(runs[0], runs[-1] + 1)) else \
+        ", ".join(str(k) for k in runs)
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+def group_lines(plan: SlicePlan, rules: GroupRules) -> list[str]:
+    """Which runs of which cell each slice runs in groups, with the pack bytes their tensors take."""
+    lines = []
+    for i, groups in enumerate(plan.groups):
+        if not groups:
+            continue
+        room = "" if rules.run_files is None else f" of the {rules.run_files} pack file(s) left to runs"
+        total = sum(g.bytes for g in groups)
+        lines.append(f"  slice {i + 1} runs in groups ({_bytes(total)}{room}): " + "; ".join(
+            f"{g.cell_id} runs {_span(g.runs)} of {g.search_runs} ({_bytes(g.bytes)})" for g in groups))
+    return lines
+
+
 def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], deadline: float, reserve: float,
                device: str, table: CostTable | None,
                progress: dict[str, float] | None = None, dtype: str | None = None, *,
-               break_even: bool = True) -> SlicePlan:
+               break_even: bool = True, rules: GroupRules | None = None, carry_starts: bool = False,
+               speed: float = 1.0) -> SlicePlan:
     """The slices ``cells`` (those still to run; ``sizes``: their targets') need, as ``--plan`` prints them: a
     slice runs with ``--pack``, so targets the resumable trainer takes train in pieces across slices (``progress``:
     the fraction of its steps each such target's travelling state has done already). ``table``: the cost table
     (None: the device's built-in one), measured rates merged in by :func:`plan_table`; ``break_even``: also the
-    speeds at which the plan takes one slice fewer (a search, seconds of CPU)."""
-    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=dtype or suite.dtype, device=device) for c in cells]
+    speeds at which the plan takes one slice fewer (a search, seconds of CPU). ``rules``: how cells longer than a
+    slice run their search runs in groups (the pack files left to runs, ``--runs-per-slice``, the runs merged
+    already); ``carry_starts``: every run carries its start (``--carry-starts``); ``speed``: a device that many
+    times as fast per unit as the table (``--speed``: a what-if; fixed seconds and cards unchanged)."""
+    rules = rules or GroupRules()
+    base = CostModel.for_device(device, table).prior   # what the break-even speeds are counted against
+    if speed != 1.0:
+        table = base.scaled(speed)
+    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=dtype or suite.dtype, device=device,
+                       carry_starts=carry_starts) for c in cells]
     model = CostModel.for_device(device, table)
-    plan = plan_slices(works, model, deadline - reserve, progress=progress)
+    plan = plan_slices(works, model, deadline - reserve, progress=progress, rules=rules)
     names = {c.recipe.key(): c.target for c in cells}
     groups: dict[str, list[str]] = {}
     for w in works:
@@ -91,21 +126,38 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
             parts.insert(0, f"{plan.cards[i]} card(s) rebuilt {plan.card_seconds[i]:.0f}s")
         return "; ".join(parts)
 
-    rows = [(i + 1, len(ids), f"{sec:.0f}", training(i) or "-", ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else ""))
+    def first(ids: list[str], groups: list[PlannedGroup]) -> str:
+        named = ids + [f"{g.cell_id} (runs {_span(g.runs)})" for g in groups]
+        return ", ".join(named[:3]) + (", ..." if len(named) > 3 else "")
+
+    rows = [(i + 1, len(ids), f"{sec:.0f}", training(i) or "-", first(ids, plan.groups[i]))
             for i, (ids, sec) in enumerate(zip(plan.slices, plan.seconds, strict=True))]
     source = "built-in cost table" if table is None or "built_in" in table.about else "cost table from --costs"
     click.echo(f"suite {suite.name} on {device}, slices of {deadline:g}s ({reserve:g}s kept for the pack), {source}"
                + (" and the slices' measured rates" if table is not None and table.about.get("measured") else "")
                + ":")
+    if speed != 1.0:
+        click.echo(f"  every rate {speed:g}x the table's speed (--speed: a what-if; fixed seconds and cards as they are)")
     for line in rates_lines(model.prior):
         click.echo(line)
+    split = [w for w in works if w.split]
+    if split and rules.run_files is not None:
+        carried = [w for w in split if len(w.run_bytes) == 4]
+        click.echo(f"  groups of search runs take {rules.run_files} pack file(s) of {MAX_FILE_BYTES:,} bytes; "
+                   + ("every run carries its start (--carry-starts)" if carry_starts else
+                      f"starts drawn again at the merge ({len(split) - len(carried)} cell(s)), carried by "
+                      f"{len(carried)}")
+                   + (f"; at most {rules.runs_per_slice} run(s) of a cell per slice" if rules.runs_per_slice else ""))
     if rows:
         from tabulate import tabulate  # only the plan uses it (with wcwidth, about 35 ms of every bench start)
 
         click.echo(tabulate(rows, headers=["slice", "cells", "estimated s", "training in pieces", "first cells"],
                             tablefmt="github"))
+    for line in group_lines(plan, rules):
+        click.echo(line)
     for cid, est in plan.unfit.items():
-        click.echo(f"  fits no slice: {cid} (estimated {est:.0f}s on a bare machine)")
+        click.echo(f"  fits no slice: {cid} (estimated {est:.0f}s on a bare machine)"
+                   + ("; nor does one group of its runs" if any(w.split for w in works if w.cell_id == cid) else ""))
     by_target: dict[str, list[str]] = {}
     for c in cells:
         by_target.setdefault(c.target, []).append(c.cell_id)
@@ -117,17 +169,21 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
         click.echo(f"  target {target}: {when}" + (f"its {len(ids)} cell(s) done by slice {end + 1}" if end is not None
                                                    else f"{sum(1 for i in ids if i in plan.unfit)} of its cell(s) "
                                                         "fit no slice"))
-    click.echo(f"{sum(len(x) for x in plan.slices)} cell(s) in {len(plan.slices)} slice(s), {len(plan.unfit)} that "
-               "fit none")
+    grouped = {g.cell_id for groups in plan.groups for g in groups}
+    click.echo(f"{sum(len(x) for x in plan.slices) + len(grouped)} cell(s) in {len(plan.slices)} slice(s)"
+               + (f" ({len(grouped)} of them in groups of their search runs, each evaluated where its last group is "
+                  "merged)" if grouped else "")
+               + f", {len(plan.unfit)} that fit none")
     if break_even:
-        for line in break_even_lines(works, model.prior, deadline - reserve, reserve, len(plan.slices), progress,
-                                     names):
+        for line in break_even_lines(works, base, deadline - reserve, reserve, len(plan.slices), progress,
+                                     names, rules):
             click.echo(line)
     return plan
 
 
 def break_even_lines(works: list[CellWork], table: CostTable, budget: float, reserve: float, planned: int,
-                     progress: dict[str, float] | None, names: dict[str, str]) -> list[str]:
+                     progress: dict[str, float] | None, names: dict[str, str],
+                     rules: GroupRules | None = None) -> list[str]:
     """What speed of the device the plan's count hangs on: the least speed (times the table's) at which the cells
     fit in one slice fewer than planned, and down to which they still fit in as many; each in the table's own
     terms (a target's training, a search run's step) and as a fraction of peak where the table states its own;
@@ -150,18 +206,24 @@ def break_even_lines(works: list[CellWork], table: CostTable, budget: float, res
         return ", ".join(out)
 
     lines = []
-    for n in sorted({planned - 1, planned} - {0}):
+    counts = {planned - 1, planned}
+    if planned == 0 and works:   # nothing fits at this speed: from the fewest slices any speed gives (the pack's
+        # room for runs bounds them where cells run in groups)
+        fastest = plan_slices(works, CostModel(prior=table.scaled(BREAK_EVEN_RANGE[1])), budget, progress, rules)
+        if not fastest.unfit:
+            counts = {len(fastest.slices), len(fastest.slices) + 1}
+    for n in sorted(counts - {0}):
         if n < 1 or not works:
             continue
-        speed = break_even_speed(works, table, budget, n, progress)
+        speed = break_even_speed(works, table, budget, n, progress, rules=rules)
         if speed is None:
-            lines.append(f"break-even: no speed fits these cells in {n} slice(s) of {budget:g}s (fixed seconds alone "
-                         "pass it)")
+            lines.append(f"break-even: no speed fits these cells in {n} slice(s) of {budget:g}s (fixed seconds, or "
+                         "the pack's room for the runs of cells split into groups, alone pass it)")
             continue
         lines.append(f"break-even for all {len(works)} cell(s) in {n} slice(s): a device {speed:.3f}x the table's "
                      f"speed per unit (the table: 1x): {terms(speed)}")
         if speed > 1:
-            longer = break_even_budget(works, table, n, budget, 2 * budget, progress)
+            longer = break_even_budget(works, table, n, budget, 2 * budget, progress, rules)
             lines.append(f"  or, at the table's speed, slices of {longer:g}s: --deadline {longer + reserve:g}"
                          if longer is not None else f"  (at the table's speed, no slice up to {2 * budget:g}s does)")
     if step is not None and step.steps:

@@ -1,7 +1,9 @@
-"""A slice's pack manifest (``manifest.json``, ``reconbench-slice-pack/2``, written by ``bench/slice_pack.py``): the
+"""A slice's pack manifest (``manifest.json``, ``reconbench-slice-pack/3``, written by ``bench/slice_pack.py``): the
 files the pack holds, the cells it carries and those that remain, the training states that travel with it, and what
 the slice measured (``measured``: one row per phase of every cell that ran, finished or stopped at the deadline).
-Version 1 (no ``measured``, no ``stopped``) reads as version 2 with neither."""
+Version 3 adds the sha256 of the starts a group's runs travel without (``RunGroup.starts``) and the slice's torch
+version; version 2 reads as version 3 with every start carried, version 1 also without ``measured`` and
+``stopped``."""
 
 from __future__ import annotations
 
@@ -105,6 +107,10 @@ class RunGroup(Record):
     cell_key: str
     search_runs: int
     runs: list[int] = field(default_factory=list)
+    #: the runs whose start does not travel (the merge draws it again), by run number as three digits (``"007"``):
+    #: the sha256 of the start's bytes in ``start_dtype``, the attack's precision (a run not listed carries its start)
+    starts: Mapping[str, str] = field(default_factory=dict)
+    start_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,7 @@ class SliceManifest(Record):
     """A pack's ``manifest.json``: the suite (name, file sha256) and commit the slice ran, its device and dtype,
     whether it ended, and every file it holds with its sha256 (fields absent in a file read as their defaults)."""
 
-    SCHEMA = "reconbench-slice-pack/2"
+    SCHEMA = "reconbench-slice-pack/3"
 
     format: str
     suite: str
@@ -147,6 +153,8 @@ class SliceManifest(Record):
     stopped: list[StoppedCell] = field(default_factory=list)
     groups: list[RunGroup] = field(default_factory=list)
     groups_left_out: list[LeftOutGroup] = field(default_factory=list)
+    #: the torch version of the slice (its CPU generator drew the starts a merge draws again)
+    torch: str | None = None
 
 
 def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
@@ -154,7 +162,13 @@ def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "format": SliceManifest.SCHEMA}
 
 
+def _from_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-2 manifest: the same fields; its groups' runs carry their starts (no ``starts``)."""
+    return {**data, "format": SliceManifest.SCHEMA}
+
+
 #: the door of a pack's manifest.json
 SLICE_MANIFEST_FILE: FileFormat[SliceManifest] = FileFormat(
-    SliceManifest, "format", {SliceManifest.SCHEMA: unchanged, "reconbench-slice-pack/1": _from_v1},
+    SliceManifest, "format", {SliceManifest.SCHEMA: unchanged, "reconbench-slice-pack/2": _from_v2,
+                                    "reconbench-slice-pack/1": _from_v1},
     fix="pass the folder that `reconbench bench SUITE --pack DIR` wrote, with this version of reconbench")

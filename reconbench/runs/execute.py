@@ -4,6 +4,7 @@ round, each written the moment it finishes, then the evaluated result (:func:`re
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -183,15 +184,42 @@ def _start_round(card: ModelCard, run: ResolvedRun, problem: Problem, labels: to
                 resumed.append(old)
                 outer.update(len(runs))
                 continue
-        gen = torch.Generator().manual_seed(spec.seed * 100_003 + k)
         if target is None or labels is None:
             raise ReconbenchError(f"search run {k} is not in {runs_dir} (or not with this cell's run key), and the "
                                   "runs are only gathered here, not run: merge the pack that holds it")
-        x0 = run.init.make(problem, labels, run_init_cfg, generator=gen, dtype=target.dtype).to(target.device)
+        x0, gen = draw_start(run, problem, labels, run_init_cfg, k, target.dtype)
+        x0 = x0.to(target.device)
         pending.append(_Pending(k, cfg, gen, x0, {"run": k, "run_key": run_key, "config": cfg_dict,
                                                   "init_config": config_to_dict(run_init_cfg),
                                                   "init_overrides": init_overrides}))
     return pending
+
+
+#: the init regimes whose starts a merge may draw again instead of carrying them: they read nothing but the
+#: generator, the candidates' labels and count and the problem's image shape and mean (``uniform``), all of which
+#: the machine that evaluates the cell has; an init that reads training or decoy images, or a third-party one,
+#: is not listed (docs/slices.md, "Starts drawn again")
+REDRAWN_INITS = frozenset({"gaussian", "uniform"})
+
+
+def start_generator(seed: int, k: int) -> torch.Generator:
+    """The CPU generator of search run ``k`` of a cell of ``seed``: its init draws the start from it, then the attack
+    goes on drawing from it."""
+    return torch.Generator().manual_seed(seed * 100_003 + k)
+
+
+def draw_start(run: ResolvedRun, problem: Problem, labels: torch.Tensor, init_config: object, k: int,
+               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Generator]:
+    """Search run ``k``'s start, drawn on the CPU by the run's init regime in the attack's ``dtype``, and the
+    generator after the draw: how a run starts, and how a merge draws a start again that did not travel."""
+    gen = start_generator(run.spec.seed, k)
+    return run.init.make(problem, labels, init_config, generator=gen, dtype=dtype), gen
+
+
+def start_sha256(x0: torch.Tensor, dtype: torch.dtype) -> str:
+    """The sha256 of a start's bytes in the attack's ``dtype`` (C order, the machine's byte order): what a pack
+    records of a start it does not carry."""
+    return hashlib.sha256(x0.detach().to("cpu", dtype).contiguous().numpy().tobytes()).hexdigest()
 
 
 @dataclass

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from _helpers.cli import run_cli
 from _helpers.slicekit import deterministic
 from safetensors.torch import load_file
@@ -75,6 +76,12 @@ def test_runs_split_over_slices_merge_into_the_cell_of_one_unsplit_run(tmp_path,
         assert [(g["cell_id"], g["runs"], g["search_runs"]) for g in manifest["groups"]] == [(cid, group, RUNS)]
         assert any(f["name"].startswith("runs-") for f in manifest["files"])
         assert {r["phase"] for r in manifest["measured"]} == {"setup", "attack"}   # no evaluation on the device
+        # the gaussian starts stay on the device: the pack holds their sha256, the merge draws them again
+        assert sorted(manifest["groups"][0]["starts"]) == [f"{k:03d}" for k in group]
+        assert manifest["groups"][0]["start_dtype"] == "float64" and manifest["torch"]
+        keys = [k for f in manifest["files"] if f["name"].startswith("runs-")
+                for k in load_file(str(tmp_path / f"pack{i}" / f["name"]))]
+        assert keys and not [k for k in keys if k.endswith("/x0")]
         code, text, err = run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / f"pack{i}"), "--out",
                                    str(local)], capsys)
         assert code == 0, err
@@ -167,3 +174,95 @@ def test_a_failed_run_travels_as_its_record_alone(suite_file, tmp_path, capsys):
     here = tmp_path / "local" / "work" / group["cell_id"] / "runs"
     assert json.loads((here / "run-001.json").read_text())["stopped"] == "failed"
     assert not (here / "run-001.safetensors").exists() and (here / "run-000.safetensors").exists()
+
+
+def slice_of(suite_file: Path, tmp_path: Path, capsys: Any, i: int, *extra: str) -> dict[str, Any]:
+    """Slice ``i`` on a bare machine (its own results folder and cache), two runs a group; its manifest."""
+    code, text, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "600", "--pack",
+                               str(tmp_path / f"pack{i}"), "--out", str(tmp_path / f"device{i}"), "--cache",
+                               str(tmp_path / f"cache{i}"), "--runs-per-slice", "2", "-q", *extra], capsys)
+    assert code == 0, text + err
+    return json.loads((tmp_path / f"pack{i}" / "manifest.json").read_text())
+
+
+def test_a_start_whose_sha256_does_not_match_is_refused_in_one_line_and_nothing_merged_is_lost(suite_file, tmp_path,
+                                                                                                capsys):
+    """The second pack's recorded sha256 of run 2's start altered (as a merge whose torch draws other numbers sees
+    it): its unpack is refused in one line naming the cell, the run and the fix; the runs of the first pack stay
+    merged with the ledger as it was, and the pack as written merges and evaluates the cell."""
+    local = tmp_path / "local"
+    slice_of(suite_file, tmp_path, capsys, 1)
+    assert run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / "pack1"), "--out", str(local)], capsys)[0] == 0
+    ledger = (local / "finished.json").read_bytes()
+    manifest = slice_of(suite_file, tmp_path, capsys, 2, "--finished", str(local / "finished.json"))
+    (group,) = manifest["groups"]
+    cid, sha = group["cell_id"], group["starts"]["002"]
+    path = tmp_path / "pack2" / "manifest.json"
+    path.write_text(json.dumps({**manifest, "groups": [{**group, "starts": {"002": f"{int(sha[0], 16) ^ 1:x}" +
+                                                                            sha[1:]}}]}))
+    code, text, err = run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / "pack2"), "--out", str(local)],
+                              capsys)
+    message = (err + text).strip().splitlines()
+    assert code != 0 and len(message) == 1, message
+    assert f"search run 2 of cell {cid}" in message[0] and "sha256 differs" in message[0]
+    assert "--carry-starts" in message[0] and "torch" in message[0] and "Nothing was merged" in message[0]
+    runs = local / "work" / cid / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["run-000.json", "run-000.safetensors", "run-001.json",
+                                                       "run-001.safetensors"]
+    assert (local / "finished.json").read_bytes() == ledger and not (local / "cells").exists()
+    path.write_text(json.dumps(manifest))
+    code, text, err = run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / "pack2"), "--out", str(local)],
+                              capsys)
+    assert code == 0 and "the cell was evaluated from them and merged" in text, text + err
+    assert (runs / "run-002.safetensors").exists() and list(load_cells(local)) == [cid]
+
+
+@pytest.mark.parametrize(("init", "extra"), [("partition", []), ("gaussian", ["--carry-starts"])])
+def test_starts_travel_where_the_merge_does_not_draw_them_again(tmp_path, capsys, init, extra):
+    """An init that reads decoy images (partition) is not drawn again, nor any with ``--carry-starts``: each run
+    carries its start, the group records no sha256, and the merged run holds the slice's start."""
+    suite_file = split_suite(tmp_path, 2)
+    suite_file.write_text(suite_file.read_text().replace('inits = ["gaussian"]', f'inits = ["{init}"]'))
+    manifest = slice_of(suite_file, tmp_path, capsys, 1, *extra)
+    (group,) = manifest["groups"]
+    assert not group["starts"] and "torch" not in manifest
+    tensors: dict[str, Any] = {}
+    for f in manifest["files"]:
+        if f["name"].startswith("runs-"):
+            tensors.update(load_file(str(tmp_path / "pack1" / f["name"])))
+    assert sorted(k for k in tensors if k.endswith("/x0")) == [f"{group['cell_id']}/{k:03d}/x0" for k in (0, 1)]
+    local = tmp_path / "local"
+    assert run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / "pack1"), "--out", str(local)], capsys)[0] == 0
+    for k in (0, 1):
+        here = load_file(str(local / "work" / group["cell_id"] / "runs" / f"run-{k:03d}.safetensors"))["x0"]
+        there = load_file(str(tmp_path / "device1" / "work" / group["cell_id"] / "runs" / f"run-{k:03d}.safetensors"))
+        assert torch.equal(here, there["x0"])
+
+
+def test_carry_starts_needs_a_pack(suite_file, tmp_path, capsys):
+    code, text, err = run_cli(["bench", str(suite_file), "--carry-starts", "--deadline", "60", "--out",
+                               str(tmp_path / "o")], capsys)
+    assert code == 2 and "--carry-starts sets what a slice's pack carries: pass --pack DIR (or --plan) too" in err
+
+
+def test_the_plan_shows_the_groups_the_slice_then_runs(suite_file, tmp_path, capsys):
+    """``--plan`` with ``--runs-per-slice 2`` lays the three-run cell out as runs 0-1, then run 2, with their pack
+    bytes; the slice run with the same options runs the plan's first group."""
+    code, text, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--plan", "--deadline", "600",
+                               "--runs-per-slice", "2", "--out", str(tmp_path / "o")], capsys)
+    assert code == 0, text + err
+    lines = [line for line in text.splitlines() if "runs in groups" in line]
+    assert len(lines) == 2 and "runs 0-1 of 3" in lines[0] and "runs 2 of 3" in lines[1]
+    # 8 x 8 candidates (m = 20) in float64: candidates 20 x 64 x 8 bytes, labels and multipliers 20 x 8 each; the
+    # gaussian starts stay (drawn again at the merge)
+    assert f"({2 * (20 * 64 * 8 + 2 * 20 * 8) / 1e3:.1f} kB" in lines[0]
+    assert f"({(20 * 64 * 8 + 2 * 20 * 8) / 1e3:.1f} kB" in lines[1]
+    assert "1 cell(s) in 2 slice(s) (1 of them in groups of their search runs" in text
+    manifest = slice_of(suite_file, tmp_path, capsys, 1)
+    assert [g["runs"] for g in manifest["groups"]] == [[0, 1]]
+
+
+def test_speed_needs_a_plan(suite_file, tmp_path, capsys):
+    code, text, err = run_cli(["bench", str(suite_file), "--speed", "2", "--deadline", "60", "--out",
+                               str(tmp_path / "o")], capsys)
+    assert code == 2 and "--speed prices a what-if plan: pass --plan too" in err

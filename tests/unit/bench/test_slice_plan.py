@@ -19,10 +19,12 @@ from reconbench.bench.slice_costs import (
     SAFETY_SECONDS,
     CellWork,
     CostModel,
+    GroupRules,
     break_even_speed,
     cell_work,
     costs_from_probe,
     fits_in,
+    group_share,
     plan_slices,
     read_costs,
     training_seconds,
@@ -166,10 +168,18 @@ def test_every_paper_cell_is_planned_once_and_no_slice_passes_its_budget() -> No
     model = CostModel.for_device("cuda", table)
     plan = plan_slices(works, model, 470.0)
     planned = [c for s in plan.slices for c in s]
-    assert sorted(planned + list(plan.unfit)) == sorted(w.cell_id for w in works) and len(planned) == len(set(planned))
-    assert all(s <= 470.0 + 1e-9 for s in plan.seconds)
+    # a cell longer than a slice runs its search runs in groups: every run once, the cell in no slice whole
+    runs: dict[str, list[int]] = {}
+    for planned_groups in plan.groups:
+        for pg in planned_groups:
+            runs.setdefault(pg.cell_id, []).extend(pg.runs)
     by_id = {w.cell_id: w for w in works}
+    assert all(sorted(r) == list(range(by_id[c].runs)) for c, r in runs.items()) and not set(runs) & set(planned)
+    assert sorted(planned + list(runs) + list(plan.unfit)) == sorted(w.cell_id for w in works)
+    assert len(planned) == len(set(planned))
+    assert all(s <= 470.0 + 1e-9 for s in plan.seconds)
     where = {c: i for i, ids in enumerate(plan.slices) for c in ids}
+    where.update({g.cell_id: i for i, groups in enumerate(plan.groups) for g in groups})
     for cid, i in where.items():
         w = by_id[cid]
         if w.pieces:
@@ -190,12 +200,20 @@ def test_every_paper_cell_is_planned_once_and_no_slice_passes_its_budget() -> No
 
 def test_the_cuda_prior_plans_no_paper_kkt_cell_its_attack_alone_is_too_long():
     """On the built-in pessimistic table a cell's 16 runs of 50,000 steps (about 6,500 s) fit no slice even though
-    training no longer has to: the probe's numbers are what lets a plan schedule the paper's cells."""
+    training no longer has to, and split into groups the CIFAR-10 cells' single runs (about 410 s each, 512 s with
+    the margin) still pass a slice: only MNIST's (a quarter of the first layer) run, one per slice after the
+    training. The probe's numbers are what lets a plan schedule the paper's cells."""
     works = paper_piece_works(KKT_CELLS)
-    plan = plan_slices(works, CostModel.for_device("cuda"), 470.0)
-    assert plan.slices == [] and sorted(plan.unfit) == sorted(KKT_CELLS)
+    model = CostModel.for_device("cuda")
+    plan = plan_slices(works, model, 470.0)
+    assert not any(plan.slices) and sorted(plan.unfit) == sorted(c for c in KKT_CELLS if not c.startswith("mnist"))
     rate = PRIORS["cuda"].attack.rate
     assert min(plan.unfit.values()) > SAFETY_FACTOR * rate * min(w.attack for w in works)
+    for cid in plan.unfit:   # not even one of its runs fits
+        w = next(w for w in works if w.cell_id == cid)
+        assert model.estimate(group_share(w, 1), False) > 470.0
+    mnist = [g for groups in plan.groups for g in groups]
+    assert [g.runs for g in mnist] == [(k,) for k in range(16)] and len({g.cell_id for g in mnist}) == 1
 
 
 def probe_rows() -> dict[str, Any]:
@@ -334,3 +352,49 @@ def test_plan_command_prints_the_break_even_of_one_slice_fewer_by_the_closed_for
     per_run = 8.0 / run[0]   # seconds of one search run of run[1] steps
     assert f"30s asks for at most {30.0 / run[1] * 1e3:.3f} ms per step" in text
     assert f"a device {per_run / 30.0:.3f}x the table's ({0.4 * per_run / 30.0:.1%} of peak)" in text
+
+
+def split_work(**kw: Any) -> CellWork:
+    """A cell of 8 random-search runs whose attack costs 10 s a run on :data:`TEN_A_RUN`, nothing else."""
+    base = {"cell_id": "c", "target_key": "t", "train": 0.0, "attack": 8 * 100.0, "evaluate": 0.0, "runs": 8,
+            "steps": 100, "split": True, "run_bytes": (12_288_000, 8000, 8000)}
+    return CellWork(**{**base, **kw})
+
+
+TEN_A_RUN = {"train": {"fixed": 0.0, "rate": 0.0}, "attack": {"fixed": 0.0, "rate": 0.1},
+             "evaluate": {"fixed": 0.0, "rate": 0.0}}
+
+
+@pytest.mark.parametrize(("rules", "chunk", "groups"), [
+    # k runs cost 1.25 x 10 k + 2 s: 7 fit 100 s (89.5), 8 do not (102): 7, then the last one
+    (GroupRules(), 0, [(0, 1, 2, 3, 4, 5, 6), (7,)]),
+    # whole chunks of max_batch 2: 6, then 2
+    (GroupRules(), 2, [(0, 1, 2, 3, 4, 5), (6, 7)]),
+    # 3 files hold 3 runs of one 11.7 MiB tensor each
+    (GroupRules(run_files=3), 0, [(0, 1, 2), (3, 4, 5), (6, 7)]),
+    # runs merged already are not planned again
+    (GroupRules(runs_done={"c": frozenset({0, 1, 2})}), 0, [(3, 4, 5, 6, 7)]),
+    (GroupRules(runs_per_slice=3), 0, [(0, 1, 2), (3, 4, 5), (6, 7)]),
+])
+def test_a_cell_longer_than_a_slice_is_planned_in_groups_counted_by_hand(rules, chunk, groups):
+    plan = plan_slices([split_work(chunk=chunk)], CostModel.for_device("cuda", TEN_A_RUN), 100.0, rules=rules)
+    assert [tuple(g.runs) for gs in plan.groups for g in gs] == groups
+    assert [len(gs) for gs in plan.groups] == [1] * len(groups) and not any(plan.slices) and not plan.unfit
+    assert plan.seconds == [pytest.approx(1.25 * 10 * len(g) + 2) for g in groups]
+    assert [g.bytes for gs in plan.groups for g in gs] == [len(g) * (12_288_000 + 16_000) for g in groups]
+    assert plan.finished_in(["c"]) == len(groups) - 1
+
+
+def test_a_cell_that_fits_whole_runs_whole_whatever_the_pack_holds():
+    """Evaluated on the device, a whole cell's runs do not travel: one pack file does not split it."""
+    plan = plan_slices([split_work(attack=8 * 50.0)], CostModel.for_device("cuda", TEN_A_RUN), 100.0,
+                       rules=GroupRules(run_files=1))
+    assert plan.slices == [["c"]] and plan.groups == [[]]
+
+
+def test_a_cell_no_group_of_fits_fits_no_slice():
+    """One run passes the slice (1.25 x 90 + 2 > 100), or the pack holds none of its runs: unfit."""
+    model = CostModel.for_device("cuda", TEN_A_RUN)
+    assert list(plan_slices([split_work(attack=8 * 900.0)], model, 100.0).unfit) == ["c"]
+    assert list(plan_slices([split_work(run_bytes=(17_000_000, 8000, 8000))], model, 100.0,
+                            rules=GroupRules(run_files=6)).unfit) == ["c"]

@@ -91,3 +91,32 @@ def test_the_next_slice_trains_mnist_and_its_cells_follow_and_the_account_adds_u
     (total,) = rows
     cols = [float(x) for x in total.strip("|").split("|")[1:]]
     assert sum(cols[:-1]) == pytest.approx(cols[-1], abs=0.5 * (len(cols) - 1))   # each column rounded to 1 s
+
+
+@pytest.mark.parametrize(("name", "per_slice"), [("groups-carried-x2", 2), ("groups-x2", 4)])
+def test_the_groups_of_the_cifar_binary_cell_are_what_the_pack_holds(name, per_slice):
+    """The README's before and after: at twice the probe's step a group of the 16-run CIFAR-10 cell fits the 410 s
+    a slice of 420 holds (8.4 ms / 2 x 50,000 steps with the margin and the card), the whole cell does not, and the
+    4 files the call leaves to runs hold 16 MiB // 11.7 MiB = 1 image tensor each: 2 runs when a run carries its
+    start, 4 when it does not. So the cell takes 16 / per_slice slices, each group in its own."""
+    from reconbench.bench.cells import select
+    from reconbench.bench.slice_costs import CostModel, cell_work, plan_slices
+
+    render = load_render()
+    deadline, patterns, options = render.PLANS[name]
+    rules, carry, speed = render.rules_of(options)
+    assert rules.run_files == 4 and speed == 2.0 and carry == (name == "groups-carried-x2")
+    assert (16 * 2**20 - 64 * 1024) // (1000 * 3072 * 4) == 1
+    suite, _, sizes = paper_works()
+    cells = select(expand(suite), patterns)
+    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=suite.dtype, device="cuda", carry_starts=carry)
+             for c in cells]
+    plan = plan_slices(works, CostModel(prior=render.probe_table(suite).scaled(speed)), deadline - 10,
+                       render.progress_of(cells), rules)
+    groups = [g for gs in plan.groups for g in gs]
+    assert [g.runs for g in groups] == [tuple(range(k, k + per_slice)) for k in range(0, 16, per_slice)]
+    assert [len(gs) for gs in plan.groups[:len(groups)]] == [1] * len(groups)
+    assert all(g.bytes == per_slice * (1000 * 3072 * 4 * (2 if carry else 1) + 16_000) for g in groups)
+    assert 1.25 * probe_step(8) / speed * 50_000 + 2 < deadline - 10 < 1.25 * probe_step(16) / speed * 50_000 + 2 + 67
+    text = render.render(name)
+    assert f"2 cell(s) in {16 // per_slice + 1} slice(s)" in text

@@ -29,7 +29,7 @@ ROW = {"cell": "a", "phase": "attack", "precision": "tf32", "runs": 16, "m": 100
 def manifest_json() -> dict[str, Any]:
     """A manifest as ``write_pack`` writes it, with a split state, a state left out and the costs."""
     return {
-        "format": "reconbench-slice-pack/2", "suite": "tiny", "suite_sha256": SHA, "commit": None, "device": "cpu",
+        "format": "reconbench-slice-pack/3", "suite": "tiny", "suite_sha256": SHA, "commit": None, "device": "cpu",
         "dtype": "float64", "created": "2026-01-01T00:00:00Z", "complete": False, "deadline_seconds": 60.0,
         "elapsed_seconds": 12.5, "invocation": 0,
         "files": [{"name": "records-0123456789ab.tar.xz", "bytes": 1000, "sha256": SHA}],
@@ -44,6 +44,9 @@ def manifest_json() -> dict[str, Any]:
         "costs": {"estimates": {"a": 3.5}, "measured": {"train": [[1, 0.5], [2.0, 1.25]]}},
         "measured": [ROW, {**ROW, "cell": "b", "steps": 41, "seconds": 0.75}],
         "stopped": [{"cell_id": "b", "step": 41, "steps": 100, "seconds": 0.75}],
+        "groups": [{"cell_id": "c", "cell_key": "k", "search_runs": 16, "runs": [0, 1],
+                    "starts": {"000": SHA, "001": SHA}, "start_dtype": "float32"}],
+        "torch": "2.11.0",
     }
 
 
@@ -56,15 +59,25 @@ def ledger_json() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("door", "make", "old", "added"), [
-    (SLICE_MANIFEST_FILE, manifest_json, "reconbench-slice-pack/1", ("measured", "stopped")),
+    (SLICE_MANIFEST_FILE, manifest_json, "reconbench-slice-pack/1", ("measured", "stopped", "groups", "torch")),
     (FINISHED_LEDGER_FILE, ledger_json, "reconbench-finished-cells/1", ("measured",))])
 def test_a_version_1_file_reads_as_version_2_without_the_measured_rows(door, make, old, added):
     """Version 2 added the measured rows (and a pack's stopped cells): a version-1 file reads with none, and writes
     back stamped version 2; a version-1 reader refuses a version-2 file by its stamp."""
     data = {k: v for k, v in make().items() if k not in added} | {"format": old}
     record = door.decode(copy.deepcopy(data), "x.json")
-    assert all(getattr(record, k) == [] for k in added)
+    assert all(getattr(record, k) in ([], None) for k in added)
     assert record.to_dict() == data | {"format": make()["format"]}
+
+
+def test_a_version_2_manifest_reads_as_version_3_with_every_start_carried():
+    """Version 3 added the sha256 of starts that do not travel: a version-2 pack's groups carry theirs."""
+    group = {k: v for k, v in manifest_json()["groups"][0].items() if k not in ("starts", "start_dtype")}
+    data = {k: v for k, v in manifest_json().items() if k != "torch"} | {"format": "reconbench-slice-pack/2",
+                                                                         "groups": [group]}
+    m = SLICE_MANIFEST_FILE.decode(copy.deepcopy(data), "x.json")
+    assert m.groups[0].starts == {} and m.groups[0].start_dtype is None and m.torch is None
+    assert m.to_dict() == data | {"format": "reconbench-slice-pack/3"}
 
 
 @pytest.mark.parametrize(("door", "make"), [(SLICE_MANIFEST_FILE, manifest_json),
