@@ -25,6 +25,7 @@ code, and on the CPU it saves autograd's bookkeeping; tests check it against bot
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -79,18 +80,22 @@ class Workspace:
         self.grams = [new(r, m, m) for _ in range(n)]                  # G_k
         self.outer = [new(r, m, m) for _ in range(n)]                  # P_k = D_k D_k^T
         self.square = new(r, m, m)                                      # P_k * G_k, for <P_k, G_k>
-        #: D_k * Z_k, for <D_k, Z_k> (flat: the first R m out_k entries of layer k)
-        self.products = new(r * m * max(dims[1:]))
+        #: scratch, flat: D_k * Z_k for <D_k, Z_k>, then Dbar_{k-1} * S_{k-1} (carried), then the box prior's parts
+        self.products = new(r * m * max(dims))
         self.zbar = [self.deltas[k] if self.shared[k] else new(r, m, dims[k + 1]) for k in range(n)]
         self.dbar = [self.pre[k] if self.shared[k] else new(r, m, dims[k + 1]) for k in range(n)]
-        self.carried = [new(r, m, dims[k + 1]) for k in range(n - 1)]
+        self.carried = [self.scratch(r, m, dims[k + 1]) for k in range(n - 1)]   # (Dbar_k * S_k), read at once
         self.hbar = [new(r, m, dims[0]), *self.back[1:]]
         self.dots = new(2 * n, r, 1, 1)                                 # <D_k, Z_k>, <P_k, G_k>
-        self.box = new(r, m, dims[0])                                   # the box prior's parts (batched.py)
+        self.box = self.scratch(r, m, dims[0])          # the box prior's parts (batched.py, after value_and_grad)
+
+    def scratch(self, *shape: int) -> torch.Tensor:
+        """A contiguous array of this shape at the start of :attr:`products`."""
+        return self.products[:math.prod(shape)].view(shape)
 
     def product_buffer(self, like: torch.Tensor) -> torch.Tensor:
-        """A contiguous array of ``like``'s shape at the start of :attr:`products`."""
-        return self.products[:like.numel()].view(like.shape)
+        """:meth:`scratch` of ``like``'s shape."""
+        return self.scratch(*like.shape)
 
 
 #: how the per-run sums <a[r], b[r]> (the stationarity term's <D_k, Z_k> and <P_k, G_k>, the box prior's sum of
@@ -149,22 +154,6 @@ def sum_of_squares(t: torch.Tensor) -> float:
     return total
 
 
-#: rows per block of :func:`transposed`
-TRANSPOSE_BLOCK = 64
-
-
-def transposed(w: torch.Tensor) -> torch.Tensor:
-    """``w.T.contiguous()`` for a 2-d ``w``, copied in blocks of :data:`TRANSPOSE_BLOCK` rows on the CPU: the same
-    values (a copy), about three times faster there than one strided copy of the whole matrix, whose reads or writes
-    jump a row's length apart (measured for 1000 x 1000 float32 weights: docs/performance.md)."""
-    if w.device.type != "cpu" or w.dim() != 2:
-        return w.T.contiguous()
-    out = torch.empty(w.shape[1], w.shape[0], dtype=w.dtype, device=w.device)
-    for first in range(0, w.shape[0], TRANSPOSE_BLOCK):
-        out[:, first:first + TRANSPOSE_BLOCK].copy_(w[first:first + TRANSPOSE_BLOCK].T)
-    return out
-
-
 #: how a layer's residual terms are computed: "gram" keeps the Gram matrices in every layer (the default: the
 #: published cells' numbers, bit for bit); "auto" picks per layer by the operation count (:func:`factored_is_cheaper`),
 #: 3-5% faster at m = 200 on 784-1000-1000-1, but its other rounding, amplified over a search's steps, moves counts of
@@ -201,7 +190,7 @@ class BatchedGram:
         self.layer_form = layer_form
         self.dots: DotForm = dots
         self.weights = [layer.weight.detach().to(dtype=dtype, device=device).contiguous() for layer in layers]
-        self.weights_t = [transposed(w) for w in self.weights]   # (in, out): x W^T as x @ Wt
+        self.weights_t = [w.T.contiguous() for w in self.weights]   # (in, out): x W^T as x @ Wt
         self.biases = [None if layer.bias is None else layer.bias.detach().to(dtype=dtype, device=device)
                        for layer in layers]
         self.theta_sq = sum(sum_of_squares(w) + (0.0 if b is None else sum_of_squares(b))

@@ -1,7 +1,7 @@
 """The batched Gram step whose workspace lets one array hold two quantities in turn, against the step with an array
 per quantity (tests/_helpers/gram_step_before_sharing.py): the same kernels on the same values, so the loss, dL/dx
 and dL/dC must be the same numbers, bit for bit, in both precisions; and ||theta||^2 from one reused float64 block
-and W^T copied in row blocks against the forms they replace."""
+against the fresh block per step it replaces."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from _helpers.gram_step_before_sharing import StepBeforeSharing, sum_of_squares_
 from plugins.kkt_attacks import BinaryKKTConfig, BinaryTerms
 from reconbench import plugins
 from reconbench.attack.kkt.batched import gram_evaluator
-from reconbench.attack.kkt.batched_gram import SQUARES_BLOCK, BatchedGram, LayerForm, sum_of_squares, transposed
+from reconbench.attack.kkt.batched_gram import SQUARES_BLOCK, BatchedGram, LayerForm, sum_of_squares
 
 
 def _engines(family: str, forward: Literal["relu", "softplus"], dtype: torch.dtype, layer_form: LayerForm,
@@ -102,12 +102,3 @@ def test_sum_of_squares_from_one_block_equals_a_fresh_float64_square_per_block(d
     t = (torch.randn(n, generator=gen, dtype=torch.float64) * 10.0 ** torch.randint(-30, 30, (n,), generator=gen)).to(dtype)
     assert sum_of_squares(t) == sum_of_squares_before_sharing(t)
     assert sum_of_squares(t.reshape(1, -1).T) == sum_of_squares_before_sharing(t)   # any shape, read in flat order
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("shape", [(1, 1), (3, 200), (64, 5), (65, 7), (1000, 784), (130, 129)])
-def test_transposed_is_the_contiguous_transpose(dtype, shape):
-    w = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
-    t = transposed(w)
-    assert t.is_contiguous() and t.shape == (shape[1], shape[0])
-    assert torch.equal(t, w.T.contiguous())
