@@ -251,24 +251,12 @@ class BatchedGram:
         r, m = coeffs.shape[0], coeffs.shape[1]
         ws = self.workspace(r, m)
         deltas = [*ws.deltas, coeffs]   # D_k
+        # each layer's terms as soon as its D_k is known (while D_k is still in the caches), from the outputs down
+        self._layer_terms(n - 1, fw, deltas, ws)
         for k in reversed(range(1, n)):
             self.times_w(k, deltas[k], ws.back[k])    # D_k W_k
             torch.mul(ws.back[k], fw.slopes[k - 1], out=deltas[k - 1])
-        for k in range(n):
-            h, d = fw.inputs[k], deltas[k]
-            run_dot(d, fw.pre[k], ws.dots[2 * k], ws.product_buffer(d), self.dots)
-            if ws.factored[k]:   # <P_k, G_k> = ||H_k^T D_k||^2 (+ ||1^T D_k||^2 with a bias: G_k's ones)
-                torch.bmm(h.transpose(1, 2), d, out=ws.cross[k])
-                run_dot(ws.cross[k], ws.cross[k], ws.dots[2 * k + 1], ws.cross_sq[k], self.dots)
-                if self.biases[k] is not None:
-                    torch.sum(d, dim=1, keepdim=True, out=ws.col_sums[k])
-                    ws.dots[2 * k + 1].add_(ws.col_sums[k].square().sum(dim=(1, 2), keepdim=True))
-                continue
-            torch.bmm(h, h.transpose(1, 2), out=ws.grams[k])
-            if self.biases[k] is not None:
-                ws.grams[k].add_(1.0)
-            torch.bmm(d, d.transpose(1, 2), out=ws.outer[k])
-            run_dot(ws.outer[k], ws.grams[k], ws.dots[2 * k + 1], ws.square, self.dots)
+            self._layer_terms(k - 1, fw, deltas, ws)
         parts = ws.dots.reshape(n, 2, r)
         total = self.theta_sq - 2.0 * parts[:, 0].sum(dim=0) + parts[:, 1].sum(dim=0)
         # multiplier side: Dbar_k = -2 Z_k + 2 G_k D_k + (Dbar_{k-1} * S_{k-1}) W_k^T, from the input layer up
@@ -297,6 +285,23 @@ class BatchedGram:
             if k > 0:
                 ws.zbar[k - 1].addcmul_(hbar, fw.slopes[k - 1])
         return total, hbar, dbar
+
+    def _layer_terms(self, k: int, fw: GramForward, deltas: list[torch.Tensor], ws: Workspace) -> None:
+        """Layer k's parts of the loss, <D_k, Z_k> and <P_k, G_k>, into ``ws.dots``, with G_k and P_k (or J_k)."""
+        h, d = fw.inputs[k], deltas[k]
+        run_dot(d, fw.pre[k], ws.dots[2 * k], ws.product_buffer(d), self.dots)
+        if ws.factored[k]:   # <P_k, G_k> = ||H_k^T D_k||^2 (+ ||1^T D_k||^2 with a bias: G_k's ones)
+            torch.bmm(h.transpose(1, 2), d, out=ws.cross[k])
+            run_dot(ws.cross[k], ws.cross[k], ws.dots[2 * k + 1], ws.cross_sq[k], self.dots)
+            if self.biases[k] is not None:
+                torch.sum(d, dim=1, keepdim=True, out=ws.col_sums[k])
+                ws.dots[2 * k + 1].add_(ws.col_sums[k].square().sum(dim=(1, 2), keepdim=True))
+            return
+        torch.bmm(h, h.transpose(1, 2), out=ws.grams[k])
+        if self.biases[k] is not None:
+            ws.grams[k].add_(1.0)
+        torch.bmm(d, d.transpose(1, 2), out=ws.outer[k])
+        run_dot(ws.outer[k], ws.grams[k], ws.dots[2 * k + 1], ws.square, self.dots)
 
     def _residual_adjoint(self, k: int, fw: GramForward, deltas: list[torch.Tensor], ws: Workspace) -> torch.Tensor:
         """Dbar_k's start -2 Z_k + 2 G_k D_k (factored: G_k D_k = H_k J_k (+ 1 (1^T D_k))): for a hidden layer of the
