@@ -1,6 +1,6 @@
 """Where the batched KKT attack call spends its CPU time, part by part, against the step's products alone.
 
-    OMP_NUM_THREADS=1 LD_PRELOAD=<the fast-path shim> python benchmarks/bench_step_parts.py \\
+    OMP_NUM_THREADS=1 RECONBENCH_FAST_BLAS=1 python benchmarks/bench_step_parts.py \\
         --shapes 40:float32 40:float64 --steps 100 --repeats 3 --json benchmarks/results/kkt/bench_step_parts_fast.json
 
 The workload is bench_step_ab.py's (``haim_binary_kkt``, 2 runs advanced together, 784-1000-1000-1, one thread).
@@ -35,7 +35,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
+from reconbench.fast_blas import reexec_with_shim
+
+if __name__ == "__main__":
+    # RECONBENCH_FAST_BLAS=1 acts here as in the reconbench command and in bench_step_ab.py: this process restarts
+    # with MKL's fast-path shim preloaded, which must happen before torch loads (the script ran the stock path
+    # whatever the variable)
+    reexec_with_shim()
+
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_step_ab  # noqa: E402  (the workload and the product floor are bench_step_ab's)

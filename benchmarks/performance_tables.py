@@ -68,11 +68,11 @@ def default_run_vs_base() -> str:
 
 
 def step_ab_fast() -> str:
-    return _step_ab("kkt/bench_step_ab_fast_r6.json")
+    return _step_ab("kkt/bench_step_ab_fast_r7.json")
 
 
 def step_ab_stock() -> str:
-    return _step_ab("kkt/bench_step_ab_stock_r6.json")
+    return _step_ab("kkt/bench_step_ab_stock_r7.json")
 
 
 def _step_ab(rel: str) -> str:
@@ -91,7 +91,7 @@ def _step_ab(rel: str) -> str:
 
 
 def step_parts_fast() -> str:
-    data = _load("kkt/bench_step_parts_fast.json")
+    data = _load("kkt/bench_step_parts_fast_r7.json")
     lines = [_row(["m", "dtype", "whole call ms/step", "prologue ms (once)", "loop bookkeeping ms/step",
                    "box prior and multiplier terms ms", "engine ms", "products alone ms (GFLOP/s)",
                    "step / products", "engine / products"]), _row(["---"] * 10)]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from reconbench.attack.kkt.batched_gram import BatchedGram, GramForward, run_dot, run_sum_of_squares
+from _helpers.gram_step_before_sharing import StepBeforeSharing
+from reconbench.attack.kkt.batched_gram import GramForward, run_dot, run_sum_of_squares
 
 
-class StepBeforeFusion(BatchedGram):
-    """:class:`BatchedGram` with the earlier ``value_and_grad`` and ||theta||^2 (same workspace, same products)."""
+class StepBeforeFusion(StepBeforeSharing):
+    """:class:`BatchedGram` with the earlier ``value_and_grad`` and ||theta||^2 (same products; the workspace with an
+    array per quantity, which this step's order of writes needs)."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)   # type: ignore[arg-type]

@@ -25,6 +25,7 @@ code, and on the CPU it saves autograd's bookkeeping; tests check it against bot
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,7 +41,7 @@ class GramForward:
     the next call of :meth:`BatchedGram.forward`)."""
 
     inputs: list[torch.Tensor]   # H_k, (R, m, in_k)
-    pre: list[torch.Tensor]      # Z_k, (R, m, out_k)
+    pre: list[torch.Tensor]      # Z_k, (R, m, out_k); a hidden layer's is overwritten by value_and_grad (Dbar_k)
     slopes: list[torch.Tensor]   # S_k = sigma(alpha Z_k) for the hidden layers
 
     @property
@@ -50,7 +51,11 @@ class GramForward:
 
 class Workspace:
     """Every array one step writes, allocated once for a batch shape (R, m) and reused by every later step: a step
-    allocates nothing of the size of a layer, so the memory allocator has no work (and a CUDA graph replays it)."""
+    allocates nothing of the size of a layer, so the memory allocator has no work (and a CUDA graph replays it).
+
+    An array whose value is not read again holds the next one of its shape (a smaller working set, which keeps
+    more of the weights in the processor's caches): a hidden Gram layer's Z_k becomes Dbar_k's start, D_k W_k
+    becomes alpha S (1 - S) and then Hbar_k, and D_k becomes Zbar_k."""
 
     def __init__(self, r: int, m: int, dims: list[int], dtype: torch.dtype, device: torch.device,
                  factored: list[bool] | None = None) -> None:
@@ -61,24 +66,36 @@ class Workspace:
         self.key = (r, m)
         #: per layer: whether its residual terms go through J_k = H_k^T D_k instead of the Gram matrices
         self.factored = [False] * n if factored is None else factored
+        #: per layer: whether Z_k's array holds Dbar_k and D_k's holds Zbar_k (a hidden layer of the Gram form)
+        self.shared = [k < n - 1 and not self.factored[k] for k in range(n)]
         self.cross = [new(r, dims[k], dims[k + 1]) if self.factored[k] else new(0) for k in range(n)]   # J_k
         self.cross_sq = [new(r, dims[k], dims[k + 1]) if self.factored[k] else new(0) for k in range(n)]
         self.col_sums = [new(r, 1, dims[k + 1]) for k in range(n)]    # 1^T D_k (a layer with a bias, factored)
-        self.pre = [new(r, m, dims[k + 1]) for k in range(n)]          # Z_k
+        self.pre = [new(r, m, dims[k + 1]) for k in range(n)]          # Z_k, then Dbar_k (shared)
         self.hidden = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # H_{k+1}
         self.slopes = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # S_k
-        self.slope_grads = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # alpha S_k (1 - S_k)
-        self.back = [new(r, m, dims[k]) for k in range(n)]            # D_k W_k (k >= 1)
-        self.deltas = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # D_k for k < L-1
+        # D_k W_k (k >= 1), then alpha S_{k-1} (1 - S_{k-1}), then Hbar_k; Hbar_0 (dL/dx) has an array of its own
+        self.back = [new(r, m, dims[k]) if k > 0 else new(0) for k in range(n)]
+        self.deltas = [new(r, m, dims[k + 1]) for k in range(n - 1)]   # D_k for k < L-1, then Zbar_k (shared)
         self.grams = [new(r, m, m) for _ in range(n)]                  # G_k
         self.outer = [new(r, m, m) for _ in range(n)]                  # P_k = D_k D_k^T
         self.square = new(r, m, m)                                      # P_k * G_k, for <P_k, G_k>
-        self.zbar = [new(r, m, dims[k + 1]) for k in range(n)]
-        self.dbar = [new(r, m, dims[k + 1]) for k in range(n)]
-        self.carried = [new(r, m, dims[k + 1]) for k in range(n - 1)]
-        self.hbar = [new(r, m, dims[k]) for k in range(n)]
+        #: scratch, flat: D_k * Z_k for <D_k, Z_k>, then Dbar_{k-1} * S_{k-1} (carried), then the box prior's parts
+        self.products = new(r * m * max(dims))
+        self.zbar = [self.deltas[k] if self.shared[k] else new(r, m, dims[k + 1]) for k in range(n)]
+        self.dbar = [self.pre[k] if self.shared[k] else new(r, m, dims[k + 1]) for k in range(n)]
+        self.carried = [self.scratch(r, m, dims[k + 1]) for k in range(n - 1)]   # (Dbar_k * S_k), read at once
+        self.hbar = [new(r, m, dims[0]), *self.back[1:]]
         self.dots = new(2 * n, r, 1, 1)                                 # <D_k, Z_k>, <P_k, G_k>
-        self.box = new(r, m, dims[0])                                   # the box prior's parts (batched.py)
+        self.box = self.scratch(r, m, dims[0])          # the box prior's parts (batched.py, after value_and_grad)
+
+    def scratch(self, *shape: int) -> torch.Tensor:
+        """A contiguous array of this shape at the start of :attr:`products`."""
+        return self.products[:math.prod(shape)].view(shape)
+
+    def product_buffer(self, like: torch.Tensor) -> torch.Tensor:
+        """:meth:`scratch` of ``like``'s shape."""
+        return self.scratch(*like.shape)
 
 
 #: how the per-run sums <a[r], b[r]> (the stationarity term's <D_k, Z_k> and <P_k, G_k>, the box prior's sum of
@@ -123,14 +140,17 @@ SQUARES_BLOCK = 1 << 16
 
 def sum_of_squares(t: torch.Tensor) -> float:
     """||t||^2 accumulated in float64, in blocks of :data:`SQUARES_BLOCK` elements (each converted to float64,
-    squared and summed; 512 KiB temporaries that the allocator reuses) rather than as float64 copies of the whole
-    tensor, whose fresh pages cost more than the arithmetic. Each block is a pairwise sum (BLAS's dot product
-    accumulates with an error about 100 times larger at a million terms, too much for a value from which the
-    stationarity term subtracts)."""
+    squared and summed) rather than as float64 copies of the whole tensor, whose fresh pages cost more than the
+    arithmetic. Each block is a pairwise sum (BLAS's dot product accumulates with an error about 100 times larger at
+    a million terms, too much for a value from which the stationarity term subtracts). One float64 block is
+    allocated per call and reused: converted into (``copy_``) and squared in place (``mul_``, the product that
+    ``square`` computes), so the blocks' sums are the numbers of a fresh ``to(float64).square()`` per block."""
     flat = t.detach().reshape(-1)
     total = 0.0
+    buf = torch.empty(min(SQUARES_BLOCK, flat.numel()), dtype=torch.float64, device=flat.device)
     for block in flat.split(SQUARES_BLOCK):
-        total += float(block.to(torch.float64).square().sum())
+        part = buf[:block.numel()].copy_(block)
+        total += float(part.mul_(part).sum())
     return total
 
 
@@ -231,24 +251,12 @@ class BatchedGram:
         r, m = coeffs.shape[0], coeffs.shape[1]
         ws = self.workspace(r, m)
         deltas = [*ws.deltas, coeffs]   # D_k
+        # each layer's terms as soon as its D_k is known (while D_k is still in the caches), from the outputs down
+        self._layer_terms(n - 1, fw, deltas, ws)
         for k in reversed(range(1, n)):
             self.times_w(k, deltas[k], ws.back[k])    # D_k W_k
             torch.mul(ws.back[k], fw.slopes[k - 1], out=deltas[k - 1])
-        for k in range(n):
-            h, d = fw.inputs[k], deltas[k]
-            run_dot(d, fw.pre[k], ws.dots[2 * k], ws.zbar[k], self.dots)   # zbar is written only below
-            if ws.factored[k]:   # <P_k, G_k> = ||H_k^T D_k||^2 (+ ||1^T D_k||^2 with a bias: G_k's ones)
-                torch.bmm(h.transpose(1, 2), d, out=ws.cross[k])
-                run_dot(ws.cross[k], ws.cross[k], ws.dots[2 * k + 1], ws.cross_sq[k], self.dots)
-                if self.biases[k] is not None:
-                    torch.sum(d, dim=1, keepdim=True, out=ws.col_sums[k])
-                    ws.dots[2 * k + 1].add_(ws.col_sums[k].square().sum(dim=(1, 2), keepdim=True))
-                continue
-            torch.bmm(h, h.transpose(1, 2), out=ws.grams[k])
-            if self.biases[k] is not None:
-                ws.grams[k].add_(1.0)
-            torch.bmm(d, d.transpose(1, 2), out=ws.outer[k])
-            run_dot(ws.outer[k], ws.grams[k], ws.dots[2 * k + 1], ws.square, self.dots)
+            self._layer_terms(k - 1, fw, deltas, ws)
         parts = ws.dots.reshape(n, 2, r)
         total = self.theta_sq - 2.0 * parts[:, 0].sum(dim=0) + parts[:, 1].sum(dim=0)
         # multiplier side: Dbar_k = -2 Z_k + 2 G_k D_k + (Dbar_{k-1} * S_{k-1}) W_k^T, from the input layer up
@@ -257,11 +265,12 @@ class BatchedGram:
         torch.mul(deltas[n - 1], -2.0, out=ws.zbar[n - 1])
         dbar = self._residual_adjoint(0, fw, deltas, ws)
         for k in range(1, n):
-            s, sg = fw.slopes[k - 1], ws.slope_grads[k - 1]
+            s = fw.slopes[k - 1]
             torch.mul(dbar, s, out=ws.carried[k - 1])
-            torch.addcmul(s, s, s, value=-1.0, out=sg).mul_(alpha)          # alpha S (1 - S)
-            slope_path = dbar.mul_(ws.back[k]).mul_(sg)                     # dbar is not needed after
-            torch.add(slope_path, deltas[k - 1], alpha=-2.0, out=ws.zbar[k - 1])
+            dbar.mul_(ws.back[k])                                           # dbar is not needed after, nor D_k W_k
+            sg = torch.addcmul(s, s, s, value=-1.0, out=ws.back[k]).mul_(alpha)   # alpha S (1 - S)
+            slope_path = dbar.mul_(sg)
+            torch.add(slope_path, deltas[k - 1], alpha=-2.0, out=ws.zbar[k - 1])   # D_{k-1}'s array (shared)
             dbar = self._residual_adjoint(k, fw, deltas, ws)
             self.add_times_wt(k, ws.carried[k - 1], dbar)
         # candidate side: Hbar_k = 2 P_k H_k + Zbar_k W_k, from the outputs down to x
@@ -277,8 +286,30 @@ class BatchedGram:
                 ws.zbar[k - 1].addcmul_(hbar, fw.slopes[k - 1])
         return total, hbar, dbar
 
+    def _layer_terms(self, k: int, fw: GramForward, deltas: list[torch.Tensor], ws: Workspace) -> None:
+        """Layer k's parts of the loss, <D_k, Z_k> and <P_k, G_k>, into ``ws.dots``, with G_k and P_k (or J_k)."""
+        h, d = fw.inputs[k], deltas[k]
+        run_dot(d, fw.pre[k], ws.dots[2 * k], ws.product_buffer(d), self.dots)
+        if ws.factored[k]:   # <P_k, G_k> = ||H_k^T D_k||^2 (+ ||1^T D_k||^2 with a bias: G_k's ones)
+            torch.bmm(h.transpose(1, 2), d, out=ws.cross[k])
+            run_dot(ws.cross[k], ws.cross[k], ws.dots[2 * k + 1], ws.cross_sq[k], self.dots)
+            if self.biases[k] is not None:
+                torch.sum(d, dim=1, keepdim=True, out=ws.col_sums[k])
+                ws.dots[2 * k + 1].add_(ws.col_sums[k].square().sum(dim=(1, 2), keepdim=True))
+            return
+        torch.bmm(h, h.transpose(1, 2), out=ws.grams[k])
+        if self.biases[k] is not None:
+            ws.grams[k].add_(1.0)
+        torch.bmm(d, d.transpose(1, 2), out=ws.outer[k])
+        run_dot(ws.outer[k], ws.grams[k], ws.dots[2 * k + 1], ws.square, self.dots)
+
     def _residual_adjoint(self, k: int, fw: GramForward, deltas: list[torch.Tensor], ws: Workspace) -> torch.Tensor:
-        """Dbar_k's start -2 Z_k + 2 G_k D_k into ``ws.dbar[k]`` (factored: G_k D_k = H_k J_k (+ 1 (1^T D_k)))."""
+        """Dbar_k's start -2 Z_k + 2 G_k D_k (factored: G_k D_k = H_k J_k (+ 1 (1^T D_k))): for a hidden layer of the
+        Gram form in Z_k's own array (``baddbmm_`` runs the kernel that ``baddbmm(..., out=)`` runs after copying Z_k
+        into ``out``, so the numbers are the same), else into ``ws.dbar[k]`` (the output layer's Z_k is the outputs,
+        which the caller reads after this)."""
+        if ws.shared[k]:   # in Z_k's array: the product that the out= form runs after copying Z_k into out
+            return fw.pre[k].baddbmm_(ws.grams[k], deltas[k], beta=-2.0, alpha=2.0)
         if not ws.factored[k]:
             return torch.baddbmm(fw.pre[k], ws.grams[k], deltas[k], beta=-2.0, alpha=2.0, out=ws.dbar[k])
         dbar = torch.baddbmm(fw.pre[k], fw.inputs[k], ws.cross[k], beta=-2.0, alpha=2.0, out=ws.dbar[k])
