@@ -53,14 +53,18 @@ def _tables(results: BoardResults) -> dict[str, list[TableRow]]:
     return dict(results.tables or {})
 
 
+def redrawable(stored: Figure | None) -> bool:
+    """Whether a board's reconstructions figure record can be redrawn: a drawn figure, or one whose drawing failed
+    where the board was published; a figure left out because the cells give nothing to show stays out."""
+    return stored is not None and (stored.file is not None or bool(stored.failed))
+
+
 def redraw_board(suite: Suite, board: Path, *, rerun_missing: bool = False, data_root: str | None = None) -> Redrawn:
     """Draw ``board``'s reconstructions figure again (see the module docstring)."""
     data = read_results(board)
     results = BoardResults.from_dict(data)
     figures = results.figures or {}
-    stored = figures.get(FIGURE)
-    if stored is None or (stored.file is None and not stored.failed):
-        # a figure left out because the cells give nothing to show stays out; one whose drawing failed is drawn
+    if not redrawable(figures.get(FIGURE)):
         raise ReconbenchError(f"{board} has no drawn reconstructions figure to redraw; publish the board to draw it")
     if results.header.suite_sha256 and results.header.suite_sha256 != suite.text_sha256:
         raise ReconbenchError(f"{board} was rendered from another version of {suite.path.name}; redraw with the suite "

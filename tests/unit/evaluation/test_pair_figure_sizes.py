@@ -71,6 +71,7 @@ def test_mixed_sizes_draw_each_image_unchanged_where_the_record_says(tmp_path: P
         if p.candidate is None:
             assert at.candidate is None
             continue
+        assert at.candidate is not None
         assert np.array_equal(_crop(png, at.candidate, zoom), _levels(p.candidate)), p.index
         assert at.candidate[0] == at.train[0] and at.candidate[3] < at.train[1]   # directly above its training image
         boxes.append(at.candidate)
