@@ -181,12 +181,13 @@ def _blocks(groups: Sequence[PairGroup], shape: tuple[int, int] | None) -> list[
     a group without images takes the first group's block."""
     sizes = [[shape] if shape is not None else [_hw(img) for img in _group_images(g)] for g in groups]
     fallback = next((s for s in sizes if s), [(1, 1)])
-    out = []
-    for s in sizes:
-        s = s or fallback
-        zoom = _zoom(max(h for h, _ in s))
-        out.append(_Block(zoom, (max(h for h, _ in s) * zoom, max(w for _, w in s) * zoom)))
-    return out
+    return [_block(s or fallback) for s in sizes]
+
+
+def _block(sizes: Sequence[tuple[int, int]]) -> _Block:
+    """The block of a group whose images have ``sizes`` (H, W): scaled for its tallest, cells of its largest."""
+    zoom = _zoom(max(h for h, _ in sizes))
+    return _Block(zoom, (max(h for h, _ in sizes) * zoom, max(w for _, w in sizes) * zoom))
 
 
 def _centred(x: int, y: int, cell: tuple[int, int], hw: tuple[int, int], zoom: int) -> Box:
@@ -202,9 +203,10 @@ def layout_pairs(groups: Sequence[PairGroup], shape: tuple[int, int] | None, per
     None each group at its own images' sizes (the module docstring)."""
     per_row = max(per_row, 1)
     blocks = _blocks(groups, shape)
+    first = blocks[0] if blocks else _block([shape or (1, 1)])
     pitches = [b.cell[1] + 2 * FRAME + COLUMN_GAP for b in blocks]
     widest = max([min(len(g.pairs), per_row) * px for g, px in zip(groups, pitches, strict=True)]
-                 + [pitches[0] if pitches else 2 * FRAME + COLUMN_GAP + 1])
+                 + [first.cell[1] + 2 * FRAME + COLUMN_GAP])   # at least one column
     width = 2 * EDGE + widest - COLUMN_GAP
     y = EDGE + title_lines * TITLE_LINE
     placed = []
@@ -226,14 +228,14 @@ def layout_pairs(groups: Sequence[PairGroup], shape: tuple[int, int] | None, per
             placed.append(PlacedPair(gi, p.index, cand, train, pair_label(p), bool(p.passed)))
         y += rows * pitch_y
     zooms = [b.zoom for b in blocks]
-    return PairLayout(width, max(y + EDGE, 2 * EDGE + 1), zooms[0] if zooms else _zoom(1), per_row,
+    return PairLayout(width, max(y + EDGE, 2 * EDGE + 1), first.zoom, per_row,
                       [g.title for g in groups], placed, group_zoom=zooms if len(set(zooms)) > 1 else None)
 
 
-def _rgb(img: np.ndarray, zoom: int) -> np.ndarray:
-    """(C, H, W) or (H, W) in [0, 1] -> (H * zoom, W * zoom, 3), each pixel repeated (nearest neighbour); one
-    channel is repeated into grey."""
-    x = np.clip(np.nan_to_num(np.asarray(image_chw(img, -1), dtype=np.float64), nan=0.0), 0.0, 1.0)
+def _rgb(img: np.ndarray, zoom: int, index: int) -> np.ndarray:
+    """(C, H, W) or (H, W) in [0, 1] of the pair ``index`` -> (H * zoom, W * zoom, 3), each pixel repeated (nearest
+    neighbour); one channel is repeated into grey."""
+    x = np.clip(np.nan_to_num(np.asarray(image_chw(img, index), dtype=np.float64), nan=0.0), 0.0, 1.0)
     x = np.repeat(x, 3, axis=0) if x.shape[0] == 1 else x[:3]
     x = np.transpose(x, (1, 2, 0))
     return np.repeat(np.repeat(x, zoom, axis=0), zoom, axis=1)
@@ -264,11 +266,11 @@ def canvas(groups: Sequence[PairGroup], layout: PairLayout) -> np.ndarray:
     for p, at in zip(pairs, layout.pairs, strict=True):
         zoom = layout.zoom_of(at.group)
         x0, y0, x1, y1 = at.train
-        out[y0:y1, x0:x1] = _rgb(p.train, zoom)
+        out[y0:y1, x0:x1] = _rgb(p.train, zoom, p.index)
         slot = _candidate_slot(at.train, cell_h[at.group])
         if at.candidate is not None and p.candidate is not None:
             cx0, cy0, cx1, cy1 = at.candidate
-            out[cy0:cy1, cx0:cx1] = _rgb(p.candidate, zoom)
+            out[cy0:cy1, cx0:cx1] = _rgb(p.candidate, zoom, p.index)
             slot = at.candidate
         else:
             out[slot[1]:slot[3], slot[0]:slot[2]] = UNMATCHED_RGB
