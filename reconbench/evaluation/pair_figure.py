@@ -16,7 +16,8 @@ per attack" figure and the site's cell pages all call :func:`draw_pairs`. Each p
   each group is scaled by its own whole factor (chosen from its tallest image) and its pairs sit in cells of its
   largest image, a smaller image centred in its cell, so every image keeps its own pixels (none is resampled or
   padded into another size); a grayscale image (one channel, or a 2-D array) is drawn grey, a colour one in colour.
-  Where every image has one size the figure is the one drawn before mixed sizes were allowed, byte for byte.
+  Where every image has one size, every group shares one scale and cells of exactly that size (no margins), and
+  the layout record holds no per-group scales.
 
 The figure is drawn as one raster (``figimage``: one PNG pixel per canvas pixel, so a pair's position in the file
 is exact) with the labels as text on top. Where every pair lies is returned as a :class:`PairLayout` and stored in
