@@ -33,6 +33,8 @@ def _num(v: object) -> float | None:
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
 
+    from reconbench.evaluation.pair_figure import PairGroup
+
 TITLES = {
     "reconstructions": "Sample reconstructions per attack",
     "ssim_vs_margin": "SSIM vs margin",
@@ -159,8 +161,21 @@ def draw_reconstructions(
         caption=f"For each attack, its best cell under {inits_text} (by the first column, pooled "
         f"candidates): the reconstruction (upper) above the training image it matched (lower), best calibrated "
         f"score first; #i: the training image's index, SSIM: the papers' score, d: the matching distance; framed "
-        f"green: passes the calibrated headline.",
+        f"green: passes the calibrated headline.{_sizes_note(groups)}",
     )
+
+
+def _sizes_note(groups: list[PairGroup]) -> str:
+    """The caption's sentence on image sizes, for a figure whose targets' images differ in size ('' otherwise)."""
+    from reconbench.evaluation.pair_figure import image_chw
+
+    shapes = sorted({tuple(image_chw(p.train, p.index).shape) for g in groups for p in g.pairs},
+                    key=lambda s: (s[1] * s[2], s[0]))
+    if len(shapes) < 2:
+        return ""
+    named = ", ".join(f"{'grey' if c == 1 else 'colour'} {h}×{w}" for c, h, w in shapes)
+    return (f" The targets' images differ in size ({named}): each attack's pairs are drawn at their own size, "
+            "scaled up by a whole factor without smoothing.")
 
 
 def ssim_margin_points(pub: Published, data: FigureData) -> dict[str, dict[str, tuple[list[float], list[float]]]]:

@@ -1,7 +1,8 @@
 """A published board's reconstructions figure drawn again in the current layout, from its stored cells
 (``reconbench leaderboard redraw SUITE``).
 
-The figure shows, per attack, the pooled candidates of one picked cell (``figures.reconstruction_picks``); a board
+A board whose figure failed to draw where it was published (its record names the error) is drawn too. The figure
+shows, per attack, the pooled candidates of one picked cell (``figures.reconstruction_picks``); a board
 keeps the candidates of a sample of its cells only (``slim.py``). Picked cells whose candidates the board stores are
 drawn from them; the others are run again from their recorded recipes and seeds (``slim.rerun_cells``: targets from
 the recipe cache, trained again when absent) and drawn only when every stored number of those cells is reproduced.
@@ -52,12 +53,18 @@ def _tables(results: BoardResults) -> dict[str, list[TableRow]]:
     return dict(results.tables or {})
 
 
+def redrawable(stored: Figure | None) -> bool:
+    """Whether a board's reconstructions figure record can be redrawn: a drawn figure, or one whose drawing failed
+    where the board was published; a figure left out because the cells give nothing to show stays out."""
+    return stored is not None and (stored.file is not None or bool(stored.failed))
+
+
 def redraw_board(suite: Suite, board: Path, *, rerun_missing: bool = False, data_root: str | None = None) -> Redrawn:
     """Draw ``board``'s reconstructions figure again (see the module docstring)."""
     data = read_results(board)
     results = BoardResults.from_dict(data)
     figures = results.figures or {}
-    if FIGURE not in figures or figures[FIGURE].file is None:
+    if not redrawable(figures.get(FIGURE)):
         raise ReconbenchError(f"{board} has no drawn reconstructions figure to redraw; publish the board to draw it")
     if results.header.suite_sha256 and results.header.suite_sha256 != suite.text_sha256:
         raise ReconbenchError(f"{board} was rendered from another version of {suite.path.name}; redraw with the suite "
@@ -69,7 +76,7 @@ def redraw_board(suite: Suite, board: Path, *, rerun_missing: bool = False, data
     if missing and not rerun_missing:
         raise ReconbenchError(f"the board stores no candidates of {len(missing)} cell(s) the figure shows "
                               f"({', '.join(missing)}); add --rerun-missing to run them again from their recipes")
-    before = {p: p.read_bytes() for p in _touched(board)}
+    before = {p: p.read_bytes() if p.is_file() else None for p in _touched(board)}   # a failed figure has no PNG
     pub = collect(suite, board)
     columns = resolve_columns(suite, pub.ok())
     fig_data = FigureData(board, data_root)
@@ -93,7 +100,8 @@ def redraw_board(suite: Suite, board: Path, *, rerun_missing: bool = False, data
     _record(suite, board, drawn)
     compact_figures(board)
     write_manifest(board)
-    changed = [p.relative_to(board).as_posix() for p, b in before.items() if not p.is_file() or p.read_bytes() != b]
+    changed = [p.relative_to(board).as_posix() for p, b in before.items()
+               if (p.read_bytes() if p.is_file() else None) != b]
     return Redrawn(picks, missing, changed)
 
 

@@ -88,12 +88,6 @@ def test_a_known_pair_lands_where_the_record_says(tmp_path: Path) -> None:
     assert PairLayout.from_json(layout.to_json()) == layout
 
 
-def test_images_of_two_sizes_are_refused(tmp_path: Path) -> None:
-    pairs = [Pair(0, np.zeros((1, 4, 4)), np.zeros((1, 4, 4))), Pair(1, np.zeros((1, 5, 4)), None)]
-    with pytest.raises(ValueError, match="differs from the first"):
-        draw_pairs(tmp_path / "x.png", [PairGroup("", pairs)])
-
-
 # -- the published board, redrawn -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def redrawn(tmp_path_factory: pytest.TempPathFactory) -> Path:
