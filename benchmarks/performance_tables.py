@@ -68,11 +68,11 @@ def default_run_vs_base() -> str:
 
 
 def step_ab_fast() -> str:
-    return _step_ab("kkt/bench_step_ab_fast_r7.json")
+    return _step_ab("kkt/bench_step_ab_fast_r8.json")
 
 
 def step_ab_stock() -> str:
-    return _step_ab("kkt/bench_step_ab_stock_r7.json")
+    return _step_ab("kkt/bench_step_ab_stock_r8.json")
 
 
 def _step_ab(rel: str) -> str:
