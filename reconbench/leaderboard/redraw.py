@@ -118,7 +118,7 @@ def not_reproduced(board: Path, missing: list[str], report: RerunReport) -> str:
     """The one-line error of a re-run that does not reproduce the board: the cells whose numbers or targets differ,
     the BLAS paths the re-run took for them, and what to check."""
     keys = {c: str(r.target.recipe_key) for c, r in load_cell_records(board).items() if c in missing}
-    bad = [c for c in missing if any(p.startswith((f"{c}:", f"{c} ", f"target {keys.get(c)}:"))
+    bad = [c for c in missing if any(p.startswith((f"{c} ", f"target {keys.get(c)}:")) or f"{c}:" in p
                                      or f"{c}," in p for p in report.problems)] or missing
     paths = "; ".join(f"{c}: {_plan_words(report.plans.get(c))}" for c in bad)
     return (f"running the figure's cells again does not reproduce the board ({len(report.problems)} number(s) or "

@@ -166,21 +166,27 @@ def test_the_redraw_reruns_on_the_recorded_paths_and_draws_what_the_rerun_wrote(
     assert checked > 0
 
 
+@pytest.mark.parametrize("kind", ["a number", "a child that did not finish"])
 def test_a_rerun_that_does_not_reproduce_names_the_cells_and_what_to_check(
-        board: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        board: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], kind: str) -> None:
     before = _digest(board)
     missing = _missing(board)
-    bad = missing[1]
-    _stand_in(monkeypatch, board, "stock", reproduces="stock",
-              problems=[f"{bad} [pool] summary.ssim_mean: stored 0.5, re-run 0.25"])
+    if kind == "a number":
+        bad = missing[1:2]
+        problem = f"{bad[0]} [pool] summary.ssim_mean: stored 0.5, re-run 0.25"
+    else:   # as rerun._attack_in_child reports it
+        bad = missing[1:4]
+        problem = f"{', '.join(bad)}: the re-run on the stock path did not finish: the child process failed (x)"
+    _stand_in(monkeypatch, board, "stock", reproduces="stock", problems=[problem])
     code, out, err = run_cli(["leaderboard", "redraw", "ci", "--out", str(board), "--rerun-missing"], capsys)
     assert code != 0
     line = err.strip()
     assert len(line.splitlines()) == 1
-    assert bad in line and "nothing was redrawn" in line
+    assert "nothing was redrawn" in line
     assert "attacked on the stock path its cell records" in line and "its card records none" in line
     assert "BLAS path" in line and "machine" in line
-    assert all(c not in line.split("Paths taken:")[1] for c in missing if c != bad)
+    named = line.split("Paths taken:")[1]
+    assert [c for c in missing if c in named] == bad
     assert "reproduced on the stock path" in out
     assert _digest(board) == before
 
