@@ -422,13 +422,17 @@ def add_command(file: str, board: str, data_root: str | None) -> None:
 @click.option("--out", type=click.Path(file_okay=False, exists=True), default=None,
               help="The published board (default: leaderboards/<suite>).")
 @click.option("--rerun-missing", is_flag=True,
-              help="Run the figure's cells whose candidates the board does not store again from their recipes "
-              "(targets from the recipe cache, trained again when absent) and draw them only if every stored number "
-              "is reproduced.")
+              help="Run the figure's cells whose candidates the board does not store again from their recipes, as "
+              "`leaderboard SUITE --verify --rerun` does (each target trained again in a temporary cache on the BLAS "
+              "path its model card records, or on both where it records none; each attack on the path its cell "
+              "records, in a child process where that is not this command's; the path that reproduced each target "
+              "is printed), and draw them only if every stored number and the targets' weights are reproduced.")
 @data_root_option
 def redraw_command(suite: str, out: str | None, rerun_missing: bool, data_root: str | None) -> None:
-    """Draw a published board's reconstructions figure again in the current layout of pairs, from its stored cells;
-    results.json's figure record, README.md and MANIFEST.json are rewritten so that `--verify` passes."""
+    """Draw a published board's reconstructions figure again in the current layout of pairs, from its stored cells,
+    also where its drawing failed when the board was published; results.json's figure record, README.md and
+    MANIFEST.json are rewritten so that `--verify` passes. Runs from either BLAS path (stock MKL or
+    RECONBENCH_FAST_BLAS=1)."""
     from reconbench.leaderboard.redraw import redraw_board
 
     s = load_suite(suite)
@@ -438,7 +442,8 @@ def redraw_command(suite: str, out: str | None, rerun_missing: bool, data_root: 
     s = board_suite(s, board)
     check_writable(board, "--out")
     with folder_lock(board, "leaderboard"):
-        done = redraw_board(s, board, rerun_missing=rerun_missing, data_root=data_root)
+        done = redraw_board(s, board, rerun_missing=rerun_missing, data_root=data_root,
+                            say=lambda line: click.echo(f"re-run: {line}"))
     again = f", {len(done.rerun)} of them run again for their candidates" if done.rerun else ""
     click.echo(f"{board}: reconstructions figure redrawn from {len(done.cells)} cell(s){again}; changed: "
                f"{', '.join(done.changed) or 'nothing'} (check with `reconbench leaderboard {s.name} --out {board} "

@@ -4,8 +4,11 @@
 A board whose figure failed to draw where it was published (its record names the error) is drawn too. The figure
 shows, per attack, the pooled candidates of one picked cell (``figures.reconstruction_picks``); a board
 keeps the candidates of a sample of its cells only (``slim.py``). Picked cells whose candidates the board stores are
-drawn from them; the others are run again from their recorded recipes and seeds (``slim.rerun_cells``: targets from
-the recipe cache, trained again when absent) and drawn only when every stored number of those cells is reproduced.
+drawn from them; the others are run again from their recorded recipes and seeds as ``leaderboard --verify --rerun``
+runs them (``rerun.rerun_checked``: each target trained again in a temporary cache on the BLAS path its model card
+records, or on both paths where it records none, each attack on the path its cell records, in a child process where
+that is not this process's), and drawn, from the candidates that re-run wrote, only when every stored number of
+those cells and every re-trained target's weights are reproduced.
 Then the figure record in results.json (its caption), README.md (rendered again from results.json and the cells),
 the palette re-encoding of the figure (``slim.compact_figures``) and MANIFEST.json are rewritten, so that
 ``leaderboard --verify`` passes on the result. Nothing else of the board changes.
@@ -15,17 +18,20 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reconbench.bench.runner import load_cells
+from reconbench.bench.runner import load_cell_records, load_cells
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.figures import FigureData, draw_reconstructions, reconstruction_picks
 from reconbench.leaderboard.manifest import MANIFEST_NAME, check_manifest, write_manifest
 from reconbench.leaderboard.readme import rerender_readme
+from reconbench.leaderboard.rerun import RerunReport, rerun_checked
+from reconbench.leaderboard.rerun_paths import PathPlan
 from reconbench.leaderboard.results_file import read_results, write_results
-from reconbench.leaderboard.slim import candidates_file, compact_figures, rerun_cells
+from reconbench.leaderboard.slim import candidates_file, compact_figures
 from reconbench.leaderboard.tables import collect, resolve_columns
 from reconbench.provenance import write_text_atomic
 from reconbench.records import BoardResults, CellRecord, Figure, TableRow
@@ -38,6 +44,7 @@ class Redrawn:
     cells: list[str] = field(default_factory=list)       # the cells the figure shows
     rerun: list[str] = field(default_factory=list)       # of them, the ones run again for their candidates
     changed: list[str] = field(default_factory=list)     # board files whose bytes changed
+    lines: list[str] = field(default_factory=list)       # what the re-run did: per target, the path that reproduced it
 
 
 def missing_candidates(suite: Suite, board: Path) -> tuple[list[str], list[str]]:
@@ -59,8 +66,10 @@ def redrawable(stored: Figure | None) -> bool:
     return stored is not None and (stored.file is not None or bool(stored.failed))
 
 
-def redraw_board(suite: Suite, board: Path, *, rerun_missing: bool = False, data_root: str | None = None) -> Redrawn:
-    """Draw ``board``'s reconstructions figure again (see the module docstring)."""
+def redraw_board(suite: Suite, board: Path, *, rerun_missing: bool = False, data_root: str | None = None,
+                 say: Callable[[str], None] | None = None) -> Redrawn:
+    """Draw ``board``'s reconstructions figure again (see the module docstring). ``say`` is told each line of what
+    the re-run of the missing cells does, as it does it."""
     data = read_results(board)
     results = BoardResults.from_dict(data)
     figures = results.figures or {}
@@ -80,16 +89,16 @@ def redraw_board(suite: Suite, board: Path, *, rerun_missing: bool = False, data
     pub = collect(suite, board)
     columns = resolve_columns(suite, pub.ok())
     fig_data = FigureData(board, data_root)
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="reconbench-redraw-") as tmp:
         if missing:
-            mismatches = rerun_cells(suite, board, missing, data_root=data_root, work=work)
-            if mismatches:
-                raise ReconbenchError(f"running the figure's cells again does not reproduce the board "
-                                      f"({len(mismatches)} number(s); first: {mismatches[0]}); nothing was redrawn")
-            again = work / "again"
+            report = rerun_checked(suite, board, missing, data_root=data_root, say=say, work=Path(tmp) / "rerun")
+            lines = report.lines
+            if report.problems:
+                raise ReconbenchError(not_reproduced(board, missing, report))
+            again = Path(tmp) / "again"
             again.mkdir()
-            for results_dir in (p for p in work.iterdir() if p.is_dir() and p != again):
+            for results_dir in report.results:
                 for cid, rec in load_cells(results_dir).items():
                     src = results_dir / CellRecord.from_dict(rec).work_dir / "candidates.safetensors"
                     if cid in missing and src.is_file():
@@ -102,7 +111,29 @@ def redraw_board(suite: Suite, board: Path, *, rerun_missing: bool = False, data
     write_manifest(board)
     changed = [p.relative_to(board).as_posix() for p, b in before.items()
                if (p.read_bytes() if p.is_file() else None) != b]
-    return Redrawn(picks, missing, changed)
+    return Redrawn(picks, missing, changed, lines)
+
+
+def not_reproduced(board: Path, missing: list[str], report: RerunReport) -> str:
+    """The one-line error of a re-run that does not reproduce the board: the cells whose numbers or targets differ,
+    the BLAS paths the re-run took for them, and what to check."""
+    keys = {c: str(r.target.recipe_key) for c, r in load_cell_records(board).items() if c in missing}
+    bad = [c for c in missing if any(p.startswith((f"{c} ", f"target {keys.get(c)}:")) or f"{c}:" in p
+                                     or f"{c}," in p for p in report.problems)] or missing
+    paths = "; ".join(f"{c}: {_plan_words(report.plans.get(c))}" for c in bad)
+    return (f"running the figure's cells again does not reproduce the board ({len(report.problems)} number(s) or "
+            f"target(s) of {len(bad)} cell(s); first: {report.problems[0]}); nothing was redrawn. Paths taken: "
+            f"{paths}. Check the BLAS path each target's card (targets/<key>.json, training_machine) and each cell's "
+            "provenance (blas.fast_path) record, and that this machine (processor, MKL version, torch) is the one "
+            "the cells' provenance names")
+
+
+def _plan_words(plan: PathPlan | None) -> str:
+    if plan is None:
+        return "not planned"
+    card = "as its card records" if plan.card_says else "its card records none"
+    train = " path, then on the ".join(plan.train)
+    return f"target trained on the {train} path ({card}), attacked on the {plan.attack} path its cell records"
 
 
 def _touched(board: Path) -> list[Path]:

@@ -106,6 +106,11 @@ class RerunReport:
     lines: list[str] = field(default_factory=list)
     #: called with each line as it is made (the command prints them while the re-run goes on)
     say: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+    #: each cell's BLAS paths: where its target was to be trained and its attack to run
+    plans: dict[str, PathPlan] = field(default_factory=dict)
+    #: the results folders the re-run wrote its cells to (one per attack path and precision; they outlive the re-run
+    #: only where the caller gave ``work``)
+    results: list[Path] = field(default_factory=list)
 
     def tell(self, line: str) -> None:
         self.lines.append(line)
@@ -114,12 +119,15 @@ class RerunReport:
 
 
 def rerun_checked(suite: Suite, board: Path, cell_ids: list[str], *, data_root: str | None = None,
-                  trainer: Trainer | None = None, say: Callable[[str], None] | None = None) -> RerunReport:
+                  trainer: Trainer | None = None, say: Callable[[str], None] | None = None,
+                  work: Path | None = None, attacker: Attacker | None = None) -> RerunReport:
     """Re-run ``cell_ids`` with their targets trained again in a temporary cache, each on the BLAS path its board
     card records (where it records none: the cell's attack path, then the other path if the weights differ from
     the card's; ``rerun_paths.plan_paths``), and each attack on the path its cell records (in a child process where
     that is not this process's). The board's stored numbers are compared with the re-run's, and each re-trained
-    target's weights sha256 with the board's model card. ``say`` is told each line of what was done as it is."""
+    target's weights sha256 with the board's model card. ``say`` is told each line of what was done as it is.
+    ``work``: where the re-run's cells (their records and candidates) are written, to outlive it (default: a
+    temporary folder); ``attacker`` runs the attacks of one path (default: :func:`attack_on_path`)."""
     stored = load_cell_records(board)
     missing = [c for c in cell_ids if c not in stored]
     if missing:
@@ -127,9 +135,11 @@ def rerun_checked(suite: Suite, board: Path, cell_ids: list[str], *, data_root: 
     current = fast_blas.current_path()
     plans = {cid: plan_paths(_card_path(board, stored[cid]), cell_attack_path(stored[cid].provenance), current)
              for cid in cell_ids}
-    report = RerunReport(say=say)
+    report = RerunReport(say=say, plans=plans)
+    attack = attacker or attack_on_path
     with tempfile.TemporaryDirectory(prefix="reconbench-rerun-") as tmp:
         cache = Path(tmp) / "cache"
+        cells_root = work or Path(tmp) / "work"
         train = trainer or train_on_path(suite.device, data_root, torch_threads())
         for key, (card, plan) in _targets(board, stored, cell_ids, plans).items():
             weights = card.weights
@@ -140,15 +150,28 @@ def rerun_checked(suite: Suite, board: Path, cell_ids: list[str], *, data_root: 
                 report.problems.append(done.problem)
         for path in sorted({p.attack for p in plans.values()}):
             ids = [c for c in cell_ids if plans[c].attack == path]
-            work = Path(tmp) / "work" / path
-            if path == current:
-                report.problems += rerun_cells(suite, board, ids, data_root=data_root, cache=str(cache), work=work,
-                                               stored=stored)
-                continue
-            problems, line = _attack_in_child(suite, board, ids, path, cache, work, data_root)
-            report.tell(line)
+            folder = cells_root / path
+            problems, line = attack(suite, board, ids, path, cache, folder, data_root, stored)
+            if line is not None:
+                report.tell(line)
             report.problems += problems
+            report.results += sorted(p for p in folder.iterdir() if (p / "cells").is_dir()) if folder.is_dir() else []
     return report
+
+
+#: re-runs cells of a board whose attacks ran on one BLAS path against the targets of a cache, writing them under a
+#: folder: ``(suite, board, ids, path, cache, folder, data_root, stored) -> (problems, line or None)``
+Attacker = Callable[[Suite, Path, list[str], str, Path, Path, str | None, Mapping[str, CellRecord]],
+                    tuple[list[str], str | None]]
+
+
+def attack_on_path(suite: Suite, board: Path, ids: list[str], path: str, cache: Path, folder: Path,
+                   data_root: str | None, stored: Mapping[str, CellRecord]) -> tuple[list[str], str | None]:
+    """Re-run ``ids`` on BLAS ``path`` into ``folder/<precision>``: in this process where it is this process's path
+    (no line), else in a child process (its line)."""
+    if path == fast_blas.current_path():
+        return rerun_cells(suite, board, ids, data_root=data_root, cache=str(cache), work=folder, stored=stored), None
+    return _attack_in_child(suite, board, ids, path, cache, folder, data_root)
 
 
 def torch_threads() -> int:
