@@ -23,6 +23,8 @@ measured it, the largest measured ``seconds x max(1, u / u_measured)`` (a smalle
 measured one did, a larger one proportionally more: conservative whether the fixed part or the rate dominates).
 A cell's estimate is ``margin x (train + attack + evaluate) + extra`` seconds. Training in pieces is planned apart
 and without the margin (:func:`training_seconds`: it is resumable, so an overrun delays it but loses nothing).
+In a cross-target slice the search runs that advance in one batched computation (:func:`pool_key`) are priced once,
+at their total run count, and each cell is charged its share of the units (:class:`Slot`).
 
 Cost tables and the probe's JSON are read through their typed records (``reconbench.records.cost_table``);
 :func:`break_even_speed` and :func:`break_even_budget` say how much faster a device, or how much longer a slice,
