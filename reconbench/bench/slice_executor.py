@@ -10,7 +10,10 @@ more; every cell that ran, finished or stopped, leaves its measured rows (``meas
 A cell of random search whose estimate passes the whole slice (or has more runs than ``runs_per_slice``) runs its
 search runs in groups over several slices (:meth:`DeadlineExecutor._runs_to_do`): each group as many runs as fit the
 time left, written but not evaluated (``reconbench.runs.execute.only_runs``); the runs travel in the pack
-(``groups``), and the cell is evaluated where they all are merged (docs/slices.md, "Cells longer than a slice")."""
+(``groups``), and the cell is evaluated where they all are merged (docs/slices.md, "Cells longer than a slice").
+
+With ``cross_target`` the cells and groups chosen to run together are priced as the plan prices them: the runs that
+share one batched computation once, at their total run count, each cell charged its share (``Slot``'s ``pooled``)."""
 
 from __future__ import annotations
 

@@ -95,7 +95,8 @@ def test_runs_that_do_not_share_a_computation_are_priced_alone(pooled, pools):
 
 
 def test_the_plan_pools_only_in_a_cross_target_slice():
-    """Two 4-run cells in 320 s: together (one 8-run computation, 275 s) in one slice; alone (271 s each) in two."""
+    """Two 4-run cells in 320 s: together (one 8-run computation and each one's 2 s: 273 s) in one slice; alone (271 s
+    each) in two."""
     works = [work("a"), work("b")]
     model = CostModel(prior=table())
     pooled = plan_slices(works, model, 320.0, rules=GroupRules(cross_target=True))
@@ -199,3 +200,19 @@ def test_the_executor_leaves_what_does_not_fit_even_pooled(tmp_path, monkeypatch
     works = [cell_work(c, sizes[c.recipe.key()], dtype=suite.dtype, device="cuda") for c in cells]
     plan = plan_slices(works, executor.model, 272.0, rules=GroupRules(runs_per_slice=4, cross_target=True))
     assert plan.slices[0] == [] and [g.cell_id for g in plan.groups[0]] == [MAIN]
+
+
+def test_the_executor_counts_pooled_runs_of_another_shape_at_their_size():
+    """Five MNIST runs chosen to run together take 15.8 MB of the first of 2 files; a CIFAR-10 run (12.3 MB) then
+    fits the second file only: one run, where counting every run at the CIFAR size left none (2 - 5 < 0)."""
+    suite, _, sizes = paper_works()
+    by_id = {c.cell_id: c for c in expand(suite)}
+    cifar, mnist = by_id[MAIN], by_id["mnist-binary--haim_binary_kkt--gaussian--s0"]
+    executor = DeadlineExecutor(470.0, CostModel.for_device("cuda"), sizes, run_files=2, cross_target=True)
+    works = {c.cell_id: cell_work(c, sizes[c.recipe.key()], dtype=suite.dtype, device="cuda") for c in (cifar, mnist)}
+    assert executor._runs_the_pack_holds(mnist, works[mnist.cell_id]) == 10
+    executor._pooled[mnist.cell_id] = [0, 1, 2, 3, 4]
+    room = 16 * 1024 * 1024 - 64 * 1024
+    c, m = sum(run_tensor_bytes(1000, 3072, 4, starts=False)), sum(run_tensor_bytes(1000, 784, 4, starts=False))
+    assert room - 5 * m < c <= room
+    assert executor._runs_the_pack_holds(cifar, works[cifar.cell_id]) == 1
