@@ -56,6 +56,7 @@ PLANS: dict[str, tuple[float, list[str], list[str]]] = {
     "groups": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6"]),
     "groups-carried-x2": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--carry-starts", "--speed", "2"]),
     "groups-x2": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--speed", "2"]),
+    "groups-x2-cross": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--cross-target", "--speed", "2"]),
 }
 #: the input shapes of the paper suite's data sets
 SHAPES = {"npz:cifar10/cifar10_train_subset.npz": (3, 32, 32), "mnist_test": (1, 28, 28)}
@@ -90,11 +91,11 @@ def command(deadline: float, patterns: list[str], options: list[str]) -> str:
 
 
 def rules_of(options: list[str]) -> tuple[GroupRules, bool, float]:
-    """The group rules, ``--carry-starts`` and ``--speed`` of a plan's options, as ``reconbench bench`` reads
-    them."""
+    """The group rules (``--pack-files``, ``--cross-target``), ``--carry-starts`` and ``--speed`` of a plan's
+    options, as ``reconbench bench --plan`` reads them."""
     files = int(options[options.index("--pack-files") + 1]) if "--pack-files" in options else MAX_FILES
     speed = float(options[options.index("--speed") + 1]) if "--speed" in options else 1.0
-    return GroupRules(run_files=files - 2), "--carry-starts" in options, speed
+    return GroupRules(run_files=files - 2, cross_target="--cross-target" in options), "--carry-starts" in options, speed
 
 
 def render(name: str) -> str:

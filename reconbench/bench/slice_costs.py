@@ -23,6 +23,8 @@ measured it, the largest measured ``seconds x max(1, u / u_measured)`` (a smalle
 measured one did, a larger one proportionally more: conservative whether the fixed part or the rate dominates).
 A cell's estimate is ``margin x (train + attack + evaluate) + extra`` seconds. Training in pieces is planned apart
 and without the margin (:func:`training_seconds`: it is resumable, so an overrun delays it but loses nothing).
+In a cross-target slice the search runs that advance in one batched computation (:func:`pool_key`) are priced once,
+at their total run count, and each cell is charged its share of the units (:class:`Slot`).
 
 Cost tables and the probe's JSON are read through their typed records (``reconbench.records.cost_table``);
 :func:`break_even_speed` and :func:`break_even_budget` say how much faster a device, or how much longer a slice,
@@ -32,7 +34,7 @@ would take a plan to fewer slices.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,7 @@ from reconbench import plugins
 from reconbench.attack.search import DEFAULT_SEARCH
 from reconbench.bench.cells import Cell
 from reconbench.bench.slice_pack import run_tensor_bytes, runs_that_fit
-from reconbench.config import build_config
+from reconbench.config import build_config, config_to_dict
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.precision import MATMUL_PRECISIONS, attack_precision
 from reconbench.preflight import TargetSize
@@ -112,6 +114,9 @@ class CellWork:
     #: the bytes of one run's tensors as they travel in a pack (candidates, the start where it travels, labels,
     #: multipliers: ``reconbench.bench.slice_pack.run_tensor_bytes``)
     run_bytes: tuple[int, ...] = ()
+    #: what its search runs share with another cell's to advance in one batched computation in a cross-target slice
+    #: (:func:`pool_key`; empty: they run alone)
+    pool: str = ""
 
     @property
     def run_step(self) -> float:
@@ -179,7 +184,36 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
         chunk=int(cell.attack.config.get("max_batch", 0) or 0),
         run_bytes=tuple(run_tensor_bytes(int(m), pixels, 8 if (cell.attack.dtype or dtype) == "float64" else 4,
                                          starts=carry_starts or cell.init.regime not in REDRAWN_INITS)),
+        pool=pool_key(cell, size, int(m), dtype, device),
     )
+
+
+def pool_key(cell: Cell, size: TargetSize, m: int, dtype: str | None, device: str = "") -> str:
+    """What ``cell``'s search runs must share with another cell's to advance with them in one batched computation
+    of a cross-target slice, as ``reconbench.attack.cross_target.cross_key`` groups the batches the cells ask for:
+    the attack and its options outside the per-run ones, the network's shape and training precision, the attack's
+    precision, the candidates and their labels. Empty where its runs run alone: not a random search (a search that
+    proposes its runs in rounds joins with its first round only), not a KKT attack on the closed-form engine, or
+    rescaled weights."""
+    from reconbench.attack.kkt.batched import PER_RUN_FIELDS  # torch: only where cells are priced
+    from reconbench.attack.kkt.loop import StationarityConfig
+
+    if cell.attack.search != DEFAULT_SEARCH or int(cell.attack.search_runs) < 1:
+        return ""
+    try:
+        plugin = plugins.attack(cell.attack.attack)
+    except UnknownNameError:
+        return ""
+    cfg = build_config(plugin.config_cls, dict(cell.attack.config), f"attack {cell.attack.attack}")
+    if not hasattr(plugin, "batch_terms") or not isinstance(cfg, StationarityConfig) or cfg.engine == "autograd" \
+            or cfg.rescale != "none":
+        return ""
+    fixed = sorted((k, repr(v)) for k, v in config_to_dict(cfg).items() if k not in PER_RUN_FIELDS)
+    problem = cell.recipe.problem
+    parts = (cell.attack.attack, fixed, cell.recipe.family, sorted((k, repr(v)) for k, v in cell.recipe.model.items()),
+             tuple(size.input_shape), size.parameters, problem.task, problem.num_classes, cell.recipe.train.dtype,
+             cell.attack.dtype or dtype or "float64", _matmul(cell, dtype, device) if device else "", m)
+    return repr(parts)
 
 
 def _matmul(cell: Cell, dtype: str | None, device: str) -> str:
@@ -389,26 +423,107 @@ class CostModel:
 
 
 @dataclass
+class Pool:
+    """A batched computation that the search runs of several cells (or groups of their runs) share in a cross-target
+    slice: its precision, the runs and attack units it holds, and per member (cell id) its runs, its units and the
+    seconds of its phases other than the attack (margin and fixed seconds included)."""
+
+    precision: str
+    runs: int = 0
+    units: float = 0.0
+    members: dict[str, tuple[int, float, float]] = field(default_factory=dict)
+
+
+@dataclass
 class Slot:
-    """Deciding, cell after cell, which cells one slice starts: the time left, and the targets it holds."""
+    """Deciding, cell after cell, which cells one slice starts: the time left, and the targets it holds.
+
+    ``pooled`` (a cross-target slice): the search runs of cells with the same :attr:`CellWork.pool` advance in one
+    batched computation, priced once at its total run count (:meth:`pooled_attack`); a cell that joins it costs its
+    other phases plus what the computation's price grows by (:meth:`cost`), and is charged its share of the units
+    (:meth:`charged`)."""
 
     model: CostModel
     budget: float
     trained: set[str] = field(default_factory=set)   # targets already on the machine (cached or trained here)
     spent: float = 0.0
+    pooled: bool = False
+    #: the pooled computations of the cells taken, by pool key (only with ``pooled``)
+    pools: dict[str, Pool] = field(default_factory=dict)
 
     def estimate(self, work: CellWork) -> float:
+        """``work``'s own estimate: as if its runs ran alone."""
         return self.model.estimate(work, work.target_key not in self.trained)
 
+    def _pool_of(self, work: CellWork) -> str:
+        return work.pool if self.pooled and work.pool and work.runs > 0 and work.attack > 0 else ""
+
+    def pooled_attack(self, units: float, precision: str, runs: int) -> float:
+        """Seconds, the margin included, of one batched computation of ``runs`` search runs and ``units`` of attack:
+        its fixed seconds once, its units at the rate of its whole run count."""
+        return self.model.factor * self.model.phase_seconds("attack", units, precision, runs)
+
+    def _rest(self, work: CellWork) -> float:
+        """``work``'s estimate without its attack (its training, evaluation, margin and fixed seconds)."""
+        return self.model.estimate(replace(work, attack=0.0), work.target_key not in self.trained)
+
+    def cost(self, work: CellWork) -> float:
+        """What taking ``work`` adds to the seconds spent: its estimate, or where its runs join a pooled
+        computation, its other phases plus what that computation's price grows by."""
+        key = self._pool_of(work)
+        if not key:
+            return self.estimate(work)
+        pool = self.pools.get(key, Pool(work.precision))
+        before = self.pooled_attack(pool.units, pool.precision, pool.runs) if pool.runs else 0.0
+        after = self.pooled_attack(pool.units + work.attack, pool.precision, pool.runs + work.runs)
+        return self._rest(work) + after - before
+
+    def charged(self, cell_id: str) -> float | None:
+        """The estimate charged to a cell whose runs joined a pooled computation: its other phases plus the
+        computation's price times its share of the units (None: it joined none)."""
+        for pool in self.pools.values():
+            if cell_id in pool.members:
+                _, units, rest = pool.members[cell_id]
+                return rest + self.pooled_attack(pool.units, pool.precision, pool.runs) * units / pool.units
+        return None
+
     def fits(self, work: CellWork, elapsed: float | None = None) -> bool:
-        """Whether the cell's estimate fits in what is left (``elapsed``: the real seconds spent; default: the sum
-        of the estimates of the cells taken, as a plan counts)."""
+        """Whether the cell's cost (:meth:`cost`) fits in what is left (``elapsed``: the real seconds spent;
+        default: the sum of the costs of the cells taken, as a plan counts)."""
         used = self.spent if elapsed is None else elapsed
-        return used + self.estimate(work) <= self.budget
+        return used + self.cost(work) <= self.budget
 
     def take(self, work: CellWork) -> None:
-        self.spent += self.estimate(work)
+        self.spent += self.cost(work)
+        if key := self._pool_of(work):
+            pool = self.pools.setdefault(key, Pool(work.precision))
+            pool.members[work.cell_id] = (work.runs, work.attack, self._rest(work))
+            pool.runs += work.runs
+            pool.units += work.attack
         self.trained.add(work.target_key)
+
+    def shared(self) -> list[PooledComputation]:
+        """The pooled computations of more than one member, each with its price and its members' charges."""
+        out = []
+        for pool in self.pools.values():
+            if len(pool.members) < 2:
+                continue
+            charges = tuple((cid, runs, self.charged(cid) or 0.0) for cid, (runs, _, _) in pool.members.items())
+            out.append(PooledComputation(runs=pool.runs, precision=pool.precision,
+                                         seconds=self.pooled_attack(pool.units, pool.precision, pool.runs),
+                                         members=charges))
+        return out
+
+
+@dataclass(frozen=True)
+class PooledComputation:
+    """A batched computation several cells' runs share in a planned slice: its run count, its precision, its
+    attack's seconds (margin included), and per member its cell id, runs and the estimate charged to it."""
+
+    runs: int
+    precision: str
+    seconds: float
+    members: tuple[tuple[str, int, float], ...]
 
 
 @dataclass(frozen=True)
@@ -416,15 +531,18 @@ class GroupRules:
     """How a slice splits a cell's search runs into groups (docs/slices.md, "Cells longer than a slice"), as
     :class:`~reconbench.bench.slice_executor.DeadlineExecutor` does: ``run_files``, the pack files left to runs
     (None: no pack, no limit); ``runs_per_slice``, ``--runs-per-slice`` (None: as many as fit); ``runs_done``, the
-    runs of each cell merged already (a ledger's ``partial``)."""
+    runs of each cell merged already (a ledger's ``partial``); ``cross_target``, the slice pools the search runs of
+    cells that can share one batched computation (``--cross-target``: :class:`Slot`'s ``pooled``)."""
 
     run_files: int | None = None
     runs_per_slice: int | None = None
     runs_done: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    cross_target: bool = False
 
-    def pack_runs(self, work: CellWork) -> int:
-        """Runs of ``work``'s cell a pack holds (its whole run count without a pack)."""
-        return work.runs if self.run_files is None else runs_that_fit(work.run_bytes, self.run_files)
+    def pack_runs(self, work: CellWork, before: Sequence[Sequence[int]] = ()) -> int:
+        """Runs of ``work``'s cell a pack holds (its whole run count without a pack) after the runs ``before``
+        (each one's tensor bytes, at its own size) that the slice's groups took already."""
+        return work.runs if self.run_files is None else runs_that_fit(work.run_bytes, self.run_files, before)
 
 
 @dataclass(frozen=True)
@@ -463,6 +581,8 @@ class SlicePlan:
     #: per slice, the groups of search runs it runs (cells longer than a slice, or capped by the pack or
     #: ``--runs-per-slice``); a cell whose runs all ran in groups is evaluated where its last group is merged
     groups: list[list[PlannedGroup]] = field(default_factory=list)
+    #: per slice, the batched computations several cells' runs share (a cross-target slice: ``GroupRules``)
+    pooled: list[list[PooledComputation]] = field(default_factory=list)
 
     def finished_in(self, cell_ids: Iterable[str]) -> int | None:
         """The slice (0-based) by whose end every cell of ``cell_ids`` has run, whole or in groups (None: one of
@@ -513,7 +633,8 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     already; each group takes as many of the runs left as fit the time left and the pack files
     left to runs (whole chunks of the cell's ``max_batch``), and the cell is done where its last group ran. Such a
     cell fits no slice only when not even its smallest group fits a bare one (or the pack holds none of its
-    runs)."""
+    runs). With ``rules.cross_target`` the runs of cells (and groups) that share a batched computation are priced
+    together, as the executor prices them (:class:`Slot`): once at their total run count, each charged its share."""
     rules = rules or GroupRules()
     todo = list(works)
     plan = SlicePlan([], [], {})
@@ -535,8 +656,9 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         if w.pieces:
             members.setdefault(w.group, set()).add(w.target_key)
     ready: set[str] = set()
+    by_id = {w.cell_id: w for w in todo}
     while todo:
-        slot = Slot(model, budget)
+        slot = Slot(model, budget, pooled=rules.cross_target)
         # first, as the executor does, the card of every target whose training ended in an earlier slice and whose
         # cells remain is rebuilt from its final state: a training piece's set-up each
         rebuilt = {w.target_key for w in todo if w.pieces and w.target_key in ready}
@@ -553,8 +675,9 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
                         w.split and len(done_runs.get(w.cell_id, ())) >= w.runs):
                     continue
                 if w.split:
-                    room = None if rules.run_files is None else max(
-                        rules.pack_runs(w) - sum(len(g.runs) for g in groups), 0)
+                    # each run taken already at its own cell's size (cells of other shapes take other room)
+                    room = None if rules.run_files is None else rules.pack_runs(
+                        w, [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs])
                     # a bare slice rebuilds the target's card before the cell: what a whole cell must fit in
                     bare = budget - (card_of[w.target_key] if model.prior.card is not None and w.pieces else 0.0)
                     planned = _group_of(w, slot, model, bare, rules, done_runs.get(w.cell_id, set()), room)
@@ -597,6 +720,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         plan.card_seconds.append(rebuild)
         plan.training_cards.append(made)
         plan.groups.append(groups)
+        plan.pooled.append(slot.shared())
         todo = [w for w in todo if w.cell_id not in set(taken)
                 and not (w.split and len(done_runs.get(w.cell_id, ())) >= w.runs)]
     return plan

@@ -10,7 +10,10 @@ more; every cell that ran, finished or stopped, leaves its measured rows (``meas
 A cell of random search whose estimate passes the whole slice (or has more runs than ``runs_per_slice``) runs its
 search runs in groups over several slices (:meth:`DeadlineExecutor._runs_to_do`): each group as many runs as fit the
 time left, written but not evaluated (``reconbench.runs.execute.only_runs``); the runs travel in the pack
-(``groups``), and the cell is evaluated where they all are merged (docs/slices.md, "Cells longer than a slice")."""
+(``groups``), and the cell is evaluated where they all are merged (docs/slices.md, "Cells longer than a slice").
+
+With ``cross_target`` the cells and groups chosen to run together are priced as the plan prices them: the runs that
+share one batched computation once, at their total run count, each cell charged its share (``Slot``'s ``pooled``)."""
 
 from __future__ import annotations
 
@@ -97,6 +100,10 @@ class DeadlineExecutor:
     _pooled: dict[str, list[int]] = field(init=False, default_factory=dict)
     #: the seconds this slice took to rebuild each target's card (by recipe key): every bare slice pays them again
     _card_seconds: dict[str, float] = field(init=False, default_factory=dict)
+    #: the tensor bytes of one run of each cell whose runs this slice groups (by cell id): the pack room they take
+    _run_bytes: dict[str, list[int]] = field(init=False, default_factory=dict)
+    #: the last walk's choices: its estimates and, in a cross-target slice, the batched computations its cells share
+    slot: Slot | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.watch = SliceWatch(self.clock, self.start, self.deadline, timer=self.timer)
@@ -160,8 +167,9 @@ class DeadlineExecutor:
         its cells join the walk again and the next group trains (``plan_slices`` plans the same way)."""
         targets = TargetPool(ctx.out, ctx.cache, ctx.data_root, ctx.quiet, ctx.device)
         cached = cache_dir(ctx.cache) / "targets"
-        slot = Slot(self.model, self.deadline,
+        slot = Slot(self.model, self.deadline, pooled=self.cross_target,
                     trained={k for k in self.sizes if (cached / k / CARD_FILE).exists()})
+        self.slot = slot
         in_pieces = self.states is not None
         works = {job.cell.cell_id: cell_work(job.cell, self.sizes[job.cell.recipe.key()], pieces=in_pieces,
                                              dtype=ctx.dtype, device=ctx.device) for job in jobs}
@@ -276,6 +284,10 @@ class DeadlineExecutor:
             for job in together:
                 self._defer(slot, works[job.cell.cell_id], job, "the deadline stopped an attack before it started")
         elif together:
+            for job in together:   # a cell whose runs share a batched computation: charged its share of it
+                charged = slot.charged(job.cell.cell_id)
+                if charged is not None:
+                    self.started_cells[job.cell.cell_id] = charged
             yield from self._run_together(together, ctx, targets, slot, works, group_runs)
 
     # -- cells whose runs are split across slices --------------------------------------------------------------------
@@ -311,16 +323,19 @@ class DeadlineExecutor:
 
     def _runs_the_pack_holds(self, cell: Cell, work: CellWork) -> int:
         """The runs of ``cell`` whose tensors (candidates at the attack's precision, which they travel in; the start
-        too where the merge cannot draw it again; labels and multipliers) fit the pack files left to groups, less the
-        runs this slice's groups took."""
+        too where the merge cannot draw it again; labels and multipliers) fit the pack files left to groups after the
+        runs this slice's groups took (each at its own cell's size)."""
         if self.run_files is None:
             return int(cell.attack.search_runs)
         size = self.sizes[cell.recipe.key()]
         m = int(cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train)
         itemsize = 4 if work.precision in ("float32", "tf32") else 8
         tensors = run_tensor_bytes(m, math.prod(size.input_shape), itemsize, starts=not self._redraws_starts(cell))
-        taken = sum(len(g.runs) for g in self.groups) + sum(len(r) for r in self._pooled.values())
-        return max(runs_that_fit(tensors, self.run_files) - taken, 0)
+        self._run_bytes[cell.cell_id] = tensors
+        # the runs taken already, each at its own cell's size (runs of other shapes or precisions take other room)
+        taken = [self._run_bytes.get(g.cell_id, tensors) for g in self.groups for _ in g.runs] + \
+            [self._run_bytes.get(cid, tensors) for cid, runs in self._pooled.items() for _ in runs]
+        return runs_that_fit(tensors, self.run_files, taken)
 
     def _start_hashes(self, job: CellJob, ctx: RunContext, runs: Sequence[int]) -> dict[str, Any]:
         """The ``starts`` (and ``start_dtype``) of a group whose starts stay here: each written run's start hashed at

@@ -335,25 +335,37 @@ def run_tensor_bytes(m: int, pixels: int, itemsize: int, *, starts: bool) -> lis
     return [images, *([images] if starts else []), m * 8, m * 8]
 
 
-def runs_that_fit(tensor_bytes: Sequence[int], files: int) -> int:
+def runs_that_fit(tensor_bytes: Sequence[int], files: int, before: Sequence[Sequence[int]] = ()) -> int:
     """How many runs whose tensors have ``tensor_bytes`` (at their travel precision) fit in ``files`` pack files,
-    filled as :func:`_run_files` fills them."""
+    filled as :func:`_run_files` fills them, after the runs ``before`` (each run's own tensor bytes, in the order
+    they are packed: runs of other cells may be of other sizes)."""
     header = 64 * 1024
     if any(size + header > MAX_FILE_BYTES for size in tensor_bytes) or files <= 0:
         return 0
-    used: list[int] = []
-    runs = 0
-    while True:
+
+    def placed(used: list[int], tensors: Sequence[int]) -> list[int] | None:
+        """The files' bytes with one more run's ``tensors`` placed greedily; None: they do not all fit."""
         trial = list(used)
-        for size in tensor_bytes:
+        for size in tensors:
             slot = next((i for i, u in enumerate(trial) if u + size + header <= MAX_FILE_BYTES), None)
             if slot is None:
                 if len(trial) >= files:
-                    return runs
+                    return None
                 trial.append(0)
                 slot = len(trial) - 1
             trial[slot] += size
-        used, runs = trial, runs + 1
+        return trial
+
+    used: list[int] = []
+    for tensors in before:
+        after = placed(used, tensors)
+        if after is None:
+            return 0   # the runs taken already fill the files (the packer leaves the rest out)
+        used = after
+    runs = 0
+    while (after := placed(used, tensor_bytes)) is not None:
+        used, runs = after, runs + 1
+    return runs
 
 
 def _run_files(out: Path, groups: Sequence[RunGroup], free: int) -> tuple[list[bytes], list[RunGroup],

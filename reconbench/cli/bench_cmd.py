@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -326,7 +327,8 @@ def bench_command(
         if finished is not None else {}
     # how a slice with --pack splits cells into groups of runs: the pack files its records and manifest leave
     rules = GroupRules(run_files=pack_files - 2, runs_per_slice=runs_per_slice,
-                       runs_done={c: frozenset(r) for c, r in runs_done.items()})
+                       runs_done={c: frozenset(r) for c, r in runs_done.items()},
+                       cross_target=cross_target is True)   # a plan pools runs only where --cross-target says so
     if plan_only:
         assert deadline is not None
         done = {**elsewhere, **load_cells(out_dir)}
@@ -359,8 +361,8 @@ def bench_command(
                        f"{deadline:g}s:")
             print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS if pack is not None else 0.0, run_device, table,
                        ledger_progress(Path(finished), todo) if finished is not None else None, dtype,
-                       break_even=False, rules=rules if pack is not None else GroupRules(runs_per_slice=runs_per_slice,
-                                                                                         runs_done=rules.runs_done),
+                       break_even=False, rules=replace(rules, cross_target=cross_target) if pack is not None else
+                       GroupRules(runs_per_slice=runs_per_slice, runs_done=rules.runs_done, cross_target=cross_target),
                        carry_starts=carry_starts)
         states = cache_dir(cache) / STATES_FOLDER if pack is not None else None
         if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them

@@ -91,6 +91,19 @@ def group_lines(plan: SlicePlan, rules: GroupRules) -> list[str]:
     return lines
 
 
+def pooled_lines(plan: SlicePlan) -> list[str]:
+    """The batched computations that several cells' runs share in each slice (a cross-target slice): priced once
+    at their total run count, each cell (or group of its runs) charged its share."""
+    lines = []
+    for i, pools in enumerate(plan.pooled):
+        for pool in pools:
+            lines.append(f"  slice {i + 1} advances {pool.runs} {pool.precision} search runs of {len(pool.members)} "
+                         f"cells in one batched computation, priced at {pool.runs} runs: {pool.seconds:.0f}s of attack "
+                         "with the margin; charged: " + "; ".join(
+                             f"{cid} {runs} runs {sec:.0f}s" for cid, runs, sec in pool.members))
+    return lines
+
+
 def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], deadline: float, reserve: float,
                device: str, table: CostTable | None,
                progress: dict[str, float] | None = None, dtype: str | None = None, *,
@@ -102,7 +115,8 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
     (None: the device's built-in one), measured rates merged in by :func:`plan_table`; ``break_even``: also the
     speeds at which the plan takes one slice fewer (a search, seconds of CPU). ``rules``: how cells longer than a
     slice run their search runs in groups (the pack files left to runs, ``--runs-per-slice``, the runs merged
-    already); ``carry_starts``: every run carries its start (``--carry-starts``); ``speed``: a device that many
+    already; ``rules.cross_target``: the runs of cells of one shape share one batched computation, priced once);
+    ``carry_starts``: every run carries its start (``--carry-starts``); ``speed``: a device that many
     times as fast per unit as the table (``--speed``: a what-if; fixed seconds and cards unchanged)."""
     rules = rules or GroupRules()
     base = CostModel.for_device(device, table).prior   # what the break-even speeds are counted against
@@ -148,12 +162,17 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
                       f"starts drawn again at the merge ({len(split) - len(carried)} cell(s)), carried by "
                       f"{len(carried)}")
                    + (f"; at most {rules.runs_per_slice} run(s) of a cell per slice" if rules.runs_per_slice else ""))
+    if rules.cross_target:
+        click.echo("  cross-target (--cross-target): the search runs of cells that share one batched computation are "
+                   "priced once, at their total run count, each cell charged its share")
     if rows:
         from tabulate import tabulate  # only the plan uses it (with wcwidth, about 35 ms of every bench start)
 
         click.echo(tabulate(rows, headers=["slice", "cells", "estimated s", "training in pieces", "first cells"],
                             tablefmt="github"))
     for line in group_lines(plan, rules):
+        click.echo(line)
+    for line in pooled_lines(plan):
         click.echo(line)
     for cid, est in plan.unfit.items():
         click.echo(f"  fits no slice: {cid} (estimated {est:.0f}s on a bare machine)"

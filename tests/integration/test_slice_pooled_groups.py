@@ -103,3 +103,26 @@ def test_without_max_batch_the_groups_of_one_target_advance_in_one_chunk(tmp_pat
         assert [r["run"] for r in rec["runs"]] == list(range(RUNS))
         assert all(r["batch"]["cross_target"] == {"runs": 2 * GROUP, "targets": 1, "cells": sorted(merged)}
                    for r in rec["runs"])
+
+
+def test_the_plan_prices_the_pooled_groups_the_slice_then_runs(tmp_path, capsys):
+    """``--plan --cross-target`` prices the two cells' first groups as one computation (its fixed seconds once) and
+    lists them; the slice run with the same options runs those groups together, and prints that plan first."""
+    suite_file = pooled_suite(tmp_path, GROUP)
+    options = ["--device", "cpu", "--deadline", "600", "--runs-per-slice", str(GROUP), "--cross-target"]
+    code, text, err = run_cli(["bench", str(suite_file), "--plan", *options, "--out", str(tmp_path / "o")], capsys)
+    assert code == 0, text + err
+    pooled = [line for line in text.splitlines() if "in one batched computation" in line]
+    assert pooled and pooled[0].startswith("  slice 1 advances 4 ") and "search runs of 2 cells" in pooled[0]
+    groups = [line for line in text.splitlines() if line.startswith("  slice 1 runs in groups")]
+    assert len(groups) == 1 and groups[0].count("runs 0-1 of 4") == 2
+    code, text, err = run_cli(["bench", str(suite_file), *options, "--pack", str(tmp_path / "pack"), "--out",
+                               str(tmp_path / "device"), "--cache", str(tmp_path / "cache")], capsys)
+    assert code == 0, text + err
+    assert pooled[0] in text   # the plan the slice starts from
+    manifest = json.loads((tmp_path / "pack" / "manifest.json").read_text())
+    assert sorted(tuple(g["runs"]) for g in manifest["groups"]) == [(0, 1), (0, 1)]
+    estimates = manifest["costs"]["estimates"]
+    charged = {cid: sec for cid, _, _, sec in
+               (part.rsplit(" ", 3) for part in pooled[0].split("charged: ")[1].split("; "))}
+    assert len(charged) == 2 and {cid: f"{estimates[cid]:.0f}s" for cid in charged} == charged
