@@ -18,10 +18,11 @@ probability ``1 - C(n - f, k) / C(n, k)`` (:func:`detection_probability`).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import secrets
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from math import comb
 from pathlib import Path
@@ -137,7 +138,7 @@ def rerun_checked(suite: Suite, board: Path, cell_ids: list[str], *, data_root: 
              for cid in cell_ids}
     report = RerunReport(say=say, plans=plans)
     attack = attacker or attack_on_path
-    with tempfile.TemporaryDirectory(prefix="reconbench-rerun-") as tmp:
+    with recorded_threads(stored, cell_ids), tempfile.TemporaryDirectory(prefix="reconbench-rerun-") as tmp:
         cache = Path(tmp) / "cache"
         cells_root = work or Path(tmp) / "work"
         train = trainer or train_on_path(suite.device, data_root, torch_threads())
@@ -178,6 +179,25 @@ def torch_threads() -> int:
     import torch
 
     return int(torch.get_num_threads())
+
+
+@contextlib.contextmanager
+def recorded_threads(stored: Mapping[str, CellRecord], cell_ids: list[str]) -> Iterator[None]:
+    """Torch's thread count set, for the block, to the one the cells' provenance records (a product split over
+    another number of threads can round differently, and a re-trained target's weights sha256 then differs from
+    its card's); left as it is where the cells record none or disagree. Child processes read it from here."""
+    import torch
+
+    counts = {(stored[c].provenance or {}).get("torch_threads") for c in cell_ids}
+    want = counts.pop() if len(counts) == 1 else None
+    before = torch.get_num_threads()
+    if isinstance(want, int) and want > 0 and want != before:
+        torch.set_num_threads(want)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def _card_path(board: Path, cell: CellRecord) -> str | None:
