@@ -75,15 +75,20 @@ def _chain_shape(chain: Sequence[nn.Linear]) -> list[tuple[int, int, bool]]:
     return [(layer.in_features, layer.out_features, layer.bias is not None) for layer in chain]
 
 
+def batchable(attack: object, configs: Sequence[object]) -> bool:
+    """Whether search runs of ``attack`` with ``configs`` can advance beside other cells' runs: a KKT attack (the
+    batched engine reads its options: engine, rescale, max_batch) on the closed-form engine and the released weights
+    (not the autograd engine, not rescaled). The planner's ``slice_costs.pool_key`` asks the same."""
+    if not configs or not hasattr(attack, "batch_terms"):
+        return False
+    return all(isinstance(c, StationarityConfig) and c.engine != "autograd" and c.rescale == "none" for c in configs)
+
+
 def cross_key(req: CrossRequest) -> str | None:
     """What the runs of a request must share with another request's to advance with them; None when the request
     cannot join any (it runs alone): no linear chain, the autograd engine, or rescaled weights."""
     chain = full_chain(req.target.model)
-    if chain is None or not req.configs or not hasattr(req.attack, "batch_terms"):
-        return None
-    if not all(isinstance(c, StationarityConfig) for c in req.configs):
-        return None   # the batched engine reads the KKT attacks' options (engine, rescale, max_batch)
-    if any(c.engine == "autograd" or c.rescale != "none" for c in req.configs):
+    if chain is None or not batchable(req.attack, req.configs):
         return None
     cfgs = [config_to_dict(c) for c in req.configs]
     fixed = {repr(sorted((k, v) for k, v in c.items() if k not in PER_RUN_FIELDS)) for c in cfgs}

@@ -195,8 +195,8 @@ def pool_key(cell: Cell, size: TargetSize, m: int, dtype: str | None, device: st
     precision, the candidates and their labels. Empty where its runs run alone: not a random search (a search that
     proposes its runs in rounds joins with its first round only), not a KKT attack on the closed-form engine, or
     rescaled weights."""
-    from reconbench.attack.kkt.batched import PER_RUN_FIELDS  # torch: only where cells are priced
-    from reconbench.attack.kkt.loop import StationarityConfig
+    from reconbench.attack.cross_target import batchable  # torch: only where cells are priced
+    from reconbench.attack.kkt.batched import PER_RUN_FIELDS
 
     if cell.attack.search != DEFAULT_SEARCH or int(cell.attack.search_runs) < 1:
         return ""
@@ -205,8 +205,7 @@ def pool_key(cell: Cell, size: TargetSize, m: int, dtype: str | None, device: st
     except UnknownNameError:
         return ""
     cfg = build_config(plugin.config_cls, dict(cell.attack.config), f"attack {cell.attack.attack}")
-    if not hasattr(plugin, "batch_terms") or not isinstance(cfg, StationarityConfig) or cfg.engine == "autograd" \
-            or cfg.rescale != "none":
+    if not batchable(plugin, [cfg]):
         return ""
     fixed = sorted((k, repr(v)) for k, v in config_to_dict(cfg).items() if k not in PER_RUN_FIELDS)
     problem = cell.recipe.problem
