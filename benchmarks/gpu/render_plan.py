@@ -32,7 +32,7 @@ from reconbench.bench.slice_costs import CostModel, GroupRules, cell_work, plan_
 from reconbench.bench.slice_pack import MAX_FILES  # noqa: E402
 from reconbench.bench.suite import Suite, load_suite  # noqa: E402
 from reconbench.cli.bench_cmd import costs_dtypes  # noqa: E402
-from reconbench.cli.bench_plan import print_plan  # noqa: E402
+from reconbench.cli.bench_plan import default_cross_target, print_plan  # noqa: E402
 from reconbench.cli.bench_slices import PACK_RESERVE_SECONDS  # noqa: E402
 from reconbench.docs_block import replace_block  # noqa: E402
 from reconbench.preflight import TargetSize, model_parameters  # noqa: E402
@@ -54,9 +54,10 @@ CIFAR_BINARY_PATTERNS = ["cifar-binary--haim_binary_kkt*--gaussian--*"]
 PLANS: dict[str, tuple[float, list[str], list[str]]] = {
     "kkt": (480.0, KKT_PATTERNS, []), "next": (480.0, NEXT_PATTERNS, []),
     "groups": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6"]),
-    "groups-carried-x2": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--carry-starts", "--speed", "2"]),
-    "groups-x2": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--speed", "2"]),
-    "groups-x2-cross": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--cross-target", "--speed", "2"]),
+    "groups-carried-x2": (420.0, CIFAR_BINARY_PATTERNS,
+                          ["--pack-files", "6", "--carry-starts", "--no-cross-target", "--speed", "2"]),
+    "groups-x2": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--no-cross-target", "--speed", "2"]),
+    "groups-x2-cross": (420.0, CIFAR_BINARY_PATTERNS, ["--pack-files", "6", "--speed", "2"]),
 }
 #: the input shapes of the paper suite's data sets
 SHAPES = {"npz:cifar10/cifar10_train_subset.npz": (3, 32, 32), "mnist_test": (1, 28, 28)}
@@ -95,7 +96,10 @@ def rules_of(options: list[str]) -> tuple[GroupRules, bool, float]:
     options, as ``reconbench bench --plan`` reads them."""
     files = int(options[options.index("--pack-files") + 1]) if "--pack-files" in options else MAX_FILES
     speed = float(options[options.index("--speed") + 1]) if "--speed" in options else 1.0
-    return GroupRules(run_files=files - 2, cross_target="--cross-target" in options), "--carry-starts" in options, speed
+    # a plan on cuda pools runs unless --no-cross-target says otherwise (default_cross_target)
+    cross = default_cross_target(True if "--cross-target" in options else False if "--no-cross-target" in options
+                                 else None, 1.0, "cuda")
+    return GroupRules(run_files=files - 2, cross_target=cross), "--carry-starts" in options, speed
 
 
 def render(name: str) -> str:

@@ -37,7 +37,7 @@ from reconbench.bench.slice_pack import (
     write_ledger,
 )
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
-from reconbench.cli.bench_plan import ledger_measured, ledger_progress, plan_table, print_plan
+from reconbench.cli.bench_plan import default_cross_target, ledger_measured, ledger_progress, plan_table, print_plan
 from reconbench.cli.bench_slices import (
     PACK_RESERVE_SECONDS,
     SlicePacker,
@@ -328,12 +328,14 @@ def bench_command(
     # how a slice with --pack splits cells into groups of runs: the pack files its records and manifest leave
     rules = GroupRules(run_files=pack_files - 2, runs_per_slice=runs_per_slice,
                        runs_done={c: frozenset(r) for c, r in runs_done.items()},
-                       cross_target=cross_target is True)   # a plan pools runs only where --cross-target says so
+                       cross_target=cross_target is True)
     if plan_only:
         assert deadline is not None
         done = {**elsewhere, **load_cells(out_dir)}
         todo = still_to_run(select_cells(s, only), done, lambda c: c.key(s, dtype), retry_failed)
         plan_device = device or s.device
+        # the plan pools runs where the slice would: by default on a GPU (--device cuda with --deadline)
+        rules = replace(rules, cross_target=default_cross_target(cross_target, deadline, plan_device))
         print_plan(s, todo, sizes, deadline, PACK_RESERVE_SECONDS, plan_device,
                    plan_table(plan_device, read_costs(Path(costs), **costs_dtypes(s, dtype)) if costs is not None
                               else None, measured),
@@ -346,8 +348,7 @@ def bench_command(
     if (note := ceiling_note(estimate, deadline)) is not None and not yes and not quiet:
         click.echo(note, err=True)
     run_device = device or s.device
-    if cross_target is None:
-        cross_target = deadline is not None and run_device.startswith("cuda")
+    cross_target = default_cross_target(cross_target, deadline, run_device)
     if cross_target and isinstance(cells_executor, RayExecutor):
         raise click.UsageError("--cross-target runs the cells here, together: leave out --executor ray")
     if deadline is not None:

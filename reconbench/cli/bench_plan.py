@@ -37,6 +37,14 @@ from reconbench.records.finished_ledger import FINISHED_LEDGER_FILE
 from reconbench.records.measured_rate import MeasuredRate
 
 
+def default_cross_target(asked: bool | None, deadline: float | None, device: str) -> bool:
+    """Whether a slice (or its plan) advances its cells' runs together: as ``--cross-target/--no-cross-target``
+    says, else on for a slice on a GPU (a deadline on ``cuda``), where batching runs is what makes them fast."""
+    if asked is not None:
+        return asked
+    return deadline is not None and device.startswith("cuda")
+
+
 def ledger_measured(ledger: Path) -> list[MeasuredRate]:
     """The rates a ledger's slices measured (its ``measured`` rows; none where it lists none)."""
     return list(FINISHED_LEDGER_FILE.read(ledger).measured)
@@ -163,8 +171,9 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
                       f"{len(carried)}")
                    + (f"; at most {rules.runs_per_slice} run(s) of a cell per slice" if rules.runs_per_slice else ""))
     if rules.cross_target:
-        click.echo("  cross-target (--cross-target): the search runs of cells that share one batched computation are "
-                   "priced once, at their total run count, each cell charged its share")
+        click.echo("  cross-target (the default on cuda; --no-cross-target: each cell alone): the search runs of cells "
+                   "that share one batched computation are priced once, at their total run count, each cell charged "
+                   "its share")
     if rows:
         from tabulate import tabulate  # only the plan uses it (with wcwidth, about 35 ms of every bench start)
 
