@@ -14,8 +14,10 @@ Work is counted per phase in units proportional to the arithmetic of a dense net
   dimension does not enter), and its training is planned apart from its cells (:func:`plan_slices`);
 - ``attack``: search runs x attack steps x candidates x ``P`` (every run of a cell, every step a product with the
   weights per candidate);
-- ``evaluate``: candidates x training images x pixels (the distances between candidates and training images, and
-  those of the held-out null draws, scale with it).
+- ``evaluate``: the pooled candidates (search runs x candidates per run) x training images x pixels (the distances
+  between candidates and training images, and those of the held-out null and calibration draws, which draw as
+  many candidates, scale with it). A group of a cell's runs (runs split over slices) is written, not evaluated:
+  its cell is evaluated where its last group is merged, so a group's share holds no evaluation.
 
 The seconds of a phase with ``u`` units: before the slice has measured it, the prior ``fixed + u x rate`` of the
 device's cost table (:data:`PRIORS`, or a file given with ``--costs``: the probe's numbers); once the slice has
@@ -81,12 +83,15 @@ MIN_TRAINING_SECONDS = 1.0
 #: 4.4 ms per step at m = 1000 and P = 4.07e6 (about 1.1e-12 s per unit); training assumed no faster per unit. Its
 #: card (release metrics and the stationarity certificate, on the machine's CPU) from the one paper-size card built
 #: from a GPU's state, CIFAR-10 binary at n = 500: 65 s on the 2-core CPU machine (63 s of it the certificate), about
-#: 3.2e-8 s per unit of n x P (the device's CPU not timed yet).
+#: 3.2e-8 s per unit of n x P (the device's CPU not timed yet). Its evaluation runs on the machine's CPU, in float64:
+#: a paper cell's (16 runs of m = 1000 on CIFAR-10, n = 500) took 147-187 s on one thread of the loaded CPU machine,
+#: a 4-run cell's 37-52 s (benchmarks/gpu/merge_cost.py, benchmarks/results/gpu/merge_cost_cpu.json): 15 s and
+#: 7.6e-9 s per unit lie above each (the device's CPU, with more threads, not timed yet).
 PRIORS: dict[str, CostTable] = {
     "cpu": CostTable(train=PhaseCost(fixed=3.0, rate=1e-8), attack=PhaseCost(fixed=1.0, rate=2e-8),
                      evaluate=PhaseCost(fixed=3.0, rate=1e-7)),
     "cuda": CostTable(train=PhaseCost(fixed=15.0, rate=2e-12), attack=PhaseCost(fixed=5.0, rate=2e-12),
-                      evaluate=PhaseCost(fixed=15.0, rate=1e-9), card=PhaseCost(fixed=2.0, rate=3.2e-8)),
+                      evaluate=PhaseCost(fixed=15.0, rate=7.6e-9), card=PhaseCost(fixed=2.0, rate=3.2e-8)),
 }
 
 
@@ -173,7 +178,7 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
         target_key=cell.recipe.key(),
         train=float(cell.recipe.train.steps) * size.n_train * train_params,
         attack=float(cell.attack.search_runs) * steps * m * params,
-        evaluate=float(m) * size.n_train * pixels,
+        evaluate=float(cell.attack.search_runs) * m * size.n_train * pixels,
         pieces=in_pieces,
         group=batch_group(cell.recipe) if in_pieces else "",
         precision=_matmul(cell, dtype, device) if device else "",
@@ -556,9 +561,9 @@ class PlannedGroup:
 
 
 def group_share(work: CellWork, k: int) -> CellWork:
-    """``work`` as a group of ``k`` of its runs: its attack's share, priced at ``k`` runs batched (as the executor
-    prices a group)."""
-    return replace(work, attack=work.attack * k / work.runs, runs=k)
+    """``work`` as a group of ``k`` of its runs: its attack's share, priced at ``k`` runs batched, and no evaluation
+    (a group is written, not evaluated: the merge evaluates its cell), as the executor prices a group."""
+    return replace(work, attack=work.attack * k / work.runs, runs=k, evaluate=0.0)
 
 
 @dataclass

@@ -21,7 +21,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from reconbench.bench.cells import Cell
 from reconbench.bench.cross_cells import collect
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
 from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
-from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work
+from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work, group_share
 from reconbench.bench.slice_pack import run_tensor_bytes, runs_that_fit
 from reconbench.bench.slice_watch import SliceWatch, phase_row
 from reconbench.preflight import TargetSize
@@ -205,8 +205,7 @@ class DeadlineExecutor:
                         continue   # no group fits the time left
                     waiting.remove(job)
                     if self.cross_target:   # it joins the cells chosen to run together below, its estimate spent
-                        share = replace(work, attack=work.attack * len(runs) / int(job.cell.attack.search_runs),
-                                        runs=len(runs))
+                        share = group_share(work, len(runs))
                         self.started_cells[job.cell.cell_id] = slot.estimate(share)
                         slot.take(share)
                         together.append(job)
@@ -313,7 +312,7 @@ class DeadlineExecutor:
                 continue
             # in a cross-target slice the cells chosen to run together later hold their estimates already
             held = slot.spent if self.cross_target else 0.0
-            if slot.fits(replace(work, attack=work.attack * k / total, runs=k), self.elapsed() + held):
+            if slot.fits(group_share(work, k), self.elapsed() + held):
                 return left[:k]
         return []
 

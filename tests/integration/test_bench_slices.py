@@ -128,7 +128,7 @@ def test_paper_suite_loads_and_its_work_is_the_papers_arithmetic():
     assert p is not None and 3072 * 1000 + 1000 * 1000 + 1000 <= p <= 3072 * 1001 + 1000 * 1001 + 1001
     assert haim.train == 10**6 * 500 * p                 # 10^6 full-batch steps over n = 500
     assert haim.attack == 16 * 50_000 * 1000 * p         # 16 runs x 50,000 steps x m = 2n = 1000
-    assert haim.evaluate == 1000 * 500 * 3072
+    assert haim.evaluate == 16 * 1000 * 500 * 3072     # the pooled 16 x 1000 candidates against n = 500 images
     assert len(works) == len(expand(suite)) == len({w.cell_id for w in works})
 
 

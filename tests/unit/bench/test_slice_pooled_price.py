@@ -216,3 +216,18 @@ def test_the_executor_counts_pooled_runs_of_another_shape_at_their_size():
     c, m = sum(run_tensor_bytes(1000, 3072, 4, starts=False)), sum(run_tensor_bytes(1000, 784, 4, starts=False))
     assert room - 5 * m < c <= room
     assert executor._runs_the_pack_holds(cifar, works[cifar.cell_id]) == 1
+
+
+def test_a_cells_evaluation_grows_with_its_pooled_candidates_and_a_group_holds_none():
+    """The merge evaluates every run's candidates together (and draws as many for its null): a cell's evaluation is
+    its runs x m candidates against n images of its pixels; a group of its runs is written, not evaluated."""
+    from reconbench.bench.slice_costs import group_share
+
+    _, works, _ = paper_works()
+    by_id = {w.cell_id: w for w in works}
+    whole = by_id["cifar-binary--haim_binary_kkt--gaussian--s0"]            # 16 runs
+    ab = by_id["cifar-binary--haim_binary_kkt-ab-tf32--gaussian--s0"]       # 4 runs, the same target and m
+    assert (whole.runs, ab.runs) == (16, 4)
+    assert whole.evaluate == 16 * 1000 * 500 * 3072 and ab.evaluate == 4 * 1000 * 500 * 3072
+    group = group_share(whole, 4)
+    assert group.evaluate == 0.0 and group.attack == ab.attack and group.runs == 4
