@@ -82,7 +82,8 @@ UNIT_TABLE = {"train": {"fixed": 10.0, "rate": 1.0}, "attack": {"fixed": 0.0, "r
 def test_four_targets_fit_three_slices_only_when_resumable_training_carries_no_safety_factor():
     """Slices of 346 s; cells a, c, d estimate at 1.25 x 120 + 2 = 152 s, b at 1.25 x 40 + 2 = 52 s; training is
     what it takes (no factor: an overrun is not lost, the state goes on), its set-up of 10 s paid in every slice a
-    group trains in, and again for each card a slice rebuilds from a final state of an earlier slice.
+    group trains in, and again for each card a slice restores from the card that travelled beside a final state of
+    an earlier slice.
 
     slice 1: g1 trains 10 + 200 = 210; a (362) does not fit, b does (262); g2 gets 346 - 262 - 2 - 10 = 72 of its
              100 after its set-up (344);
@@ -100,7 +101,8 @@ def test_four_targets_fit_three_slices_only_when_resumable_training_carries_no_s
     assert plan.seconds == pytest.approx([210 + 52 + 82, 10 + 152 + 38 + 110, 20 + 2 * 152])
     assert plan.training == [pytest.approx({"g1": 210.0, "g2": 82.0}), pytest.approx({"g2": 38.0, "g3": 110.0}),
                              {}]
-    assert plan.cards == [0, 1, 2]
+    assert plan.cards == [0, 0, 0] and plan.cards_restored == [0, 1, 2] and plan.restored_seconds == [0, 10, 20]
+    assert plan.cards_skipped == [[], [], []]
     assert plan.trained_in == {"a": 0, "b": 0, "c": 1, "d": 1} and plan.finished_in("ABCD") == 2
     old_work = SAFETY_FACTOR * (210 + 110 + 110) + 3 * 152 + 52
     assert old_work == 1045.5 and math.ceil(old_work / (346 - SAFETY_SECONDS)) == 4
