@@ -247,3 +247,29 @@ def test_a_card_is_rebuilt_only_where_a_cell_of_its_target_fits_after_it_as_the_
     no_certificate(monkeypatch)
     restored, restored_plan = decisions(suite, states, tmp_path, 70.0, True, monkeypatch)
     assert restored == restored_plan == [(a, "restored"), (b, "restored")]
+
+
+def test_the_plan_learns_from_the_ledger_which_cards_travelled(travelled, tmp_path, capsys):
+    """``--plan --finished``: with the ledger's cards each target's card is restored first (the table's training
+    set-up, 1 s), without them (as a ledger written before cards travelled) rebuilt (its card price, 100 s): the
+    first slice's estimate differs by 2 x 99 s."""
+    from _helpers.cli import run_cli
+
+    suite, results, _ = travelled
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"format": "reconbench-cost-table/1", "train": {"fixed": 1.0, "rate": 0.0},
+                                 "attack": {"fixed": 1.0, "rate": 0.0}, "evaluate": {"fixed": 1.0, "rate": 0.0},
+                                 "card": {"fixed": 100.0, "rate": 0.0}}))
+    old = json.loads((results / LEDGER_FILE).read_text())
+    for entry in old["training"].values():
+        entry.pop("card")
+    (results / "old.json").write_text(json.dumps(old))
+
+    def first_slice(ledger: Path) -> float:
+        code, out, err = run_cli(["bench", str(suite.path), "--plan", "--deadline", "1000", "--costs", str(costs),
+                                  "--finished", str(ledger), "--out", str(tmp_path / "none")], capsys)
+        assert code == 0, out + err
+        row = next(line for line in out.splitlines() if line.startswith("|       1 |"))
+        return float(row.split("|")[3])
+
+    assert first_slice(results / "old.json") - first_slice(results / LEDGER_FILE) == pytest.approx(2 * 99.0, abs=1)
