@@ -629,8 +629,11 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS` past the training's
     set-up) to the first group of targets, in the cells' order, whose training in pieces is unfinished; when that
     training ends inside the slice, the walk starts again (its cells can now run) and the next group trains;
-    otherwise the slice is full. Before all that, a slice rebuilds the card of every target trained in an earlier
-    slice whose cells remain (the table's fixed training seconds each, as a training piece's set-up). Training is
+    otherwise the slice is full. Before all that, a slice makes the card of every target trained in an earlier
+    slice (or before the plan: ``progress`` 1) whose cells remain: restored from the card that travelled beside its
+    final state (:func:`restore_seconds`; ``rules.travelled_cards`` lists the ledger's, and every card the plan makes
+    travels), else rebuilt (:func:`card_seconds`); and only where one of its cells, or a group of a cell's runs, fits
+    after it (:func:`_fits_after`; else the card waits, ``SlicePlan.cards_skipped``). Training is
     counted as expected, without the cells' safety factor
     (:func:`training_seconds`), and a group pays its set-up (the table's fixed training seconds) in every slice
     it trains in: a bare machine builds the stack and captures its graph again. A finished training state travels,

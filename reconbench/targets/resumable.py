@@ -167,7 +167,7 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
     states.mkdir(parents=True, exist_ok=True)
     # a piece is a call that advanced the training (a finished state restored on another machine is none)
     pieces_now = [p + (1 if trainer.step_count > start_step or p == 0 else 0) for p in pieces_before]
-    # the finished state is kept too (and travels while the target's cells remain): a card does not leave its machine
+    # the finished state is kept too (and travels while the target's cells remain, its card's JSON beside it)
     for t, path in enumerate(paths):
         trainer.save(path, with_base=False, target=t,
                      extra=PieceNotes(seconds=spent_before[t] + now, pieces=pieces_now[t]).to_dict())
