@@ -263,7 +263,7 @@ def test_the_plan_learns_from_the_ledger_which_cards_travelled(travelled, tmp_pa
     old = json.loads((results / LEDGER_FILE).read_text())
     for entry in old["training"].values():
         entry.pop("card")
-    (results / "old.json").write_text(json.dumps(old))
+    (tmp_path / "old.json").write_text(json.dumps(old))
 
     def first_slice(ledger: Path) -> float:
         code, out, err = run_cli(["bench", str(suite.path), "--plan", "--deadline", "1000", "--costs", str(costs),
@@ -272,4 +272,26 @@ def test_the_plan_learns_from_the_ledger_which_cards_travelled(travelled, tmp_pa
         row = next(line for line in out.splitlines() if line.startswith("|       1 |"))
         return float(row.split("|")[3])
 
-    assert first_slice(results / "old.json") - first_slice(results / LEDGER_FILE) == pytest.approx(2 * 99.0, abs=1)
+    assert first_slice(tmp_path / "old.json") - first_slice(results / LEDGER_FILE) == pytest.approx(2 * 99.0, abs=1)
+
+
+def test_a_card_that_does_not_match_its_manifest_or_ledger_is_refused(travelled, tmp_path):
+    """A pack whose manifest records another sha256 for a travelling card is refused before anything is merged; a
+    ledger whose card is missing beside its state is refused by ``--finished`` in one line."""
+    from reconbench.bench.slice_pack import PackError
+
+    suite, results, _ = travelled
+    pack = tmp_path / "pack"
+    shutil.copytree(results.parent / "pack2", pack)
+    manifest = json.loads((pack / "manifest.json").read_text())
+    manifest["training"][0]["card"]["sha256"] = "0" * 64
+    (pack / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PackError, match="card beside training state .* does not match the sha256") as err:
+        unpack(pack, suite, tmp_path / "merged", {c.cell_id: c.key(suite, None) for c in expand(suite)})
+    assert "\n" not in str(err.value) and not (tmp_path / "merged" / "training").exists()
+
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    next(iter((copy / "training").glob("*.card.json"))).unlink()
+    with pytest.raises(PackError, match=r"card\.json is missing or does not match the sha256"):
+        import_states(copy / LEDGER_FILE, tmp_path / "cache" / "training")
