@@ -1,6 +1,7 @@
 """Cards in a slice plan (reconbench/bench/slice_costs.py): a target's card is made when its training ends, in that
-slice, and rebuilt from its final state in each later slice that runs its cells; where the cost table prices cards,
-training ends in a slice only when its cards fit after it. Plans counted by hand on a synthetic table: training
+slice, and travels beside its final state: each later slice that runs its cells restores it first (a card that did
+not travel is rebuilt), and only where one of its cells fits after it; where the cost table prices cards, training
+ends in a slice only when its cards fit after it. Plans counted by hand on a synthetic table: training
 5 s of set-up plus 1 s per unit, attack 1 s per unit, a card 0.5 s per unit of n x P (100 units: 50 s), slices of
 200 s, a cell's estimate 1.25 x attack + 2 s."""
 
