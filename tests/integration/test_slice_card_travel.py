@@ -295,3 +295,27 @@ def test_a_card_that_does_not_match_its_manifest_or_ledger_is_refused(travelled,
     next(iter((copy / "training").glob("*.card.json"))).unlink()
     with pytest.raises(PackError, match=r"card\.json is missing or does not match the sha256"):
         import_states(copy / LEDGER_FILE, tmp_path / "cache" / "training")
+
+
+def test_the_command_line_slice_restores_the_cards_the_ledger_carries(travelled, tmp_path, monkeypatch, capsys):
+    """``reconbench bench SUITE --deadline ... --pack ... --finished LEDGER`` on a fresh cache: the ledger's cards are
+    copied beside the states and restored, the certificate never computed; every cell runs and the merge is
+    complete."""
+    from _helpers.cli import run_cli
+
+    suite, results, _ = travelled
+    no_certificate(monkeypatch)
+    merged = tmp_path / "merged"
+    shutil.copytree(results, merged)
+    code, out, err = run_cli(["bench", str(suite.path), "--device", "cpu", "--deadline", "3000", "--pack",
+                              str(tmp_path / "pack"), "--out", str(tmp_path / "device"), "--cache",
+                              str(tmp_path / "cache"), "--finished", str(merged / LEDGER_FILE), "-q"], capsys)
+    assert code == 0, out + err
+    assert err.count("restored from the card that travelled") == 2 and "rebuilt" not in err
+    manifest = json.loads((tmp_path / "pack" / "manifest.json").read_text())
+    assert sorted(r["phase"] for r in manifest["measured"] if r["phase"].startswith("card")) == ["card_restored"] * 2
+    assert manifest["training"] == []   # restored states are not packed again: the results folder keeps them
+    code, out, _ = run_cli(["bench", str(suite.path), "--unpack", str(tmp_path / "pack"), "--out", str(merged)],
+                           capsys)
+    assert code == 0 and "every cell of suite train-pieces" in out
+    assert not list((merged / "training").glob("*"))   # every cell finished: states and cards removed
