@@ -145,7 +145,7 @@ def account(name: str) -> str:
         fixed = sum(price(c).fixed + table.evaluate.fixed for c in ids)
         margin = sum(model.estimate(by_id[c], False) for c in ids) - attack - evaluate - fixed
         idle = deadline - PACK_RESERVE_SECONDS - plan.seconds[i]
-        cards = plan.card_seconds[i] + made
+        cards = plan.card_seconds[i] + plan.restored_seconds[i] + made
         rows.append([i + 1, trained, setups, cards, attack, evaluate, fixed, margin, PACK_RESERVE_SECONDS, idle,
                      deadline])
     rows.append(["all", *(sum(float(r[k]) for r in rows) for k in range(1, len(head)))])

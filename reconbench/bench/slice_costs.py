@@ -542,6 +542,10 @@ class GroupRules:
     runs_per_slice: int | None = None
     runs_done: Mapping[str, frozenset[int]] = field(default_factory=dict)
     cross_target: bool = False
+    #: the targets (recipe keys) whose final training state the ledger lists with the card that travelled beside it
+    #: (``reconbench.bench.slice_pack.ledger_cards``): a slice restores their cards (:func:`restore_seconds`)
+    #: instead of rebuilding them (:func:`card_seconds`)
+    travelled_cards: frozenset[str] = frozenset()
 
     def pack_runs(self, work: CellWork, before: Sequence[Sequence[int]] = ()) -> int:
         """Runs of ``work``'s cell a pack holds (its whole run count without a pack) after the runs ``before``
@@ -576,9 +580,17 @@ class SlicePlan:
     #: per target trained in pieces: the slice (0-based) in which its training ends
     trained_in: dict[str, int] = field(default_factory=dict)
     #: per slice, how many cards of targets trained in an earlier slice it rebuilds from their final states first
+    #: (no card travelled beside the state: a ledger written before cards travelled)
     cards: list[int] = field(default_factory=list)
     #: per slice, the seconds of those rebuilt cards
     card_seconds: list[float] = field(default_factory=list)
+    #: per slice, how many cards it restores first from the card that travelled beside the final state
+    cards_restored: list[int] = field(default_factory=list)
+    #: per slice, the seconds of those restored cards
+    restored_seconds: list[float] = field(default_factory=list)
+    #: per slice, the targets trained in an earlier slice whose card it does not make: none of their cells (nor a
+    #: group of their runs) fits after it, so their cells wait and the time goes to other work
+    cards_skipped: list[list[str]] = field(default_factory=list)
     #: per slice, the seconds of the cards of each group whose training ends in it (group -> seconds; included in
     #: ``training``)
     training_cards: list[dict[str, float]] = field(default_factory=list)
@@ -622,8 +634,11 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS` past the training's
     set-up) to the first group of targets, in the cells' order, whose training in pieces is unfinished; when that
     training ends inside the slice, the walk starts again (its cells can now run) and the next group trains;
-    otherwise the slice is full. Before all that, a slice rebuilds the card of every target trained in an earlier
-    slice whose cells remain (the table's fixed training seconds each, as a training piece's set-up). Training is
+    otherwise the slice is full. Before all that, a slice makes the card of every target trained in an earlier
+    slice (or before the plan: ``progress`` 1) whose cells remain: restored from the card that travelled beside its
+    final state (:func:`restore_seconds`; ``rules.travelled_cards`` lists the ledger's, and every card the plan makes
+    travels), else rebuilt (:func:`card_seconds`); and only where one of its cells, or a group of a cell's runs, fits
+    after it (:func:`_fits_after`; else the card waits, ``SlicePlan.cards_skipped``). Training is
     counted as expected, without the cells' safety factor
     (:func:`training_seconds`), and a group pays its set-up (the table's fixed training seconds) in every slice
     it trains in: a bare machine builds the stack and captures its graph again. A finished training state travels,
@@ -644,46 +659,87 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     plan = SlicePlan([], [], {})
     done_runs = {cid: set(runs) for cid, runs in rules.runs_done.items()}
     card_of = {w.target_key: card_seconds(model.prior, w) for w in todo if w.pieces}
-    for w in todo:
+    restore = restore_seconds(model.prior)
+    # targets whose training ended before the plan (their state at its last step): their card comes first
+    finished = {w.target_key for w in todo if w.pieces and (progress or {}).get(w.target_key, 0.0) >= 1.0}
+    # the cards that travel beside their final states: the ledger's, then every card the plan makes (at the end of
+    # a training, or rebuilt), so that a later slice restores it
+    travelled = set(rules.travelled_cards)
+
+    def fits_bare(w: CellWork, card: float) -> tuple[bool, float]:
+        """Whether ``w`` (whole, or its smallest group) fits a bare slice after ``card`` seconds; its estimate."""
         alone = Slot(model, budget)
-        if model.prior.card is not None and w.pieces:   # a bare machine makes the card before the cell
-            alone.spent = card_of[w.target_key]
+        alone.spent = card
         runs_left = w.runs - len(done_runs.get(w.cell_id, ()))
-        if not alone.fits(w) and not (w.split and rules.pack_runs(w) >= 1 and alone.fits(
-                group_share(w, min(w.chunk or 1, runs_left)))):
-            plan.unfit[w.cell_id] = alone.spent + alone.estimate(w)
+        ok = alone.fits(w) or (w.split and rules.pack_runs(w) >= 1 and alone.fits(
+            group_share(w, min(w.chunk or 1, runs_left))))
+        return ok, alone.spent + alone.estimate(w)
+
+    # a bare slice restores a card that travels; the first card of a finished target whose card did not travel is
+    # rebuilt, and only where one of its cells fits after the rebuild (else none ever runs)
+    restorable = {w.target_key for w in todo if w.pieces} - (finished - travelled)
+    for key in finished - travelled:
+        if model.prior.card is None or any(fits_bare(w, card_of[key])[0] for w in todo if w.target_key == key):
+            restorable.add(key)
+
+    def bare_card(key: str) -> float:
+        """The card a bare slice makes before a cell of ``key`` (nothing where the table prices no card)."""
+        if model.prior.card is None or key not in card_of:
+            return 0.0
+        return restore if key in restorable else card_of[key]
+
+    for w in todo:
+        ok, estimate = fits_bare(w, bare_card(w.target_key))
+        if not ok:
+            plan.unfit[w.cell_id] = estimate
     todo = [w for w in todo if w.cell_id not in plan.unfit]
     setup = model.prior.train.fixed   # the set-up of a training piece
-    left = {g: sec - setup for g, sec in training_seconds(model, todo, progress).items()}
+    training = [w for w in todo if w.target_key not in finished]
+    left = {g: sec - setup for g, sec in training_seconds(model, training, progress).items()}
     members: dict[str, set[str]] = {}
-    for w in todo:
+    for w in training:
         if w.pieces:
             members.setdefault(w.group, set()).add(w.target_key)
-    ready: set[str] = set()
+    ready: set[str] = set(finished)
     by_id = {w.cell_id: w for w in todo}
     while todo:
         slot = Slot(model, budget, pooled=rules.cross_target)
+        groups: list[PlannedGroup] = []
         # first, as the executor does, the card of every target whose training ended in an earlier slice and whose
-        # cells remain is rebuilt from its final state: a training piece's set-up each
-        rebuilt = {w.target_key for w in todo if w.pieces and w.target_key in ready}
-        cards = len(rebuilt)
-        rebuild = sum(card_of[k] if model.prior.card is not None else setup for k in rebuilt)
-        slot.spent += rebuild
+        # cells remain: restored where it travelled (a training piece's set-up), else rebuilt; neither where none
+        # of its cells, nor a group of their runs, fits after it (its cells wait: the time goes to other work)
+        carded: dict[str, float] = {}   # targets whose card the slice holds: the seconds it cost here
+        rebuilt = restored = 0
+        rebuilt_seconds = restored_seconds = 0.0
+        skipped: list[str] = []
+        for key in dict.fromkeys(w.target_key for w in todo if w.pieces and w.target_key in ready):
+            price = restore if key in travelled else card_of[key]
+            if not any(_fits_after(w, slot, price, model, budget, rules, done_runs) for w in todo
+                       if w.target_key == key):
+                skipped.append(key)
+                continue
+            slot.spent += price
+            carded[key] = price
+            if key in travelled:
+                restored, restored_seconds = restored + 1, restored_seconds + price
+            else:
+                rebuilt, rebuilt_seconds = rebuilt + 1, rebuilt_seconds + price
+            travelled.add(key)
         made: dict[str, float] = {}
         taken: list[str] = []
         trained: dict[str, float] = {}
-        groups: list[PlannedGroup] = []
         while True:
             for w in todo:
-                if w.cell_id in taken or (w.pieces and w.target_key not in ready) or (
+                if w.cell_id in taken or (w.pieces and w.target_key not in carded) or (
                         w.split and len(done_runs.get(w.cell_id, ())) >= w.runs):
                     continue
                 if w.split:
                     # each run taken already at its own cell's size (cells of other shapes take other room)
                     room = None if rules.run_files is None else rules.pack_runs(
                         w, [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs])
-                    # a bare slice rebuilds the target's card before the cell: what a whole cell must fit in
-                    bare = budget - (card_of[w.target_key] if model.prior.card is not None and w.pieces else 0.0)
+                    # a bare slice makes the target's card before the cell: what a whole cell must fit in
+                    bare = budget - (carded.get(w.target_key, bare_card(w.target_key)) if w.pieces and
+                                     model.prior.card is not None else 0.0)
                     planned = _group_of(w, slot, model, bare, rules, done_runs.get(w.cell_id, set()), room)
                     if planned is not None:   # the cell runs in groups: this one, or none here
                         if planned.runs:
@@ -712,6 +768,8 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
                 break
             made[group] = card
             ready |= members[group]
+            travelled |= members[group]   # the cards made here travel beside the final states
+            carded.update({k: 0.0 for k in members[group]})
             for key in members[group]:
                 plan.trained_in[key] = len(plan.slices)
         if not taken and not trained and not groups:   # nothing can progress (not once unfit cells are set aside)
@@ -720,14 +778,35 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         plan.slices.append(taken)
         plan.seconds.append(slot.spent)
         plan.training.append(trained)
-        plan.cards.append(cards)
-        plan.card_seconds.append(rebuild)
+        plan.cards.append(rebuilt)
+        plan.card_seconds.append(rebuilt_seconds)
+        plan.cards_restored.append(restored)
+        plan.restored_seconds.append(restored_seconds)
+        plan.cards_skipped.append(skipped)
         plan.training_cards.append(made)
         plan.groups.append(groups)
         plan.pooled.append(slot.shared())
         todo = [w for w in todo if w.cell_id not in set(taken)
                 and not (w.split and len(done_runs.get(w.cell_id, ())) >= w.runs)]
     return plan
+
+
+def _fits_after(work: CellWork, slot: Slot, card: float, model: CostModel, budget: float, rules: GroupRules,
+                done_runs: Mapping[str, set[int]]) -> bool:
+    """Whether ``work`` (whole, or a group of its runs) fits the slot after ``card`` more seconds of its target's
+    card, as ``DeadlineExecutor._fits_after`` asks before it makes a card: ``Slot.fits``, or :func:`_group_of`
+    with the card's price off a bare slice."""
+    done = done_runs.get(work.cell_id, set())
+    if work.split and len(done) >= work.runs:
+        return False
+    trial = replace(slot, spent=slot.spent + card)
+    if work.split:
+        room = None if rules.run_files is None else rules.pack_runs(work)
+        planned = _group_of(work, trial, model, budget - (card if model.prior.card is not None else 0.0), rules,
+                            done, room)
+        if planned is not None:
+            return bool(planned.runs)
+    return trial.fits(work)
 
 
 def _group_of(work: CellWork, slot: Slot, model: CostModel, budget: float, rules: GroupRules, done: set[int],
@@ -786,6 +865,13 @@ def card_seconds(table: CostTable, work: CellWork) -> float:
     """Seconds of ``work``'s target's card (made when its training ends, or rebuilt from its final state in a later
     slice) at ``table``'s card price; its training's fixed seconds where the table has none."""
     return table.card.seconds(work.card) if table.card is not None else table.train.fixed
+
+
+def restore_seconds(table: CostTable) -> float:
+    """Seconds of restoring a target's card from the card that travelled beside its final state (the state loaded,
+    the weights written and hashed, no release metrics): priced as a training piece's set-up, ``table``'s fixed
+    training seconds (not measured apart yet)."""
+    return table.train.fixed
 
 
 def run_step_seconds(table: CostTable, work: CellWork) -> float:

@@ -13,7 +13,13 @@ time left, written but not evaluated (``reconbench.runs.execute.only_runs``); th
 (``groups``), and the cell is evaluated where they all are merged (docs/slices.md, "Cells longer than a slice").
 
 With ``cross_target`` the cells and groups chosen to run together are priced as the plan prices them: the runs that
-share one batched computation once, at their total run count, each cell charged its share (``Slot``'s ``pooled``)."""
+share one batched computation once, at their total run count, each cell charged its share (``Slot``'s ``pooled``).
+
+A target whose training ended in an earlier slice needs its card before its cells run: restored from the card that
+travelled beside its final state where one did (the weights re-made from the state and checked,
+``reconbench.targets.resumable.restore_card``), else rebuilt from the state (its stationarity certificate again);
+either only when one of its cells, or a group of a cell's runs, fits the time left after the card's price
+(:meth:`DeadlineExecutor._card_first`; ``plan_slices`` decides the same)."""
 
 from __future__ import annotations
 
@@ -34,7 +40,16 @@ from reconbench.bench.cells import Cell
 from reconbench.bench.cross_cells import collect
 from reconbench.bench.executors import CellJob, Finished, Outcome, RunContext, Started
 from reconbench.bench.runner import SerialExecutor, TargetPool, run_cell
-from reconbench.bench.slice_costs import MIN_TRAINING_SECONDS, CellWork, CostModel, Slot, cell_work, group_share
+from reconbench.bench.slice_costs import (
+    MIN_TRAINING_SECONDS,
+    CellWork,
+    CostModel,
+    Slot,
+    card_seconds,
+    cell_work,
+    group_share,
+    restore_seconds,
+)
 from reconbench.bench.slice_pack import run_tensor_bytes, runs_that_fit
 from reconbench.bench.slice_watch import SliceWatch, phase_row
 from reconbench.preflight import TargetSize
@@ -44,7 +59,7 @@ from reconbench.runs.execute import REDRAWN_INITS, RunGroupDone, only_runs, star
 from reconbench.targets.cache import cache_dir
 from reconbench.targets.cards import CARD_FILE
 from reconbench.targets.recipe import DTYPES, TargetRecipe
-from reconbench.targets.resumable import Piece, state_path, state_step, train_pieces
+from reconbench.targets.resumable import Piece, card_beside, restore_card, state_path, state_step, train_pieces
 
 
 @dataclass
@@ -181,19 +196,8 @@ class DeadlineExecutor:
         if in_pieces:   # targets whose training ended in an earlier slice: their cards, from the final states
             done = [j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in slot.trained
                     and self._state_step(j.cell.recipe) >= j.cell.recipe.train.steps]
-            by_key = {j.cell.recipe.key(): j.cell.recipe for j in done}
-            for recipe in by_key.values():
-                cell = next(j.cell.cell_id for j in done if j.cell.recipe.key() == recipe.key())
-                t0 = self.timer()
-                result = self._train_group([recipe], max(self._training_seconds(slot), 0.0), ctx)
-                if isinstance(result, str):
-                    stopped[recipe.key()] = result
-                elif result[0].finished:
-                    slot.trained.add(recipe.key())
-                    self._card_seconds[recipe.key()] = self.timer() - t0
-                    self.measured.append(phase_row(cell, "card", self.timer() - t0, ctx.device, self._weights(recipe)))
-                    self.watch.phase([cell], f"card of target {recipe.key()} rebuilt from its final training state "
-                                             f"in {self.timer() - t0:.1f}s")
+            for key in dict.fromkeys(j.cell.recipe.key() for j in done):
+                self._card_first([j for j in done if j.cell.recipe.key() == key], works, slot, stopped, ctx)
         while True:
             for job in list(waiting):
                 work = works[job.cell.cell_id]
@@ -289,18 +293,90 @@ class DeadlineExecutor:
                     self.started_cells[job.cell.cell_id] = charged
             yield from self._run_together(together, ctx, targets, slot, works, group_runs)
 
+    # -- the card of a target trained in an earlier slice ----------------------------------------------------------
+    def _card_first(self, jobs: Sequence[CellJob], works: Mapping[str, CellWork], slot: Slot,
+                    stopped: dict[str, str], ctx: RunContext) -> None:
+        """Make the card of the finished target of ``jobs`` (its cells waiting, in order) before the walk: restored
+        from the card that travelled beside its final state, or rebuilt from the state where none did or it does
+        not match (one line says why); neither when none of its cells, nor any group of a cell's runs, fits the time
+        left after the card's price (its cells wait, with a note, and the time goes to other targets)."""
+        assert self.states is not None
+        recipe = jobs[0].cell.recipe
+        key, cell, work = recipe.key(), jobs[0].cell.cell_id, works[jobs[0].cell.cell_id]
+        travelled = card_beside(state_path(self.states, recipe)).is_file()
+        if travelled:
+            price = restore_seconds(self.model.prior)
+            if not self._fits_after(jobs, works, slot, price):
+                stopped[key] = self._no_card_note(key, "restored", price)
+                return
+            t0 = self.timer()
+            try:
+                restored = restore_card(recipe, cache_dir(ctx.cache) / "targets" / key, self.states,
+                                        data_root=ctx.data_root, device=ctx.device)
+            except Exception as exc:   # an unreadable card or state: the rebuild below says what is wrong, or works
+                restored = f"{type(exc).__name__}: {exc}"
+            seconds = self.timer() - t0
+            if not isinstance(restored, str):
+                slot.trained.add(key)
+                self._card_seconds[key] = seconds
+                self.measured.append(phase_row(cell, "card_restored", seconds, ctx.device, self._weights(recipe)))
+                self.watch.phase([cell], f"card of target {key} restored from the card that travelled beside its "
+                                         f"final training state in {seconds:.1f}s")
+                return
+            self.watch.say(f"card of target {key} not restored ({restored}): rebuilt from its final training state")
+        price = card_seconds(self.model.prior, work)
+        if not self._fits_after(jobs, works, slot, price):
+            stopped[key] = self._no_card_note(key, "rebuilt", price)
+            return
+        t0 = self.timer()
+        result = self._train_group([recipe], max(self._training_seconds(slot), 0.0), ctx)
+        if isinstance(result, str):
+            stopped[key] = result
+        elif result[0].finished:
+            seconds = self.timer() - t0
+            slot.trained.add(key)
+            self._card_seconds[key] = seconds
+            self.measured.append(phase_row(cell, "card", seconds, ctx.device, self._weights(recipe)))
+            self.watch.phase([cell], f"card of target {key} rebuilt from its final training state in {seconds:.1f}s")
+
+    def _fits_after(self, jobs: Sequence[CellJob], works: Mapping[str, CellWork], slot: Slot, card: float) -> bool:
+        """Whether a cell of ``jobs`` (one target's), or a group of a cell's search runs, fits the time left after
+        ``card`` seconds of its target's card: the walk's tests (``Slot.fits``, :meth:`_runs_to_do`)."""
+        for job in jobs:
+            work = works[job.cell.cell_id]
+            runs = self._runs_to_do(job, work, slot, after=card, card=card)
+            if runs is not None:
+                if runs:
+                    return True
+                continue
+            if slot.fits(work, self.elapsed() + card + (slot.spent if self.cross_target else 0.0)):
+                return True
+        return False
+
+    def _no_card_note(self, key: str, how: str, price: float) -> str:
+        """The note of the cells of a target whose card the slice did not make (none fits after it), said once."""
+        left = self.deadline - self.elapsed()
+        note = (f"its target's card was not {how}: none of its cells, nor a group of their runs, fits the "
+                f"{left:.1f}s left after the card's {price:.1f}s")
+        self.watch.say(f"card of target {key} not {how}: none of its cells fits the {left:.1f}s left after the "
+                       f"card's {price:.1f}s; they wait for a later slice")
+        return note
+
     # -- cells whose runs are split across slices --------------------------------------------------------------------
-    def _runs_to_do(self, job: CellJob, work: CellWork, slot: Slot) -> list[int] | None:
+    def _runs_to_do(self, job: CellJob, work: CellWork, slot: Slot, after: float = 0.0,
+                    card: float | None = None) -> list[int] | None:
         """The runs of ``job``'s cell to run here as a group (empty: none fits the time or the pack left), or None:
         the cell runs whole, as usual (one run, a search that proposes its runs in rounds, or all its runs fit a
-        slice, within ``runs_per_slice``, and none is held elsewhere)."""
+        slice, within ``runs_per_slice``, and none is held elsewhere). ``after``: seconds still to spend before it
+        (its target's card, not made yet); ``card``: the card's seconds in this slice (default: as measured)."""
         cell = job.cell
         total = int(cell.attack.search_runs)
         done = self.runs_done.get(cell.cell_id, set())
         if total <= 1 or cell.attack.search != DEFAULT_SEARCH:
             return None
         left = [k for k in range(total) if k not in done]
-        bare = self.deadline - self._card_seconds.get(work.target_key, 0.0)   # a slice rebuilds the card first
+        # a slice makes the card first (restored or rebuilt): what a whole cell must fit in
+        bare = self.deadline - (self._card_seconds.get(work.target_key, 0.0) if card is None else card)
         if not done and total <= (self.runs_per_slice or total) and self.model.estimate(work, False) <= bare:
             return None   # whole, evaluated here: its runs do not travel, so the pack does not bound it
         cap = min(len(left), self.runs_per_slice or total, self._runs_the_pack_holds(cell, work))
@@ -312,7 +388,7 @@ class DeadlineExecutor:
                 continue
             # in a cross-target slice the cells chosen to run together later hold their estimates already
             held = slot.spent if self.cross_target else 0.0
-            if slot.fits(group_share(work, k), self.elapsed() + held):
+            if slot.fits(group_share(work, k), self.elapsed() + held + after):
                 return left[:k]
         return []
 

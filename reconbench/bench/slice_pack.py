@@ -5,7 +5,8 @@ A device machine returns at most :data:`MAX_FILES` files of at most :data:`MAX_F
     manifest.json                 suite, suite file sha256, commit, device, the cells it holds, the cells that
                                   remain, whether the slice ended, and the sha256 and size of every other file
     records-<sha>.tar.xz          the cells' JSON records, the model cards of their targets, the slice's invocation
-                                  record (several archives when one would be too large)
+                                  record, the card JSON beside each travelling final training state (several
+                                  archives when one would be too large)
     candidates-<sha>.safetensors  the pooled candidates of the cells the suite's ``store_candidates`` keeps, in
                                   float16, keyed ``<cell id>/<tensor>`` (absent when no cell keeps them)
 
@@ -55,6 +56,7 @@ from reconbench.provenance import (
     git_commit,
     read_json,
     save_tensors_atomic,
+    write_bytes_atomic,
     write_json,
     write_text_atomic,
 )
@@ -62,6 +64,7 @@ from reconbench.records.cell import CELL_FILE, CellRecord
 from reconbench.records.finished_ledger import (
     FINISHED_LEDGER_FILE,
     FinishedLedger,
+    LedgerCard,
     LedgerCell,
     LedgerRuns,
     LedgerState,
@@ -74,6 +77,7 @@ from reconbench.records.slice_manifest import (
     LeftOutGroup,
     LeftOutState,
     PackCandidates,
+    PackedCard,
     PackedState,
     PackFile,
     RunGroup,
@@ -81,7 +85,7 @@ from reconbench.records.slice_manifest import (
     SliceManifest,
     StoppedCell,
 )
-from reconbench.targets.resumable import state_step
+from reconbench.targets.resumable import CARD_SUFFIX, card_beside, state_step
 
 PACK_FORMAT = SliceManifest.SCHEMA
 LEDGER_FORMAT = FinishedLedger.SCHEMA
@@ -105,8 +109,10 @@ STATE_PART_BYTES = MAX_FILE_BYTES
 #: names them; a slice's ``--finished`` continues from them)
 STATES_FOLDER = "training"
 _STATE_NAME = re.compile(r"^[0-9a-f]{16}\.safetensors$")
+#: the records archive's member holding the card JSON beside a travelling final state
+_CARD_MEMBER = re.compile(r"^training/([0-9a-f]{16})\.card\.json$")
 _MEMBER = re.compile(r"^(cells/[A-Za-z0-9._-]+\.json|targets/[A-Za-z0-9._-]+\.json|invocation\.json"
-                     r"|runs/[A-Za-z0-9._-]+/run-[0-9]{3}\.json)$")
+                     r"|runs/[A-Za-z0-9._-]+/run-[0-9]{3}\.json|training/[0-9a-f]{16}\.card\.json)$")
 #: the tensors of a search run's file (``reconbench.runs.execute``); each travels, floats as float32 where exact
 RUN_TENSORS = ("candidates", "labels", "x0", "multipliers")
 
@@ -249,15 +255,21 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
                                          reason=f"no file left of the {max_files} for its {len(parts)} part(s)"))
             continue
         step, dtype_name = state_step(state)
+        beside: dict[str, PackedCard] = {}
+        if card_beside(state).is_file():   # a final state: its card's JSON travels with it, in the records archive
+            text = card_beside(state).read_bytes()
+            member = f"{STATES_FOLDER}/{state.stem}{CARD_SUFFIX}"
+            members.append((member, text))
+            beside["card"] = PackedCard(member=member, sha256=hashlib.sha256(text).hexdigest())
         if len(parts) == 1:
             name = _content_name("training", ".safetensors", data)
             files[name] = data
-            entry = PackedState.written(recipe_key=state.stem, step=step, dtype=dtype_name, name=name)
+            entry = PackedState.written(recipe_key=state.stem, step=step, dtype=dtype_name, name=name, **beside)
         else:   # split: each part named by its content, in order; the whole state's sha256 checks the join
             names = [_content_name("training", ".part", part) for part in parts]
             files.update(zip(names, parts, strict=True))
             entry = PackedState.written(recipe_key=state.stem, step=step, dtype=dtype_name, parts=names,
-                                        bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+                                        bytes=len(data), sha256=hashlib.sha256(data).hexdigest(), **beside)
         travelling.append(entry)
     # the groups' runs take the files left: a run that finds none runs again in a later slice
     run_files, packed_groups, groups_left_out = _run_files(out, groups, max_files - 1 - archives - len(files))
@@ -549,6 +561,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
     records = _cell_records(members, manifest, pack)
     candidates = _candidates(pack, manifest)
     _state_entries(pack, manifest)   # a split state that does not join is refused before anything is written
+    cards = _state_cards(pack, manifest, members)   # and a travelling card that is not the manifest's
     before = _ledger(out)   # the rows and runs merged before: a ledger that does not read is refused here
     kept_rows = list(before.measured) if before is not None else []
     # checked, no run merged before contradicted, and the starts that did not travel drawn again
@@ -592,7 +605,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
                 report.candidates.append(cid)
             write_text_atomic(cell_path(out, cid), data.decode())
             report.merged.append(cid)
-        report.states = _unpack_states(pack, manifest, out)
+        report.states = _unpack_states(pack, manifest, out, cards)
         report.runs = _write_runs(out, runs)
         if (report.merged or report.runs) and "invocation.json" in members:
             number = next_invocation_number(out)
@@ -620,13 +633,16 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
         for state in (out / STATES_FOLDER).glob("*.safetensors") if (out / STATES_FOLDER).exists() else []:
             if _STATE_NAME.match(state.name) and state.stem not in listed:
                 state.unlink()   # every cell of that target is finished: its training state is needed no more
+                card_beside(state).unlink(missing_ok=True)
     report.remaining = remaining_cells(out, keys)
     return report
 
 
-def _unpack_states(pack: Path, manifest: SliceManifest, out: Path) -> list[str]:
+def _unpack_states(pack: Path, manifest: SliceManifest, out: Path, cards: Mapping[str, bytes]) -> list[str]:
     """The pack's training states into ``out/training/<recipe key>.safetensors`` (a state is taken unless the folder
-    holds one of the same target at a later step); the recipe keys taken."""
+    holds one of the same target at a later step), each with the card JSON that travelled beside it
+    (``<recipe key>.card.json``; ``cards`` by recipe key: a state taken without one keeps none); the recipe keys
+    taken."""
     taken = []
     for entry, key, names in _state_entries(pack, manifest):
         dst = out / STATES_FOLDER / f"{key}.safetensors"
@@ -638,8 +654,37 @@ def _unpack_states(pack: Path, manifest: SliceManifest, out: Path) -> list[str]:
             for name in names:
                 fh.write((pack / name).read_bytes())
         tmp.replace(dst)
+        if key in cards:
+            write_bytes_atomic(card_beside(dst), cards[key])
+        else:   # a card kept beside another state of the target is not this one's
+            card_beside(dst).unlink(missing_ok=True)
         taken.append(key)
     return taken
+
+
+def _state_cards(pack: Path, manifest: SliceManifest, members: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The card JSON that travelled beside each of the manifest's training states (by recipe key), once each is in
+    the records archive under its member name with the sha256 the manifest records; an archived card no state names
+    is refused too."""
+    cards: dict[str, bytes] = {}
+    for entry in manifest.training:
+        if entry.card is None:
+            continue
+        data = members.get(entry.card.member)
+        match = _CARD_MEMBER.match(entry.card.member)
+        if data is None or match is None or match.group(1) != entry.recipe_key:
+            raise PackError(f"{pack / MANIFEST} names the card of training state {entry.recipe_key} as "
+                            f"{entry.card.member!r}, which its records archive does not hold; fetch the pack again")
+        if hashlib.sha256(data).hexdigest() != entry.card.sha256:
+            raise PackError(f"{pack}: the card beside training state {entry.recipe_key} does not match the sha256 its "
+                            "manifest records; fetch the pack again. Nothing was merged")
+        cards[entry.recipe_key] = data
+    stray = sorted(n for n in members if _CARD_MEMBER.match(n) and n not in
+                   {e.card.member for e in manifest.training if e.card is not None})
+    if stray:
+        raise PackError(f"{pack}: the records archive holds {stray[0]}, which no training state of its manifest names; "
+                        "fetch the pack again")
+    return cards
 
 
 def _state_entries(pack: Path, manifest: SliceManifest) -> list[tuple[PackedState, str, list[str]]]:
@@ -670,37 +715,63 @@ def _state_entries(pack: Path, manifest: SliceManifest) -> list[tuple[PackedStat
 
 def ledger_states(out: Path, keys_in_training: set[str] | None = None) -> dict[str, LedgerState]:
     """The training states ``out/training`` holds, as the ledger lists them (file relative to ``out``, sha256,
-    step), of the targets ``keys_in_training`` (None: all)."""
+    step, and the card JSON kept beside a final state), of the targets ``keys_in_training`` (None: all)."""
     folder = out / STATES_FOLDER
     states = {}
     for path in sorted(folder.glob("*.safetensors")) if folder.exists() else []:
         if _STATE_NAME.match(path.name) and (keys_in_training is None or path.stem in keys_in_training):
             step, dtype_name = state_step(path)
-            states[path.stem] = LedgerState(file=f"{STATES_FOLDER}/{path.name}", sha256=sha256_file(path), step=step,
-                                            dtype=dtype_name)
+            card = card_beside(path)
+            beside = {"card": LedgerCard(file=f"{STATES_FOLDER}/{card.name}", sha256=sha256_file(card))} \
+                if card.is_file() else {}
+            states[path.stem] = LedgerState.written(file=f"{STATES_FOLDER}/{path.name}", sha256=sha256_file(path),
+                                                    step=step, dtype=dtype_name, **beside)
     return states
 
 
 def import_states(ledger: Path, cache_states: Path) -> list[str]:
     """Copy the training states a ledger lists (beside it, their sha256 checked) into ``cache_states``, where a
-    slice continues them; a state the cache holds at a later step is kept. The recipe keys copied."""
+    slice continues them, each with the card JSON the ledger lists beside it (checked too), which lets the slice
+    restore the target's card instead of rebuilding it; a state the cache holds at a later step is kept. The recipe
+    keys copied."""
     fix = "pass the finished.json that `reconbench bench SUITE --unpack` wrote into the results folder"
     data = read_json(ledger, missing=fix, damaged=fix, error=PackError)
     copied = []
+    carry = f"carry the results folder's {STATES_FOLDER}/ folder with the ledger (benchmarks/gpu/README.md)"
     for key, entry in _decoded(FINISHED_LEDGER_FILE, data, ledger).training.items():
         src = ledger.parent / entry.file
         if not _STATE_NAME.match(f"{key}.safetensors") or src.parent.name != STATES_FOLDER:
             raise PackError(f"{ledger} names a training state {key!r} at {src}, which no unpack writes; {fix}")
         if not src.is_file() or sha256_file(src) != entry.sha256:
-            raise PackError(f"{src} is missing or does not match the sha256 {ledger.name} records; carry the "
-                            f"results folder's {STATES_FOLDER}/ folder with the ledger (benchmarks/gpu/README.md)")
+            raise PackError(f"{src} is missing or does not match the sha256 {ledger.name} records; {carry}")
+        card = None if entry.card is None else ledger.parent / entry.card.file
+        if card is not None and (card.name != f"{key}{CARD_SUFFIX}" or card.parent != src.parent):
+            raise PackError(f"{ledger} names the card of training state {key!r} at {card}, which no unpack writes; "
+                            f"{fix}")
+        if card is not None and entry.card is not None and (not card.is_file() or
+                                                            sha256_file(card) != entry.card.sha256):
+            raise PackError(f"{card} is missing or does not match the sha256 {ledger.name} records; {carry}")
         dst = cache_states / f"{key}.safetensors"
-        if dst.exists() and state_step(dst)[0] >= entry.step:
-            continue
-        cache_states.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-        copied.append(key)
+        kept = dst.exists() and state_step(dst)[0] >= entry.step
+        if not kept:
+            cache_states.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            copied.append(key)
+        if card is not None and (not kept or not card_beside(dst).exists()):   # restore_card checks it against
+            shutil.copyfile(card, card_beside(dst))                            # the weights the state re-makes
+        elif card is None and not kept:
+            card_beside(dst).unlink(missing_ok=True)
     return copied
+
+
+def ledger_cards(ledger: Path) -> set[str]:
+    """The targets (recipe keys) whose final training state the ledger lists with the card that travelled beside
+    it: a slice restores those cards instead of rebuilding them (none where the ledger does not read)."""
+    try:
+        training = FINISHED_LEDGER_FILE.read(ledger).training
+    except ReconbenchError:
+        return set()   # import_states and read_ledger say what is wrong with the file
+    return {key for key, entry in training.items() if entry.card is not None}
 
 
 def _ledger(out: Path) -> FinishedLedger | None:

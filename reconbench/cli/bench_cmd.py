@@ -32,6 +32,7 @@ from reconbench.bench.slice_pack import (
     LEDGER_FILE,
     STATES_FOLDER,
     import_states,
+    ledger_cards,
     read_ledger,
     read_ledger_runs,
     write_ledger,
@@ -328,7 +329,8 @@ def bench_command(
     # how a slice with --pack splits cells into groups of runs: the pack files its records and manifest leave
     rules = GroupRules(run_files=pack_files - 2, runs_per_slice=runs_per_slice,
                        runs_done={c: frozenset(r) for c, r in runs_done.items()},
-                       cross_target=cross_target is True)
+                       cross_target=cross_target is True,
+                       travelled_cards=frozenset(ledger_cards(Path(finished)) if finished is not None else ()))
     if plan_only:
         assert deadline is not None
         done = {**elsewhere, **load_cells(out_dir)}

@@ -1,9 +1,10 @@
-"""A results folder's ledger of finished cells (``finished.json``, ``reconbench-finished-cells/2``, written by
-``bench --unpack``): the cells finished there with their keys, the training states of targets still in training,
-which a slice on another machine reads instead of the records, the rows every merged slice measured
-(``measured``: what the next plan's costs are made from), and the search runs held of cells whose runs slices ran
-in groups (``partial``). Version 1 reads as version 2 without either; a version-1 reader refuses version 2 by its
-stamp, in one line."""
+"""A results folder's ledger of finished cells (``finished.json``, ``reconbench-finished-cells/3``, written by
+``bench --unpack``): the cells finished there with their keys, the training states of targets still in training
+(with the card that travelled beside a final state, ``LedgerState.card``), which a slice on another machine reads
+instead of the records, the rows every merged slice measured (``measured``: what the next plan's costs are made
+from), and the search runs held of cells whose runs slices ran in groups (``partial``). Version 2 reads as version 3
+with no card beside any state, version 1 also without ``measured`` and ``partial``; an older reader refuses a newer
+version by its stamp, in one line."""
 
 from __future__ import annotations
 
@@ -24,13 +25,24 @@ class LedgerCell(Record):
 
 
 @dataclass(frozen=True)
+class LedgerCard(Record):
+    """The card JSON of a target whose training ended, kept beside its final state (relative file and sha256): a
+    later slice restores the target's card from it instead of rebuilding it (docs/slices.md)."""
+
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class LedgerState(Record):
-    """A training state the results folder keeps: its file (relative to the folder), sha256, step and dtype."""
+    """A training state the results folder keeps: its file (relative to the folder), sha256, step and dtype, and the
+    card that travelled beside it (None: none did)."""
 
     file: str
     sha256: str
     step: int = 0
     dtype: str = ""
+    card: LedgerCard | None = None
 
 
 @dataclass(frozen=True)
@@ -48,7 +60,7 @@ class FinishedLedger(Record):
     """A results folder's ``finished.json``: the suite (name, file sha256), its finished cells by id, the
     training states by recipe key, and the rates the slices measured (:mod:`~reconbench.records.measured_rate`)."""
 
-    SCHEMA = "reconbench-finished-cells/2"
+    SCHEMA = "reconbench-finished-cells/3"
 
     format: str
     suite: str
@@ -61,11 +73,17 @@ class FinishedLedger(Record):
 
 def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
     """A version-1 ledger: the same fields (its ``measured`` rows too, where it has them), no runs of cells split
-    across slices."""
+    across slices, no card beside any state."""
+    return {**data, "format": FinishedLedger.SCHEMA}
+
+
+def _from_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-2 ledger: the same fields; no card travelled beside any of its states."""
     return {**data, "format": FinishedLedger.SCHEMA}
 
 
 #: the door of a results folder's finished.json
 FINISHED_LEDGER_FILE: FileFormat[FinishedLedger] = FileFormat(
-    FinishedLedger, "format", {FinishedLedger.SCHEMA: unchanged, "reconbench-finished-cells/1": _from_v1},
+    FinishedLedger, "format", {FinishedLedger.SCHEMA: unchanged, "reconbench-finished-cells/2": _from_v2,
+                                          "reconbench-finished-cells/1": _from_v1},
     fix="pass the finished.json that `reconbench bench SUITE --unpack` wrote into the results folder")

@@ -1,9 +1,10 @@
-"""A slice's pack manifest (``manifest.json``, ``reconbench-slice-pack/3``, written by ``bench/slice_pack.py``): the
-files the pack holds, the cells it carries and those that remain, the training states that travel with it, and what
-the slice measured (``measured``: one row per phase of every cell that ran, finished or stopped at the deadline).
-Version 3 adds the sha256 of the starts a group's runs travel without (``RunGroup.starts``) and the slice's torch
-version; version 2 reads as version 3 with every start carried, version 1 also without ``measured`` and
-``stopped``."""
+"""A slice's pack manifest (``manifest.json``, ``reconbench-slice-pack/4``, written by ``bench/slice_pack.py``): the
+files the pack holds, the cells it carries and those that remain, the training states that travel with it (and the
+card JSON beside a final state, ``PackedState.card``), and what the slice measured (``measured``: one row per phase
+of every cell that ran, finished or stopped at the deadline). Version 4 adds the travelling card; version 3 added
+the sha256 of the starts a group's runs travel without (``RunGroup.starts``) and the slice's torch version. Version
+3 reads as version 4 with no card travelling, version 2 also with every start carried, version 1 also without
+``measured`` and ``stopped``."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from reconbench.records.record import FileFormat, Record, unchanged
 
 #: the phases a measured row (:class:`~reconbench.records.measured_rate.MeasuredRate`) names: the attack's batched
 #: steps (``steps`` and their ``seconds``), and the seconds before and after them (``steps`` 0): ``card`` (a target's
-#: card rebuilt from its final training state, its certificate included), ``setup`` (from the cell's start to its
-#: attack's first step) and ``evaluation`` (from the attack's end to the record). A cross-target batch's ``runs`` are
-#: the batch's, and each of its cells has the row.
-MEASURED_PHASES = ("attack", "card", "setup", "evaluation")
+#: card rebuilt from its final training state, its certificate included), ``card_restored`` (a target's card restored
+#: from the card that travelled beside its final state: the weights re-made from the state and checked, no
+#: certificate), ``setup`` (from the cell's start to its attack's first step) and ``evaluation`` (from the attack's
+#: end to the record). A cross-target batch's ``runs`` are the batch's, and each of its cells has the row.
+MEASURED_PHASES = ("attack", "card", "card_restored", "setup", "evaluation")
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,19 @@ class DeferredCell(Record):
 
 
 @dataclass(frozen=True)
+class PackedCard(Record):
+    """The card JSON travelling beside a final training state: its member of the records archive
+    (``training/<recipe key>.card.json``) and its sha256."""
+
+    member: str
+    sha256: str
+
+
+@dataclass(frozen=True)
 class PackedState(Record):
     """A training state travelling in the pack: its target's recipe key, step and dtype, and its file (``name``) or,
-    when split, its parts in order with the whole state's size and sha256."""
+    when split, its parts in order with the whole state's size and sha256; ``card``: the target's card JSON, where
+    the state is final and the slice holds its card (None: no card travels)."""
 
     recipe_key: str
     step: int = 0
@@ -60,6 +72,7 @@ class PackedState(Record):
     parts: list[str] | None = None
     bytes: int | None = None
     sha256: str | None = None
+    card: PackedCard | None = None
 
     @property
     def files(self) -> list[str]:
@@ -128,7 +141,7 @@ class SliceManifest(Record):
     """A pack's ``manifest.json``: the suite (name, file sha256) and commit the slice ran, its device and dtype,
     whether it ended, and every file it holds with its sha256 (fields absent in a file read as their defaults)."""
 
-    SCHEMA = "reconbench-slice-pack/3"
+    SCHEMA = "reconbench-slice-pack/4"
 
     format: str
     suite: str
@@ -167,8 +180,14 @@ def _from_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "format": SliceManifest.SCHEMA}
 
 
+def _from_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-3 manifest: the same fields; no card travels beside its states."""
+    return {**data, "format": SliceManifest.SCHEMA}
+
+
 #: the door of a pack's manifest.json
 SLICE_MANIFEST_FILE: FileFormat[SliceManifest] = FileFormat(
-    SliceManifest, "format", {SliceManifest.SCHEMA: unchanged, "reconbench-slice-pack/2": _from_v2,
+    SliceManifest, "format", {SliceManifest.SCHEMA: unchanged, "reconbench-slice-pack/3": _from_v3,
+                                    "reconbench-slice-pack/2": _from_v2,
                                     "reconbench-slice-pack/1": _from_v1},
     fix="pass the folder that `reconbench bench SUITE --pack DIR` wrote, with this version of reconbench")

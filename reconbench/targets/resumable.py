@@ -14,11 +14,16 @@ Recipes it takes: full-batch GD at a constant learning rate without an early sto
 layers with ReLU, with a loss the trainer has in closed form (bce, mse, ce, their ``legacy`` forms: those recipes
 name no loss form). A slice trains every such recipe this way, whether or not it would finish, so that where a
 target was trained never depends on timing; the card says so (``metrics.trainer``).
+
+When a target's training ends, its card JSON is kept beside its final state (``<recipe key>.card.json``) and
+travels with it; a later slice restores the card from it (:func:`restore_card`: the weights re-made from the state
+and checked against the card's sha256) instead of rebuilding it, which costs the stationarity certificate again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,9 +34,11 @@ import torch
 
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.precision import training_precision
+from reconbench.provenance import save_tensors_atomic, write_bytes_atomic
 from reconbench.records.training_checkpoint import PieceNotes
 from reconbench.targets.batched_training import BATCH_LOSSES, BatchedChainGD, from_recipes, read_checkpoint
-from reconbench.targets.cards import ModelCard, save_card
+from reconbench.targets.cards import CARD_FILE, MEAN_FILE, WEIGHTS_FILE, ModelCard, load_card, save_card
+from reconbench.targets.data_files import file_digest
 from reconbench.targets.losses import get_loss
 from reconbench.targets.problems import build_problem
 from reconbench.targets.recipe import DTYPES, TargetRecipe
@@ -42,6 +49,8 @@ TRAINER = ("resumable: reconbench.targets.batched_training, targets of one shape
 #: steps between the host's reads of the loss (and the deadline checks)
 LOSS_EVERY = 100
 STATE_SUFFIX = ".safetensors"
+#: the suffix of the card JSON kept beside a final state (``<recipe key>.card.json``): it travels with the state
+CARD_SUFFIX = ".card.json"
 
 
 def resumable_reason(recipe: TargetRecipe) -> str | None:
@@ -103,6 +112,11 @@ def state_path(folder: Path, recipe: TargetRecipe) -> Path:
     return folder / f"{recipe.key()}{STATE_SUFFIX}"
 
 
+def card_beside(state: Path) -> Path:
+    """Where the card JSON of the target whose final state is ``state`` is kept, beside it."""
+    return state.with_name(f"{state.stem}{CARD_SUFFIX}")
+
+
 def train_piece(recipe: TargetRecipe, card_dir: Path, states: Path, *, seconds: float, data_root: str | None = None,
                 device: str = "cpu", clock: Callable[[], float] = time.monotonic) -> Piece:
     """Continue ``recipe``'s training from its state in ``states`` (from step 0 without one) for at most about
@@ -153,7 +167,7 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
     states.mkdir(parents=True, exist_ok=True)
     # a piece is a call that advanced the training (a finished state restored on another machine is none)
     pieces_now = [p + (1 if trainer.step_count > start_step or p == 0 else 0) for p in pieces_before]
-    # the finished state is kept too (and travels while the target's cells remain): a card does not leave its machine
+    # the finished state is kept too (and travels while the target's cells remain, its card's JSON beside it)
     for t, path in enumerate(paths):
         trainer.save(path, with_base=False, target=t,
                      extra=PieceNotes(seconds=spent_before[t] + now, pieces=pieces_now[t]).to_dict())
@@ -166,6 +180,8 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
         if finished:
             card = _finish(recipe, problems[t], trainer, models[t], card_dirs[t], spent_before[t] + now,
                            pieces_now[t], device, t)
+            # the card's JSON travels with the final state (the weights do not: restore_card re-makes them)
+            write_bytes_atomic(card_beside(path), (card.path / CARD_FILE).read_bytes())
         out.append(Piece(recipe.key(), trainer.step_count, steps, spent_before[t] + now, card=card, state=path,
                          stacked=len(recipes)))
     return out
@@ -188,6 +204,47 @@ def _finish(recipe: TargetRecipe, problem: Any, trainer: BatchedChainGD, model: 
     metrics.update(release_metrics(model, recipe, problem, loss_fn, dtype, trainer.scale, spec.weight_decay))
     history = [{"step": float(h["step"]), "loss": h["loss"][t]} for h in trainer.history]
     return save_card(card_dir, recipe, problem, TrainResult(model=model, metrics=metrics, history=history))
+
+
+def restore_card(recipe: TargetRecipe, card_dir: Path, states: Path, *, data_root: str | None = None,
+                 device: str = "cpu") -> ModelCard | str:
+    """The card of ``recipe``'s finished target written into ``card_dir`` from the card that travelled beside its
+    final state (:func:`card_beside`), without computing its release metrics again: the weights re-made from the
+    state as :func:`_finish` gets them, the mean image, and the travelled card JSON written verbatim, only once the
+    weights' and the mean image's sha256 equal those the card records and the card's recipe key is the target's.
+    The card, or why it was not restored (then ``card_dir`` holds no card: a rebuild writes one)."""
+    state = state_path(states, recipe)
+    travelled = card_beside(state)
+    if not state.exists() or not travelled.exists():
+        return "no card travelled beside its final state"
+    text = travelled.read_bytes()
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return f"the travelled card {travelled.name} is not JSON"
+    if not isinstance(data, dict) or data.get("recipe_key") != recipe.key():
+        return f"the travelled card {travelled.name} is another target's (its recipe key is not {recipe.key()})"
+    recorded = {name: str(data.get(field, {}).get("sha256", "")) if isinstance(data.get(field), dict) else ""
+                for name, field in ((WEIGHTS_FILE, "weights"), (MEAN_FILE, "mean_image"))}
+    problem = build_problem(recipe.problem, data_root)
+    trainer, models = from_recipes([recipe], [problem], device, loss_every=LOSS_EVERY)
+    trainer.load(state, target=0)
+    if trainer.step_count < recipe.train.steps:
+        return f"its state is at step {trainer.step_count} of {recipe.train.steps}, not final"
+    trainer.write_into(models)
+    model = models[0].cpu().eval()
+    card_dir.mkdir(parents=True, exist_ok=True)
+    (card_dir / CARD_FILE).unlink(missing_ok=True)   # no card until its weights are checked (as save_card writes)
+    save_tensors_atomic({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
+                        card_dir / WEIGHTS_FILE)
+    save_tensors_atomic({"mean": torch.as_tensor(problem.mean).contiguous()}, card_dir / MEAN_FILE)
+    for name, want in recorded.items():
+        got = file_digest(card_dir / name, "sha256")
+        if got != want:
+            return (f"the {name} re-made from its state has sha256 {got[:12]}, the travelled card records "
+                    f"{want[:12] or 'none'} (another machine's rounding, or another state)")
+    write_bytes_atomic(card_dir / CARD_FILE, text)
+    return load_card(card_dir)
 
 
 def state_sha256(path: Path) -> str:

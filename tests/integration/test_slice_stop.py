@@ -68,7 +68,7 @@ def test_a_deadline_that_cuts_an_attack_leaves_the_cell_to_do_and_brings_back_wh
     # cell 1 ran whole; cell 2's attack stopped at the check after STOP_STEP; cell 3 never started
     assert report.ran == [first] and not report.failed
     manifest = json.loads((pack / "manifest.json").read_text())
-    assert manifest["format"] == "reconbench-slice-pack/3"
+    assert manifest["format"] == "reconbench-slice-pack/4"
     assert manifest["cells"] == [first] and sorted(manifest["cells_remaining"]) == sorted([second, third])
     assert manifest["stopped"] == [{"cell_id": second, "step": STOP_STEP + 1, "steps": 100,
                                     "seconds": manifest["stopped"][0]["seconds"]}]

@@ -1,14 +1,17 @@
 """Cards in a slice plan (reconbench/bench/slice_costs.py): a target's card is made when its training ends, in that
-slice, and rebuilt from its final state in each later slice that runs its cells; where the cost table prices cards,
-training ends in a slice only when its cards fit after it. Plans counted by hand on a synthetic table: training
+slice, and travels beside its final state: each later slice that runs its cells restores it first (a card that did
+not travel is rebuilt), and only where one of its cells fits after it; where the cost table prices cards, training
+ends in a slice only when its cards fit after it. Plans counted by hand on a synthetic table: training
 5 s of set-up plus 1 s per unit, attack 1 s per unit, a card 0.5 s per unit of n x P (100 units: 50 s), slices of
 200 s, a cell's estimate 1.25 x attack + 2 s."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from reconbench.bench.slice_costs import CellWork, CostModel, plan_slices
+from reconbench.bench.slice_costs import CellWork, CostModel, GroupRules, plan_slices
 from reconbench.records.cost_table import CostTable, PhaseCost
 
 ZERO = PhaseCost(fixed=0.0, rate=0.0)
@@ -44,14 +47,56 @@ def test_training_stops_short_when_its_card_would_not_fit_after_it():
     assert free.slices == [["c"]] and free.seconds == pytest.approx([182.0])
 
 
-def test_a_later_slice_rebuilds_the_card_first_and_a_cell_that_cannot_follow_a_rebuild_fits_none():
-    """A cell of 1.25 x 110 + 2 = 139.5 s does not follow the 155 s of training; slice 2 rebuilds the card (50 s) and
-    runs it: 189.5 s. A cell of 1.25 x 120 + 2 = 152 s with the rebuild (202 s) fits no slice of 200 s, so its target
-    is not trained at all; without a card price the rebuild costs the training's set-up (5 s) and it fits."""
+def test_a_later_slice_restores_the_card_that_travelled_and_a_cell_may_then_follow_it():
+    """The card made at the end of slice 1's training travels beside the final state, so slice 2 restores it (priced
+    as a training piece's set-up, 5 s) instead of rebuilding it (50 s): a cell of 1.25 x 110 + 2 = 139.5 s, which
+    does not follow the 155 s of training, runs in slice 2 after the restore (144.5 s); so does a cell of
+    1.25 x 120 + 2 = 152 s (157 s), which would not follow a rebuild (202 s). Without a card price a restore costs
+    the same set-up."""
     plan = plan_slices([work(100.0, 110.0)], CostModel(prior=table(CARD)), 200.0)
-    assert plan.slices == [[], ["c"]] and plan.cards == [0, 1] and plan.card_seconds == [0.0, 50.0]
-    assert plan.seconds == pytest.approx([155.0, 189.5])
-    none = plan_slices([work(100.0, 120.0)], CostModel(prior=table(CARD)), 200.0)
-    assert none.slices == [] and none.unfit == {"c": pytest.approx(202.0)}
+    assert plan.slices == [[], ["c"]] and plan.seconds == pytest.approx([155.0, 144.5])
+    assert plan.cards == [0, 0] and plan.card_seconds == [0.0, 0.0]
+    assert plan.cards_restored == [0, 1] and plan.restored_seconds == [0.0, 5.0]
+    longer = plan_slices([work(100.0, 120.0)], CostModel(prior=table(CARD)), 200.0)
+    assert longer.unfit == {} and longer.seconds == pytest.approx([155.0, 157.0])
     free = plan_slices([work(100.0, 120.0)], CostModel(prior=table(None)), 200.0)
-    assert free.unfit == {} and free.seconds == pytest.approx([105.0, 157.0])
+    assert free.unfit == {} and free.seconds == pytest.approx([105.0, 157.0]) and free.cards_restored == [0, 1]
+
+
+def target(key: str, attack: float) -> CellWork:
+    return CellWork(key.upper(), key, 100.0, attack, 0.0, pieces=True, group="g", runs=1, steps=1, card=100.0)
+
+
+def test_a_card_that_did_not_travel_is_rebuilt_first_and_only_where_a_cell_follows_it():
+    """A target trained before the plan (its state at its last step) whose card did not travel (a ledger written
+    before cards travelled): slice 1 rebuilds the card (50 s), then its cell (139.5 s): 189.5 s, no training. A cell
+    of 152 s cannot follow the rebuild (202 s) and no slice makes the card otherwise: it fits none. Where the card
+    travelled (the ledger lists it), slice 1 restores it in 5 s and the 152 s cell follows (157 s)."""
+    model = CostModel(prior=table(CARD))
+    plan = plan_slices([target("t", 110.0)], model, 200.0, progress={"t": 1.0})
+    assert plan.slices == [["T"]] and plan.seconds == pytest.approx([189.5]) and plan.training == [{}]
+    assert plan.cards == [1] and plan.card_seconds == [50.0] and plan.cards_restored == [0]
+    assert plan.trained_in == {}
+    none = plan_slices([target("t", 120.0)], model, 200.0, progress={"t": 1.0})
+    assert none.slices == [] and none.unfit == {"T": pytest.approx(202.0)}
+    restored = plan_slices([target("t", 120.0)], model, 200.0, progress={"t": 1.0},
+                           rules=GroupRules(travelled_cards=frozenset({"t"})))
+    assert restored.slices == [["T"]] and restored.seconds == pytest.approx([157.0])
+    assert restored.cards == [0] and restored.cards_restored == [1] and restored.restored_seconds == [5.0]
+
+
+def test_a_card_none_of_whose_cells_fits_after_it_is_not_made_in_that_slice():
+    """Two targets trained before the plan, neither card travelled, a cell of 139.5 s each: slice 1 rebuilds x's card
+    (50 s), after which x's cell fits (189.5 s); y's card would leave 200 - 100 = 100 s, where y's cell does not fit,
+    so slice 1 skips it (both rebuilt first, neither cell would fit: nothing would run); slice 2 rebuilds y's card
+    and runs y's cell. By then x's card travelled: a slice that still had x's cells would restore it."""
+    model = CostModel(prior=table(CARD))
+    plan = plan_slices([target("x", 110.0), target("y", 110.0)], model, 200.0, progress={"x": 1.0, "y": 1.0})
+    assert plan.slices == [["X"], ["Y"]] and plan.seconds == pytest.approx([189.5, 189.5])
+    assert plan.cards == [1, 1] and plan.cards_skipped == [["y"], []]
+    three = [target("x", 110.0), target("y", 110.0), replace(target("x", 20.0), cell_id="X2")]
+    again = plan_slices(three, model, 200.0, progress={"x": 1.0, "y": 1.0})
+    # x's second cell (27 s) does not follow x's first in slice 1 (216.5 s); slice 2 restores x's card (5 s), then
+    # rebuilds y's (50 s), whose cell follows (55 + 139.5 = 194.5 s), and x's second cell does not fit after it
+    assert again.slices[0] == ["X"] and again.cards_restored[1] == 1 and again.cards[1] == 1
+    assert again.slices[1] == ["Y"] and again.slices[2] == ["X2"]

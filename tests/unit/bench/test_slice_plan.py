@@ -82,7 +82,8 @@ UNIT_TABLE = {"train": {"fixed": 10.0, "rate": 1.0}, "attack": {"fixed": 0.0, "r
 def test_four_targets_fit_three_slices_only_when_resumable_training_carries_no_safety_factor():
     """Slices of 346 s; cells a, c, d estimate at 1.25 x 120 + 2 = 152 s, b at 1.25 x 40 + 2 = 52 s; training is
     what it takes (no factor: an overrun is not lost, the state goes on), its set-up of 10 s paid in every slice a
-    group trains in, and again for each card a slice rebuilds from a final state of an earlier slice.
+    group trains in, and again for each card a slice restores from the card that travelled beside a final state of
+    an earlier slice.
 
     slice 1: g1 trains 10 + 200 = 210; a (362) does not fit, b does (262); g2 gets 346 - 262 - 2 - 10 = 72 of its
              100 after its set-up (344);
@@ -100,7 +101,8 @@ def test_four_targets_fit_three_slices_only_when_resumable_training_carries_no_s
     assert plan.seconds == pytest.approx([210 + 52 + 82, 10 + 152 + 38 + 110, 20 + 2 * 152])
     assert plan.training == [pytest.approx({"g1": 210.0, "g2": 82.0}), pytest.approx({"g2": 38.0, "g3": 110.0}),
                              {}]
-    assert plan.cards == [0, 1, 2]
+    assert plan.cards == [0, 0, 0] and plan.cards_restored == [0, 1, 2] and plan.restored_seconds == [0, 10, 20]
+    assert plan.cards_skipped == [[], [], []]
     assert plan.trained_in == {"a": 0, "b": 0, "c": 1, "d": 1} and plan.finished_in("ABCD") == 2
     old_work = SAFETY_FACTOR * (210 + 110 + 110) + 3 * 152 + 52
     assert old_work == 1045.5 and math.ceil(old_work / (346 - SAFETY_SECONDS)) == 4
@@ -201,8 +203,9 @@ def test_every_paper_cell_is_planned_once_and_no_slice_passes_its_budget() -> No
 def test_the_cuda_prior_plans_no_paper_kkt_cell_its_attack_alone_is_too_long():
     """On the built-in pessimistic table a cell's 16 runs of 50,000 steps (about 6,500 s) fit no slice even though
     training no longer has to, and split into groups the CIFAR-10 cells' single runs (about 410 s each, 512 s with
-    the margin) still pass a slice: only MNIST's (a quarter of the first layer) run, one per slice after the
-    training. The probe's numbers are what lets a plan schedule the paper's cells."""
+    the margin) still pass a slice: only MNIST's (a quarter of the first layer) run, in groups of as many runs as a
+    slice holds after the training (a group is written, not evaluated: its price holds no evaluation). The probe's
+    numbers are what lets a plan schedule the paper's cells."""
     works = paper_piece_works(KKT_CELLS)
     model = CostModel.for_device("cuda")
     plan = plan_slices(works, model, 470.0)
@@ -213,7 +216,12 @@ def test_the_cuda_prior_plans_no_paper_kkt_cell_its_attack_alone_is_too_long():
         w = next(w for w in works if w.cell_id == cid)
         assert model.estimate(group_share(w, 1), False) > 470.0
     mnist = [g for groups in plan.groups for g in groups]
-    assert [g.runs for g in mnist] == [(k,) for k in range(16)] and len({g.cell_id for g in mnist}) == 1
+    assert len({g.cell_id for g in mnist}) == 1
+    assert [r for g in mnist for r in g.runs] == list(range(16))   # every run once, in order
+    (cid,) = {g.cell_id for g in mnist}
+    w = next(w for w in works if w.cell_id == cid)
+    k = len(mnist[1].runs)   # a slice after the training: as many runs as fit, and one more would not
+    assert model.estimate(group_share(w, k), False) <= 470.0 < model.estimate(group_share(w, k + 1), False)
 
 
 def probe_rows() -> dict[str, Any]:

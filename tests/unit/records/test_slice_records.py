@@ -29,7 +29,7 @@ ROW = {"cell": "a", "phase": "attack", "precision": "tf32", "runs": 16, "m": 100
 def manifest_json() -> dict[str, Any]:
     """A manifest as ``write_pack`` writes it, with a split state, a state left out and the costs."""
     return {
-        "format": "reconbench-slice-pack/3", "suite": "tiny", "suite_sha256": SHA, "commit": None, "device": "cpu",
+        "format": "reconbench-slice-pack/4", "suite": "tiny", "suite_sha256": SHA, "commit": None, "device": "cpu",
         "dtype": "float64", "created": "2026-01-01T00:00:00Z", "complete": False, "deadline_seconds": 60.0,
         "elapsed_seconds": 12.5, "invocation": 0,
         "files": [{"name": "records-0123456789ab.tar.xz", "bytes": 1000, "sha256": SHA}],
@@ -39,7 +39,8 @@ def manifest_json() -> dict[str, Any]:
                       "parts": ["training-0123456789ab.part", "training-ba9876543210.part"], "bytes": 20,
                       "sha256": SHA},
                      {"recipe_key": "fedcba9876543210", "step": 50, "dtype": "torch.float64",
-                      "name": "training-aaaaaaaaaaaa.safetensors"}],
+                      "name": "training-aaaaaaaaaaaa.safetensors",
+                      "card": {"member": "training/fedcba9876543210.card.json", "sha256": SHA}}],
         "training_left_out": [{"recipe_key": "1111111111111111", "bytes": 99, "reason": "no file left"}],
         "costs": {"estimates": {"a": 3.5}, "measured": {"train": [[1, 0.5], [2.0, 1.25]]}},
         "measured": [ROW, {**ROW, "cell": "b", "steps": 41, "seconds": 0.75}],
@@ -51,10 +52,12 @@ def manifest_json() -> dict[str, Any]:
 
 
 def ledger_json() -> dict[str, Any]:
-    return {"format": "reconbench-finished-cells/2", "suite": "tiny", "suite_sha256": SHA,
+    return {"format": "reconbench-finished-cells/3", "suite": "tiny", "suite_sha256": SHA,
             "cells": {"a": {"cell_key": "k", "status": "ok"}},
             "training": {"0123456789abcdef": {"file": "training/0123456789abcdef.safetensors", "sha256": SHA,
-                                              "step": 100, "dtype": "torch.float64"}},
+                                              "step": 100, "dtype": "torch.float64",
+                                              "card": {"file": "training/0123456789abcdef.card.json",
+                                                       "sha256": SHA}}},
             "measured": [ROW]}
 
 
@@ -63,8 +66,8 @@ def ledger_json() -> dict[str, Any]:
     (FINISHED_LEDGER_FILE, ledger_json, "reconbench-finished-cells/1", ("measured",))])
 def test_a_version_1_file_reads_as_version_2_without_the_measured_rows(door, make, old, added):
     """Version 2 added the measured rows (and a pack's stopped cells): a version-1 file reads with none, and writes
-    back stamped version 2; a version-1 reader refuses a version-2 file by its stamp."""
-    data = {k: v for k, v in make().items() if k not in added} | {"format": old}
+    back stamped with the current version; a version-1 reader refuses a version-2 file by its stamp."""
+    data = {k: v for k, v in without_cards(make()).items() if k not in added} | {"format": old}
     record = door.decode(copy.deepcopy(data), "x.json")
     assert all(getattr(record, k) in ([], None) for k in added)
     assert record.to_dict() == data | {"format": make()["format"]}
@@ -73,11 +76,37 @@ def test_a_version_1_file_reads_as_version_2_without_the_measured_rows(door, mak
 def test_a_version_2_manifest_reads_as_version_3_with_every_start_carried():
     """Version 3 added the sha256 of starts that do not travel: a version-2 pack's groups carry theirs."""
     group = {k: v for k, v in manifest_json()["groups"][0].items() if k not in ("starts", "start_dtype")}
-    data = {k: v for k, v in manifest_json().items() if k != "torch"} | {"format": "reconbench-slice-pack/2",
-                                                                         "groups": [group]}
+    data = {k: v for k, v in without_cards(manifest_json()).items() if k != "torch"} | {
+        "format": "reconbench-slice-pack/2", "groups": [group]}
     m = SLICE_MANIFEST_FILE.decode(copy.deepcopy(data), "x.json")
     assert m.groups[0].starts == {} and m.groups[0].start_dtype is None and m.torch is None
-    assert m.to_dict() == data | {"format": "reconbench-slice-pack/3"}
+    assert m.to_dict() == data | {"format": "reconbench-slice-pack/4"}
+
+
+def without_cards(data: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's or a ledger's JSON without the cards beside its states (as written before cards travelled)."""
+    data = copy.deepcopy(data)
+    states = data.get("training", [])
+    for state in states.values() if isinstance(states, dict) else states:
+        state.pop("card", None)
+    return data
+
+
+@pytest.mark.parametrize(("door", "make", "old"), [
+    (SLICE_MANIFEST_FILE, manifest_json, "reconbench-slice-pack/3"),
+    (FINISHED_LEDGER_FILE, ledger_json, "reconbench-finished-cells/2")])
+def test_a_file_written_before_cards_travelled_reads_with_no_card_beside_its_states(door, make, old):
+    """The manifest's version 4 and the ledger's version 3 added the card beside a final state: an older file reads
+    with no card (a slice rebuilds those cards), writes back stamped with the current version, and a reader of the
+    older version refuses the newer one by its stamp."""
+    data = without_cards(make()) | {"format": old}
+    record = door.decode(copy.deepcopy(data), "x.json")
+    states = record.training.values() if isinstance(record.training, dict) else record.training
+    assert [s.card for s in states] == [None] * len(states)
+    assert record.to_dict() == data | {"format": make()["format"]}
+    card = [s.card for s in (door.decode(make(), "x.json").training.values() if door is FINISHED_LEDGER_FILE
+                             else door.decode(make(), "x.json").training)]
+    assert any(c is not None and c.sha256 == SHA for c in card)
 
 
 @pytest.mark.parametrize(("door", "make"), [(SLICE_MANIFEST_FILE, manifest_json),
