@@ -185,7 +185,7 @@ def _finish(recipe: TargetRecipe, problem: Any, trainer: BatchedChainGD, model: 
                                "final_loss": float(trainer.loss_now[t]), "train_seconds": spent,
                                "train_device": str(device), "precision": training_precision(spec.dtype).to_dict(),
                                "trainer": TRAINER, "training_pieces": pieces}
-    metrics.update(release_metrics(model, recipe, problem, loss_fn, dtype, trainer.scale, spec.weight_decay))
+    metrics.update(release_metrics(model, recipe, problem, loss_fn, dtype, trainer.scales[t], spec.weight_decay))
     history = [{"step": float(h["step"]), "loss": h["loss"][t]} for h in trainer.history]
     return save_card(card_dir, recipe, problem, TrainResult(model=model, metrics=metrics, history=history))
 
