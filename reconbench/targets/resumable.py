@@ -66,16 +66,22 @@ def resumable_reason(recipe: TargetRecipe) -> str | None:
     return None
 
 
+#: the settings a target of a stack keeps for itself (:class:`BatchedChainGD`), besides the seed
+OWN_SETTINGS = ("seed", "lr", "weight_decay", "loss")
+
+
 def batch_group(recipe: TargetRecipe) -> str:
     """Which targets can train as one stack (:class:`BatchedChainGD`): equal architecture, training-set size,
-    outputs and training settings; the data set and the initialisation seed may differ (the input dimension enters
-    the trainer only through X Xᵀ). Targets of one group that are at the same step train together in a slice."""
+    outputs (one output with a float target, bce or mse; or one per class, ce) and training settings but
+    :data:`OWN_SETTINGS`: the learning rate, weight decay, loss (within its output layout), initialisation seed and
+    data set may differ (the input dimension enters the trainer only through X Xᵀ). Targets of one group that are at
+    the same step train together in a slice. The key is not stored anywhere: it may change between versions."""
     import json
 
     p = recipe.problem
-    train = dict(recipe.to_dict()["train"])
-    train.pop("seed", None)
-    size: dict[str, Any] = {"task": p.task, "num_classes": p.num_classes, "n_per_class": p.n_per_class}
+    train = {k: v for k, v in recipe.to_dict()["train"].items() if k not in OWN_SETTINGS}
+    outputs = "classes" if p.task == "multiclass" else "one"   # binary (bce) and regression (mse): one output
+    size: dict[str, Any] = {"outputs": outputs, "num_classes": p.num_classes, "n_per_class": p.n_per_class}
     if p.task == "multiclass" and p.num_classes is None:   # the number of outputs comes from the data set
         size["dataset"] = p.dataset
     key = {"family": recipe.family, "model": recipe.model, "problem": size, "train": train}

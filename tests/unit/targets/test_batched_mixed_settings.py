@@ -20,6 +20,7 @@ from reconbench.errors import ReconbenchError
 from reconbench.targets.batched_training import BatchedChainGD, from_recipes, read_checkpoint
 from reconbench.targets.problems import build_problem
 from reconbench.targets.recipe import TargetRecipe, TrainSpec
+from reconbench.targets.resumable import batch_group, resumable_reason
 from reconbench.targets.training import train
 
 STEPS = 40
@@ -239,3 +240,22 @@ def test_what_cannot_stack_is_refused_in_one_line():
     with pytest.raises(ReconbenchError, match="own scale; read scales"):
         _ = stack.scale
 
+
+def test_recipes_that_differ_in_lr_weight_decay_and_loss_share_a_batch_group():
+    """batch_group: lr, weight decay and the loss within one output layout may differ (and the seed and data set);
+    the architecture, n, outputs, dtype, steps and the rest may not."""
+    mixed = one_output_mix()
+    assert {resumable_reason(r) for r in mixed} == {None}
+    assert len({batch_group(r) for r in mixed}) == 1
+    assert len({batch_group(r) for r in class_mix()}) == 1
+    base = mixed[0]
+
+    def train_with(**changes: Any) -> TargetRecipe:
+        return dataclasses.replace(base, train=dataclasses.replace(base.train, **changes))
+
+    apart = [class_mix()[0], recipe("binary", 0, widths=(24, 24)), recipe("binary", 0, "float32"),
+             train_with(steps=STEPS + 1), dataclasses.replace(base, problem=dataclasses.replace(base.problem,
+                                                                                               n_per_class=5)),
+             train_with(eval_every=8)]
+    for other in apart:
+        assert batch_group(other) != batch_group(base), other
