@@ -259,3 +259,29 @@ def test_recipes_that_differ_in_lr_weight_decay_and_loss_share_a_batch_group():
              train_with(eval_every=8)]
     for other in apart:
         assert batch_group(other) != batch_group(base), other
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_a_diverging_target_leaves_the_others_of_a_mixed_stack_unchanged(stacked):
+    """Two affine regressors at lr 0.01 and 0.02 with weight decay 0 and 1e-3: the one whose inputs are 30 times
+    larger diverges (its loss overflows); the other equals training it alone (exactly one by one, to rounding as one
+    batched product), its non-finite neighbour's slice of the stack never reaching it."""
+    from reconbench import plugins
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(10, 1, 8, 8, generator=gen, dtype=torch.float64)
+    y = torch.linspace(-1, 1, 10, dtype=torch.float64)
+
+    def affine(seed: int) -> torch.nn.Module:
+        g = torch.Generator().manual_seed(seed)
+        return plugins.get("models", "affine").build((1, 8, 8), 1, {}, generator=g).double()
+
+    both = BatchedChainGD([affine(0), affine(1)], [x, 30 * x], [y, y], ["mse", "mse"], [0.01, 0.02], [1e-3, 0.0],
+                          loss_every=5, stacked=stacked)
+    both.run(100)
+    alone = BatchedChainGD([affine(0)], [x], [y], "mse", 0.01, 1e-3, loss_every=5)
+    alone.run(100)
+    assert both.diverged[0] is None and both.diverged[1] is not None and "lower lr (now 0.02)" in both.diverged[1]
+    tol = 0.0 if not stacked else rounding_tolerance(torch.float64, 64, 100)
+    for k, v in alone.state_dicts()[0].items():
+        torch.testing.assert_close(both.state_dicts()[0][k], v, rtol=tol, atol=tol * float(v.abs().max()))
