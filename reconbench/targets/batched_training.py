@@ -225,14 +225,15 @@ class BatchedChainGD:
         cpu-mini targets). On a GPU each step is one batched product per layer over all targets. Each part steps
         with its own scalar settings (a target alone, or a stack that shares them); a stack of mixed settings steps
         by :meth:`_step_mixed`."""
+        parts: list[tuple[slice, tuple[str, float, float] | None]]   # None: the mixed stacked step
         if self.stacked:
-            parts = [(slice(None), self._step_mixed if not self.uniform else self._settings_of(0))]
+            parts = [(slice(None), self._settings_of(0) if self.uniform else None)]
         else:
             parts = [(slice(t, t + 1), self._settings_of(t)) for t in range(self.targets)]
         for sl, settings in parts:
             for j in range(count):
-                if callable(settings):
-                    settings()
+                if settings is None:
+                    self._step_mixed()
                 else:
                     self._step_part(sl, *settings)
                 self.ok[sl].logical_and_(torch.isfinite(self.loss_now[sl]))
