@@ -57,6 +57,8 @@ CHECKPOINT_FORMAT = TRAINING_CHECKPOINT_FORMAT
 #: the outputs and targets each loss reads: a stack mixes only losses of one layout
 LOSS_LAYOUTS = {"bce": "one output, float targets", "mse": "one output, float targets",
                 "ce": "one output per class, class-index targets"}
+#: the training settings each target of a stack keeps for itself; every other one its recipe must share
+OWN_SETTINGS = ("seed", "lr", "weight_decay", "loss")
 #: k when not given: host reads every this many steps
 DEFAULT_LOSS_EVERY = 100
 
@@ -538,9 +540,9 @@ def from_recipes(recipes: list[TargetRecipe], problems: list[Problem], device: s
                  loss_every: int = DEFAULT_LOSS_EVERY, cuda_graph: bool = True,
                  stacked: bool | None = None) -> tuple[BatchedChainGD, list[TargetNet]]:
     """The trainer of several recipes (with their built problems), and their models at their initial weights, as
-    :func:`reconbench.targets.training.train` would start them. Each recipe keeps its own constant learning rate,
-    weight decay and loss (of one output layout: :data:`LOSS_LAYOUTS`); they must share the dtype, and none may
-    stop early or have a defense."""
+    :func:`reconbench.targets.training.train` would start them. Each recipe keeps its own :data:`OWN_SETTINGS`
+    (the loss within one output layout: :data:`LOSS_LAYOUTS`); they must share every other training setting (dtype,
+    steps, schedule, ...), and none may stop early or have a defense."""
     from reconbench.targets.losses import get_loss
     from reconbench.targets.recipe import DTYPES
     from reconbench.targets.training import build_model
@@ -559,9 +561,12 @@ def from_recipes(recipes: list[TargetRecipe], problems: list[Problem], device: s
             (recipe.defense is not None, f"defense {recipe.defense!r}")) if bad]
         if reasons:
             raise ReconbenchError(f"batched training: recipe {i} has {reasons[0]}; train it alone (`reconbench train`)")
-        if spec.dtype != first.dtype:
-            raise ReconbenchError(f"batched training: recipe {i} has dtype = {spec.dtype!r}, recipe 0 "
-                                  f"{first.dtype!r}; batch only recipes that share it")
+        mine, theirs = recipe.to_dict()["train"], recipes[0].to_dict()["train"]
+        for key in [k for k in {**theirs, **mine} if k not in OWN_SETTINGS]:
+            if mine.get(key) != theirs.get(key):
+                raise ReconbenchError(f"batched training: recipe {i} has {key} = {mine.get(key)!r}, recipe 0 "
+                                      f"{theirs.get(key)!r}; batch only recipes that share it (each may have its own "
+                                      f"{', '.join(OWN_SETTINGS)})")
         names.append(get_loss(spec.loss, problem.task)[0])
         if names[-1] in LOSS_LAYOUTS and LOSS_LAYOUTS[names[-1]] != LOSS_LAYOUTS.get(names[0]):
             raise ReconbenchError(f"batched training: recipe {i} has loss {names[-1]!r}, recipe 0 {names[0]!r}: "

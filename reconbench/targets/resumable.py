@@ -30,7 +30,13 @@ import torch
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.precision import training_precision
 from reconbench.records.training_checkpoint import PieceNotes
-from reconbench.targets.batched_training import BATCH_LOSSES, BatchedChainGD, from_recipes, read_checkpoint
+from reconbench.targets.batched_training import (
+    BATCH_LOSSES,
+    OWN_SETTINGS,
+    BatchedChainGD,
+    from_recipes,
+    read_checkpoint,
+)
 from reconbench.targets.cards import ModelCard, save_card
 from reconbench.targets.losses import get_loss
 from reconbench.targets.problems import build_problem
@@ -64,10 +70,6 @@ def resumable_reason(recipe: TargetRecipe) -> str | None:
     if name not in BATCH_LOSSES:
         return f"loss {name!r} (the resumable trainer has {', '.join(BATCH_LOSSES)})"
     return None
-
-
-#: the settings a target of a stack keeps for itself (:class:`BatchedChainGD`), besides the seed
-OWN_SETTINGS = ("seed", "lr", "weight_decay", "loss")
 
 
 def batch_group(recipe: TargetRecipe) -> str:

@@ -34,8 +34,8 @@ def recipe(task: str, seed: int, dtype: Dtype = "float64", widths: tuple[int, ..
     return TargetRecipe(problem=ProblemSpec(task=task, n_per_class=4, num_classes=3 if task == "multiclass" else None,
                                             order_seed=seed),
                         family=family, model={"widths": list(widths)},
-                        train=TrainSpec(steps=STEPS, dtype=dtype, seed=seed, eval_every=7, loss_form="legacy",
-                                        **train_opts))
+                        train=TrainSpec(**{"steps": STEPS, "dtype": dtype, "seed": seed, "eval_every": 7,
+                                           "loss_form": "legacy", **train_opts}))
 
 
 def one_output_mix(dtype: Dtype = "float64") -> list[TargetRecipe]:
@@ -222,6 +222,10 @@ def test_what_cannot_stack_is_refused_in_one_line():
     problems = [build_problem(r.problem) for r in (binary, multi)]
     with pytest.raises(ReconbenchError, match="recipe 1 has loss 'ce', recipe 0 'bce'.*stack ce only with ce"):
         from_recipes([binary, multi], problems)
+    longer = recipe("regression", 1, steps=STEPS + 1)
+    with pytest.raises(ReconbenchError, match=f"recipe 1 has steps = {STEPS + 1}, recipe 0 {STEPS}; batch only recipes "
+                                              "that share it .each may have its own seed, lr, weight_decay, loss.$"):
+        from_recipes([binary, longer], [problems[0], build_problem(longer.problem)])
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(6, 1, 4, 4, generator=gen, dtype=torch.float64)
     from reconbench import plugins
