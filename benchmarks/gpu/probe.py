@@ -12,7 +12,10 @@ benchmarks/gpu/README.md says how to run it on the device machine.
   captures the graph) comes first; then ``--train-windows`` windows of k steps are timed. FLOPs per step and
   target: 6 n sum_{l>=2} in_l out_l (forward, input gradient and weight update of every layer past the first)
   + 2 n^2 w_1 (the first layer's pre-activations through the n x n Gram matrix); the input dimension does not
-  enter.
+  enter. Then one stack of the most targets with **mixed settings** (``settings: "mixed"``: BCE and MSE targets in
+  turn at two learning rates and weight decays 0 and 7.5e-4, as ``paper.toml``'s binary and regression targets
+  stack), float32 on CIFAR-10's shape with the graph: what per-target settings cost against a stack that shares
+  them (rows of shared settings say ``"shared"``).
 * Attack (``attack.run_batched`` of ``haim_binary_kkt``, as bench_batched.py calls it): 4, 8 and 16 runs of
   m = 1000 candidates against a random 3072-1000-1000-1 network, float64, float32 and TF32 (float32 with
   ``tf32 = true``), with the CUDA graph (the first occasion measured the eager loop within 5% of it at every size,
@@ -31,7 +34,9 @@ benchmarks/gpu/README.md says how to run it on the device machine.
   (about 9 s at n = 500 on one core of the loaded CPU machine).
 
 Before any timing, ``trainer_check`` trains three small float64 targets on the device, with and without the graph,
-and records their largest relative weight difference from the CPU's run (about 1e-15 expected).
+and records their largest relative weight difference from the CPU's run (about 1e-15 expected); and the same for a
+stack of mixed settings (``mixed_``: BCE and MSE, two learning rates, two weight decays) against the CPU's
+one-target-at-a-time order, whose step differs from the stacked one by rounding only.
 
 Peak memory is torch.cuda.max_memory_allocated per case (None on the CPU). Cases run in order of cost; once
 ``--budget`` seconds have passed, the rest are recorded as skipped, so the JSON always comes back.
@@ -92,8 +97,15 @@ def train_step_flops(n: int, widths: list[int]) -> int:
     return 6 * n * sum(i * o for i, o in zip(dims[:-1], dims[1:], strict=True)) + 2 * n * n * widths[0]
 
 
+def mixed_settings(targets: int) -> tuple[list[str], list[float], list[float]]:
+    """Losses, learning rates and weight decays of a stack of mixed settings: BCE and MSE in turn, two of each."""
+    pick = [t % 2 for t in range(targets)]
+    return ([("bce", "mse")[i] for i in pick], [(0.01, 0.005)[(t // 2) % 2] for t in range(targets)],
+            [(0.0, 7.5e-4)[i] for i in pick])
+
+
 def trainer_case(size: dict[str, Any], targets: int, dataset: str, dtype: str, graph: bool, windows: int,
-                 device: torch.device) -> dict[str, Any]:
+                 device: torch.device, mixed: bool = False) -> dict[str, Any]:
     shape, n, k = size["inputs"][dataset], size["n"], size["window"]
     reset_peak(device)
     gen = torch.Generator().manual_seed(0)
@@ -104,7 +116,12 @@ def trainer_case(size: dict[str, Any], targets: int, dataset: str, dtype: str, g
     xs = [(torch.randn(n, *shape, generator=gen, dtype=torch.float64) / d ** 0.5).to(DTYPES[dtype]).to(device)
           for _ in range(targets)]
     ys = [(torch.arange(n) % 2).to(DTYPES[dtype]).to(device) for _ in range(targets)]
-    trainer = BatchedChainGD(models, xs, ys, "bce", lr=0.01, loss_every=k, cuda_graph=graph)
+    if mixed:   # MSE's targets -1/+1, as a regression target's
+        losses, lrs, wds = mixed_settings(targets)
+        ys = [2 * y - 1 if loss == "mse" else y for y, loss in zip(ys, losses, strict=True)]
+        trainer = BatchedChainGD(models, xs, ys, losses, lrs, wds, loss_every=k, cuda_graph=graph)
+    else:
+        trainer = BatchedChainGD(models, xs, ys, "bce", lr=0.01, loss_every=k, cuda_graph=graph)
     trainer.run(k)   # warm-up window: cuBLAS handles, and the graph's capture on CUDA
     sync(device)
     t0 = time.perf_counter()
@@ -114,7 +131,8 @@ def trainer_case(size: dict[str, Any], targets: int, dataset: str, dtype: str, g
     steps = k * windows
     flops = targets * train_step_flops(n, size["widths"])
     return {"targets": targets, "dataset": dataset, "input_dim": d, "n": n, "widths": size["widths"], "dtype": dtype,
-            "cuda_graph_asked": graph, "cuda_graph": trainer._graph is not None, "notes": trainer.notes,
+            "settings": "mixed" if mixed else "shared", "cuda_graph_asked": graph,
+            "cuda_graph": trainer._graph is not None, "notes": trainer.notes,
             "steps_timed": steps, "seconds": seconds, "steps_per_second": steps / seconds,
             "target_steps_per_second": targets * steps / seconds, "flops_per_step": flops,
             "tflops_per_second": flops * steps / seconds / 1e12, "peak_memory_gib": peak_gib(device),
@@ -139,12 +157,27 @@ def trainer_check(device: torch.device) -> dict[str, Any]:
         trainer.run(23)
         return trainer.state_dicts()
 
-    reference = weights(torch.device("cpu"), False)
+    binary = [plugins.get("models", "mlp").build(s, 1, {"widths": [24, 16]}, generator=gen).double() for s in shapes]
+    losses, lrs, wds = mixed_settings(len(shapes))
+    ys_mixed = [(torch.arange(12) % 2).double() * (2 if loss == "mse" else 1) - (1 if loss == "mse" else 0)
+                for loss in losses]
+
+    def mixed_weights(dev: torch.device, graph: bool) -> list[dict[str, torch.Tensor]]:
+        models = [copy.deepcopy(m).to(dev) for m in binary]
+        trainer = BatchedChainGD(models, [x.to(dev) for x in xs], [y.to(dev) for y in ys_mixed], losses,
+                                 [10 * lr for lr in lrs], [10 * wd for wd in wds], loss_every=5, cuda_graph=graph,
+                                 stacked=dev.type != "cpu")
+        trainer.run(23)
+        return trainer.state_dicts()
+
     out: dict[str, Any] = {"targets": len(shapes), "steps": 23}
-    for graph in (True, False):
-        got = weights(device, graph)
-        out[f"max_relative_difference_graph_{graph}"] = max(
-            float((g[k] - r[k]).abs().max() / r[k].abs().max()) for g, r in zip(got, reference, strict=True) for k in r)
+    for name, train in (("", weights), ("mixed_", mixed_weights)):
+        reference = train(torch.device("cpu"), False)
+        for graph in (True, False):
+            got = train(device, graph)
+            out[f"{name}max_relative_difference_graph_{graph}"] = max(
+                float((g[k] - r[k]).abs().max() / r[k].abs().max())
+                for g, r in zip(got, reference, strict=True) for k in r)
     return out
 
 
@@ -308,6 +341,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for dataset in size["inputs"] for graph in (True, False)]
 
     cases = trainer_cases("float32")
+    cases.append(("trainer", (max(size["targets"]), "cifar10", "float32", True, True)))   # mixed settings
     cases += [("attack", (runs, precision, True)) for precision in ("tf32", "float32", "float64")
               for runs in size["runs"]]
     if device.type == "cuda" or args.tiny:
@@ -323,8 +357,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             continue
         try:
             if kind == "trainer":
-                targets, dataset, dtype, graph = params
-                row = trainer_case(size, targets, dataset, dtype, graph, args.train_windows, device)
+                targets, dataset, dtype, graph, *mixed = params
+                row = trainer_case(size, targets, dataset, dtype, graph, args.train_windows, device, *mixed)
             elif kind == "attack":
                 runs, precision, graph = params
                 row = attack_case(size, runs, precision, graph, device)

@@ -135,10 +135,14 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
     model = CostModel.for_device(device, table)
     plan = plan_slices(works, model, deadline - reserve, progress=progress, rules=rules)
     names = {c.recipe.key(): c.target for c in cells}
+    # each stack by its targets with a cell that fits a slice (the plan trains the others' only where none has one)
     groups: dict[str, list[str]] = {}
+    every: dict[str, list[str]] = {}
     for w in works:
-        if w.pieces and names[w.target_key] not in groups.setdefault(w.group, []):
-            groups[w.group].append(names[w.target_key])
+        for named, fits in ((every, True), (groups, w.cell_id not in plan.unfit)):
+            if w.pieces and fits and names[w.target_key] not in named.setdefault(w.group, []):
+                named[w.group].append(names[w.target_key])
+    groups = {g: groups.get(g) or targets for g, targets in every.items()}
 
     def training(i: int) -> str:
         made = plan.training_cards[i]

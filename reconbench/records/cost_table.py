@@ -171,6 +171,8 @@ class ProbeTrainerRow(Record):
     n: int | None = None
     widths: list[int] | None = None
     dtype: str | None = None
+    #: "shared": the targets share loss, lr and weight decay; "mixed": each has its own (None: a probe before both)
+    settings: str | None = None
     cuda_graph_asked: bool | None = None
     cuda_graph: bool | None = None
     notes: list[Any] | None = None

@@ -1,6 +1,12 @@
-"""The metadata of a batched-training checkpoint (``reconbench-batched-training/1``, the ``reconbench`` entry of the
-safetensors header that ``targets/batched_training.py`` writes): the settings a checkpoint must match to be resumed,
-the step it reached, its loss history, which targets diverged, and the caller's notes."""
+"""The metadata of a batched-training checkpoint (the ``reconbench`` entry of the safetensors header that
+``targets/batched_training.py`` writes): the settings a checkpoint must match to be resumed, the step it reached, its
+loss history, which targets diverged, and the caller's notes.
+
+Version 1 (``reconbench-batched-training/1``) holds one loss, learning rate and weight decay for all its targets.
+Version 2 (``reconbench-batched-training/2``) holds them one per target, as lists: a stack whose targets train with
+their own settings. A checkpoint whose targets share all three (every one-target checkpoint, as training in pieces
+writes them) is still written as version 1, so the files of readers that know only version 1 stay readable to them;
+version 1 reads unchanged, since a single value is one of the forms version 2 allows."""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from typing import Any
 from reconbench.records.record import FileFormat, Record
 
 CHECKPOINT_FORMAT = "reconbench-batched-training/1"
+#: the version whose loss, lr and weight decay may be one per target
+PER_TARGET_FORMAT = "reconbench-batched-training/2"
 
 
 @dataclass(frozen=True)
@@ -23,15 +31,16 @@ class HistoryPoint(Record):
 
 @dataclass(frozen=True)
 class TrainerSettings(Record):
-    """What a checkpoint must match to be resumed: the number of targets, n, loss, learning rate, weight decay, the
-    host's read interval, dtype, layer widths, input dimensions and the sha256 of the training data."""
+    """What a checkpoint must match to be resumed: the number of targets, n, loss, learning rate, weight decay (each
+    one value for all targets, or one per target), the host's read interval, dtype, layer widths, input dimensions and
+    the sha256 of the training data."""
 
     format: str
     targets: int
     n: int
-    loss: str
-    lr: float
-    weight_decay: float
+    loss: str | list[str]
+    lr: float | list[float]
+    weight_decay: float | list[float]
     loss_every: int
     dtype: str
     widths: list[int]
@@ -59,7 +68,7 @@ def _read_form(data: dict[str, Any]) -> dict[str, Any]:
 
 #: the door of a checkpoint's metadata
 TRAINING_CHECKPOINT: FileFormat[TrainingCheckpoint] = FileFormat(
-    TrainingCheckpoint, "format", {CHECKPOINT_FORMAT: _read_form},
+    TrainingCheckpoint, "format", {CHECKPOINT_FORMAT: _read_form, PER_TARGET_FORMAT: _read_form},
     fix="pass a file that BatchedChainGD.save wrote, or restart the training")
 
 

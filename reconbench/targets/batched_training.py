@@ -2,10 +2,15 @@
 
 T targets whose linear chains have the same n training samples and the same layer widths (the input dimension D may
 differ: it enters :mod:`reconbench.targets.chain_gd`'s factorised first layer only through the n x n Gram matrix
-X Xᵀ) step together at one constant learning rate: every product of :class:`~reconbench.targets.chain_gd.ChainGD`'s
-step becomes a ``bmm`` over the stack of T targets (on the CPU, slices of the stack one target at a time, for
-the cache: see ``_steps``), with the same operations in the same order, so target t's weights equal training it
-alone to rounding (tests/unit/targets/test_batched_training.py states the tolerance).
+X Xᵀ) step together, each at its own constant learning rate, weight decay and loss (any mix of losses of one output
+layout: ``bce`` and ``mse``, one output and a float target each; ``ce`` only with ``ce``): every product of
+:class:`~reconbench.targets.chain_gd.ChainGD`'s step becomes a ``bmm`` over the stack of T targets (on the CPU, slices
+of the stack one target at a time, for the cache: see ``_steps``), with the same operations in the same order, so
+target t's weights equal training it alone to rounding (tests/unit/targets/test_batched_training.py states the
+tolerance). Where the targets share lr, weight decay and loss, the stacked step passes them to the products as
+scalars; where they differ, it folds each target's lr into its output gradient and multiplies by each target's decay
+as (T, 1, 1) tensors (:meth:`BatchedChainGD._step_mixed`). On the CPU each target steps with its own scalars: a
+target of any stack equals training it alone bit for bit there.
 
 No host synchronisation per step: each step writes its loss into a device buffer and folds its finiteness into a
 device flag; the host reads them once every ``loss_every`` = k steps (the loss history holds the loss before every
@@ -25,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +44,21 @@ from reconbench.data import Problem
 from reconbench.errors import ReconbenchError
 from reconbench.nets import TargetNet
 from reconbench.records.training_checkpoint import CHECKPOINT_FORMAT as TRAINING_CHECKPOINT_FORMAT
-from reconbench.records.training_checkpoint import TRAINING_CHECKPOINT, TrainerSettings, TrainingCheckpoint
+from reconbench.records.training_checkpoint import (
+    PER_TARGET_FORMAT,
+    TRAINING_CHECKPOINT,
+    TrainerSettings,
+    TrainingCheckpoint,
+)
 from reconbench.targets.chain_gd import chain_layers
 from reconbench.targets.recipe import TargetRecipe
 
 CHECKPOINT_FORMAT = TRAINING_CHECKPOINT_FORMAT
+#: the outputs and targets each loss reads: a stack mixes only losses of one layout
+LOSS_LAYOUTS = {"bce": "one output, float targets", "mse": "one output, float targets",
+                "ce": "one output per class, class-index targets"}
+#: the training settings each target of a stack keeps for itself; every other one its recipe must share
+OWN_SETTINGS = ("seed", "lr", "weight_decay", "loss")
 #: k when not given: host reads every this many steps
 DEFAULT_LOSS_EVERY = 100
 
@@ -76,20 +91,30 @@ BATCH_LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = 
 class BatchedChainGD:
     """T targets' training state, stepped in place; ``run(steps)`` advances every live target by ``steps``."""
 
-    def __init__(self, models: list[TargetNet], xs: list[torch.Tensor], ys: list[torch.Tensor], loss: str,
-                 lr: float, weight_decay: float = 0.0, *, loss_every: int = DEFAULT_LOSS_EVERY,
-                 cuda_graph: bool = True, stacked: bool | None = None) -> None:
-        """``stacked``: one batched product per layer over all targets (None: on a GPU, not on the CPU; see
-        :meth:`_steps`)."""
+    def __init__(self, models: list[TargetNet], xs: list[torch.Tensor], ys: list[torch.Tensor],
+                 loss: str | Sequence[str], lr: float | Sequence[float], weight_decay: float | Sequence[float] = 0.0,
+                 *, loss_every: int = DEFAULT_LOSS_EVERY, cuda_graph: bool = True,
+                 stacked: bool | None = None) -> None:
+        """``loss``, ``lr``, ``weight_decay``: one for all targets, or one per target. ``stacked``: one batched
+        product per layer over all targets (None: on a GPU, not on the CPU; see :meth:`_steps`)."""
         if not models or not (len(models) == len(xs) == len(ys)):
             raise ReconbenchError(f"batched training needs one input and one target tensor per model; got "
                                   f"{len(models)} models, {len(xs)} inputs, {len(ys)} targets")
-        if loss not in BATCH_LOSSES:
-            raise ReconbenchError(f"batched training has closed-form gradients for {', '.join(BATCH_LOSSES)}, not "
-                                  f"{loss!r}; train this target alone (`reconbench train`)")
-        if not (lr > 0 and math.isfinite(lr)) or not (weight_decay >= 0 and math.isfinite(weight_decay)):
-            raise ReconbenchError(f"batched training: lr must be > 0 and weight_decay >= 0 (got lr={lr}, "
-                                  f"weight_decay={weight_decay})")
+        losses = _per_target("loss", loss, len(models))
+        lrs = [float(v) for v in _per_target("lr", lr, len(models))]
+        wds = [float(v) for v in _per_target("weight_decay", weight_decay, len(models))]
+        for name in losses:
+            if name not in BATCH_LOSSES:
+                raise ReconbenchError(f"batched training has closed-form gradients for {', '.join(BATCH_LOSSES)}, "
+                                      f"not {name!r}; train this target alone (`reconbench train`)")
+        if len({LOSS_LAYOUTS[name] for name in losses}) > 1:
+            raise ReconbenchError(f"batched training: losses {', '.join(sorted(set(losses)))} read different outputs "
+                                  "(ce: one output per class and class-index targets; bce, mse: one output); stack "
+                                  "ce only with ce")
+        for t, (one_lr, one_wd) in enumerate(zip(lrs, wds, strict=True)):
+            if not (one_lr > 0 and math.isfinite(one_lr)) or not (one_wd >= 0 and math.isfinite(one_wd)):
+                raise ReconbenchError(f"batched training: lr must be > 0 and weight_decay >= 0 (got lr={one_lr}, "
+                                      f"weight_decay={one_wd} for target {t})")
         if loss_every < 1:
             raise ReconbenchError(f"batched training: loss_every must be at least 1 (got {loss_every})")
         chains = [_chain_of(i, m) for i, m in enumerate(models)]
@@ -101,7 +126,10 @@ class BatchedChainGD:
         self.n = int(xs[0].shape[0])
         for i, (chain, x, y) in enumerate(zip(chains, xs, ys, strict=True)):
             _check_same_shape(i, chain, first, x, y, self.n, self.dtype, self.device)
-        self.loss_name, self.lr, self.wd = loss, float(lr), float(weight_decay)
+        #: each target's loss, learning rate and weight decay
+        self.losses, self.lrs, self.wds = losses, lrs, wds
+        #: whether the targets share all three (the stacked step then takes them as scalars)
+        self.uniform = len(set(losses)) == 1 and len(set(lrs)) == 1 and len(set(wds)) == 1
         self.loss_every, self.use_graph = int(loss_every), bool(cuda_graph)
         self.stacked = self.device.type != "cpu" if stacked is None else bool(stacked)
         self.notes: list[str] = []
@@ -109,17 +137,22 @@ class BatchedChainGD:
         with torch.no_grad():
             self.xs = [x.detach().flatten(1).to(dtype=self.dtype, device=self.device) for x in xs]
             self.y = torch.stack([y.detach().to(self.device) for y in ys])   # (T, n): float (bce, mse) or class index
-            if loss == "ce":
+            if losses[0] == "ce":
                 self.y = self.y.long()
                 self._y_index = self.y[:, :, None]
                 self._minus_one = torch.full((t, self.n, 1), -1.0, dtype=self.dtype, device=self.device)
             else:
                 self.y = self.y.to(self.dtype)
             self.gram = torch.stack([x @ x.t() for x in self.xs])
-            # W_1 = scale * base + coef X for each target (ChainGD's factorisation, one scale for all: same lr, wd)
+            # W_1 = scale * base + coef X for each target (ChainGD's factorisation; each target's own scale)
             self.base = [c[0].weight.detach().clone() for c in chains]
             self.coef = self.gram.new_zeros(t, first[0].out_features, self.n)
-            self.scale = 1.0
+            self.scales = [1.0] * t
+            # the mixed stacked step's per-target factors (T, 1, 1): lr, decay 1 - lr wd; and its output gradient
+            self._lr_t = torch.tensor(lrs, dtype=self.dtype, device=self.device)[:, None, None]
+            self._decays = [1.0 - a * b for a, b in zip(lrs, wds, strict=True)]
+            self._decay_t = torch.tensor(self._decays, dtype=self.dtype, device=self.device)[:, None, None]
+            self._grad_out = self.gram.new_empty(t, self.n, first[-1].out_features) if not self.uniform else None
             self.pre = torch.stack([torch.mm(x, w.t()) for x, w in zip(self.xs, self.base, strict=True)])
             self.weights = [torch.stack([c[i].weight.detach() for c in chains]).clone() for i in range(1, len(first))]
             self.biases = [None if first[i].bias is None else
@@ -143,6 +176,15 @@ class BatchedChainGD:
     def targets(self) -> int:
         return len(self.xs)
 
+    @property
+    def scale(self) -> float:
+        """The factor weight decay has left of the initial first-layer weights, common to a stack whose targets share
+        lr and weight decay (:attr:`scales`: each target's)."""
+        if len(set(self.scales)) > 1:
+            raise ReconbenchError("batched training: the targets have their own weight decay or lr, so each has its "
+                                  "own scale; read scales[t]")
+        return self.scales[0]
+
     def _forward(self, sl: slice) -> torch.Tensor:
         last = len(self.acts) - 1
         h = self.acts[0][sl].copy_(self.pre[sl])
@@ -161,10 +203,10 @@ class BatchedChainGD:
             h = out
         return h
 
-    def _output_grad(self, z: torch.Tensor, sl: slice) -> torch.Tensor:
-        if self.loss_name == "bce":
+    def _output_grad(self, z: torch.Tensor, sl: slice, loss: str) -> torch.Tensor:
+        if loss == "bce":
             return _bce_grad(z, self.y[sl])
-        if self.loss_name == "mse":
+        if loss == "mse":
             return _mse_grad(z, self.y[sl])
         grad = torch.softmax(z, dim=2)
         return grad.scatter_add_(2, self._y_index[sl], self._minus_one[sl]).div_(self.n)
@@ -182,20 +224,33 @@ class BatchedChainGD:
         the same operations; the targets are independent, so the order changes no number): there a product of n rows
         is one pass over a layer's weights, bound by memory, and one target's weights stay in the cache from pass
         to pass and step to step, where products over the whole stack would evict them (1.3x slower with four
-        cpu-mini targets). On a GPU each step is one batched product per layer over all targets."""
-        parts = [slice(None)] if self.stacked else [slice(t, t + 1) for t in range(self.targets)]
-        for sl in parts:
+        cpu-mini targets). On a GPU each step is one batched product per layer over all targets. Each part steps
+        with its own scalar settings (a target alone, or a stack that shares them); a stack of mixed settings steps
+        by :meth:`_step_mixed`."""
+        parts: list[tuple[slice, tuple[str, float, float] | None]]   # None: the mixed stacked step
+        if self.stacked:
+            parts = [(slice(None), self._settings_of(0) if self.uniform else None)]
+        else:
+            parts = [(slice(t, t + 1), self._settings_of(t)) for t in range(self.targets)]
+        for sl, settings in parts:
             for j in range(count):
-                self._step_part(sl)
+                if settings is None:
+                    self._step_mixed()
+                else:
+                    self._step_part(sl, *settings)
                 self.ok[sl].logical_and_(torch.isfinite(self.loss_now[sl]))
                 if j == 0 and mark_first:
                     self.loss_mark[sl].copy_(self.loss_now[sl])
 
-    def _step_part(self, sl: slice) -> None:
+    def _settings_of(self, t: int) -> tuple[str, float, float]:
+        return self.losses[t], self.lrs[t], self.wds[t]
+
+    def _step_part(self, sl: slice, loss: str, lr: float, wd: float) -> None:
+        """One step of the targets ``sl``, which share ``loss``, ``lr`` and ``wd`` (scalars in every product)."""
         z = self._forward(sl)
-        self.loss_now[sl].copy_(BATCH_LOSSES[self.loss_name](z, self.y[sl]))
-        lr, decay = self.lr, 1.0 - self.lr * self.wd
-        g = self._output_grad(z, sl)
+        self.loss_now[sl].copy_(BATCH_LOSSES[loss](z, self.y[sl]))
+        decay = 1.0 - lr * wd
+        g = self._output_grad(z, sl, loss)
         for i in range(len(self.acts) - 1, 0, -1):
             w, h, b = self.weights[i - 1][sl], self.acts[i - 1][sl], self.biases[i]
             g_in = torch.bmm(g, w, out=self.grad_in[i - 1][sl]).masked_fill_(h <= 0, 0.0)
@@ -212,11 +267,52 @@ class BatchedChainGD:
         if self.biases[0] is not None:
             self.biases[0][sl].mul_(decay).add_(g.sum(dim=1), alpha=-lr)
 
+    def _step_mixed(self) -> None:
+        """One step of the whole stack whose targets differ in lr, weight decay or loss: each target's loss and
+        output gradient on its own slice, its lr folded into that gradient (every product after it is linear in it),
+        then ChainGD's backward-and-update with each target's decay as a (T, 1, 1) factor. Equal to each target's
+        own step to rounding: lr multiplies the gradient before the products instead of after them."""
+        every = slice(None)
+        z = self._forward(every)
+        grad = self._grad_out
+        assert grad is not None
+        if len(set(self.losses)) == 1:
+            self.loss_now.copy_(BATCH_LOSSES[self.losses[0]](z, self.y))
+            grad.copy_(self._output_grad(z, every, self.losses[0]))
+        else:   # bce and mse: one output each, a few targets; one small call per target
+            for t, loss in enumerate(self.losses):
+                one = slice(t, t + 1)
+                self.loss_now[one].copy_(BATCH_LOSSES[loss](z[one], self.y[one]))
+                grad[one].copy_(self._output_grad(z[one], one, loss))
+        g = grad.mul_(self._lr_t)
+        decays = any(d != 1.0 for d in self._decays)
+        decay, decay_row = self._decay_t, self._decay_t[:, :, 0]
+        for i in range(len(self.acts) - 1, 0, -1):
+            w, h, b = self.weights[i - 1], self.acts[i - 1], self.biases[i]
+            g_in = torch.bmm(g, w, out=self.grad_in[i - 1]).masked_fill_(h <= 0, 0.0)
+            if decays:
+                w.mul_(decay)
+            w.baddbmm_(g.transpose(1, 2), h, alpha=-1.0)
+            if b is not None:
+                if decays:
+                    b.mul_(decay_row)
+                b.sub_(g.sum(dim=1))
+            g = g_in
+        if decays:
+            self.coef.mul_(decay)
+            self.pre.mul_(decay)
+        self.coef.sub_(g.transpose(1, 2))
+        self.pre.baddbmm_(self.gram, g, alpha=-1.0)
+        if self.biases[0] is not None:
+            if decays:
+                self.biases[0].mul_(decay_row)
+            self.biases[0].sub_(g.sum(dim=1))
+
     def _advance_scale(self, steps: int) -> None:
-        decay = 1.0 - self.lr * self.wd
-        if decay != 1.0:
-            for _ in range(steps):   # one multiplication per step, as ChainGD does
-                self.scale *= decay
+        for t, decay in enumerate(self._decays):
+            if decay != 1.0:
+                for _ in range(steps):   # one multiplication per step, as ChainGD does
+                    self.scales[t] *= decay
 
     def _window(self) -> Callable[[], None]:
         """k aligned steps (the first marks its loss) as one call: a CUDA graph on CUDA when allowed."""
@@ -234,7 +330,7 @@ class BatchedChainGD:
 
     def _state_tensors(self) -> list[torch.Tensor]:
         return [self.coef, self.pre, self.loss_now, self.loss_mark, self.ok, *self.weights,
-                *(b for b in self.biases if b is not None)]
+                *(b for b in self.biases if b is not None), *([] if self._grad_out is None else [self._grad_out])]
 
     def _capture(self, steps: Callable[[], None]) -> torch.cuda.CUDAGraph | None:
         """The window as a CUDA graph, captured after a warm-up on a side stream; the state is restored after both.
@@ -284,7 +380,7 @@ class BatchedChainGD:
         for t, fine in enumerate(ok):
             if not fine and self.diverged[t] is None:
                 self.diverged[t] = (f"loss became non-finite between steps {start} and {self.step_count - 1}; "
-                                    f"lower lr (now {self.lr})")
+                                    f"lower lr (now {self.lrs[t]})")
 
     # -- weights out --------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -293,7 +389,8 @@ class BatchedChainGD:
         factorised state: W_1 = scale * base + coef X is formed in a copy."""
         out = []
         for t in range(self.targets):
-            w1 = self.base[t] * self.scale if self.scale != 1.0 else self.base[t].clone()
+            scale = self.scales[t]
+            w1 = self.base[t] * scale if scale != 1.0 else self.base[t].clone()
             w1.addmm_(self.coef[t], self.xs[t])
             layers = [w1, *(w[t] for w in self.weights)]
             state: dict[str, torch.Tensor] = {}
@@ -323,10 +420,15 @@ class BatchedChainGD:
         that target alone has them."""
         xs = self.xs if target is None else [self.xs[target]]
         digest = self._data_digest if target is None else _digest(xs, self.y[target:target + 1])
-        return TrainerSettings(format=CHECKPOINT_FORMAT, targets=len(xs), n=self.n, loss=self.loss_name, lr=self.lr,
-                               weight_decay=self.wd, loss_every=self.loss_every, dtype=str(self.dtype),
-                               widths=[int(a.shape[2]) for a in self.acts], input_dims=[int(x.shape[1]) for x in xs],
-                               data_sha256=digest)
+        ts = range(self.targets) if target is None else [target]
+        losses, lrs, wds = [self.losses[t] for t in ts], [self.lrs[t] for t in ts], [self.wds[t] for t in ts]
+        shared = len(set(losses)) == 1 and len(set(lrs)) == 1 and len(set(wds)) == 1
+        # settings the targets share are written as one value (version 1, as before); others one per target
+        return TrainerSettings(format=CHECKPOINT_FORMAT if shared else PER_TARGET_FORMAT, targets=len(xs), n=self.n,
+                               loss=losses[0] if shared else losses, lr=lrs[0] if shared else lrs,
+                               weight_decay=wds[0] if shared else wds, loss_every=self.loss_every,
+                               dtype=str(self.dtype), widths=[int(a.shape[2]) for a in self.acts],
+                               input_dims=[int(x.shape[1]) for x in xs], data_sha256=digest)
 
     @torch.no_grad()
     def save(self, path: str | Path, *, with_base: bool = True, extra: dict[str, Any] | None = None,
@@ -340,8 +442,10 @@ class BatchedChainGD:
         path = Path(path)
         sl = slice(None) if target is None else slice(target, target + 1)
         bases = self.base if target is None else [self.base[target]]
-        tensors: dict[str, torch.Tensor] = {"coef": self.coef[sl], "pre": self.pre[sl],
-                                            "scale": torch.tensor([self.scale], dtype=torch.float64)}
+        scales = self.scales[sl]
+        # one scale when the targets share it (the form of every checkpoint before per-target settings)
+        tensors: dict[str, torch.Tensor] = {"coef": self.coef[sl], "pre": self.pre[sl], "scale": torch.tensor(
+            scales[:1] if len(set(scales)) == 1 else scales, dtype=torch.float64)}
         if with_base:
             for t, base in enumerate(bases):
                 tensors[f"base.{t}"] = base
@@ -375,13 +479,19 @@ class BatchedChainGD:
                                   "restore the file") from None
         meta = read_checkpoint(path)
         stored = meta.to_dict()   # every setting is a required field: each key is there
-        for key, value in self._meta(target).to_dict().items():
-            if stored[key] != value:
-                raise ReconbenchError(f"{path}: checkpoint {key} = {stored[key]!r}, this trainer's is {value!r}; "
+        mine = self._meta(target).to_dict()
+        for key in sorted(mine, key=lambda k: k == "format"):   # a differing setting is named before the version
+            if stored[key] != mine[key]:
+                raise ReconbenchError(f"{path}: checkpoint {key} = {stored[key]!r}, this trainer's is {mine[key]!r}; "
                                       "resume with the targets, data and settings it was saved with")
         sl = slice(None) if target is None else slice(target, target + 1)
         bases = self.base if target is None else [self.base[target]]
-        self.scale = float(tensors["scale"][0])
+        scales = [float(v) for v in tensors["scale"]]
+        count = sl.indices(self.targets)[1] - sl.indices(self.targets)[0]
+        if len(scales) not in (1, count):
+            raise ReconbenchError(f"{path}: the checkpoint holds {len(scales)} scales for {count} targets; restart "
+                                  "training or restore the file")
+        self.scales[sl] = scales * count if len(scales) == 1 else scales
         self.coef[sl].copy_(tensors["coef"])
         self.pre[sl].copy_(tensors["pre"])
         if "base.0" not in tensors and meta.base_sha256 != _digest(bases, bases[0].new_zeros(0)):
@@ -430,8 +540,9 @@ def from_recipes(recipes: list[TargetRecipe], problems: list[Problem], device: s
                  loss_every: int = DEFAULT_LOSS_EVERY, cuda_graph: bool = True,
                  stacked: bool | None = None) -> tuple[BatchedChainGD, list[TargetNet]]:
     """The trainer of several recipes (with their built problems), and their models at their initial weights, as
-    :func:`reconbench.targets.training.train` would start them. The recipes must share what one batched step
-    needs: a constant learning rate, weight decay, loss and dtype, no early stop and no defense."""
+    :func:`reconbench.targets.training.train` would start them. Each recipe keeps its own :data:`OWN_SETTINGS`
+    (the loss within one output layout: :data:`LOSS_LAYOUTS`); they must share every other training setting (dtype,
+    steps, schedule, ...), and none may stop early or have a defense."""
     from reconbench.targets.losses import get_loss
     from reconbench.targets.recipe import DTYPES
     from reconbench.targets.training import build_model
@@ -450,21 +561,36 @@ def from_recipes(recipes: list[TargetRecipe], problems: list[Problem], device: s
             (recipe.defense is not None, f"defense {recipe.defense!r}")) if bad]
         if reasons:
             raise ReconbenchError(f"batched training: recipe {i} has {reasons[0]}; train it alone (`reconbench train`)")
-        for field in ("lr", "weight_decay", "dtype"):
-            if getattr(spec, field) != getattr(first, field):
-                raise ReconbenchError(f"batched training: recipe {i} has {field} = {getattr(spec, field)!r}, recipe 0 "
-                                      f"{getattr(first, field)!r}; batch only recipes that share it")
+        mine, theirs = recipe.to_dict()["train"], recipes[0].to_dict()["train"]
+        for key in [k for k in {**theirs, **mine} if k not in OWN_SETTINGS]:
+            if mine.get(key) != theirs.get(key):
+                raise ReconbenchError(f"batched training: recipe {i} has {key} = {mine.get(key)!r}, recipe 0 "
+                                      f"{theirs.get(key)!r}; batch only recipes that share it (each may have its own "
+                                      f"{', '.join(OWN_SETTINGS)})")
         names.append(get_loss(spec.loss, problem.task)[0])
-    if len(set(names)) > 1:
-        raise ReconbenchError(f"batched training: the recipes use different losses ({', '.join(sorted(set(names)))}); "
-                              "batch only recipes that share one")
+        if names[-1] in LOSS_LAYOUTS and LOSS_LAYOUTS[names[-1]] != LOSS_LAYOUTS.get(names[0]):
+            raise ReconbenchError(f"batched training: recipe {i} has loss {names[-1]!r}, recipe 0 {names[0]!r}: "
+                                  f"{LOSS_LAYOUTS[names[-1]]} against {LOSS_LAYOUTS.get(names[0], 'another form')}; "
+                                  "stack ce only with ce, bce and mse with each other")
     dtype = DTYPES[first.dtype]
     models = [build_model(r, p).to(dtype).to(device) for r, p in zip(recipes, problems, strict=True)]
     xs = [p.x_train(dtype).to(device) for p in problems]
     ys = [p.targets(p.train_labels, dtype).to(device) for p in problems]
-    trainer = BatchedChainGD(models, xs, ys, names[0], first.lr, first.weight_decay, loss_every=loss_every,
-                             cuda_graph=cuda_graph, stacked=stacked)
+    trainer = BatchedChainGD(models, xs, ys, names, [r.train.lr for r in recipes],
+                             [r.train.weight_decay for r in recipes], loss_every=loss_every, cuda_graph=cuda_graph,
+                             stacked=stacked)
     return trainer, models
+
+
+def _per_target(name: str, value: Any, count: int) -> list[Any]:
+    """A setting given once for all targets, or once per target, as one value per target."""
+    if isinstance(value, (str, int, float)):
+        return [value] * count
+    values = list(value)
+    if len(values) != count:
+        raise ReconbenchError(f"batched training: {len(values)} values of {name} for {count} targets; give one value, "
+                              "or one per target")
+    return values
 
 
 def _chain_of(i: int, model: TargetNet) -> list[nn.Linear]:

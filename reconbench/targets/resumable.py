@@ -36,7 +36,13 @@ from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.precision import training_precision
 from reconbench.provenance import save_tensors_atomic, write_bytes_atomic
 from reconbench.records.training_checkpoint import PieceNotes
-from reconbench.targets.batched_training import BATCH_LOSSES, BatchedChainGD, from_recipes, read_checkpoint
+from reconbench.targets.batched_training import (
+    BATCH_LOSSES,
+    OWN_SETTINGS,
+    BatchedChainGD,
+    from_recipes,
+    read_checkpoint,
+)
 from reconbench.targets.cards import CARD_FILE, MEAN_FILE, WEIGHTS_FILE, ModelCard, load_card, save_card
 from reconbench.targets.data_files import file_digest
 from reconbench.targets.losses import get_loss
@@ -77,14 +83,16 @@ def resumable_reason(recipe: TargetRecipe) -> str | None:
 
 def batch_group(recipe: TargetRecipe) -> str:
     """Which targets can train as one stack (:class:`BatchedChainGD`): equal architecture, training-set size,
-    outputs and training settings; the data set and the initialisation seed may differ (the input dimension enters
-    the trainer only through X Xᵀ). Targets of one group that are at the same step train together in a slice."""
+    outputs (one output with a float target, bce or mse; or one per class, ce) and training settings but
+    :data:`OWN_SETTINGS`: the learning rate, weight decay, loss (within its output layout), initialisation seed and
+    data set may differ (the input dimension enters the trainer only through X Xᵀ). Targets of one group that are at
+    the same step train together in a slice. The key is not stored anywhere: it may change between versions."""
     import json
 
     p = recipe.problem
-    train = dict(recipe.to_dict()["train"])
-    train.pop("seed", None)
-    size: dict[str, Any] = {"task": p.task, "num_classes": p.num_classes, "n_per_class": p.n_per_class}
+    train = {k: v for k, v in recipe.to_dict()["train"].items() if k not in OWN_SETTINGS}
+    outputs = "classes" if p.task == "multiclass" else "one"   # binary (bce) and regression (mse): one output
+    size: dict[str, Any] = {"outputs": outputs, "num_classes": p.num_classes, "n_per_class": p.n_per_class}
     if p.task == "multiclass" and p.num_classes is None:   # the number of outputs comes from the data set
         size["dataset"] = p.dataset
     key = {"family": recipe.family, "model": recipe.model, "problem": size, "train": train}
@@ -201,7 +209,7 @@ def _finish(recipe: TargetRecipe, problem: Any, trainer: BatchedChainGD, model: 
                                "final_loss": float(trainer.loss_now[t]), "train_seconds": spent,
                                "train_device": str(device), "precision": training_precision(spec.dtype).to_dict(),
                                "trainer": TRAINER, "training_pieces": pieces}
-    metrics.update(release_metrics(model, recipe, problem, loss_fn, dtype, trainer.scale, spec.weight_decay))
+    metrics.update(release_metrics(model, recipe, problem, loss_fn, dtype, trainer.scales[t], spec.weight_decay))
     history = [{"step": float(h["step"]), "loss": h["loss"][t]} for h in trainer.history]
     return save_card(card_dir, recipe, problem, TrainResult(model=model, metrics=metrics, history=history))
 

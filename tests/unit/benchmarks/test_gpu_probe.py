@@ -29,8 +29,12 @@ def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
     data = json.loads(out.read_text())
     assert data["tiny"] and not data["skipped"]
     assert data["trainer_check"]["max_relative_difference_graph_True"] < 1e-12   # the CPU against itself
-    # every run count the planner prices by, with the graph only (the eager loop is no longer timed)
-    assert len(data["trainer"]) == 16 and len(data["attack"]) == 9
+    assert data["trainer_check"]["mixed_max_relative_difference_graph_True"] < 1e-12
+    # every run count the planner prices by, with the graph only (the eager loop is no longer timed); the trainer's
+    # 16 cases of shared settings and one stack of the most targets with mixed settings
+    assert len(data["trainer"]) == 17 and len(data["attack"]) == 9
+    assert [(r["targets"], r["dtype"]) for r in data["trainer"] if r["settings"] == "mixed"] == [(4, "float32")]
+    assert sum(r["settings"] == "shared" for r in data["trainer"]) == 16
     assert sorted({r["runs"] for r in data["attack"]}) == [1, 2, 4]
     assert all(r["cuda_graph_asked"] for r in data["attack"])
     # the kernel profile (CPU operators with --tiny): the top operators by self time, and the shares of each kind
@@ -53,7 +57,7 @@ def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
     assert {r["precision"] for r in data["attack"]} == {"float64", "float32", "tf32"}
     # the JSON reads strictly through its door (every field the probe writes is one the record names), stamped
     record = PROBE_FILE.read(out)
-    assert data["format"] == PROBE_SCHEMA and all(r.measured for r in record.trainer) and len(record.trainer) == 16
+    assert data["format"] == PROBE_SCHEMA and all(r.measured for r in record.trainer) and len(record.trainer) == 17
     assert all(r.error is None and r.runs and r.m and r.layers for r in record.attack)   # steps may time at 0 here
     assert record.profile is not None and record.profile["kinds"] == prof["kinds"]
 

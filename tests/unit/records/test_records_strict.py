@@ -131,6 +131,24 @@ def test_invocation_unstamped_an_invocation_decodes_strictly():
     assert isinstance(rec, Invocation) and rec.to_dict() == inv and rec.cells_lost == ["b"]
 
 
+def test_batched_training_v1_and_v2_a_checkpoints_settings_decode_strictly():
+    """Version 1 holds one loss, lr and weight decay; version 2 one per target (a stack of mixed settings); both read
+    through one door, and each writes back as read."""
+    from reconbench.records.training_checkpoint import TRAINING_CHECKPOINT
+
+    v1 = {"format": "reconbench-batched-training/1", "targets": 2, "n": 4, "loss": "bce", "lr": 0.1,
+          "weight_decay": 0, "loss_every": 10, "dtype": "torch.float64", "widths": [8, 1], "input_dims": [3, 5],
+          "data_sha256": "0" * 64, "step": 20, "history": [{"step": 0, "loss": [0.7, 0.6]}], "diverged": [None, None]}
+    v2 = {**v1, "format": "reconbench-batched-training/2", "loss": ["bce", "mse"], "lr": [0.1, 0.05],
+          "weight_decay": [0, 1e-3]}
+    one, two = TRAINING_CHECKPOINT.decode(v1, "v1"), TRAINING_CHECKPOINT.decode(v2, "v2")
+    assert (one.loss, one.lr, one.weight_decay) == ("bce", 0.1, 0)
+    assert (two.loss, two.lr, two.weight_decay) == (["bce", "mse"], [0.1, 0.05], [0, 1e-3])
+    assert one.to_dict() == v1 and two.to_dict() == v2
+    with pytest.raises(ReconbenchError, match=r"^v3 .*lr is the text .fast., expected a number or a list"):
+        TRAINING_CHECKPOINT.decode({**v2, "lr": "fast"}, "v3")
+
+
 # -- the door refuses what it does not read ---------------------------------------------------------------
 def test_an_unknown_version_stamp_is_refused_naming_the_versions_read():
     data = {**_load(RESULTS[0]), "kind": "reconbench-result/9"}

@@ -204,9 +204,10 @@ def test_batching_refuses_what_one_step_cannot_hold():
                             train=TrainSpec(schedule="inverse_loss", steps=STEPS))
     with pytest.raises(ReconbenchError, match="inverse_loss.*train it alone"):
         from_recipes([base[0], schedule], problems[:2])
-    faster = TargetRecipe(problem=base[1].problem, model=base[1].model, train=TrainSpec(lr=0.5, steps=STEPS))
-    with pytest.raises(ReconbenchError, match="lr = 0.5"):
-        from_recipes([base[0], faster], problems[:2])
+    single = TargetRecipe(problem=base[1].problem, model=base[1].model,
+                          train=TrainSpec(lr=0.5, steps=STEPS, dtype="float32"))
+    with pytest.raises(ReconbenchError, match="dtype = 'float32'.*share it"):
+        from_recipes([base[0], single], problems[:2])
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
