@@ -148,8 +148,12 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
         made = plan.training_cards[i]
         parts = [f"{' + '.join(groups[g])} {sec:.0f}s" + (f" (cards {made[g]:.0f}s)" if made.get(g) else "")
                  for g, sec in plan.training[i].items()]
+        if plan.cards_restored[i]:
+            parts.insert(0, f"{plan.cards_restored[i]} card(s) restored {plan.restored_seconds[i]:.0f}s")
         if plan.cards[i]:
             parts.insert(0, f"{plan.cards[i]} card(s) rebuilt {plan.card_seconds[i]:.0f}s")
+        if plan.cards_skipped[i]:
+            parts.append(f"{len(plan.cards_skipped[i])} card(s) not made: no cell of their target fits")
         return "; ".join(parts)
 
     def first(ids: list[str], groups: list[PlannedGroup]) -> str:

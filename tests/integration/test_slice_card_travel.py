@@ -265,14 +265,16 @@ def test_the_plan_learns_from_the_ledger_which_cards_travelled(travelled, tmp_pa
         entry.pop("card")
     (tmp_path / "old.json").write_text(json.dumps(old))
 
-    def first_slice(ledger: Path) -> float:
+    def first_slice(ledger: Path, says: str) -> float:
         code, out, err = run_cli(["bench", str(suite.path), "--plan", "--deadline", "1000", "--costs", str(costs),
                                   "--finished", str(ledger), "--out", str(tmp_path / "none")], capsys)
         assert code == 0, out + err
         row = next(line for line in out.splitlines() if line.startswith("|       1 |"))
+        assert says in row.split("|")[4]   # the training column names what the slice does with the cards
         return float(row.split("|")[3])
 
-    assert first_slice(tmp_path / "old.json") - first_slice(results / LEDGER_FILE) == pytest.approx(2 * 99.0, abs=1)
+    rebuilt = first_slice(tmp_path / "old.json", "2 card(s) rebuilt 200s")
+    assert rebuilt - first_slice(results / LEDGER_FILE, "2 card(s) restored 2s") == pytest.approx(2 * 99.0, abs=1)
 
 
 def test_a_card_that_does_not_match_its_manifest_or_ledger_is_refused(travelled, tmp_path):
