@@ -134,3 +134,92 @@ def test_the_plan_counts_the_stacks_speed_up():
     flat = plan_slices(works, CostModel(prior=CostTable.of(PHASES)), 300.0)
     assert flat.slices == [[], ["A", "B", "C", "D"]]
     assert [sum(t.values()) for t in flat.training] == pytest.approx([298.0, 10.0 + 112.0])
+
+
+# -- the executor decides with the same price ------------------------------------------------------------------------
+CIFAR, MNIST = "cifar-binary--haim_binary_kkt--gaussian--s0", "mnist-binary--haim_binary_kkt--gaussian--s0"
+TRAIN_1, TRAIN_2, CARD, SETUP = 100.0, 50.0, 20.0, 10.0   # seconds per target alone, stacked by two; a card; set-up
+
+
+def stack_table(units: float, pair: bool) -> CostTable:
+    """One target's training 100 s alone, 50 s in a stack of two (where ``pair``), a card 20 s, a cell 3.25 s (its
+    attack's 1 s fixed, the margin)."""
+    sizes = {"1": PhaseCost(fixed=SETUP, rate=TRAIN_1 / units)}
+    if pair:
+        sizes["2"] = PhaseCost(fixed=SETUP, rate=TRAIN_2 / units)
+    return CostTable(train=sizes["1"], attack=PhaseCost(fixed=1.0, rate=0.0), evaluate=PhaseCost(fixed=0.0, rate=0.0),
+                     card=PhaseCost(fixed=CARD, rate=0.0), train_targets=sizes)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def executor_slice(tmp_path: Any, monkeypatch: Any, deadline: float, pair: bool) -> dict[str, Any]:
+    """A cross-target slice (bare machine, no state) of the paper's CIFAR-10 and MNIST binary KKT cells, whose targets
+    are one batch group: the trainer replaced by a device that trains a stack at the table's price for its size and
+    makes the cards at their price (the scripted clock advances by it), the cells' joint computation recorded."""
+    from collections.abc import Generator
+
+    from _helpers.slicekit import paper_works
+
+    from reconbench.bench import slice_executor
+    from reconbench.bench.cells import expand
+    from reconbench.bench.executors import CellJob, Outcome, RunContext
+    from reconbench.bench.slice_costs import Slot, cell_work
+    from reconbench.bench.slice_executor import DeadlineExecutor
+    from reconbench.targets.resumable import Piece
+
+    suite, _, sizes = paper_works()
+    cells = [c for c in expand(suite) if c.cell_id in (CIFAR, MNIST)]
+    works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=suite.dtype, device="cuda") for c in cells]
+    assert len({w.group for w in works}) == 1 and works[0].train == pytest.approx(works[1].train, rel=1e-12)
+    table = stack_table(works[0].train, pair)
+    clock = Clock()
+    out: dict[str, Any] = {"trained": []}
+
+    def device(recipes: list[Any], cards: list[Any], states: Any, *, seconds: float, **_: Any) -> list[Piece]:
+        need = SETUP + len(recipes) * (TRAIN_2 if len(recipes) == 2 and pair else TRAIN_1)
+        ends = need <= seconds
+        clock.now += need + len(recipes) * CARD if ends else seconds
+        out["trained"].append((len(recipes), seconds, ends))
+        steps = recipes[0].train.steps
+        return [Piece(r.key(), steps if ends else steps // 2, steps, seconds, card=object() if ends else None,  # type: ignore[arg-type]
+                      stacked=len(recipes)) for r in recipes]
+
+    def run_together(self: DeadlineExecutor, jobs: list[CellJob], ctx: RunContext, targets: Any, slot: Slot,
+                     works: Any, group_runs: Any = None) -> Generator[Outcome, None, None]:
+        out["ran"] = [j.cell.cell_id for j in jobs]
+        yield from ()
+
+    monkeypatch.setattr(slice_executor, "train_pieces", device)
+    monkeypatch.setattr(DeadlineExecutor, "_run_together", run_together)
+    ctx = RunContext(suite, tmp_path / "out", 0, "cuda", suite.dtype, None, str(tmp_path / "cache"), True)
+    executor = DeadlineExecutor(deadline, CostModel(prior=table), sizes, start=0.0, clock=clock, cross_target=True,
+                                states=tmp_path / "states")
+    assert list(executor.run([CellJob(c, c.run_spec(suite, "cuda", suite.dtype)) for c in cells], ctx)) == []
+    out["plan"] = plan_slices(works, CostModel(prior=table), deadline)
+    out["group"] = works[0].group
+    return out
+
+
+def test_the_executor_trains_two_stacked_targets_at_the_2_target_price_as_the_plan_does(tmp_path, monkeypatch):
+    """Slices of 240 s (238 s for training past the margin's 2 s). With a price for a stack of two: 10 + 2 x 50 =
+    110 s and the two cards (40 s) fit, so the stack trains to its end with the time left, its cards are made, and
+    both cells follow in the slice (150 + 2 x 3.25 s); the plan says the same. With the 1-target price only: 210 s of
+    training would end but its cards would not fit after it (250 s > 238 s), so both stop 40 s short (198 s) and the
+    cells wait: the plan's slice 1 trains as long and runs no cell."""
+    stacked = executor_slice(tmp_path / "stacked", monkeypatch, 240.0, pair=True)
+    assert stacked["trained"] == [(2, 238.0, True)] and stacked["ran"] == [CIFAR, MNIST]
+    plan = stacked["plan"]
+    assert plan.slices[0] == [CIFAR, MNIST] and plan.training[0] == {stacked["group"]: pytest.approx(150.0)}
+    assert plan.seconds[0] == pytest.approx(150.0 + 2 * 3.25)
+    alone = executor_slice(tmp_path / "alone", monkeypatch, 240.0, pair=False)
+    assert alone["trained"] == [(2, pytest.approx(198.0), False)] and "ran" not in alone
+    plan = alone["plan"]
+    assert plan.slices[0] == [] and plan.training[0] == {alone["group"]: pytest.approx(198.0)}
+    assert plan.slices[1] == [CIFAR, MNIST]
