@@ -223,3 +223,14 @@ def test_the_executor_trains_two_stacked_targets_at_the_2_target_price_as_the_pl
     plan = alone["plan"]
     assert plan.slices[0] == [] and plan.training[0] == {alone["group"]: pytest.approx(198.0)}
     assert plan.slices[1] == [CIFAR, MNIST]
+
+
+def test_the_plan_header_says_the_training_rates_by_stack_size():
+    """From the probe's rows above: 4,000 and 8,000 target-steps/s, so a stack of four is 8,000 / 4,000 = 2x as fast
+    per target-step; a table without prices by size says nothing of them."""
+    from reconbench.cli.bench_plan import rates_lines
+
+    table = costs_from_probe(probe([trainer_row(1, 4000.0), trainer_row(4, 8000.0)]), train_dtype="float32")
+    (line,) = [x for x in rates_lines(table) if "targets stacked" in x]
+    assert "stacked: 1 (4,000 target-steps/s), 4 (8,000 target-steps/s, 2.00x the 1-target rate)" in line
+    assert not [x for x in rates_lines(CostTable.of(PHASES)) if "stacked" in x]
