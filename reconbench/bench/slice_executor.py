@@ -1,7 +1,8 @@
 """The executor of a slice: cells one after the other in this process, each started only when its estimated cost
 (``reconbench.bench.slice_costs``) fits before the deadline; the others are left for the next slice. With a folder of
 training states, targets the resumable trainer takes train in pieces with the time the cells leave, several of one
-shape as one stack (:meth:`DeadlineExecutor.run`; ``plan_slices`` plans the same walk).
+shape as one stack (:meth:`DeadlineExecutor.run`; ``plan_slices`` plans the same walk), priced at its stack size
+where the cost table has rates by targets stacked (:meth:`DeadlineExecutor._stack_seconds`).
 
 While a cell's attack runs, :class:`~reconbench.bench.slice_watch.SliceWatch` prints its progress and stops it at the
 deadline (less the pack's reserve): a stopped cell is not recorded (it stays to do) and the executor starts nothing
