@@ -247,8 +247,10 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
     work.
 
     - train: the batched trainer's rows of ``train_dtype`` with the CUDA graph (every row where none was captured),
-      the slowest per target-step (a stack of one target, the paper suite's usual group); its units per
-      target-step are the probe's FLOPs per step / targets / 6 (the resumable trainer's ``n P``);
+      the slowest per target-step (a stack of one target) as the flat rate; its units per target-step are the
+      probe's FLOPs per step / targets / 6 (the resumable trainer's ``n P``); and, in ``train_targets``, the rate
+      at every stack size measured (the slowest row of each ``targets``, data sets and settings alike), which
+      prices a stack by its own size (:meth:`~reconbench.records.cost_table.CostTable.phase`);
     - attack: the attack rows of ``attack_precision`` with the CUDA graph where one was captured, the most runs
       batched, the slowest per unit; units per step: runs x m x the probe network's weights; and, in
       ``attack_runs``, each precision's rate at every run count measured (the slowest row of each count), which
@@ -306,18 +308,27 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
             rates[str(r.runs)] = max(rates.get(str(r.runs), 0.0), attack_rate(r))
         return {k: PhaseCost(fixed=prior.attack.fixed, rate=v) for k, v in sorted(rates.items(), key=lambda x: int(x[0]))}
 
+    slowest: dict[int, ProbeTrainerRow] = {}   # targets stacked -> the slowest row per unit of one target's work
+    for r in train:
+        k = int(r.targets or 1)
+        if k not in slowest or train_rate(r) > train_rate(slowest[k]):
+            slowest[k] = r
+    by_targets = {str(k): PhaseCost(fixed=prior.train.fixed, rate=train_rate(r)) for k, r in sorted(slowest.items())}
     runs_at = {p: prices for p in MATMUL_PRECISIONS if (prices := by_runs(p))}
     fallback = next((p for p in slower if p in runs_at), None)
     if attack_precision not in runs_at and fallback is not None:   # as the slower precision its flat rate came from
         runs_at[attack_precision] = runs_at[fallback]
     about = {"from_probe": {"source": source, "device": rec.device,
                             "train": {"targets": t.targets, "dataset": t.dataset, "dtype": t.dtype,
-                                      "cuda_graph": t.cuda_graph, "target_steps_per_second": t.target_steps_per_second},
+                                      "cuda_graph": t.cuda_graph, "target_steps_per_second": t.target_steps_per_second,
+                                      "target_steps_per_second_by_targets": {
+                                          str(k): r.target_steps_per_second for k, r in sorted(slowest.items())}},
                             "attack": {"runs": a.runs, "m": a.m, "precision": a.precision,
                                        "seconds_per_step": a.seconds_per_step}}}
     return CostTable(train=PhaseCost(fixed=prior.train.fixed, rate=train_rate(t)),
                      attack=PhaseCost(fixed=prior.attack.fixed, rate=attack_rate(a)),
-                     evaluate=prior.evaluate, attack_at=at, about=about, attack_runs=runs_at, card=prior.card)
+                     evaluate=prior.evaluate, attack_at=at, about=about, attack_runs=runs_at, card=prior.card,
+                     train_targets=by_targets)
 
 
 def measured_kind(device: str) -> str:
@@ -394,17 +405,17 @@ class CostModel:
         """The model of ``device``'s built-in table, or of ``table`` (a record, or a cost table's JSON object)."""
         return cls(prior=PRIORS[device_kind(device)] if table is None else CostTable.of(table))
 
-    def phase_seconds(self, phase: str, units: float, precision: str = "", runs: int = 0) -> float:
+    def phase_seconds(self, phase: str, units: float, precision: str = "", runs: int = 0, targets: int = 0) -> float:
         """Seconds of ``units`` of ``phase``; an attack's in its matrix-product ``precision`` where the table has
         a rate for it (``attack_at``: a float64 A/B cell costs far more than a TF32 one of the same units) and
         with its ``runs`` batched where the table prices run counts (``attack_runs``), measured apart from the
-        others."""
+        others; training of a stack of ``targets`` where the table prices stack sizes (``train_targets``)."""
         if units <= 0:
             return 0.0
         key = attack_key(phase, precision)
         seen = [(u, s) for u, s in self.measured.get(key, []) if u > 0]
         if not seen:
-            return self.prior.phase(phase, precision, runs).seconds(units)
+            return self.prior.phase(phase, precision, runs, targets).seconds(units)
         return max(s * max(1.0, units / u) for u, s in seen)
 
     def estimate(self, work: CellWork, trains: bool) -> float:
@@ -609,19 +620,32 @@ class SlicePlan:
         return max(where[c] for c in ids) if ids and all(c in where for c in ids) else None
 
 
-def training_seconds(model: CostModel, works: Iterable[CellWork],
-                     progress: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Seconds each group of targets trained in pieces needs in one go: one computation per group, its fixed cost
-    once and its targets' units added (a stack of T targets does T targets' arithmetic); ``progress``: the fraction
-    of each target's steps already done. No safety factor: training is resumable (time it overruns is not lost,
-    its state goes on in the next slice), so the plan counts what it is expected to take; only a cell, which is
-    lost when it cannot finish, is priced with the margin."""
+def training_stacks(works: Iterable[CellWork], progress: Mapping[str, float] | None = None
+                    ) -> dict[str, list[dict[str, float]]]:
+    """The stacks each group of targets trained in pieces trains in, as the executor stacks them (targets of one
+    group at the same step, ``DeadlineExecutor._group_of``): per group, in the cells' order, each stack's targets
+    and the units each has left (``progress``: the fraction of its steps done; a group's targets share their step
+    count, so an equal fraction is an equal step)."""
     done = dict(progress or {})
-    units: dict[str, dict[str, float]] = {}
+    stacks: dict[str, dict[float, dict[str, float]]] = {}
     for w in works:
         if w.pieces:
-            units.setdefault(w.group, {})[w.target_key] = w.train * max(0.0, 1.0 - done.setdefault(w.target_key, 0.0))
-    return {g: model.phase_seconds("train", sum(per.values())) for g, per in units.items()}
+            at = done.get(w.target_key, 0.0)
+            stacks.setdefault(w.group, {}).setdefault(at, {})[w.target_key] = w.train * max(0.0, 1.0 - at)
+    return {g: list(by_step.values()) for g, by_step in stacks.items()}
+
+
+def training_seconds(model: CostModel, works: Iterable[CellWork],
+                     progress: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Seconds each group of targets trained in pieces needs in one go: one computation per stack
+    (:func:`training_stacks`: its targets at the same step), its fixed cost once and its targets' units added, at
+    the rate of its stack size where the table prices stack sizes (``CostTable.train_targets``: T targets stacked
+    do T targets' arithmetic, faster per target-step in a larger stack); ``progress``: the fraction of each
+    target's steps already done. No safety factor: training is resumable (time it overruns is not lost, its state
+    goes on in the next slice), so the plan counts what it is expected to take; only a cell, which is lost when it
+    cannot finish, is priced with the margin."""
+    return {g: sum(model.phase_seconds("train", sum(stack.values()), targets=len(stack)) for stack in stacks)
+            for g, stacks in training_stacks(works, progress).items()}
 
 
 def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,

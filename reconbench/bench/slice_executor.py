@@ -1,7 +1,8 @@
 """The executor of a slice: cells one after the other in this process, each started only when its estimated cost
 (``reconbench.bench.slice_costs``) fits before the deadline; the others are left for the next slice. With a folder of
 training states, targets the resumable trainer takes train in pieces with the time the cells leave, several of one
-shape as one stack (:meth:`DeadlineExecutor.run`; ``plan_slices`` plans the same walk).
+shape as one stack (:meth:`DeadlineExecutor.run`; ``plan_slices`` plans the same walk), priced at its stack size
+where the cost table has rates by targets stacked (:meth:`DeadlineExecutor._stack_seconds`).
 
 While a cell's attack runs, :class:`~reconbench.bench.slice_watch.SliceWatch` prints its progress and stops it at the
 deadline (less the pack's reserve): a stopped cell is not recorded (it stays to do) and the executor starts nothing
@@ -49,6 +50,7 @@ from reconbench.bench.slice_costs import (
     cell_work,
     group_share,
     restore_seconds,
+    training_seconds,
 )
 from reconbench.bench.slice_pack import run_tensor_bytes, runs_that_fit
 from reconbench.bench.slice_watch import SliceWatch, phase_row
@@ -142,6 +144,20 @@ class DeadlineExecutor:
         together later (``cross_target``) and the margin's fixed seconds."""
         pending = slot.spent if self.cross_target else 0.0
         return self.deadline - self.elapsed() - pending - self.model.extra
+
+    def _stack_seconds(self, recipes: Sequence[TargetRecipe], works: Mapping[str, CellWork], time_left: float) -> float:
+        """The seconds a stack of ``recipes`` trains for out of ``time_left``, decided as ``plan_slices`` decides:
+        its training priced at its stack size (``training_seconds``: the table's rate for that many targets
+        stacked, what their states have done taken off); where that training would end but the cards made at its
+        end would then pass ``time_left``, it stops their price short of it (the next slice ends it and makes
+        them), else it takes all of ``time_left`` (a table without a card price makes them for free)."""
+        assert self.states is not None
+        keys = {r.key() for r in recipes}
+        stack = list({w.target_key: w for w in works.values() if w.pieces and w.target_key in keys}.values())
+        progress = {r.key(): self._state_step(r) / max(r.train.steps, 1) for r in recipes}
+        expected = sum(training_seconds(self.model, stack, progress).values())
+        cards = sum(card_seconds(self.model.prior, w) for w in stack) if self.model.prior.card is not None else 0.0
+        return time_left - cards if expected <= time_left < expected + cards else time_left
 
     def _train_group(self, recipes: list[TargetRecipe], seconds: float, ctx: RunContext) -> list[Piece] | str:
         """Train (or continue) ``recipes`` (one batch group, one step) as one stack for at most ``seconds``; the
@@ -255,6 +271,9 @@ class DeadlineExecutor:
             if first is None or seconds < MIN_TRAINING_SECONDS:
                 break
             recipes = self._group_of(first, waiting, works, slot.trained, stopped)
+            seconds = self._stack_seconds(recipes, works, seconds)
+            if seconds < MIN_TRAINING_SECONDS:
+                break
             t0 = self.timer()
             result = self._train_group(recipes, seconds, ctx)
             if isinstance(result, str):

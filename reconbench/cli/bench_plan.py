@@ -35,6 +35,7 @@ from reconbench.preflight import TargetSize
 from reconbench.records.cost_table import CostTable
 from reconbench.records.finished_ledger import FINISHED_LEDGER_FILE
 from reconbench.records.measured_rate import MeasuredRate
+from reconbench.records.record import mapping, number
 
 
 def default_cross_target(asked: bool | None, deadline: float | None, device: str) -> bool:
@@ -61,9 +62,27 @@ def plan_table(device: str, table: CostTable | None, measured: list[MeasuredRate
 
 
 def rates_lines(table: CostTable) -> list[str]:
-    """Where the attack's rates by run count come from: measured on slices (the ledger) or the cost table's."""
+    """The training rates by targets stacked the plan prices with, and where the attack's rates by run count come
+    from: measured on slices (the ledger) or the cost table's."""
     measured = {(str(m["precision"]), int(m["runs"])): list(m["cells"]) for m in table.about.get("measured", [])}
     lines = []
+    if table.train_targets:
+        counts = sorted(int(k) for k in table.train_targets)
+        base = table.phase("train", targets=counts[0]).rate
+        probe = mapping(mapping(mapping(table.about).get("from_probe")).get("train")).get(
+            "target_steps_per_second_by_targets")
+        per_second = mapping(probe)
+
+        def stack(k: int) -> str:
+            rate = table.train_targets[str(k)].rate
+            parts = [f"{per_second[str(k)]:,.0f} target-steps/s"] if number(per_second.get(str(k))) else []
+            if k != counts[0] and rate > 0:
+                parts.append(f"{base / rate:.2f}x the {counts[0]}-target rate")
+            return f"{k}" + (f" ({', '.join(parts)})" if parts else "")
+
+        fewer = f"; fewer targets than {counts[0]} pay its whole stack step" if counts[0] > 1 else ""
+        lines.append(f"  training in pieces priced by targets stacked: {', '.join(stack(k) for k in counts)}; a stack "
+                     f"between two sizes at the smaller's rate{fewer}")
     for precision, by_runs in table.attack_runs.items():
         counts = sorted(int(k) for k in by_runs)
         said = ", ".join(f"{n}" + (" (measured on a slice)" if (precision, n) in measured else "") for n in counts)

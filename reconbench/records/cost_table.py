@@ -49,7 +49,9 @@ class CostTable(Record):
     """A device's prices per phase, and per matrix-product precision for the attack (``attack_at``: a float64 A/B
     cell costs far more than a TF32 one of the same units), and per precision and number of search runs batched
     where they were measured (``attack_runs``: precision -> runs, as a decimal string -> price; a GPU does more per
-    unit with more runs, so a 4-run cell does not get the 16-run rate: :meth:`phase`). ``peak_fraction``: the
+    unit with more runs, so a 4-run cell does not get the 16-run rate: :meth:`phase`), and training's price per
+    number of targets stacked where measured (``train_targets``: targets, as a decimal string -> price per unit of
+    one target's work; a stack of four does more target-steps a second than one target alone). ``peak_fraction``: the
     fraction of the device's peak the rates stand for, where the table was made from arithmetic (none for a
     measured one); ``about``: where the numbers come from (free form)."""
 
@@ -66,6 +68,9 @@ class CostTable(Record):
     #: a target's card (release metrics and stationarity certificate, on the machine's CPU) per unit of n x P; None:
     #: the training's fixed seconds per rebuilt card, nothing for a card made at the end of training
     card: PhaseCost | None = None
+    #: training in pieces by the number of targets that train as one stack (targets, as a decimal string -> price
+    #: per unit of one target's work): :meth:`phase` with ``targets``; empty: every stack at ``train``'s rate
+    train_targets: Mapping[str, PhaseCost] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for precision, by_runs in self.attack_runs.items():
@@ -73,14 +78,24 @@ class CostTable(Record):
             if bad:
                 raise ReconbenchError(f"attack_runs.{precision}: {bad[0]!r} is not a number of search runs; key each "
                                       'price by its run count as a decimal string, e.g. "16"')
+        bad = [k for k in self.train_targets if not (k.isdigit() and int(k) > 0)]
+        if bad:
+            raise ReconbenchError(f"train_targets: {bad[0]!r} is not a number of targets; key each price by the "
+                                  'number of targets stacked as a decimal string, e.g. "4"')
 
-    def phase(self, phase: str, precision: str = "", runs: int = 0) -> PhaseCost:
+    def phase(self, phase: str, precision: str = "", runs: int = 0, targets: int = 0) -> PhaseCost:
         """The price of ``phase``; an attack's in its ``precision`` where the table has one, and with ``runs``
         search runs batched where ``attack_runs`` has that precision: the price of the largest measured run count
         at most ``runs``; below the smallest, that count's seconds per batched step spread over ``runs`` (a step
-        never gets cheaper with fewer runs: the rate per unit grows as smallest / runs)."""
+        never gets cheaper with fewer runs: the rate per unit grows as smallest / runs). Training of a stack of
+        ``targets`` targets where ``train_targets`` has prices, alike: the largest measured stack at most
+        ``targets`` (a stack of 2 at the 1-target rate where 1 and 4 were measured: never cheaper than
+        measured); below the smallest, its seconds per stack step spread over ``targets``."""
         if phase == "attack" and runs > 0 and self.attack_runs.get(precision):
             return runs_price(self.attack_runs[precision], runs)
+        if phase == "train" and targets > 0 and self.train_targets:
+            return count_price(self.train_targets, targets, "training price by targets stacked",
+                               '{"4": {"fixed": 15, "rate": 2e-13}}')
         if phase == "attack" and precision in self.attack_at:
             return self.attack_at[precision]
         if phase not in COST_PHASES:
@@ -99,7 +114,8 @@ class CostTable(Record):
                          peak_fraction=None if self.peak_fraction is None else self.peak_fraction * speed,
                          about=self.about,
                          attack_runs={p: {r: faster(c) for r, c in by.items()} for p, by in self.attack_runs.items()},
-                         card=self.card)   # on the machine's CPU: a faster device does not change it
+                         card=self.card,   # on the machine's CPU: a faster device does not change it
+                         train_targets={k: faster(c) for k, c in self.train_targets.items()})
 
     @classmethod
     def of(cls, table: CostTable | Mapping[str, Any], source: str = "") -> CostTable:
@@ -110,20 +126,28 @@ class CostTable(Record):
 def runs_price(by_runs: Mapping[str, PhaseCost], runs: int) -> PhaseCost:
     """The price of an attack of ``runs`` batched search runs from prices measured at some run counts (decimal
     string keys): the largest count at most ``runs``; below the smallest, its rate x smallest / ``runs``."""
-    counts = {int(k): v for k, v in by_runs.items()}
+    return count_price(by_runs, runs, "attack price by run count", '{"16": {"fixed": 5, "rate": 1e-12}}')
+
+
+def count_price(by_count: Mapping[str, PhaseCost], count: int, what: str, example: str) -> PhaseCost:
+    """The price of ``count`` things done together (search runs batched, targets stacked) from prices measured at
+    some counts (decimal string keys): the largest count at most ``count``; below the smallest, its rate x
+    smallest / ``count`` (a batched step never gets cheaper with fewer in it). ``what`` and ``example`` name the
+    prices in the error where there are none."""
+    counts = {int(k): v for k, v in by_count.items()}
     if not counts:
-        raise ReconbenchError("no attack price by run count; give at least one, e.g. {\"16\": {\"fixed\": 5, "
-                              "\"rate\": 1e-12}}")
-    below = [c for c in counts if c <= runs]
+        raise ReconbenchError(f"no {what}; give at least one, e.g. {example}")
+    below = [c for c in counts if c <= count]
     if below:
         return counts[max(below)]
     least = min(counts)
-    return PhaseCost(fixed=counts[least].fixed, rate=counts[least].rate * least / max(runs, 1))
+    return PhaseCost(fixed=counts[least].fixed, rate=counts[least].rate * least / max(count, 1))
 
 
 def _legacy_cost_table(data: dict[str, Any]) -> dict[str, Any]:
     """The unstamped form: ``attack@<precision>`` keys into ``attack_at``, keys no field names into ``about``."""
-    known = {"train", "attack", "evaluate", "attack_at", "peak_fraction", "about", "attack_runs", "card"}
+    known = {"train", "attack", "evaluate", "attack_at", "peak_fraction", "about", "attack_runs", "card",
+             "train_targets"}
     out: dict[str, Any] = {"format": COST_TABLE_SCHEMA}
     attack_at: dict[str, Any] = {}
     about: dict[str, Any] = {}
