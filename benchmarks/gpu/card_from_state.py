@@ -5,8 +5,11 @@
 After `reconbench bench SUITE --unpack PACK --out runs/bench/SUITE` the target's training state (at its last step)
 lies in `runs/bench/SUITE/training/`; this does what a slice does before the target's cells (the resumable trainer's
 finish: the release metrics and the stationarity certificate) on a copy of that state, in a temporary folder, and
-writes what the card says (its metrics without the per-sample margins, the margins' summary, the seconds the
-rebuild took here) to OUT.json. benchmarks/results/gpu/card_cifar-binary_h100.json was written this way.
+writes what the card says (its metrics without the per-sample margins, the margins' summary, the machine that
+trained it, the seconds the rebuild took here and the processor it took them on) to OUT.json. The card names the
+device and machine of the pieces that trained the target (``metrics.train_device``, ``metrics.trained_in``,
+``training_machine``, read from the state), not this one. benchmarks/results/gpu/card_cifar-binary_h100.json was
+written this way, before cards said so (its ``train_device: cpu`` is the rebuilding machine's).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 from reconbench.bench.cells import expand
 from reconbench.bench.suite import load_suite
-from reconbench.targets.resumable import state_path, state_step, train_piece
+from reconbench.targets.resumable import device_of, state_path, state_step, train_piece
 
 #: the margin past which a float32 BCE gradient of a positive sample rounds to zero (reconbench.targets.training)
 STALL_MARGIN = 16.6
@@ -71,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/gpu/card_from_state.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "slice": args.slice_note,
         "card_rebuild_seconds_here": seconds,
+        "card_rebuilt_on": device_of("cpu")[1],
+        "training_machine": card.get("training_machine"),
         "metrics": {k: v for k, v in metrics.items() if k not in ("margins", "history")},
         "margins": {"n": len(margins), "min": min(margins, default=None), "median":
                     statistics.median(margins) if margins else None, "max": max(margins, default=None),

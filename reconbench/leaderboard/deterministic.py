@@ -3,9 +3,10 @@
 A board compares records made elsewhere (an outside submission, a re-run) with its own on what is deterministic:
 the recipe and its hash, the weights' sha256, the cell's settings, the counts and scores that re-derive from the
 candidates. Wall-clock seconds (``train_seconds``, the certificate's ``seconds``, a run's ``seconds``) and the device a
-target was trained on (``train_device``) depend on the machine and its load, never on the result, and are left out of
-every such comparison (:func:`without_timings`); the weights' sha256 already tells whether the device changed the
-numbers. A value shown in a refusal is cut to one short line (:func:`short_repr`).
+target was trained on (``train_device``; ``trained_in``, the pieces of a target trained in pieces) depend on the
+machine and its load, never on the result, and are left out of every such comparison (:func:`without_timings`); the
+weights' sha256 already tells whether the device changed the numbers. A value shown in a refusal is cut to one
+short line (:func:`short_repr`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-#: fields of a model card's metrics that describe how long training took and where, not what it produced
-MACHINE_FIELDS = frozenset({"train_device"})
+#: fields of a model card's metrics that describe how long training took and where, not what it produced (the
+#: device, and the pieces a target trained in pieces ran, each with its device and seconds)
+MACHINE_FIELDS = frozenset({"train_device", "trained_in"})
 #: the longest value a one-line refusal shows
 SHORT = 60
 

@@ -92,6 +92,18 @@ class Certificate(Record):
 
 
 @dataclass(frozen=True)
+class TrainedPiece(Record):
+    """One piece of a target's training as its card lists it (``metrics.trained_in``): the device type (``cpu``,
+    ``cuda``, or ``unknown``), the device's name (the GPU's, or the processor), the steps it covered (from, to) and
+    its seconds."""
+
+    device: str
+    device_name: str
+    steps: list[int]
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class TrainMetrics(Record):
     """A target's training evidence as its model card records it."""
 
@@ -119,6 +131,9 @@ class TrainMetrics(Record):
     #: which trainer wrote the weights and in how many pieces (targets trained across GPU slices, docs/slices.md)
     trainer: str | None = None
     training_pieces: int | None = None
+    #: the pieces that trained the weights, in order: device, device name, steps (from, to) and seconds of each
+    #: (targets trained in pieces, on cards that record them; "unknown" where the state did not record them)
+    trained_in: list[TrainedPiece] | None = None
 
     @property
     def stationarity_ratio(self) -> float | None:
@@ -215,6 +230,9 @@ class TrainingMachine(Record):
     torch_version: str | None = None
     processor: str | None = None
     cpu_capability: str | None = None
+    #: the device type and its name (the GPU's, or the processor), on cards of targets trained in pieces
+    device: str | None = None
+    device_name: str | None = None
 
     @property
     def blas_path(self) -> str | None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconbench.records.model_card import TrainingMachine
 from reconbench.records.record import FileFormat, Record
 
 CHECKPOINT_FORMAT = "reconbench-batched-training/1"
@@ -73,9 +74,25 @@ TRAINING_CHECKPOINT: FileFormat[TrainingCheckpoint] = FileFormat(
 
 
 @dataclass(frozen=True)
+class PieceRun(Record):
+    """One piece that advanced a target's training: the device type it ran on (``cpu``, ``cuda``), the device's name
+    (the GPU's, or the processor), the steps it covered (from, to), its seconds, and the machine side of the process
+    (``TrainingMachine``). A span of steps trained before pieces were recorded is one run with every field but
+    ``steps`` and ``seconds`` null: unknown."""
+
+    steps: list[int]
+    device: str | None = None
+    device_name: str | None = None
+    seconds: float | None = None
+    machine: TrainingMachine | None = None
+
+
+@dataclass(frozen=True)
 class PieceNotes(Record):
     """The notes training in pieces (``targets/resumable.py``) keeps in each target's checkpoint: the seconds spent
-    training it so far, and in how many pieces."""
+    training it so far, in how many pieces, and each piece that advanced it, in order (``runs``; a checkpoint
+    written before they were recorded has none: its pieces' devices and machines are unknown)."""
 
     seconds: float = 0.0
     pieces: int = 0
+    runs: list[PieceRun] | None = None

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -194,11 +194,13 @@ def _check_state(model: torch.nn.Module, state: dict[str, torch.Tensor], where: 
 
 
 def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, result: TrainResult,
-              weights_from: ModelCard | None = None) -> ModelCard:
+              weights_from: ModelCard | None = None, *,
+              machine: Mapping[str, Any] | None | Literal["here"] = "here") -> ModelCard:
     """Write the weights, mean image and card of a trained target to ``out_dir``. The card records the machine of
     this process's training, or, given ``weights_from`` (the card whose weights the training started from and kept:
     a release-only defense's undefended target, maybe trained by another process), that card's (none where it
-    records none)."""
+    records none); ``machine``: the machine that trained the weights where it was not this process (a target trained
+    in pieces: its last piece's), None where it is not known (the card leaves the field out)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in result.model.state_dict().items()}
@@ -235,9 +237,12 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     data["p_over_dn"] = p_over_dn(result.model, problem)
     data["content_sha256"] = content_sha256(data)
     data[METRICS_HASH_FIELD] = metrics_sha256(data)
-    machine = training_machine() if weights_from is None else weights_from.data.get(TRAINING_MACHINE_FIELD)
-    if machine is not None:
-        data[TRAINING_MACHINE_FIELD] = machine
+    if weights_from is not None:
+        trained_on = weights_from.data.get(TRAINING_MACHINE_FIELD)
+    else:
+        trained_on = training_machine() if machine == "here" else machine
+    if trained_on is not None:
+        data[TRAINING_MACHINE_FIELD] = dict(trained_on)
     write_json(out / CARD_FILE, data)
     return ModelCard(out, data)
 

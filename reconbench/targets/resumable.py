@@ -35,7 +35,8 @@ import torch
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.precision import training_precision
 from reconbench.provenance import save_tensors_atomic, write_bytes_atomic
-from reconbench.records.training_checkpoint import PieceNotes
+from reconbench.records.model_card import TrainingMachine
+from reconbench.records.training_checkpoint import PieceNotes, PieceRun
 from reconbench.targets.batched_training import (
     BATCH_LOSSES,
     OWN_SETTINGS,
@@ -43,7 +44,15 @@ from reconbench.targets.batched_training import (
     from_recipes,
     read_checkpoint,
 )
-from reconbench.targets.cards import CARD_FILE, MEAN_FILE, WEIGHTS_FILE, ModelCard, load_card, save_card
+from reconbench.targets.cards import (
+    CARD_FILE,
+    MEAN_FILE,
+    WEIGHTS_FILE,
+    ModelCard,
+    load_card,
+    save_card,
+    training_machine,
+)
 from reconbench.targets.data_files import file_digest
 from reconbench.targets.losses import get_loss
 from reconbench.targets.problems import build_problem
@@ -153,11 +162,13 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
                               "stacks")
     spent_before = [0.0] * len(recipes)
     pieces_before = [0] * len(recipes)
+    runs_before: list[list[PieceRun]] = [[] for _ in recipes]
     for t, path in enumerate(paths):
         if path.exists():
             trainer.load(path, target=t)
             notes = PieceNotes.from_dict(trainer.target_extra[t], f"{path} (its notes)")
             spent_before[t], pieces_before[t] = float(notes.seconds), notes.pieces
+            runs_before[t] = carried_runs(notes, trainer.step_count)
     steps = recipes[0].train.steps
     start_step = trainer.step_count
     window_seconds = 0.0
@@ -174,11 +185,14 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
     now = clock() - t0
     states.mkdir(parents=True, exist_ok=True)
     # a piece is a call that advanced the training (a finished state restored on another machine is none)
-    pieces_now = [p + (1 if trainer.step_count > start_step or p == 0 else 0) for p in pieces_before]
+    advanced = trainer.step_count > start_step
+    pieces_now = [p + (1 if advanced or p == 0 else 0) for p in pieces_before]
+    this_run = this_piece(device, start_step, trainer.step_count, now) if advanced else None
+    runs_now = [[*r, this_run] if this_run is not None else r for r in runs_before]
     # the finished state is kept too (and travels while the target's cells remain, its card's JSON beside it)
     for t, path in enumerate(paths):
         trainer.save(path, with_base=False, target=t,
-                     extra=PieceNotes(seconds=spent_before[t] + now, pieces=pieces_now[t]).to_dict())
+                     extra=PieceNotes(seconds=spent_before[t] + now, pieces=pieces_now[t], runs=runs_now[t]).to_dict())
     finished = trainer.step_count >= steps
     if finished:
         trainer.write_into(models)
@@ -187,7 +201,7 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
         card = None
         if finished:
             card = _finish(recipe, problems[t], trainer, models[t], card_dirs[t], spent_before[t] + now,
-                           pieces_now[t], device, t)
+                           pieces_now[t], runs_now[t], advanced, t)
             # the card's JSON travels with the final state (the weights do not: restore_card re-makes them)
             write_bytes_atomic(card_beside(path), (card.path / CARD_FILE).read_bytes())
         out.append(Piece(recipe.key(), trainer.step_count, steps, spent_before[t] + now, card=card, state=path,
@@ -196,22 +210,80 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
 
 
 def _finish(recipe: TargetRecipe, problem: Any, trainer: BatchedChainGD, model: Any, card_dir: Path, spent: float,
-            pieces: int, device: str, t: int) -> ModelCard:
+            pieces: int, runs: list[PieceRun], stepped: bool, t: int) -> ModelCard:
     """The card of trained target ``t`` (its weights already written into ``model``), with the metrics
-    :func:`reconbench.targets.training.train` records."""
+    :func:`reconbench.targets.training.train` records. Where and how it was trained comes from ``runs`` (the pieces
+    that advanced it, carried in its state), not from this process, which may only rebuild the card from the final
+    state (``stepped`` False: then the final loss is the last one the trainer read, the history's last)."""
     from reconbench.targets.training import TrainResult, release_metrics
 
     spec = recipe.train
     dtype = DTYPES[spec.dtype]
     loss_name, loss_fn = get_loss(spec.loss, problem.task, spec.loss_form)
     model = model.cpu().eval()
+    final_loss = float(trainer.loss_now[t]) if stepped or not trainer.history else float(trainer.history[-1]["loss"][t])
     metrics: dict[str, Any] = {"loss_name": loss_name, "steps_run": trainer.step_count,
-                               "final_loss": float(trainer.loss_now[t]), "train_seconds": spent,
-                               "train_device": str(device), "precision": training_precision(spec.dtype).to_dict(),
-                               "trainer": TRAINER, "training_pieces": pieces}
+                               "final_loss": final_loss, "train_seconds": spent,
+                               "train_device": runs_device(runs), "precision": training_precision(spec.dtype).to_dict(),
+                               "trainer": TRAINER, "training_pieces": pieces,
+                               "trained_in": [listed_piece(r) for r in runs]}
     metrics.update(release_metrics(model, recipe, problem, loss_fn, dtype, trainer.scales[t], spec.weight_decay))
     history = [{"step": float(h["step"]), "loss": h["loss"][t]} for h in trainer.history]
-    return save_card(card_dir, recipe, problem, TrainResult(model=model, metrics=metrics, history=history))
+    return save_card(card_dir, recipe, problem, TrainResult(model=model, metrics=metrics, history=history),
+                     machine=last_machine(runs))
+
+
+#: what a card says of a device or machine its state did not record (a state written before pieces were recorded)
+UNKNOWN = "unknown"
+
+
+def device_of(device: str) -> tuple[str, str]:
+    """The type of ``device`` (``cpu``, ``cuda``) and its name: the GPU's, or the processor's."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return kind, torch.cuda.get_device_name(torch.device(device))
+    from reconbench import blas
+    return kind, blas.cpu_model()
+
+
+def this_piece(device: str, start: int, end: int, seconds: float) -> PieceRun:
+    """The run of the piece this process trained, steps ``start`` to ``end`` on ``device``."""
+    kind, name = device_of(device)
+    return PieceRun(steps=[start, end], device=kind, device_name=name, seconds=seconds,
+                    machine=TrainingMachine.from_dict(training_machine()))
+
+
+def carried_runs(notes: PieceNotes, step: int) -> list[PieceRun]:
+    """The runs a state's notes record, with the steps before them that no run covers (a state written before runs
+    were recorded) as one run of unknown device and machine."""
+    runs = list(notes.runs or [])
+    covered = runs[-1].steps[1] if runs else 0
+    if covered < step:
+        known = sum(r.seconds or 0.0 for r in runs)
+        runs.append(PieceRun(steps=[covered, step], seconds=max(float(notes.seconds) - known, 0.0)))
+    return runs
+
+
+def runs_device(runs: list[PieceRun]) -> str:
+    """The device the pieces ran on: one value where they agree (``cuda``), else each in order of first use joined
+    by ``+`` (``cuda+cpu``); ``unknown`` for pieces whose device was not recorded."""
+    kinds = list(dict.fromkeys(r.device or UNKNOWN for r in runs))
+    return "+".join(kinds) if kinds else UNKNOWN
+
+
+def listed_piece(run: PieceRun) -> dict[str, Any]:
+    """A piece as the card's ``metrics.trained_in`` lists it."""
+    return {"device": run.device or UNKNOWN, "device_name": run.device_name or UNKNOWN, "steps": list(run.steps),
+            "seconds": run.seconds}
+
+
+def last_machine(runs: list[PieceRun]) -> dict[str, Any] | None:
+    """The card's ``training_machine``: the machine of the last piece that advanced the training, with its device
+    (None: not recorded, and the card leaves the field out: unknown)."""
+    last = runs[-1] if runs else None
+    if last is None or last.machine is None:
+        return None
+    return {**last.machine.to_dict(), "device": last.device, "device_name": last.device_name}
 
 
 def restore_card(recipe: TargetRecipe, card_dir: Path, states: Path, *, data_root: str | None = None,

@@ -141,10 +141,12 @@ def test_a_travelled_card_whose_weights_do_not_match_is_rebuilt(travelled, tmp_p
     rebuilt = json.loads((cache / "targets" / key / "card.json").read_text())
     finished = json.loads((cache2 / "targets" / key / "card.json").read_text())
     assert rebuilt["weights"]["sha256"] == right and rebuilt["content_sha256"] == finished["content_sha256"]
-    # the certificate and every metric but the final loss, which a rebuild reads from a trainer that took no step
-    # (0.0; the restored card keeps the finishing slice's)
+    # the certificate, the pieces that trained it and every metric but the final loss: a rebuild, whose trainer took
+    # no step, reads the last loss the state recorded (every 100 steps), the finishing slice the loss of its last step
     assert {k: v for k, v in deterministic(rebuilt["metrics"]).items() if k != "final_loss"} == \
         {k: v for k, v in deterministic(finished["metrics"]).items() if k != "final_loss"}
+    assert rebuilt["metrics"]["final_loss"] == rebuilt["history"][-1]["loss"] > 0.0
+    assert rebuilt["metrics"]["train_device"] == "cpu" and len(rebuilt["metrics"]["trained_in"]) == 2
     assert "certificate" in rebuilt["metrics"]
     for name in ENTRY[1:]:
         assert (cache / "targets" / key / name).read_bytes() == (cache2 / "targets" / key / name).read_bytes()

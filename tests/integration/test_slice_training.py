@@ -183,10 +183,13 @@ def test_training_stopped_by_a_deadline_travels_and_ends_as_one_uninterrupted_ru
     pieces = load_cells(results)
     one = load_cells(whole)
     assert sorted(pieces) == sorted(one) and len(one) == 4
-    for cid in one:   # the same cells; the record of how many pieces trained the target aside
+    for cid in one:   # the same cells; the record of the pieces that trained the target aside
         a, b = deterministic(pieces[cid]), deterministic(one[cid])
-        assert a["target"]["train_metrics"].pop("training_pieces") in (1, 2)
-        assert b["target"]["train_metrics"].pop("training_pieces") == 1
+        count = a["target"]["train_metrics"].pop("training_pieces")
+        assert count in (1, 2) and b["target"]["train_metrics"].pop("training_pieces") == 1
+        ran, whole_run = a["target"]["train_metrics"].pop("trained_in"), b["target"]["train_metrics"].pop("trained_in")
+        assert len(ran) == count and ran[0]["steps"][0] == 0 and ran[-1]["steps"][1] == STEPS
+        assert [p["steps"] for p in whole_run] == [[0, STEPS]]
         assert a == b, cid
 
 
