@@ -582,7 +582,7 @@ def from_recipes(recipes: list[TargetRecipe], problems: list[Problem], device: s
     return trainer, models
 
 
-def _per_target(name: str, value: Any, count: int) -> list[Any]:
+def _per_target(name: str, value: str | float | Sequence[str] | Sequence[float], count: int) -> list[Any]:
     """A setting given once for all targets, or once per target, as one value per target."""
     if isinstance(value, (str, int, float)):
         return [value] * count
