@@ -16,7 +16,6 @@ from _helpers.slicekit import digits_sizes, digits_works
 from reconbench.bench.slice_costs import (
     MIN_TRAINING_SECONDS,
     PRIORS,
-    SAFETY_FACTOR,
     SAFETY_SECONDS,
     CostModel,
     plan_slices,
