@@ -534,9 +534,9 @@ class DeadlineExecutor:
         if comps and comps[0].begun >= t0:   # its own computation (a cross-target batch's set-up is counted apart)
             self.measured.append(phase_row(cid, "setup", comps[0].begun - t0, ctx.device, weights))
         if not rows:   # an attack the loops do not tell (no KKT loop): its seconds as the record has them
-            rows = [MeasuredRate(cell=cid, phase="attack", precision=ctx.dtype, runs=int(job.cell.attack.search_runs),
-                             m=0, weights=weights, steps=0, seconds=float(rec.get("attack_seconds") or 0.0),
-                             device=ctx.device)]
+            rows = [MeasuredRate.written(cell=cid, phase="attack", precision=ctx.dtype,
+                                         runs=int(job.cell.attack.search_runs), m=0, weights=weights, steps=0,
+                                         seconds=float(rec.get("attack_seconds") or 0.0), device=ctx.device)]
         self.measured.extend(rows)
         if evaluated is not None:
             self.measured.append(phase_row(cid, "evaluation", now - evaluated, ctx.device, weights, work.evaluate))

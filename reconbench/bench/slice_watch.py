@@ -154,8 +154,9 @@ class SliceWatch:
 
     def attack_rows(self, cell: str, weights: int) -> list[MeasuredRate]:
         """One ``attack`` row per computation ``cell`` took part in (its steps done and their wall time)."""
-        return [MeasuredRate(cell=cell, phase="attack", precision=c.precision, runs=c.runs, m=c.m, weights=weights,
-                         steps=c.step, seconds=c.seconds, device=c.device) for c in self.of_cell(cell)]
+        return [MeasuredRate.written(cell=cell, phase="attack", precision=c.precision, runs=c.runs, m=c.m,
+                                     weights=weights, steps=c.step, seconds=c.seconds, device=c.device)
+                for c in self.of_cell(cell)]
 
 
 def phase_row(cell: str, phase: str, seconds: float, device: str, weights: int, units: float = 0.0) -> MeasuredRate:

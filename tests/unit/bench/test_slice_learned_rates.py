@@ -59,6 +59,15 @@ def test_rows_written_before_the_units_read_and_write_back_unchanged_with_no_rat
     assert with_measured(table, [row, MeasuredRate.from_dict({**old, "phase": "train"})], "cpu") == table
 
 
+def test_a_row_without_units_is_written_as_before_and_an_evaluation_row_with_them():
+    from reconbench.bench.slice_watch import phase_row
+
+    old_keys = ["cell", "phase", "precision", "runs", "m", "weights", "steps", "seconds", "device"]
+    assert list(phase_row("c", "setup", 1.0, "cpu", 10).to_dict()) == old_keys
+    row = phase_row("c", "evaluation", 2.0, "cpu", 10, units=4.0)
+    assert list(row.to_dict()) == [*old_keys, "units"] and row.rate == 0.5
+
+
 def test_the_slowest_evaluation_rate_of_the_devices_kind_prices_the_evaluate_phase_its_fixed_seconds_kept():
     """Two CPU rows at 2e-8 and 5e-8 s per unit, one GPU row at 1e-3 (another kind: left out): 5e-8 with the CPU
     table's 3 s fixed, so 1e9 units cost 3 + 50 s."""
