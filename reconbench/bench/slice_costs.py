@@ -347,7 +347,8 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
       the slowest, the table's fixed seconds kept (one row cannot tell its fixed part from its rate, so the whole
       measured time counts as rate: a cell of the measured size is priced above what it took);
     - ``train`` rows of training pieces, in ``train_targets`` at their stack's size (the slowest per size; a size
-      measured replaces the probe's), the table's fixed seconds of that size kept (a row times the steps alone).
+      measured replaces the probe's), the table's fixed seconds of that size kept (a row times the steps alone); a
+      table without prices by size keeps its flat rate as the one-target price.
 
     Rows of another phase, of another kind of device or with nothing timed (no units: written before they were
     recorded) are left out. ``about["measured"]`` lists the attack rates taken from measurement,
@@ -387,7 +388,9 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
         about["measured_evaluation"] = {"rate": evaluation[0], "table_rate": table.evaluate.rate,
                                         "cells": evaluation[1]}
     if training:
-        by_targets = dict(table.train_targets)
+        # a table without prices by size keeps its flat rate for one target (else a lone target would pay a measured
+        # stack's whole step)
+        by_targets = dict(table.train_targets) or {"1": table.train}
         for k, (rate, _) in training.items():
             by_targets[str(k)] = PhaseCost(fixed=table.phase("train", targets=k).fixed, rate=rate)
         changes["train_targets"] = dict(sorted(by_targets.items(), key=lambda x: int(x[0])))

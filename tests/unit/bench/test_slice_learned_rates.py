@@ -122,6 +122,8 @@ def test_a_ledgers_evaluation_and_train_rows_change_the_plans_prices_as_computed
                                                                                rel=1e-14)
     (group,) = {x.group for x in works}
     assert training_seconds(model, works) == {group: pytest.approx(prior.train.fixed + 40.0, rel=1e-14)}
+    # a lone target keeps the table's flat rate (the built-in CPU table prices no stack size)
+    assert training_seconds(model, works[:1]) == {group: pytest.approx(prior.train.seconds(w.train), rel=1e-14)}
 
     args = ["bench", str(PIECES), "--plan", "--deadline", "60", "--device", "cpu", "--out", str(tmp_path / "res"),
             "--pack", str(tmp_path / "pack")]
@@ -129,7 +131,7 @@ def test_a_ledgers_evaluation_and_train_rows_change_the_plans_prices_as_computed
     assert code == 0, err
     assert "built-in cost table and the slices' measured rates:" in text
     assert "evaluation priced at a rate measured on slices (--finished)" in text
-    assert "training in pieces priced by targets stacked: 2 (measured on a slice, 1 piece(s))" in text
+    assert "training in pieces priced by targets stacked: 1, 2 (measured on a slice, 1 piece(s), " in text
     assert "digits-a + digits-b 43s" in text and "each evaluated where its last group is merged" in text
     code, text, err = run_cli(args, capsys)
     assert code == 0, err
