@@ -338,30 +338,65 @@ def measured_kind(device: str) -> str:
 
 
 def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -> CostTable:
-    """``table`` with the attack rates the slices measured on ``device``'s kind (a ledger's ``measured`` rows) in
-    ``attack_runs``: a measured rate replaces the table's at the same precision and run count (the slowest where
-    several cells were measured there), and a run count the table lacks is added, so that a cell is priced by the
-    largest run count at most its own, measured first (:meth:`CostTable.phase`). Rows of another phase, of another
-    kind of device or with nothing timed are left out. ``about["measured"]`` lists the rates taken from
-    measurement."""
+    """``table`` with the rates the slices measured on ``device``'s kind (a ledger's ``measured`` rows):
+
+    - ``attack`` rows, in ``attack_runs``: a measured rate replaces the table's at the same precision and run count
+      (the slowest where several cells were measured there), and a run count the table lacks is added, so that a
+      cell is priced by the largest run count at most its own, measured first (:meth:`CostTable.phase`);
+    - ``evaluation`` rows of cells evaluated whole (their pooled units recorded), as the ``evaluate`` phase's rate:
+      the slowest, the table's fixed seconds kept (one row cannot tell its fixed part from its rate, so the whole
+      measured time counts as rate: a cell of the measured size is priced above what it took);
+    - ``train`` rows of training pieces, in ``train_targets`` at their stack's size (the slowest per size; a size
+      measured replaces the probe's), the table's fixed seconds of that size kept (a row times the steps alone); a
+      table without prices by size keeps its flat rate as the one-target price.
+
+    Rows of another phase, of another kind of device or with nothing timed (no units: written before they were
+    recorded) are left out. ``about["measured"]`` lists the attack rates taken from measurement,
+    ``about["measured_evaluation"]`` and ``about["measured_training"]`` the others."""
+    kind = device_kind(device)
     rates: dict[tuple[str, int], tuple[float, list[str]]] = {}
+    evaluation: tuple[float, list[str]] | None = None
+    training: dict[int, tuple[float, list[str]]] = {}
     for r in rows:
         rate = r.rate
-        if r.phase != "attack" or rate is None or measured_kind(r.device) != device_kind(device) or r.runs <= 0:
+        if rate is None or measured_kind(r.device) != kind:
             continue
-        old, cells = rates.get((r.precision, r.runs), (0.0, []))
-        rates[(r.precision, r.runs)] = (max(old, rate), [*cells, r.cell])
-    if not rates:
+        if r.phase == "attack" and r.runs > 0:
+            old, cells = rates.get((r.precision, r.runs), (0.0, []))
+            rates[(r.precision, r.runs)] = (max(old, rate), [*cells, r.cell])
+        elif r.phase == "evaluation":
+            old, cells = evaluation or (0.0, [])
+            evaluation = (max(old, rate), [*cells, r.cell])
+        elif r.phase == "train" and r.targets > 0:
+            old, cells = training.get(r.targets, (0.0, []))
+            training[r.targets] = (max(old, rate), [*cells, r.cell])
+    if not rates and evaluation is None and not training:
         return table
-    by_runs = {p: dict(v) for p, v in table.attack_runs.items()}
-    for (precision, runs), (rate, _) in rates.items():
-        base = by_runs.setdefault(precision, {})
-        fixed = table.phase("attack", precision).fixed
-        base[str(runs)] = PhaseCost(fixed=fixed, rate=rate)
-    measured = [{"precision": p, "runs": n, "rate": rate, "cells": cells}
-                for (p, n), (rate, cells) in sorted(rates.items())]
-    return table.updated(attack_runs={p: dict(sorted(v.items(), key=lambda x: int(x[0]))) for p, v in by_runs.items()},
-                         about={**table.about, "measured": measured})
+    changes: dict[str, Any] = {}
+    about = dict(table.about)
+    if rates:
+        by_runs = {p: dict(v) for p, v in table.attack_runs.items()}
+        for (precision, runs), (rate, _) in rates.items():
+            base = by_runs.setdefault(precision, {})
+            fixed = table.phase("attack", precision).fixed
+            base[str(runs)] = PhaseCost(fixed=fixed, rate=rate)
+        changes["attack_runs"] = {p: dict(sorted(v.items(), key=lambda x: int(x[0]))) for p, v in by_runs.items()}
+        about["measured"] = [{"precision": p, "runs": n, "rate": rate, "cells": cells}
+                             for (p, n), (rate, cells) in sorted(rates.items())]
+    if evaluation is not None:
+        changes["evaluate"] = PhaseCost(fixed=table.evaluate.fixed, rate=evaluation[0])
+        about["measured_evaluation"] = {"rate": evaluation[0], "table_rate": table.evaluate.rate,
+                                        "cells": evaluation[1]}
+    if training:
+        # a table without prices by size keeps its flat rate for one target (else a lone target would pay a measured
+        # stack's whole step)
+        by_targets = dict(table.train_targets) or {"1": table.train}
+        for k, (rate, _) in training.items():
+            by_targets[str(k)] = PhaseCost(fixed=table.phase("train", targets=k).fixed, rate=rate)
+        changes["train_targets"] = dict(sorted(by_targets.items(), key=lambda x: int(x[0])))
+        about["measured_training"] = [{"targets": k, "rate": rate, "pieces": len(stacks)}
+                                      for k, (rate, stacks) in sorted(training.items())]
+    return table.updated(**changes, about=about)
 
 
 def read_costs(path: Path, *, train_dtype: str = "float64", attack_dtype: str = "float64") -> CostTable:
@@ -904,9 +939,19 @@ def run_step_seconds(table: CostTable, work: CellWork) -> float:
     return table.phase("attack", work.precision, work.runs).rate * work.run_step
 
 
-def target_training_seconds(table: CostTable, work: CellWork) -> float:
-    """Seconds of ``work``'s target's whole training in pieces at ``table``'s rate, its set-up aside."""
-    return table.train.rate * work.train
+def target_training_seconds(table: CostTable, work: CellWork, targets: int = 1) -> float:
+    """Seconds of ``work``'s target's whole training in pieces in a stack of ``targets`` targets, at ``table``'s
+    price for that stack size (``train_targets``, as :func:`training_seconds` prices it), its set-up aside."""
+    return table.phase("train", targets=targets).rate * work.train
+
+
+def stack_size(works: Iterable[CellWork], key: str, progress: Mapping[str, float] | None = None) -> int:
+    """The targets of the stack the target ``key`` trains in (:func:`training_stacks`); 1 where it trains in none."""
+    for stacks in training_stacks(works, progress).values():
+        for stack in stacks:
+            if key in stack:
+                return len(stack)
+    return 1
 
 
 def break_even_budget(works: list[CellWork], table: CostTable, slices: int, start: float, stop: float,

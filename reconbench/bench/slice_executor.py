@@ -261,18 +261,22 @@ class DeadlineExecutor:
                     break
                 self.model.observe(work, trains, rec)
                 slot.trained.add(work.target_key)
-                self._done(job, t0, rec, ctx)
+                self._done(job, t0, rec, ctx, work)
                 yield Finished(job.cell, rec)
             if self.stopped:
                 break   # the deadline stopped an attack: nothing more starts
             first = next((j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in
                           slot.trained and j.cell.recipe.key() not in stopped), None)
+            # a piece's seconds hold its set-up (the table's fixed training seconds): at least MIN_TRAINING_SECONDS
+            # of steps must be left past it, as plan_slices counts (less would spend the set-up, or pass the deadline,
+            # for next to no steps)
+            setup = self.model.prior.train.fixed
             seconds = self._training_seconds(slot)
-            if first is None or seconds < MIN_TRAINING_SECONDS:
+            if first is None or seconds - setup < MIN_TRAINING_SECONDS:
                 break
             recipes = self._group_of(first, waiting, works, slot.trained, stopped)
             seconds = self._stack_seconds(recipes, works, seconds)
-            if seconds < MIN_TRAINING_SECONDS:
+            if seconds - setup < MIN_TRAINING_SECONDS:
                 break
             t0 = self.timer()
             result = self._train_group(recipes, seconds, ctx)
@@ -280,6 +284,7 @@ class DeadlineExecutor:
                 stopped.update({r.key(): result for r in recipes})
                 self.watch.say(f"training of {len(recipes)} target(s) failed: {result}")
                 continue
+            self._train_row(result, works, recipes, ctx)
             self.watch.say(f"{len(result)} target(s) trained as one stack in {self.timer() - t0:.1f}s: " + ", ".join(
                 f"{p.recipe_key} to step {p.step:,} of {p.steps:,}" + (" (card written)" if p.finished else "")
                 for p in result) + f" (at {self.elapsed():.1f}s of {self.deadline:.0f}s)")
@@ -311,6 +316,22 @@ class DeadlineExecutor:
                 if charged is not None:
                     self.started_cells[job.cell.cell_id] = charged
             yield from self._run_together(together, ctx, targets, slot, works, group_runs)
+
+    def _train_row(self, pieces: Sequence[Piece], works: Mapping[str, CellWork], recipes: Sequence[TargetRecipe],
+                   ctx: RunContext) -> None:
+        """The ``train`` row of a stack's piece: its targets (``cell``: their keys), the target-steps it did, the
+        seconds of its steps (its set-up aside: the table's fixed seconds price that), their units (each target's
+        units of one step, as ``cell_work`` counts them, times the steps it did) and the stack's size. None where
+        the piece did no step (a finished state restored)."""
+        per_step = {w.target_key: w.train / max(r.train.steps, 1) for r in recipes for w in works.values()
+                    if w.pieces and w.target_key == r.key()}
+        done = [(p, p.step - p.begun) for p in pieces if p.step > p.begun]
+        if not done:
+            return
+        self.measured.append(MeasuredRate(
+            cell="+".join(p.recipe_key for p, _ in done), phase="train", precision=recipes[0].train.dtype, runs=0, m=0,
+            weights=self._weights(recipes[0]), steps=sum(k for _, k in done), seconds=max(p.stepping for p, _ in done),
+            device=ctx.device, units=sum(k * per_step.get(p.recipe_key, 0.0) for p, k in done), targets=len(pieces)))
 
     # -- the card of a target trained in an earlier slice ----------------------------------------------------------
     def _card_first(self, jobs: Sequence[CellJob], works: Mapping[str, CellWork], slot: Slot,
@@ -463,7 +484,7 @@ class DeadlineExecutor:
             self._group_done(job, group, t0, ctx, slot, works)
             return None
         slot.trained.add(work.target_key)
-        self._done(job, t0, rec, ctx)
+        self._done(job, t0, rec, ctx, work)
         return Finished(job.cell, rec)
 
     def _group_done(self, job: CellJob, group: RunGroupDone, t0: float, ctx: RunContext, slot: Slot,
@@ -501,9 +522,10 @@ class DeadlineExecutor:
         size = self.sizes.get(recipe.key())
         return int(size.parameters) if size is not None and size.parameters is not None else 0
 
-    def _done(self, job: CellJob, t0: float, rec: Mapping[str, Any], ctx: RunContext) -> None:
+    def _done(self, job: CellJob, t0: float, rec: Mapping[str, Any], ctx: RunContext, work: CellWork) -> None:
         """The rows of a finished cell: its set-up (start to the attack's first step), each attack computation it
-        took part in, its evaluation (from its start to the record)."""
+        took part in, its evaluation (from its start to the record, with ``work``'s units of evaluation: all its
+        search runs' candidates pooled, as the planner counts them)."""
         cid, now = job.cell.cell_id, self.timer()
         weights = self._weights(job.cell.recipe)
         comps = self.watch.of_cell(cid)
@@ -512,12 +534,12 @@ class DeadlineExecutor:
         if comps and comps[0].begun >= t0:   # its own computation (a cross-target batch's set-up is counted apart)
             self.measured.append(phase_row(cid, "setup", comps[0].begun - t0, ctx.device, weights))
         if not rows:   # an attack the loops do not tell (no KKT loop): its seconds as the record has them
-            rows = [MeasuredRate(cell=cid, phase="attack", precision=ctx.dtype, runs=int(job.cell.attack.search_runs),
-                             m=0, weights=weights, steps=0, seconds=float(rec.get("attack_seconds") or 0.0),
-                             device=ctx.device)]
+            rows = [MeasuredRate.written(cell=cid, phase="attack", precision=ctx.dtype,
+                                         runs=int(job.cell.attack.search_runs), m=0, weights=weights, steps=0,
+                                         seconds=float(rec.get("attack_seconds") or 0.0), device=ctx.device)]
         self.measured.extend(rows)
         if evaluated is not None:
-            self.measured.append(phase_row(cid, "evaluation", now - evaluated, ctx.device, weights))
+            self.measured.append(phase_row(cid, "evaluation", now - evaluated, ctx.device, weights, work.evaluate))
         self.watch.phase([cid], f"done ({rec.get('status')}) in {now - t0:.1f}s")
 
     def _stop(self, jobs: Sequence[CellJob], starts: Mapping[str, float], stop: AttackStopped, ctx: RunContext,
@@ -579,7 +601,7 @@ class DeadlineExecutor:
                 except RunGroupDone as group:   # its runs are written: they travel, the cell is not evaluated
                     self._group_done(job, group, starts[cid], ctx, slot, works, setup=False)
                     continue
-                self._done(job, t0, rec, ctx)
+                self._done(job, t0, rec, ctx, works[cid])
                 yield Finished(job.cell, rec)
 
 

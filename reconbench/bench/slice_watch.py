@@ -154,14 +154,18 @@ class SliceWatch:
 
     def attack_rows(self, cell: str, weights: int) -> list[MeasuredRate]:
         """One ``attack`` row per computation ``cell`` took part in (its steps done and their wall time)."""
-        return [MeasuredRate(cell=cell, phase="attack", precision=c.precision, runs=c.runs, m=c.m, weights=weights,
-                         steps=c.step, seconds=c.seconds, device=c.device) for c in self.of_cell(cell)]
+        return [MeasuredRate.written(cell=cell, phase="attack", precision=c.precision, runs=c.runs, m=c.m,
+                                     weights=weights, steps=c.step, seconds=c.seconds, device=c.device)
+                for c in self.of_cell(cell)]
 
 
-def phase_row(cell: str, phase: str, seconds: float, device: str, weights: int) -> MeasuredRate:
-    """A row of the seconds of a phase around the attack (``card``, ``setup``, ``evaluation``)."""
-    return MeasuredRate(cell=cell, phase=phase, precision="", runs=0, m=0, weights=weights, steps=0,
-                    seconds=max(seconds, 0.0), device=device)
+def phase_row(cell: str, phase: str, seconds: float, device: str, weights: int, units: float = 0.0) -> MeasuredRate:
+    """A row of the seconds of a phase around the attack (``card``, ``setup``, ``evaluation``); ``units``: the
+    planner's units of the work timed (a whole cell's evaluation: its pooled candidates x training images x pixels),
+    written only where given, so that a later plan takes a rate from it."""
+    row = dict(cell=cell, phase=phase, precision="", runs=0, m=0, weights=weights, steps=0,
+               seconds=max(seconds, 0.0), device=device)
+    return MeasuredRate.written(**row, units=units) if units > 0 else MeasuredRate.written(**row)
 
 
 def _names(cells: Sequence[str]) -> str:

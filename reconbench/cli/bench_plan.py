@@ -25,6 +25,7 @@ from reconbench.bench.slice_costs import (
     device_kind,
     plan_slices,
     run_step_seconds,
+    stack_size,
     target_training_seconds,
     with_measured,
 )
@@ -58,7 +59,16 @@ def plan_table(device: str, table: CostTable | None, measured: list[MeasuredRate
         return table
     base = table if table is not None else PRIORS[device_kind(device)].updated(about={"built_in": device_kind(device)})
     merged = with_measured(base, measured, device)
-    return merged if merged.about.get("measured") else table
+    return merged if measured_about(merged) else table
+
+
+#: the keys of a cost table's ``about`` that list what :func:`with_measured` took from the slices
+MEASURED_KEYS = ("measured", "measured_evaluation", "measured_training")
+
+
+def measured_about(table: CostTable) -> bool:
+    """Whether ``table`` prices with rates the slices measured (attack, evaluation or training)."""
+    return any(table.about.get(k) for k in MEASURED_KEYS)
 
 
 def rates_lines(table: CostTable) -> list[str]:
@@ -73,9 +83,12 @@ def rates_lines(table: CostTable) -> list[str]:
             "target_steps_per_second_by_targets")
         per_second = mapping(probe)
 
+        trained = {int(m["targets"]): m for m in table.about.get("measured_training", [])}
+
         def stack(k: int) -> str:
             rate = table.train_targets[str(k)].rate
-            parts = [f"{per_second[str(k)]:,.0f} target-steps/s"] if number(per_second.get(str(k))) else []
+            parts = [f"measured on a slice, {trained[k]['pieces']} piece(s)"] if k in trained else \
+                [f"{per_second[str(k)]:,.0f} target-steps/s"] if number(per_second.get(str(k))) else []
             if k != counts[0] and rate > 0:
                 parts.append(f"{base / rate:.2f}x the {counts[0]}-target rate")
             return f"{k}" + (f" ({', '.join(parts)})" if parts else "")
@@ -88,6 +101,13 @@ def rates_lines(table: CostTable) -> list[str]:
         said = ", ".join(f"{n}" + (" (measured on a slice)" if (precision, n) in measured else "") for n in counts)
         below = f"; fewer runs than {counts[0]} pay its whole batched step" if counts[0] > 1 else ""
         lines.append(f"  {precision} attack priced by runs batched: {said}{below}")
+    evaluation = mapping(table.about.get("measured_evaluation"))
+    if evaluation:
+        cells = sorted(set(evaluation["cells"]))
+        lines.append(f"  evaluation priced at a rate measured on slices (--finished): {table.evaluate.rate:.3g} s per "
+                     f"unit (the table's {number(evaluation.get('table_rate')) or 0.0:.3g}), the slowest of "
+                     f"{len(cells)} cell(s) evaluated whole: {', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''};"
+                     f" its fixed {table.evaluate.fixed:g}s the table's")
     if measured:
         cells = sorted({c for cs in measured.values() for c in cs})
         lines.append(f"  rates measured on slices (--finished): {len(measured)} of precision and run count, from "
@@ -183,7 +203,7 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
             for i, (ids, sec) in enumerate(zip(plan.slices, plan.seconds, strict=True))]
     source = "built-in cost table" if table is None or "built_in" in table.about else "cost table from --costs"
     click.echo(f"suite {suite.name} on {device}, slices of {deadline:g}s ({reserve:g}s kept for the pack), {source}"
-               + (" and the slices' measured rates" if table is not None and table.about.get("measured") else "")
+               + (" and the slices' measured rates" if table is not None and measured_about(table) else "")
                + ":")
     if speed != 1.0:
         click.echo(f"  every rate {speed:g}x the table's speed (--speed: a what-if; fixed seconds and cards as they are)")
@@ -245,12 +265,14 @@ def break_even_lines(works: list[CellWork], table: CostTable, budget: float, res
     then the time of one search run against :data:`RUN_SECONDS_TARGET`."""
     first = next((w for w in works if w.pieces), None)
     step = next((w for w in works if w.run_step > 0), None)
+    # priced at the size of the stack it trains in, as the plan prices it
+    stacked = stack_size(works, first.target_key, progress) if first is not None else 1
 
     def terms(speed: float) -> str:
         out = []
         if first is not None:
-            out.append(f"training {target_training_seconds(table, first) / speed:.0f}s per target "
-                       f"({names[first.target_key]})")
+            out.append(f"training {target_training_seconds(table, first, stacked) / speed:.0f}s per target "
+                       f"({names[first.target_key]}" + (f", {stacked} stacked" if stacked > 1 else "") + ")")
         if step is not None:
             out.append(f"{run_step_seconds(table, step) / speed * 1e3:.3f} ms per step of one search run "
                        f"({names[step.target_key]}, {step.runs} runs batched: "

@@ -119,6 +119,8 @@ class Piece:
     card: ModelCard | None = None   # the finished target (None: its state was saved)
     state: Path | None = None
     stacked: int = 1   # the targets of the stack it trained in (itself included)
+    begun: int = 0     # the step it began at (``step - begun`` steps done by this call)
+    stepping: float = 0.0   # the seconds of its steps alone (its set-up, the data and the stack built, aside)
 
     @property
     def finished(self) -> bool:
@@ -172,6 +174,7 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
     steps = recipes[0].train.steps
     start_step = trainer.step_count
     window_seconds = 0.0
+    s0 = clock()
     while trainer.step_count < steps:
         left = seconds - (clock() - t0)
         if trainer.step_count > 0 and window_seconds > left:
@@ -182,6 +185,7 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
         diverged = [(r.key(), d) for r, d in zip(recipes, trainer.diverged, strict=True) if d is not None]
         if diverged:
             raise DivergedError(f"training of target {diverged[0][0]} diverged: {diverged[0][1]}")
+    stepping = clock() - s0
     now = clock() - t0
     states.mkdir(parents=True, exist_ok=True)
     # a piece is a call that advanced the training (a finished state restored on another machine is none)
@@ -205,7 +209,7 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
             # the card's JSON travels with the final state (the weights do not: restore_card re-makes them)
             write_bytes_atomic(card_beside(path), (card.path / CARD_FILE).read_bytes())
         out.append(Piece(recipe.key(), trainer.step_count, steps, spent_before[t] + now, card=card, state=path,
-                         stacked=len(recipes)))
+                         stacked=len(recipes), begun=start_step, stepping=stepping))
     return out
 
 

@@ -22,6 +22,7 @@ from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import LEDGER_FILE, MAX_FILE_BYTES, PackError, verify_pack
 from reconbench.bench.suite import load_suite
 from reconbench.cli.bench_slices import SlicePacker
+from reconbench.records.measured_rate import MeasuredRate
 from reconbench.targets.resumable import resumable_reason
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -154,6 +155,10 @@ def test_training_stopped_by_a_deadline_travels_and_ends_as_one_uninterrupted_ru
     ledger = json.loads((results / LEDGER_FILE).read_text())
     assert ledger["cells"] == {} and sorted(ledger["training"]) == sorted([piece.recipe_key, other.recipe_key])
     assert {v["step"] for v in ledger["training"].values()} == {piece.step}
+    # the stack's piece travelled as a train row, as the slice measured it (pack manifest, then ledger)
+    trained = [m for m in ledger["measured"] if m["phase"] == "train"]
+    assert [(m["targets"], m["steps"]) for m in trained] == [(2, 2 * piece.step)]
+    assert [m for m in manifest.measured if m.phase == "train"] == [MeasuredRate.from_dict(m) for m in trained]
 
     # slice 2 on a fresh machine (its own cache) with the ledger: training continues, every cell runs
     code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
@@ -399,3 +404,30 @@ def test_a_finished_state_restored_elsewhere_gives_the_same_card_and_counts_no_p
     assert [c["metrics"]["training_pieces"] for c in cards] == [1, 1]
     a, b = (load_file(str(tmp_path / d / "weights.safetensors")) for d in ("card1", "card2"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("cross_target", [False, True])
+def test_a_slice_writes_a_train_row_per_piece_and_an_evaluation_row_with_its_units(suite_file, tmp_path,
+                                                                                   cross_target):
+    """A slice on the CPU that trains the suite's two targets as one stack and runs their four cells (one by one, or
+    together): one ``train`` row of the stack (2 targets, 2 x STEPS target-steps, the units cell_work counts for
+    both targets, seconds timed), and per cell an ``evaluation`` row with its whole evaluation's units."""
+    from reconbench.bench.cells import expand
+    from reconbench.bench.slice_costs import cell_work
+
+    suite = load_suite(str(suite_file))
+    size = sizes(suite)
+    ex = DeadlineExecutor(1e5, cheap(), size, start=0.0, states=tmp_path / "cache" / "training",
+                          cross_target=cross_target)
+    report = run_suite(suite, tmp_path / "out", cache=str(tmp_path / "cache"), quiet=True, executor=ex)
+    assert len(report.ran) == 4 and not report.failed
+    works = {c.cell_id: cell_work(c, size[c.recipe.key()], pieces=True, dtype=suite.dtype) for c in expand(suite)}
+    per_target = {w.target_key: w.train for w in works.values()}
+    (row,) = [r for r in ex.measured if r.phase == "train"]
+    assert row.targets == 2 and row.steps == 2 * STEPS and row.device == "cpu" and row.seconds > 0
+    assert sorted(row.cell.split("+")) == sorted(per_target)
+    assert row.units == pytest.approx(sum(per_target.values()), rel=1e-14) and row.rate == row.seconds / row.units
+    evaluations = {r.cell: r for r in ex.measured if r.phase == "evaluation"}
+    assert sorted(evaluations) == sorted(works)
+    for cid, r in evaluations.items():
+        assert r.units == works[cid].evaluate > 0 and r.rate is not None
