@@ -384,7 +384,7 @@ class DeadlineExecutor:
         ``card`` seconds of its target's card: the walk's tests (``Slot.fits``, :meth:`_runs_to_do`)."""
         for job in jobs:
             work = works[job.cell.cell_id]
-            runs = self._runs_to_do(job, work, slot, after=card, card=card)
+            runs = self._runs_to_do(job, work, slot, card=card)
             if runs is not None:
                 if runs:
                     return True
@@ -403,12 +403,11 @@ class DeadlineExecutor:
         return note
 
     # -- cells whose runs are split across slices --------------------------------------------------------------------
-    def _runs_to_do(self, job: CellJob, work: CellWork, slot: Slot, after: float = 0.0,
-                    card: float | None = None) -> list[int] | None:
+    def _runs_to_do(self, job: CellJob, work: CellWork, slot: Slot, card: float | None = None) -> list[int] | None:
         """The runs of ``job``'s cell to run here as a group (empty: none fits the time or the pack left), or None:
         the cell runs whole, as usual (one run, a search that proposes its runs in rounds, or all its runs fit a
-        slice, within ``runs_per_slice``, and none is held elsewhere). ``after``: seconds still to spend before it
-        (its target's card, not made yet); ``card``: the card's seconds in this slice (default: as measured)."""
+        slice, within ``runs_per_slice``, and none is held elsewhere). ``card``: the seconds of its target's card, not
+        made yet, still to spend before it (default: the card is made, at the seconds this slice measured)."""
         cell = job.cell
         total = int(cell.attack.search_runs)
         done = self.runs_done.get(cell.cell_id, set())
@@ -417,6 +416,7 @@ class DeadlineExecutor:
         left = [k for k in range(total) if k not in done]
         # a slice makes the card first (restored or rebuilt): what a whole cell must fit in
         bare = self.deadline - (self._card_seconds.get(work.target_key, 0.0) if card is None else card)
+        after = 0.0 if card is None else card
         if not done and total <= (self.runs_per_slice or total) and self.model.estimate(work, False) <= bare:
             return None   # whole, evaluated here: its runs do not travel, so the pack does not bound it
         cap = min(len(left), self.runs_per_slice or total, self._runs_the_pack_holds(cell, work))

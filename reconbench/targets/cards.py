@@ -193,6 +193,18 @@ def _check_state(model: torch.nn.Module, state: dict[str, torch.Tensor], where: 
                              "card's architecture; the card and its weights belong to different models")
 
 
+def write_card_tensors(out: Path, model: TargetNet, problem: Problem) -> dict[str, torch.Tensor]:
+    """The weights and mean image of a card's folder ``out``, its card.json removed first: until the new card is
+    complete the folder holds no card, never one whose weights are not its own (each file is written whole or not
+    at all: provenance.write_bytes_atomic). The weights written, by name."""
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    (out / CARD_FILE).unlink(missing_ok=True)
+    save_tensors_atomic(state, out / WEIGHTS_FILE)
+    save_tensors_atomic({"mean": torch.as_tensor(problem.mean).contiguous()}, out / MEAN_FILE)
+    return state
+
+
 def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, result: TrainResult,
               weights_from: ModelCard | None = None, *,
               machine: Mapping[str, Any] | None | Literal["here"] = "here") -> ModelCard:
@@ -202,13 +214,7 @@ def save_card(out_dir: str | Path, recipe: TargetRecipe, problem: Problem, resul
     records none); ``machine``: the machine that trained the weights where it was not this process (a target trained
     in pieces: its last piece's), None where it is not known (the card leaves the field out)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in result.model.state_dict().items()}
-    # the old card goes first: until the new one is complete the folder holds no card, never one whose weights
-    # are not its own (each file is written whole or not at all: provenance.write_bytes_atomic)
-    (out / CARD_FILE).unlink(missing_ok=True)
-    save_tensors_atomic(state, out / WEIGHTS_FILE)
-    save_tensors_atomic({"mean": torch.as_tensor(problem.mean).contiguous()}, out / MEAN_FILE)
+    state = write_card_tensors(out, result.model, problem)
     family = plugins.model(recipe.family)
     spec = {**family.default_spec(), **recipe.model}
     data: dict[str, Any] = {

@@ -34,7 +34,7 @@ import torch
 
 from reconbench.errors import DivergedError, ReconbenchError
 from reconbench.precision import training_precision
-from reconbench.provenance import save_tensors_atomic, write_bytes_atomic
+from reconbench.provenance import write_bytes_atomic
 from reconbench.records.model_card import TrainingMachine
 from reconbench.records.training_checkpoint import PieceNotes, PieceRun
 from reconbench.targets.batched_training import (
@@ -52,6 +52,7 @@ from reconbench.targets.cards import (
     load_card,
     save_card,
     training_machine,
+    write_card_tensors,
 )
 from reconbench.targets.data_files import file_digest
 from reconbench.targets.losses import get_loss
@@ -316,12 +317,7 @@ def restore_card(recipe: TargetRecipe, card_dir: Path, states: Path, *, data_roo
     if trainer.step_count < recipe.train.steps:
         return f"its state is at step {trainer.step_count} of {recipe.train.steps}, not final"
     trainer.write_into(models)
-    model = models[0].cpu().eval()
-    card_dir.mkdir(parents=True, exist_ok=True)
-    (card_dir / CARD_FILE).unlink(missing_ok=True)   # no card until its weights are checked (as save_card writes)
-    save_tensors_atomic({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()},
-                        card_dir / WEIGHTS_FILE)
-    save_tensors_atomic({"mean": torch.as_tensor(problem.mean).contiguous()}, card_dir / MEAN_FILE)
+    write_card_tensors(card_dir, models[0].cpu().eval(), problem)   # no card until its weights are checked
     for name, want in recorded.items():
         got = file_digest(card_dir / name, "sha256")
         if got != want:
