@@ -135,3 +135,35 @@ def test_pooling_takes_the_cifar_binary_cells_in_one_slice_fewer():
     step = 1.25 * (5.0 + 50_000 * probe_step(8) / 2)
     assert f"advances 8 tf32 search runs of 2 cells in one batched computation, priced at 8 runs: {step:.0f}s" in pooled
     assert "advances" not in alone and "cross-target (" not in alone
+
+
+def test_the_readmes_stack_seconds_are_the_planners():
+    """The README's seconds of training stacks (the weight-decay comparison's four 10-class targets as one stack
+    against one at a time; mnist-binary + cifar-regression-wd) are ``training_seconds`` at the committed probe's
+    rates by stack size, set-ups aside (each stack, or each target alone, pays the table's fixed seconds once)."""
+    from reconbench.bench.cells import select
+    from reconbench.bench.slice_costs import CostModel, cell_work, training_seconds
+    from reconbench.bench.suite import load_suite
+
+    render = load_render()
+    suite = load_suite("paper")
+    table = render.probe_table(suite)
+    model, setup = CostModel(prior=table), table.train.fixed
+
+    def works(patterns: list[str]) -> list:
+        cells = select(expand(suite), patterns)
+        sizes = render.sizes_of(cells)
+        return [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=suite.dtype, device="cuda") for c in cells]
+
+    wd = works(["cifar-multiclass--multiclass_kkt--gaussian--s0",
+                "cifar-multiclass@weight_decay=*--multiclass_kkt--gaussian--s0"])
+    assert len(wd) == 4 and len({w.group for w in wd}) == 1
+    (stacked,) = training_seconds(model, wd).values()
+    alone = sum(sum(training_seconds(model, [w]).values()) - setup for w in wd)
+    (pair,) = training_seconds(model, works(["mnist-binary--haim_binary_kkt--gaussian--s0",
+                                             "cifar-regression-wd--general_loss_wd--gaussian--s0"])).values()
+    text = " ".join((ROOT / "benchmarks" / "gpu" / "README.md").read_text().split())
+    assert (f"planned at {stacked - setup:.0f} s of training ({stacked:.0f} s with the set-up) where one at a time "
+            f"they would take {alone:.0f} s") in text
+    assert f"at the {pair - setup:.0f} s of two alone" in text
+    assert stacked - setup < 0.65 * alone   # the 4-target rate: 1.64x the one-target rate
