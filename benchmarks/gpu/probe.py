@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import sys
@@ -56,6 +57,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the sibling benchmark scripts
+sys.path.insert(0, str(Path(__file__).resolve().parent))          # and this folder's (evaluation_timing.py)
 
 from bench_batched import conditions, make_runs, make_target, starts  # noqa: E402
 from cell_time_account import step_flops  # noqa: E402
@@ -68,10 +70,16 @@ from reconbench.targets.batched_training import BatchedChainGD  # noqa: E402
 SIZES: dict[str, dict[str, Any]] = {
     "paper": {"n": 500, "widths": [1000, 1000], "inputs": {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)},
               "targets": [1, 4], "window": 50, "m": 1000, "runs": [4, 8, 16], "attack_steps": [10, 30],
-              "profile_steps": 20},
+              "profile_steps": 20,
+              # the evaluation: paper.toml's CIFAR-10 binary cell (n = 500, 3072 pixels, m = 1000) at 4 search runs,
+              # on generated images as many as its data file holds (5,085: 509 per class here)
+              "evaluation": {"runs": 4, "shape": (3, 32, 32), "images_per_class": 509, "n_test_per_class": 100, "close": 0.1}},
     "tiny": {"n": 12, "widths": [16, 16], "inputs": {"mnist": (1, 4, 4), "cifar10": (3, 4, 4)},
              "targets": [1, 4], "window": 3, "m": 6, "runs": [1, 2, 4], "attack_steps": [2, 4],
-             "profile_steps": 2},
+             "profile_steps": 2,
+             # SSIM's window needs images of at least 7 x 7 pixels
+             "evaluation": {"runs": 2, "shape": (3, 8, 8), "images_per_class": 10, "n_test_per_class": 2,
+                            "close": 0.5}},
 }
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -307,6 +315,44 @@ def certificate_seconds(size: dict[str, Any]) -> dict[str, Any]:
             "fit_seconds": cert.get("seconds"), "torch_threads": torch.get_num_threads()}
 
 
+#: the kinds of the probe's cases (``--only``)
+CASE_KINDS = ("trainer", "attack", "evaluation", "certificate", "profile")
+#: the cell whose evaluation the probe times: its problem's spec and its suite's protocol
+EVALUATION_SUITE, EVALUATION_CELL = "paper", "cifar-binary--haim_binary_kkt--gaussian--s0"
+
+
+def evaluation_case(size: dict[str, Any]) -> dict[str, Any]:
+    """Wall time of one cell's evaluation as a slice runs it (``reconbench.runs.result.finish``'s steps, through
+    ``evaluation_timing.time_case``) on this machine's CPU with torch's threads as they are: the pooled candidates of
+    ``size["evaluation"]["runs"]`` search runs of m against the n training images of :data:`EVALUATION_CELL`'s
+    problem built from generated images of CIFAR-10's shape (no data file), with its suite's protocol (null and
+    calibration draws), the blind and oracle selections and the calibration bars, float64 as the evaluation computes."""
+    from evaluation_timing import synthetic_problem, time_case
+
+    from reconbench.bench.cells import expand
+    from reconbench.bench.suite import load_suite
+    from reconbench.evaluation import resolve_protocol
+
+    ev = size["evaluation"]
+    suite = load_suite(EVALUATION_SUITE)
+    cell = next(c for c in expand(suite) if c.cell_id == EVALUATION_CELL)
+    spec = dataclasses.replace(cell.recipe.problem, n_per_class=size["n"] // 2, n_test_per_class=ev["n_test_per_class"])
+    t0 = time.perf_counter()
+    problem = synthetic_problem(spec, ev["shape"], ev["images_per_class"])
+    problem_s = time.perf_counter() - t0
+    family = cell.recipe.family
+    case = time_case(problem, family, resolve_protocol(cell.protocol(suite), family), ev["runs"], size["m"],
+                     ev["close"], seed=0)
+    return {"cell": EVALUATION_CELL, "runs": case["runs"], "m": size["m"], "n": problem.n,
+            "pixels": math.prod(ev["shape"]), "candidates": case["candidates"],
+            "evaluations": case["evaluations"], "bars": case["bars"], "figures": case["figures"],
+            "seconds": case["seconds"]["total"], "seconds_by_step": {k: v for k, v in case["seconds"].items()
+                                                                     if k != "total"},
+            "units": case["units"], "seconds_per_unit": case["seconds_per_unit"],
+            "torch_threads": torch.get_num_threads(), "problem_seconds": problem_s,
+            "pooled_summary": case["pooled_summary"]}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="where to write the JSON")
@@ -316,7 +362,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--budget", type=float, default=80.0, help="seconds after which remaining cases are skipped")
     parser.add_argument("--no-certificate", dest="certificate", action="store_false",
                         help="skip timing the stationarity certificate at the trainer's n on this machine's CPU (it "
-                        "runs last, within the budget)")
+                        "runs after the attack, within the budget)")
+    parser.add_argument("--only", nargs="+", choices=CASE_KINDS, default=None, metavar="KIND",
+                        help=f"run only the cases of these kinds ({', '.join(CASE_KINDS)}), in the usual order; the "
+                        "trainer check runs first as always (a reference run here: --only certificate)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -334,27 +383,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                      "multiprocessors": props.multi_processor_count})
     result["trainer_check"] = trainer_check(device)
     print(f"trainer check: {result['trainer_check']}", flush=True)
-    # in order of what a slice's plan needs first, should the budget run out: the paper suite's float32 training,
-    # the attack, its profile, then float64 training and the certificate
-    def trainer_cases(dtype: str) -> list[tuple[str, Any]]:
-        return [("trainer", (targets, dataset, dtype, graph)) for targets in size["targets"]
-                for dataset in size["inputs"] for graph in (True, False)]
+    # in order of what a slice's plan reads, should the budget run out (reconbench.bench.slice_costs.costs_from_probe):
+    # the paper suite's float32 training with the graph (its only trainer rows where a graph was captured) and the
+    # stack of mixed settings; the TF32 and float64 attack (a precision left unmeasured is priced at another's rate,
+    # and float64 at TF32's would be too cheap); the evaluation and the certificate (left out, the built-in prices
+    # stand: pessimistic); then what the plan reads only as a fallback or not at all: the float32 attack, the trainer
+    # without the graph, the kernel profile, float64 training
+    def trainer_cases(dtype: str, graphs: tuple[bool, ...]) -> list[tuple[str, Any]]:
+        return [("trainer", (targets, dataset, dtype, graph)) for graph in graphs for targets in size["targets"]
+                for dataset in size["inputs"]]
 
-    cases = trainer_cases("float32")
+    def attack_cases(precision: str) -> list[tuple[str, Any]]:
+        return [("attack", (runs, precision, True)) for runs in size["runs"]]
+
+    cases = trainer_cases("float32", (True,))
     cases.append(("trainer", (max(size["targets"]), "cifar10", "float32", True, True)))   # mixed settings
-    cases += [("attack", (runs, precision, True)) for precision in ("tf32", "float32", "float64")
-              for runs in size["runs"]]
-    if device.type == "cuda" or args.tiny:
-        cases.append(("profile", ()))
-    else:
-        result["profile"] = {"skipped": "on a CPU the kernel profile runs only with --tiny"}
-    cases += trainer_cases("float64")
+    cases += attack_cases("tf32") + attack_cases("float64")
+    cases.append(("evaluation", ()))
     if args.certificate:
         cases.append(("certificate", ()))
+    cases += attack_cases("float32") + trainer_cases("float32", (False,))
+    if device.type == "cuda" or args.tiny:
+        cases.append(("profile", ()))
+    elif not args.only or "profile" in args.only:
+        result["profile"] = {"skipped": "on a CPU the kernel profile runs only with --tiny"}
+    cases += trainer_cases("float64", (True, False))
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only]
     for kind, params in cases:
         if time.perf_counter() - t0 > args.budget:
             result["skipped"].append({"kind": kind, "params": list(params), "why": f"past --budget {args.budget}s"})
             continue
+        started = time.perf_counter()
         try:
             if kind == "trainer":
                 targets, dataset, dtype, graph, *mixed = params
@@ -364,14 +424,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row = attack_case(size, runs, precision, graph, device)
             elif kind == "profile":
                 row = kernel_profile(size, device)
+            elif kind == "evaluation":
+                row = evaluation_case(size)
             else:
                 row = certificate_seconds(size)
         except torch.cuda.OutOfMemoryError as exc:   # keep what was measured; say which case did not fit
             row = {"params": list(params), "error": f"out of memory: {str(exc).splitlines()[0]}"}
-        except Exception as exc:   # the profile and the certificate are extras: their failure loses nothing else
+        except Exception as exc:   # the cases other than trainer and attack are extras: their failure loses nothing
             if kind in ("trainer", "attack"):
                 raise
             row = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        row["case_seconds"] = time.perf_counter() - started   # the case's whole wall time, set-up and warm-up included
         if kind in ("trainer", "attack"):
             result[kind].append(row)
             rate = row.get("tflops_per_second")
