@@ -86,10 +86,10 @@ def time_case(problem: Problem, family: str, resolved: Any, runs: int, m: int, c
     blind, oracle = (0, 1) if runs > 1 else (None, None)
     picks = [0, 1] if runs > 1 else []
     with tempfile.TemporaryDirectory(prefix="reconbench-evaluation-") as tmp:
+        dirs: list[str | Path | None] = [Path(tmp) if figures else None, *[None] * len(picks)]
         t1 = time.perf_counter()
         evaluations = evaluate_many(problem, [selection_set(pooled, r) for r in [None, *picks]], family=family,
-                                    protocol=resolved, card=None,
-                                    out_dirs=[Path(tmp) if figures else None] + [None] * len(picks))
+                                    protocol=resolved, card=None, out_dirs=dirs)
         evaluate_s = time.perf_counter() - t1
         wrote = any(Path(tmp).rglob("*.png"))
     t2 = time.perf_counter()

@@ -374,6 +374,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     result: dict[str, Any] = {"format": PROBE_SCHEMA,
                               "benchmark": "GPU probe: batched trainer and batched KKT attack", "tiny": args.tiny,
+                              "command": "python benchmarks/gpu/probe.py " + " ".join(
+                                  argv if argv is not None else sys.argv[1:]),
                               "conditions": conditions(str(device)), "sizes": size, "trainer": [], "attack": [],
                               "skipped": []}
     if device.type == "cuda":

@@ -310,6 +310,7 @@ class Probe(Record):
     format: str = PROBE_SCHEMA
     benchmark: str | None = None
     tiny: bool | None = None
+    command: str | None = None   # the command line that wrote it (none before it was recorded)
     conditions: Mapping[str, Any] = field(default_factory=dict)
     sizes: Mapping[str, Any] | None = None
     trainer_check: Mapping[str, Any] | None = None
