@@ -1,5 +1,6 @@
 """What a GPU slice can hold, measured rather than estimated: steps per second, achieved TFLOP/s and peak memory of
-the batched trainer and of the batched KKT attack at the papers' sizes (under 90 s on an H100).
+the batched trainer and of the batched KKT attack at the papers' sizes, and the seconds of what a slice computes on
+the machine's CPU (a cell's evaluation, a target's stationarity certificate).
 
     python benchmarks/gpu/probe.py probe.json                      # on the device machine (CUDA)
     python benchmarks/gpu/probe.py probe.json --tiny --device cpu  # tiny, on the CPU (tests/unit/benchmarks/test_gpu_probe.py)
@@ -7,8 +8,8 @@ the batched trainer and of the batched KKT attack at the papers' sizes (under 90
 benchmarks/gpu/README.md says how to run it on the device machine.
 
 * Trainer (``reconbench/targets/batched_training.py``): 1 and 4 targets of n = 500, D-1000-1000-1 with D = 784
-  (MNIST) and 3072 (CIFAR-10), BCE at a constant lr on random inputs, float32 and (after the attack and its
-  profile, which a slice's plan needs first) float64, with and without the CUDA graph. A warm-up window (which
+  (MNIST) and 3072 (CIFAR-10), BCE at a constant lr on random inputs, float32 (with the CUDA graph first, the rows
+  a plan reads on a GPU; without it after the attack) and, last, float64, with and without the graph. A warm-up window (which
   captures the graph) comes first; then ``--train-windows`` windows of k steps are timed. FLOPs per step and
   target: 6 n sum_{l>=2} in_l out_l (forward, input gradient and weight update of every layer past the first)
   + 2 n^2 w_1 (the first layer's pre-activations through the n x n Gram matrix); the input dimension does not
@@ -30,16 +31,38 @@ benchmarks/gpu/README.md says how to run it on the device machine.
   runs only with ``--tiny`` and records CPU operators instead (the field's shape, for the tests).
 * Certificate (``certificate``; ``--no-certificate`` skips it): the wall time of the stationarity certificate
   (``reconbench.targets.certificate``, with the learned part against an initial network, as a card rebuild
-  computes it) of a random 3072-w-w-1 network at n on this machine's CPU, float64; run last, within the budget
-  (about 9 s at n = 500 on one core of the loaded CPU machine).
+  computes it) of a random 3072-w-w-1 network at n on this machine's CPU, float64, with torch's threads as they
+  are (8.4 s at n = 500 on one thread of the CPU machine: benchmarks/results/gpu/probe_cpu_reference.json, the
+  reference ``reconbench.bench.slice_costs.CERTIFICATE_REFERENCE`` against which a plan scales a card's price).
+* Evaluation (``evaluation``): the wall time of one cell's evaluation as a slice runs it (the functions
+  ``reconbench.runs.result.finish`` calls: the pooled and the blind and oracle selections' evaluations with their
+  null and calibration draws, the pooled one's figures, the calibration bars; ``evaluation_timing.py``, shared with
+  merge_cost.py) on this machine's CPU with torch's threads as they are, float64: 4 search runs of m = 1000
+  candidates against n = 500 training images of paper.toml's CIFAR-10 binary cell, its problem built from
+  generated images of CIFAR-10's shape (no data file travels with the probe; the cost does not depend on the
+  pixels' values), with its suite's protocol. The row holds the seconds (and per step), the planner's units
+  (runs x m x n x pixels), the threads and the pooled summary; a plan prices the evaluate phase from it
+  (reconbench.bench.slice_costs.costs_from_probe). 38.5 s on one thread of the CPU machine (the reference file).
 
 Before any timing, ``trainer_check`` trains three small float64 targets on the device, with and without the graph,
 and records their largest relative weight difference from the CPU's run (about 1e-15 expected); and the same for a
 stack of mixed settings (``mixed_``: BCE and MSE, two learning rates, two weight decays) against the CPU's
 one-target-at-a-time order, whose step differs from the stacked one by rounding only.
 
-Peak memory is torch.cuda.max_memory_allocated per case (None on the CPU). Cases run in order of cost; once
-``--budget`` seconds have passed, the rest are recorded as skipped, so the JSON always comes back.
+Peak memory is torch.cuda.max_memory_allocated per case (None on the CPU); ``case_seconds`` is each case's whole
+wall time, set-up and warm-up included. Cases run in the order a slice's plan reads them
+(``costs_from_probe``): float32 training with the graph (4 cases) and the stack of mixed settings; the TF32 and
+float64 attack at 4, 8 and 16 runs (6; a precision left unmeasured would be priced at another's rate); the
+certificate and the evaluation (without them the built-in prices stand, pessimistic); then what a plan reads only
+as a fallback or not at all: the float32 attack (3), float32 training without the graph (4), the kernel profile,
+float64 training (8). Once ``--budget`` seconds have passed, the cases not yet started are recorded as skipped (a
+case started runs to its end), so the JSON always comes back; ``--only KIND`` runs the cases of some kinds alone.
+The first probe on an H100 ran its 28 cases (the trainer's 16, the attack's 12 at 8 and 16 runs, graph and
+eager) in 61 s, about 2 s a case with the start; at that pace a budget of 60 s (``PROBE_BUDGET=60``, the next
+occasion's) measures the 11 GPU cases a plan reads in about 25-30 s, then the certificate (8.4 s on one thread
+here; a few seconds on 16 cores) and the evaluation (38.5 s on one thread here, mostly torch's convolutions and
+products, which use every thread), and likely the float32 attack after them; it skips float64 training and
+probably the profile and the trainer without the graph. The rows' ``case_seconds`` will say.
 """
 
 from __future__ import annotations
@@ -388,7 +411,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # in order of what a slice's plan reads, should the budget run out (reconbench.bench.slice_costs.costs_from_probe):
     # the paper suite's float32 training with the graph (its only trainer rows where a graph was captured) and the
     # stack of mixed settings; the TF32 and float64 attack (a precision left unmeasured is priced at another's rate,
-    # and float64 at TF32's would be too cheap); the evaluation and the certificate (left out, the built-in prices
+    # and float64 at TF32's would be too cheap); the certificate and the evaluation (left out, the built-in prices
     # stand: pessimistic); then what the plan reads only as a fallback or not at all: the float32 attack, the trainer
     # without the graph, the kernel profile, float64 training
     def trainer_cases(dtype: str, graphs: tuple[bool, ...]) -> list[tuple[str, Any]]:
@@ -401,9 +424,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cases = trainer_cases("float32", (True,))
     cases.append(("trainer", (max(size["targets"]), "cifar10", "float32", True, True)))   # mixed settings
     cases += attack_cases("tf32") + attack_cases("float64")
-    cases.append(("evaluation", ()))
-    if args.certificate:
+    if args.certificate:   # a few seconds: before the evaluation (a case started before the budget runs to its end)
         cases.append(("certificate", ()))
+    cases.append(("evaluation", ()))
     cases += attack_cases("float32") + trainer_cases("float32", (False,))
     if device.type == "cuda" or args.tiny:
         cases.append(("profile", ()))

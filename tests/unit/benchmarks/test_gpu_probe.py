@@ -82,13 +82,13 @@ def test_without_tiny_a_cpu_probe_skips_the_profile_with_a_note(tmp_path, monkey
     assert data["profile"] == {"skipped": "on a CPU the kernel profile runs only with --tiny"}
     assert "certificate" not in data and "evaluation" not in data
     # every case skipped, in the order the probe runs them: what a slice's plan reads first (float32 training with
-    # the graph, the stack of mixed settings, the TF32 and float64 attack, the evaluation, the certificate), then
+    # the graph, the stack of mixed settings, the TF32 and float64 attack, the certificate, the evaluation), then
     # the float32 attack, training without the graph and float64 training
     order = [(c["kind"], tuple(c["params"])) for c in data["skipped"]]
     first = [("trainer", (t, d, "float32", True)) for t in (1, 4) for d in ("mnist", "cifar10")]
     first += [("trainer", (4, "cifar10", "float32", True, True))]
     first += [("attack", (r, p, True)) for p in ("tf32", "float64") for r in (1, 2, 4)]
-    first += [("evaluation", ()), ("certificate", ())]
+    first += [("certificate", ()), ("evaluation", ())]
     assert order[:len(first)] == first
     rest = order[len(first):]
     assert [k for k, _ in rest] == ["attack"] * 3 + ["trainer"] * 12
