@@ -12,6 +12,7 @@ import torch
 from _helpers.examples import load_module
 from torch.utils.flop_counter import FlopCounterMode
 
+from reconbench.bench.slice_costs import PRIORS, probe_card_price, probe_evaluation_price
 from reconbench.records.cost_table import PROBE_FILE, PROBE_SCHEMA
 from reconbench.targets.batched_training import BatchedChainGD
 
@@ -71,6 +72,13 @@ def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
     assert record.profile is not None and record.profile["kinds"] == prof["kinds"]
     assert record.evaluation is not None and record.evaluation.measured and record.evaluation.units == ev["units"]
     assert record.certificate is not None and record.certificate.measured
+    # what a plan makes of it (costs_from_probe's two prices; its attack rows may time at 0 here): the evaluate phase
+    # from the evaluation row (fixed min(15 s, s), rate s / u); the tiny certificate is not the reference's
+    # network, so the card keeps the built-in price
+    evaluate, _ = probe_evaluation_price(record, PRIORS["cuda"].evaluate)
+    assert evaluate.fixed == min(15.0, ev["seconds"])
+    assert evaluate.rate == pytest.approx(ev["seconds"] / ev["units"], rel=1e-12)
+    assert probe_card_price(record, PRIORS["cuda"].card)[0] == PRIORS["cuda"].card
 
 
 def test_without_tiny_a_cpu_probe_skips_the_profile_with_a_note(tmp_path, monkeypatch):
