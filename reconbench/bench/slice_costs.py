@@ -274,7 +274,8 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
     - attack: the attack rows of ``attack_precision`` with the CUDA graph where one was captured, the most runs
       batched, the slowest per unit; units per step: runs x m x the probe network's weights; and, in
       ``attack_runs``, each precision's rate at every run count measured (the slowest row of each count), which
-      prices a cell by its own run count (:meth:`~reconbench.records.cost_table.CostTable.phase`);
+      prices a cell by its own run count (:meth:`~reconbench.records.cost_table.CostTable.phase`); a precision the
+      probe did not reach is priced as the first slower one it did (float32 as float64, TF32 as float32 or float64);
     - evaluate, from the probe's ``evaluation`` row (``s`` seconds on ``u`` units, a cell's evaluation on the
       machine's CPU): fixed ``min(the cuda table's fixed, s)`` and rate ``s / u``: a cell of the measured size pays
       ``s`` plus at most ``s`` more, a larger one at least ``s`` per ``u`` units whatever part of ``s`` was fixed
@@ -345,13 +346,23 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
     fallback = next((p for p in slower if p in runs_at), None)
     if attack_precision not in runs_at and fallback is not None:   # as the slower precision its flat rate came from
         runs_at[attack_precision] = runs_at[fallback]
+    # any other precision the budget did not reach (the float32 attack runs after the cases a paper plan reads), as
+    # the first slower one measured: a cell asking for it is not priced at the flat, faster rate
+    stand_ins: dict[str, str] = {}
+    for p in MATMUL_PRECISIONS:
+        stand_in = next((q for q in SLOWER_PRECISIONS.get(p, ()) if q in runs_at), None)
+        if p not in runs_at and stand_in is not None:
+            runs_at[p], stand_ins[p] = runs_at[stand_in], stand_in
+            if stand_in in at:
+                at.setdefault(p, at[stand_in])
     about = {"from_probe": {"source": source, "device": rec.device,
                             "train": {"targets": t.targets, "dataset": t.dataset, "dtype": t.dtype,
                                       "cuda_graph": t.cuda_graph, "target_steps_per_second": t.target_steps_per_second,
                                       "target_steps_per_second_by_targets": {
                                           str(k): r.target_steps_per_second for k, r in sorted(slowest.items())}},
                             "attack": {"runs": a.runs, "m": a.m, "precision": a.precision,
-                                       "seconds_per_step": a.seconds_per_step}}}
+                                       "seconds_per_step": a.seconds_per_step,
+                                       **({"priced_as": stand_ins} if stand_ins else {})}}}
     evaluate, evaluation_about = probe_evaluation_price(rec, prior.evaluate)
     card, card_about = probe_card_price(rec, prior.card)
     about["from_probe"].update(evaluation=evaluation_about, card=card_about)

@@ -185,3 +185,16 @@ def test_the_probes_record_reads_an_old_probe_and_refuses_an_unknown_key_in_the_
     bad["evaluation"]["secs"] = 1.0
     with pytest.raises(Exception, match="secs"):
         PROBE_FILE.decode(bad, "probe.json")
+
+
+def test_an_attack_precision_the_budget_did_not_reach_is_priced_as_a_slower_one_measured():
+    """The float32 attack runs after the evaluation now, so a probe stopped by its budget may lack it: a float32 cell
+    is then priced at the float64 rows' rates (run count by run count), never at the faster TF32 flat rate."""
+    data = h100()
+    data["attack"] = [r for r in data["attack"] if r["precision"] != "float32"]
+    table = costs_from_probe(data, train_dtype="float32")
+    for runs in (8, 16):
+        assert table.phase("attack", "float32", runs) == table.phase("attack", "float64", runs)
+    assert table.phase("attack", "float32") == table.phase("attack", "float64")
+    assert table.about["from_probe"]["attack"]["priced_as"] == {"float32": "float64"}
+    assert "priced_as" not in costs_from_probe(h100(), train_dtype="float32").about["from_probe"]["attack"]
