@@ -83,7 +83,7 @@ MIN_TRAINING_SECONDS = 1.0
 #: 4.4 ms per step at m = 1000 and P = 4.07e6 (about 1.1e-12 s per unit); training assumed no faster per unit. Its
 #: card (release metrics and the stationarity certificate, on the machine's CPU) from the one paper-size card built
 #: from a GPU's state, CIFAR-10 binary at n = 500: 65 s on the 2-core CPU machine (63 s of it the certificate), about
-#: 3.2e-8 s per unit of n x P (the device's CPU not timed yet). Its evaluation runs on the machine's CPU, in float64:
+#: 3.2e-8 s per unit of n x P (on the CPU machine, not the device's). Its evaluation runs on the machine's CPU, in float64:
 #: a paper cell's (16 runs of m = 1000 on CIFAR-10, n = 500) took 147-187 s on one thread of the loaded CPU machine,
 #: a 4-run cell's 37-52 s (benchmarks/gpu/merge_cost.py, benchmarks/results/gpu/merge_cost_cpu.json): 15 s and
 #: 7.6e-9 s per unit lie above each. A probe with an evaluation row and a certificate row prices both from the device
