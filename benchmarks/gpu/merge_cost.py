@@ -10,7 +10,11 @@ writes the seconds of each to a JSON file.
 The candidates are synthetic (no GPU run has come back yet): each run's m candidates are training images of the
 cell's target plus Gaussian noise for a fraction of them (``--close``), and Gaussian images at the data's per-pixel
 scale for the rest, so that matching, SSIM and the null see both near and far candidates. The evaluation's cost
-depends on the sizes and on how many candidates match, not on where the candidates came from.
+depends on the sizes and on how many candidates match, not on where the candidates came from. The pool and the
+timing are ``evaluation_timing.py``'s, which ``probe.py``'s ``evaluation`` case shares (on generated images there:
+the device machine has no data files). The pooled evaluation writes its figures into a temporary folder, as
+``finish`` writes them into the run's (``figures`` in each case; the committed ``merge_cost_cpu.json`` predates it
+and wrote none).
 
     RECONBENCH_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/gpu/merge_cost.py OUT.json
     ... --runs 4 --cell 'mnist-binary--haim_binary_kkt--gaussian--s0'
@@ -25,71 +29,21 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # the sibling evaluation_timing.py
+
+from evaluation_timing import time_case  # noqa: E402
 
 from reconbench.bench.cells import expand  # noqa: E402
 from reconbench.bench.suite import load_suite  # noqa: E402
 from reconbench.evaluation import resolve_protocol  # noqa: E402
-from reconbench.evaluation.bars import calibration_bars  # noqa: E402
-from reconbench.evaluation.evaluate import evaluate_many  # noqa: E402
-from reconbench.runs.result import selection_set  # noqa: E402
 from reconbench.targets.problems import build_problem  # noqa: E402
 
 DEFAULT_CELL = "cifar-binary--haim_binary_kkt--gaussian--s0"
-
-
-def synthetic_pool(problem: Any, runs: int, m: int, close: float, seed: int) -> dict[str, torch.Tensor]:
-    """``runs`` x ``m`` candidates as a cell's pooled tensors (candidates, labels, run ids, starts), in the
-    centred space the attacks work in."""
-    gen = torch.Generator().manual_seed(seed)
-    train = problem.x_train(torch.float32)
-    scale = float(train.std())
-    train_labels = torch.as_tensor(problem.train_labels, dtype=torch.long)
-    classes = int(train_labels.max()) + 1
-    lab = torch.arange(m) * classes // m   # every run the same labels, in equal blocks (as the KKT attacks set them)
-    near = torch.rand(m, generator=gen) < close
-    cands, labels, starts = [], [], []
-    for _ in range(runs):
-        x0 = torch.randn((m, *train.shape[1:]), generator=gen) * scale
-        x = x0.clone()
-        for j in torch.nonzero(near).flatten().tolist():   # a training image of the candidate's label, plus noise
-            same = torch.nonzero(train_labels == lab[j]).flatten()
-            i = same[torch.randint(0, len(same), (1,), generator=gen)]
-            x[j] = train[i] + 0.3 * scale * torch.randn(train.shape[1:], generator=gen)
-        cands.append(x)
-        labels.append(lab)
-        starts.append(x0)
-    run_ids = torch.arange(runs).repeat_interleave(m)
-    return {"candidates": torch.cat(cands), "labels": torch.cat(labels), "run_ids": run_ids, "x0": torch.cat(starts)}
-
-
-def time_case(problem: Any, family: str, resolved: Any, runs: int, m: int, close: float, seed: int
-              ) -> dict[str, Any]:
-    """The seconds of one cell's evaluation with ``runs`` x ``m`` candidates: the pooled and the selected runs'
-    evaluations (with their nulls), then the calibration bars."""
-    pooled = synthetic_pool(problem, runs, m, close, seed)
-    blind, oracle = (0, 1) if runs > 1 else (None, None)
-    picks = [0, 1] if runs > 1 else []
-    t1 = time.perf_counter()
-    evaluations = evaluate_many(problem, [selection_set(pooled, r) for r in [None, *picks]], family=family,
-                                protocol=resolved, card=None, out_dirs=[None] * (1 + len(picks)))
-    evaluate_s = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    bars = calibration_bars(problem, pooled, family=family, protocol=resolved, evaluation=evaluations[0],
-                            blind=blind, oracle=oracle)
-    bars_s = time.perf_counter() - t2
-    summary = evaluations[0]["summary"]
-    units = runs * m * problem.n * int(problem.x_train(torch.float32)[0].numel())
-    return {"runs": runs, "candidates": runs * m, "evaluations": 1 + len(picks), "bars": bars is not None,
-            "seconds": {"evaluations": evaluate_s, "calibration_bars": bars_s, "total": evaluate_s + bars_s},
-            "units": units, "seconds_per_unit": (evaluate_s + bars_s) / units,
-            "pooled_summary": {k: summary.get(k) for k in ("reconstructed_calibrated", "matched_images",
-                                                              "calibrated_threshold")}}
 
 
 def main(argv: list[str] | None = None) -> int:

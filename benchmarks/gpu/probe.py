@@ -1,5 +1,6 @@
 """What a GPU slice can hold, measured rather than estimated: steps per second, achieved TFLOP/s and peak memory of
-the batched trainer and of the batched KKT attack at the papers' sizes (under 90 s on an H100).
+the batched trainer and of the batched KKT attack at the papers' sizes, and the seconds of what a slice computes on
+the machine's CPU (a cell's evaluation, a target's stationarity certificate).
 
     python benchmarks/gpu/probe.py probe.json                      # on the device machine (CUDA)
     python benchmarks/gpu/probe.py probe.json --tiny --device cpu  # tiny, on the CPU (tests/unit/benchmarks/test_gpu_probe.py)
@@ -7,8 +8,8 @@ the batched trainer and of the batched KKT attack at the papers' sizes (under 90
 benchmarks/gpu/README.md says how to run it on the device machine.
 
 * Trainer (``reconbench/targets/batched_training.py``): 1 and 4 targets of n = 500, D-1000-1000-1 with D = 784
-  (MNIST) and 3072 (CIFAR-10), BCE at a constant lr on random inputs, float32 and (after the attack and its
-  profile, which a slice's plan needs first) float64, with and without the CUDA graph. A warm-up window (which
+  (MNIST) and 3072 (CIFAR-10), BCE at a constant lr on random inputs, float32 (with the CUDA graph first, the rows
+  a plan reads on a GPU; without it after the attack) and, last, float64, with and without the graph. A warm-up window (which
   captures the graph) comes first; then ``--train-windows`` windows of k steps are timed. FLOPs per step and
   target: 6 n sum_{l>=2} in_l out_l (forward, input gradient and weight update of every layer past the first)
   + 2 n^2 w_1 (the first layer's pre-activations through the n x n Gram matrix); the input dimension does not
@@ -30,22 +31,45 @@ benchmarks/gpu/README.md says how to run it on the device machine.
   runs only with ``--tiny`` and records CPU operators instead (the field's shape, for the tests).
 * Certificate (``certificate``; ``--no-certificate`` skips it): the wall time of the stationarity certificate
   (``reconbench.targets.certificate``, with the learned part against an initial network, as a card rebuild
-  computes it) of a random 3072-w-w-1 network at n on this machine's CPU, float64; run last, within the budget
-  (about 9 s at n = 500 on one core of the loaded CPU machine).
+  computes it) of a random 3072-w-w-1 network at n on this machine's CPU, float64, with torch's threads as they
+  are (8.4 s at n = 500 on one thread of the CPU machine: benchmarks/results/gpu/probe_cpu_reference.json, the
+  reference ``reconbench.bench.slice_costs.CERTIFICATE_REFERENCE`` against which a plan scales a card's price).
+* Evaluation (``evaluation``): the wall time of one cell's evaluation as a slice runs it (the functions
+  ``reconbench.runs.result.finish`` calls: the pooled and the blind and oracle selections' evaluations with their
+  null and calibration draws, the pooled one's figures, the calibration bars; ``evaluation_timing.py``, shared with
+  merge_cost.py) on this machine's CPU with torch's threads as they are, float64: 4 search runs of m = 1000
+  candidates against n = 500 training images of paper.toml's CIFAR-10 binary cell, its problem built from
+  generated images of CIFAR-10's shape (no data file travels with the probe; the cost does not depend on the
+  pixels' values), with its suite's protocol. The row holds the seconds (and per step), the planner's units
+  (runs x m x n x pixels), the threads and the pooled summary; a plan prices the evaluate phase from it
+  (reconbench.bench.slice_costs.costs_from_probe). 38.5 s on one thread of the CPU machine (the reference file).
 
 Before any timing, ``trainer_check`` trains three small float64 targets on the device, with and without the graph,
 and records their largest relative weight difference from the CPU's run (about 1e-15 expected); and the same for a
 stack of mixed settings (``mixed_``: BCE and MSE, two learning rates, two weight decays) against the CPU's
 one-target-at-a-time order, whose step differs from the stacked one by rounding only.
 
-Peak memory is torch.cuda.max_memory_allocated per case (None on the CPU). Cases run in order of cost; once
-``--budget`` seconds have passed, the rest are recorded as skipped, so the JSON always comes back.
+Peak memory is torch.cuda.max_memory_allocated per case (None on the CPU); ``case_seconds`` is each case's whole
+wall time, set-up and warm-up included. Cases run in the order a slice's plan reads them
+(``costs_from_probe``): float32 training with the graph (4 cases) and the stack of mixed settings; the TF32 and
+float64 attack at 4, 8 and 16 runs (6; a precision left unmeasured would be priced at another's rate); the
+certificate and the evaluation (without them the built-in prices stand, pessimistic); then what a plan reads only
+as a fallback or not at all: the float32 attack (3), float32 training without the graph (4), the kernel profile,
+float64 training (8). Once ``--budget`` seconds have passed, the cases not yet started are recorded as skipped (a
+case started runs to its end), so the JSON always comes back; ``--only KIND`` runs the cases of some kinds alone.
+The first probe on an H100 ran its 28 cases (the trainer's 16, the attack's 12 at 8 and 16 runs, graph and
+eager) in 61 s, about 2 s a case with the start; at that pace a budget of 60 s (``PROBE_BUDGET=60``, the next
+occasion's) measures the 11 GPU cases a plan reads in about 25-30 s, then the certificate (8.4 s on one thread
+here; a few seconds on 16 cores) and the evaluation (38.5 s on one thread here, mostly torch's convolutions and
+products, which use every thread), and likely the float32 attack after them; it skips float64 training and
+probably the profile and the trainer without the graph. The rows' ``case_seconds`` will say.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import sys
@@ -56,6 +80,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the sibling benchmark scripts
+sys.path.insert(0, str(Path(__file__).resolve().parent))          # and this folder's (evaluation_timing.py)
 
 from bench_batched import conditions, make_runs, make_target, starts  # noqa: E402
 from cell_time_account import step_flops  # noqa: E402
@@ -68,10 +93,16 @@ from reconbench.targets.batched_training import BatchedChainGD  # noqa: E402
 SIZES: dict[str, dict[str, Any]] = {
     "paper": {"n": 500, "widths": [1000, 1000], "inputs": {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)},
               "targets": [1, 4], "window": 50, "m": 1000, "runs": [4, 8, 16], "attack_steps": [10, 30],
-              "profile_steps": 20},
+              "profile_steps": 20,
+              # the evaluation: paper.toml's CIFAR-10 binary cell (n = 500, 3072 pixels, m = 1000) at 4 search runs,
+              # on generated images as many as its data file holds (5,085: 509 per class here)
+              "evaluation": {"runs": 4, "shape": (3, 32, 32), "images_per_class": 509, "n_test_per_class": 100, "close": 0.1}},
     "tiny": {"n": 12, "widths": [16, 16], "inputs": {"mnist": (1, 4, 4), "cifar10": (3, 4, 4)},
              "targets": [1, 4], "window": 3, "m": 6, "runs": [1, 2, 4], "attack_steps": [2, 4],
-             "profile_steps": 2},
+             "profile_steps": 2,
+             # SSIM's window needs images of at least 7 x 7 pixels
+             "evaluation": {"runs": 2, "shape": (3, 8, 8), "images_per_class": 10, "n_test_per_class": 2,
+                            "close": 0.5}},
 }
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -307,6 +338,44 @@ def certificate_seconds(size: dict[str, Any]) -> dict[str, Any]:
             "fit_seconds": cert.get("seconds"), "torch_threads": torch.get_num_threads()}
 
 
+#: the kinds of the probe's cases (``--only``)
+CASE_KINDS = ("trainer", "attack", "evaluation", "certificate", "profile")
+#: the cell whose evaluation the probe times: its problem's spec and its suite's protocol
+EVALUATION_SUITE, EVALUATION_CELL = "paper", "cifar-binary--haim_binary_kkt--gaussian--s0"
+
+
+def evaluation_case(size: dict[str, Any]) -> dict[str, Any]:
+    """Wall time of one cell's evaluation as a slice runs it (``reconbench.runs.result.finish``'s steps, through
+    ``evaluation_timing.time_case``) on this machine's CPU with torch's threads as they are: the pooled candidates of
+    ``size["evaluation"]["runs"]`` search runs of m against the n training images of :data:`EVALUATION_CELL`'s
+    problem built from generated images of CIFAR-10's shape (no data file), with its suite's protocol (null and
+    calibration draws), the blind and oracle selections and the calibration bars, float64 as the evaluation computes."""
+    from evaluation_timing import synthetic_problem, time_case
+
+    from reconbench.bench.cells import expand
+    from reconbench.bench.suite import load_suite
+    from reconbench.evaluation import resolve_protocol
+
+    ev = size["evaluation"]
+    suite = load_suite(EVALUATION_SUITE)
+    cell = next(c for c in expand(suite) if c.cell_id == EVALUATION_CELL)
+    spec = dataclasses.replace(cell.recipe.problem, n_per_class=size["n"] // 2, n_test_per_class=ev["n_test_per_class"])
+    t0 = time.perf_counter()
+    problem = synthetic_problem(spec, ev["shape"], ev["images_per_class"])
+    problem_s = time.perf_counter() - t0
+    family = cell.recipe.family
+    case = time_case(problem, family, resolve_protocol(cell.protocol(suite), family), ev["runs"], size["m"],
+                     ev["close"], seed=0)
+    return {"cell": EVALUATION_CELL, "runs": case["runs"], "m": size["m"], "n": problem.n,
+            "pixels": math.prod(ev["shape"]), "candidates": case["candidates"],
+            "evaluations": case["evaluations"], "bars": case["bars"], "figures": case["figures"],
+            "seconds": case["seconds"]["total"], "seconds_by_step": {k: v for k, v in case["seconds"].items()
+                                                                     if k != "total"},
+            "units": case["units"], "seconds_per_unit": case["seconds_per_unit"],
+            "torch_threads": torch.get_num_threads(), "problem_seconds": problem_s,
+            "pooled_summary": case["pooled_summary"]}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="where to write the JSON")
@@ -316,7 +385,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--budget", type=float, default=80.0, help="seconds after which remaining cases are skipped")
     parser.add_argument("--no-certificate", dest="certificate", action="store_false",
                         help="skip timing the stationarity certificate at the trainer's n on this machine's CPU (it "
-                        "runs last, within the budget)")
+                        "runs after the attack, within the budget)")
+    parser.add_argument("--only", nargs="+", choices=CASE_KINDS, default=None, metavar="KIND",
+                        help=f"run only the cases of these kinds ({', '.join(CASE_KINDS)}), in the usual order; the "
+                        "trainer check runs first as always (a reference run here: --only certificate)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -325,6 +397,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     result: dict[str, Any] = {"format": PROBE_SCHEMA,
                               "benchmark": "GPU probe: batched trainer and batched KKT attack", "tiny": args.tiny,
+                              "command": "python benchmarks/gpu/probe.py " + " ".join(
+                                  argv if argv is not None else sys.argv[1:]),
                               "conditions": conditions(str(device)), "sizes": size, "trainer": [], "attack": [],
                               "skipped": []}
     if device.type == "cuda":
@@ -334,27 +408,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                      "multiprocessors": props.multi_processor_count})
     result["trainer_check"] = trainer_check(device)
     print(f"trainer check: {result['trainer_check']}", flush=True)
-    # in order of what a slice's plan needs first, should the budget run out: the paper suite's float32 training,
-    # the attack, its profile, then float64 training and the certificate
-    def trainer_cases(dtype: str) -> list[tuple[str, Any]]:
-        return [("trainer", (targets, dataset, dtype, graph)) for targets in size["targets"]
-                for dataset in size["inputs"] for graph in (True, False)]
+    # in order of what a slice's plan reads, should the budget run out (reconbench.bench.slice_costs.costs_from_probe):
+    # the paper suite's float32 training with the graph (its only trainer rows where a graph was captured) and the
+    # stack of mixed settings; the TF32 and float64 attack (a precision left unmeasured is priced at another's rate,
+    # and float64 at TF32's would be too cheap); the certificate and the evaluation (left out, the built-in prices
+    # stand: pessimistic); then what the plan reads only as a fallback or not at all: the float32 attack, the trainer
+    # without the graph, the kernel profile, float64 training
+    def trainer_cases(dtype: str, graphs: tuple[bool, ...]) -> list[tuple[str, Any]]:
+        return [("trainer", (targets, dataset, dtype, graph)) for graph in graphs for targets in size["targets"]
+                for dataset in size["inputs"]]
 
-    cases = trainer_cases("float32")
+    def attack_cases(precision: str) -> list[tuple[str, Any]]:
+        return [("attack", (runs, precision, True)) for runs in size["runs"]]
+
+    cases = trainer_cases("float32", (True,))
     cases.append(("trainer", (max(size["targets"]), "cifar10", "float32", True, True)))   # mixed settings
-    cases += [("attack", (runs, precision, True)) for precision in ("tf32", "float32", "float64")
-              for runs in size["runs"]]
+    cases += attack_cases("tf32") + attack_cases("float64")
+    if args.certificate:   # a few seconds: before the evaluation (a case started before the budget runs to its end)
+        cases.append(("certificate", ()))
+    cases.append(("evaluation", ()))
+    cases += attack_cases("float32") + trainer_cases("float32", (False,))
     if device.type == "cuda" or args.tiny:
         cases.append(("profile", ()))
-    else:
+    elif not args.only or "profile" in args.only:
         result["profile"] = {"skipped": "on a CPU the kernel profile runs only with --tiny"}
-    cases += trainer_cases("float64")
-    if args.certificate:
-        cases.append(("certificate", ()))
+    cases += trainer_cases("float64", (True, False))
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only]
     for kind, params in cases:
         if time.perf_counter() - t0 > args.budget:
             result["skipped"].append({"kind": kind, "params": list(params), "why": f"past --budget {args.budget}s"})
             continue
+        started = time.perf_counter()
         try:
             if kind == "trainer":
                 targets, dataset, dtype, graph, *mixed = params
@@ -364,14 +449,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row = attack_case(size, runs, precision, graph, device)
             elif kind == "profile":
                 row = kernel_profile(size, device)
+            elif kind == "evaluation":
+                row = evaluation_case(size)
             else:
                 row = certificate_seconds(size)
         except torch.cuda.OutOfMemoryError as exc:   # keep what was measured; say which case did not fit
             row = {"params": list(params), "error": f"out of memory: {str(exc).splitlines()[0]}"}
-        except Exception as exc:   # the profile and the certificate are extras: their failure loses nothing else
+        except Exception as exc:   # the cases other than trainer and attack are extras: their failure loses nothing
             if kind in ("trainer", "attack"):
                 raise
             row = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        row["case_seconds"] = time.perf_counter() - started   # the case's whole wall time, set-up and warm-up included
         if kind in ("trainer", "attack"):
             result[kind].append(row)
             rate = row.get("tflops_per_second")

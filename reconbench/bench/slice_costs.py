@@ -83,16 +83,36 @@ MIN_TRAINING_SECONDS = 1.0
 #: 4.4 ms per step at m = 1000 and P = 4.07e6 (about 1.1e-12 s per unit); training assumed no faster per unit. Its
 #: card (release metrics and the stationarity certificate, on the machine's CPU) from the one paper-size card built
 #: from a GPU's state, CIFAR-10 binary at n = 500: 65 s on the 2-core CPU machine (63 s of it the certificate), about
-#: 3.2e-8 s per unit of n x P (the device's CPU not timed yet). Its evaluation runs on the machine's CPU, in float64:
+#: 3.2e-8 s per unit of n x P (on the CPU machine, not the device's). Its evaluation runs on the machine's CPU, in float64:
 #: a paper cell's (16 runs of m = 1000 on CIFAR-10, n = 500) took 147-187 s on one thread of the loaded CPU machine,
 #: a 4-run cell's 37-52 s (benchmarks/gpu/merge_cost.py, benchmarks/results/gpu/merge_cost_cpu.json): 15 s and
-#: 7.6e-9 s per unit lie above each (the device's CPU, with more threads, not timed yet).
+#: 7.6e-9 s per unit lie above each. A probe with an evaluation row and a certificate row prices both from the device
+#: machine's CPU instead (:func:`costs_from_probe`).
 PRIORS: dict[str, CostTable] = {
     "cpu": CostTable(train=PhaseCost(fixed=3.0, rate=1e-8), attack=PhaseCost(fixed=1.0, rate=2e-8),
                      evaluate=PhaseCost(fixed=3.0, rate=1e-7)),
     "cuda": CostTable(train=PhaseCost(fixed=15.0, rate=2e-12), attack=PhaseCost(fixed=5.0, rate=2e-12),
                       evaluate=PhaseCost(fixed=15.0, rate=7.6e-9), card=PhaseCost(fixed=2.0, rate=3.2e-8)),
 }
+
+
+@dataclass(frozen=True)
+class CertificateReference:
+    """The probe's certificate case (a random network of ``layers`` at ``n``) timed on the CPU machine the built-in
+    card price was measured on: what a probe's certificate row is compared with to scale that price."""
+
+    n: int
+    layers: tuple[int, ...]
+    seconds: float
+    source: str
+
+
+#: benchmarks/results/gpu/probe_cpu_reference.json (``python benchmarks/gpu/probe.py
+#: benchmarks/results/gpu/probe_cpu_reference.json --device cpu --only evaluation certificate``, one torch thread,
+#: load about 1.9): 8.4 s. The fastest run here is the reference (two threads under the same load took 14.6-14.8 s),
+#: so that the device's speed-up over it, and the card's price it scales, err high.
+CERTIFICATE_REFERENCE = CertificateReference(n=500, layers=(3072, 1000, 1000, 1), seconds=8.419182017009007,
+                                             source="benchmarks/results/gpu/probe_cpu_reference.json")
 
 
 @dataclass(frozen=True)
@@ -254,9 +274,17 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
     - attack: the attack rows of ``attack_precision`` with the CUDA graph where one was captured, the most runs
       batched, the slowest per unit; units per step: runs x m x the probe network's weights; and, in
       ``attack_runs``, each precision's rate at every run count measured (the slowest row of each count), which
-      prices a cell by its own run count (:meth:`~reconbench.records.cost_table.CostTable.phase`);
-    - fixed seconds, the whole evaluate phase and a target's card (the probe does not time them): the built-in
-      ``cuda`` table's.
+      prices a cell by its own run count (:meth:`~reconbench.records.cost_table.CostTable.phase`); a precision the
+      probe did not reach is priced as the first slower one it did (float32 as float64, TF32 as float32 or float64);
+    - evaluate, from the probe's ``evaluation`` row (``s`` seconds on ``u`` units, a cell's evaluation on the
+      machine's CPU): fixed ``min(the cuda table's fixed, s)`` and rate ``s / u``: a cell of the measured size pays
+      ``s`` plus at most ``s`` more, a larger one at least ``s`` per ``u`` units whatever part of ``s`` was fixed
+      (without the row, or for a row that failed: the built-in ``cuda`` table's);
+    - card, from the probe's ``certificate`` row: the built-in card price times the ratio of the row's seconds to
+      :data:`CERTIFICATE_REFERENCE`'s (the same random network's certificate timed on the CPU machine that price
+      was measured on), its fixed seconds scaled only upwards, so never below the ratio's price (without the row,
+      or for a row of another size: the built-in price);
+    - fixed seconds of training and attack: the built-in ``cuda`` table's.
     Raises when the probe measured no row a phase needs (it ran past its budget, say)."""
     prior = PRIORS["cuda"]
     where = f"probe {source}" if source else "the probe"
@@ -318,17 +346,66 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
     fallback = next((p for p in slower if p in runs_at), None)
     if attack_precision not in runs_at and fallback is not None:   # as the slower precision its flat rate came from
         runs_at[attack_precision] = runs_at[fallback]
+    # any other precision the budget did not reach (the float32 attack runs after the cases a paper plan reads), as
+    # the first slower one measured: a cell asking for it is not priced at the flat, faster rate
+    stand_ins: dict[str, str] = {}
+    for p in MATMUL_PRECISIONS:
+        stand_in = next((q for q in SLOWER_PRECISIONS.get(p, ()) if q in runs_at), None)
+        if p not in runs_at and stand_in is not None:
+            runs_at[p], stand_ins[p] = runs_at[stand_in], stand_in
+            if stand_in in at:
+                at.setdefault(p, at[stand_in])
     about = {"from_probe": {"source": source, "device": rec.device,
                             "train": {"targets": t.targets, "dataset": t.dataset, "dtype": t.dtype,
                                       "cuda_graph": t.cuda_graph, "target_steps_per_second": t.target_steps_per_second,
                                       "target_steps_per_second_by_targets": {
                                           str(k): r.target_steps_per_second for k, r in sorted(slowest.items())}},
                             "attack": {"runs": a.runs, "m": a.m, "precision": a.precision,
-                                       "seconds_per_step": a.seconds_per_step}}}
+                                       "seconds_per_step": a.seconds_per_step,
+                                       **({"priced_as": stand_ins} if stand_ins else {})}}}
+    evaluate, evaluation_about = probe_evaluation_price(rec, prior.evaluate)
+    card, card_about = probe_card_price(rec, prior.card)
+    about["from_probe"].update(evaluation=evaluation_about, card=card_about)
     return CostTable(train=PhaseCost(fixed=prior.train.fixed, rate=train_rate(t)),
                      attack=PhaseCost(fixed=prior.attack.fixed, rate=attack_rate(a)),
-                     evaluate=prior.evaluate, attack_at=at, about=about, attack_runs=runs_at, card=prior.card,
+                     evaluate=evaluate, attack_at=at, about=about, attack_runs=runs_at, card=card,
                      train_targets=by_targets)
+
+
+def probe_evaluation_price(probe: Probe, built_in: PhaseCost) -> tuple[PhaseCost, dict[str, Any]]:
+    """The evaluate phase's price from ``probe``'s evaluation row, and what it was made of (``about``): fixed
+    ``min(built_in.fixed, s)``, rate ``s / u`` (:func:`costs_from_probe`); ``built_in`` without a measured row."""
+    row = probe.evaluation
+    if row is None or not row.measured:
+        why = "the probe has no evaluation row" if row is None else f"the probe's evaluation failed: {row.error}"
+        return built_in, {"price": "built-in", "why": why}
+    seconds, units = float(row.seconds or 0.0), float(row.units or 0.0)
+    price = PhaseCost(fixed=min(built_in.fixed, seconds), rate=seconds / units)
+    return price, {"price": "probe", "seconds": seconds, "units": units, "runs": row.runs, "m": row.m, "n": row.n,
+                   "pixels": row.pixels, "torch_threads": row.torch_threads,
+                   "rule": "fixed min(built-in fixed, seconds), rate seconds / units: the measured size priced at "
+                           "its seconds plus at most as much again"}
+
+
+def probe_card_price(probe: Probe, built_in: PhaseCost | None,
+                     reference: CertificateReference = CERTIFICATE_REFERENCE) -> tuple[PhaseCost | None, dict[str, Any]]:
+    """A target card's price from ``probe``'s certificate row: ``built_in`` with its rate times ``ratio`` = the row's
+    seconds / ``reference``'s and its fixed seconds times ``max(1, ratio)`` (:func:`costs_from_probe`); ``built_in``
+    where the table prices no card, the probe timed none, or timed another network than the reference's."""
+    row = probe.certificate
+    if built_in is None:
+        return None, {"price": "none"}
+    if row is None or not row.measured:
+        why = "the probe has no certificate row" if row is None else f"the probe's certificate failed: {row.error}"
+        return built_in, {"price": "built-in", "why": why}
+    size = (int(row.n or 0), tuple(int(x) for x in row.layers or []))
+    if size != (reference.n, reference.layers):
+        return built_in, {"price": "built-in", "why": f"the probe's certificate is of n = {size[0]}, layers "
+                          f"{list(size[1])}; the reference's of n = {reference.n}, layers {list(reference.layers)}"}
+    ratio = float(row.seconds or 0.0) / reference.seconds
+    price = PhaseCost(fixed=built_in.fixed * max(1.0, ratio), rate=built_in.rate * ratio)
+    return price, {"price": "probe", "ratio": ratio, "seconds": row.seconds, "torch_threads": row.torch_threads,
+                   "reference_seconds": reference.seconds, "reference": reference.source}
 
 
 def measured_kind(device: str) -> str:
@@ -343,9 +420,11 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
     - ``attack`` rows, in ``attack_runs``: a measured rate replaces the table's at the same precision and run count
       (the slowest where several cells were measured there), and a run count the table lacks is added, so that a
       cell is priced by the largest run count at most its own, measured first (:meth:`CostTable.phase`);
-    - ``evaluation`` rows of cells evaluated whole (their pooled units recorded), as the ``evaluate`` phase's rate:
-      the slowest, the table's fixed seconds kept (one row cannot tell its fixed part from its rate, so the whole
-      measured time counts as rate: a cell of the measured size is priced above what it took);
+    - ``evaluation`` rows of cells evaluated whole (their pooled units recorded), as the ``evaluate`` phase's rate,
+      the table's fixed seconds ``F`` kept (:func:`measured_evaluation_rate`): the largest ``max(s - F, 0) / u``
+      among the cells (each cell re-priced at its own size pays at least what it took), but at least the smallest
+      ``s / u`` (no cell's true rate per unit passes its whole seconds per unit, so a cell larger than those measured
+      is not priced below its cost however little of ``F`` is really fixed);
     - ``train`` rows of training pieces, in ``train_targets`` at their stack's size (the slowest per size; a size
       measured replaces the probe's), the table's fixed seconds of that size kept (a row times the steps alone); a
       table without prices by size keeps its flat rate as the one-target price.
@@ -355,7 +434,7 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
     ``about["measured_evaluation"]`` and ``about["measured_training"]`` the others."""
     kind = device_kind(device)
     rates: dict[tuple[str, int], tuple[float, list[str]]] = {}
-    evaluation: tuple[float, list[str]] | None = None
+    evaluations: list[MeasuredRate] = []
     training: dict[int, tuple[float, list[str]]] = {}
     for r in rows:
         rate = r.rate
@@ -365,12 +444,11 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
             old, cells = rates.get((r.precision, r.runs), (0.0, []))
             rates[(r.precision, r.runs)] = (max(old, rate), [*cells, r.cell])
         elif r.phase == "evaluation":
-            old, cells = evaluation or (0.0, [])
-            evaluation = (max(old, rate), [*cells, r.cell])
+            evaluations.append(r)
         elif r.phase == "train" and r.targets > 0:
             old, cells = training.get(r.targets, (0.0, []))
             training[r.targets] = (max(old, rate), [*cells, r.cell])
-    if not rates and evaluation is None and not training:
+    if not rates and not evaluations and not training:
         return table
     changes: dict[str, Any] = {}
     about = dict(table.about)
@@ -383,10 +461,11 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
         changes["attack_runs"] = {p: dict(sorted(v.items(), key=lambda x: int(x[0]))) for p, v in by_runs.items()}
         about["measured"] = [{"precision": p, "runs": n, "rate": rate, "cells": cells}
                              for (p, n), (rate, cells) in sorted(rates.items())]
-    if evaluation is not None:
-        changes["evaluate"] = PhaseCost(fixed=table.evaluate.fixed, rate=evaluation[0])
-        about["measured_evaluation"] = {"rate": evaluation[0], "table_rate": table.evaluate.rate,
-                                        "cells": evaluation[1]}
+    if evaluations:
+        rate = measured_evaluation_rate(table.evaluate.fixed, [(r.seconds, r.units) for r in evaluations])
+        changes["evaluate"] = PhaseCost(fixed=table.evaluate.fixed, rate=rate)
+        about["measured_evaluation"] = {"rate": rate, "table_rate": table.evaluate.rate,
+                                        "table_fixed": table.evaluate.fixed, "cells": [r.cell for r in evaluations]}
     if training:
         # a table without prices by size keeps its flat rate for one target (else a lone target would pay a measured
         # stack's whole step)
@@ -397,6 +476,18 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
         about["measured_training"] = [{"targets": k, "rate": rate, "pieces": len(stacks)}
                                       for k, (rate, stacks) in sorted(training.items())]
     return table.updated(**changes, about=about)
+
+
+def measured_evaluation_rate(fixed: float, measured: Sequence[tuple[float, float]]) -> float:
+    """The evaluate phase's rate from cells measured at ``(seconds, units)`` under a table whose fixed seconds are
+    ``fixed``: ``max(max over cells of max(s - fixed, 0) / u, min over cells of s / u)``. The first term prices each
+    cell at its own size at least at what it took; the second bounds the rate from below by the cells' whole seconds
+    per unit, the least of which is still at least the true rate (a cell's cost is a fixed part, at least 0, plus
+    that rate times its units), so a cell larger than every measured one is not priced below its cost either."""
+    if not measured:
+        raise ValueError("no measured evaluation")
+    excess = max(max(s - fixed, 0.0) / u for s, u in measured)
+    return max(excess, min(s / u for s, u in measured))
 
 
 def read_costs(path: Path, *, train_dtype: str = "float64", attack_dtype: str = "float64") -> CostTable:

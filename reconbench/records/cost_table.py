@@ -7,7 +7,8 @@ Its first form carried no version stamp and held the attack's rate per matrix-pr
 moves the former into :attr:`CostTable.attack_at` and the latter into :attr:`CostTable.about`.
 
 The probe's JSON first carried no stamp either; its rows are read as they are (a row that failed holds ``params``
-and ``error`` only).
+and ``error`` only). Fields added later (a row's ``case_seconds``, the ``evaluation`` row, the certificate's typed
+row) are optional: a probe written before them reads with none.
 """
 
 from __future__ import annotations
@@ -210,6 +211,7 @@ class ProbeTrainerRow(Record):
     diverged: list[bool] | None = None
     params: list[Any] | None = None
     error: str | None = None
+    case_seconds: float | None = None   # the case's whole wall time, set-up and warm-up included
 
     @property
     def measured(self) -> bool:
@@ -235,6 +237,7 @@ class ProbeAttackRow(Record):
     peak_memory_gib: float | None = None
     params: list[Any] | None = None
     error: str | None = None
+    case_seconds: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -247,6 +250,58 @@ class ProbeAttackRow(Record):
 
 
 @dataclass(frozen=True)
+class ProbeEvaluationRow(Record):
+    """One cell's evaluation timed on the machine's CPU (``probe.py``'s ``evaluation`` case): ``runs`` x ``m``
+    pooled candidates against ``n`` training images of ``pixels`` pixels, ``units`` the planner's (their product),
+    ``seconds`` the whole evaluation (``seconds_by_step``: the evaluations with their nulls, the calibration bars)
+    with ``torch_threads`` threads; a failed case holds ``error``."""
+
+    cell: str | None = None
+    runs: int | None = None
+    m: int | None = None
+    n: int | None = None
+    pixels: int | None = None
+    candidates: int | None = None
+    evaluations: int | None = None
+    bars: bool | None = None
+    figures: bool | None = None
+    seconds: float | None = None
+    seconds_by_step: Mapping[str, float] | None = None
+    units: float | None = None
+    seconds_per_unit: float | None = None
+    torch_threads: int | None = None
+    problem_seconds: float | None = None
+    pooled_summary: Mapping[str, Any] | None = None
+    params: list[Any] | None = None
+    error: str | None = None
+    case_seconds: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.error is None and (self.seconds or 0.0) > 0 and (self.units or 0.0) > 0
+
+
+@dataclass(frozen=True)
+class ProbeCertificateRow(Record):
+    """The stationarity certificate of a random network timed on the machine's CPU (``probe.py``'s ``certificate``
+    case): ``layers`` at ``n`` training points, ``seconds`` its wall time (``fit_seconds``: the certificate's own
+    count) with ``torch_threads`` threads; a failed case holds ``error``."""
+
+    n: int | None = None
+    layers: list[int] | None = None
+    seconds: float | None = None
+    fit_seconds: float | None = None
+    torch_threads: int | None = None
+    params: list[Any] | None = None
+    error: str | None = None
+    case_seconds: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.error is None and (self.seconds or 0.0) > 0 and bool(self.n) and bool(self.layers)
+
+
+@dataclass(frozen=True)
 class Probe(Record):
     """The GPU probe's JSON: what the batched trainer and attack achieved on one device."""
 
@@ -255,6 +310,7 @@ class Probe(Record):
     format: str = PROBE_SCHEMA
     benchmark: str | None = None
     tiny: bool | None = None
+    command: str | None = None   # the command line that wrote it (none before it was recorded)
     conditions: Mapping[str, Any] = field(default_factory=dict)
     sizes: Mapping[str, Any] | None = None
     trainer_check: Mapping[str, Any] | None = None
@@ -263,7 +319,8 @@ class Probe(Record):
     skipped: list[Any] = field(default_factory=list)
     wall_seconds: float | None = None
     profile: Mapping[str, Any] | None = None       # the kernel profile of the largest TF32 attack case
-    certificate: Mapping[str, Any] | None = None   # the stationarity certificate's seconds (--certificate)
+    certificate: ProbeCertificateRow | None = None   # the stationarity certificate's seconds (--certificate)
+    evaluation: ProbeEvaluationRow | None = None     # a cell's evaluation on the machine's CPU (none before it)
 
     @property
     def device(self) -> str | None:

@@ -68,14 +68,19 @@ def test_a_row_without_units_is_written_as_before_and_an_evaluation_row_with_the
     assert list(row.to_dict()) == [*old_keys, "units"] and row.rate == 0.5
 
 
-def test_the_slowest_evaluation_rate_of_the_devices_kind_prices_the_evaluate_phase_its_fixed_seconds_kept():
-    """Two CPU rows at 2e-8 and 5e-8 s per unit, one GPU row at 1e-3 (another kind: left out): 5e-8 with the CPU
-    table's 3 s fixed, so 1e9 units cost 3 + 50 s."""
+def test_the_evaluation_rows_of_the_devices_kind_price_the_evaluate_phase_its_fixed_seconds_kept():
+    """Two CPU rows, 2 s on 1e8 units and 10 s on 2e8, one GPU row (another kind: left out), the CPU table's fixed
+    3 s: less the fixed seconds, 0 (not -1 s) and 7 s on 2e8 units, 3.5e-8 s per unit, above the rows' least whole
+    rate (2e-8): 3.5e-8, so 1e9 units cost 3 + 35 s and the cells re-priced at their sizes 6.5 s (>= 2) and 10 s."""
     table = PRIORS["cpu"]
     got = with_measured(table, rows(evaluation("a", 2.0, 1e8), evaluation("b", 10.0, 2e8),
                                     evaluation("gpu", 1e5, 1e8, device="NVIDIA H100")), "cpu")
-    assert got.evaluate == PhaseCost(fixed=table.evaluate.fixed, rate=10.0 / 2e8)
-    assert CostModel(prior=got).phase_seconds("evaluate", 1e9) == pytest.approx(3.0 + 50.0, rel=1e-14)
+    assert table.evaluate.fixed == 3.0
+    assert got.evaluate.fixed == 3.0 and got.evaluate.rate == pytest.approx(7.0 / 2e8, rel=1e-14)
+    model = CostModel(prior=got)
+    assert model.phase_seconds("evaluate", 1e9) == pytest.approx(3.0 + 35.0, rel=1e-14)
+    assert model.phase_seconds("evaluate", 1e8) == pytest.approx(6.5, rel=1e-14)
+    assert model.phase_seconds("evaluate", 2e8) == pytest.approx(10.0, rel=1e-14)
     assert got.about["measured_evaluation"]["cells"] == ["a", "b"]
     assert got.train == table.train and got.attack == table.attack and got.train_targets == table.train_targets
 

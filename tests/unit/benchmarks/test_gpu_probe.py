@@ -12,6 +12,7 @@ import torch
 from _helpers.examples import load_module
 from torch.utils.flop_counter import FlopCounterMode
 
+from reconbench.bench.slice_costs import PRIORS, probe_card_price, probe_evaluation_price
 from reconbench.records.cost_table import PROBE_FILE, PROBE_SCHEMA
 from reconbench.targets.batched_training import BatchedChainGD
 
@@ -47,6 +48,15 @@ def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
     assert sum(t["share"] for t in top) <= 1.0 + 1e-12 and all(t["calls"] >= 1 for t in top)
     assert {"aten::mm", "aten::bmm"} & {t["name"] for t in top}
     assert data["certificate"]["n"] == 12 and data["certificate"]["seconds"] > 0
+    # a cell's evaluation on the machine's CPU, on generated images: its units are the planner's (pooled candidates x
+    # training images x pixels), its pooled summary scored
+    ev = data["evaluation"]
+    assert (ev["runs"], ev["m"], ev["n"], ev["pixels"]) == (2, 6, 12, 3 * 8 * 8)
+    assert ev["units"] == 2 * 6 * 12 * 192 and ev["candidates"] == 12 and ev["evaluations"] == 3 and ev["bars"]
+    assert ev["seconds"] > 0 and ev["seconds"] == pytest.approx(sum(ev["seconds_by_step"].values()), rel=1e-12)
+    assert ev["seconds_per_unit"] == pytest.approx(ev["seconds"] / ev["units"], rel=1e-12)
+    assert ev["torch_threads"] == torch.get_num_threads() and ev["pooled_summary"]["matched_images"] is not None
+    assert all(r["case_seconds"] > 0 for r in [*data["trainer"], *data["attack"], ev, data["certificate"]])
     for row in data["trainer"]:
         assert row["steps_per_second"] > 0 and row["tflops_per_second"] > 0
         assert row["cuda_graph"] is False and row["peak_memory_gib"] is None   # no graph, no CUDA memory on a CPU
@@ -60,6 +70,15 @@ def test_the_probe_runs_tiny_on_the_cpu(tmp_path):
     assert data["format"] == PROBE_SCHEMA and all(r.measured for r in record.trainer) and len(record.trainer) == 17
     assert all(r.error is None and r.runs and r.m and r.layers for r in record.attack)   # steps may time at 0 here
     assert record.profile is not None and record.profile["kinds"] == prof["kinds"]
+    assert record.evaluation is not None and record.evaluation.measured and record.evaluation.units == ev["units"]
+    assert record.certificate is not None and record.certificate.measured
+    # what a plan makes of it (costs_from_probe's two prices; its attack rows may time at 0 here): the evaluate phase
+    # from the evaluation row (fixed min(15 s, s), rate s / u); the tiny certificate is not the reference's
+    # network, so the card keeps the built-in price
+    evaluate, _ = probe_evaluation_price(record, PRIORS["cuda"].evaluate)
+    assert evaluate.fixed == min(15.0, ev["seconds"])
+    assert evaluate.rate == pytest.approx(ev["seconds"] / ev["units"], rel=1e-12)
+    assert probe_card_price(record, PRIORS["cuda"].card)[0] == PRIORS["cuda"].card
 
 
 def test_without_tiny_a_cpu_probe_skips_the_profile_with_a_note(tmp_path, monkeypatch):
@@ -69,7 +88,31 @@ def test_without_tiny_a_cpu_probe_skips_the_profile_with_a_note(tmp_path, monkey
     probe.main([str(out), "--device", "cpu", "--train-windows", "1", "--budget", "0"])
     data = json.loads(out.read_text())
     assert data["profile"] == {"skipped": "on a CPU the kernel profile runs only with --tiny"}
-    assert "certificate" not in data
+    assert "certificate" not in data and "evaluation" not in data
+    # every case skipped, in the order the probe runs them: what a slice's plan reads first (float32 training with
+    # the graph, the stack of mixed settings, the TF32 and float64 attack, the certificate, the evaluation), then
+    # the float32 attack, training without the graph and float64 training
+    order = [(c["kind"], tuple(c["params"])) for c in data["skipped"]]
+    first = [("trainer", (t, d, "float32", True)) for t in (1, 4) for d in ("mnist", "cifar10")]
+    first += [("trainer", (4, "cifar10", "float32", True, True))]
+    first += [("attack", (r, p, True)) for p in ("tf32", "float64") for r in (1, 2, 4)]
+    first += [("certificate", ()), ("evaluation", ())]
+    assert order[:len(first)] == first
+    rest = order[len(first):]
+    assert [k for k, _ in rest] == ["attack"] * 3 + ["trainer"] * 12
+    assert {p[1] for k, p in rest if k == "attack"} == {"float32"}
+    assert [p[2:] for k, p in rest if k == "trainer"] == [("float32", False)] * 4 + [("float64", True)] * 4 + [
+        ("float64", False)] * 4
+
+
+def test_only_runs_the_cases_of_the_kinds_named(tmp_path):
+    probe = load_probe()
+    out = tmp_path / "probe.json"
+    probe.main([str(out), "--tiny", "--device", "cpu", "--only", "evaluation", "certificate", "--budget", "1e9"])
+    data = json.loads(out.read_text())
+    assert data["trainer"] == [] and data["attack"] == [] and "profile" not in data and not data["skipped"]
+    assert data["evaluation"]["units"] > 0 and data["certificate"]["seconds"] > 0
+    assert data["command"].endswith("--only evaluation certificate --budget 1e9")
 
 
 @pytest.mark.parametrize(("name", "kind"), [
