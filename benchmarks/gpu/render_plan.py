@@ -123,7 +123,7 @@ def account(name: str) -> str:
     cells = select(expand(suite), patterns)
     sizes = sizes_of(cells)
     rules, carry, speed = rules_of(options)
-    table = probe_table(suite).scaled(speed) if speed != 1.0 else probe_table(suite)
+    table = probe_table(suite).scaled(speed, evaluation=False) if speed != 1.0 else probe_table(suite)
     works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=suite.dtype, device="cuda", carry_starts=carry)
              for c in cells]
     model = CostModel(prior=table)

@@ -251,6 +251,12 @@ def device_kind(device: str) -> str:
     return kind if kind in PRIORS else "cpu"
 
 
+def evaluates_on_device(device: str) -> bool:
+    """Whether a slice on ``device`` evaluates its cells on that device: on the CPU yes; on a GPU the evaluation runs
+    on the machine's CPU (float64), so a faster GPU does not shorten it (:meth:`CostTable.scaled`)."""
+    return device_kind(device) == "cpu"
+
+
 #: the precision of the probe's attack rows a cost table is made from, by the suite's attack dtype (a float32 attack
 #: of the paper suites asks for TF32 products: benchmarks/gpu/probe.py measures both)
 PROBE_ATTACK_PRECISION = {"float64": "float64", "float32": "tf32"}
@@ -991,19 +997,25 @@ BREAK_EVEN_RANGE = (1e-3, 1e3)
 
 def break_even_speed(works: list[CellWork], table: CostTable, budget: float, slices: int,
                      progress: Mapping[str, float] | None = None, *, rel: float = 1e-6,
-                     rules: GroupRules | None = None) -> float | None:
+                     rules: GroupRules | None = None, evaluation: bool = True) -> float | None:
     """The least speed ``s`` (a device ``s`` times as fast per unit as ``table``, its fixed seconds unchanged:
-    :meth:`CostTable.scaled`) at which ``works`` fit in ``slices`` slices of ``budget`` seconds; None when not
-    even :data:`BREAK_EVEN_RANGE`'s fastest does (fixed seconds alone pass the budget). Bisection in log scale to
-    ``rel``: a plan's slice count does not grow as every rate falls, so the fitting speeds form one interval."""
+    :meth:`CostTable.scaled`; ``evaluation=False``: the evaluate phase's price too, as on a GPU, whose cells are
+    evaluated on the machine's CPU) at which ``works`` fit in ``slices`` slices of ``budget`` seconds; None when not
+    even :data:`BREAK_EVEN_RANGE`'s fastest does (fixed seconds, or the unscaled phases, alone pass the budget).
+    Bisection in log scale to ``rel``: a plan's slice count does not grow as every rate falls, so the fitting
+    speeds form one interval."""
     lo, hi = BREAK_EVEN_RANGE
-    if not fits_in(works, table.scaled(hi), budget, slices, progress, rules):
+
+    def fits(speed: float) -> bool:
+        return fits_in(works, table.scaled(speed, evaluation=evaluation), budget, slices, progress, rules)
+
+    if not fits(hi):
         return None
-    if fits_in(works, table.scaled(lo), budget, slices, progress, rules):
+    if fits(lo):
         return lo
     while hi / lo > 1.0 + rel:
         mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if fits_in(works, table.scaled(mid), budget, slices, progress, rules) else (mid, hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     return hi
 
 

@@ -23,6 +23,7 @@ from reconbench.bench.slice_costs import (
     break_even_speed,
     cell_work,
     device_kind,
+    evaluates_on_device,
     plan_slices,
     run_step_seconds,
     stack_size,
@@ -101,13 +102,25 @@ def rates_lines(table: CostTable) -> list[str]:
         said = ", ".join(f"{n}" + (" (measured on a slice)" if (precision, n) in measured else "") for n in counts)
         below = f"; fewer runs than {counts[0]} pay its whole batched step" if counts[0] > 1 else ""
         lines.append(f"  {precision} attack priced by runs batched: {said}{below}")
+    from_probe = mapping(table.about.get("from_probe"))
+    probed = mapping(from_probe.get("evaluation"))
+    if probed.get("price") == "probe":
+        lines.append(f"  evaluation priced from the probe's (on the device machine's CPU, {probed.get('torch_threads')}"
+                     f" thread(s)): {number(probed.get('seconds')) or 0.0:.1f}s for {probed.get('runs')} run(s) of m = "
+                     f"{probed.get('m')} against n = {probed.get('n')}; fixed {table.evaluate.fixed:g}s, "
+                     f"{table.evaluate.rate:.3g} s per unit")
+    card = mapping(from_probe.get("card"))
+    if card.get("price") == "probe" and table.card is not None:
+        lines.append(f"  cards priced from the probe's certificate: {number(card.get('ratio')) or 0.0:.3f}x the CPU "
+                     f"machine's time for the same network ({number(card.get('seconds')) or 0.0:.1f}s against "
+                     f"{number(card.get('reference_seconds')) or 0.0:.1f}s)")
     evaluation = mapping(table.about.get("measured_evaluation"))
     if evaluation:
         cells = sorted(set(evaluation["cells"]))
         lines.append(f"  evaluation priced at a rate measured on slices (--finished): {table.evaluate.rate:.3g} s per "
-                     f"unit (the table's {number(evaluation.get('table_rate')) or 0.0:.3g}), the slowest of "
-                     f"{len(cells)} cell(s) evaluated whole: {', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''};"
-                     f" its fixed {table.evaluate.fixed:g}s the table's")
+                     f"unit (the table's {number(evaluation.get('table_rate')) or 0.0:.3g}), from {len(cells)} cell(s) "
+                     f"evaluated whole ({', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''}): each re-priced at "
+                     f"its own size above what it took; its fixed {table.evaluate.fixed:g}s the table's")
     if measured:
         cells = sorted({c for cs in measured.values() for c in cs})
         lines.append(f"  rates measured on slices (--finished): {len(measured)} of precision and run count, from "
@@ -164,11 +177,12 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
     slice run their search runs in groups (the pack files left to runs, ``--runs-per-slice``, the runs merged
     already; ``rules.cross_target``: the runs of cells of one shape share one batched computation, priced once);
     ``carry_starts``: every run carries its start (``--carry-starts``); ``speed``: a device that many
-    times as fast per unit as the table (``--speed``: a what-if; fixed seconds and cards unchanged)."""
+    times as fast per unit as the table (``--speed``: a what-if; fixed seconds and cards unchanged, and on a GPU the
+    evaluation, which runs on the machine's CPU)."""
     rules = rules or GroupRules()
     base = CostModel.for_device(device, table).prior   # what the break-even speeds are counted against
     if speed != 1.0:
-        table = base.scaled(speed)
+        table = base.scaled(speed, evaluation=evaluates_on_device(device))
     works = [cell_work(c, sizes[c.recipe.key()], pieces=True, dtype=dtype or suite.dtype, device=device,
                        carry_starts=carry_starts) for c in cells]
     model = CostModel.for_device(device, table)
@@ -206,7 +220,9 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
                + (" and the slices' measured rates" if table is not None and measured_about(table) else "")
                + ":")
     if speed != 1.0:
-        click.echo(f"  every rate {speed:g}x the table's speed (--speed: a what-if; fixed seconds and cards as they are)")
+        kept = "fixed seconds and cards" if evaluates_on_device(device) else \
+            "fixed seconds, cards and the evaluation (on the machine's CPU)"
+        click.echo(f"  every rate {speed:g}x the table's speed (--speed: a what-if; {kept} as they are)")
     for line in rates_lines(model.prior):
         click.echo(line)
     split = [w for w in works if w.split]
@@ -251,18 +267,19 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
                + f", {len(plan.unfit)} that fit none")
     if break_even:
         for line in break_even_lines(works, base, deadline - reserve, reserve, len(plan.slices), progress,
-                                     names, rules):
+                                     names, rules, evaluation=evaluates_on_device(device)):
             click.echo(line)
     return plan
 
 
 def break_even_lines(works: list[CellWork], table: CostTable, budget: float, reserve: float, planned: int,
                      progress: dict[str, float] | None, names: dict[str, str],
-                     rules: GroupRules | None = None) -> list[str]:
+                     rules: GroupRules | None = None, *, evaluation: bool = True) -> list[str]:
     """What speed of the device the plan's count hangs on: the least speed (times the table's) at which the cells
     fit in one slice fewer than planned, and down to which they still fit in as many; each in the table's own
     terms (a target's training, a search run's step) and as a fraction of peak where the table states its own;
-    then the time of one search run against :data:`RUN_SECONDS_TARGET`."""
+    then the time of one search run against :data:`RUN_SECONDS_TARGET`. ``evaluation``: whether a faster device
+    shortens the evaluation too (on a GPU it runs on the machine's CPU: it does not)."""
     first = next((w for w in works if w.pieces), None)
     step = next((w for w in works if w.run_step > 0), None)
     # priced at the size of the stack it trains in, as the plan prices it
@@ -286,16 +303,18 @@ def break_even_lines(works: list[CellWork], table: CostTable, budget: float, res
     counts = {planned - 1, planned}
     if planned == 0 and works:   # nothing fits at this speed: from the fewest slices any speed gives (the pack's
         # room for runs bounds them where cells run in groups)
-        fastest = plan_slices(works, CostModel(prior=table.scaled(BREAK_EVEN_RANGE[1])), budget, progress, rules)
+        fastest = plan_slices(works, CostModel(prior=table.scaled(BREAK_EVEN_RANGE[1], evaluation=evaluation)),
+                              budget, progress, rules)
         if not fastest.unfit:
             counts = {len(fastest.slices), len(fastest.slices) + 1}
     for n in sorted(counts - {0}):
         if n < 1 or not works:
             continue
-        speed = break_even_speed(works, table, budget, n, progress, rules=rules)
+        speed = break_even_speed(works, table, budget, n, progress, rules=rules, evaluation=evaluation)
         if speed is None:
             lines.append(f"break-even: no speed fits these cells in {n} slice(s) of {budget:g}s (fixed seconds, or "
-                         "the pack's room for the runs of cells split into groups, alone pass it)")
+                         "the pack's room for the runs of cells split into groups, or the evaluation on the machine's CPU, alone "
+                         "pass it)")
             continue
         lines.append(f"break-even for all {len(works)} cell(s) in {n} slice(s): a device {speed:.3f}x the table's "
                      f"speed per unit (the table: 1x): {terms(speed)}")

@@ -104,13 +104,15 @@ class CostTable(Record):
         cost: PhaseCost = getattr(self, phase)
         return cost
 
-    def scaled(self, speed: float) -> CostTable:
+    def scaled(self, speed: float, *, evaluation: bool = True) -> CostTable:
         """The table of a device ``speed`` times as fast per unit (fixed seconds unchanged): what a break-even
-        search varies."""
+        search varies. ``evaluation=False`` keeps the evaluate phase's price: on a GPU a cell is evaluated on the
+        machine's CPU, which a faster device does not speed up (as the card)."""
         def faster(c: PhaseCost) -> PhaseCost:
             return PhaseCost(fixed=c.fixed, rate=c.rate / speed)
 
-        return CostTable(train=faster(self.train), attack=faster(self.attack), evaluate=faster(self.evaluate),
+        return CostTable(train=faster(self.train), attack=faster(self.attack),
+                         evaluate=faster(self.evaluate) if evaluation else self.evaluate,
                          attack_at={k: faster(v) for k, v in self.attack_at.items()},
                          peak_fraction=None if self.peak_fraction is None else self.peak_fraction * speed,
                          about=self.about,

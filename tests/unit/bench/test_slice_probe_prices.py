@@ -198,3 +198,39 @@ def test_an_attack_precision_the_budget_did_not_reach_is_priced_as_a_slower_one_
     assert table.phase("attack", "float32") == table.phase("attack", "float64")
     assert table.about["from_probe"]["attack"]["priced_as"] == {"float32": "float64"}
     assert "priced_as" not in costs_from_probe(h100(), train_dtype="float32").about["from_probe"]["attack"]
+
+
+def test_a_what_if_speed_on_a_gpu_keeps_the_evaluation_which_runs_on_the_machines_cpu():
+    """``CostTable.scaled(s, evaluation=False)`` divides every device rate by s and keeps the evaluate phase (and the
+    card) as they are; the break-even search on a GPU then finds no speed where the evaluation alone passes the
+    slice, and the closed form (T + 1.25 A)/s + 1.25 E + 2 <= B where it does not."""
+    from reconbench.bench.slice_costs import SAFETY_FACTOR, SAFETY_SECONDS, break_even_speed, evaluates_on_device
+    from reconbench.records.cost_table import CostTable
+
+    table = CostTable.of({"train": {"fixed": 0.0, "rate": 1.0}, "attack": {"fixed": 0.0, "rate": 1.0},
+                          "evaluate": {"fixed": 0.0, "rate": 1.0}})
+    fast = table.scaled(4.0, evaluation=False)
+    assert fast.evaluate == table.evaluate and fast.attack.rate == 0.25 and fast.train.rate == 0.25
+    assert table.scaled(4.0).evaluate.rate == 0.25
+    assert evaluates_on_device("cpu") and not evaluates_on_device("cuda") and not evaluates_on_device("cuda:1")
+    t_units, a_units, e_units, budget = 300.0, 160.0, 40.0, 202.0
+    work = CellWork("X", "x", train=t_units, attack=a_units, evaluate=e_units, pieces=True, group="g")
+    closed = (t_units + SAFETY_FACTOR * a_units) / (budget - SAFETY_SECONDS - SAFETY_FACTOR * e_units)
+    assert break_even_speed([work], table, budget, 1, evaluation=False) == pytest.approx(closed, rel=1e-5)
+    # the evaluation alone (1.25 x 170 + 2 s) passes a slice of 202 s: no device speed helps
+    heavy = CellWork("X", "x", train=t_units, attack=a_units, evaluate=170.0, pieces=True, group="g")
+    assert break_even_speed([heavy], table, budget, 1, evaluation=False) is None
+    assert break_even_speed([heavy], table, budget, 1) is not None
+
+
+def test_the_plan_header_says_where_the_evaluation_and_card_prices_came_from():
+    """``--plan``'s header lines name the probe's evaluation (its seconds, runs, threads) and the card's ratio when a
+    probe priced them, and say nothing of them for a probe without those rows."""
+    from reconbench.cli.bench_plan import rates_lines
+
+    table = costs_from_probe(with_rows(evaluation_row(12.5), certificate_row(CERTIFICATE_REFERENCE.seconds / 4)))
+    text = "\n".join(rates_lines(table))
+    assert "evaluation priced from the probe's (on the device machine's CPU, 16 thread(s)): 12.5s for 4 run(s)" in text
+    assert "cards priced from the probe's certificate: 0.250x" in text
+    plain = "\n".join(rates_lines(costs_from_probe(h100())))
+    assert "evaluation priced from the probe" not in plain and "cards priced from" not in plain
