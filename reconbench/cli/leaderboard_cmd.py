@@ -125,7 +125,7 @@ def leaderboard_group() -> None:
     "--rerun-sample",
     type=click.IntRange(min=1),
     default=None,
-    metavar="N",
+    metavar="K",
     help="With --verify: also re-run K cells drawn at random from the cells that keep no candidates (seeded: "
     "--rerun-seed; the sample and its seed are printed), each target trained again from its recipe in a temporary "
     "cache (each target and attack on the BLAS path its card and cell record, as --rerun), and compare "
@@ -188,7 +188,8 @@ def leaderboard_command(
     release: bool = False,
 ) -> None:
     """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/ (`reconbench leaderboard
-    SUITE ...`; outside results: `reconbench leaderboard submit -h`, `reconbench leaderboard add -h`).
+    SUITE ...`; outside results: `reconbench leaderboard submit -h`, `reconbench leaderboard add -h`; a published
+    board's reconstructions figure drawn again: `reconbench leaderboard redraw -h`).
 
     Without --publish it goes to runs/leaderboards/<suite>/, leaving the committed leaderboards/<suite>/ untouched.
     """
