@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import json
 import math
 import types
 import typing
@@ -152,7 +153,8 @@ def coerce(value: object, annotation: object, where: str) -> Any:
         return value
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ReconbenchError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+            raise ReconbenchError(f"{where}: expected a list, got {type(value).__name__} {_short(value)}; write it "
+                                  f"as a list, e.g. {_as_list(value)} (on a command line, inside single quotes)")
         args = typing.get_args(annotation)
         inner = args[0] if args else Any
         items = [coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
@@ -188,6 +190,15 @@ def coerce(value: object, annotation: object, where: str) -> Any:
             raise ReconbenchError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
         return value
     return value
+
+
+def _as_list(value: object) -> str:
+    """How ``value`` reads as a list in TOML and in the command line's KEY=VALUE: ``[ssim]`` and ``ssim, corr`` as
+    ``["ssim", "corr"]``, ``0`` as ``[0]``."""
+    if isinstance(value, str):
+        items = [item.strip().strip("'\"") for item in value.strip().strip("[]").split(",")]
+        return json.dumps([item for item in items if item])
+    return json.dumps([value], default=str)
 
 
 def _short(value: object) -> str:

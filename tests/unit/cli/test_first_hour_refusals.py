@@ -1,0 +1,113 @@
+"""Refusals a newcomer met in a first hour with the docs: each is one line that names the problem and the fix, and
+comes before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from _helpers.audit_kit import digits_split, small_mlp
+from _helpers.guards import trained_card
+from safetensors.torch import save_file
+
+from reconbench.cli import main
+
+REPO = Path(__file__).resolve().parents[3]
+TINY = ["--dataset", "digits", "--task", "multiclass", "--num-classes", "3", "--n-per-class", "2", "--widths", "8",
+        "--steps", "5"]
+
+
+@pytest.fixture(autouse=True)
+def sandbox(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RECONBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RECONBENCH_DOWNLOAD", "0")
+
+
+def refusal(args: list[str], capsys: Any) -> str:
+    """The one line a refused command prints on stderr."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    out = capsys.readouterr()
+    lines = [ln for ln in out.err.splitlines() if ln.strip()]
+    assert exit_info.value.code not in (0, None), out.out[-300:]
+    assert "Traceback" not in out.out + out.err, out.err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error:"), out.err[-600:]
+    assert "full trace" not in lines[0] and "internal error" not in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("value,written", [("metrics=[ssim]", '["ssim"]'), ("metrics=ssim", '["ssim"]'),
+                                           ("metrics=ssim,corr", '["ssim", "corr"]')])
+def test_a_list_option_given_as_text_is_refused_with_how_to_write_the_list(value, written, capsys, no_work):
+    line = refusal(["run", "--attack", "multiclass_kkt", *TINY, "--protocol-set", value], capsys)
+    assert "protocol.metrics: expected a list" in line and f"e.g. {written}" in line
+
+
+def test_a_suite_value_that_should_be_a_list_is_refused_with_the_list_it_means(tmp_path, capsys, no_work):
+    text = (REPO / "reconbench" / "bench" / "suites" / "ci.toml").read_text()
+    assert "\nseeds = [0, 1]\n" in text
+    (tmp_path / "mine.toml").write_text(text.replace("\nseeds = [0, 1]\n", "\nseeds = 0\n"))
+    line = refusal(["bench", "mine.toml", "--list"], capsys)
+    assert "suite.seeds: expected a list" in line and "e.g. [0]" in line
+
+
+@pytest.fixture
+def card(tmp_path: Path) -> Path:
+    return trained_card(tmp_path / "trained", TINY)
+
+
+def test_export_into_a_folder_that_cannot_be_made_names_out(card, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("mine")
+    line = refusal(["export", str(card), "--out", str(tmp_path / "a-file" / "owner")], capsys)
+    assert "--out" in line and "writable folder" in line
+    assert (tmp_path / "a-file").read_text() == "mine"
+
+
+@pytest.fixture
+def owner_files(tmp_path: Path) -> dict[str, str]:
+    """A plain PyTorch network (untrained: the refusals come before any attack) and its digits split."""
+    xtr, ytr, xho, yho = digits_split(3)
+    torch.manual_seed(0)
+    save_file(small_mlp((1, 8, 8), 1).double().state_dict(), str(tmp_path / "net.safetensors"))
+    np.savez(tmp_path / "train.npz", images=xtr, labels=ytr)
+    np.savez(tmp_path / "held.npz", images=xho, labels=yho)
+    return {"weights": str(tmp_path / "net.safetensors"), "train": str(tmp_path / "train.npz"),
+            "held": str(tmp_path / "held.npz")}
+
+
+def audit_args(files: dict[str, str], family: str, out: str) -> list[str]:
+    return ["audit", files["weights"], "--family", family, "--train", files["train"], "--held-out", files["held"],
+            "--task", "binary", "--budget", "10", "--search-runs", "1", "--out", out, "-q"]
+
+
+def test_audit_into_a_folder_that_cannot_be_made_is_refused_before_any_attack(owner_files, tmp_path, capsys,
+                                                                                no_work):
+    (tmp_path / "a-file").write_text("mine")
+    line = refusal(audit_args(owner_files, "_helpers.audit_kit:small_mlp", str(tmp_path / "a-file" / "audit")),
+                   capsys)
+    assert "--out" in line and "writable folder" in line
+
+
+def test_a_factory_module_that_is_not_importable_says_how_to_make_it_importable(owner_files, tmp_path, capsys,
+                                                                                 no_work):
+    line = refusal(audit_args(owner_files, "no_such_module_of_mine:make", str(tmp_path / "audit")), capsys)
+    assert "no_such_module_of_mine" in line and "PYTHONPATH=." in line
+    assert not (tmp_path / "audit").exists()
+
+
+def test_the_readme_table_module_refuses_a_missing_file_in_one_line(tmp_path, capsys):
+    from reconbench.runs.readme_table import main as readme_table
+
+    with pytest.raises(SystemExit) as exit_info:
+        readme_table([str(tmp_path / "missing.json")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert err.strip().startswith("error:") and "missing.json" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exit_info:
+        readme_table(["--help"])
+    assert exit_info.value.code == 0 and "result.json" in capsys.readouterr().out
