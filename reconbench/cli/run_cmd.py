@@ -84,7 +84,8 @@ RUN_CONFIG_FILE = "run-config.json"
                    "configuration is resumed).")
 @click.option("--replace", is_flag=True,
               help="If --out holds a run of another configuration, delete its files and run this one.")
-@click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets.")
+@click.option("--cache", type=click.Path(file_okay=False), default=None,
+              help="Cache folder for trained targets (default: $RECONBENCH_CACHE, else ~/.cache/reconbench).")
 @track_options
 @data_root_option
 @quiet_option
@@ -95,7 +96,12 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                 dtype: str, device: str, protocol_set: tuple[str, ...], out: str | None, replace: bool,
                 cache: str | None, data_root: str | None, quiet: bool, track: str | None, track_uri: str | None,
                 track_experiment: str | None, yes: bool, **recipe_opts: Any) -> None:
-    """Run an attack against a target and write result.json, candidates and figures."""
+    """Run an attack against a target and write result.json, candidates and figures.
+
+    Without --model, the target is trained (or reused from the cache) from the attack's default target (a small
+    `digits` model; for an attack without one, the defaults `reconbench train -h` states), with the recipe options
+    given changed: an option not given keeps that target's value.
+    """
     # every option is checked before any training: names, values, ranges, the device and the folders; the run is
     # resolved once (ResolvedRun) and handed down, so nothing below looks a name up or builds a config again
     attack_obj = plugins.attack(attack)

@@ -111,3 +111,19 @@ def test_the_readme_table_module_refuses_a_missing_file_in_one_line(tmp_path, ca
     with pytest.raises(SystemExit) as exit_info:
         readme_table(["--help"])
     assert exit_info.value.code == 0 and "result.json" in capsys.readouterr().out
+
+
+def test_trains_help_states_the_value_each_recipe_option_takes_when_not_given():
+    """The defaults `train -h` states are those of the recipe a bare `train` resolves."""
+    from reconbench.cli import load_commands
+    from reconbench.cli.recipe_options import recipe_from_options
+
+    train = load_commands().commands["train"]
+    helps = {p.name: " ".join((getattr(p, "help", None) or "").split()) for p in train.params}
+    recipe = recipe_from_options({})
+    stated = {"task": recipe.problem.task, "n_per_class": recipe.problem.n_per_class, "family": recipe.family,
+              "steps": recipe.train.steps, "lr": recipe.train.lr, "weight_decay": recipe.train.weight_decay,
+              "schedule": recipe.train.schedule, "train_dtype": recipe.train.dtype, "train_seed": recipe.train.seed}
+    for name, value in stated.items():
+        assert f"default: {value})" in helps[name], (name, helps[name])
+    assert "~/.cache/reconbench" in helps["cache"]
