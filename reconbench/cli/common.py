@@ -203,7 +203,8 @@ def track_options(f: FC) -> FC:
                           "bench).")(f)
     f = click.option("--track-uri", default=None, metavar="URI",
                      help="With --track: the tracking store, e.g. sqlite:///mlflow.db or http://host:5000 (default: "
-                          "MLflow's own: $MLFLOW_TRACKING_URI, else a local store in this folder, ./mlruns).")(f)
+                          "MLflow's own: $MLFLOW_TRACKING_URI, else a local store in this folder: ./mlflow.db with "
+                          "artefacts in ./mlruns for MLflow 3, ./mlruns alone before; docs/search.md).")(f)
     return click.option("--track", type=click.Choice(["mlflow"]), default=None,
                         help="Log each finished run (config, seed, metrics and nulls, loss traces, result.json and "
                              "figures) to an experiment tracker; pip install 'reconbench[mlflow]'.")(f)

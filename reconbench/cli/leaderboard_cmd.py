@@ -208,8 +208,7 @@ def leaderboard_command(
         if publish or verify:
             raise ReconbenchError("--format prints a published board; it does not combine with --publish or --verify")
         if not (out_dir / "results.json").exists():
-            raise ReconbenchError(f"{out_dir} holds no leaderboard (no results.json); publish it first or pass --out "
-                                  "FOLDER")
+            raise ReconbenchError(no_board(out_dir, s))
         click.echo(export_board(out_dir, export_format, columns=columns, selection=selection), nl=False)
         return
     if release:
@@ -217,8 +216,7 @@ def leaderboard_command(
             raise ReconbenchError("--release numbers a published board as it is; run it alone (after --publish and "
                                   "a commit)")
         if not (out_dir / "results.json").exists():
-            raise ReconbenchError(f"{out_dir} holds no leaderboard (no results.json); publish it first or pass --out "
-                                  "FOLDER")
+            raise ReconbenchError(no_board(out_dir, s))
         check_writable(out_dir, "--out")
         with folder_lock(out_dir, "leaderboard"):
             made, new = make_release(out_dir)
@@ -318,13 +316,20 @@ def draft_leaderboard_dir(suite: Suite) -> Path:
     return Path("runs") / "leaderboards" / suite.name
 
 
+def no_board(out_dir: Path, suite: Suite) -> str:
+    """Why a published board is not where a command looks, and the fix: the published boards are found relative to
+    the working folder."""
+    where = ("the published boards are read from ./leaderboards: run this in the repository's root, " if
+             out_dir == default_leaderboard_dir(suite) else "")
+    return (f"{out_dir} holds no leaderboard (no results.json); {where}pass --out with a board's folder, or publish "
+            f"it first with `reconbench leaderboard {suite.name} --publish`")
+
+
 def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
     """Check a published board (manifest, stored candidates, seals, entries, tables, README, re-scoring); the number
     of cells re-scored from their stored candidates."""
     if not (out_dir / "results.json").exists():
-        raise ReconbenchError(
-            f"{out_dir} holds no leaderboard; render it first with `reconbench leaderboard {s.name} --publish`"
-        )
+        raise ReconbenchError(no_board(out_dir, s))
     files = check_manifest(out_dir)  # first: every file the board was published with, unchanged, and no other
     for p in files:
         click.echo(f"MISMATCH {p}")

@@ -127,3 +127,9 @@ def test_trains_help_states_the_value_each_recipe_option_takes_when_not_given():
     for name, value in stated.items():
         assert f"default: {value})" in helps[name], (name, helps[name])
     assert "~/.cache/reconbench" in helps["cache"]
+
+
+@pytest.mark.parametrize("extra", [["--verify"], ["--format", "csv"]])
+def test_a_published_board_looked_for_outside_the_checkout_says_where_boards_are_read(extra, capsys, no_work):
+    line = refusal(["leaderboard", "ci", *extra], capsys)   # the sandbox's working folder has no leaderboards/
+    assert "leaderboards/ci" in line and "repository's root" in line and "--out" in line
