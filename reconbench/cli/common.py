@@ -151,7 +151,14 @@ class NonEmpty(click.ParamType):
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             self.fail("the value is empty; pass one, or leave the option out for its default", param, ctx)
-        return self.inner.convert(value, param, ctx)
+        try:
+            return self.inner.convert(value, param, ctx)
+        except click.BadParameter as exc:
+            if isinstance(self.inner, click.Path) and not self.inner.file_okay and "is a file" in exc.message:
+                # click names the problem only: say what to pass instead
+                self.fail(f"{exc.message.rstrip('.')}: pass the path of a folder (the file is left alone)", param,
+                          ctx)
+            raise
 
     def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str | None:
         return self.inner.get_metavar(param, *args, **kwargs)

@@ -133,3 +133,13 @@ def test_trains_help_states_the_value_each_recipe_option_takes_when_not_given():
 def test_a_published_board_looked_for_outside_the_checkout_says_where_boards_are_read(extra, capsys, no_work):
     line = refusal(["leaderboard", "ci", *extra], capsys)   # the sandbox's working folder has no leaderboards/
     assert "leaderboards/ci" in line and "repository's root" in line and "--out" in line
+
+
+@pytest.mark.parametrize("args", [["bench", "ci", "--list", "--out"], ["train", *TINY, "--out"],
+                                  ["run", "--attack", "multiclass_kkt", *TINY, "--out"], ["evaluate"],
+                                  ["site", "--no-images", "--out"]])
+def test_a_folder_option_given_a_file_says_to_pass_a_folder_and_leaves_the_file(args, tmp_path, capsys, no_work):
+    (tmp_path / "results").write_text("mine")
+    line = refusal([*args, str(tmp_path / "results")], capsys)
+    assert "is a file" in line and "pass the path of a folder" in line
+    assert (tmp_path / "results").read_text() == "mine"
