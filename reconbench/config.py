@@ -231,9 +231,9 @@ def build_config(cls: type[T], values: dict[str, Any] | None, owner: str = "conf
         k = unknown[0]
         close = difflib.get_close_matches(k, list(fields), n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise ReconbenchError(
-            f"{owner}: unknown option {k!r}.{hint} Known options: {', '.join(sorted(fields))}."
-        )
+        known = (f"Known options: {', '.join(sorted(fields))}." if fields else
+                 "It takes no options: leave the option out.")
+        raise ReconbenchError(f"{owner}: unknown option {k!r}.{hint} {known}")
     def label(k: str) -> str:  # "--set lr" for a command-line option, "attack x.lr" elsewhere
         return f"{owner} {k}" if owner.startswith("--") else f"{owner}.{k}"
 

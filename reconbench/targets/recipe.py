@@ -186,7 +186,7 @@ def check_model_option(family: str, key: str, value: object, default: object) ->
     if isinstance(default, (list, tuple)):
         if not isinstance(value, (list, tuple)):
             raise ReconbenchError(f"{where}: expected a list like {list(default)!r}; pass --model-set "
-                                  f"{key}={json.dumps(list(default))}")
+                                  f"'{key}={json.dumps(list(default), separators=(',', ':'))}'")
         for item in value:
             check_model_option(family, key, item, default[0] if default else None)
         return

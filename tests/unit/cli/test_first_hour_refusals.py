@@ -143,3 +143,19 @@ def test_a_folder_option_given_a_file_says_to_pass_a_folder_and_leaves_the_file(
     line = refusal([*args, str(tmp_path / "results")], capsys)
     assert "is a file" in line and "pass the path of a folder" in line
     assert (tmp_path / "results").read_text() == "mine"
+
+
+def test_an_option_for_a_strategy_that_takes_none_says_so(capsys, no_work):
+    line = refusal(["run", "--attack", "multiclass_kkt", *TINY, "--search-set", "batch=4"], capsys)
+    assert "unknown option 'batch'" in line and "takes no options" in line and "Known options: ." not in line
+
+
+def test_a_model_list_option_refusal_shows_a_value_a_shell_passes_whole(capsys, no_work):
+    import shlex
+
+    from reconbench.cli.common import parse_assignments
+
+    line = refusal(["run", "--attack", "multiclass_kkt", *TINY, "--model-set", "widths=8"], capsys)
+    suggested = shlex.split(line.split("pass ", 1)[1])   # as a shell splits the suggestion
+    assert suggested[0] == "--model-set" and len(suggested) == 2, suggested   # one argument after the option
+    assert parse_assignments((suggested[1],), "--model-set") == {"widths": [1000, 1000]}   # mlp's default widths
