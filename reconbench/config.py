@@ -165,7 +165,8 @@ def coerce(value: object, annotation: object, where: str) -> Any:
         return dict(value)
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ReconbenchError(f"{where}: expected a number, got {type(value).__name__} {_short(value)}")
+            raise ReconbenchError(f"{where}: expected a number, got {type(value).__name__} {_short(value)}; "
+                                  f"{_unquoted(value, float, 'a number such as 0.5')}")
         try:
             return float(value)
         except OverflowError:
@@ -176,7 +177,8 @@ def coerce(value: object, annotation: object, where: str) -> Any:
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
-                raise ReconbenchError(f"{where}: expected an integer, got {type(value).__name__} {_short(value)}")
+                raise ReconbenchError(f"{where}: expected an integer, got {type(value).__name__} {_short(value)}; "
+                                      f"{_unquoted(value, int, 'a whole number such as 10')}")
         if not INT64[0] <= value <= INT64[1]:
             raise ReconbenchError(f"{where}: {_short_number(value)} is outside the 64-bit integer range; pass a "
                                   f"value of at most {INT64[1]:.3g}")
@@ -190,6 +192,19 @@ def coerce(value: object, annotation: object, where: str) -> Any:
             raise ReconbenchError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
         return value
     return value
+
+
+def _unquoted(value: object, kind: type, example: str) -> str:
+    """The fix for text where a number belongs: the same digits without quotes, else what to write."""
+    if isinstance(value, str):
+        try:
+            kind(value.strip())
+        except ValueError:
+            pass
+        else:
+            return f"write {value.strip()} without quotes"
+        return f"write {example}, without quotes"
+    return f"write {example}"
 
 
 def _as_list(value: object) -> str:

@@ -159,3 +159,18 @@ def test_a_model_list_option_refusal_shows_a_value_a_shell_passes_whole(capsys, 
     suggested = shlex.split(line.split("pass ", 1)[1])   # as a shell splits the suggestion
     assert suggested[0] == "--model-set" and len(suggested) == 2, suggested   # one argument after the option
     assert parse_assignments((suggested[1],), "--model-set") == {"widths": [1000, 1000]}   # mlp's default widths
+
+
+@pytest.mark.parametrize("line,fix", [("n_per_class = 5", 'n_per_class = "5"'), ("lr = 0.5", 'lr = "0.5"')])
+def test_a_quoted_number_in_a_suite_is_refused_with_the_number_unquoted(line, fix, tmp_path, capsys, no_work):
+    text = (REPO / "reconbench" / "bench" / "suites" / "ci.toml").read_text()
+    assert f"\n{line}\n" in text
+    (tmp_path / "mine.toml").write_text(text.replace(f"\n{line}\n", f"\n{fix}\n", 1))
+    refused = refusal(["bench", "mine.toml", "--list"], capsys)
+    value = line.split(" = ")[1]
+    assert f"got str '{value}'" in refused and f"write {value} without quotes" in refused
+
+
+def test_text_where_a_number_belongs_says_what_to_write(capsys, no_work):
+    refused = refusal(["run", "--attack", "multiclass_kkt", *TINY, "--set", "lr=fast"], capsys)
+    assert "--set lr: expected a number" in refused and "write a number such as" in refused
