@@ -104,7 +104,7 @@ def timing_text(record: dict[str, Any]) -> str:
                       f"fresh run). On this repository's {t['cpus']}-core machine it took {t['cpu_seconds']:.1f} s of "
                       f"CPU and {t['wall_seconds']:.1f} s wall (`OMP_NUM_THREADS=1`, from an empty cache, training "
                       f"and the {draws} null draws included, load average {t['load_average']:.1f} from other jobs; "
-                      "`python benchmarks/quick_start.py` measures it):",
+                      "`python benchmarks/quick_start.py --json benchmarks/results/quick_start.json` measures it):",
                       TIMING_END])
 
 
