@@ -174,3 +174,17 @@ def test_a_quoted_number_in_a_suite_is_refused_with_the_number_unquoted(line, fi
 def test_text_where_a_number_belongs_says_what_to_write(capsys, no_work):
     refused = refusal(["run", "--attack", "multiclass_kkt", *TINY, "--set", "lr=fast"], capsys)
     assert "--set lr: expected a number" in refused and "write a number such as" in refused
+
+
+def test_evaluate_on_an_audits_attack_folder_says_why_it_cannot_rescore_it(owner_files, tmp_path, capsys):
+    from reconbench.cli import main as cli_main
+
+    try:
+        cli_main([*audit_args(owner_files, "_helpers.audit_kit:small_mlp", str(tmp_path / "audit")),
+                  "--attack", "weight_rows"])
+    except SystemExit as exc:
+        assert not exc.code
+    folder = tmp_path / "audit" / "attacks" / "weight_rows"
+    assert (folder / "result.json").exists()
+    line = refusal(["evaluate", str(folder)], capsys)
+    assert "reconbench audit" in line and "audit.json" in line and "--model CARD_DIR" not in line
