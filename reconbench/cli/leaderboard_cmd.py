@@ -10,7 +10,7 @@ from reconbench.bench.runner import default_results_dir
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
-from reconbench.leaderboard.accept import add_submission
+from reconbench.leaderboard.accept import add_submission, outside_cells
 from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.figure_check import check_figures, figure_line
 from reconbench.leaderboard.manifest import MANIFEST_NAME, RELEASES_DIR, RELEASES_NAME, check_manifest
@@ -338,7 +338,7 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
     corrupt = corrupt_cells(out_dir)
     if corrupt:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
-    records = check_records(out_dir)
+    records = check_records(out_dir, trained_elsewhere=outside_cells(out_dir, board_results(out_dir)))
     entries = check_entries(out_dir)
     figures = check_figures(s, out_dir, data_root)
     problems = (check_stored(out_dir) + records.problems + entries.problems + check_tables(out_dir)
