@@ -99,8 +99,9 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     """Run an attack against a target and write result.json, candidates and figures.
 
     Without --model, the target is trained (or reused from the cache) from the attack's default target (a small
-    `digits` model; for an attack without one, the defaults `reconbench train -h` states), with the recipe options
-    given changed: an option not given keeps that target's value.
+    `digits` model, shown by `reconbench list attacks NAME -v`; for an attack without one, the defaults
+    `reconbench train -h` states), with the recipe options given changed: an option not given keeps that target's
+    value.
     """
     # every option is checked before any training: names, values, ranges, the device and the folders; the run is
     # resolved once (ResolvedRun) and handed down, so nothing below looks a name up or builds a config again

@@ -3,6 +3,7 @@ comes before any work."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,20 @@ def test_evaluate_on_an_audits_attack_folder_says_why_it_cannot_rescore_it(owner
     assert (folder / "result.json").exists()
     line = refusal(["evaluate", str(folder)], capsys)
     assert "reconbench audit" in line and "audit.json" in line and "--model CARD_DIR" not in line
+
+
+@pytest.mark.parametrize("attack", ["multiclass_kkt", "runkel_bilevel", "weight_rows"])
+def test_list_verbose_shows_the_target_run_trains_for_an_attack(attack, capsys):
+    from _helpers.cli import run_cli
+
+    from reconbench import plugins
+
+    code, out, err = run_cli(["list", "attacks", attack, "-v"], capsys)
+    assert code == 0, err
+    (line,) = [ln for ln in out.splitlines() if ln.startswith(f"{attack} default target")]
+    recipe = plugins.attack(attack).default_recipe
+    if not recipe:
+        assert "reconbench train -h" in line
+    for section in (recipe or {}).values():
+        for key, value in section.items() if isinstance(section, dict) else []:
+            assert f"{key} = {json.dumps(value)}" in line, (key, line)
