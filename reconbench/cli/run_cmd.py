@@ -114,6 +114,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     check_tracker(track, track_uri, track_experiment)
     check_device(device)
     if model_card:
+        check_no_recipe_options(recipe_opts)
         card = load_card(model_card)
         size = card_size(card.data)  # the architecture fits in memory: before it is built
         card.load_model()  # hashes, dtypes, finite weights, shapes: before any work
@@ -123,7 +124,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
         recipe_key, family, task = recipe.key(), recipe.family, recipe.problem.task
         # the data set, the problem, the architecture and its memory, before training
         size = check_target(recipe, build_problem(recipe.problem, data_root))
-    check_task(attack_obj, task)
+    check_task(attack_obj, task, card=bool(model_card))
     spec = RunSpec(attack=attack, attack_config=attack_config, init=init_name, init_config=init_config, seed=seed,
                    candidates=candidates,
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
@@ -335,13 +336,26 @@ def _finished_runs(out: Path) -> bool:
     return runs.is_dir() and any(runs.glob("run-*.json"))
 
 
-def check_task(attack: Attack[Any], task: str) -> None:
-    """The attack handles the target's task: checked before the target is trained."""
+def check_task(attack: Attack[Any], task: str, card: bool = False) -> None:
+    """The attack handles the target's task: checked before the target is trained (``card``: the target is a model
+    card given with --model, whose task no option changes)."""
     if task not in attack.tasks:
         able = [n for n in plugins.names("attacks") if task in plugins.attack(n).tasks]
+        other = (f"a --model card of a {sorted(attack.tasks)[0]} target" if card else
+                 f"--task {sorted(attack.tasks)[0]}")
         raise IncompatibleError(f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this "
-                                f"target is {task}; pass --task {sorted(attack.tasks)[0]}, or one of the attacks for "
-                                f"{task} targets: {', '.join(able)}")
+                                f"target is {task}; pass {other}, or one of the attacks for {task} targets: "
+                                f"{', '.join(able)}")
+
+
+def check_no_recipe_options(recipe_opts: dict[str, Any]) -> None:
+    """With --model the card is the target: a recipe option (which describes a target to train) would be ignored."""
+    given = [f"--{name.replace('_', '-')}" for name, value in recipe_opts.items() if value not in (None, ())]
+    given = ["--recipe" if g == "--recipe-file" else g for g in given]
+    if given:
+        raise ReconbenchError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} a target to train, but "
+                              "--model names a trained one, whose recipe is its card's: drop "
+                              f"{'it' if len(given) == 1 else 'them'}, or drop --model to train that target")
 
 
 def _folder_config(out: Path) -> tuple[str, dict[str, Any]] | None:

@@ -206,3 +206,15 @@ def test_list_verbose_shows_the_target_run_trains_for_an_attack(attack, capsys):
     for section in (recipe or {}).values():
         for key, value in section.items() if isinstance(section, dict) else []:
             assert f"{key} = {json.dumps(value)}" in line, (key, line)
+
+
+@pytest.mark.parametrize("extra,named", [(["--task", "binary"], "--task"), (["--steps", "5"], "--steps"),
+                                         (["--dataset", "mnist", "--widths", "4"], "--dataset, --widths")])
+def test_recipe_options_beside_a_model_card_are_refused_not_ignored(extra, named, card, capsys, no_work):
+    line = refusal(["run", "--attack", "multiclass_kkt", "--model", str(card), *extra], capsys)
+    assert line.startswith(f"error: {named} describe") and "--model" in line
+
+
+def test_a_model_cards_task_refusal_does_not_suggest_task(card, capsys, no_work):
+    line = refusal(["run", "--attack", "haim_binary_kkt", "--model", str(card)], capsys)
+    assert "this target is multiclass" in line and "--task" not in line and "multiclass_kkt" in line
