@@ -218,3 +218,11 @@ def test_recipe_options_beside_a_model_card_are_refused_not_ignored(extra, named
 def test_a_model_cards_task_refusal_does_not_suggest_task(card, capsys, no_work):
     line = refusal(["run", "--attack", "haim_binary_kkt", "--model", str(card)], capsys)
     assert "this target is multiclass" in line and "--task" not in line and "multiclass_kkt" in line
+
+
+def test_a_misspelled_data_set_in_a_suite_is_refused_when_the_suite_is_read(tmp_path, capsys, no_work):
+    text = (REPO / "reconbench" / "bench" / "suites" / "ci.toml").read_text()
+    assert '\ndataset = "digits"\n' in text
+    (tmp_path / "mine.toml").write_text(text.replace('\ndataset = "digits"\n', '\ndataset = "digitz"\n', 1))
+    line = refusal(["bench", "mine.toml", "--list"], capsys)   # --list reads the suite, nothing more
+    assert "unknown dataset 'digitz'" in line and "Did you mean: digits?" in line
