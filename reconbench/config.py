@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import json
 import math
 import types
 import typing
@@ -152,7 +153,8 @@ def coerce(value: object, annotation: object, where: str) -> Any:
         return value
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ReconbenchError(f"{where}: expected a list, got {type(value).__name__} {value!r}")
+            raise ReconbenchError(f"{where}: expected a list, got {type(value).__name__} {_short(value)}; write it "
+                                  f"as a list, e.g. {_as_list(value)} (on a command line, inside single quotes)")
         args = typing.get_args(annotation)
         inner = args[0] if args else Any
         items = [coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
@@ -163,7 +165,8 @@ def coerce(value: object, annotation: object, where: str) -> Any:
         return dict(value)
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ReconbenchError(f"{where}: expected a number, got {type(value).__name__} {_short(value)}")
+            raise ReconbenchError(f"{where}: expected a number, got {type(value).__name__} {_short(value)}; "
+                                  f"{_unquoted(value, float, 'a number such as 0.5')}")
         try:
             return float(value)
         except OverflowError:
@@ -174,7 +177,8 @@ def coerce(value: object, annotation: object, where: str) -> Any:
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
             else:
-                raise ReconbenchError(f"{where}: expected an integer, got {type(value).__name__} {_short(value)}")
+                raise ReconbenchError(f"{where}: expected an integer, got {type(value).__name__} {_short(value)}; "
+                                      f"{_unquoted(value, int, 'a whole number such as 10')}")
         if not INT64[0] <= value <= INT64[1]:
             raise ReconbenchError(f"{where}: {_short_number(value)} is outside the 64-bit integer range; pass a "
                                   f"value of at most {INT64[1]:.3g}")
@@ -188,6 +192,28 @@ def coerce(value: object, annotation: object, where: str) -> Any:
             raise ReconbenchError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
         return value
     return value
+
+
+def _unquoted(value: object, kind: type, example: str) -> str:
+    """The fix for text where a number belongs: the same digits without quotes, else what to write."""
+    if isinstance(value, str):
+        try:
+            kind(value.strip())
+        except ValueError:
+            pass
+        else:
+            return f"write {value.strip()} without quotes"
+        return f"write {example}, without quotes"
+    return f"write {example}"
+
+
+def _as_list(value: object) -> str:
+    """How ``value`` reads as a list in TOML and in the command line's KEY=VALUE: ``[ssim]`` and ``ssim, corr`` as
+    ``["ssim", "corr"]``, ``0`` as ``[0]``."""
+    if isinstance(value, str):
+        items = [item.strip().strip("'\"") for item in value.strip().strip("[]").split(",")]
+        return json.dumps([item for item in items if item])
+    return json.dumps([value], default=str)
 
 
 def _short(value: object) -> str:
@@ -220,9 +246,9 @@ def build_config(cls: type[T], values: dict[str, Any] | None, owner: str = "conf
         k = unknown[0]
         close = difflib.get_close_matches(k, list(fields), n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise ReconbenchError(
-            f"{owner}: unknown option {k!r}.{hint} Known options: {', '.join(sorted(fields))}."
-        )
+        known = (f"Known options: {', '.join(sorted(fields))}." if fields else
+                 "It takes no options: leave the option out.")
+        raise ReconbenchError(f"{owner}: unknown option {k!r}.{hint} {known}")
     def label(k: str) -> str:  # "--set lr" for a command-line option, "attack x.lr" elsewhere
         return f"{owner} {k}" if owner.startswith("--") else f"{owner}.{k}"
 

@@ -105,7 +105,8 @@ class PluginHost:
                     ) from exc
                 self.failed.append(FailedPlugin(ep.name, ep.value, msg))
                 warnings.warn(
-                    f"reconbench: skipped plugin {ep.name!r} ({ep.value}), which failed to load: {msg}",
+                    f"reconbench: skipped plugin {ep.name!r} ({ep.value}), which failed to load: {msg} "
+                    f"(`reconbench plugins` lists it; {STRICT_ENV}=1 makes this an error)",
                     stacklevel=2,
                 )
                 continue
@@ -178,7 +179,7 @@ class PluginHost:
         """The registered object (untyped: prefer the per-kind accessors :meth:`attack`, :meth:`init`, ...)."""
         reg = self.registry(kind)
         if name not in reg:
-            raise UnknownNameError(KIND_NOUN[kind], name, reg)
+            raise UnknownNameError(KIND_NOUN[kind], name, reg, failed=[f.name for f in self.failed])
         return reg[name].obj
 
     def typed(self, kind: str, name: str, base: type[P]) -> P:

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from reconbench import plugins
+from reconbench.provenance import check_writable
 from reconbench.targets.cards import ModelCard
 from reconbench.targets.training import build_model
 
@@ -42,8 +43,8 @@ def export_card(card: ModelCard, out: str | Path, data_root: str | Path | None =
     ``held.npz`` (the decoys, then the held-out pool, in the order the card's problem holds them) into ``out``;
     returns their paths and the audit command."""
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
     problem = card.problem(data_root)
+    check_writable(folder, "--out")
     uint8 = problem.source_images is not None and problem.source_images.dtype == np.uint8
     paths = {"weights": folder / "weights.safetensors", "init_weights": folder / "init.safetensors",
              "train": folder / "train.npz", "held_out": folder / "held.npz"}

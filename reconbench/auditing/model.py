@@ -102,7 +102,8 @@ def import_factory(ref: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ReconbenchError(f"--family {ref}: cannot import {module_name!r} ({exc}); put it on PYTHONPATH") from None
+        raise ReconbenchError(f"--family {ref}: cannot import {module_name!r} ({exc}); put its folder "
+                               "on PYTHONPATH (e.g. PYTHONPATH=. for a module in the current folder)") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ReconbenchError(f"--family {ref}: module {module_name!r} has no callable {attr!r}")

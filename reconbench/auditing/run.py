@@ -35,7 +35,7 @@ from reconbench.auditing.report import write_report
 from reconbench.data import Problem
 from reconbench.errors import IncompatibleError, ModelCardError, ReconbenchError
 from reconbench.nets import TargetNet
-from reconbench.provenance import portable_path, provenance, write_json
+from reconbench.provenance import check_writable, portable_path, provenance, write_json
 from reconbench.records import RUN_RESULT_FILE, Spread, plain
 from reconbench.records.audit import AUDIT_FILE
 from reconbench.runs.execute import run_attack
@@ -92,6 +92,7 @@ def audit(weights: str | Path, *, family: str, train: str | Path, held_out: str 
         accuracy = _accuracy(model, problem)
         regime = _regime(card, model, problem, init_weights, init_decay)
         chosen, refused = _applicable(card, attacks, task, budget, search_runs, seed, device)
+        check_writable(out_dir, "--out")   # every input is checked by now; the attacks write the first files
         results = []
         for spec_run in chosen:
             folder = out_dir / "attacks" / spec_run.attack

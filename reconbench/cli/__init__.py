@@ -16,7 +16,8 @@ import threading
 import time
 import traceback
 import warnings
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, TextIO
 
 import click
 
@@ -92,6 +93,19 @@ def invoked_command(args: list[str]) -> str | None:
     return next((a for a in args if not a.startswith("-")), None)
 
 
+def one_line_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """``warnings.showwarning`` that prints reconbench's own warnings as one ``warning:`` line (without the file, line
+    and source line Python adds); others as ``show`` does. Only in a shell: a caller's warnings stay its own."""
+    def shown(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
+              line: str | None = None) -> None:
+        text = str(message)
+        if text.startswith("reconbench: "):
+            click.echo(f"warning: {text.removeprefix('reconbench: ')}", err=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+    return shown
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: errors print one clear line (no traceback) and exit non-zero; ``--debug`` shows the trace."""
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*")
@@ -104,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         from reconbench.fast_blas import reexec_with_shim
 
         reexec_with_shim()
+        warnings.showwarning = one_line_warnings(warnings.showwarning)
     if argv is not None:
         _run(args, argv)
         return

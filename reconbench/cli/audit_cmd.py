@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -75,4 +76,4 @@ def audit_command(weights: str, family: str, model_set: tuple[str, ...], train: 
                f"{regime['stationarity_ratio']:.3g}")
     for r in rec["refused"]:
         click.echo(f"not run: {r['reason']}")
-    click.echo(f"report: {out}/report.html  (JSON: {out}/audit.json)")
+    click.echo(f"report: {Path(out) / 'report.html'}  (JSON: {Path(out) / 'audit.json'})")

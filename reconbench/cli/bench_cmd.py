@@ -121,7 +121,8 @@ from reconbench.tracking import MlflowTracker, tracker
     help="Results folder (default: runs/bench/<suite>).",
 )
 @click.option(
-    "--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets."
+    "--cache", type=click.Path(file_okay=False), default=None,
+    help="Cache folder for trained targets (default: $RECONBENCH_CACHE, else ~/.cache/reconbench)."
 )
 @click.option(
     "--executor",

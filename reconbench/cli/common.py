@@ -151,7 +151,14 @@ class NonEmpty(click.ParamType):
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             self.fail("the value is empty; pass one, or leave the option out for its default", param, ctx)
-        return self.inner.convert(value, param, ctx)
+        try:
+            return self.inner.convert(value, param, ctx)
+        except click.BadParameter as exc:
+            if isinstance(self.inner, click.Path) and not self.inner.file_okay and "is a file" in exc.message:
+                # click names the problem only: say what to pass instead
+                self.fail(f"{exc.message.rstrip('.')}: pass the path of a folder (the file is left alone)", param,
+                          ctx)
+            raise
 
     def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str | None:
         return self.inner.get_metavar(param, *args, **kwargs)
@@ -203,7 +210,8 @@ def track_options(f: FC) -> FC:
                           "bench).")(f)
     f = click.option("--track-uri", default=None, metavar="URI",
                      help="With --track: the tracking store, e.g. sqlite:///mlflow.db or http://host:5000 (default: "
-                          "MLflow's own: $MLFLOW_TRACKING_URI, else a local store in this folder, ./mlruns).")(f)
+                          "MLflow's own: $MLFLOW_TRACKING_URI, else a local store in this folder: ./mlflow.db with "
+                          "artefacts in ./mlruns for MLflow 3, ./mlruns alone before; docs/search.md).")(f)
     return click.option("--track", type=click.Choice(["mlflow"]), default=None,
                         help="Log each finished run (config, seed, metrics and nulls, loss traces, result.json and "
                              "figures) to an experiment tracker; pip install 'reconbench[mlflow]'.")(f)

@@ -16,7 +16,6 @@ from reconbench.cli.common import main_group
 def doctor_command(seconds: float, as_json: bool) -> None:
     """Measure one-thread matrix-product GFLOP/s at the attack step's shapes and compare with the processor's peak.
 
-    \b
     Names torch's BLAS, the kernel branch MKL chose, the CPU and its vector instruction set, and says what to do
     when the products run far below the expected peak (on AMD processors: RECONBENCH_FAST_BLAS=1).
     """

@@ -10,7 +10,7 @@ from reconbench.bench.runner import default_results_dir
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
-from reconbench.leaderboard.accept import add_submission
+from reconbench.leaderboard.accept import add_submission, outside_cells
 from reconbench.leaderboard.export import FORMATS, export_board
 from reconbench.leaderboard.figure_check import check_figures, figure_line
 from reconbench.leaderboard.manifest import MANIFEST_NAME, RELEASES_DIR, RELEASES_NAME, check_manifest
@@ -125,7 +125,7 @@ def leaderboard_group() -> None:
     "--rerun-sample",
     type=click.IntRange(min=1),
     default=None,
-    metavar="N",
+    metavar="K",
     help="With --verify: also re-run K cells drawn at random from the cells that keep no candidates (seeded: "
     "--rerun-seed; the sample and its seed are printed), each target trained again from its recipe in a temporary "
     "cache (each target and attack on the BLAS path its card and cell record, as --rerun), and compare "
@@ -188,7 +188,8 @@ def leaderboard_command(
     release: bool = False,
 ) -> None:
     """Render a leaderboard of SUITE: README.md, results.json, cells/, candidates/, figures/ (`reconbench leaderboard
-    SUITE ...`; outside results: `reconbench leaderboard submit -h`, `reconbench leaderboard add -h`).
+    SUITE ...`; outside results: `reconbench leaderboard submit -h`, `reconbench leaderboard add -h`; a published
+    board's reconstructions figure drawn again: `reconbench leaderboard redraw -h`).
 
     Without --publish it goes to runs/leaderboards/<suite>/, leaving the committed leaderboards/<suite>/ untouched.
     """
@@ -207,8 +208,7 @@ def leaderboard_command(
         if publish or verify:
             raise ReconbenchError("--format prints a published board; it does not combine with --publish or --verify")
         if not (out_dir / "results.json").exists():
-            raise ReconbenchError(f"{out_dir} holds no leaderboard (no results.json); publish it first or pass --out "
-                                  "FOLDER")
+            raise ReconbenchError(no_board(out_dir, s))
         click.echo(export_board(out_dir, export_format, columns=columns, selection=selection), nl=False)
         return
     if release:
@@ -216,8 +216,7 @@ def leaderboard_command(
             raise ReconbenchError("--release numbers a published board as it is; run it alone (after --publish and "
                                   "a commit)")
         if not (out_dir / "results.json").exists():
-            raise ReconbenchError(f"{out_dir} holds no leaderboard (no results.json); publish it first or pass --out "
-                                  "FOLDER")
+            raise ReconbenchError(no_board(out_dir, s))
         check_writable(out_dir, "--out")
         with folder_lock(out_dir, "leaderboard"):
             made, new = make_release(out_dir)
@@ -317,13 +316,20 @@ def draft_leaderboard_dir(suite: Suite) -> Path:
     return Path("runs") / "leaderboards" / suite.name
 
 
+def no_board(out_dir: Path, suite: Suite) -> str:
+    """Why a published board is not where a command looks, and the fix: the published boards are found relative to
+    the working folder."""
+    where = ("the published boards are read from ./leaderboards: run this in the repository's root, " if
+             out_dir == default_leaderboard_dir(suite) else "")
+    return (f"{out_dir} holds no leaderboard (no results.json); {where}pass --out with a board's folder, or publish "
+            f"it first with `reconbench leaderboard {suite.name} --publish`")
+
+
 def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
     """Check a published board (manifest, stored candidates, seals, entries, tables, README, re-scoring); the number
     of cells re-scored from their stored candidates."""
     if not (out_dir / "results.json").exists():
-        raise ReconbenchError(
-            f"{out_dir} holds no leaderboard; render it first with `reconbench leaderboard {s.name} --publish`"
-        )
+        raise ReconbenchError(no_board(out_dir, s))
     files = check_manifest(out_dir)  # first: every file the board was published with, unchanged, and no other
     for p in files:
         click.echo(f"MISMATCH {p}")
@@ -332,7 +338,7 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
     corrupt = corrupt_cells(out_dir)
     if corrupt:
         raise ReconbenchError(f"{len(corrupt)} corrupt cell file(s), first: {corrupt[0]}; render the leaderboard again")
-    records = check_records(out_dir)
+    records = check_records(out_dir, trained_elsewhere=outside_cells(out_dir, board_results(out_dir)))
     entries = check_entries(out_dir)
     figures = check_figures(s, out_dir, data_root)
     problems = (check_stored(out_dir) + records.problems + entries.problems + check_tables(out_dir)

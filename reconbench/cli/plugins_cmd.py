@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
 
 import click
 from tabulate import tabulate
@@ -28,7 +31,8 @@ def plugins_command() -> None:
 @click.argument("kind", type=click.Choice(list(plugins.KINDS)))
 @click.argument("pattern", required=False)
 @click.option("--verbose", "-v", is_flag=True,
-              help="Also show each entry's options and defaults, and each attack's paper (BibTeX).")
+              help="Also show each entry's options and defaults, and each attack's paper (BibTeX) and default "
+                   "target.")
 @click.option("--arch", "arch_pattern", default=None,
               help="models: list the architectures of families that build them by name (e.g. timm) matching a wildcard.")
 def list_command(kind: str, pattern: str | None, verbose: bool, arch_pattern: str | None) -> None:
@@ -53,11 +57,26 @@ def list_command(kind: str, pattern: str | None, verbose: bool, arch_pattern: st
             if isinstance(e.obj, Attack):
                 paper = e.obj.paper or "none (a baseline, or a method of its own)"
                 click.echo(f"\n{e.name} paper:\n{paper}")
+                click.echo(f"\n{e.name} default target (what `reconbench run --attack {e.name}` trains without "
+                           f"--model; recipe options given change it): {_recipe_line(e.obj.default_recipe)}")
             cls = e.obj.config_cls
             if isinstance(cls, type) and dataclasses.is_dataclass(cls) and dataclasses.fields(cls):
                 click.echo(f"\n{e.name} options:")
                 opts = [(n, t, d, h) for n, t, d, h in describe_options(cls)]
                 click.echo(tabulate(opts, headers=["option", "type", "default", "help"], tablefmt="github"))
+
+
+def _recipe_line(recipe: Mapping[str, Any] | None) -> str:
+    """An attack's default recipe on one line, TOML-like (its sections as key = value lists)."""
+    if not recipe:
+        return "none; the defaults `reconbench train -h` states"
+    parts = []
+    for key, value in recipe.items():
+        if isinstance(value, Mapping):
+            parts.append(f"[{key}] " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in value.items()))
+        else:
+            parts.append(f"{key} = {json.dumps(value)}")
+    return "; ".join(parts)
 
 
 def _reads(attack: Attack) -> str:

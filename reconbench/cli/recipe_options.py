@@ -14,6 +14,7 @@ import tomllib
 from reconbench import plugins
 from reconbench.cli.common import SEED, Count, parse_assignments, parse_int_list
 from reconbench.config import build_config, check_option
+from reconbench.data import ProblemSpec
 from reconbench.errors import ReconbenchError
 from reconbench.targets.recipe import TargetRecipe, TrainSpec
 
@@ -38,7 +39,7 @@ _OPTIONS = [
     click.option("--weight-decay", type=float, default=None, help="Training weight decay."),
     click.option("--loss", default=None, help="Training loss: bce, ce, mse, l25, huber."),
     click.option("--schedule", type=click.Choice(["constant", "inverse_loss"]), default=None,
-                 help="constant (the papers' plain GD) or inverse_loss (faster; recorded)."),
+                 help="Learning-rate schedule: inverse_loss (faster; recorded) or constant, the papers' plain GD."),
     click.option("--train-dtype", type=click.Choice(["float64", "float32"]), default=None, help="Training precision."),
     click.option("--loss-form", type=click.Choice(["legacy", "stable"]), default=None,
                  help="The loss's numerical form: stable (softplus / log-sum-exp in float64, so training keeps moving "
@@ -48,6 +49,11 @@ _OPTIONS = [
     click.option("--defense", default=None, help="Defense applied before release (see `reconbench list defenses`)."),
     click.option("--defense-set", multiple=True, help="Defense option KEY=VALUE (repeatable)."),
 ]
+
+#: the parameter name of each of _OPTIONS, in order
+_OPTION_NAMES = ("recipe_file", "dataset", "task", "n_per_class", "num_classes", "binary_rule", "order", "order_seed",
+                 "family", "widths", "model_set", "steps", "lr", "weight_decay", "loss", "schedule", "train_dtype",
+                 "loss_form", "train_seed", "defense", "defense_set")
 
 
 @dataclass(frozen=True)
@@ -93,9 +99,41 @@ class RecipeOptions:
         return {k: (v, label) for k, (v, label) in given.items() if v is not None}
 
 
+def _train_defaults() -> dict[str, str]:
+    """What `train` uses for a recipe option it is not given: the defaults of the recipe's records."""
+    problem, train, recipe = ProblemSpec(), TrainSpec(), TargetRecipe()
+    return {"task": problem.task, "n_per_class": str(problem.n_per_class),
+            "num_classes": "every class of the data set", "binary_rule": "the data set's",
+            "family": recipe.family, "widths": "the family's, see `reconbench list models -v`",
+            "steps": str(train.steps), "lr": str(train.lr), "weight_decay": str(train.weight_decay),
+            "loss": "the task's: bce, ce or mse", "schedule": train.schedule, "train_dtype": train.dtype,
+            "train_seed": str(train.seed)}
+
+
+def _with_default(opt: Callable[..., Any], default: str) -> Callable[..., Any]:
+    """``opt`` (a click.option decorator) with ``(default: ...)`` added to its help."""
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = opt(fn)
+        param = fn.__click_params__[-1]   # type: ignore[attr-defined]  # where click.option keeps it
+        text = param.help.rstrip(".")
+        param.help = f"{text[:-1]}; default: {default})." if text.endswith(")") else f"{text} (default: {default})."
+        return fn
+    return add
+
+
 def recipe_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The recipe options of `run`: one not given takes the value of the attack's default target (the command's help
+    says so)."""
     for opt in reversed(_OPTIONS):
         fn = opt(fn)
+    return fn
+
+
+def train_recipe_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The recipe options of `train`, each help stating the default recipe's value."""
+    defaults = _train_defaults()
+    for opt, name in reversed(list(zip(_OPTIONS, _OPTION_NAMES, strict=True))):
+        fn = _with_default(opt, defaults[name])(fn) if name in defaults else opt(fn)
     return fn
 
 

@@ -84,7 +84,8 @@ RUN_CONFIG_FILE = "run-config.json"
                    "configuration is resumed).")
 @click.option("--replace", is_flag=True,
               help="If --out holds a run of another configuration, delete its files and run this one.")
-@click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder for trained targets.")
+@click.option("--cache", type=click.Path(file_okay=False), default=None,
+              help="Cache folder for trained targets (default: $RECONBENCH_CACHE, else ~/.cache/reconbench).")
 @track_options
 @data_root_option
 @quiet_option
@@ -95,7 +96,13 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
                 dtype: str, device: str, protocol_set: tuple[str, ...], out: str | None, replace: bool,
                 cache: str | None, data_root: str | None, quiet: bool, track: str | None, track_uri: str | None,
                 track_experiment: str | None, yes: bool, **recipe_opts: Any) -> None:
-    """Run an attack against a target and write result.json, candidates and figures."""
+    """Run an attack against a target and write result.json, candidates and figures.
+
+    Without --model, the target is trained (or reused from the cache) from the attack's default target (a small
+    `digits` model, shown by `reconbench list attacks NAME -v`; for an attack without one, the defaults
+    `reconbench train -h` states), with the recipe options given changed: an option not given keeps that target's
+    value.
+    """
     # every option is checked before any training: names, values, ranges, the device and the folders; the run is
     # resolved once (ResolvedRun) and handed down, so nothing below looks a name up or builds a config again
     attack_obj = plugins.attack(attack)
@@ -107,6 +114,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
     check_tracker(track, track_uri, track_experiment)
     check_device(device)
     if model_card:
+        check_no_recipe_options(recipe_opts)
         card = load_card(model_card)
         size = card_size(card.data)  # the architecture fits in memory: before it is built
         card.load_model()  # hashes, dtypes, finite weights, shapes: before any work
@@ -116,7 +124,7 @@ def run_command(attack: str, model_card: str | None, init_name: str, init_set: t
         recipe_key, family, task = recipe.key(), recipe.family, recipe.problem.task
         # the data set, the problem, the architecture and its memory, before training
         size = check_target(recipe, build_problem(recipe.problem, data_root))
-    check_task(attack_obj, task)
+    check_task(attack_obj, task, card=bool(model_card))
     spec = RunSpec(attack=attack, attack_config=attack_config, init=init_name, init_config=init_config, seed=seed,
                    candidates=candidates,
                    search_runs=search_runs if search_runs is not None else attack_obj.default_search_runs,
@@ -328,13 +336,26 @@ def _finished_runs(out: Path) -> bool:
     return runs.is_dir() and any(runs.glob("run-*.json"))
 
 
-def check_task(attack: Attack[Any], task: str) -> None:
-    """The attack handles the target's task: checked before the target is trained."""
+def check_task(attack: Attack[Any], task: str, card: bool = False) -> None:
+    """The attack handles the target's task: checked before the target is trained (``card``: the target is a model
+    card given with --model, whose task no option changes)."""
     if task not in attack.tasks:
         able = [n for n in plugins.names("attacks") if task in plugins.attack(n).tasks]
+        other = (f"a --model card of a {sorted(attack.tasks)[0]} target" if card else
+                 f"--task {sorted(attack.tasks)[0]}")
         raise IncompatibleError(f"attack {attack.name!r} handles {', '.join(sorted(attack.tasks))} targets, but this "
-                                f"target is {task}; pass --task {sorted(attack.tasks)[0]}, or one of the attacks for "
-                                f"{task} targets: {', '.join(able)}")
+                                f"target is {task}; pass {other}, or one of the attacks for {task} targets: "
+                                f"{', '.join(able)}")
+
+
+def check_no_recipe_options(recipe_opts: dict[str, Any]) -> None:
+    """With --model the card is the target: a recipe option (which describes a target to train) would be ignored."""
+    given = [f"--{name.replace('_', '-')}" for name, value in recipe_opts.items() if value not in (None, ())]
+    given = ["--recipe" if g == "--recipe-file" else g for g in given]
+    if given:
+        raise ReconbenchError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} a target to train, but "
+                              "--model names a trained one, whose recipe is its card's: drop "
+                              f"{'it' if len(given) == 1 else 'them'}, or drop --model to train that target")
 
 
 def _folder_config(out: Path) -> tuple[str, dict[str, Any]] | None:

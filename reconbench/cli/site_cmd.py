@@ -16,7 +16,8 @@ DEFAULT_SITE_DIR = Path("runs") / "site"
 
 @main_group.command("site")
 @click.option("--leaderboards", type=click.Path(file_okay=False, exists=True), default="leaderboards", show_default=True,
-              help="Folder of published boards (each a folder with results.json).")
+              help="Folder of published boards (each a folder with results.json); the default is the "
+                   "repository's, read from the working folder: run the command in the repository's root.")
 @click.option("--out", type=click.Path(file_okay=False), default=str(DEFAULT_SITE_DIR), show_default=True,
               help="Folder the site is written to (replaced).")
 @click.option("--board", "boards", multiple=True, help="Render only this board (repeatable; default: every board).")

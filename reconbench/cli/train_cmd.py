@@ -17,7 +17,7 @@ from reconbench.cli.common import (
     show_cost,
     yes_option,
 )
-from reconbench.cli.recipe_options import recipe_from_options, recipe_options
+from reconbench.cli.recipe_options import recipe_from_options, train_recipe_options
 from reconbench.errors import ReconbenchError
 from reconbench.preflight import check_cost, check_target, step_seconds
 from reconbench.provenance import check_writable, folder_lock
@@ -28,10 +28,11 @@ from reconbench.targets.problems import build_problem
 
 
 @main_group.command("train")
-@recipe_options
+@train_recipe_options
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the model card (default: the cache, keyed by the recipe hash).")
-@click.option("--cache", type=click.Path(file_okay=False), default=None, help="Cache folder (default $RECONBENCH_CACHE).")
+@click.option("--cache", type=click.Path(file_okay=False), default=None,
+              help="Cache folder for trained targets (default: $RECONBENCH_CACHE, else ~/.cache/reconbench).")
 @click.option("--device", default="cpu", show_default=True,
               help="Torch device of the training, e.g. cuda (not part of the recipe: the card records it).")
 @data_root_option

@@ -113,6 +113,10 @@ def locate_card(result_dir: Path, result: RunResult, explicit: str | None) -> An
         check_card_matches(result_dir, result, card)
         return card
     recorded = result.target.card
+    if result.target.audit is not None:
+        raise ReconbenchError(f"{result_dir} was written by `reconbench audit`, which writes no model card to rebuild "
+                              "the problem from: its numbers are in its result.json and the audit's audit.json; to "
+                              "score it again, run the audit's command again (audit.json's `command`)")
     if not recorded:
         raise ReconbenchError(f"{result_dir / 'result.json'} records no model card; pass --model CARD_DIR")
     path = Path(recorded).expanduser()

@@ -108,10 +108,11 @@ def reconstruction_picks(suite: Suite, pub: Published, tables: dict[str, list[Ta
                          columns: list[dict[str, Any]]) -> list[CellRecord]:
     """The cells the reconstructions figure shows: per attack, the best cell (by the first column) of its first
     pooled row under an eligible init; an attack whose row has no usable cell (every cell failed, or the board
-    keeps none of them) is left out: it has no picture."""
+    keeps none of them) is left out: it has no picture. Rows of outside submissions (``leaderboard add``) are left
+    out too: the figure is the board's own, drawn when it was published, and a merge does not redraw it."""
     picks = []
     for label in suite.attacks:
-        rows = [r for r in tables["pool"] if r.attack == label]
+        rows = [r for r in tables["pool"] if r.attack == label and not r.outside]
         if not rows:
             continue
         eligible = suite.leaderboard.figure_inits

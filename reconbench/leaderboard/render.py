@@ -62,8 +62,8 @@ def check_publishable(pub: Published, tree_commit: str | None) -> None:
         problems.append(f"cells ran at {commits[0][:12]}, this checkout is {tree_commit[:12]}")
     if problems:
         raise ReconbenchError("refusing to publish: " + "; ".join(problems) + ". Commit, re-run `reconbench bench "
-                              "SUITE` from the clean checkout (--resume keeps nothing from another commit only if "
-                              "you remove its results), then publish from the same commit")
+                              "SUITE` from the clean checkout into an empty results folder (--resume would keep the "
+                              "cells finished elsewhere), then publish from the same commit")
 
 
 def build_leaderboard(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from reconbench.leaderboard.board_cards import load_board_card
 from reconbench.leaderboard.deterministic import first_difference, short_repr, without_timings
 from reconbench.leaderboard.readme import rerender_readme
 from reconbench.leaderboard.results_file import read_results
-from reconbench.leaderboard.slim import candidates_file, read_candidates, stored_candidate_ids
+from reconbench.leaderboard.slim import RERUN_RTOL, candidates_file, read_candidates, stored_candidate_ids
 from reconbench.leaderboard.tables import (
     SELECTIONS,
     Published,
@@ -317,14 +318,18 @@ def _attack_seconds_problem(recorded: float | None, runs: list[Any], *, slim: bo
             f"nor their plain sum ({summed!r})" + (" nor the sum of some of them" if slim else ""))
 
 
-def check_records(leaderboard: Path) -> RecordCheck:
+def check_records(leaderboard: Path, metrics_rtol: float = 0.0, trained_elsewhere: Collection[str] = ()
+                  ) -> RecordCheck:
     """Every cell's seal (when it has one), its attack time against its runs' times (runs/seconds.py), and its target's
-    training metrics against the published model card (``bench/seal.py`` says what each binding guarantees)."""
+    training metrics against the published model card (``bench/seal.py`` says what each binding guarantees), exactly
+    unless ``metrics_rtol`` allows their rounding; the cells ``trained_elsewhere`` (an outside submission's, whose
+    target was trained again to the board's weights) to a re-run's rounding."""
     out = RecordCheck()
     for path in sorted((leaderboard / "cells").glob("*.json")):
         raw, rec = read_record(leaderboard, path)
+        rtol = RERUN_RTOL if path.stem in trained_elsewhere else metrics_rtol
         try:
-            out.problems += _record_problems(leaderboard, path.stem, raw, rec)
+            out.problems += _record_problems(leaderboard, path.stem, raw, rec, rtol)
         except (KeyError, TypeError, AttributeError) as exc:
             raise _malformed(path, exc) from None
         if CellRecord.from_dict(raw).record_sha256 is None:  # the seal (bench/seal.py)
@@ -334,7 +339,8 @@ def check_records(leaderboard: Path) -> RecordCheck:
     return out
 
 
-def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: CellRecord) -> list[str]:
+def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: CellRecord,
+                     metrics_rtol: float = 0.0) -> list[str]:
     problems = []
     if (why := seal_problem(raw)) is not None:  # a slim entry's seal is over the entry as stored
         problems.append(f"cell {cell_id}: {why}")
@@ -350,22 +356,24 @@ def _record_problems(leaderboard: Path, cell_id: str, raw: dict[str, Any], rec: 
         # what training produced, not how long it took or where (deterministic.py): a target trained again
         # elsewhere to the same weights agrees on every one of these
         stored = without_timings({k: v for k, v in card.metrics.to_dict().items() if k != "margins"})
-        diff = first_difference(stored, without_timings(rec.target.metrics.to_dict()), lambda a, b: close(a, b, 0.0))
+        diff = first_difference(stored, without_timings(rec.target.metrics.to_dict()),
+                                lambda a, b: close(a, b, metrics_rtol))
         if diff is not None:
             k, want, shown = diff
             problems.append(f"cell {cell_id}: target train_metrics.{k} is {short_repr(shown)}, its model card "
                             f"{card_path.name} records {short_repr(want)}; restore the cell or the card")
-        problems += margin_problems(cell_id, rec, card.metrics.margins, card_path.name)
+        problems += margin_problems(cell_id, rec, card.metrics.margins, card_path.name, metrics_rtol)
     return problems
 
 
-def margin_problems(cell_id: str, rec: CellRecord, margins: list[float] | None, card_name: str) -> list[str]:
+def margin_problems(cell_id: str, rec: CellRecord, margins: list[float] | None, card_name: str,
+                    rtol: float = 0.0) -> list[str]:
     """The least and largest margin a cell shows against the card's margins (cells that record them)."""
     values = [float(m) for m in margins or []]
     problems = []
     for field_name, pick in (("margin_min", min), ("margin_max", max)):
         shown = getattr(rec.target, field_name)
-        if shown is not None and (not values or not close(shown, pick(values), 0.0)):
+        if shown is not None and (not values or not close(shown, pick(values), rtol)):
             problems.append(f"cell {cell_id}: target {field_name} is {shown!r}, its model card {card_name} gives "
                             f"{pick(values) if values else 'no margins'}; restore the cell or the card")
     return problems

@@ -6,6 +6,7 @@ took), rendered from ``benchmarks/results/quick_start.json`` (``benchmarks/quick
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -103,13 +104,29 @@ def timing_text(record: dict[str, Any]) -> str:
                       f"fresh run). On this repository's {t['cpus']}-core machine it took {t['cpu_seconds']:.1f} s of "
                       f"CPU and {t['wall_seconds']:.1f} s wall (`OMP_NUM_THREADS=1`, from an empty cache, training "
                       f"and the {draws} null draws included, load average {t['load_average']:.1f} from other jobs; "
-                      "`python benchmarks/quick_start.py` measures it):",
+                      "`python benchmarks/quick_start.py --json benchmarks/results/quick_start.json` measures it):",
                       TIMING_END])
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "--facts":
-        record = json.loads(Path(sys.argv[2]).read_text())
+def main(argv: list[str] | None = None) -> None:
+    """``python -m reconbench.runs.readme_table RESULT.json`` prints the table; ``--facts JSON`` the sentences."""
+    parser = argparse.ArgumentParser(
+        prog="python -m reconbench.runs.readme_table",
+        description="Print the README's table of a run from its result.json (as `reconbench run` prints it), or "
+                    "with --facts the README's quick-start sentences from benchmarks/results/quick_start.json.")
+    parser.add_argument("json", metavar="FILE", help="a run's result.json (with --facts: the quick start's JSON)")
+    parser.add_argument("--facts", action="store_true", help="FILE is benchmarks/results/quick_start.json")
+    args = parser.parse_args(argv)
+    try:
+        record = json.loads(Path(args.json).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        parser.exit(2, f"error: {args.json}: cannot read it as JSON ({getattr(exc, 'strerror', None) or exc}); pass "
+                       f"{'the quick start JSON' if args.facts else 'a result.json written by `reconbench run`'}\n")
+    if args.facts:
         print(quick_start_text(record), timing_text(record), sep="\n\n")
     else:
-        print(summary_table(json.loads(Path(sys.argv[1]).read_text())))
+        print(summary_table(record))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

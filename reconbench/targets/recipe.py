@@ -100,6 +100,7 @@ class TargetRecipe:
         for k, v in self.model.items():
             check_model_option(self.family, k, v, defaults[k])
         p = self.problem
+        plugins.dataset(p.dataset.partition(":")[0])   # a name that is not registered, before any data is read
         if p.task == "multiclass" and p.num_classes is not None and p.num_classes < 2:
             raise ReconbenchError(f"--num-classes {p.num_classes}: a multiclass target needs at least 2 classes; "
                                   "pass --num-classes 2 or more (or --task binary)")
@@ -186,7 +187,7 @@ def check_model_option(family: str, key: str, value: object, default: object) ->
     if isinstance(default, (list, tuple)):
         if not isinstance(value, (list, tuple)):
             raise ReconbenchError(f"{where}: expected a list like {list(default)!r}; pass --model-set "
-                                  f"{key}={json.dumps(list(default))}")
+                                  f"'{key}={json.dumps(list(default), separators=(',', ':'))}'")
         for item in value:
             check_model_option(family, key, item, default[0] if default else None)
         return

@@ -132,3 +132,28 @@ def test_an_object_that_does_not_subclass_its_kind_is_refused_by_name():
     with pytest.raises(ReconbenchError, match=r"LooseAttack through register_attacks, but it does not subclass "
                                               r"reconbench.interfaces.Attack"):
         host.names("attacks")
+
+
+def test_an_unknown_name_names_the_plugins_that_failed_to_load(fake_dists):
+    import pickle
+
+    with pytest.warns(UserWarning, match="ext_broken"):
+        host = PluginHost()
+    with pytest.raises(UnknownNameError, match=r"failed to load, which may register it: ext_broken") as info:
+        host.get("defenses", "from_the_broken_plugin")
+    again = pickle.loads(pickle.dumps(info.value))   # crosses process boundaries whole
+    assert str(again) == str(info.value) and again.failed == ["ext_broken"]
+    with pytest.raises(UnknownNameError) as clean:   # without failed plugins the message says nothing of them
+        plugins.get("defenses", "from_the_broken_plugin")
+    assert "failed to load" not in str(clean.value)
+
+
+def test_a_shell_shows_reconbenchs_warnings_as_one_line_and_others_as_python_does(capsys):
+    from reconbench.cli import one_line_warnings
+
+    passed: list[str] = []
+    shown = one_line_warnings(lambda message, *rest: passed.append(str(message)))
+    shown(UserWarning("reconbench: skipped plugin 'x'"), UserWarning, "/somewhere/plugins.py", 89)
+    shown(UserWarning("another library's warning"), UserWarning, "lib.py", 1)
+    assert capsys.readouterr().err == "warning: skipped plugin 'x'\n"
+    assert passed == ["another library's warning"]
