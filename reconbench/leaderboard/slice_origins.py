@@ -104,6 +104,6 @@ def publish_problems(records: Mapping[str, CellRecord], origins: Mapping[str, Ce
         problems.append(f"cells ran from a dirty or unknown tree ({', '.join(dirty)})")
     if len(direct) > 1:
         problems.append(f"cells ran at {len(direct)} commits ({', '.join(c[:12] for c in direct)})")
-    elif direct and tree_commit and direct[0] != tree_commit:
+    elif direct and tree_commit and direct[0] != tree_commit.removesuffix("-dirty"):
         problems.append(f"cells ran at {direct[0][:12]}, this checkout is {tree_commit[:12]}")
     return problems
