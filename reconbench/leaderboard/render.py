@@ -19,7 +19,7 @@ from reconbench.leaderboard.manifest import write_manifest
 from reconbench.leaderboard.privacy import privacy_section
 from reconbench.leaderboard.readme import render_readme
 from reconbench.leaderboard.results_file import write_results
-from reconbench.leaderboard.slice_origins import CellOrigin, publish_problems
+from reconbench.leaderboard.slice_origins import cell_origins, publish_problems
 from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
@@ -51,10 +51,8 @@ def sample_for_candidates(ok_ids: list[str], k: int | None) -> list[str]:
 def check_publishable(pub: Published, tree_commit: str | None) -> None:
     """A published leaderboard is rendered at a clean commit; the cells run in its results folder ran there too, and
     the cells merged from slice packs ran at clean commits, one per pack (``slice_origins.publish_problems``; a cell
-    without an origin counts as run in the folder)."""
-    origins = {cid: pub.origins.get(cid) or CellOrigin(commit=r.git_commit, pack=None)
-               for cid, r in pub.records.items()}
-    problems = publish_problems(pub.records, origins, tree_commit)
+    no pack brought counts as run in the folder, at the commit its record names)."""
+    problems = publish_problems(pub.records, cell_origins(pub.records, pub.packs), tree_commit)
     if problems:
         raise ReconbenchError("refusing to publish: " + "; ".join(problems) + ". Commit, re-run `reconbench bench "
                               "SUITE` from the clean checkout into an empty results folder (--resume would keep the "

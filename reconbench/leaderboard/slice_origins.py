@@ -56,14 +56,17 @@ def pack_origins(results: Path) -> dict[tuple[str, str], PackOrigin]:
     return out
 
 
-def cell_origins(records: Mapping[str, CellRecord], results: Path) -> dict[str, CellOrigin]:
-    """Each cell's commit and pack (see the module's docstring)."""
+def packed_cells(records: Mapping[str, CellRecord], results: Path) -> dict[str, PackOrigin]:
+    """The pack that brought each cell of ``records`` merged by ``bench --unpack`` (matched by id and seal)."""
     packs = pack_origins(results)
-    out = {}
-    for cid, rec in records.items():
-        pack = packs.get((cid, str(rec.record_sha256)))
-        out[cid] = CellOrigin(commit=pack.commit if pack is not None else rec.git_commit, pack=pack)
-    return out
+    return {cid: pack for cid, rec in records.items()
+            if (pack := packs.get((cid, str(rec.record_sha256)))) is not None}
+
+
+def cell_origins(records: Mapping[str, CellRecord], packs: Mapping[str, PackOrigin]) -> dict[str, CellOrigin]:
+    """Each cell's commit (its pack's, else its record's) and pack (see the module's docstring)."""
+    return {cid: CellOrigin(commit=pack.commit if (pack := packs.get(cid)) is not None else rec.git_commit, pack=pack)
+            for cid, rec in records.items()}
 
 
 def commit_cells(origins: Mapping[str, CellOrigin]) -> list[CommitCells] | None:
