@@ -19,7 +19,7 @@ from reconbench.leaderboard.manifest import write_manifest
 from reconbench.leaderboard.privacy import privacy_section
 from reconbench.leaderboard.readme import render_readme
 from reconbench.leaderboard.results_file import write_results
-from reconbench.leaderboard.slice_origins import cell_origins, publish_problems
+from reconbench.leaderboard.slice_origins import PACK_PROBLEMS, cell_origins, publish_problems
 from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
@@ -53,6 +53,8 @@ def check_publishable(pub: Published, tree_commit: str | None) -> None:
     the cells merged from slice packs ran at clean commits, one per pack (``slice_origins.publish_problems``; a cell
     no pack brought counts as run in the folder, at the commit its record names)."""
     problems = publish_problems(pub.records, cell_origins(pub.records, pub.packs), tree_commit)
+    if problems and all(p.startswith(PACK_PROBLEMS) for p in problems):   # each names its own fix
+        raise ReconbenchError("refusing to publish: " + "; ".join(problems) + " (docs/slices.md)")
     if problems:
         raise ReconbenchError("refusing to publish: " + "; ".join(problems) + ". Commit, re-run `reconbench bench "
                               "SUITE` from the clean checkout into an empty results folder (--resume would keep the "

@@ -82,6 +82,10 @@ def commit_cells(origins: Mapping[str, CellOrigin]) -> list[CommitCells] | None:
             for c, os in sorted(by.items())]
 
 
+#: the problems whose text carries its own fix (a pack's cells): the caller adds the fix of a folder's cells to the rest
+PACK_PROBLEMS = ("slice packs ran at", "cells whose record names another commit")
+
+
 def publish_problems(records: Mapping[str, CellRecord], origins: Mapping[str, CellOrigin],
                      tree_commit: str | None) -> list[str]:
     """What forbids publishing: the checkout is not clean; a pack ran at a dirty or unknown commit, or its cell's
@@ -100,7 +104,8 @@ def publish_problems(records: Mapping[str, CellRecord], origins: Mapping[str, Ce
     mismatched = sorted(cid for cid, o in packed.items()
                         if records[cid].ran.git_commit not in (None, o.commit))
     if mismatched:
-        problems.append(f"cells whose record names another commit than their pack's ({', '.join(mismatched[:5])})")
+        problems.append(f"cells whose record names another commit than their pack's ({', '.join(mismatched[:5])}): "
+                        "remove them and merge their packs again")
     direct = sorted({o.commit for o in origins.values() if o.pack is None})
     dirty = [c for c in direct if _unknown(c)]
     if dirty:

@@ -116,6 +116,7 @@ def test_a_pack_run_at_a_dirty_commit_is_refused_at_publish(tmp_path, capsys, mo
     assert len(refusals) == 1 and "slice packs ran at a dirty or unknown commit" in refusals[0]
     assert dirty in refusals[0] and "RECONBENCH_SLICE_COMMIT" in refusals[0]
     assert SLICE_A not in refusals[0]   # the clean pack is not the problem
+    assert "re-run `reconbench bench SUITE`" not in refusals[0]   # its own fix, not the one of a folder's cells
     # the checkout that renders must be clean too
     at_commit(monkeypatch, HERE + "-dirty")
     (local / "cells" / f"{CELLS[1]}.json").unlink()

@@ -46,7 +46,8 @@ def test_a_record_that_contradicts_its_pack_and_direct_cells_elsewhere_are_refus
     records = {"x": record("x", B), "z": record("z", A)}
     origins = {"x": CellOrigin(A, pack(A, "1")), "z": CellOrigin(A, None)}
     problems = publish_problems(records, origins, HERE)
-    assert problems == ["cells whose record names another commit than their pack's (x)",
+    assert problems == ["cells whose record names another commit than their pack's (x): remove them and merge their "
+                        "packs again",
                         f"cells ran at {A[:12]}, this checkout is {HERE[:12]}"]
 
 
