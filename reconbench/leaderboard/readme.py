@@ -202,10 +202,10 @@ def _progress_lines(info: BoardHeader) -> list[str]:
     if not info.progress:
         return []
     rest = int(info.cells["planned"]) - int(info.cells["ok"])
-    grows = ("the board grows as GPU slices return (docs/slices.md)" if info.cell_commits
+    grows = ("the board grows as slices return (docs/slices.md)" if info.cell_commits
              else "the other cells have not run")
-    return [f"**Partial board: {info.progress}.** {rest} planned cell(s) have no result yet (listed under "
-            f"\"Cells without a current result\"): {grows}; every number below is over the cells it holds.", ""]
+    return [f"**Partial board: {info.progress}.** {rest} planned cell(s) have no result yet (not run, failed or "
+            f"stale: listed at the end): {grows}; every number below is over the cells it holds.", ""]
 
 
 def _commit_text(info: BoardHeader) -> str:

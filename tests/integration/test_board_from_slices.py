@@ -84,7 +84,7 @@ def test_slices_at_two_commits_publish_one_board_that_verifies(tmp_path, capsys,
         assert by_commit[commit]["packs"] == [manifests[commit]["manifest_sha256"]]
     readme = (board / "README.md").read_text()
     top = readme.split("\n- **Produced by:**")[0]
-    assert "**Partial board: 2 of 3 cells.**" in top and "GPU slices return" in top
+    assert "**Partial board: 2 of 3 cells.**" in top and "grows as slices return" in top
     assert f"`{SLICE_A}` (1 cell(s), 1 slice pack(s))" in readme
     assert f"`{SLICE_B}` (1 cell(s), 1 slice pack(s))" in readme
     assert f"Not run (1): `{CELLS[2]}`" in readme
