@@ -613,7 +613,9 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
             inv["slice_pack"] = {"created": manifest.created, "commit": manifest.commit, "device": manifest.device,
                                  "deadline_seconds": manifest.deadline_seconds,
                                  "elapsed_seconds": manifest.elapsed_seconds, "invocation": manifest.invocation,
-                                 "manifest_sha256": sha256_file(pack / MANIFEST)}
+                                 "manifest_sha256": sha256_file(pack / MANIFEST),
+                                 # the seal of each cell merged: how a board tells the cells a pack brought
+                                 "cells": {cid: records[cid][1].record_sha256 for cid in report.merged}}
             write_json(invocation_path(out, number), inv)
             report.invocation = number
         rows = kept_rows + [row for row in manifest.measured if row not in kept_rows]   # a pack merged twice: once

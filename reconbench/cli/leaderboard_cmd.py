@@ -83,7 +83,8 @@ def leaderboard_group() -> None:
     "--publish",
     is_flag=True,
     help="Write the published leaderboard leaderboards/<suite>/ (tracked in git) instead of a run folder; refuses "
-    "unless every cell ran at the current commit of a clean checkout.",
+    "unless this checkout is clean and every cell ran at its commit, or was merged by `bench --unpack` from a "
+    "slice pack run at a clean commit (docs/slices.md).",
 )
 @click.option("--no-figures", is_flag=True, help="Skip the figures.")
 @click.option(

@@ -176,6 +176,7 @@ def render_readme(suite: Suite, board: BoardResults, pub: Published, sections: l
     sections before the figures (the privacy-utility tables, the outside submissions)."""
     info, columns = board.header, board.column_list
     lines = [f"# Leaderboard: `{suite.name}`", ""]
+    lines += _progress_lines(info)
     if suite.description:
         lines += [markdown_paragraph(suite.description), ""]
     lines += _header_lines(info)
@@ -195,6 +196,29 @@ def render_readme(suite: Suite, board: BoardResults, pub: Published, sections: l
     return "\n".join(lines)
 
 
+def _progress_lines(info: BoardHeader) -> list[str]:
+    """A partial board's first line: how many of the planned cells it holds, and how it grows (nothing on a complete
+    board)."""
+    if not info.progress:
+        return []
+    rest = int(info.cells["planned"]) - int(info.cells["ok"])
+    grows = ("the board grows as slices return (docs/slices.md)" if info.cell_commits
+             else "the other cells have not run")
+    return [f"**Partial board: {info.progress}.** {rest} planned cell(s) have no result yet (not run, failed or "
+            f"stale: listed at the end): {grows}; every number below is over the cells it holds.", ""]
+
+
+def _commit_text(info: BoardHeader) -> str:
+    """The commits the cells ran at: each with its count of cells and of slice packs where cells came from packs."""
+    if not info.cell_commits:
+        return ", ".join(f"`{c}`" for c in info.git_commits)
+    parts = []
+    for c in info.cell_commits:
+        packs = f"{len(c.packs)} slice pack(s)" if c.packs else "run here"
+        parts.append(f"`{c.commit}` ({c.cells} cell(s), {packs})")
+    return "; ".join(parts)
+
+
 def _header_lines(info: BoardHeader) -> list[str]:
     """How the leaderboard was made: commands, machine, time, versions, cells."""
     commands = info.commands or []
@@ -210,8 +234,8 @@ def _header_lines(info: BoardHeader) -> list[str]:
         f"- **Machine:** {'; '.join(info.machines) or 'unknown'}",
         f"- **Wall time:** {_hours(info.wall_seconds)} over {info.invocations} invocation(s) of "
         f"`reconbench bench` (cells alone: {_hours(info.cell_seconds)})",
-        f"- **reconbench:** {', '.join(info.reconbench_versions)}, git commit "
-        f"{', '.join(f'`{c}`' for c in info.git_commits)}",
+        f"- **reconbench:** {', '.join(info.reconbench_versions)}, "
+        + (f"cells ran at commits {_commit_text(info)}" if info.cell_commits else f"git commit {_commit_text(info)}"),
         f"- **Suite file:** `{info.suite_file}` (sha256 `{str(info.suite_sha256)[:16]}`)",
         f"- **Cells:** {info.cells['ok']} ok, {info.cells['failed']} failed, "
         f"{info.cells['not_run']} not run"
@@ -377,12 +401,34 @@ def _problem_cell_lines(pub: Published) -> list[str]:
     if pub.not_run or pub.stale:
         lines += ["## Cells without a current result", ""]
         if pub.not_run:
-            lines += [f"Not run ({len(pub.not_run)}): " + ", ".join(f"`{c}`" for c in pub.not_run[:40])
-                      + (" ..." if len(pub.not_run) > 40 else ""), ""]
+            lines += _not_run_lines(pub)
         if pub.stale:
             lines += [f"Stale ({len(pub.stale)}, the suite changed since they ran): "
                       + ", ".join(f"`{c}`" for c in pub.stale[:40]), ""]
     return lines
+
+
+#: up to this many not-run cells are listed one by one; more are grouped by target and attack
+NOT_RUN_LISTED = 12
+
+
+def _not_run_lines(pub: Published) -> list[str]:
+    """The planned cells without a record: listed when few, else one line per target and attack with its count and
+    its inits and seeds (a paper-size board not yet grown holds dozens)."""
+    if len(pub.not_run) <= NOT_RUN_LISTED:
+        return [f"Not run ({len(pub.not_run)}): " + ", ".join(f"`{c}`" for c in pub.not_run), ""]
+    missing = set(pub.not_run)
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for cell in pub.plan:
+        if cell.cell_id in missing:
+            groups.setdefault((cell.target, cell.attack.label), []).append(cell)
+    lines = [f"Not run ({len(pub.not_run)} of {len(pub.plan)} planned), by target and attack:", ""]
+    for (target, attack), cells in groups.items():
+        inits = list(dict.fromkeys(c.init.label for c in cells))
+        seeds = list(dict.fromkeys(str(c.seed) for c in cells))
+        shown = ", ".join(inits[:6]) + (f" and {len(inits) - 6} more" if len(inits) > 6 else "")
+        lines.append(f"- `{target}` / `{attack}`: {len(cells)} cell(s); inits {shown}; seeds {', '.join(seeds)}")
+    return lines + [""]
 
 
 def _attack_failed_lines(failed: list[Mapping[str, Any]] | None) -> list[str]:

@@ -19,6 +19,7 @@ from reconbench.leaderboard.manifest import write_manifest
 from reconbench.leaderboard.privacy import privacy_section
 from reconbench.leaderboard.readme import render_readme
 from reconbench.leaderboard.results_file import write_results
+from reconbench.leaderboard.slice_origins import PACK_PROBLEMS, cell_origins, publish_problems
 from reconbench.leaderboard.slim import compact_figures, sample_size, store_sample, write_entry
 from reconbench.leaderboard.tables import (
     LEADERBOARD_FORMAT,
@@ -48,22 +49,17 @@ def sample_for_candidates(ok_ids: list[str], k: int | None) -> list[str]:
 
 
 def check_publishable(pub: Published, tree_commit: str | None) -> None:
-    """A published leaderboard comes from one clean commit: its cells ran there and it is rendered there."""
-    commits = sorted({r.git_commit for r in pub.records.values()})
-    problems = []
-    if tree_commit is None or tree_commit.endswith("-dirty"):
-        problems.append(f"this checkout is {'not a git checkout' if tree_commit is None else 'dirty'}")
-    dirty = [c for c in commits if c.endswith("-dirty") or c == "None"]
-    if dirty:
-        problems.append(f"cells ran from a dirty or unknown tree ({', '.join(dirty)})")
-    if len(commits) > 1:
-        problems.append(f"cells ran at {len(commits)} commits ({', '.join(c[:12] for c in commits)})")
-    elif commits and tree_commit and commits[0] != tree_commit:
-        problems.append(f"cells ran at {commits[0][:12]}, this checkout is {tree_commit[:12]}")
+    """A published leaderboard is rendered at a clean commit; the cells run in its results folder ran there too, and
+    the cells merged from slice packs ran at clean commits, one per pack (``slice_origins.publish_problems``; a cell
+    no pack brought counts as run in the folder, at the commit its record names)."""
+    problems = publish_problems(pub.records, cell_origins(pub.records, pub.packs), tree_commit)
+    if problems and all(p.startswith(PACK_PROBLEMS) for p in problems):   # each names its own fix
+        raise ReconbenchError("refusing to publish: " + "; ".join(problems) + " (docs/slices.md)")
     if problems:
         raise ReconbenchError("refusing to publish: " + "; ".join(problems) + ". Commit, re-run `reconbench bench "
                               "SUITE` from the clean checkout into an empty results folder (--resume would keep the "
-                              "cells finished elsewhere), then publish from the same commit")
+                              "cells finished elsewhere), then publish from the same commit; cells merged with "
+                              "`bench --unpack` from slices at clean commits may stay (docs/slices.md)")
 
 
 def build_leaderboard(
@@ -83,7 +79,8 @@ def build_leaderboard(
 
     ``note``: why the numbers moved since the board's last publication (kept in the header and shown in the README).
 
-    ``publish``: refuse unless every cell ran at the current commit of a clean checkout (``check_publishable``).
+    ``publish``: refuse unless this checkout is clean and every cell ran at its commit, or came from a slice pack
+    run at a clean commit (``check_publishable``).
     """
     if not (results / "cells").is_dir():
         raise ReconbenchError(

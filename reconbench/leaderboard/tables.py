@@ -12,7 +12,7 @@ import json
 import statistics
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from reconbench.bench.runner import STATUS_OK, load_cell_records
 from reconbench.bench.suite import ColumnSpec, Suite, display_path
 from reconbench.errors import ReconbenchError
 from reconbench.evaluation import reported
+from reconbench.leaderboard.slice_origins import PackOrigin, cell_origins, commit_cells, packed_cells
 from reconbench.provenance import git_commit
 from reconbench.records import (
     BoardHeader,
@@ -201,6 +202,8 @@ class Published:
     records: dict[str, CellRecord]
     not_run: list[str]
     stale: list[str]
+    #: the slice pack that brought each cell merged by ``bench --unpack`` (``slice_origins``; a board has none)
+    packs: dict[str, PackOrigin] = field(default_factory=dict)
 
     def ok(self, cell_ids: Iterable[str] | None = None) -> list[CellRecord]:
         """The cells that ran (their attack may still have failed: :meth:`usable`, :meth:`attack_failed`)."""
@@ -243,7 +246,7 @@ def collect(suite: Suite, results: Path) -> Published:
             stale.append(cell.cell_id)
         else:
             records[cell.cell_id] = rec
-    return Published(plan, records, not_run, stale)
+    return Published(plan, records, not_run, stale, packed_cells(records, results))
 
 
 def resolve_columns(suite: Suite, records: list[CellRecord]) -> list[dict[str, Any]]:
@@ -587,6 +590,13 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> Bo
         if line not in machines:
             machines.append(line)
     commits = sorted({r.git_commit for r in pub.records.values()})
+    grown = commit_cells(cell_origins(pub.records, pub.packs))
+    held = int(len(pub.ok()))
+    extra: dict[str, Any] = {}
+    if grown is not None:   # cells merged from slice packs: the commits they ran at (docs/slices.md)
+        extra["cell_commits"] = grown
+    if held < len(pub.plan):   # a board still growing says so at its top
+        extra["progress"] = progress_text(held, len(pub.plan))
     return BoardHeader.written(
         suite=suite.name,
         description=suite.description,
@@ -615,7 +625,13 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> Bo
             "not_run": len(pub.not_run),
             "stale": len(pub.stale),
         },
+        **extra,
     )
+
+
+def progress_text(held: int, planned: int) -> str:
+    """A partial board's ``header.progress``: how many of the planned cells ran (``16 of 79 cells``)."""
+    return f"{held} of {planned} cells"
 
 
 # -- rendering ------------------------------------------------------------------------------------------

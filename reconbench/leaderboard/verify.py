@@ -38,6 +38,7 @@ from reconbench.leaderboard.tables import (
     collect,
     comparison_rows,
     main_rows,
+    progress_text,
     resolve_columns,
     target_rows,
 )
@@ -492,14 +493,22 @@ def _header_problems(data: BoardResults, pub: Published) -> list[str]:
         "failures": [{"cell_id": r.cell_id, "status": r.status, "error": r.error} for r in failed],
         "not_run": list(pub.not_run),
         "stale": list(pub.stale),
+        "header.progress": progress_text(len(pub.ok()), len(pub.plan)) if len(pub.ok()) < len(pub.plan) else None,
     }
     stored: dict[str, Any] = {
         "header.cells": header.cells, "header.attack_failed": header.attack_failed,
         "header.cell_seconds": header.cell_seconds, "header.reconbench_versions": header.reconbench_versions,
         "header.git_commits": header.git_commits, "failures": data.failures, "not_run": data.not_run,
-        "stale": data.stale,
+        "stale": data.stale, "header.progress": header.progress,
     }
     problems = []
+    if header.cell_commits is not None:   # the pack of each cell is not kept: its count and own commit are checked
+        listed = {c.commit for c in header.cell_commits}
+        own = sorted({r.git_commit for r in records} - listed - {"None"})
+        if sum(c.cells for c in header.cell_commits) != len(records) or own:
+            problems.append(f"results.json header.cell_commits counts {sum(c.cells for c in header.cell_commits)} "
+                            f"cells at {', '.join(sorted(listed))}, the board holds {len(records)}"
+                            + (f" and cells of {', '.join(own)}" if own else "") + "; publish the board again")
     for key, value in fresh.items():
         if not _close(plain(stored[key]), plain(value), 1e-12, 0.0):
             problems.append(f"results.json {key} is {short_repr(plain(stored[key]))}, the cells give "

@@ -29,6 +29,7 @@ from reconbench.records.board_results import (
     BoardResults,
     Column,
     Command,
+    CommitCells,
     ComparisonRow,
     ComparisonTable,
     ComparisonValue,
@@ -93,7 +94,7 @@ from reconbench.targets.recipe import TargetRecipe
 __all__ = [
     "BOARD_RESULTS_FILE", "CARD_FILE", "CELL_FILE", "COST_TABLE_FILE", "INVOCATION_FILE", "PROBE_FILE",
     "RELEASES_FILE", "RUN_RESULT_FILE",
-    "SCHEMA_VERSION", "SUBMISSION_FILE", "AttackInfo", "BoardCardNote", "BoardHeader", "BoardRelease",
+    "SCHEMA_VERSION", "SUBMISSION_FILE", "AttackInfo", "BoardCardNote", "BoardHeader", "BoardRelease", "CommitCells",
     "BoardReleases", "BoardResults", "Calibrated", "Candidates", "CardData", "CardProblem",
     "CellRecord", "Column", "CostTable", "PhaseCost", "Probe", "ProbeAttackRow", "ProbeTrainerRow",
     "Command", "ComparisonTable", "ComparisonRow", "ComparisonValue", "Digest", "EntryInfo",

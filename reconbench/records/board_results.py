@@ -269,6 +269,17 @@ class Submission(Record):
 
 
 @dataclass(frozen=True)
+class CommitCells(Record):
+    """The cells of a board that ran at one commit (``header.cell_commits`` of a board whose cells came from slices):
+    how many, and the slice packs that brought them (their manifests' sha256; none for cells run in the results
+    folder itself)."""
+
+    commit: str = ""
+    cells: int = 0
+    packs: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class BoardHeader(Record):
     """How a board was made: suite, commands, machines, versions, the cells' counts."""
 
@@ -290,6 +301,10 @@ class BoardHeader(Record):
     cells: Mapping[str, int] = field(default_factory=dict)
     note: str | None = None
     submissions: list[Submission] | None = None
+    #: a board with cells merged from slice packs: the commits its cells ran at, with how many each (absent otherwise)
+    cell_commits: list[CommitCells] | None = None
+    #: a board that does not hold every planned cell: "k of N cells" (absent on a complete board)
+    progress: str | None = None
 
     @property
     def rendered_commit(self) -> str | None:
