@@ -629,6 +629,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
             report.evaluated, report.not_evaluated = evaluate_gathered(
                 suite, out, complete, device=manifest.device or suite.device, dtype=manifest.dtype or suite.dtype,
                 invocation=number, data_root=data_root)
+            _note_evaluated(out, report.invocation, report.evaluated)
             partial = _merged_partial(before, manifest.groups, out, keys)
         report.partial = {cid: (len(entry.runs), entry.search_runs) for cid, entry in partial.items()}
         listed = _write_ledger(out, suite, keys, rows, partial).training
@@ -638,6 +639,21 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
                 card_beside(state).unlink(missing_ok=True)
     report.remaining = remaining_cells(out, keys)
     return report
+
+
+def _note_evaluated(out: Path, invocation: int | None, evaluated: Sequence[str]) -> None:
+    """Add to this merge's invocation record (``slice_pack.evaluated``) the seal of every cell evaluated here from its
+    gathered search runs: a board tells them from cells run in the folder by it (they ran at this checkout's commit,
+    which their records name; ``reconbench.leaderboard.slice_origins``)."""
+    path = invocation_path(out, invocation) if invocation is not None else None
+    if not evaluated or path is None or not path.exists():
+        return
+    inv = json.loads(path.read_text())
+    seals = {}
+    for cid in evaluated:
+        seals[cid] = json.loads(cell_path(out, cid).read_text()).get("record_sha256")
+    inv.setdefault("slice_pack", {})["evaluated"] = seals
+    write_json(path, inv)
 
 
 def _unpack_states(pack: Path, manifest: SliceManifest, out: Path, cards: Mapping[str, bytes]) -> list[str]:

@@ -1,14 +1,16 @@
 """Where each cell of a results folder came from, for a board that grows over slices (docs/slices.md, "Publishing a
 board that grows over slices"): a cell merged by ``bench --unpack`` ran at its pack's commit (the folder's
 ``invocations/NNN.json`` of that merge names the pack's manifest sha256, its commit and the seal of every cell it
-brought); any other cell ran at the commit its own record names. The publish rule and the board's
+brought); a cell whose search runs came back in groups and were evaluated at a merge (``evaluated``: their seals)
+was scored at the commit its record names, the merging checkout's; any other cell ran at the commit its own record
+names. The publish rule and the board's
 ``header.cell_commits`` are read from here."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reconbench.errors import ReconbenchError
@@ -23,6 +25,9 @@ class PackOrigin:
     commit: str          # the commit the slice ran at (the pack's manifest), ``None`` when it named none
     manifest_sha256: str
     device: str
+    #: the cell was evaluated at this merge from its gathered search runs: its record's commit, the merging
+    #: checkout's, is the one it was scored at (``commit`` is then the last pack's)
+    evaluated: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,9 @@ def pack_origins(results: Path) -> dict[tuple[str, str], PackOrigin]:
                             manifest_sha256=str(pack.get("manifest_sha256", "")), device=str(pack.get("device")))
         for cid, seal in pack["cells"].items():
             out[(str(cid), str(seal))] = origin
+        evaluated = pack.get("evaluated")
+        for cid, seal in evaluated.items() if isinstance(evaluated, Mapping) else ():
+            out[(str(cid), str(seal))] = replace(origin, evaluated=True)
     return out
 
 
@@ -65,7 +73,8 @@ def packed_cells(records: Mapping[str, CellRecord], results: Path) -> dict[str, 
 
 def cell_origins(records: Mapping[str, CellRecord], packs: Mapping[str, PackOrigin]) -> dict[str, CellOrigin]:
     """Each cell's commit (its pack's, else its record's) and pack (see the module's docstring)."""
-    return {cid: CellOrigin(commit=pack.commit if (pack := packs.get(cid)) is not None else rec.git_commit, pack=pack)
+    return {cid: CellOrigin(commit=pack.commit if (pack := packs.get(cid)) is not None and not pack.evaluated
+                            else rec.git_commit, pack=pack)
             for cid, rec in records.items()}
 
 
@@ -83,7 +92,7 @@ def commit_cells(origins: Mapping[str, CellOrigin]) -> list[CommitCells] | None:
 
 
 #: the problems whose text carries its own fix (a pack's cells): the caller adds the fix of a folder's cells to the rest
-PACK_PROBLEMS = ("slice packs ran at", "cells whose record names another commit")
+PACK_PROBLEMS = ("slice packs ran at", "cells whose record names another commit", "cells evaluated at a merge")
 
 
 def publish_problems(records: Mapping[str, CellRecord], origins: Mapping[str, CellOrigin],
@@ -96,13 +105,19 @@ def publish_problems(records: Mapping[str, CellRecord], origins: Mapping[str, Ce
         problems.append(f"this checkout is {'not a git checkout' if tree_commit is None else 'dirty'}")
     packed = {cid: o for cid, o in origins.items() if o.pack is not None}
     bad_packs = sorted({f"invocations/{o.pack.file} at {o.commit}" for o in packed.values()
-                        if o.pack is not None and _unknown(o.commit)})
+                        if o.pack is not None and not o.pack.evaluated and _unknown(o.commit)})
     if bad_packs:
         problems.append(f"slice packs ran at a dirty or unknown commit ({', '.join(bad_packs)}): remove their cells "
                         "and run them again in a slice from a clean commit (benchmarks/gpu/slice.sh sets "
                         "RECONBENCH_SLICE_COMMIT)")
+    merged_dirty = sorted({f"invocations/{o.pack.file} at {o.commit}" for o in packed.values()
+                           if o.pack is not None and o.pack.evaluated and _unknown(o.commit)})
+    if merged_dirty:
+        problems.append(f"cells evaluated at a merge from a dirty or unknown tree ({', '.join(merged_dirty)}): remove "
+                        "them and their runs' merge, and --unpack the packs again from a clean checkout")
     mismatched = sorted(cid for cid, o in packed.items()
-                        if records[cid].ran.git_commit not in (None, o.commit))
+                        if o.pack is not None and not o.pack.evaluated
+                        and records[cid].ran.git_commit not in (None, o.commit))
     if mismatched:
         problems.append(f"cells whose record names another commit than their pack's ({', '.join(mismatched[:5])}): "
                         "remove them and merge their packs again")

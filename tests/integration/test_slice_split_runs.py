@@ -22,6 +22,8 @@ from safetensors.torch import load_file
 
 from reconbench.bench.runner import load_cells, run_suite
 from reconbench.bench.suite import load_suite
+from reconbench.leaderboard.slice_origins import cell_origins, packed_cells
+from reconbench.records import CellRecord
 from reconbench.records.finished_ledger import FINISHED_LEDGER_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +95,15 @@ def test_runs_split_over_slices_merge_into_the_cell_of_one_unsplit_run(tmp_path,
     # the last merge gathered every run: the cell was evaluated here, from its card alone (no weights, no cache)
     assert f"all {RUNS} are here: the cell was evaluated from them and merged" in text
     assert not (local / "cache").exists() and not list(local.glob("**/weights.safetensors"))
+    # the last merge's invocation lists the cell evaluated there by its seal: a board takes it at the commit its record
+    # names (the merging checkout's), not as a cell run in the folder
+    seal = load_cells(local)[cid]["record_sha256"]
+    evaluated = [inv["slice_pack"].get("evaluated") for inv in
+                 (json.loads(p.read_text()) for p in sorted((local / "invocations").glob("*.json")))]
+    assert [e for e in evaluated if e] == [{cid: seal}]
+    records = {cid: CellRecord.from_dict(load_cells(local)[cid])}
+    (origin,) = cell_origins(records, packed_cells(records, local)).values()
+    assert origin.pack is not None and origin.pack.evaluated and origin.commit == records[cid].git_commit
     # merging a pack again changes nothing
     assert run_cli(["bench", str(suite_file), "--unpack", str(tmp_path / "pack1"), "--out", str(local)], capsys)[0] == 0
     ledger = FINISHED_LEDGER_FILE.read(local / "finished.json")

@@ -4,13 +4,14 @@ commits the header lists, the "k of N cells" line, and a not-run list that stays
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
 from reconbench.bench.cells import expand
 from reconbench.bench.suite import load_suite
 from reconbench.leaderboard.readme import NOT_RUN_LISTED, _not_run_lines, _progress_lines
-from reconbench.leaderboard.slice_origins import CellOrigin, PackOrigin, commit_cells, publish_problems
+from reconbench.leaderboard.slice_origins import CellOrigin, PackOrigin, cell_origins, commit_cells, publish_problems
 from reconbench.leaderboard.tables import Published, progress_text
 from reconbench.records import BoardHeader, CellRecord, CommitCells
 
@@ -49,6 +50,21 @@ def test_a_record_that_contradicts_its_pack_and_direct_cells_elsewhere_are_refus
     assert problems == ["cells whose record names another commit than their pack's (x): remove them and merge their "
                         "packs again",
                         f"cells ran at {A[:12]}, this checkout is {HERE[:12]}"]
+
+
+def test_a_cell_evaluated_at_a_merge_counts_at_its_records_commit_and_must_be_clean():
+    """A cell whose search runs came back in groups is evaluated at the merge that brings its last group: it was
+    scored at the merging checkout's commit, which its record names (not the last pack's, ``A``), and publishes
+    beside cells of other commits; a merge from a dirty tree is refused with its own fix."""
+    merged_at = replace(pack(A, "1"), evaluated=True)
+    records = {"g": record("g", B), "z": record("z", HERE)}
+    origins = cell_origins(records, {"g": merged_at})
+    assert origins["g"] == CellOrigin(B, merged_at) and origins["z"] == CellOrigin(HERE, None)
+    assert publish_problems(records, origins, HERE) == []
+    assert commit_cells(origins) == [CommitCells(B, 1, ["1" * 8]), CommitCells(HERE, 1, [])]
+    dirty = {"g": record("g", B + "-dirty")}
+    (problem,) = publish_problems(dirty, cell_origins(dirty, {"g": merged_at}), HERE)
+    assert problem.startswith("cells evaluated at a merge from a dirty or unknown tree") and "--unpack" in problem
 
 
 def test_the_paper_boards_not_run_list_is_one_line_per_target_and_attack():
