@@ -16,7 +16,9 @@ evaluation and leaderboards as the attacks, so every table shows how far an atta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +31,18 @@ from reconbench.evaluation.prior import prior_candidates
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, NoOptions, ProgressFn, ThreatModel
 
 ALL_TASKS = frozenset({"binary", "multiclass", "regression"})
+
+#: the target `reconbench run --attack BASELINE` trains without --model: the quick start's (multiclass_kkt's default
+#: target, kept equal by a test), a fully connected digits MLP trained in seconds, so a baseline's numbers sit beside
+#: the quick start's attack on the same cached target
+QUICK_START_TARGET: dict[str, Any] = {
+    "problem": {"dataset": "digits", "task": "multiclass", "n_per_class": 1},
+    "family": "mlp", "model": {"widths": [1000]},
+    "train": {"steps": 5000, "lr": 0.05, "schedule": "inverse_loss"}}
+
+
+def _quick_start_target() -> dict[str, Any] | None:
+    return copy.deepcopy(QUICK_START_TARGET)
 
 
 def first_image_layer(target: AttackTarget) -> nn.Linear | None:
@@ -68,6 +82,7 @@ class WeightRows(Attack[WeightRowsConfig]):
     threat: ThreatModel = ThreatModel()   # final weights only
     tasks: frozenset[str] = ALL_TASKS
     config_cls: type[WeightRowsConfig] = WeightRowsConfig
+    default_recipe: dict[str, Any] | None = field(default_factory=_quick_start_target)
 
     def check(self, target: AttackTarget) -> None:
         if first_image_layer(target) is None:
@@ -114,6 +129,7 @@ class InitOnly(Attack[NoOptions]):
     threat: ThreatModel = ThreatModel()   # final weights only
     tasks: frozenset[str] = ALL_TASKS
     config_cls: type[NoOptions] = NoOptions
+    default_recipe: dict[str, Any] | None = field(default_factory=_quick_start_target)
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: NoOptions, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
@@ -138,6 +154,7 @@ class DataPrior(Attack[DataPriorConfig]):
     threat: ThreatModel = ThreatModel(labels=True)   # the labels of the candidates it averages
     tasks: frozenset[str] = ALL_TASKS
     config_cls: type[DataPriorConfig] = DataPriorConfig
+    default_recipe: dict[str, Any] | None = field(default_factory=_quick_start_target)
 
     def run(self, target: AttackTarget, x0: torch.Tensor, labels: torch.Tensor, config: DataPriorConfig, *,
             generator: torch.Generator, progress: ProgressFn | None = None) -> AttackOutput:
@@ -166,6 +183,7 @@ class ReluKinks(Attack[NoOptions]):
     threat: ThreatModel = ThreatModel()   # final weights only
     tasks: frozenset[str] = ALL_TASKS
     config_cls: type[NoOptions] = NoOptions
+    default_recipe: dict[str, Any] | None = field(default_factory=_quick_start_target)
     theorems: frozenset[str] = frozenset({"one_dimensional_kinks"})
 
     def check(self, target: AttackTarget) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
+import sysconfig
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -108,6 +110,21 @@ def import_factory(ref: str) -> Any:
     if not callable(factory):
         raise ReconbenchError(f"--family {ref}: module {module_name!r} has no callable {attr!r}")
     return factory
+
+
+def factory_folder(ref: str) -> Path | None:
+    """The folder a ``module:factory`` was imported from (the ``sys.path`` entry holding its top-level package),
+    or None when it is installed (site-packages, the standard library) and imports without help in any shell."""
+    import_factory(ref)
+    module_name = ref.partition(":")[0]
+    origin = getattr(sys.modules.get(module_name), "__file__", None)
+    if origin is None:
+        return None
+    folder = Path(origin).resolve().parent
+    for _ in range(module_name.count(".") + (Path(origin).stem == "__init__")):
+        folder = folder.parent
+    installed = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    return None if folder in installed else folder
 
 
 class _FactoryPlugin:

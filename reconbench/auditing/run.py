@@ -30,7 +30,13 @@ from reconbench.auditing.data import (
     load_data,
     parse_preprocess,
 )
-from reconbench.auditing.model import check_second_order, family_and_spec, read_state, registered_family
+from reconbench.auditing.model import (
+    check_second_order,
+    factory_folder,
+    family_and_spec,
+    read_state,
+    registered_family,
+)
 from reconbench.auditing.report import write_report
 from reconbench.data import Problem
 from reconbench.errors import IncompatibleError, ModelCardError, ReconbenchError
@@ -100,8 +106,9 @@ def audit(weights: str | Path, *, family: str, train: str | Path, held_out: str 
             results.append(_attack_record(spec_run, result, folder, out_dir))
     rec: dict[str, Any] = {
         "kind": AUDIT_FORMAT,
-        "command": command or python_call(weights, family, train, held_out, task, out, model_set, binary_rule, pre,
-                                          loss, init_weights, init_decay, attacks, budget, search_runs, seed, device),
+        "command": rerunnable(command or python_call(weights, family, train, held_out, task, out, model_set,
+                                                     binary_rule, pre, loss, init_weights, init_decay, attacks, budget,
+                                                     search_runs, seed, device), family),
         "inputs": {"weights": portable_path(weights), "weights_sha256": file_digest(Path(weights), "sha256"),
                    "family": family, "model_spec": full_spec, "train": portable_path(train),
                    "held_out": portable_path(held_out), **record,
@@ -258,6 +265,23 @@ def headline(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {"available": True, "attack": best["attack"], "reconstructed": n["value"], "n_train": best["n_train"],
             "null_mean": n["null_mean"], "null_max": n["null_max"], "threshold": best["calibrated_threshold"],
             "membership_auc": auc["value"], "membership_auc_null_mean": auc["null_mean"]}
+
+
+def rerunnable(command: str, family: str) -> str:
+    """The audit's command as a shell runs it again from the same folder: a ``module:factory`` imported from a folder
+    that is not installed is put on ``PYTHONPATH`` in front (``PYTHONPATH=. reconbench audit ...``), since a fresh
+    shell would not find it."""
+    folder = factory_folder(family) if ":" in family else None
+    if folder is None or command.startswith("PYTHONPATH="):
+        return command
+    cwd, home = Path.cwd().resolve(), Path.home().resolve()
+    if folder.is_relative_to(cwd):
+        shown = shlex.quote(str(folder.relative_to(cwd)))
+    elif folder.is_relative_to(home):   # "$HOME" expands in any shell and keeps the machine's layout out
+        shown = '"$HOME"/' + shlex.quote(str(folder.relative_to(home)))
+    else:
+        shown = shlex.quote(str(folder))
+    return f"PYTHONPATH={shown} {command}"
 
 
 def python_call(weights: object, family: str, train: object, held_out: object, task: str, out: object,

@@ -17,13 +17,17 @@ def doctor_command(seconds: float, as_json: bool) -> None:
     """Measure one-thread matrix-product GFLOP/s at the attack step's shapes and compare with the processor's peak.
 
     Names torch's BLAS, the kernel branch MKL chose, the CPU and its vector instruction set, and says what to do
-    when the products run far below the expected peak (on AMD processors: RECONBENCH_FAST_BLAS=1).
+    when the products run far below the expected peak (on AMD processors: RECONBENCH_FAST_BLAS=1). Last, whether
+    the LPIPS metric can be computed here, and if not the whole reason with its fix.
     """
     from reconbench import blas
+    from reconbench.evaluation.lpips_metric import availability
 
     report = blas.examine(seconds)
+    lpips_ok, lpips_detail = availability()
     if as_json:
-        out = {**report.__dict__, "advice": blas.advice(report), "line": blas.provenance_line(report.summary())}
+        out = {**report.__dict__, "advice": blas.advice(report), "line": blas.provenance_line(report.summary()),
+               "lpips": {"available": lpips_ok, ("backbone" if lpips_ok else "reason"): lpips_detail}}
         click.echo(json.dumps(out, indent=1))
         return
     version = f" {report.mkl_version}" if report.mkl_version else ""
@@ -50,3 +54,6 @@ def doctor_command(seconds: float, as_json: bool) -> None:
             click.echo(f"  - {line}")
     else:
         click.echo("advice:      none; the products run near the expected peak")
+    # the whole reason the one-line LPIPS note of `run` points here for
+    click.echo(f"LPIPS:       available (AlexNet backbone {lpips_detail})" if lpips_ok else
+               f"LPIPS:       unavailable: {lpips_detail}")

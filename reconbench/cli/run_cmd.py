@@ -189,7 +189,8 @@ def default_out_dir(recipe_key: str, spec: RunSpec, default_search_runs: int) ->
 def headline_lines(evaluation: StoredEvaluation, *, quiet: bool = False) -> list[str]:
     """The calibrated headline next to the held-out null, then the other summary numbers with their null means;
     ``quiet`` (``-q``): LPIPS without its backbone (the same reason on every run) takes one short line pointing to
-    result.json; a number this run could not compute keeps its reason, which says what to change."""
+    result.json, else one short line with the reason in a few words, once per process; a number this run could not
+    compute keeps its reason, which says what to change."""
     summary, null, head = evaluation.numbers, evaluation.held_out, evaluation.headline
     lines = []
     cal = evaluation.recorded_protocol.calibrated
@@ -217,9 +218,9 @@ def headline_lines(evaluation: StoredEvaluation, *, quiet: bool = False) -> list
             text = f"{value:.4g}" if isinstance(value, float) else str(value)
             if value is None:
                 text += f" ({unavailable_reason(evaluation, key)})"
-            if key == "lpips_mean" and value == "unavailable":
-                reason = head.lpips_mean_unavailable_reason
-                text += f" ({' '.join(str(reason).split())})" if reason else " (see result.json for the reason)"
+            if key == "lpips_mean" and value == "unavailable":   # the same reason on every run: short, once
+                lines.append(f"  {key}: unavailable ({_lpips_said(head.lpips_mean_unavailable_reason)})")
+                continue
             spread_of_key = null.spread_of(key)
             if spread_of_key is not None and key not in ("n_train", "n_candidates"):
                 text += f"  | null {spread_of_key.mean:.3g} (sd {spread_of_key.std:.2g})"
@@ -227,6 +228,23 @@ def headline_lines(evaluation: StoredEvaluation, *, quiet: bool = False) -> list
             direction = f" [{better[key]} = more leakage]" if key in better else ""
             lines.append(f"  {click_key}{direction}: {text}")
     return lines
+
+
+#: the short LPIPS reasons this process has printed (a reason is printed once; its whole text is in result.json)
+_LPIPS_SAID: set[str] = set()
+
+
+def _lpips_said(reason: str | None) -> str:
+    """Why LPIPS is unavailable, in a few words the first time this process says it, then "as above"."""
+    from reconbench.evaluation.lpips_metric import short_reason
+
+    if not reason:
+        return "see result.json for the reason"
+    short = short_reason(reason)
+    if short in _LPIPS_SAID:
+        return "as above"
+    _LPIPS_SAID.add(short)
+    return short
 
 
 def unavailable_reason(evaluation: StoredEvaluation, key: str) -> str:

@@ -26,6 +26,13 @@ ALEXNET_FILE = "alexnet-owt-7be5be79.pth"
 ALEXNET_URL = "https://download.pytorch.org/models/" + ALEXNET_FILE
 
 
+#: how the reasons below start: the console's short line (:func:`short_reason`) is chosen by them
+NO_PACKAGE = "the `lpips` package is not installed"
+NO_BACKBONE = "the ImageNet AlexNet backbone weights are not available"
+#: where the whole reason is printed for this machine
+WHOLE_REASON = "`reconbench doctor`"
+
+
 class LpipsUnavailable(ReconbenchError):
     """LPIPS cannot be computed here; the message says why and how to make it available."""
 
@@ -41,16 +48,36 @@ def check_available(explicit: str | None = None) -> Path:
     """The backbone file, or :class:`LpipsUnavailable` saying what is missing (without importing lpips)."""
     spec = importlib.util.find_spec("lpips")
     if spec is None or spec.origin is None:
-        raise LpipsUnavailable("the `lpips` package is not installed; pip install 'reconbench[lpips]'")
+        raise LpipsUnavailable(f"{NO_PACKAGE}; pip install 'reconbench[lpips]'")
     lin = Path(spec.origin).parent / "weights" / "v0.1" / "alex.pth"
     if not lin.exists():
         raise LpipsUnavailable(f"the lpips package has no v0.1 AlexNet linear weights at {lin}; reinstall lpips")
     path = backbone_path(explicit)
     if not path.exists():
         raise LpipsUnavailable(
-            f"the ImageNet AlexNet backbone weights are not available ({portable_path(path)} does not exist) and "
+            f"{NO_BACKBONE} ({portable_path(path)} does not exist) and "
             f"reconbench never downloads weights; place {ALEXNET_FILE} (from {ALEXNET_URL}) there, or set lpips.backbone_weights")
     return path
+
+
+def short_reason(reason: str) -> str:
+    """A reason LPIPS is unavailable in under 90 characters, for the console: what is missing and where the fix is
+    (the whole reason stays in result.json and is what :data:`WHOLE_REASON` prints)."""
+    if reason.startswith(NO_BACKBONE):
+        return f"no ImageNet AlexNet weights file; {WHOLE_REASON} says where to put it"
+    if reason.startswith(NO_PACKAGE):
+        return "lpips is not installed; pip install 'reconbench[lpips]'"
+    head = " ".join(reason.split(";")[0].split())
+    return f"{head if len(head) <= 50 else head[:47] + '...'}; {WHOLE_REASON} says more"
+
+
+def availability() -> tuple[bool, str]:
+    """Whether LPIPS can be computed here with the default options, and the path of its backbone or the whole
+    reason it cannot."""
+    try:
+        return True, portable_path(check_available())
+    except LpipsUnavailable as exc:
+        return False, str(exc)
 
 
 @dataclass

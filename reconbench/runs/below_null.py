@@ -93,10 +93,15 @@ def below_null_line(result: RunResult) -> str | None:
         causes.append(f"the null's bar is high (corr > {bar:.3f}: held-out images of this data set already correlate "
                       "that well), which leaves little room on small, alike images")
         fixes["data"] = "a data set of larger images (e.g. --dataset mnist_test)"
+    if runs and all(r.steps == 0 for r in runs):   # a baseline reads its candidates off once: no steps to add
+        causes.append("the attack takes no steps (a baseline: it reads its candidates off the weights or the start "
+                      "once), so more steps or search runs change nothing")
+        fixes["attack"] = "an attack that optimises its candidates (`reconbench list attacks`)"
     if not causes:
         causes.append("no recorded cause (no regime residual or loss trace to read)")
-    fixes.setdefault("search", "more --search-runs")
-    fixes.setdefault("attack", "more attack steps (--set steps=N)")
+    if "an attack that optimises" not in fixes.get("attack", ""):
+        fixes.setdefault("search", "more --search-runs")
+        fixes.setdefault("attack", "more attack steps (--set steps=N)")
     fixes.setdefault("target", "a longer-trained target (--steps N)")
     return (f"note: the calibrated headline ({headline} of {evaluation.headline.n_train}) does not beat its held-out null "
             f"(max {top:.0f} over {null.draws or 0} draws), so this run shows no reconstruction; likely why: "

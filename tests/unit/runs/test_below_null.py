@@ -180,3 +180,14 @@ def test_run_prints_why_on_a_tiny_target(card: Path, tmp_path: Path, capsys: pyt
     as_kkt["attack"] = "haim_binary_kkt"
     line = line_of(as_kkt)
     assert line is not None and ("outside the attack's regime" in line) == (residual > MAX_RESIDUAL)
+
+
+def test_a_baseline_that_takes_no_steps_is_not_told_to_take_more() -> None:
+    """weight_rows and the other baselines record 0 steps: more steps or search runs would change nothing."""
+    stepless = [{"initial_loss": None, "final_loss": 0.0, "steps": 0, "stopped": "completed"}]
+    line = line_of(record(0, 0.0, attack="weight_rows", runs=stepless))
+    assert line is not None and "takes no steps" in line and "no recorded cause" not in line
+    assert "--set steps=" not in line and "--search-runs" not in line and "reconbench list attacks" in line
+    stepping = line_of(record(0, 0.0, runs=[{"initial_loss": 4.0, "final_loss": 1.0, "steps": 0},
+                                            {"initial_loss": 4.0, "final_loss": 1.0, "steps": 100}]))
+    assert stepping is not None and "takes no steps" not in stepping and "--set steps=" in stepping

@@ -1,0 +1,52 @@
+"""The published ci board's targets, trained again from their recipes, give their cards' training metrics to a
+re-run's rounding (``RERUN_RTOL``), the tolerance `leaderboard add` compares an outside submission's target with.
+
+Bit for bit they need not agree: the certificate's float64 sums round differently with another torch thread count
+or another (equally exact) Jacobian code path, by up to a few 1e-14 relative (CONTRIBUTING.md, "Why a re-run's
+rounding"). The tolerance must stay far above that and far below a real difference.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconbench.leaderboard.slim import RERUN_RTOL
+from reconbench.targets.cache import train_target
+from reconbench.targets.recipe import TargetRecipe
+
+REPO = Path(__file__).resolve().parents[2]
+CARDS = sorted((REPO / "leaderboards" / "ci" / "targets").glob("*.json"))
+
+
+def numbers(tree: Any, path: str = "") -> Iterator[tuple[str, float]]:
+    """Every float of a metrics tree with its dotted path, wall-clock seconds left out."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from numbers(value, f"{path}.{key}" if path else key)
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield from numbers(value, f"{path}[{i}]")
+    elif isinstance(tree, float) and "seconds" not in path:
+        yield path, tree
+
+
+@pytest.mark.parametrize("card_file", CARDS, ids=[p.stem for p in CARDS])
+def test_a_ci_target_trained_again_has_its_cards_certificate_to_a_reruns_rounding(card_file: Path,
+                                                                                  tmp_path: Path) -> None:
+    board = json.loads(card_file.read_text())
+    recipe = TargetRecipe.from_dict(board["recipe"])
+    assert recipe.key() == board["recipe_key"]
+    fresh = train_target(recipe, tmp_path / "card", quiet=True).data["metrics"]
+    stored = dict(numbers(board["metrics"]))
+    again = dict(numbers(fresh))
+    assert set(stored) == set(again)
+    assert any(path.startswith("certificate.learned.") for path in stored)   # the gate's measure is compared
+    far = {path: (stored[path], again[path]) for path in stored
+           if not math.isclose(again[path], stored[path], rel_tol=RERUN_RTOL, abs_tol=1e-15)}
+    assert not far, far
