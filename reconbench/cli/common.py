@@ -52,11 +52,20 @@ def main_group() -> None:
 
 
 def parse_value(text: str) -> Any:
-    """TOML-typed value (1e-3, true, [1000, 1000], "s"); bare words stay strings."""
+    """TOML-typed value (1e-3, true, [1000, 1000], "s"); bare words stay strings, also as the items of a list
+    (``[ssim, corr]`` is ``["ssim", "corr"]``: a shell user need not quote every word)."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
-        return text
+        pass
+    inner = text.strip()
+    if inner.startswith("[") and inner.endswith("]") and "[" not in inner[1:-1] and "]" not in inner[1:-1]:
+        items = [item.strip() for item in inner[1:-1].split(",")]
+        if items[-1] == "":
+            items.pop()   # a trailing comma, as TOML allows
+        if items and all(items):
+            return [parse_value(item) for item in items]
+    return text
 
 
 def parse_assignments(items: tuple[str, ...], option: str) -> dict[str, Any]:
