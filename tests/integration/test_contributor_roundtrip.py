@@ -82,7 +82,7 @@ inits = ["gaussian"]
 OUTSIDE_CELLS = ["bin--halved--gaussian--s0", "bin--halved--gaussian--s1"]
 BOARD_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CONTRIBUTOR_COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
-FIGURE = Path("figures") / "reconstructions.png"
+FIGURE = "figures/reconstructions.png"
 
 
 @dataclass
@@ -125,8 +125,10 @@ def cli(args: list[str]) -> str:
     return out.getvalue()
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def figure_hashes(board: Path) -> dict[str, str]:
+    """The sha256 of each file under the board's figures/."""
+    return {str(p.relative_to(board)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((board / "figures").rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +138,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     the plugin registered only while they run."""
     root = tmp_path_factory.mktemp("roundtrip")
     (root / "roundtrip.toml").write_text(SUITE)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # the board's and the outsider's count (CONTRIBUTING.md: the board's Machine line)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         mp.setenv("RECONBENCH_DOWNLOAD", "0")
@@ -158,7 +162,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             cli(["bench", "my-roundtrip.toml", "--only", "*halved*", "--out", "runs/bench/my-roundtrip"])
         finally:
             host.unregister(name)
-        defended.clear_caches()
+            defended.clear_caches()
+            torch.set_num_threads(threads)
     yield root
 
 
@@ -170,7 +175,8 @@ def test_the_contributors_path_takes_a_submission_into_a_published_board(workspa
     board = Path("leaderboards") / "roundtrip"
     published = json.loads((board / "results.json").read_text())
     assert published["figures"], "the board must be published with its reconstructions figure"
-    figure = sha256(board / FIGURE)
+    figures = figure_hashes(board)
+    assert FIGURE in figures
     # the outsider packs their cells (step 4)
     code, out, err = run_cli(["leaderboard", "submit", "runs/bench/my-roundtrip", "--board", str(board), "--out",
                               "halved-roundtrip.json", "--contributor", "Your Name"], capsys)
@@ -185,7 +191,8 @@ def test_the_contributors_path_takes_a_submission_into_a_published_board(workspa
     readme = (board / "README.md").read_text()
     assert "## Outside submissions" in readme and "halved (outside)" in readme and "Your Name" in readme
     assert "init_only (outside)" not in readme
-    assert sha256(board / FIGURE) == figure
+    assert figure_hashes(board) == figures   # the board's figures stay as it published them
+    assert json.loads((board / "results.json").read_text())["figures"] == published["figures"]
 
 
 def test_the_outsiders_targets_have_the_boards_weights_and_a_certificate_apart_in_its_last_digits(
