@@ -183,7 +183,8 @@ def test_the_contributors_path_takes_a_submission_into_a_published_board(workspa
     assert code == 0, err
     sub = json.loads(Path("halved-roundtrip.json").read_text())
     assert sorted(e["cell_id"] for e in sub["entries"]) == OUTSIDE_CELLS
-    # the maintainer takes it in, without the outsider's plugin, then verifies the board
+    # the maintainer takes it in and verifies the board, without the outsider's plugin: the candidates are re-scored
+    assert "halved" not in plugins.names("attacks")
     code, out, err = run_cli(["leaderboard", "add", "halved-roundtrip.json", "--board", str(board)], capsys)
     assert code == 0, err + out
     code, out, err = run_cli(["leaderboard", "roundtrip.toml", "--out", str(board), "--verify"], capsys)
