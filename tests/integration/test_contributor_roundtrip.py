@@ -29,11 +29,15 @@ import torch
 from _helpers.cli import run_cli
 
 from reconbench import hookimpl, plugins, provenance
+from reconbench.bench.seal import sealed
+from reconbench.bench.suite import load_suite
 from reconbench.cli import main
 from reconbench.config import option
 from reconbench.interfaces import Attack, AttackOutput, AttackTarget, ThreatModel
 from reconbench.leaderboard import render as render_mod
+from reconbench.leaderboard.accept import add_submission
 from reconbench.leaderboard.slim import RERUN_RTOL
+from reconbench.leaderboard.submit import pack, submission_text
 from reconbench.targets import certificate, defended
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -83,6 +87,8 @@ OUTSIDE_CELLS = ["bin--halved--gaussian--s0", "bin--halved--gaussian--s1"]
 BOARD_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CONTRIBUTOR_COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 FIGURE = "figures/reconstructions.png"
+#: the longest refusal line a user should have to read
+MAX_LINE = 400
 
 
 @dataclass
@@ -225,3 +231,25 @@ def numbers(tree: Any, path: str = "") -> Iterator[tuple[str, float]]:
             yield from numbers(value, f"{path}[{i}]")
     elif isinstance(tree, float) and "seconds" not in path:
         yield path, tree
+
+
+def test_a_target_trained_to_other_weights_is_refused_naming_the_thread_count(workspace: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another torch thread count can train a recipe to other weights (CONTRIBUTING.md): the refusal says to match
+    the board's, which its README's Machine line gives."""
+    shutil.copytree(workspace, tmp_path / "repo", ignore=shutil.ignore_patterns("cache-*"))
+    monkeypatch.chdir(tmp_path / "repo")
+    board = Path("leaderboards") / "roundtrip"
+    assert "torch threads 1" in (board / "README.md").read_text()
+    sub = pack(Path("runs/bench/my-roundtrip"), board, "Your Name")
+    for card in sub["cards"].values():
+        card["weights"]["sha256"] = "0" * 64
+    sealed(sub)
+    path = tmp_path / "other-weights.json"
+    path.write_text(submission_text(sub))
+    before = (board / "results.json").read_text()
+    report = add_submission(path, load_suite("roundtrip.toml"), board)
+    assert len(report.refusals) == 2, report.refusals
+    assert all("weights sha256" in r and "torch thread count" in r and "OMP_NUM_THREADS" in r
+               and len(r) <= MAX_LINE and "\n" not in r for r in report.refusals), report.refusals
+    assert (board / "results.json").read_text() == before
