@@ -4,7 +4,7 @@ entries, compact model cards, the stored candidate sample, the reconstructions f
 certified in one cache. The outsider copies the board's suite file, appends the tables of an attack of their own
 plugin, runs their cells in a fresh cache (the board's targets trained again there), and packs them with
 `leaderboard submit`; the maintainer runs `leaderboard add` and `leaderboard SUITE --verify`, which must pass with the
-outside row marked and the figure unchanged.
+outside row marked and the figures unchanged, and again after the board is published anew.
 
 The board's model cards are certified by the dense autograd Jacobian (an equally exact code path, as the published
 ci board's cards were) and the outsider's by the closed-form one, so the two certificates of identical weights differ
@@ -200,6 +200,15 @@ def test_the_contributors_path_takes_a_submission_into_a_published_board(workspa
     assert "init_only (outside)" not in readme
     assert figure_hashes(board) == figures   # the board's figures stay as it published them
     assert json.loads((board / "results.json").read_text())["figures"] == published["figures"]
+    # published again later from the board's own results: the outside row is kept, the figures drawn again
+    monkeypatch.setattr(provenance, "git_commit", lambda path=None: BOARD_COMMIT)
+    monkeypatch.setattr(render_mod, "check_publishable", lambda pub, commit: None)
+    code, out, err = run_cli(["leaderboard", "roundtrip.toml", "--results", "runs/bench/roundtrip", "--publish"],
+                             capsys)
+    assert code == 0 and "4 ok" in out and not err, err + out
+    assert "halved (outside)" in (board / "README.md").read_text()
+    code, out, err = run_cli(["leaderboard", "roundtrip.toml", "--out", str(board), "--verify"], capsys)
+    assert code == 0, err + out
 
 
 def test_the_outsiders_targets_have_the_boards_weights_and_a_certificate_apart_in_its_last_digits(
@@ -253,3 +262,4 @@ def test_a_target_trained_to_other_weights_is_refused_naming_the_thread_count(wo
     assert all("weights sha256" in r and "torch thread count" in r and "OMP_NUM_THREADS" in r
                and len(r) <= MAX_LINE and "\n" not in r for r in report.refusals), report.refusals
     assert (board / "results.json").read_text() == before
+
