@@ -190,8 +190,9 @@ def weights_problem(board: Path, key: str, packed: SubmissionFile) -> str | None
     got, want = (None if w is None else w.sha256 for w in (theirs, ours))
     if got != want:
         return (f"its target {key} has weights sha256 {str(got)[:16]}, the board's {str(want)[:16]}: train it from "
-                "the recipe with the board's reconbench, torch and processor kind (README's Machine line), or "
-                "re-run the cell where it trains to the board's weights")
+                "the recipe with the board's reconbench, torch, processor kind and torch thread count (README's "
+                "Machine line; OMP_NUM_THREADS sets the count), or re-run the cell where it trains to the board's "
+                "weights")
     return None
 
 
