@@ -8,6 +8,7 @@ import click
 
 from reconbench.bench.runner import default_results_dir
 from reconbench.bench.suite import Suite, load_suite
+from reconbench.bench.suite.files import SHIPPED_SUITES
 from reconbench.cli.common import command_line, data_root_option, main_group
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.accept import add_submission, outside_cells
@@ -411,6 +412,9 @@ def add_command(file: str, board: str, data_root: str | None) -> None:
     # the suite file the board names (a path relative to here, else a shipped suite of the board's name)
     recorded = Path(str(header.suite_file))
     suite = load_suite(recorded if recorded.is_file() else str(header.suite or board_dir.name))
+    # how `leaderboard --verify` is given the same suite: a shipped one by its name, any other by its file
+    shipped = not recorded.is_file() or recorded.resolve().parent == SHIPPED_SUITES
+    suite_arg = suite.name if shipped else str(recorded)
     check_writable(board_dir, "--board")
     with folder_lock(board_dir, "leaderboard"):
         report = add_submission(Path(file), suite, board_dir, data_root=data_root)
@@ -421,7 +425,7 @@ def add_command(file: str, board: str, data_root: str | None) -> None:
                               f"merged; first: {report.refusals[0]}")
     click.echo(f"{board_dir}: merged submission {report.submission}: {len(report.cells)} cell(s), "
                f"{len(report.rescored)} re-scored to the submitted numbers; README.md and results.json rendered again "
-               f"(`reconbench leaderboard {suite.name} --out {board_dir} --verify` checks the board)")
+               f"(`reconbench leaderboard {suite_arg} --out {board_dir} --verify` checks the board)")
 
 
 @leaderboard_group.command("redraw")
