@@ -4,17 +4,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections import OrderedDict
 from pathlib import Path
 
 import pytest
 
+from _helpers.cli import run_cli_redirected as cli
 from reconbench import provenance
 from reconbench.bench.slice_pack import COMMIT_ENV
-from reconbench.cli import main
 from reconbench.targets import defended
 
 TINY = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "tiny.toml"
@@ -23,18 +21,6 @@ SLICE_A, SLICE_B, HERE = "a" * 40, "b" * 40, "c" * 40
 #: the folder differs from the suite's name (gpu-tiny), as leaderboards/paper-gpu holds suite "paper"
 BOARD = "tiny-gpu"
 CELLS = [f"digits-binary--haim_binary_kkt--{init}--s0" for init in ("gaussian", "uniform", "partition")]
-
-
-def cli(args: list[str]) -> tuple[int, str]:
-    """``reconbench ARGS`` in-process: (exit code, stdout and stderr); usable from fixtures of any scope."""
-    out = io.StringIO()
-    code: object = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            main(args)
-        except SystemExit as stop:
-            code = stop.code
-    return (code if isinstance(code, int) else 1 if code else 0), out.getvalue()
 
 
 def at_commit(mp: pytest.MonkeyPatch, commit: str | None) -> None:
@@ -47,10 +33,10 @@ def _slice(root: Path, mp: pytest.MonkeyPatch, name: str, commit: str, cell: str
     mp.setenv(COMMIT_ENV, commit)
     mp.setattr(defended, "_TRAINED", OrderedDict())   # a bare machine remembers no weights
     pack, ledger = root / f"pack-{name}", root / "local" / "finished.json"
-    code, text = cli(["bench", str(TINY), "--device", "cpu", "--deadline", "600", "--pack", str(pack),
+    code, out, err = cli(["bench", str(TINY), "--device", "cpu", "--deadline", "600", "--pack", str(pack),
                       "--out", str(root / f"device-{name}"), "--cache", str(root / f"cache-{name}"),
                       "--only", cell, "-q", *(["--finished", str(ledger)] if ledger.exists() else [])])
-    assert code == 0, text
+    assert code == 0, out + err
     mp.delenv(COMMIT_ENV)
     return pack
 
@@ -63,11 +49,11 @@ def build_partial_board(root: Path, *, figures: bool = True) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         for name, commit, cell in (("a", SLICE_A, CELLS[0]), ("b", SLICE_B, CELLS[1])):
             pack = _slice(root, mp, name, commit, cell)
-            code, text = cli(["bench", str(TINY), "--unpack", str(pack), "--out", str(local)])
-            assert code == 0, text
+            code, out, err = cli(["bench", str(TINY), "--unpack", str(pack), "--out", str(local)])
+            assert code == 0, out + err
         at_commit(mp, HERE)
-        code, text = cli(["leaderboard", str(TINY), "--results", str(local), "--publish", "--out", str(board),
+        code, out, err = cli(["leaderboard", str(TINY), "--results", str(local), "--publish", "--out", str(board),
                           *([] if figures else ["--no-figures"])])
-        assert code == 0, text
+        assert code == 0, out + err
     assert json.loads((board / "results.json").read_text())["header"]["progress"] == "2 of 3 cells"
     return board
