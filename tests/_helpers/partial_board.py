@@ -28,12 +28,12 @@ def at_commit(mp: pytest.MonkeyPatch, commit: str | None) -> None:
     mp.setattr(provenance, "_git_commit_once", lambda where: commit)
 
 
-def _slice(root: Path, mp: pytest.MonkeyPatch, name: str, commit: str, cell: str) -> Path:
+def _slice(root: Path, mp: pytest.MonkeyPatch, name: str, commit: str, cell: str, suite: Path) -> Path:
     at_commit(mp, None)
     mp.setenv(COMMIT_ENV, commit)
     mp.setattr(defended, "_TRAINED", OrderedDict())   # a bare machine remembers no weights
     pack, ledger = root / f"pack-{name}", root / "local" / "finished.json"
-    code, out, err = cli(["bench", str(TINY), "--device", "cpu", "--deadline", "600", "--pack", str(pack),
+    code, out, err = cli(["bench", str(suite), "--device", "cpu", "--deadline", "600", "--pack", str(pack),
                       "--out", str(root / f"device-{name}"), "--cache", str(root / f"cache-{name}"),
                       "--only", cell, "-q", *(["--finished", str(ledger)] if ledger.exists() else [])])
     assert code == 0, out + err
@@ -41,18 +41,18 @@ def _slice(root: Path, mp: pytest.MonkeyPatch, name: str, commit: str, cell: str
     return pack
 
 
-def build_partial_board(root: Path, *, figures: bool = True) -> Path:
+def build_partial_board(root: Path, *, figures: bool = True, suite: Path = TINY) -> Path:
     """``root/leaderboards/tiny-gpu``: 2 of 3 cells, one from each of two slices at commits ``SLICE_A`` and
     ``SLICE_B``, published at ``HERE``; git stays patched to ``HERE`` only while building."""
     local = root / "local"
     board = root / "leaderboards" / BOARD
     with pytest.MonkeyPatch.context() as mp:
         for name, commit, cell in (("a", SLICE_A, CELLS[0]), ("b", SLICE_B, CELLS[1])):
-            pack = _slice(root, mp, name, commit, cell)
-            code, out, err = cli(["bench", str(TINY), "--unpack", str(pack), "--out", str(local)])
+            pack = _slice(root, mp, name, commit, cell, suite)
+            code, out, err = cli(["bench", str(suite), "--unpack", str(pack), "--out", str(local)])
             assert code == 0, out + err
         at_commit(mp, HERE)
-        code, out, err = cli(["leaderboard", str(TINY), "--results", str(local), "--publish", "--out", str(board),
+        code, out, err = cli(["leaderboard", str(suite), "--results", str(local), "--publish", "--out", str(board),
                           *([] if figures else ["--no-figures"])])
         assert code == 0, out + err
     assert json.loads((board / "results.json").read_text())["header"]["progress"] == "2 of 3 cells"

@@ -35,6 +35,16 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Path:
         torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="module")
+def figures_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny suite with its figures on, as paper.toml has them."""
+    path = tmp_path_factory.mktemp("suite") / "tiny-figures.toml"
+    text = TINY.read_text()
+    assert "\nfigures = false\n" in text
+    path.write_text(text.replace("\nfigures = false\n", "\nfigures = true\n"))
+    return path
+
+
 def test_the_partial_board_verifies(board: Path) -> None:
     code, out, err = run_cli_redirected(["leaderboard", str(TINY), "--out", str(board), "--verify"])
     assert code == 0, out + err
@@ -79,6 +89,8 @@ def test_the_site_shows_the_progress_the_commits_and_the_not_run_cell(board: Pat
     missing = page.split('id="without-result"')[1].split("</section>")[0]
     assert CELLS[2] in missing and "Not run (1 of 3 planned)" in missing and "not failures" in missing
     assert CELLS[2] not in page.split('id="without-result"')[0]   # no table row stands for it
+    cell_page = (tmp_path / "site" / BOARD / "cells" / f"{CELLS[0]}.html").read_text()
+    assert "ran on a machine without git metadata, in a slice" in cell_page   # its record names no commit
     # the board is named by its suite and its folder where they differ
     assert f"reconbench leaderboard gpu-tiny --out leaderboards/{BOARD} --release" in page
 
@@ -105,3 +117,26 @@ def test_a_release_of_the_partial_board_is_named_in_its_exports(board: Path, tmp
     rows = list(csv.DictReader(io.StringIO(export(copy, "csv"))))
     assert {(r["release"], r["progress"]) for r in rows} == {("gpu-tiny-r1", PROGRESS)}
     assert json.loads(export(copy, "json"))["release"] == "gpu-tiny-r1"
+
+
+def test_with_figures_the_missing_candidates_leave_the_reconstructions_undrawn_and_the_site_builds(
+        figures_suite: Path, tmp_path: Path) -> None:
+    """The reconstructions figure picks each attack's best cell, whose candidates stayed on the device unless the
+    suite sampled it: the figure is recorded as not drawn, with its reason, and ``--verify`` and the site accept
+    that (the SSIM-vs-margin figure, drawn from the cells' rows, is there)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        board = build_partial_board(tmp_path / "figures", suite=figures_suite)
+    finally:
+        torch.set_num_threads(before)
+    figures = json.loads((board / "results.json").read_text())["figures"]
+    shown = figures["reconstructions"]
+    assert "file" not in shown and shown["failed"] and "not at hand" in shown["reason"]
+    assert figures["ssim_vs_margin"]["file"] == "figures/ssim_vs_margin.png"
+    code, out, err = run_cli_redirected(["leaderboard", str(figures_suite), "--out", str(board), "--verify"])
+    assert code == 0, out + err
+    assert "reconstructions: not drawn where it was published" in out + err
+    summary = build_site(board.parent, tmp_path / "site", images=False)
+    page = (summary.out / BOARD / "index.html").read_text()
+    assert "figures/ssim_vs_margin.png" in page and f"Partial board: {PROGRESS}." in page
