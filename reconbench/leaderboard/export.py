@@ -2,7 +2,10 @@
 
 Every number is read from the board's ``results.json`` (the tables, comparisons and privacy-utility rows the
 leaderboard computed from its cells). CSV and JSON are *long*: one record per table row and metric, with the mean,
-sd, seeds, the 95% interval over seeds and the held-out null (numbers at full precision). LaTeX (booktabs) and
+sd, seeds, the 95% interval over seeds and the held-out null (numbers at full precision); the JSON's header also
+states how far a partial board has grown (``progress``, ``cells``, ``not_run``) and the commits its cells ran at
+(``git_commits``; ``cell_commits`` with their counts where the cells came from slice packs), and a wide table's
+title line says the same where the board is partial or its cells came from slices (``board_progress.py``). LaTeX (booktabs) and
 Markdown are *wide*, one table per board table, ready to paste: each chosen metric as ``mean [lo, hi]`` and a
 null column ``mean (max)``, formatted as the board formats them. LaTeX output is ASCII: marks are spelled out
 (``(oracle)`` for an init that reads training images, ``(outside)`` after the attack of a row that holds cells of an
@@ -23,6 +26,7 @@ from typing import Any
 from tabulate import tabulate
 
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.board_progress import commit_shares, progress_line
 from reconbench.leaderboard.cost import COST_HEADER, board_records, cost_of
 from reconbench.leaderboard.plain_text import markdown_paragraph
 from reconbench.leaderboard.readme import OUTSIDE_MARK
@@ -35,11 +39,12 @@ FORMATS = ("csv", "json", "latex", "markdown")
 EXPORT_FORMAT = "reconbench-export/3"
 #: the fields of a long record, in CSV column order; ``outside``: the outside submissions (``leaderboard add``) whose
 #: cells the row holds (empty for the suite's own rows); ``device``, ``precision``, ``device_seconds``, ``cost_cells``:
-#: the row's cost (``cost.py``); ``release``: the board release the numbers are from (``releases.py``)
+#: the row's cost (``cost.py``); ``release``: the board release the numbers are from (``releases.py``);
+#: ``progress``: "k of N cells" on a board that does not yet hold every planned cell (empty on a complete board)
 FIELDS = ("table", "selection", "target", "attack", "init", "init_regime", "init_is_oracle", "axis", "axis_value",
           "defense", "strength", "test_accuracy", "metric", "key", "higher_is_better", "n", "mean", "sd", "ci95_low",
           "ci95_high", "null_mean", "null_max", "cells", "outside", "device", "precision", "device_seconds",
-          "cost_cells", "release")
+          "cost_cells", "release", "progress")
 #: the metric of the privacy-utility tables (reconbench.leaderboard.privacy)
 PRIVACY_METRIC = "reconstructed (calibrated)"
 
@@ -89,6 +94,7 @@ def long_records(data: BoardResults, records: Mapping[str, CellRecord] | None = 
         if records is not None:
             rec.update(cost_of(records, rec["cells"]).fields())
         rec["release"] = release
+        rec["progress"] = data.header.progress
     return [{**dict.fromkeys(FIELDS), **rec} for rec in out]
 
 
@@ -229,9 +235,13 @@ def export_board(folder: Path, fmt: str, *, columns: str | None = None, selectio
         return to_csv(long_records(data, records, release))
     if fmt == "json":
         header = data.header
+        shares = commit_shares(header)
         return json.dumps({"format": EXPORT_FORMAT, "board": header.suite, "release": release,
-                           "suite_sha256": header.suite_sha256, "git_commits": header.git_commits,
+                           "suite_sha256": header.suite_sha256, "git_commits": [s.commit for s in shares],
+                           "progress": header.progress, "cells": dict(header.cells or {}),
+                           "not_run": list(data.not_run or []),
+                           "cell_commits": [c.to_dict() for c in header.cell_commits or []] or None,
                            "fields": list(FIELDS), "rows": long_records(data, records, release)}, indent=1) + "\n"
     tables = wide_tables(data, choose_metrics(data, columns), selection, records)
-    title = f"{data.header.suite}, release {release}"
+    title = "; ".join(t for t in (f"{data.header.suite}, release {release}", progress_line(data.header)) if t)
     return to_latex(tables, title) if fmt == "latex" else to_markdown(tables, title)

@@ -4,7 +4,8 @@ tests/published/test_docs_numbers.py compares the page with a fresh rendering).
 
 Per board and attack, the row (target, init) with the largest mean calibrated headline over the pooled candidates
 among the non-oracle inits, with its 95% interval over seeds, the largest count its held-out null reached, and the
-membership AUC with its null mean, as the board's own README states them.
+membership AUC with its null mean, as the board's own README states them; a board that does not yet hold every
+planned cell says so after its name ("k of N cells", its README's first line).
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ def board_results_table(leaderboards: Path) -> str:
     for results in sorted(leaderboards.glob("*/results.json")):
         board = results.parent.name
         data = BoardResults.from_dict(read_results(results.parent), results)
+        partial = f" (partial: {data.header.progress})" if data.header.progress else ""
         for r in _best_rows(data.table("pool")):
             head, auc = r.metric(HEADLINE), r.metric(AUC)
             null, auc_null = head.null or NullSummary(), auc.null or NullSummary()
             lo, hi = (None, None) if head.ci95 is None else head.ci95
-            lines.append(f"| [{board}](../leaderboards/{board}/) | `{r.attack}` | {r.target}, {r.init} | "
+            lines.append(f"| [{board}](../leaderboards/{board}/){partial} | `{r.attack}` | {r.target}, {r.init} | "
                          f"{_num(head.mean, '.3g')} [{_num(lo, '.3g')}, {_num(hi, '.3g')}] of "
                          f"{_num((head.value_range or [None, None])[1], '.0f')} | {_num(null.max, '.0f')} | "
                          f"{_num(auc.mean, '.2f')} ({_num(auc_null.mean, '.2f')}) | {len(r.seeds)} |")

@@ -14,6 +14,7 @@ from typing import Any
 
 from reconbench.bench.runner import STATUS_OK, load_cells
 from reconbench.bench.suite import ColumnSpec
+from reconbench.leaderboard.board_progress import CommitShare, commit_shares, missing_cells
 from reconbench.leaderboard.cost import RowCost, cost_of
 from reconbench.leaderboard.manifest import RELEASES_DIR
 from reconbench.leaderboard.readme import NOT_CONVERGED_MARK, OUTSIDE_MARK, WITHIN_NOISE_MARK
@@ -129,6 +130,26 @@ class Board:
     #: the board's numbered releases, oldest first, and the id of the one it is now (``leaderboard/releases.py``)
     releases: list[BoardRelease] = field(default_factory=list)
     release: str = UNRELEASED
+    #: the planned cells without a record, and those whose suite entry changed since they ran (results.json)
+    not_run: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+
+    @property
+    def commits(self) -> list[CommitShare]:
+        """The commits the board's cells ran at, with their counts where the cells came from slice packs."""
+        return commit_shares(self.header)
+
+    @property
+    def missing(self) -> int:
+        """How many planned cells have no result yet (not run, failed or stale)."""
+        return missing_cells(self.header)
+
+    @property
+    def command(self) -> str:
+        """The ``reconbench leaderboard`` words that name this board: its suite, and its folder where the folder is
+        named otherwise (``paper --out leaderboards/paper-gpu``)."""
+        suite = self.header.suite or self.name
+        return suite if suite == self.name else f"{suite} --out leaderboards/{self.name}"
 
     def archived(self, release: BoardRelease) -> bool:
         """Whether an older release's README and manifest are kept under the board's ``releases/<id>/``."""
@@ -260,7 +281,7 @@ def load_board(folder: Path) -> Board:
                  columns=columns, tables=tables, comparisons=comps, privacy=privacy, targets=data.targets or [],
                  figures=figures, cells=cells, stored_candidates=list(data.stored_candidates),
                  filters=_filters(tables, privacy), releases=list(read_releases(folder).releases),
-                 release=release_label(folder))
+                 release=release_label(folder), not_run=list(data.not_run or []), stale=list(data.stale or []))
 
 
 def find_boards(root: Path) -> list[Path]:

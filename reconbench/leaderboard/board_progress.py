@@ -1,0 +1,51 @@
+"""How far a board has grown and which commits its cells ran at, as the exports and the site state it beside the
+board's README (``readme.py``): a partial board (``header.progress``, "k of N cells") and a board whose cells came
+from slice packs at several commits (``header.cell_commits``). A board rendered from one folder at one commit has no
+``cell_commits``: its commits are ``header.git_commits``, as before slices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconbench.records import BoardHeader
+
+
+@dataclass(frozen=True)
+class CommitShare:
+    """One commit the board's cells ran at; ``cells`` and ``packs`` only where the board counts them (slices)."""
+
+    commit: str
+    cells: int | None = None
+    packs: int | None = None
+
+    def text(self, width: int = 40) -> str:
+        """``commit`` cut to ``width`` characters, with its cells and slice packs where counted."""
+        if self.cells is None:
+            return self.commit[:width]
+        packs = f"{self.packs} slice pack(s)" if self.packs else "run here"
+        return f"{self.commit[:width]} ({self.cells} cell(s), {packs})"
+
+
+def commit_shares(header: BoardHeader) -> list[CommitShare]:
+    """The commits the board's cells ran at: from ``cell_commits`` where the board has them, else ``git_commits``."""
+    if header.cell_commits:
+        return [CommitShare(c.commit, c.cells, len(c.packs)) for c in header.cell_commits]
+    return [CommitShare(str(c)) for c in header.git_commits]
+
+
+def missing_cells(header: BoardHeader) -> int:
+    """The planned cells without a result (not run, failed or stale): 0 on a complete board."""
+    cells = header.cells or {}
+    return max(0, int(cells.get("planned", 0)) - int(cells.get("ok", 0)))
+
+
+def progress_line(header: BoardHeader) -> str:
+    """One plain-text line for an export's title: how many planned cells the board holds when it is partial, and the
+    commits its cells ran at when they came from slices (empty for a complete board of one folder)."""
+    parts = []
+    if header.progress:
+        parts.append(f"partial board: {header.progress} ({missing_cells(header)} planned cell(s) without a result "
+                     "yet; every number is over the cells it holds)")
+    if header.cell_commits:
+        parts.append("cells ran at commits " + "; ".join(s.text() for s in commit_shares(header)))
+    return "; ".join(parts)
