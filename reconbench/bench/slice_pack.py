@@ -27,6 +27,7 @@ import lzma
 import os
 import re
 import shutil
+import sys
 import tarfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -196,6 +197,34 @@ def _candidates_file(out: Path, cells: Iterable[str]) -> tuple[bytes | None, lis
     return None, []
 
 
+#: the sampled cells whose candidates this process has said do not travel (the pack is rewritten after every cell)
+_LEFT_SAID: set[str] = set()
+
+
+def _say_candidates_left(cells: Sequence[str], out: Path) -> None:
+    """One ``slice:`` line on stderr, once per cell in a process, for sampled cells whose candidates stay on the
+    machine: their float16 tensors pass a pack file, or no file is left for them; the board then stores none of
+    theirs (no re-scoring sample, no reconstructions figure of them)."""
+    from safetensors.torch import load_file
+
+    new = [c for c in cells if c not in _LEFT_SAID]
+    if not new:
+        return
+    _LEFT_SAID.update(new)
+    sizes = []
+    for cid in new:
+        src = out / "work" / cid / "candidates.safetensors"
+        if src.exists():
+            travel = sum(v.numel() * (TRAVEL_DTYPE.itemsize if v.is_floating_point() else v.element_size())
+                         for v in load_file(str(src)).values())
+            sizes.append(f"{cid} ({travel / 2**20:.1f} MiB in float16)")
+        else:
+            sizes.append(cid)
+    print(f"slice: the candidates of {len(new)} sampled cell(s) stay on this machine (a pack file holds "
+          f"{MAX_FILE_BYTES / 2**20:.0f} MiB, shared with the other sampled cells): {', '.join(sizes)}",
+          file=sys.stderr, flush=True)
+
+
 def slice_commit() -> str | None:
     return git_commit() or os.environ.get(COMMIT_ENV) or None
 
@@ -240,11 +269,13 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     files: dict[str, bytes] = {}
     ok = [c for c in cells if records[c].status == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
-    candidates, sampled = _candidates_file(out, [c for c in sample if c in ok])
+    wanted = [c for c in sample if c in ok]
+    candidates, sampled = _candidates_file(out, wanted)
     if candidates is not None and archives + 2 <= max_files:
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
+    _say_candidates_left([c for c in wanted if c not in sampled], out)
     travelling: list[PackedState] = []
     left_out: list[LeftOutState] = []
     for state in states:
