@@ -589,8 +589,11 @@ def header_info(suite: Suite, results: Path, pub: Published, command: str) -> Bo
         line = machine.one_line(dict(i.machine)) if i.machine else "unknown"
         if line not in machines:
             machines.append(line)
-    commits = sorted({r.git_commit for r in pub.records.values()})
-    grown = commit_cells(cell_origins(pub.records, pub.packs))
+    origins = cell_origins(pub.records, pub.packs)
+    grown = commit_cells(origins)
+    # a cell from a slice pack ran at its pack's commit (its record, made without git metadata, names none)
+    commits = sorted({o.commit for o in origins.values()} if grown is not None
+                     else {r.git_commit for r in pub.records.values()})
     held = int(len(pub.ok()))
     extra: dict[str, Any] = {}
     if grown is not None:   # cells merged from slice packs: the commits they ran at (docs/slices.md)

@@ -489,7 +489,9 @@ def _header_problems(data: BoardResults, pub: Published) -> list[str]:
         "header.attack_failed": [{"cell_id": r.cell_id, **cell_outcome_of(r).to_dict()} for r in pub.attack_failed()],
         "header.cell_seconds": float(sum(r.wall_seconds or 0.0 for r in records)),
         "header.reconbench_versions": sorted({r.reconbench_version for r in records}),
-        "header.git_commits": sorted({r.git_commit for r in records}),
+        # cells from slice packs ran at their packs' commits, which cell_commits lists (checked below)
+        "header.git_commits": sorted({c.commit for c in header.cell_commits} if header.cell_commits is not None
+                                     else {r.git_commit for r in records}),
         "failures": [{"cell_id": r.cell_id, "status": r.status, "error": r.error} for r in failed],
         "not_run": list(pub.not_run),
         "stale": list(pub.stale),

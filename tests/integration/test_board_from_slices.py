@@ -77,6 +77,7 @@ def test_slices_at_two_commits_publish_one_board_that_verifies(tmp_path, capsys,
     assert header["cells"] == {"planned": 3, "ok": 2, "failed": 0, "not_run": 1, "stale": 0}
     by_commit = {c["commit"]: c for c in header["cell_commits"]}
     assert sorted(by_commit) == [SLICE_A, SLICE_B]
+    assert header["git_commits"] == [SLICE_A, SLICE_B]   # the packs' commits, not the records' missing one
     assert [by_commit[c]["cells"] for c in (SLICE_A, SLICE_B)] == [1, 1]
     manifests = {json.loads(p.read_text())["slice_pack"]["commit"]: json.loads(p.read_text())["slice_pack"]
                  for p in (local / "invocations").glob("*.json")}
