@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import torch
 from _helpers.cli import run_cli
+from _helpers.metric_numbers import numbers
 
 from reconbench import hookimpl, plugins, provenance
 from reconbench.bench.seal import sealed
@@ -231,18 +232,6 @@ def test_the_outsiders_targets_have_the_boards_weights_and_a_certificate_apart_i
         assert all(math.isclose(stored[k], retrained[k], rel_tol=RERUN_RTOL, abs_tol=1e-15) for k in stored)
         apart += [k for k in stored if stored[k] != retrained[k]]
     assert any(k.startswith("certificate.") for k in apart), "the certificates agree bit for bit: nothing is tested"
-
-
-def numbers(tree: Any, path: str = "") -> Iterator[tuple[str, float]]:
-    """Every float of a metrics tree with its dotted path; wall-clock seconds left out."""
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from numbers(value, f"{path}.{key}" if path else key)
-    elif isinstance(tree, list):
-        for i, value in enumerate(tree):
-            yield from numbers(value, f"{path}[{i}]")
-    elif isinstance(tree, float) and "seconds" not in path:
-        yield path, tree
 
 
 def test_a_target_trained_to_other_weights_is_refused_naming_the_thread_count(workspace: Path, tmp_path: Path,

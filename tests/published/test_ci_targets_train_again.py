@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from _helpers.metric_numbers import numbers
 
 from reconbench.leaderboard.slim import RERUN_RTOL
 from reconbench.targets.cache import train_target
@@ -22,18 +21,6 @@ from reconbench.targets.recipe import TargetRecipe
 
 REPO = Path(__file__).resolve().parents[2]
 CARDS = sorted((REPO / "leaderboards" / "ci" / "targets").glob("*.json"))
-
-
-def numbers(tree: Any, path: str = "") -> Iterator[tuple[str, float]]:
-    """Every float of a metrics tree with its dotted path, wall-clock seconds left out."""
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from numbers(value, f"{path}.{key}" if path else key)
-    elif isinstance(tree, list):
-        for i, value in enumerate(tree):
-            yield from numbers(value, f"{path}[{i}]")
-    elif isinstance(tree, float) and "seconds" not in path:
-        yield path, tree
 
 
 @pytest.mark.parametrize("card_file", CARDS, ids=[p.stem for p in CARDS])
