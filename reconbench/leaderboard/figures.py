@@ -93,6 +93,9 @@ class FigureData:
             again = folder / f"{rec.cell_id}.safetensors"
             if again.is_file():
                 return load_file(str(again))
+        if str(rec.ran.device or "cpu").split(":")[0] != "cpu":   # a GPU slice's: a paper cell's pass a pack file
+            raise FileNotFoundError(f"the pooled candidates of cell {rec.cell_id} stayed on the {rec.ran.device} "
+                                    "machine that ran it (docs/slices.md, \"The pack\")")
         raise FileNotFoundError(f"the pooled candidates of cell {rec.cell_id} are not at hand (the board stores "
                                 "a sample): redraw with --rerun-missing to run it again")
 

@@ -93,3 +93,15 @@ def test_only_a_partial_board_says_k_of_n_at_its_top():
     assert line.startswith("**Partial board: 16 of 79 cells.** 63 planned cell(s)")
     assert "grows as slices return" in line
     assert _progress_lines(BoardHeader(cells={**cells, "ok": 79, "not_run": 0})) == []
+
+
+@pytest.mark.parametrize(("device", "says"), [("cuda", "stayed on the cuda machine that ran it"),
+                                              ("cpu", "redraw with --rerun-missing")])
+def test_a_figure_without_a_cells_candidates_says_where_they_are(tmp_path, device, says):
+    """A GPU slice's cell whose candidates did not travel: the figure's reason names the machine they stayed on,
+    not a CPU re-run (a paper cell's would take hours here); a CPU cell's keeps the redraw advice."""
+    from reconbench.leaderboard.figures import FigureData
+
+    rec = CellRecord.from_dict({"cell_id": "x", "provenance": {"git_commit": None, "device": device}})
+    with pytest.raises(FileNotFoundError, match=says):
+        FigureData(tmp_path, None).pooled(rec)
