@@ -50,12 +50,6 @@ _OPTIONS = [
     click.option("--defense-set", multiple=True, help="Defense option KEY=VALUE (repeatable)."),
 ]
 
-#: the parameter name of each of _OPTIONS, in order
-_OPTION_NAMES = ("recipe_file", "dataset", "task", "n_per_class", "num_classes", "binary_rule", "order", "order_seed",
-                 "family", "widths", "model_set", "steps", "lr", "weight_decay", "loss", "schedule", "train_dtype",
-                 "loss_form", "train_seed", "defense", "defense_set")
-
-
 @dataclass(frozen=True)
 class RecipeOptions:
     """The recipe options of ``train`` and ``run`` as the command line gave them (None, or no assignment: not
@@ -110,13 +104,16 @@ def _train_defaults() -> dict[str, str]:
             "train_seed": str(train.seed)}
 
 
-def _with_default(opt: Callable[..., Any], default: str) -> Callable[..., Any]:
-    """``opt`` (a click.option decorator) with ``(default: ...)`` added to its help."""
+def _with_default(opt: Callable[..., Any], defaults: dict[str, str]) -> Callable[..., Any]:
+    """``opt`` (a click.option decorator) with ``(default: ...)`` added to its help where ``defaults`` holds its
+    parameter's name."""
     def add(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn = opt(fn)
         param = fn.__click_params__[-1]   # type: ignore[attr-defined]  # where click.option keeps it
-        text = param.help.rstrip(".")
-        param.help = f"{text[:-1]}; default: {default})." if text.endswith(")") else f"{text} (default: {default})."
+        if param.name in defaults:
+            default, text = defaults[param.name], param.help.rstrip(".")
+            param.help = (f"{text[:-1]}; default: {default})." if text.endswith(")")
+                          else f"{text} (default: {default}).")
         return fn
     return add
 
@@ -132,8 +129,8 @@ def recipe_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def train_recipe_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The recipe options of `train`, each help stating the default recipe's value."""
     defaults = _train_defaults()
-    for opt, name in reversed(list(zip(_OPTIONS, _OPTION_NAMES, strict=True))):
-        fn = _with_default(opt, defaults[name])(fn) if name in defaults else opt(fn)
+    for opt in reversed(_OPTIONS):
+        fn = _with_default(opt, defaults)(fn)
     return fn
 
 

@@ -18,12 +18,16 @@ class CommitShare:
     cells: int | None = None
     packs: int | None = None
 
+    def counts(self) -> str:
+        """``(N cell(s), M slice pack(s))``, or ``run here`` for cells run in the folder; empty where not counted."""
+        if self.cells is None:
+            return ""
+        packs = f"{self.packs} slice pack(s)" if self.packs else "run here"
+        return f"({self.cells} cell(s), {packs})"
+
     def text(self, width: int = 40) -> str:
         """``commit`` cut to ``width`` characters, with its cells and slice packs where counted."""
-        if self.cells is None:
-            return self.commit[:width]
-        packs = f"{self.packs} slice pack(s)" if self.packs else "run here"
-        return f"{self.commit[:width]} ({self.cells} cell(s), {packs})"
+        return " ".join(t for t in (self.commit[:width], self.counts()) if t)
 
 
 def commit_shares(header: BoardHeader) -> list[CommitShare]:

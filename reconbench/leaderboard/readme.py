@@ -13,6 +13,7 @@ from tabulate import tabulate
 
 from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
+from reconbench.leaderboard.board_progress import commit_shares, missing_cells
 from reconbench.leaderboard.cost import COST_HEADER, cost_of
 from reconbench.leaderboard.plain_text import markdown_paragraph, markdown_plain
 from reconbench.leaderboard.precision_ab import ab_lines
@@ -201,7 +202,7 @@ def _progress_lines(info: BoardHeader) -> list[str]:
     board)."""
     if not info.progress:
         return []
-    rest = int(info.cells["planned"]) - int(info.cells["ok"])
+    rest = missing_cells(info)
     grows = ("the board grows as slices return (docs/slices.md)" if info.cell_commits
              else "the other cells have not run")
     return [f"**Partial board: {info.progress}.** {rest} planned cell(s) have no result yet (not run, failed or "
@@ -210,13 +211,10 @@ def _progress_lines(info: BoardHeader) -> list[str]:
 
 def _commit_text(info: BoardHeader) -> str:
     """The commits the cells ran at: each with its count of cells and of slice packs where cells came from packs."""
+    shares = commit_shares(info)
     if not info.cell_commits:
-        return ", ".join(f"`{c}`" for c in info.git_commits)
-    parts = []
-    for c in info.cell_commits:
-        packs = f"{len(c.packs)} slice pack(s)" if c.packs else "run here"
-        parts.append(f"`{c.commit}` ({c.cells} cell(s), {packs})")
-    return "; ".join(parts)
+        return ", ".join(f"`{s.commit}`" for s in shares)
+    return "; ".join(f"`{s.commit}` {s.counts()}" for s in shares)
 
 
 def _header_lines(info: BoardHeader) -> list[str]:
