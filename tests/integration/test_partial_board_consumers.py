@@ -54,6 +54,9 @@ def test_csv_rows_say_the_board_is_partial(board: Path) -> None:
     rows = check_csv(board)
     assert {r["progress"] for r in rows} == {PROGRESS}
     assert CELLS[2] not in {c for r in rows for c in r["cells"].split(";")}   # no row counts the not-run cell
+    # each row names the commit its cells ran at: the slice's, which their records (no git metadata) do not name
+    by_cells = {r["cells"]: r["commit"] for r in rows}
+    assert by_cells == {CELLS[0]: SLICE_A, CELLS[1]: SLICE_B}
 
 
 def test_json_names_the_progress_the_not_run_cell_and_each_commit(board: Path) -> None:
@@ -61,8 +64,10 @@ def test_json_names_the_progress_the_not_run_cell_and_each_commit(board: Path) -
     assert doc["progress"] == PROGRESS and doc["not_run"] == [CELLS[2]]
     assert doc["cells"] == {"planned": 3, "ok": 2, "failed": 0, "not_run": 1, "stale": 0}
     assert doc["git_commits"] == [SLICE_A, SLICE_B]   # not the records' missing commit
-    assert [(c["commit"], c["cells"], len(c["packs"])) for c in doc["cell_commits"]] == [(SLICE_A, 1, 1),
-                                                                                         (SLICE_B, 1, 1)]
+    assert [(c["commit"], c["cells"], len(c["packs"]), c["cell_ids"]) for c in doc["cell_commits"]] == [
+        (SLICE_A, 1, 1, [CELLS[0]]), (SLICE_B, 1, 1, [CELLS[1]])]
+    assert {(tuple(r["cells"]), tuple(r["commit"])) for r in doc["rows"]} == {((CELLS[0],), (SLICE_A,)),
+                                                                            ((CELLS[1],), (SLICE_B,))}
 
 
 @pytest.mark.parametrize("check", [check_latex, check_markdown], ids=["latex", "markdown"])
