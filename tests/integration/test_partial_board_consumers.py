@@ -19,6 +19,9 @@ from _helpers.cli import run_cli_redirected
 from _helpers.export_checks import check_csv, check_json, check_latex, check_markdown, export
 from _helpers.partial_board import BOARD, CELLS, SLICE_A, SLICE_B, TINY, build_partial_board
 
+from reconbench.bench.suite import load_suite
+from reconbench.claims.board_state import board_state
+from reconbench.claims.measure import load_all
 from reconbench.leaderboard.results_page import board_results_table
 from reconbench.leaderboard.site.build import build_site
 
@@ -103,6 +106,19 @@ def test_the_site_shows_the_progress_the_commits_and_the_not_run_cell(board: Pat
 def test_the_results_page_marks_the_board_partial(board: Path) -> None:
     rows = [line for line in board_results_table(board.parent).splitlines() if line.startswith(f"| [{BOARD}]")]
     assert rows and all(f"(partial: {PROGRESS})" in r for r in rows)
+
+
+def test_the_claims_pages_account_of_the_board_and_of_its_results_folder_agree(board: Path) -> None:
+    """What ``python -m reconbench.claims --gpu`` states of a board that grows over slices, read from the published
+    board's header and from the results folder it was published from (the merges' invocation records)."""
+    suite = load_suite(str(TINY))
+    said = []
+    for folder in (board, board.parents[1] / "local"):
+        state = board_state(suite, folder, load_all({"x": folder})["x"])
+        assert state.partial and state.not_run == {CELLS[2]}
+        said.append(state.line())
+    assert said[0] == said[1] == (f"`gpu-tiny`: {PROGRESS}, from commits `{SLICE_A[:12]}` (1 cell(s)), "
+                                  f"`{SLICE_B[:12]}` (1 cell(s)).")
 
 
 def test_a_release_of_the_partial_board_is_named_in_its_exports(board: Path, tmp_path: Path) -> None:
