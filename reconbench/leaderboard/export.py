@@ -4,15 +4,14 @@ Every number is read from the board's ``results.json`` (the tables, comparisons 
 leaderboard computed from its cells). CSV and JSON are *long*: one record per table row and metric, with the mean,
 sd, seeds, the 95% interval over seeds, the held-out null (numbers at full precision) and the commit its cells ran
 at (``commit``: a board grown over slices spans several, each cell's listed in ``header.cell_commits``); the JSON's
-header also
-states how far a partial board has grown (``progress``, ``cells``, ``not_run``) and the commits its cells ran at
-(``git_commits``; ``cell_commits`` with their counts where the cells came from slice packs), and a wide table's
-title line says the same where the board is partial or its cells came from slices (``board_progress.py``). LaTeX (booktabs) and
-Markdown are *wide*, one table per board table, ready to paste: each chosen metric as ``mean [lo, hi]`` and a
-null column ``mean (max)``, formatted as the board formats them. LaTeX output is ASCII: marks are spelled out
-(``(oracle)`` for an init that reads training images, ``(outside)`` after the attack of a row that holds cells of an
-outside submission, as README.md marks it; the long records name those submissions in ``outside``) and special
-characters are escaped by ``tabulate``.
+header also states how far a partial board has grown (``progress``, ``cells``, ``not_run``) and the commits its cells
+ran at (``git_commits``; ``cell_commits`` with their counts and cells where the cells came from slice packs), and a
+wide table's title line says the same where the board is partial or its cells came from slices
+(``board_progress.py``). LaTeX (booktabs) and Markdown are *wide*, one table per board table, ready to paste: each
+chosen metric as ``mean [lo, hi]`` and a null column ``mean (max)``, formatted as the board formats them. LaTeX
+output is ASCII: marks are spelled out (``(oracle)`` for an init that reads training images, ``(outside)`` after
+the attack of a row that holds cells of an outside submission, as README.md marks it; the long records name those
+submissions in ``outside``) and special characters are escaped by ``tabulate``.
 """
 
 from __future__ import annotations
@@ -105,7 +104,8 @@ def long_records(data: BoardResults, records: Mapping[str, CellRecord] | None = 
 
 
 def _csv_value(key: str, v: object) -> object:
-    """A field as CSV text: the cells joined by ';', a list or mapping (an axis value) as JSON, None empty."""
+    """A field as CSV text: the cells (their commits, the outside submissions) joined by ';', another list or a
+    mapping (an axis value) as JSON, None empty."""
     if key in ("cells", "outside", "commit"):
         return ";".join(str(c) for c in v) if isinstance(v, list) else ""
     if isinstance(v, (list, dict)):
