@@ -17,6 +17,7 @@ from pathlib import Path
 
 from reconbench.bench.suite import Suite, load_suite
 from reconbench.claims import records
+from reconbench.claims.board_state import BoardState, as_board_grows, board_state
 from reconbench.claims.measure import (
     MEASURES,
     SELECTION,
@@ -31,7 +32,7 @@ from reconbench.claims.measure import (
     setup_text,
 )
 from reconbench.claims.records import Claim, ClaimsFile
-from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, RULES, VERDICTS, Decision, decide, fmt_p
+from reconbench.claims.verdicts import MIN_SEEDS, NOT_RUN, NOT_RUN_YET, RULES, VERDICTS, Decision, decide, fmt_p
 from reconbench.records import BOARD_RESULTS_FILE, BoardHeader, CellRecord
 
 DEFAULT_RESULTS = {"claims-a": Path("leaderboards/claims-a"), "claims-b": Path("leaderboards/claims-b"),
@@ -64,9 +65,11 @@ class ClaimResult:
 
 
 def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, str] | None = None,
-                   found: dict[str, dict[str, CellRecord]] | None = None) -> list[ClaimResult]:
+                   found: dict[str, dict[str, CellRecord]] | None = None,
+                   states: dict[str, BoardState] | None = None) -> list[ClaimResult]:
     """Measure and judge every claim from the cells in ``results`` (suite name -> folder holding ``cells/``).
-    ``route`` sends a claim's suite to another with the same comparison names (``claims-gpu``)."""
+    ``route`` sends a claim's suite to another with the same comparison names (``claims-gpu``); ``states``: how far
+    each suite's board has grown (a claim a partial board has not run yet reads so: ``board_state.py``)."""
     # each claim's suite, sent on where ``route`` says
     suite_of = {c.suite: c.suite for c in data.claims} | (route or {})
     names = sorted({suite_of[c.suite] for c in data.claims if c.measured} | set(results))
@@ -95,7 +98,8 @@ def measure_claims(data: ClaimsFile, results: dict[str, Path], route: dict[str, 
                       for other in sorted(results) if other != name]
         points = [measure_point(claim, suite, comp, found[name], planned[name], *s, companions=companions)
                   for s in specs]
-        out.append(ClaimResult(claim, setup, points, decide(claim, points)))
+        out.append(ClaimResult(claim, setup, points, as_board_grows(decide(claim, points), points,
+                                                                     (states or {}).get(name))))
     return out
 
 
@@ -193,8 +197,24 @@ def source_label(source: str) -> str:
     return SOURCE_KINDS.get(kind, "the paper's text")
 
 
+def partial_lines(states: dict[str, BoardState], results: list[ClaimResult]) -> list[str]:
+    """The header's paragraph on boards that are partial or whose cells ran at several commits (slices), with how
+    many claims wait on them; none for complete boards of one folder (the page is then as before slices)."""
+    said = [line for state in states.values() if (line := state.line())]
+    if not said:
+        return []
+    waiting = sum(1 for r in results if r.verdict == NOT_RUN_YET)
+    text = "**How far the boards have grown.** " + " ".join(said)
+    if any(s.partial for s in states.values()):
+        text += (f" {waiting} claim(s) read *{NOT_RUN_YET}*: every cell they lack is one that board has not run "
+                 f"yet, and they get a verdict as it grows; *{NOT_RUN}* is kept for a claim that lacks cells for "
+                 "another reason (a failed or stale cell, a suite this page does not read).")
+    return [text, ""]
+
+
 def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path], root: Path,
-           found: dict[str, dict[str, CellRecord]] | None = None) -> str:
+           found: dict[str, dict[str, CellRecord]] | None = None,
+           states: dict[str, BoardState] | None = None) -> str:
     cells = sum(len(v) for v in (found or {}).values())
     lines = [
         "# The papers' claims, measured",
@@ -213,6 +233,7 @@ def render(data: ClaimsFile, results: list[ClaimResult], sources: dict[str, Path
         + ", ".join(f"`{name}` ← `{_rel(path, root)}`" for name, path in sources.items())
         + f" ({cells} cell records).",
         "",
+        *partial_lines(states or {}, results),
         "To measure and publish (cost: see the end of the page): `benchmarks/run_claims.sh`. At the papers' sizes: "
         "`reconbench bench claims-gpu --device cuda`, then "
         "`python -m reconbench.claims --gpu runs/bench/claims-gpu --out docs/claims-gpu.md`.",
@@ -296,7 +317,9 @@ def generate(results: dict[str, Path] | None = None, root: Path | None = None, *
     results = results or {k: root / v for k, v in DEFAULT_RESULTS.items()}
     route = {k: GPU_SUITE for k in GPU_ROUTED} if gpu else None
     found = load_all(results)
-    return render(data, measure_claims(data, results, route, found), results, root, found)
+    states = {name: board_state(load_suite(name), folder, found[name]) for name, folder in results.items()}
+    measured = measure_claims(data, results, route, found, states)
+    return render(data, measured, results, root, found, states)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,8 +18,11 @@ NOT_REPRODUCED = "not reproduced at this scale"
 CONTRADICTED = "contradicted"
 NOT_CONTRADICTED = "not contradicted"
 NOT_RUN = "not run"
+#: not run because the board it reads is partial and has not run its cells yet (board_state.py); a complete board's
+#: claim never reads so
+NOT_RUN_YET = "not run yet (the board is partial)"
 NOT_JUDGED = "not judged"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_CONTRADICTED, NOT_JUDGED, NOT_RUN)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_CONTRADICTED, NOT_JUDGED, NOT_RUN, NOT_RUN_YET)
 
 #: seeds a measured claim needs at every point before it is judged
 MIN_SEEDS = 5

@@ -145,8 +145,9 @@ def leaderboard_group() -> None:
 @click.option(
     "--release",
     is_flag=True,
-    help="Do not render: number the published board's current state as its next release (<board>-r1, -r2, ...) in "
-    "its RELEASES.json, naming the git commit its files are committed at and the sha256 of its MANIFEST.json; the "
+    help="Do not render: number the published board's current state as its next release (<board>-r1, -r2, ...; "
+    "<board> is the board's folder, e.g. paper-gpu-r1 for suite paper in leaderboards/paper-gpu) in its "
+    "RELEASES.json, naming the git commit its files are committed at and the sha256 of its MANIFEST.json; the "
     "board must match its manifest and be committed. An older release's manifest and README stay under "
     "releases/<id>/. On an unchanged board it names the release it already is.",
 )

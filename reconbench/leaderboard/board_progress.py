@@ -5,9 +5,10 @@ from slice packs at several commits (``header.cell_commits``). A board rendered 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from reconbench.records import BoardHeader
+from reconbench.records import BoardHeader, CellRecord
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,27 @@ def commit_shares(header: BoardHeader) -> list[CommitShare]:
     if header.cell_commits:
         return [CommitShare(c.commit, c.cells, len(c.packs)) for c in header.cell_commits]
     return [CommitShare(str(c)) for c in header.git_commits]
+
+
+def cell_commits(header: BoardHeader, records: Mapping[str, CellRecord]) -> dict[str, str]:
+    """The commit each cell of the board ran at: the one ``header.cell_commits`` lists it under (a slice's cell,
+    whose record names none), else its record's own, else the board's only commit where it has one; a cell whose
+    commit none of these names is left out."""
+    listed = {cid: c.commit for c in header.cell_commits or [] for cid in c.cell_ids}
+    shares = commit_shares(header)
+    only = shares[0].commit if len(shares) == 1 else None
+    out: dict[str, str] = {}
+    for cid, rec in records.items():
+        own = rec.ran.git_commit
+        commit = listed.get(cid) or (str(own) if own else None) or only
+        if commit:
+            out[cid] = commit
+    return out
+
+
+def row_commits(commits: Mapping[str, str], cells: Iterable[str]) -> list[str]:
+    """The distinct commits of a table row's cells, in the cells' order (one for a board run at one commit)."""
+    return list(dict.fromkeys(commits[c] for c in cells if c in commits))
 
 
 def missing_cells(header: BoardHeader) -> int:

@@ -2,15 +2,16 @@
 
 Every number is read from the board's ``results.json`` (the tables, comparisons and privacy-utility rows the
 leaderboard computed from its cells). CSV and JSON are *long*: one record per table row and metric, with the mean,
-sd, seeds, the 95% interval over seeds and the held-out null (numbers at full precision); the JSON's header also
-states how far a partial board has grown (``progress``, ``cells``, ``not_run``) and the commits its cells ran at
-(``git_commits``; ``cell_commits`` with their counts where the cells came from slice packs), and a wide table's
-title line says the same where the board is partial or its cells came from slices (``board_progress.py``). LaTeX (booktabs) and
-Markdown are *wide*, one table per board table, ready to paste: each chosen metric as ``mean [lo, hi]`` and a
-null column ``mean (max)``, formatted as the board formats them. LaTeX output is ASCII: marks are spelled out
-(``(oracle)`` for an init that reads training images, ``(outside)`` after the attack of a row that holds cells of an
-outside submission, as README.md marks it; the long records name those submissions in ``outside``) and special
-characters are escaped by ``tabulate``.
+sd, seeds, the 95% interval over seeds, the held-out null (numbers at full precision) and the commit its cells ran
+at (``commit``: a board grown over slices spans several, each cell's listed in ``header.cell_commits``); the JSON's
+header also states how far a partial board has grown (``progress``, ``cells``, ``not_run``) and the commits its cells
+ran at (``git_commits``; ``cell_commits`` with their counts and cells where the cells came from slice packs), and a
+wide table's title line says the same where the board is partial or its cells came from slices
+(``board_progress.py``). LaTeX (booktabs) and Markdown are *wide*, one table per board table, ready to paste: each
+chosen metric as ``mean [lo, hi]`` and a null column ``mean (max)``, formatted as the board formats them. LaTeX
+output is ASCII: marks are spelled out (``(oracle)`` for an init that reads training images, ``(outside)`` after
+the attack of a row that holds cells of an outside submission, as README.md marks it; the long records name those
+submissions in ``outside``) and special characters are escaped by ``tabulate``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from tabulate import tabulate
 
 from reconbench.errors import ReconbenchError
-from reconbench.leaderboard.board_progress import commit_shares, progress_line
+from reconbench.leaderboard.board_progress import cell_commits, commit_shares, progress_line, row_commits
 from reconbench.leaderboard.cost import COST_HEADER, board_records, cost_of
 from reconbench.leaderboard.plain_text import markdown_paragraph
 from reconbench.leaderboard.readme import OUTSIDE_MARK
@@ -40,11 +41,13 @@ EXPORT_FORMAT = "reconbench-export/3"
 #: the fields of a long record, in CSV column order; ``outside``: the outside submissions (``leaderboard add``) whose
 #: cells the row holds (empty for the suite's own rows); ``device``, ``precision``, ``device_seconds``, ``cost_cells``:
 #: the row's cost (``cost.py``); ``release``: the board release the numbers are from (``releases.py``);
-#: ``progress``: "k of N cells" on a board that does not yet hold every planned cell (empty on a complete board)
+#: ``progress``: "k of N cells" on a board that does not yet hold every planned cell (empty on a complete board);
+#: ``commit``: the commit the row's cells ran at (a board from slices spans several: each cell's is the one
+#: ``header.cell_commits`` lists it under; a row whose cells ran at several lists each, ';'-joined in the CSV)
 FIELDS = ("table", "selection", "target", "attack", "init", "init_regime", "init_is_oracle", "axis", "axis_value",
           "defense", "strength", "test_accuracy", "metric", "key", "higher_is_better", "n", "mean", "sd", "ci95_low",
           "ci95_high", "null_mean", "null_max", "cells", "outside", "device", "precision", "device_seconds",
-          "cost_cells", "release", "progress")
+          "cost_cells", "release", "progress", "commit")
 #: the metric of the privacy-utility tables (reconbench.leaderboard.privacy)
 PRIVACY_METRIC = "reconstructed (calibrated)"
 
@@ -57,7 +60,7 @@ def _stat_fields(m: MetricStat) -> dict[str, Any]:
 def long_records(data: BoardResults, records: Mapping[str, CellRecord] | None = None,
                  release: str | None = None) -> list[dict[str, Any]]:
     """One record per (table row, metric) of a board's results.json; with the board's cell ``records``, each with
-    its row's cost, and each with the board's ``release``."""
+    its row's cost and the commits its cells ran at, and each with the board's ``release``."""
     direction = {c.name: c.higher_is_better for c in data.column_list}
     out: list[dict[str, Any]] = []
     for sel in SELECTIONS:
@@ -90,17 +93,20 @@ def long_records(data: BoardResults, records: Mapping[str, CellRecord] | None = 
                             "metric": PRIVACY_METRIC, "key": table.headline_key, "higher_is_better": False,
                             **_stat_fields(a.headline), "null_mean": a.null.mean if a.null else None,
                             "cells": list(a.cells)})
+    commits = cell_commits(data.header, records or {})
     for rec in out:
         if records is not None:
             rec.update(cost_of(records, rec["cells"]).fields())
+        rec["commit"] = row_commits(commits, rec["cells"]) if records is not None else None
         rec["release"] = release
         rec["progress"] = data.header.progress
     return [{**dict.fromkeys(FIELDS), **rec} for rec in out]
 
 
 def _csv_value(key: str, v: object) -> object:
-    """A field as CSV text: the cells joined by ';', a list or mapping (an axis value) as JSON, None empty."""
-    if key in ("cells", "outside"):
+    """A field as CSV text: the cells (their commits, the outside submissions) joined by ';', another list or a
+    mapping (an axis value) as JSON, None empty."""
+    if key in ("cells", "outside", "commit"):
         return ";".join(str(c) for c in v) if isinstance(v, list) else ""
     if isinstance(v, (list, dict)):
         return json.dumps(v)

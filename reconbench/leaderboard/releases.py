@@ -3,7 +3,8 @@
 A release names a state of the board by two things a reader can check: the git **commit** its files are committed
 at, and the **sha256 of its MANIFEST.json**, which lists the sha256 of every other file of the board (``manifest.py``),
 so one hash covers the cells, cards, protocols, candidates, figures, README.md and results.json. Releases are
-numbered per board (``ci-r1``, ``ci-r2``, ...) and listed, oldest first, in the board's ``RELEASES.json``
+numbered per board, after the board's folder (``ci-r1``, ``ci-r2``, ...; ``paper-gpu-r1`` for the board of suite
+``paper`` in ``leaderboards/paper-gpu``) and listed, oldest first, in the board's ``RELEASES.json``
 (``reconbench-board-releases/1``); a release is never rewritten, and making one again on an unchanged board is a
 no-op that names the release it already is.
 
@@ -40,23 +41,22 @@ ARCHIVED = (MANIFEST_NAME, "README.md")
 
 
 def board_name(board: Path) -> str:
-    """The name releases are numbered under: the one the board's RELEASES.json records, else its suite's name
-    (results.json), else the folder's (a copy of a board in another folder keeps its releases' names)."""
+    """The name releases are numbered under: the one the board's RELEASES.json records (a copy of a board in
+    another folder keeps its releases' names), else the board's folder. A board in a folder named after its suite
+    (every CPU board) is named as its suite; one in a folder of another name (``leaderboards/paper-gpu`` from suite
+    ``paper``) is named after its folder, so that its releases (``paper-gpu-r1``) and those of a board of the same
+    suite in the suite's folder (``paper-r1``) cannot share a name."""
     path = board / RELEASES_NAME
     if path.exists() and (recorded := RELEASES_FILE.read(path).board):
         return recorded
-    try:
-        suite = json.loads((board / "results.json").read_text())["header"]["suite"]
-    except (OSError, ValueError, KeyError, TypeError):
-        suite = None
-    return suite if isinstance(suite, str) and suite else board.name
+    return board.resolve().name
 
 
 def read_releases(board: Path) -> BoardReleases:
     """The board's releases (none when it has no ``RELEASES.json``), or a one-line error naming the file."""
     path = board / RELEASES_NAME
     if not path.exists():
-        return BoardReleases(format=BoardReleases.SCHEMA, board=board.name)
+        return BoardReleases(format=BoardReleases.SCHEMA, board=board_name(board))
     return RELEASES_FILE.read(path)
 
 

@@ -79,15 +79,16 @@ def cell_origins(records: Mapping[str, CellRecord], packs: Mapping[str, PackOrig
 
 
 def commit_cells(origins: Mapping[str, CellOrigin]) -> list[CommitCells] | None:
-    """The board's ``header.cell_commits``: per commit, its cells and the packs (manifest sha256) that brought them;
-    None when no cell came from a pack (a board run in one folder keeps its header as it was)."""
+    """The board's ``header.cell_commits``: per commit, its cells (count and ids) and the packs (manifest sha256)
+    that brought them; None when no cell came from a pack (a board run in one folder keeps its header as it was)."""
     if not any(o.pack is not None for o in origins.values()):
         return None
-    by: dict[str, list[CellOrigin]] = {}
-    for o in origins.values():
-        by.setdefault(o.commit, []).append(o)
+    by: dict[str, dict[str, CellOrigin]] = {}
+    for cid, o in origins.items():
+        by.setdefault(o.commit, {})[cid] = o
     return [CommitCells(commit=c, cells=len(os),
-                        packs=sorted({o.pack.manifest_sha256 for o in os if o.pack is not None}))
+                        packs=sorted({o.pack.manifest_sha256 for o in os.values() if o.pack is not None}),
+                        cell_ids=sorted(os))
             for c, os in sorted(by.items())]
 
 

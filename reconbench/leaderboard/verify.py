@@ -47,6 +47,7 @@ from reconbench.records import (
     BoardResults,
     CardData,
     CellRecord,
+    CommitCells,
     SearchRun,
     Selection,
     StoredEvaluation,
@@ -472,6 +473,29 @@ def check_aggregates(suite: Suite, leaderboard: Path) -> list[str]:
     return problems + _header_problems(data, pub)
 
 
+def _cell_ids_problems(shares: list[CommitCells], records: list[CellRecord]) -> list[str]:
+    """``header.cell_commits``' cell ids (where listed: a board published before they were names none) against the
+    board's cells: each listed once, as many under a commit as its count, and under its record's commit where the
+    record names one."""
+    if not any(c.cell_ids for c in shares):
+        return []
+    listed = [cid for c in shares for cid in c.cell_ids]
+    held = {r.cell_id: r for r in records}
+    found = [f"{len(listed) - len(set(listed))} listed twice" if len(listed) != len(set(listed)) else ""]
+    if extra := sorted(set(listed) - set(held)):
+        found.append(f"{len(extra)} not on the board (first: {extra[0]})")
+    if unlisted := sorted(set(held) - set(listed)):
+        found.append(f"{len(unlisted)} of the board's not listed (first: {unlisted[0]})")
+    if counted := [c.commit[:12] for c in shares if len(c.cell_ids) != c.cells]:
+        found.append(f"a count that is not its ids' at {', '.join(counted)}")
+    if wrong := sorted({cid for c in shares for cid in c.cell_ids
+                        if cid in held and held[cid].ran.git_commit not in (None, c.commit)}):
+        found.append(f"{len(wrong)} under another commit than their record's (first: {wrong[0]})")
+    found = [f for f in found if f]
+    return [f"results.json header.cell_commits does not list the board's cells ({'; '.join(found)}); publish the "
+            "board again"] if found else []
+
+
 def _header_problems(data: BoardResults, pub: Published) -> list[str]:
     """The header's numbers that the board's cells give (``tables.header_info``): the counts of cells, the cells
     whose attack failed, the cells' summed seconds, their versions and commits; and the lists of failed, not-run
@@ -511,6 +535,7 @@ def _header_problems(data: BoardResults, pub: Published) -> list[str]:
             problems.append(f"results.json header.cell_commits counts {sum(c.cells for c in header.cell_commits)} "
                             f"cells at {', '.join(sorted(listed))}, the board holds {len(records)}"
                             + (f" and cells of {', '.join(own)}" if own else "") + "; publish the board again")
+        problems += _cell_ids_problems(header.cell_commits, records)
     for key, value in fresh.items():
         if not _close(plain(stored[key]), plain(value), 1e-12, 0.0):
             problems.append(f"results.json {key} is {short_repr(plain(stored[key]))}, the cells give "

@@ -271,12 +271,13 @@ class Submission(Record):
 @dataclass(frozen=True)
 class CommitCells(Record):
     """The cells of a board that ran at one commit (``header.cell_commits`` of a board whose cells came from slices):
-    how many, and the slice packs that brought them (their manifests' sha256; none for cells run in the results
-    folder itself)."""
+    how many, the slice packs that brought them (their manifests' sha256; none for cells run in the results
+    folder itself) and their ids (a slice's cell record names no commit: this is where each cell's commit is kept)."""
 
     commit: str = ""
     cells: int = 0
     packs: list[str] = field(default_factory=list)
+    cell_ids: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ from _helpers.cli import run_cli_redirected
 from _helpers.export_checks import check_csv, check_json, check_latex, check_markdown, export
 from _helpers.partial_board import BOARD, CELLS, SLICE_A, SLICE_B, TINY, build_partial_board
 
+from reconbench.bench.suite import load_suite
+from reconbench.claims.board_state import board_state
+from reconbench.claims.measure import load_all
 from reconbench.leaderboard.results_page import board_results_table
 from reconbench.leaderboard.site.build import build_site
 
@@ -54,6 +57,9 @@ def test_csv_rows_say_the_board_is_partial(board: Path) -> None:
     rows = check_csv(board)
     assert {r["progress"] for r in rows} == {PROGRESS}
     assert CELLS[2] not in {c for r in rows for c in r["cells"].split(";")}   # no row counts the not-run cell
+    # each row names the commit its cells ran at: the slice's, which their records (no git metadata) do not name
+    by_cells = {r["cells"]: r["commit"] for r in rows}
+    assert by_cells == {CELLS[0]: SLICE_A, CELLS[1]: SLICE_B}
 
 
 def test_json_names_the_progress_the_not_run_cell_and_each_commit(board: Path) -> None:
@@ -61,8 +67,10 @@ def test_json_names_the_progress_the_not_run_cell_and_each_commit(board: Path) -
     assert doc["progress"] == PROGRESS and doc["not_run"] == [CELLS[2]]
     assert doc["cells"] == {"planned": 3, "ok": 2, "failed": 0, "not_run": 1, "stale": 0}
     assert doc["git_commits"] == [SLICE_A, SLICE_B]   # not the records' missing commit
-    assert [(c["commit"], c["cells"], len(c["packs"])) for c in doc["cell_commits"]] == [(SLICE_A, 1, 1),
-                                                                                         (SLICE_B, 1, 1)]
+    assert [(c["commit"], c["cells"], len(c["packs"]), c["cell_ids"]) for c in doc["cell_commits"]] == [
+        (SLICE_A, 1, 1, [CELLS[0]]), (SLICE_B, 1, 1, [CELLS[1]])]
+    assert {(tuple(r["cells"]), tuple(r["commit"])) for r in doc["rows"]} == {((CELLS[0],), (SLICE_A,)),
+                                                                            ((CELLS[1],), (SLICE_B,))}
 
 
 @pytest.mark.parametrize("check", [check_latex, check_markdown], ids=["latex", "markdown"])
@@ -100,6 +108,19 @@ def test_the_results_page_marks_the_board_partial(board: Path) -> None:
     assert rows and all(f"(partial: {PROGRESS})" in r for r in rows)
 
 
+def test_the_claims_pages_account_of_the_board_and_of_its_results_folder_agree(board: Path) -> None:
+    """What ``python -m reconbench.claims --gpu`` states of a board that grows over slices, read from the published
+    board's header and from the results folder it was published from (the merges' invocation records)."""
+    suite = load_suite(str(TINY))
+    said = []
+    for folder in (board, board.parents[1] / "local"):
+        state = board_state(suite, folder, load_all({"x": folder})["x"])
+        assert state.partial and state.not_run == {CELLS[2]}
+        said.append(state.line())
+    assert said[0] == said[1] == (f"`gpu-tiny`: {PROGRESS}, from commits `{SLICE_A[:12]}` (1 cell(s)), "
+                                  f"`{SLICE_B[:12]}` (1 cell(s)).")
+
+
 def test_a_release_of_the_partial_board_is_named_in_its_exports(board: Path, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     copy = repo / "leaderboards" / BOARD
@@ -115,8 +136,9 @@ def test_a_release_of_the_partial_board_is_named_in_its_exports(board: Path, tmp
     code, out, err = run_cli_redirected(["leaderboard", str(TINY), "--out", str(copy), "--release"])
     assert code == 0, out + err
     rows = list(csv.DictReader(io.StringIO(export(copy, "csv"))))
-    assert {(r["release"], r["progress"]) for r in rows} == {("gpu-tiny-r1", PROGRESS)}
-    assert json.loads(export(copy, "json"))["release"] == "gpu-tiny-r1"
+    # named after its folder, not its suite (gpu-tiny), whose own board would number gpu-tiny-r1, ...
+    assert {(r["release"], r["progress"]) for r in rows} == {(f"{BOARD}-r1", PROGRESS)}
+    assert json.loads(export(copy, "json"))["release"] == f"{BOARD}-r1"
 
 
 def test_with_figures_the_missing_candidates_leave_the_reconstructions_undrawn_and_the_site_builds(

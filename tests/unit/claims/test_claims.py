@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _helpers.claims_cells import write_cells
 
-from reconbench.bench.cells import CELL_FORMAT, expand
+from reconbench.bench.cells import expand
 from reconbench.bench.suite import load_suite
 from reconbench.claims import page as P
 from reconbench.claims import records, stats
@@ -277,34 +278,6 @@ def test_missing_short_or_failed_cells_are_not_run_and_unjudged_claims_are_not_j
 
 
 # -- the page against synthetic cells ------------------------------------------------------------------------------
-def write_cells(folder: Path, suite_name: str, rng: np.random.Generator) -> dict[str, dict[str, Any]]:
-    """A results folder with one finished cell per planned cell of the suite, with random numbers and nulls."""
-    suite = load_suite(suite_name)
-    (folder / "cells").mkdir(parents=True)
-    written = {}
-    for cell in expand(suite):
-        n = cell.recipe.problem.n_per_class * (cell.recipe.problem.num_classes or 2)
-        summary: dict[str, Any] = {"reconstructed_calibrated": int(rng.integers(0, 3)), "n_train": n}
-        spread = {"reconstructed_calibrated": {"mean": 0.0, "max": 0.0, "min": 0.0, "draws": 19}}
-        for key in ("top_k_mean_ssim", "top_k_mean_corr", "membership_auc", "max_candidates_per_image",
-                    "distinct_share", "init_copy_share", "candidates_nearer_decoy_share", "margin_near_min_share"):
-            summary[key] = float(rng.uniform())
-            spread[key] = {"mean": 0.5, "max": 0.7, "min": 0.3, "draws": 19}
-        summary["margin_score_spearman"] = float(rng.uniform(-1, 1))
-        rec = {"format": CELL_FORMAT, "cell_id": cell.cell_id, "cell_key": cell.key(suite), "status": "ok",
-               "spec": {"dtype": suite.dtype}, "protocol": cell.protocol(suite),
-               "target": {"name": cell.target, "n_train": n, "train_metrics": {"param_norm_sq": 4.0}},
-               "attack": {"label": cell.attack.label, "name": cell.attack.attack},
-               "init": {"label": cell.init.label, "regime": cell.init.regime, "is_oracle": False},
-               "runs": [{"run": 0, "steps": 10, "stopped": "completed", "config": {"steps": 10},
-                         "candidates_finite": True, "initial_loss": 2.0, "final_loss": float(rng.uniform(0, 1))}],
-               "selections": {"pool": {"summary": summary, "attack_loss": float(rng.uniform(0, 0.1)),
-                                       "null": {"available": True, "spread": spread}}}}
-        (folder / "cells" / f"{cell.cell_id}.json").write_text(json.dumps(rec))
-        written[cell.cell_id] = rec
-    return written
-
-
 def test_the_page_shows_each_cells_numbers_and_the_verdict_the_rules_give(tmp_path):
     rng = np.random.default_rng(7)
     cells = {name: write_cells(tmp_path / name, name, rng) for name in SUITES}

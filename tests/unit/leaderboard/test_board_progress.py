@@ -32,7 +32,8 @@ def test_cells_from_clean_packs_at_several_commits_publish_beside_cells_run_here
     assert publish_problems(records, origins, HERE) == []
     assert publish_problems(records, origins, HERE + "-dirty") == ["this checkout is dirty"]
     grown = commit_cells(origins)
-    assert grown == [CommitCells(A, 1, ["1" * 8]), CommitCells(B, 1, ["2" * 8]), CommitCells(HERE, 1, [])]
+    assert grown == [CommitCells(A, 1, ["1" * 8], ["x"]), CommitCells(B, 1, ["2" * 8], ["y"]),
+                     CommitCells(HERE, 1, [], ["z"])]
     assert commit_cells({"z": origins["z"]}) is None   # no pack: the header stays as it was
 
 
@@ -61,7 +62,7 @@ def test_a_cell_evaluated_at_a_merge_counts_at_its_records_commit_and_must_be_cl
     origins = cell_origins(records, {"g": merged_at})
     assert origins["g"] == CellOrigin(B, merged_at) and origins["z"] == CellOrigin(HERE, None)
     assert publish_problems(records, origins, HERE) == []
-    assert commit_cells(origins) == [CommitCells(B, 1, ["1" * 8]), CommitCells(HERE, 1, [])]
+    assert commit_cells(origins) == [CommitCells(B, 1, ["1" * 8], ["g"]), CommitCells(HERE, 1, [], ["z"])]
     dirty = {"g": record("g", B + "-dirty")}
     (problem,) = publish_problems(dirty, cell_origins(dirty, {"g": merged_at}), HERE)
     assert problem.startswith("cells evaluated at a merge from a dirty or unknown tree") and "--unpack" in problem

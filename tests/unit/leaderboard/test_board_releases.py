@@ -96,6 +96,25 @@ def test_a_changed_board_is_the_next_release_and_the_older_one_stays_readable(re
     assert any("is not the manifest of release ci-r1" in p for p in check_releases(board))
 
 
+def test_a_board_in_a_folder_not_named_after_its_suite_is_released_under_its_folders_name(tmp_path):
+    """leaderboards/paper-gpu holds suite ``paper``: its releases are ``paper-gpu-r1``, ..., so that a board of the
+    same suite in leaderboards/paper cannot release under the same names; a board in its suite's folder keeps
+    ``<suite>-r1`` (every CPU board)."""
+    repo = tmp_path / "repo"
+    for folder in ("ci", "ci-gpu"):
+        shutil.copytree(REPO / "leaderboards" / "ci", repo / "leaderboards" / folder,
+                        ignore=shutil.ignore_patterns(RELEASES_NAME, "releases"))
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "boards")
+    twin, same = repo / "leaderboards" / "ci-gpu", repo / "leaderboards" / "ci"
+    assert json.loads((twin / "results.json").read_text())["header"]["suite"] == "ci"
+    (mine, new), (theirs, _) = make_release(twin), make_release(same)
+    assert new and mine.id == "ci-gpu-r1" and theirs.id == "ci-r1"
+    assert read_releases(twin).board == "ci-gpu" and check_releases(twin) == []
+    assert release_label(twin) == "ci-gpu-r1" and release_label(same) == "ci-r1"
+
+
 def test_a_board_that_differs_from_its_manifest_is_not_released(repo_board):
     _, board = repo_board
     (board / "figures" / "extra.png").write_bytes(b"x")
