@@ -39,6 +39,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load, save
 
+from reconbench.bench.card_clash import refuse_other_weights
 from reconbench.bench.cells import expand
 from reconbench.bench.runner import (
     STATUS_OK,
@@ -612,6 +613,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
                 elif _conflict(existing, rec):
                     raise PackError(f"cell {cid} is already in {out} with other numbers; remove {path} to take the "
                                     "slice's record instead, or leave the slice unmerged. Nothing was merged")
+        refuse_other_weights(out, members, pack)   # a card of other weights than the folder's (card_clash.py)
         if not (out / "suite.toml").exists():
             write_suite_file(out, suite)
         for name, data in members.items():

@@ -79,3 +79,30 @@ def test_cards_that_do_not_read_or_are_absent_are_left_to_the_merge(tmp_path):
     (folder / "targets" / "0123456789abcdef.json").write_text(json.dumps(other))
     with pytest.raises(CardClash, match="0 cell\\(s\\) of that target"):
         refuse_other_weights(folder, members, tmp_path / "pack")
+
+
+def test_bench_unpack_refuses_a_pack_whose_card_is_of_other_weights_and_merges_nothing(root, tmp_path):
+    """Through the command: the folder's card altered to other weights, ``bench --unpack`` of the second pack stops
+    in one line and leaves the folder's cells as they were."""
+    from _helpers.cli import run_cli_redirected as cli
+    from _helpers.partial_board import TINY
+
+    folder = tmp_path / "local"
+    (folder / "targets").mkdir(parents=True)
+    (folder / "cells").mkdir()
+    for sub in ("cells", "targets"):
+        for f in (root / "local" / sub).glob("*.json"):
+            (folder / sub / f.name).write_bytes(f.read_bytes())
+    name = next(n for n in _members(root / "pack-b") if n.startswith("targets/"))
+    card = json.loads((folder / name).read_text())
+    card["weights"]["sha256"] = "f" * 64
+    (folder / name).write_text(json.dumps(card))
+    b_cells = json.loads((root / "pack-b" / "manifest.json").read_text())["cells"]
+    for cid in b_cells:   # the second slice's cell not yet merged here
+        (folder / "cells" / f"{cid}.json").unlink(missing_ok=True)
+    cells_before = sorted(p.name for p in (folder / "cells").glob("*.json"))
+    code, out, err = cli(["bench", str(TINY), "--unpack", str(root / "pack-b"), "--out", str(folder)])
+    assert code != 0
+    line = [x for x in (out + err).splitlines() if "weights sha256" in x]
+    assert len(line) == 1 and "Nothing was merged" in line[0], out + err
+    assert sorted(p.name for p in (folder / "cells").glob("*.json")) == cells_before
