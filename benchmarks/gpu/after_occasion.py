@@ -228,10 +228,10 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Pat
             print(f"warning: {line}", file=sys.stderr)
         cells = data["header"]["cells"]
         say(f"publish: {cells['ok']} ok, {cells['failed']} failed, {cells['not_run']} not run (as {command})")
-        out = run_reconbench("verify", ["leaderboard", suite_name, "--out", str(draft), "--verify"],
+        run_reconbench("verify", ["leaderboard", suite_name, "--out", str(draft), "--verify"],
                              f"{published} is unchanged; the draft was removed: fix what it names and run this "
                              "command again")
-        say("verify: passed" + (f" ({out.strip().splitlines()[-1]})" if out.strip() else ""))
+        say("verify: passed")
         replaced = work / ".replaced"
         if published.exists():
             published.rename(replaced)
@@ -256,15 +256,24 @@ def copy_probe_files(files_at: Path, occasion: Occasion) -> None:
         say(f"probe: {name} -> {dst}")
 
 
-def write_index(board: str, published: bool) -> None:
-    """Step 8: a new board's notes entry, and the index table."""
-    from reconbench.errors import ReconbenchError
-    from reconbench.leaderboard.index_table import BoardNote, add_board, index_table, write_into
+def committed(path: str) -> bool:
+    """Whether ``path`` is in the checkout's HEAD commit."""
+    return subprocess.run(["git", "cat-file", "-e", f"HEAD:{path}"], capture_output=True, timeout=30).returncode == 0
 
-    lb = Path("leaderboards")
+
+def write_index(board: str) -> None:
+    """Step 8: a new board's notes entry ("first publication"; dropped when a committed board is published again),
+    and the index table."""
+    from reconbench.errors import ReconbenchError
+    from reconbench.leaderboard.index_table import BoardNote, add_board, drop_note, index_table, write_into
+
+    lb, first = Path("leaderboards"), "first publication"
     try:
-        if published and add_board(lb, board, BoardNote(note="first publication")):
-            say(f"index: {board} added to {lb / 'index-notes.toml'} (\"first publication\")")
+        if not committed(f"leaderboards/{board}/results.json"):
+            if add_board(lb, board, BoardNote(note=first)):
+                say(f"index: {board} added to {lb / 'index-notes.toml'} (\"{first}\")")
+        elif drop_note(lb, board, first):
+            say(f"index: {board}'s note \"{first}\" dropped from {lb / 'index-notes.toml'} (published again)")
         changed = write_into(lb / "README.md", index_table(lb))
     except ReconbenchError as exc:
         raise StepFailed("index", str(exc), "fix it, then run `python -m reconbench.leaderboard.index_table "
@@ -302,7 +311,7 @@ def commit_lines(occasion: Occasion, board: str) -> list[str]:
     if not paths:
         return []
     slice_at = f"the slice at {(occasion.commit or 'an unknown commit')[:12]}"
-    files = ", ".join(p.name for p in occasion.copies.values())
+    files = ", ".join(p.name for p in occasion.copies.values() if str(p) in paths)
     if occasion.published:
         header = occasion.header
         progress = header.progress or f"all {header.cells.get('planned', 0)} cells"
@@ -364,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                 if pack is not None else "publish: nothing to publish: no pack came back")
         copy_probe_files(files_at, occasion)
         if occasion.published:
-            write_index(args.board, True)
+            write_index(args.board)
             write_results_page()
         lines = commit_lines(occasion, args.board)
     except StepFailed as failed:

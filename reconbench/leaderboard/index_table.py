@@ -141,6 +141,20 @@ def add_board(leaderboards: Path, board: str, note: BoardNote) -> bool:
     return True
 
 
+def drop_note(leaderboards: Path, board: str, note: str) -> bool:
+    """Remove ``note`` from ``board``'s entry where it is its note (e.g. "first publication" once the board is
+    published again); whether it did. Edited as text, the rest of the file as it was."""
+    if read_notes(leaderboards).get(board, BoardNote()).note != note:
+        return False
+    path = leaderboards / NOTES_NAME
+    lines = path.read_text().splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if ln.strip() in (f"[{board}]", f'["{board}"]'))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+    kept = [ln for ln in lines[start + 1:end] if tomllib.loads(ln).get("note") != note] if end > start else []
+    path.write_text("".join(lines[:start + 1] + kept + lines[end:]))
+    return read_notes(leaderboards)[board].note == ""
+
+
 def _toml_text(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 

@@ -19,6 +19,7 @@ from reconbench.leaderboard.index_table import (
     BoardNote,
     add_board,
     current_block,
+    drop_note,
     index_table,
     main,
     read_notes,
@@ -113,3 +114,12 @@ def test_write_replaces_only_the_block_and_check_fails_on_a_stale_one(tmp_path, 
     readme.write_text("no markers\n")
     assert main(["--leaderboards", str(lb), "--check"]) == 1
     assert "has no index block" in capsys.readouterr().err
+
+
+def test_a_note_is_dropped_from_its_board_only(tmp_path):
+    notes = '# c\n[ci]\nnote = "first publication"\n\n[paper-gpu]\nstatus = "current"\nnote = "first publication"\n'
+    lb = _lb(tmp_path, {"ci": "ci", "paper-gpu": "ci"}, notes)
+    assert drop_note(lb, "paper-gpu", "first publication")
+    assert not drop_note(lb, "paper-gpu", "first publication")   # once
+    assert (lb / NOTES_NAME).read_text() == notes.replace('current"\nnote = "first publication"\n', 'current"\n')
+    assert read_notes(lb)["ci"] == BoardNote(note="first publication")
