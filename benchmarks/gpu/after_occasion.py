@@ -126,7 +126,8 @@ def read_files(files_at: Path, card: str | None, occasion: Occasion) -> Path | N
                          "leave --card out (the JSON's card names the files)")
     occasion.card = read[0] if read else card
     if found and occasion.card is None:
-        raise StepFailed("read", f"{', '.join(found)} name no GPU (conditions.gpu: a CPU run?)",
+        raise StepFailed("read", f"{' and '.join(found)} {'names' if len(found) == 1 else 'name'} no GPU "
+                         "(conditions.gpu: a CPU run?)",
                          "give --card NAME to name the files")
     if occasion.card is not None and not CARD.match(occasion.card):
         raise StepFailed("read", f"card {occasion.card!r} is not a file name part", "give --card in lower case, "
@@ -228,9 +229,17 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Pat
             print(f"warning: {line}", file=sys.stderr)
         cells = data["header"]["cells"]
         say(f"publish: {cells['ok']} ok, {cells['failed']} failed, {cells['not_run']} not run (as {command})")
-        run_reconbench("verify", ["leaderboard", suite_name, "--out", str(draft), "--verify"],
-                             f"{published} is unchanged; the draft was removed: fix what it names and run this "
-                             "command again")
+        try:
+            run_reconbench("verify", ["leaderboard", suite_name, "--out", str(draft), "--verify"],
+                           f"{published} is unchanged; the draft was removed: fix what it names and run this command "
+                           "again")
+        except StepFailed as failed:
+            if "0 cells re-scored" in failed.what:   # a board of GPU cells cannot be re-run here instead
+                failed.fix = (f"{published} is unchanged: none of its cells brought candidates back, so nothing can "
+                              "be re-scored; a pack carries those of the suite's sampled cells only ("
+                              + ", ".join(sampled_cells(suite_name)) + "): publish once one of them has come back, "
+                              "or decide with the board's size budget which cells it samples")
+            raise
         say("verify: passed")
         replaced = work / ".replaced"
         if published.exists():
@@ -246,6 +255,16 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Pat
         return published
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def sampled_cells(suite_name: str) -> list[str]:
+    """The cells whose candidates a slice's pack carries (``slice_pack.sample_cells``)."""
+    from reconbench.bench.cells import expand
+    from reconbench.bench.slice_pack import sample_cells
+    from reconbench.bench.suite import load_suite
+
+    suite = load_suite(suite_name)
+    return sample_cells(suite, [c.cell_id for c in expand(suite)])
 
 
 def copy_probe_files(files_at: Path, occasion: Occasion) -> None:
@@ -382,8 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.chdir(start)
     if lines:
-        say("done; commit it (this command commits nothing; decide the board's size budget first, "
-            "benchmarks/gpu/README.md \"After it\"):")
+        say("done; commit it (this command commits nothing" + ("; decide the board's size budget first, "
+            "benchmarks/gpu/README.md \"After it\"" if occasion.published else "") + "):")
         print("\n".join(lines))
     else:
         say("done; nothing to commit")

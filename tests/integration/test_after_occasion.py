@@ -15,6 +15,7 @@ Each slice runs on a "device" with no git metadata and names the repository's co
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import shutil
@@ -297,7 +298,7 @@ def test_the_card_comes_from_the_json_and_a_cpu_probe_needs_one(tmp_path, capsys
     folder.mkdir()
     (folder / "probe.json").write_text(json.dumps({"conditions": {"device": "cpu"}}))
     code, out, err = after(capsys, str(folder), "--repo", str(tmp_path))
-    assert code == 1 and err.strip() == ("error: step 1 (read): probe.json name no GPU (conditions.gpu: a CPU run?); "
+    assert code == 1 and err.strip() == ("error: step 1 (read): probe.json names no GPU (conditions.gpu: a CPU run?); "
                                          "give --card NAME to name the files")
     (folder / "probe.json").write_text(json.dumps({"conditions": {"gpu": "NVIDIA H100 80GB HBM3"}}))
     code, out, err = after(capsys, str(folder), "--repo", str(tmp_path), "--card", "h200")
@@ -308,3 +309,26 @@ def test_the_card_comes_from_the_json_and_a_cpu_probe_needs_one(tmp_path, capsys
     code, out, err = after(capsys, str(folder), "--repo", str(tmp_path))
     assert code == 1 and err.startswith("error: step 2 (clean):") and "not a git checkout" in err
     assert not (tmp_path / "benchmarks").exists()
+
+
+def test_a_board_whose_cells_brought_no_candidates_is_not_placed(repo, tmp_path, capsys, monkeypatch):
+    """--verify re-derives no number of such a board (its GPU cells cannot be re-run here): the command stops at
+    step 5 naming the suite's sampled cells, the cells whose candidates packs carry."""
+    suite_file = repo / "suite.toml"
+    suite_file.write_text(SUITE.replace("store_candidates = 4", "store_candidates = 1"))
+    git(repo, "commit", "-qam", "one sampled cell")
+    ids = [f"{t}--haim_binary_kkt--{i}--s0" for t in ("a", "b") for i in ("gaussian", "uniform")]
+    sampled = min(ids, key=lambda c: hashlib.sha256(c.encode()).hexdigest())   # the order packs sample in
+    assert sampled != CELL
+    on_device(monkeypatch, git(repo, "rev-parse", "HEAD").strip())
+    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
+                              str(tmp_path / "pack"), "--out", str(tmp_path / "device"), "--cache",
+                              str(tmp_path / "cache"), "--only", CELL, "-q"], capsys)
+    assert code == 0, out + err
+    here(monkeypatch, repo)
+    code, out, err = after(capsys, str(files_at(tmp_path, "files", tmp_path / "pack")), "--repo", str(repo),
+                           "--suite", str(suite_file), "--board", BOARD, "--no-figures")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 1 and lines[-1].startswith("error: step 5 (verify):"), out + err
+    assert "none of its cells brought candidates back" in lines[-1] and f"sampled cells only ({sampled})" in lines[-1]
+    assert not (repo / "leaderboards" / BOARD).exists() and git(repo, "status", "--porcelain") == ""
