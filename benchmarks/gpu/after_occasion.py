@@ -369,7 +369,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pack = read_files(files_at, args.card, occasion)
         os.chdir(repo)   # every path below is the repository's, as the manual steps typed them
-        check_clean(repo, occasion, args.board)
         from reconbench.bench.suite import load_suite
         from reconbench.errors import ReconbenchError
         from reconbench.leaderboard.results_file import read_results
@@ -379,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             suite = load_suite(args.suite)
         except ReconbenchError as exc:
             raise StepFailed("read", str(exc), "give --suite as `reconbench bench` takes it") from None
+        check_clean(repo, occasion, args.board)
         results = args.results or Path("runs/bench") / suite.name
         if pack is not None:
             unpack(pack, args.suite, results, occasion)
