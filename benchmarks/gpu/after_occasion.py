@@ -22,7 +22,8 @@ when the call ran them. In order, stopping at the first failure with one line th
 
 then prints the `git add` and `git commit` lines (the message names the slice's commit, the cells it merged and the
 board's commits and progress); it commits nothing itself. A pack with no finished cell (only training states) is
-unpacked and its probe files copied; nothing is published, and the command says so. The size budget of a board
+unpacked and its probe files copied; nothing is published, and the command says so (unless the results folder holds
+merged cells the board lacks, e.g. after an earlier run of the command stopped before its board was placed). The size budget of a board
 (tests/unit/leaderboard/test_leaderboard_slim.py) is not this command's decision: decide it before committing.
 
 A script beside slice.sh rather than a `reconbench` subcommand: it writes this repository's tracked files (the
@@ -73,6 +74,8 @@ class Occasion:
     commit: str | None = None                                # the slice's (its pack manifest's)
     cells: list[str] = field(default_factory=list)           # the finished cells the pack brought
     states: list[str] = field(default_factory=list)          # "target at step S" of training states it brought
+    groups: list[str] = field(default_factory=list)          # "cell runs a-b" of groups of search runs it brought
+    new_on_board: list[str] = field(default_factory=list)    # cells the board holds now and did not before
     published: bool = False
     header: Any = None                                        # the board's header, once published
 
@@ -200,11 +203,26 @@ def unpack(pack: Path, suite: str, results: Path, occasion: Occasion) -> None:
     grouped = [g.cell_id for g in manifest.groups if (results / "cells" / f"{g.cell_id}.json").is_file()]
     occasion.cells = sorted(set(manifest.cells) | set(grouped))
     occasion.states = [f"{s.recipe_key} at step {s.step}" for s in manifest.training]
+    occasion.groups = [f"{g.cell_id} runs {min(g.runs)}-{max(g.runs)} of {g.search_runs}" for g in manifest.groups
+                       if g.runs]
     say(f"unpack: {len(occasion.cells)} finished cell(s) from the slice at commit {manifest.commit}"
-        + (f", {len(occasion.states)} training state(s)" if occasion.states else ""))
+        + (f", {len(occasion.states)} training state(s)" if occasion.states else "")
+        + (f", {len(occasion.groups)} group(s) of search runs" if occasion.groups else ""))
 
 
-def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Path:
+def cell_ids(folder: Path) -> set[str]:
+    """The cells of a results folder or a board (their ``cells/*.json``)."""
+    return {p.stem for p in (folder / "cells").glob("*.json")} if (folder / "cells").is_dir() else set()
+
+
+def what_came(occasion: Occasion) -> str:
+    """What the pack held besides finished cells, for the lines that say nothing was published."""
+    held = [f"training state(s): {', '.join(occasion.states)}" if occasion.states else "",
+            f"group(s) of search runs: {', '.join(occasion.groups)}" if occasion.groups else ""]
+    return "; ".join(h for h in held if h) or "nothing else"
+
+
+def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> None:
     """Steps 4-6: publish into a temporary folder, verify it, then put it in place of leaderboards/BOARD."""
     from reconbench.bench.suite import load_suite
     from reconbench.errors import ReconbenchError
@@ -252,7 +270,6 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Pat
             raise StepFailed("place", f"the verified board could not be moved to {published} ({exc})",
                              f"{published} is unchanged; free the folder and run this command again") from None
         say(f"place: {published}")
-        return published
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -334,13 +351,15 @@ def commit_lines(occasion: Occasion, board: str) -> list[str]:
     if occasion.published:
         header = occasion.header
         progress = header.progress or f"all {header.cells.get('planned', 0)} cells"
-        subject = f"{board}: {len(occasion.cells)} cell(s) from {slice_at} ({occasion.card or 'GPU'}), board {progress}"
-        body = [f"Cells merged: {', '.join(occasion.cells)}.",
+        subject = (f"{board}: {len(occasion.new_on_board)} new cell(s), board {progress} ({occasion.card or 'GPU'} "
+                   f"occasion, {slice_at})")
+        body = [f"New on the board: {', '.join(occasion.new_on_board) or 'none'}.",
+                f"Cells merged from this occasion's pack: {', '.join(occasion.cells) or 'none'}.",
                 "The board's cells ran at commits " + "; ".join(s.text(12) for s in commit_shares(header)) + "."]
     else:
         subject = f"GPU occasion ({occasion.card or 'GPU'}, {slice_at}): no finished cell, nothing published"
-        body = [f"Training state(s) merged into the results folder (not committed): {', '.join(occasion.states)}."
-                if occasion.states else "The pack held no finished cell."]
+        body = [f"The pack held no finished cell; merged into the results folder (not committed): "
+                f"{what_came(occasion)}."]
     if files:
         body.append(f"{files}: what the call measured on the card.")
     return [f"git add -A -- {shlex.join(paths)}",
@@ -382,14 +401,20 @@ def main(argv: list[str] | None = None) -> int:
         results = args.results or Path("runs/bench") / suite.name
         if pack is not None:
             unpack(pack, args.suite, results, occasion)
-        if occasion.cells:
-            published = publish(args.suite, results, args.board, figures=not args.no_figures)
+        board = Path("leaderboards") / args.board
+        before = cell_ids(board)
+        pending = sorted(cell_ids(results) - before)   # merged earlier, never published (a failed earlier run)
+        if occasion.cells or pending:
+            if not occasion.cells:
+                say(f"publish: the pack held no finished cell, but {results} holds {len(pending)} the board lacks")
+            publish(args.suite, results, args.board, figures=not args.no_figures)
             occasion.published = True
-            occasion.header = BoardHeader.from_dict(read_results(published)["header"])
+            occasion.header = BoardHeader.from_dict(read_results(board)["header"])
+            occasion.new_on_board = sorted(cell_ids(board) - before)
         else:
-            say(f"publish: nothing to publish: the pack held no finished cell (training state(s): "
-                f"{', '.join(occasion.states) or 'none'}); leaderboards/{args.board} is unchanged"
-                if pack is not None else "publish: nothing to publish: no pack came back")
+            say(f"publish: nothing to publish: the pack held no finished cell ({what_came(occasion)}); {board} is "
+                "unchanged" if pack is not None else f"publish: nothing to publish: no pack came back; {board} is "
+                "unchanged")
         copy_probe_files(files_at, occasion)
         if occasion.published:
             write_index(args.board)

@@ -192,7 +192,7 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     here(monkeypatch, repo)
     code, out, err = after(capsys, str(files_at(tmp_path, "files1", tmp_path / "pack1")), *common)
     assert code == 0, out + err
-    assert "nothing to publish: the pack held no finished cell" in out
+    assert "nothing to publish: the pack held no finished cell (training state(s): " in out
     assert not (repo / "leaderboards" / BOARD).exists()
     assert sorted(json.loads((results / LEDGER_FILE).read_text())["training"]) == sorted(
         s.recipe_key for s in manifest.training)   # unpacked: the states travel to the next slice
@@ -241,6 +241,13 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     assert not (repo / "leaderboards" / BOARD).exists() and not list((repo / "runs").glob(".publishing-*"))
     assert git(repo, "status", "--porcelain") == ""   # nothing tracked was written
     assert (results / "cells" / f"{CELL}.json").is_file()   # the unpack ran (and runs again below)
+    # the first occasion's files again: no finished cell in the pack, but the merged cell the board lacks is published
+    # (its older training states are not taken over the later ones)
+    with monkeypatch.context() as mp:
+        mp.setattr("reconbench.cli.leaderboard_cmd.verify_leaderboard", tampered)
+        code, out, err = after(capsys, str(tmp_path / "files1"), *common)
+    assert code == 1 and "error: step 5 (verify):" in err
+    assert "the pack held no finished cell, but runs/bench/after-rehearsal holds 1 the board lacks" in out
 
     # the clean checkout: the board appears, verifies, and its rows are written
     code, out, err = after(capsys, str(files2), *common)
@@ -264,8 +271,10 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     lines = run_printed(repo, out)
     assert lines[0] == (f"git add -A -- leaderboards/{BOARD} leaderboards/README.md leaderboards/index-notes.toml "
                         "docs/results.md")   # the probe files are as committed from the first occasion
-    assert f"{BOARD}: 1 cell(s) from the slice at {head[:12]} (h200), board 1 of 4 cells" in lines[1]
-    assert CELL in lines[1] and f"{head[:12]} (1 cell(s), 1 slice pack(s))" in lines[1]
+    _, _, _, subject, _, body = shlex.split(lines[1])
+    assert subject == f"{BOARD}: 1 new cell(s), board 1 of 4 cells (h200 occasion, the slice at {head[:12]})"
+    assert body == (f"New on the board: {CELL}. Cells merged from this occasion's pack: {CELL}. The board's cells "
+                    f"ran at commits {head[:12]} (1 cell(s), 1 slice pack(s)).")
     assert index_main(["--leaderboards", str(repo / "leaderboards"), "--check"]) == 0
 
     # -- slice 3, a later occasion at the next commit: the board grows, and is no longer at its first publication
@@ -286,8 +295,11 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     assert row.endswith("| partial, 2 of 4 cells; current |")
     assert f"`{first[:7]}` (1 cell(s), 1 slice pack(s))" in row and f"`{head[:7]}` (1 cell(s), 1 slice pack(s))" in row
     lines = run_printed(repo, out)
-    assert f"{BOARD}: 1 cell(s) from the slice at {head[:12]} (h200), board 2 of 4 cells" in lines[1]
-    assert OTHER in lines[1] and CELL not in lines[1].split("Cells merged: ")[1].split(".")[0]
+    _, _, _, subject, _, body = shlex.split(lines[1])
+    assert subject == f"{BOARD}: 1 new cell(s), board 2 of 4 cells (h200 occasion, the slice at {head[:12]})"
+    assert body.startswith(f"New on the board: {OTHER}. Cells merged from this occasion's pack: {OTHER}. The board's "
+                           "cells ran at commits ")
+    assert all(f"{c[:12]} (1 cell(s), 1 slice pack(s))" in body for c in (first, head))
 
 
 def test_the_card_comes_from_the_json_and_a_cpu_probe_needs_one(tmp_path, capsys):
