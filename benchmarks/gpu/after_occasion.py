@@ -23,8 +23,9 @@ when the call ran them. In order, stopping at the first failure with one line th
 then prints the `git add` and `git commit` lines (the message names the slice's commit, the cells it merged and the
 board's commits and progress); it commits nothing itself. A pack with no finished cell (only training states) is
 unpacked and its probe files copied; nothing is published, and the command says so (unless the results folder holds
-merged cells the board lacks, e.g. after an earlier run of the command stopped before its board was placed). The size budget of a board
-(tests/unit/leaderboard/test_leaderboard_slim.py) is not this command's decision: decide it before committing.
+merged cells the board lacks, e.g. after an earlier run of the command stopped before its board was placed). The
+size budget of a board (tests/unit/leaderboard/test_leaderboard_slim.py) is not this command's decision: decide it
+before committing.
 
 A script beside slice.sh rather than a `reconbench` subcommand: it writes this repository's tracked files (the
 index, docs/results.md, benchmarks/results/gpu/), which an installed `reconbench` has no business knowing.
@@ -45,7 +46,10 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from reconbench.records import BoardHeader
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE, STEP_AB, PACK = "probe.json", "step_ab.json", "pack"
@@ -77,7 +81,7 @@ class Occasion:
     groups: list[str] = field(default_factory=list)          # "cell runs a-b" of groups of search runs it brought
     new_on_board: list[str] = field(default_factory=list)    # cells the board holds now and did not before
     published: bool = False
-    header: Any = None                                        # the board's header, once published
+    header: BoardHeader | None = None                         # the board's header, once published
 
 
 def say(line: str) -> None:
@@ -167,6 +171,12 @@ def check_clean(repo: Path, occasion: Occasion, board: str) -> None:
                          f"{', ...' if len(dirty) > 5 else ''}); nothing was unpacked or published",
                          f"commit or stash them and run again (the board must come from one clean commit){hint}")
     say(f"clean: checkout at {commit[:12]}")
+    import reconbench
+
+    code_root = Path(reconbench.__file__).resolve().parents[1]
+    if code_root != repo.resolve():
+        say(f"note: reconbench runs from {code_root}, not {repo}: the board records that checkout's commit and "
+            "cleanliness (install this checkout with `pip install -e .` to publish from it)")
 
 
 def run_reconbench(step: str, args: list[str], fix: str) -> str:
@@ -348,8 +358,7 @@ def commit_lines(occasion: Occasion, board: str) -> list[str]:
         return []
     slice_at = f"the slice at {(occasion.commit or 'an unknown commit')[:12]}"
     files = ", ".join(p.name for p in occasion.copies.values() if str(p) in paths)
-    if occasion.published:
-        header = occasion.header
+    if occasion.published and (header := occasion.header) is not None:
         progress = header.progress or f"all {header.cells.get('planned', 0)} cells"
         subject = (f"{board}: {len(occasion.new_on_board)} new cell(s), board {progress} ({occasion.card or 'GPU'} "
                    f"occasion, {slice_at})")
