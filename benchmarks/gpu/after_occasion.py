@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE, STEP_AB, PACK = "probe.json", "step_ab.json", "pack"
 RESULTS_GPU = Path("benchmarks/results/gpu")
 CARD = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+BOARD = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 STEPS = ("read", "clean", "unpack", "publish", "verify", "place", "probe", "index", "results")
 
 
@@ -111,13 +112,16 @@ def _json_gpu(path: Path) -> str | None:
     return str(gpu) if gpu else None
 
 
-def read_files(files_at: Path, card: str | None, occasion: Occasion) -> Path | None:
+def read_files(files_at: Path, card: str | None, board: str, occasion: Occasion) -> Path | None:
     """Step 1: the pack (or None), the card, and the files to copy."""
     if not files_at.is_dir():
         raise StepFailed("read", f"{files_at} is not a folder", "give the `run` reply's files_at folder")
     if (files_at / "manifest.json").is_file():
         raise StepFailed("read", f"{files_at} is a pack itself", f"give the folder above it (files_at), which holds "
                          f"{PACK}/ and {PROBE}")
+    if not BOARD.match(board):
+        raise StepFailed("read", f"--board {board!r} is not a board's folder name", "give a name of lower-case "
+                         "letters, digits and dashes (e.g. paper-gpu)")
     pack = files_at / PACK if (files_at / PACK / "manifest.json").is_file() else None
     found = {name: files_at / name for name in (PROBE, STEP_AB) if (files_at / name).is_file()}
     if pack is None and not found:
@@ -395,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     occasion = Occasion()
     start = Path.cwd()
     try:
-        pack = read_files(files_at, args.card, occasion)
+        pack = read_files(files_at, args.card, args.board, occasion)
         os.chdir(repo)   # every path below is the repository's, as the manual steps typed them
         from reconbench.bench.suite import load_suite
         from reconbench.errors import ReconbenchError

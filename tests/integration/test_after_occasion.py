@@ -139,6 +139,8 @@ def files_at(tmp_path: Path, name: str, pack: Path, gpu: str = "NVIDIA H200") ->
     for file, fmt in (("probe.json", "reconbench-gpu-probe/1"), ("step_ab.json", "step-ab")):
         (folder / file).write_text(json.dumps({"format": fmt, "conditions": {"device": "cuda", "gpu": gpu},
                                                "file": file}))
+    for path in sorted(folder.rglob("*"), reverse=True) + [folder]:   # read-only, as the device tool leaves them
+        path.chmod(0o555 if path.is_dir() else 0o444)
     return folder
 
 
@@ -315,6 +317,8 @@ def test_the_card_comes_from_the_json_and_a_cpu_probe_needs_one(tmp_path, capsys
     (folder / "probe.json").write_text(json.dumps({"conditions": {"gpu": "NVIDIA H100 80GB HBM3"}}))
     code, out, err = after(capsys, str(folder), "--repo", str(tmp_path), "--card", "h200")
     assert code == 1 and "--card h200, but the JSON names the card h100" in err
+    code, out, err = after(capsys, str(folder), "--repo", str(tmp_path), "--board", "../paper-gpu")
+    assert code == 1 and err.startswith("error: step 1 (read): --board '../paper-gpu' is not a board's folder name")
     code, out, err = after(capsys, str(tmp_path / "nowhere"), "--repo", str(tmp_path))
     assert code == 1 and "step 1 (read)" in err and "is not a folder" in err
     # a folder that is not a git checkout: refused at step 2, nothing written
