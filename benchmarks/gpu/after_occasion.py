@@ -57,6 +57,12 @@ RESULTS_GPU = Path("benchmarks/results/gpu")
 CARD = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 BOARD = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 STEPS = ("read", "clean", "unpack", "publish", "verify", "place", "probe", "index", "results")
+#: the step running now (for the line of an unexpected error)
+CURRENT = ["read"]
+
+
+def begin(step: str) -> None:
+    CURRENT[0] = step
 
 
 class StepFailed(Exception):
@@ -114,6 +120,7 @@ def _json_gpu(path: Path) -> str | None:
 
 def read_files(files_at: Path, card: str | None, board: str, occasion: Occasion) -> Path | None:
     """Step 1: the pack (or None), the card, and the files to copy."""
+    begin("read")
     if not files_at.is_dir():
         raise StepFailed("read", f"{files_at} is not a folder", "give the `run` reply's files_at folder")
     if (files_at / "manifest.json").is_file():
@@ -161,6 +168,7 @@ def check_clean(repo: Path, occasion: Occasion, board: str) -> None:
     """Step 2: a git checkout without uncommitted changes to tracked files."""
     from reconbench.provenance import read_git_commit
 
+    begin("clean")
     commit = read_git_commit(repo)
     if commit is None:
         raise StepFailed("clean", f"{repo} is not a git checkout", "run it in the repository (or give --repo)")
@@ -207,6 +215,7 @@ def unpack(pack: Path, suite: str, results: Path, occasion: Occasion) -> None:
     from reconbench.bench.slice_pack import read_manifest
     from reconbench.errors import ReconbenchError
 
+    begin("unpack")
     try:
         manifest = read_manifest(pack)
     except ReconbenchError as exc:
@@ -242,6 +251,7 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Non
     from reconbench.errors import ReconbenchError
     from reconbench.leaderboard.render import build_leaderboard
 
+    begin("publish")
     published = Path("leaderboards") / board
     command = shlex.join(["reconbench", "leaderboard", suite_name, "--results", str(results), "--publish", "--out",
                           str(published), *([] if figures else ["--no-figures"])])
@@ -261,6 +271,7 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Non
             print(f"warning: {line}", file=sys.stderr)
         cells = data["header"]["cells"]
         say(f"publish: {cells['ok']} ok, {cells['failed']} failed, {cells['not_run']} not run (as {command})")
+        begin("verify")
         try:
             run_reconbench("verify", ["leaderboard", suite_name, "--out", str(draft), "--verify"],
                            f"{published} is unchanged; the draft was removed: fix what it names and run this command "
@@ -273,6 +284,7 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Non
                               "or decide with the board's size budget which cells it samples")
             raise
         say("verify: passed")
+        begin("place")
         replaced = work / ".replaced"
         if published.exists():
             published.rename(replaced)
@@ -300,6 +312,7 @@ def sampled_cells(suite_name: str) -> list[str]:
 
 def copy_probe_files(files_at: Path, occasion: Occasion) -> None:
     """Step 7."""
+    begin("probe")
     for name, dst in occasion.copies.items():
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(files_at / name, dst)
@@ -317,6 +330,7 @@ def write_index(board: str) -> None:
     from reconbench.errors import ReconbenchError
     from reconbench.leaderboard.index_table import BoardNote, add_board, drop_note, index_table, write_into
 
+    begin("index")
     lb, first = Path("leaderboards"), "first publication"
     try:
         if not committed(f"leaderboards/{board}/results.json"):
@@ -335,6 +349,7 @@ def write_results_page() -> None:
     """Step 9."""
     from reconbench.leaderboard.results_page import board_results_table, write_into
 
+    begin("results")
     page = Path("docs/results.md")
     try:
         changed = write_into(page, board_results_table(Path("leaderboards")))
@@ -393,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, help="the merged results folder, relative to --repo (default: "
                         "runs/bench/<suite name>)")
     parser.add_argument("--no-figures", action="store_true", help="publish without drawing the figures")
+    parser.add_argument("--debug", action="store_true", help="an unexpected error shows its traceback")
     args = parser.parse_args(argv)
     files_at = args.files_at.resolve()
     repo = args.repo.resolve()
@@ -435,6 +451,17 @@ def main(argv: list[str] | None = None) -> int:
         lines = commit_lines(occasion, args.board)
     except StepFailed as failed:
         print(failed.line(), file=sys.stderr)
+        return 1
+    except Exception as exc:   # a bug: one line, as for the others, with where it happened
+        if args.debug:
+            raise
+        step = CURRENT[0]
+        at = STEPS.index(step) - STEPS.index("place")
+        kept = (f"leaderboards/{args.board} is as it was" if at < 0 else
+                f"leaderboards/{args.board} may be missing (`git checkout -- leaderboards/{args.board}` restores the "
+                "committed one)" if at == 0 else "the board is in place; the steps after this one did not run")
+        print(f"error: step {STEPS.index(step) + 1} ({step}): unexpected {type(exc).__name__}: "
+              f"{' '.join(str(exc).split())}; {kept}: run again with --debug for the traceback", file=sys.stderr)
         return 1
     finally:
         os.chdir(start)

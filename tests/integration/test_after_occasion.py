@@ -319,6 +319,14 @@ def test_the_card_comes_from_the_json_and_a_cpu_probe_needs_one(tmp_path, capsys
     assert code == 1 and "--card h200, but the JSON names the card h100" in err
     code, out, err = after(capsys, str(folder), "--repo", str(tmp_path), "--board", "../paper-gpu")
     assert code == 1 and err.startswith("error: step 1 (read): --board '../paper-gpu' is not a board's folder name")
+    with pytest.MonkeyPatch.context() as mp:   # a bug is one line too, naming its step
+        mp.setattr(AFTER, "card_name", lambda gpu: 1 / 0)
+        code, out, err = after(capsys, str(folder), "--repo", str(tmp_path))
+        assert code == 1 and err.strip() == ("error: step 1 (read): unexpected ZeroDivisionError: division by zero; "
+                                             "leaderboards/paper-gpu is as it was: run again with --debug for the "
+                                             "traceback")
+        with pytest.raises(ZeroDivisionError):
+            AFTER.main([str(folder), "--repo", str(tmp_path), "--debug"])
     code, out, err = after(capsys, str(tmp_path / "nowhere"), "--repo", str(tmp_path))
     assert code == 1 and "step 1 (read)" in err and "is not a folder" in err
     # a folder that is not a git checkout: refused at step 2, nothing written
