@@ -113,7 +113,10 @@ _STATE_NAME = re.compile(r"^[0-9a-f]{16}\.safetensors$")
 #: the records archive's member holding the card JSON beside a travelling final state
 _CARD_MEMBER = re.compile(r"^training/([0-9a-f]{16})\.card\.json$")
 _MEMBER = re.compile(r"^(cells/[A-Za-z0-9._-]+\.json|targets/[A-Za-z0-9._-]+\.json|invocation\.json"
-                     r"|runs/[A-Za-z0-9._-]+/run-[0-9]{3}\.json|training/[0-9a-f]{16}\.card\.json)$")
+                     r"|runs/[A-Za-z0-9._-]+/run-[0-9]{3}\.json|training/[0-9a-f]{16}\.card\.json"
+                     r"|pairs/[A-Za-z0-9._-]+\.safetensors)$")
+#: the records archive's member holding a cell's figure pairs (``reconbench.leaderboard.figure_pairs``)
+_PAIRS_MEMBER = re.compile(r"^pairs/([A-Za-z0-9._-]+)\.safetensors$")
 #: the tensors of a search run's file (``reconbench.runs.execute``); each travels, floats as float32 where exact
 RUN_TENSORS = ("candidates", "labels", "x0", "multipliers")
 
@@ -173,9 +176,10 @@ def sample_cells(suite: Suite, all_cells: Sequence[str]) -> list[str]:
     return named + (rest if k is None else rest[:k])
 
 
-def _candidates_file(out: Path, cells: Iterable[str]) -> tuple[bytes | None, list[str]]:
+def _candidates_file(out: Path, cells: Iterable[str], limit: int = MAX_FILE_BYTES) -> tuple[bytes | None, list[str]]:
     """The sampled cells' candidates in float16 (labels and run ids unchanged) as one safetensors file, with as many
-    of the cells, in order, as keep it within the size limit; the file (None: no cell) and the cells kept."""
+    of the cells, in order, as keep it within the size limit (``limit``: a suite's ``candidates_max_bytes`` below a
+    pack file's, what its board would keep); the file (None: no cell) and the cells kept."""
     from safetensors.torch import load_file
 
     parts: list[tuple[str, dict[str, torch.Tensor]]] = []
@@ -186,12 +190,12 @@ def _candidates_file(out: Path, cells: Iterable[str]) -> tuple[bytes | None, lis
                                 for k, v in load_file(str(src)).items()}))
     kept: list[tuple[str, dict[str, torch.Tensor]]] = []
     for part in parts:   # the tensors' bytes first (cheap), then the file itself (its header counts too)
-        if sum(v.numel() * v.element_size() for _, p in [*kept, part] for v in p.values()) <= MAX_FILE_BYTES:
+        if sum(v.numel() * v.element_size() for _, p in [*kept, part] for v in p.values()) <= limit:
             kept.append(part)
     while kept:
         data = save({k: v for _, p in kept for k, v in p.items()},
                     metadata={"dtype": str(TRAVEL_DTYPE).removeprefix("torch.")})
-        if len(data) <= MAX_FILE_BYTES:
+        if len(data) <= min(limit + 64 * 1024, MAX_FILE_BYTES):
             return data, [cid for cid, _ in kept]
         kept.pop()
     return None, []
@@ -221,8 +225,38 @@ def _say_candidates_left(cells: Sequence[str], out: Path) -> None:
         else:
             sizes.append(cid)
     print(f"slice: the candidates of {len(new)} sampled cell(s) stay on this machine (a pack file holds "
-          f"{MAX_FILE_BYTES / 2**20:.0f} MiB, shared with the other sampled cells): {', '.join(sizes)}",
-          file=sys.stderr, flush=True)
+          f"{MAX_FILE_BYTES / 2**20:.0f} MiB, shared with the other sampled cells): {', '.join(sizes)}; their "
+          "figure pairs travel instead", file=sys.stderr, flush=True)
+
+
+#: the cells whose figure pairs this process has said it could not take (the pack is rewritten after every cell)
+_PAIRS_SAID: set[str] = set()
+
+
+def figure_pairs_members(suite: Suite, out: Path, cells: Sequence[str],
+                         data_root: str | None = None) -> list[tuple[str, bytes]]:
+    """The records archive's ``pairs/<cell id>.safetensors`` of every finished cell of ``cells``: the candidates its
+    reconstructions figure draws, in float16 (``reconbench.leaderboard.figure_pairs``), taken from its pooled
+    candidates in ``out`` once (kept in ``work/<cell>/figure_pairs.safetensors``). A cell whose pairs cannot be
+    taken (its candidates or its training data not at hand) is named in one ``slice:`` line and travels without
+    them: its numbers are in its record."""
+    from reconbench.leaderboard.figure_pairs import pairs_from_results
+
+    members = []
+    for cid in cells:
+        try:
+            rec = CELL_FILE.read(cell_path(out, cid))
+            if rec.status != STATUS_OK:
+                continue
+            path = pairs_from_results(out, rec, suite.leaderboard.sample_images, data_root)
+        except Exception as exc:   # noqa: BLE001 - a picture must not cost the slice its cells: say why
+            if cid not in _PAIRS_SAID:
+                _PAIRS_SAID.add(cid)
+                print(f"slice: no figure pairs of {cid} ({type(exc).__name__}: {exc}); its record travels without "
+                      "them", file=sys.stderr, flush=True)
+            continue
+        members.append((f"pairs/{cid}.safetensors", path.read_bytes()))
+    return members
 
 
 def slice_commit() -> str | None:
@@ -258,6 +292,8 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     cards: set[str] = set()
     for cid in cells:
         members.append((f"cells/{cid}.json", cell_path(out, cid).read_bytes()))
+    members += figure_pairs_members(suite, out, cells)
+    for cid in cells:
         key = records[cid].target.recipe_key
         card = out / "targets" / f"{key}.json"
         if key and key not in cards and card.exists():
@@ -270,7 +306,9 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     ok = [c for c in cells if records[c].status == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
     wanted = [c for c in sample if c in ok]
-    candidates, sampled = _candidates_file(out, wanted)
+    limit = suite.leaderboard.candidates_max_bytes
+    candidates, sampled = _candidates_file(out, wanted, MAX_FILE_BYTES if limit is None else min(limit,
+                                                                                                MAX_FILE_BYTES))
     if candidates is not None and archives + 2 <= max_files:
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
@@ -474,6 +512,8 @@ class UnpackReport:
     merged: list[str] = field(default_factory=list)     # cells written
     already: list[str] = field(default_factory=list)    # identical records already in the results folder
     candidates: list[str] = field(default_factory=list)
+    pairs: list[str] = field(default_factory=list)   # cells whose figure pairs were written
+    pairs_missing: dict[str, str] = field(default_factory=dict)   # cell id -> why its pairs were not taken here
     cards_kept: list[str] = field(default_factory=list)  # the folder's own card differed and was kept
     remaining: list[str] = field(default_factory=list)
     invocation: int | None = None
@@ -576,6 +616,27 @@ def _cell_records(members: dict[str, bytes], manifest: SliceManifest, pack: Path
     return records
 
 
+def _pairs(members: Mapping[str, bytes], records: Mapping[str, Any], pack: Path) -> dict[str, bytes]:
+    """The archived figure pairs by cell id, each of a cell the pack holds and readable as figure pairs of it."""
+    from reconbench.leaderboard.figure_pairs import FigurePairs, PairsError
+
+    out = {}
+    for name, data in members.items():
+        if (match := _PAIRS_MEMBER.match(name)) is None:
+            continue
+        cid = match.group(1)
+        try:
+            pairs = FigurePairs.from_bytes(data, f"{pack}: {name}")
+        except PairsError as exc:
+            raise PackError(str(exc).replace("take it again from the cell's candidates, or publish the board again",
+                                              "fetch the pack again")) from None
+        if cid not in records or pairs.cell_id != cid:
+            raise PackError(f"{pack}: {name} holds figure pairs of {pairs.cell_id!r}, not of a cell the pack holds; "
+                            "fetch the pack again")
+        out[cid] = data
+    return out
+
+
 def _conflict(existing: CellRecord, rec: CellRecord) -> bool:
     """Whether a record already in the results folder forbids the slice's: a finished cell (same key, status ok)
     with other contents. A failed or stale record gives way; an identical one is merged already."""
@@ -590,6 +651,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
     manifest = verify_pack(pack, suite)
     members = _members(pack, manifest)
     records = _cell_records(members, manifest, pack)
+    pairs = _pairs(members, records, pack)
     candidates = _candidates(pack, manifest)
     _state_entries(pack, manifest)   # a split state that does not join is refused before anything is written
     cards = _state_cards(pack, manifest, members)   # and a travelling card that is not the manifest's
@@ -634,6 +696,12 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
                 tmp.write_bytes(save(tensors, metadata={"values": "float16, as the slice's pack carried them"}))
                 tmp.replace(work / "candidates.safetensors")
                 report.candidates.append(cid)
+            if cid in pairs:   # after the candidates: a kept pairs file is newer than the candidates it came from
+                from reconbench.leaderboard.figure_pairs import PAIRS_FILE
+
+                work.mkdir(parents=True, exist_ok=True)
+                write_bytes_atomic(work / PAIRS_FILE, pairs[cid])
+                report.pairs.append(cid)
             write_text_atomic(cell_path(out, cid), data.decode())
             report.merged.append(cid)
         report.states = _unpack_states(pack, manifest, out, cards)
@@ -661,6 +729,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
                 suite, out, complete, device=manifest.device or suite.device, dtype=manifest.dtype or suite.dtype,
                 invocation=number, data_root=data_root)
             _note_evaluated(out, report.invocation, report.evaluated)
+            _pairs_of_evaluated(suite, out, report, data_root)
             partial = _merged_partial(before, manifest.groups, out, keys)
         report.partial = {cid: (len(entry.runs), entry.search_runs) for cid, entry in partial.items()}
         listed = _write_ledger(out, suite, keys, rows, partial).training
@@ -670,6 +739,20 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
                 card_beside(state).unlink(missing_ok=True)
     report.remaining = remaining_cells(out, keys)
     return report
+
+
+def _pairs_of_evaluated(suite: Suite, out: Path, report: UnpackReport, data_root: str | None) -> None:
+    """The figure pairs of the cells evaluated here from their gathered runs, taken from their pooled candidates as a
+    slice takes them (every run is here: the same subset), beside them in ``work/<cell>/``."""
+    from reconbench.leaderboard.figure_pairs import pairs_from_results
+
+    for cid in report.evaluated:
+        try:
+            pairs_from_results(out, CELL_FILE.read(cell_path(out, cid)), suite.leaderboard.sample_images, data_root)
+        except Exception as exc:   # noqa: BLE001 - the merge keeps the cell; the figure says what it lacks
+            report.pairs_missing[cid] = f"{type(exc).__name__}: {exc}"
+            continue
+        report.pairs.append(cid)
 
 
 def _note_evaluated(out: Path, invocation: int | None, evaluated: Sequence[str]) -> None:
