@@ -306,15 +306,18 @@ def rescore_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int, whe
     problems, compared = [], 0
     for i, fresh in rescore(problem, pairs, rec).items():
         row = rec.per_image[i]
+        differ = []
         for key, value in fresh.items():
             if not row.has(key) or value is None:
                 continue
             stored = _num(row.raw(key))
             compared += 1
             if stored is None or abs(stored - value) > rtol * max(1.0, abs(stored), abs(value)):
-                problems.append(f"{where}: the figure pair of training image {i} of {rec.cell_id} re-scores "
-                                f"{key} {value:.6g} from its float16 subset, the row stores {stored!r} (tolerance "
-                                f"{rtol:.2g}): the subset is not the cell's candidates; publish the board again")
+                differ.append(f"{key} {value:.6g} (the row stores {stored!r})")
+        if differ:   # one line per pair, naming every score of it that differs
+            problems.append(f"{where}: the figure pair of training image {i} of {rec.cell_id} re-scores "
+                            f"{', '.join(differ)} from its float16 subset, beyond float16's rounding (relative "
+                            f"{rtol:.2g}): the subset is not the cell's candidates; publish the board again")
     return problems, compared
 
 
