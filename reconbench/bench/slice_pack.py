@@ -205,7 +205,7 @@ def _candidates_file(out: Path, cells: Iterable[str], limit: int = MAX_FILE_BYTE
 _LEFT_SAID: set[str] = set()
 
 
-def _say_candidates_left(cells: Sequence[str], out: Path) -> None:
+def _say_candidates_left(cells: Sequence[str], out: Path, limit: int = MAX_FILE_BYTES) -> None:
     """One ``slice:`` line on stderr, once per cell in a process, for sampled cells whose candidates stay on the
     machine: their float16 tensors pass a pack file, or no file is left for them; the board then stores none of
     theirs (no re-scoring sample, no reconstructions figure of them)."""
@@ -224,9 +224,10 @@ def _say_candidates_left(cells: Sequence[str], out: Path) -> None:
             sizes.append(f"{cid} ({travel / 2**20:.1f} MiB in float16)")
         else:
             sizes.append(cid)
-    print(f"slice: the candidates of {len(new)} sampled cell(s) stay on this machine (a pack file holds "
-          f"{MAX_FILE_BYTES / 2**20:.0f} MiB, shared with the other sampled cells): {', '.join(sizes)}; their "
-          "figure pairs travel instead", file=sys.stderr, flush=True)
+    room = (f"a pack file holds {MAX_FILE_BYTES / 2**20:.0f} MiB" if limit >= MAX_FILE_BYTES else
+            f"the suite's candidates_max_bytes keeps {limit:,} bytes")
+    print(f"slice: the candidates of {len(new)} sampled cell(s) stay on this machine ({room}, shared with the other "
+          f"sampled cells): {', '.join(sizes)}; their figure pairs travel instead", file=sys.stderr, flush=True)
 
 
 #: the cells whose figure pairs this process has said it could not take (the pack is rewritten after every cell)
@@ -306,14 +307,14 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     ok = [c for c in cells if records[c].status == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
     wanted = [c for c in sample if c in ok]
-    limit = suite.leaderboard.candidates_max_bytes
-    candidates, sampled = _candidates_file(out, wanted, MAX_FILE_BYTES if limit is None else min(limit,
-                                                                                                MAX_FILE_BYTES))
+    limit = MAX_FILE_BYTES if suite.leaderboard.candidates_max_bytes is None else min(
+        suite.leaderboard.candidates_max_bytes, MAX_FILE_BYTES)   # what the board would keep of them
+    candidates, sampled = _candidates_file(out, wanted, limit)
     if candidates is not None and archives + 2 <= max_files:
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
-    _say_candidates_left([c for c in wanted if c not in sampled], out)
+    _say_candidates_left([c for c in wanted if c not in sampled], out, limit)
     travelling: list[PackedState] = []
     left_out: list[LeftOutState] = []
     for state in states:
