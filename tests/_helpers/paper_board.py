@@ -2,8 +2,8 @@
 own writers without a run.
 
 Each of ``paper.toml``'s cells becomes a synthetic full cell record of the papers' size (n = 500 per-image rows,
-16 search runs of m = 1000), made from the shape of a published KKT cell with every number drawn at random (7
-significant digits, as a real score has), and goes through the slim writer a publication uses
+16 search runs of m = 1000), made from the shape of a published KKT cell with every number drawn at random (at full
+precision, as computed numbers are), and goes through the slim writer a publication uses
 (``slim.write_entry``); each target gets a board card of n = 500 (``board_cards.write_board_card``), each attack's
 figure cell its figure pairs (``figure_pairs.FigurePairs``, CIFAR-10-sized float16 images), and the reconstructions
 figure is drawn (``pair_figure.draw_pairs``) and palette-encoded (``slim.compact_figures``) as a board's is.
@@ -44,12 +44,13 @@ def _digits(x: float) -> float:
 
 
 def _noisy(value: Any, rng: random.Random) -> Any:
-    """A number of the same kind drawn at random (floats at 7 significant digits), other values unchanged."""
+    """A number of the same kind drawn at random (floats at full precision, as a record stores a computed float; an
+    entry's per-image rows round theirs to 7 digits on their own), other values unchanged."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     if isinstance(value, int):
         return rng.randrange(0, max(abs(value) * 2, 10))
-    return _digits(value * rng.uniform(0.5, 1.5) + rng.uniform(-1e-3, 1e-3))
+    return value * rng.uniform(0.5, 1.5) + rng.uniform(-1e-3, 1e-3)
 
 
 def _rows(template: list[dict[str, Any]], n: int, rng: random.Random) -> list[dict[str, Any]]:
