@@ -273,7 +273,8 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
                deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
                costs: SliceCosts | None = None, states: Sequence[Path] = (),
                max_files: int = MAX_FILES, measured: Sequence[MeasuredRate] = (),
-               stopped: Sequence[StoppedCell] = (), groups: Sequence[RunGroup] = ()) -> SliceManifest:
+               stopped: Sequence[StoppedCell] = (), groups: Sequence[RunGroup] = (),
+               data_root: str | None = None) -> SliceManifest:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
 
@@ -287,13 +288,14 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     manifest included (fewer than :data:`MAX_FILES` when something else comes back beside the pack: the probe's
     JSON). ``measured``: what the slice measured of every cell that ran, finished or not; ``stopped``: the cells
     whose attack the deadline stopped (they are not in ``cells``: they stay to do). ``groups``: search runs of cells
-    split across slices (:func:`_run_files`), in the files the records, candidates and states leave."""
+    split across slices (:func:`_run_files`), in the files the records, candidates and states leave. ``data_root``:
+    the training data the cells' figure pairs are taken with (:func:`figure_pairs_members`)."""
     records = {cid: CELL_FILE.read(cell_path(out, cid)) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
     for cid in cells:
         members.append((f"cells/{cid}.json", cell_path(out, cid).read_bytes()))
-    members += figure_pairs_members(suite, out, cells)
+    members += figure_pairs_members(suite, out, cells, data_root)
     for cid in cells:
         key = records[cid].target.recipe_key
         card = out / "targets" / f"{key}.json"
