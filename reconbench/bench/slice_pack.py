@@ -5,17 +5,20 @@ A device machine returns at most :data:`MAX_FILES` files of at most :data:`MAX_F
     manifest.json                 suite, suite file sha256, commit, device, the cells it holds, the cells that
                                   remain, whether the slice ended, and the sha256 and size of every other file
     records-<sha>.tar.xz          the cells' JSON records, the model cards of their targets, the slice's invocation
-                                  record, the card JSON beside each travelling final training state (several
-                                  archives when one would be too large)
+                                  record, the card JSON beside each travelling final training state, the figure
+                                  pairs of every finished cell (``pairs/<cell id>.safetensors``: the float16
+                                  candidates its reconstructions figure draws, ``reconbench.leaderboard.
+                                  figure_pairs``) (several archives when one would be too large)
     candidates-<sha>.safetensors  the pooled candidates of the cells the suite's ``store_candidates`` keeps, in
                                   float16, keyed ``<cell id>/<tensor>`` (absent when no cell keeps them)
 
 (``<sha>``: the first 12 hex digits of the file's sha256.)
 
-Candidates of other cells do not leave the device: each cell was evaluated there and its record holds the scores.
-``unpack`` checks every file against the manifest and the suite file's hash before anything is written, refuses a
-cell that the results folder already holds with other numbers, and writes the cells, cards, candidates (as float32
-holding the float16 values, marked so in the file's metadata) and the invocation record.
+Candidates of other cells do not leave the device (their figure pairs do): each cell was evaluated there and its
+record holds the scores. ``unpack`` checks every file against the manifest and the suite file's hash before anything
+is written, refuses a cell that the results folder already holds with other numbers, and writes the cells, cards,
+candidates (as float32 holding the float16 values, marked so in the file's metadata), figure pairs and the
+invocation record.
 """
 
 from __future__ import annotations
