@@ -138,10 +138,16 @@ def check_kept_pairs(suite: Suite, pub: Published, board: Path, picks: list[str]
     from reconbench.evaluation.pair_figure import PairGroup, draw_pairs, read_layout
     from reconbench.leaderboard.board_cards import load_board_card
     from reconbench.leaderboard.figure_pairs import BOARD_FOLDER, PairsError, read_pairs, rescore_pairs, subset_pairs
+    from reconbench.leaderboard.slim import candidates_file
 
     out = FigureCheck()
     folder = board / BOARD_FOLDER
     kept = sorted(p for p in folder.glob("*.safetensors")) if folder.is_dir() else []
+    if suite.leaderboard.figure_pairs:   # the suite keeps the pairs of every figure cell without stored candidates
+        out.problems += [f"{folder}: no figure pairs of {cid}, which the reconstructions figure shows and whose "
+                         "candidates the board does not store; publish the board again"
+                         for cid in picks if candidates_file(board, cid) is None
+                         and not (folder / f"{cid}.safetensors").is_file()]
     if not kept:
         return out
     records = {r.cell_id: r for r in pub.usable()}

@@ -162,3 +162,42 @@ def test_a_cell_evaluated_at_a_merge_takes_the_pairs_a_whole_slice_brings(tmp_pa
     problem, _ = FigureData(local, None).problem_card(rec)
     problems, compared = rescore_pairs(problem, read_pairs(merged), rec, 4, str(merged))
     assert problems == [] and compared > 0
+
+
+def test_a_suite_asking_for_figure_pairs_keeps_them_for_every_figure_cell_without_candidates(tmp_path):
+    """``[leaderboard] figure_pairs = true`` (paper.toml's): a figure cell whose full candidates are at hand but not
+    stored on the board keeps its pairs too, and ``--verify`` fails in one line when they are gone."""
+    suite = tmp_path / "pairs.toml"
+    suite.write_text(TINY.read_text().replace("sample_images = 4", "sample_images = 4\nfigure_pairs = true\n"
+                                                                   "candidates_max_bytes = 0"))
+    with pytest.MonkeyPatch.context() as mp:
+        at_commit(mp, None)
+        mp.setenv(COMMIT_ENV, SLICE_A)
+        pack = tmp_path / "pack"
+        code, out, err = cli(["bench", str(suite), "--device", "cpu", "--deadline", "600", "--pack", str(pack),
+                              "--out", str(tmp_path / "device"), "--cache", str(tmp_path / "cache"), "-q"])
+        assert code == 0, out + err
+        mp.delenv(COMMIT_ENV)
+        assert json.loads((pack / "manifest.json").read_text())["candidates"]["cells"] == []   # 0 bytes: none travel
+        local, board = tmp_path / "local", tmp_path / "lb"
+        assert cli(["bench", str(suite), "--unpack", str(pack), "--out", str(local)])[0] == 0
+        for cid in load_cells(local):   # as if their candidates had come back (a cell evaluated at a merge)
+            work = local / "work" / cid
+            (tmp_path / "device" / "work" / cid / "candidates.safetensors").replace(work / "candidates.safetensors")
+            (work / PAIRS_FILE).unlink()
+        at_commit(mp, HERE)
+        code, out, err = cli(["leaderboard", str(suite), "--results", str(local), "--publish", "--out", str(board)])
+        assert code == 0, out + err
+    results = json.loads((board / "results.json").read_text())
+    figure = results["figures"]["reconstructions"]
+    assert results["stored_candidates"] == [] and "Drawn from a subset" not in figure["caption"]   # drawn in full
+    (kept,) = (board / BOARD_FOLDER).iterdir()
+    assert kept.name == f"{figure['cells'][0]}.safetensors"
+    code, out, err = cli(["leaderboard", str(suite), "--out", str(board), "--verify"])
+    assert code == 0 and "1 through the figure pairs re-scored from float16" in out, out + err
+    kept.unlink()
+    (board / BOARD_FOLDER).rmdir()
+    write_manifest(board)
+    code, out, err = cli(["leaderboard", str(suite), "--out", str(board), "--verify"])
+    lines = [ln for ln in out.splitlines() if ln.startswith("MISMATCH")]
+    assert code != 0 and len(lines) == 1 and f"no figure pairs of {figure['cells'][0]}" in lines[0], out + err
