@@ -97,6 +97,10 @@ def test_the_figure_pairs_travel_are_kept_published_and_drawn_from(published):
     assert all(cid in figure["caption"] for cid in figure["cells"])
     assert (board / BOARD_FOLDER / kept[0]).read_bytes() == (local / "work" / figure["cells"][0] / PAIRS_FILE
                                                              ).read_bytes()
+    # `redraw` draws it again from the pairs the board keeps, without running the cell again
+    code, out, err = cli(["leaderboard", "redraw", str(TINY), "--out", str(board)])
+    assert code == 0 and "redrawn from 1 cell(s)" in out, out + err
+    assert cli(["leaderboard", str(TINY), "--out", str(board), "--verify"])[0] == 0
 
 
 def test_verify_rescores_the_pairs_and_fails_in_one_line_on_an_altered_value(published):
