@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,7 +193,7 @@ def subset_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> l
     from reconbench.evaluation.ssim import display
     from reconbench.leaderboard.cell_pairs import CALIBRATED_FLAG, CALIBRATED_SCORE, DISTANCE, PAPERS_SCORE, CellPair
 
-    problem_check(problem, pairs, rec, k)
+    check_shown(problem, pairs, rec, k)
     protocol = cell_protocol(rec)
     mean = problem.mean_tensor(torch.float64)
     originals = torch.as_tensor(problem.train_images, dtype=torch.float64)
@@ -209,7 +208,7 @@ def subset_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> l
     return out
 
 
-def problem_check(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> None:
+def check_shown(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> None:
     """That ``pairs`` holds what the figure of ``rec`` shows: its images in order, each matched as the rows say, of
     the problem's image shape."""
     fix = "take the subset again from the cell's candidates, or publish the board again"
@@ -295,11 +294,11 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def rescore_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int, where: str) -> tuple[list[str], int]:
-    """The subset checked against the cell's rows: it holds the figure's images (:func:`problem_check`), and each
+    """The subset checked against the cell's rows: it holds the figure's images (:func:`check_shown`), and each
     pair's scores re-computed from it agree with the stored ones within :func:`pairs_tolerance`. The problems (one
     line each) and the number of scores compared."""
     try:
-        problem_check(problem, pairs, rec, k)
+        check_shown(problem, pairs, rec, k)
     except PairsError as exc:
         return [f"{where}: {exc}"], 0
     rtol = pairs_tolerance(problem)
@@ -319,8 +318,3 @@ def rescore_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int, whe
                             f"{', '.join(differ)} from its float16 subset, beyond float16's rounding (relative "
                             f"{rtol:.2g}): the subset is not the cell's candidates; publish the board again")
     return problems, compared
-
-
-def pairs_bytes(pairs: Sequence[FigurePairs]) -> int:
-    """The bytes of the subsets' files."""
-    return sum(p.nbytes for p in pairs)
