@@ -412,3 +412,17 @@ def test_compact_results_leave_out_only_what_the_values_give_back():
     half = (2 * q - 1) * math.sqrt(2 / (4 * q * (1 - q))) / math.sqrt(3)
     assert back["a"]["ci95"] == pytest.approx([4.0 - half, 4.0 + half], rel=1e-12)
     assert back == data["tables"]["pool"][0]["metrics"]
+
+
+def test_the_committed_paper_board_estimate_is_what_the_writers_give_and_what_the_docs_say(paper_board):
+    """benchmarks/results/paper_board_size.json against the board built here (the same generated numbers; the
+    published boards' bytes per cell, which price results.json and README.md, may have moved since), and the
+    numbers docs/leaderboard-entries.md quotes from it."""
+    _, sizes = paper_board
+    committed = json.loads((REPO / "benchmarks" / "results" / "paper_board_size.json").read_text())
+    assert committed["parts"]["cells"] == sizes["parts"]["cells"]   # the slim entries: generated, then written
+    assert committed["disk_use"] == pytest.approx(sizes["disk_use"], rel=0.05)
+    text = " ".join((REPO / "docs" / "leaderboard-entries.md").read_text().split())
+    assert f"a full `paper-gpu` board uses {committed['disk_use'] / 2**20:.1f} MiB" in text
+    assert f"{committed['parts']['cells'] / 2**20:.1f} MiB of slim entries" in text
+    assert committed["disk_use"] <= PAPER_BOARD_BUDGET
