@@ -86,6 +86,7 @@ class FigurePairs:
         fix = "take it again from the cell's candidates, or publish the board again"
         try:
             tensors = load(data)
+            # the header by hand: safetensors reads a file's metadata (safe_open) but not that of bytes in memory
             meta = json.loads(data[8:8 + int.from_bytes(data[:8], "little")]).get("__metadata__") or {}
         except (SafetensorError, ValueError, OSError, UnicodeDecodeError) as exc:
             raise PairsError(f"{where} is not a readable figure-pairs file ({exc}); {fix}") from None
