@@ -5,17 +5,20 @@ A device machine returns at most :data:`MAX_FILES` files of at most :data:`MAX_F
     manifest.json                 suite, suite file sha256, commit, device, the cells it holds, the cells that
                                   remain, whether the slice ended, and the sha256 and size of every other file
     records-<sha>.tar.xz          the cells' JSON records, the model cards of their targets, the slice's invocation
-                                  record, the card JSON beside each travelling final training state (several
-                                  archives when one would be too large)
+                                  record, the card JSON beside each travelling final training state, the figure
+                                  pairs of every finished cell (``pairs/<cell id>.safetensors``: the float16
+                                  candidates its reconstructions figure draws, ``reconbench.leaderboard.
+                                  figure_pairs``) (several archives when one would be too large)
     candidates-<sha>.safetensors  the pooled candidates of the cells the suite's ``store_candidates`` keeps, in
                                   float16, keyed ``<cell id>/<tensor>`` (absent when no cell keeps them)
 
 (``<sha>``: the first 12 hex digits of the file's sha256.)
 
-Candidates of other cells do not leave the device: each cell was evaluated there and its record holds the scores.
-``unpack`` checks every file against the manifest and the suite file's hash before anything is written, refuses a
-cell that the results folder already holds with other numbers, and writes the cells, cards, candidates (as float32
-holding the float16 values, marked so in the file's metadata) and the invocation record.
+Candidates of other cells do not leave the device (their figure pairs do): each cell was evaluated there and its
+record holds the scores. ``unpack`` checks every file against the manifest and the suite file's hash before anything
+is written, refuses a cell that the results folder already holds with other numbers, and writes the cells, cards,
+candidates (as float32 holding the float16 values, marked so in the file's metadata), figure pairs and the
+invocation record.
 """
 
 from __future__ import annotations
@@ -114,7 +117,10 @@ _STATE_NAME = re.compile(r"^[0-9a-f]{16}\.safetensors$")
 #: the records archive's member holding the card JSON beside a travelling final state
 _CARD_MEMBER = re.compile(r"^training/([0-9a-f]{16})\.card\.json$")
 _MEMBER = re.compile(r"^(cells/[A-Za-z0-9._-]+\.json|targets/[A-Za-z0-9._-]+\.json|invocation\.json"
-                     r"|runs/[A-Za-z0-9._-]+/run-[0-9]{3}\.json|training/[0-9a-f]{16}\.card\.json)$")
+                     r"|runs/[A-Za-z0-9._-]+/run-[0-9]{3}\.json|training/[0-9a-f]{16}\.card\.json"
+                     r"|pairs/[A-Za-z0-9._-]+\.safetensors)$")
+#: the records archive's member holding a cell's figure pairs (``reconbench.leaderboard.figure_pairs``)
+_PAIRS_MEMBER = re.compile(r"^pairs/([A-Za-z0-9._-]+)\.safetensors$")
 #: the tensors of a search run's file (``reconbench.runs.execute``); each travels, floats as float32 where exact
 RUN_TENSORS = ("candidates", "labels", "x0", "multipliers")
 
@@ -174,9 +180,10 @@ def sample_cells(suite: Suite, all_cells: Sequence[str]) -> list[str]:
     return named + (rest if k is None else rest[:k])
 
 
-def _candidates_file(out: Path, cells: Iterable[str]) -> tuple[bytes | None, list[str]]:
+def _candidates_file(out: Path, cells: Iterable[str], limit: int = MAX_FILE_BYTES) -> tuple[bytes | None, list[str]]:
     """The sampled cells' candidates in float16 (labels and run ids unchanged) as one safetensors file, with as many
-    of the cells, in order, as keep it within the size limit; the file (None: no cell) and the cells kept."""
+    of the cells, in order, as keep it within the size limit (``limit``: a suite's ``candidates_max_bytes`` below a
+    pack file's, what its board would keep); the file (None: no cell) and the cells kept."""
     from safetensors.torch import load_file
 
     parts: list[tuple[str, dict[str, torch.Tensor]]] = []
@@ -187,12 +194,12 @@ def _candidates_file(out: Path, cells: Iterable[str]) -> tuple[bytes | None, lis
                                 for k, v in load_file(str(src)).items()}))
     kept: list[tuple[str, dict[str, torch.Tensor]]] = []
     for part in parts:   # the tensors' bytes first (cheap), then the file itself (its header counts too)
-        if sum(v.numel() * v.element_size() for _, p in [*kept, part] for v in p.values()) <= MAX_FILE_BYTES:
+        if sum(v.numel() * v.element_size() for _, p in [*kept, part] for v in p.values()) <= limit:
             kept.append(part)
     while kept:
         data = save({k: v for _, p in kept for k, v in p.items()},
                     metadata={"dtype": str(TRAVEL_DTYPE).removeprefix("torch.")})
-        if len(data) <= MAX_FILE_BYTES:
+        if len(data) <= min(limit + 64 * 1024, MAX_FILE_BYTES):
             return data, [cid for cid, _ in kept]
         kept.pop()
     return None, []
@@ -202,7 +209,7 @@ def _candidates_file(out: Path, cells: Iterable[str]) -> tuple[bytes | None, lis
 _LEFT_SAID: set[str] = set()
 
 
-def _say_candidates_left(cells: Sequence[str], out: Path) -> None:
+def _say_candidates_left(cells: Sequence[str], out: Path, limit: int = MAX_FILE_BYTES) -> None:
     """One ``slice:`` line on stderr, once per cell in a process, for sampled cells whose candidates stay on the
     machine: their float16 tensors pass a pack file, or no file is left for them; the board then stores none of
     theirs (no re-scoring sample, no reconstructions figure of them)."""
@@ -221,9 +228,40 @@ def _say_candidates_left(cells: Sequence[str], out: Path) -> None:
             sizes.append(f"{cid} ({travel / 2**20:.1f} MiB in float16)")
         else:
             sizes.append(cid)
-    print(f"slice: the candidates of {len(new)} sampled cell(s) stay on this machine (a pack file holds "
-          f"{MAX_FILE_BYTES / 2**20:.0f} MiB, shared with the other sampled cells): {', '.join(sizes)}",
-          file=sys.stderr, flush=True)
+    room = (f"a pack file holds {MAX_FILE_BYTES / 2**20:.0f} MiB" if limit >= MAX_FILE_BYTES else
+            f"the suite's candidates_max_bytes keeps {limit:,} bytes")
+    print(f"slice: the candidates of {len(new)} sampled cell(s) stay on this machine ({room}, shared with the other "
+          f"sampled cells): {', '.join(sizes)}; their figure pairs travel instead", file=sys.stderr, flush=True)
+
+
+#: the cells whose figure pairs this process has said it could not take (the pack is rewritten after every cell)
+_PAIRS_SAID: set[str] = set()
+
+
+def figure_pairs_members(suite: Suite, out: Path, cells: Sequence[str],
+                         data_root: str | None = None) -> list[tuple[str, bytes]]:
+    """The records archive's ``pairs/<cell id>.safetensors`` of every finished cell of ``cells``: the candidates its
+    reconstructions figure draws, in float16 (``reconbench.leaderboard.figure_pairs``), taken from its pooled
+    candidates in ``out`` once (kept in ``work/<cell>/figure_pairs.safetensors``). A cell whose pairs cannot be
+    taken (its candidates or its training data not at hand) is named in one ``slice:`` line and travels without
+    them: its numbers are in its record."""
+    from reconbench.leaderboard.figure_pairs import pairs_from_results
+
+    members = []
+    for cid in cells:
+        try:
+            rec = CELL_FILE.read(cell_path(out, cid))
+            if rec.status != STATUS_OK:
+                continue
+            path = pairs_from_results(out, rec, suite.leaderboard.sample_images, data_root)
+        except Exception as exc:   # noqa: BLE001 - a picture must not cost the slice its cells: say why
+            if cid not in _PAIRS_SAID:
+                _PAIRS_SAID.add(cid)
+                print(f"slice: no figure pairs of {cid} ({type(exc).__name__}: {exc}); its record travels without "
+                      "them", file=sys.stderr, flush=True)
+            continue
+        members.append((f"pairs/{cid}.safetensors", path.read_bytes()))
+    return members
 
 
 def slice_commit() -> str | None:
@@ -239,7 +277,8 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
                deadline: float | None = None, elapsed: float | None = None, complete: bool = True,
                costs: SliceCosts | None = None, states: Sequence[Path] = (),
                max_files: int = MAX_FILES, measured: Sequence[MeasuredRate] = (),
-               stopped: Sequence[StoppedCell] = (), groups: Sequence[RunGroup] = ()) -> SliceManifest:
+               stopped: Sequence[StoppedCell] = (), groups: Sequence[RunGroup] = (),
+               data_root: str | None = None) -> SliceManifest:
     """Write the pack of ``cells`` (ids of cells this slice wrote to ``out``) into ``pack``, replacing the pack a
     previous call wrote there; returns the manifest.
 
@@ -253,12 +292,15 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     manifest included (fewer than :data:`MAX_FILES` when something else comes back beside the pack: the probe's
     JSON). ``measured``: what the slice measured of every cell that ran, finished or not; ``stopped``: the cells
     whose attack the deadline stopped (they are not in ``cells``: they stay to do). ``groups``: search runs of cells
-    split across slices (:func:`_run_files`), in the files the records, candidates and states leave."""
+    split across slices (:func:`_run_files`), in the files the records, candidates and states leave. ``data_root``:
+    the training data the cells' figure pairs are taken with (:func:`figure_pairs_members`)."""
     records = {cid: CELL_FILE.read(cell_path(out, cid)) for cid in cells}
     members: list[tuple[str, bytes]] = []
     cards: set[str] = set()
     for cid in cells:
         members.append((f"cells/{cid}.json", cell_path(out, cid).read_bytes()))
+    members += figure_pairs_members(suite, out, cells, data_root)
+    for cid in cells:
         key = records[cid].target.recipe_key
         card = out / "targets" / f"{key}.json"
         if key and key not in cards and card.exists():
@@ -271,12 +313,14 @@ def write_pack(pack: Path, suite: Suite, out: Path, *, cells: Sequence[str], rem
     ok = [c for c in cells if records[c].status == STATUS_OK]
     sample = sample_cells(suite, [c.cell_id for c in expand(suite)])
     wanted = [c for c in sample if c in ok]
-    candidates, sampled = _candidates_file(out, wanted)
+    limit = MAX_FILE_BYTES if suite.leaderboard.candidates_max_bytes is None else min(
+        suite.leaderboard.candidates_max_bytes, MAX_FILE_BYTES)   # what the board would keep of them
+    candidates, sampled = _candidates_file(out, wanted, limit)
     if candidates is not None and archives + 2 <= max_files:
         files[_content_name("candidates", ".safetensors", candidates)] = candidates
     else:
         sampled = []
-    _say_candidates_left([c for c in wanted if c not in sampled], out)
+    _say_candidates_left([c for c in wanted if c not in sampled], out, limit)
     travelling: list[PackedState] = []
     left_out: list[LeftOutState] = []
     for state in states:
@@ -475,6 +519,8 @@ class UnpackReport:
     merged: list[str] = field(default_factory=list)     # cells written
     already: list[str] = field(default_factory=list)    # identical records already in the results folder
     candidates: list[str] = field(default_factory=list)
+    pairs: list[str] = field(default_factory=list)   # cells whose figure pairs were written
+    pairs_missing: dict[str, str] = field(default_factory=dict)   # cell id -> why its pairs were not taken here
     cards_kept: list[str] = field(default_factory=list)  # the folder's own card differed and was kept
     remaining: list[str] = field(default_factory=list)
     invocation: int | None = None
@@ -577,6 +623,27 @@ def _cell_records(members: dict[str, bytes], manifest: SliceManifest, pack: Path
     return records
 
 
+def _pairs(members: Mapping[str, bytes], records: Mapping[str, Any], pack: Path) -> dict[str, bytes]:
+    """The archived figure pairs by cell id, each of a cell the pack holds and readable as figure pairs of it."""
+    from reconbench.leaderboard.figure_pairs import FigurePairs, PairsError
+
+    out = {}
+    for name, data in members.items():
+        if (match := _PAIRS_MEMBER.match(name)) is None:
+            continue
+        cid = match.group(1)
+        try:
+            pairs = FigurePairs.from_bytes(data, f"{pack}: {name}")
+        except PairsError as exc:
+            raise PackError(str(exc).replace("take it again from the cell's candidates, or publish the board again",
+                                              "fetch the pack again")) from None
+        if cid not in records or pairs.cell_id != cid:
+            raise PackError(f"{pack}: {name} holds figure pairs of {pairs.cell_id!r}, not of a cell the pack holds; "
+                            "fetch the pack again")
+        out[cid] = data
+    return out
+
+
 def _conflict(existing: CellRecord, rec: CellRecord) -> bool:
     """Whether a record already in the results folder forbids the slice's: a finished cell (same key, status ok)
     with other contents. A failed or stale record gives way; an identical one is merged already."""
@@ -591,6 +658,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
     manifest = verify_pack(pack, suite)
     members = _members(pack, manifest)
     records = _cell_records(members, manifest, pack)
+    pairs = _pairs(members, records, pack)
     candidates = _candidates(pack, manifest)
     _state_entries(pack, manifest)   # a split state that does not join is refused before anything is written
     cards = _state_cards(pack, manifest, members)   # and a travelling card that is not the manifest's
@@ -636,6 +704,12 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
                 tmp.write_bytes(save(tensors, metadata={"values": "float16, as the slice's pack carried them"}))
                 tmp.replace(work / "candidates.safetensors")
                 report.candidates.append(cid)
+            if cid in pairs:   # after the candidates: a kept pairs file is newer than the candidates it came from
+                from reconbench.leaderboard.figure_pairs import PAIRS_FILE
+
+                work.mkdir(parents=True, exist_ok=True)
+                write_bytes_atomic(work / PAIRS_FILE, pairs[cid])
+                report.pairs.append(cid)
             write_text_atomic(cell_path(out, cid), data.decode())
             report.merged.append(cid)
         report.states = _unpack_states(pack, manifest, out, cards)
@@ -663,6 +737,7 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
                 suite, out, complete, device=manifest.device or suite.device, dtype=manifest.dtype or suite.dtype,
                 invocation=number, data_root=data_root)
             _note_evaluated(out, report.invocation, report.evaluated)
+            _pairs_of_evaluated(suite, out, report, data_root)
             partial = _merged_partial(before, manifest.groups, out, keys)
         report.partial = {cid: (len(entry.runs), entry.search_runs) for cid, entry in partial.items()}
         listed = _write_ledger(out, suite, keys, rows, partial).training
@@ -672,6 +747,20 @@ def unpack(pack: Path, suite: Suite, out: Path, keys: Mapping[str, str], data_ro
                 card_beside(state).unlink(missing_ok=True)
     report.remaining = remaining_cells(out, keys)
     return report
+
+
+def _pairs_of_evaluated(suite: Suite, out: Path, report: UnpackReport, data_root: str | None) -> None:
+    """The figure pairs of the cells evaluated here from their gathered runs, taken from their pooled candidates as a
+    slice takes them (every run is here: the same subset), beside them in ``work/<cell>/``."""
+    from reconbench.leaderboard.figure_pairs import pairs_from_results
+
+    for cid in report.evaluated:
+        try:
+            pairs_from_results(out, CELL_FILE.read(cell_path(out, cid)), suite.leaderboard.sample_images, data_root)
+        except Exception as exc:   # noqa: BLE001 - the merge keeps the cell; the figure says what it lacks
+            report.pairs_missing[cid] = f"{type(exc).__name__}: {exc}"
+            continue
+        report.pairs.append(cid)
 
 
 def _note_evaluated(out: Path, invocation: int | None, evaluated: Sequence[str]) -> None:

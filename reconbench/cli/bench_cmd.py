@@ -379,7 +379,7 @@ def bench_command(
     elif cross_target:
         cells_executor = CrossTargetExecutor()
     packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,
-                                                   started, elsewhere, max_files=pack_files)
+                                                   started, elsewhere, max_files=pack_files, data_root=data_root)
     on_cell = chain_on_cell(None if logger is None else cell_logger(logger, out_dir), packer)
     with folder_lock(out_dir, "results"):
         report = run_suite(s, out_dir, only=only, resume=resume, strict=strict, retry_failed=retry_failed,

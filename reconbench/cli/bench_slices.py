@@ -69,8 +69,9 @@ class SlicePacker:
 
     def __init__(self, pack: Path, suite: Suite, out: Path, ex: Executor, device: str | None,
                  dtype: str | None, started: float, elsewhere: dict[str, dict[str, Any]],
-                 max_files: int = MAX_FILES) -> None:
+                 max_files: int = MAX_FILES, data_root: str | None = None) -> None:
         self.pack, self.suite, self.out, self.ex, self.started, self.elsewhere = pack, suite, out, ex, started, elsewhere
+        self.data_root = data_root   # the training data the figure pairs are taken with (None: RECONBENCH_DATA)
         self.device, self.dtype = device or suite.device, dtype or suite.dtype
         self.keys = {c.cell_id: c.key(suite, dtype) for c in expand(suite)}   # the whole suite, --only or not
         self.ran: list[str] = []
@@ -102,7 +103,7 @@ class SlicePacker:
                           complete=complete, costs=costs, max_files=self.max_files,
                           measured=ex.measured if isinstance(ex, DeadlineExecutor) else (),
                           stopped=ex.stopped if isinstance(ex, DeadlineExecutor) else (),
-                          groups=ex.groups if isinstance(ex, DeadlineExecutor) else ())
+                          groups=ex.groups if isinstance(ex, DeadlineExecutor) else (), data_root=self.data_root)
 
 
 def chain_on_cell(logger: Callable[[dict[str, Any]], None] | None,

@@ -245,7 +245,7 @@ def leaderboard_command(
     if verify:
         published = published_suite(s, out_dir)   # the version it was rendered from, when the file changed since
         s = suite_for_verify(s, out_dir)   # that version, or with outside submissions' tables appended
-        rescored = verify_leaderboard(s, out_dir, data_root)
+        rescored, pairs = verify_leaderboard(s, out_dir, data_root)
         if (note := published.note(out_dir)) is not None:
             click.echo(note)
         ids = [c.strip() for c in (rerun or "").split(",") if c.strip()]
@@ -271,7 +271,7 @@ def leaderboard_command(
         if releases := check_releases(out_dir):
             raise ReconbenchError(f"{len(releases)} problem(s) with the releases of {out_dir}; first: {releases[0]}")
         count = CheckCount(cells=len(list((out_dir / "cells").glob("*.json"))), rescored=rescored,
-                           rerun=len(set(ids) - set(stored_cells(out_dir))))
+                           rerun=len(set(ids) - set(stored_cells(out_dir))), pairs=pairs)
         click.echo(count.line())
         if (why := count.problem()) is not None:
             raise ReconbenchError(f"{out_dir}: {why}")
@@ -328,9 +328,9 @@ def no_board(out_dir: Path, suite: Suite) -> str:
             f"it first with `reconbench leaderboard {suite.name} --publish`")
 
 
-def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
+def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> tuple[int, int]:
     """Check a published board (manifest, stored candidates, seals, entries, tables, README, re-scoring); the number
-    of cells re-scored from their stored candidates."""
+    of cells re-scored from their stored candidates, and of cells whose figure pairs were re-scored."""
     if not (out_dir / "results.json").exists():
         raise ReconbenchError(no_board(out_dir, s))
     files = check_manifest(out_dir)  # first: every file the board was published with, unchanged, and no other
@@ -379,7 +379,7 @@ def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> int:
     if records.unsealed:
         click.echo(f"  {records.unsealed} cell record(s) carry no seal (written before seals): their timings are "
                    "checked against their runs' times, their targets' metrics against the model cards")
-    return len(ids)
+    return len(ids), figures.pairs_cells
 
 
 @leaderboard_group.command("submit")

@@ -11,7 +11,11 @@ from the cells and compared with the figure records of ``results.json``:
 * the reconstructions figure: the cells it shows (per attack, the best cell of its first row under an eligible
   init), in order;
 * the SSIM-vs-margin figure: that the cells hold the points it plots (it is drawn exactly when they do), and how
-  many per target (printed).
+  many per target (printed);
+* the figure pairs a board keeps (``figure_pairs/<cell>.safetensors``: the float16 candidates the figure drew of a
+  cell whose full candidates it does not store, ``figure_pairs.py``): each belongs to a cell the figure shows, holds
+  the images its rows give, draws the pairs the figure records, and re-scores, pair by pair, to the cell's stored
+  per-image scores within float16's rounding (``figure_pairs.pairs_tolerance``): checked, not trusted.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ class FigureCheck:
 
     problems: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
+    #: cells whose figure pairs (figure_pairs.py) were re-scored against their per-image rows
+    pairs_cells: int = 0
 
 
 def _drawn(fig: Figure | None) -> bool:
@@ -70,6 +76,11 @@ def check_figures(suite: Suite, board: Path, data_root: str | None = None) -> Fi
             out.checked.append(f"reconstructions: {len(picks)} cell(s) shown")
             if _drawn(stored):
                 out.problems += _pair_problems(suite, pub, board, str(stored.file), picks, where)
+        pairs_check = check_kept_pairs(suite, pub, board, picks if _drawn(stored) else [], str(stored.file or ""),
+                                       data_root)
+        out.problems += pairs_check.problems
+        out.checked += pairs_check.checked
+        out.pairs_cells = pairs_check.pairs_cells
     if "ssim_vs_margin" in figures:
         stored = figures["ssim_vs_margin"]
         points = ssim_margin_points(pub, FigureData(board, data_root))
@@ -117,3 +128,62 @@ def figure_line(check: FigureCheck) -> str:
     what = "; ".join(check.checked) or "no figure records"
     return (f"  figures: re-derived from the cells ({what}); their bytes are checked by the manifest (a redrawn PNG "
             "differs across matplotlib, FreeType and font versions)")
+
+
+def check_kept_pairs(suite: Suite, pub: Published, board: Path, picks: list[str], file: str,
+                     data_root: str | None) -> FigureCheck:
+    """The board's ``figure_pairs/`` against its figure and its cells (module docstring)."""
+    import tempfile
+
+    from reconbench.evaluation.pair_figure import PairGroup, draw_pairs, read_layout
+    from reconbench.leaderboard.board_cards import load_board_card
+    from reconbench.leaderboard.figure_pairs import BOARD_FOLDER, PairsError, read_pairs, rescore_pairs, subset_pairs
+    from reconbench.leaderboard.slim import candidates_file
+
+    out = FigureCheck()
+    folder = board / BOARD_FOLDER
+    kept = sorted(p for p in folder.glob("*.safetensors")) if folder.is_dir() else []
+    if suite.leaderboard.figure_pairs:   # the suite keeps the pairs of every figure cell without stored candidates
+        out.problems += [f"{folder}: no figure pairs of {cid}, which the reconstructions figure shows and whose "
+                         "candidates the board does not store; publish the board again"
+                         for cid in picks if candidates_file(board, cid) is None
+                         and not (folder / f"{cid}.safetensors").is_file()]
+    if not kept:
+        return out
+    records = {r.cell_id: r for r in pub.usable()}
+    k = suite.leaderboard.sample_images
+    layout = None
+    try:
+        layout = read_layout(board / file) if file else None
+    except (OSError, ValueError, KeyError):
+        layout = None   # _pair_problems says so
+    compared = 0
+    for path in kept:
+        cid = path.name.removesuffix(".safetensors")
+        if cid not in picks or cid not in records:
+            out.problems.append(f"{path}: figure pairs of a cell the reconstructions figure does not show; remove it, "
+                                "or publish the board again")
+            continue
+        rec = records[cid]
+        try:
+            pairs = read_pairs(path)
+            problem, _card = load_board_card(board, str(rec.target.recipe_key), data_root)
+            problems, n = rescore_pairs(problem, pairs, rec, k, str(path))
+            out.problems += problems
+            compared += n
+            if problems:
+                continue
+            out.pairs_cells += 1
+            drawn = subset_pairs(problem, pairs, rec, k)
+            with tempfile.TemporaryDirectory(prefix="reconbench-pairs-") as tmp:
+                again = draw_pairs(Path(tmp) / "pairs.png", [PairGroup(cid, [p.pair for p in drawn])], per_row=k)
+            group = picks.index(cid)
+            if layout is not None and [a for p, a in zip(layout.pairs, layout.arrangement(), strict=True)
+                                       if p.group == group] != again.arrangement():
+                out.problems.append(f"{path}: the pairs drawn again from it are not the ones the reconstructions "
+                                    "figure shows of that cell; redraw it with `reconbench leaderboard redraw`")
+        except PairsError as exc:
+            out.problems.append(str(exc))
+    out.checked.append(f"figure pairs: {len(kept)} cell(s) kept in float16, {compared} per-image score(s) re-scored "
+                       "from them")
+    return out

@@ -95,9 +95,21 @@ class FigureData:
                 return load_file(str(again))
         if str(rec.ran.device or "cpu").split(":")[0] != "cpu":   # a GPU slice's: a paper cell's pass a pack file
             raise FileNotFoundError(f"the pooled candidates of cell {rec.cell_id} stayed on the {rec.ran.device} "
-                                    "machine that ran it (docs/slices.md, \"The pack\")")
+                                    "machine that ran it, and no figure pairs of it came back (docs/slices.md, "
+                                    "\"The pack\")")
         raise FileNotFoundError(f"the pooled candidates of cell {rec.cell_id} are not at hand (the board stores "
                                 "a sample): redraw with --rerun-missing to run it again")
+
+    def pairs_file(self, rec: CellRecord) -> Path | None:
+        """The cell's figure pairs (``figure_pairs.py``): a board's ``figure_pairs/<cell>.safetensors``, else a
+        results folder's ``work/<cell>/figure_pairs.safetensors``; None when neither is there."""
+        from reconbench.leaderboard.figure_pairs import BOARD_FOLDER, PAIRS_FILE
+
+        kept = member(self.results / BOARD_FOLDER, rec.cell_id, ".safetensors", "cell id")
+        if kept.is_file():
+            return kept
+        work = self.results / rec.work_dir / PAIRS_FILE if rec.work_dir else None
+        return work if work is not None and work.is_file() else None
 
 
 def _primary(rec: CellRecord, columns: list[dict[str, Any]]) -> float:
@@ -142,6 +154,7 @@ def draw_reconstructions(
     them), one group a row, in the layout every figure of pairs shares (:mod:`reconbench.evaluation.pair_figure`)."""
     from reconbench.evaluation.pair_figure import PairGroup, draw_pairs
     from reconbench.leaderboard.cell_pairs import cell_pairs
+    from reconbench.leaderboard.figure_pairs import read_pairs, subset_pairs, take_pairs
 
     title = TITLES["reconstructions"]
     picks = reconstruction_picks(suite, pub, tables, columns)
@@ -150,10 +163,23 @@ def draw_reconstructions(
     if not picks:
         return Figure.written(title=title, reason=f"no finished cell under {inits_text}")
     k = suite.leaderboard.sample_images
-    groups = []
+    board = path.parent.parent
+    stored = {c for c in stored_ids(board)}
+    groups, from_pairs = [], []
     for rec in picks:
         problem, card = data.problem_card(rec)
-        pairs = cell_pairs(problem, card, data.pooled(rec)["candidates"], rec, k)
+        try:
+            pooled = data.pooled(rec)["candidates"]
+        except FileNotFoundError:
+            if (subset := data.pairs_file(rec)) is None:
+                raise
+            pairs = subset_pairs(problem, read_pairs(subset), rec, k)   # the figure's worth that came back
+            keep_pairs(board, rec.cell_id, subset.read_bytes())
+            from_pairs.append(rec.cell_id)
+        else:
+            pairs = cell_pairs(problem, card, pooled, rec, k)
+            if suite.leaderboard.figure_pairs and rec.cell_id not in stored:   # the board keeps its figure's worth
+                keep_pairs(board, rec.cell_id, take_pairs(problem, card, pooled, rec, k).to_bytes())
         oracle = " †" if rec.init.is_oracle else ""
         groups.append(PairGroup(f"{rec.attack.label} · init {rec.init.label}{oracle} · {rec.target.name} · seed "
                                 f"{rec.seed}", [p.pair for p in pairs]))
@@ -165,8 +191,36 @@ def draw_reconstructions(
         caption=f"For each attack, its best cell under {inits_text} (by the first column, pooled "
         f"candidates): the reconstruction (upper) above the training image it matched (lower), best calibrated "
         f"score first; #i: the training image's index, SSIM: the papers' score, d: the matching distance; framed "
-        f"green: passes the calibrated headline.{_sizes_note(groups)}",
+        f"green: passes the calibrated headline.{_sizes_note(groups)}{_pairs_note(from_pairs)}",
     )
+
+
+def _pairs_note(cells: list[str]) -> str:
+    """The caption's sentence naming the cells drawn from their figure pairs ('' when none was)."""
+    if not cells:
+        return ""
+    return (f" Drawn from a subset of matched pairs in float16, the candidates that came back from the machine that "
+            f"ran the cell (figure_pairs/<cell>.safetensors, re-scored by --verify): {', '.join(cells)}.")
+
+
+def stored_ids(board: Path) -> list[str]:
+    """The cells whose full candidates the board folder stores (none where it holds no ``candidates/``)."""
+    from reconbench.leaderboard.slim import stored_candidate_ids
+
+    return stored_candidate_ids(board) if (board / "candidates").is_dir() else []
+
+
+def keep_pairs(board: Path, cell_id: str, data: bytes) -> None:
+    """A cell's figure pairs into the board's ``figure_pairs/`` (unchanged where it holds them already)."""
+    from reconbench.leaderboard.figure_pairs import BOARD_FOLDER
+
+    dst = member(board / BOARD_FOLDER, cell_id, ".safetensors", "cell id")
+    if dst.is_file() and dst.read_bytes() == data:
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(dst)
 
 
 def _sizes_note(groups: list[PairGroup]) -> str:

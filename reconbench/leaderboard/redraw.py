@@ -4,10 +4,11 @@
 A board whose figure failed to draw where it was published (its record names the error) is drawn too. The figure
 shows, per attack, the pooled candidates of one picked cell (``figures.reconstruction_picks``); a board
 keeps the candidates of a sample of its cells only (``slim.py``). Picked cells whose candidates the board stores are
-drawn from them; the others are run again from their recorded recipes and seeds as ``leaderboard --verify --rerun``
-runs them (``rerun.rerun_checked``: each target trained again in a temporary cache on the BLAS path its model card
-records, or on both paths where it records none, each attack on the path its cell records, in a child process where
-that is not this process's), and drawn, from the candidates that re-run wrote, only when every stored number of
+drawn from them, and those whose figure pairs it keeps (``figure_pairs.py``: a GPU slice's paper-size cells) from
+those; the others are run again from their recorded recipes and seeds as ``leaderboard --verify --rerun`` runs them
+(``rerun.rerun_checked``: each target trained again in a temporary cache on the BLAS path its model card records,
+or on both paths where it records none, each attack on the path its cell records, in a child process where that
+is not this process's), and drawn, from the candidates that re-run wrote, only when every stored number of
 those cells and every re-trained target's weights are reproduced.
 Then the figure record in results.json (its caption), README.md (rendered again from results.json and the cells),
 the palette re-encoding of the figure (``slim.compact_figures``) and MANIFEST.json are rewritten, so that
@@ -48,12 +49,16 @@ class Redrawn:
 
 
 def missing_candidates(suite: Suite, board: Path) -> tuple[list[str], list[str]]:
-    """The cells the reconstructions figure shows, and those of them whose candidates the board does not store."""
+    """The cells the reconstructions figure shows, and those of them whose candidates the board does not store
+    (neither in full nor as the figure pairs it draws them from, ``figure_pairs.py``)."""
+    from reconbench.leaderboard.figure_pairs import BOARD_FOLDER
+
     data = read_results(board)
     results = BoardResults.from_dict(data)
     pub = collect(suite, board)
     picks = [r.cell_id for r in reconstruction_picks(suite, pub, _tables(results), resolve_columns(suite, pub.ok()))]
-    return picks, [c for c in picks if candidates_file(board, c) is None]
+    return picks, [c for c in picks if candidates_file(board, c) is None
+                   and not (board / BOARD_FOLDER / f"{c}.safetensors").is_file()]
 
 
 def _tables(results: BoardResults) -> dict[str, list[TableRow]]:

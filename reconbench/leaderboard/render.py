@@ -103,6 +103,7 @@ def build_leaderboard(
     for sub in ("cells", "targets", "candidates", "figures", "protocols"):
         shutil.rmtree(out / sub, ignore_errors=True)
         (out / sub).mkdir()
+    shutil.rmtree(out / "figure_pairs", ignore_errors=True)   # made again where the figure keeps a cell's pairs
     for cid, rec in pub.records.items():
         key = rec.target.recipe_key
         src = member(results / "targets", str(key), ".json", "recipe key") if key else results / "targets"
@@ -120,7 +121,8 @@ def build_leaderboard(
     k = suite.leaderboard.store_candidates
     if publish:  # the re-scoring sample, in the attack's precision (leaderboard/slim.py)
         files = {r.cell_id: src for r in ok if (src := results / r.work_dir / "candidates.safetensors").exists()}
-        stored = store_sample(files, pub.records, out / "candidates", sample_size(suite), suite.leaderboard.sample_cells)
+        stored = store_sample(files, pub.records, out / "candidates", sample_size(suite), suite.leaderboard.sample_cells,
+                              suite.leaderboard.candidates_max_bytes)
     for cid in [] if publish else sample_for_candidates([r.cell_id for r in ok], k):
         if k is not None and len(stored) >= k:
             break

@@ -247,18 +247,23 @@ class CheckCount:
     cells: int
     rescored: int
     rerun: int
+    #: cells of a board without their stored candidates whose figure pairs were re-scored (``figure_pairs.py``): the
+    #: per-image scores of the pairs the figure shows re-derived, their other numbers through hashes and seals
+    pairs: int = 0
 
     @property
     def hashes_only(self) -> int:
-        return max(0, self.cells - self.rescored - self.rerun)
+        return max(0, self.cells - self.rescored - self.rerun - self.pairs)
 
     def line(self) -> str:
+        pairs = f", {self.pairs} through the figure pairs re-scored from float16" if self.pairs else ""
         return (f"checked {self.cells} cell(s): {self.rescored} re-scored from stored candidates, {self.rerun} re-run "
-                f"from their recipe and seed, {self.hashes_only} through hashes and seals only")
+                f"from their recipe and seed{pairs}, {self.hashes_only} through hashes and seals only")
 
     def problem(self) -> str | None:
-        """Why the check proves nothing about any number (None: at least one cell was re-derived)."""
-        if self.cells and self.rescored + self.rerun == 0:
+        """Why the check proves nothing about any number (None: at least one cell was re-derived, in full or through
+        the figure pairs a paper-size board keeps instead of candidates)."""
+        if self.cells and self.rescored + self.rerun + self.pairs == 0:
             return ("0 cells re-scored or re-run: no number of the board was re-derived; restore its stored "
                     "candidates, or add --rerun-sample K to re-run cells from their recipes")
         return None

@@ -121,28 +121,39 @@ def _sample_order(cell_id: str) -> str:
     return hashlib.sha256(cell_id.encode()).hexdigest()
 
 
-def pick_sample(files: dict[str, Path], k: int, budget: int = SAMPLE_BYTES, named: tuple[str, ...] = ()
-                ) -> list[str]:
+def pick_sample(files: dict[str, Path], k: int, budget: int = SAMPLE_BYTES, named: tuple[str, ...] = (),
+                max_bytes: int | None = None) -> list[str]:
     """The ``named`` cells that have candidates, and up to ``k`` more, smallest files first (ties in a fixed order,
     the hash of the id), while their stored size (in the attack's precision, estimated as half a float64 file) stays
-    within ``budget`` bytes; the first is always taken."""
-    chosen: list[str] = [c for c in named if c in files]
-    total = sum(files[c].stat().st_size // 2 for c in chosen)
-    files = {c: p for c, p in files.items() if c not in chosen}
+    within ``budget`` bytes; the first is always taken. With ``max_bytes`` (the suite's ``[leaderboard]
+    candidates_max_bytes``) every cell, named or first, is taken only while the sample stays within it and
+    ``budget``: a paper-size cell's candidates (about 190 MB in float32 for 16 runs of m = 1000 on CIFAR-10) would
+    pass any board's size budget, and its figure pairs picture it instead (``figure_pairs.py``)."""
+    def stored(c: str) -> int:
+        return files[c].stat().st_size // 2
+
+    if max_bytes is not None:
+        budget = min(budget, max_bytes)
+    chosen: list[str] = []
+    total = 0
+    for cid in [c for c in named if c in files]:
+        if max_bytes is None or total + stored(cid) <= budget:
+            chosen.append(cid)
+            total += stored(cid)
+    files = {c: p for c, p in files.items() if c not in named}
     for cid in sorted(files, key=lambda c: (files[c].stat().st_size, _sample_order(c)))[:k]:
-        size = files[cid].stat().st_size
-        if chosen and total + size // 2 > budget:
+        if (chosen or max_bytes is not None) and total + stored(cid) > budget:
             break
         chosen.append(cid)
-        total += size // 2
+        total += stored(cid)
     return sorted(chosen)
 
 
 def store_sample(files: dict[str, Path], records: Mapping[str, CellRecord], out: Path, k: int,
-                 named: tuple[str, ...] = ()) -> list[str]:
+                 named: tuple[str, ...] = (), max_bytes: int | None = None) -> list[str]:
     """Write the candidates of the ``named`` cells and a sample of ``k`` more to ``out`` (in the attack's
-    precision, xz-compressed); their ids."""
-    chosen = pick_sample(files, k, named=named)
+    precision, xz-compressed; ``max_bytes``: :func:`pick_sample`); their ids."""
+    chosen = pick_sample(files, k, named=named, max_bytes=max_bytes)
     out.mkdir(parents=True, exist_ok=True)
     for cid in chosen:
         store_candidates(files[cid], records[cid].dtype if cid in records else None, out / f"{cid}{CANDIDATES_SUFFIX}")
@@ -269,7 +280,8 @@ def _slim_candidates(suite: Suite, board: Path, records: Mapping[str, CellRecord
     removed = []
     with tempfile.TemporaryDirectory(dir=board) as tmp:
         kept = store_sample(files, records, Path(tmp), max(sample_size(suite) - len(packed), 0),
-                            tuple(c for c in suite.leaderboard.sample_cells if c not in packed))
+                            tuple(c for c in suite.leaderboard.sample_cells if c not in packed),
+                            suite.leaderboard.candidates_max_bytes)
         for cid, p in plain.items():
             p.unlink()
             if cid not in kept:

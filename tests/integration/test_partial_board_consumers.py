@@ -141,11 +141,12 @@ def test_a_release_of_the_partial_board_is_named_in_its_exports(board: Path, tmp
     assert json.loads(export(copy, "json"))["release"] == f"{BOARD}-r1"
 
 
-def test_with_figures_the_missing_candidates_leave_the_reconstructions_undrawn_and_the_site_builds(
+def test_with_figures_the_reconstructions_are_drawn_from_figure_pairs_and_the_site_builds(
         figures_suite: Path, tmp_path: Path) -> None:
     """The reconstructions figure picks each attack's best cell, whose candidates stayed on the device unless the
-    suite sampled it: the figure is recorded as not drawn, with its reason, and ``--verify`` and the site accept
-    that (the SSIM-vs-margin figure, drawn from the cells' rows, is there)."""
+    suite sampled it: the figure is drawn from the figure pairs every slice brings back (docs/slices.md, "The
+    pack"), says so, and ``--verify`` re-scores them; the site builds (the SSIM-vs-margin figure, drawn from the
+    cells' rows, is there too)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -154,11 +155,11 @@ def test_with_figures_the_missing_candidates_leave_the_reconstructions_undrawn_a
         torch.set_num_threads(before)
     figures = json.loads((board / "results.json").read_text())["figures"]
     shown = figures["reconstructions"]
-    assert "file" not in shown and shown["failed"] and "not at hand" in shown["reason"]
+    assert shown["file"] == "figures/reconstructions.png" and "Drawn from a subset of matched pairs" in shown["caption"]
     assert figures["ssim_vs_margin"]["file"] == "figures/ssim_vs_margin.png"
     code, out, err = run_cli_redirected(["leaderboard", str(figures_suite), "--out", str(board), "--verify"])
     assert code == 0, out + err
-    assert "reconstructions: not drawn where it was published" in out + err
+    assert "figure pairs: 1 cell(s) kept in float16" in out + err
     summary = build_site(board.parent, tmp_path / "site", images=False)
     page = (summary.out / BOARD / "index.html").read_text()
     assert "figures/ssim_vs_margin.png" in page and f"Partial board: {PROGRESS}." in page

@@ -57,6 +57,13 @@ class LeaderboardOptions:
     figures: bool = True
     sample_images: int = 8
     figure_inits: tuple[str, ...] | None = None  # init labels eligible for the sample figure (None: non-oracle)
+    #: the most bytes of full candidates a board keeps, its first sampled cell included, and a slice's pack carries
+    #: of a sampled cell (None: the first sampled cell always, leaderboard/slim.py); a paper-size cell passes any
+    #: budget a repository can hold
+    candidates_max_bytes: int | None = None
+    #: whether a board keeps the figure pairs (leaderboard/figure_pairs.py) of each cell its reconstructions figure
+    #: shows whose full candidates it does not store (a figure drawn from a subset keeps it regardless)
+    figure_pairs: bool = False
     columns: tuple[ColumnSpec, ...] = field(default_factory=default_columns)
 
 
@@ -72,6 +79,9 @@ def leaderboard_options(lb: LeaderboardTable, chk: Checker,
     if isinstance(store, int) and store < 1:
         raise chk.fail(("leaderboard", "store_candidates"), f"is {store}: a board keeps the candidates of at least one "
                        'cell, or of all ("all"), so that its numbers can be re-scored; give a number of cells from 1')
+    if lb.candidates_max_bytes is not None and lb.candidates_max_bytes < 0:
+        raise chk.fail(("leaderboard", "candidates_max_bytes"), f"is {lb.candidates_max_bytes}: give the most bytes of "
+                       "full candidates a board keeps, 0 or more (0: none; the figure pairs then picture its cells)")
     columns = (read_columns(lb.columns, chk, ("leaderboard", "columns"), metric_configs) if lb.columns is not None
                else default_columns(metric_configs))
     return LeaderboardOptions(
@@ -79,6 +89,8 @@ def leaderboard_options(lb: LeaderboardTable, chk: Checker,
         sample_cells=tuple(lb.sample_cells),
         figures=lb.figures,
         sample_images=lb.sample_images,
+        candidates_max_bytes=lb.candidates_max_bytes,
+        figure_pairs=lb.figure_pairs,
         columns=(*columns, *target_columns(lb.target_columns, columns, chk)),
     )
 

@@ -10,7 +10,8 @@ commented example)::
                      also seeds the held-out null draws with null_seed + seed), max_learned_ratio /
                      max_stationarity_ratio (regime gates, flagged)
     [protocol]       evaluation protocol options, passed as they are to ``reconbench.evaluation.evaluate``
-    [leaderboard]    store_candidates, figures, sample_images, columns (the tables' metric columns)
+    [leaderboard]    store_candidates, figures, sample_images, candidates_max_bytes, figure_pairs, columns (the
+                     tables' metric columns)
     [targets.NAME]   a target recipe: dataset, task, n_per_class, num_classes, binary_rule, family, widths,
                      model, loss, lr, steps, weight_decay, schedule, dtype, seed (weight init), problem_seed
     [attacks.LABEL]  attack (registered name; default LABEL), config (fixed options), search_runs, search,

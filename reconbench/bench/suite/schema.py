@@ -64,6 +64,8 @@ LEADERBOARD_TABLE = Table({
     "figures": bool,
     "sample_images": int,
     "figure_inits": list[str],
+    "candidates_max_bytes": int,
+    "figure_pairs": bool,
     "columns": list[dict[str, Any]],
     "target_columns": list[str],
 })
@@ -192,6 +194,8 @@ class LeaderboardTable:
     figures: bool = True
     sample_images: int = 8
     figure_inits: list[str] | None = None
+    candidates_max_bytes: int | None = None
+    figure_pairs: bool = False
     columns: list[dict[str, Any]] | None = None
     target_columns: list[str] = field(default_factory=list)
 
