@@ -278,10 +278,11 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Non
                            "again")
         except StepFailed as failed:
             if "0 cells re-scored" in failed.what:   # a board of GPU cells cannot be re-run here instead
-                failed.fix = (f"{published} is unchanged: none of its cells brought candidates back, so nothing can "
-                              "be re-scored; a pack carries those of the suite's sampled cells only ("
-                              + ", ".join(sampled_cells(suite_name)) + "): publish once one of them has come back, "
-                              "or decide with the board's size budget which cells it samples")
+                failed.fix = (f"{published} is unchanged: none of its cells brought candidates or figure pairs "
+                              "back, so nothing can be re-scored; a pack carries the candidates of the suite's sampled "
+                              "cells that fit its file (" + ", ".join(sampled_cells(suite_name)) + ") and, with the "
+                              "suite's figure_pairs, the figure pairs of every finished cell: publish with figures "
+                              "(no --no-figures), or once a sampled cell has come back")
             raise
         say("verify: passed")
         begin("place")
