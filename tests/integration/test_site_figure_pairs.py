@@ -81,7 +81,7 @@ def test_the_cell_page_shows_the_figures_pairs_with_the_rows_scores(site: tuple[
     shown = table_rows(page)
     # one row per image the figure shows, in its order, each with the scores its per-image row stores
     assert [int(r[0]) for r in shown] == pairs.shown and 0 < len(shown) < len(rows)
-    for r, i in zip(shown, pairs.shown):
+    for r, i in zip(shown, pairs.shown, strict=True):
         row = rows[i]
         assert r[2:5] == [fmt(row["corr"], ".2f"), fmt(row["ssim"], ".2f"), fmt(row["best_distance"], ".3g")]
         assert (r[5] == "matched") == (row["best_candidate"] is not None)
