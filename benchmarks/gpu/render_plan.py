@@ -28,7 +28,14 @@ sys.path.insert(0, str(ROOT))
 
 from reconbench.bench.cells import Cell, expand, select  # noqa: E402
 from reconbench.bench.slice_arithmetic import arithmetic_costs  # noqa: E402
-from reconbench.bench.slice_costs import CostModel, GroupRules, cell_work, plan_slices, read_costs  # noqa: E402
+from reconbench.bench.slice_costs import (  # noqa: E402
+    CostModel,
+    GroupRules,
+    cell_work,
+    pairs_seconds,
+    plan_slices,
+    read_costs,
+)
 from reconbench.bench.slice_pack import MAX_FILES  # noqa: E402
 from reconbench.bench.suite import Suite, load_suite  # noqa: E402
 from reconbench.cli.bench_cmd import costs_dtypes  # noqa: E402
@@ -129,7 +136,7 @@ def account(name: str) -> str:
     model = CostModel(prior=table)
     plan = plan_slices(works, model, deadline - PACK_RESERVE_SECONDS, progress_of(cells), rules)
     by_id = {w.cell_id: w for w in works}
-    head = ["slice", "training", "its set-ups", "cards", "attacks", "evaluations", "cells' fixed s",
+    head = ["slice", "training", "its set-ups", "cards", "attacks", "evaluations", "figure pairs", "cells' fixed s",
             "cells' margin", "kept for the pack", "idle", "total"]
     rows: list[list[Any]] = []
 
@@ -142,12 +149,13 @@ def account(name: str) -> str:
         trained = sum(plan.training[i].values()) - setups - made
         attack = sum(price(c).rate * by_id[c].attack for c in ids)
         evaluate = sum(table.evaluate.rate * by_id[c].evaluate for c in ids)
+        pairs = sum(pairs_seconds(by_id[c]) for c in ids)
         fixed = sum(price(c).fixed + table.evaluate.fixed for c in ids)
-        margin = sum(model.estimate(by_id[c], False) for c in ids) - attack - evaluate - fixed
+        margin = sum(model.estimate(by_id[c], False) for c in ids) - attack - evaluate - pairs - fixed
         idle = deadline - PACK_RESERVE_SECONDS - plan.seconds[i]
         cards = plan.card_seconds[i] + plan.restored_seconds[i] + made
-        rows.append([i + 1, trained, setups, cards, attack, evaluate, fixed, margin, PACK_RESERVE_SECONDS, idle,
-                     deadline])
+        rows.append([i + 1, trained, setups, cards, attack, evaluate, pairs, fixed, margin, PACK_RESERVE_SECONDS,
+                     idle, deadline])
     rows.append(["all", *(sum(float(r[k]) for r in rows) for k in range(1, len(head)))])
     text = tabulate(rows, headers=head, tablefmt="github", floatfmt=".0f")
     begin, end = markers(name + "-account")

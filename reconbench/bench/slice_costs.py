@@ -23,7 +23,11 @@ The seconds of a phase with ``u`` units: before the slice has measured it, the p
 device's cost table (:data:`PRIORS`, or a file given with ``--costs``: the probe's numbers); once the slice has
 measured it, the largest measured ``seconds x max(1, u / u_measured)`` (a smaller cell is assumed to cost what the
 measured one did, a larger one proportionally more: conservative whether the fixed part or the rate dominates).
-A cell's estimate is ``margin x (train + attack + evaluate) + extra`` seconds. Training in pieces is planned apart
+A cell that a slice packs also has its **figure pairs** taken once it is written (``figure_pairs.take_pairs``, as the
+pack is rewritten after it: the evaluation's features, matching and averaging of its pooled candidates once more, on
+the machine's CPU): priced at :data:`FIGURE_PAIRS` per unit of its evaluation, apart from the evaluate phase, whose
+prices (the probe's ``evaluation`` case, the rows a slice measures up to the cell's record) do not hold it.
+A cell's estimate is ``margin x (train + attack + evaluate + figure pairs) + extra`` seconds. Training in pieces is planned apart
 and without the margin (:func:`training_seconds`: it is resumable, so an overrun delays it but loses nothing).
 In a cross-target slice the search runs that advance in one batched computation (:func:`pool_key`) are priced once,
 at their total run count, and each cell is charged its share of the units (:class:`Slot`).
@@ -115,6 +119,20 @@ CERTIFICATE_REFERENCE = CertificateReference(n=500, layers=(3072, 1000, 1000, 1)
                                              source="benchmarks/results/gpu/probe_cpu_reference.json")
 
 
+#: Taking a packed cell's figure pairs (``reconbench.leaderboard.figure_pairs.pairs_from_results``, when the pack is
+#: written after the cell: its pooled candidates read back, the evaluation's context built once more from them, on
+#: the machine's CPU), in seconds per unit of the evaluate phase (pooled candidates x training images x pixels: the
+#: features and the matching's distances, which are most of it, scale with them). A paper cell (16 runs of m = 1000
+#: against n = 500 CIFAR-10 images, 2.46e10 units) took 0.81-1.33 s on one thread of the 2-core CPU machine at load
+#: 0.7 (``benchmarks/gpu/figure_pairs_timing.py``, benchmarks/results/gpu/figure_pairs_cpu.json: 5.4e-11 s per unit
+#: at the slowest), a 4-run cell 0.35 s (5.8e-11): 6e-11 s per unit, no fixed seconds, lies above both. Neither the
+#: probe's ``evaluation`` case (``benchmarks/gpu/evaluation_timing.time_case`` times ``evaluate_many`` and the
+#: calibration bars, not the pairs) nor a slice's measured ``evaluation`` row (it ends when the cell's record is
+#: written, before the pack) holds it, so it is priced here, never from them; as the evaluation on a GPU, not scaled
+#: by the device's speed.
+FIGURE_PAIRS = PhaseCost(fixed=0.0, rate=6e-11)
+
+
 @dataclass(frozen=True)
 class CellWork:
     """A cell's work per phase (units in the module docstring); ``train`` counts its target's whole training.
@@ -142,6 +160,8 @@ class CellWork:
     #: what its search runs share with another cell's to advance in one batched computation in a cross-target slice
     #: (:func:`pool_key`; empty: they run alone)
     pool: str = ""
+    #: units of taking its figure pairs (:data:`FIGURE_PAIRS`): its evaluate units where its slice packs it, else 0
+    pairs: float = 0.0
 
     @property
     def run_step(self) -> float:
@@ -186,19 +206,21 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
     slice trains targets in pieces where the resumable trainer takes their recipe (a slice with ``--pack``).
     ``dtype`` (the suite's or the command's) and ``device``: the attack's precision, which a cost table may price
     apart (none given: the table's one attack rate). ``carry_starts``: every run's start travels in a pack (else
-    only where the merge cannot draw it again)."""
+    only where the merge cannot draw it again). With ``pieces`` (a slice with ``--pack``) the cell's figure pairs
+    are taken when it is packed: its ``pairs`` units are its evaluation's."""
     pixels = math.prod(size.input_shape)
     params = size.parameters if size.parameters is not None else pixels * UNSIZED_PARAMETERS_PER_PIXEL
     m = cell.attack.candidates if cell.attack.candidates is not None else 2 * size.n_train
     steps = attack_steps(cell.attack.attack, cell.attack.config)
     in_pieces = pieces and resumable_reason(cell.recipe) is None
     train_params = piece_parameters(cell.recipe, size, params) if in_pieces else params
+    evaluate = float(cell.attack.search_runs) * m * size.n_train * pixels
     return CellWork(
         cell_id=cell.cell_id,
         target_key=cell.recipe.key(),
         train=float(cell.recipe.train.steps) * size.n_train * train_params,
         attack=float(cell.attack.search_runs) * steps * m * params,
-        evaluate=float(cell.attack.search_runs) * m * size.n_train * pixels,
+        evaluate=evaluate,
         pieces=in_pieces,
         group=batch_group(cell.recipe) if in_pieces else "",
         precision=_matmul(cell, dtype, device) if device else "",
@@ -210,6 +232,7 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
         run_bytes=tuple(run_tensor_bytes(int(m), pixels, 8 if (cell.attack.dtype or dtype) == "float64" else 4,
                                          starts=carry_starts or cell.init.regime not in REDRAWN_INITS)),
         pool=pool_key(cell, size, int(m), dtype, device),
+        pairs=evaluate if pieces else 0.0,
     )
 
 
@@ -509,6 +532,12 @@ def read_costs(path: Path, *, train_dtype: str = "float64", attack_dtype: str = 
     return read_cost_table(data, path)
 
 
+def pairs_seconds(work: CellWork) -> float:
+    """Seconds of taking ``work``'s figure pairs when its slice packs it (:data:`FIGURE_PAIRS`; 0 where it takes
+    none: no pack, or a group of its runs, which is written, not evaluated)."""
+    return FIGURE_PAIRS.seconds(work.pairs) if work.pairs > 0 else 0.0
+
+
 def attack_key(phase: str, precision: str) -> str:
     """The key a phase's measurements are kept under: ``attack@<precision>`` for an attack whose precision is
     known (measured apart from the others), else the phase's own name."""
@@ -552,8 +581,8 @@ class CostModel:
 
     def estimate(self, work: CellWork, trains: bool) -> float:
         """Seconds ``work`` is expected to take, the margin included (``trains``: its target is trained first)."""
-        return self.factor * sum(self.phase_seconds(p, work.units(p, trains), work.precision, work.runs)
-                                 for p in PHASES) + self.extra
+        return self.factor * (sum(self.phase_seconds(p, work.units(p, trains), work.precision, work.runs)
+                                  for p in PHASES) + pairs_seconds(work)) + self.extra
 
     def observe(self, work: CellWork, trains: bool, record: Mapping[str, Any]) -> None:
         """Learn from a finished cell's record: its training (the target's ``load_or_train_seconds`` when this cell
@@ -709,8 +738,9 @@ class PlannedGroup:
 
 def group_share(work: CellWork, k: int) -> CellWork:
     """``work`` as a group of ``k`` of its runs: its attack's share, priced at ``k`` runs batched, and no evaluation
-    (a group is written, not evaluated: the merge evaluates its cell), as the executor prices a group."""
-    return replace(work, attack=work.attack * k / work.runs, runs=k, evaluate=0.0)
+    (a group is written, not evaluated: the merge evaluates its cell and takes its figure pairs), as the executor
+    prices a group."""
+    return replace(work, attack=work.attack * k / work.runs, runs=k, evaluate=0.0, pairs=0.0)
 
 
 @dataclass

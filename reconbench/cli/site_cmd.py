@@ -37,8 +37,10 @@ def site_command(leaderboards: str, out: str, boards: tuple[str, ...], no_images
     summary = build_site(Path(leaderboards), out_dir, data_root=data_root, boards=list(boards) or None,
                          images=not no_images)
     index = out_dir / "index.html"
+    pairs_note = (f" ({summary.cells_with_pairs} of them from figure pairs: a subset of matched pairs in float16)"
+                  if summary.cells_with_pairs else "")
     click.echo(f"site: {index}  ({len(summary.boards)} board(s): {', '.join(summary.boards)}; {summary.cell_pages} cell "
-               f"pages, {summary.cells_with_images} with reconstructions; claims page: "
+               f"pages, {summary.cells_with_images} with reconstructions{pairs_note}; claims page: "
                f"{'yes' if summary.claims else 'no (claims-a and claims-b not both published)'}; {summary.files} files, "
                f"{summary.bytes / 1e6:.1f} MB)")
     if summary.cells_not_drawn:

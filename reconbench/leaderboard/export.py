@@ -12,6 +12,11 @@ chosen metric as ``mean [lo, hi]`` and a null column ``mean (max)``, formatted a
 output is ASCII: marks are spelled out (``(oracle)`` for an init that reads training images, ``(outside)`` after
 the attack of a row that holds cells of an outside submission, as README.md marks it; the long records name those
 submissions in ``outside``) and special characters are escaped by ``tabulate``.
+
+A board is named by its folder, its suite apart (``board_label``): the JSON's ``board`` is the board's name
+(``releases.board_name``: its folder's, as its releases are numbered, ``paper-gpu``) and ``suite`` its suite's
+(``paper``); a wide table's titles name the board, and its suite beside it where the two differ. A board in a folder
+named after its suite (every CPU board) is exported as before.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from reconbench.leaderboard.board_progress import cell_commits, commit_shares, p
 from reconbench.leaderboard.cost import COST_HEADER, board_records, cost_of
 from reconbench.leaderboard.plain_text import markdown_paragraph
 from reconbench.leaderboard.readme import OUTSIDE_MARK
-from reconbench.leaderboard.releases import release_label
+from reconbench.leaderboard.releases import board_name, release_label
 from reconbench.leaderboard.results_file import read_results
 from reconbench.leaderboard.tables import SELECTIONS, fmt_stat
 from reconbench.records import BoardResults, CellRecord, ComparisonRow, MetricStat, NullSummary, TableRow
@@ -136,11 +141,21 @@ def _init(r: TableRow | ComparisonRow) -> str:
     return r.init + (" (oracle)" if r.init_is_oracle else "")
 
 
+def board_label(board: str | None, suite: str | None) -> str:
+    """How a wide table's titles name the board: its name, and its suite beside it where they differ
+    (``paper-gpu (suite paper)``); the suite's name alone for a board in a folder named after it."""
+    if not board or board == suite:
+        return str(suite)
+    return board if suite is None else f"{board} (suite {suite})"
+
+
 def wide_tables(data: BoardResults, metrics: Sequence[str], selection: str,
-                records: Mapping[str, CellRecord] | None = None) -> list[tuple[str, list[str], list[list[str]]]]:
+                records: Mapping[str, CellRecord] | None = None,
+                board: str | None = None) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of each table of the board: the main table of ``selection``, the comparisons, the
     privacy-utility tables; each chosen metric as ``mean [lo, hi]`` with a null column; with the cells'
-    ``records``, the main table's rows end with their cost (``cost.py``)."""
+    ``records``, the main table's rows end with their cost (``cost.py``). ``board``: the board's name, where its
+    folder is not named after its suite (:func:`board_label`)."""
     cols = {c.name: c for c in data.column_list}
     out = []
     rows = data.table(selection)
@@ -156,8 +171,8 @@ def wide_tables(data: BoardResults, metrics: Sequence[str], selection: str,
                 line += [fmt_stat(r.metric(m), cols[m].format), _null_text(r.metric(m).null, cols[m].format)]
             line += [cost_of(records, r.cells).text()] if records is not None else []
             body.append(line)
-        out.append((f"{data.header.suite}: {selection} selection; mean [95% interval] over seeds, held-out "
-                    "null mean (max over draws)", headers, body))
+        out.append((f"{board_label(board, data.header.suite)}: {selection} selection; mean [95% interval] over "
+                    "seeds, held-out null mean (max over draws)", headers, body))
     for comp in (data.comparisons or {}).values():
         shown = [m for m in metrics if m in comp.metrics] or comp.metrics[:1]
         headers = ["attack", "init", "selection"] + [f"{m}: {comp.axis} = {v}" for m in shown for v in comp.axis_values]
@@ -236,18 +251,19 @@ def export_board(folder: Path, fmt: str, *, columns: str | None = None, selectio
     if selection not in SELECTIONS:
         raise ReconbenchError(f"--selection {selection!r}: choose one of {', '.join(SELECTIONS)}")
     data = BoardResults.from_dict(read_results(folder))
-    records, release = board_records(folder), release_label(folder)
+    records, release, name = board_records(folder), release_label(folder), board_name(folder)
     if fmt == "csv":
         return to_csv(long_records(data, records, release))
     if fmt == "json":
         header = data.header
         shares = commit_shares(header)
-        return json.dumps({"format": EXPORT_FORMAT, "board": header.suite, "release": release,
+        return json.dumps({"format": EXPORT_FORMAT, "board": name, "suite": header.suite, "release": release,
                            "suite_sha256": header.suite_sha256, "git_commits": [s.commit for s in shares],
                            "progress": header.progress, "cells": dict(header.cells or {}),
                            "not_run": list(data.not_run or []),
                            "cell_commits": [c.to_dict() for c in header.cell_commits or []] or None,
                            "fields": list(FIELDS), "rows": long_records(data, records, release)}, indent=1) + "\n"
-    tables = wide_tables(data, choose_metrics(data, columns), selection, records)
-    title = "; ".join(t for t in (f"{data.header.suite}, release {release}", progress_line(data.header)) if t)
+    tables = wide_tables(data, choose_metrics(data, columns), selection, records, name)
+    title = "; ".join(t for t in (f"{board_label(name, data.header.suite)}, release {release}",
+                                  progress_line(data.header)) if t)
     return to_latex(tables, title) if fmt == "latex" else to_markdown(tables, title)

@@ -73,9 +73,10 @@ def check_csv(board: Path) -> list[dict[str, str]]:
 
 
 def check_json(board: Path) -> dict:
-    """The JSON's records are the CSV's, and it names the board's suite; the document."""
+    """The JSON's records are the CSV's, and it names the board (its folder) and its suite apart; the document."""
     doc = json.loads(export(board, "json"))
-    assert doc["format"] == "reconbench-export/3" and doc["board"] == read_results(board)["header"]["suite"]
+    assert doc["format"] == "reconbench-export/3" and doc["suite"] == read_results(board)["header"]["suite"]
+    assert doc["board"] == board.resolve().name
     rows = list(csv.DictReader(io.StringIO(export(board, "csv"))))
     assert len(doc["rows"]) == len(rows)
     for j, c in zip(doc["rows"], rows, strict=True):

@@ -133,6 +133,9 @@ class Board:
     #: the planned cells without a record, and those whose suite entry changed since they ran (results.json)
     not_run: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    #: the cells whose full candidates the board does not store but whose figure pairs it keeps
+    #: (``figure_pairs/<cell>.safetensors``: a subset of matched pairs in float16, ``leaderboard/figure_pairs.py``)
+    figure_pairs: list[str] = field(default_factory=list)
 
     @property
     def commits(self) -> list[CommitShare]:
@@ -277,11 +280,24 @@ def load_board(folder: Path) -> Board:
     privacy = [privacy_table(name, t, cells) for name, t in (data.privacy or {}).items()]
     figures = [f for f in (data.figures or {}).values() if f.file]
     header = data.header
+    stored = list(data.stored_candidates)
     return Board(name=folder.name, folder=folder, description=header.description or "", header=header,
                  columns=columns, tables=tables, comparisons=comps, privacy=privacy, targets=data.targets or [],
-                 figures=figures, cells=cells, stored_candidates=list(data.stored_candidates),
+                 figures=figures, cells=cells, stored_candidates=stored,
                  filters=_filters(tables, privacy), releases=list(read_releases(folder).releases),
-                 release=release_label(folder), not_run=list(data.not_run or []), stale=list(data.stale or []))
+                 release=release_label(folder), not_run=list(data.not_run or []), stale=list(data.stale or []),
+                 figure_pairs=kept_figure_pairs(folder, cells, stored))
+
+
+def kept_figure_pairs(folder: Path, cells: dict[str, CellRecord], stored: list[str]) -> list[str]:
+    """The cells of the board in ``folder`` without stored candidates whose figure pairs it keeps, in cell order."""
+    from reconbench.leaderboard.figure_pairs import BOARD_FOLDER
+
+    kept = folder / BOARD_FOLDER
+    if not kept.is_dir():
+        return []
+    names = {p.name for p in kept.iterdir() if p.is_file()}
+    return [cid for cid in cells if f"{cid}.safetensors" in names and cid not in stored]
 
 
 def find_boards(root: Path) -> list[Path]:

@@ -8,7 +8,8 @@ Layout of the output folder::
     <board>/index.html              tables (sortable, filterable), headline, comparisons, privacy-utility, figures
     <board>/figures/*.png           the board's own figures, copied
     <board>/cells/<cell>.html       one page per cell: reconstructions beside training images, settings, provenance
-    <board>/cells/<cell>/*.png      the pairs of a cell whose candidates the board stores
+    <board>/cells/<cell>/*.png      the pairs of a cell whose candidates the board stores, or whose figure pairs it
+                                    keeps (a subset of matched pairs in float16: the images the board's figure shows)
 
 Every link is relative, nothing is fetched from elsewhere: the folder works offline and from ``file://``.
 The HTML comes from the Jinja2 templates in ``templates/``.
@@ -57,6 +58,8 @@ class SiteSummary:
     #: the site's files and their bytes, as written
     files: int = 0
     bytes: int = 0
+    #: of ``cells_with_images``, those drawn from the board's figure pairs (a subset of matched pairs in float16)
+    cells_with_pairs: int = 0
 
 
 def fmt(v: object, spec: str = ".3g") -> str:
@@ -188,7 +191,7 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
         _copy_static(out)
         claims: ClaimsView | None = claims_view(leaderboards, {b.name for b in loaded})
         problems = ProblemCache(data_root)
-        pages = with_images = not_drawn = 0
+        pages = with_images = with_pairs = not_drawn = 0
         not_drawn_reason = ""
         for board in loaded:
             folder = out / board.name
@@ -202,6 +205,7 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
                 shown = cell_images(board.folder, rec, inside(folder / "cells", cid, "cell id"), problems) if images \
                     else None
                 with_images += bool(shown and shown.pairs)
+                with_pairs += bool(shown and shown.pairs and shown.subset)
                 if shown is not None and shown.failed:
                     not_drawn += 1
                     not_drawn_reason = not_drawn_reason or shown.reason
@@ -222,4 +226,4 @@ def build_site(leaderboards: Path, out: Path, *, data_root: str | None = None, b
         out.rename(final)  # the old site stays until the new one is complete
         written = [p for p in final.rglob("*") if p.is_file() and p.name != MARKER]
         return SiteSummary(final, [b.name for b in loaded], pages, with_images, claims is not None, not_drawn,
-                           not_drawn_reason, len(written), sum(p.stat().st_size for p in written))
+                           not_drawn_reason, len(written), sum(p.stat().st_size for p in written), with_pairs)

@@ -14,6 +14,7 @@ from reconbench.bench.slice_costs import (
     CellWork,
     CostModel,
     costs_from_probe,
+    pairs_seconds,
     plan_slices,
     read_costs,
     training_seconds,
@@ -204,20 +205,22 @@ def executor_slice(tmp_path: Any, monkeypatch: Any, deadline: float, pair: bool)
     assert list(executor.run([CellJob(c, c.run_spec(suite, "cuda", suite.dtype)) for c in cells], ctx)) == []
     out["plan"] = plan_slices(works, CostModel(prior=table), deadline)
     out["group"] = works[0].group
+    out["works"] = works
     return out
 
 
 def test_the_executor_trains_two_stacked_targets_at_the_2_target_price_as_the_plan_does(tmp_path, monkeypatch):
     """Slices of 240 s (238 s for training past the margin's 2 s). With a price for a stack of two: 10 + 2 x 50 =
     110 s and the two cards (40 s) fit, so the stack trains to its end with the time left, its cards are made, and
-    both cells follow in the slice (150 + 2 x 3.25 s); the plan says the same. With the 1-target price only: 210 s of
-    training would end but its cards would not fit after it (250 s > 238 s), so both stop 40 s short (198 s) and the
-    cells wait: the plan's slice 1 trains as long and runs no cell."""
+    both cells follow in the slice (150 + 2 x 3.25 s, and 1.25 x their figure pairs' price); the plan says the
+    same. With the 1-target price only: 210 s of training would end but its cards would not fit after it (250 s >
+    238 s), so both stop 40 s short (198 s) and the cells wait: the plan's slice 1 trains as long and runs no cell."""
     stacked = executor_slice(tmp_path / "stacked", monkeypatch, 240.0, pair=True)
     assert stacked["trained"] == [(2, 238.0, True)] and stacked["ran"] == [CIFAR, MNIST]
     plan = stacked["plan"]
     assert plan.slices[0] == [CIFAR, MNIST] and plan.training[0] == {stacked["group"]: pytest.approx(150.0)}
-    assert plan.seconds[0] == pytest.approx(150.0 + 2 * 3.25)
+    pairs = 1.25 * (pairs_seconds(stacked["works"][0]) + pairs_seconds(stacked["works"][1]))
+    assert plan.seconds[0] == pytest.approx(150.0 + 2 * 3.25 + pairs)
     alone = executor_slice(tmp_path / "alone", monkeypatch, 240.0, pair=False)
     assert alone["trained"] == [(2, pytest.approx(198.0), False)] and "ran" not in alone
     plan = alone["plan"]
