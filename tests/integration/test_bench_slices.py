@@ -233,7 +233,10 @@ def test_pack_fresh_machine_unpack_resume_equals_one_uninterrupted_run(tmp_path,
     assert (here["candidates"].double() == there["candidates"].half().double()).all()
     assert (here["labels"] == there["labels"]).all()
     unsampled = [c for c in a if c not in sampled]
-    assert not any((local / "work" / c).exists() for c in unsampled)
+    from reconbench.leaderboard.figure_pairs import PAIRS_FILE
+
+    for c in unsampled:   # their candidates stayed on the device; only their figure pairs travelled
+        assert sorted(p.name for p in (local / "work" / c).iterdir()) == [PAIRS_FILE], c
 
 
 def test_a_deadline_too_short_runs_nothing_and_says_so(tmp_path, capsys):
