@@ -280,8 +280,9 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Non
             if "0 cells re-scored" in failed.what:   # a board of GPU cells cannot be re-run here instead
                 failed.fix = (f"{published} is unchanged: none of its cells brought candidates or figure pairs "
                               "back, so nothing can be re-scored; a pack carries the candidates of the suite's sampled "
-                              "cells that fit its file (" + ", ".join(sampled_cells(suite_name)) + ") and, with the "
-                              "suite's figure_pairs, the figure pairs of every finished cell: publish with figures "
+                              "cells that fit its file (" + ", ".join(sampled_cells(suite_name)) + ") and the figure "
+                              "pairs of every finished cell, which a board keeps of its figure's cells: publish with "
+                              "figures "
                               "(no --no-figures), or once a sampled cell has come back")
             raise
         say("verify: passed")

@@ -336,8 +336,9 @@ def test_the_card_comes_from_the_json_and_a_cpu_probe_needs_one(tmp_path, capsys
 
 
 def test_a_board_whose_cells_brought_no_candidates_is_not_placed(repo, tmp_path, capsys, monkeypatch):
-    """--verify re-derives no number of such a board (its GPU cells cannot be re-run here): the command stops at
-    step 5 naming the suite's sampled cells, the cells whose candidates packs carry."""
+    """--verify re-derives no number of such a board published without figures (its GPU cells cannot be re-run
+    here, and no figure pairs are kept): the command stops at step 5 naming the suite's sampled cells, the cells whose
+    candidates packs carry, and publishing with figures."""
     suite_file = repo / "suite.toml"
     suite_file.write_text(SUITE.replace("store_candidates = 4", "store_candidates = 1"))
     git(repo, "commit", "-qam", "one sampled cell")
@@ -354,5 +355,7 @@ def test_a_board_whose_cells_brought_no_candidates_is_not_placed(repo, tmp_path,
                            "--suite", str(suite_file), "--board", BOARD, "--no-figures")
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 1 and lines[-1].startswith("error: step 5 (verify):"), out + err
-    assert "none of its cells brought candidates back" in lines[-1] and f"sampled cells only ({sampled})" in lines[-1]
+    assert "none of its cells brought candidates or figure pairs back" in lines[-1], lines[-1]
+    assert f"the suite's sampled cells that fit its file ({sampled})" in lines[-1]
+    assert "publish with figures (no --no-figures)" in lines[-1]
     assert not (repo / "leaderboards" / BOARD).exists() and git(repo, "status", "--porcelain") == ""
