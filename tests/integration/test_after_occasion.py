@@ -359,3 +359,45 @@ def test_a_board_whose_cells_brought_no_candidates_is_not_placed(repo, tmp_path,
     assert f"the suite's sampled cells that fit its file ({sampled})" in lines[-1]
     assert "publish with figures (no --no-figures)" in lines[-1]
     assert not (repo / "leaderboards" / BOARD).exists() and git(repo, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("step, function", [("probe", "copy_probe_files"), ("index", "write_index"),
+                                            ("results", "write_results_page")])
+def test_a_run_again_after_the_board_was_placed_finishes_the_steps_and_counts_the_cells_as_new(
+        repo, tmp_path, capsys, monkeypatch, step, function):
+    """A run that placed a new board and then stopped (at step 7, 8 or 9): the same command again (after the
+    restore its step-2 line names, where the stopped run wrote the index) writes the index and docs/results.md rows,
+    and its commit message counts the board's cells as new (they are not in the checkout's HEAD), as the run that
+    stopped would have."""
+    suite_file = repo / "suite.toml"
+    common = ["--repo", str(repo), "--suite", str(suite_file), "--board", BOARD, "--no-figures"]
+    head = git(repo, "rev-parse", "HEAD").strip()
+    on_device(monkeypatch, head)
+    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
+                              str(tmp_path / "pack"), "--out", str(tmp_path / "device"), "--cache",
+                              str(tmp_path / "cache"), "--only", CELL, "-q"], capsys)
+    assert code == 0, out + err
+    here(monkeypatch, repo)
+    files = str(files_at(tmp_path, "files", tmp_path / "pack"))
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        AFTER.begin(step)
+        raise OSError("disk full")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(AFTER, function, stopped)
+        code, out, err = after(capsys, files, *common)
+    assert code == 1 and f"({step}): unexpected OSError: disk full; the board is in place" in err, out + err
+    assert (repo / "leaderboards" / BOARD / "results.json").is_file()
+
+    code, out, err = after(capsys, files, *common)
+    if "error: step 2 (clean):" in err:   # the stopped run wrote the index: its line says how to restore it
+        restore = err.split("`git checkout -- ")[1].split("`")[0]
+        git(repo, "checkout", "--", *restore.split())
+        code, out, err = after(capsys, files, *common)
+    assert code == 0, out + err
+    assert f"[`{BOARD}`]({BOARD}/)" in (repo / "leaderboards" / "README.md").read_text()
+    assert f"[{BOARD}](../leaderboards/{BOARD}/)" in (repo / "docs" / "results.md").read_text()
+    _, _, _, subject, _, body = shlex.split(run_printed(repo, out)[1])
+    assert subject.startswith(f"{BOARD}: 1 new cell(s), board 1 of 4 cells"), subject
+    assert body.startswith(f"New on the board: {CELL}."), body
