@@ -210,9 +210,12 @@ def subset_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> l
 
 
 def check_shown(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> None:
-    """That ``pairs`` holds what the figure of ``rec`` shows: its images in order, each matched as the rows say, of
-    the problem's image shape."""
+    """That ``pairs`` holds what the figure of ``rec`` shows: taken of that cell, its images in order, each matched as
+    the rows say, of the problem's image shape."""
     fix = "take the subset again from the cell's candidates, or publish the board again"
+    if pairs.cell_id != rec.cell_id:
+        raise PairsError(f"the figure pairs kept for {rec.cell_id} are figure pairs of {pairs.cell_id or '(no cell)'}, "
+                         f"not of {rec.cell_id}; {fix}")
     want = shown_images(rec, k)
     if pairs.shown != want:
         raise PairsError(f"the figure pairs of {rec.cell_id} hold training images {pairs.shown}, its rows give "

@@ -205,3 +205,23 @@ def test_a_suite_asking_for_figure_pairs_keeps_them_for_every_figure_cell_withou
     code, out, err = cli(["leaderboard", str(suite), "--out", str(board), "--verify"])
     lines = [ln for ln in out.splitlines() if ln.startswith("MISMATCH")]
     assert code != 0 and len(lines) == 1 and f"no figure pairs of {figure['cells'][0]}" in lines[0], out + err
+
+
+def _board_cell(board: Path, local: Path) -> tuple[Path, FigurePairs, CellRecord, object]:
+    """The board's one kept figure-pairs file, read, its cell's record and training problem."""
+    from reconbench.leaderboard.figures import FigureData
+
+    (path,) = (board / BOARD_FOLDER).iterdir()
+    pairs = read_pairs(path)
+    rec = CellRecord.from_dict(load_cells(local)[pairs.cell_id])
+    problem, _ = FigureData(local, None).problem_card(rec)
+    return path, pairs, rec, problem
+
+
+def test_figure_pairs_of_another_cell_fail_even_where_their_images_and_ids_agree(published):
+    _, local, board = published
+    path, pairs, rec, problem = _board_cell(board, local)
+    other = FigurePairs("another-cell", pairs.shown, pairs.best_ids, pairs.members, pairs.best, pairs.averaged)
+    problems, compared = rescore_pairs(problem, other, rec, 4, str(path))
+    assert compared == 0 and len(problems) == 1
+    assert f"are figure pairs of another-cell, not of {pairs.cell_id}" in problems[0]
