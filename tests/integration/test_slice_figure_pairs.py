@@ -218,6 +218,29 @@ def _board_cell(board: Path, local: Path) -> tuple[Path, FigurePairs, CellRecord
     return path, pairs, rec, problem
 
 
+def test_a_pair_swapped_for_the_nearest_other_candidate_of_its_cell_fails_the_rescore(published, tmp_path):
+    """The hardest swap of each shown image: its matched candidate replaced by the candidate of the same cell nearest
+    to it (its id unchanged, so only the re-score can tell); each must fail, while the honest subset passes."""
+    from safetensors.torch import load_file
+
+    _, local, board = published
+    path, pairs, rec, problem = _board_cell(board, local)
+    assert rescore_pairs(problem, pairs, rec, 4, str(path)) == ([], 16)
+    pooled = load_file(str(tmp_path / "device-a" / "work" / pairs.cell_id / "candidates.safetensors"))["candidates"]
+    matched = [j for j, m in enumerate(pairs.members) if m == 1]
+    assert matched   # tiny.toml's cells average no candidates: a swapped best candidate is what the figure draws
+    for j in matched:
+        own = pooled[pairs.best_ids[j]].double()
+        assert torch.equal(own.half(), pairs.best[j])   # the subset holds the matched candidate itself
+        others = [c for c in range(len(pooled)) if c != pairs.best_ids[j]]
+        nearest = min(others, key=lambda c: float((pooled[c].double() - own).norm()))
+        best = pairs.best.clone()
+        best[j] = pooled[nearest].to(PAIRS_DTYPE)
+        swapped = FigurePairs(pairs.cell_id, pairs.shown, pairs.best_ids, pairs.members, best, pairs.averaged)
+        problems, _ = rescore_pairs(problem, swapped, rec, 4, str(path))
+        assert len(problems) == 1 and f"training image {pairs.shown[j]} of {pairs.cell_id} re-scores" in problems[0]
+
+
 def test_figure_pairs_of_another_cell_fail_even_where_their_images_and_ids_agree(published):
     _, local, board = published
     path, pairs, rec, problem = _board_cell(board, local)
