@@ -17,6 +17,7 @@ cells its reconstructions figure drew from a subset).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass
@@ -167,7 +168,8 @@ def take_pairs(problem: Any, card: object, candidates: torch.Tensor, rec: CellRe
 
 def pairs_from_results(results: Path, rec: CellRecord, k: int, data_root: str | None = None) -> Path:
     """``results/work/<cell>/figure_pairs.safetensors``, taken from the cell's full candidates there (kept when it
-    is newer than them): the file. The training problem is rebuilt from the target's model card in ``results``."""
+    is newer than them and holds the images the cell's rows show at ``k``): the file. The training problem is rebuilt
+    from the target's model card in ``results``."""
     from safetensors.torch import load_file
 
     from reconbench.targets.cards import ModelCard
@@ -175,7 +177,10 @@ def pairs_from_results(results: Path, rec: CellRecord, k: int, data_root: str | 
     work = results / rec.work_dir if rec.work_dir else results / "work" / rec.cell_id
     src, dst = work / "candidates.safetensors", work / PAIRS_FILE
     if dst.is_file() and src.is_file() and dst.stat().st_mtime_ns >= src.stat().st_mtime_ns:
-        return dst
+        with contextlib.suppress(PairsError):
+            kept = read_pairs(dst)
+            if kept.cell_id == rec.cell_id and kept.shown == shown_images(rec, k):
+                return dst
     if not src.is_file():
         raise PairsError(f"cell {rec.cell_id} has no pooled candidates in {work} to take its figure's pairs from")
     card_path = results / "targets" / f"{rec.target.recipe_key}.json"

@@ -248,3 +248,18 @@ def test_figure_pairs_of_another_cell_fail_even_where_their_images_and_ids_agree
     problems, compared = rescore_pairs(problem, other, rec, 4, str(path))
     assert compared == 0 and len(problems) == 1
     assert f"are figure pairs of another-cell, not of {pairs.cell_id}" in problems[0]
+
+
+def test_kept_figure_pairs_are_taken_again_when_the_rows_show_other_images(published, tmp_path):
+    """A cell's ``work/<cell>/figure_pairs.safetensors`` newer than its candidates is kept only while it holds what
+    the figure shows: taken again for fewer images (another ``sample_images``), not returned as it was."""
+    from reconbench.leaderboard.figure_pairs import pairs_from_results
+
+    device = tmp_path / "device-a"
+    cid = sorted(load_cells(device))[0]
+    rec = CellRecord.from_dict(load_cells(device)[cid])
+    four = read_pairs(pairs_from_results(device, rec, 4))
+    assert four.shown == shown_images(rec, 4)
+    two = read_pairs(pairs_from_results(device, rec, 2))
+    assert two.shown == shown_images(rec, 2) == four.shown[:2]
+    assert torch.equal(two.best, four.best[:2])
