@@ -30,6 +30,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save
 
 from reconbench.errors import ReconbenchError
+from reconbench.provenance import write_bytes_atomic
 from reconbench.records import CellRecord
 
 #: the file format's name, in the safetensors metadata
@@ -117,11 +118,9 @@ def read_pairs(path: Path) -> FigurePairs:
 
 
 def write_pairs(path: Path, pairs: FigurePairs) -> None:
-    """Write through a temporary file (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(pairs.to_bytes())
-    tmp.replace(path)
+    """Write through a temporary file (``provenance.write_bytes_atomic``: a reader never sees half a file, and a
+    failed write leaves none behind)."""
+    write_bytes_atomic(path, pairs.to_bytes())
 
 
 def shown_images(rec: CellRecord, k: int) -> list[int]:

@@ -213,14 +213,12 @@ def stored_ids(board: Path) -> list[str]:
 def keep_pairs(board: Path, cell_id: str, data: bytes) -> None:
     """A cell's figure pairs into the board's ``figure_pairs/`` (unchanged where it holds them already)."""
     from reconbench.leaderboard.figure_pairs import BOARD_FOLDER
+    from reconbench.provenance import write_bytes_atomic
 
     dst = member(board / BOARD_FOLDER, cell_id, ".safetensors", "cell id")
     if dst.is_file() and dst.read_bytes() == data:
         return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(dst)
+    write_bytes_atomic(dst, data)
 
 
 def _sizes_note(groups: list[PairGroup]) -> str:
