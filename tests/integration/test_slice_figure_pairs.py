@@ -263,3 +263,26 @@ def test_kept_figure_pairs_are_taken_again_when_the_rows_show_other_images(publi
     two = read_pairs(pairs_from_results(device, rec, 2))
     assert two.shown == shown_images(rec, 2) == four.shown[:2]
     assert torch.equal(two.best, four.best[:2])
+
+
+def test_a_reconstructions_figure_that_fails_to_draw_keeps_no_figure_pairs(tmp_path):
+    """The figure's drawing fails after its cells' pairs were read: the board records the failed figure and keeps no
+    figure pairs, which --verify would otherwise report as pairs of a cell the figure does not show."""
+    from reconbench.evaluation import pair_figure
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no renderer")
+
+    with pytest.MonkeyPatch.context() as mp:
+        pack = _slice(tmp_path, mp, TINY, "a")
+        local, board = tmp_path / "local", tmp_path / "lb"
+        assert cli(["bench", str(TINY), "--unpack", str(pack), "--out", str(local)])[0] == 0
+        at_commit(mp, HERE)
+        mp.setattr(pair_figure, "draw_pairs", broken)
+        code, out, err = cli(["leaderboard", str(TINY), "--results", str(local), "--publish", "--out", str(board)])
+        assert code == 0, out + err
+    figure = json.loads((board / "results.json").read_text())["figures"]["reconstructions"]
+    assert figure["failed"] and "no renderer" in figure["reason"]
+    assert not (board / BOARD_FOLDER).is_dir() or not any((board / BOARD_FOLDER).iterdir())
+    code, out, err = cli(["leaderboard", str(TINY), "--out", str(board), "--verify"])
+    assert "the reconstructions figure does not show" not in out + err
