@@ -24,6 +24,7 @@ import tomllib
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.board_progress import commit_shares
 from reconbench.leaderboard.results_file import read_results
+from reconbench.provenance import write_text_atomic
 from reconbench.records import BoardHeader
 
 NOTES_NAME = "index-notes.toml"
@@ -136,7 +137,7 @@ def add_board(leaderboards: Path, board: str, note: BoardNote) -> bool:
     body = "".join(f'{k} = "{_toml_text(v)}"\n' for k, v in fields.items() if v)
     path = leaderboards / NOTES_NAME
     text = path.read_text()
-    path.write_text(text + ("" if text.endswith("\n") or not text else "\n") + f"\n[{board}]\n{body}")
+    write_text_atomic(path, text + ("" if text.endswith("\n") or not text else "\n") + f"\n[{board}]\n{body}")
     read_notes(leaderboards)   # what was written reads back
     return True
 
@@ -151,7 +152,7 @@ def drop_note(leaderboards: Path, board: str, note: str) -> bool:
     start = next(i for i, ln in enumerate(lines) if ln.strip() in (f"[{board}]", f'["{board}"]'))
     end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
     kept = [ln for ln in lines[start + 1:end] if tomllib.loads(ln).get("note") != note] if end > start else []
-    path.write_text("".join(lines[:start + 1] + kept + lines[end:]))
+    write_text_atomic(path, "".join(lines[:start + 1] + kept + lines[end:]))
     return read_notes(leaderboards)[board].note == ""
 
 
@@ -174,7 +175,7 @@ def write_into(readme: Path, block: str) -> bool:
     old = current_block(readme)
     new = text.replace(old, block, 1)
     if new != text:
-        readme.write_text(new)
+        write_text_atomic(readme, new)
     return new != text
 
 

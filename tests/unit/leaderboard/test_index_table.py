@@ -123,3 +123,24 @@ def test_a_note_is_dropped_from_its_board_only(tmp_path):
     assert not drop_note(lb, "paper-gpu", "first publication")   # once
     assert (lb / NOTES_NAME).read_text() == notes.replace('current"\nnote = "first publication"\n', 'current"\n')
     assert read_notes(lb)["ci"] == BoardNote(note="first publication")
+
+
+def test_a_write_that_dies_half_way_leaves_the_readme_whole(tmp_path, monkeypatch):
+    """The index block and the notes are written through a temporary file: a write that stops half way (a full disk)
+    leaves the old file, never a prefix of the new one."""
+    lb = _lb(tmp_path, {"ci": "ci"}, "[ci]\n")
+    readme = lb / "README.md"
+    old = f"intro\n{BEGIN}\n| old | row |\n{END}\nhand-written\n"
+    readme.write_text(old)
+
+    def half(self: Path, data: str, *args: object, **kwargs: object) -> int:
+        with open(self, "w") as fh:
+            fh.write(data[:len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half)
+    try:
+        write_into(readme, index_table(lb))
+    except OSError:
+        pass
+    assert readme.read_text() in (old, old.replace(f"{BEGIN}\n| old | row |\n{END}", index_table(lb)))
