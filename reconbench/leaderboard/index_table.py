@@ -15,6 +15,7 @@ The notes file is also the list of published boards: every board folder must hav
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,11 +150,18 @@ def drop_note(leaderboards: Path, board: str, note: str) -> bool:
         return False
     path = leaderboards / NOTES_NAME
     lines = path.read_text().splitlines(keepends=True)
-    start = next(i for i, ln in enumerate(lines) if ln.strip() in (f"[{board}]", f'["{board}"]'))
+    header = re.compile(rf'^\s*\[\s*(?:{re.escape(board)}|"{re.escape(board)}")\s*\]\s*(?:#.*)?$')
+    start = next((i for i, ln in enumerate(lines) if header.match(ln)), None)
+    if start is None:
+        raise ReconbenchError(f"{path}: the entry of {board} is not a `[{board}]` table on its own line, so its note "
+                              f"{note!r} cannot be dropped; drop it by hand")
     end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
-    kept = [ln for ln in lines[start + 1:end] if tomllib.loads(ln).get("note") != note] if end > start else []
+    kept = [ln for ln in lines[start + 1:end] if not re.match(r"\s*note\s*=", ln)]
     write_text_atomic(path, "".join(lines[:start + 1] + kept + lines[end:]))
-    return read_notes(leaderboards)[board].note == ""
+    if read_notes(leaderboards)[board].note:
+        raise ReconbenchError(f"{path}: the note of {board} is still there after dropping its `note =` line; drop it "
+                              "by hand")
+    return True
 
 
 def _toml_text(value: str) -> str:

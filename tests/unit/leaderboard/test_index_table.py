@@ -125,6 +125,24 @@ def test_a_note_is_dropped_from_its_board_only(tmp_path):
     assert read_notes(lb)["ci"] == BoardNote(note="first publication")
 
 
+def test_a_note_that_cannot_be_dropped_as_text_is_refused_in_one_line(tmp_path):
+    """An entry written as an inline table has no `[board]` line to edit: a one-line error naming the file and the
+    fix, the file as it was (it was a StopIteration)."""
+    notes = '"paper-gpu" = { note = "first publication" }\n[ci]\n'
+    lb = _lb(tmp_path, {"ci": "ci"}, notes)
+    (lb / "paper-gpu").mkdir()
+    with pytest.raises(ReconbenchError, match=r"is not a `\[paper-gpu\]` table on its own line.*drop it by hand") as err:
+        drop_note(lb, "paper-gpu", "first publication")
+    assert "\n" not in str(err.value) and (lb / NOTES_NAME).read_text() == notes
+
+
+def test_a_note_under_a_spaced_header_and_beside_a_multi_line_value_is_dropped(tmp_path):
+    notes = '[ci]\n\n[ "paper-gpu" ]  # the GPU board\npublished = """drawn\nlater"""\nnote = "first publication"\n'
+    lb = _lb(tmp_path, {"ci": "ci", "paper-gpu": "ci"}, notes)
+    assert drop_note(lb, "paper-gpu", "first publication")
+    assert read_notes(lb)["paper-gpu"] == BoardNote(published="drawn\nlater")
+
+
 def test_a_write_that_dies_half_way_leaves_the_readme_whole(tmp_path, monkeypatch):
     """The index block and the notes are written through a temporary file: a write that stops half way (a full disk)
     leaves the old file, never a prefix of the new one."""
