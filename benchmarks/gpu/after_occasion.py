@@ -323,11 +323,12 @@ def sampled_cells(suite_name: str) -> list[str]:
 
 
 def copy_probe_files(files_at: Path, occasion: Occasion) -> None:
-    """Step 7."""
+    """Step 7: each file copied through a temporary one (a tracked file is never left half written)."""
+    from reconbench.provenance import write_bytes_atomic
+
     begin("probe")
     for name, dst in occasion.copies.items():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(files_at / name, dst)
+        write_bytes_atomic(dst, (files_at / name).read_bytes())
         say(f"probe: {name} -> {dst}")
 
 
