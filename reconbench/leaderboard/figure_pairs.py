@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -32,6 +32,11 @@ from safetensors.torch import load, save
 from reconbench.errors import ReconbenchError
 from reconbench.provenance import write_bytes_atomic
 from reconbench.records import CellRecord
+
+if TYPE_CHECKING:
+    from reconbench.evaluation.protocol import ResolvedProtocol
+    from reconbench.leaderboard.cell_pairs import CellPair
+    from reconbench.targets.problems import Problem
 
 #: the file format's name, in the safetensors metadata
 PAIRS_FORMAT = "reconbench-figure-pairs/1"
@@ -130,7 +135,7 @@ def shown_images(rec: CellRecord, k: int) -> list[int]:
     return [i for i, *_ in recorded_pairs(rec, k)]
 
 
-def cell_protocol(rec: CellRecord) -> Any:
+def cell_protocol(rec: CellRecord) -> ResolvedProtocol:
     """The resolved protocol the cell was scored with (its overrides, the metrics its evaluation computed)."""
     from reconbench.evaluation.protocol import resolve_protocol
     from reconbench.evaluation.rescore import pinned_protocol
@@ -139,7 +144,7 @@ def cell_protocol(rec: CellRecord) -> Any:
     return resolve_protocol(pinned_protocol(dict(rec.protocol or {}), stored), str(rec.target.trained_from.family))
 
 
-def take_pairs(problem: Any, card: object, candidates: torch.Tensor, rec: CellRecord, k: int) -> FigurePairs:
+def take_pairs(problem: Problem, card: object, candidates: torch.Tensor, rec: CellRecord, k: int) -> FigurePairs:
     """The subset of a cell's pooled ``candidates`` its figure draws: the evaluation's matching under the cell's
     protocol (as :func:`reconbench.leaderboard.cell_pairs.cell_pairs` runs it), read at the ``k`` images shown."""
     from reconbench.evaluation.context import build_context
@@ -190,7 +195,7 @@ def pairs_from_results(results: Path, rec: CellRecord, k: int, data_root: str | 
 
 
 # -- the figure's pairs from a subset ------------------------------------------------------------------------
-def subset_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> list[Any]:
+def subset_pairs(problem: Problem, pairs: FigurePairs, rec: CellRecord, k: int) -> list[CellPair]:
     """The cell's pairs (``cell_pairs.CellPair``), best first, drawn from its subset: the same images, labels and
     frames as from the full candidates, the reconstruction shown from the float16 values. A subset that does not hold
     the images the rows give is a one-line :class:`PairsError`."""
@@ -213,7 +218,7 @@ def subset_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> l
     return out
 
 
-def check_shown(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> None:
+def check_shown(problem: Problem, pairs: FigurePairs, rec: CellRecord, k: int) -> None:
     """That ``pairs`` holds what the figure of ``rec`` shows: taken of that cell, its images in order, each matched as
     the rows say, of the problem's image shape."""
     fix = "take the subset again from the cell's candidates, or publish the board again"
@@ -240,7 +245,7 @@ def _num(v: object) -> float | None:
 
 
 # -- re-scoring the pairs ------------------------------------------------------------------------------------
-def pairs_tolerance(problem: Any) -> float:
+def pairs_tolerance(problem: Problem) -> float:
     """Relative tolerance (to max(1, |value|)) of a per-image score re-scored from the float16 subset against the
     board's row: float16 rounding of the candidate values behind it, through the score's reductions
     (:func:`reconbench.evaluation.decisions.float16_tolerance`, the bound a whole cell's float16 sample is re-scored
@@ -261,7 +266,7 @@ def pairs_tolerance(problem: Any) -> float:
     return decisions.float16_tolerance(evaluation_terms(problem, 1)) + ROW_RTOL
 
 
-def rescore(problem: Any, pairs: FigurePairs, rec: CellRecord) -> dict[int, dict[str, float | None]]:
+def rescore(problem: Problem, pairs: FigurePairs, rec: CellRecord) -> dict[int, dict[str, float | None]]:
     """Per shown training image, its ``RESCORED`` scores computed from the subset, as the evaluation computes them
     (``plugins/metrics.py``'s ``ssim``, ``ssim_standard`` and ``corr``, the matching's exact distance), for the
     columns the cell's evaluation computed; an unmatched image's are None."""
@@ -308,7 +313,7 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((fa * fb).sum(-1) / torch.where(denom > 0, denom, torch.ones_like(denom))).mean(-1)
 
 
-def rescore_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int, where: str) -> tuple[list[str], int]:
+def rescore_pairs(problem: Problem, pairs: FigurePairs, rec: CellRecord, k: int, where: str) -> tuple[list[str], int]:
     """The subset checked against the cell's rows: it holds the figure's images (:func:`check_shown`), and each
     pair's scores re-computed from it agree with the stored ones within :func:`pairs_tolerance`. The problems (one
     line each) and the number of scores compared."""
