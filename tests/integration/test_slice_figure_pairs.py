@@ -286,3 +286,14 @@ def test_a_reconstructions_figure_that_fails_to_draw_keeps_no_figure_pairs(tmp_p
     assert not (board / BOARD_FOLDER).is_dir() or not any((board / BOARD_FOLDER).iterdir())
     code, out, err = cli(["leaderboard", str(TINY), "--out", str(board), "--verify"])
     assert "the reconstructions figure does not show" not in out + err
+
+
+def test_a_cell_re_run_and_checked_through_its_pairs_is_counted_once(published):
+    """``--verify --rerun`` of the figure's cell re-derives it in full: the closing line counts it as re-run, not a
+    second time through its figure pairs, and the other cells through hashes and seals."""
+    _, _, board = published
+    cid = json.loads((board / "results.json").read_text())["figures"]["reconstructions"]["cells"][0]
+    code, out, err = cli(["leaderboard", str(TINY), "--out", str(board), "--verify", "--rerun", cid])
+    assert code == 0, out + err
+    assert ("checked 3 cell(s): 0 re-scored from stored candidates, 1 re-run from their recipe and seed, 2 through "
+            "hashes and seals only") in out, out
