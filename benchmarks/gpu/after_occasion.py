@@ -9,7 +9,7 @@ when the call ran them. In order, stopping at the first failure with one line th
 2. clean    the checkout holds no uncommitted change to a tracked file (the board must come from one clean commit,
             and a merge that evaluates a cell whose runs came back in groups records this checkout's commit too);
 3. unpack   `reconbench bench SUITE --unpack FILES_AT/pack --out RESULTS` (repeatable: a pack merged before is
-            merged again as "already merged");
+            merged again as "already there");
 4. publish  the board into a temporary folder (a copy of the published board when there is one, so that its
             releases and outside submissions stay), as `reconbench leaderboard SUITE --results RESULTS --publish
             --out leaderboards/BOARD` would;
