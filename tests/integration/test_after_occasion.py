@@ -163,6 +163,17 @@ def after(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out.out, out.err
 
 
+def slice_cell(capsys: pytest.CaptureFixture[str], suite_file: Path, tmp_path: Path, name: str, cell: str,
+               *extra: str) -> Path:
+    """One slice on the "device" that finishes ``cell`` (``extra``: e.g. the ledger to continue from): its pack."""
+    pack = tmp_path / f"pack{name}"
+    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack", str(pack),
+                              "--out", str(tmp_path / f"device{name}"), "--cache", str(tmp_path / f"cache{name}"),
+                              *extra, "--only", cell, "-q"], capsys)
+    assert code == 0, out + err
+    return pack
+
+
 def run_printed(repo: Path, out: str) -> list[str]:
     """Run the `git add` and `git commit` lines the command printed, as printed; the lines."""
     lines = [ln for ln in out.splitlines() if ln.startswith("git ")]
@@ -210,11 +221,7 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     # -- slice 2, from the new commit: training continues from the ledger's states and one cell finishes
     head = git(repo, "rev-parse", "HEAD").strip()
     on_device(monkeypatch, head)
-    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
-                              str(tmp_path / "pack2"), "--out", str(tmp_path / "device2"), "--cache",
-                              str(tmp_path / "cache2"), "--finished", str(results / LEDGER_FILE), "--only", CELL,
-                              "-q"], capsys)
-    assert code == 0, out + err
+    slice_cell(capsys, suite_file, tmp_path, "2", CELL, "--finished", str(results / LEDGER_FILE))
     files2 = files_at(tmp_path, "files2", tmp_path / "pack2")
     here(monkeypatch, repo)
 
@@ -283,11 +290,7 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     first = head
     head = git(repo, "rev-parse", "HEAD").strip()
     on_device(monkeypatch, head)
-    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
-                              str(tmp_path / "pack3"), "--out", str(tmp_path / "device3"), "--cache",
-                              str(tmp_path / "cache3"), "--finished", str(results / LEDGER_FILE), "--only", OTHER,
-                              "-q"], capsys)
-    assert code == 0, out + err
+    slice_cell(capsys, suite_file, tmp_path, "3", OTHER, "--finished", str(results / LEDGER_FILE))
     here(monkeypatch, repo)
     code, out, err = after(capsys, str(files_at(tmp_path, "files3", tmp_path / "pack3")), *common)
     assert code == 0, out + err
@@ -346,10 +349,7 @@ def test_a_board_whose_cells_brought_no_candidates_is_not_placed(repo, tmp_path,
     sampled = min(ids, key=lambda c: hashlib.sha256(c.encode()).hexdigest())   # the order packs sample in
     assert sampled != CELL
     on_device(monkeypatch, git(repo, "rev-parse", "HEAD").strip())
-    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
-                              str(tmp_path / "pack"), "--out", str(tmp_path / "device"), "--cache",
-                              str(tmp_path / "cache"), "--only", CELL, "-q"], capsys)
-    assert code == 0, out + err
+    slice_cell(capsys, suite_file, tmp_path, "", CELL)
     here(monkeypatch, repo)
     code, out, err = after(capsys, str(files_at(tmp_path, "files", tmp_path / "pack")), "--repo", str(repo),
                            "--suite", str(suite_file), "--board", BOARD, "--no-figures")
@@ -373,10 +373,7 @@ def test_a_run_again_after_the_board_was_placed_finishes_the_steps_and_counts_th
     common = ["--repo", str(repo), "--suite", str(suite_file), "--board", BOARD, "--no-figures"]
     head = git(repo, "rev-parse", "HEAD").strip()
     on_device(monkeypatch, head)
-    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
-                              str(tmp_path / "pack"), "--out", str(tmp_path / "device"), "--cache",
-                              str(tmp_path / "cache"), "--only", CELL, "-q"], capsys)
-    assert code == 0, out + err
+    slice_cell(capsys, suite_file, tmp_path, "", CELL)
     here(monkeypatch, repo)
     files = str(files_at(tmp_path, "files", tmp_path / "pack"))
 
