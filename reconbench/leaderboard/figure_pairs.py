@@ -304,8 +304,10 @@ def rescore(problem: Problem, pairs: FigurePairs, rec: CellRecord) -> dict[int, 
 
 
 def _pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The ``corr`` metric's correlation of paired images (per channel over pixels, averaged over channels), written
-    out here because the plugin computes it over a whole evaluation context, which a subset cannot build."""
+    """The ``corr`` metric's correlation of paired images (per channel over pixels, averaged over channels): the
+    built-in metric plugin's ``pearson`` (``plugins/metrics.py``), repeated here because the core finds plugins only
+    through their entry points and never imports their modules; tests/unit/leaderboard/test_figure_pairs.py holds the
+    two equal."""
     fa, fb = a.flatten(2), b.flatten(2)
     fa = fa - fa.mean(-1, keepdim=True)
     fb = fb - fb.mean(-1, keepdim=True)

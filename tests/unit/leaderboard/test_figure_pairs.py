@@ -146,3 +146,14 @@ def test_a_failed_write_of_figure_pairs_leaves_no_file_behind(problem, tmp_path,
     with pytest.raises(OSError, match="rename refused"):
         keep_pairs(tmp_path / "board", "cell", pairs.to_bytes())
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == []
+
+
+def test_the_rescores_correlation_is_the_corr_plugins():
+    """The re-score's copy of the ``corr`` metric's formula is the plugin's, constant channels included."""
+    from reconbench_plugins.metrics import pearson
+
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn((5, *SHAPE), generator=gen, dtype=torch.float64), torch.randn((5, *SHAPE), generator=gen,
+                                                                                      dtype=torch.float64)
+    a[0, 1] = 0.25   # a constant channel: correlation 0 there
+    assert torch.equal(figure_pairs._pearson(a, b), pearson(a, b))
