@@ -169,17 +169,26 @@ def _toml_text(value: str) -> str:
 
 
 def current_block(readme: Path) -> str:
-    """The block between the markers of ``readme`` (markers included); a one-line error when they are missing."""
-    text = readme.read_text()
+    """The block between the markers of ``readme`` (markers included); a one-line error when they, or the file, are
+    missing."""
+    text = _read_readme(readme)
     if BEGIN not in text or END not in text:
         raise ReconbenchError(f"{readme} has no index block (the lines {BEGIN} and {END}); put them back where the "
                               f"table goes, then run {WRITE_COMMAND}")
     return text[text.index(BEGIN):text.index(END) + len(END)]
 
 
+def _read_readme(readme: Path) -> str:
+    try:
+        return readme.read_text()
+    except OSError as exc:
+        raise ReconbenchError(f"{readme} cannot be read ({exc.strerror or exc}): it holds the index between the lines "
+                              f"{BEGIN} and {END}; restore it with git") from None
+
+
 def write_into(readme: Path, block: str) -> bool:
     """Replace the block between the markers of ``readme``; whether it changed."""
-    text = readme.read_text()
+    text = _read_readme(readme)
     old = current_block(readme)
     new = text.replace(old, block, 1)
     if new != text:

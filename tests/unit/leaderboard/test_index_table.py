@@ -162,3 +162,11 @@ def test_a_write_that_dies_half_way_leaves_the_readme_whole(tmp_path, monkeypatc
     except OSError:
         pass
     assert readme.read_text() in (old, old.replace(f"{BEGIN}\n| old | row |\n{END}", index_table(lb)))
+
+
+def test_a_missing_readme_is_one_line_not_a_traceback(tmp_path, capsys):
+    lb = _lb(tmp_path, {"ci": "ci"}, "[ci]\n")
+    for mode in ("--check", "--write"):
+        assert main(["--leaderboards", str(lb), mode]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "README.md cannot be read" in err[0] and "restore it with git" in err[0]
