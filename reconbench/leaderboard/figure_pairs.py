@@ -12,7 +12,8 @@ per-image rows (:func:`rescore_pairs`), so that a board keeping it can check it 
 
 Where it lives: ``work/<cell id>/figure_pairs.safetensors`` in a results folder (written by a slice for every cell
 it packs, and by the merge for a cell it evaluates), ``figure_pairs/<cell id>.safetensors`` on a board (for the
-cells its reconstructions figure drew from a subset).
+cells its reconstructions figure drew from a subset and, where the suite sets ``[leaderboard] figure_pairs``, for
+those it drew from full candidates the board does not store).
 """
 
 from __future__ import annotations
