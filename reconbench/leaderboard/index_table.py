@@ -15,6 +15,7 @@ The notes file is also the list of published boards: every board folder must hav
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -135,7 +136,7 @@ def add_board(leaderboards: Path, board: str, note: BoardNote) -> bool:
     if board in read_notes(leaderboards):
         return False
     fields = {"status": note.status, "note": note.note, "published": note.published}
-    body = "".join(f'{k} = "{_toml_text(v)}"\n' for k, v in fields.items() if v)
+    body = "".join(f"{k} = {_toml_string(v)}\n" for k, v in fields.items() if v)
     path = leaderboards / NOTES_NAME
     text = path.read_text()
     write_text_atomic(path, text + ("" if text.endswith("\n") or not text else "\n") + f"\n[{board}]\n{body}")
@@ -164,8 +165,9 @@ def drop_note(leaderboards: Path, board: str, note: str) -> bool:
     return True
 
 
-def _toml_text(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+def _toml_string(value: str) -> str:
+    """``value`` as a TOML basic string: a JSON string is one (the same escapes; TOML also escapes DEL)."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def current_block(readme: Path) -> str:

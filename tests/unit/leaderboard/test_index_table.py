@@ -170,3 +170,12 @@ def test_a_missing_readme_is_one_line_not_a_traceback(tmp_path, capsys):
         assert main(["--leaderboards", str(lb), mode]) == 1
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "README.md cannot be read" in err[0] and "restore it with git" in err[0]
+
+
+def test_an_added_note_of_any_text_reads_back(tmp_path):
+    """A note with a newline, a tab, quotes and a backslash is written as a valid TOML string (it left a notes file
+    that no longer parsed)."""
+    lb = _lb(tmp_path, {"ci": "ci", "paper-gpu": "ci"}, "[ci]\n")
+    note = 'first\npublication\t"quoted" \\ end\x7f'
+    assert add_board(lb, "paper-gpu", BoardNote(note=note, published="é"))
+    assert read_notes(lb)["paper-gpu"] == BoardNote(note=note, published="é")
