@@ -9,7 +9,7 @@ when the call ran them. In order, stopping at the first failure with one line th
 2. clean    the checkout holds no uncommitted change to a tracked file (the board must come from one clean commit,
             and a merge that evaluates a cell whose runs came back in groups records this checkout's commit too);
 3. unpack   `reconbench bench SUITE --unpack FILES_AT/pack --out RESULTS` (repeatable: a pack merged before is
-            merged again as "already merged");
+            merged again as "already there");
 4. publish  the board into a temporary folder (a copy of the published board when there is one, so that its
             releases and outside submissions stay), as `reconbench leaderboard SUITE --results RESULTS --publish
             --out leaderboards/BOARD` would;
@@ -23,7 +23,8 @@ when the call ran them. In order, stopping at the first failure with one line th
 then prints the `git add` and `git commit` lines (the message names the slice's commit, the cells it merged and the
 board's commits and progress); it commits nothing itself. A pack with no finished cell (only training states) is
 unpacked and its probe files copied; nothing is published, and the command says so (unless the results folder holds
-merged cells the board lacks, e.g. after an earlier run of the command stopped before its board was placed). The
+merged cells the committed board lacks, e.g. after an earlier run of the command stopped before its board was placed,
+or placed it and stopped before its commit: the new cells are counted against HEAD's board). The
 size budget of a board (tests/unit/leaderboard/test_leaderboard_slim.py) is not this command's decision: decide it
 before committing.
 
@@ -238,6 +239,15 @@ def cell_ids(folder: Path) -> set[str]:
     return {p.stem for p in (folder / "cells").glob("*.json")} if (folder / "cells").is_dir() else set()
 
 
+def committed_cells(board: Path) -> set[str]:
+    """The cells of the board as the checkout's HEAD commit holds it (none for a board never committed): what a
+    board placed by an earlier run of this command, stopped before its commit, does not count as published."""
+    out = subprocess.run(["git", "ls-tree", "--name-only", "HEAD", "--", f"{board.as_posix()}/cells/"],
+                         capture_output=True, text=True, timeout=30)
+    return {Path(line).stem for line in out.stdout.splitlines() if line.endswith(".json")} if not out.returncode \
+        else set()
+
+
 def what_came(occasion: Occasion) -> str:
     """What the pack held besides finished cells, for the lines that say nothing was published."""
     held = [f"training state(s): {', '.join(occasion.states)}" if occasion.states else "",
@@ -280,8 +290,9 @@ def publish(suite_name: str, results: Path, board: str, *, figures: bool) -> Non
             if "0 cells re-scored" in failed.what:   # a board of GPU cells cannot be re-run here instead
                 failed.fix = (f"{published} is unchanged: none of its cells brought candidates or figure pairs "
                               "back, so nothing can be re-scored; a pack carries the candidates of the suite's sampled "
-                              "cells that fit its file (" + ", ".join(sampled_cells(suite_name)) + ") and, with the "
-                              "suite's figure_pairs, the figure pairs of every finished cell: publish with figures "
+                              "cells that fit its file (" + ", ".join(sampled_cells(suite_name)) + ") and the figure "
+                              "pairs of every finished cell, which a board keeps of its figure's cells: publish with "
+                              "figures "
                               "(no --no-figures), or once a sampled cell has come back")
             raise
         say("verify: passed")
@@ -312,11 +323,12 @@ def sampled_cells(suite_name: str) -> list[str]:
 
 
 def copy_probe_files(files_at: Path, occasion: Occasion) -> None:
-    """Step 7."""
+    """Step 7: each file copied through a temporary one (a tracked file is never left half written)."""
+    from reconbench.provenance import write_bytes_atomic
+
     begin("probe")
     for name, dst in occasion.copies.items():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(files_at / name, dst)
+        write_bytes_atomic(dst, (files_at / name).read_bytes())
         say(f"probe: {name} -> {dst}")
 
 
@@ -432,8 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         if pack is not None:
             unpack(pack, args.suite, results, occasion)
         board = Path("leaderboards") / args.board
-        before = cell_ids(board)
-        pending = sorted(cell_ids(results) - before)   # merged earlier, never published (a failed earlier run)
+        before = committed_cells(board)   # not the folder: an earlier run may have placed it and stopped after
+        pending = sorted(cell_ids(results) - before)   # merged earlier, never committed (a failed earlier run)
         if occasion.cells or pending:
             if not occasion.cells:
                 say(f"publish: the pack held no finished cell, but {results} holds {len(pending)} the board lacks")

@@ -623,7 +623,7 @@ def _cell_records(members: dict[str, bytes], manifest: SliceManifest, pack: Path
     return records
 
 
-def _pairs(members: Mapping[str, bytes], records: Mapping[str, Any], pack: Path) -> dict[str, bytes]:
+def _pairs(members: Mapping[str, bytes], records: Mapping[str, tuple[bytes, CellRecord]], pack: Path) -> dict[str, bytes]:
     """The archived figure pairs by cell id, each of a cell the pack holds and readable as figure pairs of it."""
     from reconbench.leaderboard.figure_pairs import FigurePairs, PairsError
 

@@ -12,19 +12,15 @@ commit from the merges' invocation records (``reconbench.leaderboard.slice_origi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconbench.bench.cells import expand
-from reconbench.bench.runner import STATUS_OK
 from reconbench.bench.suite import Suite
 from reconbench.claims.measure import Point
 from reconbench.claims.verdicts import NOT_RUN, NOT_RUN_YET, Decision
 from reconbench.leaderboard.board_progress import commit_shares
-from reconbench.leaderboard.slice_origins import cell_origins, commit_cells, packed_cells
-from reconbench.leaderboard.tables import progress_text
-from reconbench.records import BOARD_RESULTS_FILE, BoardHeader, BoardResults, CellRecord
+from reconbench.leaderboard.tables import collect, header_info
+from reconbench.records import BOARD_RESULTS_FILE, BoardHeader, BoardResults
 
 
 @dataclass(frozen=True)
@@ -56,26 +52,17 @@ class BoardState:
                                             if shares else "") + "."
 
 
-def board_state(suite: Suite, folder: Path, found: Mapping[str, CellRecord]) -> BoardState:
-    """The state of ``suite``'s board in ``folder`` (a published board, or a results folder) holding ``found``."""
+def board_state(suite: Suite, folder: Path) -> BoardState:
+    """The state of ``suite``'s board in ``folder``: a published board's header, or the header publishing the
+    results folder would write (``tables.collect`` and ``tables.header_info``, so that the two cannot disagree); a
+    folder holding no cell of the suite is no board yet, not a partial one (its claims read "not run")."""
     path = folder / "results.json"
     if path.is_file():
         data: BoardResults = BOARD_RESULTS_FILE.read(path)
         return BoardState(suite.name, data.header, frozenset(data.not_run))
-    plan = {c.cell_id: c for c in expand(suite)}
-    held = {cid: rec for cid, rec in found.items()
-            if cid in plan and rec.cell_key == plan[cid].key(suite, rec.dtype)}
-    ok = sum(1 for rec in held.values() if rec.status == STATUS_OK)
-    grown = commit_cells(cell_origins(held, packed_cells(held, folder)))
-    header = BoardHeader(
-        suite=suite.name,
-        cells={"planned": len(plan), "ok": ok},
-        git_commits=sorted({s.commit for s in grown} if grown
-                           else {c for r in held.values() if (c := r.ran.git_commit)}),
-        cell_commits=grown,
-        progress=progress_text(ok, len(plan)) if held and ok < len(plan) else None,
-    )
-    return BoardState(suite.name, header, frozenset(set(plan) - set(found)))
+    pub = collect(suite, folder)
+    header = header_info(suite, folder, pub, command="") if pub.records else BoardHeader(suite=suite.name)
+    return BoardState(suite.name, header, frozenset(pub.not_run))
 
 
 def as_board_grows(decision: Decision, points: list[Point], state: BoardState | None) -> Decision:

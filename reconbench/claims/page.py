@@ -317,7 +317,7 @@ def generate(results: dict[str, Path] | None = None, root: Path | None = None, *
     results = results or {k: root / v for k, v in DEFAULT_RESULTS.items()}
     route = {k: GPU_SUITE for k in GPU_ROUTED} if gpu else None
     found = load_all(results)
-    states = {name: board_state(load_suite(name), folder, found[name]) for name, folder in results.items()}
+    states = {name: board_state(load_suite(name), folder) for name, folder in results.items()}
     measured = measure_claims(data, results, route, found, states)
     return render(data, measured, results, root, found, states)
 

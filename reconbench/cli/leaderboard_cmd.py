@@ -270,8 +270,9 @@ def leaderboard_command(
         click.echo(release_line(out_dir))
         if releases := check_releases(out_dir):
             raise ReconbenchError(f"{len(releases)} problem(s) with the releases of {out_dir}; first: {releases[0]}")
+        stored = set(stored_cells(out_dir))   # a cell counts once: re-scored in full, else re-run, else its pairs
         count = CheckCount(cells=len(list((out_dir / "cells").glob("*.json"))), rescored=rescored,
-                           rerun=len(set(ids) - set(stored_cells(out_dir))), pairs=pairs)
+                           rerun=len(set(ids) - stored), pairs=len(set(pairs) - stored - set(ids)))
         click.echo(count.line())
         if (why := count.problem()) is not None:
             raise ReconbenchError(f"{out_dir}: {why}")
@@ -328,9 +329,9 @@ def no_board(out_dir: Path, suite: Suite) -> str:
             f"it first with `reconbench leaderboard {suite.name} --publish`")
 
 
-def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> tuple[int, int]:
+def verify_leaderboard(s: Suite, out_dir: Path, data_root: str | None) -> tuple[int, list[str]]:
     """Check a published board (manifest, stored candidates, seals, entries, tables, README, re-scoring); the number
-    of cells re-scored from their stored candidates, and of cells whose figure pairs were re-scored."""
+    of cells re-scored from their stored candidates, and the cells whose figure pairs were re-scored."""
     if not (out_dir / "results.json").exists():
         raise ReconbenchError(no_board(out_dir, s))
     files = check_manifest(out_dir)  # first: every file the board was published with, unchanged, and no other

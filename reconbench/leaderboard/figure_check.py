@@ -37,7 +37,7 @@ class FigureCheck:
     problems: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
     #: cells whose figure pairs (figure_pairs.py) were re-scored against their per-image rows
-    pairs_cells: int = 0
+    pairs_cells: list[str] = field(default_factory=list)
 
 
 def _drawn(fig: Figure | None) -> bool:
@@ -173,7 +173,7 @@ def check_kept_pairs(suite: Suite, pub: Published, board: Path, picks: list[str]
             compared += n
             if problems:
                 continue
-            out.pairs_cells += 1
+            out.pairs_cells.append(cid)
             drawn = subset_pairs(problem, pairs, rec, k)
             with tempfile.TemporaryDirectory(prefix="reconbench-pairs-") as tmp:
                 again = draw_pairs(Path(tmp) / "pairs.png", [PairGroup(cid, [p.pair for p in drawn])], per_row=k)

@@ -12,16 +12,18 @@ per-image rows (:func:`rescore_pairs`), so that a board keeping it can check it 
 
 Where it lives: ``work/<cell id>/figure_pairs.safetensors`` in a results folder (written by a slice for every cell
 it packs, and by the merge for a cell it evaluates), ``figure_pairs/<cell id>.safetensors`` on a board (for the
-cells its reconstructions figure drew from a subset).
+cells its reconstructions figure drew from a subset and, where the suite sets ``[leaderboard] figure_pairs``, for
+those it drew from full candidates the board does not store).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,7 +31,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save
 
 from reconbench.errors import ReconbenchError
+from reconbench.provenance import write_bytes_atomic
 from reconbench.records import CellRecord
+
+if TYPE_CHECKING:
+    from reconbench.evaluation.protocol import ResolvedProtocol
+    from reconbench.leaderboard.cell_pairs import CellPair
+    from reconbench.targets.problems import Problem
 
 #: the file format's name, in the safetensors metadata
 PAIRS_FORMAT = "reconbench-figure-pairs/1"
@@ -116,11 +124,9 @@ def read_pairs(path: Path) -> FigurePairs:
 
 
 def write_pairs(path: Path, pairs: FigurePairs) -> None:
-    """Write through a temporary file (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(pairs.to_bytes())
-    tmp.replace(path)
+    """Write through a temporary file (``provenance.write_bytes_atomic``: a reader never sees half a file, and a
+    failed write leaves none behind)."""
+    write_bytes_atomic(path, pairs.to_bytes())
 
 
 def shown_images(rec: CellRecord, k: int) -> list[int]:
@@ -130,7 +136,7 @@ def shown_images(rec: CellRecord, k: int) -> list[int]:
     return [i for i, *_ in recorded_pairs(rec, k)]
 
 
-def cell_protocol(rec: CellRecord) -> Any:
+def cell_protocol(rec: CellRecord) -> ResolvedProtocol:
     """The resolved protocol the cell was scored with (its overrides, the metrics its evaluation computed)."""
     from reconbench.evaluation.protocol import resolve_protocol
     from reconbench.evaluation.rescore import pinned_protocol
@@ -139,7 +145,7 @@ def cell_protocol(rec: CellRecord) -> Any:
     return resolve_protocol(pinned_protocol(dict(rec.protocol or {}), stored), str(rec.target.trained_from.family))
 
 
-def take_pairs(problem: Any, card: object, candidates: torch.Tensor, rec: CellRecord, k: int) -> FigurePairs:
+def take_pairs(problem: Problem, card: object, candidates: torch.Tensor, rec: CellRecord, k: int) -> FigurePairs:
     """The subset of a cell's pooled ``candidates`` its figure draws: the evaluation's matching under the cell's
     protocol (as :func:`reconbench.leaderboard.cell_pairs.cell_pairs` runs it), read at the ``k`` images shown."""
     from reconbench.evaluation.context import build_context
@@ -167,7 +173,8 @@ def take_pairs(problem: Any, card: object, candidates: torch.Tensor, rec: CellRe
 
 def pairs_from_results(results: Path, rec: CellRecord, k: int, data_root: str | None = None) -> Path:
     """``results/work/<cell>/figure_pairs.safetensors``, taken from the cell's full candidates there (kept when it
-    is newer than them): the file. The training problem is rebuilt from the target's model card in ``results``."""
+    is newer than them and holds the images the cell's rows show at ``k``): the file. The training problem is rebuilt
+    from the target's model card in ``results``."""
     from safetensors.torch import load_file
 
     from reconbench.targets.cards import ModelCard
@@ -175,7 +182,10 @@ def pairs_from_results(results: Path, rec: CellRecord, k: int, data_root: str | 
     work = results / rec.work_dir if rec.work_dir else results / "work" / rec.cell_id
     src, dst = work / "candidates.safetensors", work / PAIRS_FILE
     if dst.is_file() and src.is_file() and dst.stat().st_mtime_ns >= src.stat().st_mtime_ns:
-        return dst
+        with contextlib.suppress(PairsError):
+            kept = read_pairs(dst)
+            if kept.cell_id == rec.cell_id and kept.shown == shown_images(rec, k):
+                return dst
     if not src.is_file():
         raise PairsError(f"cell {rec.cell_id} has no pooled candidates in {work} to take its figure's pairs from")
     card_path = results / "targets" / f"{rec.target.recipe_key}.json"
@@ -186,7 +196,7 @@ def pairs_from_results(results: Path, rec: CellRecord, k: int, data_root: str | 
 
 
 # -- the figure's pairs from a subset ------------------------------------------------------------------------
-def subset_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> list[Any]:
+def subset_pairs(problem: Problem, pairs: FigurePairs, rec: CellRecord, k: int) -> list[CellPair]:
     """The cell's pairs (``cell_pairs.CellPair``), best first, drawn from its subset: the same images, labels and
     frames as from the full candidates, the reconstruction shown from the float16 values. A subset that does not hold
     the images the rows give is a one-line :class:`PairsError`."""
@@ -209,10 +219,13 @@ def subset_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> l
     return out
 
 
-def check_shown(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int) -> None:
-    """That ``pairs`` holds what the figure of ``rec`` shows: its images in order, each matched as the rows say, of
-    the problem's image shape."""
+def check_shown(problem: Problem, pairs: FigurePairs, rec: CellRecord, k: int) -> None:
+    """That ``pairs`` holds what the figure of ``rec`` shows: taken of that cell, its images in order, each matched as
+    the rows say, of the problem's image shape."""
     fix = "take the subset again from the cell's candidates, or publish the board again"
+    if pairs.cell_id != rec.cell_id:
+        raise PairsError(f"the figure pairs kept for {rec.cell_id} are figure pairs of {pairs.cell_id or '(no cell)'}, "
+                         f"not of {rec.cell_id}; {fix}")
     want = shown_images(rec, k)
     if pairs.shown != want:
         raise PairsError(f"the figure pairs of {rec.cell_id} hold training images {pairs.shown}, its rows give "
@@ -233,13 +246,20 @@ def _num(v: object) -> float | None:
 
 
 # -- re-scoring the pairs ------------------------------------------------------------------------------------
-def pairs_tolerance(problem: Any) -> float:
+def pairs_tolerance(problem: Problem) -> float:
     """Relative tolerance (to max(1, |value|)) of a per-image score re-scored from the float16 subset against the
     board's row: float16 rounding of the candidate values behind it, through the score's reductions
     (:func:`reconbench.evaluation.decisions.float16_tolerance`, the bound a whole cell's float16 sample is re-scored
     with: each value moves by at most 2^-11 relative, a product of two by 2 u16 + u16^2, each of the at most 8 chained
     reductions by that times its absolute sum), at the size of one image's reductions; plus the row's own rounding to
-    7 significant digits (``entries.ROW_RTOL``). About 7.8e-3."""
+    7 significant digits (``entries.ROW_RTOL``). About 7.8e-3.
+
+    As ``decisions.py`` says of its bounds, this holds for well-conditioned scores. The SSIMs are of the
+    reconstruction min-max scaled for display, which stretches float16's error by the ratio of the values' size to
+    their range: a reconstruction of low displayed contrast (a range below about 1% of its values, around a grey
+    level) moves its SSIM past this tolerance, and an honest pair then fails the re-score. At the contrast of real
+    images the moves are far inside it (CIFAR-10 images as exact and noisy reconstructions: at most 1.4e-3 for the
+    papers' SSIM, 3e-5 for the correlation and the distance)."""
     from reconbench.bench.entries import ROW_RTOL
     from reconbench.evaluation import decisions
     from reconbench.evaluation.rescore import evaluation_terms
@@ -247,7 +267,7 @@ def pairs_tolerance(problem: Any) -> float:
     return decisions.float16_tolerance(evaluation_terms(problem, 1)) + ROW_RTOL
 
 
-def rescore(problem: Any, pairs: FigurePairs, rec: CellRecord) -> dict[int, dict[str, float | None]]:
+def rescore(problem: Problem, pairs: FigurePairs, rec: CellRecord) -> dict[int, dict[str, float | None]]:
     """Per shown training image, its ``RESCORED`` scores computed from the subset, as the evaluation computes them
     (``plugins/metrics.py``'s ``ssim``, ``ssim_standard`` and ``corr``, the matching's exact distance), for the
     columns the cell's evaluation computed; an unmatched image's are None."""
@@ -285,8 +305,10 @@ def rescore(problem: Any, pairs: FigurePairs, rec: CellRecord) -> dict[int, dict
 
 
 def _pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The ``corr`` metric's correlation of paired images (per channel over pixels, averaged over channels), written
-    out here because the plugin computes it over a whole evaluation context, which a subset cannot build."""
+    """The ``corr`` metric's correlation of paired images (per channel over pixels, averaged over channels): the
+    built-in metric plugin's ``pearson`` (``plugins/metrics.py``), repeated here because the core finds plugins only
+    through their entry points and never imports their modules; tests/unit/leaderboard/test_figure_pairs.py holds the
+    two equal."""
     fa, fb = a.flatten(2), b.flatten(2)
     fa = fa - fa.mean(-1, keepdim=True)
     fb = fb - fb.mean(-1, keepdim=True)
@@ -294,7 +316,7 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((fa * fb).sum(-1) / torch.where(denom > 0, denom, torch.ones_like(denom))).mean(-1)
 
 
-def rescore_pairs(problem: Any, pairs: FigurePairs, rec: CellRecord, k: int, where: str) -> tuple[list[str], int]:
+def rescore_pairs(problem: Problem, pairs: FigurePairs, rec: CellRecord, k: int, where: str) -> tuple[list[str], int]:
     """The subset checked against the cell's rows: it holds the figure's images (:func:`check_shown`), and each
     pair's scores re-computed from it agree with the stored ones within :func:`pairs_tolerance`. The problems (one
     line each) and the number of scores compared."""

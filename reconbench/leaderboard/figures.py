@@ -164,8 +164,9 @@ def draw_reconstructions(
         return Figure.written(title=title, reason=f"no finished cell under {inits_text}")
     k = suite.leaderboard.sample_images
     board = path.parent.parent
-    stored = {c for c in stored_ids(board)}
+    stored = set(stored_ids(board))
     groups, from_pairs = [], []
+    keep: dict[str, bytes] = {}   # the figure pairs the board keeps, written once the figure is drawn
     for rec in picks:
         problem, card = data.problem_card(rec)
         try:
@@ -174,16 +175,18 @@ def draw_reconstructions(
             if (subset := data.pairs_file(rec)) is None:
                 raise
             pairs = subset_pairs(problem, read_pairs(subset), rec, k)   # the figure's worth that came back
-            keep_pairs(board, rec.cell_id, subset.read_bytes())
+            keep[rec.cell_id] = subset.read_bytes()
             from_pairs.append(rec.cell_id)
         else:
             pairs = cell_pairs(problem, card, pooled, rec, k)
             if suite.leaderboard.figure_pairs and rec.cell_id not in stored:   # the board keeps its figure's worth
-                keep_pairs(board, rec.cell_id, take_pairs(problem, card, pooled, rec, k).to_bytes())
+                keep[rec.cell_id] = take_pairs(problem, card, pooled, rec, k).to_bytes()
         oracle = " †" if rec.init.is_oracle else ""
         groups.append(PairGroup(f"{rec.attack.label} · init {rec.init.label}{oracle} · {rec.target.name} · seed "
                                 f"{rec.seed}", [p.pair for p in pairs]))
     draw_pairs(path, groups, per_row=k)
+    for cid, subset_bytes in keep.items():   # a figure that fails keeps none: --verify would call them stray
+        keep_pairs(board, cid, subset_bytes)
     return Figure.written(
         title=title,
         file=f"figures/{path.name}",
@@ -213,14 +216,12 @@ def stored_ids(board: Path) -> list[str]:
 def keep_pairs(board: Path, cell_id: str, data: bytes) -> None:
     """A cell's figure pairs into the board's ``figure_pairs/`` (unchanged where it holds them already)."""
     from reconbench.leaderboard.figure_pairs import BOARD_FOLDER
+    from reconbench.provenance import write_bytes_atomic
 
     dst = member(board / BOARD_FOLDER, cell_id, ".safetensors", "cell id")
     if dst.is_file() and dst.read_bytes() == data:
         return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(dst)
+    write_bytes_atomic(dst, data)
 
 
 def _sizes_note(groups: list[PairGroup]) -> str:

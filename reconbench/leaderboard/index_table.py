@@ -15,6 +15,8 @@ The notes file is also the list of published boards: every board folder must hav
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ import tomllib
 from reconbench.errors import ReconbenchError
 from reconbench.leaderboard.board_progress import commit_shares
 from reconbench.leaderboard.results_file import read_results
+from reconbench.provenance import write_text_atomic
 from reconbench.records import BoardHeader
 
 NOTES_NAME = "index-notes.toml"
@@ -133,10 +136,10 @@ def add_board(leaderboards: Path, board: str, note: BoardNote) -> bool:
     if board in read_notes(leaderboards):
         return False
     fields = {"status": note.status, "note": note.note, "published": note.published}
-    body = "".join(f'{k} = "{_toml_text(v)}"\n' for k, v in fields.items() if v)
+    body = "".join(f"{k} = {_toml_string(v)}\n" for k, v in fields.items() if v)
     path = leaderboards / NOTES_NAME
     text = path.read_text()
-    path.write_text(text + ("" if text.endswith("\n") or not text else "\n") + f"\n[{board}]\n{body}")
+    write_text_atomic(path, text + ("" if text.endswith("\n") or not text else "\n") + f"\n[{board}]\n{body}")
     read_notes(leaderboards)   # what was written reads back
     return True
 
@@ -148,33 +151,50 @@ def drop_note(leaderboards: Path, board: str, note: str) -> bool:
         return False
     path = leaderboards / NOTES_NAME
     lines = path.read_text().splitlines(keepends=True)
-    start = next(i for i, ln in enumerate(lines) if ln.strip() in (f"[{board}]", f'["{board}"]'))
+    header = re.compile(rf'^\s*\[\s*(?:{re.escape(board)}|"{re.escape(board)}")\s*\]\s*(?:#.*)?$')
+    start = next((i for i, ln in enumerate(lines) if header.match(ln)), None)
+    if start is None:
+        raise ReconbenchError(f"{path}: the entry of {board} is not a `[{board}]` table on its own line, so its note "
+                              f"{note!r} cannot be dropped; drop it by hand")
     end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
-    kept = [ln for ln in lines[start + 1:end] if tomllib.loads(ln).get("note") != note] if end > start else []
-    path.write_text("".join(lines[:start + 1] + kept + lines[end:]))
-    return read_notes(leaderboards)[board].note == ""
+    kept = [ln for ln in lines[start + 1:end] if not re.match(r"\s*note\s*=", ln)]
+    write_text_atomic(path, "".join(lines[:start + 1] + kept + lines[end:]))
+    if read_notes(leaderboards)[board].note:
+        raise ReconbenchError(f"{path}: the note of {board} is still there after dropping its `note =` line; drop it "
+                              "by hand")
+    return True
 
 
-def _toml_text(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+def _toml_string(value: str) -> str:
+    """``value`` as a TOML basic string: a JSON string is one (the same escapes; TOML also escapes DEL)."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def current_block(readme: Path) -> str:
-    """The block between the markers of ``readme`` (markers included); a one-line error when they are missing."""
-    text = readme.read_text()
+    """The block between the markers of ``readme`` (markers included); a one-line error when they, or the file, are
+    missing."""
+    text = _read_readme(readme)
     if BEGIN not in text or END not in text:
         raise ReconbenchError(f"{readme} has no index block (the lines {BEGIN} and {END}); put them back where the "
                               f"table goes, then run {WRITE_COMMAND}")
     return text[text.index(BEGIN):text.index(END) + len(END)]
 
 
+def _read_readme(readme: Path) -> str:
+    try:
+        return readme.read_text()
+    except OSError as exc:
+        raise ReconbenchError(f"{readme} cannot be read ({exc.strerror or exc}): it holds the index between the lines "
+                              f"{BEGIN} and {END}; restore it with git") from None
+
+
 def write_into(readme: Path, block: str) -> bool:
     """Replace the block between the markers of ``readme``; whether it changed."""
-    text = readme.read_text()
+    text = _read_readme(readme)
     old = current_block(readme)
     new = text.replace(old, block, 1)
     if new != text:
-        readme.write_text(new)
+        write_text_atomic(readme, new)
     return new != text
 
 

@@ -163,6 +163,17 @@ def after(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str
     return code, out.out, out.err
 
 
+def slice_cell(capsys: pytest.CaptureFixture[str], suite_file: Path, tmp_path: Path, name: str, cell: str,
+               *extra: str) -> Path:
+    """One slice on the "device" that finishes ``cell`` (``extra``: e.g. the ledger to continue from): its pack."""
+    pack = tmp_path / f"pack{name}"
+    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack", str(pack),
+                              "--out", str(tmp_path / f"device{name}"), "--cache", str(tmp_path / f"cache{name}"),
+                              *extra, "--only", cell, "-q"], capsys)
+    assert code == 0, out + err
+    return pack
+
+
 def run_printed(repo: Path, out: str) -> list[str]:
     """Run the `git add` and `git commit` lines the command printed, as printed; the lines."""
     lines = [ln for ln in out.splitlines() if ln.startswith("git ")]
@@ -210,11 +221,7 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     # -- slice 2, from the new commit: training continues from the ledger's states and one cell finishes
     head = git(repo, "rev-parse", "HEAD").strip()
     on_device(monkeypatch, head)
-    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
-                              str(tmp_path / "pack2"), "--out", str(tmp_path / "device2"), "--cache",
-                              str(tmp_path / "cache2"), "--finished", str(results / LEDGER_FILE), "--only", CELL,
-                              "-q"], capsys)
-    assert code == 0, out + err
+    slice_cell(capsys, suite_file, tmp_path, "2", CELL, "--finished", str(results / LEDGER_FILE))
     files2 = files_at(tmp_path, "files2", tmp_path / "pack2")
     here(monkeypatch, repo)
 
@@ -283,11 +290,7 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     first = head
     head = git(repo, "rev-parse", "HEAD").strip()
     on_device(monkeypatch, head)
-    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
-                              str(tmp_path / "pack3"), "--out", str(tmp_path / "device3"), "--cache",
-                              str(tmp_path / "cache3"), "--finished", str(results / LEDGER_FILE), "--only", OTHER,
-                              "-q"], capsys)
-    assert code == 0, out + err
+    slice_cell(capsys, suite_file, tmp_path, "3", OTHER, "--finished", str(results / LEDGER_FILE))
     here(monkeypatch, repo)
     code, out, err = after(capsys, str(files_at(tmp_path, "files3", tmp_path / "pack3")), *common)
     assert code == 0, out + err
@@ -336,8 +339,9 @@ def test_the_card_comes_from_the_json_and_a_cpu_probe_needs_one(tmp_path, capsys
 
 
 def test_a_board_whose_cells_brought_no_candidates_is_not_placed(repo, tmp_path, capsys, monkeypatch):
-    """--verify re-derives no number of such a board (its GPU cells cannot be re-run here): the command stops at
-    step 5 naming the suite's sampled cells, the cells whose candidates packs carry."""
+    """--verify re-derives no number of such a board published without figures (its GPU cells cannot be re-run
+    here, and no figure pairs are kept): the command stops at step 5 naming the suite's sampled cells, the cells whose
+    candidates packs carry, and publishing with figures."""
     suite_file = repo / "suite.toml"
     suite_file.write_text(SUITE.replace("store_candidates = 4", "store_candidates = 1"))
     git(repo, "commit", "-qam", "one sampled cell")
@@ -345,14 +349,52 @@ def test_a_board_whose_cells_brought_no_candidates_is_not_placed(repo, tmp_path,
     sampled = min(ids, key=lambda c: hashlib.sha256(c.encode()).hexdigest())   # the order packs sample in
     assert sampled != CELL
     on_device(monkeypatch, git(repo, "rev-parse", "HEAD").strip())
-    code, out, err = run_cli(["bench", str(suite_file), "--device", "cpu", "--deadline", "3000", "--pack",
-                              str(tmp_path / "pack"), "--out", str(tmp_path / "device"), "--cache",
-                              str(tmp_path / "cache"), "--only", CELL, "-q"], capsys)
-    assert code == 0, out + err
+    slice_cell(capsys, suite_file, tmp_path, "", CELL)
     here(monkeypatch, repo)
     code, out, err = after(capsys, str(files_at(tmp_path, "files", tmp_path / "pack")), "--repo", str(repo),
                            "--suite", str(suite_file), "--board", BOARD, "--no-figures")
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 1 and lines[-1].startswith("error: step 5 (verify):"), out + err
-    assert "none of its cells brought candidates back" in lines[-1] and f"sampled cells only ({sampled})" in lines[-1]
+    assert "none of its cells brought candidates or figure pairs back" in lines[-1], lines[-1]
+    assert f"the suite's sampled cells that fit its file ({sampled})" in lines[-1]
+    assert "publish with figures (no --no-figures)" in lines[-1]
     assert not (repo / "leaderboards" / BOARD).exists() and git(repo, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("step, function", [("probe", "copy_probe_files"), ("index", "write_index"),
+                                            ("results", "write_results_page")])
+def test_a_run_again_after_the_board_was_placed_finishes_the_steps_and_counts_the_cells_as_new(
+        repo, tmp_path, capsys, monkeypatch, step, function):
+    """A run that placed a new board and then stopped (at step 7, 8 or 9): the same command again (after the
+    restore its step-2 line names, where the stopped run wrote the index) writes the index and docs/results.md rows,
+    and its commit message counts the board's cells as new (they are not in the checkout's HEAD), as the run that
+    stopped would have."""
+    suite_file = repo / "suite.toml"
+    common = ["--repo", str(repo), "--suite", str(suite_file), "--board", BOARD, "--no-figures"]
+    head = git(repo, "rev-parse", "HEAD").strip()
+    on_device(monkeypatch, head)
+    slice_cell(capsys, suite_file, tmp_path, "", CELL)
+    here(monkeypatch, repo)
+    files = str(files_at(tmp_path, "files", tmp_path / "pack"))
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        AFTER.begin(step)
+        raise OSError("disk full")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(AFTER, function, stopped)
+        code, out, err = after(capsys, files, *common)
+    assert code == 1 and f"({step}): unexpected OSError: disk full; the board is in place" in err, out + err
+    assert (repo / "leaderboards" / BOARD / "results.json").is_file()
+
+    code, out, err = after(capsys, files, *common)
+    if "error: step 2 (clean):" in err:   # the stopped run wrote the index: its line says how to restore it
+        restore = err.split("`git checkout -- ")[1].split("`")[0]
+        git(repo, "checkout", "--", *restore.split())
+        code, out, err = after(capsys, files, *common)
+    assert code == 0, out + err
+    assert f"[`{BOARD}`]({BOARD}/)" in (repo / "leaderboards" / "README.md").read_text()
+    assert f"[{BOARD}](../leaderboards/{BOARD}/)" in (repo / "docs" / "results.md").read_text()
+    _, _, _, subject, _, body = shlex.split(run_printed(repo, out)[1])
+    assert subject.startswith(f"{BOARD}: 1 new cell(s), board 1 of 4 cells"), subject
+    assert body.startswith(f"New on the board: {CELL}."), body

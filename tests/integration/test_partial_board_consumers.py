@@ -21,7 +21,6 @@ from _helpers.partial_board import BOARD, CELLS, SLICE_A, SLICE_B, TINY, build_p
 
 from reconbench.bench.suite import load_suite
 from reconbench.claims.board_state import board_state
-from reconbench.claims.measure import load_all
 from reconbench.leaderboard.results_page import board_results_table
 from reconbench.leaderboard.site.build import build_site
 
@@ -115,7 +114,7 @@ def test_the_claims_pages_account_of_the_board_and_of_its_results_folder_agree(b
     suite = load_suite(str(TINY))
     said = []
     for folder in (board, board.parents[1] / "local"):
-        state = board_state(suite, folder, load_all({"x": folder})["x"])
+        state = board_state(suite, folder)
         assert state.partial and state.not_run == {CELLS[2]}
         said.append(state.line())
     assert said[0] == said[1] == (f"`gpu-tiny`: {PROGRESS}, from commits `{SLICE_A[:12]}` (1 cell(s)), "

@@ -205,3 +205,95 @@ def test_a_suite_asking_for_figure_pairs_keeps_them_for_every_figure_cell_withou
     code, out, err = cli(["leaderboard", str(suite), "--out", str(board), "--verify"])
     lines = [ln for ln in out.splitlines() if ln.startswith("MISMATCH")]
     assert code != 0 and len(lines) == 1 and f"no figure pairs of {figure['cells'][0]}" in lines[0], out + err
+
+
+def _board_cell(board: Path, local: Path) -> tuple[Path, FigurePairs, CellRecord, object]:
+    """The board's one kept figure-pairs file, read, its cell's record and training problem."""
+    from reconbench.leaderboard.figures import FigureData
+
+    (path,) = (board / BOARD_FOLDER).iterdir()
+    pairs = read_pairs(path)
+    rec = CellRecord.from_dict(load_cells(local)[pairs.cell_id])
+    problem, _ = FigureData(local, None).problem_card(rec)
+    return path, pairs, rec, problem
+
+
+def test_a_pair_swapped_for_the_nearest_other_candidate_of_its_cell_fails_the_rescore(published, tmp_path):
+    """The hardest swap of each shown image: its matched candidate replaced by the candidate of the same cell nearest
+    to it (its id unchanged, so only the re-score can tell); each must fail, while the honest subset passes."""
+    from safetensors.torch import load_file
+
+    _, local, board = published
+    path, pairs, rec, problem = _board_cell(board, local)
+    assert rescore_pairs(problem, pairs, rec, 4, str(path)) == ([], 16)
+    pooled = load_file(str(tmp_path / "device-a" / "work" / pairs.cell_id / "candidates.safetensors"))["candidates"]
+    matched = [j for j, m in enumerate(pairs.members) if m == 1]
+    assert matched   # tiny.toml's cells average no candidates: a swapped best candidate is what the figure draws
+    for j in matched:
+        own = pooled[pairs.best_ids[j]].double()
+        assert torch.equal(own.half(), pairs.best[j])   # the subset holds the matched candidate itself
+        others = [c for c in range(len(pooled)) if c != pairs.best_ids[j]]
+        nearest = min(others, key=lambda c: float((pooled[c].double() - own).norm()))
+        best = pairs.best.clone()
+        best[j] = pooled[nearest].to(PAIRS_DTYPE)
+        swapped = FigurePairs(pairs.cell_id, pairs.shown, pairs.best_ids, pairs.members, best, pairs.averaged)
+        problems, _ = rescore_pairs(problem, swapped, rec, 4, str(path))
+        assert len(problems) == 1 and f"training image {pairs.shown[j]} of {pairs.cell_id} re-scores" in problems[0]
+
+
+def test_figure_pairs_of_another_cell_fail_even_where_their_images_and_ids_agree(published):
+    _, local, board = published
+    path, pairs, rec, problem = _board_cell(board, local)
+    other = FigurePairs("another-cell", pairs.shown, pairs.best_ids, pairs.members, pairs.best, pairs.averaged)
+    problems, compared = rescore_pairs(problem, other, rec, 4, str(path))
+    assert compared == 0 and len(problems) == 1
+    assert f"are figure pairs of another-cell, not of {pairs.cell_id}" in problems[0]
+
+
+def test_kept_figure_pairs_are_taken_again_when_the_rows_show_other_images(published, tmp_path):
+    """A cell's ``work/<cell>/figure_pairs.safetensors`` newer than its candidates is kept only while it holds what
+    the figure shows: taken again for fewer images (another ``sample_images``), not returned as it was."""
+    from reconbench.leaderboard.figure_pairs import pairs_from_results
+
+    device = tmp_path / "device-a"
+    cid = sorted(load_cells(device))[0]
+    rec = CellRecord.from_dict(load_cells(device)[cid])
+    four = read_pairs(pairs_from_results(device, rec, 4))
+    assert four.shown == shown_images(rec, 4)
+    two = read_pairs(pairs_from_results(device, rec, 2))
+    assert two.shown == shown_images(rec, 2) == four.shown[:2]
+    assert torch.equal(two.best, four.best[:2])
+
+
+def test_a_reconstructions_figure_that_fails_to_draw_keeps_no_figure_pairs(tmp_path):
+    """The figure's drawing fails after its cells' pairs were read: the board records the failed figure and keeps no
+    figure pairs, which --verify would otherwise report as pairs of a cell the figure does not show."""
+    from reconbench.evaluation import pair_figure
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no renderer")
+
+    with pytest.MonkeyPatch.context() as mp:
+        pack = _slice(tmp_path, mp, TINY, "a")
+        local, board = tmp_path / "local", tmp_path / "lb"
+        assert cli(["bench", str(TINY), "--unpack", str(pack), "--out", str(local)])[0] == 0
+        at_commit(mp, HERE)
+        mp.setattr(pair_figure, "draw_pairs", broken)
+        code, out, err = cli(["leaderboard", str(TINY), "--results", str(local), "--publish", "--out", str(board)])
+        assert code == 0, out + err
+    figure = json.loads((board / "results.json").read_text())["figures"]["reconstructions"]
+    assert figure["failed"] and "no renderer" in figure["reason"]
+    assert not (board / BOARD_FOLDER).is_dir() or not any((board / BOARD_FOLDER).iterdir())
+    code, out, err = cli(["leaderboard", str(TINY), "--out", str(board), "--verify"])
+    assert "the reconstructions figure does not show" not in out + err
+
+
+def test_a_cell_re_run_and_checked_through_its_pairs_is_counted_once(published):
+    """``--verify --rerun`` of the figure's cell re-derives it in full: the closing line counts it as re-run, not a
+    second time through its figure pairs, and the other cells through hashes and seals."""
+    _, _, board = published
+    cid = json.loads((board / "results.json").read_text())["figures"]["reconstructions"]["cells"][0]
+    code, out, err = cli(["leaderboard", str(TINY), "--out", str(board), "--verify", "--rerun", cid])
+    assert code == 0, out + err
+    assert ("checked 3 cell(s): 0 re-scored from stored candidates, 1 re-run from their recipe and seed, 2 through "
+            "hashes and seals only") in out, out

@@ -125,3 +125,35 @@ def test_the_file_round_trips_and_a_wrong_one_is_refused_in_one_line(problem, tm
     assert "\n" not in str(err.value)
     with pytest.raises(PairsError, match="not a readable figure-pairs file"):
         FigurePairs.from_bytes(b"not safetensors", "x")
+
+
+def test_a_failed_write_of_figure_pairs_leaves_no_file_behind(problem, tmp_path, monkeypatch):
+    """The rename that publishes a written file fails (a full or read-only folder): the folder is as it was, no
+    temporary file in it, for the results folder's file and for the board's."""
+    import os
+    from pathlib import Path
+
+    from reconbench.leaderboard.figures import keep_pairs
+
+    def refused(*args: object) -> None:
+        raise OSError("rename refused")
+
+    monkeypatch.setattr(os, "replace", refused)
+    monkeypatch.setattr(Path, "replace", refused)
+    pairs = _pairs(problem, torch.float16)
+    with pytest.raises(OSError, match="rename refused"):
+        figure_pairs.write_pairs(tmp_path / "work" / figure_pairs.PAIRS_FILE, pairs)
+    with pytest.raises(OSError, match="rename refused"):
+        keep_pairs(tmp_path / "board", "cell", pairs.to_bytes())
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == []
+
+
+def test_the_rescores_correlation_is_the_corr_plugins():
+    """The re-score's copy of the ``corr`` metric's formula is the plugin's, constant channels included."""
+    from reconbench_plugins.metrics import pearson
+
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn((5, *SHAPE), generator=gen, dtype=torch.float64), torch.randn((5, *SHAPE), generator=gen,
+                                                                                      dtype=torch.float64)
+    a[0, 1] = 0.25   # a constant channel: correlation 0 there
+    assert torch.equal(figure_pairs._pearson(a, b), pearson(a, b))

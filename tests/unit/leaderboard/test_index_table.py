@@ -123,3 +123,59 @@ def test_a_note_is_dropped_from_its_board_only(tmp_path):
     assert not drop_note(lb, "paper-gpu", "first publication")   # once
     assert (lb / NOTES_NAME).read_text() == notes.replace('current"\nnote = "first publication"\n', 'current"\n')
     assert read_notes(lb)["ci"] == BoardNote(note="first publication")
+
+
+def test_a_note_that_cannot_be_dropped_as_text_is_refused_in_one_line(tmp_path):
+    """An entry written as an inline table has no `[board]` line to edit: a one-line error naming the file and the
+    fix, the file as it was (it was a StopIteration)."""
+    notes = '"paper-gpu" = { note = "first publication" }\n[ci]\n'
+    lb = _lb(tmp_path, {"ci": "ci"}, notes)
+    (lb / "paper-gpu").mkdir()
+    with pytest.raises(ReconbenchError, match=r"is not a `\[paper-gpu\]` table on its own line.*drop it by hand") as err:
+        drop_note(lb, "paper-gpu", "first publication")
+    assert "\n" not in str(err.value) and (lb / NOTES_NAME).read_text() == notes
+
+
+def test_a_note_under_a_spaced_header_and_beside_a_multi_line_value_is_dropped(tmp_path):
+    notes = '[ci]\n\n[ "paper-gpu" ]  # the GPU board\npublished = """drawn\nlater"""\nnote = "first publication"\n'
+    lb = _lb(tmp_path, {"ci": "ci", "paper-gpu": "ci"}, notes)
+    assert drop_note(lb, "paper-gpu", "first publication")
+    assert read_notes(lb)["paper-gpu"] == BoardNote(published="drawn\nlater")
+
+
+def test_a_write_that_dies_half_way_leaves_the_readme_whole(tmp_path, monkeypatch):
+    """The index block and the notes are written through a temporary file: a write that stops half way (a full disk)
+    leaves the old file, never a prefix of the new one."""
+    lb = _lb(tmp_path, {"ci": "ci"}, "[ci]\n")
+    readme = lb / "README.md"
+    old = f"intro\n{BEGIN}\n| old | row |\n{END}\nhand-written\n"
+    readme.write_text(old)
+
+    def half(self: Path, data: str, *args: object, **kwargs: object) -> int:
+        with open(self, "w") as fh:
+            fh.write(data[:len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", half)
+    try:
+        write_into(readme, index_table(lb))
+    except OSError:
+        pass
+    assert readme.read_text() in (old, old.replace(f"{BEGIN}\n| old | row |\n{END}", index_table(lb)))
+
+
+def test_a_missing_readme_is_one_line_not_a_traceback(tmp_path, capsys):
+    lb = _lb(tmp_path, {"ci": "ci"}, "[ci]\n")
+    for mode in ("--check", "--write"):
+        assert main(["--leaderboards", str(lb), mode]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "README.md cannot be read" in err[0] and "restore it with git" in err[0]
+
+
+def test_an_added_note_of_any_text_reads_back(tmp_path):
+    """A note with a newline, a tab, quotes and a backslash is written as a valid TOML string (it left a notes file
+    that no longer parsed)."""
+    lb = _lb(tmp_path, {"ci": "ci", "paper-gpu": "ci"}, "[ci]\n")
+    note = 'first\npublication\t"quoted" \\ end\x7f'
+    assert add_board(lb, "paper-gpu", BoardNote(note=note, published="é"))
+    assert read_notes(lb)["paper-gpu"] == BoardNote(note=note, published="é")
