@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconbench.bench.runner import STATUS_OK
 from reconbench.errors import ReconbenchError
@@ -22,6 +22,9 @@ from reconbench.leaderboard.cell_pairs import CellPair, cell_pairs
 from reconbench.leaderboard.slim import candidates_file, read_candidates
 from reconbench.records import CellRecord
 from reconbench.safe_paths import member
+
+if TYPE_CHECKING:
+    from reconbench.targets.problems import Problem
 
 #: the file of a cell's pairs, beside its page (cells/<cell>/pairs.png)
 PAIRS_FILE = "pairs.png"
@@ -98,7 +101,7 @@ def _draw(stored: Path, rec: CellRecord, out: Path, problem_card: tuple[Any, Any
     return CellImages(pairs, figure=PAIRS_FILE)
 
 
-def _draw_subset(kept: Path, rec: CellRecord, out: Path, problem: Any) -> CellImages:
+def _draw_subset(kept: Path, rec: CellRecord, out: Path, problem: Problem) -> CellImages:
     """The pairs of a cell from the figure pairs the board keeps: the images its figure shows, in its order."""
     from reconbench.evaluation.pair_figure import PairGroup, draw_pairs
     from reconbench.leaderboard.figure_pairs import read_pairs, subset_pairs
