@@ -891,40 +891,55 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     while todo:
         slot = Slot(model, budget, pooled=rules.cross_target)
         groups: list[PlannedGroup] = []
-        # first, as the executor does, the card of every target whose training ended in an earlier slice and whose
-        # cells remain: restored where it travelled (a training piece's set-up), else rebuilt; neither where none
-        # of its cells, nor a group of their runs, fits after it (its cells wait: the time goes to other work)
+        # the card of a target whose training ended in an earlier slice is made where the walk reaches its first
+        # cell, as the executor makes it: restored where it travelled (a training piece's set-up), else rebuilt; and
+        # only where one of its cells, or a group of their runs, fits after it (else its cells wait: the time goes
+        # to other work). Its cells come right after it, before any other cell: no card is paid for without them.
         carded: dict[str, float] = {}   # targets whose card the slice holds: the seconds it cost here
         rebuilt = restored = 0
         rebuilt_seconds = restored_seconds = 0.0
         skipped: list[str] = []
-        for key in dict.fromkeys(w.target_key for w in todo if w.pieces and w.target_key in ready):
-            price = restore if key in travelled else card_of[key]
-            if not any(_fits_after(w, slot, price, model, budget, rules, done_runs) for w in todo
-                       if w.target_key == key):
-                skipped.append(key)
-                continue
-            slot.spent += price
-            carded[key] = price
-            if key in travelled:
-                restored, restored_seconds = restored + 1, restored_seconds + price
-            else:
-                rebuilt, rebuilt_seconds = rebuilt + 1, rebuilt_seconds + price
-            travelled.add(key)
         made: dict[str, float] = {}
         taken: list[str] = []
         trained: dict[str, float] = {}
+
         while True:
-            for w in todo:
-                if w.cell_id in taken or (w.pieces and w.target_key not in carded) or (
+            order = list(todo)
+            at = 0
+            while at < len(order):
+                w = order[at]
+                at += 1
+                if w.cell_id in taken or (
                         w.split and len(done_runs.get(w.cell_id, ())) >= w.runs):
+                    continue
+                key = w.target_key
+                if w.pieces and key not in carded:
+                    if key not in ready or key in skipped:
+                        continue
+                    price = restore if key in travelled else card_of[key]
+                    before = [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs]
+                    if not any(_fits_after(v, slot, price, model, budget, rules, done_runs, before)
+                               for v in order[at - 1:] if v.target_key == key):
+                        skipped.append(key)
+                        continue
+                    slot.spent += price
+                    carded[key] = price
+                    if key in travelled:
+                        restored, restored_seconds = restored + 1, restored_seconds + price
+                    else:
+                        rebuilt, rebuilt_seconds = rebuilt + 1, rebuilt_seconds + price
+                    travelled.add(key)
+                    # the card's cells next, in their order, then the walk goes on where it was
+                    rest = order[at - 1:]
+                    order[at - 1:] = [v for v in rest if v.target_key == key] + [v for v in rest if v.target_key != key]
+                    at -= 1
                     continue
                 if w.split:
                     # each run taken already at its own cell's size (cells of other shapes take other room)
                     room = None if rules.run_files is None else rules.pack_runs(
                         w, [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs])
                     # a bare slice makes the target's card before the cell: what a whole cell must fit in
-                    bare = budget - (carded.get(w.target_key, bare_card(w.target_key)) if w.pieces and
+                    bare = budget - (carded.get(key, bare_card(key)) if w.pieces and
                                      model.prior.card is not None else 0.0)
                     planned = _group_of(w, slot, model, bare, rules, done_runs.get(w.cell_id, set()), room)
                     if planned is not None:   # the cell runs in groups: this one, or none here
@@ -978,16 +993,17 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
 
 
 def _fits_after(work: CellWork, slot: Slot, card: float, model: CostModel, budget: float, rules: GroupRules,
-                done_runs: Mapping[str, set[int]]) -> bool:
+                done_runs: Mapping[str, set[int]], before: Sequence[Sequence[int]] = ()) -> bool:
     """Whether ``work`` (whole, or a group of its runs) fits the slot after ``card`` more seconds of its target's
     card, as ``DeadlineExecutor._fits_after`` asks before it makes a card: ``Slot.fits``, or :func:`_group_of`
-    with the card's price off a bare slice."""
+    with the card's price off a bare slice (``before``: the tensor bytes of each run the slice's groups took
+    already, which take pack room)."""
     done = done_runs.get(work.cell_id, set())
     if work.split and len(done) >= work.runs:
         return False
     trial = replace(slot, spent=slot.spent + card)
     if work.split:
-        room = None if rules.run_files is None else rules.pack_runs(work)
+        room = None if rules.run_files is None else rules.pack_runs(work, before)
         planned = _group_of(work, trial, model, budget - (card if model.prior.card is not None else 0.0), rules,
                             done, room)
         if planned is not None:

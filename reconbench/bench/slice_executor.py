@@ -209,15 +209,29 @@ class DeadlineExecutor:
         group_runs = self._pooled   # cells of ``together`` that run a group of their runs: which
         group_runs.clear()
         waiting = list(jobs)
-        if in_pieces:   # targets whose training ended in an earlier slice: their cards, from the final states
-            done = [j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in slot.trained
-                    and self._state_step(j.cell.recipe) >= j.cell.recipe.train.steps]
-            for key in dict.fromkeys(j.cell.recipe.key() for j in done):
-                self._card_first([j for j in done if j.cell.recipe.key() == key], works, slot, stopped, ctx)
+        # targets whose training ended in an earlier slice: each one's card is made from its final state where the
+        # walk reaches its first cell, and its cells run right after it (``_card_first``), once per slice
+        card_due = {j.cell.recipe.key() for j in waiting if in_pieces and works[j.cell.cell_id].pieces
+                    and j.cell.recipe.key() not in slot.trained
+                    and self._state_step(j.cell.recipe) >= j.cell.recipe.train.steps}
         while True:
-            for job in list(waiting):
+            order = list(waiting)
+            at = 0
+            while at < len(order):
+                job = order[at]
+                at += 1
                 work = works[job.cell.cell_id]
-                if work.pieces and work.target_key not in slot.trained:
+                key = work.target_key
+                if work.pieces and key not in slot.trained:
+                    if key in card_due and key not in stopped:
+                        card_due.discard(key)
+                        self._card_first([j for j in order[at - 1:] if works[j.cell.cell_id].target_key == key],
+                                         works, slot, stopped, ctx)
+                        if key in slot.trained:   # the card's cells next, in their order, then the walk goes on
+                            rest = order[at - 1:]
+                            order[at - 1:] = ([j for j in rest if works[j.cell.cell_id].target_key == key]
+                                              + [j for j in rest if works[j.cell.cell_id].target_key != key])
+                            at -= 1
                     continue
                 runs = self._runs_to_do(job, work, slot)
                 if runs is not None:   # a group of the cell's runs
