@@ -761,8 +761,8 @@ class SlicePlan:
     cards_restored: list[int] = field(default_factory=list)
     #: per slice, the seconds of those restored cards
     restored_seconds: list[float] = field(default_factory=list)
-    #: per slice, the targets trained in an earlier slice whose card it does not make: none of their cells (nor a
-    #: group of their runs) fits after it, so their cells wait and the time goes to other work
+    #: per slice, the targets trained in an earlier slice whose card it does not make: where the walk reached their
+    #: first cell, none of their cells (nor a group of their runs) fitted after it, so their cells wait
     cards_skipped: list[list[str]] = field(default_factory=list)
     #: per slice, the seconds of the cards of each group whose training ends in it (group -> seconds; included in
     #: ``training``)
@@ -820,11 +820,13 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS` past the training's
     set-up) to the first group of targets, in the cells' order, whose training in pieces is unfinished; when that
     training ends inside the slice, the walk starts again (its cells can now run) and the next group trains;
-    otherwise the slice is full. Before all that, a slice makes the card of every target trained in an earlier
-    slice (or before the plan: ``progress`` 1) whose cells remain: restored from the card that travelled beside its
-    final state (:func:`restore_seconds`; ``rules.travelled_cards`` lists the ledger's, and every card the plan makes
-    travels), else rebuilt (:func:`card_seconds`); and only where one of its cells, or a group of a cell's runs, fits
-    after it (:func:`_fits_after`; else the card waits, ``SlicePlan.cards_skipped``). Training is
+    otherwise the slice is full. A target trained in an earlier slice (or before the plan: ``progress`` 1) needs its
+    card before its cells: the walk makes it where it reaches the target's first remaining cell, restored from the
+    card that travelled beside its final state (:func:`restore_seconds`; ``rules.travelled_cards`` lists the
+    ledger's, and every card the plan makes travels), else rebuilt (:func:`card_seconds`); only where one of its
+    cells, or a group of a cell's runs, fits after it (:func:`_fits_after`; else the card waits,
+    ``SlicePlan.cards_skipped``); and its cells are taken right after it, in their order, before the walk goes on
+    (one card, then its cells, then the next card), so no card's seconds are spent without its cells. Training is
     counted as expected, without the cells' safety factor
     (:func:`training_seconds`), and a group pays its set-up (the table's fixed training seconds) in every slice
     it trains in: a bare machine builds the stack and captures its graph again. A finished training state travels,

@@ -19,7 +19,8 @@ share one batched computation once, at their total run count, each cell charged 
 A target whose training ended in an earlier slice needs its card before its cells run: restored from the card that
 travelled beside its final state where one did (the weights re-made from the state and checked,
 ``reconbench.targets.resumable.restore_card``), else rebuilt from the state (its stationarity certificate again);
-either only when one of its cells, or a group of a cell's runs, fits the time left after the card's price
+either where the walk reaches the target's first cell, only when one of its cells, or a group of a cell's runs,
+fits the time left after the card's price, and with its cells right after it, before any other card
 (:meth:`DeadlineExecutor._card_first`; ``plan_slices`` decides the same)."""
 
 from __future__ import annotations
@@ -193,9 +194,11 @@ class DeadlineExecutor:
         return state_step(path)[0] if path.exists() else 0
 
     def run(self, jobs: Sequence[CellJob], ctx: RunContext) -> Generator[Outcome, None, None]:
-        """The cells whose targets need no training in pieces first (each that fits), then the unfinished training
-        of the first batch group in the cells' order, as one stack, with what the deadline leaves; when it ends,
-        its cells join the walk again and the next group trains (``plan_slices`` plans the same way)."""
+        """The cells whose targets need no training in pieces first (each that fits; a target trained in an earlier
+        slice gets its card where the walk reaches its first cell, and its cells follow it at once), then the
+        unfinished training of the first batch group in the cells' order, as one stack, with what the deadline
+        leaves; when it ends, its cells join the walk again and the next group trains (``plan_slices`` plans the
+        same way)."""
         targets = TargetPool(ctx.out, ctx.cache, ctx.data_root, ctx.quiet, ctx.device)
         cached = cache_dir(ctx.cache) / "targets"
         slot = Slot(self.model, self.deadline, pooled=self.cross_target,
@@ -350,7 +353,8 @@ class DeadlineExecutor:
     # -- the card of a target trained in an earlier slice ----------------------------------------------------------
     def _card_first(self, jobs: Sequence[CellJob], works: Mapping[str, CellWork], slot: Slot,
                     stopped: dict[str, str], ctx: RunContext) -> None:
-        """Make the card of the finished target of ``jobs`` (its cells waiting, in order) before the walk: restored
+        """Make the card of the finished target of ``jobs`` (its cells waiting, in order) where the walk reaches the
+        first of them (the walk runs them next): restored
         from the card that travelled beside its final state, or rebuilt from the state where none did or it does
         not match (one line says why); neither when none of its cells, nor any group of a cell's runs, fits the time
         left after the card's price (its cells wait, with a note, and the time goes to other targets)."""
