@@ -761,8 +761,8 @@ class SlicePlan:
     cards_restored: list[int] = field(default_factory=list)
     #: per slice, the seconds of those restored cards
     restored_seconds: list[float] = field(default_factory=list)
-    #: per slice, the targets trained in an earlier slice whose card it does not make: none of their cells (nor a
-    #: group of their runs) fits after it, so their cells wait and the time goes to other work
+    #: per slice, the targets trained in an earlier slice whose card it does not make: where the walk reached their
+    #: first cell, none of their cells (nor a group of their runs) fitted after it, so their cells wait
     cards_skipped: list[list[str]] = field(default_factory=list)
     #: per slice, the seconds of the cards of each group whose training ends in it (group -> seconds; included in
     #: ``training``)
@@ -820,11 +820,13 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     gives what is left (less the margin's fixed seconds; at least :data:`MIN_TRAINING_SECONDS` past the training's
     set-up) to the first group of targets, in the cells' order, whose training in pieces is unfinished; when that
     training ends inside the slice, the walk starts again (its cells can now run) and the next group trains;
-    otherwise the slice is full. Before all that, a slice makes the card of every target trained in an earlier
-    slice (or before the plan: ``progress`` 1) whose cells remain: restored from the card that travelled beside its
-    final state (:func:`restore_seconds`; ``rules.travelled_cards`` lists the ledger's, and every card the plan makes
-    travels), else rebuilt (:func:`card_seconds`); and only where one of its cells, or a group of a cell's runs, fits
-    after it (:func:`_fits_after`; else the card waits, ``SlicePlan.cards_skipped``). Training is
+    otherwise the slice is full. A target trained in an earlier slice (or before the plan: ``progress`` 1) needs its
+    card before its cells: the walk makes it where it reaches the target's first remaining cell, restored from the
+    card that travelled beside its final state (:func:`restore_seconds`; ``rules.travelled_cards`` lists the
+    ledger's, and every card the plan makes travels), else rebuilt (:func:`card_seconds`); only where one of its
+    cells, or a group of a cell's runs, fits after it (:func:`_fits_after`; else the card waits,
+    ``SlicePlan.cards_skipped``); and its cells are taken right after it, in their order, before the walk goes on
+    (one card, then its cells, then the next card), so no card's seconds are spent without its cells. Training is
     counted as expected, without the cells' safety factor
     (:func:`training_seconds`), and a group pays its set-up (the table's fixed training seconds) in every slice
     it trains in: a bare machine builds the stack and captures its graph again. A finished training state travels,
@@ -891,40 +893,55 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     while todo:
         slot = Slot(model, budget, pooled=rules.cross_target)
         groups: list[PlannedGroup] = []
-        # first, as the executor does, the card of every target whose training ended in an earlier slice and whose
-        # cells remain: restored where it travelled (a training piece's set-up), else rebuilt; neither where none
-        # of its cells, nor a group of their runs, fits after it (its cells wait: the time goes to other work)
+        # the card of a target whose training ended in an earlier slice is made where the walk reaches its first
+        # cell, as the executor makes it: restored where it travelled (a training piece's set-up), else rebuilt; and
+        # only where one of its cells, or a group of their runs, fits after it (else its cells wait: the time goes
+        # to other work). Its cells come right after it, before any other cell: no card is paid for without them.
         carded: dict[str, float] = {}   # targets whose card the slice holds: the seconds it cost here
         rebuilt = restored = 0
         rebuilt_seconds = restored_seconds = 0.0
         skipped: list[str] = []
-        for key in dict.fromkeys(w.target_key for w in todo if w.pieces and w.target_key in ready):
-            price = restore if key in travelled else card_of[key]
-            if not any(_fits_after(w, slot, price, model, budget, rules, done_runs) for w in todo
-                       if w.target_key == key):
-                skipped.append(key)
-                continue
-            slot.spent += price
-            carded[key] = price
-            if key in travelled:
-                restored, restored_seconds = restored + 1, restored_seconds + price
-            else:
-                rebuilt, rebuilt_seconds = rebuilt + 1, rebuilt_seconds + price
-            travelled.add(key)
         made: dict[str, float] = {}
         taken: list[str] = []
         trained: dict[str, float] = {}
+
         while True:
-            for w in todo:
-                if w.cell_id in taken or (w.pieces and w.target_key not in carded) or (
+            order = list(todo)
+            at = 0
+            while at < len(order):
+                w = order[at]
+                at += 1
+                if w.cell_id in taken or (
                         w.split and len(done_runs.get(w.cell_id, ())) >= w.runs):
+                    continue
+                key = w.target_key
+                if w.pieces and key not in carded:
+                    if key not in ready or key in skipped:
+                        continue
+                    price = restore if key in travelled else card_of[key]
+                    before = [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs]
+                    if not any(_fits_after(v, slot, price, model, budget, rules, done_runs, before)
+                               for v in order[at - 1:] if v.target_key == key):
+                        skipped.append(key)
+                        continue
+                    slot.spent += price
+                    carded[key] = price
+                    if key in travelled:
+                        restored, restored_seconds = restored + 1, restored_seconds + price
+                    else:
+                        rebuilt, rebuilt_seconds = rebuilt + 1, rebuilt_seconds + price
+                    travelled.add(key)
+                    # the card's cells next, in their order, then the walk goes on where it was
+                    rest = order[at - 1:]
+                    order[at - 1:] = [v for v in rest if v.target_key == key] + [v for v in rest if v.target_key != key]
+                    at -= 1
                     continue
                 if w.split:
                     # each run taken already at its own cell's size (cells of other shapes take other room)
                     room = None if rules.run_files is None else rules.pack_runs(
                         w, [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs])
                     # a bare slice makes the target's card before the cell: what a whole cell must fit in
-                    bare = budget - (carded.get(w.target_key, bare_card(w.target_key)) if w.pieces and
+                    bare = budget - (carded.get(key, bare_card(key)) if w.pieces and
                                      model.prior.card is not None else 0.0)
                     planned = _group_of(w, slot, model, bare, rules, done_runs.get(w.cell_id, set()), room)
                     if planned is not None:   # the cell runs in groups: this one, or none here
@@ -978,16 +995,17 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
 
 
 def _fits_after(work: CellWork, slot: Slot, card: float, model: CostModel, budget: float, rules: GroupRules,
-                done_runs: Mapping[str, set[int]]) -> bool:
+                done_runs: Mapping[str, set[int]], before: Sequence[Sequence[int]] = ()) -> bool:
     """Whether ``work`` (whole, or a group of its runs) fits the slot after ``card`` more seconds of its target's
     card, as ``DeadlineExecutor._fits_after`` asks before it makes a card: ``Slot.fits``, or :func:`_group_of`
-    with the card's price off a bare slice."""
+    with the card's price off a bare slice (``before``: the tensor bytes of each run the slice's groups took
+    already, which take pack room)."""
     done = done_runs.get(work.cell_id, set())
     if work.split and len(done) >= work.runs:
         return False
     trial = replace(slot, spent=slot.spent + card)
     if work.split:
-        room = None if rules.run_files is None else rules.pack_runs(work)
+        room = None if rules.run_files is None else rules.pack_runs(work, before)
         planned = _group_of(work, trial, model, budget - (card if model.prior.card is not None else 0.0), rules,
                             done, room)
         if planned is not None:

@@ -19,7 +19,8 @@ share one batched computation once, at their total run count, each cell charged 
 A target whose training ended in an earlier slice needs its card before its cells run: restored from the card that
 travelled beside its final state where one did (the weights re-made from the state and checked,
 ``reconbench.targets.resumable.restore_card``), else rebuilt from the state (its stationarity certificate again);
-either only when one of its cells, or a group of a cell's runs, fits the time left after the card's price
+either where the walk reaches the target's first cell, only when one of its cells, or a group of a cell's runs,
+fits the time left after the card's price, and with its cells right after it, before any other card
 (:meth:`DeadlineExecutor._card_first`; ``plan_slices`` decides the same)."""
 
 from __future__ import annotations
@@ -193,9 +194,11 @@ class DeadlineExecutor:
         return state_step(path)[0] if path.exists() else 0
 
     def run(self, jobs: Sequence[CellJob], ctx: RunContext) -> Generator[Outcome, None, None]:
-        """The cells whose targets need no training in pieces first (each that fits), then the unfinished training
-        of the first batch group in the cells' order, as one stack, with what the deadline leaves; when it ends,
-        its cells join the walk again and the next group trains (``plan_slices`` plans the same way)."""
+        """The cells whose targets need no training in pieces first (each that fits; a target trained in an earlier
+        slice gets its card where the walk reaches its first cell, and its cells follow it at once), then the
+        unfinished training of the first batch group in the cells' order, as one stack, with what the deadline
+        leaves; when it ends, its cells join the walk again and the next group trains (``plan_slices`` plans the
+        same way)."""
         targets = TargetPool(ctx.out, ctx.cache, ctx.data_root, ctx.quiet, ctx.device)
         cached = cache_dir(ctx.cache) / "targets"
         slot = Slot(self.model, self.deadline, pooled=self.cross_target,
@@ -209,15 +212,29 @@ class DeadlineExecutor:
         group_runs = self._pooled   # cells of ``together`` that run a group of their runs: which
         group_runs.clear()
         waiting = list(jobs)
-        if in_pieces:   # targets whose training ended in an earlier slice: their cards, from the final states
-            done = [j for j in waiting if works[j.cell.cell_id].pieces and j.cell.recipe.key() not in slot.trained
-                    and self._state_step(j.cell.recipe) >= j.cell.recipe.train.steps]
-            for key in dict.fromkeys(j.cell.recipe.key() for j in done):
-                self._card_first([j for j in done if j.cell.recipe.key() == key], works, slot, stopped, ctx)
+        # targets whose training ended in an earlier slice: each one's card is made from its final state where the
+        # walk reaches its first cell, and its cells run right after it (``_card_first``), once per slice
+        card_due = {j.cell.recipe.key() for j in waiting if in_pieces and works[j.cell.cell_id].pieces
+                    and j.cell.recipe.key() not in slot.trained
+                    and self._state_step(j.cell.recipe) >= j.cell.recipe.train.steps}
         while True:
-            for job in list(waiting):
+            order = list(waiting)
+            at = 0
+            while at < len(order):
+                job = order[at]
+                at += 1
                 work = works[job.cell.cell_id]
-                if work.pieces and work.target_key not in slot.trained:
+                key = work.target_key
+                if work.pieces and key not in slot.trained:
+                    if key in card_due and key not in stopped:
+                        card_due.discard(key)
+                        self._card_first([j for j in order[at - 1:] if works[j.cell.cell_id].target_key == key],
+                                         works, slot, stopped, ctx)
+                        if key in slot.trained:   # the card's cells next, in their order, then the walk goes on
+                            rest = order[at - 1:]
+                            order[at - 1:] = ([j for j in rest if works[j.cell.cell_id].target_key == key]
+                                              + [j for j in rest if works[j.cell.cell_id].target_key != key])
+                            at -= 1
                     continue
                 runs = self._runs_to_do(job, work, slot)
                 if runs is not None:   # a group of the cell's runs
@@ -336,7 +353,8 @@ class DeadlineExecutor:
     # -- the card of a target trained in an earlier slice ----------------------------------------------------------
     def _card_first(self, jobs: Sequence[CellJob], works: Mapping[str, CellWork], slot: Slot,
                     stopped: dict[str, str], ctx: RunContext) -> None:
-        """Make the card of the finished target of ``jobs`` (its cells waiting, in order) before the walk: restored
+        """Make the card of the finished target of ``jobs`` (its cells waiting, in order) where the walk reaches the
+        first of them (the walk runs them next): restored
         from the card that travelled beside its final state, or rebuilt from the state where none did or it does
         not match (one line says why); neither when none of its cells, nor any group of a cell's runs, fits the time
         left after the card's price (its cells wait, with a note, and the time goes to other targets)."""

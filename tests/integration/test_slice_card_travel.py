@@ -2,8 +2,8 @@
 slice"): the slice whose training ends writes the card's JSON beside the state, the pack carries it, the merge keeps
 it beside the state and the ledger lists it with its sha256, and a later slice on a fresh machine restores the card
 from it (the weights re-made from the state and checked) instead of rebuilding it; a card whose recorded weights do
-not match is rebuilt. Also: a slice makes a finished target's card only where one of its cells fits after it, as the
-plan decides (``plan_slices``)."""
+not match is rebuilt. Also: a slice makes a finished target's card only where one of its cells fits after it, and
+runs its cells right after it, before the next card, as the plan decides (``plan_slices``)."""
 
 from __future__ import annotations
 
@@ -165,7 +165,8 @@ def card_table() -> CostTable:
 
 
 class Clock:
-    """The slice's view of time: still, but for the seconds its cards are priced at (added as each is made)."""
+    """The slice's view of time: still, but for the seconds its cards and cells are priced at (added as each is
+    made or runs)."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -188,10 +189,12 @@ def final_states(tmp_path_factory: pytest.TempPathFactory) -> tuple[Suite, Path]
 
 
 def decisions(suite: Suite, states: Path, tmp: Path, deadline: float, travelled: bool,
-              monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """The card each finished target gets at the start of a slice of ``deadline`` seconds running one cell of each
-    (its gaussian one), by the executor and by the plan's first slice: (recipe key, "rebuilt", "restored" or
-    "skipped") in the targets' order."""
+              monkeypatch: pytest.MonkeyPatch, cells_of: str = "--gaussian--"
+              ) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str]]:
+    """The card each finished target gets at the start of a slice of ``deadline`` seconds running the cells whose id
+    holds ``cells_of`` (default: one of each target, its gaussian one), by the executor and by the plan's first
+    slice: (recipe key, "rebuilt", "restored" or "skipped") in the targets' order; and the cells the executor ran, in
+    their order (the plan's first slice)."""
     cache = tmp / f"cache-{deadline:g}-{travelled}"
     shutil.copytree(states, cache / "training")
     if not travelled:   # as a ledger written before cards travelled leaves the cache
@@ -210,14 +213,27 @@ def decisions(suite: Suite, states: Path, tmp: Path, deadline: float, travelled:
         clock.now += card_table().train.fixed
         return out
 
+    real_cell = slice_executor.run_cell
+    model = CostModel(prior=card_table())
+
+    def cell(*args: Any, **kwargs: Any) -> Any:
+        out = real_cell(*args, **kwargs)
+        clock.now += model.factor * ATTACK + model.extra   # the cell's estimate, as the plan spends it
+        return out
+
     monkeypatch.setattr(slice_executor, "train_pieces", rebuild)
     monkeypatch.setattr(slice_executor, "restore_card", restore)
+    monkeypatch.setattr(slice_executor, "run_cell", cell)
     sizes = digits_sizes(suite)
-    only = ["*--gaussian--*"]
+    only = [f"*{cells_of}*"]
     ex = DeadlineExecutor(deadline, CostModel(prior=card_table()), sizes, start=0.0, clock=clock,
                           states=cache / "training")
-    run_suite(suite, tmp / f"out-{deadline:g}-{travelled}", only=only, cache=str(cache), quiet=True, executor=ex)
-    cells = [c for c in expand(suite) if "--gaussian--" in c.cell_id]
+    # the prices stay the table's, as the plan's: a cell's real seconds (a fraction of one) would teach the model
+    # that the next cell takes next to nothing
+    monkeypatch.setattr(ex.model, "observe", lambda *args, **kwargs: None)
+    report = run_suite(suite, tmp / f"out-{deadline:g}-{travelled}", only=only, cache=str(cache), quiet=True,
+                       executor=ex)
+    cells = [c for c in expand(suite) if cells_of in c.cell_id]
     first_of = {c.cell_id: c.recipe.key() for c in cells}
     made = {first_of[r.cell]: {"card": "rebuilt", "card_restored": "restored"}[r.phase] for r in ex.measured
             if r.phase.startswith("card")}
@@ -231,24 +247,51 @@ def decisions(suite: Suite, states: Path, tmp: Path, deadline: float, travelled:
     assert not plan.unfit
     how = "restored" if travelled else "rebuilt"
     assert plan.cards[0] + plan.cards_restored[0] == sum(1 for _, m in by_executor if m != "skipped")
+    assert report.ran == plan.slices[0]   # the cells that ran, in their order: each right after its card
     by_plan = [(k, "skipped" if k in plan.cards_skipped[0] else how) for k in dict.fromkeys(first_of.values())]
-    return by_executor, by_plan
+    return by_executor, by_plan, report.ran
 
 
 def test_a_card_is_rebuilt_only_where_a_cell_of_its_target_fits_after_it_as_the_plan_decides(
         final_states, tmp_path, monkeypatch):
     """Slices of 70 s: the first target's card (10 s) and its cell (52 s) fit (62 s); the second's card would leave
-    50 s, where its cell does not fit: it is skipped, by the executor and by the plan. In slices of 200 s both
-    cards are rebuilt. Restored (1 s each), both fit 70 s."""
+    no room for its cell: it is skipped, by the executor and by the plan. In slices of 200 s both cards are rebuilt.
+    Restored (1 s each), the first card and its cell take 53 s and the second card is not restored either: its cell
+    would not follow it (106 s), and a card is made only where its cells run next."""
     suite, states = final_states
     a, b = dict.fromkeys(c.recipe.key() for c in expand(suite))
-    tight, tight_plan = decisions(suite, states, tmp_path, 70.0, False, monkeypatch)
+    tight, tight_plan, _ = decisions(suite, states, tmp_path, 70.0, False, monkeypatch)
     assert tight == tight_plan == [(a, "rebuilt"), (b, "skipped")]
-    roomy, roomy_plan = decisions(suite, states, tmp_path, 200.0, False, monkeypatch)
+    roomy, roomy_plan, _ = decisions(suite, states, tmp_path, 200.0, False, monkeypatch)
     assert roomy == roomy_plan == [(a, "rebuilt"), (b, "rebuilt")]
     no_certificate(monkeypatch)
-    restored, restored_plan = decisions(suite, states, tmp_path, 70.0, True, monkeypatch)
-    assert restored == restored_plan == [(a, "restored"), (b, "restored")]
+    restored, restored_plan, _ = decisions(suite, states, tmp_path, 70.0, True, monkeypatch)
+    assert restored == restored_plan == [(a, "restored"), (b, "skipped")]
+
+
+def test_a_card_s_cells_run_right_after_it_before_the_next_card(final_states, tmp_path, monkeypatch):
+    """The same targets with their cells interleaved (a's gaussian, b's gaussian, a's uniform, b's uniform) and
+    their cards travelled, slices of 200 s: a's card (1 s), then both of a's cells (105 s), then b's card and its
+    gaussian cell (158 s); b's uniform cell would pass 200 s. Restoring both cards first would run a's gaussian, b's
+    gaussian and a's uniform cells instead. In slices of 150 s b's card is not restored: neither of its cells would
+    follow it (158 s)."""
+    suite, states = final_states
+    interleaved = tmp_path / "interleaved.toml"
+    grid = '[[grid]]\ntargets = ["a", "b"]\nattacks = ["haim_binary_kkt"]\ninits = ["gaussian", "uniform"]\n'
+    assert grid in SUITE
+    interleaved.write_text(SUITE.replace(grid, grid.replace('["gaussian", "uniform"]', '["gaussian"]')
+                                         + "\n" + grid.replace('["gaussian", "uniform"]', '["uniform"]')))
+    mixed = load_suite(str(interleaved))
+    assert [c.cell_id.split("--")[0] for c in expand(mixed)] == ["a", "b", "a", "b"]
+    a, b = dict.fromkeys(c.recipe.key() for c in expand(mixed))
+    no_certificate(monkeypatch)
+    roomy, roomy_plan, ran = decisions(mixed, states, tmp_path, 200.0, True, monkeypatch, cells_of="--s0")
+    assert roomy == roomy_plan == [(a, "restored"), (b, "restored")]
+    assert ran == ["a--haim_binary_kkt--gaussian--s0", "a--haim_binary_kkt--uniform--s0",
+                   "b--haim_binary_kkt--gaussian--s0"]
+    tight, tight_plan, ran = decisions(mixed, states, tmp_path, 150.0, True, monkeypatch, cells_of="--s0")
+    assert tight == tight_plan == [(a, "restored"), (b, "skipped")]
+    assert ran == ["a--haim_binary_kkt--gaussian--s0", "a--haim_binary_kkt--uniform--s0"]
 
 
 def test_the_plan_learns_from_the_ledger_which_cards_travelled(travelled, tmp_path, capsys):

@@ -1,9 +1,9 @@
 """Cards in a slice plan (reconbench/bench/slice_costs.py): a target's card is made when its training ends, in that
-slice, and travels beside its final state: each later slice that runs its cells restores it first (a card that did
-not travel is rebuilt), and only where one of its cells fits after it; where the cost table prices cards, training
-ends in a slice only when its cards fit after it. Plans counted by hand on a synthetic table: training
-5 s of set-up plus 1 s per unit, attack 1 s per unit, a card 0.5 s per unit of n x P (100 units: 50 s), slices of
-200 s, a cell's estimate 1.25 x attack + 2 s."""
+slice, and travels beside its final state: a later slice that runs its cells restores it where the walk reaches
+them (a card that did not travel is rebuilt), only where one of its cells fits after it, and runs its cells right
+after it, before any other card; where the cost table prices cards, training ends in a slice only when its cards
+fit after it. Plans counted by hand on a synthetic table: training 5 s of set-up plus 1 s per unit, attack 1 s per
+unit, a card 0.5 s per unit of n x P (100 units: 50 s), slices of 200 s, a cell's estimate 1.25 x attack + 2 s."""
 
 from __future__ import annotations
 
@@ -96,7 +96,40 @@ def test_a_card_none_of_whose_cells_fits_after_it_is_not_made_in_that_slice():
     assert plan.cards == [1, 1] and plan.cards_skipped == [["y"], []]
     three = [target("x", 110.0), target("y", 110.0), replace(target("x", 20.0), cell_id="X2")]
     again = plan_slices(three, model, 200.0, progress={"x": 1.0, "y": 1.0})
-    # x's second cell (27 s) does not follow x's first in slice 1 (216.5 s); slice 2 restores x's card (5 s), then
-    # rebuilds y's (50 s), whose cell follows (55 + 139.5 = 194.5 s), and x's second cell does not fit after it
-    assert again.slices[0] == ["X"] and again.cards_restored[1] == 1 and again.cards[1] == 1
-    assert again.slices[1] == ["Y"] and again.slices[2] == ["X2"]
+    # x's second cell (27 s) does not follow x's first in slice 1 (216.5 s); slice 2 rebuilds y's card (50 s), whose
+    # cell follows (189.5 s), and does not restore x's (5 s): x's second cell would not follow it (221.5 s); slice 3
+    # restores it and runs that cell (32 s)
+    assert again.slices == [["X"], ["Y"], ["X2"]] and again.seconds == pytest.approx([189.5, 189.5, 32.0])
+    assert again.cards == [1, 1, 0] and again.cards_restored == [0, 0, 1] and again.cards_skipped[1] == ["x"]
+
+
+def finished(keys: str, attack: float = 20.0, cells: int = 1) -> list[CellWork]:
+    """One target per letter of ``keys``, trained before the plan: ``cells`` cells each, the first cells of all
+    targets, then their second cells, and so on (as a suite's seeds interleave them)."""
+    return [replace(target(k, attack), cell_id=f"{k.upper()}{i}") for i in range(cells) for k in keys]
+
+
+def test_each_restored_card_is_followed_by_its_cells_in_the_same_slice():
+    """30 finished targets whose cards travelled, one cell of 1.25 x 20 + 2 = 27 s each: a card restored (5 s) and
+    its cell take 32 s, so a slice of 200 s runs 6 of them (192 s) and the suite takes 5 slices. Restoring every card
+    whose cell fits after that card alone would spend 150 s on 30 cards and leave room for one cell."""
+    keys = "abcdefghijklmnopqrstuvwxyz0123"
+    plan = plan_slices(finished(keys), CostModel(prior=table(CARD)), 200.0, progress=dict.fromkeys(keys, 1.0),
+                       rules=GroupRules(travelled_cards=frozenset(keys)))
+    assert not plan.unfit and [len(ids) for ids in plan.slices] == [6] * 5
+    assert plan.seconds == pytest.approx([192.0] * 5) and plan.cards == [0] * 5
+    for ids, restored in zip(plan.slices, plan.cards_restored, strict=True):
+        assert restored == len({cid[0] for cid in ids})   # each card restored is that of a cell the slice runs
+
+
+def test_a_card_s_cells_follow_it_before_the_next_card():
+    """Targets a, b, c, two cells each of 27 s, in the order A0 B0 C0 A1 B1 C1: a slice restores a's card and runs
+    A0 and A1, then b's card, B0, B1, then c's (3 x 59 = 177 s); in 120 s, a's card and cells (59 s) and b's (118 s):
+    c's card waits for slice 2, which runs it with C0 and C1."""
+    model = CostModel(prior=table(CARD))
+    rules = GroupRules(travelled_cards=frozenset("abc"))
+    roomy = plan_slices(finished("abc", cells=2), model, 200.0, progress=dict.fromkeys("abc", 1.0), rules=rules)
+    assert roomy.slices == [["A0", "A1", "B0", "B1", "C0", "C1"]] and roomy.seconds == pytest.approx([177.0])
+    tight = plan_slices(finished("abc", cells=2), model, 120.0, progress=dict.fromkeys("abc", 1.0), rules=rules)
+    assert tight.slices == [["A0", "A1", "B0", "B1"], ["C0", "C1"]]
+    assert tight.cards_restored == [2, 1] and tight.cards_skipped == [["c"], []]
