@@ -21,7 +21,6 @@ no disk-usage tool knows.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import os
 import subprocess
@@ -35,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 64 * 2**20
 WHEELS, DATA = ".whl", ".data"
 SHARED = "shared"
+#: the most paths one call's `carry` names (the `run` tool's arguments)
+MAX_CARRY = 8
 #: the data folder (under `.data`) of each data-set source that reads files; an `npz:` set reads the folder its path
 #: starts with, the embedded `digits` none
 DATA_FOLDERS = {"mnist": "mnist", "mnist_test": "mnist", "cifar10": "cifar10", "cifar100": "cifar100"}
@@ -160,10 +161,15 @@ class SliceNeeds:
     data: list[str]
     targets_without_state: list[str]   # targets of the cells that the ledger lists no state of (they train from step 0)
 
-    def carry(self, ledger: str) -> list[str]:
-        paths = [WHEELS, *self.data, ledger]
-        for files in self.states.values():
-            paths.extend(files)
+    def carry(self, ledger: str, most: int = MAX_CARRY) -> list[str]:
+        """The call's carry list: the wheels, the data folders, the ledger and the states' files; where that passes
+        ``most`` paths (the `run` tool takes at most 8), the states' folder and then `.data` whole instead."""
+        states = [f for files in self.states.values() for f in files]
+        paths = [WHEELS, *self.data, ledger, *states]
+        if len(paths) > most and states:
+            paths = [WHEELS, *self.data, ledger, str(Path(states[0]).parent)]
+        if len(paths) > most:
+            paths = [WHEELS, DATA, *paths[1 + len(self.data):]]
         return paths
 
 
@@ -259,10 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {repo} is not a git checkout ({exc}); pass --repo with the checkout the call sends",
               file=sys.stderr)
         return 2
+    width = max(len(n) for n in [*travel.parts, *(f"carry {r}" for r in travel.missing)])
     for name, size in travel.parts.items():
-        print(f"{name:40s} {mib(size):>10s}")
+        print(f"{name:{width}s} {mib(size):>10s}")
     for rel in travel.missing:
-        print(f"{'carry ' + rel:40s} {'absent':>10s} (not carried)")
+        print(f"{'carry ' + rel:{width}s} {'absent':>10s} (not carried)")
+    if len(carry) > MAX_CARRY:
+        print(f"error: carry names {len(carry)} paths; the `run` tool takes at most {MAX_CARRY}: carry their "
+              "folders instead", file=sys.stderr)
+        return 1
     if args.suite:
         print("carry: " + json.dumps([c for c in carry if c not in travel.missing]))
     ok, line = verdict(travel, limit)
