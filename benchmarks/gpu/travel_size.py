@@ -198,7 +198,7 @@ def slice_needs(suite_name: str, only: Sequence[str], results: Path, repo: Path)
 
     suite = load_suite(suite_name)
     ledger_path = results / LEDGER_FILE
-    ledger = FINISHED_LEDGER_FILE.read(ledger_path) if (repo / ledger_path).is_file() else None
+    ledger = FINISHED_LEDGER_FILE.read(repo / ledger_path) if (repo / ledger_path).is_file() else None
     if ledger is not None and ledger.suite != suite.name:
         raise SystemExit(f"error: {ledger_path} is the ledger of suite {ledger.suite!r}, not {suite.name!r}; pass "
                          "--results with that suite's results folder")
@@ -239,9 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     limit = int(args.limit_mib * 2**20)
     carry = list(args.carry)
     if args.suite:
-        os.chdir(repo)   # the ledger's paths are the repository's
         try:
             results = args.results or Path("runs/bench") / Path(args.suite).stem
+            if results.is_absolute():   # carry names paths relative to the repository
+                results = results.resolve().relative_to(repo)
             needs = slice_needs(args.suite, args.only, results, repo)
         except Exception as exc:   # a suite or ledger that does not read: one line
             if isinstance(exc, SystemExit):
