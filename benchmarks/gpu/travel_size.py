@@ -160,6 +160,7 @@ class SliceNeeds:
     states: dict[str, list[str]]
     data: list[str]
     targets_without_state: list[str]   # targets of the cells that the ledger lists no state of (they train from step 0)
+    names: dict[str, str] = field(default_factory=dict)   # recipe key -> the target's name in its cells' ids
 
     def carry(self, ledger: str, most: int = MAX_CARRY) -> list[str]:
         """The call's carry list: the wheels, the data folders, the ledger and the states' files; where that passes
@@ -218,7 +219,8 @@ def slice_needs(suite_name: str, only: Sequence[str], results: Path, repo: Path)
             files.append(str(card))
         states[key] = files
     folders = sorted({f"{DATA}/{d}" for c in cells if (d := data_folder(c.recipe.problem.dataset)) is not None})
-    return SliceNeeds([c.cell_id for c in cells], states, folders, without)
+    names = {c.recipe.key(): c.cell_id.split("--")[0] for c in reversed(cells)}
+    return SliceNeeds([c.cell_id for c in cells], states, folders, without, names)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,9 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.suite}: {len(needs.cells)} cell(s) to run" + (f" of --only {' '.join(args.only)}"
                                                                     if args.only else ""))
         for key, files in needs.states.items():
-            print(f"  training state {key}: {', '.join(files)}")
-        for key in needs.targets_without_state:
-            print(f"  target {key}: no state in the ledger (trains from its start, or is not trained in pieces)")
+            print(f"  training state {key} ({needs.names[key]}): {', '.join(files)}")
+        if needs.targets_without_state:
+            print(f"  {len(needs.targets_without_state)} target(s) with no state in the ledger (each trains from its "
+                  "start, or whole in its cells): " + ", ".join(f"{k} ({needs.names[k]})"
+                                                               for k in needs.targets_without_state))
         print(f"  data: {', '.join(needs.data) or 'none (embedded data sets only)'}")
         derived = needs.carry(str(results / LEDGER_FILE))
         carry = derived + [c for c in carry if c not in derived]

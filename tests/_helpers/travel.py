@@ -4,10 +4,12 @@ travel (tests/unit/bench/test_claims_gpu_slices.py, tests/unit/benchmarks/test_g
 
 from __future__ import annotations
 
+import math
 import subprocess
 from pathlib import Path
 
 from reconbench.targets.recipe import TargetRecipe
+from reconbench.targets.resumable import LOSS_EVERY
 
 REPO = Path(__file__).resolve().parents[2]
 #: what a device call carries in all (the working tree, tracked files included, and the carried paths), the wheels
@@ -19,6 +21,10 @@ DATA = {".data/mnist": 1_648_877 + 4_542, ".data/cifar10": 14_389_434}
 READS = {".data/mnist": "mnist_test", ".data/cifar10": "npz:cifar10/cifar10_train_subset.npz"}
 #: a state's safetensors header (settings, the loss history read every 100 steps): allowed per state
 HEADER = 256 * 1024
+#: a state file's header holds the loss read every ``LOSS_EVERY`` steps: at most this many bytes per reading (the
+#: CIFAR-10 binary state of 10^6 steps the first occasion brought back: 552,312 header bytes for 10,000 readings, 55
+#: each), beside a fixed part (settings, tensor names)
+HEADER_PER_READING, HEADER_FIXED = 64, 16 * 1024
 #: the card JSON that travels beside a final state (a few KB): allowed per state
 CARD = 64 * 1024
 
@@ -35,6 +41,15 @@ def state_bytes(recipe: TargetRecipe) -> int:
     if recipe.family in ("mlp_bias", "affine"):
         values += sum(widths)
     return 4 * values
+
+
+def state_file_bytes(recipe: TargetRecipe) -> int:
+    """A training state's whole file, bounded from above: its header (the safetensors length word, the fixed part,
+    the loss readings of all its steps), the tensors of :func:`state_bytes`, and the first layer's bias and scale
+    the trainer keeps whatever the family (counted again where the family has biases)."""
+    readings = math.ceil(recipe.train.steps / LOSS_EVERY)
+    first = int((recipe.widths or [1])[0])
+    return 8 + HEADER_FIXED + HEADER_PER_READING * readings + state_bytes(recipe) + 4 * (first + 1)
 
 
 def tree_bytes(repo: Path = REPO) -> int | None:
