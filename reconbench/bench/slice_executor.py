@@ -63,6 +63,9 @@ from reconbench.targets.cards import CARD_FILE
 from reconbench.targets.recipe import DTYPES, TargetRecipe
 from reconbench.targets.resumable import Piece, card_beside, restore_card, state_path, state_step, train_pieces
 
+#: how a deferred cell's note begins when its target's training state was not carried to the slice
+NOT_CARRIED = "its training state was not carried"
+
 
 @dataclass
 class Deferred:

@@ -27,7 +27,7 @@ from reconbench.bench.runner import (
     still_to_run,
 )
 from reconbench.bench.slice_costs import CostModel, GroupRules, read_costs
-from reconbench.bench.slice_executor import DeadlineExecutor
+from reconbench.bench.slice_executor import NOT_CARRIED, DeadlineExecutor
 from reconbench.bench.slice_pack import (
     LEDGER_FILE,
     STATES_FOLDER,
@@ -376,7 +376,7 @@ def bench_command(
             for key, path in states_not_carried(Path(finished)).items():
                 if (states / f"{key}.safetensors").exists():
                     continue   # this machine's cache holds it from an earlier slice
-                not_carried[key] = f"its training state was not carried ({path})"
+                not_carried[key] = f"{NOT_CARRIED} ({path})"
                 click.echo(f"training state of target {key} not carried ({path} is absent): its cells wait for a "
                            "slice that carries it (benchmarks/gpu/travel_size.py --suite prints the carry list)",
                            err=True)

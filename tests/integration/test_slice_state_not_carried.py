@@ -45,6 +45,13 @@ def test_a_state_not_carried_defers_its_targets_cells_and_is_not_trained_again(t
     assert not (cache / "targets" / gone).exists()
     for cid in theirs:
         assert any(cid in ln and "its training state was not carried" in ln for ln in out.splitlines()), out
+    # a slice of only that target's cells: nothing runs, and it says why (not "pass a longer --deadline")
+    code, out, err = run_cli(["bench", str(suite.path), "--device", "cpu", "--deadline", "3000", "--pack",
+                              str(tmp_path / "pack2"), "--out", str(tmp_path / "device2"), "--cache",
+                              str(tmp_path / "cache2"), "--finished", str(merged / LEDGER_FILE), "-q",
+                              *(a for cid in sorted(theirs) for a in ("--only", cid))], capsys)
+    assert code == 1 and "were not carried" in out and "longer --deadline" not in out, out + err
+    assert not (tmp_path / "cache2" / "training" / f"{gone}.safetensors").exists()
 
 
 def test_a_state_that_is_there_but_does_not_match_is_still_refused(travelled, tmp_path):  # noqa: F811
