@@ -198,3 +198,18 @@ def test_a_states_file_is_bounded_by_its_recipes_arithmetic():
     recipe = next(c.recipe for c in CELLS if c.cell_id.startswith("cifar-binary--haim_binary_kkt--"))
     assert recipe.train.steps == 10**6
     assert 8_560_328 <= state_file_bytes(recipe) <= 1.02 * 8_560_328
+
+
+def test_an_ignored_shared_folder_travels_too(repo):
+    (repo / ".gitignore").write_text((repo / ".gitignore").read_text() + "/shared/\n")
+    write(repo / "shared" / "notes" / "n.md", 321)
+    assert travel.measure(repo, []).parts["shared/"] == 321
+
+
+def test_after_an_occasion_the_next_calls_carry_is_printed(repo, capsys):
+    after = load_module("gpu_after_occasion", ROOT / "benchmarks" / "gpu" / "after_occasion.py")
+    write(repo / ".whl" / "k.whl", 3_000)
+    after.next_call(repo, str(ROOT / "benchmarks" / "gpu" / "tiny.toml"), repo / "runs" / "bench" / "tiny", [])
+    out = capsys.readouterr().out
+    assert "the next call (every cell left" in out
+    assert 'carry: [".whl"]' in out and "fits" in out   # digits reads no file; no ledger yet: not carried
