@@ -41,6 +41,10 @@ MAX_CARRY = 8
 DATA_FOLDERS = {"mnist": "mnist", "mnist_test": "mnist", "cifar10": "cifar10", "cifar100": "cifar100"}
 
 
+class TravelError(Exception):
+    """A suite, ledger or data set this script cannot price: its message is the one line to print."""
+
+
 def mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -183,8 +187,8 @@ def data_folder(ref: str) -> str | None:
         return None
     if name in DATA_FOLDERS:
         return DATA_FOLDERS[name]
-    raise SystemExit(f"error: data set {ref!r}: which folder of {DATA} it reads is not known here; add it to "
-                     "DATA_FOLDERS in benchmarks/gpu/travel_size.py")
+    raise TravelError(f"data set {ref!r}: which folder of {DATA} it reads is not known here; add it to DATA_FOLDERS "
+                      "in benchmarks/gpu/travel_size.py")
 
 
 def slice_needs(suite_name: str, only: Sequence[str], results: Path, repo: Path) -> SliceNeeds:
@@ -201,11 +205,14 @@ def slice_needs(suite_name: str, only: Sequence[str], results: Path, repo: Path)
     ledger_path = results / LEDGER_FILE
     ledger = FINISHED_LEDGER_FILE.read(repo / ledger_path) if (repo / ledger_path).is_file() else None
     if ledger is not None and ledger.suite != suite.name:
-        raise SystemExit(f"error: {ledger_path} is the ledger of suite {ledger.suite!r}, not {suite.name!r}; pass "
-                         "--results with that suite's results folder")
+        raise TravelError(f"{ledger_path} is the ledger of suite {ledger.suite!r}, not {suite.name!r}; pass --results "
+                          "with that suite's results folder")
     done = {cid: {"cell_key": c.cell_key, "status": c.status} for cid, c in ledger.cells.items()} if ledger else {}
-    cells = [c for c in select(expand(suite), list(only) or None)
-             if not is_finished(done.get(c.cell_id), c.key(suite), False)]
+    chosen = select(expand(suite), list(only) or None)
+    if only and not chosen:
+        raise TravelError(f"--only {' '.join(only)} selects no cell of suite {suite.name}; `reconbench bench "
+                          f"{suite_name} --list` lists them")
+    cells = [c for c in chosen if not is_finished(done.get(c.cell_id), c.key(suite), False)]
     listed = dict(ledger.training) if ledger is not None else {}
     states: dict[str, list[str]] = {}
     without: list[str] = []
@@ -241,14 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     limit = int(args.limit_mib * 2**20)
     carry = list(args.carry)
     if args.suite:
+        from reconbench.errors import ReconbenchError
+
         try:
             results = args.results or Path("runs/bench") / Path(args.suite).stem
             if results.is_absolute():   # carry names paths relative to the repository
                 results = results.resolve().relative_to(repo)
             needs = slice_needs(args.suite, args.only, results, repo)
-        except Exception as exc:   # a suite or ledger that does not read: one line
-            if isinstance(exc, SystemExit):
-                raise
+        except (TravelError, ReconbenchError, OSError, ValueError) as exc:   # a suite or ledger that does not read
             print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
             return 2
         from reconbench.bench.slice_pack import LEDGER_FILE

@@ -213,3 +213,9 @@ def test_after_an_occasion_the_next_calls_carry_is_printed(repo, capsys):
     out = capsys.readouterr().out
     assert "the next call (every cell left" in out
     assert 'carry: [".whl"]' in out and "fits" in out   # digits reads no file; no ledger yet: not carried
+
+
+def test_a_selection_of_no_cell_is_one_line(repo, capsys):
+    assert travel.main(["--repo", str(repo), "--suite", "paper", "--only", "no-such-cell*"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "selects no cell of suite paper" in err
