@@ -373,9 +373,10 @@ def bench_command(
         not_carried: dict[str, str] = {}
         if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them
             import_states(Path(finished), states)
+            wanted = {c.recipe.key() for c in select_cells(s, only)}   # a state other cells need may stay behind
             for key, path in states_not_carried(Path(finished)).items():
-                if (states / f"{key}.safetensors").exists():
-                    continue   # this machine's cache holds it from an earlier slice
+                if key not in wanted or (states / f"{key}.safetensors").exists():
+                    continue   # not this slice's, or this machine's cache holds it from an earlier slice
                 not_carried[key] = f"{NOT_CARRIED} ({path})"
                 click.echo(f"training state of target {key} not carried ({path} is absent): its cells wait for a "
                            "slice that carries it (benchmarks/gpu/travel_size.py --suite prints the carry list)",
