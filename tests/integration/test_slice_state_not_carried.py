@@ -52,6 +52,12 @@ def test_a_state_not_carried_defers_its_targets_cells_and_is_not_trained_again(t
                               *(a for cid in sorted(theirs) for a in ("--only", cid))], capsys)
     assert code == 1 and "were not carried" in out and "longer --deadline" not in out, out + err
     assert not (tmp_path / "cache2" / "training" / f"{gone}.safetensors").exists()
+    # a slice of the other target's cells needs no state of this one: nothing said
+    code, out, err = run_cli(["bench", str(suite.path), "--device", "cpu", "--deadline", "3000", "--pack",
+                              str(tmp_path / "pack3"), "--out", str(tmp_path / "device3"), "--cache",
+                              str(tmp_path / "cache3"), "--finished", str(merged / LEDGER_FILE), "-q",
+                              *(a for cid in sorted(others) for a in ("--only", cid))], capsys)
+    assert code == 0 and "not carried" not in out + err, out + err
 
 
 def test_a_state_that_is_there_but_does_not_match_is_still_refused(travelled, tmp_path):  # noqa: F811
