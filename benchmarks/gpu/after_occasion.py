@@ -26,7 +26,8 @@ unpacked and its probe files copied; nothing is published, and the command says 
 merged cells the committed board lacks, e.g. after an earlier run of the command stopped before its board was placed,
 or placed it and stopped before its commit: the new cells are counted against HEAD's board). The
 size budget of a board (tests/unit/leaderboard/test_leaderboard_slim.py) is not this command's decision: decide it
-before committing.
+before committing. Last, it prints what the next call carries, measured now (benchmarks/gpu/travel_size.py: the
+carry list and its size against the device's 64 MiB, for the cells `--only` selects, every cell left without it).
 
 A script beside slice.sh rather than a `reconbench` subcommand: it writes this repository's tracked files (the
 index, docs/results.md, benchmarks/results/gpu/), which an installed `reconbench` has no business knowing.
@@ -421,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, help="the merged results folder, relative to --repo (default: "
                         "runs/bench/<suite name>)")
     parser.add_argument("--no-figures", action="store_true", help="publish without drawing the figures")
+    parser.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                        help="the cells of the next call (repeatable, as `reconbench bench --only`): the carry list and "
+                        "size printed at the end are theirs (default: every cell left)")
     parser.add_argument("--debug", action="store_true", help="an unexpected error shows its traceback")
     args = parser.parse_args(argv)
     files_at = args.files_at.resolve()
@@ -484,7 +488,28 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines))
     else:
         say("done; nothing to commit")
+    next_call(repo, args.suite, repo / results, args.only)
     return 0
+
+
+def next_call(repo: Path, suite: str, results: Path, only: list[str]) -> None:
+    """What the next `run` call carries for ``only`` (every cell left: none given), measured by travel_size.py: its
+    carry list and its size against the device's limit; over it, one line naming what to drop (the occasion's work
+    is done either way)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_travel_size", Path(__file__).with_name("travel_size.py"))
+    assert spec is not None and spec.loader is not None
+    travel = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))   # its dataclasses look it up
+    spec.loader.exec_module(travel)
+    say("the next call" + (f" (--only {' '.join(only)})" if only else " (every cell left; --only narrows it)") +
+        " carries, measured now (benchmarks/gpu/travel_size.py):")
+    sys.stdout.flush()
+    code = travel.main(["--repo", str(repo), "--suite", suite, "--results", str(results),
+                        *(a for p in only for a in ("--only", p))])
+    if code != 0:
+        say("the next call as measured would be refused: carry less (the line above says what), or select fewer "
+            "cells with --only")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,9 @@ from reconbench.targets.cards import CARD_FILE
 from reconbench.targets.recipe import DTYPES, TargetRecipe
 from reconbench.targets.resumable import Piece, card_beside, restore_card, state_path, state_step, train_pieces
 
+#: how a deferred cell's note begins when its target's training state was not carried to the slice
+NOT_CARRIED = "its training state was not carried"
+
 
 @dataclass
 class Deferred:
@@ -111,6 +114,9 @@ class DeadlineExecutor:
     run_files: int | None = None
     #: carry every run's start in the pack, also where the merge could draw it again (``REDRAWN_INITS``)
     carry_starts: bool = False
+    #: targets (recipe key) whose training state the ledger lists but the call did not carry, with why: their
+    #: cells wait for a slice that carries it (never trained again from step 0 here)
+    not_carried: Mapping[str, str] = field(default_factory=dict)
     #: the wall clock of the measured rows (``clock`` is the deadline's view of time, which a test may script)
     timer: Callable[[], float] = time.perf_counter
     watch: SliceWatch = field(init=False)
@@ -207,7 +213,7 @@ class DeadlineExecutor:
         in_pieces = self.states is not None
         works = {job.cell.cell_id: cell_work(job.cell, self.sizes[job.cell.recipe.key()], pieces=in_pieces,
                                              dtype=ctx.dtype, device=ctx.device) for job in jobs}
-        stopped: dict[str, str] = {}   # target key -> why its cells wait for the next slice
+        stopped: dict[str, str] = dict(self.not_carried)   # target key -> why its cells wait for the next slice
         together: list[CellJob] = []
         group_runs = self._pooled   # cells of ``together`` that run a group of their runs: which
         group_runs.clear()

@@ -882,8 +882,10 @@ def import_states(ledger: Path, cache_states: Path) -> list[str]:
         src = ledger.parent / entry.file
         if not _STATE_NAME.match(f"{key}.safetensors") or src.parent.name != STATES_FOLDER:
             raise PackError(f"{ledger} names a training state {key!r} at {src}, which no unpack writes; {fix}")
+        if not os.path.lexists(src):
+            continue   # not carried: states_not_carried names it, and the slice leaves its target's cells
         if not src.is_file() or sha256_file(src) != entry.sha256:
-            raise PackError(f"{src} is missing or does not match the sha256 {ledger.name} records; {carry}")
+            raise PackError(f"{src} does not match the sha256 {ledger.name} records; {carry}")
         card = None if entry.card is None else ledger.parent / entry.card.file
         if card is not None and (card.name != f"{key}{CARD_SUFFIX}" or card.parent != src.parent):
             raise PackError(f"{ledger} names the card of training state {key!r} at {card}, which no unpack writes; "
@@ -902,6 +904,18 @@ def import_states(ledger: Path, cache_states: Path) -> list[str]:
         elif card is None and not kept:
             card_beside(dst).unlink(missing_ok=True)
     return copied
+
+
+def states_not_carried(ledger: Path) -> dict[str, str]:
+    """The training states a ledger lists whose file is absent beside it (a call that carried only some of them),
+    by recipe key: the path that was not carried. A slice leaves those targets' cells for one that carries them: it
+    never trains a target whose state exists from step 0 again."""
+    try:
+        training = FINISHED_LEDGER_FILE.read(ledger).training
+    except ReconbenchError:
+        return {}   # import_states and read_ledger say what is wrong with the file
+    return {key: str(ledger.parent / entry.file) for key, entry in training.items()
+            if not os.path.lexists(ledger.parent / entry.file)}
 
 
 def ledger_cards(ledger: Path) -> set[str]:

@@ -27,7 +27,7 @@ from reconbench.bench.runner import (
     still_to_run,
 )
 from reconbench.bench.slice_costs import CostModel, GroupRules, read_costs
-from reconbench.bench.slice_executor import DeadlineExecutor
+from reconbench.bench.slice_executor import NOT_CARRIED, DeadlineExecutor
 from reconbench.bench.slice_pack import (
     LEDGER_FILE,
     STATES_FOLDER,
@@ -35,6 +35,7 @@ from reconbench.bench.slice_pack import (
     ledger_cards,
     read_ledger,
     read_ledger_runs,
+    states_not_carried,
     write_ledger,
 )
 from reconbench.bench.suite import Suite, SuiteError, display_path, load_suite
@@ -369,13 +370,22 @@ def bench_command(
                        GroupRules(runs_per_slice=runs_per_slice, runs_done=rules.runs_done, cross_target=cross_target),
                        carry_starts=carry_starts)
         states = cache_dir(cache) / STATES_FOLDER if pack is not None else None
+        not_carried: dict[str, str] = {}
         if states is not None and finished is not None:   # the states the ledger carried, where the slice reads them
             import_states(Path(finished), states)
+            wanted = {c.recipe.key() for c in select_cells(s, only)}   # a state other cells need may stay behind
+            for key, path in states_not_carried(Path(finished)).items():
+                if key not in wanted or (states / f"{key}.safetensors").exists():
+                    continue   # not this slice's, or this machine's cache holds it from an earlier slice
+                not_carried[key] = f"{NOT_CARRIED} ({path})"
+                click.echo(f"training state of target {key} not carried ({path} is absent): its cells wait for a "
+                           "slice that carries it (benchmarks/gpu/travel_size.py --suite prints the carry list)",
+                           err=True)
         cells_executor = DeadlineExecutor(deadline - reserve, CostModel.for_device(run_device, table), sizes,
                                           start=started, states=states, cross_target=cross_target,
                                           runs_done=runs_done, runs_per_slice=runs_per_slice,
                                           run_files=pack_files - 2 if pack is not None else None,
-                                          carry_starts=carry_starts)
+                                          carry_starts=carry_starts, not_carried=not_carried)
     elif cross_target:
         cells_executor = CrossTargetExecutor()
     packer = None if pack is None else SlicePacker(Path(pack), s, out_dir, cells_executor, device, dtype,

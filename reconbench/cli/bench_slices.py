@@ -13,7 +13,7 @@ import click
 from reconbench.bench.cells import expand
 from reconbench.bench.executors import Executor
 from reconbench.bench.runner import BenchReport, next_invocation_number
-from reconbench.bench.slice_executor import DeadlineExecutor
+from reconbench.bench.slice_executor import NOT_CARRIED, DeadlineExecutor
 from reconbench.bench.slice_pack import (
     LEDGER_FILE,
     MAX_FILES,
@@ -41,6 +41,11 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
     if not ex.deferred:
         return
     cheapest = min(ex.deferred, key=lambda d: d.estimate)
+    if not report.ran and not ex.pieces and not ex.stopped and not ex.groups and all(
+            d.note.startswith(NOT_CARRIED) for d in ex.deferred):
+        click.echo(f"nothing ran: the training states of all {len(ex.deferred)} cell(s)' targets were not carried (named "
+                   "above); carry them with the ledger (benchmarks/gpu/travel_size.py --suite prints the carry list)")
+        return
     if not report.ran and not ex.pieces and not ex.stopped and not ex.groups:
         click.echo(f"deadline {deadline:g}s: nothing ran; no cell fits (the cheapest of {len(ex.deferred)} is "
                    f"estimated at {cheapest.estimate:.1f}s with the safety margin, {cheapest.left:.1f}s were left); "

@@ -8,11 +8,11 @@ from __future__ import annotations
 import fnmatch
 import re
 import shlex
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from _helpers.travel import CARRY, DATA, HEADER, LEDGER, READS, WHEELS, state_bytes, tree_bytes
 
 from reconbench.bench.cells import expand
 from reconbench.bench.suite import load_suite
@@ -22,15 +22,6 @@ from reconbench.targets.resumable import batch_group, resumable_reason
 REPO = Path(__file__).resolve().parents[3]
 SUITE = load_suite("claims-gpu")
 CELLS = expand(SUITE)
-#: what a device call carries in all (the working tree, tracked files included, and the carried paths), the wheels
-#: (`fetch_wheels.sh`: 7.5 MB) and the ledger (a few KB; allowed 256 KiB)
-CARRY, WHEELS, LEDGER = 64 * 2**20, 7.5e6, 256 * 1024
-#: the data folder a step carries (`copy_data.py claims-gpu` copies both): the bytes of its files
-DATA = {".data/mnist": 1_648_877 + 4_542, ".data/cifar10": 14_389_434}
-#: which data set a step's folder holds
-READS = {".data/mnist": "mnist_test", ".data/cifar10": "npz:cifar10/cifar10_train_subset.npz"}
-#: a state's safetensors header (settings, the loss history read every 100 steps): allowed per state
-HEADER = 256 * 1024
 STEPS_BLOCK = re.compile(r"<!-- claims-gpu steps -->\n```\n(.*?)```", re.S)
 #: the targets the resumable trainer cannot take, and why (each trains whole inside its cells)
 NOT_RESUMABLE = {
@@ -43,20 +34,6 @@ NOT_RESUMABLE = {
 def _targets() -> dict[str, TargetRecipe]:
     """Each planned target's recipe by its cell-id prefix and seed (``mnist-binary@weight_decay=0.002 s3``)."""
     return {f"{c.cell_id.split('--')[0]} s{c.seed}": c.recipe for c in CELLS}
-
-
-def _state_bytes(recipe: TargetRecipe) -> int:
-    """The tensors a float32 training state holds, in closed form: the factorised first layer (width x n and
-    n x width), every later layer, the biases."""
-    p = recipe.problem
-    classes = p.num_classes or 2
-    n = p.n_per_class * classes
-    outputs = classes if p.task == "multiclass" else 1
-    widths = [int(w) for w in (recipe.widths or [])] + [outputs]
-    values = 2 * widths[0] * n + sum(a * b for a, b in zip(widths, widths[1:], strict=False))
-    if recipe.family in ("mlp_bias", "affine"):
-        values += sum(widths)
-    return 4 * values
 
 
 def test_every_target_but_the_listed_trains_in_pieces_in_float32_by_the_closed_form_loop():
@@ -77,10 +54,10 @@ def test_a_state_of_the_suites_networks_is_a_few_megabytes():
     """784-1000-1000-1 at n = 100 (a CPU slice's pack held it as 4,812,824 bytes) and Runkel et al.'s
     3072-6144-1 with biases at n = 100: the input dimension does not enter the state."""
     targets = _targets()
-    assert _state_bytes(targets["mnist-binary s0"]) == 4 * (2 * 1000 * 100 + 1000 * 1000 + 1000)
-    assert _state_bytes(targets["cifar-binary s0"]) == _state_bytes(targets["mnist-binary s0"])
-    assert _state_bytes(targets["cifar-mlp1-wd s0"]) == 4 * (2 * 6144 * 100 + 6144 + 6144 + 1)
-    assert max(_state_bytes(r) for r in targets.values()) < 5.2e6
+    assert state_bytes(targets["mnist-binary s0"]) == 4 * (2 * 1000 * 100 + 1000 * 1000 + 1000)
+    assert state_bytes(targets["cifar-binary s0"]) == state_bytes(targets["mnist-binary s0"])
+    assert state_bytes(targets["cifar-mlp1-wd s0"]) == 4 * (2 * 6144 * 100 + 6144 + 6144 + 1)
+    assert max(state_bytes(r) for r in targets.values()) < 5.2e6
 
 
 
@@ -94,16 +71,6 @@ def _steps() -> list[tuple[str, str, list[str]]]:
         assert rest[::2] == ["--only"] * (len(rest) // 2), line
         steps.append((name, folder, rest[1::2]))
     return steps
-
-
-def _tree_bytes() -> int | None:
-    """The tracked files' bytes (what travels of the working tree besides the carried paths); None outside git."""
-    try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    paths = [REPO / p for p in out.decode().split("\0") if p]
-    return sum(p.stat().st_size for p in paths if p.is_file())
 
 
 @pytest.mark.parametrize("seed", SUITE.seeds)
@@ -125,7 +92,7 @@ def test_the_states_a_step_leaves_travel_within_the_carry():
     """Per step: the two largest training stacks of one seed's cells (a finished stack whose cells wait, and the
     stack training when the deadline falls), beside the working tree as it is, the wheels, the ledger and the step's
     data. The whole suite's group of 40, or one seed's 5, would not."""
-    tree = _tree_bytes()
+    tree = tree_bytes()
     if tree is None:
         pytest.skip("not a git checkout: the working tree's size is unknown")
     for name, folder, patterns in _steps():
@@ -136,7 +103,7 @@ def test_the_states_a_step_leaves_travel_within_the_carry():
                 if (c.seed == seed and resumable_reason(c.recipe) is None
                         and any(fnmatch.fnmatchcase(c.cell_id, p.replace("sK", f"s{seed}")) for p in patterns)):
                     stacks[batch_group(c.recipe)][c.recipe.key()] = c.recipe
-            sizes = sorted((sum(_state_bytes(r) + HEADER for r in s.values()) for s in stacks.values()), reverse=True)
+            sizes = sorted((sum(state_bytes(r) + HEADER for r in s.values()) for s in stacks.values()), reverse=True)
             assert max(len(s) for s in stacks.values()) <= 2, (name, seed)
             assert sum(sizes[:2]) <= room, (name, seed, sizes[:2], room)
     group: dict[str, set[str]] = defaultdict(set)
@@ -145,6 +112,6 @@ def test_the_states_a_step_leaves_travel_within_the_carry():
             group[batch_group(c.recipe)].add(c.recipe.key())
     largest = max(group.values(), key=len)
     assert len(largest) == 5 * len(SUITE.seeds)
-    whole = sum(_state_bytes(r) + HEADER for r in {c.recipe.key(): c.recipe for c in CELLS}.values()
+    whole = sum(state_bytes(r) + HEADER for r in {c.recipe.key(): c.recipe for c in CELLS}.values()
                 if r.key() in largest)
     assert whole > CARRY   # without the steps, the suite's largest stack would not even fit an empty call
