@@ -1,0 +1,112 @@
+"""The closed-form float16 bounds of reconbench/evaluation/float16_bounds.py against measured moves: the min-max
+stretch on adversarial vectors (values near the minimum and maximum rounded in opposite directions), the rounding
+bound on subnormals, the bicubic constant against torch's own down-sampling operator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from reconbench.evaluation import float16_bounds as bounds
+from reconbench.evaluation.distances import downsample
+from reconbench.evaluation.ssim import minmax
+
+U = 2.0 ** -11
+
+
+def _rounded_to(x16: np.ndarray, direction: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Unrounded values that round to ``x16``: each moved by up to (just under) half a float16 spacing in
+    ``direction`` (+1 up, -1 down), so that rounding moves it back by nearly the most it can."""
+    up = np.nextafter(x16.astype(np.float16), np.float16(np.inf)).astype(np.float64) - x16
+    down = x16 - np.nextafter(x16.astype(np.float16), np.float16(-np.inf)).astype(np.float64)
+    frac = 0.5 * (1 - 2.0 ** -8) * rng.uniform(0.9, 1.0, size=x16.shape)
+    return x16 + np.where(direction > 0, frac * up, -frac * down)
+
+
+def _adversarial(rng: np.random.Generator, n: int, level: float, rel_range: float) -> tuple[np.ndarray, np.ndarray]:
+    """A vector around ``level`` of relative range ``rel_range``, in float64 and as float16: its lowest tenth lies
+    above its float16 values and its highest tenth below them (rounding widens the range by nearly 2 u max|x|), its
+    middle values either way."""
+    x16 = (level + level * rel_range * rng.uniform(-0.5, 0.5, size=n)).astype(np.float16).astype(np.float64)
+    order = np.argsort(x16)
+    direction = rng.choice([-1.0, 1.0], size=n)
+    direction[order[: max(1, n // 10)]] = -1.0    # rounding moved these down
+    direction[order[-max(1, n // 10):]] = 1.0     # and these up
+    x = _rounded_to(x16, -direction, rng)
+    assert np.array_equal(x.astype(np.float16).astype(np.float64), x16)
+    return x, x16
+
+
+@pytest.mark.parametrize("level", [0.03, 0.5, -0.7, 3.0])
+@pytest.mark.parametrize("rel_range", [1.0, 0.1, 1e-2, 2e-3])
+def test_the_minmax_stretch_bounds_the_measured_move_of_every_scaled_value(level, rel_range):
+    rng = np.random.default_rng(int(1000 * abs(level)) + int(1 / rel_range))
+    worst = 0.0
+    for _ in range(20):
+        x, x16 = _adversarial(rng, 400, level, rel_range)
+        mean = torch.zeros(1)
+        shift = bounds.minmax_shift(torch.as_tensor(x16), mean)
+        assert shift is not None
+        exact = minmax(torch.as_tensor(x)[None])[0]
+        rounded = minmax(torch.as_tensor(x16)[None])[0]
+        moved = float((exact - rounded).abs().max())
+        assert moved <= shift
+        worst = max(worst, moved / shift)
+    # the bound is the stretch, not a loose multiple of it: adversarial rounding reaches a good part of it
+    assert worst > 0.3
+
+
+def test_the_stretch_is_about_twice_the_ratio_of_size_to_range():
+    x16 = torch.tensor([0.5, 0.505, 0.51], dtype=torch.float16)
+    shift = bounds.minmax_shift(x16, torch.zeros(1))
+    assert shift is not None
+    rng = float(x16.double().max() - x16.double().min())
+    assert shift == pytest.approx(2 * U * float(x16.double().abs().max()) / rng / (1 - U), rel=1e-3)
+
+
+def test_a_range_within_rounding_of_zero_cannot_be_scaled():
+    flat = torch.full((3, 4, 4), 0.5, dtype=torch.float16)
+    assert bounds.minmax_shift(flat, torch.zeros(1)) is None
+    almost = flat.clone()
+    almost[0, 0, 0] = torch.nextafter(torch.tensor(0.5, dtype=torch.float16), torch.tensor(1.0, dtype=torch.float16))
+    assert bounds.minmax_shift(almost, torch.zeros(1)) is None   # a range of one float16 step: within 2 delta
+    with_inf = flat.clone()
+    with_inf[0, 0, 0] = float("inf")
+    assert bounds.minmax_shift(with_inf, torch.zeros(1)) is None
+
+
+def test_the_rounding_bound_covers_normal_and_subnormal_values():
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-2, 2, 5000), rng.uniform(-2.0 ** -14, 2.0 ** -14, 5000),
+                        rng.uniform(-1e-7, 1e-7, 100)])
+    x16 = torch.as_tensor(x).half()
+    moved = (torch.as_tensor(x) - x16.double()).abs()
+    assert bool((moved <= bounds.rounding_bounds(x16)).all())
+
+
+def test_the_bicubic_constant_bounds_torchs_downsampling_operator():
+    """Every output of a down-sampling by 2 or 4 moves by at most BICUBIC_ABS_SUM per unit move of its inputs: the
+    operator's largest absolute row sum, read from torch by down-sampling each basis image."""
+    for factor, side in ((2, 16), (4, 16), (2, 8)):
+        basis = torch.eye(side * side, dtype=torch.float64).reshape(side * side, 1, side, side)
+        columns = downsample(basis, factor).reshape(side * side, -1)   # (inputs, outputs)
+        row_sums = columns.abs().sum(0)
+        assert float(row_sums.max()) <= bounds.BICUBIC_ABS_SUM * (1 + 1e-12)
+        assert float(row_sums.max()) == pytest.approx(bounds.BICUBIC_ABS_SUM, rel=1e-9)   # reached inside
+
+
+def test_the_correlation_bound_covers_an_adversarial_rounding():
+    """Pearson correlation of a flat channel with a signal: rounding pushed along the signal moves it most."""
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=(1, 8, 8))
+    for rel in (1e-1, 1e-2, 3e-3):
+        x16 = (0.4 + 0.4 * rel * rng.normal(size=(1, 8, 8))).astype(np.float16).astype(np.float64)
+        x = _rounded_to(x16, np.sign(y - y.mean()), rng)
+        tol = bounds.correlation_shift(torch.as_tensor(x16), 64)
+
+        def corr(a: np.ndarray) -> float:
+            return float(np.corrcoef(a.ravel(), y.ravel())[0, 1])
+
+        if tol is not None:
+            assert abs(corr(x) - corr(x16)) <= tol
