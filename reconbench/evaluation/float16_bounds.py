@@ -21,11 +21,12 @@ numbers computed from it, which stretches the rounding:
   well-conditioned normaliser, ``decisions.py``), a score moves by at most **7 e + 3 e^2**
   (:func:`ssim_shift_tolerance`): 14 u = 6.8e-3 at e = 2u, a full-contrast image.
 * **Centring and standardising** (the correlation, the ncc distances): per channel, with A the centred values and E
-  the centred error (|E|_2 <= |b|_2), a unit vector A / |A| moves by at most 2 |E| / |A'| (the triangle inequality
-  on v / |v| - w / |w|), so a correlation by at most that (:func:`correlation_shift`); a standardised channel
-  sqrt(n - 1) A / (|A| + eps sqrt(n - 1)) by sqrt(n - 1) 2 |E| / (|A'| + eps sqrt(n - 1)), after a bicubic
-  down-sampling that moves each value by at most ``BICUBIC_ABS_SUM`` times Δ; a squared distance d = |z - g|^2 / D
-  by ζ (2 sqrt(D d') + ζ) / D, ζ the features' move (:func:`distance_shift`).
+  the centred error (|E|_2 <= |b|_2: centring does not lengthen it), the unit vector A / |A| moves by at most
+  |E| / (|A'| - |E|) (|v/|v| - w/|w|| <= |v - w| / min(|v|, |w|)), so a correlation by at most that
+  (:func:`correlation_shift`); a standardised channel sqrt(n - 1) A / (|A| + eps sqrt(n - 1)) by sqrt(n - 1) times
+  that (and eps's share), after a bicubic down-sampling that moves each value by at most its absolute weights times
+  b; a squared distance d = |z - g|^2 / D by ζ (2 sqrt(D d') + ζ) / D, ζ the features' move
+  (:func:`distance_shift`).
 
 Where a bound reaches the score's whole range (a range R' within 2Δ of 0, a channel whose error may be as large as
 its spread), the score cannot be re-scored from float16: the functions return None.
@@ -33,6 +34,7 @@ its spread), the score cannot be re-scored from float16: the functions return No
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -41,9 +43,6 @@ from reconbench.evaluation.decisions import FLOAT16_ROUNDOFF, score_tolerance
 
 #: half the spacing of float16's subnormals: how far rounding moves a value below its smallest normal, 2^-14
 FLOAT16_SUBNORMAL_ERROR = 2.0 ** -25
-#: the most a bicubic down-sampling by 2 or 4 (torch, half-pixel centres, a = -0.75) can move one output per unit
-#: move of its inputs: its taps (-3, 19, 19, -3) / 32 along each axis, absolute sum 44/32, squared for two axes
-BICUBIC_ABS_SUM = (44 / 32) ** 2
 #: a score of values in [-1, 1] (SSIM, correlation) cannot move by more than this
 SCORE_RANGE = 2.0
 #: scikit-image's sample-covariance factor NP / (NP - 1) is at most 9/8 (a window of at least 3 x 3)
@@ -80,19 +79,41 @@ def ssim_shift_tolerance(shift: float, n_terms: int) -> float | None:
     return tol if tol < SCORE_RANGE else None
 
 
+def _unit_vector_move(err: float, spread: float, eps: float = 0.0) -> float | None:
+    """The most v / (|v| + eps) moves when v = A (stored, |A| = ``spread``) is off the true one by at most ``err``
+    in 2-norm: |v/|v| - w/|w|| <= |v - w| / min(|v|, |w|) (from |v - w|^2 >= 2 |v| |w| (1 - cos θ)), plus the eps
+    term's own move; None where it may reach 2, the most a unit vector can move."""
+    low = spread - err
+    if low <= 0:
+        return None
+    move = err / low * (1 + eps / (low + eps))
+    return move if move < SCORE_RANGE else None
+
+
 def correlation_shift(stored: torch.Tensor, n_terms: int) -> float | None:
     """Absolute tolerance of the ``corr`` metric (per channel Pearson correlation with an exact image, averaged over
-    channels) of a (C, H, W) image stored in float16: per channel 2 |E|_2 / |A'|_2, averaged; plus the float64
-    rounding of two machines. None where a channel's bound reaches its whole range."""
+    channels) of a (C, H, W) image stored in float16: per channel |E|_2 / (|A'|_2 - |E|_2) (the centred values'
+    unit vector's move), averaged; plus the float64 rounding of two machines. None where a channel's bound reaches
+    its whole range."""
     if not bool(torch.isfinite(stored).all()):
         return None
     flat = stored.to(torch.float64).flatten(1)
-    err = rounding_bounds(flat).norm(dim=1)
-    spread = (flat - flat.mean(1, keepdim=True)).norm(dim=1)
-    per_channel = [2 * float(e) / float(s) if s > 0 else math.inf for e, s in zip(err, spread, strict=True)]
-    if max(per_channel) >= SCORE_RANGE:
+    errs = rounding_bounds(flat).norm(dim=1)
+    spreads = (flat - flat.mean(1, keepdim=True)).norm(dim=1)
+    moves = [_unit_vector_move(float(e), float(s)) for e, s in zip(errs, spreads, strict=True)]
+    if any(m is None for m in moves):
         return None
-    return sum(per_channel) / len(per_channel) + score_tolerance(n_terms)
+    return sum(m for m in moves if m is not None) / len(moves) + score_tolerance(n_terms)
+
+
+@functools.cache
+def _abs_downsample(h: int, w: int, factor: int) -> torch.Tensor:
+    """|H|: the absolute weights (outputs, inputs) of ``distances.downsample`` of an h x w image, read from torch's
+    own down-sampling of each basis image (so the bound follows the operation, borders included). Never written."""
+    from reconbench.evaluation.distances import downsample
+
+    basis = torch.eye(h * w, dtype=torch.float64).reshape(h * w, 1, h, w)
+    return downsample(basis, factor).reshape(h * w, -1).T.abs().contiguous()
 
 
 def distance_shift(stored: torch.Tensor, value: float, *, factor: int, standardised: bool, eps: float,
@@ -105,19 +126,23 @@ def distance_shift(stored: torch.Tensor, value: float, *, factor: int, standardi
         return None
     from reconbench.evaluation.distances import downsample
 
-    delta = float(rounding_bounds(stored).max()) * (BICUBIC_ABS_SUM if factor > 1 else 1.0)
+    c, h, w = stored.shape
+    bound = rounding_bounds(stored).reshape(c, h * w)
+    if factor > 1:   # each down-sampled value moves by at most |H| times the inputs' moves
+        bound = bound @ _abs_downsample(h, w, factor).T
     small = downsample(stored.to(torch.float64)[None], factor)[0].flatten(1)
     n = small.shape[1]
     moves = []
-    for channel in small:
-        err = math.sqrt(n) * delta                   # |E|_2 <= |e|_2 <= sqrt(n) max |e_i|
+    for channel, channel_bound in zip(small, bound, strict=True):
+        err = float(channel_bound.norm())            # centring does not lengthen the error
         if not standardised:
             moves.append(err)
             continue
-        spread = float((channel - channel.mean()).norm()) + eps * math.sqrt(n - 1)
-        if spread <= 0 or 2 * err / spread >= SCORE_RANGE:
+        spread = float((channel - channel.mean()).norm())
+        move = _unit_vector_move(err, spread, eps * math.sqrt(n - 1))
+        if move is None:
             return None
-        moves.append(math.sqrt(n - 1) * 2 * err / spread)
+        moves.append(math.sqrt(n - 1) * move)
     zeta = math.sqrt(sum(m * m for m in moves))
     dims = small.numel() if per_dimension else 1
     return zeta * (2 * math.sqrt(dims * max(value, 0.0)) + zeta) / dims + score_tolerance(n_terms) * max(1.0, value)
