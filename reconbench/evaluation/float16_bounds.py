@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -146,3 +147,40 @@ def distance_shift(stored: torch.Tensor, value: float, *, factor: int, standardi
     zeta = math.sqrt(sum(m * m for m in moves))
     dims = small.numel() if per_dimension else 1
     return zeta * (2 * math.sqrt(dims * max(value, 0.0)) + zeta) / dims + score_tolerance(n_terms) * max(1.0, value)
+
+
+@dataclass(frozen=True)
+class CandidatesBound:
+    """The float16 tolerance of a whole cell's display-scaled and centred scores (:func:`candidates_tolerance`)."""
+
+    #: the largest per-image SSIM or correlation tolerance over the candidates float16 can re-score
+    tolerance: float
+    #: candidates too flat for float16 to re-score (their bound reaches the score's whole range)
+    flat: int
+
+
+def candidates_tolerance(candidates: torch.Tensor, mean: torch.Tensor, constant_tol: float,
+                         n_terms: int) -> CandidatesBound:
+    """Over a cell's float16 candidates (N, C, H, W, centred), the largest tolerance of an SSIM (min-max scaled,
+    :func:`minmax_shift`, :func:`ssim_shift_tolerance`) or correlation (:func:`correlation_shift`) of one of them
+    as a reconstruction, and how many are too flat to re-score; the same bounds, over every candidate at once."""
+    values = candidates.to(torch.float64)
+    if values.shape[0] == 0:
+        return CandidatesBound(score_tolerance(n_terms), 0)
+    b = rounding_bounds(values)
+    delta = b.flatten(1).max(1).values
+    shown = (values + mean.to(torch.float64)[None]).flatten(1)
+    rng = shown.max(1).values - shown.min(1).values
+    shift = 2 * delta / rng.clamp_min(1e-300)
+    k = _COV_NORM_MAX
+    ssim_tol = (4 + 2 * k) * shift + (1 + k) * shift ** 2
+    channels = values.flatten(2)
+    err = b.flatten(2).norm(dim=2)
+    low = (channels - channels.mean(2, keepdim=True)).norm(dim=2) - err
+    corr_tol = (err / low.clamp_min(1e-300)).mean(1)
+    finite = torch.isfinite(values.flatten(1)).all(1)
+    flat = ~finite | (rng - 2 * delta <= constant_tol) | (low <= 0).any(1) | (torch.maximum(ssim_tol, corr_tol)
+                                                                            >= SCORE_RANGE)
+    worst = torch.maximum(ssim_tol, corr_tol)[~flat]
+    top = float(worst.max()) if worst.numel() else 0.0
+    return CandidatesBound(top + score_tolerance(n_terms), int(flat.sum()))

@@ -119,3 +119,33 @@ def test_the_correlation_bound_covers_an_adversarial_rounding():
 
         if tol is not None:
             assert abs(corr(x) - corr(x16)) <= tol
+
+
+def test_a_whole_cells_bound_is_its_worst_candidates_and_holds_a_low_contrast_one():
+    """candidates_tolerance (all candidates at once) against the per-image functions one candidate at a time; a
+    low-contrast honest candidate's papers' SSIM moves past the uniform float16 tolerance and within the cell's."""
+    from reconbench.evaluation import decisions
+    from reconbench.evaluation.ssim import display, ssim_paper
+
+    rng = np.random.default_rng(9)
+    images = rng.random((4, 3, 12, 12))
+    mean = torch.as_tensor(images.mean(0))
+    grey = torch.full((3, 12, 12), 0.7, dtype=torch.float64) * (1 + 2.5e-3 * torch.as_tensor(images[0] - 0.5))
+    cands = torch.stack([torch.as_tensor(images[1]) - mean, torch.as_tensor(images[2] * 0.3) - mean, grey - mean,
+                         torch.full((3, 12, 12), 0.25, dtype=torch.float64)])     # the last: flat
+    stored = cands.half().double()
+    n = 3 * 12 * 12
+    got = bounds.candidates_tolerance(stored, mean, 1e-10, n)
+    singles = []
+    for c in stored[:3]:
+        shift = bounds.minmax_shift(c, mean, 1e-10)
+        ssim_tol = None if shift is None else bounds.ssim_shift_tolerance(shift, n)
+        corr_tol = bounds.correlation_shift(c, n)
+        assert ssim_tol is not None and corr_tol is not None
+        singles.append(max(ssim_tol, corr_tol))
+    assert got.flat == 1
+    assert got.tolerance == pytest.approx(max(singles), rel=1e-9)
+    orig = torch.as_tensor(images[0])[None]
+    exact = float(ssim_paper(display(cands[2][None], mean), orig)[0])
+    rounded = float(ssim_paper(display(stored[2][None], mean), orig)[0])
+    assert decisions.float16_tolerance(n) < abs(exact - rounded) <= got.tolerance
