@@ -31,7 +31,7 @@ def _problem(images: np.ndarray) -> SimpleNamespace:
 
 
 def _digits() -> SimpleNamespace:
-    """Twenty of scikit-image's... scikit-learn's 8 x 8 handwritten digits, in [0, 1]."""
+    """Twenty of scikit-learn's 8 x 8 handwritten digits, in [0, 1]."""
     return _problem(load_digits().images[:20, None] / 16.0)
 
 
