@@ -18,8 +18,8 @@ numbers computed from it, which stretches the rounding:
   B1 = μx^2 + μy^2 + c1, A2 = 2 k σxy + c2, B2 = k (σx^2 + σy^2) + c2 (k = 1, or scikit-image's sample covariance
   NP / (NP - 1) <= 9/8). They move by at most 2e, 2e + e^2, k e (σxy moves by Cov(δ, y) <= e σy, σy <= 1/2) and
   k (e + e^2); as :func:`~reconbench.evaluation.decisions.float16_tolerance` adds its factors' moves (a
-  well-conditioned normaliser, ``decisions.py``), a score moves by at most **7 e + 3 e^2**
-  (:func:`ssim_shift_tolerance`): 14 u = 6.8e-3 at e = 2u, a full-contrast image.
+  well-conditioned normaliser, ``decisions.py``), a score moves by at most **(4 + 2k) e + (1 + k) e^2 <= 6.25 e +
+  2.125 e^2** (:func:`ssim_shift_tolerance`): 12.5 u = 6.1e-3 at e = 2u, a full-contrast image.
 * **Centring and standardising** (the correlation, the ncc distances): per channel, with A the centred values and E
   the centred error (|E|_2 <= |b|_2: centring does not lengthen it), the unit vector A / |A| moves by at most
   |E| / (|A'| - |E|) (|v/|v| - w/|w|| <= |v - w| / min(|v|, |w|)), so a correlation by at most that
@@ -73,7 +73,7 @@ def minmax_shift(stored_centred: torch.Tensor, mean: torch.Tensor, constant_tol:
 
 def ssim_shift_tolerance(shift: float, n_terms: int) -> float | None:
     """Absolute tolerance of an SSIM (either variant, data range 1) of an image whose scaled values each moved by at
-    most ``shift``: 7 e + 3 e^2 (module docstring) plus the float64 rounding of two machines; None where it reaches
+    most ``shift``: (4 + 2k) e + (1 + k) e^2, k = 9/8 (module docstring) plus the float64 rounding of two machines; None where it reaches
     the score's whole range."""
     k = _COV_NORM_MAX
     tol = (4 + 2 * k) * shift + (1 + k) * shift ** 2 + score_tolerance(n_terms)
