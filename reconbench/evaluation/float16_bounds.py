@@ -73,8 +73,8 @@ def minmax_shift(stored_centred: torch.Tensor, mean: torch.Tensor, constant_tol:
 
 def ssim_shift_tolerance(shift: float, n_terms: int) -> float | None:
     """Absolute tolerance of an SSIM (either variant, data range 1) of an image whose scaled values each moved by at
-    most ``shift``: (4 + 2k) e + (1 + k) e^2, k = 9/8 (module docstring) plus the float64 rounding of two machines; None where it reaches
-    the score's whole range."""
+    most ``shift``: (4 + 2k) e + (1 + k) e^2, k = 9/8 (module docstring), plus the float64 rounding of two
+    machines; None where it reaches the score's whole range."""
     k = _COV_NORM_MAX
     tol = (4 + 2 * k) * shift + (1 + k) * shift ** 2 + score_tolerance(n_terms)
     return tol if tol < SCORE_RANGE else None
