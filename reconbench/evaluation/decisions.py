@@ -81,7 +81,12 @@ def float16_tolerance(n_terms: int) -> float:
     at most (2 u16 + u16^2) times its absolute sum, in place of the gamma(N) of rounding (module docstring); a score
     made of ``CHAINED`` such reductions moves by at most ``CHAINED (2 u16 + u16^2)`` relative to max(1, |s|). Only
     one side is rounded to float16, and both sides carry the float64 rounding of :func:`score_tolerance`: the sum
-    of the two, about 7.8e-3."""
+    of the two, about 7.8e-3.
+
+    This holds for scores of the values as they are. A score that first rescales the image by numbers computed from
+    it (min-max scaling for display: the SSIMs; centring or standardising: the correlation, the ncc distances)
+    stretches each value's error by the image's size over its spread, without limit at low contrast: those take the
+    per-image bounds of :mod:`reconbench.evaluation.float16_bounds`."""
     u = FLOAT16_ROUNDOFF
     return CHAINED * (2 * u + u * u) + score_tolerance(n_terms)
 

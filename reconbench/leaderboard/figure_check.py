@@ -15,7 +15,8 @@ from the cells and compared with the figure records of ``results.json``:
 * the figure pairs a board keeps (``figure_pairs/<cell>.safetensors``: the float16 candidates the figure drew of a
   cell whose full candidates it does not store, ``figure_pairs.py``): each belongs to a cell the figure shows, holds
   the images its rows give, draws the pairs the figure records, and re-scores, pair by pair, to the cell's stored
-  per-image scores within float16's rounding (``figure_pairs.pairs_tolerance``): checked, not trusted.
+  per-image scores within float16's rounding as that pair's values carry it (``figure_pairs.pair_tolerances``; a
+  pair too flat for float16 to re-score is said in one line and left to the manifest): checked, not trusted.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ def check_kept_pairs(suite: Suite, pub: Published, board: Path, picks: list[str]
     except (OSError, ValueError, KeyError):
         layout = None   # _pair_problems says so
     compared = 0
+    unscored: list[str] = []   # pairs too flat for float16 to re-score
     for path in kept:
         cid = path.name.removesuffix(".safetensors")
         if cid not in picks or cid not in records:
@@ -168,7 +170,7 @@ def check_kept_pairs(suite: Suite, pub: Published, board: Path, picks: list[str]
         try:
             pairs = read_pairs(path)
             problem, _card = load_board_card(board, str(rec.target.recipe_key), data_root)
-            problems, n = rescore_pairs(problem, pairs, rec, k, str(path))
+            problems, n = rescore_pairs(problem, pairs, rec, k, str(path), unscored)
             out.problems += problems
             compared += n
             if problems:
@@ -186,4 +188,5 @@ def check_kept_pairs(suite: Suite, pub: Published, board: Path, picks: list[str]
             out.problems.append(str(exc))
     out.checked.append(f"figure pairs: {len(kept)} cell(s) kept in float16, {compared} per-image score(s) re-scored "
                        "from them")
+    out.checked += unscored
     return out

@@ -246,25 +246,42 @@ def _num(v: object) -> float | None:
 
 
 # -- re-scoring the pairs ------------------------------------------------------------------------------------
-def pairs_tolerance(problem: Problem) -> float:
-    """Relative tolerance (to max(1, |value|)) of a per-image score re-scored from the float16 subset against the
-    board's row: float16 rounding of the candidate values behind it, through the score's reductions
-    (:func:`reconbench.evaluation.decisions.float16_tolerance`, the bound a whole cell's float16 sample is re-scored
-    with: each value moves by at most 2^-11 relative, a product of two by 2 u16 + u16^2, each of the at most 8 chained
-    reductions by that times its absolute sum), at the size of one image's reductions; plus the row's own rounding to
-    7 significant digits (``entries.ROW_RTOL``). About 7.8e-3.
-
-    As ``decisions.py`` says of its bounds, this holds for well-conditioned scores. The SSIMs are of the
-    reconstruction min-max scaled for display, which stretches float16's error by the ratio of the values' size to
-    their range: a reconstruction of low displayed contrast (a range below about 1% of its values, around a grey
-    level) moves its SSIM past this tolerance, and an honest pair then fails the re-score. At the contrast of real
-    images the moves are far inside it (CIFAR-10 images as exact and noisy reconstructions: at most 1.4e-3 for the
-    papers' SSIM, 3e-5 for the correlation and the distance)."""
-    from reconbench.bench.entries import ROW_RTOL
-    from reconbench.evaluation import decisions
+def pair_tolerances(problem: Problem, pairs: FigurePairs, rec: CellRecord,
+                    fresh: dict[int, dict[str, float | None]]) -> dict[int, dict[str, float | None]]:
+    """Per shown image and ``RESCORED`` score, the absolute tolerance of the score re-computed from the float16
+    subset (``fresh``, :func:`rescore`) against the cell's row: float16 rounding carried through the score as that
+    pair's own values stretch it (``reconbench.evaluation.float16_bounds``: min-max scaling for the SSIMs, centring for
+    the correlation, standardising for an ncc distance); the row's own rounding is :func:`rescore_pairs`'s. None:
+    the pair's values are too flat for float16 to re-score that score (its bound reaches the score's whole range);
+    a score the re-score did not compute is left out."""
+    from reconbench.evaluation import float16_bounds as bounds
+    from reconbench.evaluation.protocol import DISTANCES
     from reconbench.evaluation.rescore import evaluation_terms
 
-    return decisions.float16_tolerance(evaluation_terms(problem, 1)) + ROW_RTOL
+    base = cell_protocol(rec).base
+    mean = problem.mean_tensor(torch.float64)
+    n_terms = evaluation_terms(problem, 1)
+    out: dict[int, dict[str, float | None]] = {}
+    for j, i in enumerate(pairs.shown):
+        recon = pairs.reconstruction(j)
+        scores = fresh.get(i, {})
+        if recon is None:
+            continue
+        tols: dict[str, float | None] = {}
+        shift = bounds.minmax_shift(recon, mean, base.constant_tol)
+        ssim_tol = None if shift is None else bounds.ssim_shift_tolerance(shift, n_terms)
+        for key in ("ssim", "ssim_standard"):
+            if scores.get(key) is not None:
+                tols[key] = ssim_tol
+        if scores.get("corr") is not None:
+            tols["corr"] = bounds.correlation_shift(recon, n_terms)
+        distance = scores.get("best_distance")
+        if distance is not None:
+            tols["best_distance"] = bounds.distance_shift(
+                pairs.best[j], distance, factor=DISTANCES[base.distance], standardised=base.distance.startswith("ncc"),
+                eps=base.ncc_eps, per_dimension=base.per_dimension, n_terms=n_terms)
+        out[i] = tols
+    return out
 
 
 def rescore(problem: Problem, pairs: FigurePairs, rec: CellRecord) -> dict[int, dict[str, float | None]]:
@@ -316,28 +333,43 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return ((fa * fb).sum(-1) / torch.where(denom > 0, denom, torch.ones_like(denom))).mean(-1)
 
 
-def rescore_pairs(problem: Problem, pairs: FigurePairs, rec: CellRecord, k: int, where: str) -> tuple[list[str], int]:
+def rescore_pairs(problem: Problem, pairs: FigurePairs, rec: CellRecord, k: int, where: str,
+                  unscored: list[str] | None = None) -> tuple[list[str], int]:
     """The subset checked against the cell's rows: it holds the figure's images (:func:`check_shown`), and each
-    pair's scores re-computed from it agree with the stored ones within :func:`pairs_tolerance`. The problems (one
-    line each) and the number of scores compared."""
+    pair's scores re-computed from it agree with the stored ones within that pair's float16 bound
+    (:func:`pair_tolerances`) plus the row's rounding to 7 significant digits (``entries.ROW_RTOL``, relative to
+    max(1, |value|)). The problems (one line each) and the number of scores compared; a pair whose values are too
+    flat to re-score a score from float16 is not compared there (its bytes are bound by the board's manifest), one
+    line each in ``unscored``."""
+    from reconbench.bench.entries import ROW_RTOL
+
     try:
         check_shown(problem, pairs, rec, k)
     except PairsError as exc:
         return [f"{where}: {exc}"], 0
-    rtol = pairs_tolerance(problem)
+    fresh_scores = rescore(problem, pairs, rec)
+    tolerances = pair_tolerances(problem, pairs, rec, fresh_scores)
     problems, compared = [], 0
-    for i, fresh in rescore(problem, pairs, rec).items():
+    for i, fresh in fresh_scores.items():
         row = rec.per_image[i]
-        differ = []
+        differ, flat = [], []
         for key, value in fresh.items():
             if not row.has(key) or value is None:
                 continue
+            tol = tolerances[i].get(key)
+            if tol is None:
+                flat.append(key)
+                continue
             stored = _num(row.raw(key))
             compared += 1
-            if stored is None or abs(stored - value) > rtol * max(1.0, abs(stored), abs(value)):
-                differ.append(f"{key} {value:.6g} (the row stores {stored!r})")
+            if stored is None or abs(stored - value) > tol + ROW_RTOL * max(1.0, abs(stored), abs(value)):
+                differ.append(f"{key} {value:.6g} (the row stores {stored!r}, float16 allows {tol:.2g})")
+        if flat and unscored is not None:
+            unscored.append(f"{where}: the figure pair of training image {i} of {rec.cell_id} is too flat for "
+                            f"float16 to re-score its {', '.join(flat)} (the rounding bound reaches the score's whole "
+                            "range): its bytes are checked by the manifest only")
         if differ:   # one line per pair, naming every score of it that differs
             problems.append(f"{where}: the figure pair of training image {i} of {rec.cell_id} re-scores "
-                            f"{', '.join(differ)} from its float16 subset, beyond float16's rounding (relative "
-                            f"{rtol:.2g}): the subset is not the cell's candidates; publish the board again")
+                            f"{', '.join(differ)} from its float16 subset, beyond float16's rounding: the subset is "
+                            "not the cell's candidates; publish the board again")
     return problems, compared

@@ -24,7 +24,8 @@ from reconbench.bench.runner import STATUS_OK, card_reader, null_record, protoco
 from reconbench.bench.seal import seal_problem
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
-from reconbench.evaluation import decisions
+from reconbench.evaluation import decisions, float16_bounds
+from reconbench.evaluation.protocol import resolve_protocol
 from reconbench.evaluation.rescore import Mismatch, close, evaluation_terms, margin_note, pinned_protocol, reproduce
 from reconbench.leaderboard.board_cards import load_board_card
 from reconbench.leaderboard.deterministic import first_difference, short_repr, without_timings
@@ -207,6 +208,13 @@ def _rescore(leaderboard: Path, cell_id: str, rec: CellRecord, data_root: str | 
     out = CellCheck()
     # a GPU slice's sample travels in float16 (docs/slices.md): its re-scoring carries float16's rounding too
     travelled = decisions.holds_float16_values(pooled["candidates"]) if "candidates" in pooled else False
+    # ... and min-max scaling (the SSIMs) or centring (the correlation) stretches it by each candidate's own contrast
+    stretched = float16_bounds.candidates_tolerance(
+        pooled["candidates"], problem.mean_tensor(), resolve_protocol(protocol, family).base.constant_tol,
+        evaluation_terms(problem, 1)) if travelled else None
+    if stretched is not None and stretched.flat:
+        out.borderline.append(f"{cell_id}: {stretched.flat} float16 candidate(s) too flat (low contrast) for float16 "
+                              "to bound their SSIM and correlation; scores of them are held to the cell's tolerance")
     for name, sel in (rec.selections or {}).items():
         run = None if name == "pool" else sel.run
         if name != "pool" and run is None:
@@ -214,6 +222,8 @@ def _rescore(leaderboard: Path, cell_id: str, rec: CellRecord, data_root: str | 
         n_candidates = int(len(pooled["run_ids"]) if run is None else (pooled["run_ids"] == run).sum())
         n_terms = evaluation_terms(problem, n_candidates)
         f16 = decisions.float16_tolerance(n_terms) if travelled else 0.0
+        if stretched is not None:
+            f16 = max(f16, stretched.tolerance)
         rtol = max(decisions.score_tolerance(n_terms), f16)
         out.rtol = max(out.rtol, rtol)
 

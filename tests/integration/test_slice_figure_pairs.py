@@ -297,3 +297,23 @@ def test_a_cell_re_run_and_checked_through_its_pairs_is_counted_once(published):
     assert code == 0, out + err
     assert ("checked 3 cell(s): 0 re-scored from stored candidates, 1 re-run from their recipe and seed, 2 through "
             "hashes and seals only") in out, out
+
+
+def test_a_pair_too_flat_for_float16_is_said_in_one_line_and_not_compared(published):
+    """A shown image's candidate replaced by an image of 1e-4 contrast around grey: float16 cannot bound its SSIMs
+    (min-max scaled), so the re-score does not compare them and says so in one line (the file's bytes are the
+    manifest's to bind), never passing them at a tolerance wide enough to hold anything; its correlation and distance
+    (centred on the data mean, not flat) are still compared, and catch the swap."""
+    _, local, board = published
+    path, pairs, rec, problem = _board_cell(board, local)
+    matched = [j for j, m in enumerate(pairs.members) if m == 1]
+    j = matched[0]
+    best = pairs.best.clone()
+    grey = 0.5 * (1 + 1e-4 * torch.linspace(-0.5, 0.5, best[j].numel(), dtype=torch.float64)).reshape(best[j].shape)
+    best[j] = (grey - problem.mean_tensor(torch.float64)).to(PAIRS_DTYPE)
+    flat = FigurePairs(pairs.cell_id, pairs.shown, pairs.best_ids, pairs.members, best, pairs.averaged)
+    unscored: list[str] = []
+    problems, compared = rescore_pairs(problem, flat, rec, 4, str(path), unscored)
+    assert len(unscored) == 1 and f"training image {pairs.shown[j]} of {pairs.cell_id} is too flat" in unscored[0]
+    assert "re-score its ssim, ssim_standard (" in unscored[0] and compared == 14
+    assert len(problems) == 1 and "corr" in problems[0] and "ssim" not in problems[0]
