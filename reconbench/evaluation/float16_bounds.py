@@ -46,6 +46,12 @@ from reconbench.evaluation.decisions import FLOAT16_ROUNDOFF, score_tolerance
 FLOAT16_SUBNORMAL_ERROR = 2.0 ** -25
 #: a score of values in [-1, 1] (SSIM, correlation) cannot move by more than this
 SCORE_RANGE = 2.0
+#: the most a whole cell's float16 tolerance may be widened to by one candidate's contrast: a candidate whose own
+#: bound passes it is counted with the flat ones (named, left out of the tolerance), so that one near-flat candidate
+#: cannot turn every number of its cell into a non-check (a tolerance near SCORE_RANGE passes anything). A convention:
+#: at the contrast of real images the bounds are 4e-3 to 6e-3; a stored number that does depend on such a candidate
+#: and moves past the cell's tolerance is reported as a mismatch, loudly, never passed.
+CELL_TOLERANCE_CEILING = 0.05
 #: scikit-image's sample-covariance factor NP / (NP - 1) is at most 9/8 (a window of at least 3 x 3)
 _COV_NORM_MAX = 9 / 8
 
@@ -155,7 +161,7 @@ class CandidatesBound:
 
     #: the largest per-image SSIM or correlation tolerance over the candidates float16 can re-score
     tolerance: float
-    #: candidates too flat for float16 to re-score (their bound reaches the score's whole range)
+    #: candidates too flat for float16 to re-score within ``CELL_TOLERANCE_CEILING`` (their bound passes it)
     flat: int
 
 
@@ -180,7 +186,7 @@ def candidates_tolerance(candidates: torch.Tensor, mean: torch.Tensor, constant_
     corr_tol = (err / low.clamp_min(1e-300)).mean(1)
     finite = torch.isfinite(values.flatten(1)).all(1)
     flat = ~finite | (rng - 2 * delta <= constant_tol) | (low <= 0).any(1) | (torch.maximum(ssim_tol, corr_tol)
-                                                                            >= SCORE_RANGE)
+                                                                            >= CELL_TOLERANCE_CEILING)
     worst = torch.maximum(ssim_tol, corr_tol)[~flat]
     top = float(worst.max()) if worst.numel() else 0.0
     return CandidatesBound(top + score_tolerance(n_terms), int(flat.sum()))

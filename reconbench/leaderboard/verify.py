@@ -214,7 +214,8 @@ def _rescore(leaderboard: Path, cell_id: str, rec: CellRecord, data_root: str | 
         evaluation_terms(problem, 1)) if travelled else None
     if stretched is not None and stretched.flat:
         out.borderline.append(f"{cell_id}: {stretched.flat} float16 candidate(s) too flat (low contrast) for float16 "
-                              "to bound their SSIM and correlation; scores of them are held to the cell's tolerance")
+                              f"to bound their SSIM and correlation within {float16_bounds.CELL_TOLERANCE_CEILING}; "
+                              "scores of them are held to the cell's tolerance, a move past it reported")
     for name, sel in (rec.selections or {}).items():
         run = None if name == "pool" else sel.run
         if name != "pool" and run is None:
