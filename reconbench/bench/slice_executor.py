@@ -199,7 +199,8 @@ class DeadlineExecutor:
     def _next_stack(self, waiting: Sequence[CellJob], works: Mapping[str, CellWork], slot: Slot,
                     stopped: Mapping[str, str]) -> set[str]:
         """The targets of the batch group whose training this slice takes next (the first waiting cell's, in the
-        cells' order, whose target trains in pieces and is not trained), as ``plan_slices`` counts its members."""
+        cells' order, whose target trains in pieces and is neither trained nor in ``stopped``), as ``plan_slices``
+        counts its members."""
         pending = [works[j.cell.cell_id] for j in waiting if works[j.cell.cell_id].pieces
                    and j.cell.recipe.key() not in slot.trained and j.cell.recipe.key() not in stopped]
         return {w.target_key for w in pending if w.group == pending[0].group} if pending else set()
@@ -242,8 +243,10 @@ class DeadlineExecutor:
                     and j.cell.recipe.key() not in slot.trained
                     and self._state_step(j.cell.recipe) >= j.cell.recipe.train.steps}
         state_of = {w.target_key: w.state_files for w in works.values() if w.pieces}
+        ended = set(card_due)   # their training ended before the slice: no stack of theirs trains here
         while True:
-            self._states = states_due(state_of, self._packed_keys() | self._next_stack(waiting, works, slot, stopped))
+            self._states = states_due(state_of, self._packed_keys() |
+                                      self._next_stack(waiting, works, slot, {**stopped, **dict.fromkeys(ended, "")}))
             order = list(waiting)
             at = 0
             while at < len(order):
@@ -257,8 +260,8 @@ class DeadlineExecutor:
                         self._card_first([j for j in order[at - 1:] if works[j.cell.cell_id].target_key == key],
                                          works, slot, stopped, ctx)
                         # a card rebuilt by a training call: its final state is packed too
-                        self._states = states_due(state_of, self._packed_keys() |
-                                                  self._next_stack(waiting, works, slot, stopped))
+                        self._states = states_due(state_of, self._packed_keys() | self._next_stack(
+                            waiting, works, slot, {**stopped, **dict.fromkeys(ended, "")}))
                         if key in slot.trained:   # the card's cells next, in their order, then the walk goes on
                             rest = order[at - 1:]
                             order[at - 1:] = ([j for j in rest if works[j.cell.cell_id].target_key == key]
