@@ -958,6 +958,8 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
                 if w.cell_id in taken or (
                         w.split and len(done_runs.get(w.cell_id, ())) >= w.runs):
                     continue
+                if any(g.cell_id == w.cell_id for g in groups):   # one group of a cell a slice, as the executor runs
+                    continue
                 key = w.target_key
                 if w.pieces and key not in carded:
                     if key not in ready or key in skipped:

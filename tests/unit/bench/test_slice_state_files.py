@@ -13,6 +13,7 @@ from _helpers.slicekit import paper_works
 from reconbench.bench.cells import expand, select
 from reconbench.bench.slice_costs import (
     STATE_HEADER_BYTES,
+    CellWork,
     CostModel,
     GroupRules,
     cell_work,
@@ -85,3 +86,28 @@ def test_a_training_the_slice_continues_keeps_a_file_for_its_state():
     assert [sum(g) for g in restored[:4]] == [3, 3, 4, 4]
     rebuilt, _ = cifar_groups(False, mnist)
     assert [sum(g) for g in rebuilt[:4]] == [2, 3, 4, 4]
+
+
+def test_a_second_stack_trains_only_where_its_state_finds_a_file_beside_the_runs_taken():
+    """One pack file a run; a cell of 4 runs (3 a slice) and two targets of two batch groups, each state a file.
+    Slice 1 keeps a file for the first group's state, so its group of runs is what the rest holds; that training
+    ends and its cell runs; the second group would need a second file, which the runs took: it trains in slice 2,
+    where the last runs take the files its state leaves."""
+    model = CostModel.for_device("cpu", {p: {"fixed": 1.0, "rate": 0.0} for p in ("train", "attack", "evaluate")})
+    one_file = MAX_FILE_BYTES - 64 * 1024 - 100
+    works = [
+        CellWork("g", "t0", train=0.0, attack=1.0, evaluate=1.0, runs=4, steps=10, split=True, run_bytes=(one_file,)),
+        CellWork("ca", "a", train=1.0, attack=1.0, evaluate=1.0, pieces=True, group="ga", runs=1, steps=10,
+                 state_files=1),
+        CellWork("cb", "b", train=1.0, attack=1.0, evaluate=1.0, pieces=True, group="gb", runs=1, steps=10,
+                 state_files=1),
+    ]
+    for files, first in ((3, 2), (4, 3)):
+        plan = plan_slices(works, model, 100.0, rules=GroupRules(run_files=files, runs_per_slice=3))
+        assert [[g.runs for g in gs] for gs in plan.groups] == [[tuple(range(first))], [tuple(range(first, 4))]]
+        assert plan.training == [{"ga": 1.0}, {"gb": 1.0}] and plan.trained_in == {"a": 0, "b": 1}
+        assert plan.slices == [["ca"], ["cb"]]
+    # without a pack nothing bounds them: both train in slice 1, beside one group of runs_per_slice runs (a cell
+    # runs one group a slice, as the executor takes it out of the walk once its group ran)
+    plan = plan_slices(works, model, 100.0, rules=GroupRules(runs_per_slice=3))
+    assert plan.trained_in == {"a": 0, "b": 0} and [[len(g.runs) for g in gs] for gs in plan.groups] == [[3], [1]]
