@@ -875,8 +875,11 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
 
     A cell of random search runs its search runs in groups (``rules``, :func:`_group_of`) where the executor would
     split it: its estimate passes the slice, it has more runs than ``runs_per_slice``, or some of its runs ran
-    already; each group takes as many of the runs left as fit the time left and the pack files
-    left to runs (whole chunks of the cell's ``max_batch``), and the cell is done where its last group ran. Such a
+    already; each group (one a cell a slice) takes as many of the runs left as fit the time left and the pack files
+    left to runs (whole chunks of the cell's ``max_batch``), and the cell is done where its last group ran. The
+    training states the slice packs take their files first (:func:`states_due`: the targets it trained or rebuilt
+    a card of, and the group it trains next), and a group of targets trains only where its states fit beside the
+    runs the slice's groups took. Such a
     cell fits no slice only when not even its smallest group fits a bare one (or the pack holds none of its
     runs). With ``rules.cross_target`` the runs of cells (and groups) that share a batched computation are priced
     together, as the executor prices them (:class:`Slot`): once at their total run count, each charged its share."""

@@ -108,7 +108,8 @@ class DeadlineExecutor:
     runs_per_slice: int | None = None
     #: the groups of runs this slice ran (their cells not evaluated: they travel in the pack)
     groups: list[RunGroup] = field(default_factory=list)
-    #: pack files the groups' run tensors may take (None: no pack, no limit); a group is as many runs as they hold
+    #: pack files the groups' run tensors and the training states may take (None: no pack, no limit); a group is as
+    #: many runs as the files the states leave hold
     run_files: int | None = None
     #: carry every run's start in the pack, also where the merge could draw it again (``REDRAWN_INITS``)
     carry_starts: bool = False
