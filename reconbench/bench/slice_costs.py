@@ -47,8 +47,9 @@ from typing import Any
 
 from reconbench import plugins
 from reconbench.attack.search import DEFAULT_SEARCH
+from reconbench.bench import slice_pack
 from reconbench.bench.cells import Cell
-from reconbench.bench.slice_pack import run_tensor_bytes, runs_that_fit
+from reconbench.bench.slice_pack import run_files_taken, run_tensor_bytes, runs_that_fit
 from reconbench.config import build_config, config_to_dict
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.precision import MATMUL_PRECISIONS, attack_precision
@@ -162,6 +163,9 @@ class CellWork:
     pool: str = ""
     #: units of taking its figure pairs (:data:`FIGURE_PAIRS`): its evaluate units where its slice packs it, else 0
     pairs: float = 0.0
+    #: pack files its target's training state takes where a slice trains it in pieces (:func:`state_files`; 0:
+    #: trained whole, no state travels)
+    state_files: int = 0
 
     @property
     def run_step(self) -> float:
@@ -200,6 +204,27 @@ def piece_parameters(recipe: TargetRecipe, size: TargetSize, params: float) -> f
     return max(params - d * w1, 0.0) + size.n_train * w1 / 3.0
 
 
+#: room counted for a state file's safetensors header and metadata (its settings and loss history)
+STATE_HEADER_BYTES = 256 * 1024
+
+
+def state_bytes(recipe: TargetRecipe, size: TargetSize) -> int:
+    """At most the bytes of ``recipe``'s training state as the resumable trainer saves it (without the initial
+    first layer): float64 throughout, the first layer as its n x w_1 coefficients and pre-activations, every other
+    weight and every bias, and :data:`STATE_HEADER_BYTES`; a float32 state is smaller."""
+    pixels = math.prod(size.input_shape)
+    params = size.parameters if size.parameters is not None else pixels * UNSIZED_PARAMETERS_PER_PIXEL
+    widths = recipe.widths
+    w1 = int(widths[0]) if isinstance(widths, (list, tuple)) and widths else 1
+    return int(8 * (max(params - pixels * w1, 0) + 2 * size.n_train * w1)) + STATE_HEADER_BYTES
+
+
+def state_files(recipe: TargetRecipe, size: TargetSize) -> int:
+    """The pack files ``recipe``'s training state takes: one, or its parts where it is larger than a file
+    (``reconbench.bench.slice_pack.STATE_PART_BYTES``)."""
+    return -(-state_bytes(recipe, size) // slice_pack.STATE_PART_BYTES)
+
+
 def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str | None = None,
               device: str = "", carry_starts: bool = False) -> CellWork:
     """The work of ``cell`` on a target of ``size`` (:func:`reconbench.preflight.check_target`). ``pieces``: the
@@ -233,6 +258,7 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
                                          starts=carry_starts or cell.init.regime not in REDRAWN_INITS)),
         pool=pool_key(cell, size, int(m), dtype, device),
         pairs=evaluate if pieces else 0.0,
+        state_files=state_files(cell.recipe, size) if in_pieces else 0,
     )
 
 
@@ -719,10 +745,16 @@ class GroupRules:
     #: instead of rebuilding them (:func:`card_seconds`)
     travelled_cards: frozenset[str] = frozenset()
 
-    def pack_runs(self, work: CellWork, before: Sequence[Sequence[int]] = ()) -> int:
+    def pack_runs(self, work: CellWork, before: Sequence[Sequence[int]] = (), states: int = 0) -> int:
         """Runs of ``work``'s cell a pack holds (its whole run count without a pack) after the runs ``before``
-        (each one's tensor bytes, at its own size) that the slice's groups took already."""
-        return work.runs if self.run_files is None else runs_that_fit(work.run_bytes, self.run_files, before)
+        (each one's tensor bytes, at its own size) that the slice's groups took already and the ``states`` files
+        of the training states the slice packs (:func:`states_due`)."""
+        return work.runs if self.run_files is None else runs_that_fit(work.run_bytes, self.run_files - states, before)
+
+    def states_fit(self, states: int, before: Sequence[Sequence[int]] = ()) -> bool:
+        """Whether ``states`` files of training states fit beside the runs ``before`` that the slice's groups
+        took (always without a pack): a slice trains a stack only where they do."""
+        return self.run_files is None or run_files_taken(before) + states <= self.run_files
 
 
 @dataclass(frozen=True)
@@ -782,6 +814,12 @@ class SlicePlan:
         return max(where[c] for c in ids) if ids and all(c in where for c in ids) else None
 
 
+def states_due(state_files: Mapping[str, int], keys: Iterable[str]) -> int:
+    """The pack files the training states of ``keys`` take (``state_files``: each target's, by recipe key): the
+    states a slice packs, counted before any group of search runs takes a file (docs/slices.md, "The pack")."""
+    return sum(state_files.get(k, 0) for k in set(keys))
+
+
 def training_stacks(works: Iterable[CellWork], progress: Mapping[str, float] | None = None
                     ) -> dict[str, list[dict[str, float]]]:
     """The stacks each group of targets trained in pieces trains in, as the executor stacks them (targets of one
@@ -837,8 +875,11 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
 
     A cell of random search runs its search runs in groups (``rules``, :func:`_group_of`) where the executor would
     split it: its estimate passes the slice, it has more runs than ``runs_per_slice``, or some of its runs ran
-    already; each group takes as many of the runs left as fit the time left and the pack files
-    left to runs (whole chunks of the cell's ``max_batch``), and the cell is done where its last group ran. Such a
+    already; each group (one a cell a slice) takes as many of the runs left as fit the time left and the pack files
+    left to runs (whole chunks of the cell's ``max_batch``), and the cell is done where its last group ran. The
+    training states the slice packs take their files first (:func:`states_due`: the targets it trained or rebuilt
+    a card of, and the group it trains next), and a group of targets trains only where its states fit beside the
+    runs the slice's groups took. Such a
     cell fits no slice only when not even its smallest group fits a bare one (or the pack holds none of its
     runs). With ``rules.cross_target`` the runs of cells (and groups) that share a batched computation are priced
     together, as the executor prices them (:class:`Slot`): once at their total run count, each charged its share."""
@@ -890,6 +931,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
             members.setdefault(w.group, set()).add(w.target_key)
     ready: set[str] = set(finished)
     by_id = {w.cell_id: w for w in todo}
+    state_of = {w.target_key: w.state_files for w in todo if w.pieces}
     while todo:
         slot = Slot(model, budget, pooled=rules.cross_target)
         groups: list[PlannedGroup] = []
@@ -904,8 +946,13 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         made: dict[str, float] = {}
         taken: list[str] = []
         trained: dict[str, float] = {}
+        packed: set[str] = set()   # targets whose training state the slice packs (trained, or a card rebuilt)
 
         while True:
+            # the states the slice packs take their files first: those of the targets it trained, and of the group
+            # it trains next (states_due); a group of runs takes only the files they leave
+            pending = next((w.group for w in todo if w.pieces and w.target_key not in ready), None)
+            states = states_due(state_of, packed | (members[pending] if pending is not None else set()))
             order = list(todo)
             at = 0
             while at < len(order):
@@ -914,13 +961,15 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
                 if w.cell_id in taken or (
                         w.split and len(done_runs.get(w.cell_id, ())) >= w.runs):
                     continue
+                if any(g.cell_id == w.cell_id for g in groups):   # one group of a cell a slice, as the executor runs
+                    continue
                 key = w.target_key
                 if w.pieces and key not in carded:
                     if key not in ready or key in skipped:
                         continue
                     price = restore if key in travelled else card_of[key]
                     before = [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs]
-                    if not any(_fits_after(v, slot, price, model, budget, rules, done_runs, before)
+                    if not any(_fits_after(v, slot, price, model, budget, rules, done_runs, before, states)
                                for v in order[at - 1:] if v.target_key == key):
                         skipped.append(key)
                         continue
@@ -928,8 +977,10 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
                     carded[key] = price
                     if key in travelled:
                         restored, restored_seconds = restored + 1, restored_seconds + price
-                    else:
+                    else:   # rebuilt by a training call: its final state travels
                         rebuilt, rebuilt_seconds = rebuilt + 1, rebuilt_seconds + price
+                        packed.add(key)
+                        states = states_due(state_of, packed | (members[pending] if pending is not None else set()))
                     travelled.add(key)
                     # the card's cells next, in their order, then the walk goes on where it was
                     rest = order[at - 1:]
@@ -939,7 +990,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
                 if w.split:
                     # each run taken already at its own cell's size (cells of other shapes take other room)
                     room = None if rules.run_files is None else rules.pack_runs(
-                        w, [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs])
+                        w, [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs], states)
                     # a bare slice makes the target's card before the cell: what a whole cell must fit in
                     bare = budget - (carded.get(key, bare_card(key)) if w.pieces and
                                      model.prior.card is not None else 0.0)
@@ -957,6 +1008,10 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
             allowed = budget - slot.spent - model.extra - setup
             if group is None or allowed < MIN_TRAINING_SECONDS:
                 break
+            # its states must find files beside the runs the slice's groups took (else none of it would travel)
+            if not rules.states_fit(states_due(state_of, packed | members[group]),
+                                    [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs]):
+                break
             # the cards of the group's targets are made when its training ends, in the same slice: training ends
             # here only if they fit after it (a table without a card price makes them for free, as before)
             card = sum(card_of[k] for k in members[group]) if model.prior.card is not None else 0.0
@@ -965,6 +1020,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
             if seconds < MIN_TRAINING_SECONDS and not ends:
                 break
             slot.spent += setup + seconds + (card if ends else 0.0)
+            packed |= members[group]
             left[group] -= seconds
             trained[group] = trained.setdefault(group, 0.0) + setup + seconds + (card if ends else 0.0)
             if not ends:
@@ -995,17 +1051,17 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
 
 
 def _fits_after(work: CellWork, slot: Slot, card: float, model: CostModel, budget: float, rules: GroupRules,
-                done_runs: Mapping[str, set[int]], before: Sequence[Sequence[int]] = ()) -> bool:
+                done_runs: Mapping[str, set[int]], before: Sequence[Sequence[int]] = (), states: int = 0) -> bool:
     """Whether ``work`` (whole, or a group of its runs) fits the slot after ``card`` more seconds of its target's
     card, as ``DeadlineExecutor._fits_after`` asks before it makes a card: ``Slot.fits``, or :func:`_group_of`
     with the card's price off a bare slice (``before``: the tensor bytes of each run the slice's groups took
-    already, which take pack room)."""
+    already, and ``states`` the files of the training states it packs, which take pack room)."""
     done = done_runs.get(work.cell_id, set())
     if work.split and len(done) >= work.runs:
         return False
     trial = replace(slot, spent=slot.spent + card)
     if work.split:
-        room = None if rules.run_files is None else rules.pack_runs(work, before)
+        room = None if rules.run_files is None else rules.pack_runs(work, before, states)
         planned = _group_of(work, trial, model, budget - (card if model.prior.card is not None else 0.0), rules,
                             done, room)
         if planned is not None:

@@ -51,9 +51,10 @@ from reconbench.bench.slice_costs import (
     cell_work,
     group_share,
     restore_seconds,
+    states_due,
     training_seconds,
 )
-from reconbench.bench.slice_pack import run_tensor_bytes, runs_that_fit
+from reconbench.bench.slice_pack import run_files_taken, run_tensor_bytes, runs_that_fit
 from reconbench.bench.slice_watch import SliceWatch, phase_row
 from reconbench.preflight import TargetSize
 from reconbench.records.measured_rate import MeasuredRate
@@ -110,7 +111,8 @@ class DeadlineExecutor:
     runs_per_slice: int | None = None
     #: the groups of runs this slice ran (their cells not evaluated: they travel in the pack)
     groups: list[RunGroup] = field(default_factory=list)
-    #: pack files the groups' run tensors may take (None: no pack, no limit); a group is as many runs as they hold
+    #: pack files the groups' run tensors and the training states may take (None: no pack, no limit); a group is as
+    #: many runs as the files the states leave hold
     run_files: int | None = None
     #: carry every run's start in the pack, also where the merge could draw it again (``REDRAWN_INITS``)
     carry_starts: bool = False
@@ -128,6 +130,9 @@ class DeadlineExecutor:
     _run_bytes: dict[str, list[int]] = field(init=False, default_factory=dict)
     #: the last walk's choices: its estimates and, in a cross-target slice, the batched computations its cells share
     slot: Slot | None = field(init=False, default=None)
+    #: the pack files the training states this slice packs take (those it trained, and those of the stack it trains
+    #: next): a group of runs takes only the files they leave, as ``plan_slices`` counts them
+    _states: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.watch = SliceWatch(self.clock, self.start, self.deadline, timer=self.timer)
@@ -194,6 +199,27 @@ class DeadlineExecutor:
                 recipes[key] = job.cell.recipe
         return list(recipes.values())
 
+    def _packed_keys(self) -> set[str]:
+        """The targets whose training state this slice packs: every one it trained (or rebuilt a card of)."""
+        return {p.recipe_key for p in self.pieces}
+
+    def _next_stack(self, waiting: Sequence[CellJob], works: Mapping[str, CellWork], slot: Slot,
+                    stopped: Mapping[str, str]) -> set[str]:
+        """The targets of the batch group whose training this slice takes next (the first waiting cell's, in the
+        cells' order, whose target trains in pieces and is neither trained nor in ``stopped``), as ``plan_slices``
+        counts its members."""
+        pending = [works[j.cell.cell_id] for j in waiting if works[j.cell.cell_id].pieces
+                   and j.cell.recipe.key() not in slot.trained and j.cell.recipe.key() not in stopped]
+        return {w.target_key for w in pending if w.group == pending[0].group} if pending else set()
+
+    def _states_fit(self, states: int) -> bool:
+        """Whether ``states`` files of training states fit beside the runs this slice's groups took."""
+        if self.run_files is None:
+            return True
+        taken = [self._run_bytes[g.cell_id] for g in self.groups for _ in g.runs if g.cell_id in self._run_bytes] + \
+            [self._run_bytes[cid] for cid, runs in self._pooled.items() for _ in runs if cid in self._run_bytes]
+        return run_files_taken(taken) + states <= self.run_files
+
     def _state_step(self, recipe: TargetRecipe) -> int:
         assert self.states is not None
         path = state_path(self.states, recipe)
@@ -223,7 +249,11 @@ class DeadlineExecutor:
         card_due = {j.cell.recipe.key() for j in waiting if in_pieces and works[j.cell.cell_id].pieces
                     and j.cell.recipe.key() not in slot.trained
                     and self._state_step(j.cell.recipe) >= j.cell.recipe.train.steps}
+        state_of = {w.target_key: w.state_files for w in works.values() if w.pieces}
+        ended = set(card_due)   # their training ended before the slice: no stack of theirs trains here
         while True:
+            self._states = states_due(state_of, self._packed_keys() |
+                                      self._next_stack(waiting, works, slot, {**stopped, **dict.fromkeys(ended, "")}))
             order = list(waiting)
             at = 0
             while at < len(order):
@@ -236,6 +266,9 @@ class DeadlineExecutor:
                         card_due.discard(key)
                         self._card_first([j for j in order[at - 1:] if works[j.cell.cell_id].target_key == key],
                                          works, slot, stopped, ctx)
+                        # a card rebuilt by a training call: its final state is packed too
+                        self._states = states_due(state_of, self._packed_keys() | self._next_stack(
+                            waiting, works, slot, {**stopped, **dict.fromkeys(ended, "")}))
                         if key in slot.trained:   # the card's cells next, in their order, then the walk goes on
                             rest = order[at - 1:]
                             order[at - 1:] = ([j for j in rest if works[j.cell.cell_id].target_key == key]
@@ -300,6 +333,11 @@ class DeadlineExecutor:
             recipes = self._group_of(first, waiting, works, slot.trained, stopped)
             seconds = self._stack_seconds(recipes, works, seconds)
             if seconds - setup < MIN_TRAINING_SECONDS:
+                break
+            if not self._states_fit(states_due(state_of, self._packed_keys() | {r.key() for r in recipes})):
+                note = "its training state would find no pack file beside the runs this slice's groups took"
+                stopped.update({r.key(): note for r in recipes})
+                self.watch.say(f"training of {len(recipes)} target(s) not started: {note}")
                 break
             t0 = self.timer()
             result = self._train_group(recipes, seconds, ctx)
@@ -474,7 +512,7 @@ class DeadlineExecutor:
         # the runs taken already, each at its own cell's size (runs of other shapes or precisions take other room)
         taken = [self._run_bytes.get(g.cell_id, tensors) for g in self.groups for _ in g.runs] + \
             [self._run_bytes.get(cid, tensors) for cid, runs in self._pooled.items() for _ in runs]
-        return runs_that_fit(tensors, self.run_files, taken)
+        return runs_that_fit(tensors, self.run_files - self._states, taken)
 
     def _start_hashes(self, job: CellJob, ctx: RunContext, runs: Sequence[int]) -> dict[str, Any]:
         """The ``starts`` (and ``start_dtype``) of a group whose starts stay here: each written run's start hashed at

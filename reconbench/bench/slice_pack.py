@@ -456,6 +456,21 @@ def runs_that_fit(tensor_bytes: Sequence[int], files: int, before: Sequence[Sequ
     return runs
 
 
+def run_files_taken(before: Sequence[Sequence[int]]) -> int:
+    """The pack files the runs ``before`` take (each run's own tensor bytes, in the order they are packed), filled
+    as :func:`_run_files` fills them."""
+    header = 64 * 1024
+    used: list[int] = []
+    for tensors in before:
+        for size in tensors:
+            slot = next((i for i, u in enumerate(used) if u + size + header <= MAX_FILE_BYTES), None)
+            if slot is None:
+                used.append(0)
+                slot = len(used) - 1
+            used[slot] += size
+    return len(used)
+
+
 def _run_files(out: Path, groups: Sequence[RunGroup], free: int) -> tuple[list[bytes], list[RunGroup],
                                                                           list[LeftOutGroup]]:
     """The groups' run tensors in at most ``free`` ``runs-<sha>.safetensors`` files of at most :data:`MAX_FILE_BYTES`,
