@@ -7,6 +7,7 @@ candidate of the same cell falls outside it."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pytest
@@ -18,6 +19,10 @@ from reconbench.evaluation import decisions
 from reconbench.evaluation.protocol import resolve_protocol
 from reconbench.leaderboard import figure_pairs
 from reconbench.leaderboard.figure_pairs import FigurePairs, pair_tolerances, rescore
+
+if TYPE_CHECKING:
+    from reconbench.records import CellRecord
+    from reconbench.targets.problems import Problem
 
 #: the relative contrasts of the low-contrast reconstructions (their displayed range over their grey level)
 CONTRASTS = (1e-1, 3e-2, 1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
@@ -89,10 +94,12 @@ def _moves(problem: SimpleNamespace, seed: int):
     """Per honest pair: its kind, and per score the float64 score, the float16 one and the pair's bound."""
     rng = np.random.default_rng(seed)
     for kind, i, recon, averaged in _honest(problem, rng):
-        exact = rescore(problem, _pair(i, recon, torch.float64, averaged), rec=None)[i]
+        # stand-ins: the problem's mean and size, no record (the cell's protocol is patched in above)
+        prob, rec = cast("Problem", problem), cast("CellRecord", None)
+        exact = rescore(prob, _pair(i, recon, torch.float64, averaged), rec=rec)[i]
         stored = _pair(i, recon, torch.float16, averaged)
-        rounded = rescore(problem, stored, rec=None)
-        tols = pair_tolerances(problem, stored, None, rounded)[i]
+        rounded = rescore(prob, stored, rec=rec)
+        tols = pair_tolerances(prob, stored, rec, rounded)[i]
         yield kind, {key: (exact[key], rounded[i][key], tols[key]) for key in tols}
 
 
