@@ -144,7 +144,8 @@ def group_lines(plan: SlicePlan, rules: GroupRules) -> list[str]:
     for i, groups in enumerate(plan.groups):
         if not groups:
             continue
-        room = "" if rules.run_files is None else f" of the {rules.run_files} pack file(s) left to runs"
+        room = ("" if rules.run_files is None else
+                f" of the {rules.run_files} pack file(s) left to runs and the training states the slice packs")
         total = sum(g.bytes for g in groups)
         lines.append(f"  slice {i + 1} runs in groups ({_bytes(total)}{room}): " + "; ".join(
             f"{g.cell_id} runs {_span(g.runs)} of {g.search_runs} ({_bytes(g.bytes)})" for g in groups))
