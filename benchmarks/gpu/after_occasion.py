@@ -429,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     files_at = args.files_at.resolve()
     repo = args.repo.resolve()
+    if Path(args.suite).is_file():   # a suite file named from here stays that file after the chdir to the repo
+        args.suite = str(Path(args.suite).resolve())
     occasion = Occasion()
     start = Path.cwd()
     try:

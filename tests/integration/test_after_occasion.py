@@ -351,8 +351,9 @@ def test_a_board_whose_cells_brought_no_candidates_is_not_placed(repo, tmp_path,
     on_device(monkeypatch, git(repo, "rev-parse", "HEAD").strip())
     slice_cell(capsys, suite_file, tmp_path, "", CELL)
     here(monkeypatch, repo)
+    monkeypatch.chdir(tmp_path)   # the suite named by a path relative to here, not to the repository
     code, out, err = after(capsys, str(files_at(tmp_path, "files", tmp_path / "pack")), "--repo", str(repo),
-                           "--suite", str(suite_file), "--board", BOARD, "--no-figures")
+                           "--suite", str(suite_file.relative_to(tmp_path)), "--board", BOARD, "--no-figures")
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 1 and lines[-1].startswith("error: step 5 (verify):"), out + err
     assert "none of its cells brought candidates or figure pairs back" in lines[-1], lines[-1]
