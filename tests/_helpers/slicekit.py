@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from reconbench.bench.cells import expand
-from reconbench.bench.slice_costs import CellWork, cell_work
+from reconbench.bench.slice_costs import CellWork, CostModel, cell_work
 from reconbench.bench.suite import load_suite
 from reconbench.preflight import TargetSize, model_parameters
 
@@ -76,3 +76,19 @@ def digits_sizes(suite: Any) -> dict[str, TargetSize]:
         p = model_parameters(cell.recipe.family, (1, 8, 8), 1, cell.recipe.model)
         sizes[cell.recipe.key()] = TargetSize((1, 8, 8), 10, p)
     return sizes
+
+
+class TickClock:
+    """Advances one second at every read: the slice's only view of time, so where training stops is fixed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def cheap() -> CostModel:
+    """A CPU cost model of one second per phase and no rate: plans and executors decide by counts, not timings."""
+    return CostModel.for_device("cpu", {p: {"fixed": 1.0, "rate": 0.0} for p in ("train", "attack", "evaluate")})

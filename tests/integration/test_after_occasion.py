@@ -26,11 +26,10 @@ from pathlib import Path
 import pytest
 from _helpers.cli import run_cli
 from _helpers.examples import load_module
-from _helpers.slicekit import digits_sizes
+from _helpers.slicekit import TickClock, cheap, digits_sizes
 
 from reconbench import provenance
 from reconbench.bench.runner import run_suite
-from reconbench.bench.slice_costs import CostModel
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import COMMIT_ENV, LEDGER_FILE
 from reconbench.bench.suite import load_suite
@@ -89,17 +88,6 @@ CELL, OTHER = "a--haim_binary_kkt--gaussian--s0", "a--haim_binary_kkt--uniform--
 BOARD = "rehearsal-gpu"
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-
-
-class TickClock:
-    """Advances one second at every read: where the first slice's deadline stops training is fixed."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
 
 
 def git(repo: Path, *args: str) -> str:
@@ -193,8 +181,7 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     # -- slice 1: its deadline stops both targets' training (one stack); the pack holds their states only
     on_device(monkeypatch, head)
     suite = load_suite(str(suite_file))
-    cheap = CostModel.for_device("cpu", {p: {"fixed": 1.0, "rate": 0.0} for p in ("train", "attack", "evaluate")})
-    ex = DeadlineExecutor(30.0, cheap, digits_sizes(suite), start=0.0, clock=TickClock(),
+    ex = DeadlineExecutor(30.0, cheap(), digits_sizes(suite), start=0.0, clock=TickClock(),
                           states=tmp_path / "cache1" / "training")
     packer = SlicePacker(tmp_path / "pack1", suite, tmp_path / "device1", ex, "cpu", None, 0.0, {})
     report = run_suite(suite, tmp_path / "device1", cache=str(tmp_path / "cache1"), quiet=True, executor=ex,

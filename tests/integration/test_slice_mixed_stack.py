@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from _helpers.slicekit import digits_sizes, digits_works
+from _helpers.slicekit import TickClock, digits_sizes, digits_works
 from safetensors.torch import load_file
 
 from reconbench.bench.cells import expand
@@ -81,17 +81,6 @@ targets = ["b"]
 attacks = ["general_loss_wd"]
 inits = ["gaussian"]
 """
-
-
-class TickClock:
-    """Advances one second at every read: where training stops is fixed."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
 
 
 def fixed(train: float, attack: float) -> CostModel:

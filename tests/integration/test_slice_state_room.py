@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _helpers.slicekit import digits_sizes
+from _helpers.slicekit import TickClock, cheap, digits_sizes
 from safetensors.torch import load_file
 
 from reconbench.bench import slice_pack
 from reconbench.bench.cells import expand
 from reconbench.bench.runner import run_suite
-from reconbench.bench.slice_costs import CostModel, GroupRules, cell_work, plan_slices
+from reconbench.bench.slice_costs import GroupRules, cell_work, plan_slices
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.suite import load_suite
 from reconbench.cli.bench_slices import SlicePacker
@@ -79,21 +79,6 @@ targets = ["pieced"]
 attacks = ["haim_binary_kkt"]
 inits = ["gaussian"]
 """
-
-
-class TickClock:
-    """Advances one second at every read: the slice's only view of time, so where training stops is fixed."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
-def cheap() -> CostModel:
-    return CostModel.for_device("cpu", {p: {"fixed": 1.0, "rate": 0.0} for p in ("train", "attack", "evaluate")})
 
 
 @pytest.fixture

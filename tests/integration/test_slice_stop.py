@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 from _helpers.cli import run_cli
-from _helpers.slicekit import deterministic, digits_sizes
+from _helpers.slicekit import cheap, deterministic, digits_sizes
 
 from reconbench.bench.cells import expand
 from reconbench.bench.runner import load_cells, run_suite
-from reconbench.bench.slice_costs import CostModel
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.suite import load_suite
 from reconbench.cli.bench_slices import SlicePacker
@@ -41,10 +40,6 @@ class AttackClock:
     def __call__(self) -> float:
         comps = self.ex.watch.computations if self.ex is not None else []
         return 1e6 if len(comps) >= self.nth and comps[-1].step >= STOP_STEP else 0.0
-
-
-def cheap() -> CostModel:
-    return CostModel.for_device("cpu", {p: {"fixed": 1.0, "rate": 0.0} for p in ("train", "attack", "evaluate")})
 
 
 def stopped_slice(tmp_path: Path, *, nth: int, cross_target: bool = False) -> tuple[Any, DeadlineExecutor, Path]:

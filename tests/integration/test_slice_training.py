@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 import torch
 from _helpers.cli import run_cli
-from _helpers.slicekit import deterministic
+from _helpers.slicekit import TickClock, cheap, deterministic
 from safetensors.torch import load_file
 
 from reconbench.bench.runner import load_cells, run_suite
-from reconbench.bench.slice_costs import CostModel
 from reconbench.bench.slice_executor import DeadlineExecutor
 from reconbench.bench.slice_pack import LEDGER_FILE, MAX_FILE_BYTES, PackError, verify_pack
 from reconbench.bench.suite import load_suite
@@ -79,21 +78,6 @@ targets = ["a", "b"]
 attacks = ["haim_binary_kkt"]
 inits = ["gaussian", "uniform"]
 """
-
-
-class TickClock:
-    """Advances one second at every read: the slice's only view of time, so where training stops is fixed."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
-def cheap() -> CostModel:
-    return CostModel.for_device("cpu", {p: {"fixed": 1.0, "rate": 0.0} for p in ("train", "attack", "evaluate")})
 
 
 @pytest.fixture
