@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,6 +20,9 @@ import torch
 from reconbench.data import Problem
 from reconbench.evaluation.pair_figure import Pair
 from reconbench.records import CellRecord, ImageRow
+
+if TYPE_CHECKING:
+    from reconbench.evaluation.protocol import ResolvedProtocol
 
 #: the per-image keys of the calibrated headline and the papers' score, as the evaluation writes them
 CALIBRATED_SCORE, CALIBRATED_FLAG, PAPERS_SCORE, DISTANCE = "corr", "reconstructed_calibrated", "ssim", "best_distance"
@@ -59,20 +63,24 @@ def recorded_pairs(rec: CellRecord, max_images: int) -> list[tuple[int, list[str
     return out
 
 
+def cell_protocol(rec: CellRecord) -> ResolvedProtocol:
+    """The resolved protocol the cell was scored with (its overrides, the metrics its evaluation computed)."""
+    from reconbench.evaluation.protocol import resolve_protocol
+    from reconbench.evaluation.rescore import pinned_protocol
+
+    stored = rec.evaluation.protocol if rec.evaluation is not None else None
+    return resolve_protocol(pinned_protocol(dict(rec.protocol or {}), stored), str(rec.target.trained_from.family))
+
+
 def cell_pairs(problem: Problem, card: object, candidates: torch.Tensor, rec: CellRecord,
                max_images: int) -> list[CellPair]:
     """The cell's pairs, best first, at most ``max_images`` (ValueError when its rows do not fit the problem)."""
     from reconbench.evaluation.context import build_context
-    from reconbench.evaluation.protocol import resolve_protocol
-    from reconbench.evaluation.rescore import pinned_protocol
 
     rows = rec.per_image  # the pooled candidates' evaluation
     if len(rows) != problem.n:
         raise ValueError(f"the cell records {len(rows)} per-image rows for {problem.n} training images")
-    stored = rec.evaluation.protocol if rec.evaluation is not None else None   # the protocol the cell was scored with
-    protocol = resolve_protocol(pinned_protocol(dict(rec.protocol or {}), stored),
-                                str(rec.target.trained_from.family))
-    ev = build_context(problem, candidates, protocol, card=card)
+    ev = build_context(problem, candidates, cell_protocol(rec), card=card)
 
     order = sorted(range(problem.n), key=lambda i: -_order_key(rows[i]))[:max(max_images, 0)]
     recon, originals, best = ev.recon_display.numpy(), ev.originals.numpy(), ev.matching.best

@@ -31,11 +31,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save
 
 from reconbench.errors import ReconbenchError
+from reconbench.leaderboard.cell_pairs import cell_protocol
 from reconbench.provenance import write_bytes_atomic
 from reconbench.records import CellRecord
 
 if TYPE_CHECKING:
-    from reconbench.evaluation.protocol import ResolvedProtocol
     from reconbench.leaderboard.cell_pairs import CellPair
     from reconbench.targets.problems import Problem
 
@@ -134,15 +134,6 @@ def shown_images(rec: CellRecord, k: int) -> list[int]:
     from reconbench.leaderboard.cell_pairs import recorded_pairs
 
     return [i for i, *_ in recorded_pairs(rec, k)]
-
-
-def cell_protocol(rec: CellRecord) -> ResolvedProtocol:
-    """The resolved protocol the cell was scored with (its overrides, the metrics its evaluation computed)."""
-    from reconbench.evaluation.protocol import resolve_protocol
-    from reconbench.evaluation.rescore import pinned_protocol
-
-    stored = rec.evaluation.protocol if rec.evaluation is not None else None
-    return resolve_protocol(pinned_protocol(dict(rec.protocol or {}), stored), str(rec.target.trained_from.family))
 
 
 def take_pairs(problem: Problem, card: object, candidates: torch.Tensor, rec: CellRecord, k: int) -> FigurePairs:
