@@ -32,7 +32,8 @@ merged cells the committed board lacks, e.g. after an earlier run of the command
 or placed it and stopped before its commit: the new cells are counted against HEAD's board). The
 size budget of a board (tests/unit/leaderboard/test_leaderboard_slim.py) is not this command's decision: decide it
 before committing. Last, it prints what the next call carries, measured now (benchmarks/gpu/travel_size.py: the
-carry list and its size against the device's 64 MiB, for the cells `--only` selects, every cell left without it).
+carry list and its size against the device's 64 MiB, for the cells `--only` selects, every cell left without it,
+their ledger and states read from the tracked ledger, which travels in the tree).
 
 A script beside slice.sh rather than a `reconbench` subcommand: it writes this repository's tracked files (the
 index, docs/results.md, benchmarks/results/gpu/), which an installed `reconbench` has no business knowing.

@@ -126,17 +126,20 @@ def keep(suite: str, results: Path, home: Path, cap: int) -> Kept:
     if absolute:
         raise LedgerError(f"{path} holds absolute paths ({', '.join(absolute[:3])}); the tracked ledger keeps none: "
                           "merge the packs again with a current `reconbench bench --unpack`")
-    staged = home.with_name(f".{home.name}.writing")
+    staged = home.with_name(f".{home.name}.writing")   # beside it: one rename puts it in place
     shutil.rmtree(staged, ignore_errors=True)
-    (staged / TRAINING).mkdir(parents=True)
-    for key, entry in chosen.items():
-        for name in state_files(entry):
-            shutil.copyfile(results / name, staged / name)
-        kept.states.append(key)
-    (staged / LEDGER).write_text(json.dumps(ledger, indent=1) + "\n")
-    kept.records = _write_records(results, staged / RECORDS)
-    shutil.rmtree(home, ignore_errors=True)
-    staged.rename(home)
+    try:
+        (staged / TRAINING).mkdir(parents=True)
+        for key, entry in chosen.items():
+            for name in state_files(entry):
+                shutil.copyfile(results / name, staged / name)
+            kept.states.append(key)
+        (staged / LEDGER).write_text(json.dumps(ledger, indent=1) + "\n")
+        kept.records = _write_records(results, staged / RECORDS)
+        shutil.rmtree(home, ignore_errors=True)
+        staged.rename(home)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)   # a stopped write leaves nothing that would travel
     return kept
 
 
@@ -178,6 +181,16 @@ def restore(home: Path, results: Path) -> int:
                           "occasion has no ledger yet: run without it)")
     staged = results.with_name(f".{results.name}.restoring")
     shutil.rmtree(staged, ignore_errors=True)
+    try:
+        written = _restore_into(home, staged)
+        staged.rename(results)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return written
+
+
+def _restore_into(home: Path, staged: Path) -> int:
+    """The ledger, the kept states and the records of ``home`` written into the new folder ``staged``."""
     staged.mkdir(parents=True)
     written = 0
     shutil.copyfile(home / LEDGER, staged / LEDGER)
@@ -198,7 +211,6 @@ def restore(home: Path, results: Path) -> int:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
         written += 1
-    staged.rename(results)
     return written
 
 

@@ -29,7 +29,7 @@ def results_folder(root: Path, sizes: dict[str, int], *, partial: bool = False, 
     """A `paper` results folder: a state of ``sizes`` bytes (and a 100-byte card) per key, one finished cell's record
     and figure pairs, a target record, an invocation and the suite's copy."""
     r = root / "runs" / "bench" / "paper"
-    training = {}
+    training: dict[str, object] = {}
     for key, n in sizes.items():
         write(r / "training" / f"{key}.safetensors", bytes([len(training)]) * n)
         write(r / "training" / f"{key}.card.json", b"{" + b" " * 98 + b"}")
