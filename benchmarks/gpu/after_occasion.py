@@ -9,7 +9,9 @@ when the call ran them. In order, stopping at the first failure with one line th
 2. clean    the checkout holds no uncommitted change to a tracked file (the board must come from one clean commit,
             and a merge that evaluates a cell whose runs came back in groups records this checkout's commit too);
 3. unpack   `reconbench bench SUITE --unpack FILES_AT/pack --out RESULTS` (repeatable: a pack merged before is
-            merged again as "already there");
+            merged again as "already there"); where RESULTS is absent (a new checkout: `runs/` is ignored), it is
+            first rebuilt from the tracked ledger, benchmarks/gpu/ledger/<suite name>/ (tracked_ledger.py), so that
+            the cells merged by earlier occasions stay in the ledger and on the board;
 4. publish  the board into a temporary folder (a copy of the published board when there is one, so that its
             releases and outside submissions stay), as `reconbench leaderboard SUITE --results RESULTS --publish
             --out leaderboards/BOARD` would;
@@ -19,6 +21,9 @@ when the call ran them. In order, stopping at the first failure with one line th
 8. index    a new board's entry in leaderboards/index-notes.toml ("first publication") and the index table of
             leaderboards/README.md (reconbench/leaderboard/index_table.py);
 9. results  docs/results.md's table (reconbench/leaderboard/results_page.py);
+10. ledger  the tracked ledger written from RESULTS (benchmarks/gpu/tracked_ledger.py `keep`): the ledger, the
+            training states of targets with cells left while within --cap-mib (one line naming each not kept), the
+            records a later publication reads;
 
 then prints the `git add` and `git commit` lines (the message names the slice's commit, the cells it merged and the
 board's commits and progress); it commits nothing itself. A pack with no finished cell (only training states) is
@@ -27,7 +32,8 @@ merged cells the committed board lacks, e.g. after an earlier run of the command
 or placed it and stopped before its commit: the new cells are counted against HEAD's board). The
 size budget of a board (tests/unit/leaderboard/test_leaderboard_slim.py) is not this command's decision: decide it
 before committing. Last, it prints what the next call carries, measured now (benchmarks/gpu/travel_size.py: the
-carry list and its size against the device's 64 MiB, for the cells `--only` selects, every cell left without it).
+carry list and its size against the device's 64 MiB, for the cells `--only` selects, every cell left without it,
+their ledger and states read from the tracked ledger, which travels in the tree).
 
 A script beside slice.sh rather than a `reconbench` subcommand: it writes this repository's tracked files (the
 index, docs/results.md, benchmarks/results/gpu/), which an installed `reconbench` has no business knowing.
@@ -48,6 +54,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -58,7 +65,7 @@ PROBE, STEP_AB, PACK = "probe.json", "step_ab.json", "pack"
 RESULTS_GPU = Path("benchmarks/results/gpu")
 CARD = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 BOARD = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-STEPS = ("read", "clean", "unpack", "publish", "verify", "place", "probe", "index", "results")
+STEPS = ("read", "clean", "unpack", "publish", "verify", "place", "probe", "index", "results", "ledger")
 #: the step running now (for the line of an unexpected error)
 CURRENT = ["read"]
 
@@ -91,6 +98,8 @@ class Occasion:
     new_on_board: list[str] = field(default_factory=list)    # cells the board holds now and did not before
     published: bool = False
     header: BoardHeader | None = None                         # the board's header, once published
+    home: Path | None = None                                  # the tracked ledger (relative to the repository)
+    kept: list[str] = field(default_factory=list)             # the training states it keeps
 
 
 def say(line: str) -> None:
@@ -178,7 +187,9 @@ def check_clean(repo: Path, occasion: Occasion, board: str) -> None:
     if dirty:
         ours = {str(p) for p in occasion.copies.values()} | {"docs/results.md", "leaderboards/README.md",
                                                                "leaderboards/index-notes.toml"}
-        mine = [p for p in dirty if p in ours or p.startswith(f"leaderboards/{board}/")]
+        home = f"{occasion.home.as_posix()}/" if occasion.home is not None else None
+        mine = [p for p in dirty if p in ours or p.startswith(f"leaderboards/{board}/")
+                or (home is not None and p.startswith(home))]
         hint = (f"; {', '.join(mine)} this command writes again: `git checkout -- {' '.join(mine)}` restores them"
                 if mine else "")
         raise StepFailed("clean", f"the checkout has uncommitted changes ({', '.join(dirty[:5])}"
@@ -210,6 +221,38 @@ def run_reconbench(step: str, args: list[str], fix: str) -> str:
         raise StepFailed(step, f"`reconbench {shlex.join(args)}` failed: {errors[-1] if errors else code}", fix)
     sys.stderr.write(text)
     return text
+
+
+def restore_results(results: Path, occasion: Occasion) -> None:
+    """Step 3, first: an absent results folder (a new checkout) rebuilt from the tracked ledger, where there is one."""
+    begin("unpack")
+    tracked = tracked_ledger()
+    if results.exists() or occasion.home is None or not (occasion.home / tracked.LEDGER).is_file():
+        return
+    try:
+        n = tracked.restore(occasion.home, results)
+    except (tracked.LedgerError, OSError, ValueError) as exc:
+        raise StepFailed("unpack", f"{results} could not be rebuilt from {occasion.home} ({exc})",
+                         f"remove {results} and run this command again") from None
+    say(f"unpack: {results} was absent: rebuilt from the tracked ledger {occasion.home} ({n} file(s))")
+
+
+def tracked_ledger() -> ModuleType:
+    """benchmarks/gpu/tracked_ledger.py, loaded beside this file."""
+    return _beside("tracked_ledger")
+
+
+def _beside(stem: str) -> ModuleType:
+    import importlib.util
+
+    name = f"gpu_{stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{stem}.py"))
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))   # its dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
 
 
 def unpack(pack: Path, suite: str, results: Path, occasion: Occasion) -> None:
@@ -373,6 +416,25 @@ def write_results_page() -> None:
     say(f"results: {page} {'rewritten' if changed else 'up to date'}")
 
 
+def keep_ledger(suite: str, results: Path, occasion: Occasion, cap_mib: float) -> None:
+    """Step 10: the tracked ledger written from the results folder (nothing to keep where it holds no ledger)."""
+    begin("ledger")
+    tracked = tracked_ledger()
+    if occasion.home is None or not (results / tracked.LEDGER).is_file():
+        say(f"ledger: {results} holds no ledger; nothing kept")
+        return
+    try:
+        kept = tracked.keep(suite, results, occasion.home, int(cap_mib * 2**20))
+    except (tracked.LedgerError, OSError, ValueError) as exc:
+        raise StepFailed("ledger", str(exc), f"fix it, then run `python benchmarks/gpu/tracked_ledger.py keep {suite}`"
+                         " (the board is in place)") from None
+    for line in kept.left_out:
+        say(f"ledger: {line}")
+    occasion.kept = kept.states
+    say(f"ledger: {occasion.home}: the ledger, {len(kept.states)} training state(s) "
+        f"({', '.join(kept.states) or 'none'}), {kept.records} record file(s)")
+
+
 def changed(paths: list[str]) -> list[str]:
     """Those of ``paths`` with changes git would commit (new files included)."""
     out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", *paths], capture_output=True,
@@ -385,8 +447,9 @@ def commit_lines(occasion: Occasion, board: str) -> list[str]:
     """The `git add` and `git commit` lines for what the command wrote."""
     from reconbench.leaderboard.board_progress import commit_shares
 
+    home = [occasion.home.as_posix()] if occasion.home is not None else []
     paths = changed([*(str(p) for p in occasion.copies.values()), f"leaderboards/{board}", "leaderboards/README.md",
-                     "leaderboards/index-notes.toml", "docs/results.md"])
+                     "leaderboards/index-notes.toml", "docs/results.md", *home])
     if not paths:
         return []
     slice_at = f"the slice at {(occasion.commit or 'an unknown commit')[:12]}"
@@ -400,8 +463,10 @@ def commit_lines(occasion: Occasion, board: str) -> list[str]:
                 "The board's cells ran at commits " + "; ".join(s.text(12) for s in commit_shares(header)) + "."]
     else:
         subject = f"GPU occasion ({occasion.card or 'GPU'}, {slice_at}): no finished cell, nothing published"
-        body = [f"The pack held no finished cell; merged into the results folder (not committed): "
-                f"{what_came(occasion)}."]
+        body = [f"The pack held no finished cell; merged into the results folder: {what_came(occasion)}."]
+    if home and home[0] in paths:
+        body.append(f"{home[0]}: the ledger and the training states that travel to the next call "
+                    f"({', '.join(occasion.kept) or 'none'}).")
     if files:
         body.append(f"{files}: what the call measured on the card.")
     return [f"git add -A -- {shlex.join(paths)}",
@@ -422,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, help="the merged results folder, relative to --repo (default: "
                         "runs/bench/<suite name>)")
     parser.add_argument("--no-figures", action="store_true", help="publish without drawing the figures")
+    parser.add_argument("--cap-mib", type=float, default=None, help="the most MiB of training states (cards "
+                        "included) the tracked ledger keeps (default: tracked_ledger.py's)")
     parser.add_argument("--only", action="append", default=[], metavar="PATTERN",
                         help="the cells of the next call (repeatable, as `reconbench bench --only`): the carry list and "
                         "size printed at the end are theirs (default: every cell left)")
@@ -445,8 +512,10 @@ def main(argv: list[str] | None = None) -> int:
             suite = load_suite(args.suite)
         except ReconbenchError as exc:
             raise StepFailed("read", str(exc), "give --suite as `reconbench bench` takes it") from None
+        occasion.home = tracked_ledger().home_of(suite.name)
         check_clean(repo, occasion, args.board)
         results = args.results or Path("runs/bench") / suite.name
+        restore_results(results, occasion)
         if pack is not None:
             unpack(pack, args.suite, results, occasion)
         board = Path("leaderboards") / args.board
@@ -467,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
         if occasion.published:
             write_index(args.board)
             write_results_page()
+        keep_ledger(args.suite, results, occasion,
+                    tracked_ledger().CAP_MIB if args.cap_mib is None else args.cap_mib)
         lines = commit_lines(occasion, args.board)
     except StepFailed as failed:
         print(failed.line(), file=sys.stderr)
@@ -490,7 +561,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines))
     else:
         say("done; nothing to commit")
-    next_call(repo, args.suite, repo / results, args.only)
+    ledger_at = occasion.home if occasion.home is not None and (repo / occasion.home / "finished.json").is_file() \
+        else results
+    next_call(repo, args.suite, repo / ledger_at, args.only)
     return 0
 
 
@@ -498,12 +571,7 @@ def next_call(repo: Path, suite: str, results: Path, only: list[str]) -> None:
     """What the next `run` call carries for ``only`` (every cell left: none given), measured by travel_size.py: its
     carry list and its size against the device's limit; over it, one line naming what to drop (the occasion's work
     is done either way)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_travel_size", Path(__file__).with_name("travel_size.py"))
-    assert spec is not None and spec.loader is not None
-    travel = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))   # its dataclasses look it up
-    spec.loader.exec_module(travel)
+    travel = _beside("travel_size")
     say("the next call" + (f" (--only {' '.join(only)})" if only else " (every cell left; --only narrows it)") +
         " carries, measured now (benchmarks/gpu/travel_size.py):")
     sys.stdout.flush()

@@ -12,7 +12,10 @@ With `--suite` (and `--only`), the carry list comes from the suite instead of `-
 folders the selected cells read (`.data/mnist`, `.data/cifar10`, as `copy_data.py` fills them), the ledger
 (`RESULTS/finished.json`) and only the training states of the selected cells' targets that the ledger lists
 (`RESULTS/training/<recipe key>.safetensors`, with the card JSON beside it when there is one). A cell the ledger lists
-as finished needs no state. It prints that `carry` list, ready for the call.
+as finished needs no state. RESULTS is by default the suite's tracked ledger, `benchmarks/gpu/ledger/<suite name>`
+(tracked_ledger.py), where it exists: its ledger and states are files of the tree, which travel without a carry, and
+are counted in the tree's part; only what is not in the tree is carried. It prints that `carry` list, ready for the
+call.
 
 Hand-written over a `du`: the limit counts git's view of the tree (ignored files do not travel unless carried), which
 no disk-usage tool knows.
@@ -230,6 +233,16 @@ def slice_needs(suite_name: str, only: Sequence[str], results: Path, repo: Path)
     return SliceNeeds([c.cell_id for c in cells], states, folders, without, names)
 
 
+def default_results(repo: Path, suite: str) -> Path:
+    """The folder whose ledger a slice reads: the suite's tracked ledger where it holds one, else its results
+    folder."""
+    from reconbench.bench.suite import load_suite
+
+    name = load_suite(suite).name
+    home = Path("benchmarks/gpu/ledger") / name
+    return home if (repo / home / "finished.json").is_file() else Path("runs/bench") / name
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--carry", action="append", default=[], metavar="PATH",
@@ -237,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suite", help="derive the carry list from this suite's selected cells and its ledger")
     ap.add_argument("--only", action="append", default=[], metavar="PATTERN",
                     help="the cells of the slice, as `reconbench bench --only` takes them (repeatable; needs --suite)")
-    ap.add_argument("--results", type=Path, help="the suite's results folder holding the ledger, relative to the "
-                    "repository (default: runs/bench/<suite name>)")
+    ap.add_argument("--results", type=Path, help="the suite's folder holding the ledger, relative to the repository "
+                    "(default: the tracked ledger benchmarks/gpu/ledger/<suite name> where it holds one, else "
+                    "runs/bench/<suite name>)")
     ap.add_argument("--repo", type=Path, default=ROOT, help="the checkout the call sends (default: this one)")
     ap.add_argument("--limit-mib", type=float, default=LIMIT / 2**20, help="the call's limit (default: 64)")
     args = ap.parse_args(argv)
@@ -251,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         from reconbench.errors import ReconbenchError
 
         try:
-            results = args.results or Path("runs/bench") / Path(args.suite).stem
+            results = args.results or default_results(repo, args.suite)
             if results.is_absolute():   # carry names paths relative to the repository
                 results = results.resolve().relative_to(repo)
             needs = slice_needs(args.suite, args.only, results, repo)
@@ -270,6 +284,16 @@ def main(argv: list[str] | None = None) -> int:
                                                                for k in needs.targets_without_state))
         print(f"  data: {', '.join(needs.data) or 'none (embedded data sets only)'}")
         derived = needs.carry(str(results / LEDGER_FILE))
+        in_tree = set(sum(tree_files(repo), []))
+        travels = [p for p in derived if (files := path_files(repo, p)) and set(files) <= in_tree]
+        if travels:
+            print(f"  in the tree (no carry needed): {', '.join(travels)}")
+        derived = [p for p in derived if p not in travels]
+        needed = {f for files in needs.states.values() for f in files}
+        idle = [f for f in path_files(repo, str(results / "training")) if f in in_tree and f not in needed]
+        if idle:
+            print(f"  in the tree, not read by these cells: {len(idle)} file(s) of other targets' states "
+                  f"({mib(sum(_size(repo / f) for f in idle))})")
         carry = derived + [c for c in carry if c not in derived]
     try:
         travel = measure(repo, carry)

@@ -25,8 +25,6 @@ HEADER = 256 * 1024
 #: CIFAR-10 binary state of 10^6 steps the first occasion brought back: 552,312 header bytes for 10,000 readings, 55
 #: each), beside a fixed part (settings, tensor names)
 HEADER_PER_READING, HEADER_FIXED = 64, 16 * 1024
-#: the card JSON that travels beside a final state (the largest in a target cache here: 218 KB): allowed per state
-CARD = 256 * 1024
 
 
 def state_bytes(recipe: TargetRecipe) -> int:

@@ -3,11 +3,14 @@ the repository it writes (a published board, the boards' index and notes, docs/r
 tiny `digits` suite, each with a probe-like JSON beside its pack, as a `run` call's files_at holds them.
 
 The first slice's deadline stops its targets' training (a pack with training states only, as the first H100 occasion
-brought back): the command unpacks it, copies the probe's JSON under the card it names and publishes nothing. The
+brought back): the command unpacks it, copies the probe's JSON under the card it names, keeps the ledger and the
+states in the tracked ledger (benchmarks/gpu/ledger/<suite>/) and publishes nothing; the next slice reads that
+tracked ledger directly. The
 second slice finishes one cell: a dirty checkout is refused in one line before anything is unpacked; a board whose
 verification fails is never put in place; from the clean checkout the board appears, verifies, gets its index row
 ("partial, 1 of 4 cells", the slice's commit) and its docs/results.md row, and the printed git lines, run as
-printed, commit exactly what the command wrote.
+printed, commit exactly what the command wrote. A third slice comes back to a new checkout (no `runs/`): the results
+folder is rebuilt from the tracked ledger, and the board keeps the cell it had.
 
 Each slice runs on a "device" with no git metadata and names the repository's commit through
 ``RECONBENCH_SLICE_COMMIT``, as slice.sh does; the code that publishes reads the temporary repository's git state
@@ -86,6 +89,8 @@ inits = ["gaussian", "uniform"]
 """
 CELL, OTHER = "a--haim_binary_kkt--gaussian--s0", "a--haim_binary_kkt--uniform--s0"
 BOARD = "rehearsal-gpu"
+#: the suite's tracked ledger in the repository
+HOME = "benchmarks/gpu/ledger/after-rehearsal"
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@example.org", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 
@@ -199,16 +204,24 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     probe = repo / "benchmarks" / "results" / "gpu" / "probe_h200.json"
     assert json.loads(probe.read_text())["file"] == "probe.json"   # named by the card the JSON names
     assert json.loads(probe.with_name("step_ab_h200.json").read_text())["file"] == "step_ab.json"
+    home = repo / HOME
+    kept = json.loads((home / LEDGER_FILE).read_text())
+    assert sorted(kept["training"]) == sorted(s.recipe_key for s in manifest.training)
+    assert all((home / e["file"]).read_bytes() == (results / e["file"]).read_bytes() for e in kept["training"].values())
+    assert not [p for p in home.rglob("*") if p.is_file() and str(tmp_path) in p.read_bytes().decode("latin-1")]
     lines = run_printed(repo, out)
     assert lines[0] == ("git add -A -- benchmarks/results/gpu/probe_h200.json "
-                        "benchmarks/results/gpu/step_ab_h200.json")
+                        f"benchmarks/results/gpu/step_ab_h200.json {HOME}")
     assert "no finished cell, nothing published" in lines[1] and head[:12] in lines[1]
-    assert git(repo, "show", "--stat", "--format=", "HEAD").count("|") == 2   # the two probe files, nothing else
+    assert HOME in lines[1]
+    stat = git(repo, "show", "--stat", "--format=", "HEAD")
+    assert stat.count("|") == 2 + 1 + 2 + 1, stat   # the probe files, the ledger, the two states, the suite's copy
 
     # -- slice 2, from the new commit: training continues from the ledger's states and one cell finishes
     head = git(repo, "rev-parse", "HEAD").strip()
     on_device(monkeypatch, head)
-    slice_cell(capsys, suite_file, tmp_path, "2", CELL, "--finished", str(results / LEDGER_FILE))
+    shutil.rmtree(repo / "runs")   # a new checkout: what travels is the tracked ledger, read where it is
+    slice_cell(capsys, suite_file, tmp_path, "2", CELL, "--finished", str(repo / HOME / LEDGER_FILE))
     files2 = files_at(tmp_path, "files2", tmp_path / "pack2")
     here(monkeypatch, repo)
 
@@ -222,6 +235,7 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     assert lines[0].startswith("error: step 2 (clean): the checkout has uncommitted changes (docs/results.md)")
     assert "git checkout -- docs/results.md" in lines[0]
     assert not (results / "cells").exists() and not (repo / "leaderboards" / BOARD).exists()
+    assert not results.exists()   # nothing rebuilt either
     git(repo, "checkout", "--", "docs/results.md")
 
     # a board that fails its verification is never put in place, and its draft is removed
@@ -237,6 +251,7 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     assert not (repo / "leaderboards" / BOARD).exists() and not list((repo / "runs").glob(".publishing-*"))
     assert git(repo, "status", "--porcelain") == ""   # nothing tracked was written
     assert (results / "cells" / f"{CELL}.json").is_file()   # the unpack ran (and runs again below)
+    assert "rebuilt from the tracked ledger" in out
     # the first occasion's files again: no finished cell in the pack, but the merged cell the board lacks is published
     # (its older training states are not taken over the later ones)
     with monkeypatch.context() as mp:
@@ -266,21 +281,26 @@ def test_after_an_occasion_on_the_cpu_from_a_training_state_to_a_partial_board(r
     assert f"[{BOARD}]" in (repo / "leaderboards" / "index-notes.toml").read_text()
     lines = run_printed(repo, out)
     assert lines[0] == (f"git add -A -- leaderboards/{BOARD} leaderboards/README.md leaderboards/index-notes.toml "
-                        "docs/results.md")   # the probe files are as committed from the first occasion
+                        f"docs/results.md {HOME}")   # the probe files are as committed from the first occasion
+    assert CELL in json.loads((repo / HOME / LEDGER_FILE).read_text())["cells"]
     _, _, _, subject, _, body = shlex.split(lines[1])
     assert subject == f"{BOARD}: 1 new cell(s), board 1 of 4 cells (h200 occasion, the slice at {head[:12]})"
-    assert body == (f"New on the board: {CELL}. Cells merged from this occasion's pack: {CELL}. The board's cells "
-                    f"ran at commits {head[:12]} (1 cell(s), 1 slice pack(s)).")
+    assert body.startswith(f"New on the board: {CELL}. Cells merged from this occasion's pack: {CELL}. The board's "
+                           f"cells ran at commits {head[:12]} (1 cell(s), 1 slice pack(s)). {HOME}: the ledger and the "
+                           "training states that travel to the next call ("), body
     assert index_main(["--leaderboards", str(repo / "leaderboards"), "--check"]) == 0
 
     # -- slice 3, a later occasion at the next commit: the board grows, and is no longer at its first publication
     first = head
     head = git(repo, "rev-parse", "HEAD").strip()
     on_device(monkeypatch, head)
-    slice_cell(capsys, suite_file, tmp_path, "3", OTHER, "--finished", str(results / LEDGER_FILE))
+    shutil.rmtree(repo / "runs")   # a new checkout again: the board holds CELL, no results folder does
+    slice_cell(capsys, suite_file, tmp_path, "3", OTHER, "--finished", str(repo / HOME / LEDGER_FILE))
     here(monkeypatch, repo)
     code, out, err = after(capsys, str(files_at(tmp_path, "files3", tmp_path / "pack3")), *common)
     assert code == 0, out + err
+    assert "rebuilt from the tracked ledger" in out
+    assert sorted(json.loads((results / LEDGER_FILE).read_text())["cells"]) == sorted([CELL, OTHER])
     header = json.loads((board / "results.json").read_text())["header"]
     assert header["progress"] == "2 of 4 cells" and header["git_commits"] == sorted([first, head])
     row = next(ln for ln in readme.read_text().splitlines() if ln.startswith(f"| [`{BOARD}`]"))
@@ -386,3 +406,35 @@ def test_a_run_again_after_the_board_was_placed_finishes_the_steps_and_counts_th
     _, _, _, subject, _, body = shlex.split(run_printed(repo, out)[1])
     assert subject.startswith(f"{BOARD}: 1 new cell(s), board 1 of 4 cells"), subject
     assert body.startswith(f"New on the board: {CELL}."), body
+
+
+def test_a_publication_from_a_new_checkout_keeps_the_cells_the_board_has(repo, tmp_path, capsys, monkeypatch):
+    """`runs/` is ignored: a new checkout has no results folder while the committed board holds a cell. A later
+    occasion's cell, unpacked there, joins the board's cell instead of replacing it (the results folder is rebuilt from
+    the tracked ledger first; unpacked into an empty folder, the publication rendered from it would drop the board's
+    cell), and the ledger the next slice reads still lists it. The second slice reads a copy of the ledger taken
+    before the checkout was lost, as a call carried it before the ledger was tracked."""
+    suite_file = repo / "suite.toml"
+    results = repo / "runs" / "bench" / "after-rehearsal"
+    common = ["--repo", str(repo), "--suite", str(suite_file), "--board", BOARD, "--no-figures"]
+    on_device(monkeypatch, git(repo, "rev-parse", "HEAD").strip())
+    slice_cell(capsys, suite_file, tmp_path, "1", CELL)
+    here(monkeypatch, repo)
+    code, out, err = after(capsys, str(files_at(tmp_path, "files1", tmp_path / "pack1")), *common)
+    assert code == 0, out + err
+    run_printed(repo, out)
+    carried = tmp_path / "carried"
+    shutil.copytree(results, carried)
+    shutil.rmtree(repo / "runs")   # the new checkout
+    board = repo / "leaderboards" / BOARD
+    assert {p.stem for p in (board / "cells").glob("*.json")} == {CELL}
+
+    on_device(monkeypatch, git(repo, "rev-parse", "HEAD").strip())
+    slice_cell(capsys, suite_file, tmp_path, "2", OTHER, "--finished", str(carried / LEDGER_FILE))
+    here(monkeypatch, repo)
+    code, out, err = after(capsys, str(files_at(tmp_path, "files2", tmp_path / "pack2")), *common)
+    assert code == 0, out + err
+    assert {p.stem for p in (board / "cells").glob("*.json")} == {CELL, OTHER}
+    assert json.loads((board / "results.json").read_text())["header"]["progress"] == "2 of 4 cells"
+    assert sorted(json.loads((results / LEDGER_FILE).read_text())["cells"]) == sorted([CELL, OTHER])
+    assert sorted(json.loads((repo / HOME / LEDGER_FILE).read_text())["cells"]) == sorted([CELL, OTHER])

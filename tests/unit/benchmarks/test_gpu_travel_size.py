@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from _helpers.examples import load_module
-from _helpers.travel import CARD, CARRY, DATA, LEDGER, READS, WHEELS, state_file_bytes, tree_bytes
+from _helpers.travel import CARRY, DATA, LEDGER, READS, WHEELS, state_file_bytes, tree_bytes
 
 from reconbench.bench.cells import expand
 from reconbench.bench.suite import load_suite
@@ -147,11 +147,16 @@ def test_many_states_collapse_to_their_folder_within_eight_paths():
 OCCASION = re.compile(r"## During an occasion.*?```\ncommand:\s*(.*?)\ncarry:\s*(.*?)\n", re.S)
 #: a full `paper-gpu` board's disk use (benchmarks/paper_board_size.py): what publishing it adds to the tree at most
 PAPER_GPU = json.loads((ROOT / "benchmarks" / "results" / "paper_board_size.json").read_text())["disk_use"]
+tracked_ledger = load_module("gpu_tracked_ledger", ROOT / "benchmarks" / "gpu" / "tracked_ledger.py")
+#: the tracked ledger of `paper` and what its records may take (compressed cell and target records, figure pairs,
+#: invocations: about 0.2 MiB a cell)
+HOME = "benchmarks/gpu/ledger/paper"
+RECORDS = 1 * 2**20
 
 
-def next_call() -> tuple[list[str], list[str], dict[str, list]]:
-    """The README's next call: its --only patterns, its carry list, and its cells' targets (name -> [recipe, data
-    folder])."""
+def next_call() -> tuple[list[str], list[str], dict[str, list], list[str]]:
+    """The README's next call: its --only patterns, its carry list, its cells' targets (name -> [recipe, data
+    folder]) and its command's words."""
     match = OCCASION.search((ROOT / "benchmarks" / "gpu" / "README.md").read_text())
     assert match, "benchmarks/gpu/README.md states no call under \"During an occasion\""
     command, carry = shlex.split(match.group(1)), json.loads(match.group(2))
@@ -160,36 +165,80 @@ def next_call() -> tuple[list[str], list[str], dict[str, list]]:
     folder = {ref: f for f, ref in READS.items()}
     targets = {c.cell_id.split("--")[0]: [c.recipe, folder[c.recipe.problem.dataset]] for c in CELLS
                if any(fnmatch.fnmatchcase(c.cell_id, p) for p in patterns)}
-    return patterns, carry, targets
+    return patterns, carry, targets, command
 
 
-def test_the_next_occasions_call_as_the_readme_states_it_fits():
-    """The README's next call with the repository as it is: the ledger going into it lists the CIFAR-10 binary
-    state (the first occasion's, with no card: it came back before cards travelled) and the call trains the MNIST
-    binary target; both data sets are read."""
+def tree_without_home() -> int | None:
+    """The tracked tree's bytes less the tracked ledger's (which the next occasion's lands in, at most the cap)."""
     tree = tree_bytes()
     if tree is None:
+        return None
+    home = ROOT / HOME
+    return tree - sum(p.stat().st_size for p in home.rglob("*") if p.is_file()) if home.is_dir() else tree
+
+
+def test_the_next_occasions_call_as_the_readme_states_it_reads_the_tracked_ledger_and_fits():
+    """The README's next call, the CIFAR-10 binary cells: its slice reads the tracked ledger where it is (no carry:
+    tracked files travel), the call carries the wheels and the one data folder its cells read, and it fits beside
+    the tree as it is with the tracked ledger at its cap (its states and cards) and its records."""
+    tree = tree_without_home()
+    if tree is None:
         pytest.skip("not a git checkout: the working tree's size is unknown")
-    _, carry, targets = next_call()
-    assert set(targets) == {"cifar-binary", "mnist-binary"}
-    assert {".whl", ".data", "runs/bench/paper/finished.json", "runs/bench/paper/training"} <= set(carry)
-    assert len(carry) <= travel.MAX_CARRY
-    call = tree + WHEELS + LEDGER + sum(DATA.values()) + state_file_bytes(targets["cifar-binary"][0])
-    t = travel.Travel(parts={"tracked": tree, "carried": int(call - tree)})
-    assert travel.verdict(t, CARRY)[0], (call - CARRY) / 2**20
+    _, carry, targets, command = next_call()
+    assert set(targets) == {"cifar-binary"}
+    assert f"{HOME}/finished.json" in command
+    assert carry == [".whl", ".data/cifar10"]
+    call = tree + WHEELS + LEDGER + RECORDS + tracked_ledger.CAP_MIB * 2**20 + DATA[".data/cifar10"]
+    assert call <= CARRY, (call - CARRY) / 2**20
+
+
+def test_the_cap_holds_one_paper_size_state_with_its_card_and_not_two():
+    """The CIFAR-10 binary state (sized from its recipe) and the card the H200 occasion brought back beside it
+    (690,234 bytes) fit the default cap; two such states, as the next CIFAR-10 call would carry them, pass what the
+    call leaves for them (which is why the cap holds one)."""
+    recipe = next(c.recipe for c in CELLS if c.cell_id.startswith("cifar-binary--haim_binary_kkt--"))
+    one = state_file_bytes(recipe) + 690_234
+    cap = tracked_ledger.CAP_MIB * 2**20
+    assert one <= cap < 2 * one
+    tree = tree_without_home()
+    if tree is None:
+        pytest.skip("not a git checkout: the working tree's size is unknown")
+    assert tree + WHEELS + LEDGER + RECORDS + 2 * one + DATA[".data/cifar10"] > CARRY - 2 * 2**20
 
 
 @pytest.mark.parametrize("name", ["cifar-binary", "mnist-binary"])
-def test_after_it_each_targets_cells_travel_in_a_call_of_their_own_beside_a_full_paper_gpu_board(name):
-    """The states the ledger holds after the next occasion (both targets', each with its card, sized from the
-    recipes): a call of one target's cells carries its data folder and its state, and fits beside the tree as it is
-    and a full `paper-gpu` board (what travel_size.py prints for `--only` of that target's cells)."""
-    tree = tree_bytes()
+def test_each_targets_cells_travel_in_a_call_of_their_own_beside_a_full_paper_gpu_board(name):
+    """A call of one target's cells carries its data folder; the tracked ledger (at its cap) travels in the tree:
+    it fits beside the tree as it is and a full `paper-gpu` board (what travel_size.py prints for `--only` of that
+    target's cells)."""
+    tree = tree_without_home()
     if tree is None:
         pytest.skip("not a git checkout: the working tree's size is unknown")
-    recipe, folder = next_call()[2][name]
-    call = tree + PAPER_GPU + WHEELS + LEDGER + DATA[folder] + state_file_bytes(recipe) + CARD
+    folder = {ref: f for f, ref in READS.items()}
+    data = next(folder[c.recipe.problem.dataset] for c in CELLS if c.cell_id.startswith(f"{name}--"))
+    call = tree + PAPER_GPU + WHEELS + LEDGER + RECORDS + tracked_ledger.CAP_MIB * 2**20 + DATA[data]
     assert call <= CARRY, (name, (call - CARRY) / 2**20)
+
+
+def test_a_tracked_ledger_travels_in_the_tree_and_is_not_carried(repo, capsys):
+    """A ledger and a state committed under benchmarks/gpu/ledger/paper: travel_size reads it by default, counts its
+    files in the tree's part, and carries only the wheels and the data folder."""
+    keys = list(dict.fromkeys(c.recipe.key() for c in CELLS if fnmatch.fnmatchcase(c.cell_id, PATTERNS[0])))
+    home = ledger(repo, keys[:1], {}, cards={keys[0]})
+    (repo / HOME).parent.mkdir(parents=True)
+    home.rename(repo / HOME)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the tracked ledger")
+    write(repo / ".whl" / "k.whl", 3_000)
+    assert travel.main(["--repo", str(repo), "--suite", "paper", "--only", PATTERNS[0]]) == 0
+    out = capsys.readouterr().out
+    assert f"in the tree (no carry needed): {HOME}/finished.json, {HOME}/training/{keys[0]}.safetensors, " \
+           f"{HOME}/training/{keys[0]}.card.json" in out
+    assert 'carry: [".whl"]' in out   # .data/cifar10 is absent here: not carried
+    tracked = sum(p.stat().st_size for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts
+                  and p.parts[len(repo.parts)] not in ("big", ".whl", "new.txt", "run.log"))
+    assert f"tracked {travel.mib(tracked):>10s}".split() == next(
+        ln for ln in out.splitlines() if ln.startswith("tracked")).split()
 
 
 def test_a_states_file_is_bounded_by_its_recipes_arithmetic():
