@@ -6,8 +6,9 @@ must leave them room, or stop before its last window and leave the end to the ne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 import pytest
 from _helpers.slicekit import TickClock, digits_sizes
@@ -21,6 +22,8 @@ from reconbench.targets import resumable
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
+P = ParamSpec("P")
+R = TypeVar("R")
 STEPS = 1200
 #: the seconds the table prices one target's card at, and the seconds each card takes on the tick clock
 CARD = 15.0
@@ -84,6 +87,19 @@ def slow_priced() -> CostModel:
                                      card=PhaseCost(fixed=CARD, rate=0.0)))
 
 
+def taking(seconds: float, clock: TickClock, ends: list[float], make: Callable[P, R]) -> Callable[P, R]:
+    """``make`` (a card's making) taking ``seconds`` of ``clock``; the clock's reading when each ends goes to
+    ``ends``."""
+
+    def timed(*args: P.args, **kwargs: P.kwargs) -> R:
+        clock.now += seconds
+        made = make(*args, **kwargs)
+        ends.append(clock.now)
+        return made
+
+    return timed
+
+
 def run_slice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deadline: float) -> tuple[DeadlineExecutor, list[float]]:
     """A slice of the two targets with ``deadline``; each card takes ``CARD`` seconds of the clock. The executor and
     the clock's reading at the end of each card."""
@@ -92,15 +108,7 @@ def run_slice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deadline: float) 
     suite = load_suite(str(path))
     clock = TickClock()
     ends: list[float] = []
-    finish = resumable._finish
-
-    def timed_finish(*args: Any, **kwargs: Any) -> Any:
-        clock.now += CARD
-        card = finish(*args, **kwargs)
-        ends.append(clock.now)
-        return card
-
-    monkeypatch.setattr(resumable, "_finish", timed_finish)
+    monkeypatch.setattr(resumable, "_finish", taking(CARD, clock, ends, resumable._finish))
     ex = DeadlineExecutor(deadline, slow_priced(), digits_sizes(suite), start=0.0, clock=clock,
                           states=tmp_path / "cache" / "training")
     run_suite(suite, tmp_path / "out", cache=str(tmp_path / "cache"), quiet=True, executor=ex)
