@@ -113,13 +113,19 @@ if [ -d .data ]; then
 fi
 export RECONBENCH_DOWNLOAD=0
 export RECONBENCH_CACHE="${RECONBENCH_CACHE:-${TMPDIR:-/tmp}/reconbench-slice-cache}"
-# a device machine gets the files without git metadata: the caller names the commit
+# the commit the code runs at: the caller names it. A device machine's copy of the files may carry no git metadata,
+# or git metadata of an older commit (the one its session began at), so RECONBENCH_SLICE_COMMIT wins over git in the
+# pack and in every cell record; unset, the records name what git says here (-dirty where the code differs from it)
 if [ -z "${RECONBENCH_SLICE_COMMIT:-}" ]; then
-  RECONBENCH_SLICE_COMMIT="$(git rev-parse HEAD 2>/dev/null || true)"
-  export RECONBENCH_SLICE_COMMIT
-  if [ -z "$RECONBENCH_SLICE_COMMIT" ]; then
+  here="$(git rev-parse HEAD 2>/dev/null || true)"
+  if [ -z "$here" ]; then
     echo "note: no git metadata here and RECONBENCH_SLICE_COMMIT is unset: the pack will not name its commit" >&2
+  else
+    echo "note: RECONBENCH_SLICE_COMMIT is unset: the pack names the commit git reports here ($here), which on a" \
+      "device machine can be an older commit than the code's; name it: RECONBENCH_SLICE_COMMIT=<sha> $0 ..." >&2
   fi
+else
+  export RECONBENCH_SLICE_COMMIT
 fi
 finished=()
 if [ -n "$ledger" ]; then

@@ -43,13 +43,14 @@ from reconbench.bench.entries import expand as expand_entry
 from reconbench.bench.entries import is_entry
 from reconbench.bench.executors import CellJob, Executor, Finished, Lost, Outcome, RunContext, Started
 from reconbench.bench.seal import SEAL_FIELD, sealed
+from reconbench.bench.slice_commit import ran_commit, with_ran_commit
 from reconbench.bench.suite import Suite, SuiteError, display_path
 from reconbench.config import build_config, config_to_dict
 from reconbench.data import Problem
 from reconbench.errors import ReconbenchError, UnknownNameError
 from reconbench.evaluation.bars import selection_record
 from reconbench.progress import Progress
-from reconbench.provenance import git_commit, provenance, write_json
+from reconbench.provenance import provenance, write_json
 from reconbench.records import (
     RUN_RESULT_FILE,
     Calibrated,
@@ -399,7 +400,7 @@ def stamp_record(rec: dict[str, Any], cell: Cell, spec: RunSpec, wall_seconds: f
     if cpu_seconds is not None:
         rec["cpu_seconds"] = cpu_seconds
     rec["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    rec["provenance"] = provenance(rec["spec"], spec.device, spec.dtype, cell.seed)
+    rec["provenance"] = with_ran_commit(provenance(rec["spec"], spec.device, spec.dtype, cell.seed))
     rec["machine"] = machine.describe(spec.device)
     return rec
 
@@ -545,7 +546,7 @@ class InvocationLog:
             dtype=ctx.dtype,
             executor=executor.describe(),
             reconbench_version=__version__,
-            git_commit=git_commit(),
+            git_commit=ran_commit(),
             torch_version=torch.__version__,
             machine=machine.describe(ctx.device),
             cells_run=[],

@@ -71,12 +71,16 @@ NOT_CARRIED = "its training state was not carried"
 
 @dataclass
 class Deferred:
-    """A cell the slice did not start: its estimate and the seconds that were left."""
+    """A cell the slice did not start: its estimate and the seconds that were left for it when the slice decided
+    (``left``: the deadline less the seconds elapsed then, ``at``, and less ``pending``, the estimates of the cells
+    chosen before it to run together later in a cross-target slice)."""
 
     cell_id: str
     estimate: float
     left: float
     note: str = ""
+    at: float = 0.0
+    pending: float = 0.0
 
 
 @dataclass
@@ -148,8 +152,13 @@ class DeadlineExecutor:
                 "safety": {"factor": self.model.factor, "seconds": self.model.extra},
                 "training_in_pieces": self.states is not None, "cross_target": self.cross_target}
 
-    def _defer(self, slot: Slot, work: CellWork, job: CellJob, note: str = "") -> None:
-        self.deferred.append(Deferred(job.cell.cell_id, slot.estimate(work), self.deadline - self.elapsed(), note))
+    def _defer(self, slot: Slot, work: CellWork, job: CellJob, note: str = "", *, chosen: bool = False) -> None:
+        """Leave ``job`` for the next slice, with the seconds left for it now; ``chosen``: the walk decided before
+        the cells it chose to run together in a cross-target slice ran, so less their estimates (they run first)."""
+        at = self.elapsed()
+        pending = slot.spent if self.cross_target and chosen else 0.0
+        self.deferred.append(Deferred(job.cell.cell_id, slot.estimate(work), self.deadline - at - pending, note,
+                                      at=at, pending=pending))
 
     def _training_seconds(self, slot: Slot) -> float:
         """What the deadline leaves for training now: the time left, less the estimates of the cells chosen to run
@@ -162,23 +171,40 @@ class DeadlineExecutor:
         its training priced at its stack size (``training_seconds``: the table's rate for that many targets
         stacked, what their states have done taken off); where that training would end but the cards made at its
         end would then pass ``time_left``, it stops their price short of it (the next slice ends it and makes
-        them), else it takes all of ``time_left`` (a table without a card price makes them for free)."""
+        them), else it takes all of ``time_left`` (a table without a card price makes them for free). Either way
+        the piece keeps the cards' price free at its end (:meth:`_cards_seconds`): a stack that steps faster than
+        its price ends only where its cards still fit, else it stops before its last window."""
         assert self.states is not None
-        keys = {r.key() for r in recipes}
-        stack = list({w.target_key: w for w in works.values() if w.pieces and w.target_key in keys}.values())
+        stack = self._stack_works(recipes, works)
         progress = {r.key(): self._state_step(r) / max(r.train.steps, 1) for r in recipes}
         expected = sum(training_seconds(self.model, stack, progress).values())
-        cards = sum(card_seconds(self.model.prior, w) for w in stack) if self.model.prior.card is not None else 0.0
+        cards = self._cards_seconds(recipes, works)
         return time_left - cards if expected <= time_left < expected + cards else time_left
 
-    def _train_group(self, recipes: list[TargetRecipe], seconds: float, ctx: RunContext) -> list[Piece] | str:
-        """Train (or continue) ``recipes`` (one batch group, one step) as one stack for at most ``seconds``; the
-        pieces, or why training failed (their cells are left for the next slice with that note)."""
+    @staticmethod
+    def _stack_works(recipes: Sequence[TargetRecipe], works: Mapping[str, CellWork]) -> list[CellWork]:
+        """One work of each target of ``recipes`` that trains in pieces."""
+        keys = {r.key() for r in recipes}
+        return list({w.target_key: w for w in works.values() if w.pieces and w.target_key in keys}.values())
+
+    def _cards_seconds(self, recipes: Sequence[TargetRecipe], works: Mapping[str, CellWork]) -> float:
+        """The price of the cards made when the training of ``recipes`` ends (0 where the table has no card
+        price): the piece keeps them inside its seconds (``train_pieces``'s ``card_seconds``), whatever rate the
+        stack turns out to step at."""
+        if self.model.prior.card is None:
+            return 0.0
+        return sum(card_seconds(self.model.prior, w) for w in self._stack_works(recipes, works))
+
+    def _train_group(self, recipes: list[TargetRecipe], seconds: float, ctx: RunContext,
+                     cards_seconds: float = 0.0) -> list[Piece] | str:
+        """Train (or continue) ``recipes`` (one batch group, one step) as one stack for at most ``seconds``, the
+        cards made at its end (``cards_seconds``) included; the pieces, or why training failed (their cells are
+        left for the next slice with that note)."""
         assert self.states is not None
         cards = [cache_dir(ctx.cache) / "targets" / r.key() for r in recipes]
         try:
             pieces = train_pieces(recipes, cards, self.states, seconds=seconds, data_root=ctx.data_root,
-                                  device=ctx.device, clock=self.clock)
+                                  device=ctx.device, clock=self.clock, card_seconds=cards_seconds)
         except Exception as exc:   # the note says why; the cells stay for the next slice
             return f"its training in pieces failed ({type(exc).__name__}: {exc})"
         self.pieces.extend(pieces)
@@ -340,7 +366,7 @@ class DeadlineExecutor:
                 self.watch.say(f"training of {len(recipes)} target(s) not started: {note}")
                 break
             t0 = self.timer()
-            result = self._train_group(recipes, seconds, ctx)
+            result = self._train_group(recipes, seconds, ctx, self._cards_seconds(recipes, works))
             if isinstance(result, str):
                 stopped.update({r.key(): result for r in recipes})
                 self.watch.say(f"training of {len(recipes)} target(s) failed: {result}")
@@ -367,7 +393,7 @@ class DeadlineExecutor:
                 note = (f"{len(held)} of its {total} search runs are merged already" +
                         ("; the merge evaluates it where they are (unpack the last pack there again)"
                          if len(held) >= total else ""))
-            self._defer(slot, work, job, note)
+            self._defer(slot, work, job, note, chosen=True)
         if together and self.stopped:   # past the deadline: their attacks would stop at once
             for job in together:
                 self._defer(slot, works[job.cell.cell_id], job, "the deadline stopped an attack before it started")

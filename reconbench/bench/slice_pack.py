@@ -54,11 +54,12 @@ from reconbench.bench.runner import (
     write_suite_file,
 )
 from reconbench.bench.seal import seal_problem
+from reconbench.bench.slice_commit import COMMIT_ENV as COMMIT_ENV
+from reconbench.bench.slice_commit import ran_commit
 from reconbench.bench.suite import Suite
 from reconbench.errors import ReconbenchError
 from reconbench.provenance import (
     folder_lock,
-    git_commit,
     read_json,
     save_tensors_atomic,
     write_bytes_atomic,
@@ -102,9 +103,6 @@ MANIFEST = "manifest.json"
 MAX_FILES, MAX_FILE_BYTES = 8, 16 * 1024 * 1024
 #: the precision candidates travel in
 TRAVEL_DTYPE = torch.float16
-#: the environment variable naming the commit a slice ran, where the working tree has no git metadata (a device
-#: machine gets a copy of the files only)
-COMMIT_ENV = "RECONBENCH_SLICE_COMMIT"
 _FILE_NAME = re.compile(r"^(records-[0-9a-f]{12}\.tar\.xz|(candidates|training|runs)-[0-9a-f]{12}\.safetensors"
                         r"|training-[0-9a-f]{12}\.part)$")
 #: a training state larger than this travels split into parts of at most this many bytes (the manifest lists each
@@ -265,7 +263,9 @@ def figure_pairs_members(suite: Suite, out: Path, cells: Sequence[str],
 
 
 def slice_commit() -> str | None:
-    return git_commit() or os.environ.get(COMMIT_ENV) or None
+    """The commit the slice's code ran at (``reconbench.bench.slice_commit``: ``RECONBENCH_SLICE_COMMIT`` wins over
+    the git metadata beside the code, which on a device machine can name an older commit)."""
+    return ran_commit()
 
 
 def _content_name(stem: str, suffix: str, data: bytes) -> str:

@@ -13,7 +13,7 @@ import click
 from reconbench.bench.cells import expand
 from reconbench.bench.executors import Executor
 from reconbench.bench.runner import BenchReport, next_invocation_number
-from reconbench.bench.slice_executor import NOT_CARRIED, DeadlineExecutor
+from reconbench.bench.slice_executor import NOT_CARRIED, DeadlineExecutor, Deferred
 from reconbench.bench.slice_pack import (
     LEDGER_FILE,
     MAX_FILES,
@@ -34,6 +34,14 @@ PACK_RESERVE_SECONDS = 10.0
 def check_pack_folder(pack: Path) -> None:
     if pack.exists() and (not pack.is_dir() or any(pack.iterdir())):
         raise ReconbenchError(f"--pack {pack} is not an empty folder; pass a new or empty folder")
+
+
+def left_said(d: Deferred) -> str:
+    """The seconds that were left for a deferred cell when the slice decided, and when that was."""
+    if d.pending > 0:
+        return (f"{d.left:.1f}s left when decided at {d.at:.1f}s: {d.left + d.pending:.1f}s less {d.pending:.1f}s "
+                "estimated for the cells chosen to run before it")
+    return f"{d.left:.1f}s left when decided at {d.at:.1f}s"
 
 
 def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | None) -> None:
@@ -57,7 +65,7 @@ def say_deferred(ex: DeadlineExecutor, report: BenchReport, deadline: float | No
     for d in ex.deferred:
         why = f"; {d.note}" if d.note else ""
         what = "stopped" if d.cell_id in stopped else "not started"
-        click.echo(f"  {what}: {d.cell_id}  (estimated {d.estimate:.1f}s, {d.left:.1f}s left{why})")
+        click.echo(f"  {what}: {d.cell_id}  (estimated {d.estimate:.1f}s, {left_said(d)}{why})")
     for p in ex.pieces:
         if p.finished:
             continue

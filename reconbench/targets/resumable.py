@@ -149,11 +149,16 @@ def train_piece(recipe: TargetRecipe, card_dir: Path, states: Path, *, seconds: 
 
 def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Path, *, seconds: float,
                  data_root: str | None = None, device: str = "cpu",
-                 clock: Callable[[], float] = time.monotonic) -> list[Piece]:
+                 clock: Callable[[], float] = time.monotonic, card_seconds: float = 0.0) -> list[Piece]:
     """:func:`train_piece` of several targets of one :func:`batch_group` at one step, as one stack: one
     :class:`BatchedChainGD` of T targets, each continued from its own state and saved to its own state file (as
     training it alone would save it: each resumes alone or in any stack). Their weights equal training each alone
-    (on the CPU the stack steps its targets one after another with the same operations)."""
+    (on the CPU the stack steps its targets one after another with the same operations).
+
+    ``card_seconds``: what the cards made when the training ends take (all of them). The window of steps that ends
+    the training runs only when it and the cards fit in what is left of ``seconds``; else the piece stops before it,
+    at most one window short of the end, and the next piece ends the training and makes the cards. So a stack that
+    steps faster than it was priced at still ends inside ``seconds``."""
     t0 = clock()
     problems = [build_problem(r.problem, data_root) for r in recipes]
     trainer, models = from_recipes(recipes, problems, device, loss_every=LOSS_EVERY)
@@ -180,8 +185,11 @@ def train_pieces(recipes: list[TargetRecipe], card_dirs: list[Path], states: Pat
         left = seconds - (clock() - t0)
         if trainer.step_count > 0 and window_seconds > left:
             break
+        window = min(LOSS_EVERY - trainer.step_count % LOSS_EVERY, steps - trainer.step_count)
+        if card_seconds > 0 and trainer.step_count + window >= steps and window_seconds + card_seconds > left:
+            break   # the last window would end the training with no time left for its cards
         w0 = clock()
-        trainer.run(min(LOSS_EVERY - trainer.step_count % LOSS_EVERY, steps - trainer.step_count))
+        trainer.run(window)
         window_seconds = max(window_seconds, clock() - w0)
         diverged = [(r.key(), d) for r, d in zip(recipes, trainer.diverged, strict=True) if d is not None]
         if diverged:

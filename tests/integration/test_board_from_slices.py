@@ -66,7 +66,9 @@ def test_slices_at_two_commits_publish_one_board_that_verifies(tmp_path, capsys,
     unpack(run_slice(tmp_path, capsys, monkeypatch, "b", SLICE_B, CELLS[1]), local, capsys)
     cells = {p.stem: json.loads(p.read_text()) for p in (local / "cells").glob("*.json")}
     assert sorted(cells) == sorted(CELLS[:2])
-    assert all(c["provenance"]["git_commit"] is None for c in cells.values())   # the device had no git metadata
+    # the device had no git metadata: each cell names the commit its slice was given (RECONBENCH_SLICE_COMMIT)
+    assert {c["cell_id"]: c["provenance"]["git_commit"] for c in cells.values()} == {CELLS[0]: SLICE_A,
+                                                                                    CELLS[1]: SLICE_B}
 
     at_commit(monkeypatch, HERE)
     board = tmp_path / "board"
