@@ -114,3 +114,26 @@ def test_cell_ranges_flag_a_setting_outside_the_papers_range(sr):
     assert got["lr"] == {"min": 1e-3, "max": 2.0, "paper": [1e-5, 1.0], "inside": False}
     assert got["alpha"]["inside"] and got["lambda_min"]["inside"]
     assert got["best_run"]["run"] == 1
+
+
+def test_the_docs_kkt_table_is_the_committed_json():
+    """docs/regime.md's table of the paper-size targets' fits states benchmarks/results/regime/state_regime.json."""
+    import json
+
+    data = json.loads((REPO / "benchmarks" / "results" / "regime" / "state_regime.json").read_text())["targets"]
+    mnist, cifar = data["4eef26d9a3e7ba9d"]["fit"], data["fcde427475ca584c"]["fit"]
+    lines = (REPO / "docs" / "regime.md").read_text().splitlines()
+    start = lines.index("| fit | at the 500 training images | at 500 held-out images | "
+                        "by layer at training images: [W1 b1] / W2 / w3 |")
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines[start + 2:start + 4]]
+
+    def pair(key: str) -> str:
+        return f"{mnist[key]['residual']:.3f} ({cifar[key]['residual']:.3f})"
+
+    def layers(key: str) -> str:
+        one = " / ".join(f"{v:.3f}" for v in mnist[key]["residual_by_layer"])
+        two = " / ".join(f"{v:.3f}" for v in cifar[key]["residual_by_layer"])
+        return f"{one} ({two})"
+
+    for row, what in zip(rows, ("theta", "learned"), strict=True):
+        assert row[1:] == [pair(f"{what}_at_train"), pair(f"{what}_at_heldout"), layers(f"{what}_at_train")]
