@@ -106,6 +106,24 @@ def fit_report(layers: Layers, v: Layers, x: np.ndarray, y: np.ndarray, alpha: f
             "wrong_sign": int((margins <= 0).sum())}
 
 
+def engine_check(model: torch.nn.Module, theta: Layers, x: np.ndarray, y: np.ndarray, alpha: float) -> dict[str, Any]:
+    """The attacks' own stationarity term (both engines, float64) at the training images with the multipliers of the
+    closed-form fit, against the closed form's value: the attack's objective is the function measured here."""
+    import copy
+
+    from reconbench.attack.kkt.stationarity import make_engine
+
+    parts = per_sample_parts(theta, x, alpha)
+    fit = nnls_fit(gram_by_layer(parts, y), inner_by_layer(parts, y, theta), [float((t * t).sum()) for t in theta])
+    out: dict[str, Any] = {"alpha": alpha, "closed_form": fit["residual_sq"]}
+    for kind in ("gram", "autograd"):
+        net = copy.deepcopy(model).double()
+        engine, name = make_engine(net, alpha, "relu", kind)  # type: ignore[arg-type]
+        _, residual = engine(torch.from_numpy(x))
+        out[name] = float(residual(torch.from_numpy(fit["lam"] * y)[:, None]).detach())
+    return out
+
+
 def layers_of(model: torch.nn.Module) -> Layers:
     chain = model.linear_chain()   # type: ignore[operator]
     w1 = torch.cat([chain[0].weight, chain[0].bias[:, None]], dim=1)
@@ -258,6 +276,7 @@ def analyse(state: Path, card_json: Path, data_root: str | None, steps: int,
         report["fit"]["surrogate_theta_at_train_and_heldout"] = fit_report(
             theta, theta, np.concatenate([x, xte]), np.concatenate([ypm, yte]), alpha)
         report["fit"]["surrogate_theta_at_2n_heldout"] = fit_report(theta, theta, x2, y2, alpha)
+        report["attack_engines"] = engine_check(attacked32, theta, x, ypm, alpha)
     model32_layers = theta
     trainer, _ = from_recipes([recipe], [problem], "cpu", loss_every=LOSS_EVERY)
     trainer.load(state, target=0)
