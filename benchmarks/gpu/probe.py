@@ -87,6 +87,7 @@ from cell_time_account import step_flops  # noqa: E402
 
 from reconbench import plugins  # noqa: E402
 from reconbench.attack.candidates import candidate_labels  # noqa: E402
+from reconbench.command_text import portable_command  # noqa: E402
 from reconbench.records.cost_table import PROBE_SCHEMA  # noqa: E402
 from reconbench.targets.batched_training import BatchedChainGD  # noqa: E402
 
@@ -397,8 +398,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     result: dict[str, Any] = {"format": PROBE_SCHEMA,
                               "benchmark": "GPU probe: batched trainer and batched KKT attack", "tiny": args.tiny,
-                              "command": "python benchmarks/gpu/probe.py " + " ".join(
-                                  argv if argv is not None else sys.argv[1:]),
+                              "command": portable_command(["python", "benchmarks/gpu/probe.py",
+                                                           *(argv if argv is not None else sys.argv[1:])]),
                               "conditions": conditions(str(device)), "sizes": size, "trainer": [], "attack": [],
                               "skipped": []}
     if device.type == "cuda":

@@ -24,10 +24,12 @@ DEBUG = [False]
 
 
 def command_line() -> str:
-    """The command as typed, e.g. ``reconbench bench ci --resume`` (for provenance)."""
-    import shlex
+    """The command as typed, e.g. ``reconbench bench ci --resume`` (for provenance), with no absolute path of this
+    machine: a path under the working directory, ``$OUT``, the temporary or the home folder is written from it
+    (:func:`reconbench.command_text.portable_command`), since records holding it are committed."""
+    from reconbench.command_text import portable_command
 
-    return shlex.join(["reconbench", *ARGV])
+    return portable_command(["reconbench", *ARGV])
 
 
 def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> bool:

@@ -1,0 +1,58 @@
+"""A recorded command holds no absolute path of the machine, and a shell turns it back into the command that ran."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from reconbench.command_text import portable_command
+
+ENV = {"OUT": "/root/out", "TMPDIR": "/tmp", "HOME": "/home/alice"}
+CWD = "/work/repo"
+ARGS = ["reconbench", "bench", "paper", "--pack", "/root/out/pack", "--out", "/tmp/tmp.XJY0rPhjOL",
+        "--finished", "/work/repo/runs/bench/paper/finished.json", "--only", "mnist-binary--*--gaussian--*",
+        "--data-root=/home/alice/data with space", "--costs", "/root/outside/probe.json", "/opt/elsewhere/x",
+        "/root/out"]
+
+
+def test_paths_under_the_roots_are_written_from_them():
+    text = portable_command(ARGS, cwd=CWD, env=ENV)
+    assert "/root/out/" not in text and "/tmp/" not in text and "/home/alice" not in text and "/work/repo" not in text
+    assert "$OUT/pack" in text and "--data-root=$HOME'/data with space'" in text
+    assert "$TMPDIR/tmp.XJY0rPhjOL" in text and " runs/bench/paper/finished.json" in text
+    # a folder that only begins with the root's name is another folder, and a path under no root stays as it was
+    assert "/root/outside/probe.json" in text and "/opt/elsewhere/x" in text
+    assert text.endswith(" $OUT")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to expand the placeholders")
+def test_a_shell_expands_the_record_back_into_the_command(tmp_path):
+    """The independent reading: bash, with the same variables, gives back every argument (a relative path as the
+    same file from the working directory)."""
+    cwd = tmp_path / "repo"
+    cwd.mkdir()
+    env = {"OUT": str(tmp_path / "out"), "TMPDIR": str(tmp_path / "tmp"), "HOME": str(tmp_path / "home")}
+    args = [a.replace("/root/out", env["OUT"]).replace("/tmp", env["TMPDIR"]).replace("/home/alice", env["HOME"])
+            .replace("/work/repo", str(cwd)) for a in ARGS]
+    text = portable_command(args, cwd=str(cwd), env=env)
+    shown = subprocess.run(["bash", "-c", f"printf '%s\\0' {text}"], cwd=cwd, env={**os.environ, **env},
+                           capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
+    assert len(shown) == len(args)
+    for given, back in zip(args, shown, strict=True):
+        if given.startswith("/") and not back.startswith("/"):
+            assert str(cwd / back) == given
+        else:
+            assert back == given
+
+
+def test_the_cli_records_commands_without_machine_paths(monkeypatch, tmp_path):
+    from reconbench.cli import common
+
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(common, "ARGV", ["bench", "ci", "--pack", str(tmp_path / "out" / "pack"),
+                                         "--out", str(tmp_path / "runs" / "ci")])
+    assert common.command_line() == "reconbench bench ci --pack $OUT/pack --out runs/ci"
