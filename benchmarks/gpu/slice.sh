@@ -18,7 +18,7 @@
 #
 # It installs the carried wheels in .whl/ (RECONBENCH_WHEELS: another folder) when this Python lacks any of them or
 # holds one older (benchmarks/gpu/fetch_wheels.sh fetches them: the runtime dependencies the device image lacks),
-# checks that reconbench's records (cattrs) and kornia import before anything runs, installs the package without its
+# checks that reconbench's records (cattrs) import before anything runs, installs the package without its
 # dependencies (built-in plugins are found through install metadata), reads the data from .data/ when that folder
 # exists (benchmarks/gpu/copy_data.py fills it), runs the cells that fit before the deadline, and writes the slice's
 # pack to $OUT/pack (a temporary folder when OUT is unset). Merge the pack where the results are kept:
@@ -52,7 +52,9 @@ fi
 import importlib
 import sys
 
-for module in ("reconbench.records", "kornia"):   # cattrs (the records' strict reading), the papers' SSIM
+# cattrs (the records' strict reading): the one runtime dependency a slice imports that the image lacks (kornia, which
+# the image lacks too, is never imported: reconbench computes the papers' SSIM itself)
+for module in ("reconbench.records",):
     try:
         importlib.import_module(module)
     except ImportError as exc:   # a module missing, or one too old to hold what is imported from it

@@ -1,10 +1,12 @@
 """What travels to the device machine: every runtime dependency of pyproject.toml is in the device image
-(benchmarks/gpu/device_packages.txt) or among the wheels benchmarks/gpu/fetch_wheels.sh carries, as are the carried
-packages' own requirements; slice.sh installs the wheels a Python lacks and stops in one line, before the probe, when
-an import is missing. No network: the wheels' requirements are read from this environment's installed metadata."""
+(benchmarks/gpu/device_packages.txt), among the wheels benchmarks/gpu/fetch_wheels.sh carries, or named there as one
+a slice never imports (with why), as are the carried packages' own requirements; slice.sh installs the wheels a
+Python lacks and stops in one line, before the probe, when an import is missing; and a slice runs with kornia (not
+carried) unimportable. No network: the wheels' requirements are read from this environment's installed metadata."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -48,18 +50,42 @@ def carried_pins() -> dict[str, Version]:
     return pins
 
 
+def not_carried(text: str | None = None) -> dict[str, str]:
+    """fetch_wheels.sh's runtime dependencies a slice never imports: ``#   not carried: NAME: why`` (the reason may
+    go on over further comment lines indented deeper), name -> reason. A name without a reason is refused."""
+    text = (GPU / "fetch_wheels.sh").read_text() if text is None else text
+    out: dict[str, str] = {}
+    name = ""
+    for line in text.splitlines():
+        entry = re.match(r"^#   not carried: ([A-Za-z0-9_.-]+):?(.*)$", line)
+        if entry:
+            name = canonicalize_name(entry.group(1))
+            out[name] = entry.group(2).strip()
+        elif name and re.match(r"^#     \S", line):
+            out[name] = f"{out[name]} {line[1:].strip()}".strip()
+        else:
+            name = ""
+    for n, why in out.items():
+        assert why, f"fetch_wheels.sh: {n} is declared not carried without a reason: write why after '{n}:'"
+    return out
+
+
 def runtime_requirements(pyproject: Path) -> list[Requirement]:
     return [Requirement(r) for r in tomllib.loads(pyproject.read_text())["project"]["dependencies"]]
 
 
-def uncovered(reqs: list[Requirement], image: set[str], carried: dict[str, Version]) -> list[str]:
-    """The requirements (for the device's Python) that neither the image nor the carried wheels meet: a name in
-    neither, or a carried pin below the stated minimum."""
+def uncovered(reqs: list[Requirement], image: set[str], carried: dict[str, Version],
+              unneeded: dict[str, str] | None = None) -> list[str]:
+    """The requirements (for the device's Python) that neither the image nor the carried wheels meet and that are
+    not declared unneeded on the device with a reason: a name in none of them, or a carried pin below the stated
+    minimum."""
     out = []
     for r in reqs:
         if r.marker is not None and not r.marker.evaluate(DEVICE_MARKERS):
             continue
         name = canonicalize_name(r.name)
+        if (unneeded or {}).get(name):
+            continue
         if name in carried:
             if not r.specifier.contains(carried[name], prereleases=True):
                 out.append(f"{r} (carried: {carried[name]})")
@@ -71,19 +97,41 @@ def uncovered(reqs: list[Requirement], image: set[str], carried: dict[str, Versi
 def test_the_package_list_is_the_images_and_the_carried_wheels_are_not_in_it():
     image, carried = image_packages(), carried_pins()
     assert len(image) > 150 and {"torch", "numpy", "safetensors", "pluggy", "click"} <= image
-    assert {"cattrs", "kornia", "kornia-rs", "attrs", "typing-extensions"} == set(carried)
+    assert {"cattrs", "attrs", "typing-extensions"} == set(carried)
     assert "cattrs" not in image and "kornia" not in image
 
 
-def test_every_runtime_dependency_of_pyproject_travels_or_is_in_the_image():
-    assert uncovered(runtime_requirements(ROOT / "pyproject.toml"), image_packages(), carried_pins()) == []
+def test_kornia_is_declared_not_carried_with_its_reason_and_is_neither_carried_nor_in_the_image():
+    """The not-carried list names pyproject dependencies only (none stale), each with a reason, none also carried
+    or in the image (where the declaration would hide nothing)."""
+    unneeded, carried, image = not_carried(), carried_pins(), image_packages()
+    assert set(unneeded) == {"kornia"}
+    assert "ssim" in unneeded["kornia"].lower() and "test" in unneeded["kornia"]
+    pyproject = {canonicalize_name(r.name) for r in runtime_requirements(ROOT / "pyproject.toml")}
+    assert set(unneeded) <= pyproject
+    assert not set(unneeded) & (set(carried) | image)
 
 
-def test_a_new_dependency_in_neither_list_is_caught(tmp_path):
-    """The check can fail: pyproject.toml with one more dependency the image lacks and no wheel carries."""
+def test_every_runtime_dependency_of_pyproject_travels_is_in_the_image_or_is_not_needed_there():
+    reqs = runtime_requirements(ROOT / "pyproject.toml")
+    assert uncovered(reqs, image_packages(), carried_pins(), not_carried()) == []
+    # without the declaration, kornia (the image lacks it, no wheel carries it) is what is missing
+    assert uncovered(reqs, image_packages(), carried_pins()) == ["kornia>=0.7"]
+
+
+def test_a_new_dependency_in_no_list_is_caught(tmp_path):
+    """The check can fail: pyproject.toml with one more dependency the image lacks, no wheel carries and no line
+    declares unneeded."""
     text = (ROOT / "pyproject.toml").read_text().replace('dependencies = [\n', 'dependencies = [\n  "ujson>=5",\n', 1)
     (tmp_path / "pyproject.toml").write_text(text)
-    assert uncovered(runtime_requirements(tmp_path / "pyproject.toml"), image_packages(), carried_pins()) == ["ujson>=5"]
+    reqs = runtime_requirements(tmp_path / "pyproject.toml")
+    assert uncovered(reqs, image_packages(), carried_pins(), not_carried()) == ["ujson>=5"]
+    # declared with a reason it passes; declared without one the declaration is refused in one line
+    assert uncovered(reqs, image_packages(), carried_pins(), {**not_carried(), "ujson": "why"}) == []
+    with pytest.raises(AssertionError, match="ujson is declared not carried without a reason"):
+        not_carried("#   not carried: ujson:\n#   not carried: kornia: the CPU test only\n")
+    # a reason over two comment lines is read whole; a line outside the block ends it
+    assert not_carried("#   not carried: Foo_Bar: one\n#     two\n#\n#     three\n") == {"foo-bar": "one two"}
     # and a carried pin below a stated minimum
     low = {**carried_pins(), "attrs": Version("20.1")}
     assert uncovered([Requirement("attrs>=25.4.0")], image_packages(), low) == ["attrs>=25.4.0 (carried: 20.1)"]
@@ -92,7 +140,7 @@ def test_a_new_dependency_in_neither_list_is_caught(tmp_path):
 def test_the_carried_packages_own_requirements_travel_too():
     """Each carried package's runtime requirements (this environment's metadata of the pinned version, extras left
     out, markers of Python 3.12 on Linux) are met by the image or by another carried wheel: cattrs's attrs>=25.4
-    and typing-extensions>=4.14, kornia's kornia-rs."""
+    and typing-extensions>=4.14."""
     carried = carried_pins()
     for name, pinned in carried.items():
         if Version(version(name)) != pinned:
@@ -133,3 +181,56 @@ def test_slice_sh_stops_in_one_line_before_the_probe_when_cattrs_is_missing(tmp_
     assert len(lines) == 1, done.stderr
     assert "no module 'cattrs'" in lines[0] and "benchmarks/gpu/fetch_wheels.sh" in lines[0]
     assert not (out / "probe.json").exists()
+
+
+#: a stand-in ``kornia`` first on the path: importing it (or any submodule) fails as a missing package does
+NO_KORNIA = "raise ModuleNotFoundError(\"No module named 'kornia'\", name='kornia')\n"
+
+
+def shim_without_kornia(tmp_path: Path) -> Path:
+    """A folder for the front of PYTHONPATH: the failing ``kornia``, and this checkout's plugins under their import
+    name (as slice.sh registers them where pip cannot install the package), so that slice.sh finds the package
+    installed from this tree and installs nothing."""
+    shim = tmp_path / "shim"
+    (shim / "kornia").mkdir(parents=True)
+    (shim / "kornia" / "__init__.py").write_text(NO_KORNIA)
+    (shim / "reconbench_plugins").symlink_to(ROOT / "plugins", target_is_directory=True)
+    return shim
+
+
+def test_the_kornia_stand_in_does_block_kornia(tmp_path):
+    """The blocker works: with the shim first on the path, ``import kornia.metrics`` fails as a missing package."""
+    env = {**os.environ, "PYTHONPATH": f"{shim_without_kornia(tmp_path)}{os.pathsep}{ROOT}"}
+    done = subprocess.run([sys.executable, "-c", "import kornia.metrics"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and "No module named 'kornia'" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_a_slice_and_the_probes_evaluation_run_without_kornia(tmp_path):
+    """slice.sh end to end on the CPU (tiny.toml) in a Python that cannot import kornia, as on the device image: it
+    passes its pre-flight check, scores every cell (the papers' SSIM among the scores) and writes the pack, which
+    merges here; and the probe's evaluation case (the papers' SSIM of a paper-size cell) runs too. Fails if a slice,
+    its evaluation or the probe imports kornia."""
+    out, results = tmp_path / "out", tmp_path / "results"
+    env = {**os.environ, "PYTHONPATH": f"{shim_without_kornia(tmp_path)}{os.pathsep}{ROOT}", "OUT": str(out),
+           "PYTHON": sys.executable, "RECONBENCH_WHEELS": str(tmp_path / "none"),
+           "RECONBENCH_CACHE": str(tmp_path / "cache"), "RECONBENCH_SLICE_COMMIT": "0" * 40}
+    env.pop("PROBE_BUDGET", None)
+    done = subprocess.run(["bash", str(GPU / "slice.sh"), str(GPU / "tiny.toml"), "cpu", "240"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "No module named 'kornia'" not in done.stdout + done.stderr, done.stderr[-3000:]
+    assert "pip could not install" not in done.stderr, done.stderr[-3000:]
+    merged = subprocess.run([sys.executable, "-m", "reconbench", "bench", str(GPU / "tiny.toml"), "--unpack",
+                             str(out / "pack"), "--out", str(results)], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert merged.returncode == 0, merged.stderr[-3000:]
+    cells = [json.loads(p.read_text()) for p in sorted((results / "cells").glob("*.json"))]
+    assert len(cells) == 3 and all(c["status"] == "ok" for c in cells), [c["status"] for c in cells]
+    assert all(0 < c["selections"]["pool"]["summary"]["mean_ssim_matched"] <= 1 for c in cells)
+    probe = subprocess.run([sys.executable, str(GPU / "probe.py"), str(tmp_path / "probe.json"), "--tiny", "--device",
+                            "cpu", "--only", "evaluation"], env=env, capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    rows = json.loads((tmp_path / "probe.json").read_text())
+    assert "evaluation" in json.dumps(rows), rows

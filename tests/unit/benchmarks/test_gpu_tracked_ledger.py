@@ -87,6 +87,27 @@ def test_the_cap_keeps_states_in_the_suites_cell_order_and_names_what_it_leaves_
     assert not list((home / "training").iterdir())
 
 
+#: the two paper-size states and cards the H200 occasion brought back (CIFAR-10 binary, MNIST binary): bytes of each
+H200_STATES = ((8_560_680, 690_234), (8_560_752, 689_830))
+
+
+def test_the_default_cap_keeps_both_binary_states_with_their_cards_and_not_a_third(tmp_path, capsys):
+    """`keep` without --cap-mib: states (their cards included) of the H200's sizes for the first two targets in the
+    cells' order are kept, a third of the same size is left out in one line."""
+    (state0, card0), (state1, card1) = H200_STATES
+    # results_folder writes a 100-byte card beside each state: the state files carry the rest of the card's bytes
+    sizes = {KEYS[0]: state0 + card0 - 100, KEYS[1]: state1 + card1 - 100, KEYS[2]: state0 + card0 - 100}
+    results = results_folder(tmp_path, sizes)
+    home = tmp_path / "home"
+    assert tl.main(["keep", "paper", "--results", str(results), "--home", str(home)]) == 0
+    out, err = capsys.readouterr()
+    assert f"2 training state(s) ({KEYS[0]}, {KEYS[1]})" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"note: training state {KEYS[2]} ") and "not kept" in lines[0]
+    kept = sum(p.stat().st_size for p in (home / "training").iterdir())
+    assert kept == state0 + card0 + state1 + card1 <= tl.CAP_MIB * 2**20
+
+
 def test_an_absolute_path_never_enters_the_home_and_bad_input_is_one_line(tmp_path, capsys):
     results = results_folder(tmp_path, {KEYS[0]: 10}, measured=[{"cell": "/" + "root/out/pack", "phase": "train"}])
     with pytest.raises(tl.LedgerError, match="absolute paths"):
