@@ -21,7 +21,7 @@ import json
 import math
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import torch
 from _helpers.cli import run_cli
-from _helpers.metric_numbers import numbers
+from _helpers.metric_numbers import last_place_apart, numbers
 
 from reconbench import hookimpl, plugins, provenance
 from reconbench.bench.seal import sealed
@@ -138,14 +138,6 @@ def figure_hashes(board: Path) -> dict[str, str]:
     """The sha256 of each file under the board's figures/."""
     return {str(p.relative_to(board)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted((board / "figures").rglob("*")) if p.is_file()}
-
-
-def last_place_apart(jacobian: Callable[..., dict[str, torch.Tensor]]) -> Callable[..., dict[str, torch.Tensor]]:
-    """``jacobian`` with each nonzero entry of its blocks moved one unit in the last place, away from zero."""
-    def moved(*args: object, **kwargs: object) -> dict[str, torch.Tensor]:
-        return {name: torch.where(block != 0, torch.nextafter(block, block * math.inf), block)
-                for name, block in jacobian(*args, **kwargs).items()}
-    return moved
 
 
 @pytest.fixture(scope="module")
