@@ -10,13 +10,16 @@ at those places are compared across the three files and with the training images
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from _helpers.cli import run_cli
 from matplotlib.image import imread
 
@@ -100,12 +103,24 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     suite = load_suite("ci")
     folder = tmp_path_factory.mktemp("published")
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, _one_thread():
         mp.setenv("RECONBENCH_CACHE", str(folder / "cache"))
         mp.setattr(render_mod, "check_publishable", lambda pub, commit: None)
         run_suite(suite, folder / "res", quiet=True, command="reconbench bench ci")
         build_leaderboard(suite, folder / "res", folder / "ci", publish=True, command="reconbench leaderboard ci")
     return folder / "ci"
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """One torch thread, as the board's targets are trained and trained again with (tiny networks: a second thread
+    only waits on the first; another thread count may also train other weights)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -115,13 +130,9 @@ def redrawn(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     before = _folder_digest(published)
     board = tmp_path_factory.mktemp("board") / "ci"
     shutil.copytree(published, board)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RECONBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
-    try:
-        capsys = _Capture()
-        code, out, err = capsys.run(["leaderboard", "redraw", "ci", "--out", str(board), "--rerun-missing"])
-    finally:
-        mp.undo()
+    with pytest.MonkeyPatch.context() as mp, _one_thread():
+        mp.setenv("RECONBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+        code, out, err = _Capture().run(["leaderboard", "redraw", "ci", "--out", str(board), "--rerun-missing"])
     assert code == 0, err
     assert "of them run again for their candidates" in out, out   # the figure's cells without stored candidates
     # a board drawn in the shared layout is drawn again the same (the same machine re-ran the same cells)
@@ -144,7 +155,6 @@ class _Capture:
     """run_cli for a module-scoped fixture (no capsys there)."""
 
     def run(self, args: list[str]) -> tuple[int, str, str]:
-        import contextlib
         import io
 
         from reconbench.cli import main
