@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = build_paper_board(Path(tmp) / board, suite_name=args.suite, own_sizes=args.suite != "paper")
     published = disk_use(ROOT / "leaderboards")
     report = {"what": f"a full {board} board of generated numbers through the board's writers (disk use in 4 KiB "
-                      "blocks); results.json and README.md priced per cell at the published boards' largest",
+                      "blocks); results.json and README.md priced per cell at the complete published boards' largest",
               **sizes, "disk_use_mib": round(sizes["disk_use"] / 2**20, 2),
               "published_boards_disk_use_mib": round(published / 2**20, 2),
               f"with_{board.replace('-', '_')}_mib": round((published + sizes["disk_use"]) / 2**20, 2)}

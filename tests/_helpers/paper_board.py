@@ -8,7 +8,7 @@ precision, as computed numbers are), and goes through the slim writer a publicat
 figure cell its figure pairs (``figure_pairs.FigurePairs``, CIFAR-10-sized float16 images), and the reconstructions
 figure is drawn (``pair_figure.draw_pairs``) and palette-encoded (``slim.compact_figures``) as a board's is.
 ``results.json`` and README.md are not rendered (they need a results folder of the suite's cells): they are
-priced per cell at the largest bytes per cell of the published boards. Used by
+priced per cell at the largest bytes per cell of the complete published boards. Used by
 tests/unit/leaderboard/test_leaderboard_slim.py and benchmarks/paper_board_size.py.
 """
 
@@ -168,13 +168,23 @@ def figure_pairs(cell_id: str, k: int, rng: random.Random, size: CellSize | None
                        best, averaged)
 
 
-def published_bytes_per_cell() -> dict[str, float]:
-    """The largest bytes per cell of results.json and of README.md among the published boards."""
+def complete(results: Path) -> bool:
+    """Whether the board of ``results`` (its results.json) holds every cell its suite plans."""
+    cells = json.loads(results.read_text())["header"]["cells"]
+    return int(cells["planned"]) > 0 and int(cells["ok"]) == int(cells["planned"])
+
+
+def published_bytes_per_cell(boards: Path = REPO / "leaderboards") -> dict[str, float]:
+    """The largest bytes per cell of results.json and of README.md among the complete boards under ``boards``; a
+    partial board prices no cell (its header, notes and list of missing cells spread over the few cells it holds:
+    1 of 79 cells would price each cell at the whole file)."""
     out = {"results.json": 0.0, "README.md": 0.0}
-    for board in sorted((REPO / "leaderboards").glob("*/results.json")):
-        cells = len(list((board.parent / "cells").glob("*.json")))
+    for results in sorted(boards.glob("*/results.json")):
+        if not complete(results):
+            continue
+        cells = len(list((results.parent / "cells").glob("*.json")))
         for name in out:
-            out[name] = max(out[name], (board.parent / name).stat().st_size / max(cells, 1))
+            out[name] = max(out[name], (results.parent / name).stat().st_size / max(cells, 1))
     return out
 
 

@@ -89,22 +89,28 @@ def test_site_without_the_data_says_which_cells_lack_images_and_keeps_the_variab
 
 def test_the_site_sizes_in_the_docs_are_the_published_boards():
     """docs/usage.md states the site's cell pages and how many have reconstructions: one page per cell of every
-    published board, reconstructions for the cells whose candidates a board stores."""
+    published board, reconstructions for the cells whose candidates a board stores and for those whose figure pairs
+    it keeps instead."""
     import re
 
+    from reconbench.leaderboard.figure_pairs import BOARD_FOLDER
     from reconbench.leaderboard.site.board import find_boards, load_board
     from reconbench.leaderboard.slim import candidates_file
 
     text = " ".join((ROOT / "docs" / "usage.md").read_text().split())
-    found = re.search(r"All (\w+) published boards \(([\d,]+) cell pages, ([\d,]+) with reconstructions", text)
+    found = re.search(r"All (\w+) published boards \(([\d,]+) cell pages, ([\d,]+) with reconstructions, ([\d,]+) of "
+                      r"them from figure pairs", text)
     assert found, "docs/usage.md no longer states the site's size"
     boards = [load_board(p) for p in find_boards(ROOT / "leaderboards")]
     pages = sum(len(b.cells) for b in boards)
-    stored = sum(1 for b in boards for cid, rec in b.cells.items() if candidates_file(b.folder, cid) is not None
-                 and rec.status == "ok")
-    words = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
-    assert (words.get(found[1]), int(found[2].replace(",", "")), int(found[3].replace(",", ""))) == \
-        (len(boards), pages, stored)
+    ok = [(b.folder, cid) for b in boards for cid, rec in b.cells.items() if rec.status == "ok"]
+    stored = sum(1 for folder, cid in ok if candidates_file(folder, cid) is not None)
+    pairs = sum(1 for folder, cid in ok if candidates_file(folder, cid) is None
+                and (folder / BOARD_FOLDER / f"{cid}.safetensors").is_file())
+    words = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
+             "thirteen": 13, "fourteen": 14}
+    assert (words.get(found[1]), *(int(found[i].replace(",", "")) for i in (2, 3, 4))) == \
+        (len(boards), pages, stored + pairs, pairs)
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """One layout of reconstructions beside their training images (``evaluation/pair_figure.py``) for the run figure
 (and so the audit report, which embeds it), the board figure and the site's cell page, and the command that redraws
-a published board's figure in it (``reconbench leaderboard redraw``), tried on a scratch copy of leaderboards/ci.
+a published board's figure in it (``reconbench leaderboard redraw``), tried on a board of the ``ci`` suite run and
+published here (its targets trained on this processor: a redraw re-trains the figure's targets and requires their
+weights bit for bit, which the committed board's, trained on another processor, need not give here).
 
 The same cell is drawn by all three; each PNG carries where it put each pair (its layout record), and the pixels
 at those places are compared across the three files and with the training images themselves.
@@ -8,13 +10,16 @@ at those places are compared across the three files and with the training images
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from _helpers.cli import run_cli
 from matplotlib.image import imread
 
@@ -22,10 +27,8 @@ from reconbench.evaluation.pair_figure import Pair, PairGroup, PairLayout, draw_
 
 REPO = Path(__file__).resolve().parents[2]
 CI = REPO / "leaderboards" / "ci"
-#: a cell of leaderboards/ci that its reconstructions figure shows and whose candidates the board stores
-SHOWN_AND_STORED = "digits-binary--haim_binary_kkt--gaussian--s0"
-#: the redraw runs five cells of leaderboards/ci again (targets trained anew) and verifies the board: 60-300 s on the
-#: shared 2-core machine
+#: the ci suite is run and published here (73 cells), then the redraw runs the figure's cells without stored
+#: candidates again (targets trained anew) and verifies the board
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 PNG_TOL = 0.5 / 255 + 1e-6      # one 8-bit level, rounded
@@ -88,33 +91,70 @@ def test_a_known_pair_lands_where_the_record_says(tmp_path: Path) -> None:
     assert PairLayout.from_json(layout.to_json()) == layout
 
 
-# -- the published board, redrawn -----------------------------------------------------------------------------------
+# -- a published board, redrawn -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def redrawn(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A scratch copy of leaderboards/ci with its reconstructions figure redrawn (cells without stored candidates
-    run again, targets trained in a temporary cache)."""
-    before = _folder_digest(CI)
-    board = tmp_path_factory.mktemp("board") / "ci"
-    shutil.copytree(CI, board)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("RECONBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ci suite run and published (slim: candidates of a sample of cells) on this machine, as
+    leaderboards/ci was on its own (the clean-commit check left out: the working tree may have edits)."""
+    from reconbench.bench.runner import run_suite
+    from reconbench.bench.suite import load_suite
+    from reconbench.leaderboard import render as render_mod
+    from reconbench.leaderboard.render import build_leaderboard
+
+    suite = load_suite("ci")
+    folder = tmp_path_factory.mktemp("published")
+    with pytest.MonkeyPatch.context() as mp, _one_thread():
+        mp.setenv("RECONBENCH_CACHE", str(folder / "cache"))
+        mp.setattr(render_mod, "check_publishable", lambda pub, commit: None)
+        run_suite(suite, folder / "res", quiet=True, command="reconbench bench ci")
+        build_leaderboard(suite, folder / "res", folder / "ci", publish=True, command="reconbench leaderboard ci")
+    return folder / "ci"
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """One torch thread, as the board's targets are trained and trained again with (tiny networks: a second thread
+    only waits on the first; another thread count may also train other weights)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
-        capsys = _Capture()
-        code, out, err = capsys.run(["leaderboard", "redraw", "ci", "--out", str(board), "--rerun-missing"])
+        yield
     finally:
-        mp.undo()
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def redrawn(published: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch copy of the published board with its reconstructions figure redrawn (cells without stored
+    candidates run again, targets trained in a temporary cache)."""
+    before = _folder_digest(published)
+    board = tmp_path_factory.mktemp("board") / "ci"
+    shutil.copytree(published, board)
+    with pytest.MonkeyPatch.context() as mp, _one_thread():
+        mp.setenv("RECONBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+        code, out, err = _Capture().run(["leaderboard", "redraw", "ci", "--out", str(board), "--rerun-missing"])
     assert code == 0, err
-    # a board drawn before the shared layout gets a new figure and manifest; one drawn in it is left as it is
+    assert "of them run again for their candidates" in out, out   # the figure's cells without stored candidates
+    # a board drawn in the shared layout is drawn again the same (the same machine re-ran the same cells)
     assert "changed: nothing" in out or ("figures/reconstructions.png" in out and "MANIFEST.json" in out), out
-    assert _folder_digest(CI) == before, "the published board was written to"
+    assert _folder_digest(published) == before, "the published board was written to"
     return board
+
+
+def _shown_and_stored(board: Path) -> str:
+    """The first cell the board's reconstructions figure shows whose candidates the board stores."""
+    from reconbench.leaderboard.verify import stored_cells
+
+    shown = json.loads((board / "results.json").read_text())["figures"]["reconstructions"]["cells"]
+    both = [c for c in shown if c in stored_cells(board)]
+    assert both, f"the figure of {board} shows no cell whose candidates it stores"
+    return str(both[0])
 
 
 class _Capture:
     """run_cli for a module-scoped fixture (no capsys there)."""
 
     def run(self, args: list[str]) -> tuple[int, str, str]:
-        import contextlib
         import io
 
         from reconbench.cli import main
@@ -156,7 +196,7 @@ def test_run_board_and_site_draw_the_same_pairs_the_same_way(redrawn: Path, tmp_
     from reconbench.leaderboard.verify import rescore_inputs
     from reconbench.records import CellRecord
 
-    rec = CellRecord.from_dict(read_cell(redrawn / "cells" / f"{SHOWN_AND_STORED}.json"))
+    rec = CellRecord.from_dict(read_cell(redrawn / "cells" / f"{_shown_and_stored(redrawn)}.json"))
     # the board figure: the group of this cell
     board_png = redrawn / "figures" / "reconstructions.png"
     board = read_layout(board_png)

@@ -385,6 +385,28 @@ def test_the_budget_holds_with_both_full_gpu_boards_beside_the_published_ones(pa
     assert total <= BOARDS_BUDGET, f"{total:,} bytes with both GPU boards"
 
 
+def _priced_board(folder: Path, planned: int, ok: int, readme_bytes: int) -> None:
+    (folder / "cells").mkdir(parents=True)
+    for i in range(ok):
+        (folder / "cells" / f"c{i}.json").write_text("{}")
+    (folder / "results.json").write_text(json.dumps({"header": {"cells": {"planned": planned, "ok": ok}}}))
+    (folder / "README.md").write_bytes(b"x" * readme_bytes)
+
+
+def test_results_and_readme_are_priced_per_cell_by_the_complete_boards_alone(tmp_path):
+    """A partial board (1 of 79 cells) spreads its whole README over one cell; it prices no cell of the estimate."""
+    from _helpers.paper_board import published_bytes_per_cell
+
+    _priced_board(tmp_path / "full", planned=4, ok=4, readme_bytes=400)
+    _priced_board(tmp_path / "other", planned=2, ok=2, readme_bytes=300)
+    assert published_bytes_per_cell(tmp_path)["README.md"] == 150.0   # the larger of 400 / 4 and 300 / 2
+    _priced_board(tmp_path / "partial", planned=79, ok=1, readme_bytes=17_000)
+    priced = published_bytes_per_cell(tmp_path)
+    assert priced["README.md"] == 150.0
+    assert priced["results.json"] == max(len((tmp_path / b / "results.json").read_bytes()) / n
+                                         for b, n in (("full", 4), ("other", 2)))
+
+
 def test_the_committed_claims_gpu_board_estimate_is_what_the_writers_give(claims_gpu_board):
     """benchmarks/results/claims_gpu_board_size.json (``python benchmarks/paper_board_size.py --suite claims-gpu``)
     against the board built here."""

@@ -210,8 +210,11 @@ def tied_board(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_count_that_differs_only_through_a_tie_is_borderline_and_another_fails(tmp_path, toy_attack_registered):
-    """Machine-independent: the stored number is set to what the tied decision gives when taken the other way."""
+def test_a_count_that_differs_only_through_a_tie_is_borderline_and_another_fails(tmp_path, toy_attack_registered,
+                                                                                 one_torch_thread):
+    """Machine-independent: the stored number is set to what the tied decision gives when taken the other way.
+    One torch thread: the test scores a 12-image board over a hundred times, and two threads on such tiny tensors wait on
+    each other wherever fewer cores are free than threads (ten times slower on a loaded 1-core machine)."""
     board = tied_board(tmp_path)
     # the record in its full shape (a slim entry expanded): its protocol, target and per-image rows
     _, rec = read_record(board, board / "cells" / f"{TIE_CELL}.json")
