@@ -10,21 +10,21 @@ import pytest
 
 from reconbench.command_text import portable_command
 
-ENV = {"OUT": "/root/out", "TMPDIR": "/tmp", "HOME": "/home/alice"}
-CWD = "/work/repo"
-ARGS = ["reconbench", "bench", "paper", "--pack", "/root/out/pack", "--out", "/tmp/tmp.XJY0rPhjOL",
-        "--finished", "/work/repo/runs/bench/paper/finished.json", "--only", "mnist-binary--*--gaussian--*",
-        "--data-root=/home/alice/data with space", "--costs", "/root/outside/probe.json", "/opt/elsewhere/x",
-        "/root/out"]
+ENV = {"OUT": "/srv/out", "TMPDIR": "/tmp", "HOME": "/srv/alice"}
+CWD = "/srv/repo"
+ARGS = ["reconbench", "bench", "paper", "--pack", "/srv/out/pack", "--out", "/tmp/tmp.XJY0rPhjOL",
+        "--finished", "/srv/repo/runs/bench/paper/finished.json", "--only", "mnist-binary--*--gaussian--*",
+        "--data-root=/srv/alice/data with space", "--costs", "/srv/outside/probe.json", "/opt/elsewhere/x",
+        "/srv/out"]
 
 
 def test_paths_under_the_roots_are_written_from_them():
     text = portable_command(ARGS, cwd=CWD, env=ENV)
-    assert "/root/out/" not in text and "/tmp/" not in text and "/home/alice" not in text and "/work/repo" not in text
+    assert "/srv/out/" not in text and "/tmp/" not in text and "/srv/alice" not in text and "/srv/repo" not in text
     assert "$OUT/pack" in text and "--data-root=$HOME'/data with space'" in text
     assert "$TMPDIR/tmp.XJY0rPhjOL" in text and " runs/bench/paper/finished.json" in text
     # a folder that only begins with the root's name is another folder, and a path under no root stays as it was
-    assert "/root/outside/probe.json" in text and "/opt/elsewhere/x" in text
+    assert "/srv/outside/probe.json" in text and "/opt/elsewhere/x" in text
     assert text.endswith(" $OUT")
 
 
@@ -35,8 +35,8 @@ def test_a_shell_expands_the_record_back_into_the_command(tmp_path):
     cwd = tmp_path / "repo"
     cwd.mkdir()
     env = {"OUT": str(tmp_path / "out"), "TMPDIR": str(tmp_path / "tmp"), "HOME": str(tmp_path / "home")}
-    args = [a.replace("/root/out", env["OUT"]).replace("/tmp", env["TMPDIR"]).replace("/home/alice", env["HOME"])
-            .replace("/work/repo", str(cwd)) for a in ARGS]
+    args = [a.replace("/srv/out", env["OUT"]).replace("/tmp", env["TMPDIR"]).replace("/srv/alice", env["HOME"])
+            .replace("/srv/repo", str(cwd)) for a in ARGS]
     text = portable_command(args, cwd=str(cwd), env=env)
     shown = subprocess.run(["bash", "-c", f"printf '%s\\0' {text}"], cwd=cwd, env={**os.environ, **env},
                            capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
