@@ -66,12 +66,12 @@ LOSS_LAYOUTS = {"bce": "one output, float targets", "mse": "one output, float ta
 OWN_SETTINGS = ("seed", "lr", "weight_decay", "loss")
 #: k when not given: host reads every this many steps
 DEFAULT_LOSS_EVERY = 100
-#: how this trainer keeps the first layer's pre-activations, written into every checkpoint (``first_layer``): made
-#: again from the factorised weights every step. A checkpoint without it was written when they were a second copy
-#: stepped alongside, which drifts from X W_1ᵀ in float32 (by 1-3% over 10^6 steps), in float64 only to rounding:
-#: :meth:`BatchedChainGD.load` reads both (a finished target's weights are what its card is made from), ``run``
-#: continues a float64 one (the two trainers agree there to rounding) and refuses a float32 one, whose released
-#: weights are not the network its steps so far trained
+#: how this trainer keeps the first layer's pre-activations (made again from the factorised weights every step),
+#: written into the checkpoint of every target whose steps were all this trainer's (``first_layer``). A checkpoint
+#: without it was written when they were a second copy stepped alongside, which drifts from X W_1ᵀ in float32 (by
+#: 1-3% over 10^6 steps), in float64 only to rounding: :meth:`BatchedChainGD.load` reads both (a finished target's
+#: weights are what its card is made from), ``run`` continues a float64 one (the two trainers agree there to
+#: rounding) and refuses a float32 one, whose released weights are not the network its steps so far trained
 FIRST_LAYER = "pre-activations recomputed from C every step"
 
 
@@ -188,8 +188,8 @@ class BatchedChainGD:
         self._data_digest = _digest(self.xs, self.y)
         self.extra: dict[str, Any] = {}   # what the last loaded checkpoint's caller noted (save's ``extra``)
         self.target_extra: dict[int, dict[str, Any]] = {}   # the same, of one target's checkpoint, by target
-        #: float32 targets loaded from a checkpoint that stepped a second copy of the pre-activations (see
-        #: FIRST_LAYER): readable for their weights, not continued
+        #: targets loaded from a checkpoint of the trainer that stepped a second copy of the pre-activations (see
+        #: FIRST_LAYER): their checkpoints are saved without ``first_layer`` again, and in float32 not continued
         self.stepped_copy: set[int] = set()
 
     # -- the step --------------------------------------------------------------------------------------------
@@ -392,7 +392,7 @@ class BatchedChainGD:
         of k of the global step count, so a run split anywhere records the same history as one that is not."""
         if steps < 0:
             raise ReconbenchError(f"batched training: steps must be >= 0 (got {steps})")
-        if steps and self.stepped_copy:
+        if steps and self.stepped_copy and self.dtype == torch.float32:
             raise ReconbenchError(f"batched training: target {min(self.stepped_copy)}'s checkpoint (step "
                                   f"{self.step_count}) was saved by the float32 trainer that stepped a drifting "
                                   "second copy of the first layer's pre-activations; its weights stay readable, but "
@@ -494,9 +494,11 @@ class BatchedChainGD:
                 tensors[f"bias.{i}"] = b[sl]
         history = self.history if target is None else [{"step": h["step"], "loss": [h["loss"][target]]}
                                                        for h in self.history]
+        # a target continued from (or only read from) the trainer before the remake is saved as that trainer's
+        old = self.stepped_copy & set(range(self.targets)[sl])
         meta = {**self._meta(target).to_dict(), "step": self.step_count, "history": history,
                 "diverged": self.diverged[sl], "base_sha256": _digest(bases, bases[0].new_zeros(0)),
-                "first_layer": FIRST_LAYER, "extra": extra or {}}
+                **({} if old else {"first_layer": FIRST_LAYER}), "extra": extra or {}}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
@@ -545,7 +547,7 @@ class BatchedChainGD:
                 b.copy_(tensors[f"base.{t}"])
                 torch.mm(self.xs[first + t], b.t(), out=self.pre0[first + t])
         for t in range(first, first + count):
-            if meta.first_layer is None and self.dtype == torch.float32:
+            if meta.first_layer is None:
                 self.stepped_copy.add(t)
             else:
                 self.stepped_copy.discard(t)

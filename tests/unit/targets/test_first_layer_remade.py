@@ -133,6 +133,8 @@ def test_a_state_of_the_stepped_copy_is_read_for_its_weights_and_not_continued(t
     for k, v in trainer.state_dicts()[0].items():
         assert torch.equal(fresh.state_dicts()[0][k], v), k
     fresh.run(0)
+    # saved again (as training in pieces saves a finished state it only read), it is still the old trainer's
+    assert read_checkpoint(fresh.save(tmp_path / "again.safetensors", with_base=False)).first_layer is None
     with pytest.raises(ReconbenchError, match=r"^batched training: target 0's checkpoint \(step 25\) .*float32 .*"
                                               r"drifting second copy.*restart its training from step 0 \(remove the state\)"):
         fresh.run(1)
@@ -154,8 +156,9 @@ def test_a_float64_state_of_the_stepped_copy_continues(tmp_path):
     old_state(whole.save(tmp_path / "new.safetensors"), tmp_path / "old.safetensors")
     resumed = BatchedChainGD([problem(5)[2].double()], [x.double()], [y.double()], "bce", lr=0.05, loss_every=10)
     resumed.load(tmp_path / "old.safetensors")
-    assert resumed.stepped_copy == set()
+    assert resumed.stepped_copy == {0}
     resumed.run(25)
+    assert read_checkpoint(resumed.save(tmp_path / "on.safetensors")).first_layer is None   # not all this trainer's
     whole.run(25)
     tol = 50 * DIM * torch.finfo(torch.float64).eps   # 50 steps, products of at most DIM terms
     for k, v in whole.state_dicts()[0].items():
