@@ -58,6 +58,9 @@ class TrainingCheckpoint(TrainerSettings):
     history: list[HistoryPoint] = field(default_factory=list)
     diverged: list[str | None] = field(default_factory=list)
     base_sha256: str | None = None
+    #: how the trainer kept the first layer's pre-activations (``batched_training.FIRST_LAYER``); None: written before
+    #: it was recorded, when they were a second copy stepped alongside the factorised weights
+    first_layer: str | None = None
     #: the caller's own notes (free-form JSON; ``extra`` in the file, a name the base record keeps for itself)
     notes: Mapping[str, Any] = field(default_factory=dict)
 

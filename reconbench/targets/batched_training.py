@@ -19,6 +19,11 @@ capture fails, with the reason noted) the same steps run eagerly. A target whose
 diverged at its window and no longer counted; the batched products keep the targets' slices apart, so the others
 are unaffected.
 
+The first layer is kept as ChainGD keeps it, W_1 = s W_1(0) + C X, but its pre-activations X W_1ᵀ are made again
+from C every step (:meth:`BatchedChainGD._remake_pre`, at the cost of the update it replaces) rather than stepped as
+a second copy: in float32 that copy's rounding accumulated apart from C's, so the weights released differed from the
+network trained (docs/regime.md, "The trainer's two copies of the first layer drifted apart").
+
 ``save``/``load`` write and read the whole state (the factorised first layer, the other layers, the step, the loss
 history) as safetensors: training k steps, saving, loading into a fresh trainer and training the rest gives the
 weights of one uninterrupted run exactly. Hand-written for the same reason as ``ChainGD``: no library offers a
@@ -61,6 +66,13 @@ LOSS_LAYOUTS = {"bce": "one output, float targets", "mse": "one output, float ta
 OWN_SETTINGS = ("seed", "lr", "weight_decay", "loss")
 #: k when not given: host reads every this many steps
 DEFAULT_LOSS_EVERY = 100
+#: how this trainer keeps the first layer's pre-activations (made again from the factorised weights every step),
+#: written into the checkpoint of every target whose steps were all this trainer's (``first_layer``). A checkpoint
+#: without it was written when they were a second copy stepped alongside, which drifts from X W_1ᵀ in float32 (by
+#: 1-3% over 10^6 steps), in float64 only to rounding: :meth:`BatchedChainGD.load` reads both (a finished target's
+#: weights are what its card is made from), ``run`` continues a float64 one (the two trainers agree there to
+#: rounding) and refuses a float32 one, whose released weights are not the network its steps so far trained
+FIRST_LAYER = "pre-activations recomputed from C every step"
 
 
 # -- losses of T targets at once: (T,) values and dL/dz, elementwise the same operations as losses.py's ------------
@@ -153,7 +165,13 @@ class BatchedChainGD:
             self._decays = [1.0 - a * b for a, b in zip(lrs, wds, strict=True)]
             self._decay_t = torch.tensor(self._decays, dtype=self.dtype, device=self.device)[:, None, None]
             self._grad_out = self.gram.new_empty(t, self.n, first[-1].out_features) if not self.uniform else None
-            self.pre = torch.stack([torch.mm(x, w.t()) for x, w in zip(self.xs, self.base, strict=True)])
+            # P = X W_1ᵀ = scale X W_1(0)ᵀ + K Cᵀ: made from the factorised weights every step (:meth:`_remake_pre`),
+            # never stepped alongside them; the scale on the device too (float64, one multiplication per step as
+            # ``scales``), so a captured window reads it
+            self.pre0 = torch.stack([torch.mm(x, w.t()) for x, w in zip(self.xs, self.base, strict=True)])
+            self.pre = self.pre0.clone()
+            self._scale_t = torch.ones(t, 1, 1, dtype=torch.float64, device=self.device)
+            self._decay64 = torch.tensor(self._decays, dtype=torch.float64, device=self.device)[:, None, None]
             self.weights = [torch.stack([c[i].weight.detach() for c in chains]).clone() for i in range(1, len(first))]
             self.biases = [None if first[i].bias is None else
                            torch.stack([c[i].bias.detach() for c in chains]).clone()   # type: ignore[union-attr]
@@ -170,6 +188,9 @@ class BatchedChainGD:
         self._data_digest = _digest(self.xs, self.y)
         self.extra: dict[str, Any] = {}   # what the last loaded checkpoint's caller noted (save's ``extra``)
         self.target_extra: dict[int, dict[str, Any]] = {}   # the same, of one target's checkpoint, by target
+        #: targets loaded from a checkpoint of the trainer that stepped a second copy of the pre-activations (see
+        #: FIRST_LAYER): their checkpoints are saved without ``first_layer`` again, and in float32 not continued
+        self.stepped_copy: set[int] = set()
 
     # -- the step --------------------------------------------------------------------------------------------
     @property
@@ -258,12 +279,12 @@ class BatchedChainGD:
             if b is not None:
                 b[sl].mul_(decay).add_(g.sum(dim=1), alpha=-lr)
             g = g_in
-        coef, pre = self.coef[sl], self.pre[sl]
+        coef = self.coef[sl]
         if decay != 1.0:
             coef.mul_(decay)
-            pre.mul_(decay)
+            self._scale_t[sl].mul_(decay)
         coef.sub_(g.transpose(1, 2), alpha=lr)
-        pre.baddbmm_(self.gram[sl], g, alpha=-lr)
+        self._remake_pre(sl, decay != 1.0)
         if self.biases[0] is not None:
             self.biases[0][sl].mul_(decay).add_(g.sum(dim=1), alpha=-lr)
 
@@ -300,13 +321,25 @@ class BatchedChainGD:
             g = g_in
         if decays:
             self.coef.mul_(decay)
-            self.pre.mul_(decay)
+            self._scale_t.mul_(self._decay64)
         self.coef.sub_(g.transpose(1, 2))
-        self.pre.baddbmm_(self.gram, g, alpha=-1.0)
+        self._remake_pre(every, decays)
         if self.biases[0] is not None:
             if decays:
                 self.biases[0].mul_(decay_row)
             self.biases[0].sub_(g.sum(dim=1))
+
+    def _remake_pre(self, sl: slice, scaled: bool) -> None:
+        """P = scale X W_1(0)ᵀ + K Cᵀ of the targets ``sl`` from the updated C: the pre-activations of the weights
+        :meth:`state_dicts` releases, to one product's rounding. It replaces stepping P alongside C (P <- decay P -
+        lr K g), which costs the same 2 n² width FLOPs (plus n width for the scale), and whose float32 rounding
+        accumulated apart from C's over many steps. ``scaled``: some target's scale is not 1."""
+        pre, cT = self.pre[sl], self.coef[sl].transpose(1, 2)
+        if scaled:
+            torch.mul(self.pre0[sl], self._scale_t[sl], out=pre)
+            pre.baddbmm_(self.gram[sl], cT)
+        else:
+            torch.baddbmm(self.pre0[sl], self.gram[sl], cT, out=pre)
 
     def _advance_scale(self, steps: int) -> None:
         for t, decay in enumerate(self._decays):
@@ -329,7 +362,7 @@ class BatchedChainGD:
         return eager if graph is None else graph.replay
 
     def _state_tensors(self) -> list[torch.Tensor]:
-        return [self.coef, self.pre, self.loss_now, self.loss_mark, self.ok, *self.weights,
+        return [self.coef, self.pre, self._scale_t, self.loss_now, self.loss_mark, self.ok, *self.weights,
                 *(b for b in self.biases if b is not None), *([] if self._grad_out is None else [self._grad_out])]
 
     def _capture(self, steps: Callable[[], None]) -> torch.cuda.CUDAGraph | None:
@@ -359,6 +392,11 @@ class BatchedChainGD:
         of k of the global step count, so a run split anywhere records the same history as one that is not."""
         if steps < 0:
             raise ReconbenchError(f"batched training: steps must be >= 0 (got {steps})")
+        if steps and self.stepped_copy and self.dtype == torch.float32:
+            raise ReconbenchError(f"batched training: target {min(self.stepped_copy)}'s checkpoint (step "
+                                  f"{self.step_count}) was saved by the float32 trainer that stepped a drifting "
+                                  "second copy of the first layer's pre-activations; its weights stay readable, but "
+                                  "restart its training from step 0 (remove the state) to continue it")
         end = self.step_count + steps
         while self.step_count < end and any(d is None for d in self.diverged):
             start, k = self.step_count, self.loss_every
@@ -456,9 +494,11 @@ class BatchedChainGD:
                 tensors[f"bias.{i}"] = b[sl]
         history = self.history if target is None else [{"step": h["step"], "loss": [h["loss"][target]]}
                                                        for h in self.history]
+        # a target continued from (or only read from) the trainer before the remake is saved as that trainer's
+        old = self.stepped_copy & set(range(self.targets)[sl])
         meta = {**self._meta(target).to_dict(), "step": self.step_count, "history": history,
                 "diverged": self.diverged[sl], "base_sha256": _digest(bases, bases[0].new_zeros(0)),
-                "extra": extra or {}}
+                **({} if old else {"first_layer": FIRST_LAYER}), "extra": extra or {}}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp),
@@ -491,15 +531,26 @@ class BatchedChainGD:
         if len(scales) not in (1, count):
             raise ReconbenchError(f"{path}: the checkpoint holds {len(scales)} scales for {count} targets; restart "
                                   "training or restore the file")
+        if meta.first_layer not in (None, FIRST_LAYER):
+            raise ReconbenchError(f"{path}: checkpoint first_layer = {meta.first_layer!r}, this trainer's is "
+                                  f"{FIRST_LAYER!r}; resume it with the trainer that saved it")
         self.scales[sl] = scales * count if len(scales) == 1 else scales
+        self._scale_t[sl].copy_(torch.tensor(self.scales[sl], dtype=torch.float64)[:, None, None])
         self.coef[sl].copy_(tensors["coef"])
         self.pre[sl].copy_(tensors["pre"])
         if "base.0" not in tensors and meta.base_sha256 != _digest(bases, bases[0].new_zeros(0)):
             raise ReconbenchError(f"{path}: the checkpoint leaves out the initial first-layer weights, and this "
                                   "trainer's differ from those it was saved with; resume from the same recipes")
+        first = sl.indices(self.targets)[0]
         for t, b in enumerate(bases):
             if f"base.{t}" in tensors:
                 b.copy_(tensors[f"base.{t}"])
+                torch.mm(self.xs[first + t], b.t(), out=self.pre0[first + t])
+        for t in range(first, first + count):
+            if meta.first_layer is None:
+                self.stepped_copy.add(t)
+            else:
+                self.stepped_copy.discard(t)
         for i, w in enumerate(self.weights):
             w[sl].copy_(tensors[f"weight.{i + 1}"])
         for i, bias in enumerate(self.biases):
