@@ -528,6 +528,8 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
             if own is not None:   # the table's own prices stay those of its network
                 continue
         if r.phase == "attack" and r.runs > 0:
+            if own is not None and r.weights > 0:   # its step per unit of the table's network (its biases aside)
+                rate *= r.weights / own
             old, cells = rates.get((r.precision, r.runs), (0.0, []))
             rates[(r.precision, r.runs)] = (max(old, rate), [*cells, r.cell])
         elif r.phase == "evaluation":

@@ -107,9 +107,9 @@ def test_train_rows_price_their_stack_size_the_slowest_per_size_over_the_tables(
 def test_a_ledgers_evaluation_and_train_rows_change_the_plans_prices_as_computed_by_hand(tmp_path, capsys):
     """tiny-pieces.toml on the CPU's built-in table, with a ledger whose evaluation row took 1,000 s on exactly a
     cell's evaluation units and whose train row took 40 s on exactly the 2-target stack's units: a cell's evaluation
-    then costs the 1,000 s measured on its units (no 60 s slice holds a whole cell: each runs in groups of its runs, evaluated where they
-    are merged) and the stack's training 3 + 40 s (it ends in the first slice). Without the ledger the plan
-    trains it over two slices and runs the second cell whole."""
+    then costs the 1,000 s measured on its units (no 60 s slice holds a whole cell: each runs in groups of its
+    runs, evaluated where they are merged) and the stack's training 3 + 40 s (it ends in the first slice). Without
+    the ledger the plan trains it over two slices and runs the second cell whole."""
     from _helpers.cli import run_cli
 
     from reconbench.cli.bench_plan import ledger_measured, plan_table
