@@ -20,7 +20,10 @@ Work is counted per phase in units proportional to the arithmetic of a dense net
   its cell is evaluated where its last group is merged, so a group's share holds no evaluation.
 
 The seconds of a phase with ``u`` units: before the slice has measured it, the prior ``fixed + u x rate`` of the
-device's cost table (:data:`PRIORS`, or a file given with ``--costs``: the probe's numbers); once the slice has
+device's cost table (:data:`PRIORS`, or a file given with ``--costs``: the probe's numbers, with a ledger's measured
+rows), the attack's rate that of the cell's network (``CostTable.attack_price``: each network measured bounds the
+step of a network no larger by its own step, a larger one proportionally), an evaluation of units measured whole at
+their seconds (``CostTable.evaluate_seconds``); once the slice has
 measured it, the largest measured ``seconds x max(1, u / u_measured)`` (a smaller cell is assumed to cost what the
 measured one did, a larger one proportionally more: conservative whether the fixed part or the rate dominates).
 A cell that a slice packs also has its **figure pairs** taken once it is written (``figure_pairs.take_pairs``, as the
@@ -336,14 +339,15 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
       prices a cell by its own run count (:meth:`~reconbench.records.cost_table.CostTable.phase`); a precision the
       probe did not reach is priced as the first slower one it did (float32 as float64, TF32 as float32 or float64);
     - evaluate, from the probe's ``evaluation`` row (``s`` seconds on ``u`` units, a cell's evaluation on the
-      machine's CPU): fixed ``min(the cuda table's fixed, s)`` and rate ``s / u``: a cell of the measured size pays
-      ``s`` plus at most ``s`` more, a larger one at least ``s`` per ``u`` units whatever part of ``s`` was fixed
+      machine's CPU): fixed ``min(the cuda table's fixed, s)`` and rate ``s / u``, and ``evaluate_at`` ``u`` at
+      ``s``: a cell of the measured size pays ``s``, a larger one at least ``s`` per ``u`` units whatever part of ``s`` was fixed
       (without the row, or for a row that failed: the built-in ``cuda`` table's);
     - card, from the probe's ``certificate`` row: the built-in card price times the ratio of the row's seconds to
       :data:`CERTIFICATE_REFERENCE`'s (the same random network's certificate timed on the CPU machine that price
       was measured on), its fixed seconds scaled only upwards, so never below the ratio's price (without the row,
       or for a row of another size: the built-in price);
-    - fixed seconds of training and attack: the built-in ``cuda`` table's.
+    - fixed seconds of training and attack: the built-in ``cuda`` table's;
+    - ``attack_network``: the weights of the network the attack rows timed (biases aside), where they all timed one.
     Raises when the probe measured no row a phase needs (it ran past its budget, say)."""
     prior = PRIORS["cuda"]
     where = f"probe {source}" if source else "the probe"
@@ -492,21 +496,29 @@ def measured_kind(device: str) -> str:
 def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -> CostTable:
     """``table`` with the rates the slices measured on ``device``'s kind (a ledger's ``measured`` rows):
 
-    - ``attack`` rows, in ``attack_runs``: a measured rate replaces the table's at the same precision and run count
-      (the slowest where several cells were measured there), and a run count the table lacks is added, so that a
-      cell is priced by the largest run count at most its own, measured first (:meth:`CostTable.phase`);
+    - ``attack`` rows of the table's own network (``attack_network``, within :data:`SAME_NETWORK`; any network
+      where the table names none), in ``attack_runs``: a measured rate, per unit of the table's network, replaces
+      the table's at the same precision and run count (the slowest where several cells were measured there), and a
+      run count the table lacks is added, so that a cell is priced by the largest run count at most its own,
+      measured first (:meth:`CostTable.phase`); rows of another network go to ``attack_networks`` by its weights
+      (the table's own prices unchanged: a step does not scale with the weights), which price a cell by its
+      network (:meth:`CostTable.attack_price`);
+    - ``card_restored`` rows, in ``card_restore`` by the network's weights (the slowest): a travelled card's
+      restore (:func:`restore_seconds`);
     - ``evaluation`` rows of cells evaluated whole (their pooled units recorded), as the ``evaluate`` phase's rate,
       the table's fixed seconds ``F`` kept (:func:`measured_evaluation_rate`): the largest ``max(s - F, 0) / u``
       among the cells (each cell re-priced at its own size pays at least what it took), but at least the smallest
       ``s / u`` (no cell's true rate per unit passes its whole seconds per unit, so a cell larger than those measured
-      is not priced below its cost however little of ``F`` is really fixed);
+      is not priced below its cost however little of ``F`` is really fixed); and each row's units in ``evaluate_at``
+      at its seconds (the slowest of rows of the same units): a cell of those units is priced as it took;
     - ``train`` rows of training pieces, in ``train_targets`` at their stack's size (the slowest per size; a size
       measured replaces the probe's), the table's fixed seconds of that size kept (a row times the steps alone); a
       table without prices by size keeps its flat rate as the one-target price.
 
     Rows of another phase, of another kind of device or with nothing timed (no units: written before they were
-    recorded) are left out. ``about["measured"]`` lists the attack rates taken from measurement,
-    ``about["measured_evaluation"]`` and ``about["measured_training"]`` the others."""
+    recorded) are left out. ``about["measured"]`` and ``about["measured_networks"]`` list the attack rates taken
+    from measurement, ``about["measured_evaluation"]``, ``about["measured_training"]`` and
+    ``about["measured_restores"]`` the others."""
     kind = device_kind(device)
     rates: dict[tuple[str, int], tuple[float, list[str]]] = {}
     others: dict[tuple[str, int, int], tuple[float, list[str]]] = {}   # attack rows of other networks
