@@ -20,7 +20,10 @@ Work is counted per phase in units proportional to the arithmetic of a dense net
   its cell is evaluated where its last group is merged, so a group's share holds no evaluation.
 
 The seconds of a phase with ``u`` units: before the slice has measured it, the prior ``fixed + u x rate`` of the
-device's cost table (:data:`PRIORS`, or a file given with ``--costs``: the probe's numbers); once the slice has
+device's cost table (:data:`PRIORS`, or a file given with ``--costs``: the probe's numbers, with a ledger's measured
+rows), the attack's rate that of the cell's network (``CostTable.attack_price``: each network measured bounds the
+step of a network no larger by its own step, a larger one proportionally), an evaluation of units measured whole at
+their seconds (``CostTable.evaluate_seconds``); once the slice has
 measured it, the largest measured ``seconds x max(1, u / u_measured)`` (a smaller cell is assumed to cost what the
 measured one did, a larger one proportionally more: conservative whether the fixed part or the rate dominates).
 A cell that a slice packs also has its **figure pairs** taken once it is written (``figure_pairs.take_pairs``, as the
@@ -166,6 +169,9 @@ class CellWork:
     #: pack files its target's training state takes where a slice trains it in pieces (:func:`state_files`; 0:
     #: trained whole, no state travels)
     state_files: int = 0
+    #: ``P``: the weights of the target's network (0: unknown), by which the attack's price picks its measured
+    #: network (:meth:`~reconbench.records.cost_table.CostTable.attack_price`)
+    weights: float = 0.0
 
     @property
     def run_step(self) -> float:
@@ -259,6 +265,7 @@ def cell_work(cell: Cell, size: TargetSize, *, pieces: bool = False, dtype: str 
         pool=pool_key(cell, size, int(m), dtype, device),
         pairs=evaluate if pieces else 0.0,
         state_files=state_files(cell.recipe, size) if in_pieces else 0,
+        weights=float(params),
     )
 
 
@@ -332,14 +339,15 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
       prices a cell by its own run count (:meth:`~reconbench.records.cost_table.CostTable.phase`); a precision the
       probe did not reach is priced as the first slower one it did (float32 as float64, TF32 as float32 or float64);
     - evaluate, from the probe's ``evaluation`` row (``s`` seconds on ``u`` units, a cell's evaluation on the
-      machine's CPU): fixed ``min(the cuda table's fixed, s)`` and rate ``s / u``: a cell of the measured size pays
-      ``s`` plus at most ``s`` more, a larger one at least ``s`` per ``u`` units whatever part of ``s`` was fixed
+      machine's CPU): fixed ``min(the cuda table's fixed, s)`` and rate ``s / u``, and ``evaluate_at`` ``u`` at
+      ``s``: a cell of the measured size pays ``s``, a larger one at least ``s`` per ``u`` units whatever part of ``s`` was fixed
       (without the row, or for a row that failed: the built-in ``cuda`` table's);
     - card, from the probe's ``certificate`` row: the built-in card price times the ratio of the row's seconds to
       :data:`CERTIFICATE_REFERENCE`'s (the same random network's certificate timed on the CPU machine that price
       was measured on), its fixed seconds scaled only upwards, so never below the ratio's price (without the row,
       or for a row of another size: the built-in price);
-    - fixed seconds of training and attack: the built-in ``cuda`` table's.
+    - fixed seconds of training and attack: the built-in ``cuda`` table's;
+    - ``attack_network``: the weights of the network the attack rows timed (biases aside), where they all timed one.
     Raises when the probe measured no row a phase needs (it ran past its budget, say)."""
     prior = PRIORS["cuda"]
     where = f"probe {source}" if source else "the probe"
@@ -363,6 +371,7 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
         return [r for r in rows if r.runs == most]
 
     slower = SLOWER_PRECISIONS[attack_precision] if attack_precision in SLOWER_PRECISIONS else ()
+    runs_rows = {p: all_attack_rows(p) for p in MATMUL_PRECISIONS}
     attack = attack_rows(attack_precision) or next((rows for p in slower if (rows := attack_rows(p))), [])
     if not train or not attack:
         phase = "trainer" if not train else "attack"
@@ -375,9 +384,7 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
         return 1.0 / float(r.target_steps_per_second or 0.0) / units
 
     def attack_rate(r: ProbeAttackRow) -> float:
-        layers = [int(x) for x in r.layers or []]
-        weights = sum(a * b for a, b in zip(layers[:-1], layers[1:], strict=False))
-        return float(r.seconds_per_step or 0.0) / (int(r.runs or 1) * int(r.m or 1) * weights)
+        return float(r.seconds_per_step or 0.0) / (int(r.runs or 1) * int(r.m or 1) * _layer_weights(r.layers))
 
     t = max(train, key=train_rate)
     a = max(attack, key=attack_rate)
@@ -418,13 +425,30 @@ def costs_from_probe(probe: Probe | Mapping[str, Any], *, train_dtype: str = "fl
                             "attack": {"runs": a.runs, "m": a.m, "precision": a.precision,
                                        "seconds_per_step": a.seconds_per_step,
                                        **({"priced_as": stand_ins} if stand_ins else {})}}}
+    networks = {_layer_weights(r.layers) for rows in runs_rows.values() for r in rows}
     evaluate, evaluation_about = probe_evaluation_price(rec, prior.evaluate)
+    evaluation = rec.evaluation
+    evaluate_at = {str(round(float(evaluation.units or 0.0))): float(evaluation.seconds or 0.0)} \
+        if evaluation is not None and evaluation.measured else {}
     card, card_about = probe_card_price(rec, prior.card)
     about["from_probe"].update(evaluation=evaluation_about, card=card_about)
     return CostTable(train=PhaseCost(fixed=prior.train.fixed, rate=train_rate(t)),
                      attack=PhaseCost(fixed=prior.attack.fixed, rate=attack_rate(a)),
                      evaluate=evaluate, attack_at=at, about=about, attack_runs=runs_at, card=card,
-                     train_targets=by_targets)
+                     train_targets=by_targets, evaluate_at=evaluate_at,
+                     # the network the attack rows timed, where they all timed one (else prices per unit of any)
+                     attack_network=float(networks.pop()) if len(networks) == 1 else None)
+
+
+def _layer_weights(layers: Sequence[int] | None) -> int:
+    """The weights of a dense network of ``layers`` widths (its biases aside): the probe's units of a network."""
+    widths = [int(x) for x in layers or []]
+    return sum(a * b for a, b in zip(widths[:-1], widths[1:], strict=False))
+
+
+#: the relative difference in weights under which a measured network is the table's own (the probe counts a
+#: network's weights without its biases, a cell's size with them: a few per thousand)
+SAME_NETWORK = 0.01
 
 
 def probe_evaluation_price(probe: Probe, built_in: PhaseCost) -> tuple[PhaseCost, dict[str, Any]]:
@@ -472,30 +496,52 @@ def measured_kind(device: str) -> str:
 def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -> CostTable:
     """``table`` with the rates the slices measured on ``device``'s kind (a ledger's ``measured`` rows):
 
-    - ``attack`` rows, in ``attack_runs``: a measured rate replaces the table's at the same precision and run count
-      (the slowest where several cells were measured there), and a run count the table lacks is added, so that a
-      cell is priced by the largest run count at most its own, measured first (:meth:`CostTable.phase`);
+    - ``attack`` rows of the table's own network (``attack_network``, within :data:`SAME_NETWORK`; any network
+      where the table names none), in ``attack_runs``: a measured rate, per unit of the table's network, replaces
+      the table's at the same precision and run count (the slowest where several cells were measured there), and a
+      run count the table lacks is added, so that a cell is priced by the largest run count at most its own,
+      measured first (:meth:`CostTable.phase`); rows of another network go to ``attack_networks`` by its weights
+      (the table's own prices unchanged: a step does not scale with the weights), which price a cell by its
+      network (:meth:`CostTable.attack_price`);
+    - ``card_restored`` rows, in ``card_restore`` by the network's weights (the slowest): a travelled card's
+      restore (:func:`restore_seconds`);
     - ``evaluation`` rows of cells evaluated whole (their pooled units recorded), as the ``evaluate`` phase's rate,
       the table's fixed seconds ``F`` kept (:func:`measured_evaluation_rate`): the largest ``max(s - F, 0) / u``
       among the cells (each cell re-priced at its own size pays at least what it took), but at least the smallest
       ``s / u`` (no cell's true rate per unit passes its whole seconds per unit, so a cell larger than those measured
-      is not priced below its cost however little of ``F`` is really fixed);
+      is not priced below its cost however little of ``F`` is really fixed); and each row's units in ``evaluate_at``
+      at its seconds (the slowest of rows of the same units): a cell of those units is priced as it took;
     - ``train`` rows of training pieces, in ``train_targets`` at their stack's size (the slowest per size; a size
       measured replaces the probe's), the table's fixed seconds of that size kept (a row times the steps alone); a
       table without prices by size keeps its flat rate as the one-target price.
 
     Rows of another phase, of another kind of device or with nothing timed (no units: written before they were
-    recorded) are left out. ``about["measured"]`` lists the attack rates taken from measurement,
-    ``about["measured_evaluation"]`` and ``about["measured_training"]`` the others."""
+    recorded) are left out. ``about["measured"]`` and ``about["measured_networks"]`` list the attack rates taken
+    from measurement, ``about["measured_evaluation"]``, ``about["measured_training"]`` and
+    ``about["measured_restores"]`` the others."""
     kind = device_kind(device)
     rates: dict[tuple[str, int], tuple[float, list[str]]] = {}
+    others: dict[tuple[str, int, int], tuple[float, list[str]]] = {}   # attack rows of other networks
     evaluations: list[MeasuredRate] = []
     training: dict[int, tuple[float, list[str]]] = {}
+    restores: dict[str, float] = {}
+    own = table.attack_network
     for r in rows:
+        if r.phase == "card_restored" and measured_kind(r.device) == kind and r.weights > 0 and r.seconds > 0:
+            restores[str(r.weights)] = max(restores.get(str(r.weights), 0.0), r.seconds)
+            continue
         rate = r.rate
         if rate is None or measured_kind(r.device) != kind:
             continue
+        if r.phase == "attack" and r.runs > 0 and r.weights > 0 and (
+                own is None or abs(r.weights - own) > SAME_NETWORK * own):
+            old, cells = others.get((r.precision, r.weights, r.runs), (0.0, []))
+            others[(r.precision, r.weights, r.runs)] = (max(old, rate), [*cells, r.cell])
+            if own is not None:   # the table's own prices stay those of its network
+                continue
         if r.phase == "attack" and r.runs > 0:
+            if own is not None and r.weights > 0:   # its step per unit of the table's network (its biases aside)
+                rate *= r.weights / own
             old, cells = rates.get((r.precision, r.runs), (0.0, []))
             rates[(r.precision, r.runs)] = (max(old, rate), [*cells, r.cell])
         elif r.phase == "evaluation":
@@ -503,10 +549,23 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
         elif r.phase == "train" and r.targets > 0:
             old, cells = training.get(r.targets, (0.0, []))
             training[r.targets] = (max(old, rate), [*cells, r.cell])
-    if not rates and not evaluations and not training:
+    if not rates and not others and not evaluations and not training and not restores:
         return table
     changes: dict[str, Any] = {}
     about = dict(table.about)
+    if others:
+        nets: dict[str, dict[str, dict[str, PhaseCost]]] = {
+            p: {w: dict(by) for w, by in v.items()} for p, v in table.attack_networks.items()}
+        for (precision, weights, runs), (rate, _) in others.items():
+            fixed = table.phase("attack", precision).fixed
+            nets.setdefault(precision, {}).setdefault(str(weights), {})[str(runs)] = PhaseCost(fixed=fixed, rate=rate)
+        changes["attack_networks"] = nets
+        about["measured_networks"] = [{"precision": p, "weights": w, "runs": n, "rate": rate, "cells": cells}
+                                      for (p, w, n), (rate, cells) in sorted(others.items())]
+    if restores:
+        changes["card_restore"] = {**table.card_restore, **{
+            w: max(sec, table.card_restore.get(w, 0.0)) for w, sec in restores.items()}}
+        about["measured_restores"] = restores
     if rates:
         by_runs = {p: dict(v) for p, v in table.attack_runs.items()}
         for (precision, runs), (rate, _) in rates.items():
@@ -519,6 +578,11 @@ def with_measured(table: CostTable, rows: Iterable[MeasuredRate], device: str) -
     if evaluations:
         rate = measured_evaluation_rate(table.evaluate.fixed, [(r.seconds, r.units) for r in evaluations])
         changes["evaluate"] = PhaseCost(fixed=table.evaluate.fixed, rate=rate)
+        at = dict(table.evaluate_at)
+        for r in evaluations:   # a cell of the units measured is priced at them (the slowest of any there)
+            key = str(round(r.units))
+            at[key] = max(at.get(key, 0.0), r.seconds)
+        changes["evaluate_at"] = at
         about["measured_evaluation"] = {"rate": rate, "table_rate": table.evaluate.rate,
                                         "table_fixed": table.evaluate.fixed, "cells": [r.cell for r in evaluations]}
     if training:
@@ -592,22 +656,30 @@ class CostModel:
         """The model of ``device``'s built-in table, or of ``table`` (a record, or a cost table's JSON object)."""
         return cls(prior=PRIORS[device_kind(device)] if table is None else CostTable.of(table))
 
-    def phase_seconds(self, phase: str, units: float, precision: str = "", runs: int = 0, targets: int = 0) -> float:
+    def phase_seconds(self, phase: str, units: float, precision: str = "", runs: int = 0, targets: int = 0,
+                      weights: float = 0.0) -> float:
         """Seconds of ``units`` of ``phase``; an attack's in its matrix-product ``precision`` where the table has
         a rate for it (``attack_at``: a float64 A/B cell costs far more than a TF32 one of the same units) and
         with its ``runs`` batched where the table prices run counts (``attack_runs``), measured apart from the
-        others; training of a stack of ``targets`` where the table prices stack sizes (``train_targets``)."""
+        others; on a network of ``weights`` by the networks the table measured (``CostTable.attack_price``);
+        training of a stack of ``targets`` where the table prices stack sizes (``train_targets``); an evaluation at
+        the seconds measured of the same units where the table has them (``CostTable.evaluate_seconds``)."""
         if units <= 0:
             return 0.0
         key = attack_key(phase, precision)
         seen = [(u, s) for u, s in self.measured.get(key, []) if u > 0]
         if not seen:
+            if phase == "attack":
+                return self.prior.attack_price(precision, runs, weights).seconds(units)
+            if phase == "evaluate":
+                return self.prior.evaluate_seconds(units)
             return self.prior.phase(phase, precision, runs, targets).seconds(units)
         return max(s * max(1.0, units / u) for u, s in seen)
 
     def estimate(self, work: CellWork, trains: bool) -> float:
         """Seconds ``work`` is expected to take, the margin included (``trains``: its target is trained first)."""
-        return self.factor * (sum(self.phase_seconds(p, work.units(p, trains), work.precision, work.runs)
+        return self.factor * (sum(self.phase_seconds(p, work.units(p, trains), work.precision, work.runs,
+                                                     weights=work.weights)
                                   for p in PHASES) + pairs_seconds(work)) + self.extra
 
     def observe(self, work: CellWork, trains: bool, record: Mapping[str, Any]) -> None:
@@ -631,6 +703,7 @@ class Pool:
     seconds of its phases other than the attack (margin and fixed seconds included)."""
 
     precision: str
+    weights: float = 0.0   # its network's (a pool's cells share one network)
     runs: int = 0
     units: float = 0.0
     members: dict[str, tuple[int, float, float]] = field(default_factory=dict)
@@ -660,10 +733,10 @@ class Slot:
     def _pool_of(self, work: CellWork) -> str:
         return work.pool if self.pooled and work.pool and work.runs > 0 and work.attack > 0 else ""
 
-    def pooled_attack(self, units: float, precision: str, runs: int) -> float:
-        """Seconds, the margin included, of one batched computation of ``runs`` search runs and ``units`` of attack:
-        its fixed seconds once, its units at the rate of its whole run count."""
-        return self.model.factor * self.model.phase_seconds("attack", units, precision, runs)
+    def pooled_attack(self, units: float, precision: str, runs: int, weights: float = 0.0) -> float:
+        """Seconds, the margin included, of one batched computation of ``runs`` search runs and ``units`` of attack
+        on a network of ``weights``: its fixed seconds once, its units at the rate of its whole run count."""
+        return self.model.factor * self.model.phase_seconds("attack", units, precision, runs, weights=weights)
 
     def _rest(self, work: CellWork) -> float:
         """``work``'s estimate without its attack (its training, evaluation, margin and fixed seconds)."""
@@ -675,9 +748,9 @@ class Slot:
         key = self._pool_of(work)
         if not key:
             return self.estimate(work)
-        pool = self.pools.get(key, Pool(work.precision))
-        before = self.pooled_attack(pool.units, pool.precision, pool.runs) if pool.runs else 0.0
-        after = self.pooled_attack(pool.units + work.attack, pool.precision, pool.runs + work.runs)
+        pool = self.pools.get(key, Pool(work.precision, work.weights))
+        before = self.pooled_attack(pool.units, pool.precision, pool.runs, pool.weights) if pool.runs else 0.0
+        after = self.pooled_attack(pool.units + work.attack, pool.precision, pool.runs + work.runs, pool.weights)
         return self._rest(work) + after - before
 
     def charged(self, cell_id: str) -> float | None:
@@ -686,7 +759,7 @@ class Slot:
         for pool in self.pools.values():
             if cell_id in pool.members:
                 _, units, rest = pool.members[cell_id]
-                return rest + self.pooled_attack(pool.units, pool.precision, pool.runs) * units / pool.units
+                return rest + self.pooled_attack(pool.units, pool.precision, pool.runs, pool.weights) * units / pool.units
         return None
 
     def fits(self, work: CellWork, elapsed: float | None = None) -> bool:
@@ -698,7 +771,7 @@ class Slot:
     def take(self, work: CellWork) -> None:
         self.spent += self.cost(work)
         if key := self._pool_of(work):
-            pool = self.pools.setdefault(key, Pool(work.precision))
+            pool = self.pools.setdefault(key, Pool(work.precision, work.weights))
             pool.members[work.cell_id] = (work.runs, work.attack, self._rest(work))
             pool.runs += work.runs
             pool.units += work.attack
@@ -712,7 +785,8 @@ class Slot:
                 continue
             charges = tuple((cid, runs, self.charged(cid) or 0.0) for cid, (runs, _, _) in pool.members.items())
             out.append(PooledComputation(runs=pool.runs, precision=pool.precision,
-                                         seconds=self.pooled_attack(pool.units, pool.precision, pool.runs),
+                                         seconds=self.pooled_attack(pool.units, pool.precision, pool.runs,
+                                                                    pool.weights),
                                          members=charges))
         return out
 
@@ -888,7 +962,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
     plan = SlicePlan([], [], {})
     done_runs = {cid: set(runs) for cid, runs in rules.runs_done.items()}
     card_of = {w.target_key: card_seconds(model.prior, w) for w in todo if w.pieces}
-    restore = restore_seconds(model.prior)
+    restore_of = {w.target_key: restore_seconds(model.prior, w) for w in todo if w.pieces}
     # targets whose training ended before the plan (their state at its last step): their card comes first
     finished = {w.target_key for w in todo if w.pieces and (progress or {}).get(w.target_key, 0.0) >= 1.0}
     # the cards that travel beside their final states: the ledger's, then every card the plan makes (at the end of
@@ -915,7 +989,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
         """The card a bare slice makes before a cell of ``key`` (nothing where the table prices no card)."""
         if model.prior.card is None or key not in card_of:
             return 0.0
-        return restore if key in restorable else card_of[key]
+        return restore_of[key] if key in restorable else card_of[key]
 
     for w in todo:
         ok, estimate = fits_bare(w, bare_card(w.target_key))
@@ -967,7 +1041,7 @@ def plan_slices(works: Iterable[CellWork], model: CostModel, budget: float,
                 if w.pieces and key not in carded:
                     if key not in ready or key in skipped:
                         continue
-                    price = restore if key in travelled else card_of[key]
+                    price = restore_of[key] if key in travelled else card_of[key]
                     before = [by_id[g.cell_id].run_bytes for g in groups for _ in g.runs]
                     if not any(_fits_after(v, slot, price, model, budget, rules, done_runs, before, states)
                                for v in order[at - 1:] if v.target_key == key):
@@ -1133,17 +1207,19 @@ def card_seconds(table: CostTable, work: CellWork) -> float:
     return table.card.seconds(work.card) if table.card is not None else table.train.fixed
 
 
-def restore_seconds(table: CostTable) -> float:
+def restore_seconds(table: CostTable, work: CellWork | None = None) -> float:
     """Seconds of restoring a target's card from the card that travelled beside its final state (the state loaded,
-    the weights written and hashed, no release metrics): priced as a training piece's set-up, ``table``'s fixed
-    training seconds (not measured apart yet)."""
-    return table.train.fixed
+    the weights written and hashed, no release metrics): as the slices measured restores (``card_restore``, the
+    ledger's ``card_restored`` rows: :meth:`CostTable.restore_seconds` at ``work``'s network; without ``work``
+    the largest network measured), else priced as a training piece's set-up, ``table``'s fixed training seconds."""
+    measured = table.restore_seconds(work.weights if work is not None else 0.0)
+    return table.train.fixed if measured is None else measured
 
 
 def run_step_seconds(table: CostTable, work: CellWork) -> float:
     """Seconds of one step of one of ``work``'s search runs at ``table``'s attack rate for its precision and run
     count (batched: no fixed part)."""
-    return table.phase("attack", work.precision, work.runs).rate * work.run_step
+    return table.attack_price(work.precision, work.runs, work.weights).rate * work.run_step
 
 
 def target_training_seconds(table: CostTable, work: CellWork, targets: int = 1) -> float:

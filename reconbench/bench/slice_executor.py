@@ -433,7 +433,7 @@ class DeadlineExecutor:
         key, cell, work = recipe.key(), jobs[0].cell.cell_id, works[jobs[0].cell.cell_id]
         travelled = card_beside(state_path(self.states, recipe)).is_file()
         if travelled:
-            price = restore_seconds(self.model.prior)
+            price = restore_seconds(self.model.prior, work)
             if not self._fits_after(jobs, works, slot, price):
                 stopped[key] = self._no_card_note(key, "restored", price)
                 return

@@ -21,10 +21,13 @@ from reconbench.bench.slice_costs import (
     SlicePlan,
     break_even_budget,
     break_even_speed,
+    card_seconds,
     cell_work,
     device_kind,
     evaluates_on_device,
+    pairs_seconds,
     plan_slices,
+    restore_seconds,
     run_step_seconds,
     stack_size,
     target_training_seconds,
@@ -64,7 +67,7 @@ def plan_table(device: str, table: CostTable | None, measured: list[MeasuredRate
 
 
 #: the keys of a cost table's ``about`` that list what :func:`with_measured` took from the slices
-MEASURED_KEYS = ("measured", "measured_evaluation", "measured_training")
+MEASURED_KEYS = ("measured", "measured_evaluation", "measured_training", "measured_networks", "measured_restores")
 
 
 def measured_about(table: CostTable) -> bool:
@@ -121,11 +124,49 @@ def rates_lines(table: CostTable) -> list[str]:
                      f"unit (the table's {number(evaluation.get('table_rate')) or 0.0:.3g}), from {len(cells)} cell(s) "
                      f"evaluated whole ({', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''}): each re-priced at "
                      f"its own size above what it took; its fixed {table.evaluate.fixed:g}s the table's")
+    networks = table.about.get("measured_networks", [])
+    if networks:
+        lines.append("  attack steps measured on slices on other networks than the table's (--finished): " + "; ".join(
+            f"{n['precision']} {n['runs']} runs of {n['weights']:,} weights {n['rate']:.3g} s per unit" for n in networks)
+            + "; a network is priced by the measured step of the nearest one no smaller (proportionally above all)")
+    if table.evaluate_at:
+        lines.append("  evaluations measured whole, a cell of the same units priced at their seconds: " + ", ".join(
+            f"{float(k):.3g} units {v:.1f}s" for k, v in table.evaluate_at.items()))
+    if table.card_restore:
+        lines.append("  cards restored as measured on slices: " + ", ".join(
+            f"{int(k):,} weights {v:.2f}s" for k, v in table.card_restore.items())
+            + "; a larger network proportionally more")
     if measured:
         cells = sorted({c for cs in measured.values() for c in cs})
         lines.append(f"  rates measured on slices (--finished): {len(measured)} of precision and run count, from "
                      f"{len(cells)} cell(s): {', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''}; the rest from "
                      "the cost table")
+    return lines
+
+
+#: the most cells whose estimate the plan breaks down into its phases
+BREAKDOWN_CELLS = 4
+
+
+def breakdown_lines(model: CostModel, works: list[CellWork], rules: GroupRules) -> list[str]:
+    """Each cell's estimate on a bare machine, whole, by phase (its card restored or rebuilt first where its target
+    trained in an earlier slice, its attack, evaluation and figure pairs, and the margin), for at most
+    :data:`BREAKDOWN_CELLS` cells: what a cell that splits into groups would need to run whole."""
+    if len(works) > BREAKDOWN_CELLS:
+        return []
+    lines = []
+    for w in works:
+        attack = model.phase_seconds("attack", w.attack, w.precision, w.runs, weights=w.weights)
+        evaluate = model.phase_seconds("evaluate", w.evaluate)
+        pairs = pairs_seconds(w)
+        whole = model.estimate(w, False)
+        card = (restore_seconds(model.prior, w) if w.target_key in rules.travelled_cards
+                else card_seconds(model.prior, w)) if w.pieces else 0.0
+        step = run_step_seconds(model.prior, w) * w.runs
+        lines.append(f"  {w.cell_id} whole: card {card:.1f}s + {model.factor:g} x (attack {attack:.1f}s"
+                     + (f" ({step * 1e3:.2f} ms per step of {w.runs} runs)" if w.steps else "")
+                     + f" + evaluation {evaluate:.1f}s + figure pairs {pairs:.1f}s) + {model.extra:g}s = "
+                     f"{card + whole:.1f}s")
     return lines
 
 
@@ -224,7 +265,7 @@ def print_plan(suite: Suite, cells: list[Cell], sizes: dict[str, TargetSize], de
         kept = "fixed seconds and cards" if evaluates_on_device(device) else \
             "fixed seconds, cards and the evaluation (on the machine's CPU)"
         click.echo(f"  every rate {speed:g}x the table's speed (--speed: a what-if; {kept} as they are)")
-    for line in rates_lines(model.prior):
+    for line in rates_lines(model.prior) + breakdown_lines(model, works, rules):
         click.echo(line)
     split = [w for w in works if w.split]
     if split and rules.run_files is not None:

@@ -72,6 +72,18 @@ class CostTable(Record):
     #: training in pieces by the number of targets that train as one stack (targets, as a decimal string -> price
     #: per unit of one target's work): :meth:`phase` with ``targets``; empty: every stack at ``train``'s rate
     train_targets: Mapping[str, PhaseCost] = field(default_factory=dict)
+    #: the weights of the network the attack's prices (``attack``, ``attack_at``, ``attack_runs``) were measured on
+    #: (the probe's); None: prices per unit of any network (built-in or from arithmetic)
+    attack_network: float | None = None
+    #: the attack's prices measured on other networks (precision -> the network's weights, a decimal string -> run
+    #: count -> price per unit of that network): :meth:`attack_price`
+    attack_networks: Mapping[str, Mapping[str, Mapping[str, PhaseCost]]] = field(default_factory=dict)
+    #: evaluations measured whole (their units, a decimal string -> the slowest seconds): a cell of the same units
+    #: is priced at them (:meth:`seconds`)
+    evaluate_at: Mapping[str, float] = field(default_factory=dict)
+    #: cards restored from the card that travelled beside a final state (the network's weights, a decimal string
+    #: -> the slowest seconds): :meth:`restore_seconds`
+    card_restore: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for precision, by_runs in self.attack_runs.items():
@@ -83,6 +95,21 @@ class CostTable(Record):
         if bad:
             raise ReconbenchError(f"train_targets: {bad[0]!r} is not a number of targets; key each price by the "
                                   'number of targets stacked as a decimal string, e.g. "4"')
+        for precision, by_network in self.attack_networks.items():
+            for weights, by_runs in by_network.items():
+                bad = [k for k in (weights, *by_runs) if not (k.isdigit() and int(k) > 0)]
+                if bad:
+                    raise ReconbenchError(f"attack_networks.{precision}: {bad[0]!r} is not a positive whole number; "
+                                          'key each network by its weights and each price by its run count as '
+                                          'decimal strings, e.g. {"1786000": {"16": {"fixed": 5, "rate": 1e-13}}}')
+        for name in ("evaluate_at", "card_restore"):
+            for k, v in getattr(self, name).items():
+                if not (k.isdigit() and int(k) > 0 and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                    raise ReconbenchError(f"{name}: {k!r}: {v!r} is not a positive whole number of units or weights "
+                                          'with finite non-negative seconds; write e.g. {"6272000000": 14.8}')
+        if self.attack_network is not None and not (math.isfinite(self.attack_network) and self.attack_network > 0):
+            raise ReconbenchError(f"attack_network {self.attack_network!r} is not a positive number of weights; give "
+                                  "the weights of the network the attack was measured on, or leave it out")
 
     def phase(self, phase: str, precision: str = "", runs: int = 0, targets: int = 0) -> PhaseCost:
         """The price of ``phase``; an attack's in its ``precision`` where the table has one, and with ``runs``
@@ -104,6 +131,44 @@ class CostTable(Record):
         cost: PhaseCost = getattr(self, phase)
         return cost
 
+    def attack_price(self, precision: str = "", runs: int = 0, weights: float = 0.0) -> PhaseCost:
+        """The attack's price per unit for ``runs`` batched search runs on a network of ``weights`` weights. Where
+        the table knows the networks its prices were measured on (``attack_network``, ``attack_networks``), each
+        measured network ``W`` bounds a batched step's seconds from above: a network no larger steps no slower (its
+        rate per unit at most ``W / weights`` times ``W``'s), a larger one at most proportionally slower (at most
+        ``W``'s rate); the price is the least of these bounds, so a network measured is priced as measured and
+        another by the measured step of the nearest one above it (not by units alone: a step of a smaller network
+        does not shrink with its weights). ``runs`` picks each network's price as :meth:`phase` does. Without
+        ``weights`` or a known network: :meth:`phase`'s price per unit of any network."""
+        base = self.phase("attack", precision, runs)
+        points: list[tuple[float, PhaseCost]] = []
+        if self.attack_network is not None:
+            points.append((self.attack_network, base))
+        for network, by_runs in self.attack_networks.get(precision, {}).items():
+            points.append((float(network), runs_price(by_runs, runs)))
+        if weights <= 0 or not points:
+            return base
+
+        def bound(point: tuple[float, PhaseCost]) -> float:
+            return point[1].rate * max(1.0, point[0] / weights)
+
+        best = min(points, key=bound)
+        return PhaseCost(fixed=best[1].fixed, rate=bound(best))
+
+    def evaluate_seconds(self, units: float) -> float:
+        """Seconds of an evaluation of ``units``: the slowest measured of exactly these units (``evaluate_at``),
+        else the ``evaluate`` price."""
+        measured = self.evaluate_at.get(str(round(units)))
+        return float(measured) if measured is not None else self.evaluate.seconds(units)
+
+    def restore_seconds(self, weights: float = 0.0) -> float | None:
+        """Seconds of restoring a card of a network of ``weights`` weights from ``card_restore``: the most any
+        measured restore bounds it by (its seconds, times ``weights / W`` for a larger network: the state read
+        grows with it); None where none was measured."""
+        if not self.card_restore:
+            return None
+        return max(s * max(1.0, weights / int(w)) for w, s in self.card_restore.items())
+
     def scaled(self, speed: float, *, evaluation: bool = True) -> CostTable:
         """The table of a device ``speed`` times as fast per unit (fixed seconds unchanged): what a break-even
         search varies. ``evaluation=False`` keeps the evaluate phase's price: on a GPU a cell is evaluated on the
@@ -118,7 +183,13 @@ class CostTable(Record):
                          about=self.about,
                          attack_runs={p: {r: faster(c) for r, c in by.items()} for p, by in self.attack_runs.items()},
                          card=self.card,   # on the machine's CPU: a faster device does not change it
-                         train_targets={k: faster(c) for k, c in self.train_targets.items()})
+                         train_targets={k: faster(c) for k, c in self.train_targets.items()},
+                         attack_network=self.attack_network,
+                         attack_networks={p: {w: {r: faster(c) for r, c in by.items()} for w, by in nets.items()}
+                                          for p, nets in self.attack_networks.items()},
+                         evaluate_at={k: v / speed for k, v in self.evaluate_at.items()} if evaluation
+                         else self.evaluate_at,
+                         card_restore=self.card_restore)
 
     @classmethod
     def of(cls, table: CostTable | Mapping[str, Any], source: str = "") -> CostTable:
@@ -150,7 +221,7 @@ def count_price(by_count: Mapping[str, PhaseCost], count: int, what: str, exampl
 def _legacy_cost_table(data: dict[str, Any]) -> dict[str, Any]:
     """The unstamped form: ``attack@<precision>`` keys into ``attack_at``, keys no field names into ``about``."""
     known = {"train", "attack", "evaluate", "attack_at", "peak_fraction", "about", "attack_runs", "card",
-             "train_targets"}
+             "train_targets", "attack_network", "attack_networks", "evaluate_at", "card_restore"}
     out: dict[str, Any] = {"format": COST_TABLE_SCHEMA}
     attack_at: dict[str, Any] = {}
     about: dict[str, Any] = {}

@@ -71,7 +71,8 @@ def test_a_row_without_units_is_written_as_before_and_an_evaluation_row_with_the
 def test_the_evaluation_rows_of_the_devices_kind_price_the_evaluate_phase_its_fixed_seconds_kept():
     """Two CPU rows, 2 s on 1e8 units and 10 s on 2e8, one GPU row (another kind: left out), the CPU table's fixed
     3 s: less the fixed seconds, 0 (not -1 s) and 7 s on 2e8 units, 3.5e-8 s per unit, above the rows' least whole
-    rate (2e-8): 3.5e-8, so 1e9 units cost 3 + 35 s and the cells re-priced at their sizes 6.5 s (>= 2) and 10 s."""
+    rate (2e-8): 3.5e-8, so 1e9 units cost 3 + 35 s; the cells measured are priced at their own units as they took,
+    2 s and 10 s (the fixed-plus-rate price would put the first at 6.5 s)."""
     table = PRIORS["cpu"]
     got = with_measured(table, rows(evaluation("a", 2.0, 1e8), evaluation("b", 10.0, 2e8),
                                     evaluation("gpu", 1e5, 1e8, device="NVIDIA H100")), "cpu")
@@ -79,7 +80,9 @@ def test_the_evaluation_rows_of_the_devices_kind_price_the_evaluate_phase_its_fi
     assert got.evaluate.fixed == 3.0 and got.evaluate.rate == pytest.approx(7.0 / 2e8, rel=1e-14)
     model = CostModel(prior=got)
     assert model.phase_seconds("evaluate", 1e9) == pytest.approx(3.0 + 35.0, rel=1e-14)
-    assert model.phase_seconds("evaluate", 1e8) == pytest.approx(6.5, rel=1e-14)
+    assert model.phase_seconds("evaluate", 1e8) == 2.0
+    assert got.evaluate.seconds(1e8) == pytest.approx(6.5, rel=1e-14)
+    assert got.evaluate_at == {"100000000": 2.0, "200000000": 10.0}
     assert model.phase_seconds("evaluate", 2e8) == pytest.approx(10.0, rel=1e-14)
     assert got.about["measured_evaluation"]["cells"] == ["a", "b"]
     assert got.train == table.train and got.attack == table.attack and got.train_targets == table.train_targets
@@ -104,9 +107,9 @@ def test_train_rows_price_their_stack_size_the_slowest_per_size_over_the_tables(
 def test_a_ledgers_evaluation_and_train_rows_change_the_plans_prices_as_computed_by_hand(tmp_path, capsys):
     """tiny-pieces.toml on the CPU's built-in table, with a ledger whose evaluation row took 1,000 s on exactly a
     cell's evaluation units and whose train row took 40 s on exactly the 2-target stack's units: a cell's evaluation
-    then costs 3 + 1,000 s (no 60 s slice holds a whole cell: each runs in groups of its runs, evaluated where they
-    are merged) and the stack's training 3 + 40 s (it ends in the first slice). Without the ledger the plan
-    trains it over two slices and runs the second cell whole."""
+    then costs the 1,000 s measured on its units (no 60 s slice holds a whole cell: each runs in groups of its
+    runs, evaluated where they are merged) and the stack's training 3 + 40 s (it ends in the first slice). Without
+    the ledger the plan trains it over two slices and runs the second cell whole."""
     from _helpers.cli import run_cli
 
     from reconbench.cli.bench_plan import ledger_measured, plan_table
@@ -123,8 +126,7 @@ def test_a_ledgers_evaluation_and_train_rows_change_the_plans_prices_as_computed
     prior = PRIORS["cpu"]
     model = CostModel(prior=table)
     for work in works:   # both cells have the same units
-        assert model.phase_seconds("evaluate", work.evaluate) == pytest.approx(prior.evaluate.fixed + 1000.0,
-                                                                               rel=1e-14)
+        assert model.phase_seconds("evaluate", work.evaluate) == 1000.0
     (group,) = {x.group for x in works}
     assert training_seconds(model, works) == {group: pytest.approx(prior.train.fixed + 40.0, rel=1e-14)}
     # a lone target keeps the table's flat rate (the built-in CPU table prices no stack size)

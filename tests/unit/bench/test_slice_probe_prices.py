@@ -75,17 +75,16 @@ def test_a_probe_without_evaluation_and_certificate_rows_keeps_the_built_in_pric
 
 @pytest.mark.parametrize("seconds", [6.0, 40.0])
 def test_the_evaluation_row_prices_the_evaluate_phase_never_below_it_at_its_size(seconds):
-    """s seconds on u units: fixed min(15, s), rate s / u. At its own size a cell pays s + min(15, s) (at least s,
-    at most 2 s); a 16-run cell of the same sizes (4 u) pays min(15, s) + 4 s."""
+    """s seconds on u units: fixed min(15, s), rate s / u, and the row's units priced at its s as measured (the
+    fixed-plus-rate price would be s + min(15, s)); a 16-run cell of the same sizes (4 u) pays min(15, s) + 4 s."""
     table = costs_from_probe(with_rows(evaluation_row(seconds)), train_dtype="float32")
     fixed = min(15.0, seconds)
     assert PRIORS["cuda"].evaluate.fixed == 15.0
     assert table.evaluate.fixed == fixed
     assert table.evaluate.rate == pytest.approx(seconds / UNITS_4, rel=1e-14)
     model = CostModel(prior=table)
-    at_size = model.phase_seconds("evaluate", UNITS_4)
-    assert at_size == pytest.approx(seconds + fixed, rel=1e-14)
-    assert seconds <= at_size <= 2 * seconds
+    assert model.phase_seconds("evaluate", UNITS_4) == seconds
+    assert table.evaluate.seconds(UNITS_4) == pytest.approx(seconds + fixed, rel=1e-14)
     assert model.phase_seconds("evaluate", 4 * UNITS_4) == pytest.approx(fixed + 4 * seconds, rel=1e-14)
     assert table.about["from_probe"]["evaluation"]["seconds"] == seconds
 
@@ -149,15 +148,16 @@ def measured(cell: str, seconds: float, units: float) -> MeasuredRate:
 def test_a_small_measured_cell_no_longer_overprices_a_large_one():
     """The cuda table's fixed 15 s; a small cell took 20 s on 1e9 units (2e-8 s per unit, mostly fixed), a large one
     100 s on 1e10 (1e-8). Less the fixed seconds: 5e-9 and 8.5e-9; the least whole rate, 1e-8, is above both: the
-    rate is 1e-8 (the slowest whole rate, 2e-8, priced a 4e10-unit cell at 815 s; now 415 s). Re-priced, the small
-    cell costs 15 + 10 = 25 s (>= 20) and the large one 15 + 100 = 115 s (>= 100)."""
+    rate is 1e-8 (the slowest whole rate, 2e-8, priced a 4e10-unit cell at 815 s; now 415 s). Re-priced, the two
+    cells measured cost what they took on their own units (the rate alone would give 25 s and 115 s)."""
     table = PRIORS["cuda"]
     got = with_measured(table, [measured("small", 20.0, 1e9), measured("large", 100.0, 1e10)], "cuda")
     assert got.evaluate.fixed == 15.0 and got.evaluate.rate == pytest.approx(1e-8, rel=1e-14)
     model = CostModel(prior=got)
     assert model.phase_seconds("evaluate", 4e10) == pytest.approx(415.0, rel=1e-14)
-    assert model.phase_seconds("evaluate", 1e9) == pytest.approx(25.0, rel=1e-14)
-    assert model.phase_seconds("evaluate", 1e10) == pytest.approx(115.0, rel=1e-14)
+    assert model.phase_seconds("evaluate", 1e9) == 20.0
+    assert model.phase_seconds("evaluate", 1e10) == 100.0
+    assert got.evaluate.seconds(1e9) == pytest.approx(25.0, rel=1e-14)
 
 
 def test_the_fixed_seconds_are_subtracted_where_a_cell_costs_more_than_its_fixed_part():

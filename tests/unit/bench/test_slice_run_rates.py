@@ -124,16 +124,18 @@ def test_plan_with_a_hand_written_ledger_prices_a_cell_at_its_measured_rate(tmp_
 
     works = digits_works(TINY)
     w = works[0]
-    weights = w.attack / (w.runs * w.steps * 10)
-    assert weights == int(weights)
+    weights = int(w.weights)   # the cell's network, as a slice records it
+    m = w.attack / (w.runs * w.steps * weights)
+    assert m == int(m)
+    m = int(m)
     ledger = tmp_path / "finished.json"
     ledger.write_text(json.dumps({
         "format": "reconbench-finished-cells/1", "suite": "gpu-tiny", "cells": {}, "training": {},
         "measured": [measured("digits-binary--haim_binary_kkt--gaussian--s0", 2, 1000.0, precision="float64",
-                              device="cpu", m=10, weights=int(weights)),
-                     measured("other", 4, 1e-9, precision="float64", device="cpu", m=10, weights=int(weights)),
-                     measured("gpu", 2, 1e-9, precision="float64", device="NVIDIA H100 80GB HBM3", m=10,
-                              weights=int(weights))]}))
+                              device="cpu", m=m, weights=weights),
+                     measured("other", 4, 1e-9, precision="float64", device="cpu", m=m, weights=weights),
+                     measured("gpu", 2, 1e-9, precision="float64", device="NVIDIA H100 80GB HBM3", m=m,
+                              weights=weights)]}))
     args = ["bench", str(TINY), "--plan", "--deadline", "60", "--device", "cpu", "--out", str(tmp_path / "res")]
     code, text, err = run_cli([*args, "--finished", str(ledger)], capsys)
     assert code == 0, err
