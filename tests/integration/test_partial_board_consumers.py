@@ -98,7 +98,9 @@ def test_the_site_shows_the_progress_the_commits_and_the_not_run_cell(board: Pat
     assert CELLS[2] in missing and "Not run (1 of 3 planned)" in missing and "not failures" in missing
     assert CELLS[2] not in page.split('id="without-result"')[0]   # no table row stands for it
     cell_page = (tmp_path / "site" / BOARD / "cells" / f"{CELLS[0]}.html").read_text()
-    assert "ran on a machine without git metadata, in a slice" in cell_page   # its record names no commit
+    # its record names the commit its slice ran at (RECONBENCH_SLICE_COMMIT, else git's), not a missing one
+    assert f"<th>git_commit</th><td><code>{SLICE_A}</code>" in cell_page
+    assert "without git metadata" not in cell_page
     # the board is named by its suite and its folder where they differ
     assert f"reconbench leaderboard gpu-tiny --out leaderboards/{BOARD} --release" in page
 
