@@ -10,6 +10,7 @@ same variables expands the record back into the command that ran.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -65,3 +66,15 @@ def portable_command(args: Sequence[str], *, cwd: str | None = None, env: Mappin
     ``$HOME/data``)."""
     roots = _roots(cwd if cwd is not None else os.getcwd(), os.environ if env is None else env)
     return " ".join(portable_arg(arg, roots) for arg in args)
+
+
+#: an absolute path of a machine results come from (a home folder, a work tree, a device's root): what a committed
+#: file must not hold (tests/unit/codebase/test_repository_hygiene.py checks the tracked tree with its own pattern)
+_ROOTS = ["root/", r"home/[\w.-]+/", r"Users/[\w.-]+/", "work/"]   # without the leading slash: this file holds none
+MACHINE_PATH = re.compile(r"""(?:^|(?<=[\s"'(=,\[`]))(""" + "|".join("/" + r for r in _ROOTS)
+                          + r"""|[A-Za-z]:\\Users\\)""")
+
+
+def machine_path_lines(text: str) -> list[int]:
+    """The 1-based numbers of the lines of ``text`` that hold such a path."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if MACHINE_PATH.search(line)]

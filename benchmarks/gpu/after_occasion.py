@@ -473,6 +473,28 @@ def commit_lines(occasion: Occasion, board: str) -> list[str]:
             f"git commit -m {shlex.quote(subject)} -m {shlex.quote(' '.join(body))}"]
 
 
+def machine_paths(lines: list[str], most: int = 5) -> list[str]:
+    """'FILE:LINE holds ...' for the text files the printed `git add` line adds that hold an absolute path of a
+    machine (the repository's hygiene test refuses them), at most ``most`` of them and a count of the rest."""
+    from reconbench.command_text import machine_path_lines
+
+    if not lines:
+        return []
+    paths = shlex.split(lines[0])[3:]   # git add -A -- PATH ...
+    found: list[str] = []
+    for path in paths:
+        files = sorted(f for f in Path(path).rglob("*") if f.is_file()) if Path(path).is_dir() else [Path(path)]
+        for f in files:
+            try:
+                text = f.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            found += [f"{f.as_posix()}:{n} holds an absolute path of a machine (tests/unit/codebase/"
+                      f"test_repository_hygiene.py refuses it): write it from $OUT, $TMPDIR or the repository"
+                      for n in machine_path_lines(text)]
+    return found[:most] + ([f"... and {len(found) - most} more such line(s)"] if len(found) > most else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Steps, in order: " + ", ".join(STEPS) + " (this file's docstring).")
@@ -539,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         keep_ledger(args.suite, results, occasion,
                     tracked_ledger().CAP_MIB if args.cap_mib is None else args.cap_mib)
         lines = commit_lines(occasion, args.board)
+        for problem in machine_paths(lines):
+            say(f"warning: {problem}")
     except StepFailed as failed:
         print(failed.line(), file=sys.stderr)
         return 1

@@ -56,3 +56,22 @@ def test_the_cli_records_commands_without_machine_paths(monkeypatch, tmp_path):
     monkeypatch.setattr(common, "ARGV", ["bench", "ci", "--pack", str(tmp_path / "out" / "pack"),
                                          "--out", str(tmp_path / "runs" / "ci")])
     assert common.command_line() == "reconbench bench ci --pack $OUT/pack --out runs/ci"
+
+
+def test_after_occasion_warns_of_a_machine_path_in_what_it_adds(tmp_path, monkeypatch):
+    """The files the printed `git add` line names are read, and a line with a device's absolute path is named."""
+    from pathlib import Path
+
+    from _helpers.examples import load_module
+
+    root = Path(__file__).resolve().parents[3]
+    after = load_module("gpu_after_occasion", root / "benchmarks" / "gpu" / "after_occasion.py")
+    board = tmp_path / "leaderboards" / "b"
+    board.mkdir(parents=True)
+    device = "/" + "root/out/pack"   # assembled so that this file holds no machine path itself
+    (board / "README.md").write_text(f"ok\n- **Produced by:** `reconbench bench x --pack {device}`\n")
+    (board / "clean.json").write_text('{"command": "reconbench bench x --pack $OUT/pack"}\n')
+    monkeypatch.chdir(tmp_path)
+    found = after.machine_paths(["git add -A -- leaderboards/b", "git commit -m x"])
+    assert len(found) == 1 and found[0].startswith("leaderboards/b/README.md:2 holds an absolute path")
+    assert after.machine_paths([]) == []
